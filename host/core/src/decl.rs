@@ -1,0 +1,198 @@
+//! Node declarations: what an executor says about the node types it implements.
+//!
+//! Ports, types, defaults, modes and retry safety come from here and only from here;
+//! a graph file cannot change them (a saved `retry_safe: true` means nothing).
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::PortType;
+use crate::value::Value;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct NodeDecl {
+    /// Fully-qualified type name, e.g. `heddle.constant` or `std.text.concat`.
+    pub type_name: String,
+    #[serde(default)]
+    pub title: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub inputs: Vec<PortDecl>,
+    #[serde(default)]
+    pub outputs: Vec<OutputDecl>,
+    /// Configuration that is not an input port (e.g. the code of a code node). Kept as a
+    /// list of ports so it is typed and documented the same way.
+    #[serde(default)]
+    pub properties: Vec<PortDecl>,
+    /// True only when re-running an invocation with the same inputs is harmless.
+    #[serde(default)]
+    pub retry_safe: bool,
+    #[serde(default)]
+    pub mode: NodeMode,
+    /// For a buffered node: take the longest common prefix of input scopes as the
+    /// invocation scope instead of rejecting incomparable scopes (zip/cross nodes).
+    #[serde(default)]
+    pub is_join: bool,
+    /// Capabilities the implementation wants; the operator decides what it gets.
+    #[serde(default)]
+    pub capabilities: Vec<CapabilityRequest>,
+    /// Where the declaration came from (`builtin`, `package:std@0.1.0`, `code`), for
+    /// listings and error messages.
+    #[serde(default)]
+    pub origin: String,
+}
+
+/// How the actor drives the node (model §2.3).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeMode {
+    /// Fires once per ready correlation key with one value per input.
+    #[default]
+    Buffered,
+    /// Like buffered, but one invocation may emit many values per output as it goes.
+    StreamingOutput,
+    /// The node drains its own inbox (and may emit as it goes).
+    StreamingInput,
+    /// Re-runs once per control event on `__control__`, with the latest data inputs.
+    Controlled,
+}
+
+impl NodeMode {
+    pub fn streams_output(self) -> bool {
+        matches!(self, NodeMode::StreamingOutput | NodeMode::StreamingInput)
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PortDecl {
+    pub name: String,
+    #[serde(rename = "type", default)]
+    pub ty: PortType,
+    /// A required input must be fed by an edge or given a property value.
+    #[serde(default)]
+    pub required: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}
+
+impl PortDecl {
+    pub fn new(name: impl Into<String>, ty: PortType) -> Self {
+        PortDecl {
+            name: name.into(),
+            ty,
+            required: false,
+            default: None,
+            description: String::new(),
+        }
+    }
+
+    pub fn required(mut self) -> Self {
+        self.required = true;
+        self
+    }
+
+    pub fn with_default(mut self, v: impl Into<Value>) -> Self {
+        self.default = Some(v.into());
+        self
+    }
+
+    pub fn describe(mut self, d: impl Into<String>) -> Self {
+        self.description = d.into();
+        self
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct OutputDecl {
+    pub name: String,
+    #[serde(rename = "type", default)]
+    pub ty: PortType,
+    #[serde(default)]
+    pub correlation: OutputCorrelation,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}
+
+impl OutputDecl {
+    pub fn new(name: impl Into<String>, ty: PortType) -> Self {
+        OutputDecl {
+            name: name.into(),
+            ty,
+            correlation: OutputCorrelation::Single,
+            description: String::new(),
+        }
+    }
+
+    pub fn correlated(mut self, c: OutputCorrelation) -> Self {
+        self.correlation = c;
+        self
+    }
+
+    pub fn describe(mut self, d: impl Into<String>) -> Self {
+        self.description = d.into();
+        self
+    }
+}
+
+/// How an output's lineage relates to the invocation's (model §2.4).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OutputCorrelation {
+    /// Inherits the invocation lineage.
+    #[default]
+    Single,
+    /// Each emitted value is a new item of a child scope (fan-out). Outputs of one
+    /// invocation that share a `group` share the item token.
+    Iteration {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group: Option<String>,
+    },
+    /// Many values per key with the same lineage; makes the consumer a repeating driver.
+    Chunk,
+    /// Drops the innermost root (fan-in). Valid only on streaming-input nodes.
+    Aggregate,
+    /// Keeps the lineage of the envelope that arrived on input `source`.
+    Forward { source: String },
+}
+
+/// A capability a node asks for, with the reason shown to the operator.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CapabilityRequest {
+    pub kind: CapabilityKind,
+    /// What exactly: a directory label, an env var name, a secret name, a host pattern.
+    pub target: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum CapabilityKind {
+    FilesRead,
+    FilesWrite,
+    Env,
+    Secret,
+    Network,
+}
+
+impl NodeDecl {
+    pub fn new(type_name: impl Into<String>) -> Self {
+        NodeDecl {
+            type_name: type_name.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn input(&self, name: &str) -> Option<&PortDecl> {
+        self.inputs.iter().find(|p| p.name == name)
+    }
+
+    pub fn output(&self, name: &str) -> Option<&OutputDecl> {
+        self.outputs.iter().find(|p| p.name == name)
+    }
+
+    pub fn property(&self, name: &str) -> Option<&PortDecl> {
+        self.properties.iter().find(|p| p.name == name)
+    }
+}

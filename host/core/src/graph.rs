@@ -1,0 +1,254 @@
+//! The graph document: the JSON a user writes, in NodeTool's wire shape plus a format
+//! marker and version.
+//!
+//! This module only parses. Everything semantic (dangling edges, unknown types, cycles,
+//! correlation) is checked by [`crate::plan`], which reports all problems at once.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::value::Value;
+
+/// The value of the top-level `format` field.
+pub const FORMAT: &str = "heddle.graph";
+/// The document version this build reads and writes.
+pub const VERSION: u32 = 1;
+/// The handle every control edge targets.
+pub const CONTROL_HANDLE: &str = "__control__";
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct GraphDoc {
+    /// `"heddle.graph"`. Optional on input so bare NodeTool graphs load; when present it
+    /// must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub nodes: Vec<NodeDoc>,
+    #[serde(default)]
+    pub edges: Vec<EdgeDoc>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct NodeDoc {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub node_type: String,
+    /// Optional display name; input and output nodes also use it as their external name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Property values. NodeTool's wire format calls this `data`; both are accepted and
+    /// merged (`properties` wins on a clash).
+    #[serde(default, alias = "data", skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, Value>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dynamic_properties: BTreeMap<String, Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ui_properties: Option<UiProperties>,
+    /// Per-node limits and capability narrowing set by the workflow author. They can only
+    /// tighten what the operator's configuration allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<NodeLimits>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct UiProperties {
+    #[serde(default)]
+    pub bypassed: bool,
+    #[serde(flatten)]
+    pub rest: BTreeMap<String, serde_json::Value>,
+}
+
+/// Limits a workflow author may set on one node.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeLimits {
+    /// Wall-clock limit per invocation, in milliseconds. Reaching it cancels the work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// WASM fuel budget per invocation (only lowers the package's budget).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuel: Option<u64>,
+    /// Narrowing of filesystem grants: `none`, `read` or `write` (never wider than granted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<AccessLevel>,
+    /// Narrowing of granted secrets to this subset of names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<String>>,
+    /// Narrowing of granted environment variables to this subset of names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<String>>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLevel {
+    None,
+    Read,
+    Write,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum EdgeType {
+    #[default]
+    Data,
+    Control,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EdgeDoc {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub source: String,
+    #[serde(rename = "sourceHandle")]
+    pub source_handle: String,
+    pub target: String,
+    #[serde(rename = "targetHandle")]
+    pub target_handle: String,
+    #[serde(default)]
+    pub edge_type: EdgeType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ui_properties: Option<serde_json::Value>,
+}
+
+impl EdgeDoc {
+    /// The edge's id, or the one NodeTool derives when absent:
+    /// `{source}:{sourceHandle}->{target}:{targetHandle}`.
+    pub fn effective_id(&self) -> String {
+        match &self.id {
+            Some(id) => id.clone(),
+            None => format!(
+                "{}:{}->{}:{}",
+                self.source, self.source_handle, self.target, self.target_handle
+            ),
+        }
+    }
+}
+
+/// Why a document could not be read. Semantic problems are [`crate::plan::ValidationError`].
+#[derive(Debug, thiserror::Error)]
+pub enum DocError {
+    #[error("cannot read graph file {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{column}: invalid graph JSON: {message}")]
+    Parse {
+        path: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}: unsupported graph format `{found}` (expected `{FORMAT}`)")]
+    Format { path: String, found: String },
+    #[error("{path}: graph version {found} is not supported (this build reads version {VERSION})")]
+    Version { path: String, found: u32 },
+}
+
+impl GraphDoc {
+    /// Parses a document; `origin` names it in errors (a path, or `<stdin>`).
+    pub fn parse(text: &str, origin: &str) -> Result<Self, DocError> {
+        let doc: GraphDoc = serde_json::from_str(text).map_err(|e| {
+            // serde_json reports "... at line L column C"; keep the message without it,
+            // since line and column are shown in front.
+            let full = e.to_string();
+            let message = match full.rfind(" at line ") {
+                Some(i) => full[..i].to_string(),
+                None => full,
+            };
+            DocError::Parse {
+                path: origin.to_string(),
+                line: e.line(),
+                column: e.column(),
+                message,
+            }
+        })?;
+        if let Some(f) = &doc.format {
+            if f != FORMAT {
+                return Err(DocError::Format {
+                    path: origin.to_string(),
+                    found: f.clone(),
+                });
+            }
+        }
+        if let Some(v) = doc.version {
+            if v != VERSION {
+                return Err(DocError::Version {
+                    path: origin.to_string(),
+                    found: v,
+                });
+            }
+        }
+        Ok(doc)
+    }
+
+    pub fn load(path: &Path) -> Result<Self, DocError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| DocError::Io {
+            path: origin.clone(),
+            source,
+        })?;
+        Self::parse(&text, &origin)
+    }
+
+    pub fn to_json_pretty(&self) -> String {
+        // Serializing a tree of plain data cannot fail.
+        serde_json::to_string_pretty(self).expect("graph documents always serialize")
+    }
+}
+
+impl NodeDoc {
+    /// The property map a node is invoked with: `properties` merged with
+    /// `dynamic_properties` (edge values are added later and win over both).
+    pub fn merged_properties(&self) -> BTreeMap<String, Value> {
+        let mut out = self.properties.clone();
+        for (k, v) in &self.dynamic_properties {
+            out.insert(k.clone(), v.clone());
+        }
+        out
+    }
+
+    pub fn is_bypassed(&self) -> bool {
+        self.ui_properties.as_ref().is_some_and(|u| u.bypassed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_error_names_line_and_column() {
+        let err = GraphDoc::parse("{\n  \"nodes\": [\n    {\"id\": }\n  ]\n}", "g.json").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("g.json:3:"), "{msg}");
+    }
+
+    #[test]
+    fn accepts_nodetool_shape() {
+        let doc = GraphDoc::parse(
+            r#"{"nodes":[{"id":"a","type":"heddle.constant","data":{"value":1},"ui_properties":{"bypassed":false,"position":{"x":1}}}],
+                "edges":[{"source":"a","sourceHandle":"output","target":"b","targetHandle":"x"}]}"#,
+            "g.json",
+        )
+        .unwrap();
+        assert_eq!(doc.nodes[0].properties["value"], Value::Int(1));
+        assert_eq!(doc.edges[0].effective_id(), "a:output->b:x");
+        assert_eq!(doc.edges[0].edge_type, EdgeType::Data);
+    }
+
+    #[test]
+    fn wrong_format_is_refused() {
+        let err = GraphDoc::parse(r#"{"format":"other","nodes":[]}"#, "g.json").unwrap_err();
+        assert!(matches!(err, DocError::Format { .. }));
+    }
+}

@@ -1,0 +1,436 @@
+//! The executor seam: the one trait that native built-ins, WASM nodes and code nodes all
+//! implement, and the context an invocation runs in.
+//!
+//! Arguments are owned (`Call`, `NodeCtx`, `InputStream`) rather than borrowed from the
+//! actor, because a WASM executor moves them into a wasmtime `Store` and a code runner
+//! into a container task; neither can hold a borrow of the actor across its own awaits.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use heddle_core::{EventKind, InvocationMetrics, LogLevel, NodeDecl, NodeLimits, Value};
+use smallvec::SmallVec;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Input values of one invocation, by input handle name. Properties with no edge are
+/// included, so a node reads configuration and inputs the same way (edge values win).
+pub type Inputs = BTreeMap<String, Value>;
+
+/// Output values of one invocation: `(handle, value)` pairs, at most one per handle for
+/// one-shot nodes. Handles a node leaves out stay silent for that invocation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outputs(pub SmallVec<[(Arc<str>, Value); 2]>);
+
+impl Outputs {
+    pub fn new() -> Self {
+        Outputs(SmallVec::new())
+    }
+
+    pub fn one(handle: impl Into<Arc<str>>, v: Value) -> Self {
+        let mut o = Outputs::new();
+        o.push(handle, v);
+        o
+    }
+
+    pub fn push(&mut self, handle: impl Into<Arc<str>>, v: Value) {
+        self.0.push((handle.into(), v));
+    }
+
+    pub fn get(&self, handle: &str) -> Option<&Value> {
+        self.0.iter().find(|(h, _)| &**h == handle).map(|(_, v)| v)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.0.iter().map(|(h, v)| (&**h, v))
+    }
+
+    pub fn to_map(&self) -> BTreeMap<String, Value> {
+        self.iter().map(|(h, v)| (h.to_string(), v.clone())).collect()
+    }
+}
+
+impl FromIterator<(String, Value)> for Outputs {
+    fn from_iter<T: IntoIterator<Item = (String, Value)>>(iter: T) -> Self {
+        Outputs(iter.into_iter().map(|(h, v)| (Arc::from(h), v)).collect())
+    }
+}
+
+/// What went wrong in an invocation. Guest errors come from node code; the `Host*`
+/// kinds are produced only by the host (a guest cannot claim to have run out of fuel).
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct NodeError {
+    pub kind: ErrorKind,
+    pub message: String,
+    /// Stable failure signature (e.g. `http:429`, `trap:out-of-fuel`), used by the
+    /// supervisor to recognise repeated failures. A plain error has none.
+    pub signature: Option<String>,
+    /// The malformed output the node produced, which a supervisor may repair.
+    pub candidate: Option<Outputs>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ErrorKind {
+    /// The node's own code reported an error.
+    Node,
+    /// The invocation exceeded its fuel budget.
+    FuelExhausted,
+    /// The invocation exceeded its wall-clock deadline.
+    Deadline,
+    /// The invocation hit its memory limit.
+    MemoryLimit,
+    /// An output value was larger than allowed.
+    OutputTooLarge,
+    /// The guest trapped (panic, unreachable, bad memory access); `trap` names the kind.
+    Trap { trap: String },
+    /// The run was cancelled while the invocation was in flight.
+    Cancelled,
+    /// The node asks to suspend the run (human-in-the-loop); not a failure.
+    Suspend { reason: String, state: Value },
+    /// A fault in the host machinery around the node (container engine down, I/O error).
+    Host,
+}
+
+impl NodeError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        NodeError {
+            kind,
+            message: message.into(),
+            signature: None,
+            candidate: None,
+        }
+    }
+
+    /// A plain error from node code.
+    pub fn msg(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Node, message)
+    }
+
+    pub fn host(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Host, message)
+    }
+
+    pub fn cancelled() -> Self {
+        Self::new(ErrorKind::Cancelled, "cancelled")
+    }
+
+    pub fn suspend(reason: impl Into<String>, state: Value) -> Self {
+        let reason = reason.into();
+        Self::new(
+            ErrorKind::Suspend {
+                reason: reason.clone(),
+                state,
+            },
+            format!("suspended: {reason}"),
+        )
+    }
+
+    pub fn with_signature(mut self, sig: impl Into<String>) -> Self {
+        self.signature = Some(sig.into());
+        self
+    }
+
+    pub fn with_candidate(mut self, candidate: Outputs) -> Self {
+        self.candidate = Some(candidate);
+        self
+    }
+
+    pub fn is_suspend(&self) -> bool {
+        matches!(self.kind, ErrorKind::Suspend { .. })
+    }
+}
+
+/// Where a node's events go. The runtime's event bus implements it; executors never
+/// see the bus itself.
+pub trait EventSink: Send + Sync {
+    fn emit(&self, event: EventKind);
+}
+
+/// A value a streaming node emits while its invocation is still running.
+#[derive(Debug)]
+pub struct Emitted {
+    pub handle: Arc<str>,
+    pub value: Value,
+}
+
+/// Every secret value handed to a node during the run, so escalations and logs can mask
+/// them wherever they appear.
+#[derive(Default, Debug)]
+pub struct SecretRegistry {
+    values: Mutex<Vec<String>>,
+}
+
+impl SecretRegistry {
+    pub fn register(&self, value: &str) {
+        if value.is_empty() {
+            return;
+        }
+        // A poisoned lock only means another thread panicked mid-push; the list is still valid.
+        let mut v = self.values.lock().unwrap_or_else(|e| e.into_inner());
+        if !v.iter().any(|s| s == value) {
+            v.push(value.to_string());
+        }
+    }
+
+    pub fn snapshot(&self) -> Vec<String> {
+        self.values.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces every registered secret value in `text` with `«redacted»`.
+    pub fn mask(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for s in self.values.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if out.contains(s.as_str()) {
+                out = out.replace(s.as_str(), "«redacted»");
+            }
+        }
+        out
+    }
+}
+
+/// The context of one invocation (or one streaming-input run). Cheap to clone.
+#[derive(Clone)]
+pub struct NodeCtx {
+    inner: Arc<CtxInner>,
+}
+
+struct CtxInner {
+    node_id: Arc<str>,
+    node_type: Arc<str>,
+    key: Arc<str>,
+    cancel: CancellationToken,
+    deadline: Option<Instant>,
+    events: Arc<dyn EventSink>,
+    emit: Option<mpsc::Sender<Emitted>>,
+    secrets: Arc<SecretRegistry>,
+    metrics: Mutex<InvocationMetrics>,
+    emitted_any: std::sync::atomic::AtomicBool,
+}
+
+/// Parts the runtime supplies to build a [`NodeCtx`].
+pub struct CtxParts {
+    pub node_id: Arc<str>,
+    pub node_type: Arc<str>,
+    pub key: Arc<str>,
+    pub cancel: CancellationToken,
+    pub deadline: Option<Instant>,
+    pub events: Arc<dyn EventSink>,
+    /// Present for modes that may emit while running (streaming output and input).
+    pub emit: Option<mpsc::Sender<Emitted>>,
+    pub secrets: Arc<SecretRegistry>,
+}
+
+impl NodeCtx {
+    pub fn new(p: CtxParts) -> Self {
+        NodeCtx {
+            inner: Arc::new(CtxInner {
+                node_id: p.node_id,
+                node_type: p.node_type,
+                key: p.key,
+                cancel: p.cancel,
+                deadline: p.deadline,
+                events: p.events,
+                emit: p.emit,
+                secrets: p.secrets,
+                metrics: Mutex::new(InvocationMetrics::default()),
+                emitted_any: std::sync::atomic::AtomicBool::new(false),
+            }),
+        }
+    }
+
+    pub fn node_id(&self) -> &str {
+        &self.inner.node_id
+    }
+
+    pub fn node_type(&self) -> &str {
+        &self.inner.node_type
+    }
+
+    /// Canonical lineage key of this invocation (`""` at root scope).
+    pub fn key(&self) -> &str {
+        &self.inner.key
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancel.is_cancelled()
+    }
+
+    /// Resolves when the run is cancelled or this invocation's deadline passes.
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.inner.cancel
+    }
+
+    pub fn deadline(&self) -> Option<Instant> {
+        self.inner.deadline
+    }
+
+    pub fn log(&self, level: LogLevel, message: impl Into<String>) {
+        let message = self.inner.secrets.mask(&message.into());
+        self.inner.events.emit(EventKind::Log {
+            node_id: self.inner.node_id.to_string(),
+            level,
+            message,
+        });
+    }
+
+    pub fn event(&self, event: EventKind) {
+        self.inner.events.emit(event);
+    }
+
+    /// Emits a value on an output while the invocation runs; it is routed downstream at
+    /// once (waiting for backpressure). Fails when the node's mode does not stream or the
+    /// run is shutting down.
+    pub async fn emit(&self, handle: &str, value: Value) -> Result<(), NodeError> {
+        let Some(tx) = &self.inner.emit else {
+            return Err(NodeError::host(format!(
+                "node {} emitted on `{handle}` but is not a streaming node",
+                self.inner.node_id
+            )));
+        };
+        self.inner
+            .emitted_any
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        tx.send(Emitted {
+            handle: handle.into(),
+            value,
+        })
+        .await
+        .map_err(|_| NodeError::cancelled())
+    }
+
+    /// Whether anything was emitted so far (decides the supervisor's allowed set).
+    pub fn has_emitted(&self) -> bool {
+        self.inner
+            .emitted_any
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn report_cost(&self, usd: f64) {
+        if usd.is_finite() && usd > 0.0 {
+            self.metrics_mut(|m| m.cost_usd += usd);
+        }
+    }
+
+    pub fn record_asset(&self, id: impl Into<String>) {
+        let id = id.into();
+        self.metrics_mut(|m| m.assets.push(id));
+    }
+
+    /// Records fuel / peak memory measured by the executor.
+    pub fn record_usage(&self, fuel: Option<u64>, peak_memory_bytes: Option<u64>) {
+        self.metrics_mut(|m| {
+            if let Some(f) = fuel {
+                m.fuel = Some(m.fuel.unwrap_or(0) + f);
+            }
+            m.peak_memory_bytes = m.peak_memory_bytes.max(peak_memory_bytes);
+        });
+    }
+
+    pub fn metrics(&self) -> InvocationMetrics {
+        self.inner
+            .metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn metrics_mut(&self, f: impl FnOnce(&mut InvocationMetrics)) {
+        f(&mut self.inner.metrics.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// The run-wide registry of secret values handed out (for masking).
+    pub fn secrets(&self) -> &Arc<SecretRegistry> {
+        &self.inner.secrets
+    }
+}
+
+/// One buffered / streaming-output / controlled invocation.
+pub struct Call {
+    /// Input values (properties merged in, edge values win).
+    pub inputs: Inputs,
+    pub ctx: NodeCtx,
+}
+
+/// One item a streaming-input node reads from its inbox.
+#[derive(Clone, Debug)]
+pub struct StreamItem {
+    pub handle: Arc<str>,
+    pub value: Value,
+}
+
+/// The inbox as seen by a streaming-input node. The runtime owns the other end.
+pub struct InputStream {
+    rx: mpsc::Receiver<StreamItem>,
+    /// Values of unconnected inputs and properties, for nodes that also read config.
+    pub properties: Inputs,
+}
+
+impl InputStream {
+    pub fn new(rx: mpsc::Receiver<StreamItem>, properties: Inputs) -> Self {
+        InputStream { rx, properties }
+    }
+
+    /// Next value from any input handle, in arrival order; `None` once every input
+    /// handle is closed (or the run is cancelled).
+    pub async fn next(&mut self) -> Option<StreamItem> {
+        self.rx.recv().await
+    }
+}
+
+/// Implemented once per node of a graph (created by a [`NodeProvider`]).
+pub trait Executor: Send + Sync + 'static {
+    /// Runs one invocation (buffered, streaming-output and controlled modes). A streaming
+    /// output node emits through `call.ctx.emit` and may also return final outputs.
+    fn invoke(&self, call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>>;
+
+    /// Streaming-input mode: the node drains `input` itself and emits through `ctx`.
+    /// Returned outputs are routed after everything emitted.
+    fn run_stream(&self, input: InputStream, ctx: NodeCtx) -> BoxFuture<'_, Result<Outputs, NodeError>> {
+        let _ = input;
+        Box::pin(async move {
+            Err(NodeError::host(format!(
+                "node {} is declared streaming-input but its executor does not implement run_stream",
+                ctx.node_id()
+            )))
+        })
+    }
+
+    /// Called once before any actor starts; a failure aborts the run before it begins.
+    fn initialize(&self) -> BoxFuture<'_, Result<(), NodeError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Called once when the run ends, whatever the outcome.
+    fn finalize(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// What a provider needs to create the executor for one node of a graph.
+pub struct NodeSpec<'a> {
+    pub id: &'a str,
+    pub decl: &'a Arc<NodeDecl>,
+    /// Property values from the document (`properties` + `dynamic_properties`).
+    pub properties: &'a BTreeMap<String, Value>,
+    pub limits: Option<&'a NodeLimits>,
+}
+
+/// A source of node types: the built-ins, a set of WASM packages, the code nodes.
+pub trait NodeProvider: Send + Sync {
+    /// Short name for listings and conflict messages (`builtin`, `wasm`, `code`).
+    fn name(&self) -> &str;
+    fn declarations(&self) -> Vec<Arc<NodeDecl>>;
+    /// Creates the executor for one node. Called before any node runs, so bad
+    /// properties are reported with the run's other problems.
+    fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError>;
+}

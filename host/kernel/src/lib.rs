@@ -1,0 +1,15 @@
+//! Heddle's actor kernel: runs a planned graph natively on tokio.
+//!
+//! The kernel never names wasmtime, bollard or SQLite. WASM packages, code nodes and the
+//! durable store plug in through [`executor::NodeProvider`] / [`executor::Executor`] and
+//! the event stream.
+
+pub mod builtins;
+pub mod executor;
+pub mod registry;
+
+pub use executor::{
+    BoxFuture, Call, CtxParts, Emitted, ErrorKind, EventSink, Executor, InputStream, Inputs,
+    NodeCtx, NodeError, NodeProvider, NodeSpec, Outputs, SecretRegistry, StreamItem,
+};
+pub use registry::{Registry, RegistryError};

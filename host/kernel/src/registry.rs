@@ -1,0 +1,94 @@
+//! The registry of node types: every provider's declarations under one namespace.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use heddle_core::{DeclLookup, NodeDecl};
+
+use crate::executor::{Executor, NodeError, NodeProvider, NodeSpec};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error(
+        "node type `{type_name}` from {new_origin} is already defined by {existing_origin}; a package may not redefine an existing node type"
+    )]
+    Duplicate {
+        type_name: String,
+        existing_origin: String,
+        new_origin: String,
+    },
+}
+
+/// All node types available to a run. Type names are unique across providers: adding a
+/// provider that redefines one is refused, so a package cannot shadow a built-in.
+#[derive(Default, Clone)]
+pub struct Registry {
+    providers: Vec<Arc<dyn NodeProvider>>,
+    by_type: HashMap<String, (usize, Arc<NodeDecl>)>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A registry holding the native built-in nodes.
+    pub fn with_builtins() -> Self {
+        let mut r = Self::new();
+        // Built-in names are fixed and distinct; a clash here is a programming error.
+        r.add(Arc::new(crate::builtins::Builtins::new()))
+            .expect("built-in node types are unique");
+        r
+    }
+
+    /// Adds a provider; refused whole if any of its types already exists.
+    pub fn add(&mut self, provider: Arc<dyn NodeProvider>) -> Result<(), RegistryError> {
+        let decls = provider.declarations();
+        for d in &decls {
+            if let Some((_, existing)) = self.by_type.get(&d.type_name) {
+                return Err(RegistryError::Duplicate {
+                    type_name: d.type_name.clone(),
+                    existing_origin: origin_of(existing, None),
+                    new_origin: origin_of(d, Some(provider.name())),
+                });
+            }
+        }
+        let idx = self.providers.len();
+        self.providers.push(provider);
+        for d in decls {
+            self.by_type.insert(d.type_name.clone(), (idx, d));
+        }
+        Ok(())
+    }
+
+    /// Every declaration, sorted by type name.
+    pub fn declarations(&self) -> Vec<Arc<NodeDecl>> {
+        let mut v: Vec<_> = self.by_type.values().map(|(_, d)| d.clone()).collect();
+        v.sort_by(|a, b| a.type_name.cmp(&b.type_name));
+        v
+    }
+
+    pub fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {
+        match self.by_type.get(&spec.decl.type_name) {
+            Some((idx, _)) => self.providers[*idx].create(spec),
+            None => Err(NodeError::host(format!(
+                "node {}: unknown node type `{}`",
+                spec.id, spec.decl.type_name
+            ))),
+        }
+    }
+}
+
+fn origin_of(d: &NodeDecl, provider: Option<&str>) -> String {
+    if !d.origin.is_empty() {
+        d.origin.clone()
+    } else {
+        provider.unwrap_or("another provider").to_string()
+    }
+}
+
+impl DeclLookup for Registry {
+    fn decl(&self, type_name: &str) -> Option<Arc<NodeDecl>> {
+        self.by_type.get(type_name).map(|(_, d)| d.clone())
+    }
+}

@@ -1,0 +1,3 @@
+fn main() {
+    println!("heddle {}", env!("CARGO_PKG_VERSION"));
+}
