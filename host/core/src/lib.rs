@@ -7,6 +7,7 @@
 pub mod decl;
 pub mod event;
 pub mod graph;
+pub mod plan;
 pub mod types;
 pub mod value;
 
