@@ -33,6 +33,12 @@ pub struct NodeDecl {
     /// invocation scope instead of rejecting incomparable scopes (zip/cross nodes).
     #[serde(default)]
     pub is_join: bool,
+    /// The node takes inputs named by the workflow author (code nodes: each input becomes
+    /// a variable). An input handle not listed in `inputs` is then accepted with type
+    /// `any`, and a property listed in neither `inputs` nor `properties` is taken as the
+    /// value of such an input instead of being reported as unknown.
+    #[serde(default)]
+    pub dynamic_inputs: bool,
     /// Capabilities the implementation wants; the operator decides what it gets.
     #[serde(default)]
     pub capabilities: Vec<CapabilityRequest>,
