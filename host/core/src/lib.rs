@@ -4,6 +4,8 @@
 //! This crate knows nothing about tokio, wasmtime or Docker, so everything that depends
 //! on it (the kernel, the CLI, a UI) rebuilds fast and can reason about graphs offline.
 
+pub mod bypass;
+pub mod correlation;
 pub mod decl;
 pub mod event;
 pub mod graph;
@@ -26,4 +28,9 @@ pub use value::{Map, Value};
 /// needs nothing more, so validation can run without any executor being instantiated.
 pub trait DeclLookup {
     fn decl(&self, type_name: &str) -> Option<std::sync::Arc<NodeDecl>>;
+
+    /// Every known type name, used only for "did you mean" hints on unknown types.
+    fn type_names(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
