@@ -10,6 +10,7 @@ pub mod decl;
 pub mod event;
 pub mod graph;
 pub mod plan;
+pub mod supervise;
 pub mod types;
 pub mod value;
 
