@@ -65,7 +65,9 @@ pub fn rewrite(
                 *slot = None;
                 continue;
             }
-            let fits = |i: &&WorkEdge| compatible(&i.source, &i.source_handle, &e.target, &e.target_handle);
+            let fits = |i: &&WorkEdge| {
+                compatible(&i.source, &i.source_handle, &e.target, &e.target_handle)
+            };
             let chosen = incoming
                 .iter()
                 .filter(|i| i.target_handle == e.source_handle)
@@ -135,7 +137,10 @@ mod tests {
 
     #[test]
     fn incompatible_edges_are_dropped_with_a_warning() {
-        let edges = vec![edge("e1", "a", "out", "b", "x"), edge("e2", "b", "x", "d", "in")];
+        let edges = vec![
+            edge("e1", "a", "out", "b", "x"),
+            edge("e2", "b", "x", "d", "in"),
+        ];
         let (out, warn) = rewrite(edges, &["b"], &|_, _, _, _| false);
         assert!(out.is_empty());
         assert_eq!(warn.len(), 1);

@@ -33,8 +33,9 @@ use crate::decl::{NodeMode, OutputCorrelation};
 use crate::graph::EdgeType;
 use crate::plan::{
     Correlation, EdgeIdx, EdgeScope, HandleClass, HandleScope, Issue, IssueKind, NodeScope,
-    OutputScope, PlanEdge, PlanNode, RootIdx, RootInfo,
+    OutputScope, PlanEdge, PlanNode, RootIdx, RootInfo, input_type,
 };
+use crate::types::PortType;
 use crate::value::Value;
 
 /// The built-in typed input; with `streaming: true` its output repeats per key.
@@ -90,7 +91,7 @@ impl Analysis<'_> {
             let e = &self.edges[ei as usize];
             if e.edge_type != EdgeType::Data
                 || (e.source as usize) >= ni
-                || decl.input(&e.target_handle).is_none()
+                || input_type(decl, &e.target_handle).is_none()
                 || self.nodes[e.source as usize]
                     .decl
                     .output(&e.source_handle)
@@ -98,7 +99,10 @@ impl Analysis<'_> {
             {
                 continue;
             }
-            by_handle.entry(e.target_handle.clone()).or_default().push(ei);
+            by_handle
+                .entry(e.target_handle.clone())
+                .or_default()
+                .push(ei);
         }
 
         let mut inputs: BTreeMap<Arc<str>, HandleScope> = BTreeMap::new();
@@ -126,7 +130,7 @@ impl Analysis<'_> {
                     scope = common_prefix(&scope, &es.scope);
                 }
             }
-            let is_list = decl.input(h).is_some_and(|p| p.ty.is_list());
+            let is_list = input_type(decl, h).is_some_and(PortType::is_list);
             inputs.insert(
                 h.clone(),
                 HandleScope {
@@ -312,7 +316,7 @@ impl Analysis<'_> {
                         repeats_per_key: h.repeats_per_key || emits_many,
                     },
                     None => {
-                        if decl.input(source).is_none() {
+                        if input_type(decl, source).is_none() {
                             self.issues.push(Issue {
                                 kind: IssueKind::Correlation,
                                 node: Some(node.id.to_string()),

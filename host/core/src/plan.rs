@@ -226,6 +226,19 @@ impl std::fmt::Display for ValidationError {
 // Planning
 // ---------------------------------------------------------------------------------------
 
+static ANY: PortType = PortType::Any;
+
+/// The type of input `handle` of a node with this declaration: the declared port's type,
+/// or `any` for an undeclared handle on a node with [`NodeDecl::dynamic_inputs`] (code
+/// nodes, whose inputs the workflow author names). `None` when the node has no such input.
+pub fn input_type<'a>(decl: &'a NodeDecl, handle: &str) -> Option<&'a PortType> {
+    match decl.input(handle) {
+        Some(p) => Some(&p.ty),
+        None if decl.dynamic_inputs && handle != CONTROL_HANDLE && !handle.is_empty() => Some(&ANY),
+        None => None,
+    }
+}
+
 /// Plans `doc` against the declarations in `decls`: bypass rewrite, structural checks,
 /// property and edge type checks, required inputs and the correlation analysis.
 ///
@@ -331,7 +344,10 @@ impl Planner<'_> {
                     None,
                     Some(&id),
                     None,
-                    format!("edge refers to {} which does not exist", missing.join(" and ")),
+                    format!(
+                        "edge refers to {} which does not exist",
+                        missing.join(" and ")
+                    ),
                 ));
                 continue;
             }
@@ -368,8 +384,8 @@ impl Planner<'_> {
                 decl_of
                     .get(node)
                     .and_then(|d| d.as_ref())
-                    .and_then(|d| d.input(handle))
-                    .map(|p| p.ty.clone())
+                    .and_then(|d| input_type(d, handle))
+                    .cloned()
                     .unwrap_or_default()
             };
             let compatible =
@@ -385,7 +401,9 @@ impl Planner<'_> {
             .nodes
             .iter()
             .enumerate()
-            .filter(|(i, n)| by_id.get(n.id.as_str()) == Some(i) && !bypassed.contains(n.id.as_str()))
+            .filter(|(i, n)| {
+                by_id.get(n.id.as_str()) == Some(i) && !bypassed.contains(n.id.as_str())
+            })
             .map(|(i, _)| i)
             .collect();
         let mut known_types: Option<Vec<String>> = None;
@@ -423,9 +441,13 @@ impl Planner<'_> {
             if ids.len() < 2 {
                 continue;
             }
-            let Some(Some(d)) = decl_of.get(node) else { continue };
-            let Some(p) = d.input(handle) else { continue };
-            if !p.ty.is_list() {
+            let Some(Some(d)) = decl_of.get(node) else {
+                continue;
+            };
+            let Some(ty) = input_type(d, handle) else {
+                continue;
+            };
+            if !ty.is_list() {
                 self.issues.push(issue(
                     IssueKind::MultipleEdgesIntoInput,
                     Some(node),
@@ -435,7 +457,7 @@ impl Planner<'_> {
                         "{} edges ({}) feed input `{handle}` of type {}; only a list input accepts more than one edge",
                         ids.len(),
                         ids.join(", "),
-                        p.ty
+                        ty
                     ),
                 ));
             }
@@ -450,7 +472,10 @@ impl Planner<'_> {
         let data_adj = adjacency(&work, &index_of, live.len(), EdgeType::Data);
         let control_adj = adjacency(&work, &index_of, live.len(), EdgeType::Control);
         for scc in cycles(&data_adj) {
-            let names: Vec<&str> = scc.iter().map(|&p| doc.nodes[live[p]].id.as_str()).collect();
+            let names: Vec<&str> = scc
+                .iter()
+                .map(|&p| doc.nodes[live[p]].id.as_str())
+                .collect();
             self.issues.push(issue(
                 IssueKind::Cycle,
                 Some(names[0]),
@@ -463,7 +488,10 @@ impl Planner<'_> {
             ));
         }
         for scc in cycles(&control_adj) {
-            let names: Vec<&str> = scc.iter().map(|&p| doc.nodes[live[p]].id.as_str()).collect();
+            let names: Vec<&str> = scc
+                .iter()
+                .map(|&p| doc.nodes[live[p]].id.as_str())
+                .collect();
             self.issues.push(issue(
                 IssueKind::ControlCycle,
                 Some(names[0]),
@@ -493,16 +521,22 @@ impl Planner<'_> {
         let mut nodes: Vec<PlanNode> = Vec::with_capacity(live.len());
         for &pos in &order {
             let n = &doc.nodes[live[pos]];
+            let known = decl_of[n.id.as_str()].is_some();
             let decl = decl_of[n.id.as_str()]
                 .clone()
                 // Unknown types were reported above; a placeholder keeps the rest of the
                 // analysis running so every problem is found in one pass.
                 .unwrap_or_else(|| Arc::new(NodeDecl::new(n.node_type.clone())));
-            let properties = self.node_properties(n, &decl, &fed);
+            let properties = self.node_properties(n, &decl, known, &fed);
             let name = n
                 .name
                 .clone()
-                .or_else(|| n.properties.get("name").and_then(|v| v.as_str()).map(str::to_string))
+                .or_else(|| {
+                    n.properties
+                        .get("name")
+                        .and_then(|v| v.as_str())
+                        .map(str::to_string)
+                })
                 .unwrap_or_else(|| n.id.clone());
             nodes.push(PlanNode {
                 id: Arc::from(n.id.as_str()),
@@ -518,8 +552,10 @@ impl Planner<'_> {
         }
         let mut edges: Vec<PlanEdge> = Vec::with_capacity(work.len());
         for e in &work {
-            let (Some(&s), Some(&t)) = (index_of.get(e.source.as_str()), index_of.get(e.target.as_str()))
-            else {
+            let (Some(&s), Some(&t)) = (
+                index_of.get(e.source.as_str()),
+                index_of.get(e.target.as_str()),
+            ) else {
                 // Edges touching a node dropped as a duplicate id: already reported.
                 continue;
             };
@@ -570,7 +606,11 @@ impl Planner<'_> {
                 Some(&e.target_handle),
                 format!(
                     "{} edge connects node {} to itself",
-                    if e.edge_type == EdgeType::Control { "control" } else { "data" },
+                    if e.edge_type == EdgeType::Control {
+                        "control"
+                    } else {
+                        "data"
+                    },
                     e.source
                 ),
             ));
@@ -589,9 +629,10 @@ impl Planner<'_> {
                         ),
                     ));
                 }
-                if let Some(t) = tgt {
-                    if t.mode != NodeMode::Controlled {
-                        self.issues.push(issue(
+                if let Some(t) = tgt
+                    && t.mode != NodeMode::Controlled
+                {
+                    self.issues.push(issue(
                             IssueKind::ControlHandle,
                             Some(&e.target),
                             Some(&e.id),
@@ -601,12 +642,12 @@ impl Planner<'_> {
                                 e.target, t.type_name
                             ),
                         ));
-                    }
                 }
-                if let Some(s) = src {
-                    if e.source_handle != CONTROL_HANDLE && s.output(&e.source_handle).is_none() {
-                        self.unknown_output(e, s);
-                    }
+                if let Some(s) = src
+                    && e.source_handle != CONTROL_HANDLE
+                    && s.output(&e.source_handle).is_none()
+                {
+                    self.unknown_output(e, s);
                 }
             }
             EdgeType::Data => {
@@ -627,7 +668,7 @@ impl Planner<'_> {
                     return;
                 }
                 let Some(t) = tgt else { return };
-                let Some(input) = t.input(&e.target_handle) else {
+                let Some(input_ty) = input_type(t, &e.target_handle) else {
                     self.issues.push(issue(
                         IssueKind::UnknownInputHandle,
                         Some(&e.target),
@@ -643,19 +684,19 @@ impl Planner<'_> {
                     ));
                     return;
                 };
-                if let Some((_, Some(o))) = out {
-                    if !input.ty.accepts(&o.ty) {
-                        self.issues.push(issue(
-                            IssueKind::TypeMismatch,
-                            Some(&e.target),
-                            Some(&e.id),
-                            Some(&e.target_handle),
-                            format!(
-                                "output `{}.{}` ({}) cannot feed input `{}.{}` ({})",
-                                e.source, e.source_handle, o.ty, e.target, e.target_handle, input.ty
-                            ),
-                        ));
-                    }
+                if let Some((_, Some(o))) = out
+                    && !input_ty.accepts(&o.ty)
+                {
+                    self.issues.push(issue(
+                        IssueKind::TypeMismatch,
+                        Some(&e.target),
+                        Some(&e.id),
+                        Some(&e.target_handle),
+                        format!(
+                            "output `{}.{}` ({}) cannot feed input `{}.{}` ({})",
+                            e.source, e.source_handle, o.ty, e.target, e.target_handle, input_ty
+                        ),
+                    ));
                 }
             }
         }
@@ -684,14 +725,15 @@ impl Planner<'_> {
         &mut self,
         n: &NodeDoc,
         decl: &NodeDecl,
+        known: bool,
         fed: &HashSet<(&str, &str)>,
     ) -> BTreeMap<String, Value> {
         let merged = n.merged_properties();
-        let known = !decl.type_name.is_empty() && self.decls.decl(&n.node_type).is_some();
         let mut out = BTreeMap::new();
         for (k, v) in merged {
             let port = decl.input(&k).or_else(|| decl.property(&k));
-            if known && port.is_none() && k != "name" {
+            // Undeclared properties of a dynamic-inputs node are values for its inputs.
+            if known && port.is_none() && k != "name" && !decl.dynamic_inputs {
                 self.issues.push(issue(
                     IssueKind::UnknownProperty,
                     Some(&n.id),
@@ -702,7 +744,10 @@ impl Planner<'_> {
                         decl.type_name,
                         suggest(
                             &k,
-                            decl.inputs.iter().chain(&decl.properties).map(|p| p.name.as_str())
+                            decl.inputs
+                                .iter()
+                                .chain(&decl.properties)
+                                .map(|p| p.name.as_str())
                         )
                     ),
                 ));
@@ -778,11 +823,16 @@ fn adjacency(
     ty: EdgeType,
 ) -> Vec<Vec<usize>> {
     let mut adj = vec![Vec::new(); n];
-    for e in edges.iter().filter(|e| e.edge_type == ty && e.source != e.target) {
-        if let (Some(&s), Some(&t)) = (index_of.get(e.source.as_str()), index_of.get(e.target.as_str())) {
-            if !adj[s].contains(&t) {
-                adj[s].push(t);
-            }
+    for e in edges
+        .iter()
+        .filter(|e| e.edge_type == ty && e.source != e.target)
+    {
+        if let (Some(&s), Some(&t)) = (
+            index_of.get(e.source.as_str()),
+            index_of.get(e.target.as_str()),
+        ) && !adj[s].contains(&t)
+        {
+            adj[s].push(t);
         }
     }
     adj
@@ -957,7 +1007,10 @@ mod tests {
     fn suggestions() {
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(
-            suggest("heddle.constnt", ["heddle.constant", "heddle.input"].into_iter()),
+            suggest(
+                "heddle.constnt",
+                ["heddle.constant", "heddle.input"].into_iter()
+            ),
             " (did you mean `heddle.constant`?)"
         );
         assert_eq!(suggest("zzz", ["heddle.constant"].into_iter()), "");
