@@ -1,0 +1,324 @@
+//! Builds a Heddle node package from a source folder in Rust, Python, JavaScript or C.
+//!
+//! One entry point, [`build_package`], so `scripts/package-build DIR` and the CLI's
+//! `heddle package build DIR` give the same layout: an output folder holding the
+//! manifest (`heddle-package.toml`) and the component, ready for `heddle package add`.
+//!
+//! Python and JavaScript builds take 30–70 s (the interpreter is snapshotted into the
+//! component), so finished components are cached by a hash of everything that goes
+//! into them: the sources, the WIT, the SDK helper layer and the toolchain version.
+
+mod c;
+mod cache;
+mod js;
+mod python;
+mod rust;
+mod sdkfiles;
+mod toolchains;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+pub use c::generate_bindings as generate_c_bindings;
+pub use toolchains::Toolchains;
+
+/// The manifest file name shared with `heddle-wasm`.
+pub const MANIFEST_FILE: &str = "heddle-package.toml";
+
+/// A language we can build a package from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Language {
+    Rust,
+    Python,
+    JavaScript,
+    C,
+}
+
+impl Language {
+    /// The name used in manifests, cache keys and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Language::Rust => "rust",
+            Language::Python => "python",
+            Language::JavaScript => "javascript",
+            Language::C => "c",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Language> {
+        match s.to_ascii_lowercase().as_str() {
+            "rust" | "rs" => Some(Language::Rust),
+            "python" | "py" => Some(Language::Python),
+            "javascript" | "js" => Some(Language::JavaScript),
+            "c" => Some(Language::C),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Language {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Everything that can go wrong building a package; each names the file or folder to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Manifest { path: PathBuf, message: String },
+    #[error("{dir}: cannot tell the language of this package ({reason}); set `language` under [build] in {MANIFEST_FILE}")]
+    UnknownLanguage { dir: PathBuf, reason: String },
+    #[error("{dir}: no entry point: expected {expected}")]
+    NoEntry { dir: PathBuf, expected: String },
+    #[error("WIT in {dir}: {message}")]
+    Wit { dir: PathBuf, message: String },
+    #[error("{tool} is not installed ({hint})")]
+    MissingTool { tool: String, hint: String },
+    #[error("{tool} failed building {dir}:\n{output}")]
+    Tool { tool: String, dir: PathBuf, output: String },
+}
+
+impl BuildError {
+    fn io(path: &Path, source: std::io::Error) -> BuildError {
+        BuildError::Io { path: path.to_path_buf(), source }
+    }
+}
+
+/// The WIT package and world a guest is built against.
+#[derive(Clone, Debug)]
+pub struct Wit {
+    pub dir: PathBuf,
+    pub world: String,
+}
+
+/// How to build.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// The `heddle:node` WIT folder. Default: the one this crate was built with.
+    pub wit: Option<Wit>,
+    /// Where the package folder is written. Default: `<src>/dist`.
+    pub out_dir: Option<PathBuf>,
+    /// Cache of built components keyed by source hash; `None` disables it.
+    pub cache_dir: Option<PathBuf>,
+    /// Where the Python/JS toolchains live, and whether to install missing ones.
+    pub toolchains: Toolchains,
+    /// Run heavy builds at lower CPU priority (`nice -n 10`), so a shared machine stays usable.
+    pub nice: bool,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions {
+            wit: None,
+            out_dir: None,
+            cache_dir: Some(default_cache_dir()),
+            toolchains: Toolchains::default(),
+            nice: true,
+        }
+    }
+}
+
+/// `$HEDDLE_BUILD_CACHE` or `~/.cache/heddle/builds`.
+pub fn default_cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("HEDDLE_BUILD_CACHE") {
+        return PathBuf::from(dir);
+    }
+    home_dir().join(".cache/heddle/builds")
+}
+
+fn home_dir() -> PathBuf {
+    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// The outcome of a build.
+#[derive(Clone, Debug)]
+pub struct BuiltPackage {
+    /// The package folder (what `heddle package add` takes).
+    pub dir: PathBuf,
+    pub manifest: PathBuf,
+    pub component: PathBuf,
+    pub language: Language,
+    pub name: String,
+    /// Served from the cache: nothing was compiled.
+    pub cached: bool,
+    pub elapsed: Duration,
+}
+
+/// The WIT folder of this repository, used when the options name none.
+pub fn repo_wit_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit")
+}
+
+/// Reads the world to build against: the only world of the main package in `dir`.
+pub fn wit_in(dir: &Path) -> Result<Wit, BuildError> {
+    let mut resolve = wit_parser::Resolve::default();
+    let (pkg, _) = resolve
+        .push_dir(dir)
+        .map_err(|e| BuildError::Wit { dir: dir.to_path_buf(), message: format!("{e:#}") })?;
+    let worlds: Vec<&str> = resolve.packages[pkg]
+        .worlds
+        .keys()
+        .map(String::as_str)
+        .collect();
+    match worlds.as_slice() {
+        [one] => Ok(Wit { dir: dir.to_path_buf(), world: (*one).to_string() }),
+        _ => Err(BuildError::Wit {
+            dir: dir.to_path_buf(),
+            message: format!("expected exactly one world, found {worlds:?}"),
+        }),
+    }
+}
+
+/// Builds the package in `src` into `opts.out_dir` (default `<src>/dist`).
+pub fn build_package(src: &Path, opts: &BuildOptions) -> Result<BuiltPackage, BuildError> {
+    let started = Instant::now();
+    let src = src.canonicalize().map_err(|e| BuildError::io(src, e))?;
+    let manifest_path = src.join(MANIFEST_FILE);
+    let manifest = manifest::SourceManifest::load(&manifest_path)?;
+    let language = detect_language(&src, manifest.language.as_deref(), &manifest_path)?;
+    let wit = match &opts.wit {
+        Some(w) => w.clone(),
+        None => wit_in(&repo_wit_dir())?,
+    };
+    let out_dir = opts.out_dir.clone().unwrap_or_else(|| src.join("dist"));
+    std::fs::create_dir_all(&out_dir).map_err(|e| BuildError::io(&out_dir, e))?;
+    let component_name = format!("{}.wasm", manifest.name);
+    let component = out_dir.join(&component_name);
+
+    let key = cache::key(language, &src, &wit.dir, &opts.toolchains)?;
+    let cached_path = opts.cache_dir.as_ref().map(|d| d.join(format!("{}-{key}.wasm", language.name())));
+    let mut cached = false;
+    if let Some(hit) = cached_path.as_ref().filter(|p| p.is_file()) {
+        std::fs::copy(hit, &component).map_err(|e| BuildError::io(hit, e))?;
+        cached = true;
+    } else {
+        let work = scratch_dir(&out_dir)?;
+        let built = work.join("component.wasm");
+        match language {
+            Language::Python => python::build(&src, &wit, &work, &built, opts)?,
+            Language::JavaScript => js::build(&src, &wit, &work, &built, opts)?,
+            Language::C => {
+                opts.toolchains.ensure_c()?;
+                let sdk = sdkfiles::write_c(&work)?;
+                c::build(&src, &sdk, &wit, &work, &built)?
+            }
+            Language::Rust => rust::build(&src, &built, opts)?,
+        }
+        std::fs::copy(&built, &component).map_err(|e| BuildError::io(&built, e))?;
+        if let Some(cache_file) = &cached_path {
+            cache::store(&built, cache_file)?;
+        }
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    let manifest_out = out_dir.join(MANIFEST_FILE);
+    manifest.write_package_manifest(&manifest_path, &manifest_out, &component_name)?;
+    Ok(BuiltPackage {
+        dir: out_dir,
+        manifest: manifest_out,
+        component,
+        language,
+        name: manifest.name.clone(),
+        cached,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Explicit `[build] language` wins; otherwise the files in the folder decide.
+pub fn detect_language(
+    src: &Path,
+    declared: Option<&str>,
+    manifest: &Path,
+) -> Result<Language, BuildError> {
+    if let Some(name) = declared {
+        return Language::parse(name).ok_or_else(|| BuildError::Manifest {
+            path: manifest.to_path_buf(),
+            message: format!("[build] language = {name:?} is not one of rust, python, javascript, c"),
+        });
+    }
+    let mut found = Vec::new();
+    if src.join("Cargo.toml").is_file() {
+        found.push(Language::Rust);
+    }
+    if !list_files(src, &["py"])?.is_empty() {
+        found.push(Language::Python);
+    }
+    if src.join("package.json").is_file() || !list_files(src, &["js", "mjs"])?.is_empty() {
+        found.push(Language::JavaScript);
+    }
+    if !list_files(src, &["c"])?.is_empty() {
+        found.push(Language::C);
+    }
+    match found.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(BuildError::UnknownLanguage {
+            dir: src.to_path_buf(),
+            reason: "no Cargo.toml, *.py, *.js or *.c found".into(),
+        }),
+        many => Err(BuildError::UnknownLanguage {
+            dir: src.to_path_buf(),
+            reason: format!(
+                "sources of several languages: {}",
+                many.iter().map(|l| l.name()).collect::<Vec<_>>().join(", ")
+            ),
+        }),
+    }
+}
+
+/// Files directly in `dir` with one of `exts`, sorted (builds must not depend on
+/// directory order).
+fn list_files(dir: &Path, exts: &[&str]) -> Result<Vec<PathBuf>, BuildError> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| BuildError::io(dir, e))? {
+        let path = entry.map_err(|e| BuildError::io(dir, e))?.path();
+        if path.is_file() && path.extension().and_then(|e| e.to_str()).is_some_and(|e| exts.contains(&e)) {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn scratch_dir(out_dir: &Path) -> Result<PathBuf, BuildError> {
+    let work = out_dir.join(format!(".build-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).map_err(|e| BuildError::io(&work, e))?;
+    Ok(work)
+}
+
+/// Runs a toolchain command; on failure its own output is shown, with the folder built.
+fn run_tool(tool: &str, mut cmd: Command, dir: &Path) -> Result<(), BuildError> {
+    let output = cmd.output().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => BuildError::MissingTool {
+            tool: tool.to_string(),
+            hint: "run scripts/install-guest-toolchains".into(),
+        },
+        _ => BuildError::Tool { tool: tool.to_string(), dir: dir.to_path_buf(), output: e.to_string() },
+    })?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let mut text = String::from_utf8_lossy(&output.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !stdout.trim().is_empty() {
+        text.push_str(&stdout);
+    }
+    Err(BuildError::Tool { tool: tool.to_string(), dir: dir.to_path_buf(), output: text.trim_end().to_string() })
+}
+
+/// A command, lowered in priority when asked so heavy builds don't starve others.
+fn command(program: &Path, nice: bool) -> Command {
+    if nice && Path::new("/usr/bin/nice").exists() {
+        let mut c = Command::new("/usr/bin/nice");
+        c.args(["-n", "10"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+mod manifest;
