@@ -1,10 +1,16 @@
-//! Native built-in nodes.
+//! Native built-in nodes: enough to write real graphs without WASM.
+//!
+//! `heddle.input` and `heddle.output` are dispatched by the runtime itself (external
+//! values in, run outputs out); their executors exist so every node has one and so a
+//! direct `invoke` behaves sensibly.
 
 use std::sync::Arc;
 
-use heddle_core::NodeDecl;
+use heddle_core::{NodeDecl, NodeMode, OutputCorrelation, OutputDecl, PortDecl, PortType, Value};
 
-use crate::executor::{Executor, NodeError, NodeProvider, NodeSpec};
+use crate::executor::{
+    BoxFuture, Call, Executor, InputStream, NodeCtx, NodeError, NodeProvider, NodeSpec, Outputs,
+};
 
 /// Provider of the built-in node types (`heddle.*`).
 #[derive(Default)]
@@ -16,16 +22,186 @@ impl Builtins {
     }
 }
 
+fn decl(type_name: &str, title: &str, description: &str) -> NodeDecl {
+    let mut d = NodeDecl::new(type_name);
+    d.title = title.into();
+    d.description = description.into();
+    d.origin = "builtin".into();
+    d
+}
+
+/// Declarations of every built-in type.
+pub fn declarations() -> Vec<Arc<NodeDecl>> {
+    let mut input = decl(
+        "heddle.input",
+        "Input",
+        "A typed value given when the run starts, or a stream of values pushed while it runs.",
+    );
+    input.properties = vec![
+        PortDecl::new("name", PortType::Str).describe("External name (default: the node id)"),
+        PortDecl::new("type", PortType::Str).describe("Port type of the value (default any)"),
+        PortDecl::new("value", PortType::Any).describe("Value used when the run gives none"),
+        PortDecl::new("streaming", PortType::Bool)
+            .with_default(false)
+            .describe("Keep the edge open for values pushed while the run is live"),
+    ];
+    input.outputs = vec![OutputDecl::new("value", PortType::Any)];
+
+    let mut output = decl(
+        "heddle.output",
+        "Output",
+        "Values reaching it become the run's outputs.",
+    );
+    output.inputs = vec![PortDecl::new("value", PortType::Any)];
+    output.properties =
+        vec![PortDecl::new("name", PortType::Str).describe("External name (default: the node id)")];
+
+    let mut constant = decl(
+        "heddle.constant",
+        "Constant",
+        "Emits its `value` property once.",
+    );
+    constant.properties = vec![PortDecl::new("value", PortType::Any)];
+    constant.outputs = vec![OutputDecl::new("value", PortType::Any)];
+    constant.retry_safe = true;
+
+    let mut foreach = decl(
+        "heddle.foreach",
+        "For each",
+        "Fans a list out: one item (and its index) per element, each in its own lineage scope.",
+    );
+    foreach.inputs = vec![PortDecl::new("list", PortType::list_of(PortType::Any)).required()];
+    let group = OutputCorrelation::Iteration {
+        group: Some("item".into()),
+    };
+    foreach.outputs = vec![
+        OutputDecl::new("item", PortType::Any).correlated(group.clone()),
+        OutputDecl::new("index", PortType::Int).correlated(group),
+    ];
+    foreach.retry_safe = true;
+
+    let mut collect = decl(
+        "heddle.collect",
+        "Collect",
+        "Fans in: one list per parent scope, emitted when the items' scope closes, in item order.",
+    );
+    collect.mode = NodeMode::StreamingInput;
+    collect.inputs = vec![PortDecl::new("item", PortType::Any).required()];
+    collect.outputs = vec![
+        OutputDecl::new("list", PortType::list_of(PortType::Any))
+            .correlated(OutputCorrelation::Aggregate),
+    ];
+    collect.retry_safe = true;
+
+    let mut pass = decl(
+        "heddle.passthrough",
+        "Pass through",
+        "Emits its input unchanged.",
+    );
+    pass.inputs = vec![PortDecl::new("value", PortType::Any)];
+    pass.outputs = vec![OutputDecl::new("value", PortType::Any)];
+    pass.retry_safe = true;
+
+    [input, output, constant, foreach, collect, pass]
+        .into_iter()
+        .map(Arc::new)
+        .collect()
+}
+
 impl NodeProvider for Builtins {
     fn name(&self) -> &str {
         "builtin"
     }
 
     fn declarations(&self) -> Vec<Arc<NodeDecl>> {
-        Vec::new()
+        declarations()
     }
 
     fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {
-        Err(NodeError::host(format!("unknown built-in `{}`", spec.decl.type_name)))
+        Ok(match spec.decl.type_name.as_str() {
+            "heddle.input" | "heddle.constant" | "heddle.passthrough" => Arc::new(Value1),
+            "heddle.output" => Arc::new(Sink),
+            "heddle.foreach" => Arc::new(ForEach),
+            "heddle.collect" => Arc::new(Collect),
+            other => return Err(NodeError::host(format!("unknown built-in `{other}`"))),
+        })
+    }
+}
+
+/// Emits input/property `value` on output `value` (input, constant, passthrough).
+struct Value1;
+
+impl Executor for Value1 {
+    fn invoke(&self, call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>> {
+        let mut inputs = call.inputs;
+        let out = match inputs.remove("value") {
+            Some(v) => Outputs::one("value", v),
+            None => Outputs::new(),
+        };
+        Box::pin(std::future::ready(Ok(out)))
+    }
+}
+
+struct Sink;
+
+impl Executor for Sink {
+    fn invoke(&self, _call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>> {
+        Box::pin(std::future::ready(Ok(Outputs::new())))
+    }
+}
+
+struct ForEach;
+
+impl Executor for ForEach {
+    fn invoke(&self, call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>> {
+        let r = match call.inputs.get("list") {
+            Some(Value::List(items)) => {
+                let mut out = Outputs::new();
+                let item: Arc<str> = Arc::from("item");
+                let index: Arc<str> = Arc::from("index");
+                // Pairs of one item share a minted token (same group).
+                for (i, v) in items.iter().enumerate() {
+                    out.0.push((item.clone(), v.clone()));
+                    out.0.push((index.clone(), Value::Int(i as i64)));
+                }
+                Ok(out)
+            }
+            Some(other) => Err(NodeError::msg(format!(
+                "input `list` must be a list, got {}",
+                other.kind()
+            ))),
+            None => Err(NodeError::msg("input `list` is missing")),
+        };
+        Box::pin(std::future::ready(r))
+    }
+}
+
+struct Collect;
+
+impl Executor for Collect {
+    fn invoke(&self, call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>> {
+        // Called directly (not as a stream): a single item becomes a one-element list.
+        let v = call.inputs.get("item").cloned();
+        Box::pin(std::future::ready(Ok(Outputs::one(
+            "list",
+            Value::list(v.into_iter().collect()),
+        ))))
+    }
+
+    fn run_stream(
+        &self,
+        mut input: InputStream,
+        ctx: NodeCtx,
+    ) -> BoxFuture<'_, Result<Outputs, NodeError>> {
+        Box::pin(async move {
+            let mut items = Vec::new();
+            while let Some(it) = input.next().await {
+                if ctx.is_cancelled() {
+                    return Err(NodeError::cancelled());
+                }
+                items.push(it.value);
+            }
+            Ok(Outputs::one("list", Value::list(items)))
+        })
     }
 }

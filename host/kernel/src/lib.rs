@@ -4,12 +4,15 @@
 //! durable store plug in through [`executor::NodeProvider`] / [`executor::Executor`] and
 //! the event stream.
 
+pub mod bench;
 pub mod builtins;
 pub mod executor;
 pub mod registry;
+pub mod runtime;
 
 pub use executor::{
     BoxFuture, Call, CtxParts, Emitted, ErrorKind, EventSink, Executor, InputStream, Inputs,
     NodeCtx, NodeError, NodeProvider, NodeSpec, Outputs, SecretRegistry, StreamItem,
 };
 pub use registry::{Registry, RegistryError};
+pub use runtime::{EventStream, InboxLimits, KernelError, Run, RunHandle, RunOptions, run_graph};

@@ -1,0 +1,267 @@
+//! The benchmark graphs, shared by the criterion benches and `heddle bench` so both
+//! measure exactly the same shapes.
+//!
+//! - `chain`: a streaming input → N pass-through nodes → an output; messages are pushed
+//!   while the run is live, so every message makes N node invocations.
+//! - `fanout`: an input list of N items → `heddle.foreach` → 3 pass-through nodes per
+//!   item → `heddle.collect` → an output (3·N per-item invocations, one list out).
+//! - `wide`: N independent pass-through nodes, each fired once from its own property.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use heddle_core::{EdgeDoc, EdgeType, GraphDoc, NodeDoc, RunStatus, Value};
+
+use crate::registry::Registry;
+use crate::runtime::{KernelError, Run, RunOptions};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    Chain,
+    Fanout,
+    Wide,
+}
+
+impl Shape {
+    pub const ALL: [Shape; 3] = [Shape::Chain, Shape::Fanout, Shape::Wide];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Chain => "chain",
+            Shape::Fanout => "fanout",
+            Shape::Wide => "wide",
+        }
+    }
+}
+
+impl std::str::FromStr for Shape {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "chain" => Ok(Shape::Chain),
+            "fanout" | "fan-out" => Ok(Shape::Fanout),
+            "wide" => Ok(Shape::Wide),
+            other => Err(format!(
+                "unknown bench shape `{other}` (expected chain, fanout or wide)"
+            )),
+        }
+    }
+}
+
+fn node(id: &str, ty: &str, props: &[(&str, Value)]) -> NodeDoc {
+    NodeDoc {
+        id: id.into(),
+        node_type: ty.into(),
+        name: None,
+        properties: props
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+        dynamic_properties: BTreeMap::new(),
+        ui_properties: None,
+        limits: None,
+    }
+}
+
+fn edge(s: &str, sh: &str, t: &str, th: &str) -> EdgeDoc {
+    EdgeDoc {
+        id: None,
+        source: s.into(),
+        source_handle: sh.into(),
+        target: t.into(),
+        target_handle: th.into(),
+        edge_type: EdgeType::Data,
+        ui_properties: None,
+    }
+}
+
+fn doc(name: &str, nodes: Vec<NodeDoc>, edges: Vec<EdgeDoc>) -> GraphDoc {
+    GraphDoc {
+        format: Some("heddle.graph".into()),
+        version: Some(1),
+        name: Some(name.into()),
+        description: None,
+        nodes,
+        edges,
+    }
+}
+
+/// `in` (streaming input named `in`) → `p0` … `p{n-1}` → `out`.
+pub fn chain(n: usize) -> GraphDoc {
+    let mut nodes = vec![node(
+        "in",
+        "heddle.input",
+        &[("name", Value::str("in")), ("streaming", Value::Bool(true))],
+    )];
+    let mut edges = Vec::new();
+    let mut prev = "in".to_string();
+    for i in 0..n {
+        let id = format!("p{i}");
+        nodes.push(node(&id, "heddle.passthrough", &[]));
+        edges.push(edge(&prev, "value", &id, "value"));
+        prev = id;
+    }
+    nodes.push(node("out", "heddle.output", &[("name", Value::str("out"))]));
+    edges.push(edge(&prev, "value", "out", "value"));
+    doc(&format!("chain-{n}"), nodes, edges)
+}
+
+/// `items` (input, list of n ints) → `each` → `a` → `b` → `c` → `gather` → `out`.
+pub fn fanout(n: usize) -> GraphDoc {
+    let items = Value::list((0..n as i64).map(Value::Int).collect());
+    let nodes = vec![
+        node(
+            "items",
+            "heddle.input",
+            &[("name", Value::str("items")), ("value", items)],
+        ),
+        node("each", "heddle.foreach", &[]),
+        node("a", "heddle.passthrough", &[]),
+        node("b", "heddle.passthrough", &[]),
+        node("c", "heddle.passthrough", &[]),
+        node("gather", "heddle.collect", &[]),
+        node("out", "heddle.output", &[("name", Value::str("out"))]),
+    ];
+    let edges = vec![
+        edge("items", "value", "each", "list"),
+        edge("each", "item", "a", "value"),
+        edge("a", "value", "b", "value"),
+        edge("b", "value", "c", "value"),
+        edge("c", "value", "gather", "item"),
+        edge("gather", "list", "out", "value"),
+    ];
+    doc(&format!("fanout-{n}"), nodes, edges)
+}
+
+/// `w0` … `w{n-1}`: independent pass-through nodes, each fired once with its property.
+pub fn wide(n: usize) -> GraphDoc {
+    let nodes = (0..n)
+        .map(|i| {
+            node(
+                &format!("w{i}"),
+                "heddle.passthrough",
+                &[("value", Value::Int(i as i64))],
+            )
+        })
+        .collect();
+    doc(&format!("wide-{n}"), nodes, Vec::new())
+}
+
+pub fn graph(shape: Shape, n: usize) -> GraphDoc {
+    match shape {
+        Shape::Chain => chain(n),
+        Shape::Fanout => fanout(n),
+        Shape::Wide => wide(n),
+    }
+}
+
+/// What one bench run did.
+#[derive(Clone, Debug)]
+pub struct BenchRun {
+    pub elapsed: Duration,
+    /// Messages that entered the graph (chain: pushed values; fanout: items; wide: nodes).
+    pub messages: u64,
+    /// Node invocations of pass-through nodes (the work the shape is about).
+    pub invocations: u64,
+}
+
+impl BenchRun {
+    pub fn messages_per_sec(&self) -> f64 {
+        self.messages as f64 / self.elapsed.as_secs_f64()
+    }
+    pub fn invocations_per_sec(&self) -> f64 {
+        self.invocations as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    #[error("bench run ended {status:?}: {error}")]
+    Run { status: RunStatus, error: String },
+    #[error("bench run produced the wrong output: {0}")]
+    Output(String),
+}
+
+/// Plans and runs one shape on the current tokio runtime and checks its output.
+/// `messages` is the number of values pushed through the chain (ignored otherwise).
+/// Timing covers the run from start to result, not planning.
+pub async fn run_shape(
+    registry: &Registry,
+    shape: Shape,
+    n: usize,
+    messages: usize,
+) -> Result<BenchRun, BenchError> {
+    let doc = graph(shape, n);
+    let plan = heddle_core::plan::plan(&doc, registry).map_err(KernelError::from)?;
+    let run = Run::new(
+        plan,
+        registry,
+        RunOptions {
+            event_cap: 1_000,
+            ..RunOptions::default()
+        },
+    )?;
+    let t0 = Instant::now();
+    let h = run.start();
+    let (msgs, expect) = match shape {
+        Shape::Chain => {
+            for i in 0..messages {
+                h.push_input("in", Value::Int(i as i64)).await?;
+            }
+            h.finish_input("in").await?;
+            (messages as u64, (n * messages) as u64)
+        }
+        Shape::Fanout => (n as u64, 3 * n as u64),
+        Shape::Wide => (n as u64, n as u64),
+    };
+    let r = h.wait().await;
+    let elapsed = t0.elapsed();
+    if r.status != RunStatus::Completed {
+        return Err(BenchError::Run {
+            status: r.status,
+            error: r.error.unwrap_or_default(),
+        });
+    }
+    let invocations: u64 = r
+        .nodes
+        .values()
+        .filter(|n| n.node_type == "heddle.passthrough")
+        .map(|n| n.invocations)
+        .sum();
+    if invocations != expect {
+        return Err(BenchError::Output(format!(
+            "expected {expect} invocations, counted {invocations}"
+        )));
+    }
+    match shape {
+        Shape::Chain => {
+            let got = r.outputs.get("out").map(|v| v.len()).unwrap_or(0);
+            if got != messages {
+                return Err(BenchError::Output(format!(
+                    "expected {messages} outputs, got {got}"
+                )));
+            }
+        }
+        Shape::Fanout => {
+            let ok = r
+                .outputs
+                .get("out")
+                .and_then(|v| v.first())
+                .and_then(|l| l.as_list())
+                .map(|l| l.len());
+            if ok != Some(n) {
+                return Err(BenchError::Output(format!(
+                    "expected one list of {n} items, got {ok:?}"
+                )));
+            }
+        }
+        Shape::Wide => {}
+    }
+    Ok(BenchRun {
+        elapsed,
+        messages: msgs,
+        invocations,
+    })
+}
