@@ -260,7 +260,13 @@ impl Analysis<'_> {
         };
 
         // Outputs.
-        let emits_many = decl.mode.streams_output()
+        // A join pairs several values per invocation key (zip semantics), so it fires
+        // several times per key too.
+        let projects = inputs
+            .values()
+            .any(|h| h.scope.len() > invocation_scope.len());
+        let emits_many = projects
+            || decl.mode.streams_output()
             || decl.mode == NodeMode::Controlled
             || (&*node.node_type == INPUT_TYPE
                 && node.properties.get("streaming") == Some(&Value::Bool(true)));

@@ -255,6 +255,7 @@ pub fn plan(doc: &GraphDoc, decls: &dyn DeclLookup) -> Result<Plan, ValidationEr
         decls,
         issues: Vec::new(),
         warnings: Vec::new(),
+        input_types: HashMap::new(),
     }
     .run()
 }
@@ -264,7 +265,17 @@ struct Planner<'a> {
     decls: &'a dyn DeclLookup,
     issues: Vec<Issue>,
     warnings: Vec<Issue>,
+    /// Output type of each `heddle.input` node that sets its `type` property: the
+    /// declaration says `any`, the document narrows it, and edges are checked against it.
+    input_types: HashMap<String, PortType>,
 }
+
+/// The built-in typed input, whose `type` property narrows its output type.
+const INPUT_TYPE: &str = "heddle.input";
+/// The built-in graph output, whose `name` keys `RunResult.outputs`.
+const OUTPUT_TYPE: &str = "heddle.output";
+/// A node's output routed to every control edge it has (model §2.7).
+const CONTROL_OUTPUT_HANDLE: &str = "__control_output__";
 
 fn issue(
     kind: IssueKind,
@@ -317,6 +328,30 @@ impl Planner<'_> {
             .iter()
             .map(|(&id, &i)| (id, self.decls.decl(&doc.nodes[i].node_type)))
             .collect();
+        for (&id, &i) in &by_id {
+            let n = &doc.nodes[i];
+            if n.node_type != INPUT_TYPE || n.is_bypassed() {
+                continue;
+            }
+            let props = n.merged_properties();
+            let Some(v) = props.get("type").filter(|v| !v.is_null()) else {
+                continue;
+            };
+            // A non-string `type` is reported by the property check against the decl.
+            let Some(text) = v.as_str() else { continue };
+            match text.parse::<PortType>() {
+                Ok(ty) => {
+                    self.input_types.insert(id.to_string(), ty);
+                }
+                Err(err) => self.issues.push(issue(
+                    IssueKind::InvalidProperty,
+                    Some(id),
+                    None,
+                    Some("type"),
+                    err.to_string(),
+                )),
+            }
+        }
 
         // Edge ids and dangling edges (checked on the document as written, so the error
         // names the edge the user wrote, before any bypass rewrite).
@@ -376,8 +411,7 @@ impl Planner<'_> {
                 decl_of
                     .get(node)
                     .and_then(|d| d.as_ref())
-                    .and_then(|d| d.output(handle))
-                    .map(|o| o.ty.clone())
+                    .and_then(|d| self.output_type(node, d, handle))
                     .unwrap_or_default()
             };
             let in_ty = |node: &str, handle: &str| -> PortType {
@@ -426,17 +460,20 @@ impl Planner<'_> {
         }
 
         // Edge checks: handles, types, control edges, self-loops.
-        for e in &work {
-            self.check_edge(e, &decl_of);
-        }
-
-        // More than one data edge into a non-list input.
         let mut into: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
         for e in work.iter().filter(|e| e.edge_type == EdgeType::Data) {
             into.entry((&e.target, &e.target_handle))
                 .or_default()
                 .push(&e.id);
         }
+        for e in &work {
+            let fan_in = into
+                .get(&(e.target.as_str(), e.target_handle.as_str()))
+                .map_or(0, Vec::len);
+            self.check_edge(e, &decl_of, fan_in);
+        }
+
+        // More than one data edge into a non-list input.
         for ((node, handle), ids) in &into {
             if ids.len() < 2 {
                 continue;
@@ -577,6 +614,7 @@ impl Planner<'_> {
         }
 
         self.required_inputs(&nodes, &fed);
+        self.lint(&nodes);
 
         let correlation =
             correlation::analyze(&nodes, &edges, &mut self.issues, &mut self.warnings);
@@ -595,7 +633,14 @@ impl Planner<'_> {
         }
     }
 
-    fn check_edge(&mut self, e: &WorkEdge, decl_of: &HashMap<&str, Option<Arc<NodeDecl>>>) {
+    /// `fan_in` is the number of data edges into the edge's target handle: several edges
+    /// into a list input each carry one element (the handle accumulates them).
+    fn check_edge(
+        &mut self,
+        e: &WorkEdge,
+        decl_of: &HashMap<&str, Option<Arc<NodeDecl>>>,
+        fan_in: usize,
+    ) {
         let src = decl_of.get(e.source.as_str()).and_then(|d| d.as_ref());
         let tgt = decl_of.get(e.target.as_str()).and_then(|d| d.as_ref());
         if e.source == e.target {
@@ -645,13 +690,14 @@ impl Planner<'_> {
                 }
                 if let Some(s) = src
                     && e.source_handle != CONTROL_HANDLE
+                    && e.source_handle != CONTROL_OUTPUT_HANDLE
                     && s.output(&e.source_handle).is_none()
                 {
                     self.unknown_output(e, s);
                 }
             }
             EdgeType::Data => {
-                let out = src.map(|s| (s, s.output(&e.source_handle)));
+                let out = src.map(|s| (s, self.output_type(&e.source, s, &e.source_handle)));
                 if let Some((s, None)) = out {
                     self.unknown_output(e, s);
                 }
@@ -684,8 +730,12 @@ impl Planner<'_> {
                     ));
                     return;
                 };
-                if let Some((_, Some(o))) = out
-                    && !input_ty.accepts(&o.ty)
+                let (want, what) = match input_ty {
+                    PortType::List(elem) if fan_in > 1 => (&**elem, "items of "),
+                    ty => (ty, ""),
+                };
+                if let Some((_, Some(out_ty))) = out
+                    && !want.accepts(&out_ty)
                 {
                     self.issues.push(issue(
                         IssueKind::TypeMismatch,
@@ -693,13 +743,19 @@ impl Planner<'_> {
                         Some(&e.id),
                         Some(&e.target_handle),
                         format!(
-                            "output `{}.{}` ({}) cannot feed input `{}.{}` ({})",
-                            e.source, e.source_handle, o.ty, e.target, e.target_handle, input_ty
+                            "output `{}.{}` ({}) cannot feed {what}input `{}.{}` ({})",
+                            e.source, e.source_handle, out_ty, e.target, e.target_handle, input_ty
                         ),
                     ));
                 }
             }
         }
+    }
+
+    /// The type of output `handle` of node `id`, narrowed by a `heddle.input`'s `type`.
+    fn output_type(&self, id: &str, decl: &NodeDecl, handle: &str) -> Option<PortType> {
+        let declared = &decl.output(handle)?.ty;
+        Some(self.input_types.get(id).unwrap_or(declared).clone())
     }
 
     fn unknown_output(&mut self, e: &WorkEdge, s: &NodeDecl) {
@@ -777,14 +833,65 @@ impl Planner<'_> {
             };
             out.insert(k, v);
         }
+        // A typed input's default value must fit the type it declares.
+        if let (Some(ty), Some(v)) = (self.input_types.get(&n.id), out.get("value")) {
+            match ty.check(v) {
+                Ok(()) => {
+                    let v = ty.coerce(v.clone());
+                    out.insert("value".to_string(), v);
+                }
+                Err(why) => self.issues.push(issue(
+                    IssueKind::InvalidProperty,
+                    Some(&n.id),
+                    None,
+                    Some("value"),
+                    format!("default value does not fit the input's type `{ty}`: {why}"),
+                )),
+            }
+        }
         out
     }
 
+    /// Findings that do not stop a run but usually mean the graph is not what the author
+    /// meant.
+    fn lint(&mut self, nodes: &[PlanNode]) {
+        let mut outputs: HashMap<&str, &str> = HashMap::new();
+        for n in nodes {
+            if n.decl.mode == NodeMode::Controlled && n.controllers.is_empty() {
+                self.warnings.push(issue(
+                    IssueKind::ControlHandle,
+                    Some(&n.id),
+                    None,
+                    Some(CONTROL_HANDLE),
+                    format!(
+                        "node type `{}` runs only on control events and no control edge reaches this node: it runs only if the caller sends it control events while the run is live",
+                        n.node_type
+                    ),
+                ));
+            }
+            if &*n.node_type == OUTPUT_TYPE
+                && let Some(first) = outputs.insert(&n.name, &n.id)
+            {
+                self.warnings.push(issue(
+                    IssueKind::InvalidProperty,
+                    Some(&n.id),
+                    None,
+                    Some("name"),
+                    format!(
+                        "output name `{}` is also used by output node {first}; their values are merged under one name",
+                        n.name
+                    ),
+                ));
+            }
+        }
+    }
+
     /// A required input (or property) needs an edge, a value or a default. A controlled
-    /// node with a controller is exempt: its control events may carry the value.
+    /// node is exempt: each control event (from a controller or from the caller) carries
+    /// properties that may supply the value.
     fn required_inputs(&mut self, nodes: &[PlanNode], fed: &HashSet<(&str, &str)>) {
         for n in nodes {
-            if n.decl.mode == NodeMode::Controlled && !n.controllers.is_empty() {
+            if n.decl.mode == NodeMode::Controlled {
                 continue;
             }
             for (what, p) in n
@@ -830,10 +937,14 @@ fn adjacency(
         if let (Some(&s), Some(&t)) = (
             index_of.get(e.source.as_str()),
             index_of.get(e.target.as_str()),
-        ) && !adj[s].contains(&t)
-        {
+        ) {
             adj[s].push(t);
         }
+    }
+    // Sorted successors: deterministic traversal, and parallel edges count once.
+    for succ in &mut adj {
+        succ.sort_unstable();
+        succ.dedup();
     }
     adj
 }

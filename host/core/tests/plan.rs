@@ -560,8 +560,10 @@ fn required_input_of_a_controlled_node_may_come_from_its_controller() {
         "nodes": [n("agent", "test.agent"), n("g", "test.gate")],
         "edges": [ctl("c", "agent", "g")]
     }));
-    let e = err(json!({"nodes": [n("g", "test.gate")]}));
-    assert_eq!(of_kind(&e, IssueKind::MissingRequiredInput).len(), 1);
+    // Without a controller only the caller can drive it: planned, with a warning.
+    let p = ok(json!({"nodes": [n("g", "test.gate")]}));
+    assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+    assert_eq!(p.warnings[0].handle.as_deref(), Some("__control__"));
 }
 
 #[test]
@@ -958,4 +960,133 @@ fn control_edges_get_empty_scope_and_controllers_are_unique() {
     assert_eq!(g.in_edges.len(), 2);
     assert!(p.edges.iter().all(|e| e.edge_type == EdgeType::Control));
     assert!(p.correlation.edges.iter().all(|e| e.scope.is_empty()));
+}
+
+// ---------------------------------------------------------------------------------------
+// Typed inputs, warnings, larger graphs
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn typed_input_narrows_its_output_and_checks_its_default() {
+    let e = err(json!({
+        "nodes": [np("in", "heddle.input", json!({"type": "str", "value": 3})),
+                  np("bad", "heddle.input", json!({"type": "widget"})),
+                  n("a", "test.add")],
+        "edges": [ed("e1", "in", "value", "a", "a")]
+    }));
+    let t = of_kind(&e, IssueKind::TypeMismatch);
+    assert_eq!(t.len(), 1, "{e}");
+    assert!(
+        t[0].3.contains("(str)") && t[0].3.contains("(int)"),
+        "{}",
+        t[0].3
+    );
+    let p = of_kind(&e, IssueKind::InvalidProperty);
+    let at: Vec<_> = p.iter().map(|i| (i.0.unwrap(), i.2.unwrap())).collect();
+    assert_eq!(at, [("bad", "type"), ("in", "value")], "{e}");
+
+    let plan = ok(json!({
+        "nodes": [np("in", "heddle.input", json!({"type": "float", "value": 3})), n("s", "test.scale")],
+        "edges": [ed("e1", "in", "value", "s", "x")]
+    }));
+    assert_eq!(plan.nodes[0].properties["value"], Value::Float(3.0));
+}
+
+#[test]
+fn outputs_sharing_a_name_are_warned() {
+    let p = ok(json!({
+        "nodes": [n("c", "heddle.constant"),
+                  np("o1", "heddle.output", json!({"name": "r"})),
+                  np("o2", "heddle.output", json!({"name": "r"}))],
+        "edges": [ed("a", "c", "value", "o1", "value"), ed("b", "c", "value", "o2", "value")]
+    }));
+    assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+    assert_eq!(p.warnings[0].node.as_deref(), Some("o2"));
+}
+
+#[test]
+fn control_output_handle_is_a_valid_control_source() {
+    let p = ok(json!({
+        "nodes": [n("agent", "test.agent"), n("g", "test.gate")],
+        "edges": [{"id": "c", "source": "agent", "sourceHandle": "__control_output__",
+                   "target": "g", "targetHandle": "__control__", "edge_type": "control"}]
+    }));
+    assert_eq!(p.edges.len(), 1);
+}
+
+#[test]
+fn join_output_repeats_per_key_when_it_pairs_deeper_inputs() {
+    let p = ok(json!({
+        "nodes": [n("l1", "heddle.constant"), n("l2", "heddle.constant"),
+                  n("f1", "heddle.foreach"), n("f2", "heddle.foreach"), n("z", "test.zip"),
+                  n("o", "heddle.output")],
+        "edges": [ed("a", "l1", "value", "f1", "list"), ed("b", "l2", "value", "f2", "list"),
+                  ed("c", "f1", "item", "z", "a"), ed("d", "f2", "item", "z", "b"),
+                  ed("e", "z", "pair", "o", "value")]
+    }));
+    let z = &p.correlation.nodes[node_idx(&p, "z")];
+    assert!(z.outputs["pair"].repeats_per_key);
+    assert_eq!(
+        p.correlation.nodes[node_idx(&p, "o")]
+            .repeating_driver
+            .as_deref(),
+        Some("value")
+    );
+}
+
+#[test]
+fn diamond_and_large_graphs_plan_in_topological_order() {
+    // Diamond: a -> b, a -> c, b -> d, c -> d (d takes a list so two edges are fine).
+    let p = ok(json!({
+        "nodes": [n("d", "test.sum"), n("c", "test.add"), n("b", "test.add"),
+                  np("a", "heddle.constant", json!({"value": 1}))],
+        "edges": [ed("ab", "a", "value", "b", "a"), ed("ac", "a", "value", "c", "a"),
+                  ed("bd", "b", "sum", "d", "values"), ed("cd", "c", "sum", "d", "values")]
+    }));
+    let ids: Vec<&str> = p.nodes.iter().map(|n| &*n.id).collect();
+    assert_eq!(
+        ids,
+        ["a", "c", "b", "d"],
+        "document order among ready nodes"
+    );
+
+    // A 1,000-node chain listed backwards and 1,000 independent nodes.
+    let mut nodes = Vec::new();
+    let mut edges = Vec::new();
+    for i in (0..1000).rev() {
+        nodes.push(n(&format!("p{i}"), "heddle.passthrough"));
+        if i > 0 {
+            edges.push(ed(
+                &format!("e{i}"),
+                &format!("p{}", i - 1),
+                "value",
+                &format!("p{i}"),
+                "value",
+            ));
+        }
+        nodes.push(np(&format!("k{i}"), "heddle.constant", json!({"value": i})));
+    }
+    let p = ok(json!({"nodes": nodes, "edges": edges}));
+    assert_eq!(p.nodes.len(), 2000);
+    let pos = |id: &str| node_idx(&p, id);
+    assert!((1..1000).all(|i| pos(&format!("p{}", i - 1)) < pos(&format!("p{i}"))));
+    for (ei, e) in p.edges.iter().enumerate() {
+        assert!(e.source < e.target);
+        assert_eq!(p.nodes[e.target as usize].in_edges, vec![ei as u32]);
+    }
+}
+
+#[test]
+fn edges_into_an_accumulating_list_input_carry_its_items() {
+    let e = err(json!({
+        "nodes": [n("t", "test.text"), n("u", "test.text"), n("s", "test.sum")],
+        "edges": [ed("a", "t", "text", "s", "values"), ed("b", "u", "text", "s", "values")]
+    }));
+    let d = of_kind(&e, IssueKind::TypeMismatch);
+    assert_eq!(d.len(), 2, "{e}");
+    assert!(
+        d[0].3.contains("items of input `s.values` (list[int])"),
+        "{}",
+        d[0].3
+    );
 }
