@@ -9,6 +9,7 @@ pub mod builtins;
 pub mod executor;
 pub mod registry;
 pub mod runtime;
+pub mod supervisor;
 
 pub use executor::{
     BoxFuture, Call, CtxParts, Emitted, ErrorKind, EventSink, Executor, InputStream, Inputs,

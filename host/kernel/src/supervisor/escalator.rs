@@ -1,0 +1,297 @@
+//! The kernel side of one escalation, called from the actor's single failure path.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use heddle_core::supervise::{
+    DecidedBy, Decision, ErrorShape, Escalation, FailureKind, Intervention, LineageStep,
+    RawEscalation, RedactLimits, Redactor, SignatureRegistry, Verdict, check_substitute,
+};
+use heddle_core::{EventKind, InvocationMetrics, NodeDecl, NodeMode};
+use tokio_util::sync::CancellationToken;
+
+use super::allowed::{InvocationFacts, allowed_actions, enforce, output_types};
+use super::state::RunState;
+use super::{DecideCtx, Supervisor, ensure_bounded};
+use crate::executor::{ErrorKind, EventSink, Inputs, NodeError, Outputs, SecretRegistry};
+
+/// Invalid substitutes a decider may propose for one failure; the third rejection fails
+/// the invocation (decided by the kernel).
+pub const MAX_REPAIR_ROUNDS: u32 = 3;
+
+/// A failed invocation as the actor holds it. Borrowed: raw inputs never leave the
+/// actor's stack frame except through the redactor.
+pub struct FailedInvocation<'a> {
+    pub node_id: &'a str,
+    pub node_type: &'a str,
+    pub decl: &'a NodeDecl,
+    /// How the actor drove this invocation (buffered, controlled, streaming...).
+    pub mode: NodeMode,
+    /// Lineage of the invocation, outermost root first (root name, item index).
+    pub lineage: Vec<LineageStep>,
+    /// Canonical lineage key (`""` at root scope).
+    pub key: &'a str,
+    pub inputs: &'a Inputs,
+    pub error: &'a NodeError,
+    /// This invocation's own metrics (its `NodeCtx`), not the node's totals.
+    pub metrics: &'a InvocationMetrics,
+    /// Streaming: something was emitted downstream before the failure.
+    pub emitted: bool,
+}
+
+/// What the actor must do, already checked against the allowed set.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolution {
+    /// Invoke again with the same inputs and properties.
+    Retry,
+    /// Route these outputs as if the node had produced them (validated per declared type).
+    Substitute(Outputs),
+    /// Drop this invocation: lineage_done and scope closure downstream.
+    Skip,
+    /// Keep what was emitted, close the output slots.
+    EndStream,
+    /// Fail the node with its original error. `summary` is the decider's reason, which
+    /// becomes the run's error summary when present.
+    Fail { summary: Option<String> },
+}
+
+/// Errors that never escalate: suspension is not failure, and a cancelled invocation is
+/// the run ending, not the node failing.
+pub fn escalates(err: &NodeError) -> bool {
+    !matches!(err.kind, ErrorKind::Suspend { .. } | ErrorKind::Cancelled)
+}
+
+/// One per supervised run. Holds the handle (always bounded), the attempt counters, the
+/// recorded interventions and the run state the agent's tools read.
+pub struct Escalator {
+    supervisor: Arc<dyn Supervisor>,
+    secrets: Arc<SecretRegistry>,
+    events: Arc<dyn EventSink>,
+    cancel: CancellationToken,
+    signatures: SignatureRegistry,
+    limits: RedactLimits,
+    state: Arc<RunState>,
+    attempts: Mutex<HashMap<(String, String), u32>>,
+    interventions: Mutex<Vec<Intervention>>,
+}
+
+impl Escalator {
+    /// `cancel` is the run's token: cancelling the run cancels a pending decision.
+    pub fn new(
+        supervisor: Arc<dyn Supervisor>,
+        secrets: Arc<SecretRegistry>,
+        events: Arc<dyn EventSink>,
+        cancel: CancellationToken,
+    ) -> Self {
+        Escalator {
+            supervisor: ensure_bounded(supervisor),
+            secrets,
+            events,
+            cancel,
+            signatures: SignatureRegistry::default(),
+            limits: RedactLimits::default(),
+            state: Arc::new(RunState::new()),
+            attempts: Mutex::new(HashMap::new()),
+            interventions: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn with_limits(mut self, limits: RedactLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    pub fn with_signatures(mut self, signatures: SignatureRegistry) -> Self {
+        self.signatures = signatures;
+        self
+    }
+
+    /// The run state the runtime records into (outputs per lineage, statuses) for the
+    /// supervisor's read-only tools.
+    pub fn state(&self) -> &Arc<RunState> {
+        &self.state
+    }
+
+    /// Every intervention so far, as the run result carries them.
+    pub fn interventions(&self) -> Vec<Intervention> {
+        self.interventions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn interventions_json(&self) -> Vec<serde_json::Value> {
+        self.interventions()
+            .iter()
+            .map(Intervention::to_json)
+            .collect()
+    }
+
+    /// Total spent on decisions.
+    pub fn cost_usd(&self) -> f64 {
+        self.interventions().iter().map(|i| i.cost_usd).sum()
+    }
+
+    /// Called when the run ends.
+    pub fn close(&self) {
+        self.supervisor.close();
+    }
+
+    /// The hook. Call it from the actor's one failure path for errors that
+    /// [`escalates`]; routing (delivery) failures must not come here, because a retry
+    /// after a partial delivery would duplicate what was delivered.
+    pub async fn on_failure(&self, f: FailedInvocation<'_>) -> Resolution {
+        if !escalates(f.error) {
+            return Resolution::Fail { summary: None };
+        }
+        let attempt = {
+            let mut a = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
+            let n = a
+                .entry((f.node_id.to_string(), f.key.to_string()))
+                .or_insert(0);
+            *n += 1;
+            *n
+        };
+        let failure = failure_kind(&f.error.kind);
+        let signature = self.signatures.signature(&ErrorShape {
+            kind: &failure,
+            message: &f.error.message,
+            declared: f.error.signature.as_deref(),
+        });
+        let allowed = allowed_actions(&InvocationFacts {
+            decl: f.decl,
+            mode: f.mode,
+            cost_usd: f.metrics.cost_usd,
+            created_assets: !f.metrics.assets.is_empty(),
+            has_candidate: f.error.candidate.is_some(),
+            emitted: f.emitted,
+        });
+        let candidate = f.error.candidate.as_ref().map(Outputs::to_map);
+        let types = output_types(f.decl);
+        let declared: BTreeMap<String, String> = types
+            .iter()
+            .map(|(k, t)| (k.clone(), t.to_string()))
+            .collect();
+        let redactor = Redactor::new(self.secrets.snapshot(), self.limits);
+        let mut esc = redactor.escalation(RawEscalation {
+            node_id: f.node_id,
+            node_type: f.node_type,
+            lineage: &f.lineage,
+            invocation_key: f.key,
+            mode: f.mode,
+            allowed,
+            failure: &failure,
+            detail: &f.error.message,
+            signature: signature.as_deref(),
+            candidate: candidate.as_ref(),
+            inputs: f.inputs,
+            declared_outputs: &declared,
+            attempt,
+            spent_cost_usd: f.metrics.cost_usd,
+            created_assets: !f.metrics.assets.is_empty(),
+            retry_safe: f.decl.retry_safe,
+            emitted: f.emitted,
+        });
+        let ctx = DecideCtx {
+            cancel: self.cancel.clone(),
+            state: Some(self.state.clone()),
+            secrets: self.secrets.clone(),
+        };
+        loop {
+            self.events.emit(EventKind::Escalation {
+                node_id: f.node_id.to_string(),
+                escalation: serde_json::to_value(&esc).unwrap_or_default(),
+            });
+            let asked = self
+                .supervisor
+                .decide(&esc, &ctx)
+                .await
+                .unwrap_or_else(|e| Decision::fail(e.to_string(), DecidedBy::Bounds));
+            let (mut d, overruled) = enforce(esc.allowed_actions, asked);
+            if let Verdict::Fail {
+                reason: Some(r), ..
+            } = &mut d.verdict
+            {
+                // The decider only saw redacted data, but a reason is free text from
+                // outside the kernel and becomes the run's error summary.
+                *r = redactor.text(r);
+            }
+            let mut rejected = None;
+            let mut resolution = None;
+            if let Verdict::Substitute { outputs } = &d.verdict {
+                match check_substitute(outputs, &types) {
+                    Ok(valid) => {
+                        resolution = Some(Resolution::Substitute(valid.into_iter().collect()))
+                    }
+                    Err(msg) => rejected = Some(msg),
+                }
+            }
+            let rounds_left = esc.repair_round + 1 < MAX_REPAIR_ROUNDS;
+            self.record(&f, &esc, &d, overruled, rejected.clone());
+            if let Some(msg) = rejected {
+                if rounds_left && !self.cancel.is_cancelled() {
+                    esc = redactor.repair_round(&esc, &format!("substitute rejected: {msg}"));
+                    continue;
+                }
+                let d = Decision::fail(
+                    format!(
+                        "supervisor could not produce a valid substitute in {MAX_REPAIR_ROUNDS} rounds; last problem: {}",
+                        redactor.text(&msg)
+                    ),
+                    DecidedBy::Kernel,
+                );
+                self.record(&f, &esc, &d, None, None);
+                return Resolution::Fail {
+                    summary: d.verdict.reason().map(str::to_string),
+                };
+            }
+            return resolution.unwrap_or(match d.verdict {
+                Verdict::Retry => Resolution::Retry,
+                Verdict::Skip { .. } => Resolution::Skip,
+                Verdict::EndStream => Resolution::EndStream,
+                Verdict::Fail { reason, .. } => Resolution::Fail { summary: reason },
+                // Handled above: a substitute is either valid or rejected.
+                Verdict::Substitute { .. } => Resolution::Fail { summary: None },
+            });
+        }
+    }
+
+    fn record(
+        &self,
+        f: &FailedInvocation<'_>,
+        esc: &Escalation,
+        d: &Decision,
+        overruled: Option<heddle_core::supervise::Overruled>,
+        rejected: Option<String>,
+    ) {
+        self.events.emit(EventKind::Decision {
+            node_id: f.node_id.to_string(),
+            verdict: serde_json::to_value(&d.verdict).unwrap_or_default(),
+            decided_by: d.decided_by.as_str().to_string(),
+            cost_usd: d.cost_usd,
+        });
+        self.interventions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Intervention {
+                escalation: esc.clone(),
+                verdict: d.verdict.clone(),
+                decided_by: d.decided_by,
+                cost_usd: d.cost_usd,
+                overruled,
+                rejected,
+            });
+    }
+}
+
+fn failure_kind(k: &ErrorKind) -> FailureKind {
+    match k {
+        ErrorKind::Node => FailureKind::Node,
+        ErrorKind::FuelExhausted => FailureKind::FuelExhausted,
+        ErrorKind::Deadline => FailureKind::Deadline,
+        ErrorKind::MemoryLimit => FailureKind::MemoryLimit,
+        ErrorKind::OutputTooLarge => FailureKind::OutputTooLarge,
+        ErrorKind::Trap { trap } => FailureKind::Trap { trap: trap.clone() },
+        ErrorKind::Host | ErrorKind::Cancelled | ErrorKind::Suspend { .. } => FailureKind::Host,
+    }
+}

@@ -1,0 +1,140 @@
+//! The supervisor hook: what happens when a node invocation fails (seed 000).
+//!
+//! Without a supervisor nothing here runs and no escalation is ever built. With one, the
+//! actor's single failure path hands the failed invocation to an [`Escalator`], which
+//! computes the allowed verdicts, builds the redacted escalation, asks the handle,
+//! enforces the allowed set (whatever the handle returned), validates substitutes and
+//! records every intervention as events and as data for the run result.
+//!
+//! Handles compose: [`FailClosed`] (the default), [`Bounded`] (serialized, sticky,
+//! bounded, timed out; the kernel always wraps a handle in it), [`Policy`] (a TOML rules
+//! file), [`Replay`] (a recorded run's decisions) and, outside the kernel, the LLM agent
+//! crate `heddle-supervisor`.
+
+mod allowed;
+mod bounded;
+mod escalator;
+mod policy;
+mod replay;
+mod state;
+
+use std::sync::Arc;
+
+use heddle_core::supervise::{Decision, Escalation};
+use tokio_util::sync::CancellationToken;
+
+use crate::executor::{BoxFuture, SecretRegistry};
+
+pub use allowed::{InvocationFacts, allowed_actions, enforce, output_types};
+pub use bounded::{Bounded, Bounds};
+pub use escalator::{Escalator, FailedInvocation, MAX_REPAIR_ROUNDS, Resolution};
+pub use heddle_core::supervise::{
+    AllowedSet, ApplyTo, DecidedBy, Intervention, LineageStep, Verdict, VerdictAction,
+};
+pub use policy::{Policy, PolicyError};
+pub use replay::{Replay, ReplayError};
+pub use state::{ReadOutputError, RunState, RunStateReader};
+
+/// Why a handle could not decide. The kernel turns every one of these into `fail`
+/// (decided by `bounds`): a supervisor failing never lets a failure through.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SupervisorError {
+    #[error("the run was cancelled while the decision was pending")]
+    Cancelled,
+    #[error("the decision took longer than {0:?}")]
+    Timeout(std::time::Duration),
+    #[error("supervisor provider error: {0}")]
+    Provider(String),
+    #[error("supervisor reply was malformed: {0}")]
+    Malformed(String),
+    #[error("supervisor budget: {0}")]
+    Budget(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What a handle gets besides the escalation.
+#[derive(Clone)]
+pub struct DecideCtx {
+    /// Cancelled when the run is cancelled or the decision times out; a handle must stop
+    /// its work (an in-flight model request above all) when it fires.
+    pub cancel: CancellationToken,
+    /// Read-only view of the run for tools (`get_run_state`, `read_node_output`).
+    pub state: Option<Arc<dyn RunStateReader>>,
+    /// The run's registry of secret values: a handle masks tool results against it and
+    /// registers its own credentials in it.
+    pub secrets: Arc<SecretRegistry>,
+}
+
+impl DecideCtx {
+    /// A context for driving a handle outside a run (tests, tools).
+    pub fn detached() -> Self {
+        DecideCtx {
+            cancel: CancellationToken::new(),
+            state: None,
+            secrets: Arc::new(SecretRegistry::default()),
+        }
+    }
+}
+
+/// Something that decides escalations. Object-safe so the run holds an
+/// `Arc<dyn Supervisor>`; decisions are serialized by the [`Bounded`] wrapper, so an
+/// implementation need not be re-entrant-friendly beyond `Send + Sync`.
+pub trait Supervisor: Send + Sync + 'static {
+    /// Short name for logs and reports (`fail-closed`, `policy`, `replay`, `llm`).
+    fn name(&self) -> &str;
+
+    fn decide<'a>(
+        &'a self,
+        escalation: &'a Escalation,
+        ctx: &'a DecideCtx,
+    ) -> BoxFuture<'a, Result<Decision, SupervisorError>>;
+
+    /// True for [`Bounded`], so the kernel does not wrap a handle twice.
+    fn is_bounded(&self) -> bool {
+        false
+    }
+
+    /// Called once when the run ends.
+    fn close(&self) {}
+}
+
+/// The default: every failure fails, exactly as an unsupervised run.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FailClosed;
+
+impl Supervisor for FailClosed {
+    fn name(&self) -> &str {
+        "fail-closed"
+    }
+
+    fn decide<'a>(
+        &'a self,
+        _escalation: &'a Escalation,
+        _ctx: &'a DecideCtx,
+    ) -> BoxFuture<'a, Result<Decision, SupervisorError>> {
+        Box::pin(async {
+            Ok(Decision::new(
+                Verdict::Fail {
+                    reason: None,
+                    apply_to: ApplyTo::Invocation,
+                },
+                DecidedBy::Default,
+            ))
+        })
+    }
+}
+
+/// Wraps a handle in [`Bounded`] with default bounds unless it already is bounded. The
+/// kernel calls this for every supervisor it is given: without bounds a policy that says
+/// `retry` to a node that always fails would loop forever.
+pub fn ensure_bounded(sup: Arc<dyn Supervisor>) -> Arc<dyn Supervisor> {
+    if sup.is_bounded() {
+        sup
+    } else {
+        Arc::new(Bounded::new(sup, Bounds::default()))
+    }
+}
+
+#[cfg(test)]
+mod tests;
