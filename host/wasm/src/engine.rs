@@ -1,0 +1,200 @@
+//! The wasmtime engine shared by every package: configuration, the epoch ticker, the
+//! linker and the on-disk compile cache.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::bindings::NodePackage;
+use crate::config::EngineSettings;
+use crate::error::PackageError;
+use crate::sandbox::State;
+
+/// How often the ticker advances the epoch: the granularity of deadlines, cancellation
+/// and of yielding a CPU-bound guest back to tokio.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// A wasmtime engine with its ticker and linker. Cheap to clone.
+#[derive(Clone)]
+pub struct WasmHost {
+    pub(crate) inner: Arc<HostInner>,
+}
+
+pub(crate) struct HostInner {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<State>,
+    pub(crate) settings: EngineSettings,
+    pub(crate) pooling: bool,
+    cache_dir: PathBuf,
+    config_hash: String,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for HostInner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl WasmHost {
+    pub fn new(settings: EngineSettings) -> Result<WasmHost, PackageError> {
+        let (engine, pooling) = build_engine(&settings)?;
+        let mut linker = Linker::<State>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| PackageError::Engine(format!("linking WASI: {e}")))?;
+        NodePackage::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
+            .map_err(|e| PackageError::Engine(format!("linking heddle:node host: {e}")))?;
+
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut h);
+        let config_hash = format!("{:016x}", h.finish());
+        let cache_dir = settings.cache_dir.clone().unwrap_or_else(default_cache_dir);
+
+        // A dedicated OS thread, never a tokio task: the ticker must keep running while a
+        // CPU-bound guest occupies the executor threads it is meant to interrupt.
+        let stop = Arc::new(AtomicBool::new(false));
+        {
+            let engine = engine.clone();
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("heddle-wasm-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(EPOCH_TICK);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| PackageError::Engine(format!("starting the epoch ticker: {e}")))?;
+        }
+
+        Ok(WasmHost {
+            inner: Arc::new(HostInner {
+                engine,
+                linker,
+                settings,
+                pooling,
+                cache_dir,
+                config_hash,
+                stop,
+            }),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    pub fn settings(&self) -> &EngineSettings {
+        &self.inner.settings
+    }
+
+    /// Whether the pooling allocator is in use (false after a fallback).
+    pub fn is_pooling(&self) -> bool {
+        self.inner.pooling
+    }
+
+    pub fn cache_dir(&self) -> &Path {
+        &self.inner.cache_dir
+    }
+
+    fn cache_path(&self, digest: &str) -> PathBuf {
+        self.inner
+            .cache_dir
+            .join(format!("{digest}-{}.cwasm", self.inner.config_hash))
+    }
+
+    /// Compiles `bytes` (whose sha256 is `digest`), or loads the compiled artifact from
+    /// the cache. `origin` names the file in errors.
+    pub fn compile(&self, bytes: &[u8], digest: &str, origin: &Path) -> Result<Component, PackageError> {
+        let cached = self.cache_path(digest);
+        if cached.is_file() {
+            // SAFETY: the file lives in our own cache directory, was written by
+            // `Component::serialize` of an engine with the same compatibility hash (part
+            // of the file name), and is keyed by the digest of the source bytes, which the
+            // caller has verified. wasmtime additionally checks the header and version.
+            match unsafe { Component::deserialize_file(&self.inner.engine, &cached) } {
+                Ok(c) => return Ok(c),
+                Err(e) => {
+                    tracing::warn!(path = %cached.display(), "discarding unreadable compile cache entry: {e}");
+                    let _ = std::fs::remove_file(&cached);
+                }
+            }
+        }
+        let component = Component::new(&self.inner.engine, bytes).map_err(|e| PackageError::BadComponent {
+            path: origin.to_path_buf(),
+            message: format!("{e:#}"),
+        })?;
+        if let Err(e) = self.write_cache(&component, &cached) {
+            tracing::warn!(path = %cached.display(), "could not write the compile cache: {e}");
+        }
+        Ok(component)
+    }
+
+    fn write_cache(&self, component: &Component, path: &Path) -> Result<(), String> {
+        let bytes = component.serialize().map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&self.inner.cache_dir).map_err(|e| e.to_string())?;
+        // Write-then-rename so a concurrent reader never maps a half-written file.
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, bytes).map_err(|e| e.to_string())?;
+        std::fs::rename(&tmp, path).map_err(|e| e.to_string())
+    }
+}
+
+fn default_cache_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("heddle/wasm");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(h).join(".cache/heddle/wasm");
+    }
+    std::env::temp_dir().join("heddle-wasm-cache")
+}
+
+fn base_config(settings: &EngineSettings) -> Config {
+    let mut c = Config::new();
+    c.wasm_component_model(true);
+    c.consume_fuel(settings.fuel);
+    c.epoch_interruption(true);
+    c.parallel_compilation(true);
+    // 1 MiB of wasm stack inside a 2 MiB+ fiber stack leaves the host headroom for
+    // the functions the guest calls into.
+    c.max_wasm_stack(1 << 20);
+    c.async_stack_size(4 << 20);
+    c
+}
+
+fn build_engine(settings: &EngineSettings) -> Result<(Engine, bool), PackageError> {
+    if settings.pooling {
+        let mut pool = PoolingAllocationConfig::new();
+        let n = settings.pool_instances.max(1);
+        pool.total_component_instances(n)
+            .total_core_instances(n * 8)
+            .total_memories(n * 2)
+            .total_tables(n * 4)
+            .total_stacks(n)
+            .max_core_instances_per_component(200)
+            .max_memories_per_component(32)
+            .max_tables_per_component(64)
+            .table_elements(100_000)
+            .max_memory_size((settings.max_memory_mb.max(1) as usize) << 20);
+        let mut c = base_config(settings);
+        c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        match Engine::new(&c) {
+            Ok(e) => return Ok((e, true)),
+            Err(e) => {
+                tracing::warn!(
+                    "the pooling instance allocator could not start ({e:#}); falling back to on-demand allocation (slower instantiation)"
+                );
+            }
+        }
+    }
+    let c = base_config(settings);
+    Engine::new(&c)
+        .map(|e| (e, false))
+        .map_err(|e| PackageError::Engine(format!("{e:#}")))
+}

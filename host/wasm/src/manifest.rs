@@ -1,0 +1,88 @@
+//! `heddle-package.toml`: what a package directory says about itself.
+
+use std::path::{Path, PathBuf};
+
+use heddle_core::CapabilityKind;
+use serde::{Deserialize, Serialize};
+
+use crate::error::PackageError;
+
+pub const MANIFEST_FILE: &str = "heddle-package.toml";
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Package name: the key of its grants in the operator config and of its lock entry.
+    pub name: String,
+    pub version: String,
+    #[serde(default)]
+    pub description: String,
+    /// The component file, relative to the package directory.
+    pub component: String,
+    /// Capabilities the package asks for, with reasons (shown at install; granting is
+    /// the operator's decision).
+    #[serde(default)]
+    pub capabilities: Vec<ManifestCapability>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestCapability {
+    pub kind: CapabilityKind,
+    #[serde(default)]
+    pub target: String,
+    pub reason: String,
+}
+
+impl Manifest {
+    /// Reads and checks the manifest of the package in `dir`.
+    pub fn read(dir: &Path) -> Result<Manifest, PackageError> {
+        let path = dir.join(MANIFEST_FILE);
+        if !path.is_file() {
+            return Err(PackageError::MissingManifest { path });
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| PackageError::io(&path, e))?;
+        let m: Manifest = toml::from_str(&text).map_err(|e| PackageError::BadManifest {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        m.check(&path)?;
+        Ok(m)
+    }
+
+    fn check(&self, path: &Path) -> Result<(), PackageError> {
+        let bad = |message: String| PackageError::BadManifest {
+            path: path.to_path_buf(),
+            message,
+        };
+        let name_ok = !self.name.is_empty()
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+        if !name_ok {
+            return Err(bad(format!(
+                "name `{}` must be non-empty lowercase ascii letters, digits, `-` or `_`",
+                self.name
+            )));
+        }
+        if self.version.trim().is_empty() {
+            return Err(bad("version is empty".into()));
+        }
+        let c = Path::new(&self.component);
+        if self.component.is_empty()
+            || c.is_absolute()
+            || c.components().any(|p| !matches!(p, std::path::Component::Normal(_)))
+        {
+            return Err(bad(format!(
+                "component `{}` must be a relative path inside the package directory",
+                self.component
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn component_path(&self, dir: &Path) -> PathBuf {
+        dir.join(&self.component)
+    }
+}

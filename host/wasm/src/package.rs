@@ -1,0 +1,314 @@
+//! A loaded package: manifest, verified bytes, compiled component, prepared instance and
+//! the node declarations it described.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use heddle_core::{
+    CapabilityKind, CapabilityRequest, NodeDecl, NodeMode, OutputCorrelation, OutputDecl, PortDecl,
+    PortType,
+};
+use sha2::{Digest, Sha256};
+use wasmtime::component::types::ComponentItem;
+
+use crate::bindings::{
+    NodePackagePre, WitCapabilityKind, WitCorrelation, WitNodeDecl, WitPortDecl,
+};
+use crate::config::{DEFAULT_FUEL, Sandbox};
+use crate::engine::WasmHost;
+use crate::error::PackageError;
+use crate::manifest::Manifest;
+use crate::sandbox::{State, from_wit};
+
+/// The `heddle:node` interface name, without version.
+pub const WIT_INTERFACE: &str = "heddle:node/node";
+/// The WIT version this host implements.
+pub const WIT_VERSION: &str = "0.1.0";
+/// Human form of the supported range, for refusal messages.
+pub const WIT_SUPPORTED: &str = "0.1.x";
+/// Time `describe()` may take before a package is refused.
+const DESCRIBE_TIMEOUT_MS: u64 = 10_000;
+
+/// Whether a package built against `version` can run on this host: same major and
+/// minor line (0.x minors are breaking by semver convention).
+pub fn wit_version_supported(version: &str) -> bool {
+    let mut it = version.split('.');
+    matches!((it.next(), it.next()), (Some("0"), Some("1")))
+}
+
+/// What the executor needs per node type beyond the public declaration.
+#[derive(Clone, Debug)]
+pub(crate) struct TypeInfo {
+    pub streaming_input: bool,
+    pub streaming_output: bool,
+    pub reuse_instance: bool,
+    pub outputs: Arc<[String]>,
+}
+
+pub struct WasmPackage {
+    pub manifest: Manifest,
+    pub dir: PathBuf,
+    /// sha256 of the component bytes, hex.
+    pub digest: String,
+    pub(crate) host: WasmHost,
+    pub(crate) pre: NodePackagePre<State>,
+    decls: Vec<Arc<NodeDecl>>,
+    pub(crate) info: HashMap<String, TypeInfo>,
+}
+
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    let d = Sha256::digest(bytes);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl std::fmt::Debug for WasmPackage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmPackage")
+            .field("name", &self.manifest.name)
+            .field("version", &self.manifest.version)
+            .field("digest", &self.digest)
+            .finish()
+    }
+}
+
+impl WasmPackage {
+    /// Loads the package in `dir` without a lockfile check (first-party packages built
+    /// with the host, or validation before install).
+    pub async fn load_dir(host: &WasmHost, dir: &Path) -> Result<WasmPackage, PackageError> {
+        Self::load_checked(host, dir, |_, _| Ok(())).await
+    }
+
+    /// Loads the package in `dir`; `check(component_path, digest)` may refuse the bytes
+    /// (the lockfile pin) before anything is compiled.
+    pub(crate) async fn load_checked(
+        host: &WasmHost,
+        dir: &Path,
+        check: impl FnOnce(&Path, &str) -> Result<(), PackageError>,
+    ) -> Result<WasmPackage, PackageError> {
+        let manifest = Manifest::read(dir)?;
+        let path = manifest.component_path(dir);
+        if !path.is_file() {
+            return Err(PackageError::MissingComponent { path });
+        }
+        let bytes = std::fs::read(&path).map_err(|e| PackageError::io(&path, e))?;
+        let digest = sha256_hex(&bytes);
+        check(&path, &digest)?;
+        let component = host.compile(&bytes, &digest, &path)?;
+        drop(bytes);
+
+        // Version negotiation from the export name, before any type matching, so a
+        // package of another WIT line gets a message about versions, not about types.
+        let ty = component.component_type();
+        let mut found = None;
+        let mut names = Vec::new();
+        for (name, item) in ty.exports(host.engine()) {
+            names.push(name.to_string());
+            if let Some(v) = name.strip_prefix(WIT_INTERFACE).and_then(|r| r.strip_prefix('@')) {
+                if matches!(item.ty, ComponentItem::ComponentInstance(_)) {
+                    found = Some(v.to_string());
+                }
+            }
+        }
+        let Some(version) = found else {
+            return Err(PackageError::WitMismatch {
+                path,
+                message: format!(
+                    "it does not export `{WIT_INTERFACE}@{WIT_VERSION}` (exports: {})",
+                    if names.is_empty() { "none".into() } else { names.join(", ") }
+                ),
+            });
+        };
+        if !wit_version_supported(&version) {
+            return Err(PackageError::UnsupportedVersion {
+                path,
+                found: version,
+                supported: WIT_SUPPORTED.into(),
+            });
+        }
+        let pre = host
+            .inner
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| PackageError::WitMismatch {
+                path: path.clone(),
+                message: format!("{e:#}"),
+            })?;
+        let pre = NodePackagePre::new(pre).map_err(|e| PackageError::WitMismatch {
+            path: path.clone(),
+            message: format!("{e:#}"),
+        })?;
+
+        let mut pkg = WasmPackage {
+            manifest,
+            dir: dir.to_path_buf(),
+            digest,
+            host: host.clone(),
+            pre,
+            decls: Vec::new(),
+            info: HashMap::new(),
+        };
+        let raw = pkg.describe(&path).await?;
+        pkg.set_decls(raw, &path)?;
+        Ok(pkg)
+    }
+
+    async fn describe(&self, path: &Path) -> Result<Vec<WitNodeDecl>, PackageError> {
+        let fail = |message: String| PackageError::Describe {
+            path: path.to_path_buf(),
+            message,
+        };
+        let sandbox = Sandbox::new(&Default::default(), self.host.settings(), None);
+        let mut store = crate::executor::new_store(&self.host, &sandbox).map_err(|e| fail(e.message))?;
+        if self.host.settings().fuel {
+            store.set_fuel(DEFAULT_FUEL).map_err(|e| fail(e.to_string()))?;
+        }
+        let deadline = Instant::now() + std::time::Duration::from_millis(DESCRIBE_TIMEOUT_MS);
+        store.data_mut().describe_deadline = Some(deadline);
+        let inst = self
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| fail(format!("instantiation failed: {e:#}")))?;
+        inst.heddle_node_node()
+            .call_describe(&mut store)
+            .await
+            .map_err(|e| fail(format!("{e:#}")))
+    }
+
+    fn set_decls(&mut self, raw: Vec<WitNodeDecl>, path: &Path) -> Result<(), PackageError> {
+        let origin = format!("package:{}@{}", self.manifest.name, self.manifest.version);
+        for d in raw {
+            let bad = |message: String| PackageError::BadDecl {
+                path: path.to_path_buf(),
+                type_name: d.type_name.clone(),
+                message,
+            };
+            if d.type_name.trim().is_empty() || d.type_name.chars().any(char::is_whitespace) {
+                return Err(bad("type name must be non-empty without spaces".into()));
+            }
+            if self.info.contains_key(&d.type_name) {
+                return Err(bad("declared twice".into()));
+            }
+            if d.streaming_input && d.streaming_output {
+                return Err(bad("a node is either streaming-input or streaming-output".into()));
+            }
+            let ports = |ps: &[WitPortDecl], what: &str| -> Result<Vec<PortDecl>, PackageError> {
+                ps.iter()
+                    .map(|p| {
+                        let ty: PortType = p
+                            .type_
+                            .parse()
+                            .map_err(|e| bad(format!("{what} `{}`: {e}", p.name)))?;
+                        let default = match &p.default {
+                            Some(v) => Some(
+                                from_wit(v.clone()).map_err(|e| bad(format!("{what} `{}` default: {e}", p.name)))?,
+                            ),
+                            None => None,
+                        };
+                        Ok(PortDecl {
+                            name: p.name.clone(),
+                            ty,
+                            required: p.required,
+                            default,
+                            description: p.description.clone(),
+                        })
+                    })
+                    .collect()
+            };
+            let inputs = ports(&d.inputs, "input")?;
+            let properties = ports(&d.properties, "property")?;
+            let mut outputs = Vec::new();
+            for o in &d.outputs {
+                let ty: PortType = o
+                    .type_
+                    .parse()
+                    .map_err(|e| bad(format!("output `{}`: {e}", o.name)))?;
+                let correlation = match o.correlation {
+                    WitCorrelation::Single => OutputCorrelation::Single,
+                    WitCorrelation::Iteration => OutputCorrelation::Iteration { group: None },
+                    WitCorrelation::Chunk => OutputCorrelation::Chunk,
+                    WitCorrelation::Aggregate => OutputCorrelation::Aggregate,
+                };
+                outputs.push(OutputDecl {
+                    name: o.name.clone(),
+                    ty,
+                    correlation,
+                    description: o.description.clone(),
+                });
+            }
+            let capabilities = d
+                .capabilities
+                .iter()
+                .map(|c| CapabilityRequest {
+                    kind: match c.kind {
+                        WitCapabilityKind::FilesRead => CapabilityKind::FilesRead,
+                        WitCapabilityKind::FilesWrite => CapabilityKind::FilesWrite,
+                        WitCapabilityKind::Env => CapabilityKind::Env,
+                        WitCapabilityKind::Secret => CapabilityKind::Secret,
+                        WitCapabilityKind::Network => CapabilityKind::Network,
+                    },
+                    target: c.target.clone(),
+                    reason: c.reason.clone(),
+                })
+                .collect();
+            let mode = if d.streaming_input {
+                NodeMode::StreamingInput
+            } else if d.streaming_output {
+                NodeMode::StreamingOutput
+            } else {
+                NodeMode::Buffered
+            };
+            let info = TypeInfo {
+                streaming_input: d.streaming_input,
+                streaming_output: d.streaming_output,
+                reuse_instance: d.reuse_instance,
+                outputs: outputs.iter().map(|o| o.name.clone()).collect(),
+            };
+            self.info.insert(d.type_name.clone(), info);
+            self.decls.push(Arc::new(NodeDecl {
+                type_name: d.type_name,
+                title: d.title,
+                description: d.description,
+                inputs,
+                outputs,
+                properties,
+                retry_safe: d.retry_safe,
+                mode,
+                is_join: false,
+                capabilities,
+                origin: origin.clone(),
+                ..Default::default()
+            }));
+        }
+        Ok(())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.manifest.name
+    }
+
+    pub fn declarations(&self) -> &[Arc<NodeDecl>] {
+        &self.decls
+    }
+
+    /// Capabilities requested by the manifest and by the declarations, for display at
+    /// install time (what to grant and why).
+    pub fn requested_capabilities(&self) -> BTreeMap<String, Vec<String>> {
+        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for c in &self.manifest.capabilities {
+            out.entry(format!("{:?} {}", c.kind, c.target))
+                .or_default()
+                .push(c.reason.clone());
+        }
+        for d in &self.decls {
+            for c in &d.capabilities {
+                out.entry(format!("{:?} {}", c.kind, c.target))
+                    .or_default()
+                    .push(format!("{}: {}", d.type_name, c.reason));
+            }
+        }
+        out
+    }
+}
