@@ -18,8 +18,12 @@
 //!   non-empty invocation scope [`HandleClass::Empty`] (one sticky value). On a join or
 //!   streaming-input node a handle deeper than the invocation scope is also `Max`, with
 //!   `repeats_per_key` set: its values project onto the invocation key, several per key;
-//! - outputs: `single` at the invocation scope (repeating when the node may emit several
-//!   values per invocation: streaming modes, controlled nodes, a streaming `heddle.input`);
+//! - at most one input of a buffered node may repeat per key at the invocation scope: it
+//!   becomes the *repeating driver* (the node fires once per envelope on it). A join node
+//!   has no driver: it pairs repeating and deeper inputs in arrival order;
+//! - outputs: `single` at the invocation scope, repeating when the node fires or emits
+//!   several times per key (a repeating driver, a join pairing streams, streaming modes,
+//!   controlled nodes, a `heddle.input` with `streaming: true`);
 //!   `iteration` appends the root `"{node}:{group or handle}"`; `chunk` repeats per key;
 //!   `aggregate` drops the innermost root (streaming-input nodes only); `forward(source)`
 //!   takes the scope of input `source`.
@@ -199,7 +203,8 @@ impl Analysis<'_> {
                     // Deeper than a join/streaming node's invocation: several values
                     // project onto each invocation key.
                     h.repeats_per_key = true;
-                } else if h.repeats_per_key && !h.accumulates {
+                } else if h.repeats_per_key && !h.accumulates && !decl.is_join {
+                    // A join pairs repeating inputs in arrival order instead.
                     drivers.push(name.clone());
                 }
                 HandleClass::Max
@@ -246,7 +251,7 @@ impl Analysis<'_> {
                     edge: None,
                     handle: Some(drivers[1].to_string()),
                     message: format!(
-                        "inputs {} all repeat per key at the invocation scope {}; a buffered node can be driven by at most one repeating input (make the node streaming-input, or collect all but one)",
+                        "inputs {} all repeat per key at the invocation scope {}; a buffered node can be driven by at most one repeating input, since pairing two streams by arrival order is a choice the graph must make explicit: use a join node to pair them, make the node streaming-input, or collect all but one into a list",
                         drivers
                             .iter()
                             .map(|d| format!("`{d}`"))
@@ -259,13 +264,15 @@ impl Analysis<'_> {
             drivers.into_iter().next()
         };
 
-        // Outputs.
-        // A join pairs several values per invocation key (zip semantics), so it fires
-        // several times per key too.
-        let projects = inputs
-            .values()
-            .any(|h| h.scope.len() > invocation_scope.len());
-        let emits_many = projects
+        // Outputs. A node fires several times per key, so its plain outputs repeat, when a
+        // repeating input drives it, when it is a join pairing repeating (or deeper)
+        // inputs in arrival order, or when its mode lets one invocation emit many values.
+        let pairs_many = decl.is_join
+            && inputs
+                .values()
+                .any(|h| h.class == HandleClass::Max && h.repeats_per_key && !h.accumulates);
+        let emits_many = repeating_driver.is_some()
+            || pairs_many
             || decl.mode.streams_output()
             || decl.mode == NodeMode::Controlled
             || (&*node.node_type == INPUT_TYPE

@@ -1,9 +1,23 @@
 //! Planning: turns a [`GraphDoc`] into a validated [`Plan`] before any node runs,
 //! reporting every problem at once.
 //!
-//! Order (model §2.1): bypass rewrite → dangling edges → node types and handles →
-//! edge types → structure (control edges, cycles, multi-edges) → correlation analysis →
-//! required inputs.
+//! [`plan`] checks, in this order, and keeps going after a problem so that one
+//! [`ValidationError`] lists them all: duplicate node and edge ids → dangling edges (on
+//! the document as written, so the error names the edge the user wrote) → bypass rewrite
+//! ([`crate::bypass`]) → node types → properties → edge handles and types, control edges,
+//! self-loops → several edges into a non-list input → data and control cycles → required
+//! inputs → the correlation analysis ([`crate::correlation`]).
+//!
+//! Choices worth knowing when reading a plan:
+//! - a `null` property value means unset (NodeTool saves `null` for untouched fields);
+//! - a `heddle.input`'s `type` property narrows its `any` output for edge checks, and its
+//!   `value` must fit that type;
+//! - several edges into a `list[T]` input each carry one item (type `T`); the handle
+//!   accumulates them ([`HandleScope::accumulates`]);
+//! - a controlled node is exempt from the required-input check: each control event may
+//!   carry the missing values;
+//! - non-fatal findings (edges dropped by a bypass, sticky inputs that repeat, controlled
+//!   nodes nothing controls, output names used twice) go to [`Plan::warnings`].
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
@@ -126,7 +140,10 @@ pub struct HandleScope {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HandleClass {
-    /// Scope equals the invocation scope: bucketed per lineage key.
+    /// Scope equals the invocation scope: bucketed per lineage key. On a join or
+    /// streaming-input node, also a handle deeper than the invocation scope: its values
+    /// are bucketed by their projection onto the invocation key, several per key
+    /// (`repeats_per_key` is set), and pair up in arrival order.
     Max,
     /// A strict non-empty prefix of the invocation scope: sticky per parent key.
     Prefix,

@@ -614,6 +614,8 @@ fn every_problem_is_reported_at_once() {
         assert!(kinds.contains(&k), "{k:?} missing from:\n{e}");
     }
     let text = e.to_string();
+    // Shown with --nocapture: what a user reads for a badly broken graph.
+    eprintln!("{text}");
     assert!(
         text.starts_with(&format!("graph is invalid ({} problems)", e.issues.len())),
         "{text}"
@@ -1089,4 +1091,31 @@ fn edges_into_an_accumulating_list_input_carry_its_items() {
         "{}",
         d[0].3
     );
+}
+
+#[test]
+fn repeats_propagate_through_driven_nodes_and_a_join_pairs_two_streams() {
+    // A streaming input feeds two per-value transforms; both fire once per value, so a
+    // plain node combining them would have two repeating inputs: rejected...
+    let diamond = |combiner: &str| {
+        json!({
+            "nodes": [np("in", "heddle.input", json!({"streaming": true})),
+                      n("a", "heddle.passthrough"), n("b", "heddle.passthrough"),
+                      n("c", combiner)],
+            "edges": [ed("ia", "in", "value", "a", "value"), ed("ib", "in", "value", "b", "value"),
+                      ed("ac", "a", "value", "c", "a"), ed("bc", "b", "value", "c", "b")]
+        })
+    };
+    let e = err(diamond("test.pair"));
+    let d = of_kind(&e, IssueKind::Correlation);
+    assert_eq!(d.len(), 1, "{e}");
+    assert!(d[0].3.contains("use a join node"), "{}", d[0].3);
+    // ... while a join pairs them in arrival order and its output repeats in turn.
+    let p = ok(diamond("test.zip"));
+    let a = &p.correlation.nodes[node_idx(&p, "a")];
+    assert_eq!(a.repeating_driver.as_deref(), Some("value"));
+    assert!(a.outputs["value"].repeats_per_key);
+    let c = &p.correlation.nodes[node_idx(&p, "c")];
+    assert!(c.repeating_driver.is_none());
+    assert!(c.outputs["pair"].repeats_per_key);
 }
