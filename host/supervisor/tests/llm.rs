@@ -1,0 +1,465 @@
+//! The LLM handle against a local OpenAI-compatible server on 127.0.0.1, speaking the
+//! real chat-completions wire protocol over a real socket (HTTP/1.1 via hyper).
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use heddle_core::supervise::{
+    AllowedSet, DecidedBy, Escalation, FailureKind, LineageStep, RawEscalation, RedactLimits,
+    Redactor, Verdict, VerdictAction,
+};
+use heddle_core::{NodeMode, Value};
+use heddle_kernel::SecretRegistry;
+use heddle_kernel::supervisor::{DecideCtx, RunState, Supervisor, SupervisorError};
+use heddle_supervisor::{ConfigError, LlmConfig, LlmSupervisor, ModelPrice};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Request, Response};
+use serde_json::{Value as Json, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// One scripted reply: HTTP status and body, or "never answer".
+#[derive(Clone)]
+enum Reply {
+    Json(u16, Json),
+    Raw(u16, &'static str),
+    Hang,
+}
+
+#[derive(Clone, Debug)]
+struct Seen {
+    path: String,
+    auth: Option<String>,
+    body: Json,
+}
+
+struct Server {
+    url: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+async fn server(script: Vec<Reply>) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let script = Arc::new(Mutex::new(script.into_iter().rev().collect::<Vec<_>>()));
+    let seen2 = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (seen, script) = (seen2.clone(), script.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let (seen, script) = (seen.clone(), script.clone());
+                    async move {
+                        let path = req.uri().path().to_string();
+                        let auth = req
+                            .headers()
+                            .get("authorization")
+                            .map(|v| v.to_str().unwrap_or("").to_string());
+                        let bytes = req.into_body().collect().await.unwrap().to_bytes();
+                        let body: Json = serde_json::from_slice(&bytes).unwrap_or(Json::Null);
+                        seen.lock().unwrap().push(Seen { path, auth, body });
+                        let next = script.lock().unwrap().pop();
+                        let (status, text) = match next {
+                            Some(Reply::Json(s, j)) => (s, j.to_string()),
+                            Some(Reply::Raw(s, t)) => (s, t.to_string()),
+                            Some(Reply::Hang) => {
+                                std::future::pending::<()>().await;
+                                unreachable!()
+                            }
+                            None => (500, r#"{"error":{"message":"script exhausted"}}"#.into()),
+                        };
+                        Ok::<_, Infallible>(
+                            Response::builder()
+                                .status(status)
+                                .header("content-type", "application/json")
+                                .body(Full::new(Bytes::from(text)))
+                                .unwrap(),
+                        )
+                    }
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, svc)
+                    .await;
+            });
+        }
+    });
+    Server {
+        url: format!("http://{addr}/v1"),
+        seen,
+    }
+}
+
+/// A chat completion whose message calls `tool` with `args` (already a JSON string).
+fn tool_reply(tool: &str, args: &str, prompt: u64, completion: u64) -> Reply {
+    Reply::Json(
+        200,
+        json!({
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": "test-model",
+            "choices": [{
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": null,
+                    "tool_calls": [{
+                        "id": format!("call_{tool}"),
+                        "type": "function",
+                        "function": {"name": tool, "arguments": args},
+                    }],
+                },
+            }],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+        }),
+    )
+}
+
+const KEY: &str = "sk-test-KEY-0123456789";
+
+fn config(url: &str) -> LlmConfig {
+    let mut c = LlmConfig::new(url, "test-model");
+    c.api_key = Some(KEY.to_string());
+    c.pricing.insert(
+        "test-model",
+        ModelPrice {
+            input_per_mtok: 1.0,
+            output_per_mtok: 2.0,
+        },
+    );
+    c.max_output_tokens = 256;
+    c
+}
+
+fn escalation(allowed: &[VerdictAction], candidate: bool, lineage: Vec<LineageStep>) -> Escalation {
+    let mut inputs = BTreeMap::new();
+    inputs.insert("text".to_string(), Value::from("{\"a\": 1,"));
+    let cand: BTreeMap<String, Value> = [("value".to_string(), Value::from("{\"a\": 1,"))].into();
+    let declared: BTreeMap<String, String> = [("value".to_string(), "object".to_string())].into();
+    Redactor::new(Vec::new(), RedactLimits::default()).escalation(RawEscalation {
+        node_id: "parse",
+        node_type: "std.json.parse",
+        lineage: &lineage,
+        invocation_key: "each:item=1",
+        mode: NodeMode::Buffered,
+        allowed: AllowedSet::of(allowed),
+        failure: &FailureKind::Node,
+        detail: "invalid JSON: EOF while parsing an object at line 1 column 9",
+        signature: None,
+        candidate: candidate.then_some(&cand),
+        inputs: &inputs,
+        declared_outputs: &declared,
+        attempt: 1,
+        spent_cost_usd: 0.0,
+        created_assets: false,
+        retry_safe: true,
+        emitted: false,
+    })
+}
+
+use VerdictAction::*;
+
+#[tokio::test]
+async fn tools_then_verdict_over_a_real_socket() {
+    let item = |i| {
+        vec![LineageStep {
+            root: "each:item".into(),
+            index: i,
+        }]
+    };
+    let srv = server(vec![
+        tool_reply("get_run_state", "{}", 1000, 20),
+        tool_reply("read_node_output", r#"{"node_id":"fetch"}"#, 1200, 20),
+        tool_reply("read_node_output", r#"{"node_id":"fetch_other"}"#, 1300, 20),
+        tool_reply(
+            "submit_verdict",
+            r#"{"action":"retry","reason":"flaky"}"#,
+            1400,
+            30,
+        ),
+    ])
+    .await;
+    let sup = LlmSupervisor::new(config(&srv.url)).unwrap();
+    let state = Arc::new(RunState::new());
+    state.add_node("fetch", "std.http.get");
+    state.record_invocation(
+        "fetch",
+        item(1),
+        Some([("body".to_string(), Value::from("mine"))].into()),
+        0.0,
+    );
+    state.add_node("fetch_other", "std.http.get");
+    state.record_invocation(
+        "fetch_other",
+        item(2),
+        Some([("body".to_string(), Value::from("NOT-MINE"))].into()),
+        0.0,
+    );
+    let secrets = Arc::new(SecretRegistry::default());
+    let ctx = DecideCtx {
+        cancel: CancellationToken::new(),
+        state: Some(state),
+        secrets: secrets.clone(),
+    };
+    let e = escalation(&[Retry, Skip, Fail], false, item(1));
+    let d = sup.decide(&e, &ctx).await.unwrap();
+    assert_eq!(d.verdict, Verdict::Retry);
+    assert_eq!(d.decided_by, DecidedBy::Agent);
+    // Actual usage priced at $1/$2 per Mtok, summed over four turns.
+    let expect = (1000.0 + 1200.0 + 1300.0 + 1400.0) * 1e-6 + (20.0 * 3.0 + 30.0) * 2e-6;
+    assert!((d.cost_usd - expect).abs() < 1e-12, "{}", d.cost_usd);
+    assert!((sup.spent_usd() - expect).abs() < 1e-12);
+
+    let seen = srv.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 4);
+    assert_eq!(seen[0].path, "/v1/chat/completions");
+    assert_eq!(
+        seen[0].auth.as_deref(),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert_eq!(seen[0].body["model"], "test-model");
+    assert_eq!(seen[0].body["max_tokens"], 256);
+    // The verdict schema is narrowed to the allowed set, and substitute is absent.
+    let tools = seen[0].body["tools"].as_array().unwrap();
+    let verdict_tool = tools
+        .iter()
+        .find(|t| t["function"]["name"] == "submit_verdict")
+        .unwrap();
+    let params = &verdict_tool["function"]["parameters"];
+    assert_eq!(
+        params["properties"]["action"]["enum"],
+        json!(["retry", "skip", "fail"])
+    );
+    assert!(params["properties"].get("outputs").is_none());
+    // Tool results went back as tool messages; the sibling item's output was refused.
+    let last = seen[3].body["messages"].as_array().unwrap();
+    let tool_msgs: Vec<&Json> = last.iter().filter(|m| m["role"] == "tool").collect();
+    assert_eq!(tool_msgs.len(), 3);
+    assert!(
+        tool_msgs[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("fetch_other")
+    );
+    assert!(tool_msgs[1]["content"].as_str().unwrap().contains("mine"));
+    let refused = tool_msgs[2]["content"].as_str().unwrap();
+    assert!(
+        refused.contains("refused") && !refused.contains("NOT-MINE"),
+        "{refused}"
+    );
+    // The API key became a run secret, so the kernel masks it everywhere.
+    assert!(secrets.snapshot().contains(&KEY.to_string()));
+}
+
+#[tokio::test]
+async fn invalid_substitute_is_bounced_inside_the_conversation() {
+    let srv = server(vec![
+        tool_reply(
+            "submit_verdict",
+            r#"{"action":"substitute","reason":"repair","outputs":{"value":"{\"a\": 1}"}}"#,
+            100,
+            10,
+        ),
+        tool_reply(
+            "submit_verdict",
+            r#"{"action":"substitute","reason":"repair","outputs":{"value":{"a":1}}}"#,
+            100,
+            10,
+        ),
+    ])
+    .await;
+    let sup = LlmSupervisor::new(config(&srv.url)).unwrap();
+    let e = escalation(&[Substitute, Skip, Fail], true, vec![]);
+    let d = sup.decide(&e, &DecideCtx::detached()).await.unwrap();
+    let Verdict::Substitute { outputs } = d.verdict else {
+        panic!("{:?}", d.verdict)
+    };
+    assert_eq!(outputs["value"].as_object().unwrap()["a"], Value::Int(1));
+    let seen = srv.seen.lock().unwrap().clone();
+    let params = &seen[0].body["tools"][2]["function"]["parameters"];
+    assert_eq!(
+        params["properties"]["outputs"]["properties"]["value"]["type"],
+        "object"
+    );
+    let msgs = seen[1].body["messages"].as_array().unwrap();
+    let bounce = msgs.last().unwrap()["content"].as_str().unwrap();
+    assert!(bounce.contains("expected object"), "{bounce}");
+}
+
+#[tokio::test]
+async fn malformed_replies_fail_closed() {
+    let cases = vec![
+        // Arguments that are not JSON.
+        vec![tool_reply("submit_verdict", "{action: retry", 10, 10)],
+        // A tool that does not exist.
+        vec![tool_reply("delete_everything", "{}", 10, 10)],
+        // No tool call at all.
+        vec![Reply::Json(
+            200,
+            json!({"choices":[{"index":0,"message":{"role":"assistant","content":"I think retry"}}]}),
+        )],
+        // Not a chat completion.
+        vec![Reply::Raw(200, "<html>proxy login</html>")],
+        // A disallowed verdict, three times.
+        vec![
+            tool_reply(
+                "submit_verdict",
+                r#"{"action":"substitute","reason":"x","outputs":{}}"#,
+                10,
+                10,
+            ),
+            tool_reply(
+                "submit_verdict",
+                r#"{"action":"retry","reason":"x"}"#,
+                10,
+                10,
+            ),
+            tool_reply(
+                "submit_verdict",
+                r#"{"action":"end_stream","reason":"x"}"#,
+                10,
+                10,
+            ),
+        ],
+    ];
+    for (i, script) in cases.into_iter().enumerate() {
+        let srv = server(script).await;
+        let sup = LlmSupervisor::new(config(&srv.url)).unwrap();
+        let e = escalation(&[Skip, Fail], false, vec![]);
+        let d = sup.decide(&e, &DecideCtx::detached()).await.unwrap();
+        assert_eq!(d.verdict.action(), Fail, "case {i}: {d:?}");
+        assert_eq!(d.decided_by, DecidedBy::Bounds, "case {i}");
+        assert!(
+            d.verdict.reason().unwrap().contains("malformed"),
+            "case {i}: {:?}",
+            d.verdict
+        );
+    }
+}
+
+#[tokio::test]
+async fn provider_error_fails_closed_without_leaking_the_key() {
+    let srv = server(vec![Reply::Json(
+        429,
+        json!({"error": {"message": format!("Rate limit for key {KEY}"), "code": "rate_limit_exceeded"}}),
+    )])
+    .await;
+    let sup = LlmSupervisor::new(config(&srv.url)).unwrap();
+    let d = sup
+        .decide(
+            &escalation(&[Skip, Fail], false, vec![]),
+            &DecideCtx::detached(),
+        )
+        .await
+        .unwrap();
+    let reason = d.verdict.reason().unwrap();
+    assert_eq!(d.decided_by, DecidedBy::Bounds);
+    assert!(
+        reason.contains("429") && reason.contains("rate_limit_exceeded"),
+        "{reason}"
+    );
+    assert!(!reason.contains("0123456789"), "{reason}");
+    // A failed call may be billed: its reservation is kept as spent.
+    assert!(d.cost_usd > 0.0);
+}
+
+#[tokio::test]
+async fn cost_cap_is_enforced_by_reservation_before_each_turn() {
+    // The cap admits no turn at all: the worst case of the first call exceeds it, so the
+    // server is never called.
+    let srv = server(vec![tool_reply(
+        "submit_verdict",
+        r#"{"action":"skip","reason":"x"}"#,
+        10,
+        10,
+    )])
+    .await;
+    let mut cfg = config(&srv.url);
+    cfg.cost_cap_usd = 0.0001; // 256 output tokens alone reserve $0.000512
+    let sup = LlmSupervisor::new(cfg).unwrap();
+    let d = sup
+        .decide(
+            &escalation(&[Skip, Fail], false, vec![]),
+            &DecideCtx::detached(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.decided_by, DecidedBy::Bounds);
+    assert!(d.verdict.reason().unwrap().contains("cost cap"), "{d:?}");
+    assert!(srv.seen.lock().unwrap().is_empty());
+
+    // A cap that admits one turn but not a second: the first reply costs most of it.
+    let srv = server(vec![
+        tool_reply("get_run_state", "{}", 9_000, 100),
+        tool_reply(
+            "submit_verdict",
+            r#"{"action":"skip","reason":"x"}"#,
+            10,
+            10,
+        ),
+    ])
+    .await;
+    let mut cfg = config(&srv.url);
+    cfg.cost_cap_usd = 0.012;
+    let sup = LlmSupervisor::new(cfg).unwrap();
+    let d = sup
+        .decide(
+            &escalation(&[Skip, Fail], false, vec![]),
+            &DecideCtx::detached(),
+        )
+        .await
+        .unwrap();
+    assert!(d.verdict.reason().unwrap().contains("cost cap"), "{d:?}");
+    assert_eq!(srv.seen.lock().unwrap().len(), 1);
+    // Spent is the first turn's actual cost; nothing was reserved past the cap.
+    assert!(
+        (sup.spent_usd() - 0.0092).abs() < 1e-12,
+        "{}",
+        sup.spent_usd()
+    );
+}
+
+#[tokio::test]
+async fn cancel_aborts_the_in_flight_request() {
+    let srv = server(vec![Reply::Hang]).await;
+    let sup = Arc::new(LlmSupervisor::new(config(&srv.url)).unwrap());
+    let ctx = DecideCtx::detached();
+    let cancel = ctx.cancel.clone();
+    let task = {
+        let sup = sup.clone();
+        tokio::spawn(async move {
+            sup.decide(&escalation(&[Skip, Fail], false, vec![]), &ctx)
+                .await
+        })
+    };
+    // Wait until the request is really in flight, then cancel.
+    while srv.seen.lock().unwrap().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    cancel.cancel();
+    assert!(matches!(
+        task.await.unwrap(),
+        Err(SupervisorError::Cancelled)
+    ));
+}
+
+#[test]
+fn refuses_to_start_without_pricing_or_endpoint() {
+    let c = LlmConfig::new("http://127.0.0.1:9/v1", "no-such-model");
+    assert!(matches!(
+        LlmSupervisor::new(c),
+        Err(ConfigError::NoPricing(_))
+    ));
+    let c = LlmConfig::new("", "gpt-4o-mini");
+    assert!(matches!(
+        LlmSupervisor::new(c),
+        Err(ConfigError::NoEndpoint)
+    ));
+}
