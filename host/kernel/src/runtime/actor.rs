@@ -133,6 +133,9 @@ pub(crate) struct Shared {
     pub secrets: Arc<SecretRegistry>,
     /// Cancelled by `cancel()` and by an abort.
     pub run_token: CancellationToken,
+    /// Cancelled when the caller can no longer interact with the run (it waits for the
+    /// end): nodes that only the caller drives stop waiting then.
+    pub external_closed: CancellationToken,
     pub cancelled: AtomicBool,
     pub limits: super::InboxLimits,
     pub root_key: Arc<str>,
@@ -1244,6 +1247,10 @@ impl Actor {
         let mut latest: Vec<Option<Value>> = vec![None; self.s.handles.len()];
         let mut held: VecDeque<ControlEvent> = VecDeque::new();
         let mut controllers = self.s.controllers;
+        let mut external = controllers == 0;
+        if external {
+            controllers = 1;
+        }
         let mut buf = Vec::with_capacity(BATCH);
         let mut ready = false;
         loop {
@@ -1276,6 +1283,13 @@ impl Actor {
                 biased;
                 n = self.s.rx.recv_many(&mut buf, BATCH) => n,
                 _ = self.sh.run_token.cancelled() => return Err(Stop::Cancelled),
+                // No controller in the graph: the caller drives it until it stops
+                // interacting with the run (waits for its end).
+                _ = self.sh.external_closed.cancelled(), if external => {
+                    external = false;
+                    controllers = controllers.saturating_sub(1);
+                    continue;
+                }
             };
             if n == 0 {
                 return Ok(());
@@ -1406,7 +1420,14 @@ impl Actor {
                     (NodeOutcome::Done, End::Done, None)
                 } else {
                     let reason = self.skip_reason();
-                    (NodeOutcome::Skipped { reason }, End::Skipped, None)
+                    // Downstream learns the root cause, not just "skipped".
+                    let end = match reason {
+                        SkipReason::UpstreamFailed => End::Failed,
+                        SkipReason::Suspended => End::Suspended,
+                        SkipReason::Cancelled => End::Cancelled,
+                        _ => End::Skipped,
+                    };
+                    (NodeOutcome::Skipped { reason }, end, None)
                 }
             }
             Err(Stop::Cancelled) => (

@@ -226,6 +226,7 @@ impl Run {
             roots: plan.correlation.roots.clone().into(),
             secrets: self.opts.secrets.clone(),
             run_token: run_token.clone(),
+            external_closed: CancellationToken::new(),
             cancelled: AtomicBool::new(false),
             limits: self.opts.inbox.clone(),
             root_key: Arc::from(""),
@@ -750,6 +751,7 @@ impl RunHandle {
 
     /// Waits for the run to end. Every actor task has finished when this returns.
     pub async fn wait(self) -> RunResult {
+        self.shared.external_closed.cancel();
         drop(self.txs);
         match self.join.await {
             Ok(r) => r,

@@ -1,0 +1,354 @@
+//! Test-only node types (provider `test`) and graph helpers shared by the runtime tests.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use heddle_core::{
+    GraphDoc, NodeDecl, NodeMode, OutputCorrelation, OutputDecl, PortDecl, PortType, Value,
+};
+use heddle_kernel::{
+    BoxFuture, Call, Executor, InputStream, NodeCtx, NodeError, NodeProvider, NodeSpec, Outputs,
+    Registry,
+};
+use serde_json::json;
+use tokio::sync::Notify;
+
+/// Observations the test nodes share with the test.
+#[derive(Default)]
+pub struct Probe {
+    /// Invocation futures of `test.hang` currently alive (decremented on drop).
+    pub live: AtomicUsize,
+    /// `finalize` calls.
+    pub finalized: AtomicUsize,
+    /// `test.hang` invocations started.
+    pub hang_started: Notify,
+    /// `test.probe` received a value.
+    pub probed: Notify,
+    pub probe_count: AtomicUsize,
+}
+
+struct LiveGuard(Arc<Probe>);
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+pub struct TestNodes {
+    pub probe: Arc<Probe>,
+}
+
+fn t(s: &str) -> PortType {
+    s.parse().unwrap()
+}
+
+fn d(name: &str, inputs: Vec<PortDecl>, outputs: Vec<OutputDecl>) -> NodeDecl {
+    NodeDecl {
+        inputs,
+        outputs,
+        origin: "test".into(),
+        ..NodeDecl::new(name)
+    }
+}
+
+impl NodeProvider for TestNodes {
+    fn name(&self) -> &str {
+        "test"
+    }
+
+    fn declarations(&self) -> Vec<Arc<NodeDecl>> {
+        let any = || t("any");
+        let v = vec![
+            // Sleeps `(n - value) * step_ms` then passes the value on: early items finish last.
+            NodeDecl {
+                properties: vec![
+                    PortDecl::new("step_ms", t("int")).with_default(Value::Int(2)),
+                    PortDecl::new("n", t("int")).with_default(Value::Int(10)),
+                ],
+                ..d(
+                    "test.delay",
+                    vec![PortDecl::new("value", t("int"))],
+                    vec![OutputDecl::new("value", t("int"))],
+                )
+            },
+            d(
+                "test.add",
+                vec![
+                    PortDecl::new("a", t("int")).with_default(Value::Int(0)),
+                    PortDecl::new("b", t("int")).with_default(Value::Int(100)),
+                ],
+                vec![OutputDecl::new("sum", t("int"))],
+            ),
+            NodeDecl {
+                properties: vec![PortDecl::new("fail_on", t("int"))],
+                ..d(
+                    "test.fail",
+                    vec![PortDecl::new("value", any())],
+                    vec![OutputDecl::new("value", any())],
+                )
+            },
+            d(
+                "test.suspend",
+                vec![PortDecl::new("value", any())],
+                vec![OutputDecl::new("value", any())],
+            ),
+            d(
+                "test.hang",
+                vec![PortDecl::new("value", any())],
+                vec![OutputDecl::new("value", any())],
+            ),
+            d(
+                "test.probe",
+                vec![PortDecl::new("value", any())],
+                vec![OutputDecl::new("value", any())],
+            ),
+            NodeDecl {
+                mode: NodeMode::StreamingOutput,
+                ..d(
+                    "test.emit",
+                    vec![PortDecl::new("n", t("int"))],
+                    vec![
+                        OutputDecl::new("value", t("int")),
+                        OutputDecl::new("done", t("bool")),
+                    ],
+                )
+            },
+            NodeDecl {
+                mode: NodeMode::StreamingInput,
+                ..d(
+                    "test.running_sum",
+                    vec![PortDecl::new("value", t("int"))],
+                    vec![
+                        OutputDecl::new("sum", t("int")),
+                        OutputDecl::new("total", t("int")),
+                    ],
+                )
+            },
+            NodeDecl {
+                mode: NodeMode::Controlled,
+                ..d(
+                    "test.scale",
+                    vec![
+                        PortDecl::new("x", t("int")),
+                        PortDecl::new("factor", t("int")).with_default(Value::Int(1)),
+                    ],
+                    vec![OutputDecl::new("out", t("int"))],
+                )
+            },
+            // Emits its `events` property (a list) as control events.
+            NodeDecl {
+                properties: vec![PortDecl::new("events", t("list[any]"))],
+                ..d("test.controller", vec![], vec![])
+            },
+            // Routes `value` to `yes` or `no` depending on property `take`.
+            NodeDecl {
+                properties: vec![PortDecl::new("take", t("bool"))],
+                ..d(
+                    "test.branch",
+                    vec![PortDecl::new("value", any())],
+                    vec![OutputDecl::new("yes", any()), OutputDecl::new("no", any())],
+                )
+            },
+            // Iterates `list` by streaming (emit per item), group "x".
+            NodeDecl {
+                mode: NodeMode::StreamingOutput,
+                ..d(
+                    "test.stream_each",
+                    vec![PortDecl::new("list", t("list[any]"))],
+                    vec![
+                        OutputDecl::new("item", any()).correlated(OutputCorrelation::Iteration {
+                            group: Some("x".into()),
+                        }),
+                        OutputDecl::new("index", t("int")).correlated(
+                            OutputCorrelation::Iteration {
+                                group: Some("x".into()),
+                            },
+                        ),
+                    ],
+                )
+            },
+        ];
+        v.into_iter().map(Arc::new).collect()
+    }
+
+    fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {
+        Ok(Arc::new(TestExec {
+            ty: spec.decl.type_name.clone(),
+            probe: self.probe.clone(),
+            props: spec.properties.clone(),
+        }))
+    }
+}
+
+struct TestExec {
+    ty: String,
+    probe: Arc<Probe>,
+    props: BTreeMap<String, Value>,
+}
+
+fn int(inputs: &BTreeMap<String, Value>, k: &str) -> Result<i64, NodeError> {
+    inputs
+        .get(k)
+        .and_then(|v| v.as_i64())
+        .ok_or_else(|| NodeError::msg(format!("input `{k}` missing or not an int")))
+}
+
+impl Executor for TestExec {
+    fn invoke(&self, call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>> {
+        Box::pin(async move {
+            let i = &call.inputs;
+            match self.ty.as_str() {
+                "test.delay" => {
+                    let v = int(i, "value")?;
+                    let n = int(i, "n")?;
+                    let step = int(i, "step_ms")?;
+                    let ms = (n - v).max(0) * step;
+                    tokio::time::sleep(Duration::from_millis(ms as u64)).await;
+                    Ok(Outputs::one("value", Value::Int(v)))
+                }
+                "test.add" => Ok(Outputs::one("sum", Value::Int(int(i, "a")? + int(i, "b")?))),
+                "test.fail" => {
+                    let v = i.get("value").cloned().unwrap_or_default();
+                    if i.get("fail_on") == Some(&v) {
+                        Err(NodeError::msg(format!("boom on {v}")))
+                    } else {
+                        Ok(Outputs::one("value", v))
+                    }
+                }
+                "test.suspend" => Err(NodeError::suspend(
+                    "needs approval",
+                    i.get("value").cloned().unwrap_or_default(),
+                )),
+                "test.hang" => {
+                    self.probe.live.fetch_add(1, Ordering::SeqCst);
+                    let _g = LiveGuard(self.probe.clone());
+                    self.probe.hang_started.notify_one();
+                    call.ctx.cancel_token().cancelled().await;
+                    Err(NodeError::cancelled())
+                }
+                "test.probe" => {
+                    self.probe.probe_count.fetch_add(1, Ordering::SeqCst);
+                    self.probe.probed.notify_one();
+                    Ok(Outputs::one(
+                        "value",
+                        i.get("value").cloned().unwrap_or_default(),
+                    ))
+                }
+                "test.emit" => {
+                    let n = int(i, "n")?;
+                    for k in 0..n {
+                        call.ctx.emit("value", Value::Int(k)).await?;
+                        // Wait until the value has reached the node downstream: this only
+                        // returns if emitted values are routed while the invocation runs.
+                        self.probe.probed.notified().await;
+                    }
+                    Ok(Outputs::one("done", Value::Bool(true)))
+                }
+                "test.scale" => Ok(Outputs::one(
+                    "out",
+                    Value::Int(int(i, "x")? * int(i, "factor")?),
+                )),
+                "test.controller" => {
+                    let mut o = Outputs::new();
+                    for ev in self
+                        .props
+                        .get("events")
+                        .and_then(|e| e.as_list())
+                        .unwrap_or(&[])
+                    {
+                        o.push("__control__", ev.clone());
+                    }
+                    Ok(o)
+                }
+                "test.branch" => {
+                    let v = i.get("value").cloned().unwrap_or_default();
+                    let take = i.get("take").and_then(|v| v.as_bool()).unwrap_or(false);
+                    Ok(Outputs::one(if take { "yes" } else { "no" }, v))
+                }
+                "test.stream_each" => {
+                    let items = i
+                        .get("list")
+                        .and_then(|l| l.as_list())
+                        .unwrap_or(&[])
+                        .to_vec();
+                    for (k, v) in items.into_iter().enumerate() {
+                        call.ctx.emit("item", v).await?;
+                        call.ctx.emit("index", Value::Int(k as i64)).await?;
+                    }
+                    Ok(Outputs::new())
+                }
+                other => Err(NodeError::msg(format!("test node {other} has no invoke"))),
+            }
+        })
+    }
+
+    fn run_stream(
+        &self,
+        mut input: InputStream,
+        ctx: NodeCtx,
+    ) -> BoxFuture<'_, Result<Outputs, NodeError>> {
+        Box::pin(async move {
+            let mut total = 0;
+            while let Some(it) = input.next().await {
+                total += it.value.as_i64().unwrap_or(0);
+                ctx.emit("sum", Value::Int(total)).await?;
+            }
+            Ok(Outputs::one("total", Value::Int(total)))
+        })
+    }
+
+    fn finalize(&self) -> BoxFuture<'_, ()> {
+        self.probe.finalized.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async {})
+    }
+}
+
+pub fn registry() -> (Registry, Arc<Probe>) {
+    let probe = Arc::new(Probe::default());
+    let mut r = Registry::with_builtins();
+    r.add(Arc::new(TestNodes {
+        probe: probe.clone(),
+    }))
+    .unwrap();
+    (r, probe)
+}
+
+/// Builds a graph document from `(id, type, properties)` and
+/// `(source, sourceHandle, target, targetHandle)`.
+pub fn graph(
+    nodes: &[(&str, &str, serde_json::Value)],
+    edges: &[(&str, &str, &str, &str)],
+) -> GraphDoc {
+    let nodes: Vec<_> = nodes
+        .iter()
+        .map(|(id, ty, p)| json!({"id": id, "type": ty, "properties": p}))
+        .collect();
+    let edges: Vec<_> = edges
+        .iter()
+        .map(|(s, sh, t, th)| {
+            let control = *th == "__control__";
+            json!({"source": s, "sourceHandle": sh, "target": t, "targetHandle": th,
+                   "edge_type": if control { "control" } else { "data" }})
+        })
+        .collect();
+    let doc = json!({"format": "heddle.graph", "version": 1, "nodes": nodes, "edges": edges});
+    GraphDoc::parse(&doc.to_string(), "test.json").unwrap()
+}
+
+pub fn ints(v: &[Value]) -> Vec<i64> {
+    v.iter().map(|v| v.as_i64().unwrap()).collect()
+}
+
+pub fn ilist(v: &Value) -> Vec<i64> {
+    ints(v.as_list().unwrap())
+}
+
+/// Fails the test instead of hanging when the runtime deadlocks.
+pub async fn within<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .expect("the run should not hang")
+}
