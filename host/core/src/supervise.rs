@@ -381,6 +381,10 @@ pub struct Intervention {
     /// refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overruled: Option<Overruled>,
+    /// A substitute that failed runtime validation and went back to the decider (the
+    /// verdict was not applied; the next intervention for this failure says what was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
