@@ -1,0 +1,31 @@
+//! Code runners and code nodes: user snippets (Python, JavaScript, Bash, shell commands)
+//! run as nodes, sandboxed one node at a time.
+//!
+//! Two execution modes share one streaming interface ([`Running`]):
+//! - `docker` (default): a fresh container per invocation, started through bollard
+//!   against the local engine, with the security defaults of [`Sandbox`];
+//! - `subprocess`: a local child process in its own process group. It is *not* a
+//!   sandbox (only the time limit, output cap and group kill apply), so the operator must
+//!   allow it explicitly (`[runners] allow_subprocess = true`).
+//!
+//! The nodes (`code.python`, `code.javascript`, `code.bash`, `code.shell`) come from
+//! [`CodeNodes`], a [`heddle_kernel::NodeProvider`]. Images are built without a registry
+//! by [`build_images`]. User documentation: `host/runners/README.md`.
+
+mod config;
+mod docker;
+mod error;
+mod images;
+mod lines;
+mod nodes;
+mod runner;
+mod sandbox;
+mod subprocess;
+
+pub use config::{ImageNames, RunnersConfig};
+pub use docker::{LABEL_NODE, LABEL_OWNER, LABEL_RUNNER, connect_docker, remove_leftovers};
+pub use error::RunnerError;
+pub use images::{BuildOptions, ImageBuildConfig, ImageOutcome, ImagesError, build_images};
+pub use nodes::{CodeNodes, Language, RESULT_MARKER};
+pub use runner::{Exit, Line, Mode, RunSpec, Runner, Running, Stream, start};
+pub use sandbox::{Sandbox, Workspace};

@@ -1,0 +1,122 @@
+//! Sandbox settings of one code invocation.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Limits and isolation for one run. [`Sandbox::default`] is the security-first
+/// baseline for untrusted code; a node may change any field, and every change that
+/// loosens it is listed by [`Sandbox::weakenings`] so it is logged, never silent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sandbox {
+    /// Wall-clock limit of the whole run; reaching it kills the code.
+    pub timeout: Duration,
+    /// Memory cap (swap included: the container gets no swap beyond it).
+    pub memory_bytes: i64,
+    /// CPU quota in units of 1e-9 CPUs (1e9 = one CPU).
+    pub nano_cpus: i64,
+    /// Maximum number of processes/threads in the container (fork bombs).
+    pub pids_limit: i64,
+    pub network: bool,
+    /// `private` unless a node asks otherwise (`shareable`, `none`, …).
+    pub ipc_mode: String,
+    /// Capabilities dropped; `["ALL"]` by default.
+    pub cap_drop: Vec<String>,
+    pub no_new_privileges: bool,
+    /// `uid:gid` inside the container; `None` keeps the image's user (root for ours).
+    pub user: Option<String>,
+    /// Read-only root filesystem, with a writable tmpfs on /tmp.
+    pub read_only_root: bool,
+    /// Size of the /tmp tmpfs when the root is read-only.
+    pub tmp_bytes: i64,
+    pub workspace: Option<Workspace>,
+    /// Bytes of stdout+stderr forwarded before the rest is dropped (with a marker).
+    pub output_limit: usize,
+    /// Longest line forwarded whole; longer lines are split.
+    pub max_line: usize,
+    /// Subprocess mode: time between SIGTERM and SIGKILL when stopping.
+    pub kill_grace: Duration,
+}
+
+/// A host directory bind-mounted at [`Workspace::MOUNT_PATH`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workspace {
+    pub host_path: PathBuf,
+    pub read_only: bool,
+}
+
+impl Workspace {
+    pub const MOUNT_PATH: &'static str = "/workspace";
+}
+
+pub(crate) const MIB: i64 = 1024 * 1024;
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Sandbox {
+            timeout: Duration::from_secs(10),
+            memory_bytes: 256 * MIB,
+            nano_cpus: 1_000_000_000,
+            pids_limit: 256,
+            network: false,
+            ipc_mode: "private".into(),
+            cap_drop: vec!["ALL".into()],
+            no_new_privileges: true,
+            user: Some("1000:1000".into()),
+            read_only_root: false,
+            tmp_bytes: 64 * MIB,
+            workspace: None,
+            output_limit: 1024 * 1024,
+            max_line: 64 * 1024,
+            kill_grace: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Sandbox {
+    /// Human-readable list of the ways this sandbox is looser than the default, for the
+    /// warning logged at each run.
+    pub fn weakenings(&self) -> Vec<String> {
+        let d = Sandbox::default();
+        let mut w = Vec::new();
+        if self.network {
+            w.push("network enabled".to_string());
+        }
+        if self.ipc_mode != d.ipc_mode {
+            w.push(format!("IPC mode `{}`", self.ipc_mode));
+        }
+        if !self.cap_drop.iter().any(|c| c.eq_ignore_ascii_case("ALL")) {
+            w.push(format!("capabilities dropped only: {:?}", self.cap_drop));
+        }
+        if !self.no_new_privileges {
+            w.push("no-new-privileges off".to_string());
+        }
+        match &self.user {
+            None => w.push("runs as the image's user (root in heddle images)".to_string()),
+            Some(u) if u.starts_with("0:") || u == "0" || u.starts_with("root") => {
+                w.push(format!("runs as `{u}`"))
+            }
+            _ => {}
+        }
+        if self.memory_bytes > d.memory_bytes {
+            w.push(format!("memory {} MiB", self.memory_bytes / MIB));
+        }
+        if self.nano_cpus > d.nano_cpus {
+            w.push(format!("{} CPUs", self.nano_cpus as f64 / 1e9));
+        }
+        if self.timeout > d.timeout {
+            w.push(format!("time limit {:?}", self.timeout));
+        }
+        if let Some(ws) = &self.workspace
+            && !ws.read_only
+        {
+            w.push(format!("writable workspace {}", ws.host_path.display()));
+        }
+        w
+    }
+
+    /// Whether re-running is harmless as far as the sandbox can tell: nothing leaves the
+    /// container (no network) and nothing it writes survives it (no writable mount).
+    pub fn is_hermetic(&self) -> bool {
+        !self.network && self.workspace.as_ref().is_none_or(|w| w.read_only)
+    }
+}

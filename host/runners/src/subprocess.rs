@@ -1,0 +1,192 @@
+//! Subprocess mode: a host child process in its own process group.
+//!
+//! Only the time limit, the output cap and the group kill are enforced here; memory,
+//! network, user and capability settings need the container (see `CodeNodes`, which
+//! refuses them in this mode rather than ignoring them).
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::RunnerError;
+use crate::lines::{Interrupt, LineSink};
+use crate::runner::{Exit, LINE_BUFFER, RunSpec, Running, Stream};
+
+/// Signals a whole process group; kills on drop so no path leaves the group running.
+struct Group {
+    pgid: i32,
+}
+
+impl Group {
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) with a negative pid signals the process group we created with
+        // `process_group(0)`; it touches no memory of ours. ESRCH (already gone) is fine.
+        unsafe {
+            libc::kill(-self.pgid, sig);
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
+    }
+}
+
+pub(crate) async fn start(spec: RunSpec) -> Result<Running, RunnerError> {
+    let started = Instant::now();
+    // A fresh scratch directory per run unless a workspace is given.
+    let (workdir, scratch) = match &spec.sandbox.workspace {
+        Some(w) => (w.host_path.clone(), None),
+        None => {
+            let dir = tempfile::Builder::new()
+                .prefix("heddle-code-")
+                .tempdir()
+                .map_err(|source| RunnerError::Io {
+                    action: "creating the scratch directory",
+                    source,
+                })?;
+            (dir.path().to_path_buf(), Some(dir))
+        }
+    };
+    let mut cmd = Command::new(&spec.argv[0]);
+    cmd.args(&spec.argv[1..])
+        .env_clear()
+        .env(
+            "PATH",
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
+        )
+        .env("HOME", &workdir)
+        .env("TMPDIR", &workdir)
+        .env("LANG", "C.UTF-8")
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&workdir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|source| RunnerError::Spawn {
+        program: spec.argv[0].clone(),
+        source,
+    })?;
+    let pid = child
+        .id()
+        .ok_or_else(|| RunnerError::Invalid("child exited before its pid was read".into()))?;
+    let group = Group { pgid: pid as i32 };
+    // Both pipes were requested above, so both are present.
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+
+    let (tx, rx) = mpsc::channel(LINE_BUFFER);
+    let (done_tx, done_rx) = oneshot::channel();
+    let stop = CancellationToken::new();
+    let deadline = started + spec.sandbox.timeout;
+    let sink = LineSink::new(
+        tx,
+        stop.clone(),
+        deadline,
+        spec.sandbox.output_limit,
+        spec.sandbox.max_line,
+        spec.result_marker.clone(),
+    );
+    let grace = spec.sandbox.kill_grace;
+    let driver_stop = stop.clone();
+    tokio::spawn(async move {
+        let r = drive(
+            child,
+            group,
+            stdout,
+            stderr,
+            sink,
+            driver_stop,
+            deadline,
+            grace,
+        )
+        .await;
+        drop(scratch);
+        let mut exit = r;
+        exit.elapsed = started.elapsed();
+        let _ = done_tx.send(Ok(exit));
+    });
+    Ok(Running::new(rx, done_rx, stop, pid.to_string(), Vec::new()))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    mut child: tokio::process::Child,
+    group: Group,
+    mut stdout: tokio::process::ChildStdout,
+    mut stderr: tokio::process::ChildStderr,
+    mut sink: LineSink,
+    stop: CancellationToken,
+    deadline: Instant,
+    grace: std::time::Duration,
+) -> Exit {
+    let mut out_buf = vec![0u8; 16 * 1024];
+    let mut err_buf = vec![0u8; 16 * 1024];
+    let (mut out_open, mut err_open) = (true, true);
+    let mut status: Option<ExitStatus> = None;
+    let mut interrupt = None;
+    while out_open || err_open || status.is_none() {
+        let pushed = tokio::select! {
+            biased;
+            _ = stop.cancelled() => Err(Interrupt::Stopped),
+            _ = tokio::time::sleep_until(deadline) => Err(Interrupt::Timeout),
+            s = child.wait(), if status.is_none() => {
+                status = s.ok();
+                // The program is done; whatever it left in its group (background jobs
+                // holding our pipes) goes now, so the pipes close and nothing lingers.
+                group.signal(libc::SIGKILL);
+                Ok(())
+            }
+            n = stdout.read(&mut out_buf), if out_open => match n {
+                Ok(0) | Err(_) => { out_open = false; Ok(()) }
+                Ok(n) => sink.push(Stream::Stdout, &out_buf[..n]).await,
+            },
+            n = stderr.read(&mut err_buf), if err_open => match n {
+                Ok(0) | Err(_) => { err_open = false; Ok(()) }
+                Ok(n) => sink.push(Stream::Stderr, &err_buf[..n]).await,
+            },
+        };
+        if let Err(i) = pushed {
+            interrupt = Some(i);
+            break;
+        }
+    }
+    if interrupt.is_none() {
+        interrupt = sink.finish().await.err();
+    }
+    let mut exit = Exit::default();
+    if let Some(i) = interrupt {
+        match i {
+            Interrupt::Stopped => exit.stopped = true,
+            Interrupt::Timeout => exit.timed_out = true,
+        }
+        if status.is_none() {
+            group.signal(libc::SIGTERM);
+            status = match tokio::time::timeout(grace, child.wait()).await {
+                Ok(s) => s.ok(),
+                Err(_) => {
+                    group.signal(libc::SIGKILL);
+                    child.wait().await.ok()
+                }
+            };
+        }
+    }
+    drop(group);
+    if let Some(s) = status {
+        exit.code = s.code().map(i64::from);
+        exit.signal = s.signal();
+    }
+    exit.truncated = sink.truncated;
+    exit.result = sink.result.take();
+    exit.last_stdout = sink.last_stdout.take();
+    exit.stderr_tail = sink.stderr_tail();
+    exit
+}

@@ -1,0 +1,232 @@
+//! Subprocess mode: host interpreters (python3, node, bash, sh must be on PATH).
+
+mod common;
+
+use common::*;
+use heddle_core::Value;
+use heddle_kernel::ErrorKind;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn sub(code_key: &str, code: &str) -> Vec<(&'static str, Value)> {
+    let key: &'static str = if code_key == "command" {
+        "command"
+    } else {
+        "code"
+    };
+    vec![(key, Value::str(code)), ("mode", Value::str("subprocess"))]
+}
+
+fn with(
+    mut base: Vec<(&'static str, Value)>,
+    more: &[(&'static str, Value)],
+) -> Vec<(&'static str, Value)> {
+    base.extend(more.iter().cloned());
+    base
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_round_trip() {
+    let r = run_node(
+        &subprocess_nodes(),
+        "py",
+        "code.python",
+        props(&with(
+            sub(
+                "code",
+                "print('hi')\nset_result({'double': [2 * v for v in xs], 'who': who})",
+            ),
+            &[("xs", json(json!([1, 2]))), ("who", Value::str("py"))],
+        )),
+    )
+    .await;
+    assert_eq!(r.value(), json!({"double": [2, 4], "who": "py"}));
+    assert_eq!(r.stdout, vec!["hi"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_round_trip() {
+    let r = run_node(
+        &subprocess_nodes(),
+        "js",
+        "code.javascript",
+        props(&with(
+            sub(
+                "code",
+                "console.error('warn'); set_result({ keys: Object.keys(obj), n: n * 2 });",
+            ),
+            &[
+                ("obj", json(json!({"a": 1, "b": 2}))),
+                ("n", Value::Int(21)),
+            ],
+        )),
+    )
+    .await;
+    assert_eq!(r.value(), json!({"keys": ["a", "b"], "n": 42}));
+    assert_eq!(r.stderr, vec!["warn"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_round_trip() {
+    let r = run_node(
+        &subprocess_nodes(),
+        "sh",
+        "code.bash",
+        props(&with(
+            sub(
+                "code",
+                "for i in 1 2 3; do echo line$i; done\nset_result \"[$a, \\\"$b\\\"]\"",
+            ),
+            &[("a", Value::Int(7)), ("b", Value::str("x"))],
+        )),
+    )
+    .await;
+    assert_eq!(r.value(), json!([7, "x"]));
+    assert_eq!(r.stdout, vec!["line1", "line2", "line3"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_command_round_trip() {
+    let r = run_node(
+        &subprocess_nodes(),
+        "cmd",
+        "code.shell",
+        props(&with(
+            sub("command", "echo \"$x\" | tr a-z A-Z"),
+            &[("x", Value::str("loud"))],
+        )),
+    )
+    .await;
+    assert_eq!(r.value(), json!("LOUD"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nonzero_exit_fails_with_code_and_stderr() {
+    let r = run_node(
+        &subprocess_nodes(),
+        "fail",
+        "code.bash",
+        props(&sub("code", "echo 'it broke' >&2; exit 4")),
+    )
+    .await;
+    let e = r.error();
+    assert_eq!(e.signature.as_deref(), Some("code:exit:4"));
+    assert!(e.message.contains("it broke"), "{}", e.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_limit_kills_the_whole_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("bg.pid");
+    // A background child that would outlive its parent if only the parent were killed.
+    let code = format!(
+        "sleep 300 & echo $! > {}; echo started; wait",
+        pidfile.display()
+    );
+    let r = run_node(
+        &subprocess_nodes(),
+        "slow",
+        "code.bash",
+        props(&with(
+            sub("code", &code),
+            &[("timeout_s", Value::Float(1.0))],
+        )),
+    )
+    .await;
+    assert_eq!(r.error().kind, ErrorKind::Deadline, "{:?}", r.result);
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!process_alive(pid), "background process {pid} survived");
+}
+
+fn process_alive(pid: i32) -> bool {
+    // A zombie is dead for our purposes (it is reaped by init, not us).
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_terminates_the_process_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let code = format!("echo $$ > {}; echo running; sleep 300", pidfile.display());
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    let r = run_node_with(
+        &subprocess_nodes(),
+        "cancel",
+        "code.bash",
+        props(&with(sub("code", &code), &[("timeout_s", Value::Int(100))])),
+        cancel,
+        move |l| {
+            if l == "running" {
+                trigger.cancel()
+            }
+        },
+    )
+    .await;
+    assert_eq!(r.error().kind, ErrorKind::Cancelled, "{:?}", r.result);
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!process_alive(pid), "process {pid} survived the cancel");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subprocess_mode_needs_the_operators_consent() {
+    let r = run_node(
+        &code_nodes(),
+        "denied",
+        "code.python",
+        props(&sub("code", "print(1)")),
+    )
+    .await;
+    assert!(
+        r.error().message.contains("allow_subprocess"),
+        "{}",
+        r.error().message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_only_limits_are_refused_in_subprocess_mode() {
+    let r = run_node(
+        &subprocess_nodes(),
+        "mem",
+        "code.python",
+        props(&with(
+            sub("code", "print(1)"),
+            &[("memory_mb", Value::Int(64))],
+        )),
+    )
+    .await;
+    let m = &r.error().message;
+    assert!(
+        m.contains("`memory_mb`") && m.contains("cannot be enforced"),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subprocess_runs_are_logged_as_unsandboxed() {
+    let r = run_node(
+        &subprocess_nodes(),
+        "log",
+        "code.bash",
+        props(&sub("code", "echo 1")),
+    )
+    .await;
+    assert_eq!(r.value(), json!(1));
+    assert!(
+        r.logs.iter().any(|l| l.contains("no memory, network")),
+        "{:?}",
+        r.logs
+    );
+}
