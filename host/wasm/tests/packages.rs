@@ -1,0 +1,179 @@
+//! Installing, pinning, verifying and loading packages; refusing bad ones with a message
+//! that names the file and the problem.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use heddle_wasm::{PackageError, PackageStore, WasmPackage};
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn install_list_verify_load_remove() {
+    let host = host();
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = PackageStore::open(store_dir.path());
+    let pkg = store.install(&host, &package_dir("hostile")).await.unwrap();
+    assert_eq!(pkg.name(), "hostile");
+    assert!(pkg.declarations().iter().any(|d| d.type_name == "hostile.spin"));
+    assert!(pkg.declarations()[0].origin.starts_with("package:hostile@0.1.0"));
+
+    let list = store.list().unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].sha256.len(), 64);
+    let lock = std::fs::read_to_string(store.lockfile_path()).unwrap();
+    assert!(lock.contains(&list[0].sha256));
+
+    assert!(store.verify().unwrap().iter().all(|r| r.result.is_ok()));
+    store.load(&host, "hostile").await.unwrap();
+
+    store.remove("hostile").unwrap();
+    assert!(store.list().unwrap().is_empty());
+    assert!(matches!(
+        store.load(&host, "hostile").await.unwrap_err(),
+        PackageError::NotInstalled { .. }
+    ));
+}
+
+#[tokio::test]
+async fn changed_bytes_after_lock_are_refused() {
+    let host = host();
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = PackageStore::open(store_dir.path());
+    store.install(&host, &package_dir("hostile")).await.unwrap();
+    let wasm = store.package_dir("hostile").join("hostile.wasm");
+    let mut bytes = std::fs::read(&wasm).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&wasm, &bytes).unwrap();
+
+    let e = store.load(&host, "hostile").await.unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, PackageError::Changed { .. }), "{msg}");
+    assert!(msg.contains("hostile.wasm") && msg.contains("changed since it was locked"), "{msg}");
+    let reports = store.verify().unwrap();
+    assert!(reports[0].result.is_err());
+
+    // An edited manifest (e.g. new capability requests) is refused the same way.
+    store.install(&host, &package_dir("hostile")).await.unwrap();
+    let manifest = store.package_dir("hostile").join("heddle-package.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("Never grant", "Please grant")).unwrap();
+    let msg = store.load(&host, "hostile").await.unwrap_err().to_string();
+    assert!(msg.contains("heddle-package.toml"), "{msg}");
+}
+
+#[tokio::test]
+async fn bad_packages_are_refused_at_install_naming_file_and_problem() {
+    let host = host();
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = PackageStore::open(store_dir.path());
+
+    // Missing manifest.
+    let empty = tempfile::tempdir().unwrap();
+    let msg = store.install(&host, empty.path()).await.unwrap_err().to_string();
+    assert!(msg.contains("heddle-package.toml") && msg.contains("missing"), "{msg}");
+
+    // Malformed manifest.
+    let bad = tempfile::tempdir().unwrap();
+    copy_dir(&package_dir("hostile"), bad.path());
+    std::fs::write(bad.path().join("heddle-package.toml"), "name = \"x\"\nversion = 3\n").unwrap();
+    let msg = store.install(&host, bad.path()).await.unwrap_err().to_string();
+    assert!(msg.contains("heddle-package.toml") && msg.contains("malformed"), "{msg}");
+
+    // Component path escaping the package directory.
+    std::fs::write(
+        bad.path().join("heddle-package.toml"),
+        "name = \"x\"\nversion = \"1\"\ncomponent = \"../x.wasm\"\n",
+    )
+    .unwrap();
+    let msg = store.install(&host, bad.path()).await.unwrap_err().to_string();
+    assert!(msg.contains("relative path inside"), "{msg}");
+
+    // Missing component file.
+    std::fs::write(
+        bad.path().join("heddle-package.toml"),
+        "name = \"x\"\nversion = \"1\"\ncomponent = \"nope.wasm\"\n",
+    )
+    .unwrap();
+    let msg = store.install(&host, bad.path()).await.unwrap_err().to_string();
+    assert!(msg.contains("nope.wasm") && msg.contains("does not exist"), "{msg}");
+
+    // Not a component at all.
+    std::fs::write(bad.path().join("nope.wasm"), b"\0asm garbage").unwrap();
+    let msg = store.install(&host, bad.path()).await.unwrap_err().to_string();
+    assert!(msg.contains("nope.wasm") && msg.contains("not a valid WebAssembly component"), "{msg}");
+
+    // A component of another world.
+    let msg = store.install(&host, &package_dir("mismatch")).await.unwrap_err().to_string();
+    assert!(msg.contains("mismatch.wasm") && msg.contains("does not match the heddle:node WIT"), "{msg}");
+
+    // Built against an unsupported WIT version.
+    let e = store.install(&host, &package_dir("future")).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, PackageError::UnsupportedVersion { .. }), "{msg}");
+    assert!(msg.contains("future.wasm") && msg.contains("heddle:node@0.9.0") && msg.contains("0.1.x"), "{msg}");
+
+    assert!(store.list().unwrap().is_empty(), "nothing bad was installed");
+}
+
+#[tokio::test]
+async fn compiled_code_is_cached_by_digest_and_engine_config() {
+    let cache = tempfile::tempdir().unwrap();
+    let mk = |fuel: bool| {
+        heddle_wasm::WasmHost::new(heddle_wasm::EngineSettings {
+            cache_dir: Some(cache.path().into()),
+            fuel,
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let count = || std::fs::read_dir(cache.path()).map(|d| d.count()).unwrap_or(0);
+    let h1 = mk(true);
+    WasmPackage::load_dir(&h1, &package_dir("hostile")).await.unwrap();
+    assert_eq!(count(), 1);
+    // Same engine configuration: served from the cache (no new entry).
+    let h2 = mk(true);
+    let p = WasmPackage::load_dir(&h2, &package_dir("hostile")).await.unwrap();
+    assert_eq!(count(), 1);
+    assert!(!p.declarations().is_empty());
+    // Another configuration (no fuel instrumentation) compiles separately.
+    let h3 = mk(false);
+    WasmPackage::load_dir(&h3, &package_dir("hostile")).await.unwrap();
+    assert_eq!(count(), 2);
+    drop(p);
+    // A corrupted cache entry is discarded and recompiled, not trusted. (Replaced by
+    // rename, as the host writes them: a compiled artifact is mapped into memory, so
+    // nothing may rewrite one in place while it is loaded.)
+    for e in std::fs::read_dir(cache.path()).unwrap() {
+        let path = e.unwrap().path();
+        let tmp = path.with_extension("corrupt");
+        std::fs::write(&tmp, b"corrupt").unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+    WasmPackage::load_dir(&mk(true), &package_dir("hostile")).await.unwrap();
+}
+
+#[tokio::test]
+async fn first_party_packages_load_by_default() {
+    let dirs = heddle_wasm::first_party_package_dirs().unwrap();
+    assert_eq!(dirs.len(), 2);
+    let p = first_party_provider(Default::default()).await;
+    let names: Vec<String> = heddle_kernel::NodeProvider::declarations(&p)
+        .iter()
+        .map(|d| d.type_name.clone())
+        .collect();
+    for t in ["std.text.concat", "std.json.parse", "std.list.zip", "files.read_text", "files.write_text"] {
+        assert!(names.iter().any(|n| n == t), "{t} missing from {names:?}");
+    }
+    let files = p.packages().iter().find(|p| p.name() == "files").unwrap();
+    assert!(!files.requested_capabilities().is_empty());
+}

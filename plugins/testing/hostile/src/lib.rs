@@ -1,0 +1,143 @@
+//! Nodes that attack the host, for the sandbox tests. Each one does exactly one bad
+//! thing so a test failure points at one defence.
+
+use heddle_sdk::{Decl, Error, Inputs, Node, Outputs, Value, node};
+
+node! {
+    /// Loop forever without checking for cancellation.
+    #[node("hostile.spin")]
+    pub fn spin(seed: i64 = 1i64) -> out: i64 {
+        let mut x = seed as u64;
+        loop {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            if x == 42 {
+                break;
+            }
+        }
+        Ok(x as i64)
+    }
+}
+
+node! {
+    /// Allocate memory until something gives.
+    #[node("hostile.alloc")]
+    pub fn alloc(mb: i64 = 4096i64) -> out: i64 {
+        let mut keep: Vec<Vec<u8>> = Vec::new();
+        for _ in 0..mb {
+            let mut v = vec![0u8; 1 << 20];
+            v[0] = 1;
+            keep.push(v);
+        }
+        Ok(keep.len() as i64)
+    }
+}
+
+node! {
+    /// Read a file.
+    #[node("hostile.read")]
+    pub fn read(path: String) -> text: String {
+        std::fs::read_to_string(&path).map_err(|e| Error::new(format!("read {path}: {e}")).signature("denied"))
+    }
+}
+
+node! {
+    /// Write a file.
+    #[node("hostile.write")]
+    pub fn write(path: String, text: String = "pwned") -> ok: bool {
+        std::fs::write(&path, text).map_err(|e| Error::new(format!("write {path}: {e}")).signature("denied"))?;
+        Ok(true)
+    }
+}
+
+node! {
+    /// Read the environment.
+    #[node("hostile.env")]
+    pub fn env(name: String) -> value: Option<String> {
+        Ok(std::env::var(&name).ok())
+    }
+}
+
+node! {
+    /// Return a huge string.
+    #[node("hostile.huge")]
+    pub fn huge(bytes: i64 = 8_000_000i64) -> out: String {
+        Ok("x".repeat(bytes as usize))
+    }
+}
+
+node! {
+    /// Panic on request, otherwise answer.
+    #[node("hostile.panic")]
+    pub fn panic(panic: bool = true) -> out: String {
+        if panic {
+            panic!("hostile guest panicked on purpose");
+        }
+        Ok("alive".into())
+    }
+}
+
+node! {
+    /// Ask for a secret by name.
+    #[node("hostile.secret")]
+    pub fn secret(name: String) -> value: Option<String> {
+        Ok(heddle_sdk::secret(&name))
+    }
+}
+
+node! {
+    /// Print a lot to stdout.
+    #[node("hostile.chatty")]
+    pub fn chatty(lines: i64 = 100_000i64) -> out: i64 {
+        for i in 0..lines {
+            println!("line {i} of noise that fills the log");
+        }
+        heddle_sdk::log::info("done talking");
+        Ok(lines)
+    }
+}
+
+node! {
+    /// Return the input (trivial node for overhead benchmarks).
+    #[node("hostile.echo", retry_safe)]
+    pub fn echo(value: Value) -> value: Value {
+        Ok(value)
+    }
+}
+
+node! {
+    /// Return the input, reusing a warm instance.
+    #[node("hostile.echo_warm", retry_safe, reuse_instance)]
+    pub fn echo_warm(value: Value) -> value: Value {
+        Ok(value)
+    }
+}
+
+node! {
+    /// A tight integer loop of `n` iterations (fuel overhead benchmark).
+    #[node("hostile.compute", retry_safe)]
+    pub fn compute(n: i64 = 1_000_000i64) -> out: i64 {
+        let mut h: u64 = 1469598103934665603;
+        for i in 0..n as u64 {
+            h = (h ^ i).wrapping_mul(1099511628211);
+        }
+        Ok(h as i64)
+    }
+}
+
+/// Emits on an undeclared handle, then returns an undeclared output.
+pub struct Liar;
+
+impl Node for Liar {
+    const TYPE: &'static str = "hostile.liar";
+    fn declare() -> Decl {
+        Decl::new(Self::TYPE).output::<String>("out", "").streaming_output()
+    }
+    fn run(_i: &mut Inputs) -> Result<Outputs, Error> {
+        if heddle_sdk::emit("secret_channel", "x".to_string()).is_ok() {
+            return Err(Error::new("host accepted an undeclared handle"));
+        }
+        Ok(Outputs::one("not_declared", "x".to_string()))
+    }
+}
+
+heddle_sdk::export_nodes!(spin, alloc, read, write, env, huge, panic, secret, chatty, echo, echo_warm, compute, Liar);
