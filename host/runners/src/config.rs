@@ -9,7 +9,7 @@ use crate::images::ImageBuildConfig;
 /// Operator configuration of the code runners. Everything here is the operator's call,
 /// not the workflow author's: a graph file can pick an image or tighten the sandbox, but
 /// only this section can allow unsandboxed subprocess mode or host directories.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunnersConfig {
     /// Default image per language (a node's `image` property overrides it).
@@ -25,18 +25,6 @@ pub struct RunnersConfig {
     pub docker_host: Option<String>,
     /// How `heddle images build` builds the images.
     pub build: ImageBuildConfig,
-}
-
-impl Default for RunnersConfig {
-    fn default() -> Self {
-        RunnersConfig {
-            images: ImageNames::default(),
-            allow_subprocess: false,
-            workspace_roots: Vec::new(),
-            docker_host: None,
-            build: ImageBuildConfig::default(),
-        }
-    }
 }
 
 /// Image names per language. Stock images work too (`python:3.12-slim`, `node:22-slim`,
