@@ -15,10 +15,11 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::error::RunnerError;
 use crate::lines::{Interrupt, LineSink};
-use crate::runner::{Exit, LINE_BUFFER, RunSpec, Running, Stream};
+use crate::runner::{Exit, LINE_BUFFER, RunSpec, Running, Stream, spawn_driver};
 use crate::sandbox::Workspace;
 
 /// Label on every container a runner creates (value `1`): `docker ps -a --filter
@@ -200,7 +201,11 @@ fn is_connection_error(e: &DockerError) -> bool {
     )
 }
 
-pub(crate) async fn start(docker: Docker, spec: RunSpec) -> Result<Running, RunnerError> {
+pub(crate) async fn start(
+    docker: Docker,
+    spec: RunSpec,
+    tracker: Option<&TaskTracker>,
+) -> Result<Running, RunnerError> {
     let started = Instant::now();
     let name = container_name(&spec.name_hint);
     let created = docker
@@ -272,7 +277,7 @@ pub(crate) async fn start(docker: Docker, spec: RunSpec) -> Result<Running, Runn
     );
     let driver_stop = stop.clone();
     let driver_id = id.clone();
-    tokio::spawn(async move {
+    spawn_driver(tracker, async move {
         let r = drive(
             &docker,
             &driver_id,

@@ -27,6 +27,8 @@ use heddle_kernel::{
 
 use crate::config::RunnersConfig;
 use crate::error::RunnerError;
+use tokio_util::task::TaskTracker;
+
 use crate::runner::{Exit, Mode, RunSpec, Runner, Stream};
 use crate::sandbox::{MIB, Sandbox, Workspace};
 
@@ -485,6 +487,7 @@ fn configure(
         notes,
         props: property_names(lang).collect(),
         runner,
+        drivers: TaskTracker::new(),
     })
 }
 
@@ -520,6 +523,10 @@ struct CodeExecutor {
     /// Names that are configuration, not inputs.
     props: Vec<&'static str>,
     runner: Runner,
+    /// The driver tasks of this node's runs. The kernel drops an invocation's future on
+    /// cancel; the driver then still stops and removes the container (or kills the
+    /// process group), and `finalize` waits for it, so a finished run leaves nothing.
+    drivers: TaskTracker,
 }
 
 fn is_identifier(name: &str) -> bool {
@@ -623,7 +630,7 @@ impl CodeExecutor {
         }
         let mut running = self
             .runner
-            .start(spec)
+            .start_tracked(spec, &self.drivers)
             .await
             .map_err(|e| self.start_error(e))?;
         for w in &running.warnings {
@@ -761,6 +768,14 @@ impl CodeExecutor {
 impl Executor for CodeExecutor {
     fn invoke(&self, call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>> {
         Box::pin(self.run(call))
+    }
+
+    fn finalize(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {
+            self.drivers.close();
+            self.drivers.wait().await;
+            self.drivers.reopen();
+        })
     }
 }
 

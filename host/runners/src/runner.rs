@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OnceCell, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::error::RunnerError;
 use crate::sandbox::Sandbox;
@@ -201,15 +202,34 @@ impl Runner {
     /// missing image, program not found) are errors here; the code's own failure is in
     /// the [`Exit`].
     pub async fn start(&self, spec: RunSpec) -> Result<Running, RunnerError> {
+        self.start_in(spec, None).await
+    }
+
+    /// Like [`Runner::start`], with the run's driver task (which owns the cleanup)
+    /// spawned on `tracker`, so the caller can wait until every container or process it
+    /// started is gone, even runs whose [`Running`] was dropped mid-flight.
+    pub async fn start_tracked(
+        &self,
+        spec: RunSpec,
+        tracker: &TaskTracker,
+    ) -> Result<Running, RunnerError> {
+        self.start_in(spec, Some(tracker)).await
+    }
+
+    async fn start_in(
+        &self,
+        spec: RunSpec,
+        tracker: Option<&TaskTracker>,
+    ) -> Result<Running, RunnerError> {
         if spec.argv.is_empty() {
             return Err(RunnerError::Invalid("empty command".into()));
         }
         match spec.mode {
             Mode::Docker => {
                 let docker = self.docker().await?.clone();
-                crate::docker::start(docker, spec).await
+                crate::docker::start(docker, spec, tracker).await
             }
-            Mode::Subprocess => crate::subprocess::start(spec).await,
+            Mode::Subprocess => crate::subprocess::start(spec, tracker).await,
         }
     }
 }
@@ -221,4 +241,19 @@ pub(crate) const LINE_BUFFER: usize = 256;
 /// Starts `spec` with a one-off [`Runner`] (connects to Docker for this run only).
 pub async fn start(spec: RunSpec) -> Result<Running, RunnerError> {
     Runner::default().start(spec).await
+}
+
+/// Spawns a driver task on `tracker` when given, else on the runtime.
+pub(crate) fn spawn_driver<F>(tracker: Option<&TaskTracker>, fut: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    match tracker {
+        Some(t) => {
+            t.spawn(fut);
+        }
+        None => {
+            tokio::spawn(fut);
+        }
+    }
 }

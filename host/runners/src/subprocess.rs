@@ -12,10 +12,11 @@ use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::error::RunnerError;
 use crate::lines::{Interrupt, LineSink};
-use crate::runner::{Exit, LINE_BUFFER, RunSpec, Running, Stream};
+use crate::runner::{Exit, LINE_BUFFER, RunSpec, Running, Stream, spawn_driver};
 
 /// Signals a whole process group; kills on drop so no path leaves the group running.
 struct Group {
@@ -38,7 +39,10 @@ impl Drop for Group {
     }
 }
 
-pub(crate) async fn start(spec: RunSpec) -> Result<Running, RunnerError> {
+pub(crate) async fn start(
+    spec: RunSpec,
+    tracker: Option<&TaskTracker>,
+) -> Result<Running, RunnerError> {
     let started = Instant::now();
     // A fresh scratch directory per run unless a workspace is given.
     let (workdir, scratch) = match &spec.sandbox.workspace {
@@ -97,7 +101,7 @@ pub(crate) async fn start(spec: RunSpec) -> Result<Running, RunnerError> {
     );
     let grace = spec.sandbox.kill_grace;
     let driver_stop = stop.clone();
-    tokio::spawn(async move {
+    spawn_driver(tracker, async move {
         let r = drive(
             child,
             group,
