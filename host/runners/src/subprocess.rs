@@ -33,6 +33,52 @@ impl Group {
     }
 }
 
+impl Group {
+    /// Waits (bounded) until no live process is left in the group: kill(2) only queues
+    /// the signal, and a killed process may linger for a moment while it exits.
+    /// Zombies count as gone: they hold no resources and init reaps them.
+    async fn wait_gone(&self, limit: std::time::Duration) {
+        let t0 = Instant::now();
+        loop {
+            // SAFETY: signal 0 only checks that the group exists; nothing is delivered.
+            if unsafe { libc::kill(-self.pgid, 0) } != 0 || !self.has_live_members() {
+                return;
+            }
+            if t0.elapsed() >= limit {
+                tracing::warn!(pgid = self.pgid, "processes still exiting after SIGKILL");
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+
+    fn has_live_members(&self) -> bool {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return false;
+        };
+        dir.flatten().any(|e| {
+            let name = e.file_name();
+            let Some(pid) = name
+                .to_str()
+                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            else {
+                return false;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // "pid (comm) state ppid pgrp …"; comm may contain ") ", so split at the last.
+            let Some((_, rest)) = stat.rsplit_once(") ") else {
+                return false;
+            };
+            let mut f = rest.split(' ');
+            let state = f.next();
+            let pgrp = f.nth(1).and_then(|p| p.parse::<i32>().ok());
+            pgrp == Some(self.pgid) && state != Some("Z")
+        })
+    }
+}
+
 impl Drop for Group {
     fn drop(&mut self) {
         self.signal(libc::SIGKILL);
@@ -183,6 +229,8 @@ async fn drive(
             };
         }
     }
+    group.signal(libc::SIGKILL);
+    group.wait_gone(std::time::Duration::from_secs(2)).await;
     drop(group);
     if let Some(s) = status {
         exit.code = s.code().map(i64::from);

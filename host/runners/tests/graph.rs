@@ -121,3 +121,51 @@ async fn cancelling_the_run_removes_the_container() {
     let left = containers_of(&id).await;
     assert!(left.is_empty(), "containers left after cancel: {left:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_the_run_kills_the_subprocess_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pids");
+    let code = format!(
+        "sleep 300 & echo $! > {p}; echo $$ >> {p}; echo started; wait",
+        p = pidfile.display()
+    );
+    let doc = GraphDoc::parse(
+        &json!({
+            "format": "heddle.graph", "version": 1,
+            "nodes": [
+                {"id": "sleeper", "type": "code.bash", "properties": {
+                    "code": code, "mode": "subprocess", "timeout_s": 120}},
+                {"id": "log", "type": "heddle.output"}
+            ],
+            "edges": [{"source": "sleeper", "sourceHandle": "stdout", "target": "log", "targetHandle": "value"}]
+        })
+        .to_string(),
+        "inline",
+    )
+    .unwrap();
+    let reg = registry(RunnersConfig {
+        allow_subprocess: true,
+        ..RunnersConfig::default()
+    });
+    let plan = heddle_core::plan::plan(&doc, &reg).expect("valid graph");
+    let run = Run::new(plan, &reg, RunOptions::default()).expect("run");
+    let mut events = run.subscribe();
+    let handle = run.start();
+    while let Some(e) = events.next().await {
+        if let EventKind::Output { value, .. } = &e.kind
+            && value.as_str() == Some("started")
+        {
+            break;
+        }
+    }
+    handle.cancel();
+    let r = handle.wait().await;
+    assert_eq!(r.status, RunStatus::Cancelled);
+    for pid in std::fs::read_to_string(&pidfile).unwrap().lines() {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let alive =
+            !stat.is_empty() && !stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z'));
+        assert!(!alive, "process {pid} outlived the cancelled run: {stat}");
+    }
+}
