@@ -584,3 +584,58 @@ async fn bad_properties_are_refused_at_create_naming_node_and_property() {
         r.error().message
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn building_images_again_skips_the_present_ones() {
+    require_docker!();
+    let lines = std::sync::Mutex::new(Vec::new());
+    let progress = |l: &str| lines.lock().unwrap().push(l.to_string());
+    let outcomes = heddle_runners::build_images(
+        &RunnersConfig::default(),
+        &heddle_runners::BuildOptions::default(),
+        &progress,
+    )
+    .await
+    .expect("images present");
+    assert_eq!(outcomes.len(), 3);
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, heddle_runners::ImageOutcome::Present { .. })),
+        "{outcomes:?}"
+    );
+    assert!(lines.lock().unwrap().iter().all(|l| l.contains("present")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leftovers_of_a_dead_owner_are_removed_by_label() {
+    require_docker!();
+    use bollard::models::ContainerCreateBody;
+    let docker = heddle_runners::connect_docker(None).await.unwrap();
+    let id = node_id("leftover");
+    // A fake owner pid no live process of this test uses.
+    let owner = 999_999_000 + std::process::id() % 1000;
+    let labels = std::collections::HashMap::from([
+        (heddle_runners::LABEL_RUNNER.to_string(), "1".to_string()),
+        (heddle_runners::LABEL_NODE.to_string(), id.clone()),
+        (heddle_runners::LABEL_OWNER.to_string(), owner.to_string()),
+    ]);
+    docker
+        .create_container(
+            None::<bollard::query_parameters::CreateContainerOptions>,
+            ContainerCreateBody {
+                image: Some(RunnersConfig::default().images.bash),
+                cmd: Some(vec!["true".into()]),
+                labels: Some(labels),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(containers_of(&id).await.len(), 1);
+    let removed = heddle_runners::remove_leftovers(&docker, Some(owner))
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+    assert_no_leftovers(&id).await;
+}
