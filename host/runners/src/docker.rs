@@ -86,6 +86,39 @@ pub async fn remove_leftovers(docker: &Docker, owner: Option<u32>) -> Result<usi
     Ok(n)
 }
 
+/// Force-removes containers carrying [`LABEL_RUNNER`] whose owner process no longer
+/// runs on this host (leftovers of a crashed or killed heddle), leaving those of live
+/// processes alone. Meant for start-up. Returns how many were removed.
+pub async fn remove_orphans(docker: &Docker) -> Result<usize, RunnerError> {
+    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_RUNNER}=1")])]);
+    let list = docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .map_err(|source| RunnerError::Docker {
+            action: "listing leftover containers",
+            source,
+        })?;
+    let mut n = 0;
+    for c in list {
+        let owner_alive = c
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_OWNER))
+            .and_then(|p| p.parse::<u32>().ok())
+            .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        if let (false, Some(id)) = (owner_alive, c.id) {
+            force_remove(docker, &id).await?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 async fn force_remove(docker: &Docker, id: &str) -> Result<(), RunnerError> {
     let opts = RemoveContainerOptionsBuilder::default()
         .force(true)

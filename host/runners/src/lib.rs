@@ -23,7 +23,9 @@ mod sandbox;
 mod subprocess;
 
 pub use config::{ImageNames, RunnersConfig};
-pub use docker::{LABEL_NODE, LABEL_OWNER, LABEL_RUNNER, connect_docker, remove_leftovers};
+pub use docker::{
+    LABEL_NODE, LABEL_OWNER, LABEL_RUNNER, connect_docker, remove_leftovers, remove_orphans,
+};
 pub use error::RunnerError;
 pub use images::{BuildOptions, ImageBuildConfig, ImageOutcome, ImagesError, build_images};
 pub use nodes::{CodeNodes, Language, RESULT_MARKER};

@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use heddle_core::graph::AccessLevel;
 use heddle_core::{
     LogLevel, NodeDecl, NodeMode, OutputCorrelation, OutputDecl, PortDecl, PortType, Value,
 };
@@ -435,6 +436,21 @@ fn configure(
             host_path: allowed_workspace(spec.id, &path, config)?,
             read_only: p.bool("workspace_read_only", false)?,
         }),
+    };
+    // The workflow author's `limits.files` narrows the workspace, never widens it.
+    let workspace = match (spec.limits.and_then(|l| l.files), workspace) {
+        (Some(AccessLevel::None), Some(_)) => {
+            return Err(bad(
+                "`limits.files` is `none` but property `workspace` asks for a mount; \
+                 remove one of them"
+                    .into(),
+            ));
+        }
+        (Some(AccessLevel::Read), Some(w)) => Some(Workspace {
+            read_only: true,
+            ..w
+        }),
+        (_, w) => w,
     };
     let sandbox = Sandbox {
         timeout: Duration::from_secs_f64(timeout),

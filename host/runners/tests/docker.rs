@@ -607,17 +607,12 @@ async fn building_images_again_skips_the_present_ones() {
     assert!(lines.lock().unwrap().iter().all(|l| l.contains("present")));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leftovers_of_a_dead_owner_are_removed_by_label() {
-    require_docker!();
+/// Creates a stopped container labelled as ours, owned by `owner`.
+async fn fake_leftover(docker: &bollard::Docker, node: &str, owner: u32) {
     use bollard::models::ContainerCreateBody;
-    let docker = heddle_runners::connect_docker(None).await.unwrap();
-    let id = node_id("leftover");
-    // A fake owner pid no live process of this test uses.
-    let owner = 999_999_000 + std::process::id() % 1000;
     let labels = std::collections::HashMap::from([
         (heddle_runners::LABEL_RUNNER.to_string(), "1".to_string()),
-        (heddle_runners::LABEL_NODE.to_string(), id.clone()),
+        (heddle_runners::LABEL_NODE.to_string(), node.to_string()),
         (heddle_runners::LABEL_OWNER.to_string(), owner.to_string()),
     ]);
     docker
@@ -632,10 +627,83 @@ async fn leftovers_of_a_dead_owner_are_removed_by_label() {
         )
         .await
         .unwrap();
-    assert_eq!(containers_of(&id).await.len(), 1);
-    let removed = heddle_runners::remove_leftovers(&docker, Some(owner))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leftovers_are_found_and_removed_by_label() {
+    require_docker!();
+    let docker = heddle_runners::connect_docker(None).await.unwrap();
+    let id = node_id("leftover");
+    // Owner pids above any pid_max: no live process has them.
+    let dead_owner = 999_999_000 + std::process::id() % 1000;
+    fake_leftover(&docker, &format!("{id}-a"), dead_owner).await;
+    fake_leftover(&docker, &format!("{id}-b"), dead_owner + 1).await;
+    assert_eq!(containers_of(&format!("{id}-a")).await.len(), 1);
+
+    let removed = heddle_runners::remove_leftovers(&docker, Some(dead_owner))
         .await
         .unwrap();
     assert_eq!(removed, 1);
+    assert_no_leftovers(&format!("{id}-a")).await;
+    assert_eq!(containers_of(&format!("{id}-b")).await.len(), 1);
+
+    // The start-up sweep removes a dead owner's containers but not a live one's.
+    let live_id = format!("{id}-live");
+    let nodes = code_nodes();
+    let cancel = CancellationToken::new();
+    let live = run_node_with(
+        &nodes,
+        &live_id,
+        "code.bash",
+        props(&[
+            ("code", Value::str("echo up; sleep 30")),
+            ("timeout_s", Value::Int(60)),
+        ]),
+        cancel.clone(),
+        |_| {},
+    );
+    let sweep = async {
+        while containers_of(&live_id).await.is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let orphans = heddle_runners::remove_orphans(&docker).await.unwrap();
+        let live_left = containers_of(&live_id).await.len();
+        cancel.cancel();
+        (orphans, live_left)
+    };
+    let (live, (orphans, live_left)) = tokio::join!(live, sweep);
+    assert!(orphans >= 1);
+    assert_no_leftovers(&format!("{id}-b")).await;
+    assert_eq!(live_left, 1, "a live owner's container is not an orphan");
+    assert_eq!(live.error().kind, ErrorKind::Cancelled);
+    assert_no_leftovers(&live_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn author_limits_narrow_the_workspace_to_read_only() {
+    require_docker!();
+    let id = node_id("limits-files");
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let limits = heddle_core::NodeLimits {
+        files: Some(heddle_core::graph::AccessLevel::Read),
+        ..Default::default()
+    };
+    let r = run_node_full(
+        &workspace_nodes(dir.path()),
+        &id,
+        "code.bash",
+        props(&[
+            ("code", Value::str("echo x > /workspace/f")),
+            ("workspace", Value::str(dir.path().to_str().unwrap())),
+        ]),
+        Some(&limits),
+        CancellationToken::new(),
+        |_| {},
+    )
+    .await;
+    let e = r.error();
+    assert!(e.message.contains("Read-only file system"), "{}", e.message);
     assert_no_leftovers(&id).await;
 }

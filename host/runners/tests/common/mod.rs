@@ -95,6 +95,19 @@ pub async fn run_node_with(
     node_type: &str,
     properties: BTreeMap<String, Value>,
     cancel: CancellationToken,
+    on_line: impl FnMut(&str) + Send + 'static,
+) -> NodeRun {
+    run_node_full(nodes, id, node_type, properties, None, cancel, on_line).await
+}
+
+/// Runs a node with the workflow author's `limits` as well.
+pub async fn run_node_full(
+    nodes: &CodeNodes,
+    id: &str,
+    node_type: &str,
+    properties: BTreeMap<String, Value>,
+    limits: Option<&heddle_core::NodeLimits>,
+    cancel: CancellationToken,
     mut on_line: impl FnMut(&str) + Send + 'static,
 ) -> NodeRun {
     let decl = nodes
@@ -106,7 +119,7 @@ pub async fn run_node_with(
         id,
         decl: &decl,
         properties: &properties,
-        limits: None,
+        limits,
     };
     let logs = Arc::new(Logs::default());
     let exec = match nodes.create(&spec) {
