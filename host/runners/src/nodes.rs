@@ -414,6 +414,8 @@ fn configure(
                     .into(),
             ));
         }
+        // Presence, not difference from the default, is what counts: an author who
+        // writes `network: false` here expects an isolation this mode cannot give.
         if let Some(name) = DOCKER_ONLY.iter().find(|n| p.get(n).is_some()) {
             return Err(bad(format!(
                 "property `{name}` needs a container and cannot be enforced in mode `subprocess`; \
