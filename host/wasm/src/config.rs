@@ -69,7 +69,7 @@ fn default_max_memory() -> u64 {
     1024
 }
 fn default_pool_instances() -> u32 {
-    128
+    256
 }
 fn default_max_value() -> usize {
     DEFAULT_MAX_VALUE_BYTES
@@ -259,15 +259,26 @@ mod tests {
         };
         let s = Sandbox::new(&grant, &EngineSettings::default(), Some(&limits));
         assert_eq!(s.fuel, 1000, "fuel can only be lowered");
-        assert_eq!(s.dirs[0].mode, DirMode::Ro, "write cannot widen a read-only grant");
+        assert_eq!(
+            s.dirs[0].mode,
+            DirMode::Ro,
+            "write cannot widen a read-only grant"
+        );
         assert_eq!(s.env.len(), 1);
-        assert!(s.secrets.is_empty(), "narrowing to an ungranted secret grants nothing");
+        assert!(
+            s.secrets.is_empty(),
+            "narrowing to an ungranted secret grants nothing"
+        );
         assert_eq!(s.timeout_ms, Some(10));
         let none = NodeLimits {
             files: Some(AccessLevel::None),
             ..Default::default()
         };
-        assert!(Sandbox::new(&grant, &EngineSettings::default(), Some(&none)).dirs.is_empty());
+        assert!(
+            Sandbox::new(&grant, &EngineSettings::default(), Some(&none))
+                .dirs
+                .is_empty()
+        );
     }
 
     #[test]

@@ -110,7 +110,12 @@ impl WasmHost {
 
     /// Compiles `bytes` (whose sha256 is `digest`), or loads the compiled artifact from
     /// the cache. `origin` names the file in errors.
-    pub fn compile(&self, bytes: &[u8], digest: &str, origin: &Path) -> Result<Component, PackageError> {
+    pub fn compile(
+        &self,
+        bytes: &[u8],
+        digest: &str,
+        origin: &Path,
+    ) -> Result<Component, PackageError> {
         let cached = self.cache_path(digest);
         if cached.is_file() {
             // SAFETY: the file lives in our own cache directory, was written by
@@ -125,10 +130,11 @@ impl WasmHost {
                 }
             }
         }
-        let component = Component::new(&self.inner.engine, bytes).map_err(|e| PackageError::BadComponent {
-            path: origin.to_path_buf(),
-            message: format!("{e:#}"),
-        })?;
+        let component =
+            Component::new(&self.inner.engine, bytes).map_err(|e| PackageError::BadComponent {
+                path: origin.to_path_buf(),
+                message: format!("{e:#}"),
+            })?;
         if let Err(e) = self.write_cache(&component, &cached) {
             tracing::warn!(path = %cached.display(), "could not write the compile cache: {e}");
         }
@@ -174,7 +180,7 @@ fn build_engine(settings: &EngineSettings) -> Result<(Engine, bool), PackageErro
         let n = settings.pool_instances.max(1);
         pool.total_component_instances(n)
             .total_core_instances(n * 8)
-            .total_memories(n * 2)
+            .total_memories(n)
             .total_tables(n * 4)
             .total_stacks(n)
             .max_core_instances_per_component(200)

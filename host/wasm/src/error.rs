@@ -11,7 +11,9 @@ pub enum PackageError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: missing package manifest (every package directory needs a heddle-package.toml)")]
+    #[error(
+        "{path}: missing package manifest (every package directory needs a heddle-package.toml)"
+    )]
     MissingManifest { path: PathBuf },
     #[error("{path}: malformed package manifest: {message}")]
     BadManifest { path: PathBuf, message: String },

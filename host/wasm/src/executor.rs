@@ -137,18 +137,20 @@ impl NodeProvider for WasmProvider {
             .iter()
             .map(|(k, v)| (k.clone(), to_wit(v)))
             .collect();
-        Ok(Arc::new(WasmExecutor {
-            node_id: spec.id.to_string(),
-            type_name: type_name.clone(),
-            pkg,
-            info,
-            sandbox,
-            secrets: Arc::new(self.secrets.as_ref().clone()),
-            granted_secrets: Arc::new(BTreeSet::new()),
-            properties,
-            warm: Mutex::new(Vec::new()),
-        }
-        .with_secrets()))
+        Ok(Arc::new(
+            WasmExecutor {
+                node_id: spec.id.to_string(),
+                type_name: type_name.clone(),
+                pkg,
+                info,
+                sandbox,
+                secrets: Arc::new(self.secrets.as_ref().clone()),
+                granted_secrets: Arc::new(BTreeSet::new()),
+                properties,
+                warm: Mutex::new(Vec::new()),
+            }
+            .with_secrets(),
+        ))
     }
 }
 
@@ -192,7 +194,9 @@ impl WasmExecutor {
         let budget = self.sandbox.fuel;
         let deadline = earliest(
             ctx.deadline(),
-            self.sandbox.timeout_ms.map(|t| Instant::now() + Duration::from_millis(t)),
+            self.sandbox
+                .timeout_ms
+                .map(|t| Instant::now() + Duration::from_millis(t)),
         );
         if ctx.is_cancelled() {
             return Err(NodeError::cancelled());
@@ -225,7 +229,9 @@ impl WasmExecutor {
             });
         }
         if fuel_on {
-            store.set_fuel(budget).map_err(|e| NodeError::host(e.to_string()))?;
+            store
+                .set_fuel(budget)
+                .map_err(|e| NodeError::host(e.to_string()))?;
         }
         store.set_epoch_deadline(1);
 
@@ -278,7 +284,7 @@ impl WasmExecutor {
             }
             Ok((_, Err(e))) => Err(self.guest_error(e)),
             // The instance is dropped with the store: a trapped instance is never reused.
-            Err(e) => Err(self.host_failure(&store, e, budget, fuel_used, &stderr_tail)),
+            Err(e) => Err(self.host_failure(&store, e, budget, &stderr_tail)),
         }
     }
 
@@ -332,7 +338,6 @@ impl WasmExecutor {
         store: &Store<State>,
         e: wasmtime::Error,
         budget: u64,
-        fuel_used: Option<u64>,
         stderr_tail: &str,
     ) -> NodeError {
         let st = store.data();
@@ -364,10 +369,7 @@ impl WasmExecutor {
         match trap {
             Some(Trap::OutOfFuel) => NodeError::new(
                 ErrorKind::FuelExhausted,
-                format!(
-                    "{label}: fuel exhausted (used the whole budget of {budget} units{})",
-                    fuel_used.map(|_| "").unwrap_or("")
-                ),
+                format!("{label}: fuel exhausted (used the whole budget of {budget} units)"),
             )
             .with_signature("wasm:fuel"),
             Some(t) => {
@@ -409,12 +411,20 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 impl Executor for WasmExecutor {
     fn invoke(&self, call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>> {
         Box::pin(async move {
-            let inputs = call.inputs.iter().map(|(k, v)| (k.clone(), to_wit(v))).collect();
+            let inputs = call
+                .inputs
+                .iter()
+                .map(|(k, v)| (k.clone(), to_wit(v)))
+                .collect();
             self.run(call.ctx, inputs, None).await
         })
     }
 
-    fn run_stream(&self, input: InputStream, ctx: NodeCtx) -> BoxFuture<'_, Result<Outputs, NodeError>> {
+    fn run_stream(
+        &self,
+        input: InputStream,
+        ctx: NodeCtx,
+    ) -> BoxFuture<'_, Result<Outputs, NodeError>> {
         Box::pin(async move {
             let inputs = input
                 .properties

@@ -20,7 +20,9 @@ pub mod store;
 
 use std::path::PathBuf;
 
-pub use config::{DirGrant, DirMode, EngineSettings, PackageGrant, Sandbox, SecretsConfig, WasmConfig};
+pub use config::{
+    DirGrant, DirMode, EngineSettings, PackageGrant, Sandbox, SecretsConfig, WasmConfig,
+};
 pub use engine::{EPOCH_TICK, WasmHost};
 pub use error::PackageError;
 pub use executor::{WasmExecutor, WasmProvider};

@@ -72,7 +72,8 @@ impl Manifest {
         let c = Path::new(&self.component);
         if self.component.is_empty()
             || c.is_absolute()
-            || c.components().any(|p| !matches!(p, std::path::Component::Normal(_)))
+            || c.components()
+                .any(|p| !matches!(p, std::path::Component::Normal(_)))
         {
             return Err(bad(format!(
                 "component `{}` must be a relative path inside the package directory",

@@ -105,7 +105,10 @@ impl WasmPackage {
         let mut names = Vec::new();
         for (name, item) in ty.exports(host.engine()) {
             names.push(name.to_string());
-            if let Some(v) = name.strip_prefix(WIT_INTERFACE).and_then(|r| r.strip_prefix('@')) {
+            if let Some(v) = name
+                .strip_prefix(WIT_INTERFACE)
+                .and_then(|r| r.strip_prefix('@'))
+            {
                 if matches!(item.ty, ComponentItem::ComponentInstance(_)) {
                     found = Some(v.to_string());
                 }
@@ -116,7 +119,11 @@ impl WasmPackage {
                 path,
                 message: format!(
                     "it does not export `{WIT_INTERFACE}@{WIT_VERSION}` (exports: {})",
-                    if names.is_empty() { "none".into() } else { names.join(", ") }
+                    if names.is_empty() {
+                        "none".into()
+                    } else {
+                        names.join(", ")
+                    }
                 ),
             });
         };
@@ -127,14 +134,12 @@ impl WasmPackage {
                 supported: WIT_SUPPORTED.into(),
             });
         }
-        let pre = host
-            .inner
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| PackageError::WitMismatch {
+        let pre = host.inner.linker.instantiate_pre(&component).map_err(|e| {
+            PackageError::WitMismatch {
                 path: path.clone(),
                 message: format!("{e:#}"),
-            })?;
+            }
+        })?;
         let pre = NodePackagePre::new(pre).map_err(|e| PackageError::WitMismatch {
             path: path.clone(),
             message: format!("{e:#}"),
@@ -160,9 +165,12 @@ impl WasmPackage {
             message,
         };
         let sandbox = Sandbox::new(&Default::default(), self.host.settings(), None);
-        let mut store = crate::executor::new_store(&self.host, &sandbox).map_err(|e| fail(e.message))?;
+        let mut store =
+            crate::executor::new_store(&self.host, &sandbox).map_err(|e| fail(e.message))?;
         if self.host.settings().fuel {
-            store.set_fuel(DEFAULT_FUEL).map_err(|e| fail(e.to_string()))?;
+            store
+                .set_fuel(DEFAULT_FUEL)
+                .map_err(|e| fail(e.to_string()))?;
         }
         let deadline = Instant::now() + std::time::Duration::from_millis(DESCRIBE_TIMEOUT_MS);
         store.data_mut().describe_deadline = Some(deadline);
@@ -192,7 +200,9 @@ impl WasmPackage {
                 return Err(bad("declared twice".into()));
             }
             if d.streaming_input && d.streaming_output {
-                return Err(bad("a node is either streaming-input or streaming-output".into()));
+                return Err(bad(
+                    "a node is either streaming-input or streaming-output".into()
+                ));
             }
             let ports = |ps: &[WitPortDecl], what: &str| -> Result<Vec<PortDecl>, PackageError> {
                 ps.iter()
@@ -201,12 +211,13 @@ impl WasmPackage {
                             .type_
                             .parse()
                             .map_err(|e| bad(format!("{what} `{}`: {e}", p.name)))?;
-                        let default = match &p.default {
-                            Some(v) => Some(
-                                from_wit(v.clone()).map_err(|e| bad(format!("{what} `{}` default: {e}", p.name)))?,
-                            ),
-                            None => None,
-                        };
+                        let default =
+                            match &p.default {
+                                Some(v) => Some(from_wit(v.clone()).map_err(|e| {
+                                    bad(format!("{what} `{}` default: {e}", p.name))
+                                })?),
+                                None => None,
+                            };
                         Ok(PortDecl {
                             name: p.name.clone(),
                             ty,
@@ -287,6 +298,22 @@ impl WasmPackage {
 
     pub fn name(&self) -> &str {
         &self.manifest.name
+    }
+
+    /// Creates a store with default limits and instantiates the component, then drops
+    /// both: the per-invocation cost paid before any node code runs. For benchmarks.
+    #[doc(hidden)]
+    pub async fn instantiate_only(&self) -> Result<(), String> {
+        let sandbox = Sandbox::new(&Default::default(), self.host.settings(), None);
+        let mut store = crate::executor::new_store(&self.host, &sandbox).map_err(|e| e.message)?;
+        if self.host.settings().fuel {
+            store.set_fuel(DEFAULT_FUEL).map_err(|e| e.to_string())?;
+        }
+        self.pre
+            .instantiate_async(&mut store)
+            .await
+            .map(drop)
+            .map_err(|e| format!("{e:#}"))
     }
 
     pub fn declarations(&self) -> &[Arc<NodeDecl>] {

@@ -34,7 +34,12 @@ pub(crate) struct Limiter {
 }
 
 impl ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.memory_limit {
             self.memory_exceeded = true;
             return Ok(false);
@@ -43,7 +48,12 @@ impl ResourceLimiter for Limiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 100_000)
     }
 
@@ -96,7 +106,11 @@ impl LogBuf {
     }
 
     fn push_bytes(&mut self, stream: usize, bytes: &[u8]) {
-        let level = if stream == 0 { LogLevel::Info } else { LogLevel::Warn };
+        let level = if stream == 0 {
+            LogLevel::Info
+        } else {
+            LogLevel::Warn
+        };
         if !self.admit(bytes.len()) {
             return;
         }
@@ -117,14 +131,18 @@ impl LogBuf {
         for (stream, level) in [(0, LogLevel::Info), (1, LogLevel::Warn)] {
             let p = std::mem::take(&mut self.partial[stream]);
             if !p.is_empty() {
-                self.lines.push((level, String::from_utf8_lossy(&p).into_owned()));
+                self.lines
+                    .push((level, String::from_utf8_lossy(&p).into_owned()));
             }
         }
         let mut out = std::mem::take(&mut self.lines);
         if self.dropped > 0 {
             out.push((
                 LogLevel::Warn,
-                format!("[guest log output truncated: {} bytes dropped over the {}-byte cap]", self.dropped, self.cap),
+                format!(
+                    "[guest log output truncated: {} bytes dropped over the {}-byte cap]",
+                    self.dropped, self.cap
+                ),
             ));
             self.dropped = 0;
         }
@@ -169,7 +187,11 @@ impl StdoutStream for CaptureStream {
 }
 
 impl tokio::io::AsyncWrite for CaptureStream {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.buf
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -237,8 +259,13 @@ impl State {
                 DirMode::Ro => FsPerms::ReadOnly,
                 DirMode::Rw => FsPerms::ReadWrite,
             };
-            b.preopened_dir(&d.host, &d.guest, perms)
-                .map_err(|e| format!("granting directory {} as {}: {e}", d.host.display(), d.guest))?;
+            b.preopened_dir(&d.host, &d.guest, perms).map_err(|e| {
+                format!(
+                    "granting directory {} as {}: {e}",
+                    d.host.display(),
+                    d.guest
+                )
+            })?;
         }
         for name in &sandbox.env {
             if let Ok(v) = std::env::var(name) {
@@ -348,7 +375,10 @@ impl host::Host for State {
             m.truncate(cut);
             m.push_str(" …[line truncated]");
         }
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).push_line(level(lvl), m);
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_line(level(lvl), m);
     }
 
     async fn emit(&mut self, handle: String, value: WitValue) -> Result<(), String> {
@@ -356,10 +386,16 @@ impl host::Host for State {
             return Err("emit is only possible during an invocation".into());
         };
         if !inv.streaming {
-            return Err(format!("node {} is not a streaming node; return outputs instead", inv.ctx.node_id()));
+            return Err(format!(
+                "node {} is not a streaming node; return outputs instead",
+                inv.ctx.node_id()
+            ));
         }
         if !inv.outputs.iter().any(|o| *o == handle) {
-            return Err(format!("node {} has no output `{handle}`", inv.ctx.node_id()));
+            return Err(format!(
+                "node {} has no output `{handle}`",
+                inv.ctx.node_id()
+            ));
         }
         if wit_size(&value) > inv.max_value_bytes {
             return Err(format!(
@@ -401,7 +437,9 @@ impl host::Host for State {
 
     async fn cancelled(&mut self) -> bool {
         match self.inv() {
-            Some(inv) => inv.ctx.is_cancelled() || inv.deadline.is_some_and(|d| Instant::now() >= d),
+            Some(inv) => {
+                inv.ctx.is_cancelled() || inv.deadline.is_some_and(|d| Instant::now() >= d)
+            }
             None => false,
         }
     }

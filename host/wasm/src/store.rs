@@ -89,11 +89,15 @@ impl PackageStore {
     fn write_lock(&self, lock: &Lockfile) -> Result<(), PackageError> {
         let path = self.lockfile_path();
         std::fs::create_dir_all(&self.root).map_err(|e| PackageError::io(&self.root, e))?;
-        let mut text = String::from("# Pinned node packages. Written by heddle; loading refuses bytes that differ.\n");
-        text.push_str(&toml::to_string(lock).map_err(|e| PackageError::BadLockfile {
-            path: path.clone(),
-            message: e.to_string(),
-        })?);
+        let mut text = String::from(
+            "# Pinned node packages. Written by heddle; loading refuses bytes that differ.\n",
+        );
+        text.push_str(
+            &toml::to_string(lock).map_err(|e| PackageError::BadLockfile {
+                path: path.clone(),
+                message: e.to_string(),
+            })?,
+        );
         let tmp = path.with_extension("lock.tmp");
         std::fs::write(&tmp, text).map_err(|e| PackageError::io(&tmp, e))?;
         std::fs::rename(&tmp, &path).map_err(|e| PackageError::io(&path, e))
@@ -107,9 +111,11 @@ impl PackageStore {
         let pkg = WasmPackage::load_dir(host, src).await?;
         let m = &pkg.manifest;
         let manifest_src = src.join(MANIFEST_FILE);
-        let manifest_bytes = std::fs::read(&manifest_src).map_err(|e| PackageError::io(&manifest_src, e))?;
+        let manifest_bytes =
+            std::fs::read(&manifest_src).map_err(|e| PackageError::io(&manifest_src, e))?;
         let component_src = m.component_path(src);
-        let component_bytes = std::fs::read(&component_src).map_err(|e| PackageError::io(&component_src, e))?;
+        let component_bytes =
+            std::fs::read(&component_src).map_err(|e| PackageError::io(&component_src, e))?;
 
         let dest = self.package_dir(&m.name);
         if dest.exists() {
@@ -121,7 +127,8 @@ impl PackageStore {
         }
         std::fs::write(dest.join(MANIFEST_FILE), &manifest_bytes)
             .map_err(|e| PackageError::io(dest.join(MANIFEST_FILE), e))?;
-        std::fs::write(&dest_component, &component_bytes).map_err(|e| PackageError::io(&dest_component, e))?;
+        std::fs::write(&dest_component, &component_bytes)
+            .map_err(|e| PackageError::io(&dest_component, e))?;
 
         let mut lock = self.read_lock()?;
         lock.packages.retain(|p| p.name != m.name);
@@ -174,15 +181,27 @@ impl PackageStore {
     fn check_pins(&self, entry: &LockEntry) -> Result<(), PackageError> {
         let dir = self.package_dir(&entry.name);
         let manifest_path = dir.join(MANIFEST_FILE);
-        let mbytes = std::fs::read(&manifest_path).map_err(|e| PackageError::io(&manifest_path, e))?;
-        self.compare(entry, &manifest_path, &entry.manifest_sha256, &sha256_hex(&mbytes))?;
+        let mbytes =
+            std::fs::read(&manifest_path).map_err(|e| PackageError::io(&manifest_path, e))?;
+        self.compare(
+            entry,
+            &manifest_path,
+            &entry.manifest_sha256,
+            &sha256_hex(&mbytes),
+        )?;
         let m = Manifest::read(&dir)?;
         let cpath = m.component_path(&dir);
         let cbytes = std::fs::read(&cpath).map_err(|e| PackageError::io(&cpath, e))?;
         self.compare(entry, &cpath, &entry.sha256, &sha256_hex(&cbytes))
     }
 
-    fn compare(&self, entry: &LockEntry, path: &Path, expected: &str, actual: &str) -> Result<(), PackageError> {
+    fn compare(
+        &self,
+        entry: &LockEntry,
+        path: &Path,
+        expected: &str,
+        actual: &str,
+    ) -> Result<(), PackageError> {
         if expected == actual {
             Ok(())
         } else {
@@ -214,10 +233,19 @@ impl PackageStore {
         let entry = self.entry(name)?;
         let dir = self.package_dir(name);
         let manifest_path = dir.join(MANIFEST_FILE);
-        let mbytes = std::fs::read(&manifest_path).map_err(|e| PackageError::io(&manifest_path, e))?;
-        self.compare(&entry, &manifest_path, &entry.manifest_sha256, &sha256_hex(&mbytes))?;
+        let mbytes =
+            std::fs::read(&manifest_path).map_err(|e| PackageError::io(&manifest_path, e))?;
+        self.compare(
+            &entry,
+            &manifest_path,
+            &entry.manifest_sha256,
+            &sha256_hex(&mbytes),
+        )?;
         // The component is hashed from the same bytes that get compiled.
-        WasmPackage::load_checked(host, &dir, |path, digest| self.compare(&entry, path, &entry.sha256, digest)).await
+        WasmPackage::load_checked(host, &dir, |path, digest| {
+            self.compare(&entry, path, &entry.sha256, digest)
+        })
+        .await
     }
 
     /// Loads every installed package.

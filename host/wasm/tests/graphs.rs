@@ -22,8 +22,12 @@ fn graph(nodes: serde_json::Value, edges: &[(&str, &str, &str, &str)]) -> GraphD
 
 async fn registry(config: WasmConfig) -> Registry {
     let mut p = first_party_provider(config).await;
-    p.add(WasmPackage::load_dir(p.host(), &package_dir("hostile")).await.unwrap())
-        .unwrap();
+    p.add(
+        WasmPackage::load_dir(p.host(), &package_dir("hostile"))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
     let mut r = Registry::with_builtins();
     r.add(Arc::new(p)).unwrap();
     r
@@ -65,7 +69,10 @@ async fn builtins_and_wasm_nodes_in_one_graph() {
     assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
     assert_eq!(r.outputs["result"], vec![Value::str("HELLO, HEDDLE")]);
     let m = &r.nodes["concat"].metrics;
-    assert!(m.fuel.unwrap() > 0, "fuel is recorded per invocation: {m:?}");
+    assert!(
+        m.fuel.unwrap() > 0,
+        "fuel is recorded per invocation: {m:?}"
+    );
     assert!(m.peak_memory_bytes.unwrap() > 0);
 }
 
@@ -154,7 +161,10 @@ async fn failing_wasm_node_fails_the_run_naming_node_and_cause() {
             {"id": "parse", "type": "std.json.parse"},
             {"id": "out", "type": "heddle.output"}
         ]),
-        &[("raw", "value", "parse", "text"), ("parse", "value", "out", "value")],
+        &[
+            ("raw", "value", "parse", "text"),
+            ("parse", "value", "out", "value"),
+        ],
     );
     let r = run_graph(&doc, &reg, RunOptions::default()).await.unwrap();
     assert_eq!(r.status, RunStatus::Failed);
@@ -198,7 +208,10 @@ async fn files_package_works_inside_its_grant() {
         std::fs::read_to_string(dir.path().join("note.txt")).unwrap(),
         "written by a graph"
     );
-    assert_eq!(r.nodes["write"].metrics.assets, vec!["file:/data/note.txt".to_string()]);
+    assert_eq!(
+        r.nodes["write"].metrics.assets,
+        vec!["file:/data/note.txt".to_string()]
+    );
 
     // The same graph narrowed to read-only by its author fails at the write.
     let mut narrowed = doc.clone();
@@ -210,7 +223,9 @@ async fn files_package_works_inside_its_grant() {
             });
         }
     }
-    let r = run_graph(&narrowed, &reg, RunOptions::default()).await.unwrap();
+    let r = run_graph(&narrowed, &reg, RunOptions::default())
+        .await
+        .unwrap();
     assert_eq!(r.status, RunStatus::Failed);
     assert!(r.error.unwrap().contains("write"));
 }

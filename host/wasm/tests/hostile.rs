@@ -28,7 +28,11 @@ async fn infinite_loop_is_stopped_by_fuel() {
     let (r, ctx, _) = invoke(&p, "hostile.spin", inputs([]), None).await;
     let e = r.unwrap_err();
     assert_eq!(e.kind, ErrorKind::FuelExhausted, "{e:?}");
-    assert!(e.message.contains("`n1`") && e.message.contains("hostile.spin"), "{}", e.message);
+    assert!(
+        e.message.contains("`n1`") && e.message.contains("hostile.spin"),
+        "{}",
+        e.message
+    );
     assert!(e.message.contains("fuel"), "{}", e.message);
     assert_eq!(ctx.metrics().fuel, Some(50_000_000));
 }
@@ -57,7 +61,11 @@ async fn infinite_loop_is_stopped_by_the_deadline() {
     let (r, _, _) = invoke(&p, "hostile.spin", inputs([]), None).await;
     let e = r.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Deadline, "{e:?}");
-    assert!(e.message.contains("`n1`") && e.message.contains("deadline"), "{}", e.message);
+    assert!(
+        e.message.contains("`n1`") && e.message.contains("deadline"),
+        "{}",
+        e.message
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,7 +99,13 @@ async fn memory_bomb_hits_the_limit() {
         ..Default::default()
     }))
     .await;
-    let (r, ctx, _) = invoke(&p, "hostile.alloc", inputs([("mb", Value::Int(4096))]), None).await;
+    let (r, ctx, _) = invoke(
+        &p,
+        "hostile.alloc",
+        inputs([("mb", Value::Int(4096))]),
+        None,
+    )
+    .await;
     let e = r.unwrap_err();
     assert_eq!(e.kind, ErrorKind::MemoryLimit, "{e:?}");
     assert!(e.message.contains("memory limit exceeded"), "{}", e.message);
@@ -108,14 +122,35 @@ async fn host_files_are_invisible_without_a_grant() {
     let secret_file = dir.path().join("secret.txt");
     std::fs::write(&secret_file, "host secret").unwrap();
     let p = hostile_provider(WasmConfig::default()).await;
-    for path in [secret_file.to_str().unwrap(), "/etc/passwd", "/data/secret.txt", "../secret.txt"] {
-        let (r, _, _) = invoke(&p, "hostile.read", inputs([("path", Value::str(path))]), None).await;
+    for path in [
+        secret_file.to_str().unwrap(),
+        "/etc/passwd",
+        "/data/secret.txt",
+        "../secret.txt",
+    ] {
+        let (r, _, _) = invoke(
+            &p,
+            "hostile.read",
+            inputs([("path", Value::str(path))]),
+            None,
+        )
+        .await;
         let e = r.unwrap_err();
         assert_eq!(e.kind, ErrorKind::Node, "{path}: {e:?}");
         assert_eq!(e.signature.as_deref(), Some("denied"));
     }
-    let (r, _, _) = invoke(&p, "hostile.env", inputs([("name", Value::str("PATH"))]), None).await;
-    assert_eq!(r.unwrap().get("value"), Some(&Value::Null), "no ambient env");
+    let (r, _, _) = invoke(
+        &p,
+        "hostile.env",
+        inputs([("name", Value::str("PATH"))]),
+        None,
+    )
+    .await;
+    assert_eq!(
+        r.unwrap().get("value"),
+        Some(&Value::Null),
+        "no ambient env"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,18 +168,45 @@ async fn read_only_grant_refuses_writes_and_escapes() {
         ..Default::default()
     }))
     .await;
-    let (r, _, _) = invoke(&p, "hostile.read", inputs([("path", Value::str("/data/in.txt"))]), None).await;
+    let (r, _, _) = invoke(
+        &p,
+        "hostile.read",
+        inputs([("path", Value::str("/data/in.txt"))]),
+        None,
+    )
+    .await;
     assert_eq!(r.unwrap().get("text"), Some(&Value::str("granted")));
 
-    let (r, _, _) = invoke(&p, "hostile.write", inputs([("path", Value::str("/data/in.txt"))]), None).await;
+    let (r, _, _) = invoke(
+        &p,
+        "hostile.write",
+        inputs([("path", Value::str("/data/in.txt"))]),
+        None,
+    )
+    .await;
     assert_eq!(r.unwrap_err().signature.as_deref(), Some("denied"));
-    let (r, _, _) = invoke(&p, "hostile.write", inputs([("path", Value::str("/data/new.txt"))]), None).await;
+    let (r, _, _) = invoke(
+        &p,
+        "hostile.write",
+        inputs([("path", Value::str("/data/new.txt"))]),
+        None,
+    )
+    .await;
     assert_eq!(r.unwrap_err().signature.as_deref(), Some("denied"));
-    assert_eq!(std::fs::read_to_string(dir.path().join("in.txt")).unwrap(), "granted");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("in.txt")).unwrap(),
+        "granted"
+    );
     assert!(!dir.path().join("new.txt").exists());
 
     let escape = format!("/data/../{}/x.txt", outside.path().display());
-    let (r, _, _) = invoke(&p, "hostile.read", inputs([("path", Value::str(escape.as_str()))]), None).await;
+    let (r, _, _) = invoke(
+        &p,
+        "hostile.read",
+        inputs([("path", Value::str(escape.as_str()))]),
+        None,
+    )
+    .await;
     assert_eq!(r.unwrap_err().signature.as_deref(), Some("denied"));
 }
 
@@ -196,11 +258,27 @@ async fn graph_can_narrow_a_write_grant_but_not_widen_a_read_grant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_output_is_rejected() {
     let p = hostile_provider(WasmConfig::default()).await;
-    let (r, _, _) = invoke(&p, "hostile.huge", inputs([("bytes", Value::Int(8_000_000))]), None).await;
+    let (r, _, _) = invoke(
+        &p,
+        "hostile.huge",
+        inputs([("bytes", Value::Int(8_000_000))]),
+        None,
+    )
+    .await;
     let e = r.unwrap_err();
     assert_eq!(e.kind, ErrorKind::OutputTooLarge, "{e:?}");
-    assert!(e.message.contains("`out`") && e.message.contains("`n1`"), "{}", e.message);
-    let (r, _, _) = invoke(&p, "hostile.huge", inputs([("bytes", Value::Int(1000))]), None).await;
+    assert!(
+        e.message.contains("`out`") && e.message.contains("`n1`"),
+        "{}",
+        e.message
+    );
+    let (r, _, _) = invoke(
+        &p,
+        "hostile.huge",
+        inputs([("bytes", Value::Int(1000))]),
+        None,
+    )
+    .await;
     assert!(r.is_ok());
 }
 
@@ -217,7 +295,11 @@ async fn guest_panic_fails_the_node_and_the_next_invocation_works() {
         .await
         .unwrap_err();
     assert!(matches!(e.kind, ErrorKind::Trap { .. }), "{e:?}");
-    assert!(e.message.contains("hostile guest panicked on purpose"), "{}", e.message);
+    assert!(
+        e.message.contains("hostile guest panicked on purpose"),
+        "{}",
+        e.message
+    );
     let (c2, _) = ctx("n1", "hostile.panic", None, false);
     let ok = exec
         .invoke(Call {
@@ -235,32 +317,69 @@ async fn ungranted_secret_gives_nothing_and_granted_one_is_masked() {
         secrets: vec!["GRANTED".into()],
         ..Default::default()
     });
-    config.secrets.values.insert("GRANTED".into(), "s3cr3t-value".into());
-    config.secrets.values.insert("OTHER".into(), "other-value".into());
+    config
+        .secrets
+        .values
+        .insert("GRANTED".into(), "s3cr3t-value".into());
+    config
+        .secrets
+        .values
+        .insert("OTHER".into(), "other-value".into());
     let p = hostile_provider(config).await;
-    let (r, _, h) = invoke(&p, "hostile.secret", inputs([("name", Value::str("OTHER"))]), None).await;
+    let (r, _, h) = invoke(
+        &p,
+        "hostile.secret",
+        inputs([("name", Value::str("OTHER"))]),
+        None,
+    )
+    .await;
     assert_eq!(r.unwrap().get("value"), Some(&Value::Null));
     assert!(h.sink.logs().iter().any(|l| l.contains("not granted")));
-    let (r, ctx, _) = invoke(&p, "hostile.secret", inputs([("name", Value::str("GRANTED"))]), None).await;
+    let (r, ctx, _) = invoke(
+        &p,
+        "hostile.secret",
+        inputs([("name", Value::str("GRANTED"))]),
+        None,
+    )
+    .await;
     assert_eq!(r.unwrap().get("value"), Some(&Value::str("s3cr3t-value")));
-    assert!(ctx.secrets().mask("leak: s3cr3t-value").contains("redacted"));
+    assert!(
+        ctx.secrets()
+            .mask("leak: s3cr3t-value")
+            .contains("redacted")
+    );
     // A graph narrowing to another name removes the grant.
     let narrow = NodeLimits {
         secrets: Some(vec!["OTHER".into()]),
         ..Default::default()
     };
-    let (r, _, _) = invoke(&p, "hostile.secret", inputs([("name", Value::str("GRANTED"))]), Some(narrow)).await;
+    let (r, _, _) = invoke(
+        &p,
+        "hostile.secret",
+        inputs([("name", Value::str("GRANTED"))]),
+        Some(narrow),
+    )
+    .await;
     assert_eq!(r.unwrap().get("value"), Some(&Value::Null));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guest_output_is_capped_with_a_marker() {
     let p = hostile_provider(WasmConfig::default()).await;
-    let (r, _, h) = invoke(&p, "hostile.chatty", inputs([("lines", Value::Int(100_000))]), None).await;
+    let (r, _, h) = invoke(
+        &p,
+        "hostile.chatty",
+        inputs([("lines", Value::Int(100_000))]),
+        None,
+    )
+    .await;
     assert_eq!(r.unwrap().get("out"), Some(&Value::Int(100_000)));
     let logs = h.sink.logs();
     assert!(logs.iter().any(|l| l.starts_with("line 0 ")));
-    assert!(logs.iter().any(|l| l.contains("truncated")), "marker missing");
+    assert!(
+        logs.iter().any(|l| l.contains("truncated")),
+        "marker missing"
+    );
     let total: usize = logs.iter().map(String::len).sum();
     assert!(total < 100 << 10, "log output not capped: {total} bytes");
 }
@@ -270,7 +389,13 @@ async fn undeclared_handles_are_refused() {
     let p = hostile_provider(WasmConfig::default()).await;
     let exec = create(&p, "n1", "hostile.liar", BTreeMap::new(), None);
     let (c, _h) = ctx("n1", "hostile.liar", None, true);
-    let e = exec.invoke(Call { inputs: inputs([]), ctx: c }).await.unwrap_err();
+    let e = exec
+        .invoke(Call {
+            inputs: inputs([]),
+            ctx: c,
+        })
+        .await
+        .unwrap_err();
     assert_eq!(e.signature.as_deref(), Some("wasm:unknown-output"), "{e:?}");
 }
 
@@ -287,19 +412,28 @@ async fn package_redefining_an_existing_node_type_is_refused() {
     .unwrap();
 
     let first = first_party_provider(WasmConfig::default()).await;
-    let forked = WasmPackage::load_dir(first.host(), fork.path()).await.unwrap();
+    let forked = WasmPackage::load_dir(first.host(), fork.path())
+        .await
+        .unwrap();
 
     // Within one provider.
     let mut same = first_party_provider(WasmConfig::default()).await;
     let e = same.add(forked).unwrap_err().to_string();
-    assert!(e.contains("std.") && e.contains("already defined by package `std`"), "{e}");
+    assert!(
+        e.contains("std.") && e.contains("already defined by package `std`"),
+        "{e}"
+    );
 
     // Across providers, through the kernel's registry.
     let mut reg = Registry::with_builtins();
     reg.add(std::sync::Arc::new(first)).unwrap();
     let mut other = WasmProvider::new(common::host(), WasmConfig::default());
     other
-        .add(WasmPackage::load_dir(other.host(), fork.path()).await.unwrap())
+        .add(
+            WasmPackage::load_dir(other.host(), fork.path())
+                .await
+                .unwrap(),
+        )
         .unwrap();
     assert!(!other.declarations().is_empty());
     let e = reg.add(std::sync::Arc::new(other)).unwrap_err().to_string();

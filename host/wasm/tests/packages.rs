@@ -23,8 +23,16 @@ async fn install_list_verify_load_remove() {
     let store = PackageStore::open(store_dir.path());
     let pkg = store.install(&host, &package_dir("hostile")).await.unwrap();
     assert_eq!(pkg.name(), "hostile");
-    assert!(pkg.declarations().iter().any(|d| d.type_name == "hostile.spin"));
-    assert!(pkg.declarations()[0].origin.starts_with("package:hostile@0.1.0"));
+    assert!(
+        pkg.declarations()
+            .iter()
+            .any(|d| d.type_name == "hostile.spin")
+    );
+    assert!(
+        pkg.declarations()[0]
+            .origin
+            .starts_with("package:hostile@0.1.0")
+    );
 
     let list = store.list().unwrap();
     assert_eq!(list.len(), 1);
@@ -58,7 +66,10 @@ async fn changed_bytes_after_lock_are_refused() {
     let e = store.load(&host, "hostile").await.unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, PackageError::Changed { .. }), "{msg}");
-    assert!(msg.contains("hostile.wasm") && msg.contains("changed since it was locked"), "{msg}");
+    assert!(
+        msg.contains("hostile.wasm") && msg.contains("changed since it was locked"),
+        "{msg}"
+    );
     let reports = store.verify().unwrap();
     assert!(reports[0].result.is_err());
 
@@ -79,15 +90,33 @@ async fn bad_packages_are_refused_at_install_naming_file_and_problem() {
 
     // Missing manifest.
     let empty = tempfile::tempdir().unwrap();
-    let msg = store.install(&host, empty.path()).await.unwrap_err().to_string();
-    assert!(msg.contains("heddle-package.toml") && msg.contains("missing"), "{msg}");
+    let msg = store
+        .install(&host, empty.path())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("heddle-package.toml") && msg.contains("missing"),
+        "{msg}"
+    );
 
     // Malformed manifest.
     let bad = tempfile::tempdir().unwrap();
     copy_dir(&package_dir("hostile"), bad.path());
-    std::fs::write(bad.path().join("heddle-package.toml"), "name = \"x\"\nversion = 3\n").unwrap();
-    let msg = store.install(&host, bad.path()).await.unwrap_err().to_string();
-    assert!(msg.contains("heddle-package.toml") && msg.contains("malformed"), "{msg}");
+    std::fs::write(
+        bad.path().join("heddle-package.toml"),
+        "name = \"x\"\nversion = 3\n",
+    )
+    .unwrap();
+    let msg = store
+        .install(&host, bad.path())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("heddle-package.toml") && msg.contains("malformed"),
+        "{msg}"
+    );
 
     // Component path escaping the package directory.
     std::fs::write(
@@ -95,7 +124,11 @@ async fn bad_packages_are_refused_at_install_naming_file_and_problem() {
         "name = \"x\"\nversion = \"1\"\ncomponent = \"../x.wasm\"\n",
     )
     .unwrap();
-    let msg = store.install(&host, bad.path()).await.unwrap_err().to_string();
+    let msg = store
+        .install(&host, bad.path())
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("relative path inside"), "{msg}");
 
     // Missing component file.
@@ -104,25 +137,58 @@ async fn bad_packages_are_refused_at_install_naming_file_and_problem() {
         "name = \"x\"\nversion = \"1\"\ncomponent = \"nope.wasm\"\n",
     )
     .unwrap();
-    let msg = store.install(&host, bad.path()).await.unwrap_err().to_string();
-    assert!(msg.contains("nope.wasm") && msg.contains("does not exist"), "{msg}");
+    let msg = store
+        .install(&host, bad.path())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("nope.wasm") && msg.contains("does not exist"),
+        "{msg}"
+    );
 
     // Not a component at all.
     std::fs::write(bad.path().join("nope.wasm"), b"\0asm garbage").unwrap();
-    let msg = store.install(&host, bad.path()).await.unwrap_err().to_string();
-    assert!(msg.contains("nope.wasm") && msg.contains("not a valid WebAssembly component"), "{msg}");
+    let msg = store
+        .install(&host, bad.path())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("nope.wasm") && msg.contains("not a valid WebAssembly component"),
+        "{msg}"
+    );
 
     // A component of another world.
-    let msg = store.install(&host, &package_dir("mismatch")).await.unwrap_err().to_string();
-    assert!(msg.contains("mismatch.wasm") && msg.contains("does not match the heddle:node WIT"), "{msg}");
+    let msg = store
+        .install(&host, &package_dir("mismatch"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("mismatch.wasm") && msg.contains("does not match the heddle:node WIT"),
+        "{msg}"
+    );
 
     // Built against an unsupported WIT version.
-    let e = store.install(&host, &package_dir("future")).await.unwrap_err();
+    let e = store
+        .install(&host, &package_dir("future"))
+        .await
+        .unwrap_err();
     let msg = e.to_string();
-    assert!(matches!(e, PackageError::UnsupportedVersion { .. }), "{msg}");
-    assert!(msg.contains("future.wasm") && msg.contains("heddle:node@0.9.0") && msg.contains("0.1.x"), "{msg}");
+    assert!(
+        matches!(e, PackageError::UnsupportedVersion { .. }),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("future.wasm") && msg.contains("heddle:node@0.9.0") && msg.contains("0.1.x"),
+        "{msg}"
+    );
 
-    assert!(store.list().unwrap().is_empty(), "nothing bad was installed");
+    assert!(
+        store.list().unwrap().is_empty(),
+        "nothing bad was installed"
+    );
 }
 
 #[tokio::test]
@@ -136,18 +202,28 @@ async fn compiled_code_is_cached_by_digest_and_engine_config() {
         })
         .unwrap()
     };
-    let count = || std::fs::read_dir(cache.path()).map(|d| d.count()).unwrap_or(0);
+    let count = || {
+        std::fs::read_dir(cache.path())
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
     let h1 = mk(true);
-    WasmPackage::load_dir(&h1, &package_dir("hostile")).await.unwrap();
+    WasmPackage::load_dir(&h1, &package_dir("hostile"))
+        .await
+        .unwrap();
     assert_eq!(count(), 1);
     // Same engine configuration: served from the cache (no new entry).
     let h2 = mk(true);
-    let p = WasmPackage::load_dir(&h2, &package_dir("hostile")).await.unwrap();
+    let p = WasmPackage::load_dir(&h2, &package_dir("hostile"))
+        .await
+        .unwrap();
     assert_eq!(count(), 1);
     assert!(!p.declarations().is_empty());
     // Another configuration (no fuel instrumentation) compiles separately.
     let h3 = mk(false);
-    WasmPackage::load_dir(&h3, &package_dir("hostile")).await.unwrap();
+    WasmPackage::load_dir(&h3, &package_dir("hostile"))
+        .await
+        .unwrap();
     assert_eq!(count(), 2);
     drop(p);
     // A corrupted cache entry is discarded and recompiled, not trusted. (Replaced by
@@ -159,7 +235,9 @@ async fn compiled_code_is_cached_by_digest_and_engine_config() {
         std::fs::write(&tmp, b"corrupt").unwrap();
         std::fs::rename(&tmp, &path).unwrap();
     }
-    WasmPackage::load_dir(&mk(true), &package_dir("hostile")).await.unwrap();
+    WasmPackage::load_dir(&mk(true), &package_dir("hostile"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -171,9 +249,39 @@ async fn first_party_packages_load_by_default() {
         .iter()
         .map(|d| d.type_name.clone())
         .collect();
-    for t in ["std.text.concat", "std.json.parse", "std.list.zip", "files.read_text", "files.write_text"] {
+    for t in [
+        "std.text.concat",
+        "std.json.parse",
+        "std.list.zip",
+        "files.read_text",
+        "files.write_text",
+    ] {
         assert!(names.iter().any(|n| n == t), "{t} missing from {names:?}");
     }
     let files = p.packages().iter().find(|p| p.name() == "files").unwrap();
     assert!(!files.requested_capabilities().is_empty());
+}
+
+#[tokio::test]
+async fn engine_falls_back_when_the_pool_cannot_be_reserved() {
+    // A pool far larger than any address space: the pooling allocator cannot start.
+    let host = heddle_wasm::WasmHost::new(heddle_wasm::EngineSettings {
+        cache_dir: Some(tmp_root().join("cache")),
+        pool_instances: u32::MAX / 16,
+        max_memory_mb: 4096,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(!host.is_pooling());
+    let pkg = WasmPackage::load_dir(&host, &package_dir("hostile")).await.unwrap();
+    assert!(pkg.instantiate_only().await.is_ok());
+    assert!(common::host().is_pooling(), "the default pool starts on this machine");
+}
+
+#[test]
+fn wit_versions_outside_0_1_are_unsupported() {
+    assert!(heddle_wasm::wit_version_supported("0.1.0"));
+    assert!(heddle_wasm::wit_version_supported("0.1.7"));
+    assert!(!heddle_wasm::wit_version_supported("0.2.0"));
+    assert!(!heddle_wasm::wit_version_supported("1.1.0"));
 }

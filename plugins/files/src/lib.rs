@@ -66,9 +66,12 @@ impl Node for WriteText {
             .truncate(!append)
             .open(&path)
             .map_err(|e| io_error("opening", &path, e))?;
-        f.write_all(text.as_bytes()).map_err(|e| io_error("writing", &path, e))?;
+        f.write_all(text.as_bytes())
+            .map_err(|e| io_error("writing", &path, e))?;
         heddle_sdk::record_asset(&format!("file:{path}"));
-        Ok(Outputs::new().with("path", path).with("bytes", text.len() as i64))
+        Ok(Outputs::new()
+            .with("path", path)
+            .with("bytes", text.len() as i64))
     }
 }
 

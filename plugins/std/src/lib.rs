@@ -43,12 +43,15 @@ fn render(template: &str, values: &BTreeMap<String, Value>) -> Result<String, Er
             '{' => {
                 let rest = &template[i + 1..];
                 let Some(end) = rest.find('}') else {
-                    return Err(Error::new(format!("unclosed `{{` at byte {i} of the template"))
-                        .signature("format:syntax"));
+                    return Err(
+                        Error::new(format!("unclosed `{{` at byte {i} of the template"))
+                            .signature("format:syntax"),
+                    );
                 };
                 let key = rest[..end].trim();
                 let v = values.get(key).ok_or_else(|| {
-                    Error::new(format!("template placeholder `{key}` has no value")).signature("format:missing")
+                    Error::new(format!("template placeholder `{key}` has no value"))
+                        .signature("format:missing")
                 })?;
                 out.push_str(&v.to_text());
                 for _ in 0..rest[..end].chars().count() + 1 {
@@ -201,8 +204,9 @@ impl Node for Lines {
 // ----- math -----------------------------------------------------------------------
 
 fn num(v: &Value, what: &str) -> Result<f64, Error> {
-    v.as_f64()
-        .ok_or_else(|| Error::new(format!("{what}: expected a number, got {}", v.kind())).signature("input:type"))
+    v.as_f64().ok_or_else(|| {
+        Error::new(format!("{what}: expected a number, got {}", v.kind())).signature("input:type")
+    })
 }
 
 /// Integer result when both operands are ints and the operation stays exact.
@@ -236,7 +240,7 @@ fn arith_value(op: &str, a: &Value, b: &Value) -> Result<Value, Error> {
             return Err(Error::new(format!(
                 "unknown operation `{other}` (add, sub, mul, div, mod, pow, min, max)"
             ))
-            .signature("math:op"))
+            .signature("math:op"));
         }
     };
     Ok(Value::Float(r))
@@ -426,7 +430,10 @@ fn order(a: &Value, b: &Value) -> std::cmp::Ordering {
         _ => match (a.as_f64(), b.as_f64()) {
             (Some(x), Some(y)) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
             // Mixed kinds: group by kind name so the order is total and stable.
-            _ => a.kind().cmp(b.kind()).then_with(|| a.to_text().cmp(&b.to_text())),
+            _ => a
+                .kind()
+                .cmp(b.kind())
+                .then_with(|| a.to_text().cmp(&b.to_text())),
         },
     }
 }

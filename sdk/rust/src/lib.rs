@@ -248,7 +248,13 @@ pub struct Decl {
     d: wire::NodeDecl,
 }
 
-fn port(name: &str, ty: String, required: bool, default: Option<Value>, description: &str) -> wire::PortDecl {
+fn port(
+    name: &str,
+    ty: String,
+    required: bool,
+    default: Option<Value>,
+    description: &str,
+) -> wire::PortDecl {
     wire::PortDecl {
         name: name.into(),
         type_: ty,
@@ -305,20 +311,36 @@ impl Decl {
 
     /// An input whose port type comes from `T` (`Option<T>` makes it optional).
     pub fn input<T: PortValue>(mut self, name: &str, description: &str) -> Self {
-        self.d.inputs.push(port(name, T::port_type(), T::required(), None, description));
+        self.d
+            .inputs
+            .push(port(name, T::port_type(), T::required(), None, description));
         self
     }
 
     /// An optional input with a default used when nothing feeds it.
-    pub fn input_default<T: PortValue>(mut self, name: &str, default: T, description: &str) -> Self {
-        self.d
-            .inputs
-            .push(port(name, T::port_type(), false, Some(default.into_value()), description));
+    pub fn input_default<T: PortValue>(
+        mut self,
+        name: &str,
+        default: T,
+        description: &str,
+    ) -> Self {
+        self.d.inputs.push(port(
+            name,
+            T::port_type(),
+            false,
+            Some(default.into_value()),
+            description,
+        ));
         self
     }
 
     /// A configuration property (set in the graph document, never fed by an edge).
-    pub fn property<T: PortValue>(mut self, name: &str, default: Option<T>, description: &str) -> Self {
+    pub fn property<T: PortValue>(
+        mut self,
+        name: &str,
+        default: Option<T>,
+        description: &str,
+    ) -> Self {
         let required = T::required() && default.is_none();
         self.d.properties.push(port(
             name,
@@ -334,7 +356,12 @@ impl Decl {
         self.output_with::<T>(name, Correlation::Single, description)
     }
 
-    pub fn output_with<T: PortValue>(mut self, name: &str, c: Correlation, description: &str) -> Self {
+    pub fn output_with<T: PortValue>(
+        mut self,
+        name: &str,
+        c: Correlation,
+        description: &str,
+    ) -> Self {
         self.d.outputs.push(wire::OutputDecl {
             name: name.into(),
             type_: T::port_type(),
@@ -408,7 +435,11 @@ impl Inputs {
 
     /// A typed input. Missing (or null) inputs are an error unless `T` is `Option<_>`.
     pub fn get<T: PortValue>(&mut self, name: &str) -> Result<T, Error> {
-        match self.values.remove(name).or_else(|| self.properties.get(name).cloned()) {
+        match self
+            .values
+            .remove(name)
+            .or_else(|| self.properties.get(name).cloned())
+        {
             Some(Value::Null) | None => T::absent().ok_or_else(|| {
                 Error::new(format!("input `{name}` is missing")).signature("input:missing")
             }),
@@ -584,10 +615,18 @@ pub mod __private {
         properties: Vec<(String, WireValue)>,
     ) -> Result<Vec<(String, WireValue)>, NodeError> {
         let mut i = Inputs {
-            values: inputs.into_iter().map(|(k, v)| (k, Value::from_wire(v))).collect(),
-            properties: properties.into_iter().map(|(k, v)| (k, Value::from_wire(v))).collect(),
+            values: inputs
+                .into_iter()
+                .map(|(k, v)| (k, Value::from_wire(v)))
+                .collect(),
+            properties: properties
+                .into_iter()
+                .map(|(k, v)| (k, Value::from_wire(v)))
+                .collect(),
         };
-        N::run(&mut i).map(Outputs::into_wire).map_err(Error::into_wire)
+        N::run(&mut i)
+            .map(Outputs::into_wire)
+            .map_err(Error::into_wire)
     }
 
     pub fn unknown(type_name: &str) -> NodeError {

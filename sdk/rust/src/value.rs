@@ -69,7 +69,9 @@ impl Value {
                 None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
             },
             serde_json::Value::String(s) => Value::Str(s),
-            serde_json::Value::Array(a) => Value::List(a.into_iter().map(Value::from_json).collect()),
+            serde_json::Value::Array(a) => {
+                Value::List(a.into_iter().map(Value::from_json).collect())
+            }
             serde_json::Value::Object(o) => {
                 if o.len() == 1
                     && let Some(serde_json::Value::String(b64)) = o.get(BYTES_KEY)
@@ -77,7 +79,11 @@ impl Value {
                 {
                     return Value::Bytes(b);
                 }
-                Value::Object(o.into_iter().map(|(k, v)| (k, Value::from_json(v))).collect())
+                Value::Object(
+                    o.into_iter()
+                        .map(|(k, v)| (k, Value::from_json(v)))
+                        .collect(),
+                )
             }
         }
     }

@@ -38,12 +38,24 @@ pub fn test_packages() -> &'static Path {
         let plugins = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../plugins");
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(&plugins)
-            .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
+            .args([
+                "build",
+                "--release",
+                "--target",
+                "wasm32-wasip2",
+                "--target-dir",
+            ])
             .arg(plugins.join("target"));
         for (_, _, krate) in TEST_PACKAGES {
             cmd.args(["-p", krate]);
         }
-        for v in ["CARGO_TARGET_DIR", "RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER"] {
+        for v in [
+            "CARGO_TARGET_DIR",
+            "RUSTFLAGS",
+            "CARGO_ENCODED_RUSTFLAGS",
+            "RUSTC_WRAPPER",
+            "RUSTC_WORKSPACE_WRAPPER",
+        ] {
             cmd.env_remove(v);
         }
         let status = cmd.status().expect("run cargo for the test packages");
@@ -53,7 +65,10 @@ pub fn test_packages() -> &'static Path {
             let dest = out.join(name);
             std::fs::create_dir_all(&dest).unwrap();
             std::fs::copy(
-                plugins.join("testing").join(dir).join("heddle-package.toml"),
+                plugins
+                    .join("testing")
+                    .join(dir)
+                    .join("heddle-package.toml"),
                 dest.join("heddle-package.toml"),
             )
             .unwrap();
@@ -91,7 +106,9 @@ pub async fn hostile_provider(config: WasmConfig) -> WasmProvider {
         ..config.wasm.clone()
     })
     .unwrap();
-    let pkg = WasmPackage::load_dir(&host, &package_dir("hostile")).await.unwrap();
+    let pkg = WasmPackage::load_dir(&host, &package_dir("hostile"))
+        .await
+        .unwrap();
     let mut p = WasmProvider::new(host, config);
     p.add(pkg).unwrap();
     p
@@ -138,7 +155,12 @@ pub struct Harness {
     pub emitted: Option<mpsc::Receiver<Emitted>>,
 }
 
-pub fn ctx(node_id: &str, node_type: &str, deadline: Option<Instant>, streaming: bool) -> (NodeCtx, Harness) {
+pub fn ctx(
+    node_id: &str,
+    node_type: &str,
+    deadline: Option<Instant>,
+    streaming: bool,
+) -> (NodeCtx, Harness) {
     let sink = Arc::new(Sink::default());
     let cancel = CancellationToken::new();
     let secrets = Arc::new(SecretRegistry::default());
@@ -203,7 +225,12 @@ pub async fn invoke(
 ) -> (Result<Outputs, NodeError>, NodeCtx, Harness) {
     let exec = create(provider, "n1", type_name, BTreeMap::new(), limits);
     let (ctx, h) = ctx("n1", type_name, None, false);
-    let r = exec.invoke(Call { inputs: ins, ctx: ctx.clone() }).await;
+    let r = exec
+        .invoke(Call {
+            inputs: ins,
+            ctx: ctx.clone(),
+        })
+        .await;
     (r, ctx, h)
 }
 

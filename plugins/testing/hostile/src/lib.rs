@@ -130,7 +130,9 @@ pub struct Liar;
 impl Node for Liar {
     const TYPE: &'static str = "hostile.liar";
     fn declare() -> Decl {
-        Decl::new(Self::TYPE).output::<String>("out", "").streaming_output()
+        Decl::new(Self::TYPE)
+            .output::<String>("out", "")
+            .streaming_output()
     }
     fn run(_i: &mut Inputs) -> Result<Outputs, Error> {
         if heddle_sdk::emit("secret_channel", "x".to_string()).is_ok() {
@@ -140,4 +142,6 @@ impl Node for Liar {
     }
 }
 
-heddle_sdk::export_nodes!(spin, alloc, read, write, env, huge, panic, secret, chatty, echo, echo_warm, compute, Liar);
+heddle_sdk::export_nodes!(
+    spin, alloc, read, write, env, huge, panic, secret, chatty, echo, echo_warm, compute, Liar
+);

@@ -1,0 +1,195 @@
+//! WASM node overhead: a trivial node invoked with a fresh instance vs a warm one, bare
+//! instantiation, fuel metering on vs off on a compute-heavy node, and loading a package
+//! from the compile cache.
+//!
+//! Run: `cargo bench --bench wasm` (builds the test package in `plugins/` first).
+//! Targets (issue 3): fresh ≤ 50 µs, warm ≤ 5 µs, cached load ≤ 5 ms, fuel ≤ 10 %.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use heddle_core::{EventKind, Value};
+use heddle_kernel::{
+    Call, CtxParts, EventSink, Executor, NodeCtx, NodeProvider, NodeSpec, SecretRegistry,
+};
+use heddle_wasm::{EngineSettings, WasmConfig, WasmHost, WasmPackage, WasmProvider};
+use tokio_util::sync::CancellationToken;
+
+struct NullSink;
+impl EventSink for NullSink {
+    fn emit(&self, _: EventKind) {}
+}
+
+/// Builds `plugins/testing/hostile` (it holds the trivial and compute nodes) and
+/// assembles its package directory.
+fn hostile_package() -> PathBuf {
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&plugins)
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "-p",
+            "heddle-hostile",
+            "--target-dir",
+        ])
+        .arg(plugins.join("target"))
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "building the hostile test package failed");
+    let dir = std::env::temp_dir().join("heddle-bench-hostile");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        plugins.join("testing/hostile/heddle-package.toml"),
+        dir.join("heddle-package.toml"),
+    )
+    .unwrap();
+    std::fs::copy(
+        plugins.join("target/wasm32-wasip2/release/heddle_hostile.wasm"),
+        dir.join("hostile.wasm"),
+    )
+    .unwrap();
+    dir
+}
+
+fn settings(fuel: bool, cache: &Path) -> EngineSettings {
+    EngineSettings {
+        fuel,
+        cache_dir: Some(cache.to_path_buf()),
+        ..Default::default()
+    }
+}
+
+fn ctx() -> NodeCtx {
+    NodeCtx::new(CtxParts {
+        node_id: "n".into(),
+        node_type: "t".into(),
+        key: "".into(),
+        cancel: CancellationToken::new(),
+        deadline: None,
+        events: Arc::new(NullSink),
+        emit: None,
+        secrets: Arc::new(SecretRegistry::default()),
+    })
+}
+
+fn executor(p: &WasmProvider, type_name: &str) -> Arc<dyn Executor> {
+    let decl = p
+        .declarations()
+        .into_iter()
+        .find(|d| d.type_name == type_name)
+        .unwrap();
+    p.create(&NodeSpec {
+        id: "n",
+        decl: &decl,
+        properties: &BTreeMap::new(),
+        limits: None,
+    })
+    .unwrap()
+}
+
+/// Times `iters` sequential invocations inside one runtime entry, so the figure is the
+/// invocation and not `block_on`.
+fn time_invocations(
+    rt: &tokio::runtime::Runtime,
+    exec: &Arc<dyn Executor>,
+    inputs: &BTreeMap<String, Value>,
+    iters: u64,
+) -> Duration {
+    rt.block_on(async {
+        let start = Instant::now();
+        for _ in 0..iters {
+            let out = exec
+                .invoke(Call {
+                    inputs: inputs.clone(),
+                    ctx: ctx(),
+                })
+                .await
+                .unwrap();
+            std::hint::black_box(out);
+        }
+        start.elapsed()
+    })
+}
+
+fn bench(c: &mut Criterion) {
+    let pkg_dir = hostile_package();
+    let cache = std::env::temp_dir().join("heddle-bench-cache");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    let provider = |fuel: bool| {
+        rt.block_on(async {
+            let host = WasmHost::new(settings(fuel, &cache)).unwrap();
+            let pkg = WasmPackage::load_dir(&host, &pkg_dir).await.unwrap();
+            let mut p = WasmProvider::new(host, WasmConfig::default());
+            p.add(pkg).unwrap();
+            p
+        })
+    };
+    let metered = provider(true);
+    let unmetered = provider(false);
+    eprintln!("pooling allocator in use: {}", metered.host().is_pooling());
+
+    let echo_in: BTreeMap<String, Value> = [("value".to_string(), Value::str("hello"))].into();
+    let mut g = c.benchmark_group("wasm_invoke");
+    let fresh = executor(&metered, "hostile.echo");
+    g.bench_function("trivial_fresh_instance", |b| {
+        b.iter_custom(|n| time_invocations(&rt, &fresh, &echo_in, n))
+    });
+    let warm = executor(&metered, "hostile.echo_warm");
+    g.bench_function("trivial_warm_instance", |b| {
+        b.iter_custom(|n| time_invocations(&rt, &warm, &echo_in, n))
+    });
+    let pkg = metered.packages()[0].clone();
+    g.bench_function("instantiate_only", |b| {
+        b.iter_custom(|n| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..n {
+                    pkg.instantiate_only().await.unwrap();
+                }
+                start.elapsed()
+            })
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("wasm_fuel");
+    g.sample_size(20);
+    let heavy: BTreeMap<String, Value> = [("n".to_string(), Value::Int(20_000_000))].into();
+    let on = executor(&metered, "hostile.compute");
+    let off = executor(&unmetered, "hostile.compute");
+    g.bench_function("compute_20M_fuel_on", |b| {
+        b.iter_custom(|n| time_invocations(&rt, &on, &heavy, n))
+    });
+    g.bench_function("compute_20M_fuel_off", |b| {
+        b.iter_custom(|n| time_invocations(&rt, &off, &heavy, n))
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("wasm_load");
+    let host = WasmHost::new(settings(true, &cache)).unwrap();
+    // Prime the cache, then every load below is served from it.
+    rt.block_on(WasmPackage::load_dir(&host, &pkg_dir)).unwrap();
+    g.bench_function("load_package_from_compile_cache", |b| {
+        b.iter(|| {
+            std::hint::black_box(rt.block_on(WasmPackage::load_dir(&host, &pkg_dir)).unwrap())
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
