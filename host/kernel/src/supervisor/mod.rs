@@ -27,7 +27,7 @@ use crate::executor::{BoxFuture, SecretRegistry};
 
 pub use allowed::{InvocationFacts, allowed_actions, enforce, output_types};
 pub use bounded::{Bounded, Bounds};
-pub use escalator::{Escalator, FailedInvocation, MAX_REPAIR_ROUNDS, Resolution};
+pub use escalator::{Escalator, FailedInvocation, MAX_REPAIR_ROUNDS, Resolution, escalates};
 pub use heddle_core::supervise::{
     AllowedSet, ApplyTo, DecidedBy, Intervention, LineageStep, Verdict, VerdictAction,
 };
@@ -97,6 +97,12 @@ pub trait Supervisor: Send + Sync + 'static {
 
     /// Called once when the run ends.
     fn close(&self) {}
+}
+
+impl std::fmt::Debug for dyn Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Supervisor({})", self.name())
+    }
 }
 
 /// The default: every failure fails, exactly as an unsupervised run.
