@@ -25,7 +25,8 @@
 //!   several times per key (a repeating driver, a join pairing streams, streaming modes,
 //!   controlled nodes, a `heddle.input` with `streaming: true`);
 //!   `iteration` appends the root `"{node}:{group or handle}"`; `chunk` repeats per key;
-//!   `aggregate` drops the innermost root (streaming-input nodes only); `forward(source)`
+//!   `aggregate` drops the innermost root of the deepest input (streaming-input nodes
+//!   only; when the inputs do not nest, of the invocation scope); `forward(source)`
 //!   takes the scope of input `source`.
 //!
 //! Rejections are pushed to `issues`, non-fatal findings to `warnings`.
@@ -314,7 +315,15 @@ impl Analysis<'_> {
                             ),
                         });
                     }
-                    let mut scope = invocation_scope.clone();
+                    // What is aggregated is the deepest input (a collect with a side
+                    // input at the root still emits one list per parent item), when the
+                    // inputs nest; otherwise the invocation scope.
+                    let deepest = inputs
+                        .values()
+                        .map(|h| &h.scope)
+                        .max_by_key(|s| s.len())
+                        .filter(|d| inputs.values().all(|h| is_prefix(&h.scope, d)));
+                    let mut scope = deepest.unwrap_or(&invocation_scope).clone();
                     scope.pop();
                     OutputScope {
                         scope,

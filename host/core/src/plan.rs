@@ -345,9 +345,10 @@ impl Planner<'_> {
             .iter()
             .map(|(&id, &i)| (id, self.decls.decl(&doc.nodes[i].node_type)))
             .collect();
-        for (&id, &i) in &by_id {
-            let n = &doc.nodes[i];
-            if n.node_type != INPUT_TYPE || n.is_bypassed() {
+        // In document order, so issues come out in a stable order.
+        for (i, n) in doc.nodes.iter().enumerate() {
+            let id = n.id.as_str();
+            if n.node_type != INPUT_TYPE || n.is_bypassed() || by_id.get(id) != Some(&i) {
                 continue;
             }
             let props = n.merged_properties();

@@ -186,6 +186,17 @@ fn decls() -> Decls {
             ],
         ),
         NodeDecl {
+            mode: NodeMode::StreamingInput,
+            ..decl(
+                "test.join_text",
+                vec![
+                    PortDecl::new("item", t("any")),
+                    PortDecl::new("sep", t("str")),
+                ],
+                vec![OutputDecl::new("text", t("str")).correlated(OutputCorrelation::Aggregate)],
+            )
+        },
+        NodeDecl {
             dynamic_inputs: true,
             properties: vec![PortDecl::new("code", t("str")).required()],
             ..decl(
@@ -518,6 +529,14 @@ fn control_cycle() {
     assert_eq!(d.len(), 1, "{e}");
     assert!(d[0].3.contains("g1 -> g2 -> g1"), "{}", d[0].3);
     assert!(of_kind(&e, IssueKind::Cycle).is_empty());
+
+    let e = err(json!({
+        "nodes": [np("g", "test.gate", json!({"value": 1}))],
+        "edges": [ctl("self", "g", "g")]
+    }));
+    let d = of_kind(&e, IssueKind::SelfLoop);
+    assert_eq!((d[0].0, d[0].1), (Some("g"), Some("self")), "{e}");
+    assert!(d[0].3.starts_with("control edge"), "{}", d[0].3);
 }
 
 #[test]
@@ -1118,4 +1137,22 @@ fn repeats_propagate_through_driven_nodes_and_a_join_pairs_two_streams() {
     let c = &p.correlation.nodes[node_idx(&p, "c")];
     assert!(c.repeating_driver.is_none());
     assert!(c.outputs["pair"].repeats_per_key);
+}
+
+#[test]
+fn aggregate_with_a_root_side_input_drops_the_innermost_root_of_the_items() {
+    let p = ok(json!({
+        "nodes": [n("l", "heddle.constant"), n("outer", "heddle.foreach"),
+                  n("inner", "heddle.foreach"), np("sep", "heddle.constant", json!({"value": ","})),
+                  n("j", "test.join_text"), n("c", "heddle.collect")],
+        "edges": [ed("a", "l", "value", "outer", "list"), ed("b", "outer", "item", "inner", "list"),
+                  ed("c", "inner", "item", "j", "item"), ed("d", "sep", "value", "j", "sep"),
+                  ed("e", "j", "text", "c", "item")]
+    }));
+    assert!(
+        inv_scope(&p, "j").is_empty(),
+        "a streaming-input node sees everything"
+    );
+    assert_eq!(out_scope(&p, "j", "text"), ["outer:item"]);
+    assert_eq!(out_scope(&p, "c", "list"), Vec::<String>::new());
 }
