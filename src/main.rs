@@ -1,3 +1,8 @@
-fn main() {
-    println!("heddle {}", env!("CARGO_PKG_VERSION"));
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = heddle::cli::Cli::parse();
+    heddle::app::main(cli)
 }

@@ -1,0 +1,54 @@
+//! Dispatch and the error edge: every command returns `anyhow::Result<Exit>`, and an
+//! error is printed once here and turned into an exit code by [`crate::exit::classify`].
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command};
+use crate::commands;
+use crate::exit::{Exit, classify};
+
+pub fn main(cli: Cli) -> ExitCode {
+    let verbose = cli.verbose;
+    if verbose && std::env::var_os("RUST_BACKTRACE").is_none() {
+        // SAFETY: called before any other thread exists (the tokio runtime is built by
+        // the commands, after this), so no one reads the environment concurrently.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "1") };
+    }
+    match dispatch(cli.command) {
+        Ok(exit) => exit.into(),
+        Err(err) => {
+            print_error(&err, verbose);
+            classify(&err).into()
+        }
+    }
+}
+
+pub fn dispatch(command: Command) -> anyhow::Result<Exit> {
+    match command {
+        Command::Run(a) => commands::run::run(a),
+        Command::Validate(a) => commands::validate::run(a),
+        Command::Nodes(a) => commands::nodes::run(a),
+        Command::Bench(a) => commands::bench::run(a),
+    }
+}
+
+/// One message, causes joined; the debug form (with causes listed and a backtrace when
+/// one was captured) only on `--verbose` or `RUST_BACKTRACE`.
+fn print_error(err: &anyhow::Error, verbose: bool) {
+    let mut out = std::io::stderr().lock();
+    let wants_detail = verbose || std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0");
+    if wants_detail {
+        let _ = writeln!(out, "error: {err:?}");
+    } else {
+        let _ = writeln!(out, "error: {err:#}");
+    }
+}
+
+/// The tokio runtime the commands run on.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("heddle")
+        .build()?)
+}

@@ -1,0 +1,115 @@
+//! The command line, as clap sees it. Help text here is the user's reference.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "heddle",
+    version,
+    about = "Run node graphs whose nodes are WebAssembly components",
+    after_help = "Exit codes: 0 completed, 1 failed, 2 invalid graph or usage, 3 cancelled, 4 suspended."
+)]
+pub struct Cli {
+    /// Show error causes in full, with a backtrace.
+    #[arg(long, short, global = true)]
+    pub verbose: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where node types come from; shared by every command that needs a registry.
+#[derive(Debug, Args, Clone, Default)]
+pub struct EnvArgs {
+    /// Configuration file (default: ./heddle.toml when it exists).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+    /// Directory of installed node packages (overrides the config file).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub packages: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a graph and print its outputs.
+    Run(RunArgs),
+    /// Check a graph without running it; reports every problem at once.
+    Validate(ValidateArgs),
+    /// List every available node type with its ports.
+    Nodes(NodesArgs),
+    /// Measure scheduler throughput on synthetic graphs.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The graph document (JSON).
+    pub graph: PathBuf,
+    /// A value for an external input: NAME=VALUE (JSON, else text) or NAME=@FILE.
+    #[arg(long = "input", short = 'i', value_name = "NAME=VALUE")]
+    pub inputs: Vec<String>,
+    /// Feed the streaming input NAME from standard input, one value per line (JSON, else
+    /// text), until end of input.
+    #[arg(long, value_name = "NAME")]
+    pub stream: Option<String>,
+    /// Print one machine-readable JSON report on stdout instead of progress and outputs.
+    #[arg(long)]
+    pub json: bool,
+    /// Wall-clock limit per node invocation in milliseconds (overrides [run] node_timeout_ms).
+    #[arg(long, value_name = "MS")]
+    pub node_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    pub env: EnvArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The graph document (JSON).
+    pub graph: PathBuf,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub env: EnvArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct NodesArgs {
+    /// Print the declarations as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Only node types whose name starts with this prefix (e.g. `std.text`).
+    #[arg(value_name = "PREFIX")]
+    pub prefix: Option<String>,
+    #[command(flatten)]
+    pub env: EnvArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Shape {
+    Chain,
+    Fanout,
+    Wide,
+    All,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Which graph shape to measure.
+    #[arg(long, value_enum, default_value_t = Shape::All)]
+    pub shape: Shape,
+    /// Size of the shape: chain length (default 100), fan-out items (default 10000) or
+    /// width (default 1000).
+    #[arg(long, value_name = "N")]
+    pub size: Option<usize>,
+    /// Values pushed through the chain (chain shape only).
+    #[arg(long, value_name = "M", default_value_t = 10_000)]
+    pub messages: usize,
+    /// Measured runs per shape (after one warm-up run); the median is reported.
+    #[arg(long, value_name = "R", default_value_t = 3)]
+    pub runs: usize,
+    /// Print the figures as JSON.
+    #[arg(long)]
+    pub json: bool,
+}

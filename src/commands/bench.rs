@@ -1,0 +1,131 @@
+//! `heddle bench`: scheduler throughput on the same graph shapes as the criterion
+//! benches (`heddle_kernel::bench`), so figures from either compare.
+
+use std::time::Duration;
+
+use heddle_kernel::Registry;
+use heddle_kernel::bench::{self, Shape};
+use serde::Serialize;
+
+use crate::cli::{BenchArgs, Shape as ShapeArg};
+use crate::exit::Exit;
+
+#[derive(Debug, Serialize)]
+pub struct ShapeFigures {
+    pub shape: &'static str,
+    pub size: usize,
+    pub nodes: usize,
+    pub edges: usize,
+    pub messages: u64,
+    pub invocations: u64,
+    /// Median wall time of the measured runs, in microseconds.
+    pub wall_us: u64,
+    pub invocations_per_sec: f64,
+    pub messages_per_sec: f64,
+    /// The process's peak resident set size so far (VmHWM), in KiB; it only grows, so a
+    /// later shape's figure includes the earlier ones' peak.
+    pub peak_rss_kib: Option<u64>,
+    pub runs: usize,
+}
+
+fn default_size(shape: Shape) -> usize {
+    match shape {
+        Shape::Chain => 100,
+        Shape::Fanout => 10_000,
+        Shape::Wide => 1_000,
+    }
+}
+
+/// Peak resident set size of this process, from `/proc/self/status` (Linux only).
+pub fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
+    if args.size == Some(0) {
+        return Err(crate::usage!("--size must be at least 1"));
+    }
+    if args.runs == 0 {
+        return Err(crate::usage!("--runs must be at least 1"));
+    }
+    let shapes: Vec<Shape> = match args.shape {
+        ShapeArg::Chain => vec![Shape::Chain],
+        ShapeArg::Fanout => vec![Shape::Fanout],
+        ShapeArg::Wide => vec![Shape::Wide],
+        ShapeArg::All => Shape::ALL.to_vec(),
+    };
+    let registry = Registry::with_builtins();
+    let rt = crate::app::runtime()?;
+    let mut all = Vec::new();
+    for shape in shapes {
+        let size = args.size.unwrap_or_else(|| default_size(shape));
+        let doc = bench::graph(shape, size);
+        // Warm-up: first-touch allocations and thread start-up are not the scheduler.
+        rt.block_on(bench::run_shape(&registry, shape, size, args.messages))?;
+        let mut runs = Vec::with_capacity(args.runs);
+        for _ in 0..args.runs {
+            runs.push(rt.block_on(bench::run_shape(&registry, shape, size, args.messages))?);
+        }
+        runs.sort_by_key(|r| r.elapsed);
+        let median = runs[runs.len() / 2].clone();
+        let figures = ShapeFigures {
+            shape: shape.name(),
+            size,
+            nodes: doc.nodes.len(),
+            edges: doc.edges.len(),
+            messages: median.messages,
+            invocations: median.invocations,
+            wall_us: median.elapsed.as_micros() as u64,
+            invocations_per_sec: median.invocations_per_sec(),
+            messages_per_sec: median.messages_per_sec(),
+            peak_rss_kib: peak_rss_kib(),
+            runs: args.runs,
+        };
+        if !args.json {
+            print_human(&figures, median.elapsed);
+        }
+        all.push(figures);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&all)?);
+    }
+    Ok(Exit::Ok)
+}
+
+fn print_human(f: &ShapeFigures, wall: Duration) {
+    println!(
+        "{:<7} size {:>6}  nodes {:>6}  messages {:>7}  invocations {:>8}  wall {:>9.3} ms  {:>12} inv/s  {:>12} msg/s  peak RSS {}",
+        f.shape,
+        f.size,
+        f.nodes,
+        f.messages,
+        f.invocations,
+        wall.as_secs_f64() * 1e3,
+        human_rate(f.invocations_per_sec),
+        human_rate(f.messages_per_sec),
+        f.peak_rss_kib
+            .map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
+            .unwrap_or_else(|| "n/a".into()),
+    );
+}
+
+fn human_rate(r: f64) -> String {
+    if r >= 1e6 {
+        format!("{:.2}M", r / 1e6)
+    } else if r >= 1e3 {
+        format!("{:.1}k", r / 1e3)
+    } else {
+        format!("{r:.0}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_peak_rss() {
+        let kib = super::peak_rss_kib().expect("Linux exposes VmHWM");
+        assert!(kib > 0);
+    }
+}

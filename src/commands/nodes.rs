@@ -1,0 +1,135 @@
+//! `heddle nodes`: every node type the registry knows, with its declaration.
+
+use std::fmt::Write as _;
+
+use heddle_core::{NodeDecl, NodeMode};
+
+use crate::cli::NodesArgs;
+use crate::exit::Exit;
+use crate::providers::Env;
+
+pub fn run(args: NodesArgs) -> anyhow::Result<Exit> {
+    let rt = crate::app::runtime()?;
+    let env = rt.block_on(Env::load(&args.env))?;
+    let decls: Vec<_> = env
+        .registry
+        .declarations()
+        .into_iter()
+        .filter(|d| {
+            args.prefix
+                .as_deref()
+                .is_none_or(|p| d.type_name.starts_with(p))
+        })
+        .collect();
+    if args.json {
+        let plain: Vec<&NodeDecl> = decls.iter().map(|d| d.as_ref()).collect();
+        println!("{}", serde_json::to_string_pretty(&plain)?);
+    } else {
+        let mut out = String::new();
+        for d in &decls {
+            describe(&mut out, d);
+        }
+        let _ = writeln!(out, "{} node types", decls.len());
+        print!("{out}");
+    }
+    Ok(Exit::Ok)
+}
+
+/// A declaration for a person: header line with flags, then one line per port.
+pub fn describe(out: &mut String, d: &NodeDecl) {
+    let mut flags = Vec::new();
+    if d.retry_safe {
+        flags.push("retry-safe".to_string());
+    }
+    match d.mode {
+        NodeMode::Buffered => {}
+        NodeMode::StreamingOutput => flags.push("streaming-output".into()),
+        NodeMode::StreamingInput => flags.push("streaming-input".into()),
+        NodeMode::Controlled => flags.push("controlled".into()),
+    }
+    if d.is_join {
+        flags.push("join".into());
+    }
+    let _ = write!(out, "{}", d.type_name);
+    if !d.title.is_empty() {
+        let _ = write!(out, " — {}", d.title);
+    }
+    if !flags.is_empty() {
+        let _ = write!(out, "  [{}]", flags.join(", "));
+    }
+    if !d.origin.is_empty() {
+        let _ = write!(out, "  ({})", d.origin);
+    }
+    out.push('\n');
+    for line in d.description.lines() {
+        let _ = writeln!(out, "    {}", line.trim());
+    }
+    for p in &d.inputs {
+        let _ = writeln!(
+            out,
+            "    in   {}",
+            port(
+                &p.name,
+                &p.ty.to_string(),
+                p.required,
+                p.default.as_ref(),
+                &p.description
+            )
+        );
+    }
+    for o in &d.outputs {
+        let corr = match &o.correlation {
+            heddle_core::OutputCorrelation::Single => String::new(),
+            heddle_core::OutputCorrelation::Iteration { .. } => " (per item)".into(),
+            heddle_core::OutputCorrelation::Chunk => " (chunks)".into(),
+            heddle_core::OutputCorrelation::Aggregate => " (collects)".into(),
+            heddle_core::OutputCorrelation::Forward { source } => format!(" (lineage of {source})"),
+        };
+        let desc = if o.description.is_empty() {
+            String::new()
+        } else {
+            format!(" — {}", o.description)
+        };
+        let _ = writeln!(out, "    out  {}: {}{corr}{desc}", o.name, o.ty);
+    }
+    for p in &d.properties {
+        let _ = writeln!(
+            out,
+            "    prop {}",
+            port(
+                &p.name,
+                &p.ty.to_string(),
+                p.required,
+                p.default.as_ref(),
+                &p.description
+            )
+        );
+    }
+    for c in &d.capabilities {
+        let kind = serde_json::to_value(c.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let _ = writeln!(out, "    needs {kind} `{}`: {}", c.target, c.reason);
+    }
+}
+
+fn port(
+    name: &str,
+    ty: &str,
+    required: bool,
+    default: Option<&heddle_core::Value>,
+    desc: &str,
+) -> String {
+    let mut s = format!("{name}: {ty}");
+    if required {
+        s.push_str(" (required)");
+    }
+    if let Some(d) = default {
+        let _ = write!(s, " = {}", serde_json::to_string(d).unwrap_or_default());
+    }
+    if !desc.is_empty() {
+        let _ = write!(s, " — {desc}");
+    }
+    s
+}

@@ -1,0 +1,182 @@
+//! `heddle run GRAPH`: plans, runs with live progress, prints outputs or the JSON report.
+
+use std::io::IsTerminal as _;
+use std::sync::Arc;
+
+use heddle_core::{Event, EventKind, RunStatus};
+use heddle_kernel::runtime::{Run, RunHandle, RunOptions};
+use tokio::io::AsyncBufReadExt as _;
+use tokio::sync::watch;
+
+use crate::cli::RunArgs;
+use crate::exit::Exit;
+use crate::inputs::{self, InputSlot};
+use crate::progress::{Mode, Progress};
+use crate::providers::Env;
+use crate::report::{NodeTimes, RunReport, human_summary};
+
+pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
+    // Everything that can be wrong with the request is checked before anything runs, so
+    // a usage mistake never costs a started node.
+    let raw_inputs = args
+        .inputs
+        .iter()
+        .map(|a| inputs::parse_arg(a))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rt = crate::app::runtime()?;
+    let env = rt.block_on(Env::load(&args.env))?;
+    let graph = args.graph.display().to_string();
+    let doc = super::load_graph(&args.graph)?;
+    let plan = super::plan_graph(&doc, &env.registry, &args.graph)?;
+    let values = inputs::resolve(&doc, &graph, &raw_inputs)?;
+    let slots = inputs::input_slots(&doc);
+    if let Some(name) = &args.stream {
+        match slots.iter().find(|s| &s.name == name) {
+            Some(s) if s.streaming => {}
+            Some(s) => {
+                return Err(crate::usage!(
+                    "--stream {name}: input `{name}` (node {}) is not a streaming input; set \"streaming\": true in its properties",
+                    s.node_id
+                ));
+            }
+            None => {
+                return Err(crate::usage!(
+                    "--stream {name}: {graph} has no input of that name"
+                ));
+            }
+        }
+    }
+
+    let mode = if args.json {
+        Mode::Quiet
+    } else if std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {
+        Mode::Live
+    } else {
+        Mode::Plain
+    };
+    if mode != Mode::Quiet {
+        for w in &plan.warnings {
+            eprintln!("warning: {w}");
+        }
+    }
+    let total_nodes = plan.nodes.len();
+    let opts = RunOptions {
+        inputs: values,
+        node_timeout: args
+            .node_timeout_ms
+            .map(std::time::Duration::from_millis)
+            .or(env.config.run.node_timeout()),
+        ..RunOptions::default()
+    };
+
+    let (result, times) = rt.block_on(async {
+        let run = Run::new(plan, &env.registry, opts)?;
+        let events = run.subscribe();
+        let handle = run.start();
+        let progress = Progress::new(mode, total_nodes);
+        let printer = progress.printer();
+        // Flips to true when the run is over or being cancelled: stops reading stdin.
+        let (ended_tx, ended_rx) = watch::channel(false);
+        let ended_tx = Arc::new(ended_tx);
+        let watcher = tokio::spawn(watch_events(events, progress, ended_tx.clone()));
+
+        let canceller = handle.canceller();
+        let on_signal = {
+            let ended_tx = ended_tx.clone();
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    printer.line("interrupted: cancelling the run…");
+                    canceller.cancel();
+                    let _ = ended_tx.send(true);
+                    // A second Ctrl-C while cancel is under way: leave at once.
+                    if tokio::signal::ctrl_c().await.is_ok() {
+                        std::process::exit(130);
+                    }
+                }
+            })
+        };
+
+        feed_streams(&handle, &slots, args.stream.as_deref(), ended_rx).await;
+        let result = handle.wait().await;
+        let _ = ended_tx.send(true);
+        on_signal.abort();
+        // The watcher ends when the event stream closes with the run.
+        let (mut progress, times) = watcher.await?;
+        progress.finish(result.status, !result.interventions.is_empty());
+        anyhow::Ok((result, times))
+    })?;
+
+    let report = RunReport::build(&graph, &result, &times);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", human_summary(&report));
+        if let Some(err) = &report.error {
+            eprintln!("error: {err}");
+        }
+        if let Some(s) = &report.suspend {
+            eprintln!("suspended at node {}: {}", s.node_id, s.reason);
+        }
+    }
+    Ok(Exit::for_status(result.status))
+}
+
+/// Drives the progress view and gathers node timings until the event stream ends.
+async fn watch_events(
+    mut events: heddle_kernel::EventStream,
+    mut progress: Progress,
+    ended: Arc<watch::Sender<bool>>,
+) -> (Progress, NodeTimes) {
+    let mut times = NodeTimes::default();
+    while let Some(ev) = events.next().await {
+        let ev: &Event = &ev;
+        times.observe(ev);
+        progress.on_event(ev);
+        if let EventKind::Run { status, .. } = &ev.kind {
+            if *status != RunStatus::Running {
+                let _ = ended.send(true);
+            }
+        }
+    }
+    (progress, times)
+}
+
+/// Streaming inputs stay open while the run is live. The one named by `--stream` is
+/// fed from stdin line by line; every other one is closed at once (after the value given
+/// with `--input`, which the kernel already pushed), so the run can finish.
+async fn feed_streams(
+    handle: &RunHandle,
+    slots: &[InputSlot],
+    from_stdin: Option<&str>,
+    mut ended: watch::Receiver<bool>,
+) {
+    for s in slots.iter().filter(|s| s.streaming) {
+        if Some(s.name.as_str()) == from_stdin {
+            continue;
+        }
+        let _ = handle.finish_input(&s.name).await;
+    }
+    let Some(name) = from_stdin else { return };
+    let ty = slots
+        .iter()
+        .find(|s| s.name == name)
+        .map(|s| s.ty.clone())
+        .unwrap_or_default();
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    loop {
+        tokio::select! {
+            line = lines.next_line() => match line {
+                Ok(Some(line)) => {
+                    let v = inputs::interpret(&line, &ty, false);
+                    if handle.push_input(name, v).await.is_err() {
+                        break;
+                    }
+                }
+                // End of input, or unreadable stdin: the stream is over either way.
+                Ok(None) | Err(_) => break,
+            },
+            _ = ended.wait_for(|e| *e) => break,
+        }
+    }
+    let _ = handle.finish_input(name).await;
+}

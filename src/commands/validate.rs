@@ -1,0 +1,89 @@
+//! `heddle validate GRAPH`: plans the graph and reports every problem at once.
+
+use heddle_core::plan::Issue;
+use serde::Serialize;
+
+use crate::cli::ValidateArgs;
+use crate::exit::{Exit, classify};
+use crate::providers::Env;
+
+#[derive(Serialize)]
+struct Verdict<'a> {
+    graph: String,
+    valid: bool,
+    /// Set when the file could not be read or parsed at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    issues: &'a [Issue],
+    warnings: &'a [Issue],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nodes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    edges: Option<usize>,
+}
+
+pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
+    let rt = crate::app::runtime()?;
+    let env = rt.block_on(Env::load(&args.env))?;
+    let graph = args.graph.display().to_string();
+    let doc = match super::load_graph(&args.graph) {
+        Ok(doc) => doc,
+        Err(e) if args.json => {
+            let v = Verdict {
+                graph,
+                valid: false,
+                error: Some(format!("{e:#}")),
+                issues: &[],
+                warnings: &[],
+                nodes: None,
+                edges: None,
+            };
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            return Ok(classify(&e));
+        }
+        Err(e) => return Err(e),
+    };
+    match heddle_core::plan::plan(&doc, &env.registry) {
+        Ok(plan) => {
+            if args.json {
+                let v = Verdict {
+                    graph,
+                    valid: true,
+                    error: None,
+                    issues: &[],
+                    warnings: &plan.warnings,
+                    nodes: Some(plan.nodes.len()),
+                    edges: Some(plan.edges.len()),
+                };
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                for w in &plan.warnings {
+                    eprintln!("warning: {w}");
+                }
+                println!(
+                    "{graph}: valid ({} nodes, {} edges)",
+                    plan.nodes.len(),
+                    plan.edges.len()
+                );
+            }
+            Ok(Exit::Ok)
+        }
+        Err(err) => {
+            if args.json {
+                let v = Verdict {
+                    graph,
+                    valid: false,
+                    error: None,
+                    issues: &err.issues,
+                    warnings: &[],
+                    nodes: None,
+                    edges: None,
+                };
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                Ok(Exit::Invalid)
+            } else {
+                Err(anyhow::Error::from(err).context(graph))
+            }
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Exit codes, and the one place that decides which error means which code.
+//!
+//! Scripts branch on these, so they are part of the interface and documented in the
+//! README: a run that completed (0), failed (1), was refused before it started because
+//! the graph or the command line was wrong (2), was cancelled (3) or suspended (4).
+
+use std::process::ExitCode;
+
+use heddle_core::RunStatus;
+use heddle_core::graph::DocError;
+use heddle_core::plan::ValidationError;
+
+/// What a `heddle` invocation ended with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// The run completed, or the command did what it was asked.
+    Ok = 0,
+    /// The run failed, or the command could not do what it was asked (a package whose
+    /// bytes changed, an engine that would not start).
+    Failed = 1,
+    /// Nothing was run: the graph is invalid or unreadable, an input value is missing
+    /// or malformed, or the command line is wrong. Same code clap uses for usage errors.
+    Invalid = 2,
+    /// The run was cancelled (Ctrl-C).
+    Cancelled = 3,
+    /// The run suspended, waiting for something outside it (human in the loop).
+    Suspended = 4,
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn for_status(status: RunStatus) -> Exit {
+        match status {
+            RunStatus::Completed => Exit::Ok,
+            RunStatus::Failed | RunStatus::Running => Exit::Failed,
+            RunStatus::Cancelled => Exit::Cancelled,
+            RunStatus::Suspended => Exit::Suspended,
+        }
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> ExitCode {
+        ExitCode::from(e.code())
+    }
+}
+
+/// A mistake in what the user asked for (bad `--input`, missing input value, missing
+/// file, bad config), as opposed to a failure while doing it. Maps to [`Exit::Invalid`].
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct UsageError {
+    pub message: String,
+}
+
+impl UsageError {
+    pub fn new(message: impl Into<String>) -> Self {
+        UsageError {
+            message: message.into(),
+        }
+    }
+}
+
+/// Shorthand for returning a [`UsageError`] from a function returning `anyhow::Result`.
+#[macro_export]
+macro_rules! usage {
+    ($($arg:tt)*) => {
+        ::anyhow::Error::from($crate::exit::UsageError::new(format!($($arg)*)))
+    };
+}
+
+/// The exit code for an error that ended a command. Looks through the whole chain of
+/// causes, so a context message wrapped around a validation error still exits 2.
+pub fn classify(err: &anyhow::Error) -> Exit {
+    for cause in err.chain() {
+        if cause.is::<UsageError>()
+            || cause.is::<DocError>()
+            || cause.is::<ValidationError>()
+            || cause.is::<toml::de::Error>()
+        {
+            return Exit::Invalid;
+        }
+        if let Some(k) = cause.downcast_ref::<heddle_kernel::KernelError>() {
+            use heddle_kernel::KernelError as K;
+            if matches!(
+                k,
+                K::Invalid(_)
+                    | K::MissingInputs(_)
+                    | K::InputValue { .. }
+                    | K::UnknownInput(_)
+                    | K::NotStreaming(_)
+            ) {
+                return Exit::Invalid;
+            }
+        }
+    }
+    Exit::Failed
+}

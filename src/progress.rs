@@ -1,0 +1,281 @@
+//! The live view of a run, drawn from its event stream.
+//!
+//! On a terminal it is an indicatif status line (counts, running nodes, elapsed) with one
+//! line per finished node printed above it; otherwise plain lines, one per node outcome,
+//! log line and intervention, so a log file or CI output reads top to bottom. Everything
+//! goes to stderr: stdout carries only the outputs (or the JSON report).
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use heddle_core::{Event, EventKind, LogLevel, NodeStatus, RunStatus};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Above this many nodes, only failures get a line of their own.
+const PER_NODE_LINES_MAX: usize = 200;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// indicatif status line on a terminal.
+    Live,
+    /// Plain lines (stdout is not a terminal).
+    Plain,
+    /// Nothing (`--json`).
+    Quiet,
+}
+
+/// Prints whole lines without tearing the status line; cheap to clone, so the Ctrl-C
+/// handler can print too.
+#[derive(Clone)]
+pub struct Printer {
+    mode: Mode,
+    bar: Option<ProgressBar>,
+}
+
+impl Printer {
+    /// A line of its own, above the status line when there is one.
+    pub fn line(&self, text: &str) {
+        match (&self.bar, self.mode) {
+            (_, Mode::Quiet) => {}
+            (Some(bar), _) => bar.println(text),
+            (None, _) => {
+                let mut err = std::io::stderr().lock();
+                let _ = writeln!(err, "{text}");
+            }
+        }
+    }
+}
+
+pub struct Progress {
+    mode: Mode,
+    bar: Option<ProgressBar>,
+    printer: Printer,
+    total: usize,
+    per_node_lines: bool,
+    state: BTreeMap<String, NodeStatus>,
+    started: Instant,
+}
+
+impl Progress {
+    pub fn new(mode: Mode, total_nodes: usize) -> Progress {
+        let bar = (mode == Mode::Live).then(|| {
+            let bar = ProgressBar::with_draw_target(
+                Some(total_nodes as u64),
+                ProgressDrawTarget::stderr(),
+            );
+            // The template is a constant; it parses.
+            let style = ProgressStyle::with_template(
+                "{spinner:.cyan} {elapsed:>4} [{bar:24.cyan/blue}] {pos}/{len} nodes  {msg}",
+            )
+            .expect("valid progress template")
+            .progress_chars("=> ");
+            bar.set_style(style);
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bar
+        });
+        Progress {
+            mode,
+            printer: Printer {
+                mode,
+                bar: bar.clone(),
+            },
+            bar,
+            total: total_nodes,
+            per_node_lines: total_nodes <= PER_NODE_LINES_MAX,
+            state: BTreeMap::new(),
+            started: Instant::now(),
+        }
+    }
+
+    pub fn printer(&self) -> Printer {
+        self.printer.clone()
+    }
+
+    pub fn line(&self, text: &str) {
+        self.printer.line(text)
+    }
+
+    fn stamp(&self, at_us: u64) -> String {
+        format!("[{:>8.3}s]", at_us as f64 / 1e6)
+    }
+
+    pub fn on_event(&mut self, ev: &Event) {
+        if self.mode == Mode::Quiet {
+            return;
+        }
+        match &ev.kind {
+            EventKind::Node {
+                node_id,
+                node_type,
+                status,
+                error,
+                skip_reason,
+                ..
+            } => {
+                let previous = self.state.insert(node_id.clone(), *status);
+                if previous == Some(*status) {
+                    return;
+                }
+                let line = match status {
+                    NodeStatus::Completed if self.per_node_lines => Some(format!(
+                        "{} done     {node_id} ({node_type})",
+                        self.stamp(ev.at_us)
+                    )),
+                    NodeStatus::Failed => Some(format!(
+                        "{} FAILED   {node_id} ({node_type}): {}",
+                        self.stamp(ev.at_us),
+                        error.as_deref().unwrap_or("no message")
+                    )),
+                    NodeStatus::Skipped if self.per_node_lines => Some(format!(
+                        "{} skipped  {node_id} ({node_type}){}",
+                        self.stamp(ev.at_us),
+                        skip_reason
+                            .map(|r| format!(": {}", skip_reason_text(r)))
+                            .unwrap_or_default()
+                    )),
+                    NodeStatus::Suspended => Some(format!(
+                        "{} suspended {node_id} ({node_type})",
+                        self.stamp(ev.at_us)
+                    )),
+                    NodeStatus::Warning => error
+                        .as_ref()
+                        .map(|e| format!("{} warning  {node_id}: {e}", self.stamp(ev.at_us))),
+                    _ => None,
+                };
+                if let Some(l) = line {
+                    self.line(&l);
+                }
+                self.redraw();
+            }
+            EventKind::Log {
+                node_id,
+                level,
+                message,
+            } => {
+                if *level >= LogLevel::Info {
+                    let tag = match level {
+                        LogLevel::Warn => "warn ",
+                        LogLevel::Error => "error",
+                        _ => "log  ",
+                    };
+                    for l in message.lines() {
+                        self.line(&format!("{} {tag}    {node_id}: {l}", self.stamp(ev.at_us)));
+                    }
+                }
+            }
+            EventKind::Escalation {
+                node_id,
+                escalation,
+            } => {
+                let msg = escalation
+                    .get("error")
+                    .and_then(|e| e.get("message").or(Some(e)))
+                    .map(|m| {
+                        m.as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| m.to_string())
+                    })
+                    .unwrap_or_default();
+                self.line(&format!(
+                    "{} ⛨ escalated {node_id}: {msg}",
+                    self.stamp(ev.at_us)
+                ));
+            }
+            EventKind::Decision {
+                node_id,
+                verdict,
+                decided_by,
+                cost_usd,
+            } => {
+                let action = verdict
+                    .get("action")
+                    .and_then(|a| a.as_str())
+                    .map(str::to_string)
+                    .unwrap_or_else(|| verdict.to_string());
+                let cost = if *cost_usd > 0.0 {
+                    format!(", ${cost_usd:.4}")
+                } else {
+                    String::new()
+                };
+                self.line(&format!(
+                    "{} ⛨ decision {node_id}: {action} (by {decided_by}{cost})",
+                    self.stamp(ev.at_us)
+                ));
+            }
+            EventKind::Run {
+                status: RunStatus::Cancelled,
+                ..
+            } => self.line("run cancelled"),
+            _ => {}
+        }
+    }
+
+    fn redraw(&self) {
+        let Some(bar) = &self.bar else { return };
+        let mut running = Vec::new();
+        let (mut finished, mut failed, mut skipped) = (0u64, 0, 0);
+        for (id, s) in &self.state {
+            match s {
+                NodeStatus::Running => running.push(id.as_str()),
+                NodeStatus::Completed | NodeStatus::Suspended => finished += 1,
+                NodeStatus::Failed => {
+                    finished += 1;
+                    failed += 1
+                }
+                NodeStatus::Skipped => {
+                    finished += 1;
+                    skipped += 1
+                }
+                NodeStatus::Warning => {}
+            }
+        }
+        bar.set_position(finished.min(self.total as u64));
+        let mut msg = String::new();
+        if failed > 0 {
+            msg.push_str(&format!("{failed} failed  "));
+        }
+        if skipped > 0 {
+            msg.push_str(&format!("{skipped} skipped  "));
+        }
+        if !running.is_empty() {
+            let shown: Vec<&str> = running.iter().take(4).copied().collect();
+            msg.push_str(&format!("running: {}", shown.join(", ")));
+            if running.len() > shown.len() {
+                msg.push_str(&format!(" +{}", running.len() - shown.len()));
+            }
+        }
+        bar.set_message(msg);
+    }
+
+    /// Clears the status line and prints the one-line verdict of the run.
+    pub fn finish(&mut self, status: RunStatus, supervised: bool) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        self.printer.bar = None;
+        if self.mode == Mode::Quiet {
+            return;
+        }
+        let label = match (status, supervised) {
+            (RunStatus::Completed, true) => "completed — supervised".to_string(),
+            (s, _) => s.as_str().to_string(),
+        };
+        self.line(&format!(
+            "run {label} in {:.3}s",
+            self.started.elapsed().as_secs_f64()
+        ));
+    }
+}
+
+pub fn skip_reason_text(r: heddle_core::SkipReason) -> &'static str {
+    use heddle_core::SkipReason::*;
+    match r {
+        NoInput => "no input arrived",
+        UpstreamSkipped => "upstream skipped",
+        UpstreamFailed => "upstream failed",
+        Cancelled => "run cancelled",
+        Supervisor => "supervisor chose skip",
+        Suspended => "run suspended",
+    }
+}

@@ -1,0 +1,219 @@
+//! The machine-readable report of a run (`heddle run --json`) and the human summary.
+//!
+//! Built from the kernel's [`RunResult`] plus what the event stream adds (when each node
+//! started and ended), so it says nothing the events did not say.
+
+use std::collections::BTreeMap;
+
+use heddle_core::{Event, EventKind, NodeOutcome, NodeStatus, RunResult, SkipReason, Value};
+use serde::Serialize;
+
+/// Version of the report's shape; bumped on incompatible changes.
+pub const REPORT_VERSION: u32 = 1;
+
+#[derive(Debug, Serialize)]
+pub struct RunReport {
+    pub report_version: u32,
+    pub graph: String,
+    /// `completed`, `failed`, `cancelled` or `suspended`.
+    pub outcome: String,
+    /// True when the supervisor intervened and the run still completed.
+    pub supervised: bool,
+    pub exit_code: u8,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Every value that reached each output, in arrival order.
+    pub outputs: BTreeMap<String, Vec<Value>>,
+    pub nodes: BTreeMap<String, NodeEntry>,
+    pub interventions: Vec<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<heddle_core::SuspendInfo>,
+    pub wall_us: u64,
+    /// Totals over every node.
+    pub totals: Totals,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NodeEntry {
+    #[serde(rename = "type")]
+    pub node_type: String,
+    /// `done`, `failed`, `skipped` or `suspended`.
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skip_reason: Option<SkipReason>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub invocations: u64,
+    /// Wall time summed over the invocations that reported metrics (WASM and code
+    /// nodes); `null` for nodes that report none (native built-ins).
+    pub wall_us: Option<u64>,
+    /// WASM fuel consumed over all invocations; `null` for non-WASM nodes.
+    pub fuel: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cost_usd: f64,
+    /// Microseconds since the run started when the node first ran, and when it ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at_us: Option<u64>,
+}
+
+fn is_zero(f: &f64) -> bool {
+    *f == 0.0
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Totals {
+    pub nodes: usize,
+    pub done: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub invocations: u64,
+    pub fuel: u64,
+    pub cost_usd: f64,
+}
+
+/// Node start/end times gathered from the event stream.
+#[derive(Debug, Default, Clone)]
+pub struct NodeTimes {
+    times: BTreeMap<String, (Option<u64>, Option<u64>)>,
+}
+
+impl NodeTimes {
+    pub fn observe(&mut self, ev: &Event) {
+        if let EventKind::Node {
+            node_id, status, ..
+        } = &ev.kind
+        {
+            let e = self.times.entry(node_id.clone()).or_default();
+            match status {
+                NodeStatus::Running => {
+                    e.0.get_or_insert(ev.at_us);
+                }
+                NodeStatus::Completed
+                | NodeStatus::Failed
+                | NodeStatus::Skipped
+                | NodeStatus::Suspended => e.1 = Some(ev.at_us),
+                NodeStatus::Warning => {}
+            }
+        }
+    }
+
+    fn get(&self, id: &str) -> (Option<u64>, Option<u64>) {
+        self.times.get(id).copied().unwrap_or_default()
+    }
+}
+
+pub fn outcome_name(o: &NodeOutcome) -> &'static str {
+    match o {
+        NodeOutcome::Done => "done",
+        NodeOutcome::Failed { .. } => "failed",
+        NodeOutcome::Skipped { .. } => "skipped",
+        NodeOutcome::Suspended => "suspended",
+    }
+}
+
+impl RunReport {
+    pub fn build(graph: &str, result: &RunResult, times: &NodeTimes) -> RunReport {
+        let mut totals = Totals {
+            nodes: result.nodes.len(),
+            ..Totals::default()
+        };
+        let nodes = result
+            .nodes
+            .iter()
+            .map(|(id, n)| {
+                let (skip_reason, error) = match &n.outcome {
+                    NodeOutcome::Done => {
+                        totals.done += 1;
+                        (None, None)
+                    }
+                    NodeOutcome::Failed { error } => {
+                        totals.failed += 1;
+                        (None, Some(error.clone()))
+                    }
+                    NodeOutcome::Skipped { reason } => {
+                        totals.skipped += 1;
+                        (Some(*reason), None)
+                    }
+                    NodeOutcome::Suspended => (None, None),
+                };
+                totals.invocations += n.invocations;
+                totals.fuel += n.metrics.fuel.unwrap_or(0);
+                totals.cost_usd += n.metrics.cost_usd;
+                let (started, finished) = times.get(id);
+                let measured = n.metrics.wall_us > 0 || n.metrics.fuel.is_some();
+                let entry = NodeEntry {
+                    node_type: n.node_type.clone(),
+                    status: outcome_name(&n.outcome),
+                    skip_reason,
+                    error,
+                    invocations: n.invocations,
+                    wall_us: measured.then_some(n.metrics.wall_us),
+                    fuel: n.metrics.fuel,
+                    peak_memory_bytes: n.metrics.peak_memory_bytes,
+                    cost_usd: n.metrics.cost_usd,
+                    started_at_us: started,
+                    finished_at_us: finished,
+                };
+                (id.clone(), entry)
+            })
+            .collect();
+        let exit = crate::exit::Exit::for_status(result.status);
+        RunReport {
+            report_version: REPORT_VERSION,
+            graph: graph.to_string(),
+            outcome: result.status.as_str().to_string(),
+            supervised: !result.interventions.is_empty(),
+            exit_code: exit.code(),
+            error: result.error.clone(),
+            outputs: result.outputs.clone(),
+            nodes,
+            interventions: result.interventions.clone(),
+            suspend: result.suspend.clone(),
+            wall_us: result.wall_us,
+            totals,
+        }
+    }
+}
+
+/// Renders a value for a person: text as itself, everything else as compact JSON.
+pub fn display_value(v: &Value) -> String {
+    match v {
+        Value::Str(s) => s.to_string(),
+        other => serde_json::to_string(other).unwrap_or_else(|_| format!("{other:?}")),
+    }
+}
+
+/// The human summary printed after a run: outputs, then what went wrong.
+pub fn human_summary(report: &RunReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    if report.outputs.is_empty() {
+        let _ = writeln!(s, "(no outputs)");
+    }
+    for (name, values) in &report.outputs {
+        match values.as_slice() {
+            [one] => {
+                let text = display_value(one);
+                if text.contains('\n') {
+                    let _ = writeln!(s, "{name}:");
+                    for line in text.lines() {
+                        let _ = writeln!(s, "  {line}");
+                    }
+                } else {
+                    let _ = writeln!(s, "{name}: {text}");
+                }
+            }
+            many => {
+                let _ = writeln!(s, "{name}: ({} values)", many.len());
+                for v in many {
+                    let _ = writeln!(s, "  - {}", display_value(v));
+                }
+            }
+        }
+    }
+    s
+}
