@@ -108,10 +108,9 @@ impl WasmPackage {
             if let Some(v) = name
                 .strip_prefix(WIT_INTERFACE)
                 .and_then(|r| r.strip_prefix('@'))
+                && matches!(item.ty, ComponentItem::ComponentInstance(_))
             {
-                if matches!(item.ty, ComponentItem::ComponentInstance(_)) {
-                    found = Some(v.to_string());
-                }
+                found = Some(v.to_string());
             }
         }
         let Some(version) = found else {

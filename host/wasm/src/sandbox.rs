@@ -391,7 +391,7 @@ impl host::Host for State {
                 inv.ctx.node_id()
             ));
         }
-        if !inv.outputs.iter().any(|o| *o == handle) {
+        if !inv.outputs.contains(&handle) {
             return Err(format!(
                 "node {} has no output `{handle}`",
                 inv.ctx.node_id()

@@ -463,3 +463,41 @@ async fn host_survives_a_barrage_of_failures() {
     assert_eq!(r.unwrap().get("value"), Some(&Value::Int(7)));
     let _ = start;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_are_fresh_unless_the_node_opts_in_and_a_trap_discards_a_warm_one() {
+    let p = hostile_provider(WasmConfig::default()).await;
+    let calls = |exec: std::sync::Arc<dyn heddle_kernel::Executor>, fail: bool| async move {
+        let (c, _) = ctx("n1", "counter", None, false);
+        exec.invoke(Call {
+            inputs: inputs([("fail", Value::Bool(fail))]),
+            ctx: c,
+        })
+        .await
+        .map(|o| o.get("calls").cloned().unwrap())
+    };
+    let fresh = create(&p, "n1", "hostile.counter", BTreeMap::new(), None);
+    for _ in 0..3 {
+        assert_eq!(
+            calls(fresh.clone(), false).await.unwrap(),
+            Value::Int(1),
+            "state leaked between invocations"
+        );
+    }
+    let warm = create(&p, "n2", "hostile.counter_warm", BTreeMap::new(), None);
+    assert_eq!(calls(warm.clone(), false).await.unwrap(), Value::Int(1));
+    assert_eq!(
+        calls(warm.clone(), false).await.unwrap(),
+        Value::Int(2),
+        "opted-in node reuses its instance"
+    );
+    assert!(calls(warm.clone(), true).await.is_err());
+    assert_eq!(
+        calls(warm.clone(), false).await.unwrap(),
+        Value::Int(1),
+        "a trapped instance is discarded"
+    );
+    // Warm instances belong to one graph node, never shared with another.
+    let other = create(&p, "n3", "hostile.counter_warm", BTreeMap::new(), None);
+    assert_eq!(calls(other, false).await.unwrap(), Value::Int(1));
+}

@@ -273,9 +273,14 @@ async fn engine_falls_back_when_the_pool_cannot_be_reserved() {
     })
     .unwrap();
     assert!(!host.is_pooling());
-    let pkg = WasmPackage::load_dir(&host, &package_dir("hostile")).await.unwrap();
+    let pkg = WasmPackage::load_dir(&host, &package_dir("hostile"))
+        .await
+        .unwrap();
     assert!(pkg.instantiate_only().await.is_ok());
-    assert!(common::host().is_pooling(), "the default pool starts on this machine");
+    assert!(
+        common::host().is_pooling(),
+        "the default pool starts on this machine"
+    );
 }
 
 #[test]

@@ -395,8 +395,8 @@ node! {
     #[node("std.json.stringify", retry_safe)]
     pub fn json_stringify(value: Value, pretty: bool = false) -> text: String {
         let j = value.to_json();
-        Ok(if pretty { serde_json::to_string_pretty(&j) } else { serde_json::to_string(&j) }
-            .map_err(|e| Error::new(e.to_string()))?)
+        if pretty { serde_json::to_string_pretty(&j) } else { serde_json::to_string(&j) }
+            .map_err(|e| Error::new(e.to_string()))
     }
 }
 

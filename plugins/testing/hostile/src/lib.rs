@@ -124,6 +124,37 @@ node! {
     }
 }
 
+static mut CALLS: i64 = 0;
+
+fn count_call(fail: bool) -> Result<i64, Error> {
+    // SAFETY: a component instance is single-threaded; the counter exists to reveal
+    // whether the host reused this instance.
+    let n = unsafe {
+        CALLS += 1;
+        CALLS
+    };
+    if fail {
+        panic!("counter asked to fail");
+    }
+    Ok(n)
+}
+
+node! {
+    /// Count calls seen by this instance (warm reuse opted in).
+    #[node("hostile.counter_warm", reuse_instance)]
+    pub fn counter_warm(fail: bool = false) -> calls: i64 {
+        count_call(fail)
+    }
+}
+
+node! {
+    /// Count calls seen by this instance (default lifecycle: fresh every time).
+    #[node("hostile.counter")]
+    pub fn counter(fail: bool = false) -> calls: i64 {
+        count_call(fail)
+    }
+}
+
 /// Emits on an undeclared handle, then returns an undeclared output.
 pub struct Liar;
 
@@ -143,5 +174,19 @@ impl Node for Liar {
 }
 
 heddle_sdk::export_nodes!(
-    spin, alloc, read, write, env, huge, panic, secret, chatty, echo, echo_warm, compute, Liar
+    spin,
+    alloc,
+    read,
+    write,
+    env,
+    huge,
+    panic,
+    secret,
+    chatty,
+    echo,
+    echo_warm,
+    compute,
+    counter,
+    counter_warm,
+    Liar
 );
