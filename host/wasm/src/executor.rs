@@ -102,6 +102,29 @@ impl WasmProvider {
         Ok(())
     }
 
+    /// The provider a command line uses: an engine from `config`, the first-party
+    /// packages, then every package installed in the store at `store_dir` (each checked
+    /// against its lockfile pin). Missing first-party packages only warn (a host built
+    /// with `HEDDLE_SKIP_PLUGIN_BUILD=1` has none).
+    pub async fn load(
+        config: WasmConfig,
+        store_dir: Option<&std::path::Path>,
+    ) -> Result<Self, PackageError> {
+        let host = WasmHost::new(config.wasm.clone())?;
+        let mut p = WasmProvider::new(host, config);
+        match crate::first_party_package_dirs() {
+            Ok(_) => p.add_first_party().await?,
+            Err(e) => tracing::warn!("first-party packages unavailable: {e}"),
+        }
+        if let Some(dir) = store_dir {
+            let store = crate::store::PackageStore::open(dir);
+            for pkg in store.load_all(&p.host).await? {
+                p.add(pkg)?;
+            }
+        }
+        Ok(p)
+    }
+
     pub fn packages(&self) -> &[Arc<WasmPackage>] {
         &self.packages
     }

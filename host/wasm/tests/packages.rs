@@ -290,3 +290,21 @@ fn wit_versions_outside_0_1_are_unsupported() {
     assert!(!heddle_wasm::wit_version_supported("0.2.0"));
     assert!(!heddle_wasm::wit_version_supported("1.1.0"));
 }
+
+#[tokio::test]
+async fn provider_loads_first_party_and_installed_packages() {
+    let store_dir = tempfile::tempdir().unwrap();
+    PackageStore::open(store_dir.path())
+        .install(&host(), &package_dir("hostile"))
+        .await
+        .unwrap();
+    let config = heddle_wasm::WasmConfig {
+        wasm: settings(),
+        ..Default::default()
+    };
+    let p = heddle_wasm::WasmProvider::load(config, Some(store_dir.path()))
+        .await
+        .unwrap();
+    let names: Vec<&str> = p.packages().iter().map(|p| p.name()).collect();
+    assert_eq!(names, vec!["std", "files", "hostile"]);
+}
