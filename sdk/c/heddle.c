@@ -1,0 +1,470 @@
+// Heddle SDK for C: implements the `heddle:node` exports over the HEDDLE_NODES table,
+// on top of the bindings generated from the WIT at build time (node_package.h).
+//
+// Ownership follows the canonical ABI as wit-bindgen's C generator lays it out: export
+// parameters belong to us (freed here), export results are malloc'd and freed by the
+// generated post-return function, import arguments are only borrowed by the host.
+#include "heddle.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "node_package.h"
+
+typedef node_package_string_t str_t;
+typedef heddle_node_types_value_t value_t;
+typedef heddle_node_types_tuple2_string_value_t entry_t;
+typedef heddle_node_types_entries_t entries_t;
+
+struct heddle_call {
+    const heddle_node *node;
+    const entries_t *inputs;
+    const entries_t *properties;
+    entry_t *defaults; // declared defaults, parsed on first use
+    size_t defaults_len;
+    entry_t *out;
+    size_t out_len, out_cap;
+    char *message;   // set once failed
+    char *signature;
+    bool with_candidate;
+    char **temps;
+    size_t temps_len, temps_cap;
+};
+
+static void *xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) abort(); // out of guest memory: the host reports the trap
+    return q;
+}
+
+static void str_copy(str_t *dst, const char *s, size_t len) {
+    dst->len = len;
+    dst->ptr = NULL;
+    if (len) {
+        dst->ptr = xrealloc(NULL, len);
+        memcpy(dst->ptr, s, len);
+    }
+}
+
+static void str_copy_c(str_t *dst, const char *s) { str_copy(dst, s ? s : "", s ? strlen(s) : 0); }
+
+// A borrowed view, for import arguments only.
+static str_t str_view(const char *s) {
+    str_t v = {(uint8_t *)s, s ? strlen(s) : 0};
+    return v;
+}
+
+static bool str_eq(const str_t *a, const char *b) {
+    size_t n = strlen(b);
+    return a->len == n && memcmp(a->ptr, b, n) == 0;
+}
+
+static char *vformat(const char *fmt, va_list ap) {
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0) n = 0;
+    char *buf = xrealloc(NULL, (size_t)n + 1);
+    vsnprintf(buf, (size_t)n + 1, fmt, ap);
+    return buf;
+}
+
+// ---- values ----------------------------------------------------------------------
+
+// A default written as JSON text becomes the matching scalar variant when it is one.
+static void value_from_json_text(value_t *v, const char *json) {
+    size_t n = strlen(json);
+    char *end;
+    if (strcmp(json, "null") == 0) {
+        v->tag = HEDDLE_NODE_TYPES_VALUE_NULL;
+        return;
+    }
+    if (strcmp(json, "true") == 0 || strcmp(json, "false") == 0) {
+        v->tag = HEDDLE_NODE_TYPES_VALUE_BOOLEAN;
+        v->val.boolean = json[0] == 't';
+        return;
+    }
+    errno = 0;
+    long long i = strtoll(json, &end, 10);
+    if (n && *end == '\0' && errno == 0) {
+        v->tag = HEDDLE_NODE_TYPES_VALUE_S64;
+        v->val.s64 = i;
+        return;
+    }
+    double d = strtod(json, &end);
+    if (n && *end == '\0') {
+        v->tag = HEDDLE_NODE_TYPES_VALUE_F64;
+        v->val.f64 = d;
+        return;
+    }
+    if (n >= 2 && json[0] == '"' && json[n - 1] == '"' && !memchr(json + 1, '\\', n - 2) &&
+        !memchr(json + 1, '"', n - 2)) {
+        v->tag = HEDDLE_NODE_TYPES_VALUE_STRING;
+        str_copy(&v->val.string, json + 1, n - 2);
+        return;
+    }
+    v->tag = HEDDLE_NODE_TYPES_VALUE_JSON;
+    str_copy(&v->val.json, json, n);
+}
+
+static const heddle_port *declared_port(const heddle_node *node, const char *name) {
+    const heddle_port *lists[2] = {node->inputs, node->properties};
+    for (int l = 0; l < 2; l++)
+        for (const heddle_port *p = lists[l]; p && p->name; p++)
+            if (strcmp(p->name, name) == 0) return p;
+    return NULL;
+}
+
+static const value_t *find(heddle_call *c, const char *name) {
+    for (size_t i = 0; i < c->inputs->len; i++)
+        if (str_eq(&c->inputs->ptr[i].f0, name)) return &c->inputs->ptr[i].f1;
+    for (size_t i = 0; i < c->properties->len; i++)
+        if (str_eq(&c->properties->ptr[i].f0, name)) return &c->properties->ptr[i].f1;
+    // Not given: the declared default, when there is one.
+    for (size_t i = 0; i < c->defaults_len; i++)
+        if (str_eq(&c->defaults[i].f0, name)) return &c->defaults[i].f1;
+    const heddle_port *p = c->node ? declared_port(c->node, name) : NULL;
+    if (!p || !p->default_json) return NULL;
+    c->defaults = xrealloc(c->defaults, (c->defaults_len + 1) * sizeof(entry_t));
+    entry_t *e = &c->defaults[c->defaults_len++];
+    str_copy_c(&e->f0, name);
+    memset(&e->f1, 0, sizeof e->f1);
+    value_from_json_text(&e->f1, p->default_json);
+    return &e->f1;
+}
+
+bool heddle_has(heddle_call *c, const char *name) {
+    const value_t *v = find(c, name);
+    return v && v->tag != HEDDLE_NODE_TYPES_VALUE_NULL;
+}
+
+bool heddle_get_bool(heddle_call *c, const char *name, bool *out) {
+    const value_t *v = find(c, name);
+    if (!v || v->tag != HEDDLE_NODE_TYPES_VALUE_BOOLEAN) return false;
+    *out = v->val.boolean;
+    return true;
+}
+
+bool heddle_get_int(heddle_call *c, const char *name, int64_t *out) {
+    const value_t *v = find(c, name);
+    if (!v || v->tag != HEDDLE_NODE_TYPES_VALUE_S64) return false;
+    *out = v->val.s64;
+    return true;
+}
+
+bool heddle_get_float(heddle_call *c, const char *name, double *out) {
+    const value_t *v = find(c, name);
+    if (!v) return false;
+    if (v->tag == HEDDLE_NODE_TYPES_VALUE_F64) *out = v->val.f64;
+    else if (v->tag == HEDDLE_NODE_TYPES_VALUE_S64) *out = (double)v->val.s64;
+    else return false;
+    return true;
+}
+
+bool heddle_get_str(heddle_call *c, const char *name, const char **s, size_t *len) {
+    const value_t *v = find(c, name);
+    if (!v || v->tag != HEDDLE_NODE_TYPES_VALUE_STRING) return false;
+    *s = (const char *)v->val.string.ptr;
+    *len = v->val.string.len;
+    return true;
+}
+
+const char *heddle_get_cstr(heddle_call *c, const char *name) {
+    const char *s;
+    size_t n;
+    if (!heddle_get_str(c, name, &s, &n)) return NULL;
+    char *copy = xrealloc(NULL, n + 1);
+    memcpy(copy, s, n);
+    copy[n] = '\0';
+    if (c->temps_len == c->temps_cap) {
+        c->temps_cap = c->temps_cap ? 2 * c->temps_cap : 4;
+        c->temps = xrealloc(c->temps, c->temps_cap * sizeof(char *));
+    }
+    c->temps[c->temps_len++] = copy;
+    return copy;
+}
+
+bool heddle_get_bytes(heddle_call *c, const char *name, const uint8_t **p, size_t *len) {
+    const value_t *v = find(c, name);
+    if (!v || v->tag != HEDDLE_NODE_TYPES_VALUE_BYTES) return false;
+    *p = v->val.bytes.ptr;
+    *len = v->val.bytes.len;
+    return true;
+}
+
+bool heddle_get_json(heddle_call *c, const char *name, const char **json, size_t *len) {
+    const value_t *v = find(c, name);
+    if (!v || v->tag != HEDDLE_NODE_TYPES_VALUE_JSON) return false;
+    *json = (const char *)v->val.json.ptr;
+    *len = v->val.json.len;
+    return true;
+}
+
+// ---- outputs -------------------------------------------------------------------
+
+static value_t *push(heddle_call *c, const char *name) {
+    // Setting the same output twice replaces the first value.
+    for (size_t i = 0; i < c->out_len; i++) {
+        if (str_eq(&c->out[i].f0, name)) {
+            heddle_node_types_value_free(&c->out[i].f1);
+            return &c->out[i].f1;
+        }
+    }
+    if (c->out_len == c->out_cap) {
+        c->out_cap = c->out_cap ? 2 * c->out_cap : 4;
+        c->out = xrealloc(c->out, c->out_cap * sizeof(entry_t));
+    }
+    entry_t *e = &c->out[c->out_len++];
+    str_copy_c(&e->f0, name);
+    memset(&e->f1, 0, sizeof e->f1);
+    return &e->f1;
+}
+
+void heddle_set_null(heddle_call *c, const char *name) { push(c, name)->tag = HEDDLE_NODE_TYPES_VALUE_NULL; }
+
+void heddle_set_bool(heddle_call *c, const char *name, bool b) {
+    value_t *v = push(c, name);
+    v->tag = HEDDLE_NODE_TYPES_VALUE_BOOLEAN;
+    v->val.boolean = b;
+}
+
+void heddle_set_int(heddle_call *c, const char *name, int64_t i) {
+    value_t *v = push(c, name);
+    v->tag = HEDDLE_NODE_TYPES_VALUE_S64;
+    v->val.s64 = i;
+}
+
+void heddle_set_float(heddle_call *c, const char *name, double d) {
+    value_t *v = push(c, name);
+    v->tag = HEDDLE_NODE_TYPES_VALUE_F64;
+    v->val.f64 = d;
+}
+
+void heddle_set_str_n(heddle_call *c, const char *name, const char *s, size_t len) {
+    value_t *v = push(c, name);
+    v->tag = HEDDLE_NODE_TYPES_VALUE_STRING;
+    str_copy(&v->val.string, s, len);
+}
+
+void heddle_set_str(heddle_call *c, const char *name, const char *s) { heddle_set_str_n(c, name, s, strlen(s)); }
+
+void heddle_set_bytes(heddle_call *c, const char *name, const uint8_t *p, size_t len) {
+    value_t *v = push(c, name);
+    v->tag = HEDDLE_NODE_TYPES_VALUE_BYTES;
+    v->val.bytes.len = len;
+    v->val.bytes.ptr = NULL;
+    if (len) {
+        v->val.bytes.ptr = xrealloc(NULL, len);
+        memcpy(v->val.bytes.ptr, p, len);
+    }
+}
+
+void heddle_set_json(heddle_call *c, const char *name, const char *json) {
+    value_t *v = push(c, name);
+    v->tag = HEDDLE_NODE_TYPES_VALUE_JSON;
+    str_copy_c(&v->val.json, json);
+}
+
+// ---- errors --------------------------------------------------------------------
+
+static bool fail(heddle_call *c, bool candidate, const char *signature, const char *fmt, va_list ap) {
+    free(c->message);
+    free(c->signature);
+    c->message = vformat(fmt, ap);
+    c->signature = signature ? strdup(signature) : NULL;
+    c->with_candidate = candidate;
+    return false;
+}
+
+bool heddle_fail(heddle_call *c, const char *signature, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fail(c, false, signature, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+bool heddle_fail_with_candidate(heddle_call *c, const char *signature, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fail(c, true, signature, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+// ---- host ----------------------------------------------------------------------
+
+void heddle_log(heddle_log_level level, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = vformat(fmt, ap);
+    va_end(ap);
+    str_t s = str_view(msg);
+    heddle_node_host_log((heddle_node_host_log_level_t)level, &s);
+    free(msg);
+}
+
+static bool emit(const char *handle, value_t *v) {
+    str_t h = str_view(handle);
+    str_t err = {0};
+    bool ok = heddle_node_host_emit(&h, v, &err);
+    if (!ok) node_package_string_free(&err);
+    return ok;
+}
+
+bool heddle_emit_int(const char *handle, int64_t i) {
+    value_t v = {.tag = HEDDLE_NODE_TYPES_VALUE_S64, .val.s64 = i};
+    return emit(handle, &v);
+}
+
+bool heddle_emit_float(const char *handle, double d) {
+    value_t v = {.tag = HEDDLE_NODE_TYPES_VALUE_F64, .val.f64 = d};
+    return emit(handle, &v);
+}
+
+bool heddle_emit_str(const char *handle, const char *s) {
+    value_t v = {.tag = HEDDLE_NODE_TYPES_VALUE_STRING};
+    v.val.string = str_view(s);
+    return emit(handle, &v);
+}
+
+bool heddle_emit_json(const char *handle, const char *json) {
+    value_t v = {.tag = HEDDLE_NODE_TYPES_VALUE_JSON};
+    v.val.json = str_view(json);
+    return emit(handle, &v);
+}
+
+bool heddle_cancelled(void) { return heddle_node_host_cancelled(); }
+
+bool heddle_deadline_ms(uint64_t *ms) { return heddle_node_host_deadline_ms(ms); }
+
+char *heddle_secret(const char *name) {
+    str_t n = str_view(name), out = {0};
+    if (!heddle_node_host_get_secret(&n, &out)) return NULL;
+    char *s = xrealloc(NULL, out.len + 1);
+    memcpy(s, out.ptr, out.len);
+    s[out.len] = '\0';
+    node_package_string_free(&out);
+    return s;
+}
+
+void heddle_report_cost(double usd) { heddle_node_host_report_cost(usd); }
+
+void heddle_record_asset(const char *id) {
+    str_t s = str_view(id);
+    heddle_node_host_record_asset(&s);
+}
+
+// ---- exports -------------------------------------------------------------------
+
+static size_t count_ports(const heddle_port *p) {
+    size_t n = 0;
+    while (p && p[n].name) n++;
+    return n;
+}
+
+static void port_decls(heddle_node_types_list_port_decl_t *out, const heddle_port *p) {
+    out->len = count_ports(p);
+    out->ptr = out->len ? xrealloc(NULL, out->len * sizeof *out->ptr) : NULL;
+    for (size_t i = 0; i < out->len; i++) {
+        heddle_node_types_port_decl_t *d = &out->ptr[i];
+        str_copy_c(&d->name, p[i].name);
+        str_copy_c(&d->type, p[i].type ? p[i].type : "any");
+        d->required = p[i].required;
+        d->default_.is_some = p[i].default_json != NULL;
+        if (p[i].default_json) value_from_json_text(&d->default_.val, p[i].default_json);
+        str_copy_c(&d->description, p[i].description);
+    }
+}
+
+void exports_heddle_node_node_describe(exports_heddle_node_node_list_node_decl_t *ret) {
+    size_t n = 0;
+    while (HEDDLE_NODES[n].type_name) n++;
+    ret->len = n;
+    ret->ptr = n ? xrealloc(NULL, n * sizeof *ret->ptr) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        const heddle_node *src = &HEDDLE_NODES[i];
+        heddle_node_types_node_decl_t *d = &ret->ptr[i];
+        str_copy_c(&d->type_name, src->type_name);
+        str_copy_c(&d->title, src->title ? src->title : src->type_name);
+        str_copy_c(&d->description, src->description);
+        port_decls(&d->inputs, src->inputs);
+        port_decls(&d->properties, src->properties);
+        size_t no = 0;
+        while (src->outputs && src->outputs[no].name) no++;
+        d->outputs.len = no;
+        d->outputs.ptr = no ? xrealloc(NULL, no * sizeof *d->outputs.ptr) : NULL;
+        for (size_t j = 0; j < no; j++) {
+            str_copy_c(&d->outputs.ptr[j].name, src->outputs[j].name);
+            str_copy_c(&d->outputs.ptr[j].type, src->outputs[j].type ? src->outputs[j].type : "any");
+            d->outputs.ptr[j].correlation = (heddle_node_types_output_correlation_t)src->outputs[j].correlation;
+            str_copy_c(&d->outputs.ptr[j].description, src->outputs[j].description);
+        }
+        d->retry_safe = src->retry_safe;
+        d->streaming_output = src->streaming_output;
+        d->streaming_input = src->streaming_input;
+        d->reuse_instance = src->reuse_instance;
+        size_t nc = 0;
+        while (src->capabilities && src->capabilities[nc].target) nc++;
+        d->capabilities.len = nc;
+        d->capabilities.ptr = nc ? xrealloc(NULL, nc * sizeof *d->capabilities.ptr) : NULL;
+        for (size_t j = 0; j < nc; j++) {
+            d->capabilities.ptr[j].kind = (heddle_node_types_capability_kind_t)src->capabilities[j].kind;
+            str_copy_c(&d->capabilities.ptr[j].target, src->capabilities[j].target);
+            str_copy_c(&d->capabilities.ptr[j].reason, src->capabilities[j].reason);
+        }
+    }
+}
+
+bool exports_heddle_node_node_invoke(node_package_string_t *type_name, exports_heddle_node_node_entries_t *inputs,
+                                     exports_heddle_node_node_entries_t *properties,
+                                     exports_heddle_node_node_entries_t *ret,
+                                     exports_heddle_node_node_node_error_t *err) {
+    const heddle_node *node = NULL;
+    for (size_t i = 0; HEDDLE_NODES[i].type_name; i++) {
+        if (str_eq(type_name, HEDDLE_NODES[i].type_name)) {
+            node = &HEDDLE_NODES[i];
+            break;
+        }
+    }
+    heddle_call call = {.node = node, .inputs = inputs, .properties = properties};
+    bool ok;
+    if (!node) {
+        ok = heddle_fail(&call, "heddle:unknown-type", "this package has no node type %.*s", (int)type_name->len,
+                         (const char *)type_name->ptr);
+    } else {
+        ok = node->run(&call);
+        if (!ok && !call.message) heddle_fail(&call, NULL, "%s failed", node->type_name);
+    }
+    if (ok) {
+        ret->ptr = call.out;
+        ret->len = call.out_len;
+    } else {
+        memset(err, 0, sizeof *err);
+        str_copy_c(&err->message, call.message);
+        err->signature.is_some = call.signature != NULL;
+        if (call.signature) str_copy_c(&err->signature.val, call.signature);
+        if (call.with_candidate) {
+            err->candidate.is_some = true;
+            err->candidate.val.ptr = call.out;
+            err->candidate.val.len = call.out_len;
+        } else {
+            entries_t outs = {call.out, call.out_len};
+            heddle_node_types_entries_free(&outs);
+        }
+    }
+    free(call.message);
+    free(call.signature);
+    entries_t defaults = {call.defaults, call.defaults_len};
+    heddle_node_types_entries_free(&defaults);
+    for (size_t i = 0; i < call.temps_len; i++) free(call.temps[i]);
+    free(call.temps);
+    node_package_string_free(type_name);
+    exports_heddle_node_node_entries_free(inputs);
+    exports_heddle_node_node_entries_free(properties);
+    return ok;
+}

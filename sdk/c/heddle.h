@@ -1,0 +1,158 @@
+// Heddle SDK for node packages written in C.
+//
+// The build (`scripts/package-build DIR`) generates the bindings of the `heddle:node`
+// WIT (`node_package.h/.c`) at build time, compiles your *.c files with this helper,
+// and wraps the module as a component. You declare the nodes in one table and write
+// one function per node; this helper implements the `describe` and `invoke` exports.
+//
+//   static bool run_len(heddle_call *c) {
+//       const char *s; size_t n;
+//       if (!heddle_get_str(c, "text", &s, &n)) return heddle_fail(c, "input:missing", "no text");
+//       heddle_set_int(c, "length", (int64_t)n);
+//       return true;
+//   }
+//   const heddle_node HEDDLE_NODES[] = {
+//       { .type_name = "demo.len", .title = "Length",
+//         .inputs = HEDDLE_PORTS({ "text", "str", .required = true }),
+//         .outputs = HEDDLE_OUTPUTS({ "length", "int" }),
+//         .retry_safe = true, .run = run_len },
+//       { 0 }  // end of the table
+//   };
+//
+// Memory: strings handed to you (heddle_get_*) live until your run function returns;
+// everything you pass to heddle_set_* / heddle_emit_* is copied.
+#ifndef HEDDLE_H
+#define HEDDLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct heddle_call heddle_call;
+
+typedef enum {
+    HEDDLE_SINGLE = 0,    // inherits the invocation's lineage (the usual case)
+    HEDDLE_ITERATION = 1, // each value emitted is a new item of a child scope
+    HEDDLE_CHUNK = 2,     // many values for the same lineage
+    HEDDLE_AGGREGATE = 3, // drops the innermost scope (streaming-input nodes only)
+} heddle_correlation;
+
+typedef enum {
+    HEDDLE_FILES_READ = 0,
+    HEDDLE_FILES_WRITE = 1,
+    HEDDLE_ENV = 2,
+    HEDDLE_SECRET = 3,
+    HEDDLE_NETWORK = 4,
+} heddle_capability_kind;
+
+typedef enum {
+    HEDDLE_TRACE = 0,
+    HEDDLE_DEBUG = 1,
+    HEDDLE_INFO = 2,
+    HEDDLE_WARN = 3,
+    HEDDLE_ERROR = 4,
+} heddle_log_level;
+
+// An input or property port. `default_json` (optional) is the default as JSON text.
+typedef struct {
+    const char *name;
+    const char *type; // any, bool, int, float, number, str, bytes, object, json, list[T]
+    bool required;
+    const char *default_json;
+    const char *description;
+} heddle_port;
+
+typedef struct {
+    const char *name;
+    const char *type;
+    heddle_correlation correlation;
+    const char *description;
+} heddle_output;
+
+typedef struct {
+    heddle_capability_kind kind;
+    const char *target;
+    const char *reason;
+} heddle_capability;
+
+// A node's code: return true on success, or `return heddle_fail(...)`.
+typedef bool (*heddle_run_fn)(heddle_call *call);
+
+typedef struct {
+    const char *type_name;
+    const char *title;
+    const char *description;
+    const heddle_port *inputs;        // HEDDLE_PORTS(...), or NULL
+    const heddle_output *outputs;     // HEDDLE_OUTPUTS(...), or NULL
+    const heddle_port *properties;    // HEDDLE_PORTS(...), or NULL
+    bool retry_safe;                  // re-running with the same inputs is harmless
+    bool streaming_output;
+    bool streaming_input;
+    bool reuse_instance;
+    const heddle_capability *capabilities; // HEDDLE_CAPABILITIES(...), or NULL
+    heddle_run_fn run;
+} heddle_node;
+
+// Zero-terminated lists for the node table.
+#define HEDDLE_PORTS(...) ((const heddle_port[]){__VA_ARGS__, {0}})
+#define HEDDLE_OUTPUTS(...) ((const heddle_output[]){__VA_ARGS__, {0}})
+#define HEDDLE_CAPABILITIES(...) ((const heddle_capability[]){__VA_ARGS__, {0}})
+
+// Your package defines this table, ended by `{ 0 }`.
+extern const heddle_node HEDDLE_NODES[];
+
+// ---- inputs (edge values win over properties) -------------------------------------
+bool heddle_has(heddle_call *c, const char *name);          // present and not null
+bool heddle_get_bool(heddle_call *c, const char *name, bool *out);
+bool heddle_get_int(heddle_call *c, const char *name, int64_t *out);
+bool heddle_get_float(heddle_call *c, const char *name, double *out); // ints convert
+bool heddle_get_str(heddle_call *c, const char *name, const char **s, size_t *len);
+// A NUL-terminated copy, freed after the run function returns; NULL if absent.
+const char *heddle_get_cstr(heddle_call *c, const char *name);
+bool heddle_get_bytes(heddle_call *c, const char *name, const uint8_t **p, size_t *len);
+// Lists and objects arrive as JSON text.
+bool heddle_get_json(heddle_call *c, const char *name, const char **json, size_t *len);
+
+// ---- outputs -------------------------------------------------------------------
+void heddle_set_null(heddle_call *c, const char *name);
+void heddle_set_bool(heddle_call *c, const char *name, bool v);
+void heddle_set_int(heddle_call *c, const char *name, int64_t v);
+void heddle_set_float(heddle_call *c, const char *name, double v);
+void heddle_set_str(heddle_call *c, const char *name, const char *s);
+void heddle_set_str_n(heddle_call *c, const char *name, const char *s, size_t len);
+void heddle_set_bytes(heddle_call *c, const char *name, const uint8_t *p, size_t len);
+void heddle_set_json(heddle_call *c, const char *name, const char *json);
+
+// ---- errors --------------------------------------------------------------------
+// Fails the invocation with a recoverable node error (printf-style message) and a
+// stable signature (may be NULL). Returns false, so `return heddle_fail(...)` reads well.
+bool heddle_fail(heddle_call *c, const char *signature, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+// Same, and the outputs set so far become the candidate output a supervisor may repair.
+bool heddle_fail_with_candidate(heddle_call *c, const char *signature, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+// ---- host ----------------------------------------------------------------------
+void heddle_log(heddle_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// Streaming output (declare .streaming_output): false when the host refused the value;
+// the node should then return.
+bool heddle_emit_int(const char *handle, int64_t v);
+bool heddle_emit_float(const char *handle, double v);
+bool heddle_emit_str(const char *handle, const char *s);
+bool heddle_emit_json(const char *handle, const char *json);
+bool heddle_cancelled(void);
+// Milliseconds before the deadline; false when there is none.
+bool heddle_deadline_ms(uint64_t *ms);
+// A granted secret as a malloc'd string (free it), or NULL.
+char *heddle_secret(const char *name);
+void heddle_report_cost(double usd);
+void heddle_record_asset(const char *id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

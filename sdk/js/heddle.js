@@ -1,0 +1,279 @@
+// Heddle SDK for node packages written in JavaScript.
+//
+// The build (`scripts/package-build DIR`) places this file next to your entry module,
+// which imports it as "./heddle.js", and runs componentize-js: that generates the
+// bindings of the `heddle:node` WIT and snapshots your module into the component.
+//
+//   import { definePackage, NodeError, log } from "./heddle.js";
+//   export const node = definePackage([
+//     { type: "demo.greet", title: "Greet", inputs: { name: "str" }, outputs: { text: "str" },
+//       retrySafe: true, run: ({ name }) => ({ text: `hello ${name}` }) },
+//   ]);
+//
+// Values: null, booleans, numbers (integers cross as s64, others as f64), strings and
+// Uint8Array cross as themselves; arrays and objects cross as JSON, with bytes inside
+// them written {"$bytes": base64}.
+
+import * as host from "heddle:node/host@0.1.0";
+
+/** A recoverable node failure: a stable `signature` lets a supervisor recognise
+ * repeats; `candidate` is the malformed output (object of output name to value) a
+ * supervisor may repair and substitute. */
+export class NodeError extends Error {
+  constructor(message, { signature, candidate } = {}) {
+    super(message);
+    this.name = "NodeError";
+    this.signature = signature;
+    this.candidate = candidate;
+  }
+}
+
+/** The host refused an emitted value (unknown handle, too large, run ending). */
+export class EmitError extends Error {}
+
+const CORRELATIONS = ["single", "iteration", "chunk", "aggregate"];
+const CAPABILITIES = ["files-read", "files-write", "env", "secret", "network"];
+
+function portList(spec, requiredByDefault) {
+  if (!spec) return [];
+  if (Array.isArray(spec)) return spec;
+  return Object.entries(spec).map(([name, type]) => ({ name, type, required: requiredByDefault }));
+}
+
+function portDecl(p) {
+  return {
+    name: p.name,
+    type: p.type ?? "any",
+    required: !!p.required,
+    default: p.default === undefined ? undefined : toValue(p.default),
+    description: p.description ?? "",
+  };
+}
+
+function outputDecl(o) {
+  const correlation = o.correlation ?? "single";
+  if (!CORRELATIONS.includes(correlation)) {
+    throw new Error(`output ${o.name}: correlation ${correlation} is not one of ${CORRELATIONS.join(", ")}`);
+  }
+  return { name: o.name, type: o.type ?? "any", correlation, description: o.description ?? "" };
+}
+
+function capabilityDecl(c) {
+  if (!CAPABILITIES.includes(c.kind)) {
+    throw new Error(`capability kind ${c.kind} is not one of ${CAPABILITIES.join(", ")}`);
+  }
+  return { kind: c.kind, target: c.target ?? "", reason: c.reason ?? "" };
+}
+
+/**
+ * Declares the package's nodes in one place and returns the `node` export.
+ *
+ * Each definition: { type, title?, description?, inputs?, outputs?, properties?,
+ * retrySafe?, streamingOutput?, streamingInput?, reuseInstance?, capabilities?, run }.
+ * `inputs`/`outputs`/`properties` are `{ name: "type" }` maps (inputs required) or lists
+ * of `{ name, type, required, default, description, correlation }`. `run(args)` gets the
+ * inputs and properties by name and returns an object of outputs, a bare value when
+ * there is exactly one output, or undefined.
+ */
+export function definePackage(defs) {
+  const byType = new Map();
+  for (const d of defs) {
+    if (!d.type || typeof d.run !== "function") {
+      throw new Error(`node definition needs a type and a run function: ${JSON.stringify(d.type)}`);
+    }
+    if (byType.has(d.type)) throw new Error(`node type ${d.type} is declared twice`);
+    byType.set(d.type, {
+      def: d,
+      inputs: portList(d.inputs, true),
+      outputs: portList(d.outputs, false),
+      properties: portList(d.properties, false),
+    });
+  }
+  return {
+    describe() {
+      return [...byType.values()].map(({ def, inputs, outputs, properties }) => ({
+        typeName: def.type,
+        title: def.title ?? def.type,
+        description: def.description ?? "",
+        inputs: inputs.map(portDecl),
+        outputs: outputs.map(outputDecl),
+        properties: properties.map(portDecl),
+        retrySafe: !!def.retrySafe,
+        streamingOutput: !!def.streamingOutput,
+        streamingInput: !!def.streamingInput,
+        reuseInstance: !!def.reuseInstance,
+        capabilities: (def.capabilities ?? []).map(capabilityDecl),
+      }));
+    },
+    invoke(typeName, inputs, properties) {
+      const entry = byType.get(typeName);
+      if (!entry) {
+        throw guestError(`this package has no node type ${typeName}`, "heddle:unknown-type");
+      }
+      try {
+        const args = {};
+        for (const p of [...entry.inputs, ...entry.properties]) {
+          if (p.default !== undefined) args[p.name] = p.default;
+          else if (!p.required) args[p.name] = null;
+        }
+        for (const [name, v] of properties) args[name] = fromValue(v);
+        for (const [name, v] of inputs) args[name] = fromValue(v); // edge values win
+        const result = entry.def.run(args);
+        if (result && typeof result.then === "function") {
+          throw new Error(`${typeName}: run returned a Promise; node functions must be synchronous`);
+        }
+        return toOutputs(entry, result);
+      } catch (e) {
+        if (e instanceof NodeError) throw guestError(e.message, e.signature, e.candidate);
+        const name = e?.constructor?.name ?? "Error";
+        if (e?.stack) log(String(e.stack), "debug");
+        throw guestError(`${name}: ${e?.message ?? String(e)}`, `js:${name}`);
+      }
+    },
+  };
+}
+
+function toOutputs(entry, result) {
+  if (result === undefined || result === null) return [];
+  if (isPlainObject(result)) return Object.entries(result).map(([k, v]) => [k, toValue(v)]);
+  if (entry.outputs.length === 1) return [[entry.outputs[0].name, toValue(result)]];
+  throw new Error(`${entry.def.type} returned a ${typeof result}; return an object of output name to value`);
+}
+
+// componentize-js turns a thrown object carrying `payload` into the `err` of a result.
+function guestError(message, signature, candidate) {
+  const payload = {
+    message: String(message),
+    signature: signature ?? undefined,
+    candidate: candidate == null ? undefined : Object.entries(candidate).map(([k, v]) => [k, toValue(v)]),
+  };
+  return { payload };
+}
+
+function isPlainObject(v) {
+  return v !== null && typeof v === "object" && Object.getPrototypeOf(v) === Object.prototype;
+}
+
+// ---- values ---------------------------------------------------------------------
+
+function bytesToBase64(u8) {
+  let s = "";
+  for (let i = 0; i < u8.length; i++) s += String.fromCharCode(u8[i]);
+  return btoa(s);
+}
+
+function base64ToBytes(b64) {
+  const s = atob(b64);
+  const u8 = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) u8[i] = s.charCodeAt(i);
+  return u8;
+}
+
+const I64_MIN = -(2n ** 63n);
+const I64_MAX = 2n ** 63n - 1n;
+
+/** A JS value as a WIT `value`. */
+export function toValue(v) {
+  if (v === null || v === undefined) return { tag: "null" };
+  switch (typeof v) {
+    case "boolean":
+      return { tag: "boolean", val: v };
+    case "number":
+      return Number.isInteger(v) && Number.isSafeInteger(v)
+        ? { tag: "s64", val: BigInt(v) }
+        : { tag: "f64", val: v };
+    case "bigint":
+      if (v < I64_MIN || v > I64_MAX) throw new RangeError(`${v} does not fit in 64 bits`);
+      return { tag: "s64", val: v };
+    case "string":
+      return { tag: "string", val: v };
+  }
+  if (v instanceof Uint8Array) return { tag: "bytes", val: v };
+  return {
+    tag: "json",
+    val: JSON.stringify(v, (_k, x) => {
+      if (x instanceof Uint8Array) return { $bytes: bytesToBase64(x) };
+      if (typeof x === "bigint") return Number(x);
+      return x;
+    }),
+  };
+}
+
+/** A WIT `value` as a JS value; s64 beyond 2^53 stays a BigInt. */
+export function fromValue(v) {
+  switch (v.tag) {
+    case "null":
+      return null;
+    case "s64": {
+      const n = Number(v.val);
+      return Number.isSafeInteger(n) ? n : v.val;
+    }
+    case "json":
+      return JSON.parse(v.val, (_k, x) => {
+        if (x && typeof x === "object" && !Array.isArray(x)) {
+          const keys = Object.keys(x);
+          if (keys.length === 1 && keys[0] === "$bytes" && typeof x.$bytes === "string") {
+            return base64ToBytes(x.$bytes);
+          }
+        }
+        return x;
+      });
+    default:
+      return v.val;
+  }
+}
+
+// ---- host imports -----------------------------------------------------------------
+
+const LEVELS = new Set(["trace", "debug", "info", "warn", "error"]);
+
+/** A log line in the run's event stream (capped per invocation by the host). */
+export function log(message, level = "info") {
+  host.log(LEVELS.has(level) ? level : "info", String(message));
+}
+
+/** Streaming output: sends `value` downstream on `handle` now (declare
+ * `streamingOutput: true`). Throws EmitError when the host refuses. */
+export function emit(handle, value) {
+  try {
+    host.emit(handle, toValue(value));
+  } catch (e) {
+    throw new EmitError(String(e?.payload ?? e?.message ?? e));
+  }
+}
+
+/** Streaming input: yields [handle, value] in arrival order until every input is
+ * closed or the run is cancelled (declare `streamingInput: true`). */
+export function* inputs() {
+  for (;;) {
+    const item = host.nextInput();
+    if (item === undefined || item === null) return;
+    yield [item[0], fromValue(item[1])];
+  }
+}
+
+/** True once the run was cancelled or the deadline passed: long loops should stop. */
+export function cancelled() {
+  return host.cancelled();
+}
+
+/** Milliseconds left before the invocation's deadline, or undefined. */
+export function deadlineMs() {
+  const d = host.deadlineMs();
+  return d === undefined ? undefined : Number(d);
+}
+
+/** A secret the operator granted to this package, or undefined. */
+export function secret(name) {
+  return host.getSecret(name);
+}
+
+/** Provider cost of work done for this invocation (makes it not retry-safe). */
+export function reportCost(usd) {
+  host.reportCost(Number(usd));
+}
+
+/** An asset this invocation created outside the graph (makes it not retry-safe). */
+export function recordAsset(id) {
+  host.recordAsset(String(id));
+}

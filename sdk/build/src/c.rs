@@ -14,17 +14,24 @@ use crate::{BuildError, Wit, run_tool};
 /// `<world>_component_type.o` (the component type the encoder needs, linked in).
 pub fn generate_bindings(wit: &Wit, out: &Path) -> Result<Vec<PathBuf>, BuildError> {
     let mut resolve = Resolve::default();
-    let (pkg, _) = resolve
-        .push_dir(&wit.dir)
-        .map_err(|e| BuildError::Wit { dir: wit.dir.clone(), message: format!("{e:#}") })?;
+    let (pkg, _) = resolve.push_dir(&wit.dir).map_err(|e| BuildError::Wit {
+        dir: wit.dir.clone(),
+        message: format!("{e:#}"),
+    })?;
     let world = resolve
         .select_world(&[pkg], Some(&wit.world))
-        .map_err(|e| BuildError::Wit { dir: wit.dir.clone(), message: format!("{e:#}") })?;
+        .map_err(|e| BuildError::Wit {
+            dir: wit.dir.clone(),
+            message: format!("{e:#}"),
+        })?;
     let mut files = Files::default();
     let opts = wit_bindgen_c::Opts::default();
     opts.build()
         .generate(&mut resolve, world, &mut files)
-        .map_err(|e| BuildError::Wit { dir: wit.dir.clone(), message: format!("C bindings: {e:#}") })?;
+        .map_err(|e| BuildError::Wit {
+            dir: wit.dir.clone(),
+            message: format!("C bindings: {e:#}"),
+        })?;
     std::fs::create_dir_all(out).map_err(|e| BuildError::io(out, e))?;
     let mut written = Vec::new();
     for (name, bytes) in files.iter() {
@@ -52,10 +59,18 @@ pub fn build(
     let generated = generate_bindings(wit, &gen_dir)?;
     let mut sources: Vec<PathBuf> = crate::list_files(src, &["c"])?;
     if sources.is_empty() {
-        return Err(BuildError::NoEntry { dir: src.to_path_buf(), expected: "at least one *.c file".into() });
+        return Err(BuildError::NoEntry {
+            dir: src.to_path_buf(),
+            expected: "at least one *.c file".into(),
+        });
     }
     sources.push(sdk_c.join("heddle.c"));
-    sources.extend(generated.iter().filter(|p| p.extension().is_some_and(|e| e == "c" || e == "o")).cloned());
+    sources.extend(
+        generated
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "c" || e == "o"))
+            .cloned(),
+    );
 
     let core = work.join("core.wasm");
     let clang = std::env::var_os("HEDDLE_CLANG").unwrap_or_else(|| "clang".into());

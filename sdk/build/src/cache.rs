@@ -10,7 +10,12 @@ use crate::{BuildError, Language, Toolchains};
 /// Folders of a package source that are outputs or tool state, never inputs.
 const SKIP_DIRS: &[&str] = &["dist", "target", "node_modules", "__pycache__", ".git"];
 
-pub fn key(language: Language, src: &Path, wit: &Path, toolchains: &Toolchains) -> Result<String, BuildError> {
+pub fn key(
+    language: Language,
+    src: &Path,
+    wit: &Path,
+    toolchains: &Toolchains,
+) -> Result<String, BuildError> {
     let mut h = Sha256::new();
     h.update(b"heddle-package-build v1\0");
     h.update(language.name().as_bytes());
@@ -20,7 +25,11 @@ pub fn key(language: Language, src: &Path, wit: &Path, toolchains: &Toolchains) 
     h.update(crate::sdkfiles::fingerprint(language).as_bytes());
     hash_tree(&mut h, "src", src)?;
     hash_tree(&mut h, "wit", wit)?;
-    Ok(h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect())
+    Ok(h.finalize()
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 fn hash_tree(h: &mut Sha256, label: &str, root: &Path) -> Result<(), BuildError> {
@@ -56,7 +65,11 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), BuildErro
             }
         } else if ft.is_file() {
             // Invariant: `path` was found under `root` by this walk.
-            out.push(path.strip_prefix(root).expect("walked path is under root").to_path_buf());
+            out.push(
+                path.strip_prefix(root)
+                    .expect("walked path is under root")
+                    .to_path_buf(),
+            );
         }
     }
     Ok(())

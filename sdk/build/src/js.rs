@@ -7,7 +7,13 @@ use std::path::Path;
 
 use crate::{BuildError, BuildOptions, Wit, command, run_tool};
 
-pub fn build(src: &Path, wit: &Wit, work: &Path, out: &Path, opts: &BuildOptions) -> Result<(), BuildError> {
+pub fn build(
+    src: &Path,
+    wit: &Wit,
+    work: &Path,
+    out: &Path,
+    opts: &BuildOptions,
+) -> Result<(), BuildError> {
     let tool = opts.toolchains.componentize_js()?;
     let manifest = crate::manifest::SourceManifest::load(&src.join(crate::MANIFEST_FILE))?;
     let entry = match manifest.entry {
@@ -22,7 +28,10 @@ pub fn build(src: &Path, wit: &Wit, work: &Path, out: &Path, opts: &BuildOptions
             })?,
     };
     if !src.join(&entry).is_file() {
-        return Err(BuildError::NoEntry { dir: src.to_path_buf(), expected: entry });
+        return Err(BuildError::NoEntry {
+            dir: src.to_path_buf(),
+            expected: entry,
+        });
     }
     let staged = work.join("src");
     copy_tree(src, &staged)?;

@@ -68,10 +68,15 @@ impl fmt::Display for Language {
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: {message}")]
     Manifest { path: PathBuf, message: String },
-    #[error("{dir}: cannot tell the language of this package ({reason}); set `language` under [build] in {MANIFEST_FILE}")]
+    #[error(
+        "{dir}: cannot tell the language of this package ({reason}); set `language` under [build] in {MANIFEST_FILE}"
+    )]
     UnknownLanguage { dir: PathBuf, reason: String },
     #[error("{dir}: no entry point: expected {expected}")]
     NoEntry { dir: PathBuf, expected: String },
@@ -80,12 +85,19 @@ pub enum BuildError {
     #[error("{tool} is not installed ({hint})")]
     MissingTool { tool: String, hint: String },
     #[error("{tool} failed building {dir}:\n{output}")]
-    Tool { tool: String, dir: PathBuf, output: String },
+    Tool {
+        tool: String,
+        dir: PathBuf,
+        output: String,
+    },
 }
 
 impl BuildError {
     fn io(path: &Path, source: std::io::Error) -> BuildError {
-        BuildError::Io { path: path.to_path_buf(), source }
+        BuildError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 }
 
@@ -132,7 +144,9 @@ pub fn default_cache_dir() -> PathBuf {
 }
 
 fn home_dir() -> PathBuf {
-    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."))
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."))
 }
 
 /// The outcome of a build.
@@ -157,16 +171,20 @@ pub fn repo_wit_dir() -> PathBuf {
 /// Reads the world to build against: the only world of the main package in `dir`.
 pub fn wit_in(dir: &Path) -> Result<Wit, BuildError> {
     let mut resolve = wit_parser::Resolve::default();
-    let (pkg, _) = resolve
-        .push_dir(dir)
-        .map_err(|e| BuildError::Wit { dir: dir.to_path_buf(), message: format!("{e:#}") })?;
+    let (pkg, _) = resolve.push_dir(dir).map_err(|e| BuildError::Wit {
+        dir: dir.to_path_buf(),
+        message: format!("{e:#}"),
+    })?;
     let worlds: Vec<&str> = resolve.packages[pkg]
         .worlds
         .keys()
         .map(String::as_str)
         .collect();
     match worlds.as_slice() {
-        [one] => Ok(Wit { dir: dir.to_path_buf(), world: (*one).to_string() }),
+        [one] => Ok(Wit {
+            dir: dir.to_path_buf(),
+            world: (*one).to_string(),
+        }),
         _ => Err(BuildError::Wit {
             dir: dir.to_path_buf(),
             message: format!("expected exactly one world, found {worlds:?}"),
@@ -191,7 +209,10 @@ pub fn build_package(src: &Path, opts: &BuildOptions) -> Result<BuiltPackage, Bu
     let component = out_dir.join(&component_name);
 
     let key = cache::key(language, &src, &wit.dir, &opts.toolchains)?;
-    let cached_path = opts.cache_dir.as_ref().map(|d| d.join(format!("{}-{key}.wasm", language.name())));
+    let cached_path = opts
+        .cache_dir
+        .as_ref()
+        .map(|d| d.join(format!("{}-{key}.wasm", language.name())));
     let mut cached = false;
     if let Some(hit) = cached_path.as_ref().filter(|p| p.is_file()) {
         std::fs::copy(hit, &component).map_err(|e| BuildError::io(hit, e))?;
@@ -237,7 +258,9 @@ pub fn detect_language(
     if let Some(name) = declared {
         return Language::parse(name).ok_or_else(|| BuildError::Manifest {
             path: manifest.to_path_buf(),
-            message: format!("[build] language = {name:?} is not one of rust, python, javascript, c"),
+            message: format!(
+                "[build] language = {name:?} is not one of rust, python, javascript, c"
+            ),
         });
     }
     let mut found = Vec::new();
@@ -275,7 +298,12 @@ fn list_files(dir: &Path, exts: &[&str]) -> Result<Vec<PathBuf>, BuildError> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| BuildError::io(dir, e))? {
         let path = entry.map_err(|e| BuildError::io(dir, e))?.path();
-        if path.is_file() && path.extension().and_then(|e| e.to_str()).is_some_and(|e| exts.contains(&e)) {
+        if path.is_file()
+            && path
+                .extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| exts.contains(&e))
+        {
             out.push(path);
         }
     }
@@ -297,7 +325,11 @@ fn run_tool(tool: &str, mut cmd: Command, dir: &Path) -> Result<(), BuildError> 
             tool: tool.to_string(),
             hint: "run scripts/install-guest-toolchains".into(),
         },
-        _ => BuildError::Tool { tool: tool.to_string(), dir: dir.to_path_buf(), output: e.to_string() },
+        _ => BuildError::Tool {
+            tool: tool.to_string(),
+            dir: dir.to_path_buf(),
+            output: e.to_string(),
+        },
     })?;
     if output.status.success() {
         return Ok(());
@@ -307,7 +339,11 @@ fn run_tool(tool: &str, mut cmd: Command, dir: &Path) -> Result<(), BuildError> 
     if !stdout.trim().is_empty() {
         text.push_str(&stdout);
     }
-    Err(BuildError::Tool { tool: tool.to_string(), dir: dir.to_path_buf(), output: text.trim_end().to_string() })
+    Err(BuildError::Tool {
+        tool: tool.to_string(),
+        dir: dir.to_path_buf(),
+        output: text.trim_end().to_string(),
+    })
 }
 
 /// A command, lowered in priority when asked so heavy builds don't starve others.

@@ -8,7 +8,9 @@ use clap::Parser;
 use heddle_package_build::{BuildOptions, Toolchains, build_package, wit_in};
 
 #[derive(Parser)]
-#[command(about = "Build a Heddle node package from a source folder (Rust, Python, JavaScript or C)")]
+#[command(
+    about = "Build a Heddle node package from a source folder (Rust, Python, JavaScript or C)"
+)]
 struct Args {
     /// The package source folder (holds heddle-package.toml).
     dir: PathBuf,
@@ -28,11 +30,17 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let mut opts = BuildOptions { out_dir: args.out, ..BuildOptions::default() };
+    let mut opts = BuildOptions {
+        out_dir: args.out,
+        ..BuildOptions::default()
+    };
     if args.no_cache {
         opts.cache_dir = None;
     }
-    opts.toolchains = Toolchains { install_missing: !args.no_install, ..Toolchains::default() };
+    opts.toolchains = Toolchains {
+        install_missing: !args.no_install,
+        ..Toolchains::default()
+    };
     if let Some(dir) = args.wit {
         match wit_in(&dir) {
             Ok(w) => opts.wit = Some(w),

@@ -23,12 +23,20 @@ impl SourceManifest {
         let text = std::fs::read_to_string(path).map_err(|e| BuildError::io(path, e))?;
         let doc: toml::Table = text
             .parse()
-            .map_err(|e: toml::de::Error| BuildError::Manifest { path: path.to_path_buf(), message: e.to_string() })?;
-        let bad = |message: String| BuildError::Manifest { path: path.to_path_buf(), message };
+            .map_err(|e: toml::de::Error| BuildError::Manifest {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        let bad = |message: String| BuildError::Manifest {
+            path: path.to_path_buf(),
+            message,
+        };
         let name = match doc.get("name") {
             Some(toml::Value::String(s)) if valid_name(s) => s.clone(),
             Some(toml::Value::String(s)) => {
-                return Err(bad(format!("name {s:?}: use lowercase letters, digits, '-' and '_'")));
+                return Err(bad(format!(
+                    "name {s:?}: use lowercase letters, digits, '-' and '_'"
+                )));
             }
             Some(_) => return Err(bad("name must be a string".into())),
             None => return Err(bad("missing `name`".into())),
@@ -47,7 +55,12 @@ impl SourceManifest {
         };
         let language = string_field("language")?;
         let entry = string_field("entry")?;
-        Ok(SourceManifest { name, language, entry, doc })
+        Ok(SourceManifest {
+            name,
+            language,
+            entry,
+            doc,
+        })
     }
 
     /// Writes the package manifest next to the built component.
@@ -59,14 +72,20 @@ impl SourceManifest {
     ) -> Result<(), BuildError> {
         let mut doc = self.doc.clone();
         doc.remove("build");
-        doc.insert(COMPONENT_KEY.into(), toml::Value::String(component_file.into()));
-        let text = toml::to_string_pretty(&doc)
-            .map_err(|e| BuildError::Manifest { path: out.to_path_buf(), message: e.to_string() })?;
+        doc.insert(
+            COMPONENT_KEY.into(),
+            toml::Value::String(component_file.into()),
+        );
+        let text = toml::to_string_pretty(&doc).map_err(|e| BuildError::Manifest {
+            path: out.to_path_buf(),
+            message: e.to_string(),
+        })?;
         std::fs::write(out, text).map_err(|e| BuildError::io(out, e))
     }
 }
 
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
 }

@@ -5,7 +5,13 @@ use std::path::Path;
 
 use crate::{BuildError, BuildOptions, Wit, command, run_tool};
 
-pub fn build(src: &Path, wit: &Wit, work: &Path, out: &Path, opts: &BuildOptions) -> Result<(), BuildError> {
+pub fn build(
+    src: &Path,
+    wit: &Wit,
+    work: &Path,
+    out: &Path,
+    opts: &BuildOptions,
+) -> Result<(), BuildError> {
     let tool = opts.toolchains.componentize_py()?;
     let manifest = crate::manifest::SourceManifest::load(&src.join(crate::MANIFEST_FILE))?;
     let entry = match manifest.entry {
@@ -18,8 +24,12 @@ pub fn build(src: &Path, wit: &Wit, work: &Path, out: &Path, opts: &BuildOptions
             });
         }
     };
-    if !src.join(format!("{entry}.py")).is_file() && !src.join(&entry).join("__init__.py").is_file() {
-        return Err(BuildError::NoEntry { dir: src.to_path_buf(), expected: format!("{entry}.py") });
+    if !src.join(format!("{entry}.py")).is_file() && !src.join(&entry).join("__init__.py").is_file()
+    {
+        return Err(BuildError::NoEntry {
+            dir: src.to_path_buf(),
+            expected: format!("{entry}.py"),
+        });
     }
     let sdk = crate::sdkfiles::write_python(work)?;
     let mut cmd = command(&tool, opts.nice);

@@ -9,16 +9,24 @@ pub fn build(src: &Path, out: &Path, opts: &BuildOptions) -> Result<(), BuildErr
     let cargo = PathBuf::from(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     let target_dir = src.join("target");
     let mut cmd = command(&cargo, opts.nice);
-    cmd.args(["build", "--release", "--target", "wasm32-wasip2", "--manifest-path"])
-        .arg(src.join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .arg("--message-format=short");
+    cmd.args([
+        "build",
+        "--release",
+        "--target",
+        "wasm32-wasip2",
+        "--manifest-path",
+    ])
+    .arg(src.join("Cargo.toml"))
+    .arg("--target-dir")
+    .arg(&target_dir)
+    .arg("--message-format=short");
     run_tool("cargo", cmd, src)?;
     let release = target_dir.join("wasm32-wasip2/release");
     let wasm = crate::list_files(&release, &["wasm"])?;
     match wasm.as_slice() {
-        [one] => std::fs::copy(one, out).map(|_| ()).map_err(|e| BuildError::io(one, e)),
+        [one] => std::fs::copy(one, out)
+            .map(|_| ())
+            .map_err(|e| BuildError::io(one, e)),
         _ => Err(BuildError::NoEntry {
             dir: src.to_path_buf(),
             expected: format!(

@@ -24,7 +24,11 @@ pub fn fingerprint(language: Language) -> String {
         h.update((p.len() as u64).to_le_bytes());
         h.update(p.as_bytes());
     }
-    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+    h.finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn write(path: &Path, text: &str) -> Result<(), BuildError> {

@@ -26,13 +26,20 @@ impl Default for Toolchains {
         let root = std::env::var_os("HEDDLE_TOOLCHAINS")
             .map(PathBuf::from)
             .unwrap_or_else(|| crate::home_dir().join(".cache/heddle/toolchains"));
-        Toolchains { root, install_missing: true }
+        Toolchains {
+            root,
+            install_missing: true,
+        }
     }
 }
 
 impl Toolchains {
     pub fn componentize_py(&self) -> Result<PathBuf, BuildError> {
-        self.tool(Language::Python, self.root.join("python/bin/componentize-py"), "componentize-py")
+        self.tool(
+            Language::Python,
+            self.root.join("python/bin/componentize-py"),
+            "componentize-py",
+        )
     }
 
     pub fn componentize_js(&self) -> Result<PathBuf, BuildError> {

@@ -1,0 +1,68 @@
+// cstrings: a Heddle node package written in C (see sdk/c/heddle.h).
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "heddle.h"
+
+// CRC-32 (IEEE 802.3), bitwise: small and dependency-free.
+static uint32_t crc32(const uint8_t *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+    }
+    return ~c;
+}
+
+static bool run_crc32(heddle_call *c) {
+    const char *s;
+    size_t n;
+    if (!heddle_get_str(c, "text", &s, &n)) return heddle_fail(c, "input:type", "text must be a string");
+    heddle_set_int(c, "crc32", (int64_t)crc32((const uint8_t *)s, n));
+    heddle_set_int(c, "length", (int64_t)n);
+    return true;
+}
+
+// Parses a base-10 integer. Trailing garbage is a recoverable error: the candidate is
+// the number read so far, which a supervisor may accept or repair.
+static bool run_parse_int(heddle_call *c) {
+    const char *text = heddle_get_cstr(c, "text");
+    if (!text) return heddle_fail(c, "input:type", "text must be a string");
+    while (isspace((unsigned char)*text)) text++;
+    errno = 0;
+    char *end;
+    long long v = strtoll(text, &end, 10);
+    if (end == text) return heddle_fail(c, "int:parse", "no digits in \"%s\"", text);
+    if (errno == ERANGE) return heddle_fail(c, "int:range", "\"%s\" does not fit in 64 bits", text);
+    while (isspace((unsigned char)*end)) end++;
+    heddle_set_int(c, "value", v);
+    if (*end) {
+        heddle_log(HEDDLE_WARN, "trailing characters after %lld: \"%s\"", v, end);
+        return heddle_fail_with_candidate(c, "int:trailing", "trailing characters \"%s\" after %lld", end, v);
+    }
+    return true;
+}
+
+const heddle_node HEDDLE_NODES[] = {
+    {
+        .type_name = "cstrings.crc32",
+        .title = "CRC-32",
+        .description = "CRC-32 checksum and byte length of a string.",
+        .inputs = HEDDLE_PORTS({"text", "str", .required = true}),
+        .outputs = HEDDLE_OUTPUTS({"crc32", "int"}, {"length", "int"}),
+        .retry_safe = true,
+        .run = run_crc32,
+    },
+    {
+        .type_name = "cstrings.parse_int",
+        .title = "Parse integer",
+        .description = "Parses a base-10 integer; trailing characters are a recoverable error.",
+        .inputs = HEDDLE_PORTS({"text", "str", .required = true}),
+        .outputs = HEDDLE_OUTPUTS({"value", "int"}),
+        .retry_safe = true,
+        .run = run_parse_int,
+    },
+    {0},
+};

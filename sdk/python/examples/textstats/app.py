@@ -1,0 +1,71 @@
+"""textstats: a Heddle node package written in Python."""
+
+import re
+from collections import Counter
+
+import heddle
+from heddle import NodeError, Node, node, output, port  # noqa: F401  (Node is the export)
+
+WORD = re.compile(r"[\w']+")
+
+
+@node(
+    "textstats.word_count",
+    title="Word count",
+    description="Counts words and lines and lists the most frequent words.",
+    inputs=[port("text", "str", required=True, description="The text to measure")],
+    properties=[port("top", "int", default=3, description="How many frequent words to list")],
+    outputs=[output("words", "int"), output("lines", "int"), output("top_words", "list[str]")],
+    retry_safe=True,  # pure: re-running with the same text is harmless
+)
+def word_count(text, top):
+    words = [w.lower() for w in WORD.findall(text)]
+    ranked = sorted(Counter(words).items(), key=lambda kv: (-kv[1], kv[0]))
+    return {
+        "words": len(words),
+        "lines": len(text.splitlines()) if text else 0,
+        "top_words": [w for w, _ in ranked[: max(0, int(top))]],
+    }
+
+
+@node(
+    "textstats.parse_record",
+    title="Parse key=value record",
+    description="Parses `key=value; key=value` into an object. A malformed field is a "
+    "recoverable error whose candidate output holds the fields that did parse.",
+    inputs={"line": "str"},
+    outputs={"record": "object"},
+    retry_safe=True,
+)
+def parse_record(line):
+    record, bad = {}, []
+    for part in filter(None, (p.strip() for p in line.split(";"))):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            bad.append(part)
+            continue
+        value = value.strip()
+        record[key.strip()] = int(value) if re.fullmatch(r"-?\d+", value) else value
+    if bad:
+        raise NodeError(
+            f"malformed field(s) {bad!r} in {line!r}: expected key=value",
+            signature="textstats:parse",
+            candidate={"record": record},
+        )
+    return {"record": record}
+
+
+@node(
+    "textstats.tokens",
+    title="Tokens",
+    description="Streams each word of the text as it is found.",
+    inputs={"text": "str"},
+    outputs=[output("token", "str", correlation="chunk")],
+    streaming_output=True,
+)
+def tokens(text):
+    n = 0
+    for w in WORD.findall(text):
+        heddle.emit("token", w)
+        n += 1
+    heddle.info(f"emitted {n} tokens")
