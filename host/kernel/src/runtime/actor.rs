@@ -139,6 +139,8 @@ pub(crate) struct Shared {
     pub cancelled: AtomicBool,
     pub limits: super::InboxLimits,
     pub root_key: Arc<str>,
+    /// Present only when the run has a supervisor: without one no escalation is built.
+    pub escalator: Option<Arc<crate::supervisor::Escalator>>,
 }
 
 pub(crate) struct ActorSpec {
@@ -187,10 +189,25 @@ pub struct InvocationRecord {
     /// Canonical lineage key.
     pub key: Arc<str>,
     pub lineage_len: usize,
+    pub lineage: Lineage,
+    /// This invocation's own metrics (cost and assets decide whether retry is allowed).
+    pub metrics: InvocationMetrics,
     /// 1 for the first attempt.
     pub attempt: u32,
     /// Whether the invocation emitted anything before failing.
     pub emitted: bool,
+}
+
+/// What the supervisor decided for a failed invocation, for the caller to carry out.
+pub(crate) enum Recovery {
+    /// Invoke again with the same inputs and properties.
+    Retry,
+    /// Route these (validated) outputs as the invocation's own.
+    Substitute(Outputs),
+    /// Drop the invocation: lineage_done plus scope closure downstream.
+    Skip,
+    /// Keep what was emitted and close the output slots.
+    EndStream,
 }
 
 /// Per-invocation state of minted iteration tokens: outputs minting the same root share
@@ -216,6 +233,9 @@ pub(crate) struct Actor {
     close_counts: HashMap<(RootIdx, Lineage), u32>,
     open: Vec<u32>,
     eos_sent: bool,
+    /// Invocations the supervisor skipped (a node whose every invocation was skipped
+    /// ends skipped, reason supervisor).
+    sup_skips: u64,
 }
 
 impl Actor {
@@ -237,6 +257,7 @@ impl Actor {
             close_counts: HashMap::new(),
             open,
             eos_sent: false,
+            sup_skips: 0,
         }
     }
 
@@ -508,44 +529,92 @@ impl Actor {
         self.mark_started();
         let key = self.key_text(&lineage);
         let streaming = self.s.decl.mode == NodeMode::StreamingOutput;
-        let (emit_tx, emit_rx) = if streaming {
-            let (tx, rx) = mpsc::channel(EMIT_BUFFER);
-            (Some(tx), Some(rx))
-        } else {
-            (None, None)
-        };
-        let (token, deadline) = self.invocation_token();
-        let ctx = self.ctx(key.clone(), token.clone(), deadline, emit_tx);
-        self.invocations += 1;
-        let t0 = Instant::now();
-        let exec = self.s.exec.clone();
-        let fut = exec.invoke(Call {
-            inputs,
-            ctx: ctx.clone(),
-        });
-        let mut mint = Mint::default();
-        let result = self
-            .drive(fut, emit_rx, &lineage, &mut mint, &token, deadline)
-            .await?;
-        self.account(&ctx, t0, &key, result.as_ref().err());
-        match result {
-            Ok(out) => {
-                self.route_outputs(&out, &lineage, &mut mint).await?;
-                self.close_minted(&lineage).await?;
-                self.last_result = Some(out);
-                Ok(())
-            }
-            Err(e) => {
-                let rec = InvocationRecord {
-                    inputs: self.rebuild_inputs(&used),
-                    key,
-                    lineage_len: lineage.len(),
-                    attempt: 1,
-                    emitted: ctx.has_emitted(),
-                };
-                self.handle_invocation_error(e, rec).await
-            }
+        let mut inputs = Some(inputs);
+        loop {
+            let (emit_tx, emit_rx) = if streaming {
+                let (tx, rx) = mpsc::channel(EMIT_BUFFER);
+                (Some(tx), Some(rx))
+            } else {
+                (None, None)
+            };
+            let (token, deadline) = self.invocation_token();
+            let ctx = self.ctx(key.clone(), token.clone(), deadline, emit_tx);
+            self.invocations += 1;
+            let t0 = Instant::now();
+            let exec = self.s.exec.clone();
+            // A retry re-invokes with the inputs rebuilt from the same firing.
+            let inputs = inputs.take().unwrap_or_else(|| self.rebuild_inputs(&used));
+            let fut = exec.invoke(Call {
+                inputs,
+                ctx: ctx.clone(),
+            });
+            let mut mint = Mint::default();
+            let result = self
+                .drive(fut, emit_rx, &lineage, &mut mint, &token, deadline)
+                .await?;
+            self.account(&ctx, t0, &key, result.as_ref().err());
+            let out = match result {
+                Ok(out) => out,
+                Err(e) => {
+                    let rec = InvocationRecord {
+                        inputs: self.rebuild_inputs(&used),
+                        key: key.clone(),
+                        lineage_len: lineage.len(),
+                        lineage: lineage.clone(),
+                        metrics: ctx.metrics(),
+                        attempt: 1,
+                        emitted: ctx.has_emitted(),
+                    };
+                    match self.handle_invocation_error(e, rec).await? {
+                        Recovery::Retry => continue,
+                        Recovery::Substitute(out) => out,
+                        Recovery::Skip => {
+                            self.sup_skips += 1;
+                            return self.forward_dropped(&lineage).await;
+                        }
+                        Recovery::EndStream => {
+                            // What was emitted stays; the children minted so far are
+                            // complete.
+                            return self.close_minted(&lineage).await;
+                        }
+                    }
+                }
+            };
+            self.record_for_supervisor(&lineage, &out, &ctx);
+            self.route_outputs(&out, &lineage, &mut mint).await?;
+            self.close_minted(&lineage).await?;
+            self.last_result = Some(out);
+            return Ok(());
         }
+    }
+
+    /// Keeps outputs per lineage for the supervisor's `read_node_output` tool (only when
+    /// the run is supervised).
+    fn record_for_supervisor(&self, lineage: &Lineage, out: &Outputs, ctx: &NodeCtx) {
+        if let Some(esc) = &self.sh.escalator {
+            esc.state().record_invocation(
+                &self.s.id,
+                self.lineage_steps(lineage),
+                Some(out.to_map()),
+                ctx.metrics().cost_usd,
+            );
+        }
+    }
+
+    fn lineage_steps(&self, lineage: &Lineage) -> Vec<crate::supervisor::LineageStep> {
+        lineage
+            .entries()
+            .iter()
+            .map(|(r, i)| crate::supervisor::LineageStep {
+                root: self
+                    .sh
+                    .roots
+                    .get(*r as usize)
+                    .map(|x| x.name.to_string())
+                    .unwrap_or_default(),
+                index: u64::from(*i),
+            })
+            .collect()
     }
 
     fn rebuild_inputs(&self, used: &Firing) -> Inputs {
@@ -668,15 +737,52 @@ impl Actor {
         Ok(r)
     }
 
-    /// The one place an invocation failure is decided. A supervisor hook plugs in here
-    /// (retry / substitute / skip / end_stream / fail); without one a failure fails the
-    /// node. Routing failures never come here.
+    /// The one place an invocation failure is decided. With a supervisor the failure is
+    /// escalated (suspension and cancellation never are) and the verdict, already
+    /// checked against the allowed set, comes back as a [`Recovery`]; without one a
+    /// failure fails the node. Routing failures never come here.
     async fn handle_invocation_error(
         &mut self,
         err: NodeError,
         rec: InvocationRecord,
-    ) -> Result<(), Stop> {
-        let _ = &rec;
+    ) -> Result<Recovery, Stop> {
+        let mut summary = None;
+        if let Some(esc) = self.sh.escalator.clone()
+            && crate::supervisor::escalates(&err)
+        {
+            esc.state().record_invocation(
+                &self.s.id,
+                self.lineage_steps(&rec.lineage),
+                None,
+                rec.metrics.cost_usd,
+            );
+            let resolution = esc
+                .on_failure(crate::supervisor::FailedInvocation {
+                    node_id: &self.s.id,
+                    node_type: &self.s.node_type,
+                    decl: &self.s.decl,
+                    mode: self.s.decl.mode,
+                    lineage: self.lineage_steps(&rec.lineage),
+                    key: &rec.key,
+                    inputs: &rec.inputs,
+                    error: &err,
+                    metrics: &rec.metrics,
+                    emitted: rec.emitted,
+                })
+                .await;
+            if self.sh.run_token.is_cancelled() {
+                return Err(Stop::Cancelled);
+            }
+            match resolution {
+                crate::supervisor::Resolution::Retry => return Ok(Recovery::Retry),
+                crate::supervisor::Resolution::Substitute(o) => {
+                    return Ok(Recovery::Substitute(o));
+                }
+                crate::supervisor::Resolution::Skip => return Ok(Recovery::Skip),
+                crate::supervisor::Resolution::EndStream => return Ok(Recovery::EndStream),
+                crate::supervisor::Resolution::Fail { summary: s } => summary = s,
+            }
+        }
         match err.kind {
             ErrorKind::Suspend { reason, state } => Err(Stop::Suspended(SuspendInfo {
                 node_id: self.s.id.to_string(),
@@ -699,12 +805,18 @@ impl Actor {
                 } else {
                     format!(" at {}", rec.key)
                 };
-                Err(Stop::Failed(format!(
+                let original = format!(
                     "node \"{}\" (type {}) failed{key}: {what}{}",
                     self.s.id,
                     self.s.node_type,
                     self.sh.secrets.mask(&err.message)
-                )))
+                );
+                // The decider's reason leads the run's error summary; the original error
+                // stays with it (and in the intervention record).
+                Err(Stop::Failed(match summary {
+                    Some(reason) => format!("{reason} [supervisor; {original}]"),
+                    None => original,
+                }))
             }
         }
     }
@@ -1090,10 +1202,14 @@ impl Actor {
                     inputs: self.s.base_inputs.clone(),
                     key,
                     lineage_len: 0,
+                    lineage: lineage.clone(),
+                    metrics: ctx.metrics(),
                     attempt: 1,
                     emitted: ctx.has_emitted(),
                 };
-                self.handle_invocation_error(e, rec).await
+                // A streaming-input node may only be ended (end_stream) or failed: what
+                // it emitted stays, the rest of its input is dropped.
+                self.handle_invocation_error(e, rec).await.map(|_| ())
             }
         }
     }
@@ -1233,10 +1349,13 @@ impl Actor {
                     inputs: self.s.base_inputs.clone(),
                     key,
                     lineage_len: lineage.len(),
+                    lineage: lineage.clone(),
+                    metrics: ctx.metrics(),
                     attempt: 1,
                     emitted: ctx.has_emitted(),
                 };
-                self.handle_invocation_error(e, rec).await
+                // Streaming input: end_stream (keep what was emitted) or fail only.
+                self.handle_invocation_error(e, rec).await.map(|_| ())
             }
         }
     }
@@ -1351,45 +1470,73 @@ impl Actor {
         self.mark_started();
         let lineage = Lineage::ROOT;
         let key = self.sh.root_key.clone();
-        let (token, deadline) = self.invocation_token();
-        let (etx, erx) = mpsc::channel(EMIT_BUFFER);
-        let ctx = self.ctx(key.clone(), token.clone(), deadline, Some(etx));
-        self.invocations += 1;
-        let t0 = Instant::now();
-        let record_inputs = inputs.clone();
-        let exec = self.s.exec.clone();
-        let fut = exec.invoke(Call {
-            inputs,
-            ctx: ctx.clone(),
-        });
-        let mut mint = Mint::default();
-        let result = self
-            .drive(fut, Some(erx), &lineage, &mut mint, &token, deadline)
-            .await?;
-        self.account(&ctx, t0, &key, result.as_ref().err());
-        match result {
-            Ok(out) => {
-                self.route_outputs(&out, &lineage, &mut mint).await?;
-                if let Some(r) = ev.reply {
-                    let _ = r.send(Ok(out.clone()));
+        let mut next_inputs = Some(inputs);
+        loop {
+            let (token, deadline) = self.invocation_token();
+            let (etx, erx) = mpsc::channel(EMIT_BUFFER);
+            let ctx = self.ctx(key.clone(), token.clone(), deadline, Some(etx));
+            self.invocations += 1;
+            let t0 = Instant::now();
+            let inputs = next_inputs
+                .take()
+                .expect("inputs are put back before a retry");
+            let record_inputs = inputs.clone();
+            let exec = self.s.exec.clone();
+            let fut = exec.invoke(Call {
+                inputs,
+                ctx: ctx.clone(),
+            });
+            let mut mint = Mint::default();
+            let result = self
+                .drive(fut, Some(erx), &lineage, &mut mint, &token, deadline)
+                .await?;
+            self.account(&ctx, t0, &key, result.as_ref().err());
+            let out = match result {
+                Ok(out) => out,
+                Err(e) => {
+                    let message = e.message.clone();
+                    let rec = InvocationRecord {
+                        inputs: record_inputs.clone(),
+                        key: key.clone(),
+                        lineage_len: 0,
+                        lineage: lineage.clone(),
+                        metrics: ctx.metrics(),
+                        attempt: 1,
+                        emitted: ctx.has_emitted(),
+                    };
+                    let _ = &used;
+                    match self.handle_invocation_error(e, rec).await {
+                        Ok(Recovery::Retry) => {
+                            next_inputs = Some(record_inputs);
+                            continue;
+                        }
+                        Ok(Recovery::Substitute(out)) => out,
+                        // Skip (end_stream is not offered to a controlled node): this
+                        // event produces nothing; the node keeps serving events.
+                        Ok(Recovery::Skip | Recovery::EndStream) => {
+                            self.sup_skips += 1;
+                            if let Some(r) = ev.reply {
+                                let _ =
+                                    r.send(Err(format!("{message} (skipped by the supervisor)")));
+                            }
+                            return Ok(true);
+                        }
+                        Err(stop) => {
+                            if let Some(r) = ev.reply {
+                                let _ = r.send(Err(message));
+                            }
+                            return Err(stop);
+                        }
+                    }
                 }
-                self.last_result = Some(out);
-                Ok(true)
+            };
+            self.record_for_supervisor(&lineage, &out, &ctx);
+            self.route_outputs(&out, &lineage, &mut mint).await?;
+            if let Some(r) = ev.reply {
+                let _ = r.send(Ok(out.clone()));
             }
-            Err(e) => {
-                if let Some(r) = ev.reply {
-                    let _ = r.send(Err(e.message.clone()));
-                }
-                let rec = InvocationRecord {
-                    inputs: record_inputs,
-                    key,
-                    lineage_len: 0,
-                    attempt: 1,
-                    emitted: ctx.has_emitted(),
-                };
-                let _ = used;
-                self.handle_invocation_error(e, rec).await.map(|_| true)
-            }
+            self.last_result = Some(out);
+            return Ok(true);
         }
     }
 
@@ -1416,7 +1563,15 @@ impl Actor {
         let (outcome, end, stop) = match res {
             Ok(()) => {
                 let ran = self.invocations > 0 || self.started;
-                if ran || matches!(self.s.special, Special::Input { .. }) {
+                if self.sup_skips > 0 && self.last_result.is_none() {
+                    (
+                        NodeOutcome::Skipped {
+                            reason: SkipReason::Supervisor,
+                        },
+                        End::Skipped,
+                        None,
+                    )
+                } else if ran || matches!(self.s.special, Special::Input { .. }) {
                     (NodeOutcome::Done, End::Done, None)
                 } else {
                     let reason = self.skip_reason();

@@ -70,6 +70,11 @@ pub struct RunOptions {
     pub node_timeout: Option<Duration>,
     /// Registry of secret values handed to nodes, for masking.
     pub secrets: Arc<SecretRegistry>,
+    /// Decides failed invocations (retry / substitute / skip / end_stream / fail). With
+    /// `None` no escalation is ever built and a failure fails the node. The kernel wraps
+    /// the handle in [`crate::supervisor::Bounded`] unless it already is bounded; give
+    /// each run its own handle (bounds and sticky verdicts are per handle).
+    pub supervisor: Option<Arc<dyn crate::supervisor::Supervisor>>,
 }
 
 impl Default for RunOptions {
@@ -80,6 +85,7 @@ impl Default for RunOptions {
             event_cap: RunResult::EVENT_CAP,
             node_timeout: None,
             secrets: Arc::new(SecretRegistry::default()),
+            supervisor: None,
         }
     }
 }
@@ -221,6 +227,18 @@ impl Run {
             rxs.push(Some(rx));
         }
         let run_token = CancellationToken::new();
+        let escalator = self.opts.supervisor.clone().map(|sup| {
+            let e = crate::supervisor::Escalator::new(
+                sup,
+                self.opts.secrets.clone(),
+                self.bus.clone(),
+                run_token.clone(),
+            );
+            for n in &plan.nodes {
+                e.state().add_node(&n.id, &n.node_type);
+            }
+            Arc::new(e)
+        });
         let shared = Arc::new(Shared {
             bus: self.bus.clone(),
             roots: plan.correlation.roots.clone().into(),
@@ -230,6 +248,7 @@ impl Run {
             cancelled: AtomicBool::new(false),
             limits: self.opts.inbox.clone(),
             root_key: Arc::from(""),
+            escalator,
         });
 
         let mut inputs_by_name = HashMap::new();
@@ -612,7 +631,12 @@ async fn run_all(
     } else {
         (RunStatus::Completed, None)
     };
-    finish_result(&bus, status, error, suspend, outputs, nodes, t0)
+    let mut result = finish_result(&bus, status, error, suspend, outputs, nodes, t0);
+    if let Some(esc) = &sh.escalator {
+        result.interventions = esc.interventions_json();
+        esc.close();
+    }
+    result
 }
 
 fn finish_result(
