@@ -478,7 +478,7 @@ impl Planner<'_> {
         }
 
         // Edge checks: handles, types, control edges, self-loops.
-        let mut into: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+        let mut into: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
         for e in work.iter().filter(|e| e.edge_type == EdgeType::Data) {
             into.entry((&e.target, &e.target_handle))
                 .or_default()
@@ -491,11 +491,10 @@ impl Planner<'_> {
             self.check_edge(e, &decl_of, fan_in);
         }
 
-        // More than one data edge into a non-list input.
-        for ((node, handle), ids) in &into {
-            if ids.len() < 2 {
-                continue;
-            }
+        // More than one data edge into a non-list input (sorted: stable issue order).
+        let mut multi: Vec<_> = into.iter().filter(|(_, ids)| ids.len() > 1).collect();
+        multi.sort();
+        for ((node, handle), ids) in multi {
             let Some(Some(d)) = decl_of.get(node) else {
                 continue;
             };
