@@ -463,3 +463,137 @@ fn refuses_to_start_without_pricing_or_endpoint() {
         Err(ConfigError::NoEndpoint)
     ));
 }
+
+/// A retry-safe node that fails its first invocation with an HTTP 503.
+struct Flaky {
+    calls: std::sync::atomic::AtomicU32,
+}
+
+impl heddle_kernel::Executor for Flaky {
+    fn invoke(
+        &self,
+        call: heddle_kernel::Call,
+    ) -> heddle_kernel::BoxFuture<'_, Result<heddle_kernel::Outputs, heddle_kernel::NodeError>>
+    {
+        Box::pin(async move {
+            if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                return Err(heddle_kernel::NodeError::msg(
+                    "upstream said HTTP 503 Service Unavailable",
+                ));
+            }
+            let v = call.inputs.get("value").cloned().unwrap_or(Value::Null);
+            Ok(heddle_kernel::Outputs::one("value", v))
+        })
+    }
+}
+
+struct FlakyProvider;
+
+impl heddle_kernel::NodeProvider for FlakyProvider {
+    fn name(&self) -> &str {
+        "e2e"
+    }
+    fn declarations(&self) -> Vec<Arc<heddle_core::NodeDecl>> {
+        let mut d = heddle_core::NodeDecl::new("e2e.flaky");
+        d.retry_safe = true;
+        d.inputs.push(heddle_core::PortDecl::new(
+            "value",
+            heddle_core::PortType::Any,
+        ));
+        d.outputs.push(heddle_core::OutputDecl::new(
+            "value",
+            heddle_core::PortType::Any,
+        ));
+        vec![Arc::new(d)]
+    }
+    fn create(
+        &self,
+        _spec: &heddle_kernel::NodeSpec<'_>,
+    ) -> Result<Arc<dyn heddle_kernel::Executor>, heddle_kernel::NodeError> {
+        Ok(Arc::new(Flaky {
+            calls: std::sync::atomic::AtomicU32::new(0),
+        }))
+    }
+}
+
+#[tokio::test]
+async fn llm_supervises_a_real_kernel_run() {
+    let srv = server(vec![tool_reply(
+        "submit_verdict",
+        r#"{"action":"retry","reason":"transient 503"}"#,
+        800,
+        25,
+    )])
+    .await;
+    let mut reg = heddle_kernel::Registry::with_builtins();
+    reg.add(Arc::new(FlakyProvider)).unwrap();
+    let doc = heddle_core::GraphDoc::parse(
+        &json!({
+            "format": "heddle.graph", "version": 1,
+            "nodes": [
+                {"id": "in", "type": "heddle.input", "properties": {"name": "x"}},
+                {"id": "fetch", "type": "e2e.flaky", "properties": {}},
+                {"id": "out", "type": "heddle.output", "properties": {"name": "out"}},
+            ],
+            "edges": [
+                {"source": "in", "sourceHandle": "value", "target": "fetch", "targetHandle": "value"},
+                {"source": "fetch", "sourceHandle": "value", "target": "out", "targetHandle": "value"},
+            ],
+        })
+        .to_string(),
+        "e2e.json",
+    )
+    .unwrap();
+    let mut opts = heddle_kernel::runtime::RunOptions::default();
+    // A secret handed to some node earlier in the run, which also sits in an input.
+    opts.secrets.register("hunter2-SECRET");
+    opts.inputs
+        .insert("x".into(), Value::from("password is hunter2-SECRET"));
+    opts.supervisor = Some(Arc::new(LlmSupervisor::new(config(&srv.url)).unwrap()));
+    let r = heddle_kernel::runtime::run_graph(&doc, &reg, opts)
+        .await
+        .unwrap();
+    assert_eq!(r.status, heddle_core::RunStatus::Completed, "{:?}", r.error);
+    assert_eq!(r.nodes["fetch"].invocations, 2);
+    let i = heddle_core::supervise::Intervention::from_json(&r.interventions[0]).unwrap();
+    assert_eq!(i.verdict, Verdict::Retry);
+    assert_eq!(i.decided_by, DecidedBy::Agent);
+    assert!((i.cost_usd - (800.0 * 1e-6 + 25.0 * 2e-6)).abs() < 1e-12);
+    // What the model saw: the escalation of node `fetch`, with the secret masked and the
+    // API key never in the conversation.
+    let seen = srv.seen.lock().unwrap().clone();
+    let sent = seen[0].body.to_string();
+    assert!(
+        sent.contains("fetch") && sent.contains("http:503"),
+        "{sent}"
+    );
+    assert!(
+        !sent.contains("hunter2-SECRET") && !sent.contains(KEY),
+        "{sent}"
+    );
+    // The supervision record (interventions, escalation and decision events) masks it;
+    // the run's own output is data and passes through unchanged.
+    let record = serde_json::to_string(&r.interventions).unwrap()
+        + &serde_json::to_string(
+            &r.events
+                .iter()
+                .filter(|e| {
+                    matches!(
+                        e.kind,
+                        heddle_core::EventKind::Escalation { .. }
+                            | heddle_core::EventKind::Decision { .. }
+                    )
+                })
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    assert!(record.contains("«redacted»"), "{record}");
+    assert!(
+        !record.contains("hunter2-SECRET") && !record.contains(KEY),
+        "{record}"
+    );
+    assert_eq!(
+        r.outputs["out"],
+        vec![Value::from("password is hunter2-SECRET")]
+    );
+}
