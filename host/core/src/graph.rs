@@ -43,8 +43,8 @@ pub struct NodeDoc {
     /// Optional display name; input and output nodes also use it as their external name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// Property values. NodeTool's wire format calls this `data`; both are accepted and
-    /// merged (`properties` wins on a clash).
+    /// Property values. NodeTool's wire format calls this `data`; either name is accepted
+    /// (a node carrying both is refused as a duplicate field).
     #[serde(default, alias = "data", skip_serializing_if = "BTreeMap::is_empty")]
     pub properties: BTreeMap<String, Value>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -172,21 +172,21 @@ impl GraphDoc {
                 message,
             }
         })?;
-        if let Some(f) = &doc.format {
-            if f != FORMAT {
-                return Err(DocError::Format {
-                    path: origin.to_string(),
-                    found: f.clone(),
-                });
-            }
+        if let Some(f) = &doc.format
+            && f != FORMAT
+        {
+            return Err(DocError::Format {
+                path: origin.to_string(),
+                found: f.clone(),
+            });
         }
-        if let Some(v) = doc.version {
-            if v != VERSION {
-                return Err(DocError::Version {
-                    path: origin.to_string(),
-                    found: v,
-                });
-            }
+        if let Some(v) = doc.version
+            && v != VERSION
+        {
+            return Err(DocError::Version {
+                path: origin.to_string(),
+                found: v,
+            });
         }
         Ok(doc)
     }
@@ -228,7 +228,8 @@ mod tests {
 
     #[test]
     fn parse_error_names_line_and_column() {
-        let err = GraphDoc::parse("{\n  \"nodes\": [\n    {\"id\": }\n  ]\n}", "g.json").unwrap_err();
+        let err =
+            GraphDoc::parse("{\n  \"nodes\": [\n    {\"id\": }\n  ]\n}", "g.json").unwrap_err();
         let msg = err.to_string();
         assert!(msg.starts_with("g.json:3:"), "{msg}");
     }

@@ -122,16 +122,15 @@ impl Value {
                 None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
             },
             serde_json::Value::String(s) => Value::Str(s.into()),
-            serde_json::Value::Array(a) => Value::list(a.into_iter().map(Value::from_json).collect()),
+            serde_json::Value::Array(a) => {
+                Value::list(a.into_iter().map(Value::from_json).collect())
+            }
             serde_json::Value::Object(o) => {
-                if o.len() == 1 {
-                    if let Some(serde_json::Value::String(b64)) = o.get(BYTES_KEY) {
-                        if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(b64) {
-                            return Value::Bytes(bytes.into());
-                        }
-                    }
-                }
-                Value::object(o.into_iter().map(|(k, v)| (k, Value::from_json(v))).collect())
+                let map: Map = o
+                    .into_iter()
+                    .map(|(k, v)| (k, Value::from_json(v)))
+                    .collect();
+                bytes_marker(&map).unwrap_or_else(|| Value::object(map))
             }
         }
     }
@@ -156,9 +155,9 @@ impl Value {
                 serde_json::Value::Object(m)
             }
             Value::List(l) => serde_json::Value::Array(l.iter().map(Value::to_json).collect()),
-            Value::Object(m) => serde_json::Value::Object(
-                m.iter().map(|(k, v)| (k.clone(), v.to_json())).collect(),
-            ),
+            Value::Object(m) => {
+                serde_json::Value::Object(m.iter().map(|(k, v)| (k.clone(), v.to_json())).collect())
+            }
         }
     }
 
@@ -169,9 +168,28 @@ impl Value {
             Value::Str(s) => s.len(),
             Value::Bytes(b) => b.len(),
             Value::List(l) => l.iter().map(Value::approx_size).sum::<usize>() + 8,
-            Value::Object(m) => m.iter().map(|(k, v)| k.len() + v.approx_size()).sum::<usize>() + 8,
+            Value::Object(m) => {
+                m.iter()
+                    .map(|(k, v)| k.len() + v.approx_size())
+                    .sum::<usize>()
+                    + 8
+            }
         }
     }
+}
+
+/// Recognises the `{"$bytes": "<base64>"}` form that [`Value::to_json`] writes for bytes.
+fn bytes_marker(m: &Map) -> Option<Value> {
+    if m.len() != 1 {
+        return None;
+    }
+    let Some(Value::Str(b64)) = m.get(BYTES_KEY) else {
+        return None;
+    };
+    base64::engine::general_purpose::STANDARD
+        .decode(&**b64)
+        .ok()
+        .map(|b| Value::Bytes(b.into()))
 }
 
 impl fmt::Display for Value {
@@ -279,7 +297,9 @@ impl<'de> Deserialize<'de> for Value {
                 Ok(Value::Int(i))
             }
             fn visit_u64<E>(self, u: u64) -> Result<Value, E> {
-                Ok(i64::try_from(u).map(Value::Int).unwrap_or(Value::Float(u as f64)))
+                Ok(i64::try_from(u)
+                    .map(Value::Int)
+                    .unwrap_or(Value::Float(u as f64)))
             }
             fn visit_f64<E>(self, f: f64) -> Result<Value, E> {
                 Ok(Value::Float(f))
@@ -302,15 +322,7 @@ impl<'de> Deserialize<'de> for Value {
                 while let Some((k, v)) = a.next_entry::<String, Value>()? {
                     m.insert(k, v);
                 }
-                if m.len() == 1 {
-                    if let Some(Value::Str(b64)) = m.get(BYTES_KEY) {
-                        if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&**b64)
-                        {
-                            return Ok(Value::Bytes(bytes.into()));
-                        }
-                    }
-                }
-                Ok(Value::object(m))
+                Ok(bytes_marker(&m).unwrap_or_else(|| Value::object(m)))
             }
         }
         d.deserialize_any(V).map_err(de::Error::custom)

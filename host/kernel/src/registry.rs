@@ -91,4 +91,8 @@ impl DeclLookup for Registry {
     fn decl(&self, type_name: &str) -> Option<Arc<NodeDecl>> {
         self.by_type.get(type_name).map(|(_, d)| d.clone())
     }
+
+    fn type_names(&self) -> Vec<String> {
+        self.by_type.keys().cloned().collect()
+    }
 }
