@@ -63,6 +63,11 @@ impl NodeProvider for SupNodes {
                 properties: vec![fail_times],
                 ..decl("sup.flaky_unsafe", &[("value", "any")], &[("value", "any")])
             },
+            // Fails the first time per value; odd values report provider cost first.
+            NodeDecl {
+                retry_safe: true,
+                ..decl("sup.cost_if_odd", &[("value", "int")], &[("value", "int")])
+            },
             // Reports provider cost, then fails: never retried even though retry-safe.
             NodeDecl {
                 retry_safe: true,
@@ -143,6 +148,16 @@ impl Executor for SupExec {
                         return Err(NodeError::msg("GET upstream: HTTP 503 Service Unavailable"));
                     }
                     Ok(Outputs::one("value", v("value")))
+                }
+                "sup.cost_if_odd" => {
+                    let x = v("value");
+                    if self.count(&x) == 1 {
+                        if x.as_i64().unwrap_or(0) % 2 == 1 {
+                            ctx.report_cost(0.01);
+                        }
+                        return Err(NodeError::msg("HTTP 503"));
+                    }
+                    Ok(Outputs::one("value", x))
                 }
                 "sup.costly" => {
                     ctx.report_cost(0.02);
@@ -791,5 +806,62 @@ async fn replay_reproduces_a_recorded_runs_decisions() {
         r.error
             .unwrap()
             .contains("replay: the recorded run has no decision")
+    );
+}
+
+#[tokio::test]
+async fn cost_is_accounted_per_invocation_so_only_the_billed_item_loses_retry() {
+    let doc = graph(
+        &[
+            ("in", "heddle.input", json!({"name": "xs"})),
+            ("each", "heddle.foreach", json!({})),
+            ("call", "sup.cost_if_odd", json!({})),
+            ("gather", "heddle.collect", json!({})),
+            ("out", "heddle.output", json!({"name": "out"})),
+        ],
+        &[
+            ("in", "value", "each", "list"),
+            ("each", "item", "call", "value"),
+            ("call", "value", "gather", "item"),
+            ("gather", "list", "out", "value"),
+        ],
+    );
+    let mut opts = RunOptions::default();
+    opts.inputs.insert(
+        "xs".into(),
+        Value::list(vec![
+            Value::Int(1),
+            Value::Int(2),
+            Value::Int(3),
+            Value::Int(4),
+        ]),
+    );
+    // Retry where allowed, else skip.
+    opts.supervisor = policy("[[rule]]\nverdict = \"retry\"\n\n[[rule]]\nverdict = \"skip\"\n");
+    let r = run(&doc, opts).await;
+    assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
+    assert_eq!(
+        r.outputs["out"],
+        vec![Value::list(vec![Value::Int(2), Value::Int(4)])]
+    );
+    let mut by_item: Vec<(u64, f64, Verdict)> = interventions(&r)
+        .into_iter()
+        .map(|i| {
+            (
+                i.escalation.lineage[0].index,
+                i.escalation.spent_cost_usd,
+                i.verdict,
+            )
+        })
+        .collect();
+    by_item.sort_by_key(|x| x.0);
+    assert_eq!(
+        by_item,
+        vec![
+            (0, 0.01, Verdict::skip()),
+            (1, 0.0, Verdict::Retry),
+            (2, 0.01, Verdict::skip()),
+            (3, 0.0, Verdict::Retry),
+        ]
     );
 }

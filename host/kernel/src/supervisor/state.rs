@@ -62,7 +62,8 @@ impl RunState {
         f(g.entry(node_id.to_string()).or_default())
     }
 
-    /// Declares a node (so the digest lists nodes that never ran).
+    /// Declares a node (so the digest lists nodes that never ran). The status is the
+    /// outcome of its latest invocation: `pending`, `ran` or `failed`.
     pub fn add_node(&self, node_id: &str, node_type: &str) {
         self.with(node_id, |n| {
             n.node_type = node_type.to_string();
@@ -85,6 +86,7 @@ impl RunState {
         self.with(node_id, |n| {
             n.invocations += 1;
             n.cost_usd += cost_usd;
+            n.status = if outputs.is_some() { "ran" } else { "failed" }.to_string();
             match outputs {
                 Some(o) => {
                     if n.outputs.len() == KEPT_OUTPUTS_PER_NODE {
