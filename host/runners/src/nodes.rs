@@ -788,6 +788,33 @@ impl Executor for CodeExecutor {
         Box::pin(self.run(call))
     }
 
+    /// Checks the engine and the image before any node of the run starts, so a graph
+    /// whose code cannot run fails at once instead of after its upstream work.
+    fn initialize(&self) -> BoxFuture<'_, Result<(), NodeError>> {
+        Box::pin(async {
+            if self.mode != Mode::Docker {
+                return Ok(());
+            }
+            let docker = self
+                .runner
+                .docker()
+                .await
+                .map_err(|e| self.start_error(e))?;
+            match docker.inspect_image(&self.image).await {
+                Ok(_) => Ok(()),
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => Err(self.start_error(RunnerError::MissingImage {
+                    image: self.image.clone(),
+                })),
+                Err(source) => Err(self.start_error(RunnerError::Docker {
+                    action: "looking up the image",
+                    source,
+                })),
+            }
+        })
+    }
+
     fn finalize(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {
             self.drivers.close();

@@ -169,3 +169,48 @@ async fn cancelling_the_run_kills_the_subprocess_group() {
         assert!(!alive, "process {pid} outlived the cancelled run: {stat}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_image_fails_the_run_before_any_node_starts() {
+    if !docker_ready().await {
+        return;
+    }
+    let mut doc = example();
+    for n in &mut doc.nodes {
+        if n.id == "shout" {
+            n.properties
+                .insert("image".into(), Value::str("heddle/not-built:0"));
+        }
+    }
+    let r = run_graph(
+        &doc,
+        &registry(RunnersConfig::default()),
+        RunOptions::default(),
+    )
+    .await
+    .expect("graph is valid");
+    assert_eq!(r.status, RunStatus::Failed);
+    let err = r.error.unwrap_or_default();
+    assert!(
+        err.contains("heddle/not-built:0") && err.contains("heddle images build"),
+        "{err}"
+    );
+    assert!(r.outputs.is_empty(), "nothing ran: {:?}", r.outputs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_engine_fails_the_run_before_any_node_starts() {
+    let config = RunnersConfig {
+        docker_host: Some("unix:///nonexistent/heddle-test/docker.sock".into()),
+        ..RunnersConfig::default()
+    };
+    let r = run_graph(&example(), &registry(config), RunOptions::default())
+        .await
+        .expect("graph is valid");
+    assert_eq!(r.status, RunStatus::Failed);
+    let err = r.error.unwrap_or_default();
+    assert!(
+        err.contains("no Docker engine") && err.contains("subprocess"),
+        "{err}"
+    );
+}
