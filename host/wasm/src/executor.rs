@@ -25,6 +25,8 @@ use crate::sandbox::{Interrupt, Invocation, State, from_wit, to_wit, wit_size};
 const WARM_MAX_USES: u32 = 128;
 /// Warm instances kept per node (one per concurrent invocation, up to this many).
 const WARM_POOL: usize = 4;
+/// Bytes a guest may hand the host in one import call.
+const HOSTCALL_FUEL: usize = 16 << 20;
 
 /// Creates a store with the node's limits and the epoch policy: every tick the guest
 /// yields to tokio, and is stopped at once when its deadline passes or the run is
@@ -33,6 +35,9 @@ pub(crate) fn new_store(host: &WasmHost, sandbox: &Sandbox) -> Result<Store<Stat
     let state = State::new(sandbox, host.settings().log_cap_bytes).map_err(NodeError::host)?;
     let mut store = Store::new(host.engine(), state);
     store.limiter(|s| &mut s.limiter);
+    // Bounds what one host call (log, emit) may make the host copy out of the guest;
+    // the default is 128 MiB.
+    store.set_hostcall_fuel(HOSTCALL_FUEL.max(2 * host.settings().max_value_bytes));
     store.epoch_deadline_callback(|mut cx| {
         if cx.data_mut().should_interrupt() {
             Ok(UpdateDeadline::Interrupt)

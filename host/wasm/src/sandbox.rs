@@ -272,9 +272,14 @@ impl State {
                 b.env(name, v);
             }
         }
+        // WASI limits are opt-in (CVE-2026-27204): cap what a guest can make the host
+        // allocate on its behalf.
+        b.max_random_size(1 << 20);
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(10_000);
         Ok(State {
             wasi: b.build(),
-            table: ResourceTable::new(),
+            table,
             limiter: Limiter {
                 memory_limit: sandbox.memory_bytes,
                 peak_memory: 0,
