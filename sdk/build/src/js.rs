@@ -36,6 +36,7 @@ pub fn build(
     let staged = work.join("src");
     copy_tree(src, &staged)?;
     crate::sdkfiles::write_js(&staged)?;
+    syntax_check(src, &staged)?;
     let mut cmd = command(&tool, opts.nice);
     cmd.arg(staged.join(&entry))
         .arg("--wit")
@@ -47,6 +48,51 @@ pub fn build(
         .arg("-o")
         .arg(out);
     run_tool("componentize-js", cmd, src)
+}
+
+/// componentize-js reports a syntax error without saying where; `node --check` does
+/// (file, line and a caret), so every module is checked first when Node is around.
+fn syntax_check(src: &Path, staged: &Path) -> Result<(), BuildError> {
+    let package_json = staged.join("package.json");
+    if !package_json.is_file() {
+        // Parse *.js as ES modules, as componentize-js does.
+        std::fs::write(&package_json, "{\"type\": \"module\"}\n")
+            .map_err(|e| BuildError::io(&package_json, e))?;
+    }
+    let mut files = Vec::new();
+    collect_js(staged, &mut files)?;
+    for file in files {
+        let mut cmd = std::process::Command::new("node");
+        cmd.arg("--check").arg(&file);
+        match run_tool("node --check", cmd, src) {
+            Ok(()) => {}
+            Err(BuildError::MissingTool { .. }) => return Ok(()),
+            Err(BuildError::Tool { tool, dir, output }) => {
+                let shown =
+                    output.replace(&staged.display().to_string(), &src.display().to_string());
+                return Err(BuildError::Tool {
+                    tool,
+                    dir,
+                    output: shown,
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn collect_js(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), BuildError> {
+    for entry in std::fs::read_dir(dir).map_err(|e| BuildError::io(dir, e))? {
+        let path = entry.map_err(|e| BuildError::io(dir, e))?.path();
+        if path.is_dir() {
+            collect_js(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "js" || e == "mjs") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(())
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<(), BuildError> {

@@ -46,6 +46,32 @@ pub fn build(
         .arg("-o")
         .arg(out)
         // Keep Python from writing __pycache__ into the author's folder.
-        .env("PYTHONDONTWRITEBYTECODE", "1");
-    run_tool("componentize-py", cmd, src)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        // The tool's own Rust backtrace says nothing about the author's code.
+        .env("RUST_BACKTRACE", "0")
+        .env("RUST_LIB_BACKTRACE", "0");
+    run_tool("componentize-py", cmd, src).map_err(|e| readable(e, src, &sdk))
+}
+
+/// componentize-py names the folders of its Python path `/0`, `/1`, ... in tracebacks;
+/// put the real paths back so the message says which file to fix, and drop the
+/// tool's own stack trace.
+fn readable(err: BuildError, src: &Path, sdk: &Path) -> BuildError {
+    match err {
+        BuildError::Tool { tool, dir, output } => {
+            let mut text = output
+                .split("\nStack backtrace:")
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            text = text.replace("\"/0/", &format!("\"{}/", src.display()));
+            text = text.replace("\"/1/", &format!("\"{}/", sdk.display()));
+            BuildError::Tool {
+                tool,
+                dir,
+                output: text.trim_end().to_string(),
+            }
+        }
+        other => other,
+    }
 }
