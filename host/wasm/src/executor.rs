@@ -294,6 +294,12 @@ impl WasmExecutor {
         let stderr_tail = lines.1;
         tracing::trace!(node = %self.node_id, us = started.elapsed().as_micros() as u64, "wasm invocation");
 
+        // A guest stopped while waiting in a host call (emit, next-input) returns normally;
+        // the interrupt still decides the outcome.
+        if store.data().interrupt.is_some() {
+            let e = wasmtime::Error::msg("interrupted in a host call");
+            return Err(self.host_failure(&store, e, budget, &stderr_tail));
+        }
         match result {
             Ok((instance, Ok(outputs))) => {
                 let outputs = self.convert_outputs(outputs);

@@ -356,6 +356,15 @@ pub(crate) fn wit_size(v: &WitValue) -> usize {
     }
 }
 
+/// Resolves at `deadline`, never without one: a guest waiting in a host call is bound by
+/// the same deadline as one computing.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 fn level(l: WitLogLevel) -> LogLevel {
     match l {
         WitLogLevel::Trace | WitLogLevel::Debug => LogLevel::Debug,
@@ -411,19 +420,35 @@ impl host::Host for State {
         }
         let v = from_wit(value)?;
         let ctx = inv.ctx.clone();
+        let deadline = inv.deadline;
         tokio::select! {
             r = ctx.emit(&handle, v) => r.map_err(|e| e.message),
-            _ = ctx.cancel_token().cancelled() => Err("cancelled".into()),
+            _ = ctx.cancel_token().cancelled() => {
+                self.interrupt = Some(Interrupt::Cancelled);
+                Err("cancelled".into())
+            }
+            _ = until(deadline) => {
+                self.interrupt = Some(Interrupt::Deadline);
+                Err("deadline exceeded".into())
+            }
         }
     }
 
     async fn next_input(&mut self) -> Option<(String, WitValue)> {
         let inv = self.inv.as_mut()?;
         let ctx = inv.ctx.clone();
+        let deadline = inv.deadline;
         let input = inv.input.as_mut()?;
         let item = tokio::select! {
             i = input.next() => i?,
-            _ = ctx.cancel_token().cancelled() => return None,
+            _ = ctx.cancel_token().cancelled() => {
+                self.interrupt = Some(Interrupt::Cancelled);
+                return None;
+            }
+            _ = until(deadline) => {
+                self.interrupt = Some(Interrupt::Deadline);
+                return None;
+            }
         };
         Some((item.handle.to_string(), to_wit(&item.value)))
     }

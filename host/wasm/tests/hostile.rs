@@ -501,3 +501,39 @@ async fn instances_are_fresh_unless_the_node_opts_in_and_a_trap_discards_a_warm_
     let other = create(&p, "n3", "hostile.counter_warm", BTreeMap::new(), None);
     assert_eq!(calls(other, false).await.unwrap(), Value::Int(1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_and_cancel_reach_a_guest_waiting_for_input() {
+    use heddle_kernel::InputStream;
+    let mut config = WasmConfig::default();
+    config.packages.insert(
+        "std".into(),
+        PackageGrant {
+            timeout_ms: Some(200),
+            ..Default::default()
+        },
+    );
+    let p = first_party_provider(config).await;
+    let exec = create(&p, "sum", "std.math.running_sum", BTreeMap::new(), None);
+
+    // Input that never closes: only the deadline ends the wait.
+    let (c, _h) = ctx("sum", "std.math.running_sum", None, true);
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let e = exec
+        .run_stream(InputStream::new(rx, BTreeMap::new()), c)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Deadline, "{e:?}");
+    assert!(e.message.contains("`sum`"), "{}", e.message);
+    drop(tx);
+
+    let (c, h) = ctx("sum", "std.math.running_sum", None, true);
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    h.cancel.cancel();
+    let e = exec
+        .run_stream(InputStream::new(rx, BTreeMap::new()), c)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Cancelled, "{e:?}");
+    drop(tx);
+}
