@@ -119,7 +119,9 @@ impl NodeProvider for Builtins {
 
     fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {
         Ok(match spec.decl.type_name.as_str() {
-            "heddle.input" | "heddle.constant" | "heddle.passthrough" => Arc::new(Value1),
+            "heddle.input" | "heddle.constant" | "heddle.passthrough" => Arc::new(Value1 {
+                handle: Arc::from("value"),
+            }),
             "heddle.output" => Arc::new(Sink),
             "heddle.foreach" => Arc::new(ForEach),
             "heddle.collect" => Arc::new(Collect),
@@ -129,13 +131,16 @@ impl NodeProvider for Builtins {
 }
 
 /// Emits input/property `value` on output `value` (input, constant, passthrough).
-struct Value1;
+struct Value1 {
+    /// The output handle name, allocated once per node rather than per invocation.
+    handle: Arc<str>,
+}
 
 impl Executor for Value1 {
     fn invoke(&self, call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>> {
         let mut inputs = call.inputs;
         let out = match inputs.remove("value") {
-            Some(v) => Outputs::one("value", v),
+            Some(v) => Outputs::one(self.handle.clone(), v),
             None => Outputs::new(),
         };
         Box::pin(std::future::ready(Ok(out)))

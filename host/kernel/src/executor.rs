@@ -55,7 +55,9 @@ impl Outputs {
     }
 
     pub fn to_map(&self) -> BTreeMap<String, Value> {
-        self.iter().map(|(h, v)| (h.to_string(), v.clone())).collect()
+        self.iter()
+            .map(|(h, v)| (h.to_string(), v.clone()))
+            .collect()
     }
 }
 
@@ -183,7 +185,10 @@ impl SecretRegistry {
     }
 
     pub fn snapshot(&self) -> Vec<String> {
-        self.values.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.values
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Replaces every registered secret value in `text` with `«redacted»`.
@@ -246,6 +251,28 @@ impl NodeCtx {
                 emitted_any: std::sync::atomic::AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Runtime use: re-arms this context for the node's next invocation (same node,
+    /// same cancel token) when nobody else holds it any more. Returns false, changing
+    /// nothing, when a clone is still alive (an executor kept it): the caller then builds
+    /// a fresh one. Saves an allocation and a cancel-token clone per invocation on the
+    /// hot path.
+    pub fn try_rearm(
+        &mut self,
+        key: Arc<str>,
+        deadline: Option<Instant>,
+        emit: Option<mpsc::Sender<Emitted>>,
+    ) -> bool {
+        let Some(inner) = Arc::get_mut(&mut self.inner) else {
+            return false;
+        };
+        inner.key = key;
+        inner.deadline = deadline;
+        inner.emit = emit;
+        *inner.metrics.get_mut().unwrap_or_else(|e| e.into_inner()) = InvocationMetrics::default();
+        *inner.emitted_any.get_mut() = false;
+        true
     }
 
     pub fn node_id(&self) -> &str {
@@ -395,7 +422,11 @@ pub trait Executor: Send + Sync + 'static {
 
     /// Streaming-input mode: the node drains `input` itself and emits through `ctx`.
     /// Returned outputs are routed after everything emitted.
-    fn run_stream(&self, input: InputStream, ctx: NodeCtx) -> BoxFuture<'_, Result<Outputs, NodeError>> {
+    fn run_stream(
+        &self,
+        input: InputStream,
+        ctx: NodeCtx,
+    ) -> BoxFuture<'_, Result<Outputs, NodeError>> {
         let _ = input;
         Box::pin(async move {
             Err(NodeError::host(format!(
