@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use heddle_package_build::{BuildOptions, Toolchains, build_package, wit_in};
+use heddle_package_build::{
+    BuildOptions, Toolchains, build_package, generate_c_bindings, repo_wit_dir, wit_in,
+};
 
 #[derive(Parser)]
 #[command(
@@ -13,7 +15,12 @@ use heddle_package_build::{BuildOptions, Toolchains, build_package, wit_in};
 )]
 struct Args {
     /// The package source folder (holds heddle-package.toml).
-    dir: PathBuf,
+    #[arg(required_unless_present = "c_bindings")]
+    dir: Option<PathBuf>,
+    /// Write the C bindings generated from the WIT into this folder and exit (for
+    /// editors; builds generate their own).
+    #[arg(long, value_name = "OUT")]
+    c_bindings: Option<PathBuf>,
     /// Output folder for the package (default: DIR/dist).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -50,7 +57,35 @@ fn main() -> ExitCode {
             }
         }
     }
-    match build_package(&args.dir, &opts) {
+    if let Some(out) = &args.c_bindings {
+        let wit = match opts
+            .wit
+            .clone()
+            .map(Ok)
+            .unwrap_or_else(|| wit_in(&repo_wit_dir()))
+        {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        return match generate_c_bindings(&wit, out) {
+            Ok(files) => {
+                for f in files {
+                    println!("{}", f.display());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // Invariant: clap requires DIR unless --c-bindings was given.
+    let dir = args.dir.expect("DIR is required without --c-bindings");
+    match build_package(&dir, &opts) {
         Ok(p) => {
             println!(
                 "built {} ({}) -> {}{}  [{:.1} s]",
