@@ -463,5 +463,7 @@ pub trait NodeProvider: Send + Sync {
     fn declarations(&self) -> Vec<Arc<NodeDecl>>;
     /// Creates the executor for one node. Called before any node runs, so bad
     /// properties are reported with the run's other problems.
+    // NodeError is large by design (it can carry a candidate output); creation is cold.
+    #[allow(clippy::result_large_err)]
     fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError>;
 }

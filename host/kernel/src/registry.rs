@@ -68,6 +68,7 @@ impl Registry {
         v
     }
 
+    #[allow(clippy::result_large_err)] // NodeError is the seam's error; creation is cold.
     pub fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {
         match self.by_type.get(&spec.decl.type_name) {
             Some((idx, _)) => self.providers[*idx].create(spec),

@@ -145,10 +145,11 @@ async fn streaming_input_pushed_while_live_reaches_a_streaming_input_node() {
         within(async {
             loop {
                 let e = events.next().await.expect("run still live");
-                if let EventKind::Output { name, value, .. } = &e.kind {
-                    if name == "sums" && value.as_i64() == Some(v * (v + 1) / 2) {
-                        break;
-                    }
+                if let EventKind::Output { name, value, .. } = &e.kind
+                    && name == "sums"
+                    && value.as_i64() == Some(v * (v + 1) / 2)
+                {
+                    break;
                 }
             }
         })
