@@ -189,17 +189,20 @@ async fn tools_then_verdict_over_a_real_socket() {
     let sup = LlmSupervisor::new(config(&srv.url)).unwrap();
     let state = Arc::new(RunState::new());
     state.add_node("fetch", "std.http.get");
-    state.record_invocation(
+    state.record_steps(
         "fetch",
-        item(1),
-        Some([("body".to_string(), Value::from("mine"))].into()),
+        &item(1),
+        Some(&heddle_kernel::Outputs::one("body", Value::from("mine"))),
         0.0,
     );
     state.add_node("fetch_other", "std.http.get");
-    state.record_invocation(
+    state.record_steps(
         "fetch_other",
-        item(2),
-        Some([("body".to_string(), Value::from("NOT-MINE"))].into()),
+        &item(2),
+        Some(&heddle_kernel::Outputs::one(
+            "body",
+            Value::from("NOT-MINE"),
+        )),
         0.0,
     );
     let secrets = Arc::new(SecretRegistry::default());

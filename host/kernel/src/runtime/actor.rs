@@ -594,8 +594,8 @@ impl Actor {
         if let Some(esc) = &self.sh.escalator {
             esc.state().record_invocation(
                 &self.s.id,
-                self.lineage_steps(lineage),
-                Some(out.to_map()),
+                lineage.entries(),
+                Some(out),
                 ctx.metrics().cost_usd,
             );
         }
@@ -752,7 +752,7 @@ impl Actor {
         {
             esc.state().record_invocation(
                 &self.s.id,
-                self.lineage_steps(&rec.lineage),
+                rec.lineage.entries(),
                 None,
                 rec.metrics.cost_usd,
             );

@@ -1,11 +1,14 @@
 //! Read-only run state for supervisor tools. Recorded by the runtime only when a
-//! supervisor is present, so clean unsupervised runs pay nothing.
+//! supervisor is present, so clean unsupervised runs pay nothing; a supervised run pays
+//! one map lookup and a reference-counted copy of the outputs per invocation.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 
 use heddle_core::Value;
 use heddle_core::supervise::{LineageStep, lineage_related};
+
+use crate::executor::Outputs;
 
 /// What the agent's tools may read. `read_output` is scoped to a lineage: in a fan-out,
 /// "the last output" of a node may belong to another item, and handing that to the model
@@ -36,20 +39,30 @@ pub enum ReadOutputError {
 /// Kept lineages per node; older outputs are forgotten.
 pub const KEPT_OUTPUTS_PER_NODE: usize = 64;
 
+/// A lineage as the runtime holds it: (root index, item index), outermost first.
+type RawLineage = Box<[(u32, u32)]>;
+
 #[derive(Default)]
 struct NodeState {
     node_type: String,
-    status: String,
+    status: &'static str,
     invocations: u64,
     errors: u64,
     cost_usd: f64,
-    outputs: VecDeque<(Vec<LineageStep>, BTreeMap<String, Value>)>,
+    outputs: VecDeque<(RawLineage, Outputs)>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Root names by root index (the plan's correlation roots).
+    roots: Vec<String>,
+    nodes: HashMap<String, NodeState>,
 }
 
 /// The runtime's recorder, also the reader handed to supervisors.
 #[derive(Default)]
 pub struct RunState {
-    nodes: Mutex<BTreeMap<String, NodeState>>,
+    inner: Mutex<Inner>,
 }
 
 impl RunState {
@@ -57,60 +70,103 @@ impl RunState {
         Self::default()
     }
 
-    fn with<R>(&self, node_id: &str, f: impl FnOnce(&mut NodeState) -> R) -> R {
-        let mut g = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
-        f(g.entry(node_id.to_string()).or_default())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The plan's root names, indexed like the runtime's lineage entries.
+    pub fn set_roots(&self, roots: impl IntoIterator<Item = String>) {
+        self.lock().roots = roots.into_iter().collect();
     }
 
     /// Declares a node (so the digest lists nodes that never ran). The status is the
     /// outcome of its latest invocation: `pending`, `ran` or `failed`.
     pub fn add_node(&self, node_id: &str, node_type: &str) {
-        self.with(node_id, |n| {
-            n.node_type = node_type.to_string();
-            n.status = "pending".into();
-        });
+        self.lock().nodes.insert(
+            node_id.to_string(),
+            NodeState {
+                node_type: node_type.to_string(),
+                status: "pending",
+                ..NodeState::default()
+            },
+        );
     }
 
-    pub fn set_status(&self, node_id: &str, status: &str) {
-        self.with(node_id, |n| n.status = status.to_string());
-    }
-
-    /// One finished invocation; `outputs` is `Some` when it succeeded.
+    /// One finished invocation; `outputs` is `Some` when it succeeded. `lineage` holds
+    /// (root index, item index) pairs as the runtime keeps them.
     pub fn record_invocation(
         &self,
         node_id: &str,
-        lineage: Vec<LineageStep>,
-        outputs: Option<BTreeMap<String, Value>>,
+        lineage: &[(u32, u32)],
+        outputs: Option<&Outputs>,
         cost_usd: f64,
     ) {
-        self.with(node_id, |n| {
-            n.invocations += 1;
-            n.cost_usd += cost_usd;
-            n.status = if outputs.is_some() { "ran" } else { "failed" }.to_string();
-            match outputs {
-                Some(o) => {
-                    if n.outputs.len() == KEPT_OUTPUTS_PER_NODE {
-                        n.outputs.pop_front();
-                    }
-                    n.outputs.push_back((lineage, o));
+        let mut g = self.lock();
+        if !g.nodes.contains_key(node_id) {
+            g.nodes.insert(node_id.to_string(), NodeState::default());
+        }
+        let Some(n) = g.nodes.get_mut(node_id) else {
+            return;
+        };
+        n.invocations += 1;
+        n.cost_usd += cost_usd;
+        match outputs {
+            Some(o) => {
+                n.status = "ran";
+                if n.outputs.len() == KEPT_OUTPUTS_PER_NODE {
+                    n.outputs.pop_front();
                 }
-                None => n.errors += 1,
+                n.outputs.push_back((lineage.into(), o.clone()));
             }
-        });
+            None => {
+                n.status = "failed";
+                n.errors += 1;
+            }
+        }
+    }
+
+    /// [`RunState::record_invocation`] with named roots (for callers outside the runtime).
+    pub fn record_steps(
+        &self,
+        node_id: &str,
+        lineage: &[LineageStep],
+        outputs: Option<&Outputs>,
+        cost_usd: f64,
+    ) {
+        let raw: Vec<(u32, u32)> = {
+            let mut g = self.lock();
+            lineage
+                .iter()
+                .map(|s| {
+                    let idx = match g.roots.iter().position(|r| *r == s.root) {
+                        Some(i) => i,
+                        None => {
+                            g.roots.push(s.root.clone());
+                            g.roots.len() - 1
+                        }
+                    };
+                    (idx as u32, s.index as u32)
+                })
+                .collect()
+        };
+        self.record_invocation(node_id, &raw, outputs, cost_usd);
     }
 }
 
 impl RunStateReader for RunState {
     fn digest(&self) -> serde_json::Value {
-        let g = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
-        let nodes: serde_json::Map<String, serde_json::Value> = g
-            .iter()
-            .map(|(id, n)| {
+        let g = self.lock();
+        let mut ids: Vec<&String> = g.nodes.keys().collect();
+        ids.sort();
+        let nodes: serde_json::Map<String, serde_json::Value> = ids
+            .into_iter()
+            .map(|id| {
+                let n = &g.nodes[id];
                 (
                     id.clone(),
                     serde_json::json!({
                         "type": n.node_type,
-                        "status": n.status,
+                        "status": if n.status.is_empty() { "pending" } else { n.status },
                         "invocations": n.invocations,
                         "errors": n.errors,
                         "cost_usd": n.cost_usd,
@@ -126,18 +182,27 @@ impl RunStateReader for RunState {
         node_id: &str,
         scope: &[LineageStep],
     ) -> Result<BTreeMap<String, Value>, ReadOutputError> {
-        let g = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self.lock();
         let n = g
+            .nodes
             .get(node_id)
             .ok_or_else(|| ReadOutputError::UnknownNode(node_id.to_string()))?;
         if n.outputs.is_empty() {
             return Err(ReadOutputError::NoOutput(node_id.to_string()));
         }
+        let named = |raw: &[(u32, u32)]| -> Vec<LineageStep> {
+            raw.iter()
+                .map(|(r, i)| LineageStep {
+                    root: g.roots.get(*r as usize).cloned().unwrap_or_default(),
+                    index: u64::from(*i),
+                })
+                .collect()
+        };
         n.outputs
             .iter()
             .rev()
-            .find(|(l, _)| lineage_related(l, scope))
-            .map(|(_, o)| o.clone())
+            .find(|(l, _)| lineage_related(&named(l), scope))
+            .map(|(_, o)| o.to_map())
             .ok_or_else(|| ReadOutputError::OutsideLineage(node_id.to_string()))
     }
 }

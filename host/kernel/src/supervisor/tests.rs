@@ -558,18 +558,8 @@ fn read_output_is_scoped_to_the_failing_lineage() {
             index: i,
         }]
     };
-    st.record_invocation(
-        "up",
-        l(0),
-        Some([("v".to_string(), Value::Int(0))].into()),
-        0.0,
-    );
-    st.record_invocation(
-        "up",
-        l(1),
-        Some([("v".to_string(), Value::Int(1))].into()),
-        0.0,
-    );
+    st.record_steps("up", &l(0), Some(&Outputs::one("v", Value::Int(0))), 0.0);
+    st.record_steps("up", &l(1), Some(&Outputs::one("v", Value::Int(1))), 0.0);
     assert_eq!(st.read_output("up", &l(0)).unwrap()["v"], Value::Int(0));
     assert_eq!(st.read_output("up", &l(1)).unwrap()["v"], Value::Int(1));
     assert_eq!(
