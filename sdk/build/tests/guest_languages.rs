@@ -84,6 +84,28 @@ fn host() -> WasmHost {
     .clone()
 }
 
+/// Compiles each package once per test process before the tests install it, so
+/// parallel tests wait for one compile (10+ s for an interpreter) instead of each
+/// compiling it too; later loads hit the on-disk compile cache.
+async fn compiled(rel: &'static str) {
+    static SLOTS: OnceLock<
+        std::sync::Mutex<BTreeMap<&'static str, Arc<tokio::sync::OnceCell<()>>>>,
+    > = OnceLock::new();
+    let cell = SLOTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(rel)
+        .or_default()
+        .clone();
+    cell.get_or_init(|| async {
+        heddle_wasm::WasmPackage::load_dir(&host(), &built(rel).dir)
+            .await
+            .unwrap_or_else(|e| panic!("loading {rel}: {e}"));
+    })
+    .await;
+}
+
 /// Installs the packages into a fresh lockfile store (as `heddle package add` does),
 /// loads them back through the lock check and adds the first-party Rust packages.
 async fn provider(
@@ -95,6 +117,7 @@ async fn provider(
     let store = PackageStore::open(store_dir.path());
     let mut provider = WasmProvider::new(host.clone(), config);
     for rel in sources {
+        compiled(rel).await;
         let pkg = built(rel);
         let installed = store
             .install(&host, &pkg.dir)
