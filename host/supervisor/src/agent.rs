@@ -347,6 +347,10 @@ impl Supervisor for LlmSupervisor {
         "llm"
     }
 
+    fn wants_run_state(&self) -> bool {
+        true
+    }
+
     fn decide<'a>(
         &'a self,
         e: &'a Escalation,

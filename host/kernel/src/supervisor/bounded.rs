@@ -158,6 +158,10 @@ impl Supervisor for Bounded {
         true
     }
 
+    fn wants_run_state(&self) -> bool {
+        self.inner.wants_run_state()
+    }
+
     fn decide<'a>(
         &'a self,
         e: &'a Escalation,

@@ -83,6 +83,11 @@ impl Escalator {
         events: Arc<dyn EventSink>,
         cancel: CancellationToken,
     ) -> Self {
+        let state = if supervisor.wants_run_state() {
+            RunState::new()
+        } else {
+            RunState::disabled()
+        };
         Escalator {
             supervisor: ensure_bounded(supervisor),
             secrets,
@@ -90,7 +95,7 @@ impl Escalator {
             cancel,
             signatures: SignatureRegistry::default(),
             limits: RedactLimits::default(),
-            state: Arc::new(RunState::new()),
+            state: Arc::new(state),
             attempts: Mutex::new(HashMap::new()),
             interventions: Mutex::new(Vec::new()),
         }

@@ -90,6 +90,13 @@ pub trait Supervisor: Send + Sync + 'static {
         ctx: &'a DecideCtx,
     ) -> BoxFuture<'a, Result<Decision, SupervisorError>>;
 
+    /// Whether the handle reads run state (the agent's `read_node_output` tool). Only
+    /// then does the runtime keep outputs per lineage, so a policy- or replay-supervised
+    /// run that never fails costs what an unsupervised one does.
+    fn wants_run_state(&self) -> bool {
+        false
+    }
+
     /// True for [`Bounded`], so the kernel does not wrap a handle twice.
     fn is_bounded(&self) -> bool {
         false

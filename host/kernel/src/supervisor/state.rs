@@ -60,14 +60,32 @@ struct Inner {
 }
 
 /// The runtime's recorder, also the reader handed to supervisors.
-#[derive(Default)]
 pub struct RunState {
+    /// False when no handle reads it: recording is then skipped entirely.
+    enabled: bool,
     inner: Mutex<Inner>,
+}
+
+impl Default for RunState {
+    fn default() -> Self {
+        RunState {
+            enabled: true,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
 }
 
 impl RunState {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A recorder that keeps nothing (for handles that never read run state).
+    pub fn disabled() -> Self {
+        RunState {
+            enabled: false,
+            ..Self::default()
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -101,6 +119,9 @@ impl RunState {
         outputs: Option<&Outputs>,
         cost_usd: f64,
     ) {
+        if !self.enabled {
+            return;
+        }
         let mut g = self.lock();
         if !g.nodes.contains_key(node_id) {
             g.nodes.insert(node_id.to_string(), NodeState::default());
