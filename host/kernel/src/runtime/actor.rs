@@ -210,6 +210,18 @@ pub(crate) enum Recovery {
     EndStream,
 }
 
+/// A cancel token shared by reference count: cloning a `CancellationToken` takes its
+/// tree lock, which is too much to do per invocation.
+#[derive(Clone)]
+pub(crate) struct InvToken(Arc<CancellationToken>);
+
+impl std::ops::Deref for InvToken {
+    type Target = CancellationToken;
+    fn deref(&self) -> &CancellationToken {
+        &self.0
+    }
+}
+
 /// Per-invocation state of minted iteration tokens: outputs minting the same root share
 /// one token until a port repeats (then the next item starts).
 #[derive(Default)]
@@ -220,7 +232,16 @@ struct Mint {
 pub(crate) struct Actor {
     s: ActorSpec,
     sh: Arc<Shared>,
-    node_token: CancellationToken,
+    /// The run's token, shared cheaply by every invocation of this node.
+    node_token: InvToken,
+    /// The context of the last invocation, re-armed for the next one when nobody kept it.
+    spare_ctx: Option<NodeCtx>,
+    /// This actor's own `""` key (a shared one would bounce one cache line between cores).
+    root_key: Arc<str>,
+    has_mints: bool,
+    /// A native built-in (`origin == "builtin"`): no metrics to collect.
+    native: bool,
+    epoch: Instant,
     invocations: u64,
     metrics: InvocationMetrics,
     started: bool,
@@ -241,11 +262,18 @@ pub(crate) struct Actor {
 impl Actor {
     pub fn new(s: ActorSpec, sh: Arc<Shared>) -> Self {
         let open = s.handles.iter().map(|h| h.upstream).collect();
-        let node_token = sh.run_token.child_token();
+        let node_token = InvToken(Arc::new(sh.run_token.clone()));
+        let has_mints = s.ports.iter().any(|p| p.mints.is_some());
+        let native = s.decl.origin == "builtin";
         Actor {
             s,
             sh,
             node_token,
+            spare_ctx: None,
+            root_key: Arc::from(""),
+            has_mints,
+            native,
+            epoch: Instant::now(),
             invocations: 0,
             metrics: InvocationMetrics::default(),
             started: false,
@@ -265,12 +293,24 @@ impl Actor {
         let res = match self.s.special.clone() {
             Special::Input { streaming, initial } => self.run_input(streaming, initial).await,
             _ => match self.s.decl.mode {
-                NodeMode::Controlled => self.run_controlled().await,
-                NodeMode::StreamingInput => self.run_streaming_input().await,
+                // Boxed: the rarer modes' state would otherwise inflate every actor's
+                // future, which is moved on spawn.
+                NodeMode::Controlled => Box::pin(self.run_controlled()).await,
+                NodeMode::StreamingInput => Box::pin(self.run_streaming_input()).await,
                 NodeMode::Buffered | NodeMode::StreamingOutput => self.run_buffered().await,
             },
         };
         self.finish(res).await
+    }
+
+    /// A native built-in with no inputs at all: it fires once, at once, so the runner
+    /// may run it inline instead of paying for a task.
+    pub fn inline_source(&self) -> bool {
+        self.s.handles.is_empty()
+            && self.s.controllers == 0
+            && matches!(self.s.special, Special::None)
+            && matches!(self.s.decl.mode, NodeMode::Buffered)
+            && self.s.decl.origin == "builtin"
     }
 
     fn emit(&self, kind: EventKind) {
@@ -540,7 +580,7 @@ impl Actor {
             let (token, deadline) = self.invocation_token();
             let ctx = self.ctx(key.clone(), token.clone(), deadline, emit_tx);
             self.invocations += 1;
-            let t0 = Instant::now();
+            let t0 = self.clock();
             let exec = self.s.exec.clone();
             // A retry re-invokes with the inputs rebuilt from the same firing.
             let inputs = inputs.take().unwrap_or_else(|| self.rebuild_inputs(&used));
@@ -627,42 +667,71 @@ impl Actor {
 
     fn key_text(&self, lineage: &Lineage) -> Arc<str> {
         if lineage.is_empty() {
-            self.sh.root_key.clone()
+            self.root_key.clone()
         } else {
             Arc::from(lineage.canonical(&self.sh.roots))
         }
     }
 
-    fn invocation_token(&self) -> (CancellationToken, Option<Instant>) {
+    fn invocation_token(&self) -> (InvToken, Option<Instant>) {
         match self.s.timeout {
             // A per-invocation child, so a deadline cancels this invocation only.
-            Some(t) => (self.node_token.child_token(), Some(Instant::now() + t)),
+            Some(t) => (
+                InvToken(Arc::new(self.node_token.child_token())),
+                Some(Instant::now() + t),
+            ),
             None => (self.node_token.clone(), None),
         }
     }
 
     fn ctx(
-        &self,
+        &mut self,
         key: Arc<str>,
-        token: CancellationToken,
+        token: InvToken,
         deadline: Option<Instant>,
         emit: Option<mpsc::Sender<Emitted>>,
     ) -> NodeCtx {
-        NodeCtx::new(CtxParts {
+        // Without a deadline the token is the node's own: the last context can be
+        // re-armed instead of rebuilt (no allocation, no token clone).
+        let reusable = deadline.is_none();
+        if reusable
+            && let Some(spare) = &mut self.spare_ctx
+            && spare.try_rearm(key.clone(), None, emit.clone())
+        {
+            return spare.clone();
+        }
+        let ctx = NodeCtx::new(CtxParts {
             node_id: self.s.id.clone(),
             node_type: self.s.node_type.clone(),
             key,
-            cancel: token,
+            cancel: (*token.0).clone(),
             deadline,
             events: self.sh.bus.clone(),
             emit,
             secrets: self.sh.secrets.clone(),
-        })
+        });
+        if reusable {
+            self.spare_ctx = Some(ctx.clone());
+        }
+        ctx
     }
 
     /// Sums the invocation's metrics; publishes them when the executor measured more
     /// than wall time.
+    /// Start of an invocation's wall time. Native built-ins measure nothing (their
+    /// invocations cost less than reading the clock twice), so they skip the clock.
+    fn clock(&self) -> Instant {
+        if self.native {
+            self.epoch
+        } else {
+            Instant::now()
+        }
+    }
+
     fn account(&mut self, ctx: &NodeCtx, t0: Instant, key: &Arc<str>, err: Option<&NodeError>) {
+        if self.native {
+            return;
+        }
         let mut m = ctx.metrics();
         m.wall_us = t0.elapsed().as_micros() as u64;
         if m.fuel.is_some()
@@ -947,8 +1016,7 @@ impl Actor {
                     value: v.clone(),
                     lineage: lin.clone(),
                 };
-                let tx = e.tx.clone();
-                self.send(&tx, msg).await?;
+                self.send(&e.tx, msg).await?;
                 self.count_edge(p, i);
             }
         }
@@ -1004,6 +1072,9 @@ impl Actor {
     /// After an invocation of an iterating node: the children it minted under this key
     /// are complete, so aggregates downstream may finish (even with zero children).
     async fn close_minted(&mut self, lineage: &Lineage) -> Result<(), Stop> {
+        if !self.has_mints {
+            return Ok(());
+        }
         let mut done: SmallVec<[RootIdx; 2]> = SmallVec::new();
         for p in 0..self.s.ports.len() {
             let Some(root) = self.s.ports[p].mints else {
@@ -1032,8 +1103,7 @@ impl Actor {
                     parent: parent.clone(),
                     root,
                 };
-                let tx = e.tx.clone();
-                self.send(&tx, msg).await?;
+                self.send(&e.tx, msg).await?;
             }
         }
         Ok(())
@@ -1064,8 +1134,7 @@ impl Actor {
                     handle: e.handle,
                     lineage: lin.clone(),
                 };
-                let tx = e.tx.clone();
-                self.send(&tx, msg).await?;
+                self.send(&e.tx, msg).await?;
             }
         }
         for root in minted {
@@ -1123,7 +1192,7 @@ impl Actor {
         let key = self.sh.root_key.clone();
         let ctx = self.ctx(key.clone(), token.clone(), deadline, Some(etx));
         self.invocations += 1;
-        let t0 = Instant::now();
+        let t0 = self.clock();
         let exec = self.s.exec.clone();
         let mut fut = exec.run_stream(
             InputStream::new(srx, self.s.base_inputs.clone()),
@@ -1327,7 +1396,7 @@ impl Actor {
         let (token, deadline) = self.invocation_token();
         let ctx = self.ctx(key.clone(), token.clone(), deadline, Some(etx));
         self.invocations += 1;
-        let t0 = Instant::now();
+        let t0 = self.clock();
         let exec = self.s.exec.clone();
         let fut = exec.run_stream(
             InputStream::new(srx, self.s.base_inputs.clone()),
@@ -1476,7 +1545,7 @@ impl Actor {
             let (etx, erx) = mpsc::channel(EMIT_BUFFER);
             let ctx = self.ctx(key.clone(), token.clone(), deadline, Some(etx));
             self.invocations += 1;
-            let t0 = Instant::now();
+            let t0 = self.clock();
             let inputs = next_inputs
                 .take()
                 .expect("inputs are put back before a retry");
@@ -1612,8 +1681,6 @@ impl Actor {
                 Some(Stop::Suspended(info)),
             ),
         };
-        // Stop in-flight work of this node (streams it was still feeding).
-        self.node_token.cancel();
         // Closing the inbox: further sends to this node are dropped.
         self.s.rx.close();
         self.send_eos(end).await;

@@ -544,12 +544,23 @@ async fn run_all(
     }
 
     let mut joins: Vec<(usize, JoinHandle<ActorReport>)> = Vec::with_capacity(specs.len());
+    let mut reports: Vec<Option<ActorReport>> = (0..plan.nodes.len()).map(|_| None).collect();
     for s in specs {
         let idx = s.idx;
         let a = Actor::new(s, sh.clone());
-        joins.push((idx, tokio::spawn(a.run())));
+        if a.inline_source() {
+            // An actor is a logical unit, not necessarily a task: a ready native source
+            // runs to completion right here unless it has to wait (a full downstream
+            // inbox), in which case the rest of it becomes a task.
+            let mut fut = Box::pin(a.run());
+            match std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await {
+                std::task::Poll::Ready(r) => reports[idx] = Some(r),
+                std::task::Poll::Pending => joins.push((idx, tokio::spawn(fut))),
+            }
+        } else {
+            joins.push((idx, tokio::spawn(a.run())));
+        }
     }
-    let mut reports: Vec<Option<ActorReport>> = (0..plan.nodes.len()).map(|_| None).collect();
     let mut panics = Vec::new();
     for (idx, j) in joins {
         match j.await {
@@ -598,11 +609,7 @@ async fn run_all(
         match r.stop {
             Some(Stop::Failed(m)) => errors.push(m),
             Some(Stop::Abort(m)) => aborts.push(m),
-            Some(Stop::Suspended(info)) => {
-                if suspend.is_none() {
-                    suspend = Some(info);
-                }
-            }
+            Some(Stop::Suspended(info)) if suspend.is_none() => suspend = Some(info),
             _ => {}
         }
         nodes.insert(
