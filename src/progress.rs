@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use heddle_core::{Event, EventKind, LogLevel, NodeStatus, RunStatus};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -54,7 +54,6 @@ pub struct Progress {
     total: usize,
     per_node_lines: bool,
     state: BTreeMap<String, NodeStatus>,
-    started: Instant,
 }
 
 impl Progress {
@@ -84,7 +83,6 @@ impl Progress {
             total: total_nodes,
             per_node_lines: total_nodes <= PER_NODE_LINES_MAX,
             state: BTreeMap::new(),
-            started: Instant::now(),
         }
     }
 
@@ -203,10 +201,6 @@ impl Progress {
                     self.stamp(ev.at_us)
                 ));
             }
-            EventKind::Run {
-                status: RunStatus::Cancelled,
-                ..
-            } => self.line("run cancelled"),
             _ => {}
         }
     }
@@ -249,7 +243,7 @@ impl Progress {
     }
 
     /// Clears the status line and prints the one-line verdict of the run.
-    pub fn finish(&mut self, status: RunStatus, supervised: bool) {
+    pub fn finish(&mut self, status: RunStatus, supervised: bool, wall_us: u64) {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
@@ -261,10 +255,7 @@ impl Progress {
             (RunStatus::Completed, true) => "completed — supervised".to_string(),
             (s, _) => s.as_str().to_string(),
         };
-        self.line(&format!(
-            "run {label} in {:.3}s",
-            self.started.elapsed().as_secs_f64()
-        ));
+        self.line(&format!("run {label} in {:.3}s", wall_us as f64 / 1e6));
     }
 }
 

@@ -196,6 +196,9 @@ pub fn human_summary(report: &RunReport) -> String {
     }
     for (name, values) in &report.outputs {
         match values.as_slice() {
+            [] => {
+                let _ = writeln!(s, "{name}: (no value)");
+            }
             [one] => {
                 let text = display_value(one);
                 if text.contains('\n') {

@@ -291,3 +291,199 @@ fn examples() -> Vec<PathBuf> {
     assert!(!v.is_empty(), "no examples found");
     v
 }
+
+/// Runs an example with `--json` and returns the report.
+fn run_example(name: &str, extra: &[&str]) -> serde_json::Value {
+    let path = format!("examples/{name}");
+    let mut args = vec!["run", path.as_str(), "--json"];
+    args.extend_from_slice(extra);
+    let o = heddle(&args);
+    expect_code(&o, OK);
+    json(&o)
+}
+
+#[test]
+fn quickstart_example_outputs() {
+    let v = run_example("quickstart.json", &[]);
+    assert_eq!(v["outcome"], "completed");
+    let out = &v["outputs"];
+    assert_eq!(
+        out["shouted"],
+        serde_json::json!(["HELLO HEDDLE: GRAPHS OF WEBASSEMBLY NODES"])
+    );
+    assert_eq!(
+        out["title"],
+        serde_json::json!(["Hello Heddle: Graphs Of Webassembly Nodes"])
+    );
+    assert_eq!(out["word_count"], serde_json::json!([6]));
+    // WASM nodes report fuel and wall time; built-ins report none.
+    let upper = &v["nodes"]["upper"];
+    assert_eq!(upper["type"], "std.text.case");
+    assert!(upper["fuel"].as_u64().unwrap() > 0, "{upper}");
+    assert!(upper["wall_us"].as_u64().is_some(), "{upper}");
+    assert!(v["nodes"]["text"]["fuel"].is_null());
+
+    let v = run_example("quickstart.json", &["--input", "text=one   two"]);
+    assert_eq!(v["outputs"]["shouted"], serde_json::json!(["ONE TWO"]));
+    assert_eq!(v["outputs"]["word_count"], serde_json::json!([2]));
+}
+
+#[test]
+fn documents_example_fans_out_and_collects_in_order() {
+    let v = run_example("documents.json", &[]);
+    let out = &v["outputs"];
+    assert_eq!(out["word_counts"], serde_json::json!([[9, 9, 12, 4]]));
+    assert_eq!(
+        out["mentions_heddle"],
+        serde_json::json!([[true, false, true, false]])
+    );
+    assert_eq!(out["total_words"], serde_json::json!([34.0]));
+    // One invocation of the per-item node per document.
+    assert_eq!(v["nodes"]["split"]["invocations"], 4);
+
+    let v = run_example(
+        "documents.json",
+        &["--input", r#"documents=["a b", "heddle c d", "e"]"#],
+    );
+    assert_eq!(v["outputs"]["word_counts"], serde_json::json!([[2, 3, 1]]));
+    assert_eq!(
+        v["outputs"]["mentions_heddle"],
+        serde_json::json!([[false, true, false]])
+    );
+}
+
+#[test]
+fn orders_example_transforms_json() {
+    let v = run_example("orders.json", &[]);
+    let out = &v["outputs"];
+    assert_eq!(out["best_customer"], serde_json::json!(["grace"]));
+    assert_eq!(out["revenue"], serde_json::json!([188.5]));
+    assert_eq!(
+        out["customers"],
+        serde_json::json!([["ada", "alan", "edsger", "grace", "linus"]])
+    );
+    let top3: serde_json::Value = serde_json::from_str(out["top3"][0].as_str().unwrap()).unwrap();
+    assert_eq!(top3[0]["customer"], "grace");
+    assert_eq!(top3.as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn a_failing_node_fails_the_run_with_exit_1() {
+    let o = heddle(&["run", "examples/orders.json", "--input", "orders=not json"]);
+    expect_code(&o, FAILED);
+    let e = stderr(&o);
+    assert!(e.contains("FAILED   parse (std.json.parse)"), "{e}");
+    assert!(
+        e.contains("skipped  by_total (std.list.sort): upstream failed"),
+        "{e}"
+    );
+    assert!(e.contains("run failed"), "{e}");
+    no_backtrace(&o);
+
+    let o = heddle(&[
+        "run",
+        "examples/orders.json",
+        "--json",
+        "-i",
+        "orders=not json",
+    ]);
+    expect_code(&o, FAILED);
+    let v = json(&o);
+    assert_eq!(v["outcome"], "failed");
+    assert_eq!(v["exit_code"], FAILED);
+    assert_eq!(v["nodes"]["parse"]["status"], "failed");
+    assert!(
+        v["nodes"]["parse"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("parse")
+    );
+    assert_eq!(v["nodes"]["by_total"]["status"], "skipped");
+    assert_eq!(v["nodes"]["by_total"]["skip_reason"], "upstream_failed");
+    assert!(v["error"].is_string(), "{v}");
+}
+
+#[test]
+fn streaming_input_from_stdin() {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_heddle"))
+        .args([
+            "run",
+            "examples/running-sum.json",
+            "--stream",
+            "numbers",
+            "--json",
+        ])
+        .current_dir(root())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"1\n2\n3\n4\n5\n").unwrap();
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    expect_code(&o, OK);
+    let v = json(&o);
+    assert_eq!(
+        v["outputs"]["running"],
+        serde_json::json!([1.0, 3.0, 6.0, 10.0, 15.0])
+    );
+    assert_eq!(v["outputs"]["total"], serde_json::json!([15.0]));
+
+    let o = heddle(&["run", "examples/quickstart.json", "--stream", "text"]);
+    expect_code(&o, INVALID);
+    assert!(
+        stderr(&o).contains("not a streaming input"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn interrupt_cancels_the_run_with_exit_3() {
+    use std::io::{BufRead as _, BufReader};
+    // The streaming input is fed from a stdin that never ends, so the run stays live
+    // until it is interrupted.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_heddle"))
+        .args(["run", "examples/running-sum.json", "--stream", "numbers"])
+        .current_dir(root())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .env_remove("RUST_BACKTRACE")
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    // The announcement comes after the signal handlers are in place.
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "stderr ended: {seen}"
+        );
+        seen.push_str(&line);
+        if line.contains("Ctrl-C cancels") {
+            break;
+        }
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let o = child.wait_with_output().unwrap();
+    drop(stdin);
+    assert_eq!(o.status.code(), Some(3), "stderr:\n{seen}{rest}");
+    assert!(rest.contains("interrupted: cancelling the run"), "{rest}");
+    assert!(
+        rest.contains("skipped  sum (std.math.running_sum): run cancelled"),
+        "{rest}"
+    );
+    assert!(rest.contains("run cancelled in"), "{rest}");
+}

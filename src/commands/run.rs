@@ -6,6 +6,7 @@ use std::sync::Arc;
 use heddle_core::{Event, EventKind, RunStatus};
 use heddle_kernel::runtime::{Run, RunHandle, RunOptions};
 use tokio::io::AsyncBufReadExt as _;
+use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use crate::cli::RunArgs;
@@ -81,20 +82,32 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         let watcher = tokio::spawn(watch_events(events, progress, ended_tx.clone()));
 
         let canceller = handle.canceller();
+        // Registered before the run is announced, so a signal sent after the
+        // announcement is always handled here rather than by the default action.
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
         let on_signal = {
             let ended_tx = ended_tx.clone();
+            let printer = printer.clone();
             tokio::spawn(async move {
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    printer.line("interrupted: cancelling the run…");
-                    canceller.cancel();
-                    let _ = ended_tx.send(true);
-                    // A second Ctrl-C while cancel is under way: leave at once.
-                    if tokio::signal::ctrl_c().await.is_ok() {
-                        std::process::exit(130);
-                    }
+                let name = tokio::select! {
+                    _ = sigint.recv() => "interrupted",
+                    _ = sigterm.recv() => "terminated",
+                };
+                printer.line(&format!("{name}: cancelling the run…"));
+                canceller.cancel();
+                let _ = ended_tx.send(true);
+                // A second signal while cancel is under way: leave at once.
+                tokio::select! {
+                    _ = sigint.recv() => {},
+                    _ = sigterm.recv() => {},
                 }
+                std::process::exit(130);
             })
         };
+        printer.line(&format!(
+            "running {graph}: {total_nodes} nodes (Ctrl-C cancels)"
+        ));
 
         feed_streams(&handle, &slots, args.stream.as_deref(), ended_rx).await;
         let result = handle.wait().await;
@@ -102,17 +115,26 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         on_signal.abort();
         // The watcher ends when the event stream closes with the run.
         let (mut progress, times) = watcher.await?;
-        progress.finish(result.status, !result.interventions.is_empty());
+        progress.finish(
+            result.status,
+            !result.interventions.is_empty(),
+            result.wall_us,
+        );
         anyhow::Ok((result, times))
     })?;
+    // tokio reads stdin on a blocking thread that cannot be interrupted; a normal
+    // shutdown would wait for a line that may never come (cancel with stdin open).
+    rt.shutdown_background();
 
     let report = RunReport::build(&graph, &result, &times);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", human_summary(&report));
-        if let Some(err) = &report.error {
-            eprintln!("error: {err}");
+        match (&report.error, result.status) {
+            (_, RunStatus::Cancelled) => {}
+            (Some(err), _) => eprintln!("error: {err}"),
+            (None, _) => {}
         }
         if let Some(s) = &report.suspend {
             eprintln!("suspended at node {}: {}", s.node_id, s.reason);
