@@ -38,8 +38,15 @@ fn kernel(c: &mut Criterion) {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let mut g = c.benchmark_group(format!("kernel/{name}"));
         g.sample_size(10);
-        g.measurement_time(Duration::from_secs(if shape == Shape::Chain { 15 } else { 5 }));
-        for (unit, count) in [("messages", probe.messages), ("invocations", probe.invocations)] {
+        g.measurement_time(Duration::from_secs(if shape == Shape::Chain {
+            15
+        } else {
+            5
+        }));
+        for (unit, count) in [
+            ("messages", probe.messages),
+            ("invocations", probe.invocations),
+        ] {
             g.throughput(Throughput::Elements(count));
             g.bench_function(unit, |b| {
                 b.iter_custom(|iters| {
