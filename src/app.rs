@@ -30,6 +30,8 @@ pub fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Validate(a) => commands::validate::run(a),
         Command::Nodes(a) => commands::nodes::run(a),
         Command::Bench(a) => commands::bench::run(a),
+        Command::Package(a) => commands::package::run(a),
+        Command::Images(a) => commands::images::run(a),
     }
 }
 

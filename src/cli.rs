@@ -40,6 +40,56 @@ pub enum Command {
     Nodes(NodesArgs),
     /// Measure scheduler throughput on synthetic graphs.
     Bench(BenchArgs),
+    /// Install, list, verify and remove WASM node packages.
+    Package(PackageArgs),
+    /// Build the code runners' container images (needs Docker; idempotent).
+    Images(ImagesArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PackageArgs {
+    #[command(subcommand)]
+    pub command: PackageCommand,
+    #[command(flatten)]
+    pub env: EnvArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PackageCommand {
+    /// Install a package directory (manifest + component) and pin its sha256.
+    Add {
+        /// Directory holding heddle-package.toml and the component.
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List installed packages with requested and granted capabilities.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-hash every installed package against the lockfile.
+    Verify,
+    /// Remove an installed package.
+    Remove { name: String },
+}
+
+#[derive(Debug, Args)]
+pub struct ImagesArgs {
+    #[command(subcommand)]
+    pub command: ImagesCommand,
+    #[command(flatten)]
+    pub env: EnvArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImagesCommand {
+    /// Build the images named in [runners.images] that Docker does not have yet.
+    Build {
+        /// Rebuild even when present.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -83,6 +83,24 @@ pub fn classify(err: &anyhow::Error) -> Exit {
         {
             return Exit::Invalid;
         }
+        if let Some(p) = cause.downcast_ref::<heddle_wasm::PackageError>() {
+            use heddle_wasm::PackageError as P;
+            // A package the user pointed at that is not one, or a name not installed:
+            // a mistake in the request. Changed bytes and engine trouble are failures.
+            if matches!(
+                p,
+                P::MissingManifest { .. }
+                    | P::BadManifest { .. }
+                    | P::MissingComponent { .. }
+                    | P::BadComponent { .. }
+                    | P::WitMismatch { .. }
+                    | P::UnsupportedVersion { .. }
+                    | P::NotInstalled { .. }
+                    | P::Config(_)
+            ) {
+                return Exit::Invalid;
+            }
+        }
         if let Some(k) = cause.downcast_ref::<heddle_kernel::KernelError>() {
             use heddle_kernel::KernelError as K;
             if matches!(

@@ -487,3 +487,70 @@ fn interrupt_cancels_the_run_with_exit_3() {
     );
     assert!(rest.contains("run cancelled in"), "{rest}");
 }
+
+#[test]
+fn package_add_list_verify_remove() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src/myfiles");
+    std::fs::create_dir_all(&src).unwrap();
+    let first_party = heddle_wasm::first_party_packages_dir().join("files");
+    for f in ["heddle-package.toml", "files.wasm"] {
+        std::fs::copy(first_party.join(f), src.join(f)).unwrap();
+    }
+    let manifest = std::fs::read_to_string(src.join("heddle-package.toml")).unwrap();
+    std::fs::write(
+        src.join("heddle-package.toml"),
+        manifest.replace("name = \"files\"", "name = \"myfiles\""),
+    )
+    .unwrap();
+
+    let o = heddle_in(dir.path(), &["package", "add", "src/myfiles"]);
+    expect_code(&o, OK);
+    let out = stdout(&o);
+    assert!(out.contains("installed myfiles@0.1.0"), "{out}");
+    assert!(out.contains("NOT granted files-read `/data`"), "{out}");
+
+    // A grant in heddle.toml shows up as granted.
+    write(
+        dir.path(),
+        "heddle.toml",
+        "[packages.myfiles]\ndirs = [{ host = \".\", guest = \"/data\", mode = \"ro\" }]\n",
+    );
+    let o = heddle_in(dir.path(), &["package", "list", "--json"]);
+    expect_code(&o, OK);
+    let v = json(&o);
+    let caps = v[0]["capabilities"].as_array().unwrap();
+    let read = caps.iter().find(|c| c["kind"] == "files-read").unwrap();
+    let write_cap = caps.iter().find(|c| c["kind"] == "files-write").unwrap();
+    assert_eq!(read["granted"], true, "{caps:?}");
+    assert_eq!(write_cap["granted"], false, "{caps:?}");
+
+    // Its node types clash with the built-in `files` package: refused, named.
+    let o = heddle_in(dir.path(), &["nodes"]);
+    expect_code(&o, FAILED);
+    assert!(
+        stderr(&o).contains("may not redefine an existing node type"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = heddle_in(dir.path(), &["package", "verify"]);
+    expect_code(&o, OK);
+    let wasm = dir.path().join(".heddle/packages/myfiles/files.wasm");
+    let mut bytes = std::fs::read(&wasm).unwrap();
+    bytes.push(0);
+    std::fs::write(&wasm, bytes).unwrap();
+    let o = heddle_in(dir.path(), &["package", "verify"]);
+    expect_code(&o, FAILED);
+    assert!(stdout(&o).contains("CHANGED  myfiles"), "{}", stdout(&o));
+
+    let o = heddle_in(dir.path(), &["package", "remove", "myfiles"]);
+    expect_code(&o, OK);
+    let o = heddle_in(dir.path(), &["package", "remove", "myfiles"]);
+    expect_code(&o, INVALID);
+    assert!(stderr(&o).contains("not installed"), "{}", stderr(&o));
+
+    let o = heddle_in(dir.path(), &["package", "add", "src"]);
+    expect_code(&o, INVALID);
+    assert!(stderr(&o).contains("heddle-package.toml"), "{}", stderr(&o));
+}

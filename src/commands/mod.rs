@@ -1,7 +1,9 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod images;
 pub mod nodes;
+pub mod package;
 pub mod run;
 pub mod validate;
 

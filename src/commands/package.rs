@@ -1,0 +1,209 @@
+//! `heddle package add|list|verify|remove`: the package store of heddle-wasm, with what
+//! each package asks for next to what the operator's config grants it.
+
+use std::path::Path;
+
+use heddle_core::CapabilityKind;
+use heddle_wasm::{DirMode, PackageGrant, WasmPackage};
+use serde::Serialize;
+
+use crate::cli::{PackageArgs, PackageCommand};
+use crate::exit::Exit;
+use crate::providers::Settings;
+
+/// One capability request and whether the config grants it.
+#[derive(Debug, Serialize)]
+pub struct CapabilityLine {
+    pub kind: CapabilityKind,
+    pub target: String,
+    pub reason: String,
+    /// Who asks: the package manifest, or a node type.
+    pub requested_by: String,
+    pub granted: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PackageInfo {
+    pub name: String,
+    pub version: String,
+    pub sha256: String,
+    pub node_types: Vec<String>,
+    pub capabilities: Vec<CapabilityLine>,
+}
+
+/// Whether `grant` covers one request. Directories are matched by the guest path the
+/// package asks for; network access is never granted to WASM packages.
+pub fn is_granted(grant: &PackageGrant, kind: CapabilityKind, target: &str) -> bool {
+    match kind {
+        CapabilityKind::FilesRead => grant.dirs.iter().any(|d| d.guest == target),
+        CapabilityKind::FilesWrite => grant
+            .dirs
+            .iter()
+            .any(|d| d.guest == target && d.mode == DirMode::Rw),
+        CapabilityKind::Env => grant.env.iter().any(|e| e == target),
+        CapabilityKind::Secret => grant.secrets.iter().any(|s| s == target),
+        CapabilityKind::Network => false,
+    }
+}
+
+pub fn describe(pkg: &WasmPackage, sha256: &str, grant: &PackageGrant) -> PackageInfo {
+    let mut caps = Vec::new();
+    for c in &pkg.manifest.capabilities {
+        caps.push(CapabilityLine {
+            kind: c.kind,
+            target: c.target.clone(),
+            reason: c.reason.clone(),
+            requested_by: "manifest".into(),
+            granted: is_granted(grant, c.kind, &c.target),
+        });
+    }
+    for d in pkg.declarations() {
+        for c in &d.capabilities {
+            caps.push(CapabilityLine {
+                kind: c.kind,
+                target: c.target.clone(),
+                reason: c.reason.clone(),
+                requested_by: d.type_name.clone(),
+                granted: is_granted(grant, c.kind, &c.target),
+            });
+        }
+    }
+    PackageInfo {
+        name: pkg.name().to_string(),
+        version: pkg.manifest.version.clone(),
+        sha256: sha256.to_string(),
+        node_types: pkg
+            .declarations()
+            .iter()
+            .map(|d| d.type_name.clone())
+            .collect(),
+        capabilities: caps,
+    }
+}
+
+fn kind_name(k: CapabilityKind) -> String {
+    serde_json::to_value(k)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn print_info(info: &PackageInfo, config: &str) {
+    println!(
+        "{}@{}  sha256 {}",
+        info.name,
+        info.version,
+        &info.sha256[..info.sha256.len().min(16)]
+    );
+    println!("  node types: {}", info.node_types.join(", "));
+    if info.capabilities.is_empty() {
+        println!("  requests no capabilities");
+    }
+    for c in &info.capabilities {
+        println!(
+            "  {} {} `{}` ({}): {}",
+            if c.granted {
+                "granted    "
+            } else {
+                "NOT granted"
+            },
+            kind_name(c.kind),
+            c.target,
+            c.requested_by,
+            c.reason
+        );
+    }
+    if info.capabilities.iter().any(|c| !c.granted) {
+        println!(
+            "  to grant: add [packages.{}] to {config} (see README, \"Packages and capability grants\")",
+            info.name
+        );
+    }
+}
+
+pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
+    let settings = Settings::load(&args.env)?;
+    let store = settings.store();
+    let rt = crate::app::runtime()?;
+    let config_name = match &settings.config.path {
+        Some(p) => p.display().to_string(),
+        None => crate::config::DEFAULT_FILE.to_string(),
+    };
+    match args.command {
+        PackageCommand::Add { dir, json } => {
+            let host = settings.wasm_host()?;
+            let pkg = rt.block_on(store.install(&host, Path::new(&dir)))?;
+            let sha = store
+                .list()?
+                .into_iter()
+                .find(|e| e.name == pkg.name())
+                .map(|e| e.sha256)
+                .unwrap_or_default();
+            let info = describe(&pkg, &sha, &settings.wasm.grant(pkg.name()));
+            if json {
+                println!("{}", serde_json::to_string_pretty(&info)?);
+            } else {
+                println!(
+                    "installed {}@{} into {} (pinned in {})",
+                    info.name,
+                    info.version,
+                    store.package_dir(&info.name).display(),
+                    store.lockfile_path().display()
+                );
+                print_info(&info, &config_name);
+            }
+            Ok(Exit::Ok)
+        }
+        PackageCommand::List { json } => {
+            let host = settings.wasm_host()?;
+            let entries = if store.lockfile_path().is_file() {
+                store.list()?
+            } else {
+                Vec::new()
+            };
+            let mut infos = Vec::new();
+            for e in &entries {
+                let pkg = rt.block_on(store.load(&host, &e.name))?;
+                infos.push(describe(&pkg, &e.sha256, &settings.wasm.grant(&e.name)));
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&infos)?);
+            } else if infos.is_empty() {
+                println!(
+                    "no packages installed in {} (std and files are built in)",
+                    settings.packages_dir.display()
+                );
+            } else {
+                for i in &infos {
+                    print_info(i, &config_name);
+                }
+            }
+            Ok(Exit::Ok)
+        }
+        PackageCommand::Verify => {
+            if !store.lockfile_path().is_file() {
+                println!(
+                    "no packages installed in {}",
+                    settings.packages_dir.display()
+                );
+                return Ok(Exit::Ok);
+            }
+            let mut bad = 0;
+            for r in store.verify()? {
+                match r.result {
+                    Ok(()) => println!("ok       {}", r.name),
+                    Err(e) => {
+                        bad += 1;
+                        println!("CHANGED  {}: {e}", r.name);
+                    }
+                }
+            }
+            Ok(if bad == 0 { Exit::Ok } else { Exit::Failed })
+        }
+        PackageCommand::Remove { name } => {
+            store.remove(&name)?;
+            println!("removed {name}");
+            Ok(Exit::Ok)
+        }
+    }
+}
