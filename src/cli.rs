@@ -109,6 +109,19 @@ pub struct RunArgs {
     /// Wall-clock limit per node invocation in milliseconds (overrides [run] node_timeout_ms).
     #[arg(long, value_name = "MS")]
     pub node_timeout_ms: Option<u64>,
+    /// Supervise failures with a policy file (TOML rules: node type / signature /
+    /// message pattern → verdict).
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+    pub policy: Option<PathBuf>,
+    /// Supervise failures by replaying the decisions of a recorded run (a `--json` report).
+    #[arg(long, value_name = "REPORT")]
+    pub replay: Option<PathBuf>,
+    /// Supervisor bound: decisions per run (default 10).
+    #[arg(long, value_name = "N")]
+    pub max_decisions: Option<u32>,
+    /// Supervisor bound: retries per node invocation (default 2).
+    #[arg(long, value_name = "N")]
+    pub max_retries: Option<u32>,
     #[command(flatten)]
     pub env: EnvArgs,
 }

@@ -80,6 +80,8 @@ pub fn classify(err: &anyhow::Error) -> Exit {
             || cause.is::<DocError>()
             || cause.is::<ValidationError>()
             || cause.is::<toml::de::Error>()
+            || cause.is::<heddle_kernel::supervisor::PolicyError>()
+            || cause.is::<heddle_kernel::supervisor::ReplayError>()
         {
             return Exit::Invalid;
         }

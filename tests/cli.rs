@@ -554,3 +554,65 @@ fn package_add_list_verify_remove() {
     expect_code(&o, INVALID);
     assert!(stderr(&o).contains("heddle-package.toml"), "{}", stderr(&o));
 }
+
+const PARSE_EACH: &str = r#"{"nodes": [
+  {"id": "items", "type": "heddle.input", "properties": {"type": "list[str]", "value": ["1", "x", "3"]}},
+  {"id": "each", "type": "heddle.foreach"},
+  {"id": "parse", "type": "std.json.parse"},
+  {"id": "gather", "type": "heddle.collect"},
+  {"id": "numbers", "type": "heddle.output"}],
+ "edges": [
+  {"source": "items", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
+  {"source": "each", "sourceHandle": "item", "target": "parse", "targetHandle": "text"},
+  {"source": "parse", "sourceHandle": "value", "target": "gather", "targetHandle": "item"},
+  {"source": "gather", "sourceHandle": "list", "target": "numbers", "targetHandle": "value"}]}"#;
+
+#[test]
+fn policy_supervision_and_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "g.json", PARSE_EACH);
+    write(
+        dir.path(),
+        "policy.toml",
+        "[[rule]]\nsignature = \"json:parse\"\nverdict = \"skip\"\n",
+    );
+    // Unsupervised: the bad item fails the run.
+    let o = heddle_in(dir.path(), &["run", "g.json"]);
+    expect_code(&o, FAILED);
+
+    let o = heddle_in(
+        dir.path(),
+        &["run", "g.json", "--policy", "policy.toml", "--json"],
+    );
+    expect_code(&o, OK);
+    let report = stdout(&o);
+    let v = json(&o);
+    assert_eq!(v["outcome"], "completed");
+    assert_eq!(v["supervised"], true);
+    assert_eq!(v["outputs"]["numbers"], serde_json::json!([[1, 3]]));
+    assert_eq!(v["interventions"].as_array().unwrap().len(), 1, "{v}");
+
+    let o = heddle_in(dir.path(), &["run", "g.json", "--policy", "policy.toml"]);
+    expect_code(&o, OK);
+    assert!(
+        stderr(&o).contains("completed — supervised"),
+        "{}",
+        stderr(&o)
+    );
+
+    // The recorded decisions replay without the policy.
+    write(dir.path(), "report.json", &report);
+    let o = heddle_in(
+        dir.path(),
+        &["run", "g.json", "--replay", "report.json", "--json"],
+    );
+    expect_code(&o, OK);
+    assert_eq!(json(&o)["outputs"]["numbers"], serde_json::json!([[1, 3]]));
+
+    // A malformed policy is refused before the run, naming the file and line.
+    write(dir.path(), "bad.toml", "[[rule]]\nverdict = \"explode\"\n");
+    let o = heddle_in(dir.path(), &["run", "g.json", "--policy", "bad.toml"]);
+    expect_code(&o, INVALID);
+    assert!(stderr(&o).contains("bad.toml:2"), "{}", stderr(&o));
+    no_backtrace(&o);
+}

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use heddle_core::{Event, EventKind, RunStatus};
 use heddle_kernel::runtime::{Run, RunHandle, RunOptions};
+use heddle_kernel::supervisor::{Bounded, Bounds, Policy, Replay, Supervisor};
 use tokio::io::AsyncBufReadExt as _;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -61,7 +62,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         }
     }
     let total_nodes = plan.nodes.len();
+    let supervisor = supervisor(&args)?;
     let opts = RunOptions {
+        supervisor,
         inputs: values,
         node_timeout: args
             .node_timeout_ms
@@ -73,7 +76,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     let (result, times) = rt.block_on(async {
         let run = Run::new(plan, &env.registry, opts)?;
         let events = run.subscribe();
-        let handle = run.start();
+        // Registered before the run starts and is announced, so a signal sent after the
+        // announcement is always handled here rather than by the default action.
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
         let progress = Progress::new(mode, total_nodes);
         let printer = progress.printer();
         // Flips to true when the run is over or being cancelled: stops reading stdin.
@@ -81,11 +87,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         let ended_tx = Arc::new(ended_tx);
         let watcher = tokio::spawn(watch_events(events, progress, ended_tx.clone()));
 
+        printer.line(&format!(
+            "running {graph}: {total_nodes} nodes (Ctrl-C cancels)"
+        ));
+        let handle = run.start();
         let canceller = handle.canceller();
-        // Registered before the run is announced, so a signal sent after the
-        // announcement is always handled here rather than by the default action.
-        let mut sigint = signal(SignalKind::interrupt())?;
-        let mut sigterm = signal(SignalKind::terminate())?;
         let on_signal = {
             let ended_tx = ended_tx.clone();
             let printer = printer.clone();
@@ -105,9 +111,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
                 std::process::exit(130);
             })
         };
-        printer.line(&format!(
-            "running {graph}: {total_nodes} nodes (Ctrl-C cancels)"
-        ));
 
         feed_streams(&handle, &slots, args.stream.as_deref(), ended_rx).await;
         let result = handle.wait().await;
@@ -201,4 +204,28 @@ async fn feed_streams(
         }
     }
     let _ = handle.finish_input(name).await;
+}
+
+/// The supervisor handle asked for on the command line, wrapped in its bounds; `None`
+/// (no supervision, failures fail) unless `--policy` or `--replay` is given.
+fn supervisor(args: &RunArgs) -> anyhow::Result<Option<Arc<dyn Supervisor>>> {
+    let inner: Arc<dyn Supervisor> = match (&args.policy, &args.replay) {
+        (Some(p), _) => Arc::new(Policy::load(p)?),
+        (None, Some(r)) => Arc::new(Replay::load(r)?),
+        (None, None) => {
+            if args.max_decisions.is_some() || args.max_retries.is_some() {
+                return Err(crate::usage!(
+                    "--max-decisions and --max-retries bound a supervisor: add --policy FILE or --replay REPORT"
+                ));
+            }
+            return Ok(None);
+        }
+    };
+    let defaults = Bounds::default();
+    let bounds = Bounds {
+        max_decisions: args.max_decisions.unwrap_or(defaults.max_decisions),
+        max_retries_per_node: args.max_retries.unwrap_or(defaults.max_retries_per_node),
+        ..defaults
+    };
+    Ok(Some(Arc::new(Bounded::new(inner, bounds))))
 }
