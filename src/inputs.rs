@@ -112,10 +112,8 @@ pub fn interpret(text: &str, ty: &PortType, from_file: bool) -> Value {
     };
     if *ty == PortType::Str {
         // A JSON string literal on the command line (`name='"x"'`) still means `x`.
-        if !from_file {
-            if let Ok(serde_json::Value::String(s)) = serde_json::from_str(text) {
-                return Value::str(s);
-            }
+        if !from_file && let Ok(serde_json::Value::String(s)) = serde_json::from_str(text) {
+            return Value::str(s);
         }
         return Value::str(text);
     }

@@ -150,16 +150,14 @@ impl Progress {
                 node_id,
                 level,
                 message,
-            } => {
-                if *level >= LogLevel::Info {
-                    let tag = match level {
-                        LogLevel::Warn => "warn ",
-                        LogLevel::Error => "error",
-                        _ => "log  ",
-                    };
-                    for l in message.lines() {
-                        self.line(&format!("{} {tag}    {node_id}: {l}", self.stamp(ev.at_us)));
-                    }
+            } if *level >= LogLevel::Info => {
+                let tag = match level {
+                    LogLevel::Warn => "warn ",
+                    LogLevel::Error => "error",
+                    _ => "log  ",
+                };
+                for l in message.lines() {
+                    self.line(&format!("{} {tag}    {node_id}: {l}", self.stamp(ev.at_us)));
                 }
             }
             EventKind::Escalation {

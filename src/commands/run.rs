@@ -157,10 +157,10 @@ async fn watch_events(
         let ev: &Event = &ev;
         times.observe(ev);
         progress.on_event(ev);
-        if let EventKind::Run { status, .. } = &ev.kind {
-            if *status != RunStatus::Running {
-                let _ = ended.send(true);
-            }
+        if let EventKind::Run { status, .. } = &ev.kind
+            && *status != RunStatus::Running
+        {
+            let _ = ended.send(true);
         }
     }
     (progress, times)
