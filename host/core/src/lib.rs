@@ -21,7 +21,7 @@ pub use event::{
     EdgeStatus, Event, EventKind, InvocationMetrics, LogLevel, NodeOutcome, NodeReport, NodeStatus,
     RunResult, RunStatus, SkipReason, SuspendInfo,
 };
-pub use graph::{DocError, EdgeDoc, EdgeType, GraphDoc, NodeDoc, NodeLimits, CONTROL_HANDLE};
+pub use graph::{CONTROL_HANDLE, DocError, EdgeDoc, EdgeType, GraphDoc, NodeDoc, NodeLimits};
 pub use types::PortType;
 pub use value::{Map, Value};
 

@@ -116,7 +116,9 @@ impl fmt::Display for PortType {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown port type `{0}` (expected any, bool, int, float, number, str, bytes, object, json or list[T])")]
+#[error(
+    "unknown port type `{0}` (expected any, bool, int, float, number, str, bytes, object, json or list[T])"
+)]
 pub struct ParseTypeError(pub String);
 
 impl FromStr for PortType {
@@ -127,7 +129,11 @@ impl FromStr for PortType {
         if let Some(inner) = lower
             .strip_prefix("list[")
             .and_then(|r| r.strip_suffix(']'))
-            .or_else(|| lower.strip_prefix("list<").and_then(|r| r.strip_suffix('>')))
+            .or_else(|| {
+                lower
+                    .strip_prefix("list<")
+                    .and_then(|r| r.strip_suffix('>'))
+            })
         {
             return Ok(PortType::list_of(inner.parse()?));
         }
