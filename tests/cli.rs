@@ -616,3 +616,115 @@ fn policy_supervision_and_replay() {
     assert!(stderr(&o).contains("bad.toml:2"), "{}", stderr(&o));
     no_backtrace(&o);
 }
+
+/// A one-connection-per-request HTTP server on 127.0.0.1 that answers every
+/// chat-completions call with a `submit_verdict` tool call carrying `verdict`, the way an
+/// OpenAI-compatible provider would. Returns its base URL and the request bodies seen.
+fn chat_server(verdict: &'static str) -> (String, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(8) {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut len = 0usize;
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                head.push_str(&line);
+            }
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).unwrap();
+            let _ = tx.send(format!("{head}\n{}", String::from_utf8_lossy(&body)));
+            let reply = serde_json::json!({
+                "id": "chatcmpl-1", "object": "chat.completion", "model": "test-model",
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                    "role": "assistant", "content": null,
+                    "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                        "name": "submit_verdict", "arguments": verdict}}]}}],
+                "usage": {"prompt_tokens": 500, "completion_tokens": 20, "total_tokens": 520}
+            })
+            .to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
+                reply.len()
+            );
+        }
+    });
+    (url, rx)
+}
+
+#[test]
+fn llm_supervision_decides_over_the_chat_completions_protocol() {
+    const KEY: &str = "sk-cli-test-0123456789abcdef";
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "g.json", PARSE_EACH);
+    let (url, requests) = chat_server(r#"{"action":"skip","reason":"not a number"}"#);
+    let o = Command::new(env!("CARGO_BIN_EXE_heddle"))
+        .args(["run", "g.json", "--llm", "--json"])
+        .current_dir(dir.path())
+        .env("HEDDLE_SUPERVISOR_ENDPOINT", &url)
+        .env("HEDDLE_SUPERVISOR_MODEL", "test-model")
+        .env("HEDDLE_SUPERVISOR_PRICE", "1.0,2.0")
+        .env("HEDDLE_SUPERVISOR_API_KEY", KEY)
+        .output()
+        .unwrap();
+    expect_code(&o, OK);
+    let v = json(&o);
+    assert_eq!(v["outputs"]["numbers"], serde_json::json!([[1, 3]]), "{v}");
+    assert_eq!(v["interventions"].as_array().unwrap().len(), 1, "{v}");
+    let request = requests.recv().unwrap();
+    assert!(
+        request.contains(&format!("Bearer {KEY}")) || request.contains(&format!("bearer {KEY}")),
+        "{request}"
+    );
+    assert!(request.contains("submit_verdict"), "{request}");
+    assert!(
+        !stdout(&o).contains(KEY),
+        "the API key leaked into the report"
+    );
+}
+
+#[test]
+fn llm_supervision_refuses_to_start_without_endpoint_or_price() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "g.json", PARSE_EACH);
+    let run = |envs: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_heddle"));
+        c.args(["run", "g.json", "--llm"]).current_dir(dir.path());
+        for k in [
+            "HEDDLE_SUPERVISOR_ENDPOINT",
+            "OPENAI_BASE_URL",
+            "HEDDLE_SUPERVISOR_MODEL",
+            "HEDDLE_SUPERVISOR_PRICE",
+        ] {
+            c.env_remove(k);
+        }
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let o = run(&[]);
+    expect_code(&o, INVALID);
+    assert!(
+        stderr(&o).contains("HEDDLE_SUPERVISOR_ENDPOINT"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        ("HEDDLE_SUPERVISOR_ENDPOINT", "http://127.0.0.1:9/v1"),
+        ("HEDDLE_SUPERVISOR_MODEL", "no-such-model"),
+    ]);
+    expect_code(&o, INVALID);
+    assert!(stderr(&o).contains("no pricing"), "{}", stderr(&o));
+}

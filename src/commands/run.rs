@@ -207,15 +207,16 @@ async fn feed_streams(
 }
 
 /// The supervisor handle asked for on the command line, wrapped in its bounds; `None`
-/// (no supervision, failures fail) unless `--policy` or `--replay` is given.
+/// (no supervision, failures fail) unless `--policy`, `--replay` or `--llm` is given.
 fn supervisor(args: &RunArgs) -> anyhow::Result<Option<Arc<dyn Supervisor>>> {
     let inner: Arc<dyn Supervisor> = match (&args.policy, &args.replay) {
         (Some(p), _) => Arc::new(Policy::load(p)?),
         (None, Some(r)) => Arc::new(Replay::load(r)?),
+        (None, None) if args.llm => Arc::new(llm_supervisor(args)?),
         (None, None) => {
             if args.max_decisions.is_some() || args.max_retries.is_some() {
                 return Err(crate::usage!(
-                    "--max-decisions and --max-retries bound a supervisor: add --policy FILE or --replay REPORT"
+                    "--max-decisions and --max-retries bound a supervisor: add --policy FILE, --replay REPORT or --llm"
                 ));
             }
             return Ok(None);
@@ -228,4 +229,21 @@ fn supervisor(args: &RunArgs) -> anyhow::Result<Option<Arc<dyn Supervisor>>> {
         ..defaults
     };
     Ok(Some(Arc::new(Bounded::new(inner, bounds))))
+}
+
+/// The LLM agent from the environment and flags. Every configuration problem (no
+/// endpoint, a model without a price, a bad ceiling) refuses the run before it starts:
+/// an unpriced model cannot be held to the cost ceiling.
+fn llm_supervisor(args: &RunArgs) -> anyhow::Result<heddle_supervisor::LlmSupervisor> {
+    let mut cfg = heddle_supervisor::LlmConfig::from_env(args.supervisor_model.as_deref())
+        .map_err(|e| crate::usage!("--llm: {e}"))?;
+    if let Some(cap) = args.supervisor_cost_cap {
+        if !(cap.is_finite() && cap >= 0.0) {
+            return Err(crate::usage!(
+                "--supervisor-cost-cap: `{cap}` is not a non-negative number of USD"
+            ));
+        }
+        cfg.cost_cap_usd = cap;
+    }
+    heddle_supervisor::LlmSupervisor::new(cfg).map_err(|e| crate::usage!("--llm: {e}"))
 }
