@@ -111,20 +111,20 @@ pub struct RunArgs {
     pub node_timeout_ms: Option<u64>,
     /// Supervise failures with a policy file (TOML rules: node type / signature /
     /// message pattern → verdict).
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["replay", "llm"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["replay", "supervise"])]
     pub policy: Option<PathBuf>,
     /// Supervise failures by replaying the decisions of a recorded run (a `--json` report).
-    #[arg(long, value_name = "REPORT", conflicts_with = "llm")]
+    #[arg(long, value_name = "REPORT", conflicts_with = "supervise")]
     pub replay: Option<PathBuf>,
-    /// Supervise failures with an LLM agent over an OpenAI-compatible chat-completions
+    /// Supervise failures with the LLM agent over an OpenAI-compatible chat-completions
     /// endpoint (HEDDLE_SUPERVISOR_ENDPOINT, HEDDLE_SUPERVISOR_API_KEY, ...; see README).
-    #[arg(long)]
-    pub llm: bool,
-    /// Model for `--llm` (overrides HEDDLE_SUPERVISOR_MODEL); it must have a price.
-    #[arg(long, value_name = "MODEL", requires = "llm")]
+    #[arg(long, alias = "llm")]
+    pub supervise: bool,
+    /// Model for `--supervise` (overrides HEDDLE_SUPERVISOR_MODEL); it must have a price.
+    #[arg(long, value_name = "MODEL", requires = "supervise")]
     pub supervisor_model: Option<String>,
-    /// Spending ceiling for `--llm` in USD for the whole run (default 0.50).
-    #[arg(long, value_name = "USD", requires = "llm")]
+    /// Spending ceiling for `--supervise` in USD for the whole run (default 0.50).
+    #[arg(long, value_name = "USD", requires = "supervise")]
     pub supervisor_cost_cap: Option<f64>,
     /// Supervisor bound: decisions per run (default 10).
     #[arg(long, value_name = "N")]

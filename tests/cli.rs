@@ -670,7 +670,7 @@ fn llm_supervision_decides_over_the_chat_completions_protocol() {
     write(dir.path(), "g.json", PARSE_EACH);
     let (url, requests) = chat_server(r#"{"action":"skip","reason":"not a number"}"#);
     let o = Command::new(env!("CARGO_BIN_EXE_heddle"))
-        .args(["run", "g.json", "--llm", "--json"])
+        .args(["run", "g.json", "--supervise", "--json"])
         .current_dir(dir.path())
         .env("HEDDLE_SUPERVISOR_ENDPOINT", &url)
         .env("HEDDLE_SUPERVISOR_MODEL", "test-model")
@@ -700,7 +700,8 @@ fn llm_supervision_refuses_to_start_without_endpoint_or_price() {
     write(dir.path(), "g.json", PARSE_EACH);
     let run = |envs: &[(&str, &str)]| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_heddle"));
-        c.args(["run", "g.json", "--llm"]).current_dir(dir.path());
+        c.args(["run", "g.json", "--supervise"])
+            .current_dir(dir.path());
         for k in [
             "HEDDLE_SUPERVISOR_ENDPOINT",
             "OPENAI_BASE_URL",

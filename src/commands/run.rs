@@ -207,16 +207,16 @@ async fn feed_streams(
 }
 
 /// The supervisor handle asked for on the command line, wrapped in its bounds; `None`
-/// (no supervision, failures fail) unless `--policy`, `--replay` or `--llm` is given.
+/// (no supervision, failures fail) unless `--policy`, `--replay` or `--supervise` is given.
 fn supervisor(args: &RunArgs) -> anyhow::Result<Option<Arc<dyn Supervisor>>> {
     let inner: Arc<dyn Supervisor> = match (&args.policy, &args.replay) {
         (Some(p), _) => Arc::new(Policy::load(p)?),
         (None, Some(r)) => Arc::new(Replay::load(r)?),
-        (None, None) if args.llm => Arc::new(llm_supervisor(args)?),
+        (None, None) if args.supervise => Arc::new(llm_supervisor(args)?),
         (None, None) => {
             if args.max_decisions.is_some() || args.max_retries.is_some() {
                 return Err(crate::usage!(
-                    "--max-decisions and --max-retries bound a supervisor: add --policy FILE, --replay REPORT or --llm"
+                    "--max-decisions and --max-retries bound a supervisor: add --policy FILE, --replay REPORT or --supervise"
                 ));
             }
             return Ok(None);
@@ -236,7 +236,7 @@ fn supervisor(args: &RunArgs) -> anyhow::Result<Option<Arc<dyn Supervisor>>> {
 /// an unpriced model cannot be held to the cost ceiling.
 fn llm_supervisor(args: &RunArgs) -> anyhow::Result<heddle_supervisor::LlmSupervisor> {
     let mut cfg = heddle_supervisor::LlmConfig::from_env(args.supervisor_model.as_deref())
-        .map_err(|e| crate::usage!("--llm: {e}"))?;
+        .map_err(|e| crate::usage!("--supervise: {e}"))?;
     if let Some(cap) = args.supervisor_cost_cap {
         if !(cap.is_finite() && cap >= 0.0) {
             return Err(crate::usage!(
@@ -245,5 +245,5 @@ fn llm_supervisor(args: &RunArgs) -> anyhow::Result<heddle_supervisor::LlmSuperv
         }
         cfg.cost_cap_usd = cap;
     }
-    heddle_supervisor::LlmSupervisor::new(cfg).map_err(|e| crate::usage!("--llm: {e}"))
+    heddle_supervisor::LlmSupervisor::new(cfg).map_err(|e| crate::usage!("--supervise: {e}"))
 }
