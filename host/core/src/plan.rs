@@ -525,37 +525,32 @@ impl Planner<'_> {
             .collect();
         let data_adj = adjacency(&work, &index_of, live.len(), EdgeType::Data);
         let control_adj = adjacency(&work, &index_of, live.len(), EdgeType::Control);
-        for scc in cycles(&data_adj) {
-            let names: Vec<&str> = scc
-                .iter()
-                .map(|&p| doc.nodes[live[p]].id.as_str())
-                .collect();
-            self.issues.push(issue(
+        let cycle_kinds = [
+            (
+                &data_adj,
                 IssueKind::Cycle,
-                Some(names[0]),
-                None,
-                None,
-                format!(
-                    "data edges form a cycle through nodes {}; values would wait on themselves",
-                    names.join(" -> ")
-                ),
-            ));
-        }
-        for scc in cycles(&control_adj) {
-            let names: Vec<&str> = scc
-                .iter()
-                .map(|&p| doc.nodes[live[p]].id.as_str())
-                .collect();
-            self.issues.push(issue(
+                "data edges form a cycle through nodes {}; values would wait on themselves",
+            ),
+            (
+                &control_adj,
                 IssueKind::ControlCycle,
-                Some(names[0]),
-                None,
-                None,
-                format!(
-                    "control edges form a cycle through nodes {}; each would wait for the other to finish",
-                    names.join(" -> ")
-                ),
-            ));
+                "control edges form a cycle through nodes {}; each would wait for the other to finish",
+            ),
+        ];
+        for (adj, kind, message) in cycle_kinds {
+            for scc in cycles(adj) {
+                let names: Vec<&str> = scc
+                    .iter()
+                    .map(|&p| doc.nodes[live[p]].id.as_str())
+                    .collect();
+                self.issues.push(issue(
+                    kind,
+                    Some(names[0]),
+                    None,
+                    None,
+                    message.replace("{}", &names.join(" -> ")),
+                ));
+            }
         }
         let order = topo_order(&data_adj);
 
