@@ -727,19 +727,15 @@ impl Planner<'_> {
                 }
                 let Some(t) = tgt else { return };
                 let Some(input_ty) = input_type(t, &e.target_handle) else {
-                    self.issues.push(issue(
+                    self.unknown_handle(
                         IssueKind::UnknownInputHandle,
-                        Some(&e.target),
-                        Some(&e.id),
-                        Some(&e.target_handle),
-                        format!(
-                            "node type `{}` has no input `{}`{} (inputs: {})",
-                            t.type_name,
-                            e.target_handle,
-                            suggest(&e.target_handle, t.inputs.iter().map(|p| p.name.as_str())),
-                            list_names(t.inputs.iter().map(|p| p.name.as_str()))
-                        ),
-                    ));
+                        e,
+                        &e.target,
+                        &e.target_handle,
+                        t,
+                        "input",
+                        t.inputs.iter().map(|p| p.name.as_str()),
+                    );
                     return;
                 };
                 let (want, what) = match input_ty {
@@ -771,17 +767,40 @@ impl Planner<'_> {
     }
 
     fn unknown_output(&mut self, e: &WorkEdge, s: &NodeDecl) {
-        self.issues.push(issue(
+        self.unknown_handle(
             IssueKind::UnknownOutputHandle,
-            Some(&e.source),
+            e,
+            &e.source,
+            &e.source_handle,
+            s,
+            "output",
+            s.outputs.iter().map(|o| o.name.as_str()),
+        );
+    }
+
+    /// An edge names a port its node type does not have: say so, suggest a close name
+    /// and list the ports that exist.
+    #[allow(clippy::too_many_arguments)]
+    fn unknown_handle<'a>(
+        &mut self,
+        kind: IssueKind,
+        e: &WorkEdge,
+        node: &str,
+        handle: &str,
+        decl: &NodeDecl,
+        side: &str,
+        names: impl Iterator<Item = &'a str> + Clone,
+    ) {
+        self.issues.push(issue(
+            kind,
+            Some(node),
             Some(&e.id),
-            Some(&e.source_handle),
+            Some(handle),
             format!(
-                "node type `{}` has no output `{}`{} (outputs: {})",
-                s.type_name,
-                e.source_handle,
-                suggest(&e.source_handle, s.outputs.iter().map(|o| o.name.as_str())),
-                list_names(s.outputs.iter().map(|o| o.name.as_str()))
+                "node type `{}` has no {side} `{handle}`{} ({side}s: {})",
+                decl.type_name,
+                suggest(handle, names.clone()),
+                list_names(names)
             ),
         ));
     }
