@@ -119,7 +119,7 @@ impl NodeProvider for Builtins {
 
     fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {
         Ok(match spec.decl.type_name.as_str() {
-            "heddle.input" | "heddle.constant" | "heddle.passthrough" => Arc::new(Value1 {
+            "heddle.input" | "heddle.constant" | "heddle.passthrough" => Arc::new(ForwardValue {
                 handle: Arc::from("value"),
             }),
             "heddle.output" => Arc::new(Sink),
@@ -131,12 +131,12 @@ impl NodeProvider for Builtins {
 }
 
 /// Emits input/property `value` on output `value` (input, constant, passthrough).
-struct Value1 {
+struct ForwardValue {
     /// The output handle name, allocated once per node rather than per invocation.
     handle: Arc<str>,
 }
 
-impl Executor for Value1 {
+impl Executor for ForwardValue {
     fn invoke(&self, call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>> {
         let mut inputs = call.inputs;
         let out = match inputs.remove("value") {

@@ -94,7 +94,8 @@ impl Lineage {
             .collect()
     }
 
-    /// The canonical text form `root=index,...` (model §2.4), `""` at root scope.
+    /// The canonical text form `root=index,...` (the invocation key events and the
+    /// supervisor show), `""` at root scope.
     pub fn canonical(&self, roots: &[RootInfo]) -> String {
         let mut s = String::new();
         for (n, (r, i)) in self.entries().iter().enumerate() {

@@ -28,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use actor::InvocationRecord;
 use actor::{
-    Actor, ActorReport, ActorSpec, ControlEvent, HandleSpec, Msg, OutEdge, OutPort, Shared,
-    Special, Stop,
+    Actor, ActorReport, ActorSpec, ControlEvent, HandleSpec, Msg, NodeRole, OutEdge, OutPort,
+    Shared, Stop,
 };
 pub use bus::{EventBus, EventStream};
 pub use lineage::Lineage;
@@ -40,7 +40,8 @@ use crate::registry::Registry;
 pub const INPUT_TYPE: &str = "heddle.input";
 pub const OUTPUT_TYPE: &str = "heddle.output";
 
-/// Inbox safety limits (model §2.4). Exceeding a pending limit aborts the run.
+/// Inbox safety limits: values held for lineage keys that never complete would grow
+/// without bound. Exceeding a pending limit aborts the run.
 #[derive(Clone, Debug)]
 pub struct InboxLimits {
     pub max_pending_keys: usize,
@@ -94,11 +95,14 @@ impl Default for RunOptions {
 pub enum KernelError {
     #[error(transparent)]
     Invalid(#[from] ValidationError),
-    #[error("node {node} (type {node_type}): cannot create its executor: {message}")]
+    #[error("node {node} (type {node_type}): cannot create its executor")]
     Create {
         node: String,
         node_type: String,
-        message: String,
+        /// Boxed: a node error carries a candidate output, too large for every
+        /// `Result` of the kernel's API.
+        #[source]
+        source: Box<crate::executor::NodeError>,
     },
     #[error("missing required workflow inputs: {}", .0.join(", "))]
     MissingInputs(Vec<String>),
@@ -144,11 +148,13 @@ impl Run {
                 properties: &n.properties,
                 limits: n.limits.as_ref(),
             };
-            let e = registry.create(&spec).map_err(|e| KernelError::Create {
-                node: n.id.to_string(),
-                node_type: n.node_type.to_string(),
-                message: e.message,
-            })?;
+            let e = registry
+                .create(&spec)
+                .map_err(|source| KernelError::Create {
+                    node: n.id.to_string(),
+                    node_type: n.node_type.to_string(),
+                    source: Box::new(source),
+                })?;
             executors.push(e);
         }
         // External inputs: every name must exist, values must fit the declared type,
@@ -249,7 +255,6 @@ impl Run {
             external_closed: CancellationToken::new(),
             cancelled: AtomicBool::new(false),
             limits: self.opts.inbox.clone(),
-            root_key: Arc::from(""),
             escalator,
         });
 
@@ -303,10 +308,10 @@ impl Run {
             })
             .collect();
         let mut handles = handles;
-        let handle_idx = |n: &PlanNodeRef, h: &str| -> Option<u16> {
+        let handle_idx = |node: usize, h: &str| -> Option<u16> {
             plan.correlation
                 .nodes
-                .get(n.0)
+                .get(node)
                 .and_then(|s| s.inputs.keys().position(|k| &**k == h))
                 .map(|p| p as u16)
         };
@@ -316,7 +321,7 @@ impl Run {
             let e = &plan.edges[ei as usize];
             match e.edge_type {
                 EdgeType::Data => {
-                    if let Some(h) = handle_idx(&PlanNodeRef(i), &e.target_handle) {
+                    if let Some(h) = handle_idx(i, &e.target_handle) {
                         handles[h as usize].upstream += 1;
                         if let Some(es) = plan.correlation.edges.get(ei as usize) {
                             for r in &es.scope {
@@ -343,7 +348,7 @@ impl Run {
             let handle = if control {
                 0
             } else {
-                match handle_idx(&PlanNodeRef(target), &e.target_handle) {
+                match handle_idx(target, &e.target_handle) {
                     Some(h) => h,
                     None => continue,
                 }
@@ -428,17 +433,17 @@ impl Run {
             .map(|h| decl.input(&h.name).and_then(|p| p.default.clone()))
             .collect();
 
-        let special = if &*node.node_type == INPUT_TYPE {
-            Special::Input {
+        let role = if &*node.node_type == INPUT_TYPE {
+            NodeRole::Input {
                 streaming: is_streaming(&node.properties),
                 initial: self.inputs[i].clone(),
             }
         } else if &*node.node_type == OUTPUT_TYPE {
-            Special::Output {
+            NodeRole::Output {
                 name: node.name.clone(),
             }
         } else {
-            Special::None
+            NodeRole::Executor
         };
         let timeout = node
             .limits
@@ -467,13 +472,11 @@ impl Run {
             controllers,
             root_contrib,
             timeout,
-            special,
+            role,
             rx,
         }
     }
 }
-
-struct PlanNodeRef(usize);
 
 fn is_streaming(props: &BTreeMap<String, Value>) -> bool {
     props

@@ -1,4 +1,4 @@
-//! The correlated scheduler of a buffered node (model §2.3): per lineage key, which input
+//! The correlated scheduler of a buffered node: per lineage key, which input
 //! values are waiting and when a key is ready to fire.
 //!
 //! Owned by the node's actor task, so it needs no lock. Pure data: no tokio, unit-tested

@@ -24,7 +24,7 @@ pub struct InvocationFacts<'a> {
     pub emitted: bool,
 }
 
-/// The verdicts this failure may receive (research §2.8 table):
+/// The verdicts this failure may receive:
 ///
 /// | case | allowed |
 /// |---|---|

@@ -1,4 +1,4 @@
-//! The supervisor hook: what happens when a node invocation fails (seed 000).
+//! The supervisor hook: what happens when a node invocation fails.
 //!
 //! Without a supervisor nothing here runs and no escalation is ever built. With one, the
 //! actor's single failure path hands the failed invocation to an [`Escalator`], which

@@ -1,0 +1,193 @@
+//! Buffered and streaming-output nodes: the correlated scheduler decides when a lineage
+//! key has a complete set of inputs, and each complete set is one invocation.
+
+use heddle_core::{EventKind, NodeMode, Value};
+use smallvec::SmallVec;
+
+use super::invoke::{Invocation, Settled, Work};
+use super::routing::MintedTokens;
+use super::{Actor, BATCH, Msg, NodeRole, Stop, reply_not_controlled};
+use crate::executor::Inputs;
+use crate::runtime::lineage::{Key, Lineage};
+use crate::runtime::sched::{DoneEffect, Firing, Limits, SchedHandle, Scheduler};
+
+impl Actor {
+    pub(super) async fn run_buffered(&mut self) -> Result<(), Stop> {
+        if self.spec.handles.is_empty() {
+            // A source: fires once with its properties.
+            let inputs = self.spec.base_inputs.clone();
+            return self.fire(inputs, SmallVec::new(), Lineage::ROOT).await;
+        }
+        let handles: Vec<SchedHandle> = self
+            .spec
+            .handles
+            .iter()
+            .map(|h| SchedHandle {
+                name: h.name.clone(),
+                class: h.class,
+                scope: h.scope.clone(),
+                accumulates: h.accumulates,
+                closed: h.upstream == 0,
+            })
+            .collect();
+        let keep = self.spec.handles.iter().any(|h| h.repeats);
+        // One plain handle: every value fires at once, no buckets needed.
+        let fast = self.spec.handles.len() == 1 && !self.spec.handles[0].accumulates;
+        let mut sched = Scheduler::new(
+            self.spec.id.clone(),
+            handles,
+            self.spec.scope.clone(),
+            self.spec.driver,
+            keep,
+            Limits {
+                max_pending_keys: self.shared.limits.max_pending_keys,
+                max_pending_messages_per_key: self.shared.limits.max_pending_messages_per_key,
+            },
+            self.shared.roots.clone(),
+        );
+        let mut buf = Vec::with_capacity(BATCH);
+        while !self.all_closed() {
+            let n = tokio::select! {
+                biased;
+                n = self.spec.rx.recv_many(&mut buf, BATCH) => n,
+                _ = self.shared.run_token.cancelled() => return Err(Stop::Cancelled),
+            };
+            if n == 0 {
+                break;
+            }
+            let mut batch = std::mem::take(&mut buf);
+            for m in batch.drain(..) {
+                match m {
+                    Msg::Data {
+                        handle,
+                        value,
+                        lineage,
+                    } => {
+                        if fast {
+                            let mut f = Firing::new();
+                            f.push((0, value));
+                            let lin = lineage.truncate(self.spec.scope.len());
+                            self.fire_firing(f, lin).await?;
+                            continue;
+                        }
+                        match sched.push(handle as usize, value, &lineage) {
+                            Err(o) => return Err(Stop::Abort(o.0)),
+                            Ok(Some(key)) => self.fire_key(&mut sched, &key).await?,
+                            Ok(None) => self.fire_ready(&mut sched).await?,
+                        }
+                    }
+                    Msg::Eos { handle, end } => {
+                        if self.close_upstream(handle, end) {
+                            sched.close_handle(handle as usize);
+                            if !fast {
+                                self.fire_ready(&mut sched).await?;
+                            }
+                        }
+                    }
+                    Msg::Done { handle, lineage } => match sched.done(handle as usize, &lineage) {
+                        Err(o) => return Err(Stop::Abort(o.0)),
+                        Ok(DoneEffect::Wait) => {}
+                        Ok(DoneEffect::Ready(key)) => self.fire_key(&mut sched, &key).await?,
+                        Ok(DoneEffect::Dropped(key)) => {
+                            let l = Lineage::from_key(&self.spec.scope, &key);
+                            self.forward_dropped(&l).await?;
+                        }
+                    },
+                    Msg::ScopeClosed { parent, root } => {
+                        if !self.scope_close_complete(root, &parent) {
+                            continue;
+                        }
+                        if let Some(d) = self.spec.scope.iter().position(|r| *r == root) {
+                            let pk = parent.key(&self.spec.scope[..d]);
+                            sched.close_scope(&pk, d);
+                            self.fire_ready(&mut sched).await?;
+                            sched.retire_scope(&pk, d);
+                        }
+                        self.send_scope_closed(&parent, root).await?;
+                    }
+                    Msg::Control(ev) => reply_not_controlled(ev, &self.spec.id),
+                    Msg::ControlEos | Msg::External(_) | Msg::ExternalEos => {}
+                }
+            }
+            buf = batch;
+            self.flush_edge_events();
+        }
+        // Every input closed: whatever can fire, fires (partial input takes defaults).
+        if !fast {
+            self.fire_ready(&mut sched).await?;
+        }
+        Ok(())
+    }
+
+    async fn fire_key(&mut self, sched: &mut Scheduler, key: &Key) -> Result<(), Stop> {
+        while let Some(f) = sched.take(key) {
+            let lin = Lineage::from_key(sched.scope(), key);
+            self.fire_firing(f, lin).await?;
+        }
+        Ok(())
+    }
+
+    async fn fire_ready(&mut self, sched: &mut Scheduler) -> Result<(), Stop> {
+        loop {
+            let keys = sched.ready_keys();
+            if keys.is_empty() {
+                return Ok(());
+            }
+            for k in keys {
+                self.fire_key(sched, &k).await?;
+            }
+        }
+    }
+
+    async fn fire_firing(&mut self, f: Firing, lineage: Lineage) -> Result<(), Stop> {
+        if let NodeRole::Output { name } = &self.spec.role {
+            // Output nodes are the kernel's own: the value becomes a run output.
+            let name = name.to_string();
+            let v = f
+                .into_iter()
+                .next()
+                .map(|(_, v)| v)
+                .or_else(|| self.spec.defaults.first().cloned().flatten())
+                .unwrap_or(Value::Null);
+            self.mark_started();
+            self.invocations += 1;
+            self.emit(EventKind::Output {
+                node_id: self.spec.id.to_string(),
+                name,
+                value: v.clone(),
+            });
+            self.outputs.push(v);
+            return Ok(());
+        }
+        let inputs = self.rebuild_inputs(&f);
+        self.fire(inputs, f, lineage).await
+    }
+
+    /// Runs one invocation (buffered, streaming output) and routes what it produces.
+    async fn fire(&mut self, inputs: Inputs, used: Firing, lineage: Lineage) -> Result<(), Stop> {
+        self.mark_started();
+        let key = self.key_text(&lineage);
+        let mut mint = MintedTokens::default();
+        let inv = Invocation {
+            lineage: &lineage,
+            key,
+            work: Work::Firing {
+                first: Some(inputs),
+                used,
+            },
+            emits: self.spec.decl.mode == NodeMode::StreamingOutput,
+            feed: None,
+        };
+        match self.invoke(inv, &mut mint).await? {
+            Settled::Produced(out) => {
+                self.route_outputs(&out, &lineage, &mut mint).await?;
+                self.close_minted(&lineage).await?;
+                self.last_result = Some(out);
+                Ok(())
+            }
+            Settled::Skipped { .. } => self.forward_dropped(&lineage).await,
+            // What was emitted stays; the children minted so far are complete.
+            Settled::Ended { .. } => self.close_minted(&lineage).await,
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Controlled nodes: data inputs only update the latest values; each `run` control
+//! event (from a controller edge, or from the caller when the graph has none) is one
+//! invocation with those values and the event's properties.
+
+use std::collections::VecDeque;
+
+use heddle_core::Value;
+
+use super::invoke::{Invocation, Settled, Work};
+use super::routing::MintedTokens;
+use super::{Actor, BATCH, ControlEvent, Msg, Stop};
+use crate::executor::Outputs;
+use crate::runtime::lineage::Lineage;
+
+impl Actor {
+    pub(super) async fn run_controlled(&mut self) -> Result<(), Stop> {
+        let mut latest: Vec<Option<Value>> = vec![None; self.spec.handles.len()];
+        let mut held: VecDeque<ControlEvent> = VecDeque::new();
+        let mut controllers = self.spec.controllers;
+        let mut external = controllers == 0;
+        if external {
+            controllers = 1;
+        }
+        let mut buf = Vec::with_capacity(BATCH);
+        let mut ready = false;
+        loop {
+            if !ready {
+                ready = latest
+                    .iter()
+                    .zip(&self.open)
+                    .all(|(l, o)| l.is_some() || *o == 0);
+            }
+            if ready {
+                while let Some(ev) = held.pop_front() {
+                    if !self.control_event(ev, &latest).await? {
+                        return Ok(());
+                    }
+                }
+            }
+            if controllers == 0 {
+                // Every controller has finished: answer what is still queued.
+                for ev in held.drain(..) {
+                    if let Some(r) = ev.reply {
+                        let _ = r.send(Err(format!(
+                            "node {} finished before it could run the control event",
+                            self.spec.id
+                        )));
+                    }
+                }
+                return Ok(());
+            }
+            let n = tokio::select! {
+                biased;
+                n = self.spec.rx.recv_many(&mut buf, BATCH) => n,
+                _ = self.shared.run_token.cancelled() => return Err(Stop::Cancelled),
+                // No controller in the graph: the caller drives it until it stops
+                // interacting with the run (waits for its end).
+                _ = self.shared.external_closed.cancelled(), if external => {
+                    external = false;
+                    controllers = controllers.saturating_sub(1);
+                    continue;
+                }
+            };
+            if n == 0 {
+                return Ok(());
+            }
+            for m in buf.drain(..) {
+                match m {
+                    Msg::Data { handle, value, .. } => {
+                        latest[handle as usize] = Some(value);
+                    }
+                    Msg::Eos { handle, end } => {
+                        self.close_upstream(handle, end);
+                    }
+                    Msg::Control(ev) => held.push_back(ev),
+                    Msg::ControlEos => controllers = controllers.saturating_sub(1),
+                    _ => {}
+                }
+            }
+            self.flush_edge_events();
+        }
+    }
+
+    /// Runs one control event; `false` when it was a stop.
+    async fn control_event(
+        &mut self,
+        ev: ControlEvent,
+        latest: &[Option<Value>],
+    ) -> Result<bool, Stop> {
+        if ev.event_type == "stop" {
+            if let Some(r) = ev.reply {
+                let _ = r.send(Ok(Outputs::new()));
+            }
+            return Ok(false);
+        }
+        if ev.event_type != "run" {
+            if let Some(r) = ev.reply {
+                let _ = r.send(Err(format!(
+                    "unknown control event type `{}`",
+                    ev.event_type
+                )));
+            }
+            return Ok(true);
+        }
+        let mut inputs = self.spec.base_inputs.clone();
+        for (i, v) in latest.iter().enumerate() {
+            if let Some(v) = v {
+                inputs.insert(self.spec.handles[i].name.to_string(), v.clone());
+            }
+        }
+        // Event properties apply to this invocation only.
+        for (k, v) in ev.properties {
+            inputs.insert(k, v);
+        }
+        self.mark_started();
+        let mut mint = MintedTokens::default();
+        let inv = Invocation {
+            lineage: &Lineage::ROOT,
+            key: self.root_key.clone(),
+            work: Work::Inputs(inputs),
+            emits: true,
+            feed: None,
+        };
+        let settled = match self.invoke(inv, &mut mint).await {
+            Ok(s) => s,
+            Err(stop) => {
+                if let Some(r) = ev.reply {
+                    let _ = r.send(Err(stop.message()));
+                }
+                return Err(stop);
+            }
+        };
+        match settled {
+            Settled::Produced(out) => {
+                self.route_outputs(&out, &Lineage::ROOT, &mut mint).await?;
+                if let Some(r) = ev.reply {
+                    let _ = r.send(Ok(out.clone()));
+                }
+                self.last_result = Some(out);
+            }
+            // Skipped (end_stream is not offered to a controlled node): this event
+            // produces nothing; the node keeps serving events.
+            Settled::Skipped { error } | Settled::Ended { error } => {
+                if let Some(r) = ev.reply {
+                    let _ = r.send(Err(format!("{error} (skipped by the supervisor)")));
+                }
+            }
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,161 @@
+//! The end of a node: its outcome (done, failed, skipped with the reason, suspended),
+//! end-of-stream on every outgoing edge and the final events.
+
+use heddle_core::{EdgeStatus, EventKind, NodeOutcome, NodeStatus, SkipReason};
+
+use super::{Actor, ActorReport, End, Msg, NodeRole, Stop};
+use crate::executor::Outputs;
+
+impl Actor {
+    fn skip_reason(&self) -> SkipReason {
+        if self.shared.run_token.is_cancelled() {
+            return SkipReason::Cancelled;
+        }
+        if self.ends.contains(&End::Cancelled) {
+            SkipReason::Cancelled
+        } else if self.ends.contains(&End::Failed) {
+            SkipReason::UpstreamFailed
+        } else if self.ends.contains(&End::Suspended) {
+            SkipReason::Suspended
+        } else if self.ends.contains(&End::Skipped) {
+            SkipReason::UpstreamSkipped
+        } else {
+            SkipReason::NoInput
+        }
+    }
+
+    pub(super) async fn finish(mut self, res: Result<(), Stop>) -> ActorReport {
+        let (outcome, end, stop) = match res {
+            Ok(()) => {
+                let ran = self.invocations > 0 || self.started;
+                if self.sup_skips > 0 && self.last_result.is_none() {
+                    (
+                        NodeOutcome::Skipped {
+                            reason: SkipReason::Supervisor,
+                        },
+                        End::Skipped,
+                        None,
+                    )
+                } else if ran || matches!(self.spec.role, NodeRole::Input { .. }) {
+                    (NodeOutcome::Done, End::Done, None)
+                } else {
+                    let reason = self.skip_reason();
+                    // Downstream learns the root cause, not just "skipped".
+                    let end = match reason {
+                        SkipReason::UpstreamFailed => End::Failed,
+                        SkipReason::Suspended => End::Suspended,
+                        SkipReason::Cancelled => End::Cancelled,
+                        _ => End::Skipped,
+                    };
+                    (NodeOutcome::Skipped { reason }, end, None)
+                }
+            }
+            Err(Stop::Cancelled) => (
+                NodeOutcome::Skipped {
+                    reason: SkipReason::Cancelled,
+                },
+                End::Cancelled,
+                Some(Stop::Cancelled),
+            ),
+            Err(Stop::Failed(msg)) => (
+                NodeOutcome::Failed { error: msg.clone() },
+                End::Failed,
+                Some(Stop::Failed(msg)),
+            ),
+            Err(Stop::Abort(msg)) => {
+                // An inbox limit aborts the whole run.
+                self.shared.run_token.cancel();
+                (
+                    NodeOutcome::Failed { error: msg.clone() },
+                    End::Failed,
+                    Some(Stop::Abort(msg)),
+                )
+            }
+            Err(Stop::Suspended(info)) => (
+                NodeOutcome::Suspended,
+                End::Suspended,
+                Some(Stop::Suspended(info)),
+            ),
+        };
+        // Closing the inbox: further sends to this node are dropped.
+        self.spec.rx.close();
+        self.send_eos(end).await;
+        match &outcome {
+            NodeOutcome::Done => {
+                let result = if matches!(self.spec.role, NodeRole::Executor)
+                    && &*self.spec.node_type != "heddle.constant"
+                {
+                    self.last_result.clone()
+                } else {
+                    None
+                };
+                self.node_event(NodeStatus::Completed, result, None, None);
+            }
+            NodeOutcome::Failed { error } => {
+                self.node_event(NodeStatus::Failed, None, Some(error.clone()), None)
+            }
+            NodeOutcome::Skipped { reason } => {
+                self.node_event(NodeStatus::Skipped, None, None, Some(*reason))
+            }
+            NodeOutcome::Suspended => {
+                let state = match &stop {
+                    Some(Stop::Suspended(i)) => Some(Outputs::one("state", i.state.clone())),
+                    _ => None,
+                };
+                self.node_event(NodeStatus::Suspended, state, None, None)
+            }
+        }
+        ActorReport {
+            outcome,
+            invocations: self.invocations,
+            metrics: std::mem::take(&mut self.metrics),
+            outputs: std::mem::take(&mut self.outputs),
+            stop,
+        }
+    }
+
+    /// End-of-stream on every outgoing edge (exactly once), control EOS once per
+    /// controlled target, and the final edge counters.
+    async fn send_eos(&mut self, end: End) {
+        if self.eos_sent {
+            return;
+        }
+        self.eos_sent = true;
+        let cancelled = self.shared.run_token.is_cancelled();
+        let mut evs = Vec::new();
+        for p in 0..self.spec.ports.len() {
+            let control = self.spec.ports[p].control;
+            for i in 0..self.spec.ports[p].edges.len() {
+                let e = &self.spec.ports[p].edges[i];
+                if !control {
+                    let msg = Msg::Eos {
+                        handle: e.handle,
+                        end,
+                    };
+                    if cancelled {
+                        let _ = e.tx.try_send(msg);
+                    } else {
+                        let tx = e.tx.clone();
+                        let _ = self.send(&tx, msg).await;
+                    }
+                }
+                let e = &self.spec.ports[p].edges[i];
+                evs.push(EventKind::Edge {
+                    edge_id: e.edge_id.to_string(),
+                    status: EdgeStatus::Completed,
+                    counter: e.counter,
+                });
+            }
+        }
+        for tx in std::mem::take(&mut self.spec.control_targets) {
+            if cancelled {
+                let _ = tx.try_send(Msg::ControlEos);
+            } else {
+                let _ = self.send(&tx, Msg::ControlEos).await;
+            }
+        }
+        for ev in evs {
+            self.emit(ev);
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! `heddle.input` nodes: the kernel itself dispatches the value given at start and, for a
+//! streaming input, every value the caller pushes until it finishes the input.
+
+use std::collections::BTreeMap;
+
+use heddle_core::{PortType, Value};
+
+use super::routing::MintedTokens;
+use super::{Actor, BATCH, Msg, Stop, reply_not_controlled};
+use crate::runtime::lineage::Lineage;
+
+impl Actor {
+    pub(super) async fn run_input(
+        &mut self,
+        streaming: bool,
+        initial: Option<Value>,
+    ) -> Result<(), Stop> {
+        self.mark_started();
+        if let Some(v) = initial {
+            self.invocations += 1;
+            self.route_port_values(&[(0, v)], &Lineage::ROOT, &mut MintedTokens::default())
+                .await?;
+        }
+        if !streaming {
+            return Ok(());
+        }
+        let mut buf = Vec::with_capacity(BATCH);
+        loop {
+            let n = tokio::select! {
+                biased;
+                n = self.spec.rx.recv_many(&mut buf, BATCH) => n,
+                _ = self.shared.run_token.cancelled() => return Err(Stop::Cancelled),
+            };
+            if n == 0 {
+                return Ok(());
+            }
+            let mut batch = std::mem::take(&mut buf);
+            for m in batch.drain(..) {
+                match m {
+                    Msg::External(v) => {
+                        self.invocations += 1;
+                        self.route_port_values(
+                            &[(0, v)],
+                            &Lineage::ROOT,
+                            &mut MintedTokens::default(),
+                        )
+                        .await?;
+                    }
+                    Msg::ExternalEos => return Ok(()),
+                    Msg::Control(ev) => reply_not_controlled(ev, &self.spec.id),
+                    _ => {}
+                }
+            }
+            buf = batch;
+            self.flush_edge_events();
+        }
+    }
+}
+
+/// Declared type of an input node's values (`type` property).
+pub(crate) fn input_type(props: &BTreeMap<String, Value>) -> Result<PortType, String> {
+    match props.get("type").and_then(|t| t.as_str()) {
+        None => Ok(PortType::Any),
+        Some(s) => s.parse::<PortType>().map_err(|e| e.0),
+    }
+}
+
+/// Checks (and losslessly coerces) an external input value.
+pub(crate) fn check_input(ty: &PortType, v: Value) -> Result<Value, String> {
+    let v = ty.coerce(v);
+    ty.check(&v)?;
+    Ok(v)
+}

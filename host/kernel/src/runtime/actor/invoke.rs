@@ -1,0 +1,388 @@
+//! The one path every executor invocation takes: [`Actor::invoke`] runs attempts until
+//! one produces outputs or the failure is settled by [`Actor::recover`]. A hook that must
+//! see every invocation (metrics, supervisor records, write-ahead records) belongs here.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use heddle_core::{EventKind, InvocationMetrics};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::routing::MintedTokens;
+use super::streaming::Feed;
+use super::{Actor, BATCH, EMIT_BUFFER, InvToken, Stop};
+use crate::executor::{
+    BoxFuture, Call, CtxParts, Emitted, ErrorKind, InputStream, Inputs, NodeCtx, NodeError,
+    Outputs, StreamItem,
+};
+use crate::runtime::lineage::Lineage;
+use crate::runtime::sched::Firing;
+
+/// One attempt of one invocation as the supervisor sees it when it fails.
+pub struct InvocationRecord {
+    /// Inputs the invocation was called with.
+    pub inputs: Inputs,
+    /// Canonical lineage key.
+    pub key: Arc<str>,
+    pub lineage: Lineage,
+    /// This attempt's own metrics (cost and assets decide whether retry is allowed).
+    pub metrics: InvocationMetrics,
+    /// 1 for the first attempt, then 2, 3… for each supervisor retry of the same
+    /// invocation.
+    pub attempt: u32,
+    /// Whether the attempt emitted anything before failing.
+    pub emitted: bool,
+}
+
+impl InvocationRecord {
+    fn new(inputs: Inputs, key: Arc<str>, lineage: Lineage, ctx: &NodeCtx, attempt: u32) -> Self {
+        InvocationRecord {
+            inputs,
+            key,
+            lineage,
+            metrics: ctx.metrics(),
+            attempt,
+            emitted: ctx.has_emitted(),
+        }
+    }
+}
+
+/// What an invocation consumes; a retry takes it again.
+pub(super) enum Work {
+    /// The node's base inputs plus these handle values. The first attempt takes the map
+    /// built for it; a retry or a failure record rebuilds it (cheaper than keeping a copy
+    /// of every map on the hot path).
+    Firing { first: Option<Inputs>, used: Firing },
+    /// A complete input map (a control event's properties are part of it).
+    Inputs(Inputs),
+    /// One session over a stream: the first attempt consumes it (the allowed verdicts of
+    /// a streaming-input node never include retry).
+    Stream(Option<InputStream>),
+}
+
+/// One invocation to run.
+pub(super) struct Invocation<'a> {
+    pub lineage: &'a Lineage,
+    pub key: Arc<str>,
+    pub work: Work,
+    /// The node emits while it runs (streaming output, controlled, stream sessions).
+    pub emits: bool,
+    /// A live session's input, fed from the inbox while the node runs.
+    pub feed: Option<&'a mut Feed>,
+}
+
+/// How an invocation ended, once the supervisor (if any) had its say.
+pub(super) enum Settled {
+    /// The node's outputs, or the supervisor's validated substitute.
+    Produced(Outputs),
+    /// The supervisor dropped the invocation; `error` is what failed.
+    Skipped { error: String },
+    /// The supervisor ended the stream: what was emitted stays.
+    Ended { error: String },
+}
+
+impl Actor {
+    /// Runs `inv` until it settles. Values it emits are routed as they come, under
+    /// `mint`'s iteration tokens (fresh for each attempt). An `Err` stops the node.
+    pub(super) async fn invoke(
+        &mut self,
+        mut inv: Invocation<'_>,
+        mint: &mut MintedTokens,
+    ) -> Result<Settled, Stop> {
+        let mut attempt = 1;
+        loop {
+            let (emit_tx, emit_rx) = if inv.emits {
+                let (tx, rx) = mpsc::channel(EMIT_BUFFER);
+                (Some(tx), Some(rx))
+            } else {
+                (None, None)
+            };
+            let (token, deadline) = self.invocation_token();
+            let ctx = self.ctx(inv.key.clone(), token.clone(), deadline, emit_tx);
+            self.invocations += 1;
+            let t0 = self.clock();
+            let exec = self.spec.exec.clone();
+            let fut = match &mut inv.work {
+                Work::Firing { first, used } => exec.invoke(Call {
+                    inputs: first.take().unwrap_or_else(|| self.rebuild_inputs(used)),
+                    ctx: ctx.clone(),
+                }),
+                Work::Inputs(inputs) => exec.invoke(Call {
+                    inputs: inputs.clone(),
+                    ctx: ctx.clone(),
+                }),
+                Work::Stream(stream) => match stream.take() {
+                    Some(s) => exec.run_stream(s, ctx.clone()),
+                    None => {
+                        return Err(Stop::Failed(format!(
+                            "node \"{}\" (type {}): a stream session cannot be retried",
+                            self.spec.id, self.spec.node_type
+                        )));
+                    }
+                },
+            };
+            *mint = MintedTokens::default();
+            let result = self
+                .drive(
+                    fut,
+                    emit_rx,
+                    inv.feed.as_deref_mut(),
+                    inv.lineage,
+                    mint,
+                    &token,
+                    deadline,
+                )
+                .await?;
+            self.account(&ctx, t0, &inv.key, result.as_ref().err());
+            match result {
+                Ok(out) => {
+                    self.record_for_supervisor(inv.lineage, &out, &ctx);
+                    return Ok(Settled::Produced(out));
+                }
+                Err(e) => {
+                    let inputs = match &inv.work {
+                        Work::Firing { used, .. } => self.rebuild_inputs(used),
+                        Work::Inputs(inputs) => inputs.clone(),
+                        Work::Stream(_) => self.spec.base_inputs.clone(),
+                    };
+                    let rec = InvocationRecord::new(
+                        inputs,
+                        inv.key.clone(),
+                        inv.lineage.clone(),
+                        &ctx,
+                        attempt,
+                    );
+                    match self.recover(e, rec).await? {
+                        Some(settled) => return Ok(settled),
+                        None => attempt += 1,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps outputs per lineage for the supervisor's `read_node_output` tool (only when
+    /// the run is supervised).
+    fn record_for_supervisor(&self, lineage: &Lineage, out: &Outputs, ctx: &NodeCtx) {
+        if let Some(esc) = &self.shared.escalator {
+            esc.state().record_invocation(
+                &self.spec.id,
+                lineage.entries(),
+                Some(out),
+                ctx.metrics().cost_usd,
+            );
+        }
+    }
+
+    pub(super) fn rebuild_inputs(&self, used: &Firing) -> Inputs {
+        let mut inputs = self.spec.base_inputs.clone();
+        for (h, v) in used {
+            inputs.insert(self.spec.handles[*h].name.to_string(), v.clone());
+        }
+        inputs
+    }
+
+    pub(super) fn key_text(&self, lineage: &Lineage) -> Arc<str> {
+        if lineage.is_empty() {
+            self.root_key.clone()
+        } else {
+            Arc::from(lineage.canonical(&self.shared.roots))
+        }
+    }
+
+    pub(super) fn invocation_token(&self) -> (InvToken, Option<Instant>) {
+        match self.spec.timeout {
+            // A per-invocation child, so a deadline cancels this invocation only.
+            Some(t) => (
+                InvToken(Arc::new(self.node_token.child_token())),
+                Some(Instant::now() + t),
+            ),
+            None => (self.node_token.clone(), None),
+        }
+    }
+
+    pub(super) fn ctx(
+        &mut self,
+        key: Arc<str>,
+        token: InvToken,
+        deadline: Option<Instant>,
+        emit: Option<mpsc::Sender<Emitted>>,
+    ) -> NodeCtx {
+        // Without a deadline the token is the node's own: the last context can be
+        // re-armed instead of rebuilt (no allocation, no token clone).
+        let reusable = deadline.is_none();
+        if reusable
+            && let Some(spare) = &mut self.spare_ctx
+            && spare.try_rearm(key.clone(), None, emit.clone())
+        {
+            return spare.clone();
+        }
+        let ctx = NodeCtx::new(CtxParts {
+            node_id: self.spec.id.clone(),
+            node_type: self.spec.node_type.clone(),
+            key,
+            cancel: (*token.0).clone(),
+            deadline,
+            events: self.shared.bus.clone(),
+            emit,
+            secrets: self.shared.secrets.clone(),
+        });
+        if reusable {
+            self.spare_ctx = Some(ctx.clone());
+        }
+        ctx
+    }
+
+    /// Start of an invocation's wall time. Native built-ins measure nothing (their
+    /// invocations cost less than reading the clock twice), so they skip the clock.
+    pub(super) fn clock(&self) -> Instant {
+        if self.native {
+            self.epoch
+        } else {
+            Instant::now()
+        }
+    }
+
+    /// Sums the invocation's metrics; publishes them when the executor measured more
+    /// than wall time.
+    pub(super) fn account(
+        &mut self,
+        ctx: &NodeCtx,
+        t0: Instant,
+        key: &Arc<str>,
+        err: Option<&NodeError>,
+    ) {
+        if self.native {
+            return;
+        }
+        let mut m = ctx.metrics();
+        m.wall_us = t0.elapsed().as_micros() as u64;
+        if m.fuel.is_some()
+            || m.peak_memory_bytes.is_some()
+            || m.cost_usd > 0.0
+            || !m.assets.is_empty()
+        {
+            self.emit(EventKind::Invocation {
+                node_id: self.spec.id.to_string(),
+                key: key.to_string(),
+                metrics: m.clone(),
+                error: err.map(|e| e.message.clone()),
+            });
+        }
+        self.metrics.accumulate(&m);
+    }
+
+    /// The error of an invocation that outlived its time limit.
+    pub(super) fn deadline_error(&self) -> NodeError {
+        let ms = self.spec.timeout.map(|t| t.as_millis()).unwrap_or(0);
+        NodeError::new(
+            ErrorKind::Deadline,
+            format!("invocation exceeded its time limit of {ms} ms"),
+        )
+    }
+
+    /// Awaits an invocation future while routing what it emits, honouring cancellation
+    /// and the deadline. The outer `Result` is a routing/cancel stop; the inner one the
+    /// invocation's own result.
+    #[allow(clippy::too_many_arguments)] // the parts of one attempt, borrowed separately
+    async fn drive<'f>(
+        &mut self,
+        fut: BoxFuture<'f, Result<Outputs, NodeError>>,
+        emit_rx: Option<mpsc::Receiver<Emitted>>,
+        feed: Option<&mut Feed>,
+        lineage: &Lineage,
+        mint: &mut MintedTokens,
+        token: &CancellationToken,
+        deadline: Option<Instant>,
+    ) -> Result<Result<Outputs, NodeError>, Stop> {
+        let mut fut = fut;
+        let sleep = deadline_sleep(deadline);
+        tokio::pin!(sleep);
+        let Some(mut rx) = emit_rx else {
+            let r = tokio::select! {
+                biased;
+                r = &mut fut => r,
+                _ = token.cancelled() => Err(NodeError::cancelled()),
+                _ = &mut sleep => {
+                    token.cancel();
+                    Err(self.deadline_error())
+                }
+            };
+            return Ok(r);
+        };
+        let live = feed.is_some();
+        let mut idle = Feed::default();
+        let Feed { pending, tx, buf } = feed.unwrap_or(&mut idle);
+        let mut stream_gone = false;
+        let r = loop {
+            // Feeding a live session: the stream ends once every input has ended and
+            // nothing is pending; the inbox is read only while nothing is pending.
+            let mut reading = false;
+            if stream_gone {
+                // The node stopped reading: what is still queued has nowhere to go.
+                pending.clear();
+                *tx = None;
+                stream_gone = false;
+            }
+            if live {
+                if pending.is_empty() && self.all_closed() {
+                    *tx = None;
+                }
+                reading = pending.is_empty() && !self.all_closed();
+            }
+            tokio::select! {
+                biased;
+                e = rx.recv() => {
+                    if let Some(e) = e {
+                        self.route_emitted(e, lineage, mint).await?;
+                    }
+                }
+                r = &mut fut => break r,
+                permit = reserve(tx), if !pending.is_empty() => match permit {
+                    Some(p) => p.send(pending.pop_front().expect("pending checked non-empty")),
+                    None => stream_gone = true,
+                },
+                n = self.spec.rx.recv_many(buf, BATCH), if reading => {
+                    if n == 0 {
+                        // Every sender is gone: no input will end any other way.
+                        self.open.iter_mut().for_each(|o| *o = 0);
+                    }
+                    let mut batch = std::mem::take(buf);
+                    for m in batch.drain(..) {
+                        self.stream_msg(m, pending);
+                    }
+                    *buf = batch;
+                    self.flush_edge_events();
+                }
+                _ = token.cancelled() => break Err(NodeError::cancelled()),
+                _ = &mut sleep => {
+                    token.cancel();
+                    break Err(self.deadline_error());
+                }
+            }
+        };
+        drop(fut);
+        *tx = None;
+        // Everything emitted before the invocation returned goes out before its result.
+        while let Ok(e) = rx.try_recv() {
+            self.route_emitted(e, lineage, mint).await?;
+        }
+        Ok(r)
+    }
+}
+
+async fn reserve(tx: &Option<mpsc::Sender<StreamItem>>) -> Option<mpsc::Permit<'_, StreamItem>> {
+    match tx {
+        Some(tx) => tx.reserve().await.ok(),
+        None => None,
+    }
+}
+
+/// Resolves at `deadline`, never without one.
+async fn deadline_sleep(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,368 @@
+//! One actor per node: it owns the node's inbox state (no lock), fires invocations as
+//! inputs become ready, routes outputs downstream and propagates end-of-stream,
+//! `lineage_done` and scope-close signals.
+//!
+//! Where things are: the message and spec types and the actor's state are here; each
+//! way of driving a node has its own module ([`input`], [`buffered`], [`streaming`],
+//! [`controlled`]); every invocation runs through [`invoke`] (one attempt loop) and every
+//! failure is decided in [`recovery`]; [`routing`] delivers values and signals, and
+//! [`finish`] decides the node's outcome and closes its outgoing edges.
+
+mod buffered;
+mod controlled;
+mod finish;
+mod input;
+mod invoke;
+mod recovery;
+mod routing;
+mod streaming;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use heddle_core::plan::{HandleClass, RootIdx, RootInfo};
+use heddle_core::{
+    EventKind, InvocationMetrics, NodeDecl, NodeMode, NodeOutcome, NodeStatus, SkipReason,
+    SuspendInfo, Value,
+};
+use smallvec::SmallVec;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::bus::EventBus;
+use super::lineage::{Key, Lineage};
+use crate::executor::{Executor, Inputs, NodeCtx, Outputs, SecretRegistry};
+
+pub(crate) use input::{check_input, input_type};
+pub use invoke::InvocationRecord;
+
+/// Messages drained per wake-up of an actor.
+const BATCH: usize = 256;
+/// Buffer of the channel a streaming node emits into.
+const EMIT_BUFFER: usize = 64;
+/// Edge counters are published at most this often while active.
+const EDGE_EVENT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How an upstream node ended; carried by end-of-stream so a node that received nothing
+/// knows why (its skip reason).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum End {
+    Done,
+    Failed,
+    Skipped,
+    Suspended,
+    Cancelled,
+}
+
+/// A control event for a controlled node (`__control__`).
+pub(crate) struct ControlEvent {
+    pub event_type: String,
+    pub properties: BTreeMap<String, Value>,
+    /// Answered with the outputs of the invocation this event causes (FIFO by
+    /// construction: events are handled in arrival order).
+    pub reply: Option<oneshot::Sender<Result<Outputs, String>>>,
+}
+
+/// What travels into an actor's inbox. Handles are indices into the target's connected
+/// data handles, so routing never hashes a handle name.
+pub(crate) enum Msg {
+    Data {
+        handle: u16,
+        value: Value,
+        lineage: Lineage,
+    },
+    Eos {
+        handle: u16,
+        end: End,
+    },
+    /// `lineage_done`: no value will come for this lineage on the edge.
+    Done {
+        handle: u16,
+        lineage: Lineage,
+    },
+    /// `lineage_scope_closed`: no more children of `root` under `parent` on the edge.
+    ScopeClosed {
+        parent: Lineage,
+        root: RootIdx,
+    },
+    Control(ControlEvent),
+    ControlEos,
+    /// A value pushed from outside into a streaming input node.
+    External(Value),
+    ExternalEos,
+}
+
+pub(crate) struct OutEdge {
+    pub edge_id: Arc<str>,
+    pub tx: mpsc::Sender<Msg>,
+    pub handle: u16,
+    pub counter: u64,
+    pub last_event: Option<Instant>,
+    pub dirty: bool,
+}
+
+pub(crate) struct OutPort {
+    pub name: Arc<str>,
+    /// Keep this many outer entries of the invocation lineage (the output's scope,
+    /// minus the minted root).
+    pub keep: usize,
+    /// Roots of the output's scope (for forwarding scope-close signals).
+    pub scope: Vec<RootIdx>,
+    pub mints: Option<RootIdx>,
+    /// Control port: values become control events.
+    pub control: bool,
+    pub edges: Vec<OutEdge>,
+}
+
+/// Who turns a node's inputs into outputs: its executor, or the kernel itself for the
+/// two node types that connect a run to its caller.
+#[derive(Clone, Debug)]
+pub(crate) enum NodeRole {
+    /// The node's executor is invoked.
+    Executor,
+    /// `heddle.input`: the kernel dispatches external values.
+    Input {
+        streaming: bool,
+        initial: Option<Value>,
+    },
+    /// `heddle.output`: values become run outputs.
+    Output { name: Arc<str> },
+}
+
+pub(crate) struct HandleSpec {
+    pub name: Arc<str>,
+    pub class: HandleClass,
+    pub scope: Vec<RootIdx>,
+    pub accumulates: bool,
+    pub repeats: bool,
+    pub upstream: u32,
+}
+
+/// Run-wide things every actor shares.
+pub(crate) struct Shared {
+    pub bus: Arc<EventBus>,
+    pub roots: Arc<[RootInfo]>,
+    pub secrets: Arc<SecretRegistry>,
+    /// Cancelled by `cancel()` and by an abort.
+    pub run_token: CancellationToken,
+    /// Cancelled when the caller can no longer interact with the run (it waits for the
+    /// end): nodes that only the caller drives stop waiting then.
+    pub external_closed: CancellationToken,
+    pub cancelled: AtomicBool,
+    pub limits: super::InboxLimits,
+    /// Present only when the run has a supervisor: without one no escalation is built.
+    pub escalator: Option<Arc<crate::supervisor::Escalator>>,
+}
+
+pub(crate) struct ActorSpec {
+    pub idx: usize,
+    pub id: Arc<str>,
+    pub node_type: Arc<str>,
+    pub decl: Arc<NodeDecl>,
+    pub exec: Arc<dyn Executor>,
+    pub base_inputs: Inputs,
+    pub defaults: Vec<Option<Value>>,
+    pub handles: Vec<HandleSpec>,
+    pub scope: Vec<RootIdx>,
+    pub driver: Option<usize>,
+    pub ports: Vec<OutPort>,
+    pub control_targets: Vec<mpsc::Sender<Msg>>,
+    pub controllers: usize,
+    pub root_contrib: HashMap<RootIdx, u32>,
+    pub timeout: Option<Duration>,
+    pub role: NodeRole,
+    pub rx: mpsc::Receiver<Msg>,
+}
+
+/// How an actor stopped early.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    Failed(String),
+    Suspended(SuspendInfo),
+    Cancelled,
+    /// An inbox limit: the whole run aborts.
+    Abort(String),
+}
+
+impl Stop {
+    /// What a caller waiting on the stopped invocation is told.
+    fn message(&self) -> String {
+        match self {
+            Stop::Failed(m) | Stop::Abort(m) => m.clone(),
+            Stop::Suspended(info) => format!("suspended: {}", info.reason),
+            Stop::Cancelled => "cancelled".to_string(),
+        }
+    }
+}
+
+/// What an actor reports back to the runner.
+pub(crate) struct ActorReport {
+    pub outcome: NodeOutcome,
+    pub invocations: u64,
+    pub metrics: InvocationMetrics,
+    pub outputs: Vec<Value>,
+    pub stop: Option<Stop>,
+}
+
+/// A cancel token shared by reference count: cloning a `CancellationToken` takes its
+/// tree lock, which is too much to do per invocation.
+#[derive(Clone)]
+pub(crate) struct InvToken(Arc<CancellationToken>);
+
+impl std::ops::Deref for InvToken {
+    type Target = CancellationToken;
+    fn deref(&self) -> &CancellationToken {
+        &self.0
+    }
+}
+
+pub(crate) struct Actor {
+    spec: ActorSpec,
+    shared: Arc<Shared>,
+    /// The run's token, shared cheaply by every invocation of this node.
+    node_token: InvToken,
+    /// The context of the last invocation, re-armed for the next one when nobody kept it.
+    spare_ctx: Option<NodeCtx>,
+    /// This actor's own `""` key (a shared one would bounce one cache line between cores).
+    root_key: Arc<str>,
+    has_mints: bool,
+    /// A native built-in (`origin == "builtin"`): no metrics to collect.
+    native: bool,
+    epoch: Instant,
+    invocations: u64,
+    metrics: InvocationMetrics,
+    started: bool,
+    ends: SmallVec<[End; 4]>,
+    last_result: Option<Outputs>,
+    /// Values an output node received (the run's outputs under its name).
+    outputs: Vec<Value>,
+    /// Next iteration token per minted root and parent key.
+    counters: HashMap<(RootIdx, Key), u32>,
+    /// Scope closes received so far for roots fed by several edges.
+    close_counts: HashMap<(RootIdx, Lineage), u32>,
+    /// Upstream edges per handle that have not yet ended.
+    open: Vec<u32>,
+    eos_sent: bool,
+    /// Invocations the supervisor skipped (a node whose every invocation was skipped
+    /// ends skipped, reason supervisor).
+    sup_skips: u64,
+}
+
+impl Actor {
+    pub fn new(spec: ActorSpec, shared: Arc<Shared>) -> Self {
+        let open = spec.handles.iter().map(|h| h.upstream).collect();
+        let node_token = InvToken(Arc::new(shared.run_token.clone()));
+        let has_mints = spec.ports.iter().any(|p| p.mints.is_some());
+        let native = spec.decl.origin == "builtin";
+        Actor {
+            spec,
+            shared,
+            node_token,
+            spare_ctx: None,
+            root_key: Arc::from(""),
+            has_mints,
+            native,
+            epoch: Instant::now(),
+            invocations: 0,
+            metrics: InvocationMetrics::default(),
+            started: false,
+            ends: SmallVec::new(),
+            last_result: None,
+            outputs: Vec::new(),
+            counters: HashMap::new(),
+            close_counts: HashMap::new(),
+            open,
+            eos_sent: false,
+            sup_skips: 0,
+        }
+    }
+
+    pub async fn run(mut self) -> ActorReport {
+        let res = match self.spec.role.clone() {
+            NodeRole::Input { streaming, initial } => self.run_input(streaming, initial).await,
+            _ => match self.spec.decl.mode {
+                // Boxed: the rarer modes' state would otherwise inflate every actor's
+                // future, which is moved on spawn.
+                NodeMode::Controlled => Box::pin(self.run_controlled()).await,
+                NodeMode::StreamingInput => Box::pin(self.run_streaming_input()).await,
+                NodeMode::Buffered | NodeMode::StreamingOutput => self.run_buffered().await,
+            },
+        };
+        self.finish(res).await
+    }
+
+    /// A native built-in with no inputs at all: it fires once, at once, so the runner
+    /// may run it inline instead of paying for a task.
+    pub fn inline_source(&self) -> bool {
+        self.spec.handles.is_empty()
+            && self.spec.controllers == 0
+            && matches!(self.spec.role, NodeRole::Executor)
+            && matches!(self.spec.decl.mode, NodeMode::Buffered)
+            && self.spec.decl.origin == "builtin"
+    }
+
+    fn emit(&self, kind: EventKind) {
+        self.shared.bus.publish(kind);
+    }
+
+    fn node_event(
+        &self,
+        status: NodeStatus,
+        result: Option<Outputs>,
+        error: Option<String>,
+        skip: Option<SkipReason>,
+    ) {
+        self.emit(EventKind::Node {
+            node_id: self.spec.id.to_string(),
+            node_type: self.spec.node_type.to_string(),
+            status,
+            result: result.map(|o| o.to_map()),
+            error,
+            skip_reason: skip,
+        });
+    }
+
+    fn mark_started(&mut self) {
+        if !self.started {
+            self.started = true;
+            self.node_event(NodeStatus::Running, None, None, None);
+        }
+    }
+
+    /// Counts an upstream edge's end-of-stream on `handle`; true when that was the
+    /// handle's last open edge.
+    fn close_upstream(&mut self, handle: u16, end: End) -> bool {
+        self.ends.push(end);
+        let h = handle as usize;
+        self.open[h] = self.open[h].saturating_sub(1);
+        self.open[h] == 0
+    }
+
+    fn all_closed(&self) -> bool {
+        self.open.iter().all(|o| *o == 0)
+    }
+
+    /// Whether every edge that carries `root` has closed it under `parent`.
+    fn scope_close_complete(&mut self, root: RootIdx, parent: &Lineage) -> bool {
+        let need = self.spec.root_contrib.get(&root).copied().unwrap_or(1);
+        if need <= 1 {
+            return true;
+        }
+        let c = self.close_counts.entry((root, parent.clone())).or_insert(0);
+        *c += 1;
+        if *c >= need {
+            self.close_counts.remove(&(root, parent.clone()));
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn reply_not_controlled(ev: ControlEvent, id: &str) {
+    if let Some(r) = ev.reply {
+        let _ = r.send(Err(format!("node {id} is not a controlled node")));
+    }
+}

@@ -1,0 +1,307 @@
+//! Delivering what a node produces: values (under their lineage, minting iteration
+//! tokens for fan-out ports), control events, `lineage_done` and scope-close signals,
+//! and the throttled edge counters.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use heddle_core::plan::RootIdx;
+use heddle_core::{EdgeStatus, EventKind, Value};
+use smallvec::SmallVec;
+use tokio::sync::mpsc;
+
+use super::{Actor, ControlEvent, EDGE_EVENT_INTERVAL, Msg, Stop};
+use crate::executor::{Emitted, Outputs};
+use crate::runtime::lineage::Lineage;
+
+/// The item an invocation is currently emitting, per minted root: outputs minting the
+/// same root share one token until a port repeats (then the next item starts).
+#[derive(Default)]
+pub(super) struct MintedTokens {
+    items: SmallVec<[MintedItem; 2]>,
+}
+
+struct MintedItem {
+    root: RootIdx,
+    token: u32,
+    /// Ports (bit per port index) that already emitted for this item.
+    ports: u64,
+}
+
+impl Actor {
+    pub(super) async fn send(&self, tx: &mpsc::Sender<Msg>, msg: Msg) -> Result<(), Stop> {
+        match tx.try_send(msg) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => Ok(()), // target gone: drop
+            Err(mpsc::error::TrySendError::Full(msg)) => tokio::select! {
+                biased;
+                _ = tx.send(msg) => Ok(()),
+                _ = self.shared.run_token.cancelled() => Err(Stop::Cancelled),
+            },
+        }
+    }
+
+    fn port_index(&self, handle: &str) -> Option<usize> {
+        self.spec.ports.iter().position(|p| &*p.name == handle)
+    }
+
+    pub(super) async fn route_outputs(
+        &mut self,
+        out: &Outputs,
+        lineage: &Lineage,
+        mint: &mut MintedTokens,
+    ) -> Result<(), Stop> {
+        let mut vals: SmallVec<[(usize, Value); 4]> = SmallVec::new();
+        for (h, v) in out.iter() {
+            match self.port_index(h) {
+                Some(p) => vals.push((p, v.clone())),
+                None => self.unknown_output(h),
+            }
+        }
+        self.route_port_values(&vals, lineage, mint).await
+    }
+
+    pub(super) async fn route_emitted(
+        &mut self,
+        e: Emitted,
+        lineage: &Lineage,
+        mint: &mut MintedTokens,
+    ) -> Result<(), Stop> {
+        match self.port_index(&e.handle) {
+            Some(p) => self.route_port_values(&[(p, e.value)], lineage, mint).await,
+            None => {
+                self.unknown_output(&e.handle);
+                Ok(())
+            }
+        }
+    }
+
+    fn unknown_output(&self, h: &str) {
+        if self.spec.decl.output(h).is_none() {
+            self.emit(EventKind::Log {
+                node_id: self.spec.id.to_string(),
+                level: heddle_core::LogLevel::Warn,
+                message: format!("node produced a value on undeclared output `{h}`; dropped"),
+            });
+        }
+    }
+
+    fn next_token(&mut self, root: RootIdx, parent: &Lineage) -> u32 {
+        let k = (root, parent.key(&self.spec.scope));
+        let c = self.counters.entry(k).or_insert(0);
+        let t = *c;
+        *c += 1;
+        t
+    }
+
+    pub(super) async fn route_port_values(
+        &mut self,
+        vals: &[(usize, Value)],
+        lineage: &Lineage,
+        mint: &mut MintedTokens,
+    ) -> Result<(), Stop> {
+        for (p, v) in vals {
+            let p = *p;
+            let port = &self.spec.ports[p];
+            if port.edges.is_empty() {
+                continue;
+            }
+            if port.control {
+                let Some(ev) = to_control_event(v) else {
+                    continue;
+                };
+                for i in 0..self.spec.ports[p].edges.len() {
+                    let ev = ControlEvent {
+                        event_type: ev.0.clone(),
+                        properties: ev.1.clone(),
+                        reply: None,
+                    };
+                    let tx = self.spec.ports[p].edges[i].tx.clone();
+                    self.send(&tx, Msg::Control(ev)).await?;
+                    self.count_edge(p, i);
+                }
+                continue;
+            }
+            let base = lineage.truncate(port.keep);
+            let lin = match port.mints {
+                None => base,
+                Some(root) => {
+                    let bit = 1u64 << (p % 64);
+                    let pos = mint.items.iter().position(|g| g.root == root);
+                    let token = match pos {
+                        Some(i) if mint.items[i].ports & bit == 0 => {
+                            mint.items[i].ports |= bit;
+                            mint.items[i].token
+                        }
+                        _ => {
+                            let token = self.next_token(root, &base);
+                            let item = MintedItem {
+                                root,
+                                token,
+                                ports: bit,
+                            };
+                            match pos {
+                                Some(i) => mint.items[i] = item,
+                                None => mint.items.push(item),
+                            }
+                            token
+                        }
+                    };
+                    base.child(root, token)
+                }
+            };
+            let n = self.spec.ports[p].edges.len();
+            for i in 0..n {
+                let e = &self.spec.ports[p].edges[i];
+                let msg = Msg::Data {
+                    handle: e.handle,
+                    value: v.clone(),
+                    lineage: lin.clone(),
+                };
+                self.send(&e.tx, msg).await?;
+                self.count_edge(p, i);
+            }
+        }
+        Ok(())
+    }
+
+    fn count_edge(&mut self, p: usize, i: usize) {
+        let e = &mut self.spec.ports[p].edges[i];
+        e.counter += 1;
+        if e.last_event.is_none() {
+            let now = Instant::now();
+            e.last_event = Some(now);
+            let id = e.edge_id.to_string();
+            let c = e.counter;
+            self.emit(EventKind::Edge {
+                edge_id: id,
+                status: EdgeStatus::Active,
+                counter: c,
+            });
+        } else {
+            e.dirty = true;
+        }
+    }
+
+    /// Publishes throttled edge counters (at most one per edge per second).
+    pub(super) fn flush_edge_events(&mut self) {
+        let mut now: Option<Instant> = None;
+        let mut evs = Vec::new();
+        for p in self.spec.ports.iter_mut() {
+            for e in p.edges.iter_mut() {
+                if !e.dirty {
+                    continue;
+                }
+                let t = *now.get_or_insert_with(Instant::now);
+                if e.last_event
+                    .is_some_and(|l| t.duration_since(l) >= EDGE_EVENT_INTERVAL)
+                {
+                    e.dirty = false;
+                    e.last_event = Some(t);
+                    evs.push(EventKind::Edge {
+                        edge_id: e.edge_id.to_string(),
+                        status: EdgeStatus::Active,
+                        counter: e.counter,
+                    });
+                }
+            }
+        }
+        for ev in evs {
+            self.emit(ev);
+        }
+    }
+
+    /// After an invocation of an iterating node: the children it minted under this key
+    /// are complete, so aggregates downstream may finish (even with zero children).
+    pub(super) async fn close_minted(&mut self, lineage: &Lineage) -> Result<(), Stop> {
+        if !self.has_mints {
+            return Ok(());
+        }
+        let mut done: SmallVec<[RootIdx; 2]> = SmallVec::new();
+        for p in 0..self.spec.ports.len() {
+            let Some(root) = self.spec.ports[p].mints else {
+                continue;
+            };
+            if done.contains(&root) {
+                continue;
+            }
+            done.push(root);
+            let parent = lineage.truncate(self.spec.ports[p].keep);
+            self.send_scope_closed(&parent, root).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends `ScopeClosed(parent, root)` on every outgoing data edge whose scope
+    /// carries `root`.
+    pub(super) async fn send_scope_closed(
+        &mut self,
+        parent: &Lineage,
+        root: RootIdx,
+    ) -> Result<(), Stop> {
+        for p in 0..self.spec.ports.len() {
+            if self.spec.ports[p].control || !self.spec.ports[p].scope.contains(&root) {
+                continue;
+            }
+            for i in 0..self.spec.ports[p].edges.len() {
+                let e = &self.spec.ports[p].edges[i];
+                let msg = Msg::ScopeClosed {
+                    parent: parent.clone(),
+                    root,
+                };
+                self.send(&e.tx, msg).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A key this node will never fire for: tell downstream (done for its outputs,
+    /// scope closed for the children it would have minted).
+    pub(super) async fn forward_dropped(&mut self, lineage: &Lineage) -> Result<(), Stop> {
+        let mut minted: SmallVec<[RootIdx; 2]> = SmallVec::new();
+        for p in 0..self.spec.ports.len() {
+            if self.spec.ports[p].control {
+                continue;
+            }
+            if let Some(root) = self.spec.ports[p].mints {
+                if !minted.contains(&root) {
+                    minted.push(root);
+                }
+                continue;
+            }
+            let lin = lineage.truncate(self.spec.ports[p].keep);
+            for i in 0..self.spec.ports[p].edges.len() {
+                let e = &self.spec.ports[p].edges[i];
+                let msg = Msg::Done {
+                    handle: e.handle,
+                    lineage: lin.clone(),
+                };
+                self.send(&e.tx, msg).await?;
+            }
+        }
+        for root in minted {
+            self.send_scope_closed(lineage, root).await?;
+        }
+        Ok(())
+    }
+}
+
+/// A value on a control port becomes a control event: one with `event_type` is a control event as is; a plain object is a
+/// `run` event with those properties (a nested `properties` object is unwrapped);
+/// anything else is ignored.
+fn to_control_event(v: &Value) -> Option<(String, BTreeMap<String, Value>)> {
+    let obj = v.as_object()?;
+    if let Some(t) = obj.get("event_type").and_then(|t| t.as_str()) {
+        let props = obj
+            .get("properties")
+            .and_then(|p| p.as_object())
+            .cloned()
+            .unwrap_or_default();
+        return Some((t.to_string(), props));
+    }
+    let props = match obj.get("properties").and_then(|p| p.as_object()) {
+        Some(p) => p.clone(),
+        None => obj.clone(),
+    };
+    Some(("run".to_string(), props))
+}

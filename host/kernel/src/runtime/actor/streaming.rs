@@ -1,0 +1,213 @@
+//! Streaming-input nodes: either one live session over the whole input stream (items
+//! fed as they arrive), or, for a node that aggregates a fan-out, one session per parent
+//! scope once that scope has closed.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use heddle_core::{OutputCorrelation, Value};
+use tokio::sync::mpsc;
+
+use super::invoke::{Invocation, Settled, Work};
+use super::routing::MintedTokens;
+use super::{Actor, BATCH, Msg, Stop, reply_not_controlled};
+use crate::executor::{InputStream, StreamItem};
+use crate::runtime::lineage::{Key, Lineage};
+
+/// The input side of a live session while it runs: items wait in `pending` until the
+/// node's stream has room; `tx` is dropped once every input has ended (or the node
+/// stopped reading).
+#[derive(Default)]
+pub(super) struct Feed {
+    pub pending: VecDeque<StreamItem>,
+    pub tx: Option<mpsc::Sender<StreamItem>>,
+    pub buf: Vec<Msg>,
+}
+
+impl Actor {
+    pub(super) async fn run_streaming_input(&mut self) -> Result<(), Stop> {
+        let aggregate = !self.spec.scope.is_empty()
+            && self
+                .spec
+                .decl
+                .outputs
+                .iter()
+                .any(|o| matches!(o.correlation, OutputCorrelation::Aggregate));
+        if aggregate {
+            self.run_aggregate().await
+        } else {
+            self.run_live_stream().await
+        }
+    }
+
+    /// One session over the whole input stream, items fed as they arrive.
+    async fn run_live_stream(&mut self) -> Result<(), Stop> {
+        let mut feed = Feed {
+            buf: Vec::with_capacity(BATCH),
+            ..Feed::default()
+        };
+        // Wait for the first item (or the end) before starting the node: a node wired
+        // to inputs that never deliver is skipped, not run on nothing.
+        if !self.spec.handles.is_empty() {
+            while feed.pending.is_empty() && !self.all_closed() {
+                let n = tokio::select! {
+                    biased;
+                    n = self.spec.rx.recv_many(&mut feed.buf, BATCH) => n,
+                    _ = self.shared.run_token.cancelled() => return Err(Stop::Cancelled),
+                };
+                if n == 0 {
+                    break;
+                }
+                let mut batch = std::mem::take(&mut feed.buf);
+                for m in batch.drain(..) {
+                    self.stream_msg(m, &mut feed.pending);
+                }
+                feed.buf = batch;
+            }
+            if feed.pending.is_empty() {
+                return Ok(());
+            }
+        }
+        self.mark_started();
+        let (stx, srx) = mpsc::channel::<StreamItem>(self.shared.limits.buffer.max(1));
+        feed.tx = Some(stx);
+        let stream = InputStream::new(srx, self.spec.base_inputs.clone());
+        let key = self.root_key.clone();
+        let mut mint = MintedTokens::default();
+        let inv = Invocation {
+            lineage: &Lineage::ROOT,
+            key,
+            work: Work::Stream(Some(stream)),
+            emits: true,
+            feed: Some(&mut feed),
+        };
+        // A streaming-input node may only be ended (end_stream) or failed: what it
+        // emitted stays, the rest of its input is dropped.
+        if let Settled::Produced(out) = self.invoke(inv, &mut mint).await? {
+            self.route_outputs(&out, &Lineage::ROOT, &mut mint).await?;
+            self.close_minted(&Lineage::ROOT).await?;
+            self.last_result = Some(out);
+        }
+        Ok(())
+    }
+
+    /// Takes one inbox message of a live session: items join `pending`.
+    pub(super) fn stream_msg(&mut self, m: Msg, pending: &mut VecDeque<StreamItem>) {
+        match m {
+            Msg::Data { handle, value, .. } => {
+                pending.push_back(StreamItem {
+                    handle: self.spec.handles[handle as usize].name.clone(),
+                    value,
+                });
+            }
+            Msg::Eos { handle, end } => {
+                self.close_upstream(handle, end);
+            }
+            Msg::Control(ev) => reply_not_controlled(ev, &self.spec.id),
+            _ => {}
+        }
+    }
+
+    /// Aggregating streaming-input node: one session per parent key, run when the
+    /// child scope closes, items in item-index order.
+    async fn run_aggregate(&mut self) -> Result<(), Stop> {
+        let depth = self.spec.scope.len() - 1;
+        let inner = self.spec.scope[depth];
+        let mut sessions: BTreeMap<Key, Vec<(u32, u16, Value)>> = BTreeMap::new();
+        let mut buf = Vec::with_capacity(BATCH);
+        while !self.all_closed() {
+            let n = tokio::select! {
+                biased;
+                n = self.spec.rx.recv_many(&mut buf, BATCH) => n,
+                _ = self.shared.run_token.cancelled() => return Err(Stop::Cancelled),
+            };
+            if n == 0 {
+                break;
+            }
+            let mut batch = std::mem::take(&mut buf);
+            for m in batch.drain(..) {
+                match m {
+                    Msg::Data {
+                        handle,
+                        value,
+                        lineage,
+                    } => {
+                        let key = lineage.key(&self.spec.scope);
+                        let parent: Key = key[..depth].iter().copied().collect();
+                        sessions
+                            .entry(parent)
+                            .or_default()
+                            .push((key[depth], handle, value));
+                    }
+                    Msg::Eos { handle, end } => {
+                        self.close_upstream(handle, end);
+                    }
+                    Msg::ScopeClosed { parent, root, .. } => {
+                        if !self.scope_close_complete(root, &parent) {
+                            continue;
+                        }
+                        if root == inner {
+                            let pk = parent.key(&self.spec.scope[..depth]);
+                            let items = sessions.remove(&pk).unwrap_or_default();
+                            self.run_session(pk, items).await?;
+                        } else if let Some(d) = self.spec.scope.iter().position(|r| *r == root) {
+                            let pk = parent.key(&self.spec.scope[..d]);
+                            let under: Vec<Key> =
+                                sessions.keys().filter(|k| k[..d] == *pk).cloned().collect();
+                            for k in under {
+                                let items = sessions.remove(&k).unwrap_or_default();
+                                self.run_session(k, items).await?;
+                            }
+                            self.send_scope_closed(&parent, root).await?;
+                        }
+                    }
+                    Msg::Done { .. } => {}
+                    Msg::Control(ev) => reply_not_controlled(ev, &self.spec.id),
+                    _ => {}
+                }
+            }
+            buf = batch;
+            self.flush_edge_events();
+        }
+        for (k, items) in std::mem::take(&mut sessions) {
+            self.run_session(k, items).await?;
+        }
+        Ok(())
+    }
+
+    /// One aggregate: a session over the items of one parent key, in item order.
+    async fn run_session(
+        &mut self,
+        parent: Key,
+        mut items: Vec<(u32, u16, Value)>,
+    ) -> Result<(), Stop> {
+        self.mark_started();
+        items.sort_by_key(|(i, _, _)| *i);
+        let depth = self.spec.scope.len() - 1;
+        let lineage = Lineage::from_key(&self.spec.scope[..depth], &parent);
+        let key = self.key_text(&lineage);
+        let (stx, srx) = mpsc::channel::<StreamItem>(items.len().max(1));
+        for (_, h, v) in items {
+            // Capacity equals the item count, so this cannot fail.
+            let _ = stx.try_send(StreamItem {
+                handle: self.spec.handles[h as usize].name.clone(),
+                value: v,
+            });
+        }
+        drop(stx);
+        let stream = InputStream::new(srx, self.spec.base_inputs.clone());
+        let mut mint = MintedTokens::default();
+        let inv = Invocation {
+            lineage: &lineage,
+            key,
+            work: Work::Stream(Some(stream)),
+            emits: true,
+            feed: None,
+        };
+        // Streaming input: end_stream (keep what was emitted) or fail only.
+        if let Settled::Produced(out) = self.invoke(inv, &mut mint).await? {
+            self.route_outputs(&out, &lineage, &mut mint).await?;
+            self.last_result = Some(out);
+        }
+        Ok(())
+    }
+}
