@@ -48,7 +48,7 @@ pub struct NodeDecl {
     pub origin: String,
 }
 
-/// How the actor drives the node (model §2.3).
+/// How the actor drives the node.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeMode {
@@ -142,7 +142,7 @@ impl OutputDecl {
     }
 }
 
-/// How an output's lineage relates to the invocation's (model §2.4).
+/// How an output's lineage relates to the invocation's (see [`crate::plan::correlation`]).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum OutputCorrelation {

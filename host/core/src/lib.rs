@@ -4,8 +4,6 @@
 //! This crate knows nothing about tokio, wasmtime or Docker, so everything that depends
 //! on it (the kernel, the CLI, a UI) rebuilds fast and can reason about graphs offline.
 
-pub mod bypass;
-pub mod correlation;
 pub mod decl;
 pub mod event;
 pub mod graph;

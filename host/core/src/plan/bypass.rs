@@ -1,4 +1,4 @@
-//! Bypass rewrite (model §2.1): a node flagged `ui_properties.bypassed` is removed before
+//! Bypass rewrite: a node flagged `ui_properties.bypassed` is removed before
 //! the run and its consumers are wired to what fed it, as if the node were a wire.
 //!
 //! Rules, in NodeTool's terms so graphs behave the same in both systems:
@@ -11,8 +11,8 @@
 //!   are dropped, each with a warning so the user sees what the bypass cost;
 //! - the rewritten edge keeps the outgoing edge's id (and its position in the edge list).
 
+use super::issues::{Issue, IssueKind};
 use crate::graph::EdgeType;
-use crate::plan::{Issue, IssueKind};
 
 /// An edge during planning, before node indices exist.
 #[derive(Clone, Debug, PartialEq, Eq)]

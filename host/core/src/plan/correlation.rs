@@ -1,4 +1,4 @@
-//! Static correlation (scope) analysis, model §2.4.
+//! Static correlation (scope) analysis: which fan-out items every value is indexed by.
 //!
 //! Every value travels with a lineage: a map from lineage root to item index. Statically,
 //! what matters is which roots a value is indexed by (its *scope*, outermost first), and
@@ -34,17 +34,15 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use super::issues::{Issue, IssueKind};
+use super::model::{
+    Correlation, EdgeIdx, EdgeScope, HandleClass, HandleScope, INPUT_TYPE, NodeScope, OutputScope,
+    PlanEdge, PlanNode, RootIdx, RootInfo, input_type,
+};
 use crate::decl::{NodeMode, OutputCorrelation};
 use crate::graph::EdgeType;
-use crate::plan::{
-    Correlation, EdgeIdx, EdgeScope, HandleClass, HandleScope, Issue, IssueKind, NodeScope,
-    OutputScope, PlanEdge, PlanNode, RootIdx, RootInfo, input_type,
-};
 use crate::types::PortType;
 use crate::value::Value;
-
-/// The built-in typed input; with `streaming: true` its output repeats per key.
-const INPUT_TYPE: &str = "heddle.input";
 
 /// Runs the analysis over `nodes` (in topological order of data edges). Edges whose
 /// source comes later in `nodes` (only possible in a cyclic graph, which planning rejects

@@ -1,0 +1,155 @@
+//! What planning reports: one [`Issue`] per problem, all of them together in a
+//! [`ValidationError`], and the wording helpers ("did you mean", port lists) the checks share.
+
+use serde::{Deserialize, Serialize};
+
+/// One problem found while planning. Carries the ids needed to find it in the file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Issue {
+    pub kind: IssueKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edge: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IssueKind {
+    DuplicateNodeId,
+    DuplicateEdgeId,
+    DanglingEdge,
+    UnknownNodeType,
+    UnknownInputHandle,
+    UnknownOutputHandle,
+    UnknownProperty,
+    TypeMismatch,
+    Cycle,
+    SelfLoop,
+    ControlHandle,
+    ControlCycle,
+    MultipleEdgesIntoInput,
+    MissingRequiredInput,
+    IncomparableScopes,
+    Correlation,
+    InvalidProperty,
+    /// Warning: an edge was dropped while rewriting around a bypassed node.
+    BypassDroppedEdge,
+}
+
+impl std::fmt::Display for Issue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut wrote = false;
+        if let Some(n) = &self.node {
+            write!(f, "node {n}")?;
+            wrote = true;
+        }
+        if let Some(h) = &self.handle {
+            write!(f, "{}handle `{h}`", if wrote { ", " } else { "" })?;
+            wrote = true;
+        }
+        if let Some(e) = &self.edge {
+            write!(f, "{}edge {e}", if wrote { ", " } else { "" })?;
+            wrote = true;
+        }
+        if wrote {
+            f.write_str(": ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Every problem found while planning, reported together; no node starts.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub struct ValidationError {
+    pub issues: Vec<Issue>,
+}
+
+impl std::fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "graph is invalid ({} problem{})",
+            self.issues.len(),
+            if self.issues.len() == 1 { "" } else { "s" }
+        )?;
+        for i in &self.issues {
+            write!(f, "\n  - {i}")?;
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn issue(
+    kind: IssueKind,
+    node: Option<&str>,
+    edge: Option<&str>,
+    handle: Option<&str>,
+    message: String,
+) -> Issue {
+    Issue {
+        kind,
+        node: node.map(str::to_string),
+        edge: edge.map(str::to_string),
+        handle: handle.map(str::to_string),
+        message,
+    }
+}
+
+pub(super) fn list_names<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let v: Vec<String> = names.map(|n| format!("`{n}`")).collect();
+    if v.is_empty() {
+        "none".to_string()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// `" (did you mean `x`?)"` for the closest candidate within a small edit distance.
+pub(super) fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> String {
+    let limit = (name.chars().count() / 3).max(2);
+    let lower = name.to_lowercase();
+    candidates
+        .map(|c| (edit_distance(&lower, &c.to_lowercase()), c))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, c)| format!(" (did you mean `{c}`?)"))
+        .unwrap_or_default()
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != cb);
+            let next = (row[j + 1] + 1).min(row[j] + 1).min(diag + cost);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggestions() {
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(
+            suggest(
+                "heddle.constnt",
+                ["heddle.constant", "heddle.input"].into_iter()
+            ),
+            " (did you mean `heddle.constant`?)"
+        );
+        assert_eq!(suggest("zzz", ["heddle.constant"].into_iter()), "");
+    }
+}

@@ -1,0 +1,163 @@
+//! What a plan is: the validated graph the kernel runs, with every reference resolved to
+//! an index and the correlation scope of every edge, handle and output worked out.
+//!
+//! Plain data only; [`super::planner`] builds it and the kernel reads it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::issues::Issue;
+use crate::decl::NodeDecl;
+use crate::graph::{CONTROL_HANDLE, EdgeType, NodeLimits};
+use crate::types::PortType;
+use crate::value::Value;
+
+/// The built-in graph input: its `type` property narrows its `any` output, its `value` is
+/// the default, and with `streaming: true` its output repeats per key.
+pub const INPUT_TYPE: &str = "heddle.input";
+/// The built-in graph output, whose `name` keys `RunResult.outputs`.
+pub const OUTPUT_TYPE: &str = "heddle.output";
+/// A source handle that sends a node's control output along every control edge it has,
+/// so a controller (an agent, say) need not declare an output per controlled node.
+pub(crate) const CONTROL_OUTPUT_HANDLE: &str = "__control_output__";
+
+/// Index of a node in [`Plan::nodes`].
+pub type NodeIdx = u32;
+/// Index of an edge in [`Plan::edges`].
+pub type EdgeIdx = u32;
+/// Index of a lineage root in [`Correlation::roots`].
+pub type RootIdx = u32;
+
+/// A graph ready to run: every reference resolved, every check passed.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Nodes in a topological order of data edges (sources first).
+    pub nodes: Vec<PlanNode>,
+    /// Surviving edges (after bypass rewrite), data and control.
+    pub edges: Vec<PlanEdge>,
+    pub correlation: Correlation,
+    /// Non-fatal findings (e.g. a sticky handle with several values per key).
+    pub warnings: Vec<Issue>,
+}
+
+#[derive(Clone, Debug)]
+pub struct PlanNode {
+    pub id: Arc<str>,
+    pub node_type: Arc<str>,
+    /// External name for input/output nodes: `name`, else `properties.name`, else `id`.
+    pub name: Arc<str>,
+    pub decl: Arc<NodeDecl>,
+    /// Document properties (+ dynamic properties), minus values for handles fed by an
+    /// edge (a value arriving on an edge overrides the one written in the document).
+    pub properties: BTreeMap<String, Value>,
+    pub limits: Option<NodeLimits>,
+    /// Incoming data and control edges.
+    pub in_edges: Vec<EdgeIdx>,
+    /// Outgoing data and control edges.
+    pub out_edges: Vec<EdgeIdx>,
+    /// Unique nodes with a control edge into this node.
+    pub controllers: Vec<NodeIdx>,
+}
+
+#[derive(Clone, Debug)]
+pub struct PlanEdge {
+    pub id: Arc<str>,
+    pub source: NodeIdx,
+    pub source_handle: Arc<str>,
+    pub target: NodeIdx,
+    pub target_handle: Arc<str>,
+    pub edge_type: EdgeType,
+}
+
+/// Result of the static correlation (scope) analysis ([`super::correlation`]).
+///
+/// A *scope* is the ordered list of lineage roots (outermost first) a value is indexed
+/// by. A root is minted by an iteration output: `"{node_id}:{group or handle}"`.
+#[derive(Clone, Debug, Default)]
+pub struct Correlation {
+    /// Interned roots; [`RootIdx`] indexes this.
+    pub roots: Vec<RootInfo>,
+    /// Per edge (same index as [`Plan::edges`]); control edges get an empty scope.
+    pub edges: Vec<EdgeScope>,
+    /// Per node (same index as [`Plan::nodes`]).
+    pub nodes: Vec<NodeScope>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RootInfo {
+    /// `"{node_id}:{group or handle}"`.
+    pub name: Arc<str>,
+    /// The node whose iteration output mints it.
+    pub node: NodeIdx,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EdgeScope {
+    /// Scope of values travelling on the edge.
+    pub scope: Vec<RootIdx>,
+    /// More than one value per lineage key may arrive (chunk outputs, streams).
+    pub repeats_per_key: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeScope {
+    /// Scope the node is invoked at (for a buffered node: its max input scope, or the
+    /// longest common prefix for a join node; empty for a source).
+    pub invocation_scope: Vec<RootIdx>,
+    /// Connected data input handles, by name.
+    pub inputs: BTreeMap<Arc<str>, HandleScope>,
+    /// Declared outputs, by name.
+    pub outputs: BTreeMap<Arc<str>, OutputScope>,
+    /// The input handle that repeats per key and makes the node fire once per envelope.
+    pub repeating_driver: Option<Arc<str>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandleScope {
+    pub scope: Vec<RootIdx>,
+    pub class: HandleClass,
+    /// Several edges feed a list-typed handle: values accumulate and the handle is
+    /// ready when it closes.
+    pub accumulates: bool,
+    pub repeats_per_key: bool,
+    /// Number of data edges feeding it (the inbox's open-upstream count).
+    pub upstream_edges: u32,
+}
+
+/// How the buffered scheduler treats a connected input handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HandleClass {
+    /// Scope equals the invocation scope: bucketed per lineage key. On a join or
+    /// streaming-input node, also a handle deeper than the invocation scope: its values
+    /// are bucketed by their projection onto the invocation key, several per key
+    /// (`repeats_per_key` is set), and pair up in arrival order.
+    Max,
+    /// A strict non-empty prefix of the invocation scope: sticky per parent key.
+    Prefix,
+    /// Empty scope under a non-empty invocation scope: one sticky value (last wins).
+    Empty,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputScope {
+    pub scope: Vec<RootIdx>,
+    /// The root this output mints (iteration outputs only).
+    pub mints: Option<RootIdx>,
+    pub repeats_per_key: bool,
+}
+
+static ANY: PortType = PortType::Any;
+
+/// The type of input `handle` of a node with this declaration: the declared port's type,
+/// or `any` for an undeclared handle on a node with [`NodeDecl::dynamic_inputs`] (code
+/// nodes, whose inputs the workflow author names). `None` when the node has no such input.
+pub fn input_type<'a>(decl: &'a NodeDecl, handle: &str) -> Option<&'a PortType> {
+    match decl.input(handle) {
+        Some(p) => Some(&p.ty),
+        None if decl.dynamic_inputs && handle != CONTROL_HANDLE && !handle.is_empty() => Some(&ANY),
+        None => None,
+    }
+}

@@ -1,0 +1,444 @@
+//! The planning pass: indexes the document, rewrites bypassed nodes away, runs the checks
+//! ([`super::checks`]), orders the nodes and hands the result to the correlation analysis.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::bypass::{self, WorkEdge};
+use super::correlation;
+use super::digraph::{cycles, topo_order};
+use super::issues::{Issue, IssueKind, ValidationError, issue, suggest};
+use super::model::{EdgeIdx, INPUT_TYPE, NodeIdx, Plan, PlanEdge, PlanNode, input_type};
+use crate::DeclLookup;
+use crate::decl::NodeDecl;
+use crate::graph::{EdgeType, GraphDoc};
+use crate::types::PortType;
+
+/// Plans `doc` against the declarations in `decls`: bypass rewrite, structural checks,
+/// property and edge type checks, required inputs and the correlation analysis.
+///
+/// Every problem found is returned together in one [`ValidationError`], so a user fixes a
+/// broken graph in one pass instead of one error per run. On success the plan's nodes are
+/// in topological order of data edges and every index is consistent.
+///
+/// A property whose value is `null` counts as unset (NodeTool documents save `null` for
+/// untouched fields): it is not type-checked, does not satisfy a required input, and is
+/// left out of [`PlanNode::properties`].
+pub fn plan(doc: &GraphDoc, decls: &dyn DeclLookup) -> Result<Plan, ValidationError> {
+    Planner {
+        doc,
+        decls,
+        issues: Vec::new(),
+        warnings: Vec::new(),
+        input_types: HashMap::new(),
+    }
+    .run()
+}
+
+pub(super) struct Planner<'a> {
+    pub(super) doc: &'a GraphDoc,
+    pub(super) decls: &'a dyn DeclLookup,
+    pub(super) issues: Vec<Issue>,
+    pub(super) warnings: Vec<Issue>,
+    /// Output type of each `heddle.input` node that sets its `type` property: the
+    /// declaration says `any`, the document narrows it, and edges are checked against it.
+    pub(super) input_types: HashMap<String, PortType>,
+}
+
+/// Node id → position in the document, for the first node with each id.
+type ById<'a> = HashMap<&'a str, usize>;
+/// Node id → its declaration (`None` for an unknown type, already reported).
+pub(super) type DeclOf<'a> = HashMap<&'a str, Option<Arc<NodeDecl>>>;
+
+impl<'a> Planner<'a> {
+    /// The pass, phase by phase; each phase reports into `issues` and keeps going.
+    fn run(mut self) -> Result<Plan, ValidationError> {
+        let doc = self.doc;
+        let by_id = self.index_nodes();
+        let decl_of: DeclOf<'a> = by_id
+            .iter()
+            .map(|(&id, &i)| (id, self.decls.decl(&doc.nodes[i].node_type)))
+            .collect();
+        self.narrow_input_types(&by_id);
+        let work = self.work_edges(&by_id);
+        let (work, bypassed) = self.rewrite_bypassed(work, &by_id, &decl_of);
+        let live = self.live_nodes(&by_id, &bypassed, &decl_of);
+        self.check_edges(&work, &decl_of);
+
+        // Cycles and the topological order, over positions in `live`.
+        let index_of: HashMap<&str, usize> = live
+            .iter()
+            .enumerate()
+            .map(|(pos, &i)| (doc.nodes[i].id.as_str(), pos))
+            .collect();
+        let data_adj = adjacency(&work, &index_of, live.len(), EdgeType::Data);
+        let control_adj = adjacency(&work, &index_of, live.len(), EdgeType::Control);
+        self.report_cycles(&data_adj, &control_adj, &live);
+        let order = topo_order(&data_adj);
+
+        let fed: HashSet<(&str, &str)> = work
+            .iter()
+            .filter(|e| e.edge_type == EdgeType::Data)
+            .map(|e| (e.target.as_str(), e.target_handle.as_str()))
+            .collect();
+        let mut nodes = self.plan_nodes(&order, &live, &decl_of, &fed);
+        let edges = plan_edges(&work, &index_of, &order, &mut nodes);
+
+        self.required_inputs(&nodes, &fed);
+        self.lint(&nodes);
+
+        let correlation =
+            correlation::analyze(&nodes, &edges, &mut self.issues, &mut self.warnings);
+
+        if self.issues.is_empty() {
+            Ok(Plan {
+                nodes,
+                edges,
+                correlation,
+                warnings: self.warnings,
+            })
+        } else {
+            Err(ValidationError {
+                issues: self.issues,
+            })
+        }
+    }
+
+    /// Node ids: the first node with an id wins, later ones (and empty ids) are reported.
+    fn index_nodes(&mut self) -> ById<'a> {
+        let mut by_id = ById::new();
+        for (i, n) in self.doc.nodes.iter().enumerate() {
+            if n.id.is_empty() {
+                self.issues.push(issue(
+                    IssueKind::DuplicateNodeId,
+                    Some(""),
+                    None,
+                    None,
+                    format!("node #{i} (type `{}`) has an empty id", n.node_type),
+                ));
+                continue;
+            }
+            if let Some(&first) = by_id.get(n.id.as_str()) {
+                self.issues.push(issue(
+                    IssueKind::DuplicateNodeId,
+                    Some(&n.id),
+                    None,
+                    None,
+                    format!(
+                        "node id is used more than once (nodes #{first} and #{i} in the document); node ids must be unique"
+                    ),
+                ));
+            } else {
+                by_id.insert(&n.id, i);
+            }
+        }
+        by_id
+    }
+
+    /// Reads the `type` property of each graph input, so edges from it are checked
+    /// against the type it declares rather than its `any` output. In document order, so
+    /// issues come out in a stable order.
+    fn narrow_input_types(&mut self, by_id: &ById<'a>) {
+        for (i, n) in self.doc.nodes.iter().enumerate() {
+            let id = n.id.as_str();
+            if n.node_type != INPUT_TYPE || n.is_bypassed() || by_id.get(id) != Some(&i) {
+                continue;
+            }
+            let props = n.merged_properties();
+            let Some(v) = props.get("type").filter(|v| !v.is_null()) else {
+                continue;
+            };
+            // A non-string `type` is reported by the property check against the decl.
+            let Some(text) = v.as_str() else { continue };
+            match text.parse::<PortType>() {
+                Ok(ty) => {
+                    self.input_types.insert(id.to_string(), ty);
+                }
+                Err(err) => self.issues.push(issue(
+                    IssueKind::InvalidProperty,
+                    Some(id),
+                    None,
+                    Some("type"),
+                    err.to_string(),
+                )),
+            }
+        }
+    }
+
+    /// Edge ids and dangling edges, checked on the document as written (before any
+    /// bypass rewrite) so the error names the edge the user wrote. Dangling edges are
+    /// left out of the result.
+    fn work_edges(&mut self, by_id: &ById<'a>) -> Vec<WorkEdge> {
+        let mut edge_ids: HashSet<String> = HashSet::new();
+        let mut work = Vec::with_capacity(self.doc.edges.len());
+        for e in &self.doc.edges {
+            let id = e.effective_id();
+            if !edge_ids.insert(id.clone()) {
+                self.issues.push(issue(
+                    IssueKind::DuplicateEdgeId,
+                    None,
+                    Some(&id),
+                    None,
+                    "edge id is used more than once; edge ids must be unique".to_string(),
+                ));
+            }
+            let missing: Vec<String> = [("source", &e.source), ("target", &e.target)]
+                .into_iter()
+                .filter(|(_, n)| !by_id.contains_key(n.as_str()))
+                .map(|(end, n)| format!("{end} node `{n}`"))
+                .collect();
+            if !missing.is_empty() {
+                self.issues.push(issue(
+                    IssueKind::DanglingEdge,
+                    None,
+                    Some(&id),
+                    None,
+                    format!(
+                        "edge refers to {} which does not exist",
+                        missing.join(" and ")
+                    ),
+                ));
+                continue;
+            }
+            work.push(WorkEdge {
+                id,
+                source: e.source.clone(),
+                source_handle: e.source_handle.clone(),
+                target: e.target.clone(),
+                target_handle: e.target_handle.clone(),
+                edge_type: e.edge_type,
+            });
+        }
+        work
+    }
+
+    /// Rewires edges around bypassed nodes ([`bypass::rewrite`]), matching types as the
+    /// declarations (and narrowed inputs) give them. Returns the edges and the ids of the
+    /// bypassed nodes.
+    fn rewrite_bypassed(
+        &mut self,
+        work: Vec<WorkEdge>,
+        by_id: &ById<'a>,
+        decl_of: &DeclOf<'a>,
+    ) -> (Vec<WorkEdge>, HashSet<&'a str>) {
+        let bypassed: Vec<&'a str> = self
+            .doc
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, n)| n.is_bypassed() && by_id.get(n.id.as_str()) == Some(i))
+            .map(|(_, n)| n.id.as_str())
+            .collect();
+        let work = if bypassed.is_empty() {
+            work
+        } else {
+            let out_ty = |node: &str, handle: &str| -> PortType {
+                decl_of
+                    .get(node)
+                    .and_then(|d| d.as_ref())
+                    .and_then(|d| self.output_type(node, d, handle))
+                    .unwrap_or_default()
+            };
+            let in_ty = |node: &str, handle: &str| -> PortType {
+                decl_of
+                    .get(node)
+                    .and_then(|d| d.as_ref())
+                    .and_then(|d| input_type(d, handle))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let compatible =
+                |s: &str, sh: &str, t: &str, th: &str| in_ty(t, th).accepts(&out_ty(s, sh));
+            let (rewritten, warnings) = bypass::rewrite(work, &bypassed, &compatible);
+            self.warnings.extend(warnings);
+            rewritten
+        };
+        (work, bypassed.into_iter().collect())
+    }
+
+    /// Positions in the document of the nodes that take part in the run (first of each
+    /// id, not bypassed), in document order; reports those of unknown type.
+    fn live_nodes(
+        &mut self,
+        by_id: &ById<'a>,
+        bypassed: &HashSet<&'a str>,
+        decl_of: &DeclOf<'a>,
+    ) -> Vec<usize> {
+        let doc = self.doc;
+        let live: Vec<usize> = doc
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, n)| {
+                by_id.get(n.id.as_str()) == Some(i) && !bypassed.contains(n.id.as_str())
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let mut known_types: Option<Vec<String>> = None;
+        for &i in &live {
+            let n = &doc.nodes[i];
+            if decl_of[n.id.as_str()].is_none() {
+                let names = known_types.get_or_insert_with(|| self.decls.type_names());
+                self.issues.push(issue(
+                    IssueKind::UnknownNodeType,
+                    Some(&n.id),
+                    None,
+                    None,
+                    format!(
+                        "unknown node type `{}`{}",
+                        n.node_type,
+                        suggest(&n.node_type, names.iter().map(String::as_str))
+                    ),
+                ));
+            }
+        }
+        live
+    }
+
+    /// Reports data and control cycles, each as the path of node ids around it.
+    fn report_cycles(&mut self, data: &[Vec<usize>], control: &[Vec<usize>], live: &[usize]) {
+        let cycle_kinds = [
+            (
+                data,
+                IssueKind::Cycle,
+                "data edges form a cycle through nodes {}; values would wait on themselves",
+            ),
+            (
+                control,
+                IssueKind::ControlCycle,
+                "control edges form a cycle through nodes {}; each would wait for the other to finish",
+            ),
+        ];
+        for (adj, kind, message) in cycle_kinds {
+            for scc in cycles(adj) {
+                let names: Vec<&str> = scc
+                    .iter()
+                    .map(|&p| self.doc.nodes[live[p]].id.as_str())
+                    .collect();
+                self.issues.push(issue(
+                    kind,
+                    Some(names[0]),
+                    None,
+                    None,
+                    message.replace("{}", &names.join(" -> ")),
+                ));
+            }
+        }
+    }
+
+    /// The plan's nodes in topological order, with checked properties and no edges yet.
+    fn plan_nodes(
+        &mut self,
+        order: &[usize],
+        live: &[usize],
+        decl_of: &DeclOf<'a>,
+        fed: &HashSet<(&str, &str)>,
+    ) -> Vec<PlanNode> {
+        let mut nodes: Vec<PlanNode> = Vec::with_capacity(live.len());
+        for &pos in order {
+            let n = &self.doc.nodes[live[pos]];
+            let known = decl_of[n.id.as_str()].is_some();
+            let decl = decl_of[n.id.as_str()]
+                .clone()
+                // Unknown types were reported above; a placeholder keeps the rest of the
+                // analysis running so every problem is found in one pass.
+                .unwrap_or_else(|| Arc::new(NodeDecl::new(n.node_type.clone())));
+            let properties = self.node_properties(n, &decl, known, fed);
+            let name = n
+                .name
+                .clone()
+                .or_else(|| {
+                    n.properties
+                        .get("name")
+                        .and_then(|v| v.as_str())
+                        .map(str::to_string)
+                })
+                .unwrap_or_else(|| n.id.clone());
+            nodes.push(PlanNode {
+                id: Arc::from(n.id.as_str()),
+                node_type: Arc::from(n.node_type.as_str()),
+                name: Arc::from(name),
+                decl,
+                properties,
+                limits: n.limits.clone(),
+                in_edges: Vec::new(),
+                out_edges: Vec::new(),
+                controllers: Vec::new(),
+            });
+        }
+        nodes
+    }
+
+    /// The type of output `handle` of node `id`, narrowed by a `heddle.input`'s `type`.
+    pub(super) fn output_type(&self, id: &str, decl: &NodeDecl, handle: &str) -> Option<PortType> {
+        let declared = &decl.output(handle)?.ty;
+        Some(self.input_types.get(id).unwrap_or(declared).clone())
+    }
+}
+
+/// The plan's edges by node index, each recorded on its two nodes (and a control edge's
+/// source as a controller of its target).
+fn plan_edges(
+    work: &[WorkEdge],
+    index_of: &HashMap<&str, usize>,
+    order: &[usize],
+    nodes: &mut [PlanNode],
+) -> Vec<PlanEdge> {
+    let mut pos_to_idx: Vec<NodeIdx> = vec![0; order.len()];
+    for (idx, &pos) in order.iter().enumerate() {
+        pos_to_idx[pos] = idx as NodeIdx;
+    }
+    let mut edges: Vec<PlanEdge> = Vec::with_capacity(work.len());
+    for e in work {
+        let (Some(&s), Some(&t)) = (
+            index_of.get(e.source.as_str()),
+            index_of.get(e.target.as_str()),
+        ) else {
+            // Edges touching a node dropped as a duplicate id: already reported.
+            continue;
+        };
+        let (s, t) = (pos_to_idx[s], pos_to_idx[t]);
+        let ei = edges.len() as EdgeIdx;
+        nodes[s as usize].out_edges.push(ei);
+        nodes[t as usize].in_edges.push(ei);
+        if e.edge_type == EdgeType::Control && !nodes[t as usize].controllers.contains(&s) {
+            nodes[t as usize].controllers.push(s);
+        }
+        edges.push(PlanEdge {
+            id: Arc::from(e.id.as_str()),
+            source: s,
+            source_handle: Arc::from(e.source_handle.as_str()),
+            target: t,
+            target_handle: Arc::from(e.target_handle.as_str()),
+            edge_type: e.edge_type,
+        });
+    }
+    edges
+}
+
+/// Successors per node position, for edges of one type between surviving nodes.
+fn adjacency(
+    edges: &[WorkEdge],
+    index_of: &HashMap<&str, usize>,
+    n: usize,
+    ty: EdgeType,
+) -> Vec<Vec<usize>> {
+    let mut adj = vec![Vec::new(); n];
+    for e in edges
+        .iter()
+        .filter(|e| e.edge_type == ty && e.source != e.target)
+    {
+        if let (Some(&s), Some(&t)) = (
+            index_of.get(e.source.as_str()),
+            index_of.get(e.target.as_str()),
+        ) {
+            adj[s].push(t);
+        }
+    }
+    // Sorted successors: deterministic traversal, and parallel edges count once.
+    for succ in &mut adj {
+        succ.sort_unstable();
+        succ.dedup();
+    }
+    adj
+}

@@ -1,0 +1,145 @@
+//! Escalations: the public record of a failed invocation that a supervisor decides on,
+//! and the intervention that records what became of it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::verdicts::{AllowedSet, DecidedBy, Verdict};
+use crate::decl::NodeMode;
+use crate::value::Value;
+
+/// One step of an invocation's correlation lineage: the root a fan-out minted and the
+/// item index within it (outermost first in [`Escalation::lineage`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LineageStep {
+    pub root: String,
+    pub index: u64,
+}
+
+/// Whether two lineages can belong to the same item: every root they share has the same
+/// index. An ancestor (fewer roots) or a descendant of the failing item is related; a
+/// sibling item is not.
+pub fn lineage_related(a: &[LineageStep], b: &[LineageStep]) -> bool {
+    a.iter()
+        .all(|x| b.iter().all(|y| x.root != y.root || x.index == y.index))
+}
+
+/// The kernel's class of failure, mirrored here so the signature recognizers can stay in
+/// this crate (the kernel's own error type lives above it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FailureKind {
+    Node,
+    FuelExhausted,
+    Deadline,
+    MemoryLimit,
+    OutputTooLarge,
+    Trap { trap: String },
+    Host,
+}
+
+/// An escalation: what the supervisor sees of a failed invocation. Built only by
+/// [`Redactor::escalation`], so every string in it has had secrets masked and caps applied.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Escalation {
+    pub node_id: String,
+    pub node_type: String,
+    /// Full lineage of the failing invocation, outermost root first.
+    #[serde(default)]
+    pub lineage: Vec<LineageStep>,
+    /// Canonical lineage key of the invocation (`""` for single-fire nodes).
+    #[serde(default)]
+    pub invocation_key: String,
+    pub mode: NodeMode,
+    pub allowed_actions: AllowedSet,
+    pub failure: FailureKind,
+    /// The error, stringified and redacted.
+    pub detail: String,
+    /// Stable categorical code; absent means stickiness is off for this failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_signature: Option<String>,
+    /// The malformed output the node produced (redacted, truncated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_output: Option<BTreeMap<String, Value>>,
+    /// The invocation's inputs (redacted, truncated).
+    #[serde(default)]
+    pub inputs: BTreeMap<String, Value>,
+    /// Declared output type per output handle: what a substitute must match.
+    #[serde(default)]
+    pub declared_outputs: BTreeMap<String, String>,
+    /// 1-based, per (node, invocation key).
+    pub attempt: u32,
+    /// 0 for the first decision on this failure; n when the n-th substitute was rejected.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub repair_round: u32,
+    /// Why the previous substitute was rejected (set when `repair_round > 0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair_error: Option<String>,
+    #[serde(default)]
+    pub spent_cost_usd: f64,
+    #[serde(default)]
+    pub created_assets: bool,
+    pub retry_safe: bool,
+    /// Streaming: the invocation already sent something downstream.
+    #[serde(default)]
+    pub emitted: bool,
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
+/// One escalation and what became of it: the unit of audit, of replay and of the
+/// `interventions` list in a run result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Intervention {
+    pub escalation: Escalation,
+    /// The verdict the kernel applied.
+    pub verdict: Verdict,
+    pub decided_by: DecidedBy,
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// When the kernel overruled the handle: what the handle had asked for, and why it was
+    /// refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overruled: Option<Overruled>,
+    /// A substitute that failed runtime validation and went back to the decider (the
+    /// verdict was not applied; the next intervention for this failure says what was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Overruled {
+    pub requested: Verdict,
+    pub requested_by: DecidedBy,
+    pub why: String,
+}
+
+impl Intervention {
+    pub fn to_json(&self) -> serde_json::Value {
+        // Serializing plain data with string keys cannot fail.
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    pub fn from_json(v: &serde_json::Value) -> Result<Self, serde_json::Error> {
+        Intervention::deserialize(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lineage_relation() {
+        let st = |r: &str, i| LineageStep {
+            root: r.into(),
+            index: i,
+        };
+        assert!(lineage_related(&[st("a", 1)], &[]));
+        assert!(lineage_related(&[st("a", 1)], &[st("a", 1), st("b", 4)]));
+        assert!(!lineage_related(&[st("a", 1)], &[st("a", 2)]));
+    }
+}

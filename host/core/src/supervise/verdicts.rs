@@ -1,0 +1,372 @@
+//! Verdicts: what a supervisor may answer about a failed invocation, the set it is
+//! allowed to choose from, who decided, and the check a substitute output must pass.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::PortType;
+use crate::value::Value;
+
+/// The five things a supervisor may ask the kernel to do with a failed invocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictAction {
+    Retry,
+    Substitute,
+    Skip,
+    EndStream,
+    Fail,
+}
+
+impl VerdictAction {
+    pub const ALL: [VerdictAction; 5] = [
+        VerdictAction::Retry,
+        VerdictAction::Substitute,
+        VerdictAction::Skip,
+        VerdictAction::EndStream,
+        VerdictAction::Fail,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictAction::Retry => "retry",
+            VerdictAction::Substitute => "substitute",
+            VerdictAction::Skip => "skip",
+            VerdictAction::EndStream => "end_stream",
+            VerdictAction::Fail => "fail",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+impl fmt::Display for VerdictAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown verdict `{0}` (expected retry, substitute, skip, end_stream or fail)")]
+pub struct UnknownVerdict(pub String);
+
+impl FromStr for VerdictAction {
+    type Err = UnknownVerdict;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.trim() {
+            "retry" => VerdictAction::Retry,
+            "substitute" => VerdictAction::Substitute,
+            "skip" => VerdictAction::Skip,
+            "end_stream" | "end-stream" => VerdictAction::EndStream,
+            "fail" => VerdictAction::Fail,
+            other => return Err(UnknownVerdict(other.to_string())),
+        })
+    }
+}
+
+/// The kernel-computed set of verdicts an escalation may receive. The verdict schema the
+/// agent sees and the kernel's enforcement both derive from this one value.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct AllowedSet(u8);
+
+impl AllowedSet {
+    pub fn empty() -> Self {
+        AllowedSet(0)
+    }
+
+    pub fn of(actions: &[VerdictAction]) -> Self {
+        let mut s = AllowedSet(0);
+        for a in actions {
+            s.insert(*a);
+        }
+        s
+    }
+
+    pub fn insert(&mut self, a: VerdictAction) {
+        self.0 |= a.bit();
+    }
+
+    pub fn contains(self, a: VerdictAction) -> bool {
+        self.0 & a.bit() != 0
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = VerdictAction> {
+        VerdictAction::ALL
+            .into_iter()
+            .filter(move |a| self.contains(*a))
+    }
+
+    pub fn to_vec(self) -> Vec<VerdictAction> {
+        self.iter().collect()
+    }
+}
+
+impl fmt::Debug for AllowedSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Serialize for AllowedSet {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for AllowedSet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Vec::<VerdictAction>::deserialize(d)?;
+        Ok(AllowedSet::of(&v))
+    }
+}
+
+/// Whether a skip/fail verdict should stick to later failures with the same signature.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApplyTo {
+    #[default]
+    Invocation,
+    Signature,
+}
+
+impl ApplyTo {
+    fn is_invocation(&self) -> bool {
+        *self == ApplyTo::Invocation
+    }
+}
+
+/// A supervisor's answer. Retry deliberately carries no property overrides: a free-form
+/// record would let the supervisor redirect a node (rewrite a URL, a prompt, a path).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Verdict {
+    Retry,
+    Substitute {
+        outputs: BTreeMap<String, Value>,
+    },
+    Skip {
+        #[serde(default, skip_serializing_if = "ApplyTo::is_invocation")]
+        apply_to: ApplyTo,
+    },
+    /// Streaming only: keep what was emitted, close the output slots.
+    EndStream,
+    Fail {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "ApplyTo::is_invocation")]
+        apply_to: ApplyTo,
+    },
+}
+
+impl Verdict {
+    pub fn action(&self) -> VerdictAction {
+        match self {
+            Verdict::Retry => VerdictAction::Retry,
+            Verdict::Substitute { .. } => VerdictAction::Substitute,
+            Verdict::Skip { .. } => VerdictAction::Skip,
+            Verdict::EndStream => VerdictAction::EndStream,
+            Verdict::Fail { .. } => VerdictAction::Fail,
+        }
+    }
+
+    pub fn fail(reason: impl Into<String>) -> Self {
+        Verdict::Fail {
+            reason: Some(reason.into()),
+            apply_to: ApplyTo::Invocation,
+        }
+    }
+
+    pub fn skip() -> Self {
+        Verdict::Skip {
+            apply_to: ApplyTo::Invocation,
+        }
+    }
+
+    /// True for the sticky forms: only skip and fail may stick, because a sticky retry or
+    /// substitute would replay a decision made against different inputs.
+    pub fn is_sticky(&self) -> bool {
+        matches!(
+            self,
+            Verdict::Skip {
+                apply_to: ApplyTo::Signature
+            } | Verdict::Fail {
+                apply_to: ApplyTo::Signature,
+                ..
+            }
+        )
+    }
+
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Verdict::Fail { reason, .. } => reason.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// Who produced the verdict that was applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecidedBy {
+    /// The LLM agent (or an interactive human).
+    Agent,
+    /// A cached skip/fail for the same (node, failure signature).
+    Sticky,
+    /// A bound was reached (decisions, retries, cost, timeout) or the handle errored.
+    Bounds,
+    /// A rule of a policy file.
+    Policy,
+    /// A recorded run's decision.
+    Replay,
+    /// The fail-closed default handle.
+    Default,
+    /// The kernel overruled a verdict outside the allowed set, or gave up on repairs.
+    Kernel,
+}
+
+impl DecidedBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecidedBy::Agent => "agent",
+            DecidedBy::Sticky => "sticky",
+            DecidedBy::Bounds => "bounds",
+            DecidedBy::Policy => "policy",
+            DecidedBy::Replay => "replay",
+            DecidedBy::Default => "default",
+            DecidedBy::Kernel => "kernel",
+        }
+    }
+}
+
+impl fmt::Display for DecidedBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A verdict, who made it and what deciding cost: the intervention record minus its
+/// escalation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub decided_by: DecidedBy,
+    #[serde(default)]
+    pub cost_usd: f64,
+}
+
+impl Decision {
+    pub fn new(verdict: Verdict, decided_by: DecidedBy) -> Self {
+        Decision {
+            verdict,
+            decided_by,
+            cost_usd: 0.0,
+        }
+    }
+
+    pub fn fail(reason: impl Into<String>, decided_by: DecidedBy) -> Self {
+        Decision::new(Verdict::fail(reason), decided_by)
+    }
+
+    pub fn with_cost(mut self, usd: f64) -> Self {
+        self.cost_usd = usd;
+        self
+    }
+}
+
+/// Whether the kernel can check a substituted value of this type. Every current port type
+/// has a runtime check; a future reference type (image, asset) gets one only when its
+/// reference can be resolved, and until then a node declaring it cannot be repaired.
+pub fn has_validator(ty: &PortType) -> bool {
+    match ty {
+        PortType::List(inner) => has_validator(inner),
+        _ => true,
+    }
+}
+
+/// Runtime validation of a substitute against the node's declared outputs: every declared
+/// output present, nothing undeclared, every value of its declared type. A repair replaces
+/// the whole invocation output, so a partial one would leave a downstream join waiting.
+pub fn check_substitute(
+    outputs: &BTreeMap<String, Value>,
+    declared: &BTreeMap<String, PortType>,
+) -> Result<BTreeMap<String, Value>, String> {
+    let mut problems = Vec::new();
+    for k in outputs.keys() {
+        if !declared.contains_key(k) {
+            problems.push(format!(
+                "`{k}` is not an output of this node (outputs: {})",
+                declared.keys().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (k, ty) in declared {
+        match outputs.get(k) {
+            None => problems.push(format!("output `{k}` ({ty}) is missing")),
+            Some(v) => {
+                let v = ty.coerce(v.clone());
+                match ty.check(&v) {
+                    Ok(()) => {
+                        out.insert(k.clone(), v);
+                    }
+                    Err(e) => problems.push(format!("output `{k}`: {e}")),
+                }
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_wire_shape_and_stickiness() {
+        let v: Verdict =
+            serde_json::from_str(r#"{"action":"skip","apply_to":"signature"}"#).unwrap();
+        assert!(v.is_sticky());
+        let v: Verdict = serde_json::from_str(r#"{"action":"fail","reason":"bad"}"#).unwrap();
+        assert!(!v.is_sticky());
+        assert_eq!(v.reason(), Some("bad"));
+        assert!(serde_json::from_str::<Verdict>(r#"{"action":"explode"}"#).is_err());
+        let s = AllowedSet::of(&[VerdictAction::Skip, VerdictAction::Fail]);
+        assert_eq!(serde_json::to_string(&s).unwrap(), r#"["skip","fail"]"#);
+        assert!(!s.contains(VerdictAction::Retry));
+    }
+
+    #[test]
+    fn substitute_checked_per_declared_output() {
+        let mut decl = BTreeMap::new();
+        decl.insert("n".to_string(), PortType::Float);
+        decl.insert("tags".to_string(), PortType::list_of(PortType::Str));
+        let mut ok = BTreeMap::new();
+        ok.insert("n".to_string(), Value::Int(2));
+        ok.insert("tags".to_string(), Value::list(vec![Value::from("a")]));
+        let out = check_substitute(&ok, &decl).unwrap();
+        assert_eq!(out["n"], Value::Float(2.0));
+        let mut bad = ok.clone();
+        bad.insert("tags".to_string(), Value::list(vec![Value::Int(1)]));
+        bad.insert("extra".to_string(), Value::Null);
+        let e = check_substitute(&bad, &decl).unwrap_err();
+        assert!(
+            e.contains("`extra` is not an output") && e.contains("item 0"),
+            "{e}"
+        );
+        bad.remove("n");
+        assert!(
+            check_substitute(&bad, &decl)
+                .unwrap_err()
+                .contains("`n` (float) is missing")
+        );
+    }
+}
