@@ -7,6 +7,7 @@
 pub mod decl;
 pub mod event;
 pub mod graph;
+pub mod journal;
 pub mod plan;
 pub mod supervise;
 pub mod types;
@@ -20,6 +21,7 @@ pub use event::{
     RunResult, RunStatus, SkipReason, SuspendInfo,
 };
 pub use graph::{CONTROL_HANDLE, DocError, EdgeDoc, EdgeType, GraphDoc, NodeDoc, NodeLimits};
+pub use journal::{Occurrence, OpenReason, PauseReason, Record};
 pub use types::PortType;
 pub use value::{Map, Value};
 

@@ -1,0 +1,106 @@
+//! What can go wrong with a run store. Every variant names the file or the run (and
+//! record) it is about, and keeps the underlying error as its source.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{}: not a Heddle run store: the file is not an SQLite database, or it is corrupt", path.display())]
+    NotADatabase {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("{}: not a Heddle run store: a foreign SQLite database (application id {found:#x})", path.display())]
+    Foreign { path: PathBuf, found: i64 },
+    #[error(
+        "{}: the run store has schema version {found}, newer than this heddle supports ({supported}); use a newer heddle",
+        path.display()
+    )]
+    NewerSchema {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+    #[error("{}: cannot open the run store", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("{}: cannot create the run store's directory", path.display())]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no run `{0}` in the run store")]
+    UnknownRun(String),
+    #[error(
+        "run {run}: record {seq} is corrupt ({detail}); the run is quarantined, nothing was run"
+    )]
+    Corrupt {
+        run: String,
+        seq: u64,
+        detail: String,
+    },
+    #[error("run {run}: the event log has a gap: expected record {expected}, found {found}")]
+    Gap {
+        run: String,
+        expected: u64,
+        found: u64,
+    },
+    #[error(
+        "run {run}: append at record {seq} refused: the next record is {next} (another process appended)"
+    )]
+    NotNext { run: String, seq: u64, next: u64 },
+    #[error(
+        "run {run}: another process took the run over (owner epoch {current}, this process holds {ours}); this process stops writing"
+    )]
+    Fenced {
+        run: String,
+        ours: u64,
+        current: u64,
+    },
+    #[error("run store: {op}")]
+    Sql {
+        op: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("run {run}: cannot encode record {seq}")]
+    Encode {
+        run: String,
+        seq: u64,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("run {run}: stored {what} is unreadable")]
+    Decode {
+        run: String,
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("the run log stopped writing after an error")]
+    WriterStopped(#[source] std::sync::Arc<StoreError>),
+    #[error("the run log writer is gone (the log was closed)")]
+    WriterClosed,
+}
+
+impl StoreError {
+    pub(crate) fn sql(op: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
+        move |source| StoreError::Sql { op, source }
+    }
+
+    /// The store file itself cannot be used (corrupt, foreign, too new): a problem with
+    /// what the user pointed at rather than with a run.
+    pub fn is_bad_store(&self) -> bool {
+        matches!(
+            self,
+            StoreError::NotADatabase { .. }
+                | StoreError::Foreign { .. }
+                | StoreError::NewerSchema { .. }
+        )
+    }
+}

@@ -1,0 +1,98 @@
+//! Fault injection for crash tests: `HEDDLE_FAULT=BOUNDARY:NODE` aborts the process
+//! (as a crash would: no destructors, no flush) at a named boundary for a named node.
+//!
+//! Boundaries: `before-dispatch`, `after-dispatch`, `after-start`, `after-result` (each
+//! just after the matching record was handed to the log, or just before the dispatch
+//! record), and `mid-commit` (inside the store transaction that holds a record about
+//! NODE, after the rows are written and before the commit). `NODE` may be `*`. An
+//! optional third part `:N` fires at the N-th hit (from 1), so a test can crash a
+//! fan-out on its third item. Unset, every check is one load of a cached `None`.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use heddle_core::Record;
+
+/// The environment variable read once per process.
+pub const ENV: &str = "HEDDLE_FAULT";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Boundary {
+    BeforeDispatch,
+    AfterDispatch,
+    AfterStart,
+    AfterResult,
+    MidCommit,
+}
+
+impl Boundary {
+    fn parse(s: &str) -> Option<Boundary> {
+        Some(match s {
+            "before-dispatch" => Boundary::BeforeDispatch,
+            "after-dispatch" => Boundary::AfterDispatch,
+            "after-start" => Boundary::AfterStart,
+            "after-result" => Boundary::AfterResult,
+            "mid-commit" => Boundary::MidCommit,
+            _ => return None,
+        })
+    }
+}
+
+struct Fault {
+    boundary: Boundary,
+    node: String,
+    nth: u32,
+    hits: AtomicU32,
+}
+
+fn armed() -> Option<&'static Fault> {
+    static FAULT: OnceLock<Option<Fault>> = OnceLock::new();
+    FAULT
+        .get_or_init(|| {
+            let spec = std::env::var(ENV).ok()?;
+            let mut parts = spec.splitn(3, ':');
+            let boundary = parts.next().and_then(Boundary::parse);
+            let node = parts.next().map(str::to_string);
+            let nth = parts.next().map(|n| n.parse::<u32>());
+            match (boundary, node, nth.clone()) {
+                (Some(boundary), Some(node), None | Some(Ok(_))) => Some(Fault {
+                    boundary,
+                    node,
+                    nth: nth.and_then(Result::ok).unwrap_or(1).max(1),
+                    hits: AtomicU32::new(0),
+                }),
+                _ => {
+                    // A typo must not silently turn a crash test into a clean run.
+                    eprintln!(
+                        "{ENV}={spec}: expected BOUNDARY:NODE[:N] with BOUNDARY one of before-dispatch, after-dispatch, after-start, after-result, mid-commit"
+                    );
+                    std::process::abort();
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// Aborts the process if the armed fault is `boundary` for `node` and this is its N-th hit.
+pub fn check(boundary: Boundary, node: &str) {
+    let Some(f) = armed() else { return };
+    if f.boundary == boundary && (f.node == "*" || f.node == node) {
+        let hit = f.hits.fetch_add(1, Ordering::SeqCst) + 1;
+        if hit == f.nth {
+            eprintln!("{ENV}: aborting at {boundary:?} of node {node}");
+            std::process::abort();
+        }
+    }
+}
+
+/// The `mid-commit` boundary: called inside the store's transaction.
+pub(crate) fn mid_commit(records: &[Record]) {
+    if armed().is_none() {
+        return;
+    }
+    for r in records {
+        if let Some(o) = r.occurrence() {
+            check(Boundary::MidCommit, &o.node);
+        }
+    }
+}

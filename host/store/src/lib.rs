@@ -1,0 +1,138 @@
+//! Heddle's durable run store: everything needed to continue a run after its process
+//! died, on disk.
+//!
+//! A run is its exact graph document (bytes and sha256), the plan, the resolved inputs
+//! (secrets by name only), the digests of every package it uses, its limits, and an
+//! append-only event log of [`Record`]s with gapless per-run sequence numbers and a
+//! checksum per record. The kernel never sees this crate: it writes through its journal
+//! seam, and [`RunStore`] is the seam below, so a PostgreSQL store for several hosts
+//! fits beside [`SqliteStore`] without touching either.
+
+mod error;
+pub mod fault;
+pub mod log;
+mod schema;
+mod sqlite;
+pub mod status;
+
+use std::collections::BTreeMap;
+
+use heddle_core::{Record, Value};
+use serde::{Deserialize, Serialize};
+
+pub use error::StoreError;
+pub use log::{RunLog, SyncWait};
+pub use sqlite::SqliteStore;
+pub use status::{RunState, RunView};
+
+/// Where the store lives unless `[store] path` says otherwise (relative to the working
+/// directory).
+pub const DEFAULT_PATH: &str = ".heddle/runs.db";
+
+/// Everything recorded when a run is created; resume uses exactly this, never the
+/// mutable command line or files on disk.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NewRun {
+    /// The graph path as the user gave it (for display only).
+    pub graph_name: String,
+    /// The graph document's exact bytes.
+    pub graph_bytes: Vec<u8>,
+    /// The plan, serialized by whoever planned it (for inspection and to detect a
+    /// rebuild that plans differently).
+    pub plan: serde_json::Value,
+    /// Resolved input values. Never secret values: see `secrets`.
+    pub inputs: BTreeMap<String, Value>,
+    /// Names of secrets the run may use; values are looked up again on every start.
+    pub secrets: Vec<String>,
+    /// sha256 (hex) of every package the run uses, by package name.
+    pub packages: BTreeMap<String, String>,
+    /// Run limits and budgets (node timeout, dispatch budget, run time limit, …).
+    pub limits: serde_json::Value,
+}
+
+/// A stored run's fixed part, as created.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunHeader {
+    pub run_id: String,
+    /// Milliseconds since the Unix epoch when the run was created.
+    pub created_ms: u64,
+    /// sha256 (hex) of `run.graph_bytes`.
+    pub graph_sha256: String,
+    #[serde(flatten)]
+    pub run: NewRun,
+}
+
+/// One record as stored: its sequence number (gapless from 0 per run) and when it was
+/// written (store clock, informational; order comes from `seq`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stored {
+    pub seq: u64,
+    pub at_ms: u64,
+    #[serde(flatten)]
+    pub record: Record,
+}
+
+/// A run's log as read back.
+#[derive(Clone, Debug, Default)]
+pub struct LogRead {
+    pub records: Vec<Stored>,
+    /// The last record failed its checksum (a write torn by a crash): it is treated as
+    /// absent, and the next append overwrites its sequence number.
+    pub torn_tail: Option<u64>,
+}
+
+/// A run in a listing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub created_ms: u64,
+    pub graph_name: String,
+    /// Records in the log.
+    pub records: u64,
+}
+
+/// A durable run store. Implementations keep each run's log gapless and fenced: an
+/// append succeeds only at the next sequence number and only for the current owner's
+/// epoch, so a stale process can never interleave with the one that took over.
+pub trait RunStore: Send + Sync {
+    /// Records a new run and returns its header (with a fresh run id).
+    fn create_run(&self, run: &NewRun) -> Result<RunHeader, StoreError>;
+
+    /// The fixed part of a run.
+    fn header(&self, run_id: &str) -> Result<RunHeader, StoreError>;
+
+    /// Every run, oldest first.
+    fn list(&self) -> Result<Vec<RunSummary>, StoreError>;
+
+    /// Takes ownership of a run for writing: raises its owner epoch and returns it.
+    /// Appends under an older epoch are refused from then on.
+    fn acquire(&self, run_id: &str) -> Result<u64, StoreError>;
+
+    /// Appends `records` at `first_seq..` in one transaction. Refused unless `first_seq`
+    /// is the next sequence number and `epoch` the current owner's. With `sync` the
+    /// records (and everything before them) are on stable storage when this returns;
+    /// without, they may be lost to a power failure but never reordered or half-written.
+    fn append(
+        &self,
+        run_id: &str,
+        epoch: u64,
+        first_seq: u64,
+        records: &[Record],
+        sync: bool,
+    ) -> Result<(), StoreError>;
+
+    /// The run's log from sequence number `from` on, every record's checksum verified.
+    fn read(&self, run_id: &str, from: u64) -> Result<LogRead, StoreError>;
+}
+
+/// sha256 of `bytes`, lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    use std::fmt::Write as _;
+    let digest = sha2::Sha256::digest(bytes);
+    let mut s = String::with_capacity(64);
+    for b in digest {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}

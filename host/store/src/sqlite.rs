@@ -1,0 +1,465 @@
+//! The embedded store: one SQLite file in WAL mode.
+//!
+//! Synced appends commit with `synchronous=FULL` (the WAL is fsynced before the commit
+//! returns). Unsynced appends commit with `NORMAL`: they are atomic and ordered, may be
+//! lost to a power failure, and become durable with the next synced commit, because the
+//! WAL is one sequential file. That is what lets retry-safe work be group-committed
+//! while a non-retry-safe start pays exactly one synced write.
+
+use std::hash::{BuildHasher as _, Hasher as _};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use heddle_core::Record;
+use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
+
+use crate::{LogRead, NewRun, RunHeader, RunStore, RunSummary, StoreError, Stored, fault, schema};
+
+pub struct SqliteStore {
+    path: PathBuf,
+    conn: Mutex<Conn>,
+}
+
+struct Conn {
+    db: Connection,
+    /// The `synchronous` setting last applied, so switching costs nothing when unchanged.
+    synced: Option<bool>,
+}
+
+impl SqliteStore {
+    /// Opens (creating it and its directory if needed) the store at `path`. A corrupt
+    /// or foreign file, or one written by a newer heddle, is refused before anything is
+    /// written to it.
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let open = |source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut db = Connection::open(path).map_err(open)?;
+        db.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(open)?;
+        schema::prepare(&mut db, path)?;
+        db.pragma_update(None, "journal_mode", "WAL")
+            .map_err(open)?;
+        db.pragma_update(None, "synchronous", "FULL")
+            .map_err(open)?;
+        Ok(SqliteStore {
+            path: path.to_path_buf(),
+            conn: Mutex::new(Conn {
+                db,
+                synced: Some(true),
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Conn> {
+        // A panic while holding the lock cannot leave SQLite half-written (transactions
+        // roll back on drop), so a poisoned lock is still usable.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A run id: creation time (base 36, so ids sort by age) and 16 random bits.
+fn new_run_id(created_ms: u64) -> String {
+    let mut n = created_ms;
+    let mut digits = Vec::new();
+    while n > 0 {
+        let d = (n % 36) as u8;
+        digits.push(if d < 10 { b'0' + d } else { b'a' + d - 10 });
+        n /= 36;
+    }
+    digits.reverse();
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish() as u16;
+    format!(
+        "{}-{random:04x}",
+        String::from_utf8(digits).unwrap_or_default()
+    )
+}
+
+/// The checksum of one stored record: covers the run, the position and the bytes, so a
+/// record copied to another place or cut short does not verify.
+fn checksum(run_id: &str, seq: u64, kind: &str, body: &str) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(run_id.as_bytes());
+    h.update(&seq.to_le_bytes());
+    h.update(kind.as_bytes());
+    h.update(body.as_bytes());
+    h.finalize()
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> String {
+    // Serializing plain data (maps with string keys, values) cannot fail.
+    serde_json::to_string(v).expect("run data serializes")
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(
+    run: &str,
+    what: &'static str,
+    text: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|source| StoreError::Decode {
+        run: run.to_string(),
+        what,
+        source,
+    })
+}
+
+/// One row of `events` checked: `Ok(None)` when its checksum does not match.
+fn verify_row(
+    run: &str,
+    seq: u64,
+    at_ms: u64,
+    kind: &str,
+    body: &str,
+    crc: u32,
+) -> Result<Option<Stored>, StoreError> {
+    if checksum(run, seq, kind, body) != crc {
+        return Ok(None);
+    }
+    let record: Record = serde_json::from_str(body).map_err(|e| StoreError::Corrupt {
+        run: run.to_string(),
+        seq,
+        detail: format!("record kind `{kind}` is not one this heddle knows: {e}"),
+    })?;
+    Ok(Some(Stored { seq, at_ms, record }))
+}
+
+impl RunStore for SqliteStore {
+    fn create_run(&self, run: &NewRun) -> Result<RunHeader, StoreError> {
+        let created_ms = now_ms();
+        let run_id = new_run_id(created_ms);
+        let graph_sha256 = crate::sha256_hex(&run.graph_bytes);
+        let mut c = self.conn();
+        set_sync(&mut c, true)?;
+        c.db.execute(
+            "INSERT INTO runs (run_id, created_ms, graph_name, graph_bytes, graph_sha256, plan,
+                 inputs, secrets, packages, limits, owner_epoch)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0)",
+            params![
+                run_id,
+                created_ms as i64,
+                run.graph_name,
+                run.graph_bytes,
+                graph_sha256,
+                to_json(&run.plan),
+                to_json(&run.inputs),
+                to_json(&run.secrets),
+                to_json(&run.packages),
+                to_json(&run.limits),
+            ],
+        )
+        .map_err(StoreError::sql("recording a new run"))?;
+        Ok(RunHeader {
+            run_id,
+            created_ms,
+            graph_sha256,
+            run: run.clone(),
+        })
+    }
+
+    fn header(&self, run_id: &str) -> Result<RunHeader, StoreError> {
+        let c = self.conn();
+        type Row = (
+            i64,
+            String,
+            Vec<u8>,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+        );
+        let row: Option<Row> =
+            c.db.query_row(
+                "SELECT created_ms, graph_name, graph_bytes, graph_sha256, plan, inputs, secrets,
+                        packages, limits FROM runs WHERE run_id = ?1",
+                [run_id],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                        r.get(8)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(StoreError::sql("reading a run"))?;
+        let Some((
+            created_ms,
+            graph_name,
+            graph_bytes,
+            graph_sha256,
+            plan,
+            inputs,
+            secrets,
+            packages,
+            limits,
+        )) = row
+        else {
+            return Err(StoreError::UnknownRun(run_id.to_string()));
+        };
+        Ok(RunHeader {
+            run_id: run_id.to_string(),
+            created_ms: created_ms as u64,
+            graph_sha256,
+            run: NewRun {
+                graph_name,
+                graph_bytes,
+                plan: from_json(run_id, "plan", &plan)?,
+                inputs: from_json(run_id, "inputs", &inputs)?,
+                secrets: from_json(run_id, "secret names", &secrets)?,
+                packages: from_json(run_id, "package digests", &packages)?,
+                limits: from_json(run_id, "limits", &limits)?,
+            },
+        })
+    }
+
+    fn list(&self) -> Result<Vec<RunSummary>, StoreError> {
+        let c = self.conn();
+        let mut stmt =
+            c.db.prepare(
+                "SELECT r.run_id, r.created_ms, r.graph_name,
+                        (SELECT count(*) FROM events e WHERE e.run_id = r.run_id)
+                 FROM runs r ORDER BY r.created_ms, r.run_id",
+            )
+            .map_err(StoreError::sql("listing runs"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(RunSummary {
+                    run_id: r.get(0)?,
+                    created_ms: r.get::<_, i64>(1)? as u64,
+                    graph_name: r.get(2)?,
+                    records: r.get::<_, i64>(3)? as u64,
+                })
+            })
+            .map_err(StoreError::sql("listing runs"))?;
+        rows.collect::<Result<_, _>>()
+            .map_err(StoreError::sql("listing runs"))
+    }
+
+    fn acquire(&self, run_id: &str) -> Result<u64, StoreError> {
+        let mut c = self.conn();
+        set_sync(&mut c, true)?;
+        let tx =
+            c.db.transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(StoreError::sql("taking over a run"))?;
+        let epoch: Option<i64> = tx
+            .query_row(
+                "SELECT owner_epoch FROM runs WHERE run_id = ?1",
+                [run_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(StoreError::sql("taking over a run"))?;
+        let Some(epoch) = epoch else {
+            return Err(StoreError::UnknownRun(run_id.to_string()));
+        };
+        // A last record whose checksum fails was torn by a crash mid-write: it never
+        // counted, so its sequence number is free for the new owner.
+        let last: Option<(i64, String, String, i64)> = tx
+            .query_row(
+                "SELECT seq, kind, body, crc FROM events WHERE run_id = ?1
+                 ORDER BY seq DESC LIMIT 1",
+                [run_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()
+            .map_err(StoreError::sql("taking over a run"))?;
+        if let Some((seq, kind, body, crc)) = last
+            && checksum(run_id, seq as u64, &kind, &body) != crc as u32
+        {
+            tx.execute(
+                "DELETE FROM events WHERE run_id = ?1 AND seq = ?2",
+                params![run_id, seq],
+            )
+            .map_err(StoreError::sql("dropping a torn record"))?;
+        }
+        let next = epoch as u64 + 1;
+        tx.execute(
+            "UPDATE runs SET owner_epoch = ?2 WHERE run_id = ?1",
+            params![run_id, next as i64],
+        )
+        .map_err(StoreError::sql("taking over a run"))?;
+        tx.commit().map_err(StoreError::sql("taking over a run"))?;
+        Ok(next)
+    }
+
+    fn append(
+        &self,
+        run_id: &str,
+        epoch: u64,
+        first_seq: u64,
+        records: &[Record],
+        sync: bool,
+    ) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut c = self.conn();
+        set_sync(&mut c, sync)?;
+        let tx =
+            c.db.transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(StoreError::sql("appending to a run's log"))?;
+        let current: Option<i64> = tx
+            .query_row(
+                "SELECT owner_epoch FROM runs WHERE run_id = ?1",
+                [run_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(StoreError::sql("appending to a run's log"))?;
+        let Some(current) = current else {
+            return Err(StoreError::UnknownRun(run_id.to_string()));
+        };
+        if current as u64 != epoch {
+            return Err(StoreError::Fenced {
+                run: run_id.to_string(),
+                ours: epoch,
+                current: current as u64,
+            });
+        }
+        let last: Option<i64> = tx
+            .query_row(
+                "SELECT max(seq) FROM events WHERE run_id = ?1",
+                [run_id],
+                |r| r.get(0),
+            )
+            .map_err(StoreError::sql("appending to a run's log"))?;
+        let next = last.map_or(0, |l| l as u64 + 1);
+        if next != first_seq {
+            return Err(StoreError::NotNext {
+                run: run_id.to_string(),
+                seq: first_seq,
+                next,
+            });
+        }
+        let at_ms = now_ms() as i64;
+        {
+            let mut ins = tx
+                .prepare_cached(
+                    "INSERT INTO events (run_id, seq, at_ms, kind, body, crc)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .map_err(StoreError::sql("appending to a run's log"))?;
+            for (i, r) in records.iter().enumerate() {
+                let seq = first_seq + i as u64;
+                let body = serde_json::to_string(r).map_err(|source| StoreError::Encode {
+                    run: run_id.to_string(),
+                    seq,
+                    source,
+                })?;
+                let kind = r.kind();
+                let crc = checksum(run_id, seq, kind, &body);
+                ins.execute(params![run_id, seq as i64, at_ms, kind, body, crc as i64])
+                    .map_err(StoreError::sql("appending to a run's log"))?;
+            }
+        }
+        fault::mid_commit(records);
+        tx.commit()
+            .map_err(StoreError::sql("committing a run's log"))
+    }
+
+    fn read(&self, run_id: &str, from: u64) -> Result<LogRead, StoreError> {
+        let c = self.conn();
+        let exists: Option<i64> =
+            c.db.query_row("SELECT 1 FROM runs WHERE run_id = ?1", [run_id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(StoreError::sql("reading a run's log"))?;
+        if exists.is_none() {
+            return Err(StoreError::UnknownRun(run_id.to_string()));
+        }
+        let mut stmt =
+            c.db.prepare_cached(
+                "SELECT seq, at_ms, kind, body, crc FROM events
+                 WHERE run_id = ?1 AND seq >= ?2 ORDER BY seq",
+            )
+            .map_err(StoreError::sql("reading a run's log"))?;
+        let mut rows = stmt
+            .query(params![run_id, from as i64])
+            .map_err(StoreError::sql("reading a run's log"))?;
+        let mut out = LogRead::default();
+        let mut expected = from;
+        // A failed checksum is a torn tail only if nothing follows it.
+        let mut bad: Option<u64> = None;
+        while let Some(row) = rows
+            .next()
+            .map_err(StoreError::sql("reading a run's log"))?
+        {
+            let seq = row
+                .get::<_, i64>(0)
+                .map_err(StoreError::sql("reading a run's log"))? as u64;
+            if let Some(b) = bad {
+                return Err(StoreError::Corrupt {
+                    run: run_id.to_string(),
+                    seq: b,
+                    detail: "checksum mismatch".into(),
+                });
+            }
+            if seq != expected {
+                return Err(StoreError::Gap {
+                    run: run_id.to_string(),
+                    expected,
+                    found: seq,
+                });
+            }
+            expected += 1;
+            let get = |i| row.get::<_, rusqlite::types::Value>(i);
+            let (at, kind, body, crc) = match (get(1), get(2), get(3), get(4)) {
+                (
+                    Ok(rusqlite::types::Value::Integer(at)),
+                    Ok(rusqlite::types::Value::Text(kind)),
+                    Ok(rusqlite::types::Value::Text(body)),
+                    Ok(rusqlite::types::Value::Integer(crc)),
+                ) => (at, kind, body, crc),
+                _ => {
+                    bad = Some(seq);
+                    continue;
+                }
+            };
+            match verify_row(run_id, seq, at as u64, &kind, &body, crc as u32)? {
+                Some(s) => out.records.push(s),
+                None => bad = Some(seq),
+            }
+        }
+        out.torn_tail = bad;
+        Ok(out)
+    }
+}
+
+fn set_sync(c: &mut Conn, sync: bool) -> Result<(), StoreError> {
+    if c.synced != Some(sync) {
+        c.db.pragma_update(None, "synchronous", if sync { "FULL" } else { "NORMAL" })
+            .map_err(StoreError::sql("setting durability"))?;
+        c.synced = Some(sync);
+    }
+    Ok(())
+}

@@ -1,0 +1,349 @@
+//! The SQLite run store on real files: what it keeps, what it refuses, and how its log
+//! stays gapless and verifiable.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use heddle_core::{Occurrence, OpenReason, Record, RunStatus, Value};
+use heddle_store::{NewRun, RunLog, RunState, RunStore, RunView, SqliteStore, StoreError};
+
+fn new_run() -> NewRun {
+    NewRun {
+        graph_name: "g.json".into(),
+        graph_bytes: br#"{"nodes":[],"edges":[]}"#.to_vec(),
+        plan: serde_json::json!({"nodes": ["a"]}),
+        inputs: BTreeMap::from([("n".to_string(), Value::Int(3))]),
+        secrets: vec!["API_KEY".into()],
+        packages: BTreeMap::from([("std".to_string(), "ab".repeat(32))]),
+        limits: serde_json::json!({"max_dispatches": 10}),
+    }
+}
+
+fn dispatched(node: &str) -> Record {
+    Record::Dispatched {
+        occurrence: Occurrence::new(node, "", 0),
+        retry_safe: true,
+    }
+}
+
+fn open_store(dir: &Path) -> SqliteStore {
+    SqliteStore::open(&dir.join(".heddle/runs.db")).unwrap()
+}
+
+#[test]
+fn keeps_the_run_exactly_and_lists_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path());
+    let run = new_run();
+    let h = store.create_run(&run).unwrap();
+    assert_eq!(h.graph_sha256, heddle_store::sha256_hex(&run.graph_bytes));
+    drop(store);
+    // Another process (a fresh connection) reads the same thing back.
+    let store = open_store(dir.path());
+    let back = store.header(&h.run_id).unwrap();
+    assert_eq!(back, h);
+    let list = store.list().unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].run_id, h.run_id);
+    match store.header("nope") {
+        Err(StoreError::UnknownRun(id)) => assert_eq!(id, "nope"),
+        other => panic!("expected UnknownRun, got {other:?}"),
+    }
+}
+
+fn refuses_unchanged(path: &Path, check: impl Fn(&StoreError) -> bool) {
+    let before = std::fs::read(path).unwrap();
+    let err = SqliteStore::open(path).err().expect("must be refused");
+    assert!(check(&err), "unexpected error: {err}");
+    assert!(err.is_bad_store());
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "error names the file: {err}"
+    );
+    assert_eq!(std::fs::read(path).unwrap(), before, "file changed");
+    assert!(!path.with_extension("db-wal").exists());
+}
+
+#[test]
+fn a_corrupt_file_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    std::fs::write(
+        &path,
+        b"this is not a database, just some text\n".repeat(200),
+    )
+    .unwrap();
+    refuses_unchanged(&path, |e| matches!(e, StoreError::NotADatabase { .. }));
+}
+
+#[test]
+fn a_foreign_database_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1);")
+            .unwrap();
+    }
+    refuses_unchanged(&path, |e| matches!(e, StoreError::Foreign { .. }));
+}
+
+#[test]
+fn a_newer_schema_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let id = {
+        let s = SqliteStore::open(&path).unwrap();
+        s.create_run(&new_run()).unwrap().run_id
+    };
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        let v: i64 = c
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        c.pragma_update(None, "user_version", v + 1).unwrap();
+        // Back to a single file so "unchanged" compares all of it.
+        c.pragma_update(None, "journal_mode", "DELETE").unwrap();
+    }
+    refuses_unchanged(
+        &path,
+        |e| matches!(e, StoreError::NewerSchema { found, supported, .. } if found == &(supported + 1)),
+    );
+    // The refused open did not touch the run either.
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let n: i64 = c
+        .query_row("SELECT count(*) FROM runs WHERE run_id = ?1", [&id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn a_torn_last_record_is_absent_and_its_slot_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let recs = [dispatched("a"), dispatched("b"), dispatched("c")];
+    store.append(&id, epoch, 0, &recs, true).unwrap();
+    // Cut the last record short, as a crash in the middle of writing it would.
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute(
+            "UPDATE events SET body = substr(body, 1, 10) WHERE run_id = ?1 AND seq = 2",
+            [&id],
+        )
+        .unwrap();
+    }
+    let read = store.read(&id, 0).unwrap();
+    assert_eq!(read.records.len(), 2);
+    assert_eq!(read.torn_tail, Some(2));
+    // The next owner takes the slot of the torn record.
+    let epoch = store.acquire(&id).unwrap();
+    store
+        .append(&id, epoch, 2, &[dispatched("c")], true)
+        .unwrap();
+    let read = store.read(&id, 0).unwrap();
+    assert_eq!(read.records.len(), 3);
+    assert_eq!(read.torn_tail, None);
+    assert_eq!(read.records[2].record, dispatched("c"));
+}
+
+#[test]
+fn a_corrupt_record_before_the_end_quarantines_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let recs = [dispatched("a"), dispatched("b"), dispatched("c")];
+    store.append(&id, epoch, 0, &recs, true).unwrap();
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute(
+        "UPDATE events SET body = replace(body, '\"a\"', '\"x\"') WHERE run_id = ?1 AND seq = 0",
+        [&id],
+    )
+    .unwrap();
+    match store.read(&id, 0) {
+        Err(StoreError::Corrupt { seq: 0, run, .. }) => assert_eq!(run, id),
+        other => panic!("expected Corrupt at 0, got {other:?}"),
+    }
+    // A missing record is a gap, never silently skipped.
+    c.execute(
+        "UPDATE events SET body = replace(body, '\"x\"', '\"a\"') WHERE run_id = ?1 AND seq = 0",
+        [&id],
+    )
+    .unwrap();
+    c.execute("DELETE FROM events WHERE run_id = ?1 AND seq = 1", [&id])
+        .unwrap();
+    match store.read(&id, 0) {
+        Err(StoreError::Gap {
+            expected: 1,
+            found: 2,
+            ..
+        }) => {}
+        other => panic!("expected a gap at 1, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_stale_owner_is_fenced_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path());
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let old = store.acquire(&id).unwrap();
+    store
+        .append(&id, old, 0, &[dispatched("a")], false)
+        .unwrap();
+    let new = store.acquire(&id).unwrap();
+    assert!(new > old);
+    match store.append(&id, old, 1, &[dispatched("b")], true) {
+        Err(StoreError::Fenced { ours, current, .. }) => assert_eq!((ours, current), (old, new)),
+        other => panic!("expected Fenced, got {other:?}"),
+    }
+    match store.append(&id, new, 5, &[dispatched("b")], true) {
+        Err(StoreError::NotNext {
+            seq: 5, next: 1, ..
+        }) => {}
+        other => panic!("expected NotNext, got {other:?}"),
+    }
+    assert_eq!(store.read(&id, 0).unwrap().records.len(), 1);
+}
+
+#[test]
+fn concurrent_appends_are_gapless_and_keep_each_writers_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn RunStore> = Arc::new(open_store(dir.path()));
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let log = Arc::new(RunLog::start(store.clone(), &id, epoch, 0));
+    const THREADS: usize = 8;
+    const PER: u32 = 150;
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for i in 0..PER {
+                    let r = Record::Started {
+                        occurrence: Occurrence::new(format!("t{t}"), "", i),
+                    };
+                    if i % 25 == 0 {
+                        let (_, wait) = log.append_synced(r);
+                        wait.wait().unwrap();
+                    } else {
+                        log.append(r);
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    log.close().unwrap();
+    let read = store.read(&id, 0).unwrap();
+    assert_eq!(read.records.len(), THREADS * PER as usize);
+    let mut next = [0u32; THREADS];
+    for (i, s) in read.records.iter().enumerate() {
+        assert_eq!(s.seq, i as u64, "gapless");
+        let Record::Started { occurrence } = &s.record else {
+            panic!("unexpected {:?}", s.record)
+        };
+        let t: usize = occurrence.node[1..].parse().unwrap();
+        assert_eq!(occurrence.n, next[t], "writer {t} out of order");
+        next[t] += 1;
+    }
+}
+
+#[test]
+fn a_synced_append_is_on_disk_when_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store: Arc<dyn RunStore> = Arc::new(SqliteStore::open(&path).unwrap());
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let log = RunLog::start(store.clone(), &id, epoch, 0);
+    log.append(dispatched("a"));
+    let (seq, wait) = log.append_synced(Record::Started {
+        occurrence: Occurrence::new("a", "", 0),
+    });
+    wait.wait().unwrap();
+    assert_eq!(seq, 1);
+    // Seen by a separate connection, as by another process, while the log is open.
+    let other = SqliteStore::open(&path).unwrap();
+    let read = other.read(&id, 0).unwrap();
+    assert_eq!(read.records.len(), 2);
+    drop(log);
+}
+
+#[test]
+fn the_fold_reports_state_pause_and_uncertain_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path());
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let a = Occurrence::new("a", "", 0);
+    let b = Occurrence::new("b", "", 0);
+    let recs = vec![
+        Record::Opened {
+            epoch,
+            reason: OpenReason::Start,
+            pid: u32::MAX,
+        },
+        Record::Dispatched {
+            occurrence: a.clone(),
+            retry_safe: true,
+        },
+        Record::Started {
+            occurrence: a.clone(),
+        },
+        Record::Completed {
+            occurrence: a.clone(),
+            outputs: vec![("out".into(), Value::Int(1))],
+            emitted: Vec::new(),
+            metrics: Default::default(),
+        },
+        Record::Dispatched {
+            occurrence: b.clone(),
+            retry_safe: false,
+        },
+        Record::Started {
+            occurrence: b.clone(),
+        },
+    ];
+    store.append(&id, epoch, 0, &recs, true).unwrap();
+    let read = store.read(&id, 0).unwrap();
+    let v = RunView::fold(&read.records, |_| false);
+    assert_eq!(v.state, RunState::Interrupted);
+    assert_eq!(v.dispatches, 2);
+    let uncertain: Vec<_> = v
+        .uncertain()
+        .map(|(o, v)| (o.clone(), v.retry_safe))
+        .collect();
+    assert_eq!(uncertain, vec![(b.clone(), false)]);
+    let v = RunView::fold(&read.records, |_| true);
+    assert_eq!(v.state, RunState::Running);
+    store
+        .append(
+            &id,
+            epoch,
+            6,
+            &[
+                Record::Paused {
+                    pause: heddle_core::PauseReason::Reconcile { occurrence: b },
+                },
+                Record::Finished {
+                    status: RunStatus::Suspended,
+                    error: None,
+                },
+            ],
+            true,
+        )
+        .unwrap();
+    let v = RunView::fold(&store.read(&id, 0).unwrap().records, |_| true);
+    assert_eq!(v.state, RunState::Paused);
+    assert_eq!(v.pause.as_ref().map(|p| p.event), Some(6));
+}
