@@ -4,8 +4,6 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::images::ImageBuildConfig;
-
 /// Operator configuration of the code runners. Everything here is the operator's call,
 /// not the workflow author's: a graph file can pick an image or tighten the sandbox, but
 /// only this section can allow unsandboxed subprocess mode or host directories.
@@ -45,6 +43,33 @@ impl Default for ImageNames {
             python: "heddle/python:1".into(),
             javascript: "heddle/node:1".into(),
             bash: "heddle/bash:1".into(),
+        }
+    }
+}
+
+/// How images are built (the `[runners.build]` section).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImageBuildConfig {
+    /// Debian suite; unset: the host's (`VERSION_CODENAME` in /etc/os-release), else
+    /// `bookworm`.
+    pub suite: Option<String>,
+    /// Debian mirror; unset: the first Debian URI of the host's apt sources, else
+    /// debootstrap's own default.
+    pub mirror: Option<String>,
+    /// Downloaded packages, kept between builds so a rebuild needs no network.
+    pub cache_dir: PathBuf,
+    /// Scratch space for the root filesystems (each removed after its import).
+    pub work_dir: PathBuf,
+}
+
+impl Default for ImageBuildConfig {
+    fn default() -> Self {
+        ImageBuildConfig {
+            suite: None,
+            mirror: None,
+            cache_dir: "/var/cache/heddle/debs".into(),
+            work_dir: "/var/cache/heddle/build".into(),
         }
     }
 }

@@ -6,21 +6,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::errors::Error as DockerError;
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, ContainerSummary};
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, ListContainersOptionsBuilder,
     RemoveContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
-use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::RunnerError;
-use crate::lines::{Interrupt, LineSink};
-use crate::runner::{Exit, LINE_BUFFER, RunSpec, Running, Stream, spawn_driver};
-use crate::sandbox::Workspace;
+use crate::lines::Interrupt;
+use crate::running::{Drive, Running, launch};
+use crate::spec::{Exit, RunSpec, Stream};
 
 /// Label on every container a runner creates (value `1`): `docker ps -a --filter
 /// label=heddle.runner` finds them all, [`remove_leftovers`] removes them.
@@ -41,19 +39,16 @@ fn endpoint(host: Option<&str>) -> String {
 /// older API than bollard's default). Fails with [`RunnerError::NoEngine`] when nothing
 /// answers, which tells the user how to start one.
 pub async fn connect_docker(host: Option<&str>) -> Result<Docker, RunnerError> {
-    let no_engine = |detail: String| RunnerError::NoEngine {
+    let no_engine = |source| RunnerError::NoEngine {
         endpoint: endpoint(host),
-        detail,
+        source,
     };
     let docker = match host {
         Some(h) => Docker::connect_with_host(h),
         None => Docker::connect_with_local_defaults(),
     }
-    .map_err(|e| no_engine(e.to_string()))?;
-    docker
-        .negotiate_version()
-        .await
-        .map_err(|e| no_engine(e.to_string()))
+    .map_err(no_engine)?;
+    docker.negotiate_version().await.map_err(no_engine)
 }
 
 /// Force-removes containers carrying [`LABEL_RUNNER`]; with `owner`, only those created
@@ -63,21 +58,8 @@ pub async fn remove_leftovers(docker: &Docker, owner: Option<u32>) -> Result<usi
     if let Some(pid) = owner {
         label.push(format!("{LABEL_OWNER}={pid}"));
     }
-    let filters = HashMap::from([("label".to_string(), label)]);
-    let list = docker
-        .list_containers(Some(
-            ListContainersOptionsBuilder::default()
-                .all(true)
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .map_err(|source| RunnerError::Docker {
-            action: "listing leftover containers",
-            source,
-        })?;
     let mut n = 0;
-    for c in list {
+    for c in list_labelled(docker, label).await? {
         if let Some(id) = c.id {
             force_remove(docker, &id).await?;
             n += 1;
@@ -90,21 +72,8 @@ pub async fn remove_leftovers(docker: &Docker, owner: Option<u32>) -> Result<usi
 /// runs on this host (leftovers of a crashed or killed heddle), leaving those of live
 /// processes alone. Meant for start-up. Returns how many were removed.
 pub async fn remove_orphans(docker: &Docker) -> Result<usize, RunnerError> {
-    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_RUNNER}=1")])]);
-    let list = docker
-        .list_containers(Some(
-            ListContainersOptionsBuilder::default()
-                .all(true)
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .map_err(|source| RunnerError::Docker {
-            action: "listing leftover containers",
-            source,
-        })?;
     let mut n = 0;
-    for c in list {
+    for c in list_labelled(docker, vec![format!("{LABEL_RUNNER}=1")]).await? {
         let owner_alive = c
             .labels
             .as_ref()
@@ -117,6 +86,26 @@ pub async fn remove_orphans(docker: &Docker) -> Result<usize, RunnerError> {
         }
     }
     Ok(n)
+}
+
+/// Every container, running or not, carrying all of `labels` (`key=value`).
+async fn list_labelled(
+    docker: &Docker,
+    labels: Vec<String>,
+) -> Result<Vec<ContainerSummary>, RunnerError> {
+    let filters = HashMap::from([("label".to_string(), labels)]);
+    docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .map_err(|source| RunnerError::Docker {
+            action: "listing leftover containers",
+            source,
+        })
 }
 
 async fn force_remove(docker: &Docker, id: &str) -> Result<(), RunnerError> {
@@ -159,7 +148,6 @@ fn container_name(hint: &str) -> String {
 }
 
 fn create_body(spec: &RunSpec) -> ContainerCreateBody {
-    let sb = &spec.sandbox;
     let mut labels: HashMap<String, String> = spec.labels.iter().cloned().collect();
     labels.insert(LABEL_RUNNER.into(), "1".into());
     labels.insert(LABEL_OWNER.into(), std::process::id().to_string());
@@ -168,56 +156,18 @@ fn create_body(spec: &RunSpec) -> ContainerCreateBody {
         .or_insert_with(|| spec.name_hint.clone());
     let mut env: Vec<String> = vec!["HOME=/tmp".into(), "LANG=C.UTF-8".into()];
     env.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
-    let binds = sb.workspace.as_ref().map(|w| {
-        vec![format!(
-            "{}:{}:{}",
-            w.host_path.display(),
-            Workspace::MOUNT_PATH,
-            if w.read_only { "ro" } else { "rw" }
-        )]
-    });
-    let tmpfs = sb.read_only_root.then(|| {
-        HashMap::from([(
-            "/tmp".to_string(),
-            format!("rw,nosuid,nodev,size={},mode=1777", sb.tmp_bytes),
-        )])
-    });
-    let host_config = HostConfig {
-        memory: Some(sb.memory_bytes),
-        // Same as memory: no swap on top of the cap.
-        memory_swap: Some(sb.memory_bytes),
-        nano_cpus: Some(sb.nano_cpus),
-        pids_limit: Some(sb.pids_limit),
-        network_mode: Some(if sb.network { "bridge" } else { "none" }.into()),
-        ipc_mode: Some(sb.ipc_mode.clone()),
-        cap_drop: Some(sb.cap_drop.clone()),
-        security_opt: sb
-            .no_new_privileges
-            .then(|| vec!["no-new-privileges".to_string()]),
-        readonly_rootfs: Some(sb.read_only_root),
-        tmpfs,
-        binds,
-        auto_remove: Some(false),
-        ..Default::default()
-    };
-    ContainerCreateBody {
+    let mut body = ContainerCreateBody {
         image: Some(spec.image.clone()),
         cmd: Some(spec.argv.clone()),
         env: Some(env),
-        user: sb.user.clone(),
-        working_dir: Some(if sb.workspace.is_some() {
-            Workspace::MOUNT_PATH.into()
-        } else {
-            "/tmp".into()
-        }),
         labels: Some(labels),
-        network_disabled: Some(!sb.network),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         tty: Some(false),
-        host_config: Some(host_config),
         ..Default::default()
-    }
+    };
+    spec.sandbox.apply(&mut body);
+    body
 }
 
 fn is_missing_image(e: &DockerError) -> bool {
@@ -255,7 +205,7 @@ pub(crate) async fn start(
             } else if is_connection_error(&source) {
                 RunnerError::NoEngine {
                     endpoint: endpoint(None),
-                    detail: source.to_string(),
+                    source,
                 }
             } else {
                 RunnerError::Docker {
@@ -296,37 +246,15 @@ pub(crate) async fn start(
         });
     }
 
-    let (tx, rx) = mpsc::channel(LINE_BUFFER);
-    let (done_tx, done_rx) = oneshot::channel();
-    let stop = CancellationToken::new();
-    let deadline = started + spec.sandbox.timeout;
-    let sink = LineSink::new(
-        tx,
-        stop.clone(),
-        deadline,
-        spec.sandbox.output_limit,
-        spec.sandbox.max_line,
-        spec.result_marker.clone(),
-    );
-    let driver_stop = stop.clone();
     let driver_id = id.clone();
-    spawn_driver(tracker, async move {
-        let r = drive(
-            &docker,
-            &driver_id,
-            attach.output,
-            sink,
-            driver_stop,
-            deadline,
-        )
-        .await;
-        let r = r.map(|mut exit| {
-            exit.elapsed = started.elapsed();
-            exit
-        });
-        let _ = done_tx.send(r);
-    });
-    Ok(Running::new(rx, done_rx, stop, id, created.warnings))
+    Ok(launch(
+        &spec,
+        started,
+        id,
+        created.warnings,
+        tracker,
+        |run| async move { drive(&docker, &driver_id, attach.output, run).await },
+    ))
 }
 
 type OutputStream =
@@ -336,10 +264,13 @@ async fn drive(
     docker: &Docker,
     id: &str,
     mut output: OutputStream,
-    mut sink: LineSink,
-    stop: CancellationToken,
-    deadline: Instant,
+    run: Drive,
 ) -> Result<Exit, RunnerError> {
+    let Drive {
+        mut sink,
+        stop,
+        deadline,
+    } = run;
     let mut interrupt = loop {
         tokio::select! {
             biased;
@@ -392,16 +323,8 @@ async fn drive(
             }
         }
     }
-    match interrupt {
-        Some(Interrupt::Stopped) => exit.stopped = true,
-        Some(Interrupt::Timeout) => exit.timed_out = true,
-        None => {}
-    }
     // Removal also kills a container still running (stop, timeout).
     let removed = force_remove(docker, id).await;
-    exit.truncated = sink.truncated;
-    exit.result = sink.result.take();
-    exit.last_stdout = sink.last_stdout.take();
-    exit.stderr_tail = sink.stderr_tail();
+    sink.conclude(interrupt, &mut exit);
     removed.map(|()| exit)
 }

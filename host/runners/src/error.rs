@@ -1,14 +1,20 @@
+//! Why a runner could not run the code at all (the code's own failure is an
+//! [`crate::Exit`]).
+
 use thiserror::Error;
 
-/// Why a runner could not run the code at all (the code's own failure is an [`crate::Exit`]).
 #[derive(Debug, Error)]
 pub enum RunnerError {
     #[error(
-        "no Docker engine answers at {endpoint}: {detail}. Start one (`scripts/docker-up`, \
+        "no Docker engine answers at {endpoint}: {source}. Start one (`scripts/docker-up`, \
          `sudo systemctl start docker`, or `sudo dockerd &`), or set the node property \
          `mode` to \"subprocess\" (needs `[runners] allow_subprocess = true`)"
     )]
-    NoEngine { endpoint: String, detail: String },
+    NoEngine {
+        endpoint: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
     #[error(
         "image `{image}` is not in the local Docker engine; build the runner images with \
          `heddle images build` (or `scripts/build-images`), or `docker pull {image}` if \
@@ -27,12 +33,18 @@ pub enum RunnerError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Invalid(String),
     #[error("I/O error while {action}: {source}")]
     Io {
         action: &'static str,
         #[source]
         source: std::io::Error,
     },
+    #[error("nothing to run: the command line is empty")]
+    EmptyCommand,
+    #[error("`{program}` exited before its process id could be read")]
+    NoPid { program: String },
+    #[error("the run's driver task ended without reporting (runtime shutting down?)")]
+    DriverGone,
+    #[error("the run was already waited for")]
+    AlreadyWaited,
 }

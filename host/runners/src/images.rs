@@ -1,45 +1,17 @@
 //! Runner images without a registry: a Debian root filesystem made by debootstrap
 //! (minbase plus the interpreter), imported into the local engine and tagged.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
 use tokio::process::Command;
 use tokio_util::io::ReaderStream;
 
-use crate::config::RunnersConfig;
+use crate::config::{ImageBuildConfig, RunnersConfig};
 use crate::error::RunnerError;
-
-/// How images are built (the `[runners.build]` section).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct ImageBuildConfig {
-    /// Debian suite; unset: the host's (`VERSION_CODENAME` in /etc/os-release), else
-    /// `bookworm`.
-    pub suite: Option<String>,
-    /// Debian mirror; unset: the first Debian URI of the host's apt sources, else
-    /// debootstrap's own default.
-    pub mirror: Option<String>,
-    /// Downloaded packages, kept between builds so a rebuild needs no network.
-    pub cache_dir: PathBuf,
-    /// Scratch space for the root filesystems (each removed after its import).
-    pub work_dir: PathBuf,
-}
-
-impl Default for ImageBuildConfig {
-    fn default() -> Self {
-        ImageBuildConfig {
-            suite: None,
-            mirror: None,
-            cache_dir: "/var/cache/heddle/debs".into(),
-            work_dir: "/var/cache/heddle/build".into(),
-        }
-    }
-}
 
 #[derive(Clone, Debug, Default)]
 pub struct BuildOptions {
@@ -73,8 +45,18 @@ pub enum ImagesError {
         code: Option<i32>,
         tail: String,
     },
-    #[error("importing `{image}` into Docker failed: {detail}")]
-    Import { image: String, detail: String },
+    #[error("importing `{image}` into Docker failed: {source}")]
+    Import {
+        image: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error("packing the root filesystem of `{image}` with tar failed: {stderr}")]
+    Tar { image: String, stderr: String },
+    #[error(
+        "importing `{image}` into Docker: the engine accepted the import but has no such image"
+    )]
+    ImportVanished { image: String },
     #[error("I/O error while {action}: {source}")]
     Io {
         action: String,
@@ -313,8 +295,8 @@ async fn import(
     let mut stream = docker.create_image(Some(opts), Some(body), None);
     let mut failure = None;
     while let Some(item) = stream.next().await {
-        if let Err(e) = item {
-            failure = Some(e.to_string());
+        if let Err(source) = item {
+            failure.get_or_insert(source);
         }
     }
     let status = tar
@@ -324,24 +306,24 @@ async fn import(
             action: "waiting for tar".into(),
             source,
         })?;
-    if !status.status.success() {
-        failure.get_or_insert_with(|| {
-            format!(
-                "tar failed: {}",
-                String::from_utf8_lossy(&status.stderr).trim()
-            )
+    if let Some(source) = failure {
+        return Err(ImagesError::Import {
+            image: image.into(),
+            source,
         });
     }
-    if failure.is_none() && docker.inspect_image(image).await.is_err() {
-        failure = Some("the engine accepted the import but has no such image".into());
-    }
-    match failure {
-        Some(detail) => Err(ImagesError::Import {
+    if !status.status.success() {
+        return Err(ImagesError::Tar {
             image: image.into(),
-            detail,
-        }),
-        None => Ok(()),
+            stderr: String::from_utf8_lossy(&status.stderr).trim().to_string(),
+        });
     }
+    if docker.inspect_image(image).await.is_err() {
+        return Err(ImagesError::ImportVanished {
+            image: image.into(),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -19,15 +19,19 @@ mod images;
 mod lines;
 mod nodes;
 mod runner;
+mod running;
 mod sandbox;
+mod spec;
 mod subprocess;
 
-pub use config::{ImageNames, RunnersConfig};
+pub use config::{ImageBuildConfig, ImageNames, RunnersConfig};
 pub use docker::{
     LABEL_NODE, LABEL_OWNER, LABEL_RUNNER, connect_docker, remove_leftovers, remove_orphans,
 };
 pub use error::RunnerError;
-pub use images::{BuildOptions, ImageBuildConfig, ImageOutcome, ImagesError, build_images};
+pub use images::{BuildOptions, ImageOutcome, ImagesError, build_images};
 pub use nodes::{CodeNodes, Language, RESULT_MARKER};
-pub use runner::{Exit, Line, Mode, RunSpec, Runner, Running, Stream, start};
+pub use runner::{Runner, start};
+pub use running::Running;
 pub use sandbox::{Sandbox, Workspace};
+pub use spec::{Exit, Line, Mode, RunSpec, Stream};

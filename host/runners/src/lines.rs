@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::runner::{Line, Stream};
+use crate::spec::{Exit, Line, Stream};
 
 /// Bytes of stderr kept for error messages.
 const STDERR_TAIL: usize = 4096;
@@ -28,10 +28,10 @@ pub(crate) struct LineSink {
     limit: usize,
     max_line: usize,
     marker: Option<String>,
-    pub truncated: bool,
+    truncated: bool,
     /// The text after the marker on the last marker line.
-    pub result: Option<String>,
-    pub last_stdout: Option<String>,
+    result: Option<String>,
+    last_stdout: Option<String>,
     stderr_tail: VecDeque<String>,
     stderr_tail_len: usize,
     /// Once the consumer has gone, lines are only tracked (tail, result), not sent.
@@ -65,12 +65,18 @@ impl LineSink {
         }
     }
 
-    pub fn stderr_tail(&self) -> String {
-        self.stderr_tail
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .join("\n")
+    /// Fills in what the output told about the run (result, last line, stderr tail,
+    /// truncation) and why it was cut short, if it was.
+    pub fn conclude(self, interrupt: Option<Interrupt>, exit: &mut Exit) {
+        match interrupt {
+            Some(Interrupt::Stopped) => exit.stopped = true,
+            Some(Interrupt::Timeout) => exit.timed_out = true,
+            None => {}
+        }
+        exit.truncated = self.truncated;
+        exit.result = self.result;
+        exit.last_stdout = self.last_stdout;
+        exit.stderr_tail = Vec::from(self.stderr_tail).join("\n");
     }
 
     /// Feeds a chunk read from `stream`; complete lines go to the consumer.

@@ -1,7 +1,12 @@
-//! Sandbox settings of one code invocation.
+//! The container sandbox of one code invocation: its settings, their security-first
+//! defaults, the list of ways a node loosened them, and the Docker flags that enforce
+//! them ([`Sandbox::apply`], the only place container isolation is set).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use bollard::models::{ContainerCreateBody, HostConfig};
 
 /// Limits and isolation for one run. [`Sandbox::default`] is the security-first
 /// baseline for untrusted code; a node may change any field, and every change that
@@ -46,6 +51,8 @@ pub struct Workspace {
 
 impl Workspace {
     pub const MOUNT_PATH: &'static str = "/workspace";
+    /// A node's workspace is writable unless it or the author's limits say otherwise.
+    pub const READ_ONLY_BY_DEFAULT: bool = false;
 }
 
 pub(crate) const MIB: i64 = 1024 * 1024;
@@ -118,5 +125,53 @@ impl Sandbox {
     /// container (no network) and nothing it writes survives it (no writable mount).
     pub fn is_hermetic(&self) -> bool {
         !self.network && self.workspace.as_ref().is_none_or(|w| w.read_only)
+    }
+}
+
+impl Sandbox {
+    /// Sets every isolation flag of a container on `body`: limits, network, IPC,
+    /// capabilities, privileges, user, root filesystem, mounts and working directory.
+    /// The caller fills in only what to run (image, command, environment, labels).
+    pub(crate) fn apply(&self, body: &mut ContainerCreateBody) {
+        let binds = self.workspace.as_ref().map(|w| {
+            vec![format!(
+                "{}:{}:{}",
+                w.host_path.display(),
+                Workspace::MOUNT_PATH,
+                if w.read_only { "ro" } else { "rw" }
+            )]
+        });
+        let tmpfs = self.read_only_root.then(|| {
+            HashMap::from([(
+                "/tmp".to_string(),
+                format!("rw,nosuid,nodev,size={},mode=1777", self.tmp_bytes),
+            )])
+        });
+        body.host_config = Some(HostConfig {
+            memory: Some(self.memory_bytes),
+            // Same as memory: no swap on top of the cap.
+            memory_swap: Some(self.memory_bytes),
+            nano_cpus: Some(self.nano_cpus),
+            pids_limit: Some(self.pids_limit),
+            network_mode: Some(if self.network { "bridge" } else { "none" }.into()),
+            ipc_mode: Some(self.ipc_mode.clone()),
+            cap_drop: Some(self.cap_drop.clone()),
+            security_opt: self
+                .no_new_privileges
+                .then(|| vec!["no-new-privileges".to_string()]),
+            readonly_rootfs: Some(self.read_only_root),
+            tmpfs,
+            binds,
+            // The driver removes the container itself, after reading its exit state.
+            auto_remove: Some(false),
+            ..Default::default()
+        });
+        body.user = self.user.clone();
+        body.network_disabled = Some(!self.network);
+        body.working_dir = Some(if self.workspace.is_some() {
+            Workspace::MOUNT_PATH.into()
+        } else {
+            "/tmp".into()
+        });
     }
 }

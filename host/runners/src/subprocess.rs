@@ -9,14 +9,13 @@ use std::process::{ExitStatus, Stdio};
 
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
-use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::RunnerError;
-use crate::lines::{Interrupt, LineSink};
-use crate::runner::{Exit, LINE_BUFFER, RunSpec, Running, Stream, spawn_driver};
+use crate::lines::Interrupt;
+use crate::running::{Drive, Running, launch};
+use crate::spec::{Exit, RunSpec, Stream};
 
 /// Signals a whole process group; kills on drop so no path leaves the group running.
 struct Group {
@@ -125,59 +124,42 @@ pub(crate) async fn start(
         program: spec.argv[0].clone(),
         source,
     })?;
-    let pid = child
-        .id()
-        .ok_or_else(|| RunnerError::Invalid("child exited before its pid was read".into()))?;
+    let pid = child.id().ok_or_else(|| RunnerError::NoPid {
+        program: spec.argv[0].clone(),
+    })?;
     let group = Group { pgid: pid as i32 };
     // Both pipes were requested above, so both are present.
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
 
-    let (tx, rx) = mpsc::channel(LINE_BUFFER);
-    let (done_tx, done_rx) = oneshot::channel();
-    let stop = CancellationToken::new();
-    let deadline = started + spec.sandbox.timeout;
-    let sink = LineSink::new(
-        tx,
-        stop.clone(),
-        deadline,
-        spec.sandbox.output_limit,
-        spec.sandbox.max_line,
-        spec.result_marker.clone(),
-    );
     let grace = spec.sandbox.kill_grace;
-    let driver_stop = stop.clone();
-    spawn_driver(tracker, async move {
-        let r = drive(
-            child,
-            group,
-            stdout,
-            stderr,
-            sink,
-            driver_stop,
-            deadline,
-            grace,
-        )
-        .await;
-        drop(scratch);
-        let mut exit = r;
-        exit.elapsed = started.elapsed();
-        let _ = done_tx.send(Ok(exit));
-    });
-    Ok(Running::new(rx, done_rx, stop, pid.to_string(), Vec::new()))
+    Ok(launch(
+        &spec,
+        started,
+        pid.to_string(),
+        Vec::new(),
+        tracker,
+        |run| async move {
+            let exit = drive(child, group, stdout, stderr, run, grace).await;
+            drop(scratch);
+            Ok(exit)
+        },
+    ))
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn drive(
     mut child: tokio::process::Child,
     group: Group,
     mut stdout: tokio::process::ChildStdout,
     mut stderr: tokio::process::ChildStderr,
-    mut sink: LineSink,
-    stop: CancellationToken,
-    deadline: Instant,
+    run: Drive,
     grace: std::time::Duration,
 ) -> Exit {
+    let Drive {
+        mut sink,
+        stop,
+        deadline,
+    } = run;
     let mut out_buf = vec![0u8; 16 * 1024];
     let mut err_buf = vec![0u8; 16 * 1024];
     let (mut out_open, mut err_open) = (true, true);
@@ -212,33 +194,24 @@ async fn drive(
     if interrupt.is_none() {
         interrupt = sink.finish().await.err();
     }
-    let mut exit = Exit::default();
-    if let Some(i) = interrupt {
-        match i {
-            Interrupt::Stopped => exit.stopped = true,
-            Interrupt::Timeout => exit.timed_out = true,
-        }
-        if status.is_none() {
-            group.signal(libc::SIGTERM);
-            status = match tokio::time::timeout(grace, child.wait()).await {
-                Ok(s) => s.ok(),
-                Err(_) => {
-                    group.signal(libc::SIGKILL);
-                    child.wait().await.ok()
-                }
-            };
-        }
+    if interrupt.is_some() && status.is_none() {
+        group.signal(libc::SIGTERM);
+        status = match tokio::time::timeout(grace, child.wait()).await {
+            Ok(s) => s.ok(),
+            Err(_) => {
+                group.signal(libc::SIGKILL);
+                child.wait().await.ok()
+            }
+        };
     }
     group.signal(libc::SIGKILL);
     group.wait_gone(std::time::Duration::from_secs(2)).await;
     drop(group);
+    let mut exit = Exit::default();
     if let Some(s) = status {
         exit.code = s.code().map(i64::from);
         exit.signal = s.signal();
     }
-    exit.truncated = sink.truncated;
-    exit.result = sink.result.take();
-    exit.last_stdout = sink.last_stdout.take();
-    exit.stderr_tail = sink.stderr_tail();
+    sink.conclude(interrupt, &mut exit);
     exit
 }

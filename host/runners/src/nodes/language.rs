@@ -1,0 +1,119 @@
+//! The four languages: their type names, the property holding the code, and the
+//! command line with the prelude that turns inputs into variables and defines
+//! `set_result`.
+
+use crate::config::RunnersConfig;
+
+/// Prefix of the stdout line through which `set_result` hands the result to the host.
+/// It starts with an ASCII record separator so ordinary output never matches it.
+pub const RESULT_MARKER: &str = "\u{1e}heddle-result ";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Language {
+    Python,
+    JavaScript,
+    Bash,
+    /// A shell command (`sh -c`).
+    Shell,
+}
+
+impl Language {
+    pub const ALL: [Language; 4] = [
+        Language::Python,
+        Language::JavaScript,
+        Language::Bash,
+        Language::Shell,
+    ];
+
+    pub fn type_name(self) -> &'static str {
+        match self {
+            Language::Python => "code.python",
+            Language::JavaScript => "code.javascript",
+            Language::Bash => "code.bash",
+            Language::Shell => "code.shell",
+        }
+    }
+
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Language::Python => "Python",
+            Language::JavaScript => "JavaScript",
+            Language::Bash => "Bash",
+            Language::Shell => "shell",
+        }
+    }
+
+    /// The property holding the source text.
+    pub(super) fn code_property(self) -> &'static str {
+        match self {
+            Language::Shell => "command",
+            _ => "code",
+        }
+    }
+
+    pub(super) fn default_image(self, c: &RunnersConfig) -> &str {
+        match self {
+            Language::Python => &c.images.python,
+            Language::JavaScript => &c.images.javascript,
+            Language::Bash | Language::Shell => &c.images.bash,
+        }
+    }
+
+    pub(super) fn from_type(t: &str) -> Option<Language> {
+        Language::ALL.into_iter().find(|l| l.type_name() == t)
+    }
+
+    /// The command line. The user's code travels in `HEDDLE_CODE` for Python and
+    /// JavaScript (so no interpreter option parsing can touch it) and after a one-line
+    /// prelude for the shells (so line numbers in their errors stay right).
+    pub(super) fn argv(self, code: &str) -> (Vec<String>, Option<String>) {
+        match self {
+            Language::Python => (
+                vec![
+                    "python3".into(),
+                    "-u".into(),
+                    "-c".into(),
+                    PY_PRELUDE.into(),
+                ],
+                Some(code.into()),
+            ),
+            Language::JavaScript => (
+                vec!["node".into(), "-e".into(), JS_PRELUDE.into()],
+                Some(code.into()),
+            ),
+            Language::Bash => (
+                vec!["bash".into(), "-c".into(), format!("{SH_PRELUDE}{code}")],
+                None,
+            ),
+            Language::Shell => (
+                vec!["sh".into(), "-c".into(), format!("{SH_PRELUDE}{code}")],
+                None,
+            ),
+        }
+    }
+}
+
+const PY_PRELUDE: &str = r#"import json as _hj, os as _ho, sys as _hs
+inputs = {_k[10:]: _hj.loads(_v) for _k, _v in _ho.environ.items() if _k.startswith("HEDDLE_IN_")}
+def set_result(value):
+    _hs.stdout.write("\x1eheddle-result " + _hj.dumps(value) + "\n")
+    _hs.stdout.flush()
+_hcode = _ho.environ.pop("HEDDLE_CODE", "")
+globals().update(inputs)
+exec(compile(_hcode, "<code>", "exec"), globals())
+"#;
+
+const JS_PRELUDE: &str = r#"const inputs = {};
+for (const [k, v] of Object.entries(process.env)) if (k.startsWith("HEDDLE_IN_")) inputs[k.slice(10)] = JSON.parse(v);
+const set_result = (v) => { process.stdout.write("\x1eheddle-result " + JSON.stringify(v === undefined ? null : v) + "\n"); };
+const code = process.env.HEDDLE_CODE || ""; delete process.env.HEDDLE_CODE;
+const names = Object.keys(inputs).filter((n) => /^[A-Za-z_$][\w$]*$/.test(n));
+const AsyncFunction = (async () => {}).constructor;
+let fn;
+try { fn = new AsyncFunction("inputs", "set_result", "setResult", "require", ...names, code); }
+catch (e) { console.error(String(e && e.stack || e)); process.exit(1); }
+fn(inputs, set_result, set_result, require, ...names.map((n) => inputs[n]))
+  .catch((e) => { console.error(String(e && e.stack || e)); process.exitCode = 1; });
+"#;
+
+const SH_PRELUDE: &str = r#"set_result() { printf '\036heddle-result %s\n' "$1"; }; "#;
