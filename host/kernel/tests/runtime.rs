@@ -234,13 +234,22 @@ async fn controlled_node_runs_per_control_event_with_latest_data_and_non_persist
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_control_answers_concurrent_callers_in_fifo_order() {
     let (reg, _) = registry();
+    // A streaming input behind a control edge keeps a controller live until the end,
+    // so the caller can drive the node alongside it.
     let doc = graph(
         &[
+            ("ctl", "heddle.input", json!({"streaming": true})),
+            ("p", "heddle.passthrough", json!({})),
             ("x", "heddle.constant", json!({"value": 10})),
             ("s", "test.scale", json!({})),
             ("out", "heddle.output", json!({})),
         ],
-        &[("x", "value", "s", "x"), ("s", "out", "out", "value")],
+        &[
+            ("ctl", "value", "p", "value"),
+            ("p", "value", "s", "__control__"),
+            ("x", "value", "s", "x"),
+            ("s", "out", "out", "value"),
+        ],
     );
     let plan = heddle_core::plan::plan(&doc, &reg).unwrap();
     let h = Run::new(plan, &reg, RunOptions::default()).unwrap().start();

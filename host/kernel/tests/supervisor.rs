@@ -654,12 +654,20 @@ async fn streaming_input_node_may_only_end_the_stream_or_fail() {
 
 #[tokio::test]
 async fn controlled_node_retry_reruns_the_control_event() {
+    // A streaming input behind a control edge keeps a controller live until the end,
+    // so the caller can drive the node alongside it.
     let doc = graph(
         &[
+            ("ctl", "heddle.input", json!({"streaming": true})),
+            ("p", "heddle.passthrough", json!({})),
             ("c", "sup.ctl", json!({"x": 4})),
             ("out", "heddle.output", json!({"name": "out"})),
         ],
-        &[("c", "out", "out", "value")],
+        &[
+            ("ctl", "value", "p", "value"),
+            ("p", "value", "c", "__control__"),
+            ("c", "out", "out", "value"),
+        ],
     );
     let opts = RunOptions {
         supervisor: policy("[[rule]]\nverdict = \"retry\"\n"),

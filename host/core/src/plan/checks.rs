@@ -295,7 +295,7 @@ impl Planner<'_> {
                     None,
                     Some(CONTROL_HANDLE),
                     format!(
-                        "node type `{}` runs only on control events and no control edge reaches this node: it runs only if the caller sends it control events while the run is live",
+                        "node type `{}` runs on control events and no control edge reaches this node: it runs as a buffered node, once per set of inputs",
                         n.node_type
                     ),
                 ));
@@ -318,8 +318,7 @@ impl Planner<'_> {
     }
 
     /// A required input (or property) needs an edge, a value or a default. A controlled
-    /// node is exempt: each control event (from a controller or from the caller) carries
-    /// properties that may supply the value.
+    /// node is exempt: each control event carries properties that may supply the value.
     pub(super) fn required_inputs(&mut self, nodes: &[PlanNode], fed: &HashSet<(&str, &str)>) {
         for n in nodes {
             if n.decl.mode == NodeMode::Controlled {

@@ -9,28 +9,23 @@
 mod actor;
 pub mod bus;
 pub mod lineage;
+mod runner;
 pub mod sched;
+mod wiring;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use heddle_core::graph::EdgeType;
 use heddle_core::plan::{Plan, ValidationError};
-use heddle_core::{
-    EventKind, GraphDoc, NodeOutcome, NodeReport, PortType, RunResult, RunStatus, SkipReason,
-    SuspendInfo, Value,
-};
+use heddle_core::{GraphDoc, PortType, RunResult, RunStatus, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use actor::InvocationRecord;
-use actor::{
-    Actor, ActorReport, ActorSpec, ControlEvent, HandleSpec, Msg, NodeRole, OutEdge, OutPort,
-    Shared, Stop,
-};
+use actor::{ActorSpec, ControlEvent, Msg, Shared};
 pub use bus::{EventBus, EventStream};
 pub use lineage::Lineage;
 
@@ -122,7 +117,9 @@ pub enum KernelError {
     InputClosed(String),
     #[error("no node `{0}` in this run")]
     UnknownNode(String),
-    #[error("node {0} is not a controlled node")]
+    #[error(
+        "node {0} does not take control events (not a controlled node, or no control edge reaches it and it runs as a buffered node)"
+    )]
     NotControlled(String),
     #[error("control event to node {node}: {message}")]
     Control { node: String, message: String },
@@ -252,7 +249,6 @@ impl Run {
             roots: plan.correlation.roots.clone().into(),
             secrets: self.opts.secrets.clone(),
             run_token: run_token.clone(),
-            external_closed: CancellationToken::new(),
             cancelled: AtomicBool::new(false),
             limits: self.opts.inbox.clone(),
             escalator,
@@ -278,7 +274,7 @@ impl Run {
         let bus = self.bus.clone();
         let sh = shared.clone();
         let plan2 = plan.clone();
-        let join = tokio::spawn(run_all(plan2, executors, specs, sh, bus));
+        let join = tokio::spawn(runner::run_all(plan2, executors, specs, sh, bus));
         RunHandle {
             shared,
             txs: txs.into(),
@@ -288,194 +284,6 @@ impl Run {
             join,
         }
     }
-
-    fn spec(&self, i: usize, txs: &[mpsc::Sender<Msg>], rx: mpsc::Receiver<Msg>) -> ActorSpec {
-        let plan = &self.plan;
-        let node = &plan.nodes[i];
-        let scope = plan.correlation.nodes.get(i).cloned().unwrap_or_default();
-        let decl = node.decl.clone();
-
-        let handles: Vec<HandleSpec> = scope
-            .inputs
-            .iter()
-            .map(|(name, h)| HandleSpec {
-                name: name.clone(),
-                class: h.class,
-                scope: h.scope.clone(),
-                accumulates: h.accumulates,
-                repeats: h.repeats_per_key,
-                upstream: 0,
-            })
-            .collect();
-        let mut handles = handles;
-        let handle_idx = |node: usize, h: &str| -> Option<u16> {
-            plan.correlation
-                .nodes
-                .get(node)
-                .and_then(|s| s.inputs.keys().position(|k| &**k == h))
-                .map(|p| p as u16)
-        };
-        let mut root_contrib: HashMap<u32, u32> = HashMap::new();
-        let mut control_in: Vec<u32> = Vec::new();
-        for &ei in &node.in_edges {
-            let e = &plan.edges[ei as usize];
-            match e.edge_type {
-                EdgeType::Data => {
-                    if let Some(h) = handle_idx(i, &e.target_handle) {
-                        handles[h as usize].upstream += 1;
-                        if let Some(es) = plan.correlation.edges.get(ei as usize) {
-                            for r in &es.scope {
-                                *root_contrib.entry(*r).or_insert(0) += 1;
-                            }
-                        }
-                    }
-                }
-                EdgeType::Control => {
-                    if !control_in.contains(&e.source) {
-                        control_in.push(e.source);
-                    }
-                }
-            }
-        }
-
-        // Output ports: declared outputs with their scopes, plus control ports.
-        let mut ports: Vec<OutPort> = Vec::new();
-        let mut control_targets: Vec<usize> = Vec::new();
-        for &ei in &node.out_edges {
-            let e = &plan.edges[ei as usize];
-            let target = e.target as usize;
-            let control = e.edge_type == EdgeType::Control;
-            let handle = if control {
-                0
-            } else {
-                match handle_idx(target, &e.target_handle) {
-                    Some(h) => h,
-                    None => continue,
-                }
-            };
-            if control && !control_targets.contains(&target) {
-                control_targets.push(target);
-            }
-            let pi = match ports
-                .iter()
-                .position(|p| p.name == e.source_handle && p.control == control)
-            {
-                Some(p) => p,
-                None => {
-                    let os = scope.outputs.get(&e.source_handle);
-                    let (pscope, mints) = match os {
-                        Some(o) => (o.scope.clone(), o.mints),
-                        None => (scope.invocation_scope.clone(), None),
-                    };
-                    let keep = pscope.len() - usize::from(mints.is_some());
-                    ports.push(OutPort {
-                        name: e.source_handle.clone(),
-                        keep,
-                        scope: pscope,
-                        mints,
-                        control,
-                        edges: Vec::new(),
-                    });
-                    ports.len() - 1
-                }
-            };
-            ports[pi].edges.push(OutEdge {
-                edge_id: e.id.clone(),
-                tx: txs[target].clone(),
-                handle,
-                counter: 0,
-                last_event: None,
-                dirty: false,
-            });
-        }
-        // Declared outputs without edges still get a port (values are dropped there
-        // without a warning).
-        for o in &decl.outputs {
-            if !ports
-                .iter()
-                .any(|p| &*p.name == o.name.as_str() && !p.control)
-            {
-                let os = scope.outputs.get(o.name.as_str());
-                let (pscope, mints) = match os {
-                    Some(o) => (o.scope.clone(), o.mints),
-                    None => (scope.invocation_scope.clone(), None),
-                };
-                let keep = pscope.len() - usize::from(mints.is_some());
-                ports.push(OutPort {
-                    name: Arc::from(o.name.as_str()),
-                    keep,
-                    scope: pscope,
-                    mints,
-                    control: false,
-                    edges: Vec::new(),
-                });
-            }
-        }
-        if &*node.node_type == INPUT_TYPE {
-            // The input node's single output must be port 0 (the kernel routes to it).
-            if let Some(p) = ports.iter().position(|p| &*p.name == "value" && !p.control) {
-                ports.swap(0, p);
-            }
-        }
-
-        // Defaults: declared input/property defaults, then document properties.
-        let mut base = BTreeMap::new();
-        for p in decl.inputs.iter().chain(decl.properties.iter()) {
-            if let Some(d) = &p.default {
-                base.insert(p.name.clone(), d.clone());
-            }
-        }
-        for (k, v) in &node.properties {
-            base.insert(k.clone(), v.clone());
-        }
-        let defaults = handles
-            .iter()
-            .map(|h| decl.input(&h.name).and_then(|p| p.default.clone()))
-            .collect();
-
-        let role = if &*node.node_type == INPUT_TYPE {
-            NodeRole::Input {
-                streaming: is_streaming(&node.properties),
-                initial: self.inputs[i].clone(),
-            }
-        } else if &*node.node_type == OUTPUT_TYPE {
-            NodeRole::Output {
-                name: node.name.clone(),
-            }
-        } else {
-            NodeRole::Executor
-        };
-        let timeout = node
-            .limits
-            .as_ref()
-            .and_then(|l| l.timeout_ms)
-            .map(Duration::from_millis)
-            .or(self.opts.node_timeout);
-        let controllers = node.controllers.len().max(control_in.len());
-        let driver = scope
-            .repeating_driver
-            .as_ref()
-            .and_then(|d| scope.inputs.keys().position(|k| k == d));
-        ActorSpec {
-            idx: i,
-            id: node.id.clone(),
-            node_type: node.node_type.clone(),
-            decl,
-            exec: self.executors[i].clone(),
-            base_inputs: base,
-            defaults,
-            handles,
-            scope: scope.invocation_scope.clone(),
-            driver,
-            ports,
-            control_targets: control_targets.iter().map(|t| txs[*t].clone()).collect(),
-            controllers,
-            root_contrib,
-            timeout,
-            role,
-            rx,
-        }
-    }
 }
 
 fn is_streaming(props: &BTreeMap<String, Value>) -> bool {
@@ -483,199 +291,6 @@ fn is_streaming(props: &BTreeMap<String, Value>) -> bool {
         .get("streaming")
         .and_then(|v| v.as_bool())
         .unwrap_or(false)
-}
-
-/// The runner: initializes executors, runs every actor, finalizes, builds the result.
-async fn run_all(
-    plan: Arc<Plan>,
-    executors: Vec<Arc<dyn Executor>>,
-    specs: Vec<ActorSpec>,
-    sh: Arc<Shared>,
-    bus: Arc<EventBus>,
-) -> RunResult {
-    let t0 = Instant::now();
-    bus.publish(EventKind::Run {
-        status: RunStatus::Running,
-        error: None,
-    });
-    // Initialize every executor in graph order before any actor starts.
-    for (i, e) in executors.iter().enumerate() {
-        let r = tokio::select! {
-            biased;
-            r = e.initialize() => r,
-            _ = sh.run_token.cancelled() => Err(crate::executor::NodeError::cancelled()),
-        };
-        if let Err(err) = r {
-            for e in &executors[..i] {
-                e.finalize().await;
-            }
-            let n = &plan.nodes[i];
-            let (status, error) = if sh.cancelled.load(Ordering::SeqCst) {
-                (RunStatus::Cancelled, "cancelled".to_string())
-            } else {
-                (
-                    RunStatus::Failed,
-                    format!(
-                        "node \"{}\" (type {}) failed to initialize: {}",
-                        n.id, n.node_type, err.message
-                    ),
-                )
-            };
-            let nodes = plan
-                .nodes
-                .iter()
-                .map(|n| {
-                    (
-                        n.id.to_string(),
-                        NodeReport {
-                            node_type: n.node_type.to_string(),
-                            outcome: NodeOutcome::Skipped {
-                                reason: if status == RunStatus::Cancelled {
-                                    SkipReason::Cancelled
-                                } else {
-                                    SkipReason::UpstreamFailed
-                                },
-                            },
-                            invocations: 0,
-                            metrics: Default::default(),
-                        },
-                    )
-                })
-                .collect();
-            return finish_result(&bus, status, Some(error), None, BTreeMap::new(), nodes, t0);
-        }
-    }
-
-    let mut joins: Vec<(usize, JoinHandle<ActorReport>)> = Vec::with_capacity(specs.len());
-    let mut reports: Vec<Option<ActorReport>> = (0..plan.nodes.len()).map(|_| None).collect();
-    for s in specs {
-        let idx = s.idx;
-        let a = Actor::new(s, sh.clone());
-        if a.inline_source() {
-            // An actor is a logical unit, not necessarily a task: a ready native source
-            // runs to completion right here unless it has to wait (a full downstream
-            // inbox), in which case the rest of it becomes a task.
-            let mut fut = Box::pin(a.run());
-            match std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await {
-                std::task::Poll::Ready(r) => reports[idx] = Some(r),
-                std::task::Poll::Pending => joins.push((idx, tokio::spawn(fut))),
-            }
-        } else {
-            joins.push((idx, tokio::spawn(a.run())));
-        }
-    }
-    let mut panics = Vec::new();
-    for (idx, j) in joins {
-        match j.await {
-            Ok(r) => reports[idx] = Some(r),
-            Err(e) => {
-                let n = &plan.nodes[idx];
-                panics.push(format!(
-                    "node \"{}\" (type {}) panicked: {e}",
-                    n.id, n.node_type
-                ));
-            }
-        }
-    }
-    for e in &executors {
-        e.finalize().await;
-    }
-
-    // Outcome, with precedence cancel > suspend > failed > completed.
-    let mut outputs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    let mut nodes = BTreeMap::new();
-    let mut errors = Vec::new();
-    let mut aborts = Vec::new();
-    let mut suspend: Option<SuspendInfo> = None;
-    for (i, r) in reports.into_iter().enumerate() {
-        let n = &plan.nodes[i];
-        let Some(r) = r else {
-            nodes.insert(
-                n.id.to_string(),
-                NodeReport {
-                    node_type: n.node_type.to_string(),
-                    outcome: NodeOutcome::Failed {
-                        error: "the node's actor panicked".into(),
-                    },
-                    invocations: 0,
-                    metrics: Default::default(),
-                },
-            );
-            continue;
-        };
-        if &*n.node_type == OUTPUT_TYPE {
-            outputs
-                .entry(n.name.to_string())
-                .or_default()
-                .extend(r.outputs);
-        }
-        match r.stop {
-            Some(Stop::Failed(m)) => errors.push(m),
-            Some(Stop::Abort(m)) => aborts.push(m),
-            Some(Stop::Suspended(info)) if suspend.is_none() => suspend = Some(info),
-            _ => {}
-        }
-        nodes.insert(
-            n.id.to_string(),
-            NodeReport {
-                node_type: n.node_type.to_string(),
-                outcome: r.outcome,
-                invocations: r.invocations,
-                metrics: r.metrics,
-            },
-        );
-    }
-    errors.extend(panics.iter().cloned());
-    let all_errors: Vec<String> = aborts
-        .iter()
-        .cloned()
-        .chain(errors.iter().cloned())
-        .collect();
-    let (status, error) = if sh.cancelled.load(Ordering::SeqCst) {
-        (RunStatus::Cancelled, Some("cancelled".to_string()))
-    } else if let Some(s) = &suspend {
-        (
-            RunStatus::Suspended,
-            Some(format!("suspended by node \"{}\": {}", s.node_id, s.reason)),
-        )
-    } else if !all_errors.is_empty() {
-        (RunStatus::Failed, Some(all_errors.join("; ")))
-    } else {
-        (RunStatus::Completed, None)
-    };
-    let mut result = finish_result(&bus, status, error, suspend, outputs, nodes, t0);
-    if let Some(esc) = &sh.escalator {
-        result.interventions = esc.interventions_json();
-        esc.close();
-    }
-    result
-}
-
-fn finish_result(
-    bus: &EventBus,
-    status: RunStatus,
-    error: Option<String>,
-    suspend: Option<SuspendInfo>,
-    outputs: BTreeMap<String, Vec<Value>>,
-    nodes: BTreeMap<String, NodeReport>,
-    t0: Instant,
-) -> RunResult {
-    bus.publish(EventKind::Run {
-        status,
-        error: error.clone(),
-    });
-    let (events, dropped) = bus.close();
-    RunResult {
-        status,
-        outputs,
-        error,
-        suspend,
-        nodes,
-        interventions: Vec::new(),
-        events: events.iter().map(|e| (**e).clone()).collect(),
-        events_dropped: dropped,
-        wall_us: t0.elapsed().as_micros() as u64,
-    }
 }
 
 /// A running run.
@@ -749,7 +364,9 @@ impl RunHandle {
 
     /// Sends a `run` control event with `properties` to a controlled node and resolves
     /// with the outputs of the invocation it causes. Concurrent calls are answered in
-    /// the order they were sent (FIFO).
+    /// the order they were sent (FIFO). The caller drives a node alongside its
+    /// controllers, while one of them is live; a controlled node that no control edge
+    /// reaches runs as a buffered node and refuses control events.
     pub async fn send_control(
         &self,
         node_id: &str,
@@ -759,7 +376,8 @@ impl RunHandle {
             .node_index
             .get(node_id)
             .ok_or_else(|| KernelError::UnknownNode(node_id.to_string()))?;
-        if self.plan.nodes[i].decl.mode != heddle_core::NodeMode::Controlled {
+        let node = &self.plan.nodes[i];
+        if node.decl.mode != heddle_core::NodeMode::Controlled || node.controllers.is_empty() {
             return Err(KernelError::NotControlled(node_id.to_string()));
         }
         let (tx, rx) = oneshot::channel();
@@ -787,7 +405,6 @@ impl RunHandle {
 
     /// Waits for the run to end. Every actor task has finished when this returns.
     pub async fn wait(self) -> RunResult {
-        self.shared.external_closed.cancel();
         drop(self.txs);
         match self.join.await {
             Ok(r) => r,

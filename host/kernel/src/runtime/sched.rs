@@ -299,6 +299,14 @@ impl Scheduler {
         }
     }
 
+    /// Whether a key under the closed scope (`parent` at `depth`) still holds values
+    /// that have not fired: its items wait for a side input, so the scope is not settled.
+    pub fn pending_under(&self, parent: &[u32], depth: usize) -> bool {
+        self.buckets.iter().any(|(k, b)| {
+            k.len() > depth && k[..depth] == *parent && b.slots.iter().any(|s| !s.fresh.is_empty())
+        })
+    }
+
     /// After a scope closed and its ready keys fired: forgets what can never fire again
     /// under it (buckets without fresh values, sticky values of deeper handles).
     pub fn retire_scope(&mut self, parent: &[u32], depth: usize) {

@@ -1,6 +1,6 @@
 //! The kernel side of one escalation, called from the actor's single failure path.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use heddle_core::supervise::{
@@ -37,6 +37,8 @@ pub struct FailedInvocation<'a> {
     pub metrics: &'a InvocationMetrics,
     /// Streaming: something was emitted downstream before the failure.
     pub emitted: bool,
+    /// 1 for the first attempt of this invocation, then 2, 3… for each retry.
+    pub attempt: u32,
 }
 
 /// What the actor must do, already checked against the allowed set.
@@ -61,8 +63,8 @@ pub fn escalates(err: &NodeError) -> bool {
     !matches!(err.kind, ErrorKind::Suspend { .. } | ErrorKind::Cancelled)
 }
 
-/// One per supervised run. Holds the handle (always bounded), the attempt counters, the
-/// recorded interventions and the run state the agent's tools read.
+/// One per supervised run. Holds the handle (always bounded), the recorded
+/// interventions and the run state the agent's tools read.
 pub struct Escalator {
     supervisor: Arc<dyn Supervisor>,
     secrets: Arc<SecretRegistry>,
@@ -71,7 +73,6 @@ pub struct Escalator {
     signatures: SignatureRegistry,
     limits: RedactLimits,
     state: Arc<RunState>,
-    attempts: Mutex<HashMap<(String, String), u32>>,
     interventions: Mutex<Vec<Intervention>>,
 }
 
@@ -96,7 +97,6 @@ impl Escalator {
             signatures: SignatureRegistry::default(),
             limits: RedactLimits::default(),
             state: Arc::new(state),
-            attempts: Mutex::new(HashMap::new()),
             interventions: Mutex::new(Vec::new()),
         }
     }
@@ -149,14 +149,6 @@ impl Escalator {
         if !escalates(f.error) {
             return Resolution::Fail { summary: None };
         }
-        let attempt = {
-            let mut a = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
-            let n = a
-                .entry((f.node_id.to_string(), f.key.to_string()))
-                .or_insert(0);
-            *n += 1;
-            *n
-        };
         let failure = failure_kind(&f.error.kind);
         let signature = self.signatures.signature(&ErrorShape {
             kind: &failure,
@@ -191,7 +183,7 @@ impl Escalator {
             candidate: candidate.as_ref(),
             inputs: f.inputs,
             declared_outputs: &declared,
-            attempt,
+            attempt: f.attempt,
             spent_cost_usd: f.metrics.cost_usd,
             created_assets: !f.metrics.assets.is_empty(),
             retry_safe: f.decl.retry_safe,

@@ -389,6 +389,7 @@ async fn run_escalator(
             error: &error,
             metrics: &metrics,
             emitted: false,
+            attempt: 1,
         })
         .await;
     let events = sink.0.lock().unwrap().clone();
@@ -493,7 +494,7 @@ async fn no_secret_value_reaches_escalation_events_or_interventions() {
 }
 
 #[tokio::test]
-async fn attempts_count_per_node_and_key_and_suspend_never_escalates() {
+async fn escalations_carry_the_attempt_and_suspend_never_escalates() {
     let inner = Scripted::new(vec![Verdict::skip(), Verdict::skip(), Verdict::skip()]);
     let sink = Arc::new(Sink::default());
     let esc = Escalator::new(
@@ -506,7 +507,8 @@ async fn attempts_count_per_node_and_key_and_suspend_never_escalates() {
     let inputs = BTreeMap::new();
     let metrics = InvocationMetrics::default();
     let err = NodeError::msg("x");
-    for key in ["a", "a", "b"] {
+    // The actor counts attempts per invocation; the escalation carries its count.
+    for (key, attempt) in [("a", 1), ("a", 2), ("b", 1)] {
         esc.on_failure(FailedInvocation {
             node_id: "n",
             node_type: "t",
@@ -518,6 +520,7 @@ async fn attempts_count_per_node_and_key_and_suspend_never_escalates() {
             error: &err,
             metrics: &metrics,
             emitted: false,
+            attempt,
         })
         .await;
     }
@@ -542,6 +545,7 @@ async fn attempts_count_per_node_and_key_and_suspend_never_escalates() {
             error: &suspend,
             metrics: &metrics,
             emitted: false,
+            attempt: 1,
         })
         .await;
     assert_eq!(r, Resolution::Fail { summary: None });

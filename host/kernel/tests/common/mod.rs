@@ -154,6 +154,21 @@ impl NodeProvider for TestNodes {
                     vec![OutputDecl::new("yes", any()), OutputDecl::new("no", any())],
                 )
             },
+            // `a / b`; both inputs required, no defaults.
+            d(
+                "test.div",
+                vec![
+                    PortDecl::new("a", t("float")).required(),
+                    PortDecl::new("b", t("float")).required(),
+                ],
+                vec![OutputDecl::new("q", t("float"))],
+            ),
+            // The sum of a list of ints.
+            d(
+                "test.sum",
+                vec![PortDecl::new("list", t("list[int]")).required()],
+                vec![OutputDecl::new("sum", t("int"))],
+            ),
             // Iterates `list` by streaming (emit per item), group "x".
             NodeDecl {
                 mode: NodeMode::StreamingOutput,
@@ -212,6 +227,21 @@ impl Executor for TestExec {
                     Ok(Outputs::one("value", Value::Int(v)))
                 }
                 "test.add" => Ok(Outputs::one("sum", Value::Int(int(i, "a")? + int(i, "b")?))),
+                "test.div" => {
+                    let f = |k: &str| {
+                        i.get(k)
+                            .and_then(|v| v.as_f64())
+                            .ok_or_else(|| NodeError::msg(format!("input `{k}` is missing")))
+                    };
+                    Ok(Outputs::one("q", Value::Float(f("a")? / f("b")?)))
+                }
+                "test.sum" => {
+                    let list = i.get("list").and_then(|l| l.as_list()).unwrap_or(&[]);
+                    Ok(Outputs::one(
+                        "sum",
+                        Value::Int(list.iter().filter_map(|v| v.as_i64()).sum()),
+                    ))
+                }
                 "test.fail" => {
                     let v = i.get("value").cloned().unwrap_or_default();
                     if i.get("fail_on") == Some(&v) {

@@ -1,6 +1,7 @@
 //! Buffered and streaming-output nodes: the correlated scheduler decides when a lineage
 //! key has a complete set of inputs, and each complete set is one invocation.
 
+use heddle_core::plan::RootIdx;
 use heddle_core::{EventKind, NodeMode, Value};
 use smallvec::SmallVec;
 
@@ -10,6 +11,15 @@ use super::{Actor, BATCH, Msg, NodeRole, Stop, reply_not_controlled};
 use crate::executor::Inputs;
 use crate::runtime::lineage::{Key, Lineage};
 use crate::runtime::sched::{DoneEffect, Firing, Limits, SchedHandle, Scheduler};
+
+/// A scope close received from upstream: `root` closed under `parent`, which is `key`
+/// over the first `depth` roots of this node's invocation scope.
+struct ClosingScope {
+    parent: Lineage,
+    root: RootIdx,
+    key: Key,
+    depth: usize,
+}
 
 impl Actor {
     pub(super) async fn run_buffered(&mut self) -> Result<(), Stop> {
@@ -45,6 +55,8 @@ impl Actor {
             },
             self.shared.roots.clone(),
         );
+        // Scopes that closed upstream, not yet passed on (see `release_settled`).
+        let mut closing: Vec<ClosingScope> = Vec::new();
         let mut buf = Vec::with_capacity(BATCH);
         while !self.all_closed() {
             let n = tokio::select! {
@@ -76,8 +88,8 @@ impl Actor {
                             Ok(None) => self.fire_ready(&mut sched).await?,
                         }
                     }
-                    Msg::Eos { handle, end } => {
-                        if self.close_upstream(handle, end) {
+                    Msg::Eos { handle, end, edge } => {
+                        if self.close_upstream(handle, end, edge) {
                             sched.close_handle(handle as usize);
                             if !fast {
                                 self.fire_ready(&mut sched).await?;
@@ -97,16 +109,27 @@ impl Actor {
                         if !self.scope_close_complete(root, &parent) {
                             continue;
                         }
-                        if let Some(d) = self.spec.scope.iter().position(|r| *r == root) {
-                            let pk = parent.key(&self.spec.scope[..d]);
-                            sched.close_scope(&pk, d);
-                            self.fire_ready(&mut sched).await?;
-                            sched.retire_scope(&pk, d);
+                        match self.spec.scope.iter().position(|r| *r == root) {
+                            Some(depth) => {
+                                let key = parent.key(&self.spec.scope[..depth]);
+                                sched.close_scope(&key, depth);
+                                self.fire_ready(&mut sched).await?;
+                                closing.push(ClosingScope {
+                                    parent,
+                                    root,
+                                    key,
+                                    depth,
+                                });
+                            }
+                            None => self.send_scope_closed(&parent, root).await?,
                         }
-                        self.send_scope_closed(&parent, root).await?;
                     }
                     Msg::Control(ev) => reply_not_controlled(ev, &self.spec.id),
                     Msg::ControlEos | Msg::External(_) | Msg::ExternalEos => {}
+                }
+                if !closing.is_empty() {
+                    self.release_settled(&mut sched, &mut closing, false)
+                        .await?;
                 }
             }
             buf = batch;
@@ -115,6 +138,31 @@ impl Actor {
         // Every input closed: whatever can fire, fires (partial input takes defaults).
         if !fast {
             self.fire_ready(&mut sched).await?;
+        }
+        self.release_settled(&mut sched, &mut closing, true).await
+    }
+
+    /// Passes on the scope closes whose items have all settled (fired or dropped); with
+    /// `all`, every one (nothing can fire any more). Until then an aggregate downstream
+    /// must not finish: items still waiting for a late side input belong to the scope.
+    /// (An outer scope is pending while any scope under it is, so nested closes still
+    /// leave in order.)
+    async fn release_settled(
+        &mut self,
+        sched: &mut Scheduler,
+        closing: &mut Vec<ClosingScope>,
+        all: bool,
+    ) -> Result<(), Stop> {
+        let mut i = 0;
+        while i < closing.len() {
+            let c = &closing[i];
+            if !all && sched.pending_under(&c.key, c.depth) {
+                i += 1;
+                continue;
+            }
+            let c = closing.remove(i);
+            sched.retire_scope(&c.key, c.depth);
+            self.send_scope_closed(&c.parent, c.root).await?;
         }
         Ok(())
     }
@@ -159,8 +207,22 @@ impl Actor {
             self.outputs.push(v);
             return Ok(());
         }
+        if self.lacks_required(&f) {
+            // A required input never arrived for this key: the node cannot run for it,
+            // and downstream learns the key is done. If it never runs at all, its skip
+            // reason says why the input is missing.
+            return self.forward_dropped(&lineage).await;
+        }
         let inputs = self.rebuild_inputs(&f);
         self.fire(inputs, f, lineage).await
+    }
+
+    fn lacks_required(&self, f: &Firing) -> bool {
+        self.spec
+            .handles
+            .iter()
+            .enumerate()
+            .any(|(i, h)| h.required && !f.iter().any(|(j, _)| *j == i))
     }
 
     /// Runs one invocation (buffered, streaming output) and routes what it produces.

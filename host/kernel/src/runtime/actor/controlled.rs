@@ -1,6 +1,7 @@
-//! Controlled nodes: data inputs only update the latest values; each `run` control
-//! event (from a controller edge, or from the caller when the graph has none) is one
-//! invocation with those values and the event's properties.
+//! Controlled nodes with at least one controller: data inputs only update the latest
+//! values; each `run` control event (from a controller edge, or from the caller while a
+//! controller is live) is one invocation with those values and the event's properties.
+//! The node ends when every controller has ended.
 
 use std::collections::VecDeque;
 
@@ -17,10 +18,6 @@ impl Actor {
         let mut latest: Vec<Option<Value>> = vec![None; self.spec.handles.len()];
         let mut held: VecDeque<ControlEvent> = VecDeque::new();
         let mut controllers = self.spec.controllers;
-        let mut external = controllers == 0;
-        if external {
-            controllers = 1;
-        }
         let mut buf = Vec::with_capacity(BATCH);
         let mut ready = false;
         loop {
@@ -53,13 +50,6 @@ impl Actor {
                 biased;
                 n = self.spec.rx.recv_many(&mut buf, BATCH) => n,
                 _ = self.shared.run_token.cancelled() => return Err(Stop::Cancelled),
-                // No controller in the graph: the caller drives it until it stops
-                // interacting with the run (waits for its end).
-                _ = self.shared.external_closed.cancelled(), if external => {
-                    external = false;
-                    controllers = controllers.saturating_sub(1);
-                    continue;
-                }
             };
             if n == 0 {
                 return Ok(());
@@ -69,8 +59,8 @@ impl Actor {
                     Msg::Data { handle, value, .. } => {
                         latest[handle as usize] = Some(value);
                     }
-                    Msg::Eos { handle, end } => {
-                        self.close_upstream(handle, end);
+                    Msg::Eos { handle, end, edge } => {
+                        self.close_upstream(handle, end, edge);
                     }
                     Msg::Control(ev) => held.push_back(ev),
                     Msg::ControlEos => controllers = controllers.saturating_sub(1),

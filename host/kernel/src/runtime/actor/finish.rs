@@ -7,17 +7,18 @@ use super::{Actor, ActorReport, End, Msg, NodeRole, Stop};
 use crate::executor::Outputs;
 
 impl Actor {
-    fn skip_reason(&self) -> SkipReason {
-        if self.shared.run_token.is_cancelled() {
-            return SkipReason::Cancelled;
-        }
-        if self.ends.contains(&End::Cancelled) {
+    /// Why a node that never ran was skipped, from how its feeders ended: a cause
+    /// upstream (cancel, failure, suspension) wins; `upstream_skipped` only when every
+    /// feeder was skipped; otherwise its inputs closed without what it needs
+    /// (`no_input`).
+    pub(super) fn skip_reason(&self) -> SkipReason {
+        if self.shared.run_token.is_cancelled() || self.ends.contains(&End::Cancelled) {
             SkipReason::Cancelled
         } else if self.ends.contains(&End::Failed) {
             SkipReason::UpstreamFailed
         } else if self.ends.contains(&End::Suspended) {
             SkipReason::Suspended
-        } else if self.ends.contains(&End::Skipped) {
+        } else if !self.ends.is_empty() && self.ends.iter().all(|e| *e == End::Skipped) {
             SkipReason::UpstreamSkipped
         } else {
             SkipReason::NoInput
@@ -111,6 +112,14 @@ impl Actor {
             metrics: std::mem::take(&mut self.metrics),
             outputs: std::mem::take(&mut self.outputs),
             stop,
+            ended_in: std::mem::take(&mut self.ended_in),
+            sent: self
+                .spec
+                .ports
+                .iter()
+                .filter(|p| !p.control)
+                .flat_map(|p| p.edges.iter().map(|e| (e.index, e.counter)))
+                .collect(),
         }
     }
 
@@ -131,6 +140,7 @@ impl Actor {
                     let msg = Msg::Eos {
                         handle: e.handle,
                         end,
+                        edge: e.index,
                     };
                     if cancelled {
                         let _ = e.tx.try_send(msg);

@@ -76,6 +76,8 @@ pub(crate) enum Msg {
     Eos {
         handle: u16,
         end: End,
+        /// The plan index of the edge that ended.
+        edge: u32,
     },
     /// `lineage_done`: no value will come for this lineage on the edge.
     Done {
@@ -95,6 +97,8 @@ pub(crate) enum Msg {
 }
 
 pub(crate) struct OutEdge {
+    /// Index in the plan's edges.
+    pub index: u32,
     pub edge_id: Arc<str>,
     pub tx: mpsc::Sender<Msg>,
     pub handle: u16,
@@ -138,6 +142,8 @@ pub(crate) struct HandleSpec {
     pub accumulates: bool,
     pub repeats: bool,
     pub upstream: u32,
+    /// A firing without a value here cannot run (required, no default, no property).
+    pub required: bool,
 }
 
 /// Run-wide things every actor shares.
@@ -147,9 +153,6 @@ pub(crate) struct Shared {
     pub secrets: Arc<SecretRegistry>,
     /// Cancelled by `cancel()` and by an abort.
     pub run_token: CancellationToken,
-    /// Cancelled when the caller can no longer interact with the run (it waits for the
-    /// end): nodes that only the caller drives stop waiting then.
-    pub external_closed: CancellationToken,
     pub cancelled: AtomicBool,
     pub limits: super::InboxLimits,
     /// Present only when the run has a supervisor: without one no escalation is built.
@@ -204,6 +207,11 @@ pub(crate) struct ActorReport {
     pub metrics: InvocationMetrics,
     pub outputs: Vec<Value>,
     pub stop: Option<Stop>,
+    /// Incoming edges whose end this node consumed: any other edge into it still held
+    /// or could still carry values when it stopped (the edge is `drained`).
+    pub ended_in: Vec<u32>,
+    /// Values sent per outgoing edge (plan index, count).
+    pub sent: Vec<(u32, u64)>,
 }
 
 /// A cancel token shared by reference count: cloning a `CancellationToken` takes its
@@ -244,6 +252,8 @@ pub(crate) struct Actor {
     close_counts: HashMap<(RootIdx, Lineage), u32>,
     /// Upstream edges per handle that have not yet ended.
     open: Vec<u32>,
+    /// Incoming edges whose end-of-stream was consumed.
+    ended_in: Vec<u32>,
     eos_sent: bool,
     /// Invocations the supervisor skipped (a node whose every invocation was skipped
     /// ends skipped, reason supervisor).
@@ -274,6 +284,7 @@ impl Actor {
             counters: HashMap::new(),
             close_counts: HashMap::new(),
             open,
+            ended_in: Vec::new(),
             eos_sent: false,
             sup_skips: 0,
         }
@@ -285,7 +296,12 @@ impl Actor {
             _ => match self.spec.decl.mode {
                 // Boxed: the rarer modes' state would otherwise inflate every actor's
                 // future, which is moved on spawn.
-                NodeMode::Controlled => Box::pin(self.run_controlled()).await,
+                // A controlled node runs on its controllers' events; with no control
+                // edge nothing would ever send one, so it runs as a buffered node.
+                NodeMode::Controlled if self.spec.controllers > 0 => {
+                    Box::pin(self.run_controlled()).await
+                }
+                NodeMode::Controlled => self.run_buffered().await,
                 NodeMode::StreamingInput => Box::pin(self.run_streaming_input()).await,
                 NodeMode::Buffered | NodeMode::StreamingOutput => self.run_buffered().await,
             },
@@ -333,8 +349,9 @@ impl Actor {
 
     /// Counts an upstream edge's end-of-stream on `handle`; true when that was the
     /// handle's last open edge.
-    fn close_upstream(&mut self, handle: u16, end: End) -> bool {
+    fn close_upstream(&mut self, handle: u16, end: End, edge: u32) -> bool {
         self.ends.push(end);
+        self.ended_in.push(edge);
         let h = handle as usize;
         self.open[h] = self.open[h].saturating_sub(1);
         self.open[h] == 0

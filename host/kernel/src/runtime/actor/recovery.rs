@@ -43,6 +43,7 @@ impl Actor {
                     error: &err,
                     metrics: &rec.metrics,
                     emitted: rec.emitted,
+                    attempt: rec.attempt,
                 })
                 .await;
             if self.shared.run_token.is_cancelled() {

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use heddle_core::{OutputCorrelation, Value};
+use heddle_core::{OutputCorrelation, SkipReason, Value};
 use tokio::sync::mpsc;
 
 use super::invoke::{Invocation, Settled, Work};
@@ -45,8 +45,10 @@ impl Actor {
             buf: Vec::with_capacity(BATCH),
             ..Feed::default()
         };
-        // Wait for the first item (or the end) before starting the node: a node wired
-        // to inputs that never deliver is skipped, not run on nothing.
+        // Wait for the first item (or the end) before starting the node. A stream that
+        // ended cleanly with no item is still a stream: the node runs and sees its end
+        // (a sum reports its empty total). Only a stream that never was (every feeder
+        // failed, was skipped, suspended or cancelled) skips the node.
         if !self.spec.handles.is_empty() {
             while feed.pending.is_empty() && !self.all_closed() {
                 let n = tokio::select! {
@@ -63,7 +65,7 @@ impl Actor {
                 }
                 feed.buf = batch;
             }
-            if feed.pending.is_empty() {
+            if feed.pending.is_empty() && self.skip_reason() != SkipReason::NoInput {
                 return Ok(());
             }
         }
@@ -99,8 +101,8 @@ impl Actor {
                     value,
                 });
             }
-            Msg::Eos { handle, end } => {
-                self.close_upstream(handle, end);
+            Msg::Eos { handle, end, edge } => {
+                self.close_upstream(handle, end, edge);
             }
             Msg::Control(ev) => reply_not_controlled(ev, &self.spec.id),
             _ => {}
@@ -138,8 +140,8 @@ impl Actor {
                             .or_default()
                             .push((key[depth], handle, value));
                     }
-                    Msg::Eos { handle, end } => {
-                        self.close_upstream(handle, end);
+                    Msg::Eos { handle, end, edge } => {
+                        self.close_upstream(handle, end, edge);
                     }
                     Msg::ScopeClosed { parent, root, .. } => {
                         if !self.scope_close_complete(root, &parent) {
@@ -168,9 +170,9 @@ impl Actor {
             buf = batch;
             self.flush_edge_events();
         }
-        for (k, items) in std::mem::take(&mut sessions) {
-            self.run_session(k, items).await?;
-        }
+        // Sessions still open belong to a scope that never closed: its fan-out did not
+        // finish (an upstream failed or suspended). No partial aggregate is emitted; a
+        // node that emitted none is skipped with that upstream's reason.
         Ok(())
     }
 

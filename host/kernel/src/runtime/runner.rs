@@ -1,0 +1,236 @@
+//! Running a started run to its end: executors initialized in graph order, every actor
+//! run (a ready native source inline), executors finalized, and the result built with
+//! the outcome precedence cancel > suspend > failed > completed.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use heddle_core::plan::Plan;
+use heddle_core::{
+    EdgeStatus, EventKind, NodeOutcome, NodeReport, RunResult, RunStatus, SkipReason, SuspendInfo,
+    Value,
+};
+use tokio::task::JoinHandle;
+
+use super::OUTPUT_TYPE;
+use super::actor::{Actor, ActorReport, ActorSpec, Shared, Stop};
+use super::bus::EventBus;
+use crate::executor::Executor;
+
+/// The runner: initializes executors, runs every actor, finalizes, builds the result.
+pub(super) async fn run_all(
+    plan: Arc<Plan>,
+    executors: Vec<Arc<dyn Executor>>,
+    specs: Vec<ActorSpec>,
+    sh: Arc<Shared>,
+    bus: Arc<EventBus>,
+) -> RunResult {
+    let t0 = Instant::now();
+    bus.publish(EventKind::Run {
+        status: RunStatus::Running,
+        error: None,
+    });
+    // Initialize every executor in graph order before any actor starts.
+    for (i, e) in executors.iter().enumerate() {
+        let r = tokio::select! {
+            biased;
+            r = e.initialize() => r,
+            _ = sh.run_token.cancelled() => Err(crate::executor::NodeError::cancelled()),
+        };
+        if let Err(err) = r {
+            for e in &executors[..i] {
+                e.finalize().await;
+            }
+            let n = &plan.nodes[i];
+            let (status, error) = if sh.cancelled.load(Ordering::SeqCst) {
+                (RunStatus::Cancelled, "cancelled".to_string())
+            } else {
+                (
+                    RunStatus::Failed,
+                    format!(
+                        "node \"{}\" (type {}) failed to initialize: {}",
+                        n.id, n.node_type, err.message
+                    ),
+                )
+            };
+            let nodes = plan
+                .nodes
+                .iter()
+                .map(|n| {
+                    (
+                        n.id.to_string(),
+                        NodeReport {
+                            node_type: n.node_type.to_string(),
+                            outcome: NodeOutcome::Skipped {
+                                reason: if status == RunStatus::Cancelled {
+                                    SkipReason::Cancelled
+                                } else {
+                                    SkipReason::UpstreamFailed
+                                },
+                            },
+                            invocations: 0,
+                            metrics: Default::default(),
+                        },
+                    )
+                })
+                .collect();
+            return finish_result(&bus, status, Some(error), None, BTreeMap::new(), nodes, t0);
+        }
+    }
+
+    let mut joins: Vec<(usize, JoinHandle<ActorReport>)> = Vec::with_capacity(specs.len());
+    let mut reports: Vec<Option<ActorReport>> = (0..plan.nodes.len()).map(|_| None).collect();
+    for s in specs {
+        let idx = s.idx;
+        let a = Actor::new(s, sh.clone());
+        if a.inline_source() {
+            // An actor is a logical unit, not necessarily a task: a ready native source
+            // runs to completion right here unless it has to wait (a full downstream
+            // inbox), in which case the rest of it becomes a task.
+            let mut fut = Box::pin(a.run());
+            match std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await {
+                std::task::Poll::Ready(r) => reports[idx] = Some(r),
+                std::task::Poll::Pending => joins.push((idx, tokio::spawn(fut))),
+            }
+        } else {
+            joins.push((idx, tokio::spawn(a.run())));
+        }
+    }
+    let mut panics = Vec::new();
+    for (idx, j) in joins {
+        match j.await {
+            Ok(r) => reports[idx] = Some(r),
+            Err(e) => {
+                let n = &plan.nodes[idx];
+                panics.push(format!(
+                    "node \"{}\" (type {}) panicked: {e}",
+                    n.id, n.node_type
+                ));
+            }
+        }
+    }
+    for e in &executors {
+        e.finalize().await;
+    }
+    publish_drained(&plan, &bus, &reports);
+
+    // Outcome, with precedence cancel > suspend > failed > completed.
+    let mut outputs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    let mut nodes = BTreeMap::new();
+    let mut errors = Vec::new();
+    let mut aborts = Vec::new();
+    let mut suspend: Option<SuspendInfo> = None;
+    for (i, r) in reports.into_iter().enumerate() {
+        let n = &plan.nodes[i];
+        let Some(r) = r else {
+            nodes.insert(
+                n.id.to_string(),
+                NodeReport {
+                    node_type: n.node_type.to_string(),
+                    outcome: NodeOutcome::Failed {
+                        error: "the node's actor panicked".into(),
+                    },
+                    invocations: 0,
+                    metrics: Default::default(),
+                },
+            );
+            continue;
+        };
+        if &*n.node_type == OUTPUT_TYPE {
+            outputs
+                .entry(n.name.to_string())
+                .or_default()
+                .extend(r.outputs);
+        }
+        match r.stop {
+            Some(Stop::Failed(m)) => errors.push(m),
+            Some(Stop::Abort(m)) => aborts.push(m),
+            Some(Stop::Suspended(info)) if suspend.is_none() => suspend = Some(info),
+            _ => {}
+        }
+        nodes.insert(
+            n.id.to_string(),
+            NodeReport {
+                node_type: n.node_type.to_string(),
+                outcome: r.outcome,
+                invocations: r.invocations,
+                metrics: r.metrics,
+            },
+        );
+    }
+    errors.extend(panics.iter().cloned());
+    let all_errors: Vec<String> = aborts
+        .iter()
+        .cloned()
+        .chain(errors.iter().cloned())
+        .collect();
+    let (status, error) = if sh.cancelled.load(Ordering::SeqCst) {
+        (RunStatus::Cancelled, Some("cancelled".to_string()))
+    } else if let Some(s) = &suspend {
+        (
+            RunStatus::Suspended,
+            Some(format!("suspended by node \"{}\": {}", s.node_id, s.reason)),
+        )
+    } else if !all_errors.is_empty() {
+        (RunStatus::Failed, Some(all_errors.join("; ")))
+    } else {
+        (RunStatus::Completed, None)
+    };
+    let mut result = finish_result(&bus, status, error, suspend, outputs, nodes, t0);
+    if let Some(esc) = &sh.escalator {
+        result.interventions = esc.interventions_json();
+        esc.close();
+    }
+    result
+}
+
+/// `drained` for every data edge whose target stopped before consuming its end: values
+/// on it were still buffered, or could still have come. Published once every actor has
+/// stopped, so it follows the source's `completed` and is the edge's last status.
+fn publish_drained(plan: &Plan, bus: &EventBus, reports: &[Option<ActorReport>]) {
+    let ended: HashSet<u32> = reports
+        .iter()
+        .flatten()
+        .flat_map(|r| r.ended_in.iter().copied())
+        .collect();
+    for r in reports.iter().flatten() {
+        for &(edge, counter) in &r.sent {
+            if !ended.contains(&edge) {
+                bus.publish(EventKind::Edge {
+                    edge_id: plan.edges[edge as usize].id.to_string(),
+                    status: EdgeStatus::Drained,
+                    counter,
+                });
+            }
+        }
+    }
+}
+
+fn finish_result(
+    bus: &EventBus,
+    status: RunStatus,
+    error: Option<String>,
+    suspend: Option<SuspendInfo>,
+    outputs: BTreeMap<String, Vec<Value>>,
+    nodes: BTreeMap<String, NodeReport>,
+    t0: Instant,
+) -> RunResult {
+    bus.publish(EventKind::Run {
+        status,
+        error: error.clone(),
+    });
+    let (events, dropped) = bus.close();
+    RunResult {
+        status,
+        outputs,
+        error,
+        suspend,
+        nodes,
+        interventions: Vec::new(),
+        events: events.iter().map(|e| (**e).clone()).collect(),
+        events_dropped: dropped,
+        wall_us: t0.elapsed().as_micros() as u64,
+    }
+}

@@ -1,0 +1,216 @@
+//! Wiring one actor from the plan: its connected handles, output ports and edges (as
+//! senders into the targets' inboxes), defaults, role and limits.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use heddle_core::graph::EdgeType;
+use tokio::sync::mpsc;
+
+use super::actor::{ActorSpec, HandleSpec, Msg, NodeRole, OutEdge, OutPort};
+use super::{INPUT_TYPE, OUTPUT_TYPE, Run, is_streaming};
+
+impl Run {
+    /// The spec of node `i`'s actor; `txs` are every node's inbox senders.
+    pub(super) fn spec(
+        &self,
+        i: usize,
+        txs: &[mpsc::Sender<Msg>],
+        rx: mpsc::Receiver<Msg>,
+    ) -> ActorSpec {
+        let plan = &self.plan;
+        let node = &plan.nodes[i];
+        let scope = plan.correlation.nodes.get(i).cloned().unwrap_or_default();
+        let decl = node.decl.clone();
+
+        let handles: Vec<HandleSpec> = scope
+            .inputs
+            .iter()
+            .map(|(name, h)| HandleSpec {
+                name: name.clone(),
+                class: h.class,
+                scope: h.scope.clone(),
+                accumulates: h.accumulates,
+                repeats: h.repeats_per_key,
+                upstream: 0,
+                required: false,
+            })
+            .collect();
+        let mut handles = handles;
+        let handle_idx = |node: usize, h: &str| -> Option<u16> {
+            plan.correlation
+                .nodes
+                .get(node)
+                .and_then(|s| s.inputs.keys().position(|k| &**k == h))
+                .map(|p| p as u16)
+        };
+        let mut root_contrib: HashMap<u32, u32> = HashMap::new();
+        let mut control_in: Vec<u32> = Vec::new();
+        for &ei in &node.in_edges {
+            let e = &plan.edges[ei as usize];
+            match e.edge_type {
+                EdgeType::Data => {
+                    if let Some(h) = handle_idx(i, &e.target_handle) {
+                        handles[h as usize].upstream += 1;
+                        if let Some(es) = plan.correlation.edges.get(ei as usize) {
+                            for r in &es.scope {
+                                *root_contrib.entry(*r).or_insert(0) += 1;
+                            }
+                        }
+                    }
+                }
+                EdgeType::Control => {
+                    if !control_in.contains(&e.source) {
+                        control_in.push(e.source);
+                    }
+                }
+            }
+        }
+
+        // Output ports: declared outputs with their scopes, plus control ports.
+        let mut ports: Vec<OutPort> = Vec::new();
+        let mut control_targets: Vec<usize> = Vec::new();
+        for &ei in &node.out_edges {
+            let e = &plan.edges[ei as usize];
+            let target = e.target as usize;
+            let control = e.edge_type == EdgeType::Control;
+            let handle = if control {
+                0
+            } else {
+                match handle_idx(target, &e.target_handle) {
+                    Some(h) => h,
+                    None => continue,
+                }
+            };
+            if control && !control_targets.contains(&target) {
+                control_targets.push(target);
+            }
+            let pi = match ports
+                .iter()
+                .position(|p| p.name == e.source_handle && p.control == control)
+            {
+                Some(p) => p,
+                None => {
+                    let os = scope.outputs.get(&e.source_handle);
+                    let (pscope, mints) = match os {
+                        Some(o) => (o.scope.clone(), o.mints),
+                        None => (scope.invocation_scope.clone(), None),
+                    };
+                    let keep = pscope.len() - usize::from(mints.is_some());
+                    ports.push(OutPort {
+                        name: e.source_handle.clone(),
+                        keep,
+                        scope: pscope,
+                        mints,
+                        control,
+                        edges: Vec::new(),
+                    });
+                    ports.len() - 1
+                }
+            };
+            ports[pi].edges.push(OutEdge {
+                index: ei,
+                edge_id: e.id.clone(),
+                tx: txs[target].clone(),
+                handle,
+                counter: 0,
+                last_event: None,
+                dirty: false,
+            });
+        }
+        // Declared outputs without edges still get a port (values are dropped there
+        // without a warning).
+        for o in &decl.outputs {
+            if !ports
+                .iter()
+                .any(|p| &*p.name == o.name.as_str() && !p.control)
+            {
+                let os = scope.outputs.get(o.name.as_str());
+                let (pscope, mints) = match os {
+                    Some(o) => (o.scope.clone(), o.mints),
+                    None => (scope.invocation_scope.clone(), None),
+                };
+                let keep = pscope.len() - usize::from(mints.is_some());
+                ports.push(OutPort {
+                    name: Arc::from(o.name.as_str()),
+                    keep,
+                    scope: pscope,
+                    mints,
+                    control: false,
+                    edges: Vec::new(),
+                });
+            }
+        }
+        if &*node.node_type == INPUT_TYPE {
+            // The input node's single output must be port 0 (the kernel routes to it).
+            if let Some(p) = ports.iter().position(|p| &*p.name == "value" && !p.control) {
+                ports.swap(0, p);
+            }
+        }
+
+        // Defaults: declared input/property defaults, then document properties.
+        let mut base = BTreeMap::new();
+        for p in decl.inputs.iter().chain(decl.properties.iter()) {
+            if let Some(d) = &p.default {
+                base.insert(p.name.clone(), d.clone());
+            }
+        }
+        for (k, v) in &node.properties {
+            base.insert(k.clone(), v.clone());
+        }
+        let defaults = handles
+            .iter()
+            .map(|h| decl.input(&h.name).and_then(|p| p.default.clone()))
+            .collect();
+        // Without a value on a required input the node cannot run: no default and no
+        // property stands in for it.
+        for h in &mut handles {
+            h.required =
+                decl.input(&h.name).is_some_and(|p| p.required) && !base.contains_key(&*h.name);
+        }
+
+        let role = if &*node.node_type == INPUT_TYPE {
+            NodeRole::Input {
+                streaming: is_streaming(&node.properties),
+                initial: self.inputs[i].clone(),
+            }
+        } else if &*node.node_type == OUTPUT_TYPE {
+            NodeRole::Output {
+                name: node.name.clone(),
+            }
+        } else {
+            NodeRole::Executor
+        };
+        let timeout = node
+            .limits
+            .as_ref()
+            .and_then(|l| l.timeout_ms)
+            .map(Duration::from_millis)
+            .or(self.opts.node_timeout);
+        let controllers = node.controllers.len().max(control_in.len());
+        let driver = scope
+            .repeating_driver
+            .as_ref()
+            .and_then(|d| scope.inputs.keys().position(|k| k == d));
+        ActorSpec {
+            idx: i,
+            id: node.id.clone(),
+            node_type: node.node_type.clone(),
+            decl,
+            exec: self.executors[i].clone(),
+            base_inputs: base,
+            defaults,
+            handles,
+            scope: scope.invocation_scope.clone(),
+            driver,
+            ports,
+            control_targets: control_targets.iter().map(|t| txs[*t].clone()).collect(),
+            controllers,
+            root_contrib,
+            timeout,
+            role,
+            rx,
+        }
+    }
+}
