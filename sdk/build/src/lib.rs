@@ -47,6 +47,19 @@ impl Language {
         }
     }
 
+    /// What a build that misses the cache is about to do and roughly how long it takes
+    /// on a 2-core machine, so a silent minute is never a surprise.
+    pub fn build_hint(self) -> &'static str {
+        match self {
+            Language::Rust => "cargo build --release --target wasm32-wasip2, 20-40 s the first time",
+            Language::Python => "componentize-py snapshots CPython with your module, 10-40 s",
+            Language::JavaScript => {
+                "componentize-js snapshots SpiderMonkey with your module, 15-60 s"
+            }
+            Language::C => "clang + wasm-ld, about a second",
+        }
+    }
+
     fn parse(s: &str) -> Option<Language> {
         match s.to_ascii_lowercase().as_str() {
             "rust" | "rs" => Some(Language::Rust),
@@ -121,6 +134,8 @@ pub struct BuildOptions {
     pub toolchains: Toolchains,
     /// Run heavy builds at lower CPU priority (`nice -n 10`), so a shared machine stays usable.
     pub nice: bool,
+    /// Told what a build is about to do when it misses the cache (the CLI prints it).
+    pub progress: Option<fn(&str)>,
 }
 
 impl Default for BuildOptions {
@@ -131,6 +146,7 @@ impl Default for BuildOptions {
             cache_dir: Some(default_cache_dir()),
             toolchains: Toolchains::default(),
             nice: true,
+            progress: None,
         }
     }
 }
@@ -218,6 +234,14 @@ pub fn build_package(src: &Path, opts: &BuildOptions) -> Result<BuiltPackage, Bu
         std::fs::copy(hit, &component).map_err(|e| BuildError::io(hit, e))?;
         cached = true;
     } else {
+        if let Some(progress) = opts.progress {
+            progress(&format!(
+                "building {} ({}): {}",
+                manifest.name,
+                language.name(),
+                language.build_hint()
+            ));
+        }
         let work = scratch_dir(&out_dir)?;
         let built = work.join("component.wasm");
         match language {

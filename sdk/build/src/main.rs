@@ -39,6 +39,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let mut opts = BuildOptions {
         out_dir: args.out,
+        progress: Some(|line| eprintln!("{line}")),
         ..BuildOptions::default()
     };
     if args.no_cache {
