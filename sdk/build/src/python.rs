@@ -31,7 +31,7 @@ pub fn build(
             expected: format!("{entry}.py"),
         });
     }
-    let sdk = crate::sdkfiles::write_python(work)?;
+    let sdk = crate::sdkfiles::write_python(work, &entry)?;
     let mut cmd = command(&tool, opts.nice);
     cmd.arg("-d")
         .arg(&wit.dir)
@@ -42,7 +42,7 @@ pub fn build(
         .arg(src)
         .arg("-p")
         .arg(&sdk)
-        .arg(&entry)
+        .arg(crate::sdkfiles::PYTHON_MAIN_MODULE)
         .arg("-o")
         .arg(out)
         // Keep Python from writing __pycache__ into the author's folder.

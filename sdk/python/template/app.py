@@ -1,7 +1,7 @@
 """My Heddle nodes, in Python. Every node is a function with a @node declaration."""
 
 import heddle
-from heddle import NodeError, Node, node, output, port  # noqa: F401  (Node is the export)
+from heddle import NodeError, node, port
 
 
 @node(
@@ -14,8 +14,8 @@ from heddle import NodeError, Node, node, output, port  # noqa: F401  (Node is t
 )
 def shout(text, suffix):
     if not text.strip():
-        # A recoverable error: a supervisor sees the signature and may substitute
-        # the candidate output instead of failing the run.
+        # A recoverable error: a supervisor sees the signature (family:code) and may
+        # substitute the candidate output instead of failing the run.
         raise NodeError("nothing to shout", signature="mynodes:empty", candidate={"text": ""})
     heddle.info(f"shouting {len(text)} characters")
     return {"text": text.upper() + suffix}

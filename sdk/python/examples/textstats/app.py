@@ -4,7 +4,7 @@ import re
 from collections import Counter
 
 import heddle
-from heddle import NodeError, Node, node, output, port  # noqa: F401  (Node is the export)
+from heddle import NodeError, node, output, port
 
 WORD = re.compile(r"[\w']+")
 
