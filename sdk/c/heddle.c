@@ -73,6 +73,15 @@ static char *vformat(const char *fmt, va_list ap) {
     return buf;
 }
 
+static char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *format(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = vformat(fmt, ap);
+    va_end(ap);
+    return s;
+}
+
 // ---- values ----------------------------------------------------------------------
 
 // A default written as JSON text becomes the matching scalar variant when it is one.
@@ -269,30 +278,62 @@ void heddle_set_json(heddle_call *c, const char *name, const char *json) {
     str_copy_c(&v->val.json, json);
 }
 
+void heddle_set_json_built(heddle_call *c, const char *name, heddle_json *j) {
+    heddle_set_json(c, name, heddle_json_text(j));
+    heddle_json_free(j);
+}
+
 // ---- errors --------------------------------------------------------------------
 
-static bool fail(heddle_call *c, bool candidate, const char *signature, const char *fmt, va_list ap) {
+static bool family_char(char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+}
+
+static bool code_char(char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           (ch && strchr("_.-/*[]$", ch));
+}
+
+const char *heddle_signature_problem(const char *sig) {
+    const char *colon = strchr(sig, ':');
+    if (!colon) return "no ':' between family and code";
+    size_t family = (size_t)(colon - sig);
+    bool ok = family >= 1 && family <= 24 && sig[0] >= 'a' && sig[0] <= 'z';
+    for (size_t i = 1; ok && i < family; i++) ok = family_char(sig[i]);
+    if (!ok) return "the family before ':' must be a lowercase letter then at most 23 of a-z 0-9 _ -";
+    const char *code = colon + 1;
+    size_t n = strlen(code);
+    ok = n >= 1 && n <= 64;
+    for (size_t i = 0; ok && i < n; i++) ok = code_char(code[i]);
+    if (!ok) return "the code after ':' must be 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $";
+    if ((family == 5 && !strncmp(sig, "limit", 5)) || (family == 4 && !strncmp(sig, "trap", 4)))
+        return "the families `limit` and `trap` are reserved for failures the host detects";
+    return NULL;
+}
+
+bool heddle_fail_at(const char *file, int line, heddle_call *c, bool candidate,
+                    const char *signature, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *message = vformat(fmt, ap);
+    va_end(ap);
     free(c->message);
     free(c->signature);
-    c->message = vformat(fmt, ap);
-    c->signature = signature ? strdup(signature) : NULL;
+    c->signature = NULL;
     c->with_candidate = candidate;
-    return false;
-}
-
-bool heddle_fail(heddle_call *c, const char *signature, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fail(c, false, signature, fmt, ap);
-    va_end(ap);
-    return false;
-}
-
-bool heddle_fail_with_candidate(heddle_call *c, const char *signature, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fail(c, true, signature, fmt, ap);
-    va_end(ap);
+    const char *why = signature ? heddle_signature_problem(signature) : NULL;
+    if (!why) {
+        c->message = message;
+        if (signature) c->signature = strdup(signature);
+        return false;
+    }
+    heddle_json quoted = {0};
+    heddle_json_string(&quoted, signature);
+    c->message = format("invalid failure signature %s: %s (write family:code, e.g. \"json:parse\") "
+                        "at %s:%d; the error was: %s",
+                        heddle_json_text(&quoted), why, file, line, message);
+    heddle_json_free(&quoted);
+    free(message);
     return false;
 }
 

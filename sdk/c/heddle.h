@@ -127,14 +127,60 @@ void heddle_set_str_n(heddle_call *c, const char *name, const char *s, size_t le
 void heddle_set_bytes(heddle_call *c, const char *name, const uint8_t *p, size_t len);
 void heddle_set_json(heddle_call *c, const char *name, const char *json);
 
+// ---- JSON builder ----------------------------------------------------------------
+// Builds JSON text for object and list outputs, with commas and string escaping done
+// for you. Start from `heddle_json j = {0};`, write values in order (in an object, a
+// key before each value), then hand it to heddle_set_json_built (which frees it) or
+// read heddle_json_text and call heddle_json_free. Non-finite floats become null.
+//
+//   heddle_json j = {0};
+//   heddle_json_begin_object(&j);
+//   heddle_json_key(&j, "word");  heddle_json_string(&j, w);
+//   heddle_json_key(&j, "count"); heddle_json_int(&j, n);
+//   heddle_json_end_object(&j);
+//   heddle_set_json_built(c, "stats", &j);
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    bool need_comma; // a value was written at this level: the next one needs a comma
+} heddle_json;
+
+void heddle_json_begin_object(heddle_json *j);
+void heddle_json_end_object(heddle_json *j);
+void heddle_json_begin_list(heddle_json *j);
+void heddle_json_end_list(heddle_json *j);
+void heddle_json_key(heddle_json *j, const char *key);
+void heddle_json_string(heddle_json *j, const char *s);
+void heddle_json_string_n(heddle_json *j, const char *s, size_t len);
+void heddle_json_int(heddle_json *j, int64_t v);
+void heddle_json_float(heddle_json *j, double v);
+void heddle_json_bool(heddle_json *j, bool v);
+void heddle_json_null(heddle_json *j);
+// The text so far (NUL-terminated; "" when empty), valid until the next write or free.
+const char *heddle_json_text(heddle_json *j);
+void heddle_json_free(heddle_json *j);
+// Sets output `name` to the built JSON and frees the builder.
+void heddle_set_json_built(heddle_call *c, const char *name, heddle_json *j);
+
 // ---- errors --------------------------------------------------------------------
 // Fails the invocation with a recoverable node error (printf-style message) and a
-// stable signature (may be NULL). Returns false, so `return heddle_fail(...)` reads well.
-bool heddle_fail(heddle_call *c, const char *signature, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+// failure signature (may be NULL). Returns false, so `return heddle_fail(...)` reads well.
+//
+// A signature names the kind of failure so a supervisor recognises repeats and policy
+// rules can match it: `family:code`, the family a lowercase letter then at most 23 of
+// `a-z 0-9 _ -`, the code 1 to 64 of `A-Z a-z 0-9 _ . - / * [ ] $` (e.g. "json:parse",
+// "http:429"); `limit:` and `trap:` belong to the host. Any other signature is refused:
+// the error then has none, and its message names the signature, why, and your file:line.
+#define heddle_fail(c, signature, ...) \
+    heddle_fail_at(__FILE__, __LINE__, (c), false, (signature), __VA_ARGS__)
 // Same, and the outputs set so far become the candidate output a supervisor may repair.
-bool heddle_fail_with_candidate(heddle_call *c, const char *signature, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#define heddle_fail_with_candidate(c, signature, ...) \
+    heddle_fail_at(__FILE__, __LINE__, (c), true, (signature), __VA_ARGS__)
+bool heddle_fail_at(const char *file, int line, heddle_call *c, bool candidate,
+                    const char *signature, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+// NULL when `signature` has the shape above, else why not.
+const char *heddle_signature_problem(const char *signature);
 
 // ---- host ----------------------------------------------------------------------
 void heddle_log(heddle_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

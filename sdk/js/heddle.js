@@ -21,11 +21,46 @@ import * as host from "heddle:node/host@0.1.0";
  * supervisor may repair and substitute. */
 export class NodeError extends Error {
   constructor(message, { signature, candidate } = {}) {
+    if (signature !== undefined && signature !== null) {
+      const why = checkSignature(signature);
+      if (why !== null) throw new SignatureError(`${why}; the error was: ${message}`);
+    }
     super(message);
     this.name = "NodeError";
     this.signature = signature;
     this.candidate = candidate;
   }
+}
+
+/** A failure signature the host would not recognise, refused where it is written. */
+export class SignatureError extends TypeError {
+  constructor(message) {
+    super(message);
+    this.name = "SignatureError";
+  }
+}
+
+const FAMILY = /^[a-z][a-z0-9_-]{0,23}$/;
+const CODE = /^[A-Za-z0-9_.\-/*[\]$]{1,64}$/;
+
+/** `null` when `sig` is a signature the host recognises, else why not. The shape is
+ * `family:code`: the family a lowercase letter then at most 23 of `a-z 0-9 _ -`, the
+ * code 1 to 64 of `A-Z a-z 0-9 _ . - / * [ ] $`; the families `limit` and `trap` belong
+ * to the host. The host ignores any other signature. */
+export function checkSignature(sig) {
+  const s = String(sig);
+  const colon = s.indexOf(":");
+  const family = s.slice(0, colon);
+  let why;
+  if (typeof sig !== "string" || colon < 0) why = "no ':' between family and code";
+  else if (!FAMILY.test(family)) {
+    why = "the family before ':' must be a lowercase letter then at most 23 of a-z 0-9 _ -";
+  } else if (!CODE.test(s.slice(colon + 1))) {
+    why = "the code after ':' must be 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $";
+  } else if (family === "limit" || family === "trap") {
+    why = "the families `limit` and `trap` are reserved for failures the host detects";
+  } else return null;
+  return `invalid failure signature ${JSON.stringify(s)}: ${why} (write family:code, e.g. "json:parse")`;
 }
 
 /** The host refused an emitted value (unknown handle, too large, run ending). */

@@ -316,7 +316,7 @@ impl WasmExecutor {
                 }
                 outputs
             }
-            Ok((_, Err(e))) => Err(self.guest_error(e)),
+            Ok((_, Err(e))) => Err(self.guest_error(&ctx, e)),
             // The instance is dropped with the store: a trapped instance is never reused.
             Err(e) => Err(self.host_failure(&store, e, budget, &stderr_tail)),
         }
@@ -353,9 +353,25 @@ impl WasmExecutor {
         Ok(out)
     }
 
-    fn guest_error(&self, e: WitNodeError) -> NodeError {
+    fn guest_error(&self, ctx: &NodeCtx, e: WitNodeError) -> NodeError {
         let mut err = NodeError::msg(e.message);
-        err.signature = e.signature;
+        err.signature = e.signature.filter(|sig| {
+            let ok = declared_signature_recognised(sig);
+            if !ok {
+                // The supervisor would ignore it: say so instead of losing it quietly.
+                ctx.log(
+                    LogLevel::Warn,
+                    format!(
+                        "{}: ignored failure signature {sig:?}: a signature is family:code, \
+                         the family a lowercase letter then at most 23 of a-z 0-9 _ -, \
+                         the code 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $ \
+                         (see sdk/README.md, \"Failure signatures\")",
+                        self.label()
+                    ),
+                );
+            }
+            ok
+        });
         if let Some(c) = e.candidate {
             let cand: Option<Outputs> = c
                 .into_iter()
@@ -422,6 +438,22 @@ impl WasmExecutor {
             None => NodeError::host(format!("{label}: {e:#}")).with_signature("wasm:host"),
         }
     }
+}
+
+/// Whether the supervisor's recognizers accept `sig` as a node-declared signature. With
+/// an empty message no message-based recognizer can answer, so only the declared one
+/// decides: the rule stays written once, in heddle-core.
+fn declared_signature_recognised(sig: &str) -> bool {
+    use heddle_core::supervise::{ErrorShape, FailureKind, SignatureRegistry};
+    static REGISTRY: std::sync::LazyLock<SignatureRegistry> =
+        std::sync::LazyLock::new(SignatureRegistry::default);
+    REGISTRY
+        .signature(&ErrorShape {
+            kind: &FailureKind::Node,
+            message: "",
+            declared: Some(sig),
+        })
+        .is_some()
 }
 
 fn trap_name(t: Trap) -> String {

@@ -137,7 +137,7 @@ async fn host_files_are_invisible_without_a_grant() {
         .await;
         let e = r.unwrap_err();
         assert_eq!(e.kind, ErrorKind::Node, "{path}: {e:?}");
-        assert_eq!(e.signature.as_deref(), Some("denied"));
+        assert_eq!(e.signature.as_deref(), Some("files:denied"));
     }
     let (r, _, _) = invoke(
         &p,
@@ -184,7 +184,7 @@ async fn read_only_grant_refuses_writes_and_escapes() {
         None,
     )
     .await;
-    assert_eq!(r.unwrap_err().signature.as_deref(), Some("denied"));
+    assert_eq!(r.unwrap_err().signature.as_deref(), Some("files:denied"));
     let (r, _, _) = invoke(
         &p,
         "hostile.write",
@@ -192,7 +192,7 @@ async fn read_only_grant_refuses_writes_and_escapes() {
         None,
     )
     .await;
-    assert_eq!(r.unwrap_err().signature.as_deref(), Some("denied"));
+    assert_eq!(r.unwrap_err().signature.as_deref(), Some("files:denied"));
     assert_eq!(
         std::fs::read_to_string(dir.path().join("in.txt")).unwrap(),
         "granted"
@@ -207,7 +207,7 @@ async fn read_only_grant_refuses_writes_and_escapes() {
         None,
     )
     .await;
-    assert_eq!(r.unwrap_err().signature.as_deref(), Some("denied"));
+    assert_eq!(r.unwrap_err().signature.as_deref(), Some("files:denied"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,13 +230,13 @@ async fn graph_can_narrow_a_write_grant_but_not_widen_a_read_grant() {
         ..Default::default()
     };
     let (r, _, _) = invoke(&p, "hostile.write", w.clone(), Some(read_only)).await;
-    assert_eq!(r.unwrap_err().signature.as_deref(), Some("denied"));
+    assert_eq!(r.unwrap_err().signature.as_deref(), Some("files:denied"));
     let none = NodeLimits {
         files: Some(AccessLevel::None),
         ..Default::default()
     };
     let (r, _, _) = invoke(&p, "hostile.read", w.clone(), Some(none)).await;
-    assert_eq!(r.unwrap_err().signature.as_deref(), Some("denied"));
+    assert_eq!(r.unwrap_err().signature.as_deref(), Some("files:denied"));
 
     let ro = grant(PackageGrant {
         dirs: vec![DirGrant {
@@ -252,7 +252,7 @@ async fn graph_can_narrow_a_write_grant_but_not_widen_a_read_grant() {
         ..Default::default()
     };
     let (r, _, _) = invoke(&p, "hostile.write", w, Some(widen)).await;
-    assert_eq!(r.unwrap_err().signature.as_deref(), Some("denied"));
+    assert_eq!(r.unwrap_err().signature.as_deref(), Some("files:denied"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

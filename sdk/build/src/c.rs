@@ -65,6 +65,7 @@ pub fn build(
         });
     }
     sources.push(sdk_c.join("heddle.c"));
+    sources.push(sdk_c.join("heddle_json.c"));
     sources.extend(
         generated
             .iter()

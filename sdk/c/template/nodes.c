@@ -27,6 +27,7 @@ const heddle_node HEDDLE_NODES[] = {
     {
         .type_name = "mynodes.shout",  // the node type name used in graphs
         .title = "Shout",
+        .description = "Upper-cases the text and appends the suffix.",  // `heddle nodes` shows it
         .inputs = HEDDLE_PORTS({"text", "str", .required = true}),
         .properties = HEDDLE_PORTS({"suffix", "str", .default_json = "\"!\""}),
         .outputs = HEDDLE_OUTPUTS({"text", "str"}),

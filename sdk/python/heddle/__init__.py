@@ -2,7 +2,7 @@
 
 Declare each node once, with the decorator, next to the function that runs it::
 
-    from heddle import node, port, NodeError, Node   # `Node` must be imported: it is the export
+    from heddle import node, port, NodeError
 
     @node("demo.greet", title="Greet", inputs={"name": "str"}, outputs={"text": "str"},
           retry_safe=True)
@@ -20,6 +20,7 @@ lists and dicts cross as JSON, with ``bytes`` inside them written ``{"$bytes": b
 import base64
 import inspect
 import json
+import os
 import traceback
 
 from componentize_py_types import Err
@@ -29,6 +30,7 @@ from wit_world.imports import types as wit
 
 __all__ = [
     "node", "port", "output", "capability", "Node", "NodeError", "EmitError",
+    "SignatureError", "check_signature",
     "log", "debug", "info", "warn", "error", "emit", "inputs", "cancelled",
     "deadline_ms", "secret", "report_cost", "record_asset",
 ]
@@ -45,10 +47,48 @@ class NodeError(Exception):
     """
 
     def __init__(self, message, signature=None, candidate=None):
+        if signature is not None:
+            why = check_signature(signature)
+            if why is not None:
+                where = traceback.extract_stack(limit=2)[0]
+                raise SignatureError(
+                    f"{why} at {os.path.basename(where.filename)}:{where.lineno};"
+                    f" the error was: {message}")
         super().__init__(message)
         self.message = message
         self.signature = signature
         self.candidate = candidate
+
+
+class SignatureError(ValueError):
+    """A failure signature the host would not recognise, refused where it is written."""
+
+
+_FAMILY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+_CODE_CHARS = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-/*[]$")
+
+
+def check_signature(sig):
+    """``None`` when ``sig`` is a signature the host recognises, else why not.
+
+    The shape is ``family:code``: the family a lowercase letter then at most 23 of
+    ``a-z 0-9 _ -``, the code 1 to 64 of ``A-Z a-z 0-9 _ . - / * [ ] $``; the families
+    ``limit`` and ``trap`` belong to the host. The host ignores any other signature.
+    """
+    family, colon, code = str(sig).partition(":")
+    if not isinstance(sig, str) or not colon:
+        why = "no ':' between family and code"
+    elif (not family or not ("a" <= family[0] <= "z") or len(family) > 24
+          or not set(family) <= _FAMILY_CHARS):
+        why = "the family before ':' must be a lowercase letter then at most 23 of a-z 0-9 _ -"
+    elif not code or len(code) > 64 or not set(code) <= _CODE_CHARS:
+        why = "the code after ':' must be 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $"
+    elif family in ("limit", "trap"):
+        why = "the families `limit` and `trap` are reserved for failures the host detects"
+    else:
+        return None
+    return f'invalid failure signature {json.dumps(str(sig))}: {why} (write family:code, e.g. "json:parse")'
 
 
 class EmitError(Exception):

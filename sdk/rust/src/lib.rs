@@ -34,7 +34,9 @@ pub mod bindings {
 use bindings::heddle::node::host;
 use bindings::heddle::node::types as wire;
 
+mod signature;
 mod value;
+pub use signature::check as check_signature;
 pub use value::Value;
 
 // ----- port types -----------------------------------------------------------------
@@ -508,9 +510,25 @@ impl Error {
         }
     }
 
-    /// A stable failure signature (e.g. `json:parse`) a supervisor can recognise.
+    /// A stable failure signature, `family:code` (e.g. `json:parse`), so a supervisor
+    /// recognises repeats and policy rules can match it. The host ignores any other
+    /// shape, so a malformed one is refused here: the error then carries no signature
+    /// and its message says which signature was refused, why, and where it was written.
+    #[track_caller]
     pub fn signature(mut self, sig: &str) -> Self {
-        self.signature = Some(sig.into());
+        match signature::check(sig) {
+            Ok(()) => self.signature = Some(sig.into()),
+            Err(why) => {
+                let at = std::panic::Location::caller();
+                self.message = format!(
+                    "{why} at {}:{}; the error was: {}",
+                    at.file(),
+                    at.line(),
+                    self.message
+                );
+                self.signature = None;
+            }
+        }
         self
     }
 
@@ -568,7 +586,7 @@ pub mod log {
 /// Sends a value downstream now (streaming-output and streaming-input nodes). An error
 /// means the run is shutting down or the value was refused; return from `run`.
 pub fn emit(handle: &str, v: impl PortValue) -> Result<(), Error> {
-    host::emit(handle, &v.into_value().to_wire()).map_err(|e| Error::new(e).signature("emit"))
+    host::emit(handle, &v.into_value().to_wire()).map_err(|e| Error::new(e).signature("heddle:emit"))
 }
 
 /// The next input value (streaming-input nodes): `(handle, value)`, or `None` when all
@@ -631,7 +649,7 @@ pub mod __private {
 
     pub fn unknown(type_name: &str) -> NodeError {
         Error::new(format!("this package has no node type `{type_name}`"))
-            .signature("unknown-type")
+            .signature("heddle:unknown-type")
             .into_wire()
     }
 }

@@ -36,7 +36,7 @@ node! {
     /// Read a file.
     #[node("hostile.read")]
     pub fn read(path: String) -> text: String {
-        std::fs::read_to_string(&path).map_err(|e| Error::new(format!("read {path}: {e}")).signature("denied"))
+        std::fs::read_to_string(&path).map_err(|e| Error::new(format!("read {path}: {e}")).signature("files:denied"))
     }
 }
 
@@ -44,7 +44,7 @@ node! {
     /// Write a file.
     #[node("hostile.write")]
     pub fn write(path: String, text: String = "pwned") -> ok: bool {
-        std::fs::write(&path, text).map_err(|e| Error::new(format!("write {path}: {e}")).signature("denied"))?;
+        std::fs::write(&path, text).map_err(|e| Error::new(format!("write {path}: {e}")).signature("files:denied"))?;
         Ok(true)
     }
 }

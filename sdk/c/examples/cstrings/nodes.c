@@ -45,6 +45,38 @@ static bool run_parse_int(heddle_call *c) {
     return true;
 }
 
+// Word statistics as one object output, built with heddle.h's JSON builder (which
+// escapes the words, so quotes and newlines in the text are safe).
+static bool run_word_stats(heddle_call *c) {
+    const char *s;
+    size_t n;
+    if (!heddle_get_str(c, "text", &s, &n)) return heddle_fail(c, "input:type", "text must be a string");
+    size_t words = 0, letters = 0, longest_at = 0, longest_len = 0;
+    for (size_t i = 0; i < n;) {
+        while (i < n && isspace((unsigned char)s[i])) i++;
+        size_t start = i;
+        while (i < n && !isspace((unsigned char)s[i])) i++;
+        if (i == start) break;
+        words++;
+        letters += i - start;
+        if (i - start > longest_len) longest_at = start, longest_len = i - start;
+    }
+    heddle_json j = {0};
+    heddle_json_begin_object(&j);
+    heddle_json_key(&j, "words");
+    heddle_json_int(&j, (int64_t)words);
+    heddle_json_key(&j, "longest");
+    heddle_json_string_n(&j, s + longest_at, longest_len);
+    heddle_json_key(&j, "mean_length");
+    if (words) heddle_json_float(&j, (double)letters / (double)words);
+    else heddle_json_null(&j);
+    heddle_json_key(&j, "empty");
+    heddle_json_bool(&j, words == 0);
+    heddle_json_end_object(&j);
+    heddle_set_json_built(c, "stats", &j);
+    return true;
+}
+
 const heddle_node HEDDLE_NODES[] = {
     {
         .type_name = "cstrings.crc32",
@@ -63,6 +95,15 @@ const heddle_node HEDDLE_NODES[] = {
         .outputs = HEDDLE_OUTPUTS({"value", "int"}),
         .retry_safe = true,
         .run = run_parse_int,
+    },
+    {
+        .type_name = "cstrings.word_stats",
+        .title = "Word statistics",
+        .description = "Word count, longest word and mean word length of a text, as one object.",
+        .inputs = HEDDLE_PORTS({"text", "str", .required = true}),
+        .outputs = HEDDLE_OUTPUTS({"stats", "object"}),
+        .retry_safe = true,
+        .run = run_word_stats,
     },
     {0},
 };
