@@ -51,7 +51,9 @@ impl Language {
     /// on a 2-core machine, so a silent minute is never a surprise.
     pub fn build_hint(self) -> &'static str {
         match self {
-            Language::Rust => "cargo build --release --target wasm32-wasip2, 20-40 s the first time",
+            Language::Rust => {
+                "cargo build --release --target wasm32-wasip2, 20-40 s the first time"
+            }
             Language::Python => "componentize-py snapshots CPython with your module, 10-40 s",
             Language::JavaScript => {
                 "componentize-js snapshots SpiderMonkey with your module, 15-60 s"

@@ -151,7 +151,11 @@ async fn python_refuses_a_malformed_signature_where_it_is_written() {
 
     let (err, _) = fail_with(&p, "pykit.fail_with", MALFORMED).await;
     assert_refused(&err);
-    assert!(err.message.contains("app.py:"), "the author's line: {}", err.message);
+    assert!(
+        err.message.contains("app.py:"),
+        "the author's line: {}",
+        err.message
+    );
     // Refusing is an exception like any other in Python nodes.
     assert_eq!(err.signature.as_deref(), Some("python:SignatureError"));
 }
@@ -179,7 +183,11 @@ async fn c_refuses_a_malformed_signature_where_it_is_written() {
 
     let (err, _) = fail_with(&p, "ckit.fail_with", MALFORMED).await;
     assert_refused(&err);
-    assert!(err.message.contains("kit.c:"), "the author's line: {}", err.message);
+    assert!(
+        err.message.contains("kit.c:"),
+        "the author's line: {}",
+        err.message
+    );
     assert_eq!(err.signature, None);
 
     let (err, _) = fail_with(&p, "ckit.fail_with", "limit:fuel").await;
@@ -194,11 +202,17 @@ async fn a_malformed_signature_reaching_the_host_is_a_warning_naming_the_node() 
     let p = provider("sdk/build/tests/fixtures/pykit").await;
     let (err, warnings) = fail_with(&p, "pykit.fail_raw", MALFORMED).await;
     assert_eq!(err.message, "asked to fail");
-    assert_eq!(err.signature, None, "the host keeps no signature it cannot use");
+    assert_eq!(
+        err.signature, None,
+        "the host keeps no signature it cannot use"
+    );
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     let (node, message) = &warnings[0];
     assert_eq!(node, "node-7");
-    assert!(message.contains("node `node-7` (pykit.fail_raw)"), "{message}");
+    assert!(
+        message.contains("node `node-7` (pykit.fail_raw)"),
+        "{message}"
+    );
     assert!(
         message.contains(&format!("ignored failure signature \"{MALFORMED}\"")),
         "{message}"
