@@ -34,4 +34,32 @@ pub trait DeclLookup {
     fn type_names(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// What the node's type finds wrong with its configuration beyond the declared
+    /// property types (a value out of range, a setting the operator does not allow).
+    /// The planner reports each as an issue of that node, so `validate` refuses what a
+    /// run would refuse, all at once. Default: nothing to add.
+    fn check_node(&self, _node: &NodeSpec<'_>) -> Vec<ConfigProblem> {
+        Vec::new()
+    }
+}
+
+/// One node of a graph as its type sees it: what a provider creates an executor from,
+/// and what [`DeclLookup::check_node`] checks before the run.
+pub struct NodeSpec<'a> {
+    pub id: &'a str,
+    pub decl: &'a std::sync::Arc<NodeDecl>,
+    /// Property values from the document (`properties` + `dynamic_properties`), as the
+    /// planner checked them against the declared types.
+    pub properties: &'a std::collections::BTreeMap<String, Value>,
+    pub limits: Option<&'a NodeLimits>,
+}
+
+/// A problem a node type found in one node's configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigProblem {
+    /// The property at fault, when one is.
+    pub property: Option<String>,
+    /// What is wrong and how to fix it, without the node id (the issue carries it).
+    pub message: String,
 }

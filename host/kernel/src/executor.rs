@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use heddle_core::{EventKind, InvocationMetrics, LogLevel, NodeDecl, NodeLimits, Value};
+use heddle_core::{ConfigProblem, EventKind, InvocationMetrics, LogLevel, NodeDecl, Value};
 use smallvec::SmallVec;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -447,14 +447,9 @@ pub trait Executor: Send + Sync + 'static {
     }
 }
 
-/// What a provider needs to create the executor for one node of a graph.
-pub struct NodeSpec<'a> {
-    pub id: &'a str,
-    pub decl: &'a Arc<NodeDecl>,
-    /// Property values from the document (`properties` + `dynamic_properties`).
-    pub properties: &'a BTreeMap<String, Value>,
-    pub limits: Option<&'a NodeLimits>,
-}
+/// What a provider needs to create the executor for one node of a graph (defined in
+/// core because the planner hands the same view to [`NodeProvider::check`]).
+pub use heddle_core::NodeSpec;
 
 /// A source of node types: the built-ins, a set of WASM packages, the code nodes.
 pub trait NodeProvider: Send + Sync {
@@ -466,4 +461,11 @@ pub trait NodeProvider: Send + Sync {
     // NodeError is large by design (it can carry a candidate output); creation is cold.
     #[allow(clippy::result_large_err)]
     fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError>;
+
+    /// Every problem [`NodeProvider::create`] would refuse the node for, found without
+    /// creating anything, so planning reports them (`heddle validate` included) together
+    /// with the graph's other issues. Default: none beyond the declared types.
+    fn check(&self, _spec: &NodeSpec<'_>) -> Vec<ConfigProblem> {
+        Vec::new()
+    }
 }

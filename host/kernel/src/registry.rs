@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use heddle_core::{DeclLookup, NodeDecl};
+use heddle_core::{ConfigProblem, DeclLookup, NodeDecl};
 
 use crate::executor::{Executor, NodeError, NodeProvider, NodeSpec};
 
@@ -95,5 +95,12 @@ impl DeclLookup for Registry {
 
     fn type_names(&self) -> Vec<String> {
         self.by_type.keys().cloned().collect()
+    }
+
+    fn check_node(&self, node: &NodeSpec<'_>) -> Vec<ConfigProblem> {
+        match self.by_type.get(&node.decl.type_name) {
+            Some((idx, _)) => self.providers[*idx].check(node),
+            None => Vec::new(),
+        }
     }
 }

@@ -2,11 +2,13 @@
 //! edges, properties against declarations, required inputs, and the non-fatal lints.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use super::bypass::WorkEdge;
 use super::issues::{IssueKind, issue, list_names, suggest};
 use super::model::{CONTROL_OUTPUT_HANDLE, OUTPUT_TYPE, PlanNode, input_type};
 use super::planner::{DeclOf, Planner};
+use crate::NodeSpec;
 use crate::decl::{NodeDecl, NodeMode};
 use crate::graph::{CONTROL_HANDLE, EdgeType, NodeDoc};
 use crate::types::PortType;
@@ -203,6 +205,43 @@ impl Planner<'_> {
                 list_names(names)
             ),
         ));
+    }
+
+    /// Reports what the node's type finds wrong with its configuration
+    /// ([`crate::DeclLookup::check_node`]), as issues of that node. A required property
+    /// that is missing altogether is left to [`Planner::required_inputs`], which says so
+    /// already.
+    pub(super) fn node_config(
+        &mut self,
+        n: &NodeDoc,
+        decl: &Arc<NodeDecl>,
+        properties: &BTreeMap<String, Value>,
+        fed: &HashSet<(&str, &str)>,
+    ) {
+        let spec = NodeSpec {
+            id: &n.id,
+            decl,
+            properties,
+            limits: n.limits.as_ref(),
+        };
+        for problem in self.decls.check_node(&spec) {
+            let handle = problem.property.as_deref();
+            let reported_missing = handle.is_some_and(|h| {
+                decl.property(h)
+                    .is_some_and(|p| p.required && p.default.is_none())
+                    && !properties.contains_key(h)
+                    && !fed.contains(&(n.id.as_str(), h))
+            });
+            if !reported_missing {
+                self.issues.push(issue(
+                    IssueKind::InvalidProperty,
+                    Some(&n.id),
+                    None,
+                    handle,
+                    problem.message,
+                ));
+            }
+        }
     }
 
     /// Checks a node's properties against its declaration and returns the map the node

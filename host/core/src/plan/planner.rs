@@ -344,6 +344,9 @@ impl<'a> Planner<'a> {
                 // analysis running so every problem is found in one pass.
                 .unwrap_or_else(|| Arc::new(NodeDecl::new(n.node_type.clone())));
             let properties = self.node_properties(n, &decl, known, fed);
+            if known {
+                self.node_config(n, &decl, &properties, fed);
+            }
             let name = n
                 .name
                 .clone()

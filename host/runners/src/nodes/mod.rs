@@ -19,7 +19,9 @@ mod settings;
 
 use std::sync::Arc;
 
-use heddle_core::{NodeDecl, NodeMode, OutputCorrelation, OutputDecl, PortDecl, PortType, Value};
+use heddle_core::{
+    ConfigProblem, NodeDecl, NodeMode, OutputCorrelation, OutputDecl, PortDecl, PortType, Value,
+};
 use heddle_kernel::{Executor, NodeError, NodeProvider, NodeSpec};
 
 pub use language::{Language, RESULT_MARKER};
@@ -153,12 +155,24 @@ impl NodeProvider for CodeNodes {
                 spec.id, spec.decl.type_name
             ))
         })?;
-        let settings = settings::read(lang, spec, &self.config)?;
+        let settings = settings::read(lang, spec, &self.config).map_err(|problems| {
+            let all: Vec<String> = problems.into_iter().map(|p| p.message).collect();
+            NodeError::msg(format!("node {}: {}", spec.id, all.join("; ")))
+        })?;
         Ok(Arc::new(CodeExecutor::new(
             spec.id,
             lang,
             settings,
             self.runner.clone(),
         )))
+    }
+
+    fn check(&self, spec: &NodeSpec<'_>) -> Vec<ConfigProblem> {
+        match Language::from_type(&spec.decl.type_name) {
+            Some(lang) => settings::read(lang, spec, &self.config)
+                .err()
+                .unwrap_or_default(),
+            None => Vec::new(),
+        }
     }
 }

@@ -1,17 +1,16 @@
 //! A code node's properties read into its [`Settings`]: the code, the mode, the image
-//! and the [`Sandbox`], each checked for type and range, with errors naming the node
-//! and the property. Also the operator's rules the properties must obey (subprocess
-//! mode allowed, workspace inside `workspace_roots`) and the author's `limits.files`.
-
-#![allow(clippy::result_large_err)] // NodeError is the seam's error; reading settings is cold.
+//! and the [`Sandbox`], each checked for type and range. Also the operator's rules the
+//! properties must obey (subprocess mode allowed, workspace inside `workspace_roots`)
+//! and the author's `limits.files`. Every problem is collected, so planning reports
+//! them all at once and creation refuses exactly what planning reported.
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use heddle_core::Value;
 use heddle_core::graph::AccessLevel;
-use heddle_kernel::{NodeError, NodeSpec};
+use heddle_core::{ConfigProblem, NodeSpec, Value};
 
 use super::language::Language;
 use crate::config::RunnersConfig;
@@ -44,73 +43,130 @@ pub(super) const DOCKER_ONLY: [&str; 12] = [
     "workspace_read_only",
 ];
 
-/// Reads one property with its type checked; errors name the node and the property.
+// Ranges of the numeric settings: wide enough for any real workload, narrow enough that
+// turning them into bytes, nano-CPUs and durations cannot overflow (an overflow would
+// panic, or in a release build wrap and silently drop the limit).
+
+/// Time limit in seconds: up to a week.
+const TIMEOUT_S: RangeInclusive<f64> = 0.001..=604_800.0;
+/// Memory in MiB: Docker refuses less than 6 MiB; up to 1 TiB.
+const MEMORY_MB: RangeInclusive<i64> = 6..=1_048_576;
+/// Docker's smallest CPU quota is 0.01; 1024 CPUs is beyond any host.
+const CPUS: RangeInclusive<f64> = 0.01..=1024.0;
+/// Linux's largest pid_max.
+const PIDS_LIMIT: RangeInclusive<i64> = 1..=4_194_304;
+/// The /tmp tmpfs in MiB: up to 1 TiB.
+const TMP_SIZE_MB: RangeInclusive<i64> = 1..=1_048_576;
+/// Output forwarded in bytes: up to 1 GiB.
+const OUTPUT_LIMIT_BYTES: RangeInclusive<i64> = 0..=1 << 30;
+/// SIGTERM → SIGKILL delay in ms: up to 10 minutes.
+const KILL_GRACE_MS: RangeInclusive<i64> = 0..=600_000;
+
+/// Longest piece of a user's value echoed in a problem: the rest is elided, so a huge
+/// value cannot make a huge error.
+const ECHO_MAX: usize = 80;
+
+/// Reads properties with their type and range checked, collecting every problem and
+/// answering the default for a bad value so the reading goes on.
 struct Props<'a> {
-    node: &'a str,
     map: &'a BTreeMap<String, Value>,
+    problems: Vec<ConfigProblem>,
 }
 
 impl Props<'_> {
-    fn err(&self, name: &str, want: &str, got: &Value) -> NodeError {
-        NodeError::msg(format!(
-            "node {}: property `{name}` must be {want}, got {} `{got}`",
-            self.node,
-            got.kind()
-        ))
+    fn problem(&mut self, name: &str, message: String) {
+        self.problems.push(ConfigProblem {
+            property: Some(name.to_string()),
+            message: format!("property `{name}` {message}"),
+        });
+    }
+
+    fn wrong(&mut self, name: &str, want: &str, got: &Value) {
+        let msg = format!("must be {want}, got {} `{}`", got.kind(), echo(got));
+        self.problem(name, msg);
     }
 
     fn get(&self, name: &str) -> Option<&Value> {
         self.map.get(name).filter(|v| !v.is_null())
     }
 
-    fn str(&self, name: &str) -> Result<Option<String>, NodeError> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(Value::Str(s)) => Ok(Some(s.to_string())),
-            Some(v) => Err(self.err(name, "a string", v)),
+    fn str(&mut self, name: &str) -> Option<String> {
+        match self.get(name)? {
+            Value::Str(s) => Some(s.to_string()),
+            v => {
+                let v = v.clone();
+                self.wrong(name, "a string", &v);
+                None
+            }
         }
     }
 
-    fn bool(&self, name: &str, default: bool) -> Result<bool, NodeError> {
+    fn bool(&mut self, name: &str, default: bool) -> bool {
         match self.get(name) {
-            None => Ok(default),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(v) => Err(self.err(name, "true or false", v)),
+            None => default,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => {
+                let v = v.clone();
+                self.wrong(name, "true or false", &v);
+                default
+            }
         }
     }
 
-    fn positive(&self, name: &str, default: f64) -> Result<f64, NodeError> {
-        match self.get(name) {
-            None => Ok(default),
-            Some(v) => match v.as_f64() {
-                Some(f) if f.is_finite() && f > 0.0 => Ok(f),
-                _ => Err(self.err(name, "a positive number", v)),
-            },
+    fn number(&mut self, name: &str, default: f64, range: RangeInclusive<f64>) -> f64 {
+        let Some(v) = self.get(name) else {
+            return default;
+        };
+        match v.as_f64() {
+            Some(f) if range.contains(&f) => f,
+            _ => {
+                let v = v.clone();
+                let want = format!("a number from {} to {}", range.start(), range.end());
+                self.wrong(name, &want, &v);
+                default
+            }
         }
     }
 
-    fn int(&self, name: &str, default: i64, min: i64) -> Result<i64, NodeError> {
-        match self.get(name) {
-            None => Ok(default),
-            Some(v) => match v.as_i64() {
-                Some(i) if i >= min => Ok(i),
-                _ => Err(self.err(name, &format!("an integer ≥ {min}"), v)),
-            },
+    fn int(&mut self, name: &str, default: i64, range: RangeInclusive<i64>) -> i64 {
+        let Some(v) = self.get(name) else {
+            return default;
+        };
+        match v.as_i64() {
+            Some(i) if range.contains(&i) => i,
+            _ => {
+                let v = v.clone();
+                let want = format!("an integer from {} to {}", range.start(), range.end());
+                self.wrong(name, &want, &v);
+                default
+            }
         }
     }
 
-    fn str_list(&self, name: &str, default: Vec<String>) -> Result<Vec<String>, NodeError> {
-        match self.get(name) {
-            None => Ok(default),
+    fn str_list(&mut self, name: &str, default: Vec<String>) -> Vec<String> {
+        let strings = match self.get(name) {
+            None => return default,
             Some(Value::List(items)) => items
                 .iter()
-                .map(|i| match i {
-                    Value::Str(s) => Ok(s.to_string()),
-                    other => Err(self.err(name, "a list of strings", other)),
-                })
-                .collect(),
-            Some(v) => Err(self.err(name, "a list of strings", v)),
-        }
+                .map(|i| i.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>(),
+            Some(_) => None,
+        };
+        strings.unwrap_or_else(|| {
+            // Present, since `None` returned above.
+            let v = self.map[name].clone();
+            self.wrong(name, "a list of strings", &v);
+            default
+        })
+    }
+}
+
+/// A user's value as it appears in a problem, cut at [`ECHO_MAX`] characters.
+fn echo(v: &Value) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(ECHO_MAX) {
+        Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
+        None => text,
     }
 }
 
@@ -127,74 +183,92 @@ pub(super) fn property_names(lang: Language) -> impl Iterator<Item = &'static st
     .chain(DOCKER_ONLY)
 }
 
+/// Reads the node's settings; `Err` lists every problem found.
 pub(super) fn read(
     lang: Language,
     spec: &NodeSpec<'_>,
     config: &RunnersConfig,
-) -> Result<Settings, NodeError> {
-    let p = Props {
-        node: spec.id,
+) -> Result<Settings, Vec<ConfigProblem>> {
+    let mut p = Props {
         map: spec.properties,
+        problems: Vec::new(),
     };
-    let bad = |msg: String| NodeError::msg(format!("node {}: {msg}", spec.id));
-    let code = p.str(lang.code_property())?.ok_or_else(|| {
-        bad(format!(
-            "property `{}` is required (the {} to run)",
+    let code = p.str(lang.code_property());
+    if code.is_none() && p.get(lang.code_property()).is_none() {
+        let what = match lang {
+            Language::Shell => "command line",
+            _ => "code",
+        };
+        p.problem(
             lang.code_property(),
-            if lang == Language::Shell {
-                "command line"
-            } else {
-                "code"
-            }
-        ))
-    })?;
-    let mode_text = p.str("mode")?.unwrap_or_else(|| "docker".into());
-    let mode = Mode::parse(&mode_text).ok_or_else(|| {
-        bad(format!(
-            "property `mode` is `{mode_text}`; expected `docker` or `subprocess`"
-        ))
-    })?;
+            format!("is required (the {what} to run, as a property: an edge cannot supply it)"),
+        );
+    }
+    let mode = match p.str("mode") {
+        None => Mode::default(),
+        Some(text) => Mode::parse(&text).unwrap_or_else(|| {
+            let msg = format!(
+                "is `{}`; expected `docker` or `subprocess`",
+                echo(&Value::str(text))
+            );
+            p.problem("mode", msg);
+            Mode::default()
+        }),
+    };
     if mode == Mode::Subprocess {
         if !config.allow_subprocess {
-            return Err(bad(
-                "mode `subprocess` runs the code unsandboxed on the host and is disabled; \
-                 the operator can allow it with `[runners] allow_subprocess = true` in heddle.toml"
+            p.problem(
+                "mode",
+                ": `subprocess` runs the code unsandboxed on the host and is disabled; the \
+                 operator can allow it with `[runners] allow_subprocess = true` in heddle.toml"
                     .into(),
-            ));
+            );
         }
         // Presence, not difference from the default, is what counts: an author who
         // writes `network: false` here expects an isolation this mode cannot give.
-        if let Some(name) = DOCKER_ONLY.iter().find(|n| p.get(n).is_some()) {
-            return Err(bad(format!(
-                "property `{name}` needs a container and cannot be enforced in mode `subprocess`; \
-                 remove it or use mode `docker`"
-            )));
+        let present: Vec<&str> = DOCKER_ONLY
+            .into_iter()
+            .filter(|n| p.get(n).is_some())
+            .collect();
+        for name in present {
+            p.problem(
+                name,
+                "needs a container and cannot be enforced in mode `subprocess`; remove it \
+                 or use mode `docker`"
+                    .into(),
+            );
         }
     }
 
     let d = Sandbox::default();
-    let timeout = p.positive("timeout_s", d.timeout.as_secs_f64())?;
-    let cpus = p.positive("cpus", d.nano_cpus as f64 / 1e9)?;
-    let user = match p.str("user")? {
+    let timeout = p.number("timeout_s", d.timeout.as_secs_f64(), TIMEOUT_S);
+    let cpus = p.number("cpus", d.nano_cpus as f64 / 1e9, CPUS);
+    let user = match p.str("user") {
         None => d.user.clone(),
         Some(u) if u.is_empty() => None,
         Some(u) => Some(u),
     };
-    let workspace = match p.str("workspace")? {
-        None => None,
-        Some(path) => Some(Workspace {
-            host_path: allowed_workspace(spec.id, &path, config)?,
-            read_only: p.bool("workspace_read_only", Workspace::READ_ONLY_BY_DEFAULT)?,
-        }),
-    };
+    let read_only = p.bool("workspace_read_only", Workspace::READ_ONLY_BY_DEFAULT);
+    let workspace = p
+        .str("workspace")
+        .and_then(|path| match allowed_workspace(&path, config) {
+            Ok(host_path) => Some(Workspace {
+                host_path,
+                read_only,
+            }),
+            Err(msg) => {
+                p.problem("workspace", format!(": {msg}"));
+                None
+            }
+        });
     // The workflow author's `limits.files` narrows the workspace, never widens it.
     let workspace = match (spec.limits.and_then(|l| l.files), workspace) {
         (Some(AccessLevel::None), Some(_)) => {
-            return Err(bad(
-                "`limits.files` is `none` but property `workspace` asks for a mount; \
-                 remove one of them"
-                    .into(),
-            ));
+            p.problem(
+                "workspace",
+                "asks for a mount but `limits.files` is `none`; remove one of them".into(),
+            );
+            None
         }
         (Some(AccessLevel::Read), Some(w)) => Some(Workspace {
             read_only: true,
@@ -203,30 +277,37 @@ pub(super) fn read(
         (_, w) => w,
     };
     let sandbox = Sandbox {
+        // In range, so neither conversion can overflow.
         timeout: Duration::from_secs_f64(timeout),
-        // Docker refuses less than 6 MiB.
-        memory_bytes: p.int("memory_mb", d.memory_bytes / MIB, 6)? * MIB,
+        memory_bytes: p.int("memory_mb", d.memory_bytes / MIB, MEMORY_MB) * MIB,
         nano_cpus: (cpus * 1e9) as i64,
-        pids_limit: p.int("pids_limit", d.pids_limit, 1)?,
-        network: p.bool("network", d.network)?,
-        ipc_mode: p.str("ipc_mode")?.unwrap_or(d.ipc_mode.clone()),
-        cap_drop: p.str_list("cap_drop", d.cap_drop.clone())?,
-        no_new_privileges: p.bool("no_new_privileges", d.no_new_privileges)?,
+        pids_limit: p.int("pids_limit", d.pids_limit, PIDS_LIMIT),
+        network: p.bool("network", d.network),
+        ipc_mode: p.str("ipc_mode").unwrap_or(d.ipc_mode.clone()),
+        cap_drop: p.str_list("cap_drop", d.cap_drop.clone()),
+        no_new_privileges: p.bool("no_new_privileges", d.no_new_privileges),
         user,
-        read_only_root: p.bool("read_only_root", d.read_only_root)?,
-        tmp_bytes: p.int("tmp_size_mb", d.tmp_bytes / MIB, 1)? * MIB,
+        read_only_root: p.bool("read_only_root", d.read_only_root),
+        tmp_bytes: p.int("tmp_size_mb", d.tmp_bytes / MIB, TMP_SIZE_MB) * MIB,
         workspace,
-        output_limit: p.int("output_limit_bytes", d.output_limit as i64, 0)? as usize,
+        output_limit: p.int(
+            "output_limit_bytes",
+            d.output_limit as i64,
+            OUTPUT_LIMIT_BYTES,
+        ) as usize,
         max_line: d.max_line,
         kill_grace: Duration::from_millis(p.int(
             "kill_grace_ms",
             d.kill_grace.as_millis() as i64,
-            0,
-        )? as u64),
+            KILL_GRACE_MS,
+        ) as u64),
     };
     let image = p
-        .str("image")?
+        .str("image")
         .unwrap_or_else(|| lang.default_image(config).to_string());
+    let (Some(code), true) = (code, p.problems.is_empty()) else {
+        return Err(p.problems);
+    };
     let mut notes = Vec::new();
     if mode == Mode::Subprocess {
         notes.push(
@@ -252,22 +333,37 @@ pub(super) fn read(
     })
 }
 
-fn allowed_workspace(node: &str, path: &str, config: &RunnersConfig) -> Result<PathBuf, NodeError> {
-    let bad = |msg: String| NodeError::msg(format!("node {node}: property `workspace`: {msg}"));
-    let canon = std::fs::canonicalize(path).map_err(|e| bad(format!("`{path}`: {e}")))?;
+/// The canonical host path of a workspace the operator allows, or why it is refused.
+fn allowed_workspace(path: &str, config: &RunnersConfig) -> Result<PathBuf, String> {
+    let shown = echo(&Value::str(path));
+    let canon = std::fs::canonicalize(path).map_err(|e| format!("`{shown}`: {e}"))?;
     if !canon.is_dir() {
-        return Err(bad(format!("`{path}` is not a directory")));
+        return Err(format!("`{shown}` is not a directory"));
     }
     let inside = config
         .workspace_roots
         .iter()
         .any(|root| std::fs::canonicalize(root).is_ok_and(|r| canon.starts_with(r)));
     if !inside {
-        return Err(bad(format!(
-            "`{path}` is not inside any directory the operator allows \
+        return Err(format!(
+            "`{shown}` is not inside any directory the operator allows \
              (`[runners] workspace_roots` in heddle.toml: {:?})",
             config.workspace_roots
-        )));
+        ));
     }
     Ok(canon)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_values_are_cut_when_echoed() {
+        let long = Value::str("x".repeat(10_000));
+        let shown = echo(&long);
+        assert!(shown.len() < 200, "{shown}");
+        assert!(shown.ends_with("(10000 bytes)"), "{shown}");
+        assert_eq!(echo(&Value::str("short")), "short");
+    }
 }
