@@ -17,6 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::RunnerError;
 use crate::lines::Interrupt;
+use crate::owner::Owner;
 use crate::running::{Drive, Running, launch};
 use crate::spec::{Exit, RunSpec, Stream};
 
@@ -25,8 +26,9 @@ use crate::spec::{Exit, RunSpec, Stream};
 pub const LABEL_RUNNER: &str = "heddle.runner";
 /// Label holding the node id the container ran for.
 pub const LABEL_NODE: &str = "heddle.node";
-/// Label naming the host process that created the container (`<pid>`), so leftovers of
-/// a crashed process can be told from containers of a live one.
+/// Label naming the heddle process that created the container (host, boot, pid and
+/// start time), so the leftovers of one that died can be told from the containers of one
+/// that runs, on this host or another sharing the engine.
 pub const LABEL_OWNER: &str = "heddle.owner";
 
 fn endpoint(host: Option<&str>) -> String {
@@ -51,12 +53,12 @@ pub async fn connect_docker(host: Option<&str>) -> Result<Docker, RunnerError> {
     docker.negotiate_version().await.map_err(no_engine)
 }
 
-/// Force-removes containers carrying [`LABEL_RUNNER`]; with `owner`, only those created
-/// by that process id. Returns how many were removed.
-pub async fn remove_leftovers(docker: &Docker, owner: Option<u32>) -> Result<usize, RunnerError> {
+/// Force-removes containers carrying [`LABEL_RUNNER`]; with `owner`, only those whose
+/// [`LABEL_OWNER`] is that value. Returns how many were removed.
+pub async fn remove_leftovers(docker: &Docker, owner: Option<&str>) -> Result<usize, RunnerError> {
     let mut label = vec![format!("{LABEL_RUNNER}=1")];
-    if let Some(pid) = owner {
-        label.push(format!("{LABEL_OWNER}={pid}"));
+    if let Some(owner) = owner {
+        label.push(format!("{LABEL_OWNER}={owner}"));
     }
     let mut n = 0;
     for c in list_labelled(docker, label).await? {
@@ -68,19 +70,20 @@ pub async fn remove_leftovers(docker: &Docker, owner: Option<u32>) -> Result<usi
     Ok(n)
 }
 
-/// Force-removes containers carrying [`LABEL_RUNNER`] whose owner process no longer
-/// runs on this host (leftovers of a crashed or killed heddle), leaving those of live
-/// processes alone. Meant for start-up. Returns how many were removed.
+/// Force-removes containers carrying [`LABEL_RUNNER`] whose owner is a heddle of this
+/// host that is gone (killed, crashed, or from an earlier boot), leaving those of live
+/// processes and of other hosts alone. Run once per process, when a runner first
+/// connects. Returns how many were removed.
 pub async fn remove_orphans(docker: &Docker) -> Result<usize, RunnerError> {
     let mut n = 0;
     for c in list_labelled(docker, vec![format!("{LABEL_RUNNER}=1")]).await? {
-        let owner_alive = c
+        let gone = c
             .labels
             .as_ref()
             .and_then(|l| l.get(LABEL_OWNER))
-            .and_then(|p| p.parse::<u32>().ok())
-            .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
-        if let (false, Some(id)) = (owner_alive, c.id) {
+            .and_then(|o| Owner::parse(o))
+            .is_some_and(|o| o.is_gone());
+        if let (true, Some(id)) = (gone, c.id) {
             force_remove(docker, &id).await?;
             n += 1;
         }
@@ -150,7 +153,7 @@ fn container_name(hint: &str) -> String {
 fn create_body(spec: &RunSpec) -> ContainerCreateBody {
     let mut labels: HashMap<String, String> = spec.labels.iter().cloned().collect();
     labels.insert(LABEL_RUNNER.into(), "1".into());
-    labels.insert(LABEL_OWNER.into(), std::process::id().to_string());
+    labels.insert(LABEL_OWNER.into(), Owner::current().token());
     labels
         .entry(LABEL_NODE.into())
         .or_insert_with(|| spec.name_hint.clone());

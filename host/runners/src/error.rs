@@ -39,6 +39,11 @@ pub enum RunnerError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "the scratch root {path} is not a private directory of this user; remove it (or \
+         set TMPDIR elsewhere) so heddle can create it with mode 0700"
+    )]
+    UnsafeScratchRoot { path: std::path::PathBuf },
     #[error("nothing to run: the command line is empty")]
     EmptyCommand,
     #[error("`{program}` exited before its process id could be read")]

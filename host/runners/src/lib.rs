@@ -18,6 +18,7 @@ mod error;
 mod images;
 mod lines;
 mod nodes;
+mod owner;
 mod runner;
 mod running;
 mod sandbox;
@@ -31,7 +32,9 @@ pub use docker::{
 pub use error::RunnerError;
 pub use images::{BuildOptions, ImageOutcome, ImagesError, build_images};
 pub use nodes::{CodeNodes, Language, RESULT_MARKER};
+pub use owner::Owner;
 pub use runner::{Runner, start};
 pub use running::Running;
 pub use sandbox::{Sandbox, Workspace};
 pub use spec::{Exit, Line, Mode, RunSpec, Stream};
+pub use subprocess::{OrphanSweep, remove_orphan_processes};

@@ -9,6 +9,7 @@ use tokio_util::task::TaskTracker;
 use crate::error::RunnerError;
 use crate::running::Running;
 use crate::spec::{Mode, RunSpec};
+use crate::subprocess::OrphanSweep;
 
 /// Starts runs in either mode. Holds the Docker connection, made on first use so a
 /// subprocess-only user never needs an engine.
@@ -16,6 +17,7 @@ use crate::spec::{Mode, RunSpec};
 pub struct Runner {
     docker_host: Option<String>,
     docker: Arc<OnceCell<bollard::Docker>>,
+    swept: Arc<OnceCell<()>>,
 }
 
 impl Runner {
@@ -23,14 +25,52 @@ impl Runner {
         Runner {
             docker_host,
             docker: Arc::new(OnceCell::new()),
+            swept: Arc::new(OnceCell::new()),
         }
     }
 
     /// The Docker client, connecting (and negotiating the API version) on first use.
+    /// The first connection also removes the containers dead heddles of this host left
+    /// on the engine ([`crate::remove_orphans`]).
     pub async fn docker(&self) -> Result<&bollard::Docker, RunnerError> {
         self.docker
-            .get_or_try_init(|| crate::docker::connect_docker(self.docker_host.as_deref()))
+            .get_or_try_init(|| async {
+                let docker = crate::docker::connect_docker(self.docker_host.as_deref()).await?;
+                match crate::docker::remove_orphans(&docker).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        removed = n,
+                        "removed containers left by heddle processes that are gone"
+                    ),
+                    // Not this run's problem: its own containers are unaffected.
+                    Err(e) => tracing::warn!(error = %e, "could not remove leftover containers"),
+                }
+                Ok(docker)
+            })
             .await
+    }
+
+    /// Kills and removes what subprocess-mode runs of dead heddles left on this host
+    /// ([`crate::remove_orphan_processes`]), once per runner: before its first code node
+    /// starts, so the next run cleans up after one that was killed.
+    pub async fn sweep_orphan_processes(&self) {
+        self.swept
+            .get_or_init(|| async {
+                match tokio::task::spawn_blocking(crate::subprocess::remove_orphan_processes).await
+                {
+                    Ok(Ok(s)) if s == OrphanSweep::default() => {}
+                    Ok(Ok(s)) => tracing::info!(
+                        processes = s.processes,
+                        directories = s.directories,
+                        "removed what subprocess runs of heddle processes that are gone left"
+                    ),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "could not remove leftover code processes")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "leftover sweep did not finish"),
+                }
+            })
+            .await;
     }
 
     /// Starts the code. Returns once it is running: problems with the setup (no engine,

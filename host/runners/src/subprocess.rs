@@ -3,6 +3,12 @@
 //! Only the time limit, the output cap and the group kill are enforced here; memory,
 //! network, user and capability settings need the container (see `CodeNodes`, which
 //! refuses them in this mode rather than ignoring them).
+//!
+//! Should heddle itself die (`kill -9`, a crash), the child gets SIGKILL from the kernel
+//! (parent-death signal), and what it started in turn is found by the next heddle:
+//! every process carries its owner in `HEDDLE_OWNER` and every scratch directory has
+//! the owner in its name, so [`remove_orphan_processes`] kills and removes what a dead
+//! owner left.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
@@ -14,6 +20,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::RunnerError;
 use crate::lines::Interrupt;
+use crate::owner::Owner;
 use crate::running::{Drive, Running, launch};
 use crate::spec::{Exit, RunSpec, Stream};
 
@@ -78,6 +85,105 @@ impl Group {
     }
 }
 
+/// The environment variable holding the owner's token in every process a run starts
+/// (inherited by what it starts in turn, unless the code clears its environment).
+const OWNER_ENV: &str = "HEDDLE_OWNER";
+
+/// The directory holding this user's scratch directories (`$TMPDIR/heddle-code-<uid>`),
+/// created private; refused when someone else owns it or can write to it.
+fn scratch_root() -> Result<std::path::PathBuf, RunnerError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    // SAFETY: getuid(2) cannot fail and touches no memory.
+    let uid = unsafe { libc::getuid() };
+    let root = std::env::temp_dir().join(format!("heddle-code-{uid}"));
+    let io = |source| RunnerError::Io {
+        action: "creating the scratch root",
+        source,
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&root) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(e)),
+    }
+    let meta = std::fs::symlink_metadata(&root).map_err(io)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(RunnerError::UnsafeScratchRoot { path: root });
+    }
+    Ok(root)
+}
+
+/// What [`remove_orphan_processes`] cleaned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OrphanSweep {
+    /// Processes killed.
+    pub processes: usize,
+    /// Scratch directories removed.
+    pub directories: usize,
+}
+
+/// Kills the subprocess-mode processes of heddles of this host that are gone, and
+/// removes their scratch directories; those of live heddles are left alone. Run by the
+/// code nodes before a run's first code node starts.
+pub fn remove_orphan_processes() -> Result<OrphanSweep, RunnerError> {
+    let root = scratch_root()?;
+    let entries = std::fs::read_dir(&root).map_err(|source| RunnerError::Io {
+        action: "listing the scratch root",
+        source,
+    })?;
+    let mut dead_dirs = Vec::new();
+    let mut dead_tokens = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some((token, _)) = name.to_str().and_then(|n| n.rsplit_once('-')) else {
+            continue;
+        };
+        if Owner::parse(token).is_some_and(|o| o.is_gone()) {
+            if !dead_tokens.iter().any(|t| t == token) {
+                dead_tokens.push(token.to_string());
+            }
+            dead_dirs.push(entry.path());
+        }
+    }
+    let mut sweep = OrphanSweep::default();
+    if dead_tokens.is_empty() {
+        return Ok(sweep);
+    }
+    // Processes first, so nothing writes into a directory being removed.
+    let marks: Vec<Vec<u8>> = dead_tokens
+        .iter()
+        .map(|t| format!("{OWNER_ENV}={t}").into_bytes())
+        .collect();
+    for pid in processes_with_env(&marks) {
+        // SAFETY: kill(2) touches no memory of ours; a process gone meanwhile is fine.
+        if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+            sweep.processes += 1;
+        }
+    }
+    for dir in dead_dirs {
+        if std::fs::remove_dir_all(&dir).is_ok() {
+            sweep.directories += 1;
+        }
+    }
+    Ok(sweep)
+}
+
+/// Pids of the processes (readable by us) whose environment holds one of `marks`
+/// (`NAME=value`) as a whole entry.
+fn processes_with_env(marks: &[Vec<u8>]) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|&b| b == 0)
+                    .any(|entry| marks.iter().any(|m| entry == m.as_slice()))
+            })
+        })
+        .collect()
+}
+
 impl Drop for Group {
     fn drop(&mut self) {
         self.signal(libc::SIGKILL);
@@ -89,20 +195,20 @@ pub(crate) async fn start(
     tracker: Option<&TaskTracker>,
 ) -> Result<Running, RunnerError> {
     let started = Instant::now();
-    // A fresh scratch directory per run unless a workspace is given.
-    let (workdir, scratch) = match &spec.sandbox.workspace {
-        Some(w) => (w.host_path.clone(), None),
-        None => {
-            let dir = tempfile::Builder::new()
-                .prefix("heddle-code-")
-                .tempdir()
-                .map_err(|source| RunnerError::Io {
-                    action: "creating the scratch directory",
-                    source,
-                })?;
-            (dir.path().to_path_buf(), Some(dir))
-        }
+    // A fresh scratch directory per run: HOME and TMPDIR, and the working directory
+    // unless a workspace is given. Its name says who owns it.
+    let scratch = tempfile::Builder::new()
+        .prefix(&format!("{}-", Owner::current().token()))
+        .tempdir_in(scratch_root()?)
+        .map_err(|source| RunnerError::Io {
+            action: "creating the scratch directory",
+            source,
+        })?;
+    let workdir = match &spec.sandbox.workspace {
+        Some(w) => w.host_path.clone(),
+        None => scratch.path().to_path_buf(),
     };
+    let parent = std::process::id();
     let mut cmd = Command::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..])
         .env_clear()
@@ -110,9 +216,10 @@ pub(crate) async fn start(
             "PATH",
             std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
         )
-        .env("HOME", &workdir)
-        .env("TMPDIR", &workdir)
+        .env("HOME", scratch.path())
+        .env("TMPDIR", scratch.path())
         .env("LANG", "C.UTF-8")
+        .env(OWNER_ENV, Owner::current().token())
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&workdir)
         .stdin(Stdio::null())
@@ -120,6 +227,23 @@ pub(crate) async fn start(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // SAFETY: runs in the forked child before exec, and calls only prctl(2) and
+    // getppid(2), which are async-signal-safe system calls; no allocation.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Dies with heddle. The signal fires when the thread that forked exits,
+            // which for tokio's worker threads is the runtime's end, so at the latest
+            // when heddle exits.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // heddle died between fork and prctl: the signal would never come.
+            if libc::getppid() as u32 != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
     let mut child = cmd.spawn().map_err(|source| RunnerError::Spawn {
         program: spec.argv[0].clone(),
         source,

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use heddle_core::Value;
 use heddle_kernel::ErrorKind;
-use heddle_runners::{CodeNodes, RunnersConfig};
+use heddle_runners::{CodeNodes, Owner, RunnersConfig};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -607,8 +607,8 @@ async fn building_images_again_skips_the_present_ones() {
     assert!(lines.lock().unwrap().iter().all(|l| l.contains("present")));
 }
 
-/// Creates a stopped container labelled as ours, owned by `owner`.
-async fn fake_leftover(docker: &bollard::Docker, node: &str, owner: u32) {
+/// Creates a stopped container labelled as ours, owned by `owner` (a token).
+async fn fake_leftover(docker: &bollard::Docker, node: &str, owner: &str) {
     use bollard::models::ContainerCreateBody;
     let labels = std::collections::HashMap::from([
         (heddle_runners::LABEL_RUNNER.to_string(), "1".to_string()),
@@ -634,20 +634,27 @@ async fn leftovers_are_found_and_removed_by_label() {
     require_docker!();
     let docker = heddle_runners::connect_docker(None).await.unwrap();
     let id = node_id("leftover");
-    // Owner pids above any pid_max: no live process has them.
-    let dead_owner = 999_999_000 + std::process::id() % 1000;
-    fake_leftover(&docker, &format!("{id}-a"), dead_owner).await;
-    fake_leftover(&docker, &format!("{id}-b"), dead_owner + 1).await;
+    // This host and boot, this pid but another start time: a process that is gone and
+    // whose pid was reused (by this test process).
+    let me = Owner::current().token();
+    let (prefix, start) = me.rsplit_once('-').unwrap();
+    let dead_owner = format!("{prefix}-{}", start.parse::<u64>().unwrap() + 1);
+    let other_dead = format!("{prefix}-{}", start.parse::<u64>().unwrap() + 2);
+    // Another host sharing the engine: its owner cannot be judged from here.
+    let foreign = "0123456789abcdef-0123456789ab-1-1";
+    fake_leftover(&docker, &format!("{id}-a"), &dead_owner).await;
+    fake_leftover(&docker, &format!("{id}-b"), &other_dead).await;
+    fake_leftover(&docker, &format!("{id}-c"), foreign).await;
     assert_eq!(containers_of(&format!("{id}-a")).await.len(), 1);
 
-    let removed = heddle_runners::remove_leftovers(&docker, Some(dead_owner))
+    let removed = heddle_runners::remove_leftovers(&docker, Some(&dead_owner))
         .await
         .unwrap();
     assert_eq!(removed, 1);
     assert_no_leftovers(&format!("{id}-a")).await;
     assert_eq!(containers_of(&format!("{id}-b")).await.len(), 1);
 
-    // The start-up sweep removes a dead owner's containers but not a live one's.
+    // The sweep removes a dead owner's containers, not a live one's nor another host's.
     let live_id = format!("{id}-live");
     let nodes = code_nodes();
     let cancel = CancellationToken::new();
@@ -666,15 +673,24 @@ async fn leftovers_are_found_and_removed_by_label() {
         while containers_of(&live_id).await.is_empty() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        let orphans = heddle_runners::remove_orphans(&docker).await.unwrap();
+        // The node's own first connection swept already; a second sweep finds the
+        // live container again and must leave it.
+        heddle_runners::remove_orphans(&docker).await.unwrap();
         let live_left = containers_of(&live_id).await.len();
         cancel.cancel();
-        (orphans, live_left)
+        live_left
     };
-    let (live, (orphans, live_left)) = tokio::join!(live, sweep);
-    assert!(orphans >= 1);
+    let (live, live_left) = tokio::join!(live, sweep);
     assert_no_leftovers(&format!("{id}-b")).await;
     assert_eq!(live_left, 1, "a live owner's container is not an orphan");
+    assert_eq!(
+        containers_of(&format!("{id}-c")).await.len(),
+        1,
+        "another host's container is not judged"
+    );
+    heddle_runners::remove_leftovers(&docker, Some(foreign))
+        .await
+        .unwrap();
     assert_eq!(live.error().kind, ErrorKind::Cancelled);
     assert_no_leftovers(&live_id).await;
 }

@@ -230,3 +230,85 @@ async fn subprocess_runs_are_logged_as_unsandboxed() {
         r.logs
     );
 }
+
+/// NaN and Infinity have no JSON form: handing one to set_result is an error naming the
+/// node, in every language, not a string "NaN".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_json_numbers_in_set_result_are_errors_naming_the_node() {
+    for (ty, key, code) in [
+        ("code.python", "code", "set_result(float('nan'))"),
+        ("code.python", "code", "set_result({'x': [float('inf')]})"),
+        ("code.javascript", "code", "set_result(NaN)"),
+        ("code.javascript", "code", "set_result({ x: [Infinity] })"),
+        ("code.bash", "code", "set_result NaN"),
+    ] {
+        let r = run_node(&subprocess_nodes(), "nan", ty, props(&sub(key, code))).await;
+        let m = &r.error().message;
+        assert!(m.starts_with("node nan: "), "{ty} {code}: {m}");
+        assert!(
+            m.contains("NaN and Infinity"),
+            "{ty} {code}: {m}\nstderr: {:?}",
+            r.stderr
+        );
+    }
+    // A printed `nan` is text the code wrote, and stays text.
+    let r = run_node(
+        &subprocess_nodes(),
+        "printed",
+        "code.python",
+        props(&sub("code", "print(float('nan'))")),
+    )
+    .await;
+    assert_eq!(r.value(), json!("nan"));
+}
+
+/// Who runs the tests, for the path of the scratch root.
+fn uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    tempfile::tempfile().unwrap().metadata().unwrap().uid()
+}
+
+/// What a heddle killed with `kill -9` leaves in subprocess mode (a process carrying its
+/// owner token, a scratch directory named after it) is removed by the sweep, and a live
+/// heddle's is not.
+#[test]
+fn the_sweep_kills_and_removes_what_a_dead_owner_left() {
+    let root = std::env::temp_dir().join(format!("heddle-code-{}", uid()));
+    let run_once = heddle_runners::remove_orphan_processes().unwrap();
+    let _ = run_once; // creates the root and clears anything older
+    let me = heddle_runners::Owner::current().token();
+    let (prefix, start) = me.rsplit_once('-').unwrap();
+    // This pid with another start time: gone, its pid reused.
+    let dead = format!("{prefix}-{}", start.parse::<u64>().unwrap() + 1);
+    let dead_dir = root.join(format!("{dead}-abc123"));
+    let live_dir = root.join(format!("{me}-def456"));
+    std::fs::create_dir(&dead_dir).unwrap();
+    std::fs::write(dead_dir.join("file"), "x").unwrap();
+    std::fs::create_dir(&live_dir).unwrap();
+    let spawn = |owner: &str| {
+        std::process::Command::new("sleep")
+            .arg("300")
+            .env("HEDDLE_OWNER", owner)
+            .spawn()
+            .unwrap()
+    };
+    let mut orphan = spawn(&dead);
+    let mut alive = spawn(&me);
+
+    let swept = heddle_runners::remove_orphan_processes().unwrap();
+    assert!(swept.processes >= 1, "{swept:?}");
+    assert!(swept.directories >= 1, "{swept:?}");
+    // Reaped here: killed by the sweep, so wait returns at once.
+    let status = orphan.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9));
+    assert!(!dead_dir.exists());
+    assert!(live_dir.exists());
+    assert!(
+        alive.try_wait().unwrap().is_none(),
+        "a live owner's process was killed"
+    );
+    alive.kill().unwrap();
+    alive.wait().unwrap();
+    std::fs::remove_dir(&live_dir).unwrap();
+}

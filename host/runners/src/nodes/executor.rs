@@ -36,6 +36,14 @@ pub(super) struct CodeExecutor {
     drivers: TaskTracker,
 }
 
+/// At most 80 characters of `text`, for an error message.
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
 fn is_identifier(name: &str) -> bool {
     let mut chars = name.chars();
     chars
@@ -271,13 +279,27 @@ impl CodeExecutor {
                 )));
             }
         }
-        let text = exit.result.or(exit.last_stdout);
-        let value = match text {
-            None => Value::Null,
-            Some(t) => match serde_json::from_str::<serde_json::Value>(t.trim()) {
+        let value = match (exit.result, exit.last_stdout) {
+            // What set_result was given must be JSON: `NaN` or `Infinity` (Python's
+            // json.dumps writes them) would otherwise become a string nobody asked for.
+            (Some(r), _) => match serde_json::from_str::<serde_json::Value>(r.trim()) {
+                Ok(j) => Value::from_json(j),
+                Err(e) => {
+                    return Err(self
+                        .fail(format!(
+                            "set_result was given `{}`, which is not JSON ({e}); NaN and \
+                             Infinity have no JSON form",
+                            shorten(r.trim())
+                        ))
+                        .with_signature("code:bad-result"));
+                }
+            },
+            // The last line is text the code printed: JSON when it parses, else a string.
+            (None, Some(t)) => match serde_json::from_str::<serde_json::Value>(t.trim()) {
                 Ok(j) => Value::from_json(j),
                 Err(_) => Value::str(t),
             },
+            (None, None) => Value::Null,
         };
         Ok(Outputs::one("result", value))
     }
@@ -292,6 +314,7 @@ impl Executor for CodeExecutor {
     /// whose code cannot run fails at once instead of after its upstream work.
     fn initialize(&self) -> BoxFuture<'_, Result<(), NodeError>> {
         Box::pin(async {
+            self.runner.sweep_orphan_processes().await;
             if self.settings.mode != Mode::Docker {
                 return Ok(());
             }

@@ -96,7 +96,11 @@ impl Language {
 const PY_PRELUDE: &str = r#"import json as _hj, os as _ho, sys as _hs
 inputs = {_k[10:]: _hj.loads(_v) for _k, _v in _ho.environ.items() if _k.startswith("HEDDLE_IN_")}
 def set_result(value):
-    _hs.stdout.write("\x1eheddle-result " + _hj.dumps(value) + "\n")
+    try:
+        _t = _hj.dumps(value, allow_nan=False)
+    except ValueError:
+        raise ValueError("set_result: NaN and Infinity are not JSON numbers") from None
+    _hs.stdout.write("\x1eheddle-result " + _t + "\n")
     _hs.stdout.flush()
 _hcode = _ho.environ.pop("HEDDLE_CODE", "")
 globals().update(inputs)
@@ -105,7 +109,8 @@ exec(compile(_hcode, "<code>", "exec"), globals())
 
 const JS_PRELUDE: &str = r#"const inputs = {};
 for (const [k, v] of Object.entries(process.env)) if (k.startsWith("HEDDLE_IN_")) inputs[k.slice(10)] = JSON.parse(v);
-const set_result = (v) => { process.stdout.write("\x1eheddle-result " + JSON.stringify(v === undefined ? null : v) + "\n"); };
+const _finite = (k, v) => { if (typeof v === "number" && !Number.isFinite(v)) throw new RangeError("set_result: NaN and Infinity are not JSON numbers"); return v; };
+const set_result = (v) => { process.stdout.write("\x1eheddle-result " + JSON.stringify(v === undefined ? null : v, _finite) + "\n"); };
 const code = process.env.HEDDLE_CODE || ""; delete process.env.HEDDLE_CODE;
 const names = Object.keys(inputs).filter((n) => /^[A-Za-z_$][\w$]*$/.test(n));
 const AsyncFunction = (async () => {}).constructor;
