@@ -28,6 +28,9 @@ const TEST_PACKAGES: &[(&str, &str, &str)] = &[
     ("hostile", "hostile", "heddle-hostile"),
     ("future", "future-version", "heddle-future-version"),
     ("mismatch", "mismatch", "heddle-mismatch"),
+    ("describe-sleep", "describe-sleep", "heddle-describe-sleep"),
+    ("describe-panic", "describe-panic", "heddle-describe-panic"),
+    ("spoof", "spoof", "heddle-spoof"),
 ];
 
 /// Builds the test packages once per test process and returns the directory holding

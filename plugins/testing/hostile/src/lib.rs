@@ -3,6 +3,12 @@
 
 use heddle_sdk::{Decl, Error, Inputs, Node, Outputs, Value, node};
 
+mod lies;
+mod waits;
+
+pub use lies::*;
+pub use waits::*;
+
 node! {
     /// Loop forever without checking for cancellation.
     #[node("hostile.spin")]
@@ -188,5 +194,23 @@ heddle_sdk::export_nodes!(
     compute,
     counter,
     counter_warm,
-    Liar
+    Liar,
+    sleep,
+    sleep_in_loop,
+    poll_cancelled,
+    secret_flood,
+    asset_flood,
+    log_flood,
+    ReEmit,
+    SayIntGiveStr,
+    SayIntsGiveMixed,
+    EmitStrOnInt,
+    SameHandleTwice,
+    not_a_number,
+    infinity,
+    exit,
+    recurse,
+    big_error,
+    spoofed_error,
+    spoofed_log
 );
