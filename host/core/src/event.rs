@@ -256,4 +256,6 @@ pub struct RunResult {
 
 impl RunResult {
     pub const EVENT_CAP: usize = 10_000;
+    /// Bytes of output values a run retains before replacing them by a marker.
+    pub const OUTPUT_CAP_BYTES: usize = 64 << 20;
 }

@@ -22,6 +22,12 @@ pub const DEFAULT_MEMORY_MB: u64 = 256;
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 1 << 20;
 /// Guest log output kept per invocation (log import + stdout + stderr together).
 pub const DEFAULT_LOG_CAP_BYTES: usize = 64 << 10;
+/// Wall-clock limit of an invocation of a package without its own `timeout_ms`: fuel
+/// bounds computing, this bounds waiting (a WASI sleep burns no fuel). Time spent
+/// waiting for input or for downstream backpressure does not count.
+pub const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+/// Time `describe()` may take when a package is loaded or installed.
+pub const DEFAULT_DESCRIBE_TIMEOUT_MS: u64 = 10_000;
 
 /// The WASM sections of `heddle.toml`. Unknown top-level sections are ignored so the
 /// same file can be handed over whole.
@@ -60,6 +66,13 @@ pub struct EngineSettings {
     pub max_value_bytes: usize,
     #[serde(default = "default_log_cap")]
     pub log_cap_bytes: usize,
+    /// Wall-clock limit per invocation for packages whose grant sets no `timeout_ms`
+    /// (0 = none). See [`DEFAULT_TIMEOUT_MS`].
+    #[serde(default = "default_timeout")]
+    pub default_timeout_ms: u64,
+    /// Time `describe()` may take at load and install.
+    #[serde(default = "default_describe_timeout")]
+    pub describe_timeout_ms: u64,
 }
 
 fn yes() -> bool {
@@ -77,6 +90,12 @@ fn default_max_value() -> usize {
 fn default_log_cap() -> usize {
     DEFAULT_LOG_CAP_BYTES
 }
+fn default_timeout() -> u64 {
+    DEFAULT_TIMEOUT_MS
+}
+fn default_describe_timeout() -> u64 {
+    DEFAULT_DESCRIBE_TIMEOUT_MS
+}
 
 impl Default for EngineSettings {
     fn default() -> Self {
@@ -88,6 +107,8 @@ impl Default for EngineSettings {
             pool_instances: default_pool_instances(),
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             log_cap_bytes: DEFAULT_LOG_CAP_BYTES,
+            default_timeout_ms: DEFAULT_TIMEOUT_MS,
+            describe_timeout_ms: DEFAULT_DESCRIBE_TIMEOUT_MS,
         }
     }
 }
@@ -103,7 +124,7 @@ pub struct PackageGrant {
     /// Linear memory limit per instance, MiB (default 256).
     #[serde(default)]
     pub memory_mb: Option<u64>,
-    /// Wall-clock limit per invocation, ms (default none).
+    /// Wall-clock limit per invocation, ms (default `[wasm] default_timeout_ms`).
     #[serde(default)]
     pub timeout_ms: Option<u64>,
     #[serde(default)]

@@ -56,7 +56,9 @@ impl Deadline {
     fn default_at(&self, now: Instant) -> Option<Instant> {
         let (start, limit) = self.default?;
         let w = self.waits();
-        let waiting = w.since.map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
+        let waiting = w
+            .since
+            .map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
         Some(start + limit + w.total + waiting)
     }
 

@@ -19,6 +19,9 @@ use crate::sandbox::State;
 /// and of yielding a CPU-bound guest back to tokio.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
+/// Wasm stack a guest may use (a deeper recursion traps as stack exhaustion).
+pub(crate) const MAX_WASM_STACK: usize = 1 << 20;
+
 /// A wasmtime engine with its ticker and linker. Cheap to clone.
 #[derive(Clone)]
 pub struct WasmHost {
@@ -169,7 +172,7 @@ fn base_config(settings: &EngineSettings) -> Config {
     c.parallel_compilation(true);
     // 1 MiB of wasm stack inside a 2 MiB+ fiber stack leaves the host headroom for
     // the functions the guest calls into.
-    c.max_wasm_stack(1 << 20);
+    c.max_wasm_stack(MAX_WASM_STACK);
     c.async_stack_size(4 << 20);
     c
 }

@@ -2,7 +2,7 @@
 //! kernel; `WasmExecutor` runs one node's invocations in fresh (or, when the node opts
 //! in, warm) sandboxed instances.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,14 +11,18 @@ use heddle_kernel::{
     BoxFuture, Call, ErrorKind, Executor, InputStream, NodeCtx, NodeError, NodeProvider, NodeSpec,
     Outputs,
 };
-use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime::{AsContextMut, Store, Trap, UpdateDeadline};
 
 use crate::bindings::{NodePackage, WitNodeError, WitValue};
+use crate::boundary::{Via, check_output, output_type};
 use crate::config::{Sandbox, SecretsConfig, WasmConfig};
+use crate::deadline::{Deadline, Interrupt, race};
 use crate::engine::WasmHost;
 use crate::error::PackageError;
+use crate::failure::{self, Failure};
 use crate::package::{TypeInfo, WasmPackage};
-use crate::sandbox::{Interrupt, Invocation, State, from_wit, to_wit, wit_size};
+use crate::sandbox::{Invocation, State, from_wit, to_wit};
+use crate::text;
 
 /// A warm instance is recycled after this many invocations, bounding how much state a
 /// reuse-safe node can accumulate.
@@ -27,6 +31,11 @@ const WARM_MAX_USES: u32 = 128;
 const WARM_POOL: usize = 4;
 /// Bytes a guest may hand the host in one import call.
 const HOSTCALL_FUEL: usize = 16 << 20;
+
+/// Bytes a guest may hand the host in one call (and in one set of returned outputs).
+pub(crate) fn hostcall_limit(settings: &crate::config::EngineSettings) -> usize {
+    HOSTCALL_FUEL.max(2 * settings.max_value_bytes)
+}
 
 /// Creates a store with the node's limits and the epoch policy: every tick the guest
 /// yields to tokio, and is stopped at once when its deadline passes or the run is
@@ -37,8 +46,9 @@ pub(crate) fn new_store(host: &WasmHost, sandbox: &Sandbox) -> Result<Store<Stat
     store.limiter(|s| &mut s.limiter);
     // Bounds what one host call (log, emit) may make the host copy out of the guest;
     // the default is 128 MiB.
-    store.set_hostcall_fuel(HOSTCALL_FUEL.max(2 * host.settings().max_value_bytes));
+    store.set_hostcall_fuel(hostcall_limit(host.settings()));
     store.epoch_deadline_callback(|mut cx| {
+        check_host_call_fuel(&mut cx)?;
         if cx.data_mut().should_interrupt() {
             Ok(UpdateDeadline::Interrupt)
         } else {
@@ -47,6 +57,19 @@ pub(crate) fn new_store(host: &WasmHost, sandbox: &Sandbox) -> Result<Store<Stat
     });
     store.set_epoch_deadline(1);
     Ok(store)
+}
+
+/// Traps as out of fuel once the fuel charged for host calls exceeds what the guest has
+/// left. (The charge is kept beside the fuel counter rather than subtracted from it: a
+/// running guest caches its counter and would overwrite a change made from an epoch
+/// callback.)
+fn check_host_call_fuel(cx: &mut wasmtime::StoreContextMut<'_, State>) -> wasmtime::Result<()> {
+    let charged = cx.data().budget.charged();
+    // `get_fuel` fails only when fuel is off: then host calls are free like the rest.
+    match cx.get_fuel() {
+        Ok(left) if charged > left => Err(Trap::OutOfFuel.into()),
+        _ => Ok(()),
+    }
 }
 
 /// The provider of every WASM node type loaded into this host.
@@ -208,7 +231,7 @@ impl WasmExecutor {
     }
 
     fn label(&self) -> String {
-        format!("node `{}` ({})", self.node_id, self.type_name)
+        crate::boundary::label(&self.node_id, &self.type_name)
     }
 
     async fn run(
@@ -220,11 +243,19 @@ impl WasmExecutor {
         let host = &self.pkg.host;
         let fuel_on = host.settings().fuel;
         let budget = self.sandbox.fuel;
-        let deadline = earliest(
-            ctx.deadline(),
-            self.sandbox
-                .timeout_ms
-                .map(|t| Instant::now() + Duration::from_millis(t)),
+        // The engine's default applies only to packages without their own timeout.
+        let default = match self.sandbox.timeout_ms {
+            Some(_) => None,
+            None => Some(Duration::from_millis(host.settings().default_timeout_ms)),
+        };
+        let deadline = Deadline::new(
+            earliest(
+                ctx.deadline(),
+                self.sandbox
+                    .timeout_ms
+                    .map(|t| Instant::now() + Duration::from_millis(t)),
+            ),
+            default,
         );
         if ctx.is_cancelled() {
             return Err(NodeError::cancelled());
@@ -245,12 +276,13 @@ impl WasmExecutor {
             let st = store.data_mut();
             st.interrupt = None;
             st.limiter.memory_exceeded = false;
+            st.budget = Default::default();
             st.inv = Some(Invocation {
                 ctx: ctx.clone(),
                 streaming: self.info.streaming_output || self.info.streaming_input,
                 outputs: self.info.outputs.clone(),
                 input,
-                deadline,
+                deadline: deadline.clone(),
                 secrets: self.granted_secrets.clone(),
                 secret_source: self.secrets.clone(),
                 max_value_bytes: host.settings().max_value_bytes,
@@ -263,7 +295,7 @@ impl WasmExecutor {
         }
         store.set_epoch_deadline(1);
 
-        let result = async {
+        let call = async {
             let instance = match instance {
                 Some(i) => i,
                 None => self.pkg.pre.instantiate_async(&mut store).await?,
@@ -273,11 +305,25 @@ impl WasmExecutor {
                 .call_invoke(&mut store, &self.type_name, &inputs, &self.properties)
                 .await?;
             Ok::<_, wasmtime::Error>((instance, r))
-        }
-        .await;
+        };
+        // Raced so a guest waiting in WASI (where no epoch check runs) is stopped too.
+        let result = match race(call, &deadline, Some(ctx.cancel_token())).await {
+            Ok(r) => r,
+            Err(i) => {
+                store.data_mut().interrupt = Some(i);
+                Err(wasmtime::Error::msg("interrupted while waiting"))
+            }
+        };
+        // Host calls made since the last epoch tick are paid for too.
+        let unpaid = check_host_call_fuel(&mut store.as_context_mut()).err();
 
         let fuel_used = if fuel_on {
-            Some(budget.saturating_sub(store.get_fuel().unwrap_or(0)))
+            let guest = budget.saturating_sub(store.get_fuel().unwrap_or(0));
+            Some(
+                guest
+                    .saturating_add(store.data().budget.charged())
+                    .min(budget),
+            )
         } else {
             None
         };
@@ -295,10 +341,17 @@ impl WasmExecutor {
         tracing::trace!(node = %self.node_id, us = started.elapsed().as_micros() as u64, "wasm invocation");
 
         // A guest stopped while waiting in a host call (emit, next-input) returns normally;
-        // the interrupt still decides the outcome.
+        // the interrupt still decides the outcome, as does a host limit it broke.
+        if let Some(v) = store.data().budget.violation.clone() {
+            return Err(NodeError::msg(format!("{}: {}", self.label(), v.message))
+                .with_signature(v.signature));
+        }
         if store.data().interrupt.is_some() {
             let e = wasmtime::Error::msg("interrupted in a host call");
-            return Err(self.host_failure(&store, e, budget, &stderr_tail));
+            return Err(self.host_failure(&store, e, budget, &stderr_tail, &deadline));
+        }
+        if let Some(e) = unpaid {
+            return Err(self.host_failure(&store, e, budget, &stderr_tail, &deadline));
         }
         match result {
             Ok((instance, Ok(outputs))) => {
@@ -318,43 +371,35 @@ impl WasmExecutor {
             }
             Ok((_, Err(e))) => Err(self.guest_error(&ctx, e)),
             // The instance is dropped with the store: a trapped instance is never reused.
-            Err(e) => Err(self.host_failure(&store, e, budget, &stderr_tail)),
+            Err(e) => Err(self.host_failure(&store, e, budget, &stderr_tail, &deadline)),
         }
     }
 
     fn convert_outputs(&self, outputs: Vec<(String, WitValue)>) -> Result<Outputs, NodeError> {
         let max = self.pkg.host.settings().max_value_bytes;
+        let label = self.label();
+        let mut seen = HashSet::new();
         let mut out = Outputs::new();
         for (handle, v) in outputs {
-            if !self.info.outputs.contains(&handle) {
+            if !seen.insert(handle.clone()) {
                 return Err(NodeError::msg(format!(
-                    "{} returned output `{handle}`, which it does not declare",
-                    self.label()
+                    "{label} returned output `{}` twice; each output holds one value per invocation",
+                    text::line(&handle, text::SHORT)
                 ))
-                .with_signature("wasm:unknown-output"));
+                .with_signature("wasm:duplicate-output"));
             }
-            let size = wit_size(&v);
-            if size > max {
-                return Err(NodeError::new(
-                    ErrorKind::OutputTooLarge,
-                    format!(
-                        "{}: output `{handle}` is {size} bytes, over the {max}-byte limit per value",
-                        self.label()
-                    ),
-                )
-                .with_signature("wasm:output-too-large"));
-            }
-            let v = from_wit(v).map_err(|e| {
-                NodeError::msg(format!("{}: output `{handle}`: {e}", self.label()))
-                    .with_signature("wasm:bad-output")
-            })?;
+            let ty = output_type(&self.info.outputs, &handle);
+            let shown = text::line(&handle, text::SHORT);
+            let v = check_output(&label, &shown, ty, v, max, Via::Returned)?;
             out.push(handle, v);
         }
         Ok(out)
     }
 
+    /// The node's own error, escaped and bounded (the guest wrote it; the kernel names
+    /// the node when it reports it).
     fn guest_error(&self, ctx: &NodeCtx, e: WitNodeError) -> NodeError {
-        let mut err = NodeError::msg(e.message);
+        let mut err = NodeError::msg(text::line(&e.message, text::MESSAGE));
         err.signature = e.signature.filter(|sig| {
             let ok = declared_signature_recognised(sig);
             if !ok {
@@ -389,6 +434,7 @@ impl WasmExecutor {
         e: wasmtime::Error,
         budget: u64,
         stderr_tail: &str,
+        deadline: &Deadline,
     ) -> NodeError {
         let st = store.data();
         let label = self.label();
@@ -397,7 +443,14 @@ impl WasmExecutor {
             return match i {
                 Interrupt::Deadline => NodeError::new(
                     ErrorKind::Deadline,
-                    format!("{label}: wall-clock deadline exceeded; the guest was stopped"),
+                    match deadline.default_passed() {
+                        Some(d) => format!(
+                            "{label}: exceeded the default deadline of {} ms for WASM invocations; the guest was stopped (set `timeout_ms` in [packages.{}] or `default_timeout_ms` in [wasm] to change it)",
+                            d.as_millis(),
+                            self.pkg.name()
+                        ),
+                        None => format!("{label}: wall-clock deadline exceeded; the guest was stopped"),
+                    },
                 )
                 .with_signature("wasm:deadline"),
                 Interrupt::Cancelled => NodeError::new(
@@ -416,26 +469,28 @@ impl WasmExecutor {
             )
             .with_signature("wasm:memory-limit");
         }
-        match trap {
-            Some(Trap::OutOfFuel) => NodeError::new(
+        if trap == Some(Trap::OutOfFuel) {
+            return NodeError::new(
                 ErrorKind::FuelExhausted,
                 format!("{label}: fuel exhausted (used the whole budget of {budget} units)"),
             )
-            .with_signature("wasm:fuel"),
-            Some(t) => {
-                let kind = trap_name(t);
-                let detail = if stderr_tail.is_empty() {
-                    String::new()
-                } else {
-                    format!("; guest stderr: {stderr_tail}")
-                };
-                NodeError::new(
-                    ErrorKind::Trap { trap: kind.clone() },
-                    format!("{label}: guest trapped ({t}){detail}"),
-                )
-                .with_signature(format!("wasm:trap:{kind}"))
+            .with_signature("wasm:fuel");
+        }
+        let failure = failure::classify(&e);
+        let message = format!(
+            "{label}: {}",
+            failure.message(hostcall_limit(self.pkg.host.settings()), stderr_tail)
+        );
+        match failure {
+            Failure::Exit(_) => NodeError::msg(message).with_signature("wasm:exit"),
+            Failure::TooMuchData => NodeError::new(ErrorKind::OutputTooLarge, message)
+                .with_signature("wasm:output-too-large"),
+            Failure::Trap(t) => {
+                let kind = failure::trap_name(t);
+                NodeError::new(ErrorKind::Trap { trap: kind.clone() }, message)
+                    .with_signature(format!("wasm:trap:{kind}"))
             }
-            None => NodeError::host(format!("{label}: {e:#}")).with_signature("wasm:host"),
+            Failure::Other(_) => NodeError::host(message).with_signature("wasm:host"),
         }
     }
 }
@@ -454,17 +509,6 @@ fn declared_signature_recognised(sig: &str) -> bool {
             declared: Some(sig),
         })
         .is_some()
-}
-
-fn trap_name(t: Trap) -> String {
-    match t {
-        Trap::UnreachableCodeReached => "unreachable".into(),
-        Trap::StackOverflow => "stack-overflow".into(),
-        Trap::MemoryOutOfBounds => "memory-out-of-bounds".into(),
-        Trap::IntegerDivisionByZero => "division-by-zero".into(),
-        Trap::Interrupt => "interrupt".into(),
-        other => format!("{other:?}").to_lowercase(),
-    }
 }
 
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {

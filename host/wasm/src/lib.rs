@@ -13,14 +13,19 @@
 #![allow(clippy::result_large_err)]
 
 mod bindings;
+mod boundary;
+mod budget;
 pub mod config;
+mod deadline;
 mod engine;
 pub mod error;
 mod executor;
+mod failure;
 pub mod manifest;
 mod package;
 mod sandbox;
 pub mod store;
+mod text;
 
 use std::path::PathBuf;
 

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use heddle_core::{
     CapabilityKind, CapabilityRequest, NodeDecl, NodeMode, OutputCorrelation, OutputDecl, PortDecl,
@@ -17,10 +17,12 @@ use crate::bindings::{
     NodePackagePre, WitCapabilityKind, WitCorrelation, WitNodeDecl, WitPortDecl,
 };
 use crate::config::{DEFAULT_FUEL, Sandbox};
+use crate::deadline::{Deadline, race};
 use crate::engine::WasmHost;
 use crate::error::PackageError;
 use crate::manifest::Manifest;
 use crate::sandbox::{State, from_wit};
+use crate::text;
 
 /// The `heddle:node` interface name, without version.
 pub const WIT_INTERFACE: &str = "heddle:node/node";
@@ -28,8 +30,31 @@ pub const WIT_INTERFACE: &str = "heddle:node/node";
 pub const WIT_VERSION: &str = "0.1.0";
 /// Human form of the supported range, for refusal messages.
 pub const WIT_SUPPORTED: &str = "0.1.x";
-/// Time `describe()` may take before a package is refused.
-const DESCRIBE_TIMEOUT_MS: u64 = 10_000;
+
+/// The manifest's free text is the package's own words, shown at `package add`.
+fn escape_manifest_text(m: &mut Manifest) {
+    m.version = text::line(&m.version, text::SHORT);
+    m.description = text::line(&m.description, text::DESCRIPTION);
+    for c in &mut m.capabilities {
+        c.target = text::line(&c.target, text::SHORT);
+        c.reason = text::line(&c.reason, text::REASON);
+    }
+}
+
+/// Type and port names are identifiers the operator types and reads: printable, no
+/// spaces, bounded.
+fn check_name(name: &str) -> Result<(), &'static str> {
+    if name.trim().is_empty() {
+        return Err("must not be empty");
+    }
+    if name.len() > text::SHORT {
+        return Err("is too long (at most 256 bytes)");
+    }
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("must not contain spaces or control characters");
+    }
+    Ok(())
+}
 
 /// Whether a package built against `version` can run on this host: same major and
 /// minor line (0.x minors are breaking by semver convention).
@@ -44,7 +69,7 @@ pub(crate) struct TypeInfo {
     pub streaming_input: bool,
     pub streaming_output: bool,
     pub reuse_instance: bool,
-    pub outputs: Arc<[String]>,
+    pub outputs: Arc<[(String, PortType)]>,
 }
 
 pub struct WasmPackage {
@@ -87,7 +112,8 @@ impl WasmPackage {
         dir: &Path,
         check: impl FnOnce(&Path, &str) -> Result<(), PackageError>,
     ) -> Result<WasmPackage, PackageError> {
-        let manifest = Manifest::read(dir)?;
+        let mut manifest = Manifest::read(dir)?;
+        escape_manifest_text(&mut manifest);
         let path = manifest.component_path(dir);
         if !path.is_file() {
             return Err(PackageError::MissingComponent { path });
@@ -171,17 +197,45 @@ impl WasmPackage {
                 .set_fuel(DEFAULT_FUEL)
                 .map_err(|e| fail(e.to_string()))?;
         }
-        let deadline = Instant::now() + std::time::Duration::from_millis(DESCRIBE_TIMEOUT_MS);
-        store.data_mut().describe_deadline = Some(deadline);
-        let inst = self
-            .pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(|e| fail(format!("instantiation failed: {e:#}")))?;
-        inst.heddle_node_node()
-            .call_describe(&mut store)
-            .await
-            .map_err(|e| fail(format!("{e:#}")))
+        let limit = self.host.settings().describe_timeout_ms;
+        let deadline = Deadline::new(Some(Instant::now() + Duration::from_millis(limit)), None);
+        store.data_mut().describe_deadline = Some(deadline.clone());
+        let call = async {
+            let inst = self
+                .pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(|e| ("instantiation failed: ", e))?;
+            inst.heddle_node_node()
+                .call_describe(&mut store)
+                .await
+                .map_err(|e| ("", e))
+        };
+        // Raced, so a describe() waiting in WASI cannot hang `package add` or a load.
+        let outcome = race(call, &deadline, None).await;
+        let stopped = || {
+            fail(format!(
+                "did not finish within {limit} ms ([wasm] describe_timeout_ms); the guest was stopped"
+            ))
+        };
+        match outcome {
+            Err(_) => Err(stopped()),
+            Ok(_) if store.data().interrupt.is_some() => Err(stopped()),
+            Ok(Ok(decls)) => Ok(decls),
+            Ok(Err((what, e))) => {
+                let tail = store
+                    .data()
+                    .log
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .stderr_tail();
+                let max = crate::executor::hostcall_limit(self.host.settings());
+                Err(fail(format!(
+                    "{what}{}",
+                    crate::failure::classify(&e).message(max, &tail)
+                )))
+            }
+        }
     }
 
     fn set_decls(&mut self, raw: Vec<WitNodeDecl>, path: &Path) -> Result<(), PackageError> {
@@ -192,8 +246,12 @@ impl WasmPackage {
                 type_name: d.type_name.clone(),
                 message,
             };
-            if d.type_name.trim().is_empty() || d.type_name.chars().any(char::is_whitespace) {
-                return Err(bad("type name must be non-empty without spaces".into()));
+            if let Err(why) = check_name(&d.type_name) {
+                return Err(PackageError::BadDecl {
+                    path: path.to_path_buf(),
+                    type_name: text::line(&d.type_name, text::SHORT),
+                    message: format!("type name {why}"),
+                });
             }
             if self.info.contains_key(&d.type_name) {
                 return Err(bad("declared twice".into()));
@@ -206,6 +264,7 @@ impl WasmPackage {
             let ports = |ps: &[WitPortDecl], what: &str| -> Result<Vec<PortDecl>, PackageError> {
                 ps.iter()
                     .map(|p| {
+                        check_name(&p.name).map_err(|why| bad(format!("{what} name {why}")))?;
                         let ty: PortType = p
                             .type_
                             .parse()
@@ -222,7 +281,7 @@ impl WasmPackage {
                             ty,
                             required: p.required,
                             default,
-                            description: p.description.clone(),
+                            description: text::line(&p.description, text::REASON),
                         })
                     })
                     .collect()
@@ -231,6 +290,7 @@ impl WasmPackage {
             let properties = ports(&d.properties, "property")?;
             let mut outputs = Vec::new();
             for o in &d.outputs {
+                check_name(&o.name).map_err(|why| bad(format!("output name {why}")))?;
                 let ty: PortType = o
                     .type_
                     .parse()
@@ -245,7 +305,7 @@ impl WasmPackage {
                     name: o.name.clone(),
                     ty,
                     correlation,
-                    description: o.description.clone(),
+                    description: text::line(&o.description, text::REASON),
                 });
             }
             let capabilities = d
@@ -259,8 +319,8 @@ impl WasmPackage {
                         WitCapabilityKind::Secret => CapabilityKind::Secret,
                         WitCapabilityKind::Network => CapabilityKind::Network,
                     },
-                    target: c.target.clone(),
-                    reason: c.reason.clone(),
+                    target: text::line(&c.target, text::SHORT),
+                    reason: text::line(&c.reason, text::REASON),
                 })
                 .collect();
             let mode = if d.streaming_input {
@@ -274,13 +334,16 @@ impl WasmPackage {
                 streaming_input: d.streaming_input,
                 streaming_output: d.streaming_output,
                 reuse_instance: d.reuse_instance,
-                outputs: outputs.iter().map(|o| o.name.clone()).collect(),
+                outputs: outputs
+                    .iter()
+                    .map(|o| (o.name.clone(), o.ty.clone()))
+                    .collect(),
             };
             self.info.insert(d.type_name.clone(), info);
             self.decls.push(Arc::new(NodeDecl {
                 type_name: d.type_name,
-                title: d.title,
-                description: d.description,
+                title: text::line(&d.title, text::SHORT),
+                description: text::block(&d.description, text::DESCRIPTION),
                 inputs,
                 outputs,
                 properties,

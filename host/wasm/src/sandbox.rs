@@ -5,9 +5,8 @@ use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Instant;
 
-use heddle_core::{LogLevel, Value};
+use heddle_core::{LogLevel, PortType, Value};
 use heddle_kernel::{InputStream, NodeCtx};
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
@@ -16,14 +15,11 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::bindings::heddle::node::{host, types};
 use crate::bindings::{WitLogLevel, WitValue};
+use crate::boundary::{Via, check_output, label, output_type};
+use crate::budget::{self, HostBudget};
 use crate::config::{DirMode, Sandbox, SecretsConfig};
-
-/// Why the epoch callback stopped the guest.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Interrupt {
-    Deadline,
-    Cancelled,
-}
+use crate::deadline::{Deadline, Interrupt, until};
+use crate::text;
 
 /// Linear memory / table limits of one store, recording what happened so a failed grow
 /// is reported as "memory limit exceeded" rather than as the guest's abort that follows.
@@ -105,6 +101,11 @@ impl LogBuf {
         }
     }
 
+    /// A line the host writes about the guest (not counted against the guest's cap).
+    pub fn push_host_line(&mut self, level: LogLevel, line: String) {
+        self.lines.push((level, line));
+    }
+
     fn push_bytes(&mut self, stream: usize, bytes: &[u8]) {
         let level = if stream == 0 {
             LogLevel::Info
@@ -118,7 +119,10 @@ impl LogBuf {
         buf.extend_from_slice(bytes);
         let mut start = 0;
         while let Some(nl) = buf[start..].iter().position(|&b| b == b'\n') {
-            let line = String::from_utf8_lossy(&buf[start..start + nl]).into_owned();
+            let line = text::line(
+                &String::from_utf8_lossy(&buf[start..start + nl]),
+                usize::MAX,
+            );
             self.lines.push((level, line));
             start += nl + 1;
         }
@@ -132,7 +136,7 @@ impl LogBuf {
             let p = std::mem::take(&mut self.partial[stream]);
             if !p.is_empty() {
                 self.lines
-                    .push((level, String::from_utf8_lossy(&p).into_owned()));
+                    .push((level, text::line(&String::from_utf8_lossy(&p), usize::MAX)));
             }
         }
         let mut out = std::mem::take(&mut self.lines);
@@ -157,9 +161,14 @@ impl LogBuf {
             .iter()
             .filter(|(l, _)| *l == LogLevel::Warn)
             .map(|(_, s)| s.clone())
+            // Advice to the guest's developer, meaningless to whoever reads the failure.
+            .filter(|s| !s.starts_with("note: run with `RUST_BACKTRACE"))
             .collect();
         if !self.partial[1].is_empty() {
-            v.push(String::from_utf8_lossy(&self.partial[1]).into_owned());
+            v.push(text::line(
+                &String::from_utf8_lossy(&self.partial[1]),
+                usize::MAX,
+            ));
         }
         let n = v.len().saturating_sub(3);
         v[n..].join(" | ")
@@ -212,9 +221,9 @@ impl tokio::io::AsyncWrite for CaptureStream {
 pub(crate) struct Invocation {
     pub ctx: NodeCtx,
     pub streaming: bool,
-    pub outputs: Arc<[String]>,
+    pub outputs: Arc<[(String, PortType)]>,
     pub input: Option<InputStream>,
-    pub deadline: Option<Instant>,
+    pub deadline: Deadline,
     pub secrets: Arc<BTreeSet<String>>,
     pub secret_source: Arc<SecretsConfig>,
     pub max_value_bytes: usize,
@@ -228,7 +237,8 @@ pub(crate) struct State {
     pub inv: Option<Invocation>,
     pub interrupt: Option<Interrupt>,
     /// Deadline of a call made outside any invocation (`describe` at load).
-    pub describe_deadline: Option<Instant>,
+    pub describe_deadline: Option<Deadline>,
+    pub budget: HostBudget,
 }
 
 impl WasiView for State {
@@ -289,6 +299,7 @@ impl State {
             inv: None,
             interrupt: None,
             describe_deadline: None,
+            budget: HostBudget::default(),
         })
     }
 
@@ -298,14 +309,21 @@ impl State {
 
     /// Checked by the epoch callback on every tick.
     pub fn should_interrupt(&mut self) -> bool {
+        if self.budget.violation.is_some() {
+            return true;
+        }
         let Some(inv) = &self.inv else {
-            if self.describe_deadline.is_some_and(|d| Instant::now() >= d) {
+            if self
+                .describe_deadline
+                .as_ref()
+                .is_some_and(Deadline::passed)
+            {
                 self.interrupt = Some(Interrupt::Deadline);
                 return true;
             }
             return false;
         };
-        if inv.deadline.is_some_and(|d| Instant::now() >= d) {
+        if inv.deadline.passed() {
             self.interrupt = Some(Interrupt::Deadline);
             return true;
         }
@@ -336,6 +354,13 @@ pub(crate) fn from_wit(v: WitValue) -> Result<Value, String> {
         WitValue::Null => Value::Null,
         WitValue::Boolean(b) => Value::Bool(b),
         WitValue::S64(i) => Value::Int(i),
+        // JSON (and so every report) has no NaN or infinity; refusing them here beats
+        // turning them into null where nobody notices.
+        WitValue::F64(f) if !f.is_finite() => {
+            return Err(format!(
+                "the float {f} has no representation in Heddle values (NaN and infinities are refused; send null or a string)"
+            ));
+        }
         WitValue::F64(f) => Value::Float(f),
         WitValue::String(s) => Value::Str(s.into()),
         WitValue::Bytes(b) => Value::Bytes(b.into()),
@@ -356,15 +381,6 @@ pub(crate) fn wit_size(v: &WitValue) -> usize {
     }
 }
 
-/// Resolves at `deadline`, never without one: a guest waiting in a host call is bound by
-/// the same deadline as one computing.
-async fn until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d.into()).await,
-        None => std::future::pending().await,
-    }
-}
-
 fn level(l: WitLogLevel) -> LogLevel {
     match l {
         WitLogLevel::Trace | WitLogLevel::Debug => LogLevel::Debug,
@@ -380,15 +396,8 @@ impl types::Host for State {}
 
 impl host::Host for State {
     async fn log(&mut self, lvl: WitLogLevel, message: String) {
-        let mut m = message;
-        if m.len() > 16 << 10 {
-            let mut cut = 16 << 10;
-            while !m.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            m.truncate(cut);
-            m.push_str(" …[line truncated]");
-        }
+        self.budget.charge(message.len());
+        let m = text::line(&message, budget::MAX_LOG_LINE);
         self.log
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -396,6 +405,7 @@ impl host::Host for State {
     }
 
     async fn emit(&mut self, handle: String, value: WitValue) -> Result<(), String> {
+        self.budget.charge(wit_size(&value));
         let Some(inv) = self.inv() else {
             return Err("emit is only possible during an invocation".into());
         };
@@ -405,29 +415,41 @@ impl host::Host for State {
                 inv.ctx.node_id()
             ));
         }
-        if !inv.outputs.contains(&handle) {
-            return Err(format!(
-                "node {} has no output `{handle}`",
-                inv.ctx.node_id()
-            ));
-        }
-        if wit_size(&value) > inv.max_value_bytes {
-            return Err(format!(
-                "value emitted on `{handle}` is {} bytes, over the {}-byte limit",
-                wit_size(&value),
-                inv.max_value_bytes
-            ));
-        }
-        let v = from_wit(value)?;
         let ctx = inv.ctx.clone();
-        let deadline = inv.deadline;
+        let deadline = inv.deadline.clone();
+        let who = label(ctx.node_id(), ctx.node_type());
+        let checked = check_output(
+            &who,
+            &handle,
+            output_type(&inv.outputs, &handle),
+            value,
+            inv.max_value_bytes,
+            Via::Emitted,
+        );
+        let v = match checked {
+            Ok(v) => v,
+            Err(e) => {
+                // The node fails whatever it does with the refusal: a lie is the
+                // emitting node's failure, never the next node's.
+                let reply = e.message.clone();
+                let sig = match e.signature.as_deref() {
+                    Some("wasm:unknown-output") => "wasm:unknown-output",
+                    Some("wasm:output-too-large") => "wasm:output-too-large",
+                    Some("wasm:bad-output") => "wasm:bad-output",
+                    _ => "wasm:output-type",
+                };
+                self.budget.violate(sig, e.message);
+                return Err(reply);
+            }
+        };
+        let _wait = deadline.waiting();
         tokio::select! {
             r = ctx.emit(&handle, v) => r.map_err(|e| e.message),
             _ = ctx.cancel_token().cancelled() => {
                 self.interrupt = Some(Interrupt::Cancelled);
                 Err("cancelled".into())
             }
-            _ = until(deadline) => {
+            _ = until(deadline.hard()) => {
                 self.interrupt = Some(Interrupt::Deadline);
                 Err("deadline exceeded".into())
             }
@@ -435,17 +457,19 @@ impl host::Host for State {
     }
 
     async fn next_input(&mut self) -> Option<(String, WitValue)> {
+        self.budget.charge(0);
         let inv = self.inv.as_mut()?;
         let ctx = inv.ctx.clone();
-        let deadline = inv.deadline;
+        let deadline = inv.deadline.clone();
         let input = inv.input.as_mut()?;
+        let _wait = deadline.waiting();
         let item = tokio::select! {
             i = input.next() => i?,
             _ = ctx.cancel_token().cancelled() => {
                 self.interrupt = Some(Interrupt::Cancelled);
                 return None;
             }
-            _ = until(deadline) => {
+            _ = until(deadline.hard()) => {
                 self.interrupt = Some(Interrupt::Deadline);
                 return None;
             }
@@ -454,38 +478,84 @@ impl host::Host for State {
     }
 
     async fn report_cost(&mut self, usd: f64) {
+        self.budget.charge(0);
+        if !usd.is_finite() || usd < 0.0 {
+            self.budget.violate(
+                "wasm:bad-call",
+                format!("report-cost was given {usd}, which is not a cost in USD"),
+            );
+            return;
+        }
         if let Some(inv) = self.inv() {
             inv.ctx.report_cost(usd);
         }
     }
 
     async fn record_asset(&mut self, id: String) {
-        if let Some(inv) = self.inv() {
-            inv.ctx.record_asset(id);
+        self.budget.charge(id.len());
+        let Some(inv) = self.inv.as_ref() else { return };
+        if id.len() > budget::MAX_ASSET_ID {
+            let msg = format!(
+                "recorded an asset id of {} bytes, over the {}-byte limit",
+                id.len(),
+                budget::MAX_ASSET_ID
+            );
+            self.budget.violate("wasm:host-limit", msg);
+            return;
         }
+        if self.budget.assets >= budget::MAX_ASSETS {
+            let msg = format!(
+                "recorded more than {} asset ids in one invocation",
+                budget::MAX_ASSETS
+            );
+            self.budget.violate("wasm:host-limit", msg);
+            return;
+        }
+        self.budget.assets += 1;
+        inv.ctx.record_asset(id);
     }
 
     async fn cancelled(&mut self) -> bool {
+        self.budget.charge(0);
         match self.inv() {
-            Some(inv) => {
-                inv.ctx.is_cancelled() || inv.deadline.is_some_and(|d| Instant::now() >= d)
-            }
+            Some(inv) => inv.ctx.is_cancelled() || inv.deadline.passed(),
             None => false,
         }
     }
 
     async fn deadline_ms(&mut self) -> Option<u64> {
-        let d = self.inv()?.deadline?;
-        Some(d.saturating_duration_since(Instant::now()).as_millis() as u64)
+        self.budget.charge(0);
+        let d = self.inv()?.deadline.at()?;
+        Some(
+            d.saturating_duration_since(std::time::Instant::now())
+                .as_millis() as u64,
+        )
     }
 
     async fn get_secret(&mut self, name: String) -> Option<String> {
-        let inv = self.inv()?;
-        if !inv.secrets.contains(&name) {
-            inv.ctx.log(
-                LogLevel::Warn,
-                format!("secret `{name}` was requested but is not granted to this node"),
-            );
+        self.budget.charge(name.len());
+        let inv = self.inv.as_ref()?;
+        if name.len() > budget::MAX_SECRET_NAME || !inv.secrets.contains(&name) {
+            // Logged through the capped guest log, a bounded number of times, with the
+            // name escaped and cut: the guest chooses it.
+            self.budget.refusals += 1;
+            let n = self.budget.refusals;
+            let line = if n <= budget::MAX_REFUSALS_LOGGED {
+                Some(format!(
+                    "secret `{}` was requested but is not granted to this node",
+                    text::line(&name, 64)
+                ))
+            } else if n == budget::MAX_REFUSALS_LOGGED + 1 {
+                Some("further refused secret requests of this invocation are not logged".into())
+            } else {
+                None
+            };
+            if let Some(line) = line {
+                self.log
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_host_line(LogLevel::Warn, line);
+            }
             return None;
         }
         let v = inv.secret_source.lookup(&name)?;

@@ -21,8 +21,10 @@ fn is_invisible_format(c: char) -> bool {
 }
 
 fn escape_into(out: &mut String, c: char) {
-    if c.is_control() || is_invisible_format(c) {
+    if c.is_control() {
         out.extend(c.escape_debug());
+    } else if is_invisible_format(c) {
+        out.extend(c.escape_unicode());
     } else {
         out.push(c);
     }
@@ -65,7 +67,7 @@ mod tests {
         assert_eq!(s, "ok\\n  granted x\\u{1b}[2J\\u{202e}");
         assert_eq!(block("a\nb\r", 100), "a\nb\\r");
         let long = line(&"é".repeat(1000), 10);
-        assert!(long.starts_with("éééééé"), "{long}");
+        assert!(long.starts_with("ééééé …"), "{long}");
         assert!(long.contains("truncated"), "{long}");
         assert!(long.len() < 60, "{long}");
         assert_eq!(line("plain text", 100), "plain text");

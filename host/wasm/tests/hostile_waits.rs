@@ -252,11 +252,7 @@ async fn retained_run_outputs_are_capped_with_a_marker() {
     assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
     let values = &r.outputs["result"];
     assert_eq!(values.len(), 200, "every value is accounted for");
-    let kept: usize = values
-        .iter()
-        .filter_map(|v| v.as_str())
-        .map(str::len)
-        .sum();
+    let kept: usize = values.iter().filter_map(|v| v.as_str()).map(str::len).sum();
     assert!(kept <= 9 << 20, "{kept} bytes of outputs retained");
     assert!(
         values

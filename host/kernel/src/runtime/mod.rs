@@ -62,6 +62,10 @@ pub struct RunOptions {
     pub inbox: InboxLimits,
     /// How many events the run result retains (oldest half dropped when exceeded).
     pub event_cap: usize,
+    /// Bytes of output values the run retains in all (run outputs and their events);
+    /// past it a value is replaced by a marker naming its size. A node that re-emits
+    /// one large buffer costs itself little: this keeps the host's copy bounded.
+    pub output_cap_bytes: usize,
     /// Time limit per invocation for nodes that set none themselves.
     pub node_timeout: Option<Duration>,
     /// Registry of secret values handed to nodes, for masking.
@@ -79,6 +83,7 @@ impl Default for RunOptions {
             inputs: BTreeMap::new(),
             inbox: InboxLimits::default(),
             event_cap: RunResult::EVENT_CAP,
+            output_cap_bytes: RunResult::OUTPUT_CAP_BYTES,
             node_timeout: None,
             secrets: Arc::new(SecretRegistry::default()),
             supervisor: None,
@@ -252,6 +257,7 @@ impl Run {
             cancelled: AtomicBool::new(false),
             limits: self.opts.inbox.clone(),
             escalator,
+            outputs_retained: actor::RetainedOutputs::new(self.opts.output_cap_bytes),
         });
 
         let mut inputs_by_name = HashMap::new();

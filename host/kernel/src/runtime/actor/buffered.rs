@@ -197,6 +197,7 @@ impl Actor {
                 .map(|(_, v)| v)
                 .or_else(|| self.spec.defaults.first().cloned().flatten())
                 .unwrap_or(Value::Null);
+            let v = self.shared.outputs_retained.admit(v);
             self.mark_started();
             self.invocations += 1;
             self.emit(EventKind::Output {

@@ -157,6 +157,38 @@ pub(crate) struct Shared {
     pub limits: super::InboxLimits,
     /// Present only when the run has a supervisor: without one no escalation is built.
     pub escalator: Option<Arc<crate::supervisor::Escalator>>,
+    pub outputs_retained: RetainedOutputs,
+}
+
+/// The run-wide budget of retained output bytes (see `RunOptions::output_cap_bytes`).
+pub(crate) struct RetainedOutputs {
+    cap: usize,
+    used: std::sync::atomic::AtomicUsize,
+}
+
+impl RetainedOutputs {
+    pub fn new(cap: usize) -> Self {
+        RetainedOutputs {
+            cap,
+            used: Default::default(),
+        }
+    }
+
+    /// `v` itself while the budget lasts, else a marker string naming what was dropped.
+    fn admit(&self, v: Value) -> Value {
+        use std::sync::atomic::Ordering::Relaxed;
+        let size = v.approx_size();
+        let prev = self.used.fetch_add(size, Relaxed);
+        if prev.saturating_add(size) <= self.cap {
+            return v;
+        }
+        self.used.fetch_sub(size, Relaxed);
+        Value::str(format!(
+            "[output value not retained: {} of {size} bytes, over the run's {}-byte output cap]",
+            v.kind(),
+            self.cap
+        ))
+    }
 }
 
 pub(crate) struct ActorSpec {

@@ -1,0 +1,81 @@
+//! Every value a guest hands out (returned or emitted) is checked here, at the boundary,
+//! against the declaration the package made: size, representability, declared type. A
+//! package that lies fails itself, naming its node and port, instead of failing the
+//! innocent node downstream that receives the value.
+
+use heddle_core::{PortType, Value};
+use heddle_kernel::{ErrorKind, NodeError};
+
+use crate::bindings::WitValue;
+use crate::sandbox::{from_wit, wit_size};
+
+/// How the value left the guest, for the message.
+#[derive(Clone, Copy)]
+pub(crate) enum Via {
+    Returned,
+    Emitted,
+}
+
+impl Via {
+    fn verb(self) -> &'static str {
+        match self {
+            Via::Returned => "returned",
+            Via::Emitted => "emitted",
+        }
+    }
+}
+
+/// Node `id` (type), as every error about a node starts.
+pub(crate) fn label(node_id: &str, type_name: &str) -> String {
+    format!("node `{node_id}` ({type_name})")
+}
+
+/// Checks one output value of the node `label`; `ty` is `None` for an undeclared port.
+pub(crate) fn check_output(
+    label: &str,
+    handle: &str,
+    ty: Option<&PortType>,
+    v: WitValue,
+    max_bytes: usize,
+    via: Via,
+) -> Result<Value, NodeError> {
+    let verb = via.verb();
+    let Some(ty) = ty else {
+        return Err(NodeError::msg(format!(
+            "{label} {verb} output `{handle}`, which it does not declare"
+        ))
+        .with_signature("wasm:unknown-output"));
+    };
+    let size = wit_size(&v);
+    if size > max_bytes {
+        return Err(NodeError::new(
+            ErrorKind::OutputTooLarge,
+            format!(
+                "{label}: output `{handle}` is {size} bytes, over the {max_bytes}-byte limit per value"
+            ),
+        )
+        .with_signature("wasm:output-too-large"));
+    }
+    let v = from_wit(v).map_err(|e| {
+        NodeError::msg(format!("{label}: output `{handle}`: {e}")).with_signature("wasm:bad-output")
+    })?;
+    let v = ty.coerce(v);
+    // Null is how every SDK says "no value" on an optional output.
+    if !matches!(v, Value::Null)
+        && let Err(e) = ty.check(&v)
+    {
+        return Err(NodeError::msg(format!(
+            "{label}: output `{handle}` is declared `{ty}`, but the node {verb} a value that does not match ({e})"
+        ))
+        .with_signature("wasm:output-type"));
+    }
+    Ok(v)
+}
+
+/// The type of output `handle` in a declaration's output list.
+pub(crate) fn output_type<'a>(
+    outputs: &'a [(String, PortType)],
+    handle: &str,
+) -> Option<&'a PortType> {
+    outputs.iter().find(|(h, _)| h == handle).map(|(_, t)| t)
+}

@@ -1,0 +1,61 @@
+//! What the host does for a guest is paid for and bounded per invocation.
+//!
+//! A host call is cheap for the guest (a handful of instructions) but not for the host
+//! (a fiber switch, copies, locks), so each one is charged fuel in proportion to its cost:
+//! a loop of host calls exhausts the budget like a loop of instructions does. And what a
+//! guest hands the host to keep (asset ids, refused secret names that get logged) is
+//! bounded in size and count, so host memory cannot be filled through the imports.
+
+/// Fuel charged per host call: about what a microsecond of guest compute burns (the
+/// default budget of 1e10 is about a second), roughly what a call costs the host.
+pub(crate) const CALL_FUEL: u64 = 10_000;
+/// Fuel charged per byte the host copies or parses for a call.
+pub(crate) const BYTE_FUEL: u64 = 1;
+/// Longest asset id a guest may record.
+pub(crate) const MAX_ASSET_ID: usize = 1024;
+/// Asset ids one invocation may record.
+pub(crate) const MAX_ASSETS: usize = 1000;
+/// Longest secret name looked up (longer names are never granted: refused unlogged).
+pub(crate) const MAX_SECRET_NAME: usize = 256;
+/// Refused secret requests logged per invocation (later ones are counted).
+pub(crate) const MAX_REFUSALS_LOGGED: usize = 8;
+/// Longest log line kept from the `log` import.
+pub(crate) const MAX_LOG_LINE: usize = 16 << 10;
+
+/// A host-side limit the guest broke; it fails the invocation whatever the guest does
+/// next.
+#[derive(Clone, Debug)]
+pub(crate) struct Violation {
+    pub signature: &'static str,
+    pub message: String,
+}
+
+/// Per-invocation account of host work done for the guest.
+#[derive(Debug, Default)]
+pub(crate) struct HostBudget {
+    /// Fuel charged for host calls so far, checked against the fuel left at every epoch
+    /// tick and at the end.
+    charged: u64,
+    pub assets: usize,
+    pub refusals: usize,
+    pub violation: Option<Violation>,
+}
+
+impl HostBudget {
+    /// Charges one host call that made the host handle `bytes` bytes.
+    pub fn charge(&mut self, bytes: usize) {
+        self.charged = self
+            .charged
+            .saturating_add(CALL_FUEL + (bytes as u64).saturating_mul(BYTE_FUEL));
+    }
+
+    pub fn charged(&self) -> u64 {
+        self.charged
+    }
+
+    /// Records the first violation (later ones follow from it).
+    pub fn violate(&mut self, signature: &'static str, message: String) {
+        self.violation
+            .get_or_insert(Violation { signature, message });
+    }
+}
