@@ -69,8 +69,13 @@ pub struct UiProperties {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NodeLimits {
-    /// Wall-clock limit per invocation, in milliseconds. Reaching it cancels the work.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Wall-clock limit per invocation, in milliseconds (1 to 604800000, a week).
+    /// Reaching it cancels the work.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ranged::opt_int::<_, u64, 1, 604_800_000>"
+    )]
     pub timeout_ms: Option<u64>,
     /// WASM fuel budget per invocation (only lowers the package's budget).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -9,6 +9,7 @@ pub mod event;
 pub mod graph;
 pub mod journal;
 pub mod plan;
+pub mod ranged;
 pub mod supervise;
 pub mod types;
 pub mod value;

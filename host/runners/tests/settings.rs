@@ -202,3 +202,23 @@ async fn creation_lists_every_problem_naming_the_node() {
         "{m}"
     );
 }
+
+/// A node's `limits.timeout_ms` becomes a deadline (`now + ms`); an absurd one is refused
+/// when the graph is read, naming the range, the file and the line.
+#[test]
+fn absurd_node_time_limits_are_refused_when_the_graph_is_read() {
+    let text = |ms: &str| {
+        format!(
+            r#"{{"nodes": [{{"id": "n", "type": "code.bash", "properties": {{"code": "true"}},
+                "limits": {{"timeout_ms": {ms}}}}}], "edges": []}}"#
+        )
+    };
+    let e = GraphDoc::parse(&text("18446744073709551615"), "g.json").unwrap_err();
+    let m = e.to_string();
+    assert!(
+        m.contains("from 1 to 604800000") && m.contains("g.json:2:"),
+        "{m}"
+    );
+    assert!(GraphDoc::parse(&text("0"), "g.json").is_err());
+    assert!(GraphDoc::parse(&text("604800000"), "g.json").is_ok());
+}
