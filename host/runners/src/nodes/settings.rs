@@ -114,29 +114,30 @@ impl Props<'_> {
     }
 
     fn number(&mut self, name: &str, default: f64, range: RangeInclusive<f64>) -> f64 {
-        let Some(v) = self.get(name) else {
-            return default;
-        };
-        match v.as_f64() {
-            Some(f) if range.contains(&f) => f,
-            _ => {
-                let v = v.clone();
-                let want = format!("a number from {} to {}", range.start(), range.end());
-                self.wrong(name, &want, &v);
-                default
-            }
-        }
+        self.ranged(name, default, range, "a number", Value::as_f64)
     }
 
     fn int(&mut self, name: &str, default: i64, range: RangeInclusive<i64>) -> i64 {
+        self.ranged(name, default, range, "an integer", Value::as_i64)
+    }
+
+    /// A number read by `read` (`what` it must be) within `range`.
+    fn ranged<T: PartialOrd + std::fmt::Display>(
+        &mut self,
+        name: &str,
+        default: T,
+        range: RangeInclusive<T>,
+        what: &str,
+        read: fn(&Value) -> Option<T>,
+    ) -> T {
         let Some(v) = self.get(name) else {
             return default;
         };
-        match v.as_i64() {
-            Some(i) if range.contains(&i) => i,
+        match read(v) {
+            Some(n) if range.contains(&n) => n,
             _ => {
                 let v = v.clone();
-                let want = format!("an integer from {} to {}", range.start(), range.end());
+                let want = format!("{what} from {} to {}", range.start(), range.end());
                 self.wrong(name, &want, &v);
                 default
             }
