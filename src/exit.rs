@@ -88,20 +88,26 @@ pub fn classify(err: &anyhow::Error) -> Exit {
         if let Some(p) = cause.downcast_ref::<heddle_wasm::PackageError>() {
             use heddle_wasm::PackageError as P;
             // A package the user pointed at that is not one, or a name not installed:
-            // a mistake in the request. Changed bytes and engine trouble are failures.
-            if matches!(
+            // a mistake in the request. Changed bytes and engine trouble are failures,
+            // decided here whatever their causes are (a malformed lockfile's TOML error
+            // does not make it the user's request).
+            return if matches!(
                 p,
                 P::MissingManifest { .. }
+                    | P::ManifestSyntax { .. }
                     | P::BadManifest { .. }
                     | P::MissingComponent { .. }
                     | P::BadComponent { .. }
                     | P::WitMismatch { .. }
+                    | P::WitLink { .. }
                     | P::UnsupportedVersion { .. }
                     | P::NotInstalled { .. }
                     | P::Config(_)
             ) {
-                return Exit::Invalid;
-            }
+                Exit::Invalid
+            } else {
+                Exit::Failed
+            };
         }
         if let Some(k) = cause.downcast_ref::<heddle_kernel::KernelError>() {
             use heddle_kernel::KernelError as K;

@@ -3,10 +3,12 @@
 //! registry refuses a provider that redefines a type, so a package cannot shadow a
 //! built-in.
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use heddle_core::graph::GraphDoc;
 use heddle_kernel::Registry;
 use heddle_runners::{CodeNodes, RunnersConfig};
 use heddle_wasm::{PackageStore, WasmConfig, WasmHost, WasmProvider};
@@ -67,36 +69,36 @@ impl Settings {
         PackageStore::open(&self.packages_dir)
     }
 
-    /// Starts the wasmtime engine (compile cache, epoch ticker).
+    /// Starts the wasmtime engine (compile cache, epoch ticker). A compile the cache
+    /// cannot serve takes seconds for a large package: the user is told which.
     pub fn wasm_host(&self) -> anyhow::Result<WasmHost> {
-        WasmHost::new(self.wasm.wasm.clone()).context("starting the WASM engine")
+        let host = WasmHost::new(self.wasm.wasm.clone()).context("starting the WASM engine")?;
+        host.on_compile(|name| eprintln!("compiling {name} (first use)…"));
+        Ok(host)
     }
 }
 
 impl Env {
-    /// Loads the configuration and every provider. Async because loading a package
-    /// compiles it (or reads the compile cache).
-    pub async fn load(args: &EnvArgs) -> anyhow::Result<Env> {
+    /// Loads the configuration and every provider, with the installed packages that
+    /// declare one of the `wanted` node types (all of them when `None`). Async because
+    /// loading a package compiles it (or reads the compile cache).
+    pub async fn load(args: &EnvArgs, wanted: Option<&BTreeSet<String>>) -> anyhow::Result<Env> {
         let s = Settings::load(args)?;
         let mut registry = Registry::with_builtins();
 
-        let host = s.wasm_host()?;
-        let store = s.store();
-        let mut wasm = WasmProvider::new(host, s.wasm.clone());
-        wasm.add_first_party()
-            .await
-            .context("loading the first-party packages (std, files)")?;
-        if has_lockfile(&store) {
-            let packages = store.load_all(wasm.host()).await.with_context(|| {
-                format!(
-                    "loading installed packages from {}",
-                    s.packages_dir.display()
-                )
-            })?;
-            for p in packages {
-                wasm.add(p)?;
-            }
-        }
+        let wasm = WasmProvider::load_on(
+            s.wasm_host()?,
+            s.wasm.clone(),
+            Some(&s.packages_dir),
+            wanted,
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "loading the WASM packages (first-party and installed in {})",
+                s.packages_dir.display()
+            )
+        })?;
         registry.add(Arc::new(wasm))?;
         registry.add(Arc::new(CodeNodes::new(s.runners.clone())))?;
 
@@ -110,6 +112,7 @@ impl Env {
     }
 }
 
-fn has_lockfile(store: &PackageStore) -> bool {
-    Path::new(&store.lockfile_path()).is_file()
+/// The node types a graph uses: what a run or validation needs loaded.
+pub fn graph_types(doc: &GraphDoc) -> BTreeSet<String> {
+    doc.nodes.iter().map(|n| n.node_type.clone()).collect()
 }

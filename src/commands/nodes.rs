@@ -10,7 +10,7 @@ use crate::providers::Env;
 
 pub fn run(args: NodesArgs) -> anyhow::Result<Exit> {
     let rt = crate::app::runtime()?;
-    let env = rt.block_on(Env::load(&args.env))?;
+    let env = rt.block_on(Env::load(&args.env, None))?;
     let decls: Vec<_> = env
         .registry
         .declarations()

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use heddle_core::CapabilityKind;
-use heddle_wasm::{DirMode, PackageGrant, WasmPackage};
+use heddle_wasm::{PackageGrant, WasmPackage};
 use serde::Serialize;
 
 use crate::cli::{PackageArgs, PackageCommand};
@@ -31,21 +31,6 @@ pub struct PackageInfo {
     pub capabilities: Vec<CapabilityLine>,
 }
 
-/// Whether `grant` covers one request. Directories are matched by the guest path the
-/// package asks for; network access is never granted to WASM packages.
-pub fn is_granted(grant: &PackageGrant, kind: CapabilityKind, target: &str) -> bool {
-    match kind {
-        CapabilityKind::FilesRead => grant.dirs.iter().any(|d| d.guest == target),
-        CapabilityKind::FilesWrite => grant
-            .dirs
-            .iter()
-            .any(|d| d.guest == target && d.mode == DirMode::Rw),
-        CapabilityKind::Env => grant.env.iter().any(|e| e == target),
-        CapabilityKind::Secret => grant.secrets.iter().any(|s| s == target),
-        CapabilityKind::Network => false,
-    }
-}
-
 pub fn describe(pkg: &WasmPackage, sha256: &str, grant: &PackageGrant) -> PackageInfo {
     let mut caps = Vec::new();
     for c in &pkg.manifest.capabilities {
@@ -54,7 +39,7 @@ pub fn describe(pkg: &WasmPackage, sha256: &str, grant: &PackageGrant) -> Packag
             target: c.target.clone(),
             reason: c.reason.clone(),
             requested_by: "manifest".into(),
-            granted: is_granted(grant, c.kind, &c.target),
+            granted: grant.covers(c.kind, &c.target),
         });
     }
     for d in pkg.declarations() {
@@ -64,7 +49,7 @@ pub fn describe(pkg: &WasmPackage, sha256: &str, grant: &PackageGrant) -> Packag
                 target: c.target.clone(),
                 reason: c.reason.clone(),
                 requested_by: d.type_name.clone(),
-                granted: is_granted(grant, c.kind, &c.target),
+                granted: grant.covers(c.kind, &c.target),
             });
         }
     }

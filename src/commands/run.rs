@@ -14,7 +14,7 @@ use crate::cli::RunArgs;
 use crate::exit::Exit;
 use crate::inputs::{self, InputSlot};
 use crate::progress::{Mode, Progress};
-use crate::providers::Env;
+use crate::providers::{Env, graph_types};
 use crate::report::{NodeTimes, RunReport, human_summary};
 
 pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
@@ -26,9 +26,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         .map(|a| inputs::parse_arg(a))
         .collect::<Result<Vec<_>, _>>()?;
     let rt = crate::app::runtime()?;
-    let env = rt.block_on(Env::load(&args.env))?;
-    let graph = args.graph.display().to_string();
     let doc = super::load_graph(&args.graph)?;
+    let env = rt.block_on(Env::load(&args.env, Some(&graph_types(&doc))))?;
+    let graph = args.graph.display().to_string();
     let plan = super::plan_graph(&doc, &env.registry, &args.graph)?;
     let values = inputs::resolve(&doc, &graph, &raw_inputs)?;
     let slots = inputs::input_slots(&doc);

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::cli::ValidateArgs;
 use crate::exit::{Exit, classify};
-use crate::providers::Env;
+use crate::providers::{Env, graph_types};
 
 #[derive(Serialize)]
 struct Verdict<'a> {
@@ -24,7 +24,6 @@ struct Verdict<'a> {
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
     let rt = crate::app::runtime()?;
-    let env = rt.block_on(Env::load(&args.env))?;
     let graph = args.graph.display().to_string();
     let doc = match super::load_graph(&args.graph) {
         Ok(doc) => doc,
@@ -43,6 +42,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
         }
         Err(e) => return Err(e),
     };
+    let env = rt.block_on(Env::load(&args.env, Some(&graph_types(&doc))))?;
     match heddle_core::plan::plan(&doc, &env.registry) {
         Ok(plan) => {
             if args.json {

@@ -1,23 +1,48 @@
 //! The wasmtime engine shared by every package: configuration, the epoch ticker, the
-//! linker and the on-disk compile cache.
+//! linker, the stores nodes run in and the on-disk compile cache.
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
+};
 
 use crate::bindings::NodePackage;
 use crate::config::EngineSettings;
 use crate::error::PackageError;
-use crate::sandbox::State;
+use crate::grants::NodeGrant;
+use crate::host_state::State;
 
 /// How often the ticker advances the epoch: the granularity of deadlines, cancellation
 /// and of yielding a CPU-bound guest back to tokio.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// Bytes a guest may hand the host in one import call.
+const HOSTCALL_FUEL: usize = 16 << 20;
+
+/// Bytes a guest may hand the host in one call (and in one set of returned outputs).
+pub(crate) fn hostcall_limit(settings: &EngineSettings) -> usize {
+    HOSTCALL_FUEL.max(2 * settings.max_value_bytes)
+}
+
+/// Traps as out of fuel once the fuel charged for host calls exceeds what the guest has
+/// left. (The charge is kept beside the fuel counter rather than subtracted from it: a
+/// running guest caches its counter and would overwrite a change made from an epoch
+/// callback.)
+pub(crate) fn check_host_call_fuel(
+    cx: &mut wasmtime::StoreContextMut<'_, State>,
+) -> wasmtime::Result<()> {
+    let charged = cx.data().budget.charged();
+    // `get_fuel` fails only when fuel is off: then host calls are free like the rest.
+    match cx.get_fuel() {
+        Ok(left) if charged > left => Err(wasmtime::Trap::OutOfFuel.into()),
+        _ => Ok(()),
+    }
+}
 
 /// Wasm stack a guest may use (a deeper recursion traps as stack exhaustion).
 pub(crate) const MAX_WASM_STACK: usize = 1 << 20;
@@ -36,7 +61,11 @@ pub(crate) struct HostInner {
     cache_dir: PathBuf,
     config_hash: String,
     stop: Arc<AtomicBool>,
+    compile_notice: OnceLock<CompileNotice>,
 }
+
+/// Told the package name before a compile the cache cannot serve.
+type CompileNotice = Box<dyn Fn(&str) + Send + Sync>;
 
 impl Drop for HostInner {
     fn drop(&mut self) {
@@ -49,9 +78,9 @@ impl WasmHost {
         let (engine, pooling) = build_engine(&settings)?;
         let mut linker = Linker::<State>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
-            .map_err(|e| PackageError::Engine(format!("linking WASI: {e}")))?;
+            .map_err(|e| PackageError::engine("linking WASI", e))?;
         NodePackage::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
-            .map_err(|e| PackageError::Engine(format!("linking heddle:node host: {e}")))?;
+            .map_err(|e| PackageError::engine("linking the heddle:node host", e))?;
 
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
@@ -72,7 +101,7 @@ impl WasmHost {
                         engine.increment_epoch();
                     }
                 })
-                .map_err(|e| PackageError::Engine(format!("starting the epoch ticker: {e}")))?;
+                .map_err(|e| PackageError::engine("starting the epoch ticker", e))?;
         }
 
         Ok(WasmHost {
@@ -84,6 +113,7 @@ impl WasmHost {
                 cache_dir,
                 config_hash,
                 stop,
+                compile_notice: OnceLock::new(),
             }),
         })
     }
@@ -96,6 +126,19 @@ impl WasmHost {
         &self.inner.settings
     }
 
+    /// Calls `notice(package_name)` before each compile the cache cannot serve (seconds
+    /// for a large component), so a front end can tell a waiting user why. Set once;
+    /// later calls are ignored.
+    pub fn on_compile(&self, notice: impl Fn(&str) + Send + Sync + 'static) {
+        let _ = self.inner.compile_notice.set(Box::new(notice));
+    }
+
+    pub(crate) fn notify_compile(&self, package: &str) {
+        if let Some(n) = self.inner.compile_notice.get() {
+            n(package);
+        }
+    }
+
     /// Whether the pooling allocator is in use (false after a fallback).
     pub fn is_pooling(&self) -> bool {
         self.inner.pooling
@@ -103,6 +146,28 @@ impl WasmHost {
 
     pub fn cache_dir(&self) -> &Path {
         &self.inner.cache_dir
+    }
+
+    /// Creates a store with the node's grant and the epoch policy: every tick the guest
+    /// yields to tokio, and is stopped at once when its deadline passes or the run is
+    /// cancelled.
+    pub(crate) fn new_store(&self, grant: &NodeGrant) -> Result<Store<State>, PackageError> {
+        let state = State::new(grant, self.settings().log_cap_bytes)?;
+        let mut store = Store::new(self.engine(), state);
+        store.limiter(|s| &mut s.limiter);
+        // Bounds what one host call (log, emit) may make the host copy out of the guest;
+        // the default is 128 MiB.
+        store.set_hostcall_fuel(hostcall_limit(self.settings()));
+        store.epoch_deadline_callback(|mut cx| {
+            check_host_call_fuel(&mut cx)?;
+            if cx.data_mut().should_interrupt() {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        store.set_epoch_deadline(1);
+        Ok(store)
     }
 
     fn cache_path(&self, digest: &str) -> PathBuf {
@@ -136,21 +201,30 @@ impl WasmHost {
         let component =
             Component::new(&self.inner.engine, bytes).map_err(|e| PackageError::BadComponent {
                 path: origin.to_path_buf(),
-                message: format!("{e:#}"),
+                source: e.into(),
             })?;
         if let Err(e) = self.write_cache(&component, &cached) {
-            tracing::warn!(path = %cached.display(), "could not write the compile cache: {e}");
+            tracing::warn!(path = %cached.display(), "could not write the compile cache: {}", crate::error::chain(&e));
         }
         Ok(component)
     }
 
-    fn write_cache(&self, component: &Component, path: &Path) -> Result<(), String> {
-        let bytes = component.serialize().map_err(|e| e.to_string())?;
-        std::fs::create_dir_all(&self.inner.cache_dir).map_err(|e| e.to_string())?;
+    /// Whether `compile` of `digest` will be served from the cache (a long compile
+    /// otherwise, worth telling a waiting user about).
+    pub fn is_cached(&self, digest: &str) -> bool {
+        self.cache_path(digest).is_file()
+    }
+
+    fn write_cache(&self, component: &Component, path: &Path) -> Result<(), PackageError> {
+        let bytes = component
+            .serialize()
+            .map_err(|e| PackageError::engine("serializing a compiled component", e))?;
+        let dir = &self.inner.cache_dir;
+        std::fs::create_dir_all(dir).map_err(|e| PackageError::io(dir, e))?;
         // Write-then-rename so a concurrent reader never maps a half-written file.
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, bytes).map_err(|e| e.to_string())?;
-        std::fs::rename(&tmp, path).map_err(|e| e.to_string())
+        std::fs::write(&tmp, bytes).map_err(|e| PackageError::io(&tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| PackageError::io(path, e))
     }
 }
 
@@ -205,5 +279,5 @@ fn build_engine(settings: &EngineSettings) -> Result<(Engine, bool), PackageErro
     let c = base_config(settings);
     Engine::new(&c)
         .map(|e| (e, false))
-        .map_err(|e| PackageError::Engine(format!("{e:#}")))
+        .map_err(|e| PackageError::engine("creating the wasmtime engine", e))
 }

@@ -3,6 +3,9 @@
 
 use std::path::PathBuf;
 
+/// A cause kept whole (wasmtime's error type converts into this with its chain intact).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum PackageError {
     #[error("{path}: {source}")]
@@ -15,14 +18,30 @@ pub enum PackageError {
         "{path}: missing package manifest (every package directory needs a heddle-package.toml)"
     )]
     MissingManifest { path: PathBuf },
+    #[error("{path}: malformed package manifest")]
+    ManifestSyntax {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
     #[error("{path}: malformed package manifest: {message}")]
     BadManifest { path: PathBuf, message: String },
     #[error("{path}: component file named by the manifest does not exist")]
     MissingComponent { path: PathBuf },
-    #[error("{path}: not a valid WebAssembly component: {message}")]
-    BadComponent { path: PathBuf, message: String },
+    #[error("{path}: not a valid WebAssembly component")]
+    BadComponent {
+        path: PathBuf,
+        #[source]
+        source: BoxError,
+    },
     #[error("{path}: component does not match the heddle:node WIT contract: {message}")]
     WitMismatch { path: PathBuf, message: String },
+    #[error("{path}: component does not match the heddle:node WIT contract")]
+    WitLink {
+        path: PathBuf,
+        #[source]
+        source: BoxError,
+    },
     #[error(
         "{path}: built against heddle:node@{found}, which this host does not support (supported: heddle:node@{supported})"
     )]
@@ -31,6 +50,8 @@ pub enum PackageError {
         found: String,
         supported: String,
     },
+    /// The guest's failure in one line (`failure::classify`), as every guest failure
+    /// is reported.
     #[error("{path}: describe() failed: {message}")]
     Describe { path: PathBuf, message: String },
     #[error("{path}: node declaration `{type_name}` is invalid: {message}")]
@@ -51,12 +72,31 @@ pub enum PackageError {
     },
     #[error("package `{name}` is not installed (not in {lockfile})")]
     NotInstalled { name: String, lockfile: PathBuf },
-    #[error("{path}: malformed lockfile: {message}")]
-    BadLockfile { path: PathBuf, message: String },
-    #[error("configuration: {0}")]
-    Config(String),
-    #[error("wasm engine: {0}")]
-    Engine(String),
+    #[error("{path}: malformed lockfile")]
+    BadLockfile {
+        path: PathBuf,
+        #[source]
+        source: BoxError,
+    },
+    #[error("configuration")]
+    Config(#[source] toml::de::Error),
+    #[error("granting directory {} as {guest}", host.display())]
+    GrantDir {
+        host: PathBuf,
+        guest: String,
+        #[source]
+        source: BoxError,
+    },
+    #[error(
+        "this heddle was built without its first-party packages (built: {built:?}); rebuild it without HEDDLE_SKIP_PLUGIN_BUILD"
+    )]
+    FirstPartyMissing { built: Vec<&'static str> },
+    #[error("wasm engine: {what}")]
+    Engine {
+        what: &'static str,
+        #[source]
+        source: BoxError,
+    },
 }
 
 impl PackageError {
@@ -66,4 +106,24 @@ impl PackageError {
             source,
         }
     }
+
+    pub(crate) fn engine(what: &'static str, source: impl Into<BoxError>) -> Self {
+        PackageError::Engine {
+            what,
+            source: source.into(),
+        }
+    }
+}
+
+/// An error and its causes on one line (`a: b: c`), for the kernel's `NodeError`, whose
+/// message is data that goes into the run report.
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cur = c.source();
+    }
+    out
 }

@@ -1,27 +1,26 @@
-//! The executor adapter: `WasmProvider` offers every loaded package's node types to the
-//! kernel; `WasmExecutor` runs one node's invocations in fresh (or, when the node opts
-//! in, warm) sandboxed instances.
+//! `WasmExecutor` runs one graph node's invocations in fresh (or, when the node opts in,
+//! warm) instances, each in a store holding exactly the node's grant.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use heddle_core::{LogLevel, NodeDecl, Value};
+use heddle_core::{LogLevel, Value};
 use heddle_kernel::{
-    BoxFuture, Call, ErrorKind, Executor, InputStream, NodeCtx, NodeError, NodeProvider, NodeSpec,
-    Outputs,
+    BoxFuture, Call, ErrorKind, Executor, InputStream, NodeCtx, NodeError, Outputs,
 };
-use wasmtime::{AsContextMut, Store, Trap, UpdateDeadline};
+use wasmtime::{AsContextMut, Store, Trap};
 
 use crate::bindings::{NodePackage, WitNodeError, WitValue};
 use crate::boundary::{Via, check_output, output_type};
-use crate::config::{Sandbox, SecretsConfig, WasmConfig};
+use crate::config::SecretsConfig;
 use crate::deadline::{Deadline, Interrupt, race};
-use crate::engine::WasmHost;
-use crate::error::PackageError;
+use crate::engine::{check_host_call_fuel, hostcall_limit};
+use crate::error::chain;
 use crate::failure::{self, Failure};
+use crate::grants::NodeGrant;
+use crate::host_state::{Invocation, State, from_wit, to_wit};
 use crate::package::{TypeInfo, WasmPackage};
-use crate::sandbox::{Invocation, State, from_wit, to_wit};
 use crate::text;
 
 /// A warm instance is recycled after this many invocations, bounding how much state a
@@ -29,182 +28,6 @@ use crate::text;
 const WARM_MAX_USES: u32 = 128;
 /// Warm instances kept per node (one per concurrent invocation, up to this many).
 const WARM_POOL: usize = 4;
-/// Bytes a guest may hand the host in one import call.
-const HOSTCALL_FUEL: usize = 16 << 20;
-
-/// Bytes a guest may hand the host in one call (and in one set of returned outputs).
-pub(crate) fn hostcall_limit(settings: &crate::config::EngineSettings) -> usize {
-    HOSTCALL_FUEL.max(2 * settings.max_value_bytes)
-}
-
-/// Creates a store with the node's limits and the epoch policy: every tick the guest
-/// yields to tokio, and is stopped at once when its deadline passes or the run is
-/// cancelled.
-pub(crate) fn new_store(host: &WasmHost, sandbox: &Sandbox) -> Result<Store<State>, NodeError> {
-    let state = State::new(sandbox, host.settings().log_cap_bytes).map_err(NodeError::host)?;
-    let mut store = Store::new(host.engine(), state);
-    store.limiter(|s| &mut s.limiter);
-    // Bounds what one host call (log, emit) may make the host copy out of the guest;
-    // the default is 128 MiB.
-    store.set_hostcall_fuel(hostcall_limit(host.settings()));
-    store.epoch_deadline_callback(|mut cx| {
-        check_host_call_fuel(&mut cx)?;
-        if cx.data_mut().should_interrupt() {
-            Ok(UpdateDeadline::Interrupt)
-        } else {
-            Ok(UpdateDeadline::Yield(1))
-        }
-    });
-    store.set_epoch_deadline(1);
-    Ok(store)
-}
-
-/// Traps as out of fuel once the fuel charged for host calls exceeds what the guest has
-/// left. (The charge is kept beside the fuel counter rather than subtracted from it: a
-/// running guest caches its counter and would overwrite a change made from an epoch
-/// callback.)
-fn check_host_call_fuel(cx: &mut wasmtime::StoreContextMut<'_, State>) -> wasmtime::Result<()> {
-    let charged = cx.data().budget.charged();
-    // `get_fuel` fails only when fuel is off: then host calls are free like the rest.
-    match cx.get_fuel() {
-        Ok(left) if charged > left => Err(Trap::OutOfFuel.into()),
-        _ => Ok(()),
-    }
-}
-
-/// The provider of every WASM node type loaded into this host.
-pub struct WasmProvider {
-    host: WasmHost,
-    config: Arc<WasmConfig>,
-    secrets: Arc<SecretsConfig>,
-    packages: Vec<Arc<WasmPackage>>,
-    types: HashMap<String, usize>,
-}
-
-impl WasmProvider {
-    pub fn new(host: WasmHost, config: WasmConfig) -> Self {
-        let secrets = Arc::new(config.secrets.clone());
-        WasmProvider {
-            host,
-            config: Arc::new(config),
-            secrets,
-            packages: Vec::new(),
-            types: HashMap::new(),
-        }
-    }
-
-    pub fn host(&self) -> &WasmHost {
-        &self.host
-    }
-
-    /// Adds a loaded package; refused whole if one of its node types is already offered
-    /// by another package of this provider (clashes with other providers are refused by
-    /// the kernel's registry).
-    pub fn add(&mut self, pkg: WasmPackage) -> Result<(), PackageError> {
-        for d in pkg.declarations() {
-            if let Some(&i) = self.types.get(&d.type_name) {
-                return Err(PackageError::BadDecl {
-                    path: pkg.dir.clone(),
-                    type_name: d.type_name.clone(),
-                    message: format!(
-                        "already defined by package `{}`; a package may not redefine an existing node type",
-                        self.packages[i].name()
-                    ),
-                });
-            }
-        }
-        let idx = self.packages.len();
-        for d in pkg.declarations() {
-            self.types.insert(d.type_name.clone(), idx);
-        }
-        self.packages.push(Arc::new(pkg));
-        Ok(())
-    }
-
-    /// Loads the first-party packages built with this host (`std`, `files`).
-    pub async fn add_first_party(&mut self) -> Result<(), PackageError> {
-        for dir in crate::first_party_package_dirs()? {
-            let pkg = WasmPackage::load_dir(&self.host, &dir).await?;
-            self.add(pkg)?;
-        }
-        Ok(())
-    }
-
-    /// The provider a command line uses: an engine from `config`, the first-party
-    /// packages, then every package installed in the store at `store_dir` (each checked
-    /// against its lockfile pin). Missing first-party packages only warn (a host built
-    /// with `HEDDLE_SKIP_PLUGIN_BUILD=1` has none).
-    pub async fn load(
-        config: WasmConfig,
-        store_dir: Option<&std::path::Path>,
-    ) -> Result<Self, PackageError> {
-        let host = WasmHost::new(config.wasm.clone())?;
-        let mut p = WasmProvider::new(host, config);
-        match crate::first_party_package_dirs() {
-            Ok(_) => p.add_first_party().await?,
-            Err(e) => tracing::warn!("first-party packages unavailable: {e}"),
-        }
-        if let Some(dir) = store_dir {
-            let store = crate::store::PackageStore::open(dir);
-            for pkg in store.load_all(&p.host).await? {
-                p.add(pkg)?;
-            }
-        }
-        Ok(p)
-    }
-
-    pub fn packages(&self) -> &[Arc<WasmPackage>] {
-        &self.packages
-    }
-}
-
-impl NodeProvider for WasmProvider {
-    fn name(&self) -> &str {
-        "wasm"
-    }
-
-    fn declarations(&self) -> Vec<Arc<NodeDecl>> {
-        self.packages
-            .iter()
-            .flat_map(|p| p.declarations().iter().cloned())
-            .collect()
-    }
-
-    fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {
-        let type_name = &spec.decl.type_name;
-        let Some(&idx) = self.types.get(type_name) else {
-            return Err(NodeError::host(format!(
-                "node {}: no WASM package provides `{type_name}`",
-                spec.id
-            )));
-        };
-        let pkg = self.packages[idx].clone();
-        // `info` and `types` are filled together when the package is added.
-        let info = pkg.info[type_name].clone();
-        let grant = self.config.grant(pkg.name());
-        let sandbox = Sandbox::new(&grant, &self.config.wasm, spec.limits);
-        let properties = spec
-            .properties
-            .iter()
-            .map(|(k, v)| (k.clone(), to_wit(v)))
-            .collect();
-        Ok(Arc::new(
-            WasmExecutor {
-                node_id: spec.id.to_string(),
-                type_name: type_name.clone(),
-                pkg,
-                info,
-                sandbox,
-                secrets: Arc::new(self.secrets.as_ref().clone()),
-                granted_secrets: Arc::new(BTreeSet::new()),
-                properties,
-                warm: Mutex::new(Vec::new()),
-            }
-            .with_secrets(),
-        ))
-    }
-}
-
 struct Warm {
     store: Store<State>,
     instance: NodePackage,
@@ -217,17 +40,34 @@ pub struct WasmExecutor {
     type_name: String,
     pkg: Arc<WasmPackage>,
     info: TypeInfo,
-    sandbox: Sandbox,
+    grant: Arc<NodeGrant>,
     secrets: Arc<SecretsConfig>,
-    granted_secrets: Arc<BTreeSet<String>>,
     properties: Vec<(String, WitValue)>,
     warm: Mutex<Vec<Warm>>,
 }
 
 impl WasmExecutor {
-    fn with_secrets(mut self) -> Self {
-        self.granted_secrets = Arc::new(self.sandbox.secrets.clone());
-        self
+    pub(crate) fn new(
+        node_id: String,
+        type_name: String,
+        pkg: Arc<WasmPackage>,
+        grant: NodeGrant,
+        secrets: Arc<SecretsConfig>,
+        properties: Vec<(String, WitValue)>,
+    ) -> Self {
+        // `info` and the provider's type index are filled together when the package is
+        // added, so a type the provider routed here is in `info`.
+        let info = pkg.info[&type_name].clone();
+        WasmExecutor {
+            node_id,
+            type_name,
+            pkg,
+            info,
+            grant: Arc::new(grant),
+            secrets,
+            properties,
+            warm: Mutex::new(Vec::new()),
+        }
     }
 
     fn label(&self) -> String {
@@ -242,16 +82,16 @@ impl WasmExecutor {
     ) -> Result<Outputs, NodeError> {
         let host = &self.pkg.host;
         let fuel_on = host.settings().fuel;
-        let budget = self.sandbox.fuel;
+        let budget = self.grant.fuel;
         // The engine's default applies only to packages without their own timeout.
-        let default = match self.sandbox.timeout_ms {
+        let default = match self.grant.timeout_ms {
             Some(_) => None,
             None => Some(Duration::from_millis(host.settings().default_timeout_ms)),
         };
         let deadline = Deadline::new(
             earliest(
                 ctx.deadline(),
-                self.sandbox
+                self.grant
                     .timeout_ms
                     .map(|t| Instant::now() + Duration::from_millis(t)),
             ),
@@ -270,7 +110,12 @@ impl WasmExecutor {
         let started = Instant::now();
         let (mut store, instance, uses) = match warm {
             Some(w) => (w.store, Some(w.instance), w.uses),
-            None => (new_store(host, &self.sandbox)?, None, 0),
+            None => {
+                let store = host
+                    .new_store(&self.grant)
+                    .map_err(|e| NodeError::host(format!("{}: {}", self.label(), chain(&e))))?;
+                (store, None, 0)
+            }
         };
         {
             let st = store.data_mut();
@@ -283,7 +128,7 @@ impl WasmExecutor {
                 outputs: self.info.outputs.clone(),
                 input,
                 deadline: deadline.clone(),
-                secrets: self.granted_secrets.clone(),
+                grant: self.grant.clone(),
                 secret_source: self.secrets.clone(),
                 max_value_bytes: host.settings().max_value_bytes,
             });
@@ -464,7 +309,7 @@ impl WasmExecutor {
                 ErrorKind::MemoryLimit,
                 format!(
                     "{label}: memory limit exceeded (limit {} MiB)",
-                    self.sandbox.memory_bytes >> 20
+                    self.grant.memory_bytes >> 20
                 ),
             )
             .with_signature("wasm:memory-limit");

@@ -1,7 +1,7 @@
-//! Per-store state: the WASI context (built from the node's grants), the resource
-//! limiter, captured stdio, and the host imports a running node calls.
+//! The host state of one wasmtime store: the WASI context (with exactly the node's
+//! grant), the resource limiter, captured stdio, and the host imports a running node
+//! calls.
 
-use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -11,14 +11,16 @@ use heddle_kernel::{InputStream, NodeCtx};
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::bindings::heddle::node::{host, types};
 use crate::bindings::{WitLogLevel, WitValue};
 use crate::boundary::{Via, check_output, label, output_type};
 use crate::budget::{self, HostBudget};
-use crate::config::{DirMode, Sandbox, SecretsConfig};
+use crate::config::SecretsConfig;
 use crate::deadline::{Deadline, Interrupt, until};
+use crate::error::PackageError;
+use crate::grants::NodeGrant;
 use crate::text;
 
 /// Linear memory / table limits of one store, recording what happened so a failed grow
@@ -224,7 +226,7 @@ pub(crate) struct Invocation {
     pub outputs: Arc<[(String, PortType)]>,
     pub input: Option<InputStream>,
     pub deadline: Deadline,
-    pub secrets: Arc<BTreeSet<String>>,
+    pub grant: Arc<NodeGrant>,
     pub secret_source: Arc<SecretsConfig>,
     pub max_value_bytes: usize,
 }
@@ -251,9 +253,9 @@ impl WasiView for State {
 }
 
 impl State {
-    /// A store state with exactly the authority in `sandbox`: no network, no inherited
+    /// A store state with exactly the authority in `grant`: no network, no inherited
     /// stdio, only the granted directories and env vars.
-    pub fn new(sandbox: &Sandbox, log_cap: usize) -> Result<State, String> {
+    pub fn new(grant: &NodeGrant, log_cap: usize) -> Result<State, PackageError> {
         let log = Arc::new(Mutex::new(LogBuf::new(log_cap)));
         let mut b = WasiCtxBuilder::new();
         b.stdout(CaptureStream {
@@ -264,24 +266,7 @@ impl State {
             buf: log.clone(),
             stream: 1,
         });
-        for d in &sandbox.dirs {
-            let perms = match d.mode {
-                DirMode::Ro => FsPerms::ReadOnly,
-                DirMode::Rw => FsPerms::ReadWrite,
-            };
-            b.preopened_dir(&d.host, &d.guest, perms).map_err(|e| {
-                format!(
-                    "granting directory {} as {}: {e}",
-                    d.host.display(),
-                    d.guest
-                )
-            })?;
-        }
-        for name in &sandbox.env {
-            if let Ok(v) = std::env::var(name) {
-                b.env(name, v);
-            }
-        }
+        grant.apply_to(&mut b)?;
         // WASI limits are opt-in (CVE-2026-27204): cap what a guest can make the host
         // allocate on its behalf.
         b.max_random_size(1 << 20);
@@ -291,7 +276,7 @@ impl State {
             wasi: b.build(),
             table,
             limiter: Limiter {
-                memory_limit: sandbox.memory_bytes,
+                memory_limit: grant.memory_bytes,
                 peak_memory: 0,
                 memory_exceeded: false,
             },
@@ -535,7 +520,7 @@ impl host::Host for State {
     async fn get_secret(&mut self, name: String) -> Option<String> {
         self.budget.charge(name.len());
         let inv = self.inv.as_ref()?;
-        if name.len() > budget::MAX_SECRET_NAME || !inv.secrets.contains(&name) {
+        if name.len() > budget::MAX_SECRET_NAME || !inv.grant.allows_secret(&name) {
             // Logged through the capped guest log, a bounded number of times, with the
             // name escaped and cut: the guest chooses it.
             self.budget.refusals += 1;

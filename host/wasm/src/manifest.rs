@@ -42,11 +42,16 @@ impl Manifest {
             return Err(PackageError::MissingManifest { path });
         }
         let text = std::fs::read_to_string(&path).map_err(|e| PackageError::io(&path, e))?;
-        let m: Manifest = toml::from_str(&text).map_err(|e| PackageError::BadManifest {
-            path: path.clone(),
-            message: e.to_string(),
+        Manifest::parse(&text, &path)
+    }
+
+    /// Parses and checks manifest text; `path` names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Manifest, PackageError> {
+        let m: Manifest = toml::from_str(text).map_err(|source| PackageError::ManifestSyntax {
+            path: path.to_path_buf(),
+            source,
         })?;
-        m.check(&path)?;
+        m.check(path)?;
         Ok(m)
     }
 

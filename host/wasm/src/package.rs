@@ -16,12 +16,12 @@ use wasmtime::component::types::ComponentItem;
 use crate::bindings::{
     NodePackagePre, WitCapabilityKind, WitCorrelation, WitNodeDecl, WitPortDecl,
 };
-use crate::config::{DEFAULT_FUEL, Sandbox};
 use crate::deadline::{Deadline, race};
 use crate::engine::WasmHost;
-use crate::error::PackageError;
+use crate::error::{PackageError, chain};
+use crate::grants::{DEFAULT_FUEL, NodeGrant};
+use crate::host_state::{State, from_wit};
 use crate::manifest::Manifest;
-use crate::sandbox::{State, from_wit};
 use crate::text;
 
 /// The `heddle:node` interface name, without version.
@@ -99,8 +99,7 @@ impl std::fmt::Debug for WasmPackage {
 }
 
 impl WasmPackage {
-    /// Loads the package in `dir` without a lockfile check (first-party packages built
-    /// with the host, or validation before install).
+    /// Loads the package in `dir` without a lockfile check (validation before install).
     pub async fn load_dir(host: &WasmHost, dir: &Path) -> Result<WasmPackage, PackageError> {
         Self::load_checked(host, dir, |_, _| Ok(())).await
     }
@@ -112,8 +111,7 @@ impl WasmPackage {
         dir: &Path,
         check: impl FnOnce(&Path, &str) -> Result<(), PackageError>,
     ) -> Result<WasmPackage, PackageError> {
-        let mut manifest = Manifest::read(dir)?;
-        escape_manifest_text(&mut manifest);
+        let manifest = Manifest::read(dir)?;
         let path = manifest.component_path(dir);
         if !path.is_file() {
             return Err(PackageError::MissingComponent { path });
@@ -121,8 +119,38 @@ impl WasmPackage {
         let bytes = std::fs::read(&path).map_err(|e| PackageError::io(&path, e))?;
         let digest = sha256_hex(&bytes);
         check(&path, &digest)?;
-        let component = host.compile(&bytes, &digest, &path)?;
-        drop(bytes);
+        Self::load_bytes(host, manifest, dir.to_path_buf(), &bytes, digest, path).await
+    }
+
+    /// Loads a package embedded in the host; errors name it as `(built in)/<name>/…`.
+    pub(crate) async fn load_embedded(
+        host: &WasmHost,
+        name: &str,
+        manifest: &str,
+        component: &[u8],
+    ) -> Result<WasmPackage, PackageError> {
+        let dir = PathBuf::from(format!("(built in)/{name}"));
+        let manifest = Manifest::parse(manifest, &dir.join(crate::manifest::MANIFEST_FILE))?;
+        let path = manifest.component_path(&dir);
+        Self::load_bytes(host, manifest, dir, component, sha256_hex(component), path).await
+    }
+
+    /// Compiles (or reads from the cache) verified component bytes, checks the WIT
+    /// version and link, and describes the node types. `path` names the component in
+    /// errors.
+    async fn load_bytes(
+        host: &WasmHost,
+        mut manifest: Manifest,
+        dir: PathBuf,
+        bytes: &[u8],
+        digest: String,
+        path: PathBuf,
+    ) -> Result<WasmPackage, PackageError> {
+        escape_manifest_text(&mut manifest);
+        if !host.is_cached(&digest) {
+            host.notify_compile(&manifest.name);
+        }
+        let component = host.compile(bytes, &digest, &path)?;
 
         // Version negotiation from the export name, before any type matching, so a
         // package of another WIT line gets a message about versions, not about types.
@@ -159,20 +187,20 @@ impl WasmPackage {
                 supported: WIT_SUPPORTED.into(),
             });
         }
-        let pre = host.inner.linker.instantiate_pre(&component).map_err(|e| {
-            PackageError::WitMismatch {
-                path: path.clone(),
-                message: format!("{e:#}"),
-            }
-        })?;
-        let pre = NodePackagePre::new(pre).map_err(|e| PackageError::WitMismatch {
+        let link = |e: wasmtime::Error| PackageError::WitLink {
             path: path.clone(),
-            message: format!("{e:#}"),
-        })?;
+            source: e.into(),
+        };
+        let pre = host
+            .inner
+            .linker
+            .instantiate_pre(&component)
+            .map_err(link)?;
+        let pre = NodePackagePre::new(pre).map_err(link)?;
 
         let mut pkg = WasmPackage {
             manifest,
-            dir: dir.to_path_buf(),
+            dir,
             digest,
             host: host.clone(),
             pre,
@@ -189,14 +217,7 @@ impl WasmPackage {
             path: path.to_path_buf(),
             message,
         };
-        let sandbox = Sandbox::new(&Default::default(), self.host.settings(), None);
-        let mut store =
-            crate::executor::new_store(&self.host, &sandbox).map_err(|e| fail(e.message))?;
-        if self.host.settings().fuel {
-            store
-                .set_fuel(DEFAULT_FUEL)
-                .map_err(|e| fail(e.to_string()))?;
-        }
+        let mut store = self.fresh_store().map_err(|e| fail(chain(&e)))?;
         let limit = self.host.settings().describe_timeout_ms;
         let deadline = Deadline::new(Some(Instant::now() + Duration::from_millis(limit)), None);
         store.data_mut().describe_deadline = Some(deadline.clone());
@@ -229,13 +250,26 @@ impl WasmPackage {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .stderr_tail();
-                let max = crate::executor::hostcall_limit(self.host.settings());
+                let max = crate::engine::hostcall_limit(self.host.settings());
                 Err(fail(format!(
                     "{what}{}",
                     crate::failure::classify(&e).message(max, &tail)
                 )))
             }
         }
+    }
+
+    /// A store with nothing granted and the default fuel budget.
+    fn fresh_store(&self) -> Result<wasmtime::Store<State>, PackageError> {
+        let mut store = self
+            .host
+            .new_store(&NodeGrant::nothing(self.host.settings().max_memory_mb))?;
+        if self.host.settings().fuel {
+            store
+                .set_fuel(DEFAULT_FUEL)
+                .map_err(|e| PackageError::engine("setting fuel", e))?;
+        }
+        Ok(store)
     }
 
     fn set_decls(&mut self, raw: Vec<WitNodeDecl>, path: &Path) -> Result<(), PackageError> {
@@ -365,17 +399,13 @@ impl WasmPackage {
     /// Creates a store with default limits and instantiates the component, then drops
     /// both: the per-invocation cost paid before any node code runs. For benchmarks.
     #[doc(hidden)]
-    pub async fn instantiate_only(&self) -> Result<(), String> {
-        let sandbox = Sandbox::new(&Default::default(), self.host.settings(), None);
-        let mut store = crate::executor::new_store(&self.host, &sandbox).map_err(|e| e.message)?;
-        if self.host.settings().fuel {
-            store.set_fuel(DEFAULT_FUEL).map_err(|e| e.to_string())?;
-        }
+    pub async fn instantiate_only(&self) -> Result<(), PackageError> {
+        let mut store = self.fresh_store()?;
         self.pre
             .instantiate_async(&mut store)
             .await
             .map(drop)
-            .map_err(|e| format!("{e:#}"))
+            .map_err(|e| PackageError::engine("instantiating", e))
     }
 
     pub fn declarations(&self) -> &[Arc<NodeDecl>] {

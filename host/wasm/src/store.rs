@@ -8,6 +8,7 @@
 //! A package is validated completely (manifest, component, WIT version, declarations)
 //! before anything is copied, and loading re-hashes the bytes against the lockfile.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -19,16 +20,22 @@ use crate::package::{WasmPackage, sha256_hex};
 
 pub const LOCKFILE: &str = "heddle.lock";
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Lockfile {
-    #[serde(default = "one")]
     pub version: u32,
-    #[serde(default, rename = "package")]
+    #[serde(rename = "package")]
     pub packages: Vec<LockEntry>,
 }
 
-fn one() -> u32 {
-    1
+/// An empty lockfile of the current format (serde fills absent keys from here).
+impl Default for Lockfile {
+    fn default() -> Self {
+        Lockfile {
+            version: 1,
+            packages: Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -41,6 +48,18 @@ pub struct LockEntry {
     pub sha256: String,
     /// sha256 of the manifest (its capability requests are part of what was reviewed).
     pub manifest_sha256: String,
+    /// The node types the package declared at install, so a run loads (and compiles)
+    /// only the packages its graph uses. Empty in lockfiles written before it existed:
+    /// such a package is always loaded.
+    #[serde(default)]
+    pub node_types: Vec<String>,
+}
+
+impl LockEntry {
+    /// Whether a graph using `wanted` types may need this package.
+    fn may_provide(&self, wanted: &BTreeSet<String>) -> bool {
+        self.node_types.is_empty() || self.node_types.iter().any(|t| wanted.contains(t))
+    }
 }
 
 /// An outcome of [`PackageStore::verify`] for one package.
@@ -74,15 +93,12 @@ impl PackageStore {
     pub fn read_lock(&self) -> Result<Lockfile, PackageError> {
         let path = self.lockfile_path();
         if !path.exists() {
-            return Ok(Lockfile {
-                version: 1,
-                packages: Vec::new(),
-            });
+            return Ok(Lockfile::default());
         }
         let text = std::fs::read_to_string(&path).map_err(|e| PackageError::io(&path, e))?;
         toml::from_str(&text).map_err(|e| PackageError::BadLockfile {
             path,
-            message: e.to_string(),
+            source: e.into(),
         })
     }
 
@@ -95,7 +111,7 @@ impl PackageStore {
         text.push_str(
             &toml::to_string(lock).map_err(|e| PackageError::BadLockfile {
                 path: path.clone(),
-                message: e.to_string(),
+                source: e.into(),
             })?,
         );
         let tmp = path.with_extension("lock.tmp");
@@ -138,6 +154,11 @@ impl PackageStore {
             component: m.component.clone(),
             sha256: sha256_hex(&component_bytes),
             manifest_sha256: sha256_hex(&manifest_bytes),
+            node_types: pkg
+                .declarations()
+                .iter()
+                .map(|d| d.type_name.clone())
+                .collect(),
         });
         lock.packages.sort_by(|a, b| a.name.cmp(&b.name));
         self.write_lock(&lock)?;
@@ -250,9 +271,21 @@ impl PackageStore {
 
     /// Loads every installed package.
     pub async fn load_all(&self, host: &WasmHost) -> Result<Vec<WasmPackage>, PackageError> {
+        self.load_providing(host, None).await
+    }
+
+    /// Loads the installed packages that declare one of the `wanted` node types (all
+    /// of them when `None`): a run compiles only what its graph uses.
+    pub async fn load_providing(
+        &self,
+        host: &WasmHost,
+        wanted: Option<&BTreeSet<String>>,
+    ) -> Result<Vec<WasmPackage>, PackageError> {
         let mut out = Vec::new();
         for e in self.read_lock()?.packages {
-            out.push(self.load(host, &e.name).await?);
+            if wanted.is_none_or(|w| e.may_provide(w)) {
+                out.push(self.load(host, &e.name).await?);
+            }
         }
         Ok(out)
     }

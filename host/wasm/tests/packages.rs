@@ -242,8 +242,6 @@ async fn compiled_code_is_cached_by_digest_and_engine_config() {
 
 #[tokio::test]
 async fn first_party_packages_load_by_default() {
-    let dirs = heddle_wasm::first_party_package_dirs().unwrap();
-    assert_eq!(dirs.len(), 2);
     let p = first_party_provider(Default::default()).await;
     let names: Vec<String> = heddle_kernel::NodeProvider::declarations(&p)
         .iter()
@@ -260,6 +258,11 @@ async fn first_party_packages_load_by_default() {
     }
     let files = p.packages().iter().find(|p| p.name() == "files").unwrap();
     assert!(!files.requested_capabilities().is_empty());
+    assert!(
+        files.dir.starts_with("(built in)"),
+        "loaded from the bytes embedded in the host, not from the build tree: {}",
+        files.dir.display()
+    );
 }
 
 #[tokio::test]
@@ -302,9 +305,80 @@ async fn provider_loads_first_party_and_installed_packages() {
         wasm: settings(),
         ..Default::default()
     };
-    let p = heddle_wasm::WasmProvider::load(config, Some(store_dir.path()))
+    let p = heddle_wasm::WasmProvider::load(config, Some(store_dir.path()), None)
         .await
         .unwrap();
     let names: Vec<&str> = p.packages().iter().map(|p| p.name()).collect();
     assert_eq!(names, vec!["std", "files", "hostile"]);
+}
+
+#[tokio::test]
+async fn a_graph_loads_and_compiles_only_the_packages_it_uses() {
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = PackageStore::open(store_dir.path());
+    store
+        .install(&host(), &package_dir("hostile"))
+        .await
+        .unwrap();
+    assert!(
+        store.list().unwrap()[0]
+            .node_types
+            .iter()
+            .any(|t| t == "hostile.spin"),
+        "install pins the node types the package declared"
+    );
+    // A machine that never compiled the package: its own, empty compile cache.
+    let cache = tempfile::tempdir().unwrap();
+    let compiled = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let run_host = || {
+        let h = heddle_wasm::WasmHost::new(heddle_wasm::EngineSettings {
+            cache_dir: Some(cache.path().into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let seen = compiled.clone();
+        h.on_compile(move |name| seen.lock().unwrap().push(name.to_string()));
+        h
+    };
+    let config = || heddle_wasm::WasmConfig::default();
+
+    let std_only: std::collections::BTreeSet<String> =
+        ["heddle.input", "std.text.case"].map(String::from).into();
+    let p = heddle_wasm::WasmProvider::load_on(
+        run_host(),
+        config(),
+        Some(store_dir.path()),
+        Some(&std_only),
+    )
+    .await
+    .unwrap();
+    let names: Vec<&str> = p.packages().iter().map(|p| p.name()).collect();
+    assert_eq!(
+        names,
+        vec!["std", "files"],
+        "the unused package is not loaded"
+    );
+    assert_eq!(
+        *compiled.lock().unwrap(),
+        vec!["std", "files"],
+        "only the packages loaded were compiled"
+    );
+
+    let uses_hostile: std::collections::BTreeSet<String> =
+        ["hostile.spin"].map(String::from).into();
+    let p = heddle_wasm::WasmProvider::load_on(
+        run_host(),
+        config(),
+        Some(store_dir.path()),
+        Some(&uses_hostile),
+    )
+    .await
+    .unwrap();
+    let names: Vec<&str> = p.packages().iter().map(|p| p.name()).collect();
+    assert_eq!(names, vec!["std", "files", "hostile"]);
+    assert_eq!(
+        compiled.lock().unwrap().last().map(String::as_str),
+        Some("hostile"),
+        "its first use compiles it, and says so"
+    );
 }

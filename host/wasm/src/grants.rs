@@ -1,0 +1,232 @@
+//! Capability grants, in one place: what the operator grants a package
+//! (`[packages.<name>]`), the narrowing a graph node applies to it, whether a grant
+//! covers what a package asks for (shown at `package add`), and the WASI context a store
+//! gets from the effective grant.
+//!
+//! A package's manifest only *asks*; a graph can only *narrow* what is granted here.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use heddle_core::graph::AccessLevel;
+use heddle_core::{CapabilityKind, NodeLimits};
+use serde::{Deserialize, Serialize};
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+
+use crate::error::PackageError;
+
+/// Default fuel per invocation: about a second of tight compute, far more than real
+/// data-transform nodes use, small enough that a runaway loop ends quickly.
+pub const DEFAULT_FUEL: u64 = 10_000_000_000;
+pub const DEFAULT_MEMORY_MB: u64 = 256;
+
+/// What the operator grants one package (`[packages.<name>]`). Everything absent is
+/// denied.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PackageGrant {
+    /// Fuel budget per invocation (default [`DEFAULT_FUEL`]).
+    pub fuel: Option<u64>,
+    /// Linear memory limit per instance, MiB (default [`DEFAULT_MEMORY_MB`]).
+    pub memory_mb: Option<u64>,
+    /// Wall-clock limit per invocation, ms (default `[wasm] default_timeout_ms`).
+    pub timeout_ms: Option<u64>,
+    pub dirs: Vec<DirGrant>,
+    /// Names of host environment variables the package may read.
+    pub env: Vec<String>,
+    /// Names of secrets the package may read with `get-secret`.
+    pub secrets: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DirGrant {
+    /// Directory on the host.
+    pub host: PathBuf,
+    /// Where the guest sees it (e.g. `/data`).
+    pub guest: String,
+    #[serde(default)]
+    pub mode: DirMode,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DirMode {
+    #[default]
+    Ro,
+    Rw,
+}
+
+impl PackageGrant {
+    /// Whether this grant covers one capability request, for the operator's review.
+    /// Directories are matched by the guest path the package asks for; network access
+    /// is never granted to WASM packages.
+    pub fn covers(&self, kind: CapabilityKind, target: &str) -> bool {
+        match kind {
+            CapabilityKind::FilesRead => self.dirs.iter().any(|d| d.guest == target),
+            CapabilityKind::FilesWrite => self
+                .dirs
+                .iter()
+                .any(|d| d.guest == target && d.mode == DirMode::Rw),
+            CapabilityKind::Env => self.env.iter().any(|e| e == target),
+            CapabilityKind::Secret => self.secrets.iter().any(|s| s == target),
+            CapabilityKind::Network => false,
+        }
+    }
+}
+
+/// The effective authority of one node: its package's grant narrowed by the graph's
+/// `NodeLimits`. Narrowing only ever removes authority.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeGrant {
+    pub fuel: u64,
+    pub memory_bytes: usize,
+    pub timeout_ms: Option<u64>,
+    pub dirs: Vec<DirGrant>,
+    pub env: BTreeSet<String>,
+    pub secrets: BTreeSet<String>,
+}
+
+impl NodeGrant {
+    /// `max_memory_mb` is the engine's ceiling (`[wasm] max_memory_mb`), above which no
+    /// grant reaches.
+    pub fn new(grant: &PackageGrant, limits: Option<&NodeLimits>, max_memory_mb: u64) -> Self {
+        let ceiling = max_memory_mb.max(1);
+        let memory_mb = grant.memory_mb.unwrap_or(DEFAULT_MEMORY_MB).min(ceiling);
+        let mut g = NodeGrant {
+            fuel: grant.fuel.unwrap_or(DEFAULT_FUEL),
+            memory_bytes: (memory_mb as usize) << 20,
+            timeout_ms: grant.timeout_ms,
+            dirs: grant.dirs.clone(),
+            env: grant.env.iter().cloned().collect(),
+            secrets: grant.secrets.iter().cloned().collect(),
+        };
+        let Some(l) = limits else { return g };
+        if let Some(f) = l.fuel {
+            g.fuel = g.fuel.min(f);
+        }
+        if let Some(t) = l.timeout_ms {
+            g.timeout_ms = Some(g.timeout_ms.map_or(t, |own| own.min(t)));
+        }
+        match l.files {
+            Some(AccessLevel::None) => g.dirs.clear(),
+            Some(AccessLevel::Read) => {
+                for d in &mut g.dirs {
+                    d.mode = DirMode::Ro;
+                }
+            }
+            Some(AccessLevel::Write) | None => {}
+        }
+        if let Some(env) = &l.env {
+            let keep: BTreeSet<&String> = env.iter().collect();
+            g.env.retain(|e| keep.contains(e));
+        }
+        if let Some(sec) = &l.secrets {
+            let keep: BTreeSet<&String> = sec.iter().collect();
+            g.secrets.retain(|s| keep.contains(s));
+        }
+        g
+    }
+
+    /// The grant of a package nobody granted anything (used for `describe()` at load).
+    pub fn nothing(max_memory_mb: u64) -> Self {
+        NodeGrant::new(&PackageGrant::default(), None, max_memory_mb)
+    }
+
+    /// Whether `get-secret` may return the secret `name`.
+    pub fn allows_secret(&self, name: &str) -> bool {
+        self.secrets.contains(name)
+    }
+
+    /// Gives a WASI context exactly the granted directories and env vars; nothing else
+    /// is added, so anything not written here stays out of the guest's reach.
+    pub(crate) fn apply_to(&self, b: &mut WasiCtxBuilder) -> Result<(), PackageError> {
+        for d in &self.dirs {
+            let perms = match d.mode {
+                DirMode::Ro => FsPerms::ReadOnly,
+                DirMode::Rw => FsPerms::ReadWrite,
+            };
+            b.preopened_dir(&d.host, &d.guest, perms)
+                .map_err(|e| PackageError::GrantDir {
+                    host: d.host.clone(),
+                    guest: d.guest.clone(),
+                    source: e.into(),
+                })?;
+        }
+        for name in &self.env {
+            if let Ok(v) = std::env::var(name) {
+                b.env(name, v);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn graph_limits_narrow_never_widen() {
+        let grant = PackageGrant {
+            fuel: Some(1000),
+            dirs: vec![DirGrant {
+                host: "/tmp".into(),
+                guest: "/data".into(),
+                mode: DirMode::Ro,
+            }],
+            env: vec!["A".into()],
+            secrets: vec!["S".into()],
+            ..Default::default()
+        };
+        let limits = NodeLimits {
+            fuel: Some(5000),
+            files: Some(AccessLevel::Write),
+            env: Some(vec!["A".into(), "B".into()]),
+            secrets: Some(vec!["T".into()]),
+            timeout_ms: Some(10),
+        };
+        let g = NodeGrant::new(&grant, Some(&limits), 1024);
+        assert_eq!(g.fuel, 1000, "fuel can only be lowered");
+        assert_eq!(
+            g.dirs[0].mode,
+            DirMode::Ro,
+            "write cannot widen a read-only grant"
+        );
+        assert_eq!(g.env.len(), 1);
+        assert!(
+            !g.allows_secret("S") && !g.allows_secret("T"),
+            "narrowing to an ungranted secret grants nothing"
+        );
+        assert_eq!(g.timeout_ms, Some(10));
+        let none = NodeLimits {
+            files: Some(AccessLevel::None),
+            ..Default::default()
+        };
+        assert!(NodeGrant::new(&grant, Some(&none), 1024).dirs.is_empty());
+    }
+
+    #[test]
+    fn covers_judges_each_request_kind() {
+        let grant = PackageGrant {
+            dirs: vec![DirGrant {
+                host: "/srv".into(),
+                guest: "/data".into(),
+                mode: DirMode::Ro,
+            }],
+            env: vec!["LANG".into()],
+            secrets: vec!["KEY".into()],
+            ..Default::default()
+        };
+        assert!(grant.covers(CapabilityKind::FilesRead, "/data"));
+        assert!(
+            !grant.covers(CapabilityKind::FilesWrite, "/data"),
+            "a read-only directory does not cover a write request"
+        );
+        assert!(!grant.covers(CapabilityKind::FilesRead, "/other"));
+        assert!(grant.covers(CapabilityKind::Env, "LANG"));
+        assert!(!grant.covers(CapabilityKind::Env, "HOME"));
+        assert!(grant.covers(CapabilityKind::Secret, "KEY"));
+        assert!(!grant.covers(CapabilityKind::Network, ""));
+    }
+}

@@ -1,0 +1,155 @@
+//! `WasmProvider` offers the node types of the loaded packages to the kernel and creates
+//! a `WasmExecutor` with the node's grant for each graph node of those types.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use heddle_core::NodeDecl;
+use heddle_kernel::{Executor, NodeError, NodeProvider, NodeSpec};
+
+use crate::config::{SecretsConfig, WasmConfig};
+use crate::engine::WasmHost;
+use crate::error::PackageError;
+use crate::executor::WasmExecutor;
+use crate::grants::NodeGrant;
+use crate::host_state::to_wit;
+use crate::package::WasmPackage;
+use crate::store::PackageStore;
+
+/// The provider of every WASM node type loaded into this host.
+pub struct WasmProvider {
+    host: WasmHost,
+    config: Arc<WasmConfig>,
+    secrets: Arc<SecretsConfig>,
+    packages: Vec<Arc<WasmPackage>>,
+    types: HashMap<String, usize>,
+}
+
+impl WasmProvider {
+    pub fn new(host: WasmHost, config: WasmConfig) -> Self {
+        let secrets = Arc::new(config.secrets.clone());
+        WasmProvider {
+            host,
+            config: Arc::new(config),
+            secrets,
+            packages: Vec::new(),
+            types: HashMap::new(),
+        }
+    }
+
+    pub fn host(&self) -> &WasmHost {
+        &self.host
+    }
+
+    /// Adds a loaded package; refused whole if one of its node types is already offered
+    /// by another package of this provider (clashes with other providers are refused by
+    /// the kernel's registry).
+    pub fn add(&mut self, pkg: WasmPackage) -> Result<(), PackageError> {
+        for d in pkg.declarations() {
+            if let Some(&i) = self.types.get(&d.type_name) {
+                return Err(PackageError::BadDecl {
+                    path: pkg.dir.clone(),
+                    type_name: d.type_name.clone(),
+                    message: format!(
+                        "already defined by package `{}`; a package may not redefine an existing node type",
+                        self.packages[i].name()
+                    ),
+                });
+            }
+        }
+        let idx = self.packages.len();
+        for d in pkg.declarations() {
+            self.types.insert(d.type_name.clone(), idx);
+        }
+        self.packages.push(Arc::new(pkg));
+        Ok(())
+    }
+
+    /// Loads the first-party packages embedded in this host (`std`, `files`).
+    pub async fn add_first_party(&mut self) -> Result<(), PackageError> {
+        for pkg in crate::first_party::load(&self.host).await? {
+            self.add(pkg)?;
+        }
+        Ok(())
+    }
+
+    /// The provider a command line uses: an engine from `config`, the first-party
+    /// packages, then the packages installed in the store at `store_dir` (each checked
+    /// against its lockfile pin) that declare one of the `wanted` node types (every
+    /// installed package when `None`). Loading compiles, or reads the compile cache, so
+    /// a run pays only for the packages its graph uses.
+    pub async fn load(
+        config: WasmConfig,
+        store_dir: Option<&Path>,
+        wanted: Option<&BTreeSet<String>>,
+    ) -> Result<Self, PackageError> {
+        let host = WasmHost::new(config.wasm.clone())?;
+        Self::load_on(host, config, store_dir, wanted).await
+    }
+
+    /// [`WasmProvider::load`] on an engine the caller made (e.g. one with a compile
+    /// notice set).
+    pub async fn load_on(
+        host: WasmHost,
+        config: WasmConfig,
+        store_dir: Option<&Path>,
+        wanted: Option<&BTreeSet<String>>,
+    ) -> Result<Self, PackageError> {
+        let mut p = WasmProvider::new(host, config);
+        p.add_first_party().await?;
+        if let Some(dir) = store_dir {
+            let store = PackageStore::open(dir);
+            for pkg in store.load_providing(&p.host, wanted).await? {
+                p.add(pkg)?;
+            }
+        }
+        Ok(p)
+    }
+
+    pub fn packages(&self) -> &[Arc<WasmPackage>] {
+        &self.packages
+    }
+}
+
+impl NodeProvider for WasmProvider {
+    fn name(&self) -> &str {
+        "wasm"
+    }
+
+    fn declarations(&self) -> Vec<Arc<NodeDecl>> {
+        self.packages
+            .iter()
+            .flat_map(|p| p.declarations().iter().cloned())
+            .collect()
+    }
+
+    fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {
+        let type_name = &spec.decl.type_name;
+        let Some(&idx) = self.types.get(type_name) else {
+            return Err(NodeError::host(format!(
+                "node {}: no WASM package provides `{type_name}`",
+                spec.id
+            )));
+        };
+        let pkg = self.packages[idx].clone();
+        let grant = NodeGrant::new(
+            &self.config.grant(pkg.name()),
+            spec.limits,
+            self.config.wasm.max_memory_mb,
+        );
+        let properties = spec
+            .properties
+            .iter()
+            .map(|(k, v)| (k.clone(), to_wit(v)))
+            .collect();
+        Ok(Arc::new(WasmExecutor::new(
+            spec.id.to_string(),
+            type_name.clone(),
+            pkg,
+            grant,
+            self.secrets.clone(),
+            properties,
+        )))
+    }
+}
