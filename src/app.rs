@@ -40,11 +40,28 @@ pub fn dispatch(command: Command) -> anyhow::Result<Exit> {
 fn print_error(err: &anyhow::Error, verbose: bool) {
     let mut out = std::io::stderr().lock();
     let wants_detail = verbose || std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0");
-    if wants_detail {
-        let _ = writeln!(out, "error: {err:?}");
+    let text = if wants_detail {
+        format!("{err:?}")
     } else {
-        let _ = writeln!(out, "error: {err:#}");
+        format!("{err:#}")
+    };
+    let _ = writeln!(out, "error: {}", bounded(&text));
+}
+
+/// Longest line of an error the CLI prints. Errors quote what the user wrote (node ids,
+/// handles, values); a 10 MB id must not make a 10 MB error, whichever library wrote it.
+pub const ERROR_LINE_MAX_CHARS: usize = 2000;
+
+/// `text` with every line clipped to [`ERROR_LINE_MAX_CHARS`].
+pub fn bounded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(1 << 16));
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&heddle_core::text::clip(line, ERROR_LINE_MAX_CHARS));
     }
+    out
 }
 
 /// The tokio runtime the commands run on.

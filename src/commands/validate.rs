@@ -31,7 +31,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
             let v = Verdict {
                 graph,
                 valid: false,
-                error: Some(format!("{e:#}")),
+                error: Some(crate::app::bounded(&format!("{e:#}"))),
                 issues: &[],
                 warnings: &[],
                 nodes: None,

@@ -11,6 +11,7 @@ pub mod journal;
 pub mod plan;
 pub mod ranged;
 pub mod supervise;
+pub mod text;
 pub mod types;
 pub mod value;
 

@@ -1,0 +1,35 @@
+//! Bounding user text echoed back in messages.
+//!
+//! Node ids, handles, input lines and file names come from the user and can be any size;
+//! an error that quotes a 10 MB node id whole is a 10 MB error. Every message that
+//! quotes user text quotes it through [`clip`].
+
+use std::borrow::Cow;
+
+/// Characters of one piece of user text an error quotes, by default.
+pub const ECHO_MAX_CHARS: usize = 120;
+
+/// `text` unchanged when it has at most `max` characters; otherwise its first `max`
+/// characters followed by a marker saying how much was left out.
+pub fn clip(text: &str, max: usize) -> Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        None => Cow::Borrowed(text),
+        Some((cut, _)) => Cow::Owned(format!("{}…(+{} bytes)", &text[..cut], text.len() - cut)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clips_on_char_boundaries_and_says_how_much() {
+        assert_eq!(clip("short", 10), "short");
+        assert!(matches!(clip("short", 5), Cow::Borrowed(_)));
+        assert_eq!(clip("abcdef", 3), "abc…(+3 bytes)");
+        // Multi-byte characters are never split.
+        assert_eq!(clip("ééé", 2), "éé…(+2 bytes)");
+        let huge = "x".repeat(10 << 20);
+        assert!(clip(&huge, ECHO_MAX_CHARS).len() < 200);
+    }
+}
