@@ -242,11 +242,7 @@ impl Run {
                 self.bus.clone(),
                 run_token.clone(),
             );
-            e.state()
-                .set_roots(plan.correlation.roots.iter().map(|r| r.name.to_string()));
-            for n in &plan.nodes {
-                e.state().add_node(&n.id, &n.node_type);
-            }
+            e.state().declare(&plan);
             Arc::new(e)
         });
         let shared = Arc::new(Shared {

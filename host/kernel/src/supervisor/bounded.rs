@@ -158,6 +158,10 @@ impl Supervisor for Bounded {
         true
     }
 
+    fn secrets(&self) -> Vec<String> {
+        self.inner.secrets()
+    }
+
     fn wants_run_state(&self) -> bool {
         self.inner.wants_run_state()
     }

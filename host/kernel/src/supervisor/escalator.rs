@@ -84,6 +84,11 @@ impl Escalator {
         events: Arc<dyn EventSink>,
         cancel: CancellationToken,
     ) -> Self {
+        // Before any escalation exists: the handle's own credentials are masked in the
+        // very first one (which is also what the handle is sent).
+        for secret in supervisor.secrets() {
+            secrets.register(&secret);
+        }
         let state = if supervisor.wants_run_state() {
             RunState::new()
         } else {

@@ -97,6 +97,13 @@ pub trait Supervisor: Send + Sync + 'static {
         false
     }
 
+    /// Secret values the handle itself holds (an API key). The kernel registers them
+    /// before the run starts, so they are masked in every escalation, error and report
+    /// from the first failure on, including the escalation sent to this very handle.
+    fn secrets(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// True for [`Bounded`], so the kernel does not wrap a handle twice.
     fn is_bounded(&self) -> bool {
         false

@@ -24,8 +24,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use heddle_core::Value;
 use heddle_core::supervise::{ApplyTo, DecidedBy, Decision, Escalation, Verdict, VerdictAction};
+use heddle_core::{NodeMode, Value};
 use regex::Regex;
 use serde::Deserialize;
 use toml::Spanned;
@@ -254,13 +254,63 @@ impl Policy {
 
     /// The verdict for an escalation, with the rule that chose it.
     pub fn verdict_for(&self, e: &Escalation) -> (Verdict, Option<&str>) {
+        let mut refused: Option<&Rule> = None;
         for r in &self.rules {
-            if r.matches(e) && e.allowed_actions.contains(r.verdict.action()) {
+            if !r.matches(e) {
+                continue;
+            }
+            if e.allowed_actions.contains(r.verdict.action()) {
                 return (r.verdict.clone(), Some(&r.label));
             }
+            refused.get_or_insert(r);
         }
-        (self.default.clone(), None)
+        // A rule that matched but could not apply must be said as such: "no rule
+        // matched" would send the user looking for a typo in a pattern that works.
+        match (refused, &self.default) {
+            (Some(r), Verdict::Fail { apply_to, .. }) => (
+                Verdict::Fail {
+                    reason: Some(format!(
+                        "policy {} matched, but its verdict {} is not allowed for this failure ({}); no later rule applied",
+                        r.label,
+                        r.verdict.action(),
+                        why_not_allowed(r.verdict.action(), e)
+                    )),
+                    apply_to: *apply_to,
+                },
+                None,
+            ),
+            _ => (self.default.clone(), None),
+        }
     }
+}
+
+/// Why the kernel does not offer `action` for this escalation, in the user's terms.
+fn why_not_allowed(action: VerdictAction, e: &Escalation) -> String {
+    let allowed = e
+        .allowed_actions
+        .iter()
+        .map(VerdictAction::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let streaming_emitted = e.mode == NodeMode::StreamingOutput && e.emitted;
+    let because = match action {
+        _ if streaming_emitted => {
+            "the streaming node already sent values downstream, so it can only keep them (end_stream) or fail; "
+        }
+        VerdictAction::Substitute if e.candidate_output.is_none() => {
+            "substitute needs a candidate output and the node produced none; "
+        }
+        VerdictAction::Substitute => {
+            "substitute needs a buffered node whose declared output types can be checked; "
+        }
+        VerdictAction::Retry if !e.retry_safe => "the node type is not retry-safe; ",
+        VerdictAction::Retry => "the invocation already spent money or created assets; ",
+        VerdictAction::EndStream => {
+            "end_stream is for a streaming-input node or a streaming node that already emitted; "
+        }
+        VerdictAction::Skip | VerdictAction::Fail => "",
+    };
+    format!("{because}allowed: {allowed}")
 }
 
 impl Supervisor for Policy {

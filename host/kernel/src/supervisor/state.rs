@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 
 use heddle_core::Value;
-use heddle_core::supervise::{LineageStep, lineage_related};
+use heddle_core::plan::Plan;
+use heddle_core::supervise::LineageStep;
 
 use crate::executor::Outputs;
 
@@ -16,7 +17,10 @@ use crate::executor::Outputs;
 pub trait RunStateReader: Send + Sync {
     /// Per-node status, invocation and error counts, cost.
     fn digest(&self) -> serde_json::Value;
-    /// The most recent output of `node_id` whose lineage is related to `scope`.
+    /// The most recent output of `node_id` on the lineage `scope`: produced by the
+    /// failing item itself or by one of its ancestors, never by a sibling item or a
+    /// descendant. Of an ancestor's output, the values it fans out (iteration outputs)
+    /// belong to its items, each its own lineage, and are left out.
     fn read_output(
         &self,
         node_id: &str,
@@ -31,7 +35,7 @@ pub enum ReadOutputError {
     #[error("node `{0}` has produced no output yet")]
     NoOutput(String),
     #[error(
-        "node `{0}` has outputs only for other items than the failing one; reading them is refused"
+        "node `{0}` has no output on the failing item's lineage (what it produced belongs to other items); reading it is refused"
     )]
     OutsideLineage(String),
 }
@@ -50,6 +54,9 @@ struct NodeState {
     errors: u64,
     cost_usd: f64,
     outputs: VecDeque<(RawLineage, Outputs)>,
+    /// Output handles that fan out (mint a lineage root): each value on them belongs to
+    /// a child item, not to the invocation that produced it.
+    fan_out: Vec<String>,
 }
 
 #[derive(Default)]
@@ -90,6 +97,30 @@ impl RunState {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Declares everything a plan fixes before the run: its roots, its nodes and which
+    /// outputs of each fan out.
+    pub fn declare(&self, plan: &Plan) {
+        self.set_roots(plan.correlation.roots.iter().map(|r| r.name.to_string()));
+        for (i, n) in plan.nodes.iter().enumerate() {
+            self.add_node(&n.id, &n.node_type);
+            if let Some(scope) = plan.correlation.nodes.get(i) {
+                let fan_out = scope
+                    .outputs
+                    .iter()
+                    .filter(|(_, o)| o.mints.is_some())
+                    .map(|(h, _)| h.to_string());
+                self.set_fan_out(&n.id, fan_out);
+            }
+        }
+    }
+
+    /// Marks output handles of `node_id` that fan out (see [`RunState::declare`]).
+    pub fn set_fan_out(&self, node_id: &str, handles: impl IntoIterator<Item = String>) {
+        if let Some(n) = self.lock().nodes.get_mut(node_id) {
+            n.fan_out = handles.into_iter().collect();
+        }
     }
 
     /// The plan's root names, indexed like the runtime's lineage entries.
@@ -211,19 +242,26 @@ impl RunStateReader for RunState {
         if n.outputs.is_empty() {
             return Err(ReadOutputError::NoOutput(node_id.to_string()));
         }
-        let named = |raw: &[(u32, u32)]| -> Vec<LineageStep> {
-            raw.iter()
-                .map(|(r, i)| LineageStep {
-                    root: g.roots.get(*r as usize).cloned().unwrap_or_default(),
-                    index: u64::from(*i),
-                })
-                .collect()
+        // Ancestor or self: every (root, index) of the output's lineage is one of the
+        // failing item's. A root the failing item does not have means another branch.
+        let on_lineage = |raw: &[(u32, u32)]| {
+            raw.iter().all(|(r, i)| {
+                let root = g.roots.get(*r as usize).map(String::as_str);
+                scope
+                    .iter()
+                    .any(|s| Some(s.root.as_str()) == root && s.index == u64::from(*i))
+            })
         };
         n.outputs
             .iter()
             .rev()
-            .find(|(l, _)| lineage_related(&named(l), scope))
-            .map(|(_, o)| o.to_map())
+            .filter(|(l, _)| on_lineage(l))
+            .map(|(_, o)| {
+                let mut m = o.to_map();
+                m.retain(|h, _| !n.fan_out.contains(h));
+                m
+            })
+            .find(|m| !m.is_empty())
             .ok_or_else(|| ReadOutputError::OutsideLineage(node_id.to_string()))
     }
 }

@@ -576,3 +576,134 @@ fn read_output_is_scoped_to_the_failing_lineage() {
     ));
     assert_eq!(st.digest()["nodes"]["up"]["invocations"], 2);
 }
+
+#[test]
+fn read_output_returns_only_the_failing_items_ancestors_and_itself() {
+    let st = RunState::new();
+    let step = |root: &str, index| LineageStep {
+        root: root.into(),
+        index,
+    };
+    for n in ["config", "each", "up", "inner", "other"] {
+        st.add_node(n, "t");
+    }
+    st.set_fan_out("each", ["item".to_string(), "index".to_string()]);
+    // A root-scope node: an ancestor of every item.
+    st.record_steps(
+        "config",
+        &[],
+        Some(&Outputs::one("v", Value::from("shared"))),
+        0.0,
+    );
+    // The fan-out node ran at root scope; its items belong to their own lineages.
+    let mut fanned = Outputs::new();
+    for i in 0..2 {
+        fanned
+            .0
+            .push(("item".into(), Value::from(format!("item-{i}"))));
+        fanned.0.push(("index".into(), Value::Int(i)));
+    }
+    st.record_steps("each", &[], Some(&fanned), 0.0);
+    st.record_steps(
+        "up",
+        &[step("each:item", 1)],
+        Some(&Outputs::one("v", Value::Int(1))),
+        0.0,
+    );
+    // A descendant of item 0 (a nested fan-out) and an item of another root.
+    st.record_steps(
+        "inner",
+        &[step("each:item", 0), step("inner:item", 3)],
+        Some(&Outputs::one("v", Value::Int(3))),
+        0.0,
+    );
+    st.record_steps(
+        "other",
+        &[step("b:item", 0)],
+        Some(&Outputs::one("v", Value::Int(9))),
+        0.0,
+    );
+
+    let item0 = [step("each:item", 0)];
+    assert_eq!(
+        st.read_output("config", &item0).unwrap()["v"],
+        Value::from("shared")
+    );
+    for node in ["each", "up", "inner", "other"] {
+        assert_eq!(
+            st.read_output(node, &item0),
+            Err(ReadOutputError::OutsideLineage(node.into())),
+            "{node}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_matching_rule_whose_verdict_is_not_allowed_says_so() {
+    let p = Policy::parse(
+        "[[rule]]\nname = \"repair\"\nnode = \"n\"\nverdict = \"substitute\"\noutputs = { value = 0 }\n",
+        "p.toml",
+    )
+    .unwrap();
+    // No candidate output, so the kernel does not offer substitute.
+    let d = p
+        .decide(&esc("n", "", None, &[Skip, Fail]), &DecideCtx::detached())
+        .await
+        .unwrap();
+    assert_eq!(d.verdict.action(), Fail);
+    let why = d.verdict.reason().unwrap();
+    assert!(why.contains("policy repair matched"), "{why}");
+    assert!(why.contains("candidate output"), "{why}");
+    assert!(!why.contains("no policy rule matched"), "{why}");
+    // A rule that does not match at all still reads as before.
+    let d = p
+        .decide(&esc("m", "", None, &[Skip, Fail]), &DecideCtx::detached())
+        .await
+        .unwrap();
+    assert!(
+        d.verdict
+            .reason()
+            .unwrap()
+            .contains("no policy rule matched")
+    );
+}
+
+/// A handle holding a credential (an API key), asking nothing of the run.
+struct Keyed(Arc<Scripted>);
+
+impl Supervisor for Keyed {
+    fn name(&self) -> &str {
+        "keyed"
+    }
+
+    fn secrets(&self) -> Vec<String> {
+        vec!["sk-handle-OWNKEY".into()]
+    }
+
+    fn decide<'a>(
+        &'a self,
+        e: &'a Escalation,
+        ctx: &'a DecideCtx,
+    ) -> BoxFuture<'a, Result<Decision, SupervisorError>> {
+        self.0.decide(e, ctx)
+    }
+}
+
+#[tokio::test]
+async fn the_handles_own_secret_is_masked_in_the_first_escalation() {
+    let inner = Scripted::new(vec![Verdict::skip()]);
+    let err = NodeError::msg("upstream said: bad key sk-handle-OWNKEY");
+    let (_, events, esc) = run_escalator(
+        Arc::new(Keyed(inner.clone())),
+        Arc::new(SecretRegistry::default()),
+        err,
+    )
+    .await;
+    let all = format!(
+        "{events:?}{}{:?}",
+        serde_json::to_string(&esc.interventions_json()).unwrap(),
+        inner.seen.lock().unwrap(),
+    );
+    assert!(!all.contains("OWNKEY"), "{all}");
+    assert!(all.contains("«redacted»"), "{all}");
+}
