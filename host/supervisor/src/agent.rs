@@ -19,6 +19,11 @@ const MAX_REJECTED_VERDICTS: u32 = 3;
 /// Characters of a provider error body kept in the error message.
 const MAX_ERROR_BODY: usize = 500;
 
+/// Largest reply body read from the provider. A chat completion with one tool call is a
+/// few KiB; past this the reply is refused (fail closed) instead of buffered, so a
+/// hostile or broken endpoint cannot grow the host's memory without bound.
+pub const MAX_RESPONSE_BYTES: usize = 4 << 20;
+
 pub const SYSTEM_PROMPT: &str = "\
 You supervise one failed step of a workflow run. The graph is the plan; you do not \
 change it. Decide what happens to this one failed invocation, using only the verdicts \
@@ -104,6 +109,8 @@ impl LlmSupervisor {
         e: &Escalation,
         ctx: &DecideCtx,
     ) -> Result<Decision, (SupervisorError, f64)> {
+        // Normally registered by the kernel before the run started (`secrets`); again here
+        // for a handle driven outside a run.
         if let Some(k) = &self.cfg.api_key {
             ctx.secrets.register(k);
         }
@@ -268,15 +275,28 @@ impl LlmSupervisor {
         if let Some(k) = &self.cfg.api_key {
             req = req.bearer_auth(k);
         }
-        let resp = req
+        let mut resp = req
             .send()
             .await
-            .map_err(|e| SupervisorError::Provider(redactor.text(&e.to_string())))?;
+            .map_err(|e| self.http_error(&e, redactor))?;
         let status = resp.status();
-        let text = resp
-            .text()
+        if let Some(len) = resp.content_length()
+            && len > MAX_RESPONSE_BYTES as u64
+        {
+            return Err(too_large());
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
             .await
-            .map_err(|e| SupervisorError::Provider(redactor.text(&e.to_string())))?;
+            .map_err(|e| self.http_error(&e, redactor))?
+        {
+            if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let text = String::from_utf8_lossy(&bytes);
         if !status.is_success() {
             let mut body = redactor.mask(&text);
             if body.len() > MAX_ERROR_BODY {
@@ -292,6 +312,31 @@ impl LlmSupervisor {
         serde_json::from_str(&text)
             .map_err(|e| SupervisorError::Malformed(format!("reply is not a chat completion: {e}")))
     }
+
+    /// A transport error in words a user can act on: a timeout says it timed out and
+    /// after how long (reqwest's own text for it is "operation timed out" at best).
+    fn http_error(&self, e: &reqwest::Error, redactor: &Redactor) -> SupervisorError {
+        if e.is_timeout() {
+            return SupervisorError::Provider(format!(
+                "the request to {} timed out after {:?}",
+                redactor.text(&self.cfg.url()),
+                self.cfg.request_timeout
+            ));
+        }
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            text.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        SupervisorError::Provider(redactor.text(&text))
+    }
+}
+
+fn too_large() -> SupervisorError {
+    SupervisorError::Provider(format!(
+        "the reply body is larger than {MAX_RESPONSE_BYTES} bytes; refused unread"
+    ))
 }
 
 #[derive(Deserialize)]
@@ -349,6 +394,10 @@ impl Supervisor for LlmSupervisor {
 
     fn wants_run_state(&self) -> bool {
         true
+    }
+
+    fn secrets(&self) -> Vec<String> {
+        self.cfg.api_key.iter().cloned().collect()
     }
 
     fn decide<'a>(

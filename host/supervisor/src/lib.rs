@@ -13,7 +13,7 @@ mod budget;
 mod config;
 mod schema;
 
-pub use agent::{LlmSupervisor, SYSTEM_PROMPT};
+pub use agent::{LlmSupervisor, MAX_RESPONSE_BYTES, SYSTEM_PROMPT};
 pub use budget::{Budget, BudgetError, Reservation};
 pub use config::{ConfigError, LlmConfig, ModelPrice, PricingTable};
 pub use schema::{parse_verdict, verdict_schema};

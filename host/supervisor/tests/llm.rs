@@ -600,3 +600,109 @@ async fn llm_supervises_a_real_kernel_run() {
         vec![Value::from("password is hunter2-SECRET")]
     );
 }
+
+/// A server that answers one request with an endless body (no content-length) and
+/// counts the bytes the client took before hanging up.
+fn endless_body_server() -> (String, std::sync::mpsc::Receiver<u64>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else {
+            return;
+        };
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut len = 0usize;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; len];
+        let _ = reader.read_exact(&mut body);
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{{\"choices\": [\"",
+        );
+        // 400 MB unless the client stops reading first.
+        let chunk = vec![b'a'; 64 << 10];
+        let mut sent = 0u64;
+        while sent < 400_000_000 && stream.write_all(&chunk).is_ok() {
+            sent += chunk.len() as u64;
+        }
+        let _ = tx.send(sent);
+    });
+    (url, rx)
+}
+
+#[tokio::test]
+async fn an_endless_reply_body_is_refused_at_the_cap_not_buffered() {
+    let (url, sent) = endless_body_server();
+    let sup = LlmSupervisor::new(config(&url)).unwrap();
+    let d = sup
+        .decide(
+            &escalation(&[Skip, Fail], false, vec![]),
+            &DecideCtx::detached(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (d.verdict.action(), d.decided_by),
+        (Fail, DecidedBy::Bounds)
+    );
+    let reason = d.verdict.reason().unwrap();
+    assert!(
+        reason.contains(&format!(
+            "larger than {} bytes",
+            heddle_supervisor::MAX_RESPONSE_BYTES
+        )),
+        "{reason}"
+    );
+    drop(sup);
+    // The client hung up long before the 400 MB were written (the socket buffers hold
+    // a few MiB at most beyond what was read).
+    let sent = sent.recv().unwrap();
+    assert!(sent < 100_000_000, "the server wrote {sent} bytes");
+}
+
+#[tokio::test]
+async fn a_reply_announcing_a_huge_body_is_refused_unread() {
+    let huge = " ".repeat(heddle_supervisor::MAX_RESPONSE_BYTES + 1);
+    let srv = server(vec![Reply::Raw(200, Box::leak(huge.into_boxed_str()))]).await;
+    let sup = LlmSupervisor::new(config(&srv.url)).unwrap();
+    let d = sup
+        .decide(
+            &escalation(&[Skip, Fail], false, vec![]),
+            &DecideCtx::detached(),
+        )
+        .await
+        .unwrap();
+    let reason = d.verdict.reason().unwrap();
+    assert!(reason.contains("refused unread"), "{reason}");
+}
+
+#[tokio::test]
+async fn a_timed_out_call_says_it_timed_out() {
+    let srv = server(vec![Reply::Hang]).await;
+    let mut cfg = config(&srv.url);
+    cfg.request_timeout = std::time::Duration::from_millis(300);
+    let sup = LlmSupervisor::new(cfg).unwrap();
+    let d = sup
+        .decide(
+            &escalation(&[Skip, Fail], false, vec![]),
+            &DecideCtx::detached(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.decided_by, DecidedBy::Bounds);
+    let reason = d.verdict.reason().unwrap();
+    assert!(
+        reason.contains("timed out after 300ms") && reason.contains("/v1/chat/completions"),
+        "{reason}"
+    );
+}
