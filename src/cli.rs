@@ -106,8 +106,9 @@ pub struct RunArgs {
     /// Print one machine-readable JSON report on stdout instead of progress and outputs.
     #[arg(long)]
     pub json: bool,
-    /// Wall-clock limit per node invocation in milliseconds (overrides [run] node_timeout_ms).
-    #[arg(long, value_name = "MS")]
+    /// Wall-clock limit per node invocation in milliseconds, at least 1 (overrides [run]
+    /// node_timeout_ms).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(crate::config::NODE_TIMEOUT_MS))]
     pub node_timeout_ms: Option<u64>,
     /// Supervise failures with a policy file (TOML rules: node type / signature /
     /// message pattern → verdict).

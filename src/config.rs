@@ -24,11 +24,38 @@ pub struct RunSection {
     pub node_timeout_ms: Option<u64>,
 }
 
+/// Range of a per-node timeout in milliseconds, from the flag or the file. Zero would
+/// cancel every invocation before it started, or not, depending on the scheduler's
+/// timing; the ceiling (30 days) catches a unit mistake.
+pub const NODE_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 1..=30 * 24 * 3600 * 1000;
+
 impl RunSection {
     pub fn node_timeout(&self) -> Option<Duration> {
         self.node_timeout_ms.map(Duration::from_millis)
     }
+
+    fn check(&self) -> Result<(), String> {
+        match self.node_timeout_ms {
+            Some(ms) if !NODE_TIMEOUT_MS.contains(&ms) => Err(format!(
+                "node_timeout_ms = {ms} is out of range ({}..={} milliseconds)",
+                NODE_TIMEOUT_MS.start(),
+                NODE_TIMEOUT_MS.end()
+            )),
+            _ => Ok(()),
+        }
+    }
 }
+
+/// Every top-level section a `heddle.toml` may have, and who reads it. Anything else is
+/// refused: a misspelt `[package.files]` would otherwise drop a grant without a word.
+pub const SECTIONS: &[(&str, &str)] = &[
+    ("run", "the run itself"),
+    ("cli", "the command line"),
+    ("wasm", "the WASM engine"),
+    ("packages", "grants per WASM package"),
+    ("secrets", "where secret values come from"),
+    ("runners", "code nodes"),
+];
 
 #[derive(Clone, Debug, Default)]
 pub struct Config {
@@ -70,12 +97,39 @@ impl Config {
         let table: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| UsageError::new(format!("{}: {e}", path.display())))?;
+        let unknown: Vec<String> = table
+            .keys()
+            .filter(|k| !SECTIONS.iter().any(|(name, _)| name == k))
+            .map(|k| {
+                format!(
+                    "`{}`",
+                    heddle_core::text::clip(k, heddle_core::text::ECHO_MAX_CHARS)
+                )
+            })
+            .collect();
+        if !unknown.is_empty() {
+            let known: Vec<&str> = SECTIONS.iter().map(|(name, _)| *name).collect();
+            return Err(UsageError::new(format!(
+                "{}: unknown top-level {} {} (known sections: {})",
+                path.display(),
+                if unknown.len() == 1 {
+                    "section"
+                } else {
+                    "sections"
+                },
+                unknown.join(", "),
+                known.join(", ")
+            )));
+        }
         let mut cfg = Config {
             path: Some(path.to_path_buf()),
             table,
             run: RunSection::default(),
         };
         cfg.run = cfg.section("run")?.unwrap_or_default();
+        cfg.run
+            .check()
+            .map_err(|m| UsageError::new(format!("{}: section [run]: {m}", cfg.display_path())))?;
         Ok(cfg)
     }
 
@@ -138,5 +192,31 @@ mod tests {
         assert!(err.message.contains("h.toml: section [run]"), "{err}");
         let cfg = Config::parse("[run]\nnode_timeout_ms = 5\n", Path::new("h.toml")).unwrap();
         assert_eq!(cfg.run.node_timeout(), Some(Duration::from_millis(5)));
+        let err = Config::parse("[run]\nnode_timeout_ms = 0\n", Path::new("h.toml")).unwrap_err();
+        assert!(
+            err.message.contains("node_timeout_ms = 0 is out of range"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_sections_are_refused_by_name() {
+        // `[package.files]` for `[packages.files]`: the grant must not vanish silently.
+        let err = Config::parse(
+            "[package.files]\ndirs = []\n[runners]\n",
+            Path::new("h.toml"),
+        )
+        .unwrap_err();
+        assert!(
+            err.message
+                .contains("h.toml: unknown top-level section `package`"),
+            "{err}"
+        );
+        assert!(err.message.contains("packages"), "{err}");
+        let err = Config::parse("typo = 1\n", Path::new("h.toml")).unwrap_err();
+        assert!(err.message.contains("`typo`"), "{err}");
+        for (name, _) in SECTIONS {
+            Config::parse(&format!("[{name}]\n"), Path::new("h.toml")).unwrap();
+        }
     }
 }

@@ -77,6 +77,7 @@ macro_rules! usage {
 pub fn classify(err: &anyhow::Error) -> Exit {
     for cause in err.chain() {
         if cause.is::<UsageError>()
+            || cause.is::<crate::commands::run::StreamLineError>()
             || cause.is::<DocError>()
             || cause.is::<ValidationError>()
             || cause.is::<toml::de::Error>()

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::time::Duration;
 
+use heddle_core::supervise::Escalation;
+use heddle_core::text::{ECHO_MAX_CHARS, clip};
 use heddle_core::{Event, EventKind, LogLevel, NodeStatus, RunStatus};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -104,17 +106,20 @@ impl Progress {
         }
         match &ev.kind {
             EventKind::Node {
-                node_id,
+                node_id: id,
                 node_type,
                 status,
                 error,
                 skip_reason,
                 ..
             } => {
-                let previous = self.state.insert(node_id.clone(), *status);
+                let previous = self.state.insert(id.clone(), *status);
                 if previous == Some(*status) {
                     return;
                 }
+                let node_id = clip(id, ECHO_MAX_CHARS);
+                let node_type = clip(node_type, ECHO_MAX_CHARS);
+                let error = error.as_deref().map(crate::app::bounded);
                 let line = match status {
                     NodeStatus::Completed if self.per_node_lines => Some(format!(
                         "{} done     {node_id} ({node_type})",
@@ -151,6 +156,7 @@ impl Progress {
                 level,
                 message,
             } if *level >= LogLevel::Info => {
+                let node_id = clip(node_id, ECHO_MAX_CHARS);
                 let tag = match level {
                     LogLevel::Warn => "warn ",
                     LogLevel::Error => "error",
@@ -164,18 +170,11 @@ impl Progress {
                 node_id,
                 escalation,
             } => {
-                let msg = escalation
-                    .get("error")
-                    .and_then(|e| e.get("message").or(Some(e)))
-                    .map(|m| {
-                        m.as_str()
-                            .map(str::to_string)
-                            .unwrap_or_else(|| m.to_string())
-                    })
-                    .unwrap_or_default();
+                let node_id = clip(node_id, ECHO_MAX_CHARS);
                 self.line(&format!(
-                    "{} ⛨ escalated {node_id}: {msg}",
-                    self.stamp(ev.at_us)
+                    "{} ⛨ escalated {node_id}: {}",
+                    self.stamp(ev.at_us),
+                    escalation_summary(escalation)
                 ));
             }
             EventKind::Decision {
@@ -184,6 +183,7 @@ impl Progress {
                 decided_by,
                 cost_usd,
             } => {
+                let node_id = clip(node_id, ECHO_MAX_CHARS);
                 let action = verdict
                     .get("action")
                     .and_then(|a| a.as_str())
@@ -254,6 +254,24 @@ impl Progress {
             (s, _) => s.as_str().to_string(),
         };
         self.line(&format!("run {label} in {:.3}s", wall_us as f64 / 1e6));
+    }
+}
+
+/// Characters of an error detail shown on one progress line.
+const DETAIL_MAX_CHARS: usize = 300;
+
+/// What failed, for the escalation line: the failure signature when there is one (the
+/// stable part a policy rule matches on), then the redacted error detail. Read through
+/// the typed [`Escalation`] so a renamed field is a compile error here, not a blank line.
+pub fn escalation_summary(escalation: &serde_json::Value) -> String {
+    let Ok(e) = serde_json::from_value::<Escalation>(escalation.clone()) else {
+        return "(unreadable escalation record)".into();
+    };
+    let first = e.detail.lines().next().unwrap_or_default();
+    let detail = clip(first, DETAIL_MAX_CHARS);
+    match e.failure_signature {
+        Some(sig) => format!("[{sig}] {detail}"),
+        None => detail.to_string(),
     }
 }
 

@@ -72,7 +72,12 @@ pub struct Totals {
     pub skipped: usize,
     pub invocations: u64,
     pub fuel: u64,
+    /// Everything the run spent: `nodes_cost_usd + supervisor_cost_usd`.
     pub cost_usd: f64,
+    /// What the nodes reported spending (model calls made by nodes, ...).
+    pub nodes_cost_usd: f64,
+    /// What supervisor decisions cost (the LLM supervisor's model calls).
+    pub supervisor_cost_usd: f64,
 }
 
 /// Node start/end times gathered from the event stream.
@@ -142,7 +147,7 @@ impl RunReport {
                 };
                 totals.invocations += n.invocations;
                 totals.fuel += n.metrics.fuel.unwrap_or(0);
-                totals.cost_usd += n.metrics.cost_usd;
+                totals.nodes_cost_usd += n.metrics.cost_usd;
                 let (started, finished) = times.get(id);
                 let measured = n.metrics.wall_us > 0 || n.metrics.fuel.is_some();
                 let entry = NodeEntry {
@@ -161,6 +166,12 @@ impl RunReport {
                 (id.clone(), entry)
             })
             .collect();
+        totals.supervisor_cost_usd = result
+            .interventions
+            .iter()
+            .filter_map(|i| i.get("cost_usd").and_then(serde_json::Value::as_f64))
+            .sum();
+        totals.cost_usd = totals.nodes_cost_usd + totals.supervisor_cost_usd;
         let exit = crate::exit::Exit::for_status(result.status);
         RunReport {
             report_version: REPORT_VERSION,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use heddle_core::{Event, EventKind, RunStatus};
 use heddle_kernel::runtime::{Run, RunHandle, RunOptions};
 use heddle_kernel::supervisor::{Bounded, Bounds, Policy, Replay, Supervisor};
+use heddle_kernel::{KernelError, SecretRegistry};
 use tokio::io::AsyncBufReadExt as _;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -63,7 +64,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     }
     let total_nodes = plan.nodes.len();
     let supervisor = supervisor(&args)?;
+    let secrets = run_secrets(&env, supervisor.as_deref());
     let opts = RunOptions {
+        secrets,
         supervisor,
         inputs: values,
         node_timeout: args
@@ -73,7 +76,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         ..RunOptions::default()
     };
 
-    let (result, times) = rt.block_on(async {
+    let (result, times, stream_error) = rt.block_on(async {
         let run = Run::new(plan, &env.registry, opts)?;
         let events = run.subscribe();
         // Registered before the run starts and is announced, so a signal sent after the
@@ -112,7 +115,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             })
         };
 
-        feed_streams(&handle, &slots, args.stream.as_deref(), ended_rx).await;
+        let stream_error = feed_streams(&handle, &slots, args.stream.as_deref(), ended_rx)
+            .await
+            .err();
+        if stream_error.is_some() {
+            handle.cancel();
+        }
         let result = handle.wait().await;
         let _ = ended_tx.send(true);
         on_signal.abort();
@@ -123,20 +131,32 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             !result.interventions.is_empty(),
             result.wall_us,
         );
-        anyhow::Ok((result, times))
+        anyhow::Ok((result, times, stream_error))
     })?;
     // tokio reads stdin on a blocking thread that cannot be interrupted; a normal
     // shutdown would wait for a line that may never come (cancel with stdin open).
     rt.shutdown_background();
 
-    let report = RunReport::build(&graph, &result, &times);
+    let mut report = RunReport::build(&graph, &result, &times);
+    if let Some(e) = stream_error {
+        // The input was wrong, not the graph: the report says so and the exit code is
+        // the one for a refused request.
+        if args.json {
+            report.error = Some(e.to_string());
+            report.exit_code = Exit::Invalid.code();
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            return Ok(Exit::Invalid);
+        }
+        print!("{}", human_summary(&report));
+        return Err(e.into());
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", human_summary(&report));
         match (&report.error, result.status) {
             (_, RunStatus::Cancelled) => {}
-            (Some(err), _) => eprintln!("error: {err}"),
+            (Some(err), _) => eprintln!("error: {}", crate::app::bounded(err)),
             (None, _) => {}
         }
         if let Some(s) = &report.suspend {
@@ -169,41 +189,122 @@ async fn watch_events(
 /// Streaming inputs stay open while the run is live. The one named by `--stream` is
 /// fed from stdin line by line; every other one is closed at once (after the value given
 /// with `--input`, which the kernel already pushed), so the run can finish.
+///
+/// A line that is not UTF-8 or does not fit the input's type is never dropped: the
+/// stream stops there and the error names the line, so a total computed from half the
+/// input cannot pass for the real one.
 async fn feed_streams(
     handle: &RunHandle,
     slots: &[InputSlot],
     from_stdin: Option<&str>,
     mut ended: watch::Receiver<bool>,
-) {
+) -> Result<(), StreamLineError> {
     for s in slots.iter().filter(|s| s.streaming) {
         if Some(s.name.as_str()) == from_stdin {
             continue;
         }
         let _ = handle.finish_input(&s.name).await;
     }
-    let Some(name) = from_stdin else { return };
+    let Some(name) = from_stdin else {
+        return Ok(());
+    };
     let ty = slots
         .iter()
         .find(|s| s.name == name)
         .map(|s| s.ty.clone())
         .unwrap_or_default();
-    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-    loop {
-        tokio::select! {
-            line = lines.next_line() => match line {
-                Ok(Some(line)) => {
-                    let v = inputs::interpret(&line, &ty, false);
-                    if handle.push_input(name, v).await.is_err() {
-                        break;
-                    }
-                }
-                // End of input, or unreadable stdin: the stream is over either way.
-                Ok(None) | Err(_) => break,
-            },
-            _ = ended.wait_for(|e| *e) => break,
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    let mut buf = Vec::new();
+    let mut line_no = 0u64;
+    let outcome = loop {
+        buf.clear();
+        let read = tokio::select! {
+            r = stdin.read_until(b'\n', &mut buf) => r,
+            _ = ended.wait_for(|e| *e) => break Ok(()),
+        };
+        match read {
+            Ok(0) => break Ok(()),
+            Ok(_) => {}
+            Err(e) => {
+                break Err(StreamLineError {
+                    name: name.to_string(),
+                    line: line_no + 1,
+                    problem: format!("standard input could not be read: {e}"),
+                });
+            }
+        }
+        line_no += 1;
+        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let fail = |problem: String| StreamLineError {
+            name: name.to_string(),
+            line: line_no,
+            problem,
+        };
+        let Ok(text) = std::str::from_utf8(line) else {
+            break Err(fail("the line is not valid UTF-8".into()));
+        };
+        let v = inputs::interpret(text, &ty, false);
+        match handle.push_input(name, v).await {
+            Ok(()) => {}
+            Err(KernelError::InputValue { message, .. }) => {
+                break Err(fail(format!(
+                    "`{}` does not fit the input's type {ty}: {message}",
+                    heddle_core::text::clip(text, heddle_core::text::ECHO_MAX_CHARS)
+                )));
+            }
+            // The run is over (completed, failed or cancelled): nobody reads further.
+            Err(_) => break Ok(()),
+        }
+    };
+    // A bad line must not end the stream normally: downstream would take what came
+    // before it for the whole input. The caller cancels the run instead.
+    if outcome.is_ok() {
+        let _ = handle.finish_input(name).await;
+    }
+    outcome
+}
+
+/// A line of `--stream` input the run could not take; the run is stopped (exit 2).
+#[derive(Debug, thiserror::Error)]
+#[error("--stream {name}: line {line}: {problem}; the run was stopped")]
+pub struct StreamLineError {
+    name: String,
+    line: u64,
+    problem: String,
+}
+
+/// Every secret value the run could come to hold, registered before it starts: masking
+/// then covers the first escalation, error and log line, not only those after a node
+/// happened to read the secret. That is the literal `[secrets] values`, every secret
+/// granted to a package, every variable under the secrets prefix (`HEDDLE_SECRET_*`),
+/// and the supervisor's own credentials.
+fn run_secrets(env: &Env, supervisor: Option<&dyn Supervisor>) -> Arc<SecretRegistry> {
+    let registry = SecretRegistry::default();
+    let source = &env.wasm_config.secrets;
+    for v in source.values.values() {
+        registry.register(v);
+    }
+    for grant in env.wasm_config.packages.values() {
+        for name in &grant.secrets {
+            if let Some(v) = source.lookup(name) {
+                registry.register(&v);
+            }
         }
     }
-    let _ = handle.finish_input(name).await;
+    if !source.env_prefix.is_empty() {
+        for (k, v) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with(&source.env_prefix)
+                && let Some(v) = v.to_str()
+            {
+                registry.register(v);
+            }
+        }
+    }
+    for v in supervisor.map(|s| s.secrets()).unwrap_or_default() {
+        registry.register(&v);
+    }
+    Arc::new(registry)
 }
 
 /// The supervisor handle asked for on the command line, wrapped in its bounds; `None`
