@@ -100,19 +100,29 @@ fn mutate(doc: &mut Json, rng: &mut Rng) {
                 .collect()
         })
         .unwrap_or_default();
-    match rng.below(10) {
-        // Any value anywhere becomes a nasty one.
-        0..=2 => {
+    match rng.below(12) {
+        // Any value anywhere becomes a nasty one; half the time only a property value,
+        // which keeps the graph's shape so the run gets to start.
+        0..=4 => {
             let mut ps = Vec::new();
             pointers(doc, String::new(), &mut ps);
-            let p = rng.pick(&ps).clone();
+            let props: Vec<String> = ps
+                .iter()
+                .filter(|p| p.contains("/properties/"))
+                .cloned()
+                .collect();
+            let p = if !props.is_empty() && rng.below(2) == 0 {
+                rng.pick(&props).clone()
+            } else {
+                rng.pick(&ps).clone()
+            };
             let v = nasty(rng);
             if let Some(slot) = doc.pointer_mut(&p) {
                 *slot = v;
             }
         }
         // A node or an edge disappears.
-        3 => {
+        5 => {
             let key = *rng.pick(&["nodes", "edges"]);
             if let Some(a) = array(doc, key)
                 && !a.is_empty()
@@ -122,7 +132,7 @@ fn mutate(doc: &mut Json, rng: &mut Rng) {
             }
         }
         // A node is duplicated (same id twice).
-        4 => {
+        6 => {
             if let Some(a) = array(doc, "nodes")
                 && !a.is_empty()
             {
@@ -131,7 +141,7 @@ fn mutate(doc: &mut Json, rng: &mut Rng) {
             }
         }
         // An edge is reversed (cycles, outputs used as inputs).
-        5 => {
+        7 => {
             if let Some(a) = array(doc, "edges")
                 && !a.is_empty()
             {
@@ -143,7 +153,7 @@ fn mutate(doc: &mut Json, rng: &mut Rng) {
             }
         }
         // A new edge between random nodes and made-up or real handles.
-        6 => {
+        8 => {
             let handles = ["value", "item", "list", "text", "nope", "", "control"];
             let e = json!({
                 "source": rng.pick(&node_ids).clone(),
@@ -158,7 +168,7 @@ fn mutate(doc: &mut Json, rng: &mut Rng) {
             }
         }
         // A node changes type (a real one, a made-up one, an absurdly long one).
-        7 => {
+        9 => {
             let types = [
                 "heddle.foreach",
                 "heddle.collect",
@@ -183,7 +193,7 @@ fn mutate(doc: &mut Json, rng: &mut Rng) {
             }
         }
         // A node id becomes enormous (every message echoing it must stay bounded).
-        8 => {
+        10 => {
             if let Some(a) = array(doc, "nodes")
                 && !a.is_empty()
             {
@@ -197,16 +207,22 @@ fn mutate(doc: &mut Json, rng: &mut Rng) {
                 && !a.is_empty()
             {
                 let i = rng.below(a.len());
-                let key = *rng.pick(&["limits", "properties"]);
-                let field = *rng.pick(&[
-                    "fuel",
-                    "timeout_ms",
-                    "timeout_s",
-                    "memory_mb",
-                    "streaming",
-                    "type",
-                    "value",
-                ]);
+                let (key, field) = if rng.below(2) == 0 {
+                    let f = *rng.pick(&["fuel", "timeout_ms", "files", "env", "secrets"]);
+                    ("limits", f)
+                } else {
+                    let f = *rng.pick(&[
+                        "timeout_s",
+                        "memory_mb",
+                        "tmp_size_mb",
+                        "streaming",
+                        "type",
+                        "value",
+                        "mode",
+                        "pattern",
+                    ]);
+                    ("properties", f)
+                };
                 let v = nasty(rng);
                 if !a[i][key].is_object() {
                     a[i][key] = json!({});
@@ -274,7 +290,7 @@ fn mutated_examples_never_panic_hang_or_exit_off_the_table() {
     let cases: usize = std::env::var("HEDDLE_FUZZ_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(24);
+        .unwrap_or(40);
     let mut examples: Vec<_> = std::fs::read_dir(root().join("examples"))
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -283,6 +299,9 @@ fn mutated_examples_never_panic_hang_or_exit_off_the_table() {
     examples.sort();
     let mut rng = Rng(seed | 1);
     let dir = tempfile::tempdir().unwrap();
+    // Exit codes of `run` per code: a fuzz run that never gets past the parser (or never
+    // fails it) would test much less than it claims.
+    let mut run_codes = std::collections::BTreeMap::<i32, usize>::new();
     for case in 0..cases {
         let example = rng.pick(&examples).clone();
         let text = std::fs::read_to_string(&example).unwrap();
@@ -290,7 +309,7 @@ fn mutated_examples_never_panic_hang_or_exit_off_the_table() {
             mangle_text(&text, &mut rng)
         } else {
             let mut doc: Json = serde_json::from_str(&text).unwrap();
-            for _ in 0..1 + rng.below(3) {
+            for _ in 0..1 + rng.below(2) {
                 mutate(&mut doc, &mut rng);
             }
             doc.to_string()
@@ -304,6 +323,15 @@ fn mutated_examples_never_panic_hang_or_exit_off_the_table() {
             vec!["run", name.as_str(), "--json", "--node-timeout-ms", "20000"],
         ] {
             let (code, stderr) = run_bounded(dir.path(), &args, &label);
+            if args[0] == "run" {
+                if std::env::var_os("HEDDLE_FUZZ_VERBOSE").is_some() {
+                    eprintln!(
+                        "case {label}: run exited {code}: {}",
+                        stderr.lines().next().unwrap_or("")
+                    );
+                }
+                *run_codes.entry(code).or_default() += 1;
+            }
             let keep = || {
                 let kept = std::env::temp_dir().join(format!("heddle-fuzz-{seed}-{case}.json"));
                 let _ = std::fs::write(&kept, &graph);
@@ -330,5 +358,12 @@ fn mutated_examples_never_panic_hang_or_exit_off_the_table() {
                 keep().display()
             );
         }
+    }
+    eprintln!("run exit codes over {cases} cases (seed {seed}): {run_codes:?}");
+    if cases >= 24 {
+        assert!(
+            run_codes.contains_key(&OK) && run_codes.contains_key(&INVALID),
+            "mutations should both run graphs and break them: {run_codes:?}"
+        );
     }
 }
