@@ -373,6 +373,8 @@ fn a_failing_node_fails_the_run_with_exit_1() {
     expect_code(&o, FAILED);
     let e = stderr(&o);
     assert!(e.contains("FAILED   parse (std.json.parse)"), "{e}");
+    // The node's failure signature, which policy rules match, is on its failed line.
+    assert!(e.contains("(signature json:parse)"), "{e}");
     assert!(
         e.contains("skipped  by_total (std.list.sort): upstream failed"),
         "{e}"
@@ -392,12 +394,9 @@ fn a_failing_node_fails_the_run_with_exit_1() {
     assert_eq!(v["outcome"], "failed");
     assert_eq!(v["exit_code"], FAILED);
     assert_eq!(v["nodes"]["parse"]["status"], "failed");
-    assert!(
-        v["nodes"]["parse"]["error"]
-            .as_str()
-            .unwrap()
-            .contains("parse")
-    );
+    let error = v["nodes"]["parse"]["error"].as_str().unwrap();
+    assert!(error.contains("parse"), "{error}");
+    assert!(error.ends_with("(signature json:parse)"), "{error}");
     assert_eq!(v["nodes"]["by_total"]["status"], "skipped");
     assert_eq!(v["nodes"]["by_total"]["skip_reason"], "upstream_failed");
     assert!(v["error"].is_string(), "{v}");

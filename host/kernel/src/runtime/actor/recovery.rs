@@ -82,8 +82,14 @@ impl Actor {
                 } else {
                     format!(" at {}", rec.key)
                 };
+                // A node's own signature is what its author and policy rules match on;
+                // host failures are already named by `what`.
+                let signature = match (&kind, &err.signature) {
+                    (ErrorKind::Node, Some(sig)) => format!(" (signature {sig})"),
+                    _ => String::new(),
+                };
                 let original = format!(
-                    "node \"{}\" (type {}) failed{key}: {what}{}",
+                    "node \"{}\" (type {}) failed{key}: {what}{}{signature}",
                     self.spec.id,
                     self.spec.node_type,
                     self.shared.secrets.mask(&err.message)
