@@ -11,7 +11,7 @@ static bool run_shout(heddle_call *c) {
     if (!text || !*text)
         // A recoverable error: a supervisor may substitute the candidate output.
         return (heddle_set_str(c, "text", ""),
-                heddle_fail_with_candidate(c, "mynodes:empty", "nothing to shout"));
+                heddle_fail_with_candidate(c, "myc:empty", "nothing to shout"));
     size_t n = strlen(text), m = suffix ? strlen(suffix) : 0;
     char *out = malloc(n + m + 1);
     for (size_t i = 0; i < n; i++) out[i] = (char)toupper((unsigned char)text[i]);
@@ -25,7 +25,7 @@ static bool run_shout(heddle_call *c) {
 
 const heddle_node HEDDLE_NODES[] = {
     {
-        .type_name = "mynodes.shout",  // the node type name used in graphs
+        .type_name = "myc.shout",  // the node type name used in graphs
         .title = "Shout",
         .description = "Upper-cases the text and appends the suffix.",  // `heddle nodes` shows it
         .inputs = HEDDLE_PORTS({"text", "str", .required = true}),

@@ -3,7 +3,7 @@ import { definePackage, NodeError, log } from "./heddle.js";
 
 export const node = definePackage([
   {
-    type: "mynodes.shout", // the node type name used in graphs
+    type: "myjs.shout", // the node type name used in graphs
     title: "Shout",
     inputs: { text: "str" }, // required inputs: name -> port type
     properties: [{ name: "suffix", type: "str", default: "!" }],
@@ -12,7 +12,7 @@ export const node = definePackage([
     run({ text, suffix }) {
       if (!text.trim()) {
         // A recoverable error: a supervisor may substitute the candidate output.
-        throw new NodeError("nothing to shout", { signature: "mynodes:empty", candidate: { text: "" } });
+        throw new NodeError("nothing to shout", { signature: "myjs:empty", candidate: { text: "" } });
       }
       log(`shouting ${text.length} characters`);
       return { text: text.toUpperCase() + suffix };

@@ -5,7 +5,7 @@ from heddle import NodeError, node, port
 
 
 @node(
-    "mynodes.shout",                     # the node type name used in graphs
+    "mypython.shout",                     # the node type name used in graphs
     title="Shout",
     inputs={"text": "str"},              # required inputs: name -> port type
     properties=[port("suffix", "str", default="!")],
@@ -16,6 +16,6 @@ def shout(text, suffix):
     if not text.strip():
         # A recoverable error: a supervisor sees the signature (family:code) and may
         # substitute the candidate output instead of failing the run.
-        raise NodeError("nothing to shout", signature="mynodes:empty", candidate={"text": ""})
+        raise NodeError("nothing to shout", signature="mypython:empty", candidate={"text": ""})
     heddle.info(f"shouting {len(text)} characters")
     return {"text": text.upper() + suffix}
