@@ -1,77 +1,12 @@
 //! Runs the built `heddle` binary the way a user does: on the examples and on broken
 //! inputs, checking exit codes and what the messages say.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod support;
 
-const OK: i32 = 0;
-const FAILED: i32 = 1;
-const INVALID: i32 = 2;
+use std::path::PathBuf;
+use std::process::Command;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn heddle(args: &[&str]) -> Output {
-    heddle_in(&root(), args)
-}
-
-fn heddle_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_heddle"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("RUST_BACKTRACE")
-        .env_remove("RUST_LIB_BACKTRACE")
-        .output()
-        .expect("the heddle binary starts")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().expect("exited, not killed by a signal")
-}
-
-/// Asserts the exit code, showing both streams when it is wrong.
-#[track_caller]
-fn expect_code(o: &Output, want: i32) {
-    assert_eq!(
-        code(o),
-        want,
-        "exit code\n--- stdout\n{}\n--- stderr\n{}",
-        stdout(o),
-        stderr(o)
-    );
-}
-
-#[track_caller]
-fn no_backtrace(o: &Output) {
-    let e = stderr(o);
-    assert!(!e.contains("backtrace"), "unexpected backtrace:\n{e}");
-    assert!(!e.contains("panicked"), "panic:\n{e}");
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}):\n{}\n--- stderr\n{}",
-            stdout(o),
-            stderr(o)
-        )
-    })
-}
+use support::*;
 
 const ECHO_GRAPH: &str = r#"{
   "format": "heddle.graph", "version": 1,
@@ -95,7 +30,7 @@ fn malformed_json_names_file_line_and_column() {
     let e = stderr(&o);
     assert!(e.contains("bad.json:3:"), "{e}");
     assert!(e.contains("invalid graph JSON"), "{e}");
-    no_backtrace(&o);
+    no_panic(&o);
     let o = heddle_in(dir.path(), &["validate", "bad.json"]);
     expect_code(&o, INVALID);
     assert!(stderr(&o).contains("bad.json:3:"), "{}", stderr(&o));
@@ -110,7 +45,7 @@ fn missing_graph_file_is_named() {
         e.contains("cannot read graph file examples/does-not-exist.json"),
         "{e}"
     );
-    no_backtrace(&o);
+    no_panic(&o);
 }
 
 #[test]
@@ -132,7 +67,7 @@ fn unknown_node_type_names_node_and_type() {
     assert!(e.contains("node b") && e.contains("no.such.node"), "{e}");
     // Every problem at once, not just the first.
     assert!(e.contains("node c") && e.contains("also.missing"), "{e}");
-    no_backtrace(&o);
+    no_panic(&o);
 
     let o = heddle_in(dir.path(), &["validate", "--json", "g.json"]);
     expect_code(&o, INVALID);
@@ -156,7 +91,7 @@ fn missing_input_value_names_the_input() {
     let e = stderr(&o);
     assert!(e.contains("missing value for input `text`"), "{e}");
     assert!(e.contains("--input text="), "hint missing: {e}");
-    no_backtrace(&o);
+    no_panic(&o);
 }
 
 #[test]
@@ -166,7 +101,7 @@ fn bad_input_syntax_is_a_usage_error() {
     let o = heddle_in(dir.path(), &["run", "echo.json", "--input", "text"]);
     expect_code(&o, INVALID);
     assert!(stderr(&o).contains("expected NAME=VALUE"), "{}", stderr(&o));
-    no_backtrace(&o);
+    no_panic(&o);
 
     let o = heddle_in(dir.path(), &["run", "echo.json", "--input", "txt=hi"]);
     expect_code(&o, INVALID);
@@ -380,7 +315,7 @@ fn a_failing_node_fails_the_run_with_exit_1() {
         "{e}"
     );
     assert!(e.contains("run failed"), "{e}");
-    no_backtrace(&o);
+    no_panic(&o);
 
     let o = heddle(&[
         "run",
@@ -554,18 +489,6 @@ fn package_add_list_verify_remove() {
     assert!(stderr(&o).contains("heddle-package.toml"), "{}", stderr(&o));
 }
 
-const PARSE_EACH: &str = r#"{"nodes": [
-  {"id": "items", "type": "heddle.input", "properties": {"type": "list[str]", "value": ["1", "x", "3"]}},
-  {"id": "each", "type": "heddle.foreach"},
-  {"id": "parse", "type": "std.json.parse"},
-  {"id": "gather", "type": "heddle.collect"},
-  {"id": "numbers", "type": "heddle.output"}],
- "edges": [
-  {"source": "items", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
-  {"source": "each", "sourceHandle": "item", "target": "parse", "targetHandle": "text"},
-  {"source": "parse", "sourceHandle": "value", "target": "gather", "targetHandle": "item"},
-  {"source": "gather", "sourceHandle": "list", "target": "numbers", "targetHandle": "value"}]}"#;
-
 #[test]
 fn policy_supervision_and_replay() {
     let dir = tempfile::tempdir().unwrap();
@@ -613,53 +536,7 @@ fn policy_supervision_and_replay() {
     let o = heddle_in(dir.path(), &["run", "g.json", "--policy", "bad.toml"]);
     expect_code(&o, INVALID);
     assert!(stderr(&o).contains("bad.toml:2"), "{}", stderr(&o));
-    no_backtrace(&o);
-}
-
-/// A one-connection-per-request HTTP server on 127.0.0.1 that answers every
-/// chat-completions call with a `submit_verdict` tool call carrying `verdict`, the way an
-/// OpenAI-compatible provider would. Returns its base URL and the request bodies seen.
-fn chat_server(verdict: &'static str) -> (String, std::sync::mpsc::Receiver<String>) {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().take(8) {
-            let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut len = 0usize;
-            let mut head = String::new();
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-                head.push_str(&line);
-            }
-            let mut body = vec![0; len];
-            reader.read_exact(&mut body).unwrap();
-            let _ = tx.send(format!("{head}\n{}", String::from_utf8_lossy(&body)));
-            let reply = serde_json::json!({
-                "id": "chatcmpl-1", "object": "chat.completion", "model": "test-model",
-                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                    "role": "assistant", "content": null,
-                    "tool_calls": [{"id": "call_1", "type": "function", "function": {
-                        "name": "submit_verdict", "arguments": verdict}}]}}],
-                "usage": {"prompt_tokens": 500, "completion_tokens": 20, "total_tokens": 520}
-            })
-            .to_string();
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
-                reply.len()
-            );
-        }
-    });
-    (url, rx)
+    no_panic(&o);
 }
 
 #[test]
@@ -667,26 +544,22 @@ fn llm_supervision_decides_over_the_chat_completions_protocol() {
     const KEY: &str = "sk-cli-test-0123456789abcdef";
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "g.json", PARSE_EACH);
-    let (url, requests) = chat_server(r#"{"action":"skip","reason":"not a number"}"#);
-    let o = Command::new(env!("CARGO_BIN_EXE_heddle"))
-        .args(["run", "g.json", "--supervise", "--json"])
-        .current_dir(dir.path())
-        .env("HEDDLE_SUPERVISOR_ENDPOINT", &url)
-        .env("HEDDLE_SUPERVISOR_MODEL", "test-model")
-        .env("HEDDLE_SUPERVISOR_PRICE", "1.0,2.0")
-        .env("HEDDLE_SUPERVISOR_API_KEY", KEY)
-        .output()
-        .unwrap();
+    let (url, requests) = chat_server(vec![tool_call(
+        "submit_verdict",
+        r#"{"action":"skip","reason":"not a number"}"#,
+    )]);
+    let o = supervised(dir.path(), &url, KEY, &["run", "g.json", "--json"]);
     expect_code(&o, OK);
     let v = json(&o);
     assert_eq!(v["outputs"]["numbers"], serde_json::json!([[1, 3]]), "{v}");
     assert_eq!(v["interventions"].as_array().unwrap().len(), 1, "{v}");
     let request = requests.recv().unwrap();
     assert!(
-        request.contains(&format!("Bearer {KEY}")) || request.contains(&format!("bearer {KEY}")),
-        "{request}"
+        request.head.contains(&format!("Bearer {KEY}"))
+            || request.head.contains(&format!("bearer {KEY}")),
+        "{request:?}"
     );
-    assert!(request.contains("submit_verdict"), "{request}");
+    assert!(request.body.contains("submit_verdict"), "{request:?}");
     assert!(
         !stdout(&o).contains(KEY),
         "the API key leaked into the report"

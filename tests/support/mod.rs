@@ -35,6 +35,11 @@ pub fn command(dir: &Path) -> Command {
     c
 }
 
+/// Runs in the repository root (where `examples/` is).
+pub fn heddle(args: &[&str]) -> Output {
+    heddle_in(&root(), args)
+}
+
 pub fn heddle_in(dir: &Path, args: &[&str]) -> Output {
     command(dir)
         .args(args)
