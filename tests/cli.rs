@@ -37,6 +37,31 @@ fn malformed_json_names_file_line_and_column() {
 }
 
 #[test]
+fn syntax_and_shape_errors_point_at_the_offending_token() {
+    let dir = tempfile::tempdir().unwrap();
+    // Syntax: the `}` at line 3, column 12 cannot start a value.
+    write(
+        dir.path(),
+        "syntax.json",
+        "{\n  \"nodes\": [\n    {\"id\": }\n  ]\n}\n",
+    );
+    // Shape: `id` must be a string; the `{` at line 3, column 12 is a map.
+    write(
+        dir.path(),
+        "shape.json",
+        "{\n  \"nodes\": [\n    {\"id\": {\"x\": 1}}\n  ]\n}\n",
+    );
+    for (file, at) in [
+        ("syntax.json", "syntax.json:3:12:"),
+        ("shape.json", "shape.json:3:12:"),
+    ] {
+        let o = heddle_in(dir.path(), &["validate", file]);
+        expect_code(&o, INVALID);
+        assert!(stderr(&o).contains(at), "{}", stderr(&o));
+    }
+}
+
+#[test]
 fn missing_graph_file_is_named() {
     let o = heddle(&["run", "examples/does-not-exist.json"]);
     expect_code(&o, INVALID);

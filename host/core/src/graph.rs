@@ -170,10 +170,11 @@ impl GraphDoc {
                 Some(i) => full[..i].to_string(),
                 None => full,
             };
+            let (line, column) = token_position(text, &e);
             DocError::Parse {
                 path: origin.to_string(),
-                line: e.line(),
-                column: e.column(),
+                line,
+                column,
                 message,
             }
         })?;
@@ -211,6 +212,39 @@ impl GraphDoc {
     }
 }
 
+/// Where a parse error's offending token starts (1-based line and byte column).
+///
+/// serde_json reports syntax errors at the character it could not take, but a shape
+/// error found while looking at a value (`invalid type: map, expected a string`) at the
+/// last character it consumed: the space, colon, comma or bracket before the value. Such
+/// a position moves to the value itself.
+fn token_position(text: &str, e: &serde_json::Error) -> (usize, usize) {
+    let (line, column) = (e.line(), e.column());
+    if e.classify() != serde_json::error::Category::Data || line == 0 {
+        return (line, column);
+    }
+    let Some(start) = text
+        .split_inclusive('\n')
+        .take(line - 1)
+        .map(str::len)
+        .try_fold(0usize, |acc, n| Some(acc + n))
+    else {
+        return (line, column);
+    };
+    let consumed = (start + column).min(text.len());
+    let before = text[..consumed].chars().next_back();
+    if column > 0 && !matches!(before, Some(' ' | '\t' | '\r' | '\n' | ':' | ',' | '[')) {
+        // The error came after the value was read: the position is inside it.
+        return (line, column);
+    }
+    let Some(skip) = text[consumed..].find(|c: char| !c.is_whitespace()) else {
+        return (line, column);
+    };
+    let at = consumed + skip;
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    (text[..at].matches('\n').count() + 1, at - line_start + 1)
+}
+
 impl NodeDoc {
     /// The property map a node is invoked with: `properties` merged with
     /// `dynamic_properties` (edge values are added later and win over both).
@@ -237,6 +271,30 @@ mod tests {
             GraphDoc::parse("{\n  \"nodes\": [\n    {\"id\": }\n  ]\n}", "g.json").unwrap_err();
         let msg = err.to_string();
         assert!(msg.starts_with("g.json:3:"), "{msg}");
+    }
+
+    #[test]
+    fn shape_errors_point_at_the_offending_value() {
+        // `name` must be a string; the map starts at column 25 of line 3.
+        let text = "{\n  \"nodes\": [\n    {\"id\": \"a\", \"name\": {\"x\": 1}}\n  ]\n}";
+        let err = GraphDoc::parse(text, "g.json").unwrap_err();
+        let DocError::Parse { line, column, .. } = err else {
+            panic!("{err}")
+        };
+        assert_eq!((line, column), (3, 25), "{err}");
+        // The same across a line break and without a space.
+        let text = "{\"nodes\":[{\"id\":\n\n  [1]}]}";
+        let DocError::Parse { line, column, .. } = GraphDoc::parse(text, "g.json").unwrap_err()
+        else {
+            panic!()
+        };
+        assert_eq!((line, column), (3, 3));
+        let text = "{\"nodes\":[{\"id\":[1]}]}";
+        let DocError::Parse { line, column, .. } = GraphDoc::parse(text, "g.json").unwrap_err()
+        else {
+            panic!()
+        };
+        assert_eq!((line, column), (1, 17));
     }
 
     #[test]
