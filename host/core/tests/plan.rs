@@ -579,7 +579,7 @@ fn required_input_of_a_controlled_node_may_come_from_its_controller() {
         "nodes": [n("agent", "test.agent"), n("g", "test.gate")],
         "edges": [ctl("c", "agent", "g")]
     }));
-    // Without a controller only the caller can drive it: planned, with a warning.
+    // Without a controller it runs as a buffered node: planned, with a warning.
     let p = ok(json!({"nodes": [n("g", "test.gate")]}));
     assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
     assert_eq!(p.warnings[0].handle.as_deref(), Some("__control__"));
