@@ -103,6 +103,9 @@ pub fn classify(err: &anyhow::Error) -> Exit {
                     | P::WitLink { .. }
                     | P::UnsupportedVersion { .. }
                     | P::NotInstalled { .. }
+                    | P::ReservedName { .. }
+                    | P::TypeClash { .. }
+                    | P::BadName { .. }
                     | P::Config(_)
             ) {
                 Exit::Invalid

@@ -74,12 +74,7 @@ fn kind_name(k: CapabilityKind) -> String {
 }
 
 fn print_info(info: &PackageInfo, config: &str) {
-    println!(
-        "{}@{}  sha256 {}",
-        info.name,
-        info.version,
-        &info.sha256[..info.sha256.len().min(16)]
-    );
+    println!("{}@{}  sha256 {}", info.name, info.version, info.sha256);
     println!("  node types: {}", info.node_types.join(", "));
     if info.capabilities.is_empty() {
         println!("  requests no capabilities");
@@ -106,6 +101,18 @@ fn print_info(info: &PackageInfo, config: &str) {
     }
 }
 
+/// What the config grants `pkg`: nothing when its grant is pinned to other bytes (said
+/// on stderr, since it is why every capability shows as not granted).
+fn grant_of(settings: &Settings, pkg: &WasmPackage) -> PackageGrant {
+    settings
+        .wasm
+        .grant_for(pkg.name(), &pkg.digest)
+        .unwrap_or_else(|e| {
+            eprintln!("warning: {e}");
+            PackageGrant::default()
+        })
+}
+
 pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
     let settings = Settings::load(&args.env)?;
     let store = settings.store();
@@ -118,13 +125,13 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
         PackageCommand::Add { dir, json } => {
             let host = settings.wasm_host()?;
             let pkg = rt.block_on(store.install(&host, Path::new(&dir)))?;
-            let sha = store
+            let installed = store
                 .list()?
                 .into_iter()
                 .find(|e| e.name == pkg.name())
-                .map(|e| e.sha256)
+                .map(|e| store.entry_dir(&e))
                 .unwrap_or_default();
-            let info = describe(&pkg, &sha, &settings.wasm.grant(pkg.name()));
+            let info = describe(&pkg, &pkg.digest, &grant_of(&settings, &pkg));
             if json {
                 println!("{}", serde_json::to_string_pretty(&info)?);
             } else {
@@ -132,7 +139,7 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
                     "installed {}@{} into {} (pinned in {})",
                     info.name,
                     info.version,
-                    store.package_dir(&info.name).display(),
+                    installed.display(),
                     store.lockfile_path().display()
                 );
                 print_info(&info, &config_name);
@@ -149,7 +156,7 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             let mut infos = Vec::new();
             for e in &entries {
                 let pkg = rt.block_on(store.load(&host, &e.name))?;
-                infos.push(describe(&pkg, &e.sha256, &settings.wasm.grant(&e.name)));
+                infos.push(describe(&pkg, &e.sha256, &grant_of(&settings, &pkg)));
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(&infos)?);

@@ -114,6 +114,22 @@ impl WasmConfig {
     pub fn grant(&self, package: &str) -> PackageGrant {
         self.packages.get(package).cloned().unwrap_or_default()
     }
+
+    /// The grant of the package `package` whose component has sha256 `digest`: refused
+    /// when the grant is pinned to other bytes.
+    pub fn grant_for(&self, package: &str, digest: &str) -> Result<PackageGrant, PackageError> {
+        let grant = self.grant(package);
+        match &grant.sha256 {
+            Some(pinned) if !pinned.eq_ignore_ascii_case(digest) => {
+                Err(PackageError::GrantPinMismatch {
+                    package: package.into(),
+                    pinned: pinned.clone(),
+                    actual: digest.into(),
+                })
+            }
+            _ => Ok(grant),
+        }
+    }
 }
 
 #[cfg(test)]

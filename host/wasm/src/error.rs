@@ -70,6 +70,35 @@ pub enum PackageError {
         expected: String,
         actual: String,
     },
+    #[error(
+        "{path}: package name `{name}` is reserved for the first-party package built into heddle; rename the package"
+    )]
+    ReservedName { path: PathBuf, name: String },
+    #[error(
+        "{path}: package `{package}` declares node type `{type_name}`, which {owner} already defines; a package may not redefine an existing node type"
+    )]
+    TypeClash {
+        path: PathBuf,
+        package: String,
+        type_name: String,
+        owner: String,
+    },
+    #[error("`{name}` is not a package name (lowercase ascii letters, digits, `-` or `_`)")]
+    BadName { name: String },
+    #[error("{path}: package `{name}`: {message}")]
+    BadLockEntry {
+        path: PathBuf,
+        name: String,
+        message: String,
+    },
+    #[error(
+        "package `{package}`: its grant in [packages.{package}] is pinned to sha256 {pinned}, but the installed component is {actual}; review the package and update the pin"
+    )]
+    GrantPinMismatch {
+        package: String,
+        pinned: String,
+        actual: String,
+    },
     #[error("package `{name}` is not installed (not in {lockfile})")]
     NotInstalled { name: String, lockfile: PathBuf },
     #[error("{path}: malformed lockfile")]
@@ -104,6 +133,16 @@ impl PackageError {
         PackageError::Io {
             path: path.into(),
             source,
+        }
+    }
+
+    /// A file of an installed package that is not there (a re-install or remove may
+    /// have moved it while it was being read).
+    pub(crate) fn is_missing_file(&self) -> bool {
+        match self {
+            PackageError::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+            PackageError::MissingManifest { .. } | PackageError::MissingComponent { .. } => true,
+            _ => false,
         }
     }
 

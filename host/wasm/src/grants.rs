@@ -36,6 +36,10 @@ pub struct PackageGrant {
     pub env: Vec<String>,
     /// Names of secrets the package may read with `get-secret`.
     pub secrets: Vec<String>,
+    /// The sha256 of the component this grant was reviewed for (as `package add`
+    /// prints it). When set, a package of that name with other bytes gets nothing:
+    /// the grant belongs to what was reviewed, not to whatever takes the name.
+    pub sha256: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -34,6 +34,16 @@ pub struct ManifestCapability {
     pub reason: String,
 }
 
+/// Package names: what grants are keyed by and what the store's directories are named
+/// after, so nothing that could be a path (`..`, `/`) or surprise a reader.
+pub fn valid_package_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
 impl Manifest {
     /// Reads and checks the manifest of the package in `dir`.
     pub fn read(dir: &Path) -> Result<Manifest, PackageError> {
@@ -60,12 +70,7 @@ impl Manifest {
             path: path.to_path_buf(),
             message,
         };
-        let name_ok = !self.name.is_empty()
-            && self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
-        if !name_ok {
+        if !valid_package_name(&self.name) {
             return Err(bad(format!(
                 "name `{}` must be non-empty lowercase ascii letters, digits, `-` or `_`",
                 self.name

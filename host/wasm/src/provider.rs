@@ -10,7 +10,7 @@ use heddle_kernel::{Executor, NodeError, NodeProvider, NodeSpec};
 
 use crate::config::{SecretsConfig, WasmConfig};
 use crate::engine::WasmHost;
-use crate::error::PackageError;
+use crate::error::{PackageError, chain};
 use crate::executor::WasmExecutor;
 use crate::grants::NodeGrant;
 use crate::host_state::to_wit;
@@ -133,11 +133,11 @@ impl NodeProvider for WasmProvider {
             )));
         };
         let pkg = self.packages[idx].clone();
-        let grant = NodeGrant::new(
-            &self.config.grant(pkg.name()),
-            spec.limits,
-            self.config.wasm.max_memory_mb,
-        );
+        let grant = self
+            .config
+            .grant_for(pkg.name(), &pkg.digest)
+            .map_err(|e| NodeError::host(format!("node {}: {}", spec.id, chain(&e))))?;
+        let grant = NodeGrant::new(&grant, spec.limits, self.config.wasm.max_memory_mb);
         let properties = spec
             .properties
             .iter()

@@ -2,65 +2,26 @@
 //!
 //! Layout of a store directory:
 //! ```text
-//! <root>/heddle.lock              pins (name, version, sha256 of component and manifest)
-//! <root>/packages/<name>/         a copy of the installed package directory
+//! <root>/heddle.lock                 pins (name, version, sha256 of component and manifest,
+//!                                    node types, directory)
+//! <root>/packages/<name>-<id>/       a copy of one installed package directory
+//! <root>/.write-lock                 held by a writer for its whole read-modify-write
 //! ```
-//! A package is validated completely (manifest, component, WIT version, declarations)
-//! before anything is copied, and loading re-hashes the bytes against the lockfile.
+//! A package is validated completely (manifest, component, WIT version, declarations,
+//! no reserved name, no node type that already exists) before anything is copied, and
+//! loading re-hashes the bytes against the lockfile. Every install gets a directory of
+//! its own, written and synced before the lockfile switches to it: a run that starts
+//! during a re-install loads the old package or the new one, never neither.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-use serde::{Deserialize, Serialize};
 
 use crate::engine::WasmHost;
 use crate::error::PackageError;
-use crate::manifest::{MANIFEST_FILE, Manifest};
+use crate::first_party::FIRST_PARTY;
+use crate::lockfile::{self, LOCKFILE, LockEntry, Lockfile};
+use crate::manifest::{MANIFEST_FILE, Manifest, valid_package_name};
 use crate::package::{WasmPackage, sha256_hex};
-
-pub const LOCKFILE: &str = "heddle.lock";
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct Lockfile {
-    pub version: u32,
-    #[serde(rename = "package")]
-    pub packages: Vec<LockEntry>,
-}
-
-/// An empty lockfile of the current format (serde fills absent keys from here).
-impl Default for Lockfile {
-    fn default() -> Self {
-        Lockfile {
-            version: 1,
-            packages: Vec::new(),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct LockEntry {
-    pub name: String,
-    pub version: String,
-    /// Component file, relative to the package directory.
-    pub component: String,
-    /// sha256 of the component bytes.
-    pub sha256: String,
-    /// sha256 of the manifest (its capability requests are part of what was reviewed).
-    pub manifest_sha256: String,
-    /// The node types the package declared at install, so a run loads (and compiles)
-    /// only the packages its graph uses. Empty in lockfiles written before it existed:
-    /// such a package is always loaded.
-    #[serde(default)]
-    pub node_types: Vec<String>,
-}
-
-impl LockEntry {
-    /// Whether a graph using `wanted` types may need this package.
-    fn may_provide(&self, wanted: &BTreeSet<String>) -> bool {
-        self.node_types.is_empty() || self.node_types.iter().any(|t| wanted.contains(t))
-    }
-}
 
 /// An outcome of [`PackageStore::verify`] for one package.
 #[derive(Debug)]
@@ -72,6 +33,10 @@ pub struct VerifyReport {
 pub struct PackageStore {
     root: PathBuf,
 }
+
+/// How often a load follows a lockfile that moved on while it read (a re-install that
+/// removed the directory it had just been told about).
+const LOAD_ATTEMPTS: usize = 5;
 
 impl PackageStore {
     pub fn open(root: impl Into<PathBuf>) -> Self {
@@ -86,69 +51,42 @@ impl PackageStore {
         self.root.join(LOCKFILE)
     }
 
-    pub fn package_dir(&self, name: &str) -> PathBuf {
-        self.root.join("packages").join(name)
+    fn packages_root(&self) -> PathBuf {
+        self.root.join("packages")
+    }
+
+    /// The directory holding the installed package of `entry` (inside the store: the
+    /// entry's directory name was checked when the lockfile was read).
+    pub fn entry_dir(&self, entry: &LockEntry) -> PathBuf {
+        self.packages_root().join(entry.dir_name())
     }
 
     pub fn read_lock(&self) -> Result<Lockfile, PackageError> {
-        let path = self.lockfile_path();
-        if !path.exists() {
-            return Ok(Lockfile::default());
-        }
-        let text = std::fs::read_to_string(&path).map_err(|e| PackageError::io(&path, e))?;
-        toml::from_str(&text).map_err(|e| PackageError::BadLockfile {
-            path,
-            source: e.into(),
-        })
-    }
-
-    fn write_lock(&self, lock: &Lockfile) -> Result<(), PackageError> {
-        let path = self.lockfile_path();
-        std::fs::create_dir_all(&self.root).map_err(|e| PackageError::io(&self.root, e))?;
-        let mut text = String::from(
-            "# Pinned node packages. Written by heddle; loading refuses bytes that differ.\n",
-        );
-        text.push_str(
-            &toml::to_string(lock).map_err(|e| PackageError::BadLockfile {
-                path: path.clone(),
-                source: e.into(),
-            })?,
-        );
-        let tmp = path.with_extension("lock.tmp");
-        std::fs::write(&tmp, text).map_err(|e| PackageError::io(&tmp, e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| PackageError::io(&path, e))
+        lockfile::read(&self.lockfile_path())
     }
 
     /// Validates the package in `src` completely, copies it into the store and pins its
-    /// digests. Reinstalling a name replaces the previous version.
+    /// digests. Reinstalling a name replaces the previous version atomically.
     pub async fn install(&self, host: &WasmHost, src: &Path) -> Result<WasmPackage, PackageError> {
         // Full load first: a bad manifest, a component that does not match the WIT or an
-        // unsupported version is refused naming the source file, before any copy.
+        // unsupported version is refused naming the source file, before any copy. It
+        // also compiles the package into the cache, so runs start at once.
         let pkg = WasmPackage::load_dir(host, src).await?;
         let m = &pkg.manifest;
         let manifest_src = src.join(MANIFEST_FILE);
+        if FIRST_PARTY.contains(&m.name.as_str()) {
+            return Err(PackageError::ReservedName {
+                path: manifest_src,
+                name: m.name.clone(),
+            });
+        }
+        let mut taken = existing_types(host).await?;
         let manifest_bytes =
             std::fs::read(&manifest_src).map_err(|e| PackageError::io(&manifest_src, e))?;
         let component_src = m.component_path(src);
         let component_bytes =
             std::fs::read(&component_src).map_err(|e| PackageError::io(&component_src, e))?;
-
-        let dest = self.package_dir(&m.name);
-        if dest.exists() {
-            std::fs::remove_dir_all(&dest).map_err(|e| PackageError::io(&dest, e))?;
-        }
-        let dest_component = m.component_path(&dest);
-        if let Some(parent) = dest_component.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| PackageError::io(parent, e))?;
-        }
-        std::fs::write(dest.join(MANIFEST_FILE), &manifest_bytes)
-            .map_err(|e| PackageError::io(dest.join(MANIFEST_FILE), e))?;
-        std::fs::write(&dest_component, &component_bytes)
-            .map_err(|e| PackageError::io(&dest_component, e))?;
-
-        let mut lock = self.read_lock()?;
-        lock.packages.retain(|p| p.name != m.name);
-        lock.packages.push(LockEntry {
+        let entry = LockEntry {
             name: m.name.clone(),
             version: m.version.clone(),
             component: m.component.clone(),
@@ -159,10 +97,54 @@ impl PackageStore {
                 .iter()
                 .map(|d| d.type_name.clone())
                 .collect(),
-        });
-        lock.packages.sort_by(|a, b| a.name.cmp(&b.name));
-        self.write_lock(&lock)?;
-        self.load(host, &m.name).await
+            dir: format!("{}-{}", m.name, lockfile::unique_suffix()),
+        };
+
+        // Staged whole and synced before anything points at it.
+        let packages = self.packages_root();
+        std::fs::create_dir_all(&packages).map_err(|e| PackageError::io(&packages, e))?;
+        let staged = packages.join(format!(".staging-{}", lockfile::unique_suffix()));
+        let written = stage(&staged, m, &manifest_bytes, &component_bytes);
+        if let Err(e) = written {
+            let _ = std::fs::remove_dir_all(&staged);
+            return Err(e);
+        }
+
+        let replaced = {
+            let _guard = lockfile::lock_store(&self.root)?;
+            let mut lock = self.read_lock()?;
+            for other in lock.packages.iter().filter(|e| e.name != entry.name) {
+                for t in &other.node_types {
+                    taken
+                        .entry(t.clone())
+                        .or_insert_with(|| format!("installed package `{}`", other.name));
+                }
+            }
+            if let Some(clash) = entry.node_types.iter().find(|t| taken.contains_key(*t)) {
+                let _ = std::fs::remove_dir_all(&staged);
+                return Err(PackageError::TypeClash {
+                    path: manifest_src,
+                    package: entry.name.clone(),
+                    type_name: clash.clone(),
+                    owner: taken[clash].clone(),
+                });
+            }
+            let dest = self.entry_dir(&entry);
+            std::fs::rename(&staged, &dest).map_err(|e| PackageError::io(&dest, e))?;
+            lockfile::sync_dir(&packages)?;
+            let old = lock.packages.iter().position(|e| e.name == entry.name);
+            let replaced = old.map(|i| lock.packages.remove(i));
+            lock.packages.push(entry.clone());
+            lock.packages.sort_by(|a, b| a.name.cmp(&b.name));
+            lockfile::write(&self.lockfile_path(), &lock)?;
+            replaced
+        };
+        // After the switch: a run that read the old lockfile and finds its directory
+        // gone reads the lockfile again (see `load`).
+        if let Some(old) = replaced {
+            let _ = std::fs::remove_dir_all(self.entry_dir(&old));
+        }
+        self.load(host, &entry.name).await
     }
 
     pub fn list(&self) -> Result<Vec<LockEntry>, PackageError> {
@@ -170,17 +152,21 @@ impl PackageStore {
     }
 
     pub fn remove(&self, name: &str) -> Result<(), PackageError> {
-        let mut lock = self.read_lock()?;
-        let before = lock.packages.len();
-        lock.packages.retain(|p| p.name != name);
-        if lock.packages.len() == before {
-            return Err(PackageError::NotInstalled {
-                name: name.into(),
-                lockfile: self.lockfile_path(),
-            });
-        }
-        self.write_lock(&lock)?;
-        let dir = self.package_dir(name);
+        check_name(name)?;
+        let removed = {
+            let _guard = lockfile::lock_store(&self.root)?;
+            let mut lock = self.read_lock()?;
+            let Some(i) = lock.packages.iter().position(|p| p.name == name) else {
+                return Err(PackageError::NotInstalled {
+                    name: name.into(),
+                    lockfile: self.lockfile_path(),
+                });
+            };
+            let removed = lock.packages.remove(i);
+            lockfile::write(&self.lockfile_path(), &lock)?;
+            removed
+        };
+        let dir = self.entry_dir(&removed);
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| PackageError::io(&dir, e))?;
         }
@@ -188,6 +174,7 @@ impl PackageStore {
     }
 
     fn entry(&self, name: &str) -> Result<LockEntry, PackageError> {
+        check_name(name)?;
         self.read_lock()?
             .packages
             .into_iter()
@@ -200,20 +187,18 @@ impl PackageStore {
 
     /// Checks the bytes on disk of `entry` against its pins without compiling.
     fn check_pins(&self, entry: &LockEntry) -> Result<(), PackageError> {
-        let dir = self.package_dir(&entry.name);
-        let manifest_path = dir.join(MANIFEST_FILE);
-        let mbytes =
-            std::fs::read(&manifest_path).map_err(|e| PackageError::io(&manifest_path, e))?;
-        self.compare(
-            entry,
-            &manifest_path,
-            &entry.manifest_sha256,
-            &sha256_hex(&mbytes),
-        )?;
+        let dir = self.entry_dir(entry);
+        self.check_manifest_pin(entry, &dir)?;
         let m = Manifest::read(&dir)?;
         let cpath = m.component_path(&dir);
         let cbytes = std::fs::read(&cpath).map_err(|e| PackageError::io(&cpath, e))?;
         self.compare(entry, &cpath, &entry.sha256, &sha256_hex(&cbytes))
+    }
+
+    fn check_manifest_pin(&self, entry: &LockEntry, dir: &Path) -> Result<(), PackageError> {
+        let path = dir.join(MANIFEST_FILE);
+        let bytes = std::fs::read(&path).map_err(|e| PackageError::io(&path, e))?;
+        self.compare(entry, &path, &entry.manifest_sha256, &sha256_hex(&bytes))
     }
 
     fn compare(
@@ -251,20 +236,34 @@ impl PackageStore {
 
     /// Loads an installed package, refusing bytes that differ from the lockfile.
     pub async fn load(&self, host: &WasmHost, name: &str) -> Result<WasmPackage, PackageError> {
-        let entry = self.entry(name)?;
-        let dir = self.package_dir(name);
-        let manifest_path = dir.join(MANIFEST_FILE);
-        let mbytes =
-            std::fs::read(&manifest_path).map_err(|e| PackageError::io(&manifest_path, e))?;
-        self.compare(
-            &entry,
-            &manifest_path,
-            &entry.manifest_sha256,
-            &sha256_hex(&mbytes),
-        )?;
+        let mut entry = self.entry(name)?;
+        let mut attempt = 1;
+        loop {
+            match self.load_entry(host, &entry).await {
+                Err(e) if e.is_missing_file() && attempt < LOAD_ATTEMPTS => {
+                    // Re-installed or removed while we read: follow the lockfile.
+                    let now = self.entry(name)?;
+                    if now == entry {
+                        return Err(e);
+                    }
+                    entry = now;
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    async fn load_entry(
+        &self,
+        host: &WasmHost,
+        entry: &LockEntry,
+    ) -> Result<WasmPackage, PackageError> {
+        let dir = self.entry_dir(entry);
+        self.check_manifest_pin(entry, &dir)?;
         // The component is hashed from the same bytes that get compiled.
         WasmPackage::load_checked(host, &dir, |path, digest| {
-            self.compare(&entry, path, &entry.sha256, digest)
+            self.compare(entry, path, &entry.sha256, digest)
         })
         .await
     }
@@ -289,4 +288,48 @@ impl PackageStore {
         }
         Ok(out)
     }
+}
+
+/// A package name given on a command line: refused before it becomes a path.
+fn check_name(name: &str) -> Result<(), PackageError> {
+    if valid_package_name(name) {
+        Ok(())
+    } else {
+        Err(PackageError::BadName { name: name.into() })
+    }
+}
+
+/// The node types that exist without any installed package: the built-ins and the
+/// first-party packages', each with who defines it.
+async fn existing_types(host: &WasmHost) -> Result<BTreeMap<String, String>, PackageError> {
+    let mut taken = BTreeMap::new();
+    for d in heddle_kernel::builtins::declarations() {
+        taken.insert(d.type_name.clone(), "the built-in node types".to_string());
+    }
+    for p in crate::first_party::load(host).await? {
+        for d in p.declarations() {
+            taken.insert(
+                d.type_name.clone(),
+                format!("the first-party package `{}`", p.name()),
+            );
+        }
+    }
+    Ok(taken)
+}
+
+/// Writes a package's manifest and component into the new directory `dir`, synced.
+fn stage(
+    dir: &Path,
+    m: &Manifest,
+    manifest_bytes: &[u8],
+    component_bytes: &[u8],
+) -> Result<(), PackageError> {
+    std::fs::create_dir_all(dir).map_err(|e| PackageError::io(dir, e))?;
+    lockfile::write_synced(&dir.join(MANIFEST_FILE), manifest_bytes)?;
+    let component = m.component_path(dir);
+    if let Some(parent) = component.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| PackageError::io(parent, e))?;
+    }
+    lockfile::write_synced(&component, component_bytes)?;
+    lockfile::sync_dir(dir)
 }

@@ -57,7 +57,9 @@ async fn changed_bytes_after_lock_are_refused() {
     let store_dir = tempfile::tempdir().unwrap();
     let store = PackageStore::open(store_dir.path());
     store.install(&host, &package_dir("hostile")).await.unwrap();
-    let wasm = store.package_dir("hostile").join("hostile.wasm");
+    let wasm = store
+        .entry_dir(&store.list().unwrap()[0])
+        .join("hostile.wasm");
     let mut bytes = std::fs::read(&wasm).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
@@ -75,7 +77,9 @@ async fn changed_bytes_after_lock_are_refused() {
 
     // An edited manifest (e.g. new capability requests) is refused the same way.
     store.install(&host, &package_dir("hostile")).await.unwrap();
-    let manifest = store.package_dir("hostile").join("heddle-package.toml");
+    let manifest = store
+        .entry_dir(&store.list().unwrap()[0])
+        .join("heddle-package.toml");
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(&manifest, text.replace("Never grant", "Please grant")).unwrap();
     let msg = store.load(&host, "hostile").await.unwrap_err().to_string();

@@ -38,7 +38,12 @@ const TEST_PACKAGES: &[(&str, &str, &str)] = &[
 pub fn test_packages() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let plugins = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../plugins");
+        // Shared with the CLI's tests, whose manifest dir is the repository root.
+        let plugins = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .map(|d| d.join("plugins"))
+            .find(|p| p.join("Cargo.toml").is_file())
+            .expect("the plugins workspace is above this crate");
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(&plugins)
             .args([

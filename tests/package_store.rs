@@ -1,0 +1,231 @@
+//! The package store under concurrent and hostile use, through the real binary: two
+//! `heddle package add` processes at once, a run during a re-install, reserved names
+//! and node types, and a lockfile that names paths outside the store.
+
+#[path = "../host/wasm/tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+
+use support::*;
+
+fn spawn_in(dir: &Path, args: &[&str]) -> std::process::Child {
+    command(dir)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the heddle binary starts")
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let o = heddle_in(dir, &["package", "list", "--json"]);
+    expect_code(&o, OK);
+    json(&o)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn concurrent_adds_of_different_packages_keep_both() {
+    let hostile = common::package_dir("hostile");
+    let spoof = common::package_dir("spoof");
+    for round in 0..4 {
+        let dir = tempfile::tempdir().unwrap();
+        let a = spawn_in(dir.path(), &["package", "add", hostile.to_str().unwrap()]);
+        let b = spawn_in(dir.path(), &["package", "add", spoof.to_str().unwrap()]);
+        expect_code(&a.wait_with_output().unwrap(), OK);
+        expect_code(&b.wait_with_output().unwrap(), OK);
+        let mut got = names(dir.path());
+        got.sort();
+        assert_eq!(got, ["hostile", "spoof"], "round {round}");
+        let o = heddle_in(dir.path(), &["package", "verify"]);
+        expect_code(&o, OK);
+    }
+}
+
+const ECHO: &str = r#"{"format": "heddle.graph", "version": 1, "nodes": [
+  {"id": "in", "type": "heddle.input", "properties": {"type": "int", "value": 7}},
+  {"id": "echo", "type": "hostile.echo"},
+  {"id": "out", "type": "heddle.output"}],
+ "edges": [
+  {"source": "in", "sourceHandle": "value", "target": "echo", "targetHandle": "value"},
+  {"source": "echo", "sourceHandle": "value", "target": "out", "targetHandle": "value"}]}"#;
+
+#[test]
+fn a_run_during_a_reinstall_sees_the_old_or_the_new_package() {
+    let dir = tempfile::tempdir().unwrap();
+    let hostile = common::package_dir("hostile");
+    let hostile = hostile.to_str().unwrap();
+    expect_code(&heddle_in(dir.path(), &["package", "add", hostile]), OK);
+    std::fs::write(dir.path().join("echo.json"), ECHO).unwrap();
+    let adds = {
+        let dir = dir.path().to_path_buf();
+        let hostile = hostile.to_string();
+        std::thread::spawn(move || {
+            for _ in 0..6 {
+                expect_code(&heddle_in(&dir, &["package", "add", &hostile]), OK);
+            }
+        })
+    };
+    while !adds.is_finished() {
+        let o = heddle_in(dir.path(), &["run", "echo.json"]);
+        expect_code(&o, OK);
+        assert!(stdout(&o).contains("out: 7"), "{}", stdout(&o));
+    }
+    adds.join().unwrap();
+    let left: Vec<_> = std::fs::read_dir(dir.path().join(".heddle/packages"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 1, "replaced installs are removed: {left:?}");
+}
+
+#[test]
+fn first_party_names_and_existing_node_types_are_refused_at_add() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = heddle_wasm::first_party_packages_dir();
+
+    let o = heddle_in(
+        dir.path(),
+        &["package", "add", first.join("std").to_str().unwrap()],
+    );
+    expect_code(&o, INVALID);
+    assert!(stderr(&o).contains("`std` is reserved"), "{}", stderr(&o));
+
+    // The `files` package under another name still redefines its node types.
+    let src = dir.path().join("myfiles");
+    std::fs::create_dir_all(&src).unwrap();
+    for f in ["heddle-package.toml", "files.wasm"] {
+        std::fs::copy(first.join("files").join(f), src.join(f)).unwrap();
+    }
+    let manifest = std::fs::read_to_string(src.join("heddle-package.toml")).unwrap();
+    std::fs::write(
+        src.join("heddle-package.toml"),
+        manifest.replace("name = \"files\"", "name = \"myfiles\""),
+    )
+    .unwrap();
+    let o = heddle_in(dir.path(), &["package", "add", "myfiles"]);
+    expect_code(&o, INVALID);
+    let e = stderr(&o);
+    assert!(
+        e.contains("package `myfiles` declares node type `files.")
+            && e.contains("the first-party package `files` already defines"),
+        "{e}"
+    );
+    assert!(names(dir.path()).is_empty(), "nothing was installed");
+    // Runs are unaffected.
+    let o = heddle_in(dir.path(), &["nodes", "files.read_text"]);
+    expect_code(&o, OK);
+}
+
+#[test]
+fn lockfile_names_never_reach_outside_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let hostile = common::package_dir("hostile");
+    expect_code(
+        &heddle_in(dir.path(), &["package", "add", hostile.to_str().unwrap()]),
+        OK,
+    );
+    let victim = dir.path().join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("keep.txt"), "precious").unwrap();
+
+    let o = heddle_in(dir.path(), &["package", "remove", "../../victim"]);
+    expect_code(&o, INVALID);
+    assert!(stderr(&o).contains("not a package name"), "{}", stderr(&o));
+
+    let lock = dir.path().join(".heddle/heddle.lock");
+    let text = std::fs::read_to_string(&lock).unwrap();
+    for (from, to) in [
+        ("name = \"hostile\"", "name = \"../../victim\""),
+        ("dir = \"", "dir = \"../../victim\"\nold_dir = \""),
+    ] {
+        std::fs::write(&lock, text.replacen(from, to, 1)).unwrap();
+        for args in [
+            &["package", "remove", "hostile"][..],
+            &["package", "list"][..],
+        ] {
+            let o = heddle_in(dir.path(), args);
+            expect_code(&o, FAILED);
+            assert!(stderr(&o).contains("heddle.lock"), "{}", stderr(&o));
+        }
+        assert!(
+            victim.join("keep.txt").is_file(),
+            "outside the store untouched"
+        );
+    }
+}
+
+#[test]
+fn package_add_list_verify_remove() {
+    let dir = tempfile::tempdir().unwrap();
+    let spoof = common::package_dir("spoof");
+    let o = heddle_in(dir.path(), &["package", "add", spoof.to_str().unwrap()]);
+    expect_code(&o, OK);
+    let out = stdout(&o);
+    assert!(out.contains("installed spoof@0.1.0"), "{out}");
+    assert!(out.contains("NOT granted env `HOME`"), "{out}");
+
+    // A grant in heddle.toml shows up as granted ...
+    let granted = |dir: &Path| {
+        let o = heddle_in(dir, &["package", "list", "--json"]);
+        expect_code(&o, OK);
+        let v = json(&o);
+        let caps = v[0]["capabilities"].as_array().unwrap().clone();
+        let env = caps.iter().find(|c| c["kind"] == "env").unwrap().clone();
+        (env["granted"] == true, stderr(&o))
+    };
+    std::fs::write(
+        dir.path().join("heddle.toml"),
+        "[packages.spoof]\nenv = [\"HOME\"]\n",
+    )
+    .unwrap();
+    assert!(granted(dir.path()).0);
+    // ... unless it is pinned to other bytes than the installed ones.
+    std::fs::write(
+        dir.path().join("heddle.toml"),
+        format!(
+            "[packages.spoof]\nenv = [\"HOME\"]\nsha256 = \"{}\"\n",
+            "0".repeat(64)
+        ),
+    )
+    .unwrap();
+    let (ok, err) = granted(dir.path());
+    assert!(!ok && err.contains("pinned to sha256 0000"), "{err}");
+
+    let o = heddle_in(dir.path(), &["package", "verify"]);
+    expect_code(&o, OK);
+    let lock = std::fs::read_to_string(dir.path().join(".heddle/heddle.lock")).unwrap();
+    let installed = lock
+        .lines()
+        .find_map(|l| l.strip_prefix("dir = \""))
+        .unwrap()
+        .trim_end_matches('"');
+    let wasm = dir
+        .path()
+        .join(".heddle/packages")
+        .join(installed)
+        .join("spoof.wasm");
+    let mut bytes = std::fs::read(&wasm).unwrap();
+    bytes.push(0);
+    std::fs::write(&wasm, bytes).unwrap();
+    let o = heddle_in(dir.path(), &["package", "verify"]);
+    expect_code(&o, FAILED);
+    assert!(stdout(&o).contains("CHANGED  spoof"), "{}", stdout(&o));
+
+    expect_code(&heddle_in(dir.path(), &["package", "remove", "spoof"]), OK);
+    let o = heddle_in(dir.path(), &["package", "remove", "spoof"]);
+    expect_code(&o, INVALID);
+    assert!(stderr(&o).contains("not installed"), "{}", stderr(&o));
+
+    std::fs::create_dir_all(dir.path().join("empty")).unwrap();
+    let o = heddle_in(dir.path(), &["package", "add", "empty"]);
+    expect_code(&o, INVALID);
+    assert!(stderr(&o).contains("heddle-package.toml"), "{}", stderr(&o));
+}
