@@ -6,6 +6,8 @@
 //! guest hands the host to keep (asset ids, refused secret names that get logged) is
 //! bounded in size and count, so host memory cannot be filled through the imports.
 
+use heddle_kernel::NodeError;
+
 /// Fuel charged per host call: about what a microsecond of guest compute burns (the
 /// default budget of 1e10 is about a second), roughly what a call costs the host.
 pub(crate) const CALL_FUEL: u64 = 10_000;
@@ -22,14 +24,6 @@ pub(crate) const MAX_REFUSALS_LOGGED: usize = 8;
 /// Longest log line kept from the `log` import.
 pub(crate) const MAX_LOG_LINE: usize = 16 << 10;
 
-/// A host-side limit the guest broke; it fails the invocation whatever the guest does
-/// next.
-#[derive(Clone, Debug)]
-pub(crate) struct Violation {
-    pub signature: &'static str,
-    pub message: String,
-}
-
 /// Per-invocation account of host work done for the guest.
 #[derive(Debug, Default)]
 pub(crate) struct HostBudget {
@@ -38,7 +32,9 @@ pub(crate) struct HostBudget {
     charged: u64,
     pub assets: usize,
     pub refusals: usize,
-    pub violation: Option<Violation>,
+    /// A host-side rule the guest broke (a limit, a lie on `emit`): it fails the
+    /// invocation whatever the guest does next. Complete, naming node and port.
+    pub violation: Option<NodeError>,
 }
 
 impl HostBudget {
@@ -54,8 +50,7 @@ impl HostBudget {
     }
 
     /// Records the first violation (later ones follow from it).
-    pub fn violate(&mut self, signature: &'static str, message: String) {
-        self.violation
-            .get_or_insert(Violation { signature, message });
+    pub fn violate(&mut self, e: NodeError) {
+        self.violation.get_or_insert(e);
     }
 }

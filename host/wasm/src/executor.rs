@@ -187,9 +187,8 @@ impl WasmExecutor {
 
         // A guest stopped while waiting in a host call (emit, next-input) returns normally;
         // the interrupt still decides the outcome, as does a host limit it broke.
-        if let Some(v) = store.data().budget.violation.clone() {
-            return Err(NodeError::msg(format!("{}: {}", self.label(), v.message))
-                .with_signature(v.signature));
+        if let Some(e) = store.data().budget.violation.clone() {
+            return Err(e);
         }
         if store.data().interrupt.is_some() {
             let e = wasmtime::Error::msg("interrupted in a host call");

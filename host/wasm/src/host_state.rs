@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use heddle_core::{LogLevel, PortType, Value};
-use heddle_kernel::{InputStream, NodeCtx};
+use heddle_kernel::{InputStream, NodeCtx, NodeError};
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
@@ -377,6 +377,12 @@ fn level(l: WitLogLevel) -> LogLevel {
 
 // ----- host imports ---------------------------------------------------------------
 
+/// The failure of a node that broke a host-side rule.
+fn broke(inv: &Invocation, signature: &str, what: String) -> NodeError {
+    let who = label(inv.ctx.node_id(), inv.ctx.node_type());
+    NodeError::msg(format!("{who} {what}")).with_signature(signature)
+}
+
 impl types::Host for State {}
 
 impl host::Host for State {
@@ -405,7 +411,7 @@ impl host::Host for State {
         let who = label(ctx.node_id(), ctx.node_type());
         let checked = check_output(
             &who,
-            &handle,
+            &text::line(&handle, text::SHORT),
             output_type(&inv.outputs, &handle),
             value,
             inv.max_value_bytes,
@@ -417,13 +423,7 @@ impl host::Host for State {
                 // The node fails whatever it does with the refusal: a lie is the
                 // emitting node's failure, never the next node's.
                 let reply = e.message.clone();
-                let sig = match e.signature.as_deref() {
-                    Some("wasm:unknown-output") => "wasm:unknown-output",
-                    Some("wasm:output-too-large") => "wasm:output-too-large",
-                    Some("wasm:bad-output") => "wasm:bad-output",
-                    _ => "wasm:output-type",
-                };
-                self.budget.violate(sig, e.message);
+                self.budget.violate(e);
                 return Err(reply);
             }
         };
@@ -464,16 +464,17 @@ impl host::Host for State {
 
     async fn report_cost(&mut self, usd: f64) {
         self.budget.charge(0);
+        let Some(inv) = self.inv.as_ref() else { return };
         if !usd.is_finite() || usd < 0.0 {
-            self.budget.violate(
+            let e = broke(
+                inv,
                 "wasm:bad-call",
-                format!("report-cost was given {usd}, which is not a cost in USD"),
+                format!("reported a cost of {usd} USD"),
             );
+            self.budget.violate(e);
             return;
         }
-        if let Some(inv) = self.inv() {
-            inv.ctx.report_cost(usd);
-        }
+        inv.ctx.report_cost(usd);
     }
 
     async fn record_asset(&mut self, id: String) {
@@ -485,7 +486,7 @@ impl host::Host for State {
                 id.len(),
                 budget::MAX_ASSET_ID
             );
-            self.budget.violate("wasm:host-limit", msg);
+            self.budget.violate(broke(inv, "wasm:host-limit", msg));
             return;
         }
         if self.budget.assets >= budget::MAX_ASSETS {
@@ -493,7 +494,7 @@ impl host::Host for State {
                 "recorded more than {} asset ids in one invocation",
                 budget::MAX_ASSETS
             );
-            self.budget.violate("wasm:host-limit", msg);
+            self.budget.violate(broke(inv, "wasm:host-limit", msg));
             return;
         }
         self.budget.assets += 1;

@@ -64,6 +64,49 @@ async fn emitted_value_of_the_wrong_type_fails_the_emitting_node() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_emit_fails_the_node_as_output_too_large() {
+    let p = hostile_provider(WasmConfig::default()).await;
+    let exec = create(&p, "n1", "hostile.re_emit", BTreeMap::new(), None);
+    let (c, _h) = ctx("n1", "hostile.re_emit", None, true);
+    let e = exec
+        .invoke(heddle_kernel::Call {
+            inputs: inputs([("count", Value::Int(1)), ("bytes", Value::Int(2 << 20))]),
+            ctx: c,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::OutputTooLarge, "{e:?}");
+    assert_eq!(e.signature.as_deref(), Some("wasm:output-too-large"));
+    assert!(
+        e.message.contains("`n1`") && e.message.contains("`out`"),
+        "{}",
+        e.message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_that_is_not_one_fails_the_node() {
+    let p = hostile_provider(WasmConfig::default()).await;
+    for usd in [f64::NAN, f64::INFINITY, -1.0] {
+        let (r, ctx, _) = invoke(
+            &p,
+            "hostile.bad_cost",
+            inputs([("usd", Value::Float(usd))]),
+            None,
+        )
+        .await;
+        let e = r.unwrap_err();
+        assert_eq!(
+            e.signature.as_deref(),
+            Some("wasm:bad-call"),
+            "{usd}: {e:?}"
+        );
+        assert!(e.message.contains("`n1`"), "{}", e.message);
+        assert_eq!(ctx.metrics().cost_usd, 0.0, "never added to the run's cost");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_output_returned_twice_is_refused() {
     let p = hostile_provider(WasmConfig::default()).await;
     let (r, _, _) = invoke(&p, "hostile.same_handle_twice", inputs([]), None).await;

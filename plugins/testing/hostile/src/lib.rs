@@ -212,5 +212,6 @@ heddle_sdk::export_nodes!(
     recurse,
     big_error,
     spoofed_error,
-    spoofed_log
+    spoofed_log,
+    bad_cost
 );

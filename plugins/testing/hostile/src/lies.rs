@@ -129,3 +129,12 @@ node! {
         Ok(x)
     }
 }
+
+node! {
+    /// Report the cost it is given (the tests give it ones that are not costs).
+    #[node("hostile.bad_cost")]
+    pub fn bad_cost(usd: f64 = 0.0f64) -> out: i64 {
+        heddle_sdk::report_cost(usd);
+        Ok(1)
+    }
+}
