@@ -9,6 +9,9 @@ use std::borrow::Cow;
 /// Characters of one piece of user text an error quotes, by default.
 pub const ECHO_MAX_CHARS: usize = 120;
 
+/// Characters of a whole message shown to a person (it may quote several ids).
+pub const MESSAGE_MAX_CHARS: usize = 1000;
+
 /// `text` unchanged when it has at most `max` characters; otherwise its first `max`
 /// characters followed by a marker saying how much was left out.
 pub fn clip(text: &str, max: usize) -> Cow<'_, str> {
@@ -31,5 +34,20 @@ mod tests {
         assert_eq!(clip("ééé", 2), "éé…(+2 bytes)");
         let huge = "x".repeat(10 << 20);
         assert!(clip(&huge, ECHO_MAX_CHARS).len() < 200);
+    }
+
+    #[test]
+    fn a_planning_issue_about_a_huge_id_stays_small() {
+        let id = "n".repeat(10 << 20);
+        let issue = crate::plan::Issue {
+            kind: crate::plan::IssueKind::UnknownNodeType,
+            node: Some(id.clone()),
+            edge: Some(id.clone()),
+            handle: Some(id.clone()),
+            message: format!("unknown node type `{id}`"),
+        };
+        let shown = issue.to_string();
+        assert!(shown.len() < 2000, "{} bytes", shown.len());
+        assert!(shown.starts_with("node nnn"), "{}", &shown[..40]);
     }
 }

@@ -40,25 +40,30 @@ pub enum IssueKind {
     BypassDroppedEdge,
 }
 
+/// Ids and handles are the user's text, of any length: they are shown clipped (the
+/// fields keep them whole for programs).
 impl std::fmt::Display for Issue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::text::{ECHO_MAX_CHARS, MESSAGE_MAX_CHARS, clip};
         let mut wrote = false;
         if let Some(n) = &self.node {
-            write!(f, "node {n}")?;
+            write!(f, "node {}", clip(n, ECHO_MAX_CHARS))?;
             wrote = true;
         }
         if let Some(h) = &self.handle {
-            write!(f, "{}handle `{h}`", if wrote { ", " } else { "" })?;
+            let sep = if wrote { ", " } else { "" };
+            write!(f, "{sep}handle `{}`", clip(h, ECHO_MAX_CHARS))?;
             wrote = true;
         }
         if let Some(e) = &self.edge {
-            write!(f, "{}edge {e}", if wrote { ", " } else { "" })?;
+            let sep = if wrote { ", " } else { "" };
+            write!(f, "{sep}edge {}", clip(e, ECHO_MAX_CHARS))?;
             wrote = true;
         }
         if wrote {
             f.write_str(": ")?;
         }
-        f.write_str(&self.message)
+        f.write_str(&clip(&self.message, MESSAGE_MAX_CHARS))
     }
 }
 
