@@ -17,12 +17,12 @@ pub struct LineageStep {
     pub index: u64,
 }
 
-/// Whether two lineages can belong to the same item: every root they share has the same
-/// index. An ancestor (fewer roots) or a descendant of the failing item is related; a
-/// sibling item is not.
-pub fn lineage_related(a: &[LineageStep], b: &[LineageStep]) -> bool {
-    a.iter()
-        .all(|x| b.iter().all(|y| x.root != y.root || x.index == y.index))
+/// Whether a value produced at lineage `output` is on the lineage of `item`: produced by
+/// that item itself or by one of its ancestors, i.e. every (root, index) of `output` is
+/// one of `item`'s. A sibling item, a descendant, or an item of another fan-out is not:
+/// showing its value as this item's would mix items up.
+pub fn on_lineage(output: &[LineageStep], item: &[LineageStep]) -> bool {
+    output.iter().all(|o| item.contains(o))
 }
 
 /// The kernel's class of failure, mirrored here so the signature recognizers can stay in
@@ -138,8 +138,14 @@ mod tests {
             root: r.into(),
             index: i,
         };
-        assert!(lineage_related(&[st("a", 1)], &[]));
-        assert!(lineage_related(&[st("a", 1)], &[st("a", 1), st("b", 4)]));
-        assert!(!lineage_related(&[st("a", 1)], &[st("a", 2)]));
+        // Itself and its ancestors.
+        assert!(on_lineage(&[st("a", 1)], &[st("a", 1)]));
+        assert!(on_lineage(&[], &[st("a", 1)]));
+        assert!(on_lineage(&[st("a", 1)], &[st("a", 1), st("b", 4)]));
+        // A sibling, a descendant, another fan-out's item.
+        assert!(!on_lineage(&[st("a", 1)], &[st("a", 2)]));
+        assert!(!on_lineage(&[st("a", 1)], &[]));
+        assert!(!on_lineage(&[st("a", 1), st("b", 4)], &[st("a", 1)]));
+        assert!(!on_lineage(&[st("b", 0)], &[st("a", 0)]));
     }
 }

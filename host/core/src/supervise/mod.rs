@@ -16,9 +16,7 @@ pub mod redaction;
 pub mod signatures;
 pub mod verdicts;
 
-pub use escalation::{
-    Escalation, FailureKind, Intervention, LineageStep, Overruled, lineage_related,
-};
+pub use escalation::{Escalation, FailureKind, Intervention, LineageStep, Overruled, on_lineage};
 pub use redaction::{REDACTED, RawEscalation, RedactLimits, Redactor, is_sensitive_name};
 pub use signatures::{ErrorShape, Recognizer, SignatureRegistry};
 pub use verdicts::{

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use heddle_core::Value;
 use heddle_core::plan::Plan;
-use heddle_core::supervise::LineageStep;
+use heddle_core::supervise::{LineageStep, on_lineage};
 
 use crate::executor::Outputs;
 
@@ -242,20 +242,18 @@ impl RunStateReader for RunState {
         if n.outputs.is_empty() {
             return Err(ReadOutputError::NoOutput(node_id.to_string()));
         }
-        // Ancestor or self: every (root, index) of the output's lineage is one of the
-        // failing item's. A root the failing item does not have means another branch.
-        let on_lineage = |raw: &[(u32, u32)]| {
-            raw.iter().all(|(r, i)| {
-                let root = g.roots.get(*r as usize).map(String::as_str);
-                scope
-                    .iter()
-                    .any(|s| Some(s.root.as_str()) == root && s.index == u64::from(*i))
-            })
+        let named = |raw: &[(u32, u32)]| -> Vec<LineageStep> {
+            raw.iter()
+                .map(|(r, i)| LineageStep {
+                    root: g.roots.get(*r as usize).cloned().unwrap_or_default(),
+                    index: u64::from(*i),
+                })
+                .collect()
         };
         n.outputs
             .iter()
             .rev()
-            .filter(|(l, _)| on_lineage(l))
+            .filter(|(l, _)| on_lineage(&named(l), scope))
             .map(|(_, o)| {
                 let mut m = o.to_map();
                 m.retain(|h, _| !n.fan_out.contains(h));
