@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use heddle_core::RunStatus;
 use heddle_core::graph::DocError;
-use heddle_core::plan::ValidationError;
+use heddle_core::plan::{InputErrors, ValidationError};
 
 /// What a `heddle` invocation ended with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +80,7 @@ pub fn classify(err: &anyhow::Error) -> Exit {
             || cause.is::<crate::commands::run::StreamLineError>()
             || cause.is::<DocError>()
             || cause.is::<ValidationError>()
+            || cause.is::<InputErrors>()
             || cause.is::<toml::de::Error>()
             || cause.is::<heddle_kernel::supervisor::PolicyError>()
             || cause.is::<heddle_kernel::supervisor::ReplayError>()
@@ -117,11 +118,7 @@ pub fn classify(err: &anyhow::Error) -> Exit {
             use heddle_kernel::KernelError as K;
             if matches!(
                 k,
-                K::Invalid(_)
-                    | K::MissingInputs(_)
-                    | K::InputValue { .. }
-                    | K::UnknownInput(_)
-                    | K::NotStreaming(_)
+                K::Invalid(_) | K::Inputs(_) | K::Input(_) | K::NotStreaming(_)
             ) {
                 return Exit::Invalid;
             }

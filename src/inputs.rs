@@ -1,14 +1,13 @@
-//! `--input NAME=VALUE` arguments and the check that every external input has a value.
+//! `--input NAME=VALUE` arguments: read from the command line (and `@file`s), turned into
+//! values of their inputs' types, and bound through the plan.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use heddle_core::{GraphDoc, PortType, Value};
+use heddle_core::plan::{InputError, Plan};
+use heddle_core::{PortType, Value};
 
 use crate::exit::UsageError;
-
-/// Built-in type of the external input node.
-pub const INPUT_TYPE: &str = "heddle.input";
 
 /// One `--input` argument as written, before it is matched to an input node.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,48 +55,6 @@ pub fn parse_arg(arg: &str) -> Result<RawInput, UsageError> {
     })
 }
 
-/// An external input of a graph: a `heddle.input` node.
-#[derive(Clone, Debug)]
-pub struct InputSlot {
-    pub node_id: String,
-    pub name: String,
-    pub ty: PortType,
-    pub has_default: bool,
-    pub streaming: bool,
-}
-
-/// The graph's external inputs, named the way the kernel names them: the node's `name`
-/// property, else its `name` field, else its id.
-pub fn input_slots(doc: &GraphDoc) -> Vec<InputSlot> {
-    doc.nodes
-        .iter()
-        .filter(|n| n.node_type == INPUT_TYPE && !n.is_bypassed())
-        .map(|n| {
-            let props = n.merged_properties();
-            let name = props
-                .get("name")
-                .and_then(|v| v.as_str().map(str::to_string))
-                .or_else(|| n.name.clone())
-                .unwrap_or_else(|| n.id.clone());
-            let ty = props
-                .get("type")
-                .and_then(|v| v.as_str())
-                .and_then(|s| s.parse().ok())
-                .unwrap_or_default();
-            InputSlot {
-                node_id: n.id.clone(),
-                name,
-                ty,
-                has_default: props.get("value").is_some_and(|v| !v.is_null()),
-                streaming: props
-                    .get("streaming")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false),
-            }
-        })
-        .collect()
-}
-
 /// Turns the text of one value into a [`Value`]: text for a `str` input (so `007` stays
 /// `"007"`), else JSON when it parses, else the text itself.
 pub fn interpret(text: &str, ty: &PortType, from_file: bool) -> Value {
@@ -123,57 +80,47 @@ pub fn interpret(text: &str, ty: &PortType, from_file: bool) -> Value {
     }
 }
 
-/// Matches `--input` arguments to the graph's inputs and checks that every input without
-/// a default got a value. Every problem is reported at once.
+/// Reads each `--input` as a value of its input's type and binds them all through the
+/// plan, which checks names, types and missing values as the kernel does. Every problem
+/// is reported at once, worded for the command line.
 pub fn resolve(
-    doc: &GraphDoc,
+    plan: &Plan,
     graph_path: &str,
     args: &[RawInput],
 ) -> Result<BTreeMap<String, Value>, UsageError> {
-    let slots = input_slots(doc);
-    let mut out = BTreeMap::new();
+    let mut values = BTreeMap::new();
     let mut problems = Vec::new();
     for a in args {
-        match slots.iter().find(|s| s.name == a.name) {
-            Some(slot) => {
-                let v = interpret(&a.text, &slot.ty, a.file.is_some());
-                if let Err(e) = slot.ty.check(&v) {
-                    problems.push(format!(
-                        "--input {}: value does not fit the input's type: {e}",
-                        a.name
-                    ));
-                    continue;
-                }
-                if out.insert(a.name.clone(), slot.ty.coerce(v)).is_some() {
-                    problems.push(format!("--input {} is given more than once", a.name));
-                }
-            }
-            None => {
-                let known: Vec<&str> = slots.iter().map(|s| s.name.as_str()).collect();
-                problems.push(if known.is_empty() {
-                    format!("--input {}: {graph_path} has no inputs", a.name)
-                } else {
-                    format!(
-                        "--input {}: {graph_path} has no input of that name (inputs: {})",
-                        a.name,
-                        known.join(", ")
-                    )
-                });
-            }
+        // An unknown name is reported by the binding below; until then it reads untyped.
+        let ty = plan
+            .input(&a.name)
+            .map(|i| i.ty.clone())
+            .unwrap_or_default();
+        let v = interpret(&a.text, &ty, a.file.is_some());
+        if values.insert(a.name.clone(), v).is_some() {
+            problems.push(format!("--input {} is given more than once", a.name));
         }
     }
-    for s in &slots {
-        if !s.has_default && !s.streaming && !out.contains_key(&s.name) {
-            problems.push(format!(
-                "missing value for input `{}` (node {}, type {}): pass --input {}=VALUE",
-                s.name, s.node_id, s.ty, s.name
-            ));
-        }
+    match plan.bind_inputs(&values) {
+        Ok(_) if problems.is_empty() => return Ok(values),
+        Ok(_) => {}
+        Err(errors) => problems.extend(errors.0.iter().map(|e| explain(e, graph_path))),
     }
-    if problems.is_empty() {
-        Ok(out)
-    } else {
-        Err(UsageError::new(problems.join("\n")))
+    Err(UsageError::new(problems.join("\n")))
+}
+
+/// An input problem with the command-line hint that fixes it.
+fn explain(e: &InputError, graph_path: &str) -> String {
+    match e {
+        InputError::Unknown { name, known } if known.is_empty() => {
+            format!("--input {name}: {graph_path} has no inputs")
+        }
+        InputError::Unknown { name, known } => format!(
+            "--input {name}: {graph_path} has no input of that name (inputs: {})",
+            known.join(", ")
+        ),
+        InputError::Type { name, .. } => format!("--input {name}: {e}"),
+        InputError::Missing { name, .. } => format!("{e}: pass --input {name}=VALUE"),
     }
 }
 
@@ -212,23 +159,56 @@ mod tests {
 
     #[test]
     fn missing_and_unknown_inputs_are_named() {
-        let doc = GraphDoc::parse(
+        let doc = heddle_core::GraphDoc::parse(
             r#"{"nodes":[{"id":"in","type":"heddle.input","properties":{"name":"text","type":"str"}},
                           {"id":"n","type":"heddle.input","properties":{"value":3}}]}"#,
             "g.json",
         )
         .unwrap();
-        let err = resolve(&doc, "g.json", &[]).unwrap_err().message;
+        let plan =
+            heddle_core::plan::plan(&doc, &heddle_kernel::Registry::with_builtins()).unwrap();
+        let err = resolve(&plan, "g.json", &[]).unwrap_err().message;
         assert!(err.contains("missing value for input `text`"), "{err}");
+        assert!(err.contains("pass --input text=VALUE"), "{err}");
         assert!(!err.contains("`n`"), "{err}");
-        let err = resolve(&doc, "g.json", &[parse_arg("txt=1").unwrap()])
-            .unwrap_err()
-            .message;
+        let args = [parse_arg("txt=1").unwrap(), parse_arg("n=x").unwrap()];
+        let err = resolve(&plan, "g.json", &args).unwrap_err().message;
         assert!(
-            err.contains("no input of that name (inputs: text, n)"),
+            err.contains("--input txt: g.json has no input of that name (inputs: text, n)"),
             "{err}"
         );
-        let ok = resolve(&doc, "g.json", &[parse_arg("text=5").unwrap()]).unwrap();
+        let args = [parse_arg("text=a").unwrap(), parse_arg("text=b").unwrap()];
+        let err = resolve(&plan, "g.json", &args).unwrap_err().message;
+        assert!(
+            err.contains("--input text is given more than once"),
+            "{err}"
+        );
+        let ok = resolve(&plan, "g.json", &[parse_arg("text=5").unwrap()]).unwrap();
         assert_eq!(ok["text"], Value::str("5"));
+    }
+
+    /// The command line names an input exactly as the kernel does (the plan names both),
+    /// also when a node has both a `name` field and a `name` property.
+    #[test]
+    fn inputs_are_named_as_the_plan_names_them() {
+        let doc = heddle_core::GraphDoc::parse(
+            r#"{"nodes":[{"id":"in","name":"field","type":"heddle.input","properties":{"name":"prop"}}]}"#,
+            "g.json",
+        )
+        .unwrap();
+        let plan =
+            heddle_core::plan::plan(&doc, &heddle_kernel::Registry::with_builtins()).unwrap();
+        let name = plan.inputs()[0].name.to_string();
+        let ok = resolve(&plan, "g.json", &[parse_arg(&format!("{name}=1")).unwrap()]).unwrap();
+        assert!(plan.bind_inputs(&ok).is_ok());
+        let other = if name == "field" { "prop" } else { "field" };
+        assert!(
+            resolve(
+                &plan,
+                "g.json",
+                &[parse_arg(&format!("{other}=1")).unwrap()]
+            )
+            .is_err()
+        );
     }
 }

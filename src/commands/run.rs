@@ -3,6 +3,7 @@
 use std::io::IsTerminal as _;
 use std::sync::Arc;
 
+use heddle_core::plan::InputError;
 use heddle_core::{Event, EventKind, RunStatus};
 use heddle_kernel::runtime::{Run, RunHandle, RunOptions};
 use heddle_kernel::supervisor::{Bounded, Bounds, Policy, Replay, Supervisor};
@@ -13,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::cli::RunArgs;
 use crate::exit::Exit;
-use crate::inputs::{self, InputSlot};
+use crate::inputs;
 use crate::progress::{Mode, Progress};
 use crate::providers::{Env, graph_types};
 use crate::report::{NodeTimes, RunReport, human_summary};
@@ -31,18 +32,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     let env = rt.block_on(Env::load(&args.env, Some(&graph_types(&doc))))?;
     let graph = args.graph.display().to_string();
     let plan = super::plan_graph(&doc, &env.registry, &args.graph)?;
-    let values = inputs::resolve(&doc, &graph, &raw_inputs)?;
-    let slots = inputs::input_slots(&doc);
+    let values = inputs::resolve(&plan, &graph, &raw_inputs)?;
     if let Some(name) = &args.stream {
-        match slots.iter().find(|s| &s.name == name) {
-            Some(s) if s.streaming => {}
-            Some(s) => {
+        match plan.input(name) {
+            Ok(s) if s.streaming => {}
+            Ok(s) => {
                 return Err(crate::usage!(
                     "--stream {name}: input `{name}` (node {}) is not a streaming input; set \"streaming\": true in its properties",
                     s.node_id
                 ));
             }
-            None => {
+            Err(_) => {
                 return Err(crate::usage!(
                     "--stream {name}: {graph} has no input of that name"
                 ));
@@ -115,7 +115,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             })
         };
 
-        let stream_error = feed_streams(&handle, &slots, args.stream.as_deref(), ended_rx)
+        let stream_error = feed_streams(&handle, args.stream.as_deref(), ended_rx)
             .await
             .err();
         if stream_error.is_some() {
@@ -195,12 +195,12 @@ async fn watch_events(
 /// input cannot pass for the real one.
 async fn feed_streams(
     handle: &RunHandle,
-    slots: &[InputSlot],
     from_stdin: Option<&str>,
     mut ended: watch::Receiver<bool>,
 ) -> Result<(), StreamLineError> {
-    for s in slots.iter().filter(|s| s.streaming) {
-        if Some(s.name.as_str()) == from_stdin {
+    let plan = handle.plan();
+    for s in plan.inputs().iter().filter(|s| s.streaming) {
+        if Some(&*s.name) == from_stdin {
             continue;
         }
         let _ = handle.finish_input(&s.name).await;
@@ -208,11 +208,7 @@ async fn feed_streams(
     let Some(name) = from_stdin else {
         return Ok(());
     };
-    let ty = slots
-        .iter()
-        .find(|s| s.name == name)
-        .map(|s| s.ty.clone())
-        .unwrap_or_default();
+    let ty = plan.input(name).map(|s| s.ty.clone()).unwrap_or_default();
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let mut buf = Vec::new();
     let mut line_no = 0u64;
@@ -247,9 +243,9 @@ async fn feed_streams(
         let v = inputs::interpret(text, &ty, false);
         match handle.push_input(name, v).await {
             Ok(()) => {}
-            Err(KernelError::InputValue { message, .. }) => {
+            Err(KernelError::Input(InputError::Type { reason, .. })) => {
                 break Err(fail(format!(
-                    "`{}` does not fit the input's type {ty}: {message}",
+                    "`{}` does not fit the input's type {ty}: {reason}",
                     heddle_core::text::clip(text, heddle_core::text::ECHO_MAX_CHARS)
                 )));
             }

@@ -24,6 +24,7 @@ pub use event::{
 };
 pub use graph::{CONTROL_HANDLE, DocError, EdgeDoc, EdgeType, GraphDoc, NodeDoc, NodeLimits};
 pub use journal::{Occurrence, OpenReason, PauseReason, Record};
+pub use plan::{INPUT_TYPE, OUTPUT_TYPE};
 pub use types::PortType;
 pub use value::{Map, Value};
 

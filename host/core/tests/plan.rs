@@ -1,10 +1,10 @@
 //! Planning: every validation issue kind, bypass rewriting, and the static correlation
 //! analysis on the shapes the runtime relies on.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use heddle_core::plan::{HandleClass, IssueKind, Plan, ValidationError, plan};
+use heddle_core::plan::{HandleClass, InputError, IssueKind, Plan, ValidationError, plan};
 use heddle_core::{
     DeclLookup, EdgeType, GraphDoc, NodeDecl, NodeMode, OutputCorrelation, OutputDecl, PortDecl,
     PortType, Value,
@@ -1011,6 +1011,99 @@ fn typed_input_narrows_its_output_and_checks_its_default() {
         "edges": [ed("e1", "in", "value", "s", "x")]
     }));
     assert_eq!(plan.nodes[0].properties["value"], Value::Float(3.0));
+}
+
+#[test]
+fn inputs_are_listed_with_their_name_type_default_and_streaming_flag() {
+    let p = ok(json!({
+        "nodes": [np("b", "heddle.input", json!({"name": "text", "type": "str"})),
+                  np("a", "heddle.input", json!({"type": "float", "value": 2})),
+                  np("s", "heddle.input", json!({"name": "feed", "streaming": true})),
+                  n("c", "heddle.constant")],
+        "edges": []
+    }));
+    let got: Vec<_> = p
+        .inputs()
+        .iter()
+        .map(|i| {
+            (
+                &*i.name,
+                &*i.node_id,
+                i.ty.to_string(),
+                i.default.clone(),
+                i.streaming,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("text", "b", "str".to_string(), None, false),
+            (
+                "a",
+                "a",
+                "float".to_string(),
+                Some(Value::Float(2.0)),
+                false
+            ),
+            ("feed", "s", "any".to_string(), None, true),
+        ]
+    );
+    for i in p.inputs() {
+        assert_eq!(&*p.nodes[i.node as usize].id, &*i.node_id);
+    }
+}
+
+#[test]
+fn binding_inputs_reports_every_problem_and_falls_back_to_defaults() {
+    let p = ok(json!({
+        "nodes": [np("t", "heddle.input", json!({"name": "text", "type": "str"})),
+                  np("n", "heddle.input", json!({"name": "n", "type": "float", "value": 1})),
+                  np("m", "heddle.input", json!({"name": "m", "type": "int"})),
+                  np("s", "heddle.input", json!({"name": "feed", "streaming": true}))],
+        "edges": []
+    }));
+    let values = |pairs: &[(&str, Value)]| -> BTreeMap<String, Value> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    };
+    let e = p
+        .bind_inputs(&values(&[
+            ("txt", Value::from("x")),
+            ("text", Value::Int(3)),
+        ]))
+        .unwrap_err();
+    let kinds: Vec<String> = e.0.iter().map(|i| i.to_string()).collect();
+    assert_eq!(kinds.len(), 3, "{e}");
+    assert!(
+        kinds[0].contains("no input named `txt`") && kinds[0].contains("inputs: text, n, m, feed"),
+        "{e}"
+    );
+    assert!(
+        matches!(&e.0[1], InputError::Type { name, node, .. } if name == "text" && node == "t"),
+        "{e}"
+    );
+    assert!(
+        matches!(&e.0[2], InputError::Missing { name, .. } if name == "m"),
+        "{e}"
+    );
+
+    let bound = p
+        .bind_inputs(&values(&[
+            ("text", Value::from("hi")),
+            ("m", Value::Int(4)),
+        ]))
+        .unwrap();
+    let at = |id: &str| bound.get(node_idx(&p, id) as u32).cloned();
+    assert_eq!(at("t"), Some(Value::from("hi")));
+    assert_eq!(at("n"), Some(Value::Float(1.0)), "the default, as its type");
+    assert_eq!(at("m"), Some(Value::Int(4)));
+    assert_eq!(at("s"), None, "a streaming input waits for pushed values");
+    let n = p.input("n").unwrap();
+    assert_eq!(n.check(Value::Int(2)), Ok(Value::Float(2.0)));
+    assert!(p.input("nope").is_err());
 }
 
 #[test]

@@ -6,7 +6,10 @@
 
 use std::sync::Arc;
 
-use heddle_core::{NodeDecl, NodeMode, OutputCorrelation, OutputDecl, PortDecl, PortType, Value};
+use heddle_core::{
+    INPUT_TYPE, NodeDecl, NodeMode, OUTPUT_TYPE, OutputCorrelation, OutputDecl, PortDecl, PortType,
+    Value,
+};
 
 use crate::executor::{
     BoxFuture, Call, Executor, InputStream, NodeCtx, NodeError, NodeProvider, NodeSpec, Outputs,
@@ -33,7 +36,7 @@ fn decl(type_name: &str, title: &str, description: &str) -> NodeDecl {
 /// Declarations of every built-in type.
 pub fn declarations() -> Vec<Arc<NodeDecl>> {
     let mut input = decl(
-        "heddle.input",
+        INPUT_TYPE,
         "Input",
         "A typed value given when the run starts, or a stream of values pushed while it runs.",
     );
@@ -48,7 +51,7 @@ pub fn declarations() -> Vec<Arc<NodeDecl>> {
     input.outputs = vec![OutputDecl::new("value", PortType::Any)];
 
     let mut output = decl(
-        "heddle.output",
+        OUTPUT_TYPE,
         "Output",
         "Values reaching it become the run's outputs.",
     );
@@ -119,10 +122,10 @@ impl NodeProvider for Builtins {
 
     fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {
         Ok(match spec.decl.type_name.as_str() {
-            "heddle.input" | "heddle.constant" | "heddle.passthrough" => Arc::new(ForwardValue {
+            INPUT_TYPE | "heddle.constant" | "heddle.passthrough" => Arc::new(ForwardValue {
                 handle: Arc::from("value"),
             }),
-            "heddle.output" => Arc::new(Sink),
+            OUTPUT_TYPE => Arc::new(Sink),
             "heddle.foreach" => Arc::new(ForEach),
             "heddle.collect" => Arc::new(Collect),
             other => return Err(NodeError::host(format!("unknown built-in `{other}`"))),

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use common::{graph, ilist, ints, registry, within};
+use heddle_core::plan::{InputError, InputErrors};
 use heddle_core::{
     EdgeStatus, EventKind, NodeOutcome, NodeStatus, RunResult, RunStatus, SkipReason, Value,
 };
@@ -101,7 +102,8 @@ async fn a_wrong_input_type_or_missing_input_is_refused_before_the_run() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&e, KernelError::MissingInputs(v) if v == &vec!["x".to_string()]),
+        matches!(&e, KernelError::Inputs(InputErrors(v))
+            if matches!(&v[..], [InputError::Missing { name, .. }] if name == "x")),
         "{e}"
     );
     let mut opts = RunOptions::default();
@@ -157,7 +159,7 @@ async fn streaming_input_pushed_while_live_reaches_a_streaming_input_node() {
     }
     assert!(matches!(
         h.push_input("nope", Value::Int(1)).await,
-        Err(KernelError::UnknownInput(_))
+        Err(KernelError::Input(InputError::Unknown { .. }))
     ));
     assert!(
         h.push_input("nums", Value::str("x")).await.is_err(),

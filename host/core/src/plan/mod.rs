@@ -20,20 +20,23 @@
 //!   nodes nothing controls, output names used twice) go to [`Plan::warnings`].
 //!
 //! Where things are: [`model`] is what a plan is, [`issues`] what planning reports,
-//! `planner` the pass itself with its checks in `checks`, `digraph` the cycle and order
+//! `planner` the pass itself with its checks in `checks`, [`inputs`] the graph's
+//! external inputs and the binding of values to them, `digraph` the cycle and order
 //! algorithms, and [`bypass`] and [`correlation`] the two analyses the pass runs.
 
 pub mod bypass;
 mod checks;
 pub mod correlation;
 mod digraph;
+pub mod inputs;
 pub mod issues;
 pub mod model;
 mod planner;
 
+pub use inputs::{BoundInputs, InputError, InputErrors};
 pub use issues::{Issue, IssueKind, ValidationError};
 pub use model::{
-    Correlation, EdgeIdx, EdgeScope, HandleClass, HandleScope, INPUT_TYPE, NodeIdx, NodeScope,
-    OUTPUT_TYPE, OutputScope, Plan, PlanEdge, PlanNode, RootIdx, RootInfo, input_type,
+    Correlation, EdgeIdx, EdgeScope, GraphInput, HandleClass, HandleScope, INPUT_TYPE, NodeIdx,
+    NodeScope, OUTPUT_TYPE, OutputScope, Plan, PlanEdge, PlanNode, RootIdx, RootInfo, input_type,
 };
 pub use planner::plan;

@@ -40,6 +40,25 @@ pub struct Plan {
     pub correlation: Correlation,
     /// Non-fatal findings (e.g. a sticky handle with several values per key).
     pub warnings: Vec<Issue>,
+    /// The `heddle.input` nodes, read once ([`Plan::inputs`]).
+    pub(super) inputs: Vec<GraphInput>,
+}
+
+/// One external input of a planned graph, as the caller names it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GraphInput {
+    /// The input node's index in [`Plan::nodes`].
+    pub node: NodeIdx,
+    pub node_id: Arc<str>,
+    /// The external name: the node's `name`, else its `name` property, else its id.
+    pub name: Arc<str>,
+    /// The `type` property (`any` when unset).
+    pub ty: PortType,
+    /// The `value` property, already checked against `ty`.
+    pub default: Option<Value>,
+    /// With `streaming: true` the caller may push values while the run is live, and the
+    /// input needs no value at start.
+    pub streaming: bool,
 }
 
 #[derive(Clone, Debug)]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::bypass::{self, WorkEdge};
 use super::correlation;
 use super::digraph::{cycles, topo_order};
+use super::inputs;
 use super::issues::{Issue, IssueKind, ValidationError, issue, suggest};
 use super::model::{EdgeIdx, INPUT_TYPE, NodeIdx, Plan, PlanEdge, PlanNode, input_type};
 use crate::DeclLookup;
@@ -92,6 +93,7 @@ impl<'a> Planner<'a> {
 
         if self.issues.is_empty() {
             Ok(Plan {
+                inputs: inputs::collect(&nodes, &self.input_types),
                 nodes,
                 edges,
                 correlation,

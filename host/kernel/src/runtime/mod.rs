@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use heddle_core::plan::{Plan, ValidationError};
-use heddle_core::{GraphDoc, PortType, RunResult, RunStatus, Value};
+use heddle_core::plan::{BoundInputs, GraphInput, InputError, InputErrors, Plan, ValidationError};
+use heddle_core::{GraphDoc, RunResult, RunStatus, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -32,8 +32,7 @@ pub use lineage::Lineage;
 use crate::executor::{Executor, NodeSpec, Outputs, SecretRegistry};
 use crate::registry::Registry;
 
-pub const INPUT_TYPE: &str = "heddle.input";
-pub const OUTPUT_TYPE: &str = "heddle.output";
+pub use heddle_core::plan::{INPUT_TYPE, OUTPUT_TYPE};
 
 /// Inbox safety limits: values held for lineage keys that never complete would grow
 /// without bound. Exceeding a pending limit aborts the run.
@@ -104,16 +103,12 @@ pub enum KernelError {
         #[source]
         source: Box<crate::executor::NodeError>,
     },
-    #[error("missing required workflow inputs: {}", .0.join(", "))]
-    MissingInputs(Vec<String>),
-    #[error("input `{name}` (node {node}): {message}")]
-    InputValue {
-        name: String,
-        node: String,
-        message: String,
-    },
-    #[error("no input named `{0}` in this graph")]
-    UnknownInput(String),
+    /// The values given for the graph's inputs do not fit them (every problem at once).
+    #[error(transparent)]
+    Inputs(#[from] InputErrors),
+    /// A value pushed into a live input, or the name it was pushed to, is wrong.
+    #[error(transparent)]
+    Input(#[from] InputError),
     #[error(
         "input `{0}` is not a streaming input (set `streaming: true` on its node to push values while the run is live)"
     )]
@@ -136,7 +131,7 @@ pub struct Run {
     executors: Vec<Arc<dyn Executor>>,
     opts: RunOptions,
     bus: Arc<EventBus>,
-    inputs: Vec<Option<Value>>,
+    inputs: BoundInputs,
 }
 
 impl Run {
@@ -159,51 +154,8 @@ impl Run {
                 })?;
             executors.push(e);
         }
-        // External inputs: every name must exist, values must fit the declared type,
-        // and every non-streaming input needs a value.
-        let mut names: HashMap<&str, usize> = HashMap::new();
-        for (i, n) in plan.nodes.iter().enumerate() {
-            if &*n.node_type == INPUT_TYPE {
-                names.insert(&n.name, i);
-            }
-        }
-        for k in opts.inputs.keys() {
-            if !names.contains_key(k.as_str()) {
-                return Err(KernelError::UnknownInput(k.clone()));
-            }
-        }
-        let mut inputs = vec![None; plan.nodes.len()];
-        let mut missing = Vec::new();
-        for (i, n) in plan.nodes.iter().enumerate() {
-            if &*n.node_type != INPUT_TYPE {
-                continue;
-            }
-            let ty = actor::input_type(&n.properties).map_err(|m| KernelError::InputValue {
-                name: n.name.to_string(),
-                node: n.id.to_string(),
-                message: format!("invalid `type` property: {m}"),
-            })?;
-            let v = opts
-                .inputs
-                .get(&*n.name)
-                .cloned()
-                .or_else(|| n.properties.get("value").cloned());
-            match v {
-                Some(v) => {
-                    let v = actor::check_input(&ty, v).map_err(|m| KernelError::InputValue {
-                        name: n.name.to_string(),
-                        node: n.id.to_string(),
-                        message: m,
-                    })?;
-                    inputs[i] = Some(v);
-                }
-                None if is_streaming(&n.properties) => {}
-                None => missing.push(n.name.to_string()),
-            }
-        }
-        if !missing.is_empty() {
-            return Err(KernelError::MissingInputs(missing));
-        }
+        // External inputs, bound by the plan (the CLI binds through the same code).
+        let inputs = plan.bind_inputs(&opts.inputs)?;
         let bus = EventBus::new(opts.event_cap);
         Ok(Run {
             plan: Arc::new(plan),
@@ -256,18 +208,12 @@ impl Run {
             outputs_retained: actor::RetainedOutputs::new(self.opts.output_cap_bytes),
         });
 
-        let mut inputs_by_name = HashMap::new();
-        let mut node_index = HashMap::new();
-        for (i, node) in plan.nodes.iter().enumerate() {
-            node_index.insert(node.id.to_string(), i);
-            if &*node.node_type == INPUT_TYPE {
-                let ty = actor::input_type(&node.properties).unwrap_or(PortType::Any);
-                inputs_by_name.insert(
-                    node.name.to_string(),
-                    (i, is_streaming(&node.properties), ty),
-                );
-            }
-        }
+        let node_index = plan
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| (node.id.to_string(), i))
+            .collect();
 
         let specs: Vec<ActorSpec> = (0..n)
             .map(|i| self.spec(i, &txs, rxs[i].take().expect("one receiver per node")))
@@ -281,18 +227,10 @@ impl Run {
             shared,
             txs: txs.into(),
             node_index,
-            inputs_by_name,
             plan,
             join,
         }
     }
-}
-
-fn is_streaming(props: &BTreeMap<String, Value>) -> bool {
-    props
-        .get("streaming")
-        .and_then(|v| v.as_bool())
-        .unwrap_or(false)
 }
 
 /// A running run.
@@ -300,7 +238,6 @@ pub struct RunHandle {
     shared: Arc<Shared>,
     txs: Arc<[mpsc::Sender<Msg>]>,
     node_index: HashMap<String, usize>,
-    inputs_by_name: HashMap<String, (usize, bool, PortType)>,
     plan: Arc<Plan>,
     join: JoinHandle<RunResult>,
 }
@@ -329,27 +266,21 @@ impl RunHandle {
         }
     }
 
-    fn input(&self, name: &str) -> Result<(usize, &PortType), KernelError> {
-        let (i, streaming, ty) = self
-            .inputs_by_name
-            .get(name)
-            .ok_or_else(|| KernelError::UnknownInput(name.to_string()))?;
-        if !streaming {
+    /// The streaming input the caller calls `name`.
+    fn streaming_input(&self, name: &str) -> Result<&GraphInput, KernelError> {
+        let input = self.plan.input(name)?;
+        if !input.streaming {
             return Err(KernelError::NotStreaming(name.to_string()));
         }
-        Ok((*i, ty))
+        Ok(input)
     }
 
     /// Pushes a value into a streaming input while the run is live (waits while the
     /// input's downstream is backed up).
     pub async fn push_input(&self, name: &str, value: Value) -> Result<(), KernelError> {
-        let (i, ty) = self.input(name)?;
-        let value = actor::check_input(ty, value).map_err(|m| KernelError::InputValue {
-            name: name.to_string(),
-            node: self.plan.nodes[i].id.to_string(),
-            message: m,
-        })?;
-        self.txs[i]
+        let input = self.streaming_input(name)?;
+        let value = input.check(value)?;
+        self.txs[input.node as usize]
             .send(Msg::External(value))
             .await
             .map_err(|_| KernelError::InputClosed(name.to_string()))
@@ -357,8 +288,8 @@ impl RunHandle {
 
     /// Ends a streaming input: downstream nodes see its end-of-stream.
     pub async fn finish_input(&self, name: &str) -> Result<(), KernelError> {
-        let (i, _) = self.input(name)?;
-        self.txs[i]
+        let input = self.streaming_input(name)?;
+        self.txs[input.node as usize]
             .send(Msg::ExternalEos)
             .await
             .map_err(|_| KernelError::InputClosed(name.to_string()))

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use heddle_core::graph::EdgeType;
+use heddle_core::plan::NodeIdx;
 use tokio::sync::mpsc;
 
 use super::actor::{ActorSpec, HandleSpec, Msg, NodeRole, OutEdge, OutPort};
-use super::{INPUT_TYPE, OUTPUT_TYPE, Run, is_streaming};
+use super::{INPUT_TYPE, OUTPUT_TYPE, Run};
 
 impl Run {
     /// The spec of node `i`'s actor; `txs` are every node's inbox senders.
@@ -172,8 +173,11 @@ impl Run {
 
         let role = if &*node.node_type == INPUT_TYPE {
             NodeRole::Input {
-                streaming: is_streaming(&node.properties),
-                initial: self.inputs[i].clone(),
+                streaming: plan
+                    .inputs()
+                    .iter()
+                    .any(|input| input.node as usize == i && input.streaming),
+                initial: self.inputs.get(i as NodeIdx).cloned(),
             }
         } else if &*node.node_type == OUTPUT_TYPE {
             NodeRole::Output {

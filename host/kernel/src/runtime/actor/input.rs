@@ -1,9 +1,7 @@
 //! `heddle.input` nodes: the kernel itself dispatches the value given at start and, for a
 //! streaming input, every value the caller pushes until it finishes the input.
 
-use std::collections::BTreeMap;
-
-use heddle_core::{PortType, Value};
+use heddle_core::Value;
 
 use super::routing::MintedTokens;
 use super::{Actor, BATCH, Msg, Stop, reply_not_controlled};
@@ -55,19 +53,4 @@ impl Actor {
             self.flush_edge_events();
         }
     }
-}
-
-/// Declared type of an input node's values (`type` property).
-pub(crate) fn input_type(props: &BTreeMap<String, Value>) -> Result<PortType, String> {
-    match props.get("type").and_then(|t| t.as_str()) {
-        None => Ok(PortType::Any),
-        Some(s) => s.parse::<PortType>().map_err(|e| e.0),
-    }
-}
-
-/// Checks (and losslessly coerces) an external input value.
-pub(crate) fn check_input(ty: &PortType, v: Value) -> Result<Value, String> {
-    let v = ty.coerce(v);
-    ty.check(&v)?;
-    Ok(v)
 }

@@ -35,7 +35,6 @@ use super::bus::EventBus;
 use super::lineage::{Key, Lineage};
 use crate::executor::{Executor, Inputs, NodeCtx, Outputs, SecretRegistry};
 
-pub(crate) use input::{check_input, input_type};
 pub use invoke::InvocationRecord;
 
 /// Messages drained per wake-up of an actor.
