@@ -4,6 +4,7 @@
 //! This crate knows nothing about tokio, wasmtime or Docker, so everything that depends
 //! on it (the kernel, the CLI, a UI) rebuilds fast and can reason about graphs offline.
 
+pub mod builder;
 pub mod decl;
 pub mod event;
 pub mod graph;
@@ -15,6 +16,7 @@ pub mod text;
 pub mod types;
 pub mod value;
 
+pub use builder::GraphBuilder;
 pub use decl::{
     CapabilityKind, CapabilityRequest, NodeDecl, NodeMode, OutputCorrelation, OutputDecl, PortDecl,
 };

@@ -7,10 +7,9 @@
 //!   item → `heddle.collect` → an output (3·N per-item invocations, one list out).
 //! - `wide`: N independent pass-through nodes, each fired once from its own property.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use heddle_core::{EdgeDoc, EdgeType, GraphDoc, NodeDoc, RunStatus, Value};
+use heddle_core::{GraphBuilder, GraphDoc, INPUT_TYPE, OUTPUT_TYPE, RunStatus, Value};
 
 use crate::registry::Registry;
 use crate::runtime::{KernelError, Run, RunOptions};
@@ -48,103 +47,59 @@ impl std::str::FromStr for Shape {
     }
 }
 
-fn node(id: &str, ty: &str, props: &[(&str, Value)]) -> NodeDoc {
-    NodeDoc {
-        id: id.into(),
-        node_type: ty.into(),
-        name: None,
-        properties: props
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect(),
-        dynamic_properties: BTreeMap::new(),
-        ui_properties: None,
-        limits: None,
-    }
-}
-
-fn edge(s: &str, sh: &str, t: &str, th: &str) -> EdgeDoc {
-    EdgeDoc {
-        id: None,
-        source: s.into(),
-        source_handle: sh.into(),
-        target: t.into(),
-        target_handle: th.into(),
-        edge_type: EdgeType::Data,
-        ui_properties: None,
-    }
-}
-
-fn doc(name: &str, nodes: Vec<NodeDoc>, edges: Vec<EdgeDoc>) -> GraphDoc {
-    GraphDoc {
-        format: Some("heddle.graph".into()),
-        version: Some(1),
-        name: Some(name.into()),
-        description: None,
-        nodes,
-        edges,
-    }
-}
-
 /// `in` (streaming input named `in`) → `p0` … `p{n-1}` → `out`.
 pub fn chain(n: usize) -> GraphDoc {
-    let mut nodes = vec![node(
-        "in",
-        "heddle.input",
-        &[("name", Value::str("in")), ("streaming", Value::Bool(true))],
-    )];
-    let mut edges = Vec::new();
+    let mut g = GraphBuilder::new()
+        .named(format!("chain-{n}"))
+        .node("in", INPUT_TYPE)
+        .prop("name", "in")
+        .prop("streaming", true);
     let mut prev = "in".to_string();
     for i in 0..n {
         let id = format!("p{i}");
-        nodes.push(node(&id, "heddle.passthrough", &[]));
-        edges.push(edge(&prev, "value", &id, "value"));
+        g = g
+            .node(&id, "heddle.passthrough")
+            .edge(&prev, "value", &id, "value");
         prev = id;
     }
-    nodes.push(node("out", "heddle.output", &[("name", Value::str("out"))]));
-    edges.push(edge(&prev, "value", "out", "value"));
-    doc(&format!("chain-{n}"), nodes, edges)
+    g.node("out", OUTPUT_TYPE)
+        .prop("name", "out")
+        .edge(&prev, "value", "out", "value")
+        .build()
 }
 
 /// `items` (input, list of n ints) → `each` → `a` → `b` → `c` → `gather` → `out`.
 pub fn fanout(n: usize) -> GraphDoc {
     let items = Value::list((0..n as i64).map(Value::Int).collect());
-    let nodes = vec![
-        node(
-            "items",
-            "heddle.input",
-            &[("name", Value::str("items")), ("value", items)],
-        ),
-        node("each", "heddle.foreach", &[]),
-        node("a", "heddle.passthrough", &[]),
-        node("b", "heddle.passthrough", &[]),
-        node("c", "heddle.passthrough", &[]),
-        node("gather", "heddle.collect", &[]),
-        node("out", "heddle.output", &[("name", Value::str("out"))]),
-    ];
-    let edges = vec![
-        edge("items", "value", "each", "list"),
-        edge("each", "item", "a", "value"),
-        edge("a", "value", "b", "value"),
-        edge("b", "value", "c", "value"),
-        edge("c", "value", "gather", "item"),
-        edge("gather", "list", "out", "value"),
-    ];
-    doc(&format!("fanout-{n}"), nodes, edges)
+    GraphBuilder::new()
+        .named(format!("fanout-{n}"))
+        .node("items", INPUT_TYPE)
+        .prop("name", "items")
+        .prop("value", items)
+        .node("each", "heddle.foreach")
+        .node("a", "heddle.passthrough")
+        .node("b", "heddle.passthrough")
+        .node("c", "heddle.passthrough")
+        .node("gather", "heddle.collect")
+        .node("out", OUTPUT_TYPE)
+        .prop("name", "out")
+        .edge("items", "value", "each", "list")
+        .edge("each", "item", "a", "value")
+        .edge("a", "value", "b", "value")
+        .edge("b", "value", "c", "value")
+        .edge("c", "value", "gather", "item")
+        .edge("gather", "list", "out", "value")
+        .build()
 }
 
 /// `w0` … `w{n-1}`: independent pass-through nodes, each fired once with its property.
 pub fn wide(n: usize) -> GraphDoc {
-    let nodes = (0..n)
-        .map(|i| {
-            node(
-                &format!("w{i}"),
-                "heddle.passthrough",
-                &[("value", Value::Int(i as i64))],
-            )
+    (0..n)
+        .fold(GraphBuilder::new().named(format!("wide-{n}")), |g, i| {
+            g.node(&format!("w{i}"), "heddle.passthrough")
+                .prop("value", i as i64)
         })
-        .collect();
-    doc(&format!("wide-{n}"), nodes, Vec::new())
+        .build()
 }
 
 pub fn graph(shape: Shape, n: usize) -> GraphDoc {

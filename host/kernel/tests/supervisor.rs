@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use heddle_core::builder::graph;
 use heddle_core::supervise::{DecidedBy, Decision, Escalation, Intervention, Verdict};
 use heddle_core::{
     EventKind, GraphDoc, NodeDecl, NodeMode, NodeOutcome, OutputDecl, PortDecl, PortType,
@@ -232,26 +233,6 @@ fn registry() -> Registry {
     let mut r = Registry::with_builtins();
     r.add(Arc::new(SupNodes)).unwrap();
     r
-}
-
-fn graph(
-    nodes: &[(&str, &str, serde_json::Value)],
-    edges: &[(&str, &str, &str, &str)],
-) -> GraphDoc {
-    let nodes: Vec<_> = nodes
-        .iter()
-        .map(|(id, ty, p)| json!({"id": id, "type": ty, "properties": p}))
-        .collect();
-    let edges: Vec<_> = edges
-        .iter()
-        .map(|(s, sh, t, th)| {
-            let control = *th == "__control__";
-            json!({"source": s, "sourceHandle": sh, "target": t, "targetHandle": th,
-                   "edge_type": if control { "control" } else { "data" }})
-        })
-        .collect();
-    let doc = json!({"format": "heddle.graph", "version": 1, "nodes": nodes, "edges": edges});
-    GraphDoc::parse(&doc.to_string(), "test.json").unwrap()
 }
 
 /// input `x` → node → output `out`.

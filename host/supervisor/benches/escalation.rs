@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use heddle_core::builder::graph;
 use heddle_core::{GraphDoc, NodeDecl, OutputDecl, PortDecl, PortType, Value};
 use heddle_kernel::runtime::{RunOptions, run_graph};
 use heddle_kernel::supervisor::{Policy, Supervisor};
@@ -67,23 +68,21 @@ impl NodeProvider for Provider {
 }
 
 fn doc(fail_once: bool) -> GraphDoc {
-    let d = json!({
-        "format": "heddle.graph", "version": 1,
-        "nodes": [
-            {"id": "in", "type": "heddle.input", "properties": {"name": "xs"}},
-            {"id": "each", "type": "heddle.foreach", "properties": {}},
-            {"id": "call", "type": "bench.flaky", "properties": {"fail_once": fail_once}},
-            {"id": "gather", "type": "heddle.collect", "properties": {}},
-            {"id": "out", "type": "heddle.output", "properties": {"name": "out"}},
+    graph(
+        &[
+            ("in", "heddle.input", json!({"name": "xs"})),
+            ("each", "heddle.foreach", json!({})),
+            ("call", "bench.flaky", json!({"fail_once": fail_once})),
+            ("gather", "heddle.collect", json!({})),
+            ("out", "heddle.output", json!({"name": "out"})),
         ],
-        "edges": [
-            {"source": "in", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
-            {"source": "each", "sourceHandle": "item", "target": "call", "targetHandle": "value"},
-            {"source": "call", "sourceHandle": "value", "target": "gather", "targetHandle": "item"},
-            {"source": "gather", "sourceHandle": "list", "target": "out", "targetHandle": "value"},
+        &[
+            ("in", "value", "each", "list"),
+            ("each", "item", "call", "value"),
+            ("call", "value", "gather", "item"),
+            ("gather", "list", "out", "value"),
         ],
-    });
-    GraphDoc::parse(&d.to_string(), "bench.json").expect("bench graph parses")
+    )
 }
 
 fn opts(supervisor: Option<Arc<dyn Supervisor>>) -> RunOptions {

@@ -5,20 +5,12 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use heddle_core::{GraphDoc, RunStatus, Value};
+use heddle_core::builder::graph;
+use heddle_core::{GraphBuilder, NodeLimits, RunStatus, Value};
 use heddle_kernel::runtime::RunOptions;
 use heddle_kernel::{Registry, run_graph};
 use heddle_wasm::{DirGrant, DirMode, PackageGrant, WasmConfig, WasmPackage};
 use serde_json::json;
-
-fn graph(nodes: serde_json::Value, edges: &[(&str, &str, &str, &str)]) -> GraphDoc {
-    let edges: Vec<_> = edges
-        .iter()
-        .map(|(s, sh, t, th)| json!({"source": s, "sourceHandle": sh, "target": t, "targetHandle": th}))
-        .collect();
-    let doc = json!({"format": "heddle.graph", "version": 1, "nodes": nodes, "edges": edges});
-    GraphDoc::parse(&doc.to_string(), "test.json").unwrap()
-}
 
 async fn registry(config: WasmConfig) -> Registry {
     let mut p = first_party_provider(config).await;
@@ -44,14 +36,14 @@ fn strs(v: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn builtins_and_wasm_nodes_in_one_graph() {
     let doc = graph(
-        json!([
-            {"id": "name", "type": "heddle.input", "properties": {"type": "str"}},
-            {"id": "greeting", "type": "heddle.constant", "properties": {"value": "hello"}},
-            {"id": "concat", "type": "std.text.concat", "properties": {"sep": ", "}},
-            {"id": "shout", "type": "std.text.case", "properties": {"mode": "upper"}},
-            {"id": "pass", "type": "heddle.passthrough"},
-            {"id": "out", "type": "heddle.output", "properties": {"name": "result"}}
-        ]),
+        &[
+            ("name", "heddle.input", json!({"type": "str"})),
+            ("greeting", "heddle.constant", json!({"value": "hello"})),
+            ("concat", "std.text.concat", json!({"sep": ", "})),
+            ("shout", "std.text.case", json!({"mode": "upper"})),
+            ("pass", "heddle.passthrough", json!({})),
+            ("out", "heddle.output", json!({"name": "result"})),
+        ],
         &[
             ("greeting", "value", "concat", "a"),
             ("name", "value", "concat", "b"),
@@ -79,16 +71,16 @@ async fn builtins_and_wasm_nodes_in_one_graph() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fan_out_over_a_list_into_wasm_nodes() {
     let doc = graph(
-        json!([
-            {"id": "nums", "type": "heddle.constant", "properties": {"value": [3, 1, 2, 5]}},
-            {"id": "each", "type": "heddle.foreach"},
-            {"id": "times", "type": "std.math.arith", "properties": {"b": 10, "op": "mul"}},
-            {"id": "gather", "type": "heddle.collect"},
-            {"id": "sorted", "type": "std.list.sort"},
-            {"id": "total", "type": "std.math.aggregate", "properties": {"op": "sum"}},
-            {"id": "out_list", "type": "heddle.output"},
-            {"id": "out_sum", "type": "heddle.output"}
-        ]),
+        &[
+            ("nums", "heddle.constant", json!({"value": [3, 1, 2, 5]})),
+            ("each", "heddle.foreach", json!({})),
+            ("times", "std.math.arith", json!({"b": 10, "op": "mul"})),
+            ("gather", "heddle.collect", json!({})),
+            ("sorted", "std.list.sort", json!({})),
+            ("total", "std.math.aggregate", json!({"op": "sum"})),
+            ("out_list", "heddle.output", json!({})),
+            ("out_sum", "heddle.output", json!({})),
+        ],
         &[
             ("nums", "value", "each", "list"),
             ("each", "item", "times", "a"),
@@ -116,14 +108,18 @@ async fn fan_out_over_a_list_into_wasm_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_wasm_node_feeds_downstream_per_item() {
     let doc = graph(
-        json!([
-            {"id": "text", "type": "heddle.constant", "properties": {"value": "alpha\nbeta\n\ngamma\n"}},
-            {"id": "lines", "type": "std.text.lines"},
-            {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
-            {"id": "gather", "type": "heddle.collect"},
-            {"id": "out", "type": "heddle.output"},
-            {"id": "count", "type": "heddle.output"}
-        ]),
+        &[
+            (
+                "text",
+                "heddle.constant",
+                json!({"value": "alpha\nbeta\n\ngamma\n"}),
+            ),
+            ("lines", "std.text.lines", json!({})),
+            ("up", "std.text.case", json!({"mode": "upper"})),
+            ("gather", "heddle.collect", json!({})),
+            ("out", "heddle.output", json!({})),
+            ("count", "heddle.output", json!({})),
+        ],
         &[
             ("text", "value", "lines", "text"),
             ("lines", "line", "up", "text"),
@@ -142,13 +138,15 @@ async fn streaming_wasm_node_feeds_downstream_per_item() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_wasm_node_fails_the_run_naming_node_and_cause() {
-    let doc = graph(
-        json!([
-            {"id": "loop", "type": "hostile.spin", "limits": {"fuel": 2000000}},
-            {"id": "out", "type": "heddle.output"}
-        ]),
-        &[("loop", "out", "out", "value")],
-    );
+    let doc = GraphBuilder::new()
+        .node("loop", "hostile.spin")
+        .limits(NodeLimits {
+            fuel: Some(2_000_000),
+            ..Default::default()
+        })
+        .node("out", "heddle.output")
+        .edge("loop", "out", "out", "value")
+        .build();
     let reg = registry(WasmConfig::default()).await;
     let r = run_graph(&doc, &reg, RunOptions::default()).await.unwrap();
     assert_eq!(r.status, RunStatus::Failed);
@@ -156,11 +154,11 @@ async fn failing_wasm_node_fails_the_run_naming_node_and_cause() {
     assert!(err.contains("loop") && err.contains("fuel"), "{err}");
 
     let doc = graph(
-        json!([
-            {"id": "raw", "type": "heddle.constant", "properties": {"value": "{not json"}},
-            {"id": "parse", "type": "std.json.parse"},
-            {"id": "out", "type": "heddle.output"}
-        ]),
+        &[
+            ("raw", "heddle.constant", json!({"value": "{not json"})),
+            ("parse", "std.json.parse", json!({})),
+            ("out", "heddle.output", json!({})),
+        ],
         &[
             ("raw", "value", "parse", "text"),
             ("parse", "value", "out", "value"),
@@ -188,12 +186,20 @@ async fn files_package_works_inside_its_grant() {
         },
     );
     let doc = graph(
-        json!([
-            {"id": "text", "type": "heddle.constant", "properties": {"value": "written by a graph"}},
-            {"id": "write", "type": "files.write_text", "properties": {"path": "/data/note.txt"}},
-            {"id": "read", "type": "files.read_text"},
-            {"id": "out", "type": "heddle.output"}
-        ]),
+        &[
+            (
+                "text",
+                "heddle.constant",
+                json!({"value": "written by a graph"}),
+            ),
+            (
+                "write",
+                "files.write_text",
+                json!({"path": "/data/note.txt"}),
+            ),
+            ("read", "files.read_text", json!({})),
+            ("out", "heddle.output", json!({})),
+        ],
         &[
             ("text", "value", "write", "text"),
             ("write", "path", "read", "path"),

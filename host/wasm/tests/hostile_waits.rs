@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use heddle_core::{EventKind, GraphDoc, RunStatus, Value};
+use heddle_core::builder::graph;
+use heddle_core::{EventKind, RunStatus, Value};
 use heddle_kernel::runtime::RunOptions;
 use heddle_kernel::{Call, ErrorKind, Registry, run_graph};
 use heddle_wasm::{
@@ -223,22 +224,17 @@ async fn oversized_log_lines_are_cut_and_counted_against_the_cap() {
     assert!(logs.iter().any(|l| l.contains("truncated")), "no marker");
 }
 
-fn graph(nodes: serde_json::Value, edges: &[(&str, &str, &str, &str)]) -> GraphDoc {
-    let edges: Vec<_> = edges
-        .iter()
-        .map(|(s, sh, t, th)| json!({"source": s, "sourceHandle": sh, "target": t, "targetHandle": th}))
-        .collect();
-    let doc = json!({"format": "heddle.graph", "version": 1, "nodes": nodes, "edges": edges});
-    GraphDoc::parse(&doc.to_string(), "test.json").unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retained_run_outputs_are_capped_with_a_marker() {
     let doc = graph(
-        json!([
-            {"id": "emit", "type": "hostile.re_emit", "properties": {"count": 200, "bytes": 1048576}},
-            {"id": "out", "type": "heddle.output", "properties": {"name": "result"}}
-        ]),
+        &[
+            (
+                "emit",
+                "hostile.re_emit",
+                json!({"count": 200, "bytes": 1048576}),
+            ),
+            ("out", "heddle.output", json!({"name": "result"})),
+        ],
         &[("emit", "out", "out", "value")],
     );
     let mut reg = Registry::with_builtins();

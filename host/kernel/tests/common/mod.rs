@@ -8,14 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use heddle_core::{
-    GraphDoc, NodeDecl, NodeMode, OutputCorrelation, OutputDecl, PortDecl, PortType, Value,
-};
+use heddle_core::{NodeDecl, NodeMode, OutputCorrelation, OutputDecl, PortDecl, PortType, Value};
 use heddle_kernel::{
     BoxFuture, Call, Executor, InputStream, NodeCtx, NodeError, NodeProvider, NodeSpec, Outputs,
     Registry,
 };
-use serde_json::json;
 use tokio::sync::Notify;
 
 /// Observations the test nodes share with the test.
@@ -348,27 +345,8 @@ pub fn registry() -> (Registry, Arc<Probe>) {
     (r, probe)
 }
 
-/// Builds a graph document from `(id, type, properties)` and
-/// `(source, sourceHandle, target, targetHandle)`.
-pub fn graph(
-    nodes: &[(&str, &str, serde_json::Value)],
-    edges: &[(&str, &str, &str, &str)],
-) -> GraphDoc {
-    let nodes: Vec<_> = nodes
-        .iter()
-        .map(|(id, ty, p)| json!({"id": id, "type": ty, "properties": p}))
-        .collect();
-    let edges: Vec<_> = edges
-        .iter()
-        .map(|(s, sh, t, th)| {
-            let control = *th == "__control__";
-            json!({"source": s, "sourceHandle": sh, "target": t, "targetHandle": th,
-                   "edge_type": if control { "control" } else { "data" }})
-        })
-        .collect();
-    let doc = json!({"format": "heddle.graph", "version": 1, "nodes": nodes, "edges": edges});
-    GraphDoc::parse(&doc.to_string(), "test.json").unwrap()
-}
+/// Graphs are written with the workspace's one builder.
+pub use heddle_core::builder::graph;
 
 pub fn ints(v: &[Value]) -> Vec<i64> {
     v.iter().map(|v| v.as_i64().unwrap()).collect()
