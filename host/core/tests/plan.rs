@@ -42,7 +42,7 @@ fn decl(name: &str, inputs: Vec<PortDecl>, outputs: Vec<OutputDecl>) -> NodeDecl
 
 fn decls() -> Decls {
     let mut all = vec![
-        // The built-in shapes, as /tmp/names.md fixes them.
+        // The built-in shapes, as the kernel declares them (kernel `builtins.rs`).
         NodeDecl {
             properties: vec![
                 PortDecl::new("name", t("str")),
