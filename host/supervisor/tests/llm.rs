@@ -530,23 +530,17 @@ async fn llm_supervises_a_real_kernel_run() {
     .await;
     let mut reg = heddle_kernel::Registry::with_builtins();
     reg.add(Arc::new(FlakyProvider)).unwrap();
-    let doc = heddle_core::GraphDoc::parse(
-        &json!({
-            "format": "heddle.graph", "version": 1,
-            "nodes": [
-                {"id": "in", "type": "heddle.input", "properties": {"name": "x"}},
-                {"id": "fetch", "type": "e2e.flaky", "properties": {}},
-                {"id": "out", "type": "heddle.output", "properties": {"name": "out"}},
-            ],
-            "edges": [
-                {"source": "in", "sourceHandle": "value", "target": "fetch", "targetHandle": "value"},
-                {"source": "fetch", "sourceHandle": "value", "target": "out", "targetHandle": "value"},
-            ],
-        })
-        .to_string(),
-        "e2e.json",
-    )
-    .unwrap();
+    let doc = heddle_core::builder::graph(
+        &[
+            ("in", "heddle.input", json!({"name": "x"})),
+            ("fetch", "e2e.flaky", json!({})),
+            ("out", "heddle.output", json!({"name": "out"})),
+        ],
+        &[
+            ("in", "value", "fetch", "value"),
+            ("fetch", "value", "out", "value"),
+        ],
+    );
     let mut opts = heddle_kernel::runtime::RunOptions::default();
     // A secret handed to some node earlier in the run, which also sits in an input.
     opts.secrets.register("hunter2-SECRET");
