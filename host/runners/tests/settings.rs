@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::*;
 use heddle_core::plan::{Issue, plan};
-use heddle_core::{GraphDoc, Value};
+use heddle_core::{GraphBuilder, GraphDoc, Value};
 use heddle_kernel::Registry;
 use heddle_runners::{CodeNodes, RunnersConfig};
 use serde_json::json;
@@ -22,15 +22,9 @@ fn registry(config: RunnersConfig) -> Registry {
 
 /// A graph of one `code.bash` node `id` with `properties`.
 fn one_node(id: &str, properties: serde_json::Value) -> GraphDoc {
-    GraphDoc::parse(
-        &json!({
-            "nodes": [{"id": id, "type": "code.bash", "properties": properties}],
-            "edges": []
-        })
-        .to_string(),
-        "test graph",
-    )
-    .expect("graph parses")
+    GraphBuilder::new()
+        .node_with(id, "code.bash", properties)
+        .build()
 }
 
 /// The planner's issues for the graph (it must be refused).
