@@ -32,6 +32,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Bench(a) => commands::bench::run(a),
         Command::Package(a) => commands::package::run(a),
         Command::Images(a) => commands::images::run(a),
+        Command::Runs(a) => commands::runs::run(a),
     }
 }
 

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "heddle",
     version,
     about = "Run node graphs whose nodes are WebAssembly components",
-    after_help = "Exit codes: 0 completed, 1 failed, 2 invalid graph or usage, 3 cancelled, 4 suspended."
+    after_help = "Exit codes: 0 completed, 1 failed, 2 invalid graph or usage, 3 cancelled, 4 suspended (paused), 5 unusable run store."
 )]
 pub struct Cli {
     /// Show error causes in full, with a backtrace.
@@ -44,6 +44,47 @@ pub enum Command {
     Package(PackageArgs),
     /// Build the code runners' container images (needs Docker; idempotent).
     Images(ImagesArgs),
+    /// List, inspect, resume and cancel durable runs (`heddle run --durable`).
+    Runs(RunsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    pub command: RunsCommand,
+    #[command(flatten)]
+    pub env: EnvArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Every recorded run with its state (from its event log).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One run: state, open pause, and what each occurrence recorded. Readable while the
+    /// run is live.
+    Show {
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Continue a paused or interrupted run with its stored graph, inputs and package
+    /// digests. Completed work is never repeated; resuming a reconcile pause offers the
+    /// uncertain work again (that is the decision resume records).
+    Resume {
+        run: String,
+        /// The pause event to reopen (as `runs show` prints it); refused if the run
+        /// holds a different one.
+        #[arg(long, value_name = "EVENT")]
+        pause: Option<u64>,
+        /// Print the JSON report instead of progress and outputs.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a run that is not finished; it can no longer be resumed.
+    Cancel { run: String },
 }
 
 #[derive(Debug, Args)]
@@ -106,6 +147,11 @@ pub struct RunArgs {
     /// Print one machine-readable JSON report on stdout instead of progress and outputs.
     #[arg(long)]
     pub json: bool,
+    /// Record the run in the run store (`[store] path`, default .heddle/runs.db) so it
+    /// survives a crash or Ctrl-C and can be resumed (`heddle runs resume`); prints the
+    /// run id first. `[store] durable = true` makes it the default.
+    #[arg(long)]
+    pub durable: bool,
     /// Wall-clock limit per node invocation in milliseconds, at least 1 (overrides [run]
     /// node_timeout_ms).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(crate::config::NODE_TIMEOUT_MS))]

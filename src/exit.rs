@@ -23,8 +23,12 @@ pub enum Exit {
     Invalid = 2,
     /// The run was cancelled (Ctrl-C).
     Cancelled = 3,
-    /// The run suspended, waiting for something outside it (human in the loop).
+    /// The run suspended, waiting for something outside it (human in the loop), or a
+    /// durable run paused (resume it with `heddle runs resume`).
     Suspended = 4,
+    /// The run store cannot be used: corrupt, not a Heddle run store, or written by a
+    /// newer Heddle. Nothing was changed in it.
+    Store = 5,
 }
 
 impl Exit {
@@ -113,6 +117,14 @@ pub fn classify(err: &anyhow::Error) -> Exit {
             } else {
                 Exit::Failed
             };
+        }
+        if let Some(s) = cause.downcast_ref::<heddle_store::StoreError>() {
+            if s.is_bad_store() {
+                return Exit::Store;
+            }
+            if s.is_bad_request() {
+                return Exit::Invalid;
+            }
         }
         if let Some(k) = cause.downcast_ref::<heddle_kernel::KernelError>() {
             use heddle_kernel::KernelError as K;

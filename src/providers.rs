@@ -36,6 +36,9 @@ pub struct Env {
     pub runners_config: RunnersConfig,
     pub packages_dir: PathBuf,
     pub registry: Registry,
+    /// sha256 of every loaded WASM package's component, by package name (a durable run
+    /// records the ones it uses and refuses to resume on changed bytes).
+    pub package_digests: std::collections::BTreeMap<String, String>,
 }
 
 /// Config sections of every crate, parsed once.
@@ -99,6 +102,11 @@ impl Env {
                 s.packages_dir.display()
             )
         })?;
+        let package_digests = wasm
+            .packages()
+            .iter()
+            .map(|p| (p.name().to_string(), p.digest.clone()))
+            .collect();
         registry.add(Arc::new(wasm))?;
         registry.add(Arc::new(CodeNodes::new(s.runners.clone())))?;
 
@@ -108,6 +116,7 @@ impl Env {
             runners_config: s.runners,
             packages_dir: s.packages_dir,
             registry,
+            package_digests,
         })
     }
 }

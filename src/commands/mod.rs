@@ -5,6 +5,7 @@ pub mod images;
 pub mod nodes;
 pub mod package;
 pub mod run;
+pub mod runs;
 pub mod validate;
 
 use std::path::Path;

@@ -50,19 +50,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         }
     }
 
-    let mode = if args.json {
-        Mode::Quiet
-    } else if std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {
-        Mode::Live
-    } else {
-        Mode::Plain
-    };
-    if mode != Mode::Quiet {
-        for w in &plan.warnings {
-            eprintln!("warning: {w}");
-        }
-    }
-    let total_nodes = plan.nodes.len();
     let supervisor = supervisor(&args)?;
     let secrets = run_secrets(&env, supervisor.as_deref());
     let opts = RunOptions {
@@ -75,9 +62,70 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             .or(env.config.run.node_timeout()),
         ..RunOptions::default()
     };
+    let store = super::runs::StoreSection::load(&env.config)?;
+    let session = if args.durable || store.durable {
+        Some(super::runs::begin(&store, &env, &args.graph, &plan, &opts)?)
+    } else {
+        None
+    };
+    execute(
+        rt,
+        Execution {
+            graph,
+            plan,
+            registry: &env.registry,
+            opts,
+            json: args.json,
+            stream: args.stream.as_deref(),
+            session,
+        },
+    )
+}
+
+/// One run as the command line drives it, fresh or resumed.
+pub(crate) struct Execution<'a> {
+    pub graph: String,
+    pub plan: heddle_core::plan::Plan,
+    pub registry: &'a heddle_kernel::Registry,
+    pub opts: RunOptions,
+    pub json: bool,
+    pub stream: Option<&'a str>,
+    /// A durable run's session: its journal is attached and its ending recorded.
+    pub session: Option<heddle_store::session::Session>,
+}
+
+/// Runs with live progress, then prints the outputs or the JSON report.
+pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::Result<Exit> {
+    let Execution {
+        graph,
+        plan,
+        registry,
+        mut opts,
+        json,
+        stream,
+        session,
+    } = x;
+    if let Some(s) = &session {
+        opts.journal = Some(s.journal.clone());
+    }
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mode = if json {
+        Mode::Quiet
+    } else if std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {
+        Mode::Live
+    } else {
+        Mode::Plain
+    };
+    if mode != Mode::Quiet {
+        for w in &plan.warnings {
+            eprintln!("warning: {w}");
+        }
+    }
+    let total_nodes = plan.nodes.len();
+    let durable = session.is_some();
 
     let (result, times, stream_error) = rt.block_on(async {
-        let run = Run::new(plan, &env.registry, opts)?;
+        let run = Run::new(plan, registry, opts)?;
         let events = run.subscribe();
         // Registered before the run starts and is announced, so a signal sent after the
         // announcement is always handled here rather than by the default action.
@@ -90,20 +138,27 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         let ended_tx = Arc::new(ended_tx);
         let watcher = tokio::spawn(watch_events(events, progress, ended_tx.clone()));
 
+        let on_ctrl_c = if durable {
+            "Ctrl-C stops it, resumable"
+        } else {
+            "Ctrl-C cancels"
+        };
         printer.line(&format!(
-            "running {graph}: {total_nodes} nodes (Ctrl-C cancels)"
+            "running {graph}: {total_nodes} nodes ({on_ctrl_c})"
         ));
         let handle = run.start();
         let canceller = handle.canceller();
         let on_signal = {
             let ended_tx = ended_tx.clone();
             let printer = printer.clone();
+            let interrupted = interrupted.clone();
             tokio::spawn(async move {
                 let name = tokio::select! {
                     _ = sigint.recv() => "interrupted",
                     _ = sigterm.recv() => "terminated",
                 };
                 printer.line(&format!("{name}: cancelling the run…"));
+                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
                 canceller.cancel();
                 let _ = ended_tx.send(true);
                 // A second signal while cancel is under way: leave at once.
@@ -115,9 +170,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             })
         };
 
-        let stream_error = feed_streams(&handle, args.stream.as_deref(), ended_rx)
-            .await
-            .err();
+        let stream_error = feed_streams(&handle, stream, ended_rx).await.err();
         if stream_error.is_some() {
             handle.cancel();
         }
@@ -137,11 +190,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     // shutdown would wait for a line that may never come (cancel with stdin open).
     rt.shutdown_background();
 
+    let ending = match &session {
+        Some(s) => Some(super::runs::end(
+            s,
+            &result,
+            interrupted.load(std::sync::atomic::Ordering::SeqCst),
+        )?),
+        None => None,
+    };
     let mut report = RunReport::build(&graph, &result, &times);
     if let Some(e) = stream_error {
         // The input was wrong, not the graph: the report says so and the exit code is
         // the one for a refused request.
-        if args.json {
+        if json {
             report.error = Some(e.to_string());
             report.exit_code = Exit::Invalid.code();
             println!("{}", serde_json::to_string_pretty(&report)?);
@@ -150,7 +211,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         print!("{}", human_summary(&report));
         return Err(e.into());
     }
-    if args.json {
+    if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", human_summary(&report));
@@ -162,6 +223,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         if let Some(s) = &report.suspend {
             eprintln!("suspended at node {}: {}", s.node_id, s.reason);
         }
+    }
+    if let (Some(s), Some(ending)) = (&session, &ending) {
+        return Ok(super::runs::report_ending(&s.run_id, ending));
     }
     Ok(Exit::for_status(result.status))
 }
@@ -275,7 +339,7 @@ pub struct StreamLineError {
 /// happened to read the secret. That is the literal `[secrets] values`, every secret
 /// granted to a package, every variable under the secrets prefix (`HEDDLE_SECRET_*`),
 /// and the supervisor's own credentials.
-fn run_secrets(env: &Env, supervisor: Option<&dyn Supervisor>) -> Arc<SecretRegistry> {
+pub(crate) fn run_secrets(env: &Env, supervisor: Option<&dyn Supervisor>) -> Arc<SecretRegistry> {
     let registry = SecretRegistry::default();
     let source = &env.wasm_config.secrets;
     for v in source.values.values() {

@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod builtins;
 pub mod executor;
+pub mod journal;
 pub mod registry;
 pub mod runtime;
 pub mod supervisor;
@@ -15,5 +16,6 @@ pub use executor::{
     BoxFuture, Call, CtxParts, Emitted, ErrorKind, EventSink, Executor, InputStream, Inputs,
     NodeCtx, NodeError, NodeProvider, NodeSpec, Outputs, SecretRegistry, StreamItem,
 };
+pub use journal::{Journal, JournalError, Prior};
 pub use registry::{Registry, RegistryError};
 pub use runtime::{EventStream, InboxLimits, KernelError, Run, RunHandle, RunOptions, run_graph};

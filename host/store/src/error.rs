@@ -82,6 +82,27 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("run {run} is {state}: only a paused or interrupted run can be resumed")]
+    NotResumable { run: String, state: &'static str },
+    #[error("run {run} is live (owner process {pid}); stop it first or wait for it")]
+    Live { run: String, pid: u32 },
+    #[error("run {run}: Resume expected pause event \"{expected}\" but found \"{found}\"")]
+    PauseMismatch {
+        run: String,
+        expected: String,
+        found: String,
+    },
+    #[error(
+        "run {run}: package {package} changed since the run started (recorded sha256 {recorded}, now {current}); resume refuses to run different code"
+    )]
+    PackageChanged {
+        run: String,
+        package: String,
+        recorded: String,
+        current: String,
+    },
+    #[error("run {run} has already ended ({state}); nothing to cancel")]
+    AlreadyEnded { run: String, state: &'static str },
     #[error("the run log stopped writing after an error")]
     WriterStopped(#[source] std::sync::Arc<StoreError>),
     #[error("the run log writer is gone (the log was closed)")]
@@ -95,6 +116,20 @@ impl StoreError {
 
     /// The store file itself cannot be used (corrupt, foreign, too new): a problem with
     /// what the user pointed at rather than with a run.
+    /// The request named something that is not there or not in the right state (an
+    /// unknown run, a run that is not paused, the wrong pause): a mistake in what was
+    /// asked, refused before anything was written.
+    pub fn is_bad_request(&self) -> bool {
+        matches!(
+            self,
+            StoreError::UnknownRun(_)
+                | StoreError::NotResumable { .. }
+                | StoreError::Live { .. }
+                | StoreError::PauseMismatch { .. }
+                | StoreError::AlreadyEnded { .. }
+        )
+    }
+
     pub fn is_bad_store(&self) -> bool {
         matches!(
             self,

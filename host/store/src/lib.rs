@@ -10,8 +10,10 @@
 
 mod error;
 pub mod fault;
+mod journal;
 pub mod log;
 mod schema;
+pub mod session;
 mod sqlite;
 pub mod status;
 
@@ -21,6 +23,7 @@ use heddle_core::{Record, Value};
 use serde::{Deserialize, Serialize};
 
 pub use error::StoreError;
+pub use journal::DurableJournal;
 pub use log::{RunLog, SyncWait};
 pub use sqlite::SqliteStore;
 pub use status::{RunState, RunView};

@@ -74,6 +74,9 @@ pub struct RunOptions {
     /// the handle in [`crate::supervisor::Bounded`] unless it already is bounded; give
     /// each run its own handle (bounds and sticky verdicts are per handle).
     pub supervisor: Option<Arc<dyn crate::supervisor::Supervisor>>,
+    /// Makes the run durable: every invocation is recorded ahead (see
+    /// [`crate::journal`]) and what an earlier process recorded is not run again.
+    pub journal: Option<Arc<dyn crate::journal::Journal>>,
 }
 
 impl Default for RunOptions {
@@ -86,6 +89,7 @@ impl Default for RunOptions {
             node_timeout: None,
             secrets: Arc::new(SecretRegistry::default()),
             supervisor: None,
+            journal: None,
         }
     }
 }
@@ -206,6 +210,7 @@ impl Run {
             limits: self.opts.inbox.clone(),
             escalator,
             outputs_retained: actor::RetainedOutputs::new(self.opts.output_cap_bytes),
+            journal: self.opts.journal.clone(),
         });
 
         let node_index = plan

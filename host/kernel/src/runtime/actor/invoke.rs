@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use heddle_core::{EventKind, InvocationMetrics};
+use heddle_core::{EventKind, InvocationMetrics, Occurrence, Record, SuspendInfo, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -16,6 +16,7 @@ use crate::executor::{
     BoxFuture, Call, CtxParts, Emitted, ErrorKind, InputStream, Inputs, NodeCtx, NodeError,
     Outputs, StreamItem,
 };
+use crate::journal::{Journal, Prior, RECONCILE_REASON};
 use crate::runtime::lineage::Lineage;
 use crate::runtime::sched::Firing;
 
@@ -87,11 +88,160 @@ impl Actor {
     /// `mint`'s iteration tokens (fresh for each attempt). An `Err` stops the node.
     pub(super) async fn invoke(
         &mut self,
+        inv: Invocation<'_>,
+        mint: &mut MintedTokens,
+    ) -> Result<Settled, Stop> {
+        // A live stream session is not journaled: its inputs arrive while it runs, so
+        // it runs again on recovery (its upstream results are replayed into it).
+        let journal = match (&self.shared.journal, &inv.work) {
+            (Some(j), Work::Firing { .. } | Work::Inputs(_)) => Some(j.clone()),
+            _ => None,
+        };
+        let Some(journal) = journal else {
+            return self.attempts(inv, mint, None).await;
+        };
+        let occ = self.occurrence(&inv.key);
+        let fresh = match journal.prior(&occ) {
+            Prior::Fresh => true,
+            Prior::Redo => false,
+            Prior::Completed { outputs, emitted } => {
+                self.invocations += 1;
+                *mint = MintedTokens::default();
+                for (handle, value) in emitted {
+                    self.route_emitted(Emitted { handle, value }, inv.lineage, mint)
+                        .await?;
+                }
+                return Ok(Settled::Produced(outputs));
+            }
+            Prior::Failed { error } => return Err(Stop::Failed(error)),
+            Prior::Skipped { error } => {
+                self.sup_skips += 1;
+                return Ok(Settled::Skipped { error });
+            }
+            Prior::EndedStream { error } => return Ok(Settled::Ended { error }),
+            Prior::Uncertain => {
+                return Err(Stop::Suspended(SuspendInfo {
+                    node_id: self.spec.id.to_string(),
+                    reason: RECONCILE_REASON.to_string(),
+                    // An occurrence is three plain fields; it always serializes.
+                    state: Value::from_json(
+                        serde_json::to_value(&occ).expect("occurrence serializes"),
+                    ),
+                }));
+            }
+        };
+        if fresh {
+            journal.append(Record::Dispatched {
+                occurrence: occ.clone(),
+                retry_safe: self.spec.decl.retry_safe,
+            });
+        }
+        let settled = self.attempts(inv, mint, Some((&*journal, &occ))).await;
+        self.emitted = None;
+        match &settled {
+            Err(Stop::Failed(error)) => journal.append(Record::Failed {
+                occurrence: occ,
+                error: error.clone(),
+                metrics: InvocationMetrics::default(),
+            }),
+            Ok(Settled::Skipped { error }) | Ok(Settled::Ended { error }) => {
+                let verdict = if matches!(settled, Ok(Settled::Skipped { .. })) {
+                    "skip"
+                } else {
+                    "end_stream"
+                };
+                journal.append(Record::Verdict {
+                    occurrence: occ,
+                    verdict: serde_json::json!({ "verdict": verdict, "error": error }),
+                    decided_by: "supervisor".into(),
+                });
+            }
+            _ => {}
+        }
+        settled
+    }
+
+    /// This invocation's occurrence: node id, lineage key and how many invocations at
+    /// that key came before it.
+    fn occurrence(&mut self, key: &Arc<str>) -> Occurrence {
+        let n = self.occurrences.entry(key.clone()).or_insert(0);
+        let occ = Occurrence::new(&*self.spec.id, &**key, *n);
+        *n += 1;
+        occ
+    }
+
+    /// Records the start of an attempt: on disk before node code runs when the node is
+    /// not retry-safe, group-committed otherwise.
+    async fn record_start(&self, journal: &dyn Journal, occ: &Occurrence) -> Result<(), Stop> {
+        let record = Record::Started {
+            occurrence: occ.clone(),
+        };
+        if self.spec.decl.retry_safe {
+            journal.append(record);
+            return Ok(());
+        }
+        journal
+            .append_synced(record)
+            .await
+            .map_err(|e| self.journal_stop(e))
+    }
+
+    /// Records an attempt's outputs. A node that is not retry-safe waits for the record
+    /// to be on disk before its outputs go downstream: a lost result would make recovery
+    /// pause on work that did complete.
+    async fn record_result(
+        &mut self,
+        journal: &dyn Journal,
+        occ: &Occurrence,
+        out: &Outputs,
+        metrics: InvocationMetrics,
+    ) -> Result<(), Stop> {
+        let record = Record::Completed {
+            occurrence: occ.clone(),
+            outputs: out
+                .iter()
+                .map(|(h, v)| (h.to_string(), v.clone()))
+                .collect(),
+            emitted: self
+                .emitted
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(h, v)| (h.to_string(), v))
+                .collect(),
+            metrics,
+        };
+        if self.spec.decl.retry_safe {
+            journal.append(record);
+            return Ok(());
+        }
+        journal
+            .append_synced(record)
+            .await
+            .map_err(|e| self.journal_stop(e))
+    }
+
+    fn journal_stop(&self, e: crate::journal::JournalError) -> Stop {
+        Stop::Abort(format!(
+            "node \"{}\" (type {}): {e}; the run stops so nothing runs unrecorded",
+            self.spec.id, self.spec.node_type
+        ))
+    }
+
+    /// The attempt loop of one invocation; `journal` records each attempt's start,
+    /// result and the supervisor's retries.
+    async fn attempts(
+        &mut self,
         mut inv: Invocation<'_>,
         mint: &mut MintedTokens,
+        journal: Option<(&dyn Journal, &Occurrence)>,
     ) -> Result<Settled, Stop> {
         let mut attempt = 1;
         loop {
+            if let Some((j, occ)) = journal {
+                self.record_start(j, occ).await?;
+                self.emitted = inv.emits.then(Vec::new);
+            }
             let (emit_tx, emit_rx) = if inv.emits {
                 let (tx, rx) = mpsc::channel(EMIT_BUFFER);
                 (Some(tx), Some(rx))
@@ -137,6 +287,11 @@ impl Actor {
             self.account(&ctx, t0, &inv.key, result.as_ref().err());
             match result {
                 Ok(out) => {
+                    if let Some((j, occ)) = journal {
+                        let mut m = ctx.metrics();
+                        m.wall_us = t0.elapsed().as_micros() as u64;
+                        self.record_result(j, occ, &out, m).await?;
+                    }
                     self.record_for_supervisor(inv.lineage, &out, &ctx);
                     return Ok(Settled::Produced(out));
                 }
@@ -154,8 +309,24 @@ impl Actor {
                         attempt,
                     );
                     match self.recover(e, rec).await? {
+                        Some(Settled::Produced(out)) => {
+                            // A substitute is the occurrence's result from now on.
+                            if let Some((j, occ)) = journal {
+                                self.record_result(j, occ, &out, ctx.metrics()).await?;
+                            }
+                            return Ok(Settled::Produced(out));
+                        }
                         Some(settled) => return Ok(settled),
-                        None => attempt += 1,
+                        None => {
+                            if let Some((j, occ)) = journal {
+                                j.append(Record::Verdict {
+                                    occurrence: occ.clone(),
+                                    verdict: serde_json::json!({ "verdict": "retry" }),
+                                    decided_by: "supervisor".into(),
+                                });
+                            }
+                            attempt += 1
+                        }
                     }
                 }
             }

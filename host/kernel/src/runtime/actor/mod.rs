@@ -157,6 +157,8 @@ pub(crate) struct Shared {
     /// Present only when the run has a supervisor: without one no escalation is built.
     pub escalator: Option<Arc<crate::supervisor::Escalator>>,
     pub outputs_retained: RetainedOutputs,
+    /// Present only for a durable run: without one no occurrence is ever built.
+    pub journal: Option<Arc<dyn crate::journal::Journal>>,
 }
 
 /// The run-wide budget of retained output bytes (see `RunOptions::output_cap_bytes`).
@@ -289,6 +291,10 @@ pub(crate) struct Actor {
     /// Invocations the supervisor skipped (a node whose every invocation was skipped
     /// ends skipped, reason supervisor).
     sup_skips: u64,
+    /// Durable runs only: invocations so far per lineage key (an occurrence's `n`).
+    occurrences: HashMap<Arc<str>, u32>,
+    /// Durable runs only: what the current attempt emitted, for its result record.
+    emitted: Option<Vec<(Arc<str>, Value)>>,
 }
 
 impl Actor {
@@ -318,6 +324,8 @@ impl Actor {
             ended_in: Vec::new(),
             eos_sent: false,
             sup_skips: 0,
+            occurrences: HashMap::new(),
+            emitted: None,
         }
     }
 

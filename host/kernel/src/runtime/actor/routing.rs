@@ -67,6 +67,9 @@ impl Actor {
         lineage: &Lineage,
         mint: &mut MintedTokens,
     ) -> Result<(), Stop> {
+        if let Some(rec) = &mut self.emitted {
+            rec.push((e.handle.clone(), e.value.clone()));
+        }
         match self.port_index(&e.handle) {
             Some(p) => self.route_port_values(&[(p, e.value)], lineage, mint).await,
             None => {

@@ -1,0 +1,72 @@
+//! The write-ahead seam of a durable run. The kernel records every invocation here in
+//! its one invocation path (dispatch before the executor gets it, start before node code
+//! runs, the result when it ends, supervisor verdicts) and asks what a previous process
+//! already recorded for an occurrence, to apply the crash table. A store implements it;
+//! the kernel never names one. A run without a journal never builds an occurrence.
+
+use std::sync::Arc;
+
+use heddle_core::{Occurrence, Record, Value};
+
+use crate::executor::{BoxFuture, Outputs};
+
+/// What an earlier process recorded for an occurrence, reduced to what the kernel does
+/// about it (seed 003's crash table).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prior {
+    /// Nothing recorded: decide and dispatch.
+    Fresh,
+    /// Dispatched but never started (node code provably did not run), or started and
+    /// retry-safe, or offered again by an explicit resume: run it without recording a
+    /// second dispatch.
+    Redo,
+    /// A result was recorded: feed it downstream without running anything.
+    Completed {
+        outputs: Outputs,
+        /// What a streaming node emitted before returning, in order.
+        emitted: Vec<(Arc<str>, Value)>,
+    },
+    /// A terminal failure was recorded: the node fails the same way without running.
+    Failed {
+        error: String,
+    },
+    /// The supervisor's recorded verdict dropped the invocation (skip) or ended its
+    /// stream; carried out, never asked again.
+    Skipped {
+        error: String,
+    },
+    EndedStream {
+        error: String,
+    },
+    /// Started, not retry-safe, no result: whether its effect happened is unknown. The
+    /// run pauses for reconciliation; nothing runs.
+    Uncertain,
+}
+
+/// A journal failed: the run cannot continue durably and stops (fail closed).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the durable run log failed: {source}")]
+pub struct JournalError {
+    #[source]
+    pub source: Arc<dyn std::error::Error + Send + Sync>,
+}
+
+pub trait Journal: Send + Sync {
+    /// What an earlier process recorded for `occ`.
+    fn prior(&self, occ: &Occurrence) -> Prior;
+
+    /// Appends a record that may be group-committed.
+    fn append(&self, record: Record);
+
+    /// Appends a record and resolves once it, and everything before it, is on disk.
+    fn append_synced(&self, record: Record) -> BoxFuture<'static, Result<(), JournalError>>;
+}
+
+/// The kernel's pause reason for an uncertain occurrence; the caller records the pause.
+pub const RECONCILE_REASON: &str = "reconcile";
+
+impl std::fmt::Debug for dyn Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Journal")
+    }
+}

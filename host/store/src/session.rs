@@ -1,0 +1,233 @@
+//! The life of a durable run around the kernel: begin (record the run, take it), reopen
+//! (check a resume without writing, then take the run over), end (record how the
+//! kernel's run ended) and cancel. The CLI drives these; a server would too.
+
+use std::sync::Arc;
+
+use heddle_core::{Occurrence, OpenReason, PauseReason, Record, RunResult, RunStatus, Value};
+use heddle_kernel::journal::RECONCILE_REASON;
+
+use crate::status::{OpenPause, RunState, RunView, pid_alive};
+use crate::{DurableJournal, NewRun, RunHeader, RunLog, RunStore, StoreError, Stored};
+
+/// A run this process owns: its log and the journal the kernel writes through.
+pub struct Session {
+    pub run_id: String,
+    pub log: Arc<RunLog>,
+    pub journal: Arc<DurableJournal>,
+}
+
+fn open(
+    store: Arc<dyn RunStore>,
+    run_id: &str,
+    records: &[Stored],
+    reason: OpenReason,
+    extra: Option<Record>,
+    reoffer: &dyn Fn(&Occurrence) -> bool,
+) -> Result<Session, StoreError> {
+    let epoch = store.acquire(run_id)?;
+    let log = Arc::new(RunLog::start(store, run_id, epoch, records.len() as u64));
+    log.append(Record::Opened {
+        epoch,
+        reason,
+        pid: std::process::id(),
+    });
+    if let Some(r) = extra {
+        log.append(r);
+    }
+    log.flush().wait()?;
+    let journal = Arc::new(DurableJournal::new(log.clone(), records, reoffer));
+    Ok(Session {
+        run_id: run_id.to_string(),
+        log,
+        journal,
+    })
+}
+
+/// Records a new run and takes it.
+pub fn begin(store: Arc<dyn RunStore>, run: &NewRun) -> Result<(RunHeader, Session), StoreError> {
+    let header = store.create_run(run)?;
+    let session = open(store, &header.run_id, &[], OpenReason::Start, None, &|_| {
+        false
+    })?;
+    Ok((header, session))
+}
+
+/// What a resume will do, checked without writing anything.
+pub struct Resumption {
+    pub header: RunHeader,
+    pub records: Vec<Stored>,
+    pub view: RunView,
+    /// The pause it reopens (none when it recovers an interrupted run).
+    pub pause: Option<OpenPause>,
+}
+
+impl Resumption {
+    /// Whether this resume offers `occ` again although it started without a recorded
+    /// result: the uncertain occurrence of a reconcile pause, or the invocation of a node
+    /// that suspended the run (it asked to be run again once the user answered).
+    pub fn reoffers(&self, occ: &Occurrence) -> bool {
+        match &self.pause {
+            Some(OpenPause {
+                reason: PauseReason::Reconcile { occurrence },
+                ..
+            }) => occurrence == occ,
+            Some(OpenPause {
+                reason: PauseReason::Suspend { node, .. },
+                ..
+            }) => &occ.node == node,
+            _ => false,
+        }
+    }
+}
+
+/// Reads a run and its state from the log.
+pub fn inspect(
+    store: &dyn RunStore,
+    run_id: &str,
+) -> Result<(RunHeader, Vec<Stored>, RunView), StoreError> {
+    let header = store.header(run_id)?;
+    let read = store.read(run_id, 0)?;
+    let view = RunView::fold(&read.records, pid_alive);
+    Ok((header, read.records, view))
+}
+
+/// Checks that `run_id` can be resumed (at pause event `pause`, when given).
+pub fn check_resume(
+    store: &dyn RunStore,
+    run_id: &str,
+    pause: Option<u64>,
+) -> Result<Resumption, StoreError> {
+    let (header, records, view) = inspect(store, run_id)?;
+    match view.state {
+        RunState::Paused | RunState::Interrupted => {}
+        RunState::Running => {
+            return Err(StoreError::Live {
+                run: run_id.to_string(),
+                pid: view.owner_pid.unwrap_or(0),
+            });
+        }
+        s => {
+            return Err(StoreError::NotResumable {
+                run: run_id.to_string(),
+                state: s.as_str(),
+            });
+        }
+    }
+    let open = view.pause.clone();
+    if let Some(expected) = pause {
+        let found = open.as_ref().map(|p| p.event.to_string());
+        if found.as_deref() != Some(expected.to_string().as_str()) {
+            return Err(StoreError::PauseMismatch {
+                run: run_id.to_string(),
+                expected: expected.to_string(),
+                found: found.unwrap_or_else(|| "none".into()),
+            });
+        }
+    }
+    Ok(Resumption {
+        header,
+        records,
+        view,
+        pause: open,
+    })
+}
+
+/// Takes the run over and reopens it: a paused run at its pause (the user decided), an
+/// interrupted one by recovery (no decision is implied: uncertain work pauses again).
+pub fn reopen(store: Arc<dyn RunStore>, r: &Resumption) -> Result<Session, StoreError> {
+    let (reason, extra) = match &r.pause {
+        Some(p) => (OpenReason::Resume, Some(Record::Resumed { pause: p.event })),
+        None => (OpenReason::Recover, None),
+    };
+    // Acquiring drops a torn tail; read again so numbering continues after what counts.
+    let session = open(
+        store.clone(),
+        &r.header.run_id,
+        &r.records,
+        reason,
+        extra,
+        &|occ| r.reoffers(occ),
+    )?;
+    Ok(session)
+}
+
+/// How a durable run ended, as recorded.
+#[derive(Debug)]
+pub enum Ending {
+    Finished(RunStatus),
+    Paused { event: u64, reason: PauseReason },
+}
+
+/// Records how the kernel's run ended and closes the log. A run cancelled by the
+/// user's interrupt (`interrupted`) is paused, not ended: it stays resumable.
+pub fn end(session: &Session, result: &RunResult, interrupted: bool) -> Result<Ending, StoreError> {
+    let pause = match result.status {
+        RunStatus::Cancelled if interrupted => Some(PauseReason::Interrupted),
+        RunStatus::Suspended => Some(match &result.suspend {
+            Some(s) if s.reason == RECONCILE_REASON => PauseReason::Reconcile {
+                occurrence: reconcile_occurrence(&s.state)
+                    .unwrap_or_else(|| Occurrence::new(s.node_id.clone(), "", 0)),
+            },
+            Some(s) => PauseReason::Suspend {
+                node: s.node_id.clone(),
+                reason: s.reason.clone(),
+            },
+            None => PauseReason::Suspend {
+                node: String::new(),
+                reason: "suspended".into(),
+            },
+        }),
+        _ => None,
+    };
+    let ending = match pause {
+        Some(reason) => {
+            let (event, wait) = session.log.append_synced(Record::Paused {
+                pause: reason.clone(),
+            });
+            wait.wait()?;
+            Ending::Paused { event, reason }
+        }
+        None => {
+            let (_, wait) = session.log.append_synced(Record::Finished {
+                status: result.status,
+                error: result.error.clone(),
+            });
+            wait.wait()?;
+            Ending::Finished(result.status)
+        }
+    };
+    session.log.close()?;
+    Ok(ending)
+}
+
+/// The occurrence the kernel put in a reconcile suspension's state.
+fn reconcile_occurrence(state: &Value) -> Option<Occurrence> {
+    serde_json::from_value(state.to_json()).ok()
+}
+
+/// Cancels a run that is not running here: takes it over (fencing out a live owner,
+/// whose next write is refused) and records the cancel and the ending.
+pub fn cancel(store: Arc<dyn RunStore>, run_id: &str) -> Result<(), StoreError> {
+    let (_, records, view) = inspect(&*store, run_id)?;
+    if view.state.is_final() {
+        return Err(StoreError::AlreadyEnded {
+            run: run_id.to_string(),
+            state: view.state.as_str(),
+        });
+    }
+    let epoch = store.acquire(run_id)?;
+    store.append(
+        run_id,
+        epoch,
+        records.len() as u64,
+        &[
+            Record::CancelRequested,
+            Record::Finished {
+                status: RunStatus::Cancelled,
+                error: Some("cancelled by heddle runs cancel".into()),
+            },
+        ],
+        true,
+    )
+}

@@ -1,0 +1,345 @@
+//! Durable runs from the command line: `heddle run --durable` records a run in the run
+//! store, and `heddle runs list | show | resume | cancel` work on what is recorded.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use heddle_core::plan::Plan;
+use heddle_core::{GraphDoc, PauseReason};
+use heddle_kernel::runtime::RunOptions;
+use heddle_store::session::{self, Ending, Session};
+use heddle_store::status::{Outcome, RunView};
+use heddle_store::{NewRun, RunStore, SqliteStore, StoreError};
+use serde::Deserialize;
+
+use crate::cli::{RunsArgs, RunsCommand};
+use crate::config::Config;
+use crate::exit::Exit;
+use crate::providers::Env;
+
+/// `[store]` in heddle.toml.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSection {
+    /// The run store file (default `.heddle/runs.db`), relative to the config file.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Make every `heddle run` durable, as if `--durable` were given.
+    #[serde(default)]
+    pub durable: bool,
+}
+
+impl StoreSection {
+    pub fn load(config: &Config) -> anyhow::Result<StoreSection> {
+        let mut s: StoreSection = config.section("store")?.unwrap_or_default();
+        s.path = Some(match s.path {
+            Some(p) => config.resolve(&p),
+            None => PathBuf::from(heddle_store::DEFAULT_PATH),
+        });
+        Ok(s)
+    }
+
+    fn path(&self) -> &Path {
+        self.path
+            .as_deref()
+            .unwrap_or(Path::new(heddle_store::DEFAULT_PATH))
+    }
+
+    fn open(&self) -> Result<Arc<dyn RunStore>, StoreError> {
+        Ok(Arc::new(SqliteStore::open(self.path())?))
+    }
+
+    /// Opens a store that must already exist: reading or resuming never creates one.
+    fn open_existing(&self) -> anyhow::Result<Option<Arc<dyn RunStore>>> {
+        if !self.path().exists() {
+            return Ok(None);
+        }
+        Ok(Some(self.open()?))
+    }
+}
+
+/// Records a new durable run and prints its id before anything runs.
+pub fn begin(
+    store: &StoreSection,
+    env: &Env,
+    graph: &Path,
+    plan: &Plan,
+    opts: &RunOptions,
+) -> anyhow::Result<Session> {
+    let graph_bytes =
+        std::fs::read(graph).map_err(|e| crate::usage!("cannot read {}: {e}", graph.display()))?;
+    let run = NewRun {
+        graph_name: graph.display().to_string(),
+        graph_bytes,
+        plan: plan_summary(plan),
+        inputs: opts.inputs.clone(),
+        // Secrets reach nodes through the operator's grants, by name, on every start;
+        // no secret value is ever part of a run.
+        secrets: Vec::new(),
+        packages: used_packages(plan, &env.package_digests),
+        limits: serde_json::json!({
+            "node_timeout_ms": opts.node_timeout.map(|t| t.as_millis() as u64),
+        }),
+    };
+    let (header, session) = session::begin(store.open()?, &run)?;
+    eprintln!(
+        "durable run {} (store {})",
+        header.run_id,
+        store.path().display()
+    );
+    Ok(session)
+}
+
+/// What a plan is, for the record and for `heddle runs show`.
+fn plan_summary(plan: &Plan) -> serde_json::Value {
+    let nodes: Vec<_> = plan
+        .nodes
+        .iter()
+        .map(|n| {
+            serde_json::json!({
+                "id": &*n.id,
+                "type": &*n.node_type,
+                "retry_safe": n.decl.retry_safe,
+                "origin": n.decl.origin,
+            })
+        })
+        .collect();
+    serde_json::json!({ "nodes": nodes, "edges": plan.edges.len() })
+}
+
+/// The packages (by name, with their sha256) whose node types the plan uses.
+fn used_packages(plan: &Plan, digests: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    plan.nodes
+        .iter()
+        .filter_map(|n| {
+            let name = n.decl.origin.strip_prefix("package:")?;
+            let name = name.split('@').next().unwrap_or(name);
+            Some((name.to_string(), digests.get(name)?.clone()))
+        })
+        .collect()
+}
+
+/// Records how the run ended (an interrupt pauses a durable run, it does not end it).
+pub fn end(
+    session: &Session,
+    result: &heddle_core::RunResult,
+    interrupted: bool,
+) -> anyhow::Result<Ending> {
+    Ok(session::end(session, result, interrupted)?)
+}
+
+/// Says how a durable run ended and what to do next; the exit code of the README
+/// (paused = suspended, 4).
+pub fn report_ending(run_id: &str, ending: &Ending) -> Exit {
+    match ending {
+        Ending::Finished(status) => Exit::for_status(*status),
+        Ending::Paused { event, reason } => {
+            let why = match reason {
+                PauseReason::Interrupted => "interrupted".to_string(),
+                PauseReason::Reconcile { occurrence } => format!(
+                    "node {occurrence} started and its result was never recorded; it is not retry-safe, so whether its effect happened is unknown"
+                ),
+                PauseReason::Suspend { node, reason } => format!("node {node} suspended: {reason}"),
+                PauseReason::Budget { detail } => detail.clone(),
+            };
+            eprintln!(
+                "run {run_id} paused at event {event} ({why}); resume with: heddle runs resume {run_id}"
+            );
+            Exit::Suspended
+        }
+    }
+}
+
+pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
+    let config = Config::load(args.env.config.as_deref())?;
+    let section = StoreSection::load(&config)?;
+    match args.command {
+        RunsCommand::List { json } => list(&section, json),
+        RunsCommand::Show { run, json } => show(&section, &run, json),
+        RunsCommand::Resume { run, pause, json } => resume(&section, &args.env, &run, pause, json),
+        RunsCommand::Cancel { run } => {
+            let store = existing(&section, &run)?;
+            session::cancel(store, &run)?;
+            eprintln!("run {run} cancelled");
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+fn existing(section: &StoreSection, run: &str) -> anyhow::Result<Arc<dyn RunStore>> {
+    section.open_existing()?.ok_or_else(|| {
+        anyhow::Error::from(StoreError::UnknownRun(run.to_string()))
+            .context(format!("no run store at {}", section.path().display()))
+    })
+}
+
+fn list(section: &StoreSection, json: bool) -> anyhow::Result<Exit> {
+    let Some(store) = section.open_existing()? else {
+        if json {
+            println!("[]");
+        } else {
+            eprintln!("no runs (no run store at {})", section.path().display());
+        }
+        return Ok(Exit::Ok);
+    };
+    let mut rows = Vec::new();
+    for s in store.list()? {
+        let read = store.read(&s.run_id, 0)?;
+        let view = RunView::fold(&read.records, heddle_store::status::pid_alive);
+        rows.push((s, view.state));
+    }
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(s, state)| {
+                serde_json::json!({
+                    "run_id": s.run_id, "created_ms": s.created_ms, "graph": s.graph_name,
+                    "state": state, "records": s.records,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for (s, state) in rows {
+            println!(
+                "{}  {:<11}  {:>6} records  {}",
+                s.run_id,
+                state.as_str(),
+                s.records,
+                s.graph_name
+            );
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+fn show(section: &StoreSection, run: &str, json: bool) -> anyhow::Result<Exit> {
+    let store = existing(section, run)?;
+    let (header, _, view) = session::inspect(&*store, run)?;
+    if json {
+        let v = serde_json::json!({
+            "run_id": header.run_id,
+            "created_ms": header.created_ms,
+            "graph": header.run.graph_name,
+            "graph_sha256": header.graph_sha256,
+            "inputs": header.run.inputs,
+            "packages": header.run.packages,
+            "limits": header.run.limits,
+            "plan": header.run.plan,
+            "state": view.state,
+            "owner_pid": view.owner_pid,
+            "epoch": view.epoch,
+            "pause": view.pause,
+            "error": view.error,
+            "dispatches": view.dispatches,
+            "records": view.records,
+            "occurrences": view.occurrences.iter().map(|(o, v)| {
+                let mut e = serde_json::to_value(v).unwrap_or_default();
+                e["occurrence"] = serde_json::to_value(o).unwrap_or_default();
+                e
+            }).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(Exit::Ok);
+    }
+    println!("run       {}", header.run_id);
+    println!(
+        "graph     {} (sha256 {})",
+        header.run.graph_name, header.graph_sha256
+    );
+    let owner = view
+        .owner_pid
+        .map(|p| format!(" (owner pid {p}, epoch {})", view.epoch))
+        .unwrap_or_default();
+    println!("state     {}{owner}", view.state.as_str());
+    if let Some(p) = &view.pause {
+        println!(
+            "pause     event {}: {}",
+            p.event,
+            serde_json::to_string(&p.reason)?
+        );
+    }
+    if let Some(e) = &view.error {
+        println!("error     {e}");
+    }
+    println!(
+        "progress  {} dispatches, {} records, opened {} times",
+        view.dispatches, view.records, view.opens
+    );
+    for (occ, o) in &view.occurrences {
+        let result = match &o.result {
+            Some(Outcome::Completed { .. }) => "completed",
+            Some(Outcome::Failed { .. }) => "failed",
+            None if o.started > 0 => "started, no result",
+            None => "dispatched",
+        };
+        let safety = if o.retry_safe {
+            "retry-safe"
+        } else {
+            "not retry-safe"
+        };
+        println!("  {occ:<30} {result:<20} starts {} ({safety})", o.started);
+    }
+    Ok(Exit::Ok)
+}
+
+fn resume(
+    section: &StoreSection,
+    env_args: &crate::cli::EnvArgs,
+    run: &str,
+    pause: Option<u64>,
+    json: bool,
+) -> anyhow::Result<Exit> {
+    let store = existing(section, run)?;
+    // Everything is checked before the run is taken over, so a refused resume writes
+    // nothing.
+    let r = session::check_resume(&*store, run, pause)?;
+    let rt = crate::app::runtime()?;
+    let h = &r.header;
+    let text = String::from_utf8(h.run.graph_bytes.clone())
+        .map_err(|e| crate::usage!("run {run}: the stored graph is not UTF-8: {e}"))?;
+    let doc = GraphDoc::parse(&text, &h.run.graph_name)?;
+    let env = rt.block_on(Env::load(
+        env_args,
+        Some(&crate::providers::graph_types(&doc)),
+    ))?;
+    let plan = super::plan_graph(&doc, &env.registry, Path::new(&h.run.graph_name))?;
+    for (name, recorded) in &h.run.packages {
+        let current = env.package_digests.get(name);
+        if current != Some(recorded) {
+            return Err(StoreError::PackageChanged {
+                run: run.to_string(),
+                package: name.clone(),
+                recorded: recorded.clone(),
+                current: current.cloned().unwrap_or_else(|| "not installed".into()),
+            }
+            .into());
+        }
+    }
+    let opts = RunOptions {
+        secrets: super::run::run_secrets(&env, None),
+        inputs: h.run.inputs.clone(),
+        node_timeout: h.run.limits["node_timeout_ms"]
+            .as_u64()
+            .map(std::time::Duration::from_millis),
+        ..RunOptions::default()
+    };
+    let session = session::reopen(store, &r)?;
+    match &r.pause {
+        Some(p) => eprintln!("resuming run {run} at pause event {}", p.event),
+        None => eprintln!("recovering interrupted run {run}"),
+    }
+    super::run::execute(
+        rt,
+        super::run::Execution {
+            graph: h.run.graph_name.clone(),
+            plan,
+            registry: &env.registry,
+            opts,
+            json,
+            stream: None,
+            session: Some(session),
+        },
+    )
+}

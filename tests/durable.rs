@@ -1,0 +1,419 @@
+//! Durable runs with the real `heddle` binary: it is aborted at each named write-ahead
+//! boundary (`HEDDLE_FAULT`) or killed with SIGKILL, then resumed, and effects are
+//! counted on the provider side (lines a `files.write_text` node appended to a granted
+//! file), not in the engine's own log.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const OK: i32 = 0;
+const INVALID: i32 = 2;
+const PAUSED: i32 = 4;
+const BAD_STORE: i32 = 5;
+
+const CONFIG: &str = r#"
+[packages.files]
+dirs = [{ host = "./data", guest = "/data", mode = "rw" }]
+
+[store]
+path = "runs.db"
+"#;
+
+/// A constant line, appended to /data/log.txt by `w` (not retry-safe), then upper-cased
+/// by `up` (retry-safe).
+const CHAIN: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "one\n"}},
+    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
+    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "w", "targetHandle": "text"},
+    {"source": "w", "sourceHandle": "path", "target": "up", "targetHandle": "text"},
+    {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
+/// Six items fanned out, each appended as a line by `w`, the byte counts collected.
+const FANOUT: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": ["a\n", "b\n", "c\n", "d\n", "e\n", "f\n"]}},
+    {"id": "each", "type": "heddle.foreach"},
+    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
+    {"id": "all", "type": "heddle.collect"},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
+    {"source": "each", "sourceHandle": "item", "target": "w", "targetHandle": "text"},
+    {"source": "w", "sourceHandle": "bytes", "target": "all", "targetHandle": "item"},
+    {"source": "all", "sourceHandle": "list", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new(graph: &str) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        std::fs::write(dir.path().join("heddle.toml"), CONFIG).unwrap();
+        std::fs::write(dir.path().join("g.json"), graph).unwrap();
+        Env { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_heddle"));
+        c.args(args)
+            .current_dir(self.path())
+            .env_remove("RUST_BACKTRACE")
+            .env_remove("HEDDLE_FAULT");
+        c
+    }
+
+    fn heddle(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("heddle starts")
+    }
+
+    /// `heddle run --durable` aborted at `fault`; returns the run id.
+    fn crash(&self, fault: &str) -> String {
+        let o = self
+            .cmd(&["run", "--durable", "g.json"])
+            .env("HEDDLE_FAULT", fault)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), None, "not aborted:\n{}", text(&o));
+        run_id(&o)
+    }
+
+    /// Lines the provider side wrote.
+    fn lines(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path().join("data/log.txt"))
+            .map(|s| s.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    fn db(&self) -> PathBuf {
+        self.path().join("runs.db")
+    }
+
+    fn show(&self, id: &str) -> serde_json::Value {
+        let o = self.heddle(&["runs", "show", id, "--json"]);
+        expect(&o, OK);
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    /// Outputs of an uninterrupted run of the same graph in a fresh directory.
+    fn reference_outputs(graph: &str) -> serde_json::Value {
+        let env = Env::new(graph);
+        let o = env.heddle(&["run", "--durable", "--json", "g.json"]);
+        expect(&o, OK);
+        outputs(&o)
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "--- status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[track_caller]
+fn expect(o: &Output, code: i32) {
+    assert_eq!(o.status.code(), Some(code), "{}", text(o));
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The run id, printed before anything runs.
+fn run_id(o: &Output) -> String {
+    let e = stderr(o);
+    let line = e
+        .lines()
+        .find_map(|l| l.strip_prefix("durable run "))
+        .unwrap_or_else(|| panic!("no run id printed:\n{}", text(o)));
+    line.split_whitespace().next().unwrap().to_string()
+}
+
+fn outputs(o: &Output) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", text(o)));
+    v["outputs"].clone()
+}
+
+/// The event id of the pause a paused command reported.
+fn pause_event(o: &Output) -> u64 {
+    let e = stderr(o);
+    let rest = e
+        .split("paused at event ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no pause reported:\n{}", text(o)));
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+fn occurrence<'a>(show: &'a serde_json::Value, node: &str) -> &'a serde_json::Value {
+    show["occurrences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["occurrence"]["node"] == node)
+        .unwrap_or_else(|| panic!("no occurrence of {node}: {show:#}"))
+}
+
+#[test]
+fn an_uninterrupted_durable_run_is_recorded_and_cannot_be_resumed() {
+    let env = Env::new(CHAIN);
+    let o = env.heddle(&["run", "--durable", "--json", "g.json"]);
+    expect(&o, OK);
+    let id = run_id(&o);
+    assert_eq!(outputs(&o)["out"], serde_json::json!(["/DATA/LOG.TXT"]));
+    assert_eq!(env.lines(), ["one"]);
+    let show = env.show(&id);
+    assert_eq!(show["state"], "completed");
+    assert_eq!(occurrence(&show, "w")["started"], 1);
+    let list = env.heddle(&["runs", "list"]);
+    expect(&list, OK);
+    assert!(String::from_utf8_lossy(&list.stdout).contains(&id));
+
+    // A finished run is not resumable; the refusal writes nothing.
+    let before = show["records"].clone();
+    let o = env.heddle(&["runs", "resume", &id]);
+    expect(&o, INVALID);
+    assert!(
+        stderr(&o).contains(&format!("run {id} is completed")),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(env.show(&id)["records"], before);
+    assert_eq!(env.lines(), ["one"]);
+}
+
+#[test]
+fn a_started_non_retry_safe_node_pauses_until_an_explicit_resume() {
+    let reference = Env::reference_outputs(CHAIN);
+    let env = Env::new(CHAIN);
+    let id = env.crash("after-start:w");
+    // The start record is on disk and node code never ran.
+    assert_eq!(env.lines(), Vec::<String>::new());
+    assert_eq!(env.show(&id)["state"], "interrupted");
+
+    // Recovery never re-runs it: the run pauses for reconciliation.
+    let o = env.heddle(&["runs", "resume", &id]);
+    expect(&o, PAUSED);
+    let event = pause_event(&o);
+    assert_eq!(env.lines(), Vec::<String>::new());
+    let show = env.show(&id);
+    assert_eq!(show["state"], "paused");
+    assert_eq!(show["pause"]["event"], event);
+    assert_eq!(show["pause"]["why"], "reconcile");
+
+    // The wrong pause id is refused naming both ids, and changes nothing.
+    let records = show["records"].clone();
+    let o = env.heddle(&["runs", "resume", &id, "--pause", "999"]);
+    expect(&o, INVALID);
+    assert!(
+        stderr(&o).contains(&format!(
+            "Resume expected pause event \"999\" but found \"{event}\""
+        )),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(env.show(&id)["records"], records);
+
+    // The user's resume of that pause offers the uncertain work again.
+    let o = env.heddle(&[
+        "runs",
+        "resume",
+        &id,
+        "--pause",
+        &event.to_string(),
+        "--json",
+    ]);
+    expect(&o, OK);
+    assert_eq!(outputs(&o), reference);
+    assert_eq!(env.lines(), ["one"]);
+    assert_eq!(env.show(&id)["state"], "completed");
+}
+
+#[test]
+fn a_recorded_result_is_never_repeated() {
+    for fault in ["after-result:w", "after-start:up", "after-result:up"] {
+        let reference = Env::reference_outputs(CHAIN);
+        let env = Env::new(CHAIN);
+        let id = env.crash(fault);
+        assert_eq!(env.lines(), ["one"], "{fault}");
+        let o = env.heddle(&["runs", "resume", &id, "--json"]);
+        expect(&o, OK);
+        assert_eq!(outputs(&o), reference, "{fault}");
+        // The completed write ran exactly once.
+        assert_eq!(env.lines(), ["one"], "{fault}");
+        let show = env.show(&id);
+        assert_eq!(occurrence(&show, "w")["started"], 1, "{fault}");
+        if fault == "after-start:up" {
+            // A retry-safe start without a result runs again.
+            assert_eq!(occurrence(&show, "up")["started"], 2, "{show:#}");
+        }
+    }
+}
+
+#[test]
+fn work_that_never_started_is_started_on_recovery() {
+    for fault in ["before-dispatch:w", "after-dispatch:w", "mid-commit:w"] {
+        let reference = Env::reference_outputs(CHAIN);
+        let env = Env::new(CHAIN);
+        let id = env.crash(fault);
+        assert_eq!(env.lines(), Vec::<String>::new(), "{fault}");
+        let o = env.heddle(&["runs", "resume", &id, "--json"]);
+        expect(&o, OK);
+        assert_eq!(outputs(&o), reference, "{fault}");
+        assert_eq!(env.lines(), ["one"], "{fault}");
+        let show = env.show(&id);
+        assert_eq!(occurrence(&show, "w")["dispatched"], 1, "{fault}: {show:#}");
+    }
+}
+
+#[test]
+fn a_crash_in_a_fan_out_repeats_no_completed_item() {
+    let reference = Env::reference_outputs(FANOUT);
+    let env = Env::new(FANOUT);
+    // The third item's write completes, then the process dies.
+    let id = env.crash("after-result:w:3");
+    assert_eq!(env.lines().len(), 3);
+    let o = env.heddle(&["runs", "resume", &id, "--json"]);
+    expect(&o, OK);
+    assert_eq!(outputs(&o), reference);
+    let mut lines = env.lines();
+    lines.sort();
+    assert_eq!(lines, ["a", "b", "c", "d", "e", "f"]);
+}
+
+/// Many runs of the fan-out graph killed with SIGKILL after a pseudo-random delay, then
+/// resumed (explicitly re-offering any reconcile pause) until they complete.
+#[test]
+fn random_sigkills_of_a_fan_out_lose_nothing_and_repeat_only_reoffered_work() {
+    let reference = Env::reference_outputs(FANOUT);
+    let mut seed: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("seed {seed}");
+    let mut next = move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        seed >> 33
+    };
+    for round in 0..5 {
+        let env = Env::new(FANOUT);
+        let mut child = env
+            .cmd(&["run", "--durable", "g.json"])
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(next() % 400));
+        let _ = child.kill();
+        let o = child.wait_with_output().unwrap();
+        let Some(id) = stderr(&o)
+            .lines()
+            .find_map(|l| l.strip_prefix("durable run "))
+            .and_then(|l| l.split_whitespace().next())
+            .map(str::to_string)
+        else {
+            // Killed before the run was recorded: nothing may have run.
+            assert_eq!(env.lines(), Vec::<String>::new(), "round {round}");
+            continue;
+        };
+        let mut reoffers = 0;
+        let mut resumes = 0;
+        let mut args = vec![
+            "runs".to_string(),
+            "resume".into(),
+            id.clone(),
+            "--json".into(),
+        ];
+        let final_out = loop {
+            resumes += 1;
+            assert!(resumes < 20, "round {round}: no progress");
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = env.heddle(&a);
+            match o.status.code() {
+                Some(OK) => break outputs(&o),
+                Some(PAUSED) => {
+                    let event = pause_event(&o);
+                    reoffers += 1;
+                    args = vec![
+                        "runs".into(),
+                        "resume".into(),
+                        id.clone(),
+                        "--pause".into(),
+                        event.to_string(),
+                        "--json".into(),
+                    ];
+                }
+                Some(INVALID) if stderr(&o).contains("is completed") => {
+                    // The killed process had finished and recorded it.
+                    break reference.clone();
+                }
+                _ => panic!("round {round}: {}", text(&o)),
+            }
+        };
+        assert_eq!(final_out, reference, "round {round}");
+        let mut lines = env.lines();
+        lines.sort();
+        lines.dedup();
+        assert_eq!(
+            lines,
+            ["a", "b", "c", "d", "e", "f"],
+            "round {round}: lost work"
+        );
+        // Only work the user explicitly re-offered may have run twice.
+        let extra = env.lines().len() - 6;
+        assert!(
+            extra <= reoffers,
+            "round {round}: {extra} duplicate effects with {reoffers} explicit re-offers"
+        );
+        assert_eq!(env.show(&id)["state"], "completed");
+    }
+}
+
+#[test]
+fn a_bad_store_or_unknown_run_is_refused_with_its_own_exit_code() {
+    let env = Env::new(CHAIN);
+    let o = env.heddle(&["runs", "show", "nope"]);
+    expect(&o, INVALID);
+    assert!(stderr(&o).contains("nope"), "{}", text(&o));
+
+    std::fs::write(env.db(), b"garbage, not a database\n".repeat(100)).unwrap();
+    let before = std::fs::read(env.db()).unwrap();
+    for args in [
+        &["runs", "list"][..],
+        &["runs", "show", "x"],
+        &["runs", "resume", "x"],
+        &["run", "--durable", "g.json"],
+    ] {
+        let o = env.heddle(args);
+        expect(&o, BAD_STORE);
+        assert!(
+            stderr(&o).contains("not a Heddle run store"),
+            "{args:?}: {}",
+            text(&o)
+        );
+        assert_eq!(std::fs::read(env.db()).unwrap(), before, "{args:?}");
+    }
+    assert_eq!(env.lines(), Vec::<String>::new());
+}
