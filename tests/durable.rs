@@ -264,8 +264,11 @@ fn a_recorded_result_is_never_repeated() {
         let show = env.show(&id);
         assert_eq!(occurrence(&show, "w")["started"], 1, "{fault}");
         if fault == "after-start:up" {
-            // A retry-safe start without a result runs again.
-            assert_eq!(occurrence(&show, "up")["started"], 2, "{show:#}");
+            // A retry-safe start without a result runs again (its start record was
+            // group-committed, so it may or may not have reached the disk).
+            let up = occurrence(&show, "up");
+            assert_eq!(up["result"]["outcome"], "completed", "{show:#}");
+            assert!(up["started"] == 1 || up["started"] == 2, "{show:#}");
         }
     }
 }
