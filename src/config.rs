@@ -55,6 +55,7 @@ pub const SECTIONS: &[(&str, &str)] = &[
     ("packages", "grants per WASM package"),
     ("secrets", "where secret values come from"),
     ("runners", "code nodes"),
+    ("store", "durable runs"),
 ];
 
 #[derive(Clone, Debug, Default)]
