@@ -229,6 +229,10 @@ pub struct BenchArgs {
     /// Measured runs per shape (after one warm-up run); the median is reported.
     #[arg(long, value_name = "R", default_value_t = 3)]
     pub runs: usize,
+    /// Make each run durable (a run store in a temporary directory; every invocation is
+    /// written ahead); the time includes making the last record durable.
+    #[arg(long)]
+    pub durable: bool,
     /// Print the figures as JSON.
     #[arg(long)]
     pub json: bool,

@@ -43,6 +43,24 @@ pub fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// A fresh durable run in a run store under the temporary directory.
+fn durable_session() -> anyhow::Result<heddle_store::session::Session> {
+    let path = std::env::temp_dir()
+        .join(format!("heddle-bench-{}", std::process::id()))
+        .join("runs.db");
+    let store = std::sync::Arc::new(heddle_store::SqliteStore::open(&path)?);
+    let run = heddle_store::NewRun {
+        graph_name: "bench".into(),
+        graph_bytes: Vec::new(),
+        plan: serde_json::Value::Null,
+        inputs: Default::default(),
+        secrets: Vec::new(),
+        packages: Default::default(),
+        limits: serde_json::Value::Null,
+    };
+    Ok(heddle_store::session::begin(store, &run)?.1)
+}
+
 pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     if args.size == Some(0) {
         return Err(crate::usage!("--size must be at least 1"));
@@ -62,11 +80,29 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     for shape in shapes {
         let size = args.size.unwrap_or_else(|| default_size(shape));
         let doc = bench::graph(shape, size);
+        let one = || -> anyhow::Result<bench::BenchRun> {
+            if !args.durable {
+                return Ok(rt.block_on(bench::run_shape(&registry, shape, size, args.messages))?);
+            }
+            let session = durable_session()?;
+            let t0 = std::time::Instant::now();
+            let mut r = rt.block_on(bench::run_shape_journaled(
+                &registry,
+                shape,
+                size,
+                args.messages,
+                Some(session.journal.clone()),
+            ))?;
+            session.log.flush().wait()?;
+            r.elapsed = t0.elapsed();
+            session.log.close()?;
+            Ok(r)
+        };
         // Warm-up: first-touch allocations and thread start-up are not the scheduler.
-        rt.block_on(bench::run_shape(&registry, shape, size, args.messages))?;
+        one()?;
         let mut runs = Vec::with_capacity(args.runs);
         for _ in 0..args.runs {
-            runs.push(rt.block_on(bench::run_shape(&registry, shape, size, args.messages))?);
+            runs.push(one()?);
         }
         runs.sort_by_key(|r| r.elapsed);
         let median = runs[runs.len() / 2].clone();

@@ -148,6 +148,17 @@ pub async fn run_shape(
     n: usize,
     messages: usize,
 ) -> Result<BenchRun, BenchError> {
+    run_shape_journaled(registry, shape, n, messages, None).await
+}
+
+/// [`run_shape`] with every invocation written ahead to `journal` (a durable run).
+pub async fn run_shape_journaled(
+    registry: &Registry,
+    shape: Shape,
+    n: usize,
+    messages: usize,
+    journal: Option<std::sync::Arc<dyn crate::journal::Journal>>,
+) -> Result<BenchRun, BenchError> {
     let doc = graph(shape, n);
     let plan = heddle_core::plan::plan(&doc, registry).map_err(KernelError::from)?;
     let run = Run::new(
@@ -155,6 +166,7 @@ pub async fn run_shape(
         registry,
         RunOptions {
             event_cap: 1_000,
+            journal,
             ..RunOptions::default()
         },
     )?;
