@@ -46,16 +46,26 @@ pub struct EngineSettings {
     pub pooling: bool,
     /// Meter fuel. Turning it off removes per-invocation CPU budgets.
     pub fuel: bool,
-    /// Largest linear memory any package may be granted, in MiB (pool slot size).
+    /// Largest linear memory any package may be granted, in MiB (pool slot size; 1 to
+    /// 65536).
+    #[serde(deserialize_with = "heddle_core::ranged::int::<_, u64, 1, 65_536>")]
     pub max_memory_mb: u64,
-    /// Concurrent instances the pool holds.
+    /// Concurrent instances the pool holds (1 to 65536: the pool reserves address
+    /// space and counts tables and core instances as multiples of it).
+    #[serde(deserialize_with = "heddle_core::ranged::int::<_, u32, 1, 65_536>")]
     pub pool_instances: u32,
+    /// 1 byte to 1 GiB.
+    #[serde(deserialize_with = "heddle_core::ranged::int::<_, usize, 1, 1_073_741_824>")]
     pub max_value_bytes: usize,
+    /// 0 to 1 GiB.
+    #[serde(deserialize_with = "heddle_core::ranged::int::<_, usize, 0, 1_073_741_824>")]
     pub log_cap_bytes: usize,
     /// Wall-clock limit per invocation for packages whose grant sets no `timeout_ms`
-    /// (0 = none). See [`DEFAULT_TIMEOUT_MS`].
+    /// (0 = none; at most 604800000, a week). See [`DEFAULT_TIMEOUT_MS`].
+    #[serde(deserialize_with = "heddle_core::ranged::int::<_, u64, 0, 604_800_000>")]
     pub default_timeout_ms: u64,
-    /// Time `describe()` may take at load and install.
+    /// Time `describe()` may take at load and install (1 to 604800000).
+    #[serde(deserialize_with = "heddle_core::ranged::int::<_, u64, 1, 604_800_000>")]
     pub describe_timeout_ms: u64,
 }
 
@@ -136,6 +146,34 @@ impl WasmConfig {
 mod tests {
     use super::*;
     use crate::grants::DirMode;
+
+    /// Settings that become pool sizes, byte sizes and deadlines are refused out of
+    /// range when heddle.toml is read (the pool multiplied 1e9 instances and panicked).
+    #[test]
+    fn absurd_engine_and_grant_numbers_are_refused_when_read() {
+        for (text, key) in [
+            ("[wasm]\npool_instances = 1000000000\n", "pool_instances"),
+            ("[wasm]\npool_instances = 0\n", "pool_instances"),
+            (
+                "[wasm]\nmax_memory_mb = 9007199254740991\n",
+                "max_memory_mb",
+            ),
+            ("[packages.p]\nmemory_mb = 9007199254740991\n", "memory_mb"),
+            (
+                "[packages.p]\ntimeout_ms = 9223372036854775807\n",
+                "timeout_ms",
+            ),
+        ] {
+            let e = WasmConfig::from_toml_str(text).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("from "), "{text}: {e}");
+        }
+        let ok = WasmConfig::from_toml_str("[wasm]\npool_instances = 65536\n").unwrap();
+        assert_eq!(ok.wasm.pool_instances, 65_536);
+        assert_eq!(
+            ok.wasm.max_memory_mb,
+            EngineSettings::default().max_memory_mb
+        );
+    }
 
     #[test]
     fn parses_operator_toml() {

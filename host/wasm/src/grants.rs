@@ -27,9 +27,12 @@ pub const DEFAULT_MEMORY_MB: u64 = 256;
 pub struct PackageGrant {
     /// Fuel budget per invocation (default [`DEFAULT_FUEL`]).
     pub fuel: Option<u64>,
-    /// Linear memory limit per instance, MiB (default [`DEFAULT_MEMORY_MB`]).
+    /// Linear memory limit per instance, MiB (default [`DEFAULT_MEMORY_MB`]; 1 to 65536).
+    #[serde(deserialize_with = "heddle_core::ranged::opt_int::<_, u64, 1, 65_536>")]
     pub memory_mb: Option<u64>,
-    /// Wall-clock limit per invocation, ms (default `[wasm] default_timeout_ms`).
+    /// Wall-clock limit per invocation, ms (default `[wasm] default_timeout_ms`; 1 to
+    /// 604800000, a week).
+    #[serde(deserialize_with = "heddle_core::ranged::opt_int::<_, u64, 1, 604_800_000>")]
     pub timeout_ms: Option<u64>,
     pub dirs: Vec<DirGrant>,
     /// Names of host environment variables the package may read.
