@@ -124,6 +124,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         }
         all.push(figures);
     }
+    if args.durable {
+        // The stores were scratch space for this process only.
+        let _ = std::fs::remove_dir_all(
+            std::env::temp_dir().join(format!("heddle-bench-{}", std::process::id())),
+        );
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&all)?);
     }

@@ -347,3 +347,66 @@ fn the_fold_reports_state_pause_and_uncertain_work() {
     assert_eq!(v.state, RunState::Paused);
     assert_eq!(v.pause.as_ref().map(|p| p.event), Some(6));
 }
+
+/// Seed 003's crash table as the kernel sees it through the journal.
+#[test]
+fn the_journal_applies_the_crash_table_from_the_log() {
+    use heddle_kernel::{Journal, Prior};
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn RunStore> = Arc::new(open_store(dir.path()));
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let occ = |n: &str| Occurrence::new(n, "", 0);
+    let disp = |n: &str, safe| Record::Dispatched {
+        occurrence: occ(n),
+        retry_safe: safe,
+    };
+    let start = |n: &str| Record::Started { occurrence: occ(n) };
+    let recs = vec![
+        disp("done", false),
+        start("done"),
+        Record::Completed {
+            occurrence: occ("done"),
+            outputs: vec![("out".into(), Value::Int(7))],
+            emitted: Vec::new(),
+            metrics: Default::default(),
+        },
+        disp("queued", false),
+        disp("safe", true),
+        start("safe"),
+        disp("unsafe", false),
+        start("unsafe"),
+        disp("skipped", true),
+        start("skipped"),
+        Record::Verdict {
+            occurrence: occ("skipped"),
+            verdict: serde_json::json!({"verdict": "skip", "error": "boom"}),
+            decided_by: "policy".into(),
+        },
+    ];
+    store.append(&id, epoch, 0, &recs, true).unwrap();
+    let records = store.read(&id, 0).unwrap().records;
+    let log = Arc::new(RunLog::start(
+        store.clone(),
+        &id,
+        epoch,
+        records.len() as u64,
+    ));
+    let j = heddle_store::DurableJournal::new(log.clone(), &records, &|_| false);
+    assert!(
+        matches!(j.prior(&occ("done")), Prior::Completed { outputs, .. } if outputs.get("out") == Some(&Value::Int(7)))
+    );
+    assert_eq!(j.prior(&occ("queued")), Prior::Redo);
+    assert_eq!(j.prior(&occ("safe")), Prior::Redo);
+    assert_eq!(j.prior(&occ("unsafe")), Prior::Uncertain);
+    assert_eq!(
+        j.prior(&occ("skipped")),
+        Prior::Skipped {
+            error: "boom".into()
+        }
+    );
+    assert_eq!(j.prior(&occ("never")), Prior::Fresh);
+    // Only an explicit resume re-offers the uncertain occurrence.
+    let j = heddle_store::DurableJournal::new(log, &records, &|o| o.node == "unsafe");
+    assert_eq!(j.prior(&occ("unsafe")), Prior::Redo);
+}
