@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use heddle_core::builder::graph;
 use heddle_core::{GraphDoc, NodeLimits, NodeOutcome, RunStatus, Value};
 use heddle_kernel::runtime::RunOptions;
 use heddle_kernel::{
@@ -22,6 +23,7 @@ use heddle_wasm::{
     DirGrant, DirMode, EngineSettings, PackageError, PackageGrant, PackageStore, WasmConfig,
     WasmHost, WasmProvider,
 };
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 // ---- support ---------------------------------------------------------------------
@@ -140,13 +142,12 @@ fn registry(provider: WasmProvider) -> Registry {
     reg
 }
 
-async fn run(reg: &Registry, graph: &str, inputs: &[(&str, Value)]) -> heddle_core::RunResult {
-    let doc = GraphDoc::parse(graph, "test graph").unwrap();
+async fn run(reg: &Registry, doc: &GraphDoc, inputs: &[(&str, Value)]) -> heddle_core::RunResult {
     let mut opts = RunOptions::default();
     for (k, v) in inputs {
         opts.inputs.insert(k.to_string(), v.clone());
     }
-    heddle_kernel::run_graph(&doc, reg, opts)
+    heddle_kernel::run_graph(doc, reg, opts)
         .await
         .expect("graph is valid")
 }
@@ -235,37 +236,40 @@ async fn python_nodes_run_in_a_graph_with_rust_and_native_nodes() {
     let reg = registry(p);
     // word_count (Python) feeds std.text.join (Rust); a list fans out over
     // parse_record (Python) and is collected; streamed tokens pass std.text.case (Rust).
-    let graph = r#"{"format":"heddle.graph","version":1,"nodes":[
-      {"id":"text","type":"heddle.input","properties":{"type":"str"}},
-      {"id":"lines","type":"heddle.input","properties":{"type":"list[str]"}},
-      {"id":"wc","type":"textstats.word_count","properties":{"top":2}},
-      {"id":"join","type":"std.text.join","properties":{"sep":"+"}},
-      {"id":"each","type":"heddle.foreach"},
-      {"id":"parse","type":"textstats.parse_record"},
-      {"id":"all","type":"heddle.collect"},
-      {"id":"tok","type":"textstats.tokens"},
-      {"id":"up","type":"std.text.case","properties":{"mode":"upper"}},
-      {"id":"words","type":"heddle.output"},
-      {"id":"top","type":"heddle.output"},
-      {"id":"records","type":"heddle.output"},
-      {"id":"tokens","type":"heddle.output"}
-    ],"edges":[
-      {"source":"text","sourceHandle":"value","target":"wc","targetHandle":"text"},
-      {"source":"wc","sourceHandle":"words","target":"words","targetHandle":"value"},
-      {"source":"wc","sourceHandle":"top_words","target":"join","targetHandle":"items"},
-      {"source":"join","sourceHandle":"text","target":"top","targetHandle":"value"},
-      {"source":"lines","sourceHandle":"value","target":"each","targetHandle":"list"},
-      {"source":"each","sourceHandle":"item","target":"parse","targetHandle":"line"},
-      {"source":"parse","sourceHandle":"record","target":"all","targetHandle":"item"},
-      {"source":"all","sourceHandle":"list","target":"records","targetHandle":"value"},
-      {"source":"text","sourceHandle":"value","target":"tok","targetHandle":"text"},
-      {"source":"tok","sourceHandle":"token","target":"up","targetHandle":"text"},
-      {"source":"up","sourceHandle":"text","target":"tokens","targetHandle":"value"}
-    ]}"#;
+    let g = graph(
+        &[
+            ("text", "heddle.input", json!({"type": "str"})),
+            ("lines", "heddle.input", json!({"type": "list[str]"})),
+            ("wc", "textstats.word_count", json!({"top": 2})),
+            ("join", "std.text.join", json!({"sep": "+"})),
+            ("each", "heddle.foreach", json!({})),
+            ("parse", "textstats.parse_record", json!({})),
+            ("all", "heddle.collect", json!({})),
+            ("tok", "textstats.tokens", json!({})),
+            ("up", "std.text.case", json!({"mode": "upper"})),
+            ("words", "heddle.output", json!({})),
+            ("top", "heddle.output", json!({})),
+            ("records", "heddle.output", json!({})),
+            ("tokens", "heddle.output", json!({})),
+        ],
+        &[
+            ("text", "value", "wc", "text"),
+            ("wc", "words", "words", "value"),
+            ("wc", "top_words", "join", "items"),
+            ("join", "text", "top", "value"),
+            ("lines", "value", "each", "list"),
+            ("each", "item", "parse", "line"),
+            ("parse", "record", "all", "item"),
+            ("all", "list", "records", "value"),
+            ("text", "value", "tok", "text"),
+            ("tok", "token", "up", "text"),
+            ("up", "text", "tokens", "value"),
+        ],
+    );
     let lines = Value::from(vec![Value::str("a=1; b=two"), Value::str("c=3")]);
     let r = run(
         &reg,
-        graph,
+        &g,
         &[
             ("text", Value::str("the cat saw the dog")),
             ("lines", lines),
@@ -466,26 +470,33 @@ async fn python_reads_files_only_inside_a_granted_directory() {
 async fn js_nodes_run_in_a_graph_with_rust_and_native_nodes() {
     let (p, _store) = provider(&["sdk/js/examples/jsonkit"], WasmConfig::default()).await;
     let reg = registry(p);
-    let graph = r#"{"format":"heddle.graph","version":1,"nodes":[
-      {"id":"doc","type":"heddle.input","properties":{"type":"str"}},
-      {"id":"parse","type":"jsonkit.parse"},
-      {"id":"pick","type":"jsonkit.pick","properties":{"fields":["name","tags","nope"]}},
-      {"id":"str","type":"std.json.stringify"},
-      {"id":"entries","type":"jsonkit.entries"},
-      {"id":"picked","type":"heddle.output"},
-      {"id":"missing","type":"heddle.output"},
-      {"id":"entry","type":"heddle.output"}
-    ],"edges":[
-      {"source":"doc","sourceHandle":"value","target":"parse","targetHandle":"text"},
-      {"source":"parse","sourceHandle":"value","target":"pick","targetHandle":"object"},
-      {"source":"pick","sourceHandle":"picked","target":"str","targetHandle":"value"},
-      {"source":"str","sourceHandle":"text","target":"picked","targetHandle":"value"},
-      {"source":"pick","sourceHandle":"missing","target":"missing","targetHandle":"value"},
-      {"source":"parse","sourceHandle":"value","target":"entries","targetHandle":"object"}
-      ,{"source":"entries","sourceHandle":"entry","target":"entry","targetHandle":"value"}
-    ]}"#;
+    let g = graph(
+        &[
+            ("doc", "heddle.input", json!({"type": "str"})),
+            ("parse", "jsonkit.parse", json!({})),
+            (
+                "pick",
+                "jsonkit.pick",
+                json!({"fields": ["name", "tags", "nope"]}),
+            ),
+            ("str", "std.json.stringify", json!({})),
+            ("entries", "jsonkit.entries", json!({})),
+            ("picked", "heddle.output", json!({})),
+            ("missing", "heddle.output", json!({})),
+            ("entry", "heddle.output", json!({})),
+        ],
+        &[
+            ("doc", "value", "parse", "text"),
+            ("parse", "value", "pick", "object"),
+            ("pick", "picked", "str", "value"),
+            ("str", "text", "picked", "value"),
+            ("pick", "missing", "missing", "value"),
+            ("parse", "value", "entries", "object"),
+            ("entries", "entry", "entry", "value"),
+        ],
+    );
     let doc = r#"{"name":"heddle","size":3,"tags":["a","b"]}"#;
-    let r = run(&reg, graph, &[("doc", Value::str(doc))]).await;
+    let r = run(&reg, &g, &[("doc", Value::str(doc))]).await;
     assert_completed(&r);
     let picked: serde_json::Value = serde_json::from_str(
         outs(&r, "picked")[0]
@@ -609,33 +620,36 @@ fn crc32(bytes: &[u8]) -> i64 {
 async fn c_nodes_run_in_a_graph_with_rust_and_native_nodes() {
     let (p, _store) = provider(&["sdk/c/examples/cstrings"], WasmConfig::default()).await;
     let reg = registry(p);
-    let graph = r#"{"format":"heddle.graph","version":1,"nodes":[
-      {"id":"text","type":"heddle.input","properties":{"type":"str"}},
-      {"id":"nums","type":"heddle.input","properties":{"type":"list[str]"}},
-      {"id":"upper","type":"std.text.case","properties":{"mode":"upper"}},
-      {"id":"crc","type":"cstrings.crc32"},
-      {"id":"each","type":"heddle.foreach"},
-      {"id":"int","type":"cstrings.parse_int"},
-      {"id":"all","type":"heddle.collect"},
-      {"id":"sum","type":"std.math.aggregate","properties":{"op":"sum"}},
-      {"id":"crc32","type":"heddle.output"},
-      {"id":"length","type":"heddle.output"},
-      {"id":"total","type":"heddle.output"}
-    ],"edges":[
-      {"source":"text","sourceHandle":"value","target":"upper","targetHandle":"text"},
-      {"source":"upper","sourceHandle":"text","target":"crc","targetHandle":"text"},
-      {"source":"crc","sourceHandle":"crc32","target":"crc32","targetHandle":"value"},
-      {"source":"crc","sourceHandle":"length","target":"length","targetHandle":"value"},
-      {"source":"nums","sourceHandle":"value","target":"each","targetHandle":"list"},
-      {"source":"each","sourceHandle":"item","target":"int","targetHandle":"text"},
-      {"source":"int","sourceHandle":"value","target":"all","targetHandle":"item"},
-      {"source":"all","sourceHandle":"list","target":"sum","targetHandle":"items"},
-      {"source":"sum","sourceHandle":"result","target":"total","targetHandle":"value"}
-    ]}"#;
+    let g = graph(
+        &[
+            ("text", "heddle.input", json!({"type": "str"})),
+            ("nums", "heddle.input", json!({"type": "list[str]"})),
+            ("upper", "std.text.case", json!({"mode": "upper"})),
+            ("crc", "cstrings.crc32", json!({})),
+            ("each", "heddle.foreach", json!({})),
+            ("int", "cstrings.parse_int", json!({})),
+            ("all", "heddle.collect", json!({})),
+            ("sum", "std.math.aggregate", json!({"op": "sum"})),
+            ("crc32", "heddle.output", json!({})),
+            ("length", "heddle.output", json!({})),
+            ("total", "heddle.output", json!({})),
+        ],
+        &[
+            ("text", "value", "upper", "text"),
+            ("upper", "text", "crc", "text"),
+            ("crc", "crc32", "crc32", "value"),
+            ("crc", "length", "length", "value"),
+            ("nums", "value", "each", "list"),
+            ("each", "item", "int", "text"),
+            ("int", "value", "all", "item"),
+            ("all", "list", "sum", "items"),
+            ("sum", "result", "total", "value"),
+        ],
+    );
     let nums = Value::from(vec![Value::str("40"), Value::str(" 2 "), Value::str("-10")]);
     let r = run(
         &reg,
-        graph,
+        &g,
         &[("text", Value::str("hello, world")), ("nums", nums)],
     )
     .await;
@@ -741,28 +755,31 @@ async fn python_js_c_and_rust_nodes_share_one_graph() {
     let reg = registry(p);
     // JSON text -> JS parse -> JS pick -> Rust json.get -> Python word_count ->
     // Rust text.join -> C crc32.
-    let graph = r#"{"format":"heddle.graph","version":1,"nodes":[
-      {"id":"doc","type":"heddle.input","properties":{"type":"str"}},
-      {"id":"parse","type":"jsonkit.parse"},
-      {"id":"pick","type":"jsonkit.pick","properties":{"fields":["body"]}},
-      {"id":"get","type":"std.json.get","properties":{"path":"body"}},
-      {"id":"wc","type":"textstats.word_count","properties":{"top":3}},
-      {"id":"join","type":"std.text.join","properties":{"sep":" "}},
-      {"id":"crc","type":"cstrings.crc32"},
-      {"id":"top","type":"heddle.output"},
-      {"id":"crc32","type":"heddle.output"}
-    ],"edges":[
-      {"source":"doc","sourceHandle":"value","target":"parse","targetHandle":"text"},
-      {"source":"parse","sourceHandle":"value","target":"pick","targetHandle":"object"},
-      {"source":"pick","sourceHandle":"picked","target":"get","targetHandle":"value"},
-      {"source":"get","sourceHandle":"value","target":"wc","targetHandle":"text"},
-      {"source":"wc","sourceHandle":"top_words","target":"join","targetHandle":"items"},
-      {"source":"join","sourceHandle":"text","target":"top","targetHandle":"value"},
-      {"source":"join","sourceHandle":"text","target":"crc","targetHandle":"text"},
-      {"source":"crc","sourceHandle":"crc32","target":"crc32","targetHandle":"value"}
-    ]}"#;
+    let g = graph(
+        &[
+            ("doc", "heddle.input", json!({"type": "str"})),
+            ("parse", "jsonkit.parse", json!({})),
+            ("pick", "jsonkit.pick", json!({"fields": ["body"]})),
+            ("get", "std.json.get", json!({"path": "body"})),
+            ("wc", "textstats.word_count", json!({"top": 3})),
+            ("join", "std.text.join", json!({"sep": " "})),
+            ("crc", "cstrings.crc32", json!({})),
+            ("top", "heddle.output", json!({})),
+            ("crc32", "heddle.output", json!({})),
+        ],
+        &[
+            ("doc", "value", "parse", "text"),
+            ("parse", "value", "pick", "object"),
+            ("pick", "picked", "get", "value"),
+            ("get", "value", "wc", "text"),
+            ("wc", "top_words", "join", "items"),
+            ("join", "text", "top", "value"),
+            ("join", "text", "crc", "text"),
+            ("crc", "crc32", "crc32", "value"),
+        ],
+    );
     let doc = r#"{"title":"x","body":"b a c a b a"}"#;
-    let r = run(&reg, graph, &[("doc", Value::str(doc))]).await;
+    let r = run(&reg, &g, &[("doc", Value::str(doc))]).await;
     assert_completed(&r);
     assert_eq!(outs(&r, "top"), vec![serde_json::json!("a b c")]);
     assert_eq!(outs(&r, "crc32"), vec![serde_json::json!(crc32(b"a b c"))]);
@@ -772,15 +789,18 @@ async fn python_js_c_and_rust_nodes_share_one_graph() {
 async fn a_failing_foreign_node_fails_the_run_naming_the_node() {
     let (p, _store) = provider(&["sdk/python/examples/textstats"], WasmConfig::default()).await;
     let reg = registry(p);
-    let graph = r#"{"format":"heddle.graph","version":1,"nodes":[
-      {"id":"line","type":"heddle.input","properties":{"type":"str"}},
-      {"id":"parse","type":"textstats.parse_record"},
-      {"id":"out","type":"heddle.output"}
-    ],"edges":[
-      {"source":"line","sourceHandle":"value","target":"parse","targetHandle":"line"},
-      {"source":"parse","sourceHandle":"record","target":"out","targetHandle":"value"}
-    ]}"#;
-    let r = run(&reg, graph, &[("line", Value::str("nonsense"))]).await;
+    let g = graph(
+        &[
+            ("line", "heddle.input", json!({"type": "str"})),
+            ("parse", "textstats.parse_record", json!({})),
+            ("out", "heddle.output", json!({})),
+        ],
+        &[
+            ("line", "value", "parse", "line"),
+            ("parse", "record", "out", "value"),
+        ],
+    );
+    let r = run(&reg, &g, &[("line", Value::str("nonsense"))]).await;
     assert_eq!(r.status, RunStatus::Failed);
     assert!(
         failed_with(&r, "parse").contains("malformed"),
