@@ -67,8 +67,21 @@ pub fn bounded(text: &str) -> String {
 
 /// The tokio runtime the commands run on.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("heddle")
-        .build()?)
+    runtime_with_threads(None)
+}
+
+/// A runtime with `threads` workers (`None`: one per core); 1 is a current-thread
+/// runtime, so `heddle bench --threads 1` measures the scheduler without any cross-thread
+/// wake-ups.
+pub fn runtime_with_threads(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut b = match threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
+    Ok(b.enable_all().thread_name("heddle").build()?)
 }

@@ -233,6 +233,11 @@ pub struct BenchArgs {
     /// written ahead); the time includes making the last record durable.
     #[arg(long)]
     pub durable: bool,
+    /// Runtime worker threads (default: one per core); 1 runs everything on a
+    /// current-thread runtime. Compare invocations per CPU-second across values to see
+    /// how the scheduler scales.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
     /// Print the figures as JSON.
     #[arg(long)]
     pub json: bool,

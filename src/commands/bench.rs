@@ -22,6 +22,18 @@ pub struct ShapeFigures {
     pub wall_us: u64,
     pub invocations_per_sec: f64,
     pub messages_per_sec: f64,
+    /// Runtime worker threads the runs used (1: a current-thread runtime).
+    pub threads: usize,
+    /// CPU time (user, system, and their sum) the whole process used during the median
+    /// run, in microseconds; `null` where the platform does not report it. The sum is
+    /// exact; Linux apportions user/system by tick sampling, so short runs skew the split.
+    pub cpu_user_us: Option<u64>,
+    pub cpu_system_us: Option<u64>,
+    pub cpu_us: Option<u64>,
+    /// Node invocations per second of CPU time: throughput per core actually used.
+    pub invocations_per_cpu_sec: Option<f64>,
+    /// CPU time / wall time: how many cores the run kept busy on average.
+    pub cores_busy: Option<f64>,
     /// The process's peak resident set size so far (VmHWM), in KiB; it only grows, so a
     /// later shape's figure includes the earlier ones' peak.
     pub peak_rss_kib: Option<u64>,
@@ -68,6 +80,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     if args.runs == 0 {
         return Err(crate::usage!("--runs must be at least 1"));
     }
+    if args.threads == Some(0) {
+        return Err(crate::usage!("--threads must be at least 1"));
+    }
     let shapes: Vec<Shape> = match args.shape {
         ShapeArg::Chain => vec![Shape::Chain],
         ShapeArg::Fanout => vec![Shape::Fanout],
@@ -75,7 +90,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         ShapeArg::All => Shape::ALL.to_vec(),
     };
     let registry = Registry::with_builtins();
-    let rt = crate::app::runtime()?;
+    let rt = crate::app::runtime_with_threads(args.threads)?;
+    let threads = rt.metrics().num_workers();
+    if !args.json {
+        println!("{}", threads_line(threads));
+    }
     let mut all = Vec::new();
     for shape in shapes {
         let size = args.size.unwrap_or_else(|| default_size(shape));
@@ -85,6 +104,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
                 return Ok(rt.block_on(bench::run_shape(&registry, shape, size, args.messages))?);
             }
             let session = durable_session()?;
+            let cpu0 = bench::CpuTime::now();
             let t0 = std::time::Instant::now();
             let mut r = rt.block_on(bench::run_shape_journaled(
                 &registry,
@@ -95,6 +115,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
             ))?;
             session.log.flush().wait()?;
             r.elapsed = t0.elapsed();
+            // CPU over the same span as the wall time, the sync included.
+            r.cpu = bench::CpuTime::used_since(cpu0);
             session.log.close()?;
             Ok(r)
         };
@@ -116,6 +138,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
             wall_us: median.elapsed.as_micros() as u64,
             invocations_per_sec: median.invocations_per_sec(),
             messages_per_sec: median.messages_per_sec(),
+            threads,
+            cpu_user_us: median.cpu.map(|c| c.user.as_micros() as u64),
+            cpu_system_us: median.cpu.map(|c| c.system.as_micros() as u64),
+            cpu_us: median.cpu.map(|c| c.total().as_micros() as u64),
+            invocations_per_cpu_sec: median.invocations_per_cpu_sec(),
+            cores_busy: median.cores_busy(),
             peak_rss_kib: peak_rss_kib(),
             runs: args.runs,
         };
@@ -136,9 +164,21 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
+fn threads_line(threads: usize) -> String {
+    if threads == 1 {
+        "runtime: current-thread (1 thread)".into()
+    } else {
+        format!("runtime: multi-thread, {threads} workers")
+    }
+}
+
 fn print_human(f: &ShapeFigures, wall: Duration) {
+    let cpu = match (f.cpu_us, f.cores_busy) {
+        (Some(us), Some(cores)) => format!("{:>9.3} ms ({cores:.2} cores)", us as f64 / 1e3),
+        _ => "n/a".into(),
+    };
     println!(
-        "{:<7} size {:>6}  nodes {:>6}  messages {:>7}  invocations {:>8}  wall {:>9.3} ms  {:>12} inv/s  {:>12} msg/s  peak RSS {}",
+        "{:<7} size {:>6}  nodes {:>6}  messages {:>7}  invocations {:>8}  wall {:>9.3} ms  cpu {cpu}  {:>8} inv/s  {:>8} inv/cpu-s  {:>8} msg/s  peak RSS {}",
         f.shape,
         f.size,
         f.nodes,
@@ -146,6 +186,9 @@ fn print_human(f: &ShapeFigures, wall: Duration) {
         f.invocations,
         wall.as_secs_f64() * 1e3,
         human_rate(f.invocations_per_sec),
+        f.invocations_per_cpu_sec
+            .map(human_rate)
+            .unwrap_or_else(|| "n/a".into()),
         human_rate(f.messages_per_sec),
         f.peak_rss_kib
             .map(|k| format!("{:.1} MiB", k as f64 / 1024.0))

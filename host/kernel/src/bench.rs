@@ -110,10 +110,66 @@ pub fn graph(shape: Shape, n: usize) -> GraphDoc {
     }
 }
 
+/// CPU time the whole process used (every thread: runtime workers, the blocking pool and
+/// the thread driving the run), so a figure counts the cores a run kept busy, which wall
+/// time alone hides.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTime {
+    pub user: Duration,
+    pub system: Duration,
+}
+
+impl CpuTime {
+    /// CPU time this process has used so far; `None` where the platform does not say
+    /// (not a Unix, or `getrusage` failed).
+    pub fn now() -> Option<CpuTime> {
+        #[cfg(unix)]
+        {
+            // SAFETY: getrusage only writes the struct we pass; all-zero is a valid rusage.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+                return None;
+            }
+            let d = |t: libc::timeval| {
+                Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+            };
+            Some(CpuTime {
+                user: d(ru.ru_utime),
+                system: d(ru.ru_stime),
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            None
+        }
+    }
+
+    /// CPU time used since the reading `start` was taken (`None` if either reading is).
+    pub fn used_since(start: Option<CpuTime>) -> Option<CpuTime> {
+        CpuTime::now().zip(start).map(|(now, then)| now.since(then))
+    }
+
+    pub fn total(self) -> Duration {
+        self.user + self.system
+    }
+
+    /// The CPU time used between `earlier` and `self` (saturating: the counters only grow,
+    /// but a kernel may round each reading differently).
+    pub fn since(self, earlier: CpuTime) -> CpuTime {
+        CpuTime {
+            user: self.user.saturating_sub(earlier.user),
+            system: self.system.saturating_sub(earlier.system),
+        }
+    }
+}
+
 /// What one bench run did.
 #[derive(Clone, Debug)]
 pub struct BenchRun {
     pub elapsed: Duration,
+    /// CPU time the process used over the same span as `elapsed`; `None` where the
+    /// platform does not report it.
+    pub cpu: Option<CpuTime>,
     /// Messages that entered the graph (chain: pushed values; fanout: items; wide: nodes).
     pub messages: u64,
     /// Node invocations of pass-through nodes (the work the shape is about).
@@ -126,6 +182,19 @@ impl BenchRun {
     }
     pub fn invocations_per_sec(&self) -> f64 {
         self.invocations as f64 / self.elapsed.as_secs_f64()
+    }
+    /// Invocations per second of CPU time: the efficiency figure, comparable across
+    /// thread counts where `invocations_per_sec` rewards burning more cores.
+    /// `None` without a CPU reading or when the run used no measurable CPU time.
+    pub fn invocations_per_cpu_sec(&self) -> Option<f64> {
+        let cpu = self.cpu?.total();
+        (!cpu.is_zero()).then(|| self.invocations as f64 / cpu.as_secs_f64())
+    }
+    /// Average cores kept busy over the run (CPU time / wall time).
+    pub fn cores_busy(&self) -> Option<f64> {
+        let wall = self.elapsed.as_secs_f64();
+        let cpu = self.cpu?.total().as_secs_f64();
+        (wall > 0.0).then(|| cpu / wall)
     }
 }
 
@@ -141,7 +210,7 @@ pub enum BenchError {
 
 /// Plans and runs one shape on the current tokio runtime and checks its output.
 /// `messages` is the number of values pushed through the chain (ignored otherwise).
-/// Timing covers the run from start to result, not planning.
+/// Timing (wall and CPU) covers the run from start to result, not planning.
 pub async fn run_shape(
     registry: &Registry,
     shape: Shape,
@@ -170,6 +239,7 @@ pub async fn run_shape_journaled(
             ..RunOptions::default()
         },
     )?;
+    let cpu0 = CpuTime::now();
     let t0 = Instant::now();
     let h = run.start();
     let (msgs, expect) = match shape {
@@ -185,6 +255,7 @@ pub async fn run_shape_journaled(
     };
     let r = h.wait().await;
     let elapsed = t0.elapsed();
+    let cpu = CpuTime::used_since(cpu0);
     if r.status != RunStatus::Completed {
         return Err(BenchError::Run {
             status: r.status,
@@ -228,6 +299,7 @@ pub async fn run_shape_journaled(
     }
     Ok(BenchRun {
         elapsed,
+        cpu,
         messages: msgs,
         invocations,
     })

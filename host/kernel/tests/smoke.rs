@@ -13,5 +13,8 @@ async fn bench_shapes_run_to_completion() {
             .await
             .unwrap_or_else(|e| panic!("{shape:?}: {e}"));
         assert!(r.invocations > 0);
+        // `heddle bench` reports CPU time next to wall time; Unix always has getrusage.
+        #[cfg(unix)]
+        assert!(r.cpu.is_some(), "{shape:?}: no CPU time reading");
     }
 }

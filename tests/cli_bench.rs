@@ -1,0 +1,87 @@
+//! `heddle bench` as a user runs it: the efficiency figures (CPU time, invocations per
+//! CPU-second) next to wall time, and `--threads` choosing the runtime.
+
+mod support;
+
+use support::*;
+
+fn bench_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["bench", "--shape", "wide", "--size", "50", "--runs", "1"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let o = heddle(&all);
+    expect_code(&o, OK);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("bench --json is not JSON ({e}):\n{}", stdout(&o)));
+    let shapes = v.as_array().expect("one entry per shape");
+    assert_eq!(shapes.len(), 1, "{v}");
+    shapes[0].clone()
+}
+
+fn micros(f: &serde_json::Value, key: &str) -> u64 {
+    f[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("`{key}` is not a whole number of microseconds: {f}"))
+}
+
+#[test]
+fn json_reports_cpu_time_and_invocations_per_cpu_second() {
+    let f = bench_json(&["--threads", "1"]);
+    assert_eq!(f["shape"], "wide");
+    assert_eq!(
+        f["threads"], 1,
+        "--threads 1 is a current-thread runtime: {f}"
+    );
+    assert_eq!(f["invocations"], 50);
+    let (user, system, total) = (
+        micros(&f, "cpu_user_us"),
+        micros(&f, "cpu_system_us"),
+        micros(&f, "cpu_us"),
+    );
+    assert_eq!(total, user + system, "{f}");
+    // Running 50 nodes costs some CPU; a zero here means the reading is not taken.
+    assert!(total > 0, "{f}");
+    let per_cpu_sec = f["invocations_per_cpu_sec"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no invocations_per_cpu_sec: {f}"));
+    let expect = 50.0 / (total as f64 / 1e6);
+    assert!(
+        (per_cpu_sec - expect).abs() <= expect * 1e-9,
+        "invocations_per_cpu_sec {per_cpu_sec} is not invocations / cpu time {expect}: {f}"
+    );
+    let cores = f["cores_busy"].as_f64().expect("cores_busy");
+    let expect = total as f64 / micros(&f, "wall_us") as f64;
+    // wall_us is truncated to whole microseconds, cores_busy uses the exact wall time.
+    assert!(cores > 0.0 && cores <= expect, "{cores} vs {expect}: {f}");
+}
+
+#[test]
+fn threads_choose_the_runtime_and_show_in_the_text_report() {
+    let f = bench_json(&["--threads", "2"]);
+    assert_eq!(f["threads"], 2, "{f}");
+
+    let o = heddle(&[
+        "bench",
+        "--shape",
+        "wide",
+        "--size",
+        "50",
+        "--runs",
+        "1",
+        "--threads",
+        "1",
+    ]);
+    expect_code(&o, OK);
+    let out = stdout(&o);
+    assert!(out.contains("runtime: current-thread"), "{out}");
+    assert!(out.contains(" cpu "), "{out}");
+    assert!(out.contains("inv/cpu-s"), "{out}");
+}
+
+#[test]
+fn zero_threads_is_a_usage_error() {
+    let o = heddle(&["bench", "--shape", "wide", "--threads", "0"]);
+    expect_code(&o, INVALID);
+    assert!(stderr(&o).contains("--threads"), "{}", stderr(&o));
+    no_panic(&o);
+}
