@@ -33,6 +33,32 @@ pub struct RunReport {
     pub totals: Totals,
 }
 
+/// The report of a run that never started because planning refused the graph: outcome
+/// `invalid`, exit code 2, and every problem as `validate --json` lists it.
+#[derive(Debug, Serialize)]
+pub struct InvalidReport<'a> {
+    pub report_version: u32,
+    pub graph: &'a str,
+    /// Always `invalid`.
+    pub outcome: &'static str,
+    pub exit_code: u8,
+    pub error: String,
+    pub issues: &'a [heddle_core::plan::Issue],
+}
+
+impl<'a> InvalidReport<'a> {
+    pub fn new(graph: &'a str, error: String, issues: &'a [heddle_core::plan::Issue]) -> Self {
+        InvalidReport {
+            report_version: REPORT_VERSION,
+            graph,
+            outcome: "invalid",
+            exit_code: crate::exit::Exit::Invalid as u8,
+            error,
+            issues,
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct NodeEntry {
     #[serde(rename = "type")]

@@ -220,3 +220,52 @@ fn read_node_output_stays_on_the_failing_items_lineage() {
         assert!(!t.contains("item-one"), "another item's value leaked: {t}");
     }
 }
+
+/// A code node with four settings `run` cannot honour: both commands refuse it before
+/// anything runs, list every problem, exit 2, and `--json` prints the problems as data.
+const BAD_CODE_NODE: &str = r#"{"nodes": [
+  {"id": "coder", "type": "code.bash",
+   "properties": {"code": "echo hi", "mode": "vm", "timeout_s": -1, "tmp_size_mb": 0, "memory_mb": 9007199254740993}},
+  {"id": "out", "type": "heddle.output", "properties": {"name": "said"}}],
+ "edges": [{"source": "coder", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]}"#;
+
+#[test]
+fn code_node_settings_run_refuses_are_refused_by_validate_and_run_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "g.json", BAD_CODE_NODE);
+    let props = |issues: &serde_json::Value| -> Vec<String> {
+        let mut v: Vec<String> = issues
+            .as_array()
+            .expect("issues is a list")
+            .iter()
+            .filter(|i| i["node"] == "coder")
+            .filter_map(|i| i["handle"].as_str().map(str::to_string))
+            .collect();
+        v.sort();
+        v
+    };
+    let want = ["memory_mb", "mode", "timeout_s", "tmp_size_mb"];
+
+    let o = heddle_in(dir.path(), &["validate", "g.json", "--json"]);
+    expect_code(&o, INVALID);
+    let v = json(&o);
+    assert_eq!(v["valid"], false, "{v}");
+    assert_eq!(props(&v["issues"]), want, "{v}");
+
+    let o = heddle_in(dir.path(), &["run", "g.json", "--json"]);
+    expect_code(&o, INVALID);
+    no_panic(&o);
+    let v = json(&o);
+    assert_eq!(v["outcome"], "invalid", "{v}");
+    assert_eq!(v["exit_code"], INVALID, "{v}");
+    assert_eq!(props(&v["issues"]), want, "{v}");
+
+    // Without --json the same four problems reach the terminal, nothing on stdout.
+    let o = heddle_in(dir.path(), &["run", "g.json"]);
+    expect_code(&o, INVALID);
+    let e = stderr(&o);
+    for p in want {
+        assert!(e.contains(p), "{p} missing from: {e}");
+    }
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+}

@@ -31,7 +31,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     let doc = super::load_graph(&args.graph)?;
     let env = rt.block_on(Env::load(&args.env, Some(&graph_types(&doc))))?;
     let graph = args.graph.display().to_string();
-    let plan = super::plan_graph(&doc, &env.registry, &args.graph)?;
+    let plan = match heddle_core::plan::plan(&doc, &env.registry) {
+        Ok(plan) => plan,
+        // A script reading `--json` gets an object for a refused graph too, with every
+        // problem as data, instead of nothing on stdout.
+        Err(err) if args.json => {
+            let summary = crate::app::bounded(&format!("{graph}: {err}"));
+            let report = crate::report::InvalidReport::new(&graph, summary, &err.issues);
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            return Ok(Exit::Invalid);
+        }
+        Err(err) => return Err(anyhow::Error::from(err).context(graph)),
+    };
     let values = inputs::resolve(&plan, &graph, &raw_inputs)?;
     if let Some(name) = &args.stream {
         match plan.input(name) {
