@@ -164,7 +164,10 @@ mod tests {
                 "timeout_ms",
             ),
         ] {
-            let e = WasmConfig::from_toml_str(text).unwrap_err().to_string();
+            // The key and range are in the TOML error the config error keeps as its source.
+            let err = WasmConfig::from_toml_str(text).unwrap_err();
+            let source = std::error::Error::source(&err).map(ToString::to_string);
+            let e = format!("{err}: {}", source.unwrap_or_default());
             assert!(e.contains(key) && e.contains("from "), "{text}: {e}");
         }
         let ok = WasmConfig::from_toml_str("[wasm]\npool_instances = 65536\n").unwrap();
