@@ -90,9 +90,9 @@ fn host() -> WasmHost {
 /// parallel tests wait for one compile (10+ s for an interpreter) instead of each
 /// compiling it too; later loads hit the on-disk compile cache.
 async fn compiled(rel: &'static str) {
-    static SLOTS: OnceLock<
-        std::sync::Mutex<BTreeMap<&'static str, Arc<tokio::sync::OnceCell<()>>>>,
-    > = OnceLock::new();
+    /// One compile slot per package directory.
+    type Slots = std::sync::Mutex<BTreeMap<&'static str, Arc<tokio::sync::OnceCell<()>>>>;
+    static SLOTS: OnceLock<Slots> = OnceLock::new();
     let cell = SLOTS
         .get_or_init(Default::default)
         .lock()
