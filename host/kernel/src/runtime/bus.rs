@@ -4,14 +4,115 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use heddle_core::{Event, EventKind};
+use heddle_core::{EdgeStatus, Event, EventKind, NodeStatus, SkipReason, Value};
 use tokio::sync::mpsc;
 
-use crate::executor::EventSink;
+use crate::executor::{EventSink, Outputs};
+
+/// An event as the kernel hands it over: built, or one of the frequent kinds by its
+/// parts (shared ids, outputs not yet converted to a map). A draft is built into an
+/// [`EventKind`] only when someone will see it: at once for a subscriber, else when the
+/// retained record is read. A run nobody watches builds only the events its result
+/// keeps, whatever its size.
+pub(crate) enum Draft {
+    Built(EventKind),
+    Node {
+        node_id: Arc<str>,
+        node_type: Arc<str>,
+        status: NodeStatus,
+        result: Option<Outputs>,
+        error: Option<String>,
+        skip_reason: Option<SkipReason>,
+    },
+    Edge {
+        edge_id: Arc<str>,
+        status: EdgeStatus,
+        counter: u64,
+    },
+    Output {
+        node_id: Arc<str>,
+        name: Arc<str>,
+        value: Value,
+    },
+}
+
+impl Draft {
+    fn build(self) -> EventKind {
+        match self {
+            Draft::Built(kind) => kind,
+            Draft::Node {
+                node_id,
+                node_type,
+                status,
+                result,
+                error,
+                skip_reason,
+            } => EventKind::Node {
+                node_id: node_id.to_string(),
+                node_type: node_type.to_string(),
+                status,
+                result: result.map(|o| o.to_map()),
+                error,
+                skip_reason,
+            },
+            Draft::Edge {
+                edge_id,
+                status,
+                counter,
+            } => EventKind::Edge {
+                edge_id: edge_id.to_string(),
+                status,
+                counter,
+            },
+            Draft::Output {
+                node_id,
+                name,
+                value,
+            } => EventKind::Output {
+                node_id: node_id.to_string(),
+                name: name.to_string(),
+                value,
+            },
+        }
+    }
+}
+
+/// One retained event: built once a subscriber or the result needed it.
+enum Slot {
+    Built(Arc<Event>),
+    Draft { seq: u64, at_us: u64, draft: Draft },
+}
+
+impl Slot {
+    /// The event, built in place the first time it is asked for.
+    fn event(&mut self) -> Arc<Event> {
+        let ev = match self {
+            Slot::Built(e) => return e.clone(),
+            Slot::Draft { seq, at_us, draft } => {
+                // The draft is consumed here; the slot holds the built event from now on.
+                let draft = std::mem::replace(draft, Draft::Built(PLACEHOLDER));
+                Arc::new(Event {
+                    seq: *seq,
+                    at_us: *at_us,
+                    kind: draft.build(),
+                })
+            }
+        };
+        *self = Slot::Built(ev.clone());
+        ev
+    }
+}
+
+/// What a draft's slot holds for the instant between taking the draft and storing the
+/// event built from it (allocates nothing).
+const PLACEHOLDER: EventKind = EventKind::Run {
+    status: heddle_core::RunStatus::Running,
+    error: None,
+};
 
 struct BusState {
     next_seq: u64,
-    retained: Vec<Arc<Event>>,
+    retained: Vec<Slot>,
     dropped: u64,
     subscribers: Vec<mpsc::UnboundedSender<Arc<Event>>>,
     closed: bool,
@@ -47,32 +148,36 @@ impl EventBus {
     }
 
     pub fn publish(&self, kind: EventKind) {
+        self.publish_draft(Draft::Built(kind));
+    }
+
+    pub(crate) fn publish_draft(&self, draft: Draft) {
         let at_us = self.started.elapsed().as_micros() as u64;
         let mut st = self.lock();
         if st.closed {
             return;
         }
-        let ev = Arc::new(Event {
-            seq: st.next_seq,
-            at_us,
-            kind,
-        });
+        let seq = st.next_seq;
         st.next_seq += 1;
         if st.retained.len() >= self.cap {
             let half = st.retained.len() / 2;
             st.retained.drain(..half);
             st.dropped += half as u64;
         }
-        st.retained.push(ev.clone());
-        st.subscribers.retain(|s| s.send(ev.clone()).is_ok());
+        let mut slot = Slot::Draft { seq, at_us, draft };
+        if !st.subscribers.is_empty() {
+            let ev = slot.event();
+            st.subscribers.retain(|s| s.send(ev.clone()).is_ok());
+        }
+        st.retained.push(slot);
     }
 
     /// A new subscriber first receives every retained event, then every later one.
     pub fn subscribe(&self) -> EventStream {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut st = self.lock();
-        for e in &st.retained {
-            let _ = tx.send(e.clone());
+        for slot in &mut st.retained {
+            let _ = tx.send(slot.event());
         }
         if !st.closed {
             st.subscribers.push(tx);
@@ -85,7 +190,8 @@ impl EventBus {
         let mut st = self.lock();
         st.closed = true;
         st.subscribers.clear();
-        (st.retained.clone(), st.dropped)
+        let events = st.retained.iter_mut().map(Slot::event).collect();
+        (events, st.dropped)
     }
 }
 
@@ -162,5 +268,54 @@ mod tests {
         for w in retained.windows(2) {
             assert_eq!(w[0].seq + 1, w[1].seq);
         }
+    }
+
+    #[test]
+    fn drafts_read_the_same_as_built_events_whenever_they_are_built() {
+        let draft = |i: u64| Draft::Node {
+            node_id: Arc::from("n"),
+            node_type: Arc::from("t"),
+            status: NodeStatus::Completed,
+            result: Some(Outputs::one("value", Value::Int(i as i64))),
+            error: None,
+            skip_reason: None,
+        };
+        let built = |i: u64| EventKind::Node {
+            node_id: "n".into(),
+            node_type: "t".into(),
+            status: NodeStatus::Completed,
+            result: Some([("value".to_string(), Value::Int(i as i64))].into()),
+            error: None,
+            skip_reason: None,
+        };
+        let bus = EventBus::new(100);
+        // Built by the late subscriber (0), for the early one at once (1), by close (2).
+        bus.publish_draft(draft(0));
+        let mut early = bus.subscribe();
+        bus.publish_draft(draft(1));
+        let mut late = bus.subscribe();
+        drop(early.try_next());
+        bus.publish_draft(Draft::Edge {
+            edge_id: Arc::from("e"),
+            status: EdgeStatus::Active,
+            counter: 2,
+        });
+        let (retained, _) = bus.close();
+        let kinds: Vec<EventKind> = retained.iter().map(|e| e.kind.clone()).collect();
+        let edge = EventKind::Edge {
+            edge_id: "e".into(),
+            status: EdgeStatus::Active,
+            counter: 2,
+        };
+        assert_eq!(kinds, vec![built(0), built(1), edge.clone()]);
+        let mut seen = Vec::new();
+        while let Some(e) = late.try_next() {
+            seen.push((e.seq, e.kind.clone()));
+        }
+        assert_eq!(seen, vec![(0, built(0)), (1, built(1)), (2, edge)]);
+        let rest: Vec<u64> = std::iter::from_fn(|| early.try_next())
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(rest, vec![1, 2]);
     }
 }

@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use actor::InvocationRecord;
-use actor::{ActorSpec, ControlEvent, Msg, Shared};
+use actor::{ActorSpec, ControlEvent, Inbox, Msg, Shared};
 pub use bus::{EventBus, EventStream};
 pub use lineage::Lineage;
 
@@ -185,10 +185,19 @@ impl Run {
         let buffer = self.opts.inbox.buffer.max(1);
         let mut txs = Vec::with_capacity(n);
         let mut rxs = Vec::with_capacity(n);
-        for _ in 0..n {
-            let (tx, rx) = mpsc::channel::<Msg>(buffer);
+        for node in &plan.nodes {
+            // Only a node something can send to gets a channel (see `actor::Inbox`).
+            let reachable = !node.in_edges.is_empty()
+                || &*node.node_type == INPUT_TYPE
+                || !node.controllers.is_empty();
+            let (tx, rx) = if reachable {
+                let (tx, rx) = mpsc::channel::<Msg>(buffer);
+                (Some(tx), Some(rx))
+            } else {
+                (None, None)
+            };
             txs.push(tx);
-            rxs.push(Some(rx));
+            rxs.push(Some(Inbox::new(rx)));
         }
         let run_token = CancellationToken::new();
         let escalator = self.opts.supervisor.clone().map(|sup| {
@@ -241,7 +250,8 @@ impl Run {
 /// A running run.
 pub struct RunHandle {
     shared: Arc<Shared>,
-    txs: Arc<[mpsc::Sender<Msg>]>,
+    /// Inbox senders by node index (`None`: a node nothing can send to).
+    txs: Arc<[Option<mpsc::Sender<Msg>>]>,
     node_index: HashMap<String, usize>,
     plan: Arc<Plan>,
     join: JoinHandle<RunResult>,
@@ -271,6 +281,12 @@ impl RunHandle {
         }
     }
 
+    /// The sender into node `i`'s inbox (every input node and every controlled node
+    /// with a controller has one).
+    fn inbox(&self, i: usize) -> Option<&mpsc::Sender<Msg>> {
+        self.txs.get(i).and_then(Option::as_ref)
+    }
+
     /// The streaming input the caller calls `name`.
     fn streaming_input(&self, name: &str) -> Result<&GraphInput, KernelError> {
         let input = self.plan.input(name)?;
@@ -285,7 +301,8 @@ impl RunHandle {
     pub async fn push_input(&self, name: &str, value: Value) -> Result<(), KernelError> {
         let input = self.streaming_input(name)?;
         let value = input.check(value)?;
-        self.txs[input.node as usize]
+        self.inbox(input.node as usize)
+            .ok_or_else(|| KernelError::InputClosed(name.to_string()))?
             .send(Msg::External(value))
             .await
             .map_err(|_| KernelError::InputClosed(name.to_string()))
@@ -294,7 +311,8 @@ impl RunHandle {
     /// Ends a streaming input: downstream nodes see its end-of-stream.
     pub async fn finish_input(&self, name: &str) -> Result<(), KernelError> {
         let input = self.streaming_input(name)?;
-        self.txs[input.node as usize]
+        self.inbox(input.node as usize)
+            .ok_or_else(|| KernelError::InputClosed(name.to_string()))?
             .send(Msg::ExternalEos)
             .await
             .map_err(|_| KernelError::InputClosed(name.to_string()))
@@ -323,12 +341,13 @@ impl RunHandle {
             node: node_id.to_string(),
             message: "the node has already completed".into(),
         };
-        self.txs[i]
-            .send(Msg::Control(ControlEvent {
+        self.inbox(i)
+            .ok_or_else(closed)?
+            .send(Msg::Control(Box::new(ControlEvent {
                 event_type: "run".into(),
                 properties,
                 reply: Some(tx),
-            }))
+            })))
             .await
             .map_err(|_| closed())?;
         match rx.await {
@@ -372,6 +391,15 @@ impl RunCanceller {
         self.shared.cancelled.store(true, Ordering::SeqCst);
         self.shared.run_token.cancel();
     }
+}
+
+/// Polls `fut` once with the calling task's context: lets a caller finish work that is
+/// ready at once without building the machinery (a task, a race, a timer) it would need
+/// to wait for it.
+pub(crate) async fn poll_once<F: std::future::Future + ?Sized>(
+    mut fut: std::pin::Pin<&mut F>,
+) -> std::task::Poll<F::Output> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await
 }
 
 /// Plans `doc` and runs it to the end. An invalid graph returns

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 
 use super::OUTPUT_TYPE;
 use super::actor::{Actor, ActorReport, ActorSpec, Shared, Stop};
-use super::bus::EventBus;
+use super::bus::{Draft, EventBus};
 use crate::executor::Executor;
 
 /// The runner: initializes executors, runs every actor, finalizes, builds the result.
@@ -89,8 +89,8 @@ pub(super) async fn run_all(
             // An actor is a logical unit, not necessarily a task: a ready native source
             // runs to completion right here unless it has to wait (a full downstream
             // inbox), in which case the rest of it becomes a task.
-            let mut fut = Box::pin(a.run());
-            match std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await {
+            let mut fut = Box::pin(a.run_source());
+            match super::poll_once(fut.as_mut()).await {
                 std::task::Poll::Ready(r) => reports[idx] = Some(r),
                 std::task::Poll::Pending => joins.push((idx, tokio::spawn(fut))),
             }
@@ -198,8 +198,8 @@ fn publish_drained(plan: &Plan, bus: &EventBus, reports: &[Option<ActorReport>])
     for r in reports.iter().flatten() {
         for &(edge, counter) in &r.sent {
             if !ended.contains(&edge) {
-                bus.publish(EventKind::Edge {
-                    edge_id: plan.edges[edge as usize].id.to_string(),
+                bus.publish_draft(Draft::Edge {
+                    edge_id: plan.edges[edge as usize].id.clone(),
                     status: EdgeStatus::Drained,
                     counter,
                 });
@@ -229,7 +229,11 @@ fn finish_result(
         suspend,
         nodes,
         interventions: Vec::new(),
-        events: events.iter().map(|e| (**e).clone()).collect(),
+        // Unshared unless a subscriber still holds one: then it is copied.
+        events: events
+            .into_iter()
+            .map(|e| Arc::try_unwrap(e).unwrap_or_else(|e| (*e).clone()))
+            .collect(),
         events_dropped: dropped,
         wall_us: t0.elapsed().as_micros() as u64,
     }

@@ -9,17 +9,12 @@ use heddle_core::graph::EdgeType;
 use heddle_core::plan::NodeIdx;
 use tokio::sync::mpsc;
 
-use super::actor::{ActorSpec, HandleSpec, Msg, NodeRole, OutEdge, OutPort};
+use super::actor::{ActorSpec, HandleSpec, Inbox, Msg, NodeRole, OutEdge, OutPort};
 use super::{INPUT_TYPE, OUTPUT_TYPE, Run};
 
 impl Run {
     /// The spec of node `i`'s actor; `txs` are every node's inbox senders.
-    pub(super) fn spec(
-        &self,
-        i: usize,
-        txs: &[mpsc::Sender<Msg>],
-        rx: mpsc::Receiver<Msg>,
-    ) -> ActorSpec {
+    pub(super) fn spec(&self, i: usize, txs: &[Option<mpsc::Sender<Msg>>], rx: Inbox) -> ActorSpec {
         let plan = &self.plan;
         let node = &plan.nodes[i];
         let scope = plan.correlation.nodes.get(i).cloned().unwrap_or_default();
@@ -113,7 +108,7 @@ impl Run {
             ports[pi].edges.push(OutEdge {
                 index: ei,
                 edge_id: e.id.clone(),
-                tx: txs[target].clone(),
+                tx: inbox_of(txs, target),
                 handle,
                 counter: 0,
                 last_event: None,
@@ -209,7 +204,7 @@ impl Run {
             scope: scope.invocation_scope.clone(),
             driver,
             ports,
-            control_targets: control_targets.iter().map(|t| txs[*t].clone()).collect(),
+            control_targets: control_targets.iter().map(|t| inbox_of(txs, *t)).collect(),
             controllers,
             root_contrib,
             timeout,
@@ -217,4 +212,12 @@ impl Run {
             rx,
         }
     }
+}
+
+/// The sender into the inbox of `target`, a node an edge reaches: such a node always has
+/// an inbox (`Run::start` gives one to every node with an incoming edge).
+fn inbox_of(txs: &[Option<mpsc::Sender<Msg>>], target: usize) -> mpsc::Sender<Msg> {
+    txs[target]
+        .clone()
+        .expect("a node an edge reaches has an inbox")
 }

@@ -2,13 +2,14 @@
 //! key has a complete set of inputs, and each complete set is one invocation.
 
 use heddle_core::plan::RootIdx;
-use heddle_core::{EventKind, NodeMode, Value};
+use heddle_core::{NodeMode, Value};
 use smallvec::SmallVec;
 
 use super::invoke::{Invocation, Settled, Work};
 use super::routing::MintedTokens;
 use super::{Actor, BATCH, Msg, NodeRole, Stop, reply_not_controlled};
 use crate::executor::Inputs;
+use crate::runtime::bus::Draft;
 use crate::runtime::lineage::{Key, Lineage};
 use crate::runtime::sched::{DoneEffect, Firing, Limits, SchedHandle, Scheduler};
 
@@ -24,9 +25,7 @@ struct ClosingScope {
 impl Actor {
     pub(super) async fn run_buffered(&mut self) -> Result<(), Stop> {
         if self.spec.handles.is_empty() {
-            // A source: fires once with its properties.
-            let inputs = self.spec.base_inputs.clone();
-            return self.fire(inputs, SmallVec::new(), Lineage::ROOT).await;
+            return self.fire_source().await;
         }
         let handles: Vec<SchedHandle> = self
             .spec
@@ -57,7 +56,7 @@ impl Actor {
         );
         // Scopes that closed upstream, not yet passed on (see `release_settled`).
         let mut closing: Vec<ClosingScope> = Vec::new();
-        let mut buf = Vec::with_capacity(BATCH);
+        let mut buf = Vec::new();
         while !self.all_closed() {
             let n = tokio::select! {
                 biased;
@@ -124,7 +123,7 @@ impl Actor {
                             None => self.send_scope_closed(&parent, root).await?,
                         }
                     }
-                    Msg::Control(ev) => reply_not_controlled(ev, &self.spec.id),
+                    Msg::Control(ev) => reply_not_controlled(*ev, &self.spec.id),
                     Msg::ControlEos | Msg::External(_) | Msg::ExternalEos => {}
                 }
                 if !closing.is_empty() {
@@ -140,6 +139,12 @@ impl Actor {
             self.fire_ready(&mut sched).await?;
         }
         self.release_settled(&mut sched, &mut closing, true).await
+    }
+
+    /// A source: fires once with its properties.
+    pub(super) async fn fire_source(&mut self) -> Result<(), Stop> {
+        let inputs = self.spec.base_inputs.clone();
+        self.fire(inputs, SmallVec::new(), Lineage::ROOT).await
     }
 
     /// Passes on the scope closes whose items have all settled (fired or dropped); with
@@ -190,7 +195,7 @@ impl Actor {
     async fn fire_firing(&mut self, f: Firing, lineage: Lineage) -> Result<(), Stop> {
         if let NodeRole::Output { name } = &self.spec.role {
             // Output nodes are the kernel's own: the value becomes a run output.
-            let name = name.to_string();
+            let name = name.clone();
             let v = f
                 .into_iter()
                 .next()
@@ -200,8 +205,8 @@ impl Actor {
             let v = self.shared.outputs_retained.admit(v);
             self.mark_started();
             self.invocations += 1;
-            self.emit(EventKind::Output {
-                node_id: self.spec.id.to_string(),
+            self.shared.bus.publish_draft(Draft::Output {
+                node_id: self.spec.id.clone(),
                 name,
                 value: v.clone(),
             });

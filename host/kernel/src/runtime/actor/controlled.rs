@@ -18,7 +18,7 @@ impl Actor {
         let mut latest: Vec<Option<Value>> = vec![None; self.spec.handles.len()];
         let mut held: VecDeque<ControlEvent> = VecDeque::new();
         let mut controllers = self.spec.controllers;
-        let mut buf = Vec::with_capacity(BATCH);
+        let mut buf = Vec::new();
         let mut ready = false;
         loop {
             if !ready {
@@ -62,7 +62,7 @@ impl Actor {
                     Msg::Eos { handle, end, edge } => {
                         self.close_upstream(handle, end, edge);
                     }
-                    Msg::Control(ev) => held.push_back(ev),
+                    Msg::Control(ev) => held.push_back(*ev),
                     Msg::ControlEos => controllers = controllers.saturating_sub(1),
                     _ => {}
                 }

@@ -1,7 +1,7 @@
 //! The end of a node: its outcome (done, failed, skipped with the reason, suspended),
 //! end-of-stream on every outgoing edge and the final events.
 
-use heddle_core::{EdgeStatus, EventKind, NodeOutcome, NodeStatus, SkipReason};
+use heddle_core::{EdgeStatus, NodeOutcome, NodeStatus, SkipReason};
 
 use super::{Actor, ActorReport, End, Msg, NodeRole, Stop};
 use crate::executor::Outputs;
@@ -131,7 +131,6 @@ impl Actor {
         }
         self.eos_sent = true;
         let cancelled = self.shared.run_token.is_cancelled();
-        let mut evs = Vec::new();
         for p in 0..self.spec.ports.len() {
             let control = self.spec.ports[p].control;
             for i in 0..self.spec.ports[p].edges.len() {
@@ -149,12 +148,6 @@ impl Actor {
                         let _ = self.send(&tx, msg).await;
                     }
                 }
-                let e = &self.spec.ports[p].edges[i];
-                evs.push(EventKind::Edge {
-                    edge_id: e.edge_id.to_string(),
-                    status: EdgeStatus::Completed,
-                    counter: e.counter,
-                });
             }
         }
         for tx in std::mem::take(&mut self.spec.control_targets) {
@@ -164,8 +157,11 @@ impl Actor {
                 let _ = self.send(&tx, Msg::ControlEos).await;
             }
         }
-        for ev in evs {
-            self.emit(ev);
+        // The final counters, once every end-of-stream is out.
+        for p in &self.spec.ports {
+            for e in &p.edges {
+                self.edge_event(e, EdgeStatus::Completed);
+            }
         }
     }
 }

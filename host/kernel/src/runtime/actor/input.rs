@@ -22,7 +22,7 @@ impl Actor {
         if !streaming {
             return Ok(());
         }
-        let mut buf = Vec::with_capacity(BATCH);
+        let mut buf = Vec::new();
         loop {
             let n = tokio::select! {
                 biased;
@@ -45,7 +45,7 @@ impl Actor {
                         .await?;
                     }
                     Msg::ExternalEos => return Ok(()),
-                    Msg::Control(ev) => reply_not_controlled(ev, &self.spec.id),
+                    Msg::Control(ev) => reply_not_controlled(*ev, &self.spec.id),
                     _ => {}
                 }
             }

@@ -3,6 +3,7 @@
 //! see every invocation (metrics, supervisor records, write-ahead records) belongs here.
 
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 use heddle_core::{EventKind, InvocationMetrics, Occurrence, Record, SuspendInfo, Value};
@@ -18,6 +19,7 @@ use crate::executor::{
 };
 use crate::journal::{Journal, Prior, RECONCILE_REASON};
 use crate::runtime::lineage::Lineage;
+use crate::runtime::poll_once;
 use crate::runtime::sched::Firing;
 
 /// One attempt of one invocation as the supervisor sees it when it fails.
@@ -97,9 +99,22 @@ impl Actor {
             (Some(j), Work::Firing { .. } | Work::Inputs(_)) => Some(j.clone()),
             _ => None,
         };
-        let Some(journal) = journal else {
-            return self.attempts(inv, mint, None).await;
-        };
+        match journal {
+            None => self.attempts(inv, mint, None).await,
+            // Boxed: the journal's bookkeeping would otherwise enlarge the future of
+            // every invocation, journaled or not, and a future is moved per invocation.
+            Some(journal) => Box::pin(self.invoke_journaled(journal, inv, mint)).await,
+        }
+    }
+
+    /// [`Actor::invoke`] of a durable run: what an earlier process recorded for this
+    /// occurrence is not run again, and every attempt is written ahead.
+    async fn invoke_journaled(
+        &mut self,
+        journal: Arc<dyn Journal>,
+        inv: Invocation<'_>,
+        mint: &mut MintedTokens,
+    ) -> Result<Settled, Stop> {
         let occ = self.occurrence(&inv.key);
         let fresh = match journal.prior(&occ) {
             Prior::Fresh => true,
@@ -239,7 +254,7 @@ impl Actor {
         let mut attempt = 1;
         loop {
             if let Some((j, occ)) = journal {
-                self.record_start(j, occ).await?;
+                Box::pin(self.record_start(j, occ)).await?;
                 self.emitted = inv.emits.then(Vec::new);
             }
             let (emit_tx, emit_rx) = if inv.emits {
@@ -290,7 +305,7 @@ impl Actor {
                     if let Some((j, occ)) = journal {
                         let mut m = ctx.metrics();
                         m.wall_us = t0.elapsed().as_micros() as u64;
-                        self.record_result(j, occ, &out, m).await?;
+                        Box::pin(self.record_result(j, occ, &out, m)).await?;
                     }
                     self.record_for_supervisor(inv.lineage, &out, &ctx);
                     return Ok(Settled::Produced(out));
@@ -308,11 +323,12 @@ impl Actor {
                         &ctx,
                         attempt,
                     );
-                    match self.recover(e, rec).await? {
+                    // Boxed, like the journal records: rare, and large.
+                    match Box::pin(self.recover(e, rec)).await? {
                         Some(Settled::Produced(out)) => {
                             // A substitute is the occurrence's result from now on.
                             if let Some((j, occ)) = journal {
-                                self.record_result(j, occ, &out, ctx.metrics()).await?;
+                                Box::pin(self.record_result(j, occ, &out, ctx.metrics())).await?;
                             }
                             return Ok(Settled::Produced(out));
                         }
@@ -468,9 +484,14 @@ impl Actor {
         deadline: Option<Instant>,
     ) -> Result<Result<Outputs, NodeError>, Stop> {
         let mut fut = fut;
-        let sleep = deadline_sleep(deadline);
-        tokio::pin!(sleep);
-        let Some(mut rx) = emit_rx else {
+        let Some(rx) = emit_rx else {
+            // Most invocations (every native one) are done at their first poll, which
+            // the race below would make anyway: build neither the race nor a timer.
+            if let Poll::Ready(r) = poll_once(fut.as_mut()).await {
+                return Ok(r);
+            }
+            let sleep = deadline_sleep(deadline);
+            tokio::pin!(sleep);
             let r = tokio::select! {
                 biased;
                 r = &mut fut => r,
@@ -482,6 +503,25 @@ impl Actor {
             };
             return Ok(r);
         };
+        // Boxed: the emitting loop's state is large, and most invocations never emit.
+        Box::pin(self.drive_emitting(fut, rx, feed, lineage, mint, token, deadline)).await
+    }
+
+    /// [`Actor::drive`] for a node that emits while it runs (and may be fed a live
+    /// session's input from the inbox meanwhile).
+    #[allow(clippy::too_many_arguments)] // the parts of one attempt, borrowed separately
+    async fn drive_emitting<'f>(
+        &mut self,
+        mut fut: BoxFuture<'f, Result<Outputs, NodeError>>,
+        mut rx: mpsc::Receiver<Emitted>,
+        feed: Option<&mut Feed>,
+        lineage: &Lineage,
+        mint: &mut MintedTokens,
+        token: &CancellationToken,
+        deadline: Option<Instant>,
+    ) -> Result<Result<Outputs, NodeError>, Stop> {
+        let sleep = deadline_sleep(deadline);
+        tokio::pin!(sleep);
         let live = feed.is_some();
         let mut idle = Feed::default();
         let Feed { pending, tx, buf } = feed.unwrap_or(&mut idle);

@@ -24,20 +24,22 @@ use std::time::{Duration, Instant};
 
 use heddle_core::plan::{HandleClass, RootIdx, RootInfo};
 use heddle_core::{
-    EventKind, InvocationMetrics, NodeDecl, NodeMode, NodeOutcome, NodeStatus, SkipReason,
-    SuspendInfo, Value,
+    EdgeStatus, EventKind, InvocationMetrics, NodeDecl, NodeMode, NodeOutcome, NodeStatus,
+    SkipReason, SuspendInfo, Value,
 };
 use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::bus::EventBus;
+use super::bus::{Draft, EventBus};
 use super::lineage::{Key, Lineage};
 use crate::executor::{Executor, Inputs, NodeCtx, Outputs, SecretRegistry};
 
 pub use invoke::InvocationRecord;
 
-/// Messages drained per wake-up of an actor.
+/// Messages drained per wake-up of an actor. A batch buffer starts empty and grows to
+/// the batches its node actually gets: a node fed one message at a time keeps a small
+/// one, and a node never fed none.
 const BATCH: usize = 256;
 /// Buffer of the channel a streaming node emits into.
 const EMIT_BUFFER: usize = 64;
@@ -88,7 +90,9 @@ pub(crate) enum Msg {
         parent: Lineage,
         root: RootIdx,
     },
-    Control(ControlEvent),
+    /// Boxed: rare, and three times the size of a data message (every inbox slot and
+    /// batch buffer is as large as the largest message).
+    Control(Box<ControlEvent>),
     ControlEos,
     /// A value pushed from outside into a streaming input node.
     External(Value),
@@ -209,7 +213,35 @@ pub(crate) struct ActorSpec {
     pub root_contrib: HashMap<RootIdx, u32>,
     pub timeout: Option<Duration>,
     pub role: NodeRole,
-    pub rx: mpsc::Receiver<Msg>,
+    pub rx: Inbox,
+}
+
+/// The receiving end of a node's inbox. A node nothing can send to (no incoming edge,
+/// not an input, not driven by control events) has no channel at all: a wide graph of
+/// sources pays nothing for inboxes it never reads. Without one, the inbox reads as
+/// closed, which is what it is.
+pub(crate) struct Inbox(Option<mpsc::Receiver<Msg>>);
+
+impl Inbox {
+    pub fn new(rx: Option<mpsc::Receiver<Msg>>) -> Self {
+        Inbox(rx)
+    }
+
+    /// Up to `limit` messages into `buf`, waiting for the first; 0 once the inbox is
+    /// closed and empty (every sender gone).
+    pub async fn recv_many(&mut self, buf: &mut Vec<Msg>, limit: usize) -> usize {
+        match &mut self.0 {
+            Some(rx) => rx.recv_many(buf, limit).await,
+            None => 0,
+        }
+    }
+
+    /// Refuses further messages (senders see the node gone).
+    pub fn close(&mut self) {
+        if let Some(rx) = &mut self.0 {
+            rx.close();
+        }
+    }
 }
 
 /// How an actor stopped early.
@@ -348,6 +380,13 @@ impl Actor {
         self.finish(res).await
     }
 
+    /// [`Actor::run`] of an [`Actor::inline_source`]: the same steps, without the other
+    /// modes' state in its future (the runner boxes one such future per source node).
+    pub async fn run_source(mut self) -> ActorReport {
+        let res = self.fire_source().await;
+        self.finish(res).await
+    }
+
     /// A native built-in with no inputs at all: it fires once, at once, so the runner
     /// may run it inline instead of paying for a task.
     pub fn inline_source(&self) -> bool {
@@ -369,13 +408,22 @@ impl Actor {
         error: Option<String>,
         skip: Option<SkipReason>,
     ) {
-        self.emit(EventKind::Node {
-            node_id: self.spec.id.to_string(),
-            node_type: self.spec.node_type.to_string(),
+        self.shared.bus.publish_draft(Draft::Node {
+            node_id: self.spec.id.clone(),
+            node_type: self.spec.node_type.clone(),
             status,
-            result: result.map(|o| o.to_map()),
+            result,
             error,
             skip_reason: skip,
+        });
+    }
+
+    /// An edge's counter, as a draft (see [`Draft`]).
+    fn edge_event(&self, e: &OutEdge, status: EdgeStatus) {
+        self.shared.bus.publish_draft(Draft::Edge {
+            edge_id: e.edge_id.clone(),
+            status,
+            counter: e.counter,
         });
     }
 

@@ -30,14 +30,18 @@ struct MintedItem {
 
 impl Actor {
     pub(super) async fn send(&self, tx: &mpsc::Sender<Msg>, msg: Msg) -> Result<(), Stop> {
-        match tx.try_send(msg) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Closed(_)) => Ok(()), // target gone: drop
-            Err(mpsc::error::TrySendError::Full(msg)) => tokio::select! {
-                biased;
-                _ = tx.send(msg) => Ok(()),
-                _ = self.shared.run_token.cancelled() => Err(Stop::Cancelled),
-            },
+        match deliver_now(tx, msg) {
+            None => Ok(()),
+            Some(msg) => self.send_when_room(tx, msg).await,
+        }
+    }
+
+    /// Waits for room in a full inbox (backpressure), unless the run is cancelled.
+    async fn send_when_room(&self, tx: &mpsc::Sender<Msg>, msg: Msg) -> Result<(), Stop> {
+        tokio::select! {
+            biased;
+            _ = tx.send(msg) => Ok(()),
+            _ = self.shared.run_token.cancelled() => Err(Stop::Cancelled),
         }
     }
 
@@ -120,7 +124,7 @@ impl Actor {
                         reply: None,
                     };
                     let tx = self.spec.ports[p].edges[i].tx.clone();
-                    self.send(&tx, Msg::Control(ev)).await?;
+                    self.send(&tx, Msg::Control(Box::new(ev))).await?;
                     self.count_edge(p, i);
                 }
                 continue;
@@ -161,7 +165,10 @@ impl Actor {
                     value: v.clone(),
                     lineage: lin.clone(),
                 };
-                self.send(&e.tx, msg).await?;
+                if let Some(msg) = deliver_now(&e.tx, msg) {
+                    // Boxed: waiting is rare, and its state would enlarge every hop.
+                    Box::pin(self.send_when_room(&e.tx, msg)).await?;
+                }
                 self.count_edge(p, i);
             }
         }
@@ -172,15 +179,9 @@ impl Actor {
         let e = &mut self.spec.ports[p].edges[i];
         e.counter += 1;
         if e.last_event.is_none() {
-            let now = Instant::now();
-            e.last_event = Some(now);
-            let id = e.edge_id.to_string();
-            let c = e.counter;
-            self.emit(EventKind::Edge {
-                edge_id: id,
-                status: EdgeStatus::Active,
-                counter: c,
-            });
+            e.last_event = Some(Instant::now());
+            let e = &self.spec.ports[p].edges[i];
+            self.edge_event(e, EdgeStatus::Active);
         } else {
             e.dirty = true;
         }
@@ -189,9 +190,9 @@ impl Actor {
     /// Publishes throttled edge counters (at most one per edge per second).
     pub(super) fn flush_edge_events(&mut self) {
         let mut now: Option<Instant> = None;
-        let mut evs = Vec::new();
-        for p in self.spec.ports.iter_mut() {
-            for e in p.edges.iter_mut() {
+        for p in 0..self.spec.ports.len() {
+            for i in 0..self.spec.ports[p].edges.len() {
+                let e = &mut self.spec.ports[p].edges[i];
                 if !e.dirty {
                     continue;
                 }
@@ -201,16 +202,10 @@ impl Actor {
                 {
                     e.dirty = false;
                     e.last_event = Some(t);
-                    evs.push(EventKind::Edge {
-                        edge_id: e.edge_id.to_string(),
-                        status: EdgeStatus::Active,
-                        counter: e.counter,
-                    });
+                    let e = &self.spec.ports[p].edges[i];
+                    self.edge_event(e, EdgeStatus::Active);
                 }
             }
-        }
-        for ev in evs {
-            self.emit(ev);
         }
     }
 
@@ -286,6 +281,15 @@ impl Actor {
             self.send_scope_closed(lineage, root).await?;
         }
         Ok(())
+    }
+}
+
+/// Puts `msg` into `tx`'s inbox if it has room; hands it back when the inbox is full.
+/// A closed inbox (its node has stopped) drops it.
+fn deliver_now(tx: &mpsc::Sender<Msg>, msg: Msg) -> Option<Msg> {
+    match tx.try_send(msg) {
+        Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => None,
+        Err(mpsc::error::TrySendError::Full(msg)) => Some(msg),
     }
 }
 

@@ -42,7 +42,7 @@ impl Actor {
     /// One session over the whole input stream, items fed as they arrive.
     async fn run_live_stream(&mut self) -> Result<(), Stop> {
         let mut feed = Feed {
-            buf: Vec::with_capacity(BATCH),
+            buf: Vec::new(),
             ..Feed::default()
         };
         // Wait for the first item (or the end) before starting the node. A stream that
@@ -104,7 +104,7 @@ impl Actor {
             Msg::Eos { handle, end, edge } => {
                 self.close_upstream(handle, end, edge);
             }
-            Msg::Control(ev) => reply_not_controlled(ev, &self.spec.id),
+            Msg::Control(ev) => reply_not_controlled(*ev, &self.spec.id),
             _ => {}
         }
     }
@@ -115,7 +115,7 @@ impl Actor {
         let depth = self.spec.scope.len() - 1;
         let inner = self.spec.scope[depth];
         let mut sessions: BTreeMap<Key, Vec<(u32, u16, Value)>> = BTreeMap::new();
-        let mut buf = Vec::with_capacity(BATCH);
+        let mut buf = Vec::new();
         while !self.all_closed() {
             let n = tokio::select! {
                 biased;
@@ -163,7 +163,7 @@ impl Actor {
                         }
                     }
                     Msg::Done { .. } => {}
-                    Msg::Control(ev) => reply_not_controlled(ev, &self.spec.id),
+                    Msg::Control(ev) => reply_not_controlled(*ev, &self.spec.id),
                     _ => {}
                 }
             }
