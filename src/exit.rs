@@ -87,6 +87,7 @@ pub fn classify(err: &anyhow::Error) -> Exit {
             || cause.is::<InputErrors>()
             || cause.is::<toml::de::Error>()
             || cause.is::<heddle_kernel::supervisor::PolicyError>()
+            || cause.is::<heddle_kernel::supervisor::PolicyLoadError>()
             || cause.is::<heddle_kernel::supervisor::ReplayError>()
         {
             return Exit::Invalid;

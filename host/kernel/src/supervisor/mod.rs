@@ -31,7 +31,7 @@ pub use escalator::{Escalator, FailedInvocation, MAX_REPAIR_ROUNDS, Resolution, 
 pub use heddle_core::supervise::{
     AllowedSet, ApplyTo, DecidedBy, Intervention, LineageStep, Verdict, VerdictAction,
 };
-pub use policy::{Policy, PolicyError};
+pub use policy::{Policy, PolicyError, PolicyLoadError};
 pub use replay::{Replay, ReplayError};
 pub use state::{ReadOutputError, RunState, RunStateReader};
 
@@ -43,6 +43,10 @@ pub enum SupervisorError {
     Cancelled,
     #[error("the decision took longer than {0:?}")]
     Timeout(std::time::Duration),
+    /// Text, not a source error, on purpose: a transport error can carry the provider's
+    /// URL or reply, which may hold a credential, so the handle passes it through the
+    /// run's redactor and keeps only the masked words (this type is also `Clone`, for
+    /// the escalation record).
     #[error("supervisor provider error: {0}")]
     Provider(String),
     #[error("supervisor reply was malformed: {0}")]

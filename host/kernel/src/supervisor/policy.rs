@@ -22,7 +22,7 @@
 //! pattern) is reported before the run, naming the line.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use heddle_core::supervise::{ApplyTo, DecidedBy, Decision, Escalation, Verdict, VerdictAction};
 use heddle_core::{NodeMode, Value};
@@ -41,6 +41,21 @@ pub struct PolicyError {
     pub line: usize,
     pub column: usize,
     pub message: String,
+}
+
+/// Why [`Policy::load`] failed: the file could not be read (the I/O error kept as the
+/// source, so "not found" and "permission denied" stay distinguishable), or its text is
+/// not a valid policy.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyLoadError {
+    #[error("cannot read the policy file {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Invalid(#[from] PolicyError),
 }
 
 #[derive(Deserialize)]
@@ -108,15 +123,12 @@ pub struct Policy {
 }
 
 impl Policy {
-    pub fn load(path: &Path) -> Result<Self, PolicyError> {
-        let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| PolicyError {
-            origin: origin.clone(),
-            line: 0,
-            column: 0,
-            message: format!("cannot read policy file: {e}"),
+    pub fn load(path: &Path) -> Result<Self, PolicyLoadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyLoadError::Read {
+            path: path.to_path_buf(),
+            source,
         })?;
-        Policy::parse(&text, &origin)
+        Ok(Policy::parse(&text, &path.display().to_string())?)
     }
 
     pub fn parse(text: &str, origin: &str) -> Result<Self, PolicyError> {
