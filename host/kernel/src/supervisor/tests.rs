@@ -307,7 +307,10 @@ reason = "out of quota"
 fn an_unreadable_policy_file_keeps_the_io_error_as_its_source() {
     let path = std::path::Path::new("/nonexistent/heddle/policy.toml");
     let e = Policy::load(path).unwrap_err();
-    assert!(e.to_string().contains("/nonexistent/heddle/policy.toml"), "{e}");
+    assert!(
+        e.to_string().contains("/nonexistent/heddle/policy.toml"),
+        "{e}"
+    );
     let io = std::error::Error::source(&e)
         .and_then(|s| s.downcast_ref::<std::io::Error>())
         .expect("the I/O error is the source");
