@@ -270,6 +270,10 @@ async fn send_control_answers_concurrent_callers_in_fifo_order() {
         h.send_control("x", BTreeMap::new()).await,
         Err(KernelError::NotControlled(_))
     ));
+    assert!(matches!(
+        h.send_control("nope", BTreeMap::new()).await,
+        Err(KernelError::UnknownNode(id)) if id == "nope"
+    ));
     let r = within(h.wait()).await;
     assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
     assert_eq!(ints(&r.outputs["out"]), vec![10, 20, 30]);

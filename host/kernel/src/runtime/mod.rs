@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use actor::InvocationRecord;
-use actor::{ActorSpec, ControlEvent, Inbox, Msg, Shared};
+use actor::{ControlEvent, Inbox, Msg, Shared};
 pub use bus::{EventBus, EventStream};
 pub use lineage::Lineage;
 
@@ -197,8 +197,9 @@ impl Run {
                 (None, None)
             };
             txs.push(tx);
-            rxs.push(Some(Inbox::new(rx)));
+            rxs.push(Inbox::new(rx));
         }
+        let txs: Arc<[Option<mpsc::Sender<Msg>>]> = txs.into();
         let run_token = CancellationToken::new();
         let escalator = self.opts.supervisor.clone().map(|sup| {
             let e = crate::supervisor::Escalator::new(
@@ -222,29 +223,30 @@ impl Run {
             journal: self.opts.journal.clone(),
         });
 
-        let node_index = plan
+        let controlled = plan
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, node)| (node.id.to_string(), i))
+            .filter(|(_, node)| takes_control(node))
+            .map(|(i, node)| (node.id.clone(), i))
             .collect();
-
-        let specs: Vec<ActorSpec> = (0..n)
-            .map(|i| self.spec(i, &txs, rxs[i].take().expect("one receiver per node")))
-            .collect();
-        let executors = self.executors.clone();
-        let bus = self.bus.clone();
-        let sh = shared.clone();
-        let plan2 = plan.clone();
-        let join = tokio::spawn(runner::run_all(plan2, executors, specs, sh, bus));
+        // The runner wires each actor when it starts it: a node that runs inline and ends
+        // holds its wiring only meanwhile.
+        let join = tokio::spawn(runner::run_all(self, txs.clone(), rxs, shared.clone()));
         RunHandle {
             shared,
-            txs: txs.into(),
-            node_index,
+            txs,
+            controlled,
             plan,
             join,
         }
     }
+}
+
+/// A controlled node that a control edge reaches: the caller may drive it alongside its
+/// controllers. (One no control edge reaches runs as a buffered node.)
+fn takes_control(node: &heddle_core::plan::PlanNode) -> bool {
+    node.decl.mode == heddle_core::NodeMode::Controlled && !node.controllers.is_empty()
 }
 
 /// A running run.
@@ -252,7 +254,8 @@ pub struct RunHandle {
     shared: Arc<Shared>,
     /// Inbox senders by node index (`None`: a node nothing can send to).
     txs: Arc<[Option<mpsc::Sender<Msg>>]>,
-    node_index: HashMap<String, usize>,
+    /// The nodes `send_control` reaches, by id.
+    controlled: HashMap<Arc<str>, usize>,
     plan: Arc<Plan>,
     join: JoinHandle<RunResult>,
 }
@@ -328,14 +331,13 @@ impl RunHandle {
         node_id: &str,
         properties: BTreeMap<String, Value>,
     ) -> Result<Outputs, KernelError> {
-        let i = *self
-            .node_index
-            .get(node_id)
-            .ok_or_else(|| KernelError::UnknownNode(node_id.to_string()))?;
-        let node = &self.plan.nodes[i];
-        if node.decl.mode != heddle_core::NodeMode::Controlled || node.controllers.is_empty() {
-            return Err(KernelError::NotControlled(node_id.to_string()));
-        }
+        let Some(&i) = self.controlled.get(node_id) else {
+            return Err(if self.plan.nodes.iter().any(|n| &*n.id == node_id) {
+                KernelError::NotControlled(node_id.to_string())
+            } else {
+                KernelError::UnknownNode(node_id.to_string())
+            });
+        };
         let (tx, rx) = oneshot::channel();
         let closed = || KernelError::Control {
             node: node_id.to_string(),

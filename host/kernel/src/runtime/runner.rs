@@ -12,21 +12,24 @@ use heddle_core::{
     EdgeStatus, EventKind, NodeOutcome, NodeReport, RunResult, RunStatus, SkipReason, SuspendInfo,
     Value,
 };
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::OUTPUT_TYPE;
-use super::actor::{Actor, ActorReport, ActorSpec, Shared, Stop};
+use super::actor::{Actor, ActorReport, Inbox, Msg, Shared, Stop};
 use super::bus::{Draft, EventBus};
-use crate::executor::Executor;
+use super::{OUTPUT_TYPE, Run};
 
 /// The runner: initializes executors, runs every actor, finalizes, builds the result.
+/// `txs` and `rxs` are every node's inbox ends, by node index.
 pub(super) async fn run_all(
-    plan: Arc<Plan>,
-    executors: Vec<Arc<dyn Executor>>,
-    specs: Vec<ActorSpec>,
+    run: Run,
+    txs: Arc<[Option<mpsc::Sender<Msg>>]>,
+    rxs: Vec<Inbox>,
     sh: Arc<Shared>,
-    bus: Arc<EventBus>,
 ) -> RunResult {
+    let plan = run.plan.clone();
+    let executors = &run.executors;
+    let bus = run.bus.clone();
     let t0 = Instant::now();
     bus.publish(EventKind::Run {
         status: RunStatus::Running,
@@ -80,11 +83,10 @@ pub(super) async fn run_all(
         }
     }
 
-    let mut joins: Vec<(usize, JoinHandle<ActorReport>)> = Vec::with_capacity(specs.len());
+    let mut joins: Vec<(usize, JoinHandle<ActorReport>)> = Vec::new();
     let mut reports: Vec<Option<ActorReport>> = (0..plan.nodes.len()).map(|_| None).collect();
-    for s in specs {
-        let idx = s.idx;
-        let a = Actor::new(s, sh.clone());
+    for (idx, rx) in rxs.into_iter().enumerate() {
+        let a = Actor::new(run.spec(idx, &txs, rx), sh.clone());
         if a.inline_source() {
             // An actor is a logical unit, not necessarily a task: a ready native source
             // runs to completion right here unless it has to wait (a full downstream
@@ -98,6 +100,8 @@ pub(super) async fn run_all(
             joins.push((idx, tokio::spawn(a.run())));
         }
     }
+    // Every actor holds its own senders now: the inboxes close as their producers end.
+    drop(txs);
     let mut panics = Vec::new();
     for (idx, j) in joins {
         match j.await {
@@ -111,7 +115,7 @@ pub(super) async fn run_all(
             }
         }
     }
-    for e in &executors {
+    for e in executors {
         e.finalize().await;
     }
     publish_drained(&plan, &bus, &reports);

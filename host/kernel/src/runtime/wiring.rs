@@ -138,6 +138,11 @@ impl Run {
                 });
             }
         }
+        // Held for the node's whole life: no room kept for ports or edges that never come.
+        for p in &mut ports {
+            p.edges.shrink_to_fit();
+        }
+        ports.shrink_to_fit();
         if &*node.node_type == INPUT_TYPE {
             // The input node's single output must be port 0 (the kernel routes to it).
             if let Some(p) = ports.iter().position(|p| &*p.name == "value" && !p.control) {
@@ -193,7 +198,6 @@ impl Run {
             .as_ref()
             .and_then(|d| scope.inputs.keys().position(|k| k == d));
         ActorSpec {
-            idx: i,
             id: node.id.clone(),
             node_type: node.node_type.clone(),
             decl,

@@ -23,9 +23,12 @@ struct ClosingScope {
 }
 
 impl Actor {
+    /// Only the per-value path (a firing per data message) is awaited in place: every
+    /// other step is a boxed future, so the state a node holds for its whole life stays
+    /// small.
     pub(super) async fn run_buffered(&mut self) -> Result<(), Stop> {
         if self.spec.handles.is_empty() {
-            return self.fire_source().await;
+            return Box::pin(self.fire_source()).await;
         }
         let handles: Vec<SchedHandle> = self
             .spec
@@ -84,14 +87,14 @@ impl Actor {
                         match sched.push(handle as usize, value, &lineage) {
                             Err(o) => return Err(Stop::Abort(o.0)),
                             Ok(Some(key)) => self.fire_key(&mut sched, &key).await?,
-                            Ok(None) => self.fire_ready(&mut sched).await?,
+                            Ok(None) => Box::pin(self.fire_ready(&mut sched)).await?,
                         }
                     }
                     Msg::Eos { handle, end, edge } => {
                         if self.close_upstream(handle, end, edge) {
                             sched.close_handle(handle as usize);
                             if !fast {
-                                self.fire_ready(&mut sched).await?;
+                                Box::pin(self.fire_ready(&mut sched)).await?;
                             }
                         }
                     }
@@ -101,7 +104,7 @@ impl Actor {
                         Ok(DoneEffect::Ready(key)) => self.fire_key(&mut sched, &key).await?,
                         Ok(DoneEffect::Dropped(key)) => {
                             let l = Lineage::from_key(&self.spec.scope, &key);
-                            self.forward_dropped(&l).await?;
+                            Box::pin(self.forward_dropped(&l)).await?;
                         }
                     },
                     Msg::ScopeClosed { parent, root } => {
@@ -112,7 +115,7 @@ impl Actor {
                             Some(depth) => {
                                 let key = parent.key(&self.spec.scope[..depth]);
                                 sched.close_scope(&key, depth);
-                                self.fire_ready(&mut sched).await?;
+                                Box::pin(self.fire_ready(&mut sched)).await?;
                                 closing.push(ClosingScope {
                                     parent,
                                     root,
@@ -120,15 +123,14 @@ impl Actor {
                                     depth,
                                 });
                             }
-                            None => self.send_scope_closed(&parent, root).await?,
+                            None => Box::pin(self.send_scope_closed(&parent, root)).await?,
                         }
                     }
                     Msg::Control(ev) => reply_not_controlled(*ev, &self.spec.id),
                     Msg::ControlEos | Msg::External(_) | Msg::ExternalEos => {}
                 }
                 if !closing.is_empty() {
-                    self.release_settled(&mut sched, &mut closing, false)
-                        .await?;
+                    Box::pin(self.release_settled(&mut sched, &mut closing, false)).await?;
                 }
             }
             buf = batch;
@@ -136,9 +138,9 @@ impl Actor {
         }
         // Every input closed: whatever can fire, fires (partial input takes defaults).
         if !fast {
-            self.fire_ready(&mut sched).await?;
+            Box::pin(self.fire_ready(&mut sched)).await?;
         }
-        self.release_settled(&mut sched, &mut closing, true).await
+        Box::pin(self.release_settled(&mut sched, &mut closing, true)).await
     }
 
     /// A source: fires once with its properties.

@@ -490,18 +490,22 @@ impl Actor {
             if let Poll::Ready(r) = poll_once(fut.as_mut()).await {
                 return Ok(r);
             }
-            let sleep = deadline_sleep(deadline);
-            tokio::pin!(sleep);
-            let r = tokio::select! {
-                biased;
-                r = &mut fut => r,
-                _ = token.cancelled() => Err(NodeError::cancelled()),
-                _ = &mut sleep => {
-                    token.cancel();
-                    Err(self.deadline_error())
+            // Boxed: a timer and a cancel waiter in every actor's state would cost each
+            // node that never waits (the memory of a 10,000-node chain is mostly this).
+            let race = async move {
+                let sleep = deadline_sleep(deadline);
+                tokio::pin!(sleep);
+                tokio::select! {
+                    biased;
+                    r = &mut fut => r,
+                    _ = token.cancelled() => Err(NodeError::cancelled()),
+                    _ = &mut sleep => {
+                        token.cancel();
+                        Err(self.deadline_error())
+                    }
                 }
             };
-            return Ok(r);
+            return Ok(Box::pin(race).await);
         };
         // Boxed: the emitting loop's state is large, and most invocations never emit.
         Box::pin(self.drive_emitting(fut, rx, feed, lineage, mint, token, deadline)).await

@@ -197,7 +197,6 @@ impl RetainedOutputs {
 }
 
 pub(crate) struct ActorSpec {
-    pub idx: usize,
     pub id: Arc<str>,
     pub node_type: Arc<str>,
     pub decl: Arc<NodeDecl>,
@@ -362,22 +361,26 @@ impl Actor {
     }
 
     pub async fn run(mut self) -> ActorReport {
+        // Every step is a boxed future: the task holds the actor for the node's whole
+        // life, and in place the modes' states would add up (an async fn's future keeps
+        // room for each awaited future, and copies of some), several KB per node.
         let res = match self.spec.role.clone() {
-            NodeRole::Input { streaming, initial } => self.run_input(streaming, initial).await,
+            NodeRole::Input { streaming, initial } => {
+                Box::pin(self.run_input(streaming, initial)).await
+            }
             _ => match self.spec.decl.mode {
-                // Boxed: the rarer modes' state would otherwise inflate every actor's
-                // future, which is moved on spawn.
                 // A controlled node runs on its controllers' events; with no control
                 // edge nothing would ever send one, so it runs as a buffered node.
                 NodeMode::Controlled if self.spec.controllers > 0 => {
                     Box::pin(self.run_controlled()).await
                 }
-                NodeMode::Controlled => self.run_buffered().await,
                 NodeMode::StreamingInput => Box::pin(self.run_streaming_input()).await,
-                NodeMode::Buffered | NodeMode::StreamingOutput => self.run_buffered().await,
+                NodeMode::Controlled | NodeMode::Buffered | NodeMode::StreamingOutput => {
+                    Box::pin(self.run_buffered()).await
+                }
             },
         };
-        self.finish(res).await
+        Box::pin(self.finish(res)).await
     }
 
     /// [`Actor::run`] of an [`Actor::inline_source`]: the same steps, without the other
