@@ -103,6 +103,23 @@ pub enum StoreError {
     },
     #[error("run {run} has already ended ({state}); nothing to cancel")]
     AlreadyEnded { run: String, state: &'static str },
+    #[error(
+        "{}: the run store is owned by {owner}; send runs to its API instead: {}/api/runs",
+        path.display(), owner.api
+    )]
+    Owned {
+        path: PathBuf,
+        owner: Box<crate::lease::Owner>,
+    },
+    #[error(
+        "{}: this process lost the run store's owner lease (epoch {epoch}): {why}; it stops writing",
+        path.display()
+    )]
+    LeaseLost {
+        path: PathBuf,
+        epoch: u64,
+        why: String,
+    },
     #[error("the run log stopped writing after an error")]
     WriterStopped(#[source] std::sync::Arc<StoreError>),
     #[error("the run log writer is gone (the log was closed)")]
@@ -125,6 +142,7 @@ impl StoreError {
             StoreError::UnknownRun(_)
                 | StoreError::NotResumable { .. }
                 | StoreError::Live { .. }
+                | StoreError::Owned { .. }
                 | StoreError::PauseMismatch { .. }
                 | StoreError::AlreadyEnded { .. }
         )

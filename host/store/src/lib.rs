@@ -11,6 +11,7 @@
 mod error;
 pub mod fault;
 mod journal;
+pub mod lease;
 pub mod log;
 mod schema;
 pub mod session;

@@ -39,6 +39,16 @@ const MIGRATIONS: &[&str] = &[
         crc INTEGER NOT NULL,
         PRIMARY KEY (run_id, seq)
     ) WITHOUT ROWID;",
+    // 2: the store's owner lease (one row; see lease.rs).
+    "CREATE TABLE owner (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        owner_id TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        api TEXT NOT NULL,
+        epoch INTEGER NOT NULL,
+        expires_ms INTEGER NOT NULL
+    );",
 ];
 
 /// The schema version this build writes and understands.

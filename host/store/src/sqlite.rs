@@ -9,20 +9,25 @@
 use std::hash::{BuildHasher as _, Hasher as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use heddle_core::Record;
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 
-use crate::{LogRead, NewRun, RunHeader, RunStore, RunSummary, StoreError, Stored, fault, schema};
+use crate::{
+    LogRead, NewRun, RunHeader, RunStore, RunSummary, StoreError, Stored, fault, lease, schema,
+};
 
 pub struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Conn>,
+    /// The owner-lease epoch this handle holds (0: none); see [`crate::lease`].
+    pub(crate) lease_epoch: AtomicU64,
 }
 
-struct Conn {
-    db: Connection,
+pub(crate) struct Conn {
+    pub(crate) db: Connection,
     /// The `synchronous` setting last applied, so switching costs nothing when unchanged.
     synced: Option<bool>,
 }
@@ -56,6 +61,7 @@ impl SqliteStore {
                 db,
                 synced: Some(true),
             }),
+            lease_epoch: AtomicU64::new(0),
         })
     }
 
@@ -63,14 +69,14 @@ impl SqliteStore {
         &self.path
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Conn> {
+    pub(crate) fn conn(&self) -> std::sync::MutexGuard<'_, Conn> {
         // A panic while holding the lock cannot leave SQLite half-written (transactions
         // roll back on drop), so a poisoned lock is still usable.
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -151,7 +157,11 @@ impl RunStore for SqliteStore {
         let graph_sha256 = crate::sha256_hex(&run.graph_bytes);
         let mut c = self.conn();
         set_sync(&mut c, true)?;
-        c.db.execute(
+        let tx =
+            c.db.transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(StoreError::sql("recording a new run"))?;
+        lease::check_write(&tx, self, self.lease_epoch.load(Ordering::SeqCst))?;
+        tx.execute(
             "INSERT INTO runs (run_id, created_ms, graph_name, graph_bytes, graph_sha256, plan,
                  inputs, secrets, packages, limits, owner_epoch)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0)",
@@ -169,6 +179,8 @@ impl RunStore for SqliteStore {
             ],
         )
         .map_err(StoreError::sql("recording a new run"))?;
+        tx.commit()
+            .map_err(StoreError::sql("recording a new run"))?;
         Ok(RunHeader {
             run_id,
             created_ms,
@@ -270,6 +282,7 @@ impl RunStore for SqliteStore {
         let tx =
             c.db.transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(StoreError::sql("taking over a run"))?;
+        lease::check_write(&tx, self, self.lease_epoch.load(Ordering::SeqCst))?;
         let epoch: Option<i64> = tx
             .query_row(
                 "SELECT owner_epoch FROM runs WHERE run_id = ?1",
@@ -327,6 +340,7 @@ impl RunStore for SqliteStore {
         let tx =
             c.db.transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(StoreError::sql("appending to a run's log"))?;
+        lease::check_write(&tx, self, self.lease_epoch.load(Ordering::SeqCst))?;
         let current: Option<i64> = tx
             .query_row(
                 "SELECT owner_epoch FROM runs WHERE run_id = ?1",
