@@ -65,6 +65,9 @@ impl GraphBuilder {
             dynamic_properties: BTreeMap::new(),
             ui_properties: None,
             limits: None,
+            timeout_ms: None,
+            access: None,
+            retry: None,
         });
         self
     }

@@ -71,6 +71,13 @@ pub enum EventKind {
         metrics: InvocationMetrics,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// 1 for an invocation's first attempt, then 2, 3… for each retry (the node's
+        /// own `retry` policy or the supervisor's), so every attempt is visible.
+        #[serde(default = "first_attempt")]
+        attempt: u32,
+        /// The attempt reached the node's time limit and its work was cancelled.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        timed_out: bool,
     },
     /// A failed invocation was escalated to the supervisor.
     Escalation {
@@ -85,6 +92,10 @@ pub enum EventKind {
         #[serde(default)]
         cost_usd: f64,
     },
+}
+
+fn first_attempt() -> u32 {
+    1
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]

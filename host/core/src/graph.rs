@@ -9,6 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::limits::{AccessLevel, NodeLimits, RetryPolicy};
 use crate::value::Value;
 
 /// The value of the top-level `format` field.
@@ -55,6 +56,20 @@ pub struct NodeDoc {
     /// tighten what the operator's configuration allows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<NodeLimits>,
+    /// Wall-clock limit per invocation in ms; the same setting as `limits.timeout_ms`
+    /// (read together by [`NodeDoc::resolved_limits`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ranged::opt_int::<_, u64, 1, 604_800_000>"
+    )]
+    pub timeout_ms: Option<u64>,
+    /// How far the node may touch its granted files; the same setting as `limits.files`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<AccessLevel>,
+    /// The node's own retry policy; the same setting as `limits.retry`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -63,40 +78,6 @@ pub struct UiProperties {
     pub bypassed: bool,
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_json::Value>,
-}
-
-/// Limits a workflow author may set on one node.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct NodeLimits {
-    /// Wall-clock limit per invocation, in milliseconds (1 to 604800000, a week).
-    /// Reaching it cancels the work.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::ranged::opt_int::<_, u64, 1, 604_800_000>"
-    )]
-    pub timeout_ms: Option<u64>,
-    /// WASM fuel budget per invocation (only lowers the package's budget).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fuel: Option<u64>,
-    /// Narrowing of filesystem grants: `none`, `read` or `write` (never wider than granted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub files: Option<AccessLevel>,
-    /// Narrowing of granted secrets to this subset of names.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secrets: Option<Vec<String>>,
-    /// Narrowing of granted environment variables to this subset of names.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub env: Option<Vec<String>>,
-}
-
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
-#[serde(rename_all = "lowercase")]
-pub enum AccessLevel {
-    None,
-    Read,
-    Write,
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
@@ -254,6 +235,17 @@ impl NodeDoc {
             out.insert(k.clone(), v.clone());
         }
         out
+    }
+
+    /// The node's one set of limits, both spellings folded together, with the
+    /// problems found doing so ([`crate::limits::resolve`]).
+    pub fn resolved_limits(&self) -> (Option<NodeLimits>, Vec<String>) {
+        let top = crate::limits::TopLevel {
+            timeout_ms: self.timeout_ms,
+            access: self.access,
+            retry: self.retry.as_ref(),
+        };
+        crate::limits::resolve(top, self.limits.as_ref())
     }
 
     pub fn is_bypassed(&self) -> bool {

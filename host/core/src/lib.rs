@@ -9,6 +9,7 @@ pub mod decl;
 pub mod event;
 pub mod graph;
 pub mod journal;
+pub mod limits;
 pub mod plan;
 pub mod ranged;
 pub mod supervise;

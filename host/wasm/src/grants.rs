@@ -192,6 +192,7 @@ mod tests {
             env: Some(vec!["A".into(), "B".into()]),
             secrets: Some(vec!["T".into()]),
             timeout_ms: Some(10),
+            retry: None,
         };
         let g = NodeGrant::new(&grant, Some(&limits), 1024);
         assert_eq!(g.fuel, 1000, "fuel can only be lowered");

@@ -235,3 +235,114 @@ async fn files_package_works_inside_its_grant() {
     assert_eq!(r.status, RunStatus::Failed);
     assert!(r.error.unwrap().contains("write"));
 }
+
+/// Node declarations written at top level (`access`, `timeout_ms`, `retry`), read from a
+/// graph file the way a user writes them.
+fn declared(nodes: serde_json::Value, edges: serde_json::Value) -> heddle_core::GraphDoc {
+    let text = json!({"nodes": nodes, "edges": edges}).to_string();
+    heddle_core::GraphDoc::parse(&text, "declared.json").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_read_and_none_withhold_the_files_from_a_wasm_node() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("in.txt"), "granted").unwrap();
+    let mut config = WasmConfig::default();
+    config.packages.insert(
+        "files".into(),
+        PackageGrant {
+            dirs: vec![DirGrant {
+                host: dir.path().into(),
+                guest: "/data".into(),
+                mode: DirMode::Rw,
+            }],
+            ..Default::default()
+        },
+    );
+    let reg = registry(config).await;
+    let write = |access: &str| {
+        declared(
+            json!([
+                {"id": "text", "type": "heddle.constant", "properties": {"value": "x"}},
+                {"id": "write", "type": "files.write_text", "access": access,
+                 "properties": {"path": "/data/out.txt"}},
+                {"id": "out", "type": "heddle.output"}
+            ]),
+            json!([
+                {"source": "text", "sourceHandle": "value", "target": "write", "targetHandle": "text"},
+                {"source": "write", "sourceHandle": "path", "target": "out", "targetHandle": "value"}
+            ]),
+        )
+    };
+    // Read access: WASI refuses the write (the directory is preopened read-only).
+    let r = run_graph(&write("read"), &reg, RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(r.status, RunStatus::Failed);
+    assert!(r.error.unwrap().contains("write"));
+    assert!(!dir.path().join("out.txt").exists());
+    // None: not even a read reaches the granted directory.
+    let read = declared(
+        json!([
+            {"id": "read", "type": "files.read_text", "access": "none",
+             "properties": {"path": "/data/in.txt"}},
+            {"id": "out", "type": "heddle.output"}
+        ]),
+        json!([{"source": "read", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]),
+    );
+    let r = run_graph(&read, &reg, RunOptions::default()).await.unwrap();
+    assert_eq!(r.status, RunStatus::Failed, "{:?}", r.outputs);
+    // Write (the default) works inside the grant: the refusals came from the level.
+    let r = run_graph(&write("write"), &reg, RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "x"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wasm_time_limit_interrupts_the_guest_and_retry_runs_it_again() {
+    let reg = registry(WasmConfig::default()).await;
+    let doc = declared(
+        json!([
+            {"id": "sleep", "type": "hostile.sleep", "timeout_ms": 200, "access": "none",
+             "retry": {"attempts": 2, "backoff_ms": 1}},
+            {"id": "out", "type": "heddle.output"},
+            {"id": "free", "type": "heddle.constant", "properties": {"value": 1}},
+            {"id": "other", "type": "heddle.output", "properties": {"name": "other"}}
+        ]),
+        json!([
+            {"source": "sleep", "sourceHandle": "out", "target": "out", "targetHandle": "value"},
+            {"source": "free", "sourceHandle": "value", "target": "other", "targetHandle": "value"}
+        ]),
+    );
+    // The guest sleeps an hour: the run ends because each attempt is interrupted.
+    let r = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        run_graph(&doc, &reg, RunOptions::default()),
+    )
+    .await
+    .expect("the guest was never interrupted")
+    .unwrap();
+    assert_eq!(r.status, RunStatus::Failed);
+    let attempts: Vec<(u32, bool)> = r
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            heddle_core::EventKind::Invocation {
+                node_id,
+                attempt,
+                timed_out,
+                ..
+            } if node_id == "sleep" => Some((*attempt, *timed_out)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(attempts, [(1, true), (2, true)]);
+    assert_eq!(r.nodes["sleep"].invocations, 2);
+    assert!(r.error.unwrap().contains("deadline"));
+    assert_eq!(r.outputs["other"], vec![Value::Int(1)]);
+}

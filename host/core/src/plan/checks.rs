@@ -10,7 +10,7 @@ use super::model::{CONTROL_OUTPUT_HANDLE, OUTPUT_TYPE, PlanNode, input_type};
 use super::planner::{DeclOf, Planner};
 use crate::NodeSpec;
 use crate::decl::{NodeDecl, NodeMode};
-use crate::graph::{CONTROL_HANDLE, EdgeType, NodeDoc};
+use crate::graph::{AccessLevel, CONTROL_HANDLE, EdgeType, NodeDoc, NodeLimits};
 use crate::types::PortType;
 use crate::value::Value;
 
@@ -216,13 +216,14 @@ impl Planner<'_> {
         n: &NodeDoc,
         decl: &Arc<NodeDecl>,
         properties: &BTreeMap<String, Value>,
+        limits: Option<&NodeLimits>,
         fed: &HashSet<(&str, &str)>,
     ) {
         let spec = NodeSpec {
             id: &n.id,
             decl,
             properties,
-            limits: n.limits.as_ref(),
+            limits,
         };
         for problem in self.decls.check_node(&spec) {
             let handle = problem.property.as_deref();
@@ -242,6 +243,49 @@ impl Planner<'_> {
                 ));
             }
         }
+    }
+
+    /// The node's one set of limits ([`NodeDoc::resolved_limits`]), reporting a setting
+    /// written two ways that disagree, and a retry on a node that may edit: a failed
+    /// attempt can die mid-edit and nothing reverts what it wrote, so only a retry-safe
+    /// node or one whose access is `none` or `read` may try more than once.
+    pub(super) fn node_limits(
+        &mut self,
+        n: &NodeDoc,
+        decl: &NodeDecl,
+        known: bool,
+    ) -> Option<NodeLimits> {
+        let (limits, problems) = n.resolved_limits();
+        for message in problems {
+            self.issues.push(issue(
+                IssueKind::InvalidLimits,
+                Some(&n.id),
+                None,
+                None,
+                message,
+            ));
+        }
+        let l = limits.as_ref()?;
+        if let Some(r) = &l.retry
+            && r.attempts > 1
+            && known
+            && !decl.retry_safe
+            && !matches!(l.files, Some(AccessLevel::None | AccessLevel::Read))
+        {
+            self.issues.push(issue(
+                IssueKind::InvalidLimits,
+                Some(&n.id),
+                None,
+                None,
+                format!(
+                    "retry with {} attempts on a node that may edit: node type `{}` is not retry-safe and the node's access is `{}`, so a failed attempt may leave half-done changes a retry would run over; set `\"access\": \"read\"` or `\"none\"`, or remove the retry",
+                    r.attempts,
+                    decl.type_name,
+                    l.files.unwrap_or(AccessLevel::Write).as_str()
+                ),
+            ));
+        }
+        limits
     }
 
     /// Checks a node's properties against its declaration and returns the map the node

@@ -36,6 +36,8 @@ pub enum IssueKind {
     IncomparableScopes,
     Correlation,
     InvalidProperty,
+    /// A node's `timeout_ms`, `access`, `retry` or `limits` cannot be honoured as written.
+    InvalidLimits,
     /// Warning: an edge was dropped while rewriting around a bypassed node.
     BypassDroppedEdge,
 }

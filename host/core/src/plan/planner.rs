@@ -346,8 +346,9 @@ impl<'a> Planner<'a> {
                 // analysis running so every problem is found in one pass.
                 .unwrap_or_else(|| Arc::new(NodeDecl::new(n.node_type.clone())));
             let properties = self.node_properties(n, &decl, known, fed);
+            let limits = self.node_limits(n, &decl, known);
             if known {
-                self.node_config(n, &decl, &properties, fed);
+                self.node_config(n, &decl, &properties, limits.as_ref(), fed);
             }
             let name = n
                 .name
@@ -365,7 +366,7 @@ impl<'a> Planner<'a> {
                 name: Arc::from(name),
                 decl,
                 properties,
-                limits: n.limits.clone(),
+                limits,
                 in_edges: Vec::new(),
                 out_edges: Vec::new(),
                 controllers: Vec::new(),

@@ -192,6 +192,7 @@ impl Run {
             .and_then(|l| l.timeout_ms)
             .map(Duration::from_millis)
             .or(self.opts.node_timeout);
+        let retry = node.limits.as_ref().and_then(|l| l.retry.clone());
         let controllers = node.controllers.len().max(control_in.len());
         let driver = scope
             .repeating_driver
@@ -212,6 +213,7 @@ impl Run {
             controllers,
             root_contrib,
             timeout,
+            retry,
             role,
             rx,
         }

@@ -27,6 +27,8 @@ pub struct Probe {
     /// `test.probe` received a value.
     pub probed: Notify,
     pub probe_count: AtomicUsize,
+    /// `test.flaky` invocations so far (every attempt).
+    pub flaky_calls: AtomicUsize,
 }
 
 struct LiveGuard(Arc<Probe>);
@@ -85,6 +87,16 @@ impl NodeProvider for TestNodes {
                 properties: vec![PortDecl::new("fail_on", t("int"))],
                 ..d(
                     "test.fail",
+                    vec![PortDecl::new("value", any())],
+                    vec![OutputDecl::new("value", any())],
+                )
+            },
+            // Fails its first `fail_times` invocations of the run, then passes the value on.
+            NodeDecl {
+                retry_safe: true,
+                properties: vec![PortDecl::new("fail_times", t("int")).with_default(Value::Int(1))],
+                ..d(
+                    "test.flaky",
                     vec![PortDecl::new("value", any())],
                     vec![OutputDecl::new("value", any())],
                 )
@@ -247,6 +259,17 @@ impl Executor for TestExec {
                         Ok(Outputs::one("value", v))
                     }
                 }
+                "test.flaky" => {
+                    let n = self.probe.flaky_calls.fetch_add(1, Ordering::SeqCst) + 1;
+                    if n as i64 <= int(i, "fail_times")? {
+                        Err(NodeError::msg(format!("flaky failure {n}")))
+                    } else {
+                        Ok(Outputs::one(
+                            "value",
+                            i.get("value").cloned().unwrap_or_default(),
+                        ))
+                    }
+                }
                 "test.suspend" => Err(NodeError::suspend(
                     "needs approval",
                     i.get("value").cloned().unwrap_or_default(),
@@ -346,6 +369,7 @@ pub fn registry() -> (Registry, Arc<Probe>) {
 }
 
 /// Graphs are written with the workspace's one builder.
+#[allow(unused_imports)] // not every test file builds graphs with it
 pub use heddle_core::builder::graph;
 
 pub fn ints(v: &[Value]) -> Vec<i64> {

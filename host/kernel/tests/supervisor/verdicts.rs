@@ -47,6 +47,23 @@ async fn transient_failure_retried_on_a_retry_safe_node() {
 }
 
 #[tokio::test]
+async fn the_supervisor_is_asked_only_after_the_nodes_own_retries_are_spent() {
+    let (mut doc, mut opts) = chain("sup.flaky", json!({"fail_times": 3}), Value::Int(5));
+    doc.nodes[1].retry = serde_json::from_value(json!({"attempts": 2, "backoff_ms": 0})).unwrap();
+    opts.supervisor = policy("[[rule]]\nverdict = \"retry\"\n");
+    let r = run(&doc, opts).await;
+    assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
+    // Two attempts of the node's own, then the supervisor's retry, then its second.
+    assert_eq!(r.nodes["n"].invocations, 4);
+    let i = interventions(&r);
+    // One attempt count across both: the first escalation is attempt 2's failure.
+    assert_eq!(
+        i.iter().map(|x| x.escalation.attempt).collect::<Vec<_>>(),
+        [2, 3]
+    );
+}
+
+#[tokio::test]
 async fn non_retry_safe_node_is_never_retried_whatever_the_handle_says() {
     let (doc, mut opts) = chain("sup.flaky_unsafe", json!({}), Value::Int(5));
     let h = Always::new(Verdict::Retry);

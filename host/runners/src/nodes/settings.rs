@@ -1,7 +1,7 @@
 //! A code node's properties read into its [`Settings`]: the code, the mode, the image
 //! and the [`Sandbox`], each checked for type and range. Also the operator's rules the
 //! properties must obey (subprocess mode allowed, workspace inside `workspace_roots`)
-//! and the author's `limits.files`. Every problem is collected, so planning reports
+//! and the author's `access` (alias `limits.files`). Every problem is collected, so planning reports
 //! them all at once and creation refuses exactly what planning reported.
 
 use std::collections::BTreeMap;
@@ -262,12 +262,29 @@ pub(super) fn read(
                 None
             }
         });
-    // The workflow author's `limits.files` narrows the workspace, never widens it.
-    let workspace = match (spec.limits.and_then(|l| l.files), workspace) {
+    // The workflow author's `access` narrows the workspace, never widens it. A host
+    // process can touch whatever the host user can: nothing withholds the files from it,
+    // so a narrower level is refused rather than run with a boundary it does not have.
+    let access = spec.limits.and_then(|l| l.files);
+    if mode == Mode::Subprocess
+        && let Some(level @ (AccessLevel::None | AccessLevel::Read)) = access
+    {
+        p.problem(
+            "mode",
+            format!(
+                ": access `{}` cannot be enforced by executor `{}` in mode `subprocess` (the \
+                 code runs as the host user with no filesystem isolation); use mode `docker`, \
+                 which withholds or mounts the workspace read-only, or remove `access`",
+                level.as_str(),
+                lang.type_name()
+            ),
+        );
+    }
+    let workspace = match (access, workspace) {
         (Some(AccessLevel::None), Some(_)) => {
             p.problem(
                 "workspace",
-                "asks for a mount but `limits.files` is `none`; remove one of them".into(),
+                "asks for a mount but the node's `access` is `none`; remove one of them".into(),
             );
             None
         }

@@ -31,8 +31,8 @@ pub struct InvocationRecord {
     pub lineage: Lineage,
     /// This attempt's own metrics (cost and assets decide whether retry is allowed).
     pub metrics: InvocationMetrics,
-    /// 1 for the first attempt, then 2, 3… for each supervisor retry of the same
-    /// invocation.
+    /// 1 for the first attempt, then 2, 3… for each retry of the same invocation (the
+    /// node's own policy's, then the supervisor's: one count).
     pub attempt: u32,
     /// Whether the attempt emitted anything before failing.
     pub emitted: bool,
@@ -288,6 +288,7 @@ impl Actor {
                 },
             };
             *mint = MintedTokens::default();
+            self.sent_downstream = false;
             let result = self
                 .drive(
                     fut,
@@ -299,7 +300,7 @@ impl Actor {
                     deadline,
                 )
                 .await?;
-            self.account(&ctx, t0, &inv.key, result.as_ref().err());
+            self.account(&ctx, t0, &inv.key, result.as_ref().err(), attempt);
             match result {
                 Ok(out) => {
                     if let Some((j, occ)) = journal {
@@ -311,6 +312,24 @@ impl Actor {
                     return Ok(Settled::Produced(out));
                 }
                 Err(e) => {
+                    // The node's own policy first, in this same loop: the supervisor is
+                    // asked only once it is spent, and nothing re-enters it.
+                    if let Some(wait) = self.own_retry(&e, attempt, &inv.work) {
+                        if let Some((j, occ)) = journal {
+                            j.append(Record::Verdict {
+                                occurrence: occ.clone(),
+                                verdict: serde_json::json!({
+                                    "verdict": "retry",
+                                    "attempt": attempt,
+                                    "error": e.message,
+                                }),
+                                decided_by: "retry_policy".into(),
+                            });
+                        }
+                        self.backoff(wait, attempt, &e).await?;
+                        attempt += 1;
+                        continue;
+                    }
                     let inputs = match &inv.work {
                         Work::Firing { used, .. } => self.rebuild_inputs(used),
                         Work::Inputs(inputs) => inputs.clone(),
@@ -346,6 +365,55 @@ impl Actor {
                     }
                 }
             }
+        }
+    }
+
+    /// The wait before the next attempt when the node's `retry` policy catches this
+    /// failure; `None` leaves it to the supervisor (or the node fails). A suspension
+    /// and a cancel are decisions, not failures, and an attempt that already sent
+    /// values downstream would send them twice, so none of them is retried.
+    fn own_retry(&self, e: &NodeError, attempt: u32, work: &Work) -> Option<std::time::Duration> {
+        let policy = self.spec.retry.as_ref()?;
+        if attempt >= policy.attempts
+            || matches!(e.kind, ErrorKind::Suspend { .. } | ErrorKind::Cancelled)
+            || matches!(work, Work::Stream(_))
+            || self.shared.run_token.is_cancelled()
+        {
+            return None;
+        }
+        if self.sent_downstream {
+            self.emit(EventKind::Log {
+                node_id: self.spec.id.to_string(),
+                level: heddle_core::LogLevel::Warn,
+                message: format!(
+                    "attempt {attempt} failed after sending values downstream; not retried (a retry would send them again)"
+                ),
+            });
+            return None;
+        }
+        Some(policy.backoff(attempt))
+    }
+
+    /// Waits out a retry's backoff; a cancel of the run ends the wait (and the node).
+    async fn backoff(
+        &self,
+        wait: std::time::Duration,
+        attempt: u32,
+        e: &NodeError,
+    ) -> Result<(), Stop> {
+        let attempts = self.spec.retry.as_ref().map_or(1, |p| p.attempts);
+        self.emit(EventKind::Log {
+            node_id: self.spec.id.to_string(),
+            level: heddle_core::LogLevel::Warn,
+            message: format!(
+                "attempt {attempt} of {attempts} failed ({}); retrying in {} ms",
+                self.shared.secrets.mask(&e.message),
+                wait.as_millis()
+            ),
+        });
+        tokio::select! {
+            _ = self.shared.run_token.cancelled() => Err(Stop::Cancelled),
+            _ = tokio::time::sleep(wait) => Ok(()),
         }
     }
 
@@ -439,13 +507,17 @@ impl Actor {
         t0: Instant,
         key: &Arc<str>,
         err: Option<&NodeError>,
+        attempt: u32,
     ) {
         if self.native {
             return;
         }
         let mut m = ctx.metrics();
         m.wall_us = t0.elapsed().as_micros() as u64;
-        if m.fuel.is_some()
+        // A failed attempt is always reported (failures are off the hot path), so every
+        // retry and every time limit shows with its attempt number.
+        if err.is_some()
+            || m.fuel.is_some()
             || m.peak_memory_bytes.is_some()
             || m.cost_usd > 0.0
             || !m.assets.is_empty()
@@ -454,7 +526,9 @@ impl Actor {
                 node_id: self.spec.id.to_string(),
                 key: key.to_string(),
                 metrics: m.clone(),
-                error: err.map(|e| e.message.clone()),
+                error: err.map(|e| self.shared.secrets.mask(&e.message)),
+                attempt,
+                timed_out: err.is_some_and(|e| matches!(e.kind, ErrorKind::Deadline)),
             });
         }
         self.metrics.accumulate(&m);

@@ -211,6 +211,9 @@ pub(crate) struct ActorSpec {
     pub controllers: usize,
     pub root_contrib: HashMap<RootIdx, u32>,
     pub timeout: Option<Duration>,
+    /// The node's own retry policy (`retry`), run by the attempt loop before any
+    /// supervisor is asked.
+    pub retry: Option<heddle_core::graph::RetryPolicy>,
     pub role: NodeRole,
     pub rx: Inbox,
 }
@@ -326,6 +329,9 @@ pub(crate) struct Actor {
     occurrences: HashMap<Arc<str>, u32>,
     /// Durable runs only: what the current attempt emitted, for its result record.
     emitted: Option<Vec<(Arc<str>, Value)>>,
+    /// The current attempt sent a value along an edge while it ran: retrying it would
+    /// send that value again.
+    sent_downstream: bool,
 }
 
 impl Actor {
@@ -357,6 +363,7 @@ impl Actor {
             sup_skips: 0,
             occurrences: HashMap::new(),
             emitted: None,
+            sent_downstream: false,
         }
     }
 

@@ -75,7 +75,10 @@ impl Actor {
             rec.push((e.handle.clone(), e.value.clone()));
         }
         match self.port_index(&e.handle) {
-            Some(p) => self.route_port_values(&[(p, e.value)], lineage, mint).await,
+            Some(p) => {
+                self.sent_downstream |= !self.spec.ports[p].edges.is_empty();
+                self.route_port_values(&[(p, e.value)], lineage, mint).await
+            }
             None => {
                 self.unknown_output(&e.handle);
                 Ok(())
