@@ -83,6 +83,29 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Approve the gate a paused run waits at, and run on from it: the gate passes its
+    /// value downstream.
+    Approve {
+        run: String,
+        /// The gate node's id.
+        gate: String,
+        /// The reviewer's note, kept in the run's log.
+        #[arg(long)]
+        note: Option<String>,
+        /// Print the JSON report instead of progress and outputs.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reject the gate a paused run waits at: the run is cancelled with the gate's title
+    /// and the note as its reason, and nothing below the gate runs.
+    Reject {
+        run: String,
+        /// The gate node's id.
+        gate: String,
+        /// Why it was rejected (required: a rejection is a decision someone reads).
+        #[arg(long)]
+        note: String,
+    },
     /// Cancel a run that is not finished; it can no longer be resumed.
     Cancel { run: String },
 }

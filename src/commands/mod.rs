@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod gates;
 pub mod images;
 pub mod nodes;
 pub mod package;

@@ -233,10 +233,21 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
         }
         if let Some(s) = &report.suspend {
             eprintln!("suspended at node {}: {}", s.node_id, s.reason);
+            if !durable && heddle_core::gate::GateAsk::from_state(&s.state).is_some() {
+                eprintln!(
+                    "answering gate {} (heddle runs approve | reject) needs a durable run: run the graph again with --durable",
+                    s.node_id
+                );
+            }
         }
     }
     if let (Some(s), Some(ending)) = (&session, &ending) {
-        return Ok(super::runs::report_ending(&s.run_id, ending));
+        let gate = report
+            .suspend
+            .as_ref()
+            .filter(|s| heddle_core::gate::GateAsk::from_state(&s.state).is_some())
+            .map(|s| s.node_id.as_str());
+        return Ok(super::runs::report_ending(&s.run_id, ending, gate));
     }
     Ok(Exit::for_status(result.status))
 }

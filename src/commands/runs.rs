@@ -131,7 +131,8 @@ pub fn end(
 
 /// Says how a durable run ended and what to do next; the exit code of the README
 /// (paused = suspended, 4).
-pub fn report_ending(run_id: &str, ending: &Ending) -> Exit {
+/// A run paused at gate `gate` is answered, not resumed: the message says how.
+pub fn report_ending(run_id: &str, ending: &Ending, gate: Option<&str>) -> Exit {
     match ending {
         Ending::Finished(status) => Exit::for_status(*status),
         Ending::Paused { event, reason } => {
@@ -143,9 +144,14 @@ pub fn report_ending(run_id: &str, ending: &Ending) -> Exit {
                 PauseReason::Suspend { node, reason } => format!("node {node} suspended: {reason}"),
                 PauseReason::Budget { detail } => detail.clone(),
             };
-            eprintln!(
-                "run {run_id} paused at event {event} ({why}); resume with: heddle runs resume {run_id}"
-            );
+            match gate {
+                Some(g) => eprintln!(
+                    "run {run_id} paused at event {event} ({why}); approve with: heddle runs approve {run_id} {g} [--note TEXT], or reject with: heddle runs reject {run_id} {g} --note TEXT"
+                ),
+                None => eprintln!(
+                    "run {run_id} paused at event {event} ({why}); resume with: heddle runs resume {run_id}"
+                ),
+            }
             Exit::Suspended
         }
     }
@@ -158,6 +164,19 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
         RunsCommand::List { json } => list(&section, json),
         RunsCommand::Show { run, json } => show(&section, &run, json),
         RunsCommand::Resume { run, pause, json } => resume(&section, &args.env, &run, pause, json),
+        RunsCommand::Approve {
+            run,
+            gate,
+            note,
+            json,
+        } => {
+            let store = existing(&section, &run)?;
+            super::gates::approve(store, &args.env, &run, &gate, note, json)
+        }
+        RunsCommand::Reject { run, gate, note } => {
+            let store = existing(&section, &run)?;
+            super::gates::reject(store, &run, &gate, &note)
+        }
         RunsCommand::Cancel { run } => {
             let store = existing(&section, &run)?;
             session::cancel(store, &run)?;
@@ -268,9 +287,11 @@ fn show(section: &StoreSection, run: &str, json: bool) -> anyhow::Result<Exit> {
         view.dispatches, view.records, view.opens
     );
     for (occ, o) in &view.occurrences {
+        let rejected = o.verdicts.iter().any(|v| v["verdict"] == "reject");
         let result = match &o.result {
             Some(Outcome::Completed { .. }) => "completed",
             Some(Outcome::Failed { .. }) => "failed",
+            None if rejected => "cancelled (gate rejected)",
             None if o.started > 0 => "started, no result",
             None => "dispatched",
         };
@@ -295,6 +316,19 @@ fn resume(
     // Everything is checked before the run is taken over, so a refused resume writes
     // nothing.
     let r = session::check_resume(&*store, run, pause)?;
+    continue_run(store, r, env_args, json, None)
+}
+
+/// Takes a checked run over and runs it on from its log, with the gates its log
+/// approved open, and `approval` (a gate approved now) recorded first.
+pub(super) fn continue_run(
+    store: Arc<dyn RunStore>,
+    r: session::Resumption,
+    env_args: &crate::cli::EnvArgs,
+    json: bool,
+    approval: Option<super::gates::Approval>,
+) -> anyhow::Result<Exit> {
+    let run = r.header.run_id.as_str();
     let rt = crate::app::runtime()?;
     let h = &r.header;
     let text = String::from_utf8(h.run.graph_bytes.clone())
@@ -323,9 +357,13 @@ fn resume(
         node_timeout: h.run.limits["node_timeout_ms"]
             .as_u64()
             .map(std::time::Duration::from_millis),
+        approved_gates: super::gates::approved(&r.records, approval.as_ref()),
         ..RunOptions::default()
     };
     let session = session::reopen(store, &r)?;
+    if let Some(a) = &approval {
+        super::gates::record(&session, a)?;
+    }
     match &r.pause {
         Some(p) => eprintln!("resuming run {run} at pause event {}", p.event),
         None => eprintln!("recovering interrupted run {run}"),

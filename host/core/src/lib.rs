@@ -7,6 +7,7 @@
 pub mod builder;
 pub mod decl;
 pub mod event;
+pub mod gate;
 pub mod graph;
 pub mod journal;
 pub mod limits;

@@ -107,6 +107,7 @@ pub fn declarations() -> Vec<Arc<NodeDecl>> {
 
     [input, output, constant, foreach, collect, pass]
         .into_iter()
+        .chain([crate::gate::declaration()])
         .map(Arc::new)
         .collect()
 }
@@ -128,6 +129,7 @@ impl NodeProvider for Builtins {
             OUTPUT_TYPE => Arc::new(Sink),
             "heddle.foreach" => Arc::new(ForEach),
             "heddle.collect" => Arc::new(Collect),
+            heddle_core::gate::GATE_TYPE => crate::gate::Gate::executor(spec, None),
             other => return Err(NodeError::host(format!("unknown built-in `{other}`"))),
         })
     }

@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod builtins;
 pub mod executor;
+pub mod gate;
 pub mod journal;
 pub mod registry;
 pub mod runtime;

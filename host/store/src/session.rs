@@ -209,6 +209,23 @@ fn reconcile_occurrence(state: &Value) -> Option<Occurrence> {
 /// Cancels a run that is not running here: takes it over (fencing out a live owner,
 /// whose next write is refused) and records the cancel and the ending.
 pub fn cancel(store: Arc<dyn RunStore>, run_id: &str) -> Result<(), StoreError> {
+    end_cancelled(
+        store,
+        run_id,
+        Vec::new(),
+        "cancelled by heddle runs cancel".into(),
+    )
+}
+
+/// Cancels a run that is not running here with `reason` as its error, after recording
+/// `decisions` (a rejected gate's verdict): both in one append, so the run never shows
+/// the decision without its ending.
+pub fn end_cancelled(
+    store: Arc<dyn RunStore>,
+    run_id: &str,
+    decisions: Vec<Record>,
+    reason: String,
+) -> Result<(), StoreError> {
     let (_, records, view) = inspect(&*store, run_id)?;
     if view.state.is_final() {
         return Err(StoreError::AlreadyEnded {
@@ -221,13 +238,16 @@ pub fn cancel(store: Arc<dyn RunStore>, run_id: &str) -> Result<(), StoreError> 
         run_id,
         epoch,
         records.len() as u64,
-        &[
-            Record::CancelRequested,
-            Record::Finished {
-                status: RunStatus::Cancelled,
-                error: Some("cancelled by heddle runs cancel".into()),
-            },
-        ],
+        &decisions
+            .into_iter()
+            .chain([
+                Record::CancelRequested,
+                Record::Finished {
+                    status: RunStatus::Cancelled,
+                    error: Some(reason),
+                },
+            ])
+            .collect::<Vec<_>>(),
         true,
     )
 }

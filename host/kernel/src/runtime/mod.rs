@@ -77,6 +77,9 @@ pub struct RunOptions {
     /// Makes the run durable: every invocation is recorded ahead (see
     /// [`crate::journal`]) and what an earlier process recorded is not run again.
     pub journal: Option<Arc<dyn crate::journal::Journal>>,
+    /// Gate nodes a person approved (gate id → the reviewer's note, maybe empty): they
+    /// pass their value on instead of suspending the run.
+    pub approved_gates: BTreeMap<String, String>,
 }
 
 impl Default for RunOptions {
@@ -90,6 +93,7 @@ impl Default for RunOptions {
             secrets: Arc::new(SecretRegistry::default()),
             supervisor: None,
             journal: None,
+            approved_gates: BTreeMap::new(),
         }
     }
 }
@@ -149,13 +153,18 @@ impl Run {
                 properties: &n.properties,
                 limits: n.limits.as_ref(),
             };
-            let e = registry
-                .create(&spec)
-                .map_err(|source| KernelError::Create {
-                    node: n.id.to_string(),
-                    node_type: n.node_type.to_string(),
-                    source: Box::new(source),
-                })?;
+            let approved = opts.approved_gates.get(&*n.id);
+            let created = match approved {
+                Some(_) if &*n.node_type == heddle_core::gate::GATE_TYPE => {
+                    Ok(crate::gate::Gate::executor(&spec, approved))
+                }
+                _ => registry.create(&spec),
+            };
+            let e = created.map_err(|source| KernelError::Create {
+                node: n.id.to_string(),
+                node_type: n.node_type.to_string(),
+                source: Box::new(source),
+            })?;
             executors.push(e);
         }
         // External inputs, bound by the plan (the CLI binds through the same code).

@@ -1,0 +1,163 @@
+//! `heddle runs approve | reject RUN GATE`: a person answers the gate a durable run is
+//! paused at. The answer is a record in the run's log (a verdict decided by `user`), so
+//! every later resume knows it; approving runs on from the gate, rejecting cancels the
+//! run with the gate's title and the note as its reason.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use heddle_core::gate::{GATE_TYPE, GateAsk};
+use heddle_core::{GraphDoc, Occurrence, PauseReason, Record};
+use heddle_store::session::{self, Resumption, Session};
+use heddle_store::{RunStore, Stored};
+
+use crate::exit::Exit;
+
+/// Who a gate's verdict is decided by in the log.
+const DECIDED_BY: &str = "user";
+
+/// A gate approved now: recorded once the run is taken over, then run on from.
+pub struct Approval {
+    gate: String,
+    note: String,
+    /// The gate's invocations waiting for the answer.
+    occurrences: Vec<Occurrence>,
+}
+
+/// Approves `gate` and runs on.
+pub fn approve(
+    store: Arc<dyn RunStore>,
+    env_args: &crate::cli::EnvArgs,
+    run: &str,
+    gate: &str,
+    note: Option<String>,
+    json: bool,
+) -> anyhow::Result<Exit> {
+    let (r, ask, occurrences) = waiting_gate(&*store, run, gate)?;
+    eprintln!("gate \"{}\" of run {run} approved", ask.title);
+    let approval = Approval {
+        gate: gate.to_string(),
+        note: note.unwrap_or_default(),
+        occurrences,
+    };
+    super::runs::continue_run(store, r, env_args, json, Some(approval))
+}
+
+/// Rejects `gate`: the run ends cancelled, the gate's rejection recorded with it.
+pub fn reject(store: Arc<dyn RunStore>, run: &str, gate: &str, note: &str) -> anyhow::Result<Exit> {
+    let (_, ask, occurrences) = waiting_gate(&*store, run, gate)?;
+    let decisions = occurrences
+        .into_iter()
+        .map(|occurrence| Record::Verdict {
+            occurrence,
+            verdict: serde_json::json!({ "verdict": "reject", "note": note }),
+            decided_by: DECIDED_BY.into(),
+        })
+        .collect();
+    let reason = format!("gate \"{}\" rejected: {note}", ask.title);
+    session::end_cancelled(store, run, decisions, reason.clone())?;
+    eprintln!("run {run} cancelled: {reason}");
+    Ok(Exit::Ok)
+}
+
+/// The gates the log approved (gate id → note), with `now` added.
+pub fn approved(records: &[Stored], now: Option<&Approval>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for s in records {
+        if let Record::Verdict {
+            occurrence,
+            verdict,
+            decided_by,
+        } = &s.record
+            && decided_by == DECIDED_BY
+            && verdict["verdict"] == "approve"
+        {
+            let note = verdict["note"].as_str().unwrap_or_default().to_string();
+            out.insert(occurrence.node.clone(), note);
+        }
+    }
+    if let Some(a) = now {
+        out.insert(a.gate.clone(), a.note.clone());
+    }
+    out
+}
+
+/// Records `a` in the log of the run just taken over, on disk before anything runs.
+pub fn record(session: &Session, a: &Approval) -> anyhow::Result<()> {
+    for occ in &a.occurrences {
+        session.log.append(Record::Verdict {
+            occurrence: occ.clone(),
+            verdict: serde_json::json!({ "verdict": "approve", "note": a.note }),
+            decided_by: DECIDED_BY.into(),
+        });
+    }
+    session.log.flush().wait()?;
+    Ok(())
+}
+
+/// The run, the ask and the waiting invocations of `gate`, or why the run is not
+/// waiting at it (a usage error: nothing is written).
+fn waiting_gate(
+    store: &dyn RunStore,
+    run: &str,
+    gate: &str,
+) -> anyhow::Result<(Resumption, GateAsk, Vec<Occurrence>)> {
+    let r = session::check_resume(store, run, None)?;
+    let h = &r.header;
+    let text = String::from_utf8(h.run.graph_bytes.clone())
+        .map_err(|e| crate::usage!("run {run}: the stored graph is not UTF-8: {e}"))?;
+    let doc = GraphDoc::parse(&text, &h.run.graph_name)?;
+    let gates: Vec<&str> = doc
+        .nodes
+        .iter()
+        .filter(|n| n.node_type == GATE_TYPE)
+        .map(|n| n.id.as_str())
+        .collect();
+    let Some(node) = doc
+        .nodes
+        .iter()
+        .find(|n| n.id == gate && n.node_type == GATE_TYPE)
+    else {
+        let known = if gates.is_empty() {
+            "it has none".to_string()
+        } else {
+            format!("its gates: {}", gates.join(", "))
+        };
+        return Err(crate::usage!(
+            "run {run}: no gate `{gate}` in its graph ({known})"
+        ));
+    };
+    let waiting = match r.pause.as_ref().map(|p| &p.reason) {
+        Some(PauseReason::Suspend { node, .. }) if node == gate => true,
+        Some(PauseReason::Suspend { node, .. }) if gates.contains(&node.as_str()) => {
+            return Err(crate::usage!(
+                "run {run} waits at gate `{node}`, not at `{gate}`"
+            ));
+        }
+        _ => false,
+    };
+    if !waiting {
+        return Err(crate::usage!(
+            "run {run} is not waiting at gate `{gate}` (state {}); `heddle runs show {run}` says what it waits for",
+            r.view.state.as_str()
+        ));
+    }
+    let text_prop = |k: &str| {
+        node.properties
+            .get(k)
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    };
+    let ask = GateAsk {
+        title: text_prop("title").unwrap_or_else(|| gate.to_string()),
+        prompt: text_prop("prompt"),
+    };
+    let occurrences = r
+        .view
+        .occurrences
+        .iter()
+        .filter(|(o, v)| o.node == gate && v.result.is_none())
+        .map(|(o, _)| o.clone())
+        .collect();
+    Ok((r, ask, occurrences))
+}

@@ -1,0 +1,216 @@
+//! Gate nodes with the real `heddle` binary and a real run store: a durable run pauses
+//! at a gate, `heddle runs approve` runs on from it, `heddle runs reject` cancels the run
+//! with the gate's title and note, and a run that is not durable suspends saying so.
+
+mod support;
+
+use std::path::Path;
+use std::process::Output;
+
+use support::*;
+
+const CONFIG: &str = "[store]\npath = \"runs.db\"\n";
+
+/// A value reviewed at gate `ship`, then upper-cased; an independent branch beside it.
+const GATED: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "release notes"}},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it", "prompt": "Read the notes"}},
+    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "up", "targetHandle": "text"},
+    {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
+fn setup() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "heddle.toml", CONFIG);
+    write(dir.path(), "g.json", GATED);
+    dir
+}
+
+fn run_id(o: &Output) -> String {
+    let e = stderr(o);
+    let line = e
+        .lines()
+        .find_map(|l| l.strip_prefix("durable run "))
+        .unwrap_or_else(|| panic!("no run id printed:\n{e}"));
+    line.split_whitespace().next().unwrap().to_string()
+}
+
+fn show(dir: &Path, run: &str) -> serde_json::Value {
+    let o = heddle_in(dir, &["runs", "show", run, "--json"]);
+    expect_code(&o, OK);
+    json(&o)
+}
+
+/// The verdicts recorded on node `node`'s occurrences.
+fn verdicts(view: &serde_json::Value, node: &str) -> Vec<serde_json::Value> {
+    view["occurrences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["occurrence"]["node"] == node)
+        .flat_map(|o| o["verdicts"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+/// A durable run paused at the gate: its id.
+fn paused_at_gate(dir: &Path) -> String {
+    let o = heddle_in(dir, &["run", "--durable", "g.json"]);
+    expect_code(&o, SUSPENDED);
+    let e = stderr(&o);
+    assert!(
+        e.contains("gate \"Ship it\" awaits a decision: Read the notes"),
+        "{e}"
+    );
+    let run = run_id(&o);
+    assert!(
+        e.contains(&format!("heddle runs approve {run} ship")),
+        "{e}"
+    );
+    assert!(stdout(&o).is_empty() || !stdout(&o).contains("RELEASE"));
+    run
+}
+
+#[test]
+fn approving_a_gate_runs_on_from_it_with_its_value() {
+    let dir = setup();
+    let run = paused_at_gate(dir.path());
+    let view = show(dir.path(), &run);
+    assert_eq!(view["state"], "paused");
+    assert_eq!(view["pause"]["node"], "ship");
+    // Nothing below the gate ran.
+    assert!(
+        !view["occurrences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["occurrence"]["node"] == "up")
+    );
+
+    let o = heddle_in(
+        dir.path(),
+        &[
+            "runs",
+            "approve",
+            &run,
+            "ship",
+            "--note",
+            "looks right",
+            "--json",
+        ],
+    );
+    expect_code(&o, OK);
+    assert_eq!(
+        json(&o)["outputs"]["out"],
+        serde_json::json!(["RELEASE NOTES"])
+    );
+    let view = show(dir.path(), &run);
+    assert_eq!(view["state"], "completed");
+    assert_eq!(
+        verdicts(&view, "ship"),
+        [serde_json::json!({"verdict": "approve", "note": "looks right"})]
+    );
+    // Answered once: the finished run has no gate waiting any more.
+    let o = heddle_in(dir.path(), &["runs", "approve", &run, "ship"]);
+    expect_code(&o, INVALID);
+    no_panic(&o);
+}
+
+#[test]
+fn rejecting_a_gate_cancels_the_run_with_its_title_and_note() {
+    let dir = setup();
+    let run = paused_at_gate(dir.path());
+    // The note is required: a rejection is a decision someone reads.
+    let o = heddle_in(dir.path(), &["runs", "reject", &run, "ship"]);
+    expect_code(&o, INVALID);
+    let o = heddle_in(
+        dir.path(),
+        &["runs", "reject", &run, "ship", "--note", "not this week"],
+    );
+    expect_code(&o, OK);
+    let view = show(dir.path(), &run);
+    assert_eq!(view["state"], "cancelled");
+    assert_eq!(view["error"], "gate \"Ship it\" rejected: not this week");
+    assert_eq!(
+        verdicts(&view, "ship"),
+        [serde_json::json!({"verdict": "reject", "note": "not this week"})]
+    );
+    assert!(
+        !view["occurrences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["occurrence"]["node"] == "up")
+    );
+    let text = heddle_in(dir.path(), &["runs", "show", &run]);
+    assert!(
+        stdout(&text).contains("cancelled (gate rejected)"),
+        "{}",
+        stdout(&text)
+    );
+    // A cancelled run cannot be resumed past the gate.
+    let o = heddle_in(dir.path(), &["runs", "approve", &run, "ship"]);
+    expect_code(&o, INVALID);
+}
+
+#[test]
+fn an_unknown_gate_is_refused_naming_it_and_nothing_is_written() {
+    let dir = setup();
+    let run = paused_at_gate(dir.path());
+    let before = show(dir.path(), &run)["records"].clone();
+    for (gate, says) in [("nope", "no gate `nope`"), ("up", "no gate `up`")] {
+        let o = heddle_in(dir.path(), &["runs", "approve", &run, gate]);
+        expect_code(&o, INVALID);
+        no_panic(&o);
+        let e = stderr(&o);
+        assert!(e.contains(says) && e.contains("its gates: ship"), "{e}");
+        let o = heddle_in(dir.path(), &["runs", "reject", &run, gate, "--note", "x"]);
+        expect_code(&o, INVALID);
+    }
+    let o = heddle_in(dir.path(), &["runs", "approve", "no-such-run", "ship"]);
+    expect_code(&o, INVALID);
+    assert_eq!(show(dir.path(), &run)["records"], before);
+}
+
+#[test]
+fn a_gate_in_a_run_that_is_not_durable_suspends_saying_answering_needs_one() {
+    let dir = setup();
+    let o = heddle_in(dir.path(), &["run", "g.json"]);
+    expect_code(&o, SUSPENDED);
+    let e = stderr(&o);
+    assert!(e.contains("gate \"Ship it\" awaits a decision"), "{e}");
+    assert!(e.contains("needs a durable run"), "{e}");
+    let o = heddle_in(dir.path(), &["run", "g.json", "--json"]);
+    expect_code(&o, SUSPENDED);
+    let r = json(&o);
+    assert_eq!(r["outcome"], "suspended");
+    assert_eq!(r["nodes"]["ship"]["status"], "suspended");
+    assert_eq!(r["nodes"]["up"]["status"], "skipped");
+}
+
+#[test]
+fn the_gate_example_pauses_then_announces_once_approved() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "heddle.toml", CONFIG);
+    let example = std::fs::read_to_string(root().join("examples/gate.json")).unwrap();
+    write(dir.path(), "g.json", &example);
+    let o = heddle_in(dir.path(), &["run", "--durable", "g.json"]);
+    expect_code(&o, SUSPENDED);
+    let run = run_id(&o);
+    let o = heddle_in(
+        dir.path(),
+        &["runs", "approve", &run, "approve_release", "--json"],
+    );
+    expect_code(&o, OK);
+    assert_eq!(
+        json(&o)["outputs"]["announcement"],
+        serde_json::json!(["RELEASE 1.2: FASTER GRAPHS"])
+    );
+}
