@@ -94,6 +94,14 @@ fn approving_a_gate_runs_on_from_it_with_its_value() {
             .any(|o| o["occurrence"]["node"] == "up")
     );
 
+    // A plain resume would only pause at the gate again: it is refused, naming the way.
+    let o = heddle_in(dir.path(), &["runs", "resume", &run]);
+    expect_code(&o, INVALID);
+    assert!(
+        stderr(&o).contains(&format!("heddle runs approve {run} ship")),
+        "{}",
+        stderr(&o)
+    );
     let o = heddle_in(
         dir.path(),
         &[

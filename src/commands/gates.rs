@@ -95,6 +95,25 @@ pub fn record(session: &Session, a: &Approval) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses a plain resume of a run waiting at a gate: it would only pause there again.
+/// A gate is answered (approve or reject), which is what the refusal says to do.
+pub fn refuse_resume_at_gate(r: &Resumption, doc: &GraphDoc) -> anyhow::Result<()> {
+    let Some(PauseReason::Suspend { node, .. }) = r.pause.as_ref().map(|p| &p.reason) else {
+        return Ok(());
+    };
+    if !doc
+        .nodes
+        .iter()
+        .any(|n| &n.id == node && n.node_type == GATE_TYPE)
+    {
+        return Ok(());
+    }
+    let run = &r.header.run_id;
+    Err(crate::usage!(
+        "run {run} waits at gate `{node}`, which is answered, not resumed: heddle runs approve {run} {node} [--note TEXT], or heddle runs reject {run} {node} --note TEXT"
+    ))
+}
+
 /// The run, the ask and the waiting invocations of `gate`, or why the run is not
 /// waiting at it (a usage error: nothing is written).
 fn waiting_gate(
@@ -103,10 +122,7 @@ fn waiting_gate(
     gate: &str,
 ) -> anyhow::Result<(Resumption, GateAsk, Vec<Occurrence>)> {
     let r = session::check_resume(store, run, None)?;
-    let h = &r.header;
-    let text = String::from_utf8(h.run.graph_bytes.clone())
-        .map_err(|e| crate::usage!("run {run}: the stored graph is not UTF-8: {e}"))?;
-    let doc = GraphDoc::parse(&text, &h.run.graph_name)?;
+    let doc = super::runs::stored_graph(&r.header)?;
     let gates: Vec<&str> = doc
         .nodes
         .iter()

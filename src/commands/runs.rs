@@ -319,6 +319,13 @@ fn resume(
     continue_run(store, r, env_args, json, None)
 }
 
+/// The graph document a run was started from, exactly as stored.
+pub(super) fn stored_graph(h: &heddle_store::RunHeader) -> anyhow::Result<GraphDoc> {
+    let text = String::from_utf8(h.run.graph_bytes.clone())
+        .map_err(|e| crate::usage!("run {}: the stored graph is not UTF-8: {e}", h.run_id))?;
+    Ok(GraphDoc::parse(&text, &h.run.graph_name)?)
+}
+
 /// Takes a checked run over and runs it on from its log, with the gates its log
 /// approved open, and `approval` (a gate approved now) recorded first.
 pub(super) fn continue_run(
@@ -329,11 +336,12 @@ pub(super) fn continue_run(
     approval: Option<super::gates::Approval>,
 ) -> anyhow::Result<Exit> {
     let run = r.header.run_id.as_str();
+    let doc = stored_graph(&r.header)?;
+    if approval.is_none() {
+        super::gates::refuse_resume_at_gate(&r, &doc)?;
+    }
     let rt = crate::app::runtime()?;
     let h = &r.header;
-    let text = String::from_utf8(h.run.graph_bytes.clone())
-        .map_err(|e| crate::usage!("run {run}: the stored graph is not UTF-8: {e}"))?;
-    let doc = GraphDoc::parse(&text, &h.run.graph_name)?;
     let env = rt.block_on(Env::load(
         env_args,
         Some(&crate::providers::graph_types(&doc)),

@@ -1,0 +1,87 @@
+//! The bad inputs of per-node declarations, with the real `heddle` binary: a retry on a
+//! node that may edit and an access level its executor cannot enforce are refused
+//! before anything runs (exit 2), naming the node, and the same graph made safe runs.
+
+mod support;
+
+use support::*;
+
+/// `c` feeds `w` (`files.write_text`, not retry-safe) with `decl` merged into `w`.
+fn writer(decl: &str) -> String {
+    format!(
+        r#"{{"nodes": [
+  {{"id": "c", "type": "heddle.constant", "properties": {{"value": "x"}}}},
+  {{"id": "w", "type": "files.write_text", "properties": {{"path": "/data/f.txt"}}{decl}}},
+  {{"id": "out", "type": "heddle.output"}}
+], "edges": [
+  {{"source": "c", "sourceHandle": "value", "target": "w", "targetHandle": "text"}},
+  {{"source": "w", "sourceHandle": "path", "target": "out", "targetHandle": "value"}}
+]}}"#
+    )
+}
+
+#[test]
+fn a_retry_on_a_node_that_may_edit_is_refused_before_the_run_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    write(
+        dir.path(),
+        "heddle.toml",
+        "[packages.files]\ndirs = [{ host = \"./data\", guest = \"/data\", mode = \"rw\" }]\n",
+    );
+    write(
+        dir.path(),
+        "g.json",
+        &writer(r#", "retry": {"attempts": 3}"#),
+    );
+    for cmd in ["validate", "run"] {
+        let o = heddle_in(dir.path(), &[cmd, "g.json"]);
+        expect_code(&o, INVALID);
+        no_panic(&o);
+        let e = stderr(&o);
+        assert!(e.contains("node w") && e.contains("may edit"), "{e}");
+    }
+    // Nothing ran: the file the node would write does not exist.
+    assert!(!dir.path().join("data/f.txt").exists());
+    let o = heddle_in(dir.path(), &["validate", "g.json", "--json"]);
+    expect_code(&o, INVALID);
+    let v = json(&o);
+    assert_eq!(v["issues"][0]["kind"], "invalid_limits");
+    assert_eq!(v["issues"][0]["node"], "w");
+
+    // Read access makes the retry allowed, and WASI then refuses the write itself.
+    write(
+        dir.path(),
+        "g.json",
+        &writer(r#", "access": "read", "retry": {"attempts": 2}"#),
+    );
+    let o = heddle_in(dir.path(), &["validate", "g.json"]);
+    expect_code(&o, OK);
+    let o = heddle_in(dir.path(), &["run", "g.json", "--json"]);
+    expect_code(&o, FAILED);
+    assert_eq!(json(&o)["nodes"]["w"]["invocations"], 2);
+    assert!(!dir.path().join("data/f.txt").exists());
+}
+
+#[test]
+fn an_access_level_the_executor_cannot_enforce_is_refused_naming_node_level_and_executor() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "heddle.toml",
+        "[runners]\nallow_subprocess = true\n",
+    );
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [{"id": "sh", "type": "code.bash", "access": "read",
+            "properties": {"mode": "subprocess", "code": "echo hi"}}]}"#,
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json"]);
+    expect_code(&o, INVALID);
+    let e = stderr(&o);
+    assert!(
+        e.contains("node sh") && e.contains("access `read`") && e.contains("code.bash"),
+        "{e}"
+    );
+}
