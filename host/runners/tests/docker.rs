@@ -634,25 +634,28 @@ async fn leftovers_are_found_and_removed_by_label() {
     require_docker!();
     let docker = heddle_runners::connect_docker(None).await.unwrap();
     let id = node_id("leftover");
+    // Every heddle process on this machine sweeps the containers of dead owners of this
+    // host when its first runner connects (other tests in this binary, other suites on
+    // the same engine), so a dead owner's container may vanish at any moment: owner
+    // scoping is checked with owners of other hosts, which no sweep judges. The tokens
+    // carry this process's pid so a parallel run of this test cannot touch them.
+    let foreign = |n: u32| format!("0123456789abcdef-0123456789ab-{}-{n}", std::process::id());
+    let (mine, theirs) = (foreign(1), foreign(2));
+    fake_leftover(&docker, &format!("{id}-x"), &mine).await;
+    fake_leftover(&docker, &format!("{id}-y"), &theirs).await;
+    let removed = heddle_runners::remove_leftovers(&docker, Some(&mine))
+        .await
+        .unwrap();
+    assert_eq!(removed, 1, "only the named owner's container");
+    assert_no_leftovers(&format!("{id}-x")).await;
+    assert_eq!(containers_of(&format!("{id}-y")).await.len(), 1);
+
     // This host and boot, this pid but another start time: a process that is gone and
     // whose pid was reused (by this test process).
     let me = Owner::current().token();
     let (prefix, start) = me.rsplit_once('-').unwrap();
     let dead_owner = format!("{prefix}-{}", start.parse::<u64>().unwrap() + 1);
-    let other_dead = format!("{prefix}-{}", start.parse::<u64>().unwrap() + 2);
-    // Another host sharing the engine: its owner cannot be judged from here.
-    let foreign = "0123456789abcdef-0123456789ab-1-1";
-    fake_leftover(&docker, &format!("{id}-a"), &dead_owner).await;
-    fake_leftover(&docker, &format!("{id}-b"), &other_dead).await;
-    fake_leftover(&docker, &format!("{id}-c"), foreign).await;
-    assert_eq!(containers_of(&format!("{id}-a")).await.len(), 1);
-
-    let removed = heddle_runners::remove_leftovers(&docker, Some(&dead_owner))
-        .await
-        .unwrap();
-    assert_eq!(removed, 1);
-    assert_no_leftovers(&format!("{id}-a")).await;
-    assert_eq!(containers_of(&format!("{id}-b")).await.len(), 1);
+    fake_leftover(&docker, &format!("{id}-b"), &dead_owner).await;
 
     // The sweep removes a dead owner's containers, not a live one's nor another host's.
     let live_id = format!("{id}-live");
@@ -684,11 +687,11 @@ async fn leftovers_are_found_and_removed_by_label() {
     assert_no_leftovers(&format!("{id}-b")).await;
     assert_eq!(live_left, 1, "a live owner's container is not an orphan");
     assert_eq!(
-        containers_of(&format!("{id}-c")).await.len(),
+        containers_of(&format!("{id}-y")).await.len(),
         1,
         "another host's container is not judged"
     );
-    heddle_runners::remove_leftovers(&docker, Some(foreign))
+    heddle_runners::remove_leftovers(&docker, Some(&theirs))
         .await
         .unwrap();
     assert_eq!(live.error().kind, ErrorKind::Cancelled);
