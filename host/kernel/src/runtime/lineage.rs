@@ -2,11 +2,14 @@
 //!
 //! A lineage is an ordered list of `(root, item index)` pairs, outermost root first, in
 //! the static scope order computed by planning. Most values travel at root scope, so the
-//! empty lineage is a `None` (no allocation, free to clone); a non-empty one is a shared
-//! slice, so routing a value to N edges costs N reference-count bumps, never N maps.
+//! empty lineage is a `None` (no allocation, free to clone); a non-empty one is shared,
+//! so routing a value to N edges costs N reference-count bumps, never N maps. It carries
+//! its canonical text once someone asked for it: every node an item passes through names
+//! its invocation by it, and it is written once per item, not once per node.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, OnceLock};
 
 use heddle_core::plan::{RootIdx, RootInfo};
 use smallvec::SmallVec;
@@ -15,8 +18,29 @@ use smallvec::SmallVec;
 /// scheduler. Small and inline for the common depths (0–4).
 pub type Key = SmallVec<[u32; 4]>;
 
-#[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]
-pub struct Lineage(Option<Arc<[(RootIdx, u32)]>>);
+#[derive(Clone, Default, Debug)]
+pub struct Lineage(Option<Arc<Entries>>);
+
+#[derive(Debug)]
+struct Entries {
+    items: SmallVec<[(RootIdx, u32); 2]>,
+    /// The canonical text (see [`Lineage::text`]), written the first time it is read.
+    text: OnceLock<Arc<str>>,
+}
+
+impl PartialEq for Lineage {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries() == other.entries()
+    }
+}
+
+impl Eq for Lineage {}
+
+impl Hash for Lineage {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.entries().hash(state)
+    }
+}
 
 impl Lineage {
     /// The lineage of values at root scope.
@@ -24,7 +48,7 @@ impl Lineage {
 
     pub fn entries(&self) -> &[(RootIdx, u32)] {
         match &self.0 {
-            Some(e) => e,
+            Some(e) => &e.items,
             None => &[],
         }
     }
@@ -41,7 +65,10 @@ impl Lineage {
         if entries.is_empty() {
             Lineage::ROOT
         } else {
-            Lineage(Some(Arc::from(entries)))
+            Lineage(Some(Arc::new(Entries {
+                items: SmallVec::from_slice(entries),
+                text: OnceLock::new(),
+            })))
         }
     }
 
@@ -92,6 +119,18 @@ impl Lineage {
             .iter()
             .map(|s| self.index_of(*s).unwrap_or(u32::MAX))
             .collect()
+    }
+
+    /// [`Lineage::canonical`], shared: written once per lineage, whichever node asks
+    /// first. `roots` must be the run's (a lineage never leaves its run).
+    pub fn text(&self, roots: &[RootInfo]) -> Arc<str> {
+        match &self.0 {
+            Some(e) => e
+                .text
+                .get_or_init(|| Arc::from(self.canonical(roots)))
+                .clone(),
+            None => Arc::from(""),
+        }
     }
 
     /// The canonical text form `root=index,...` (the invocation key events and the
@@ -148,5 +187,10 @@ mod tests {
         let a = Lineage::ROOT.child(0, 2).child(1, 0);
         assert_eq!(a.canonical(&roots), "each:item=2,inner:item=0");
         assert_eq!(Lineage::ROOT.canonical(&roots), "");
+        // The shared text is the same, written once: every copy of the lineage sees it.
+        let copy = a.clone();
+        assert_eq!(&*a.text(&roots), "each:item=2,inner:item=0");
+        assert!(Arc::ptr_eq(&a.text(&roots), &copy.text(&roots)));
+        assert_eq!(a, Lineage::ROOT.child(0, 2).child(1, 0), "equal by entries");
     }
 }

@@ -442,7 +442,7 @@ impl Actor {
         if lineage.is_empty() {
             self.root_key.clone()
         } else {
-            Arc::from(lineage.canonical(&self.shared.roots))
+            lineage.text(&self.shared.roots)
         }
     }
 
