@@ -61,6 +61,31 @@ fn a_retry_on_a_node_that_may_edit_is_refused_before_the_run_naming_it() {
     expect_code(&o, FAILED);
     assert_eq!(json(&o)["nodes"]["w"]["invocations"], 2);
     assert!(!dir.path().join("data/f.txt").exists());
+
+    // A durable run records every attempt's start and the policy's retry verdict.
+    let mut toml = std::fs::read_to_string(dir.path().join("heddle.toml")).unwrap();
+    toml.push_str("[store]\npath = \"runs.db\"\n");
+    write(dir.path(), "heddle.toml", &toml);
+    let o = heddle_in(dir.path(), &["run", "--durable", "g.json"]);
+    expect_code(&o, FAILED);
+    let e = stderr(&o);
+    let run = e
+        .lines()
+        .find_map(|l| l.strip_prefix("durable run "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no run id:\n{e}"));
+    let o = heddle_in(dir.path(), &["runs", "show", run, "--json"]);
+    expect_code(&o, OK);
+    let v = json(&o);
+    let w = v["occurrences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["occurrence"]["node"] == "w")
+        .unwrap();
+    assert_eq!(w["started"], 2, "{w}");
+    assert_eq!(w["verdicts"][0]["verdict"], "retry", "{w}");
+    assert_eq!(w["verdicts"][0]["attempt"], 1, "{w}");
 }
 
 #[test]
