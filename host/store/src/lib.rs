@@ -8,10 +8,12 @@
 //! seam, and [`RunStore`] is the seam below, so a PostgreSQL store for several hosts
 //! fits beside [`SqliteStore`] without touching either.
 
+pub mod artifacts;
 mod error;
 pub mod fault;
 mod journal;
 pub mod lease;
+pub mod lock;
 pub mod log;
 mod schema;
 pub mod session;

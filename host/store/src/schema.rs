@@ -49,6 +49,20 @@ const MIGRATIONS: &[&str] = &[
         epoch INTEGER NOT NULL,
         expires_ms INTEGER NOT NULL
     );",
+    // 3: content-addressed artifacts per run, and names pointing at them.
+    "CREATE TABLE artifacts (
+        run_id TEXT NOT NULL REFERENCES runs(run_id),
+        sha256 TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        bytes BLOB NOT NULL,
+        PRIMARY KEY (run_id, sha256)
+    ) WITHOUT ROWID;
+    CREATE TABLE artifact_names (
+        run_id TEXT NOT NULL REFERENCES runs(run_id),
+        name TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        PRIMARY KEY (run_id, name)
+    ) WITHOUT ROWID;",
 ];
 
 /// The schema version this build writes and understands.

@@ -69,6 +69,11 @@ impl SqliteStore {
         &self.path
     }
 
+    /// Runs `f` on the connection (for the crate's other tables, e.g. artifacts).
+    pub(crate) fn with_db<R>(&self, f: impl FnOnce(&Connection) -> R) -> R {
+        f(&self.conn().db)
+    }
+
     pub(crate) fn conn(&self) -> std::sync::MutexGuard<'_, Conn> {
         // A panic while holding the lock cannot leave SQLite half-written (transactions
         // roll back on drop), so a poisoned lock is still usable.

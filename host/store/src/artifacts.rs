@@ -1,0 +1,297 @@
+//! Artifacts: content-addressed blobs (sha256) stored with a run, for what is too large
+//! or too important to travel in an event or on a console (a run's final outputs).
+//!
+//! Each run's artifacts are deduplicated by digest; a per-artifact size limit and a
+//! per-run total quota bound what a run can store (`STORAGE_LIMIT_EXCEEDED`), and
+//! content holding a known secret value is refused, not redacted (`KNOWN_SECRET`): a
+//! redacted copy would be stored as if it were the real bytes. Reading verifies the
+//! bytes against their digest (`TERMINAL_ARTIFACT` when missing or corrupt).
+
+use rusqlite::{OptionalExtension as _, params};
+
+use crate::{SqliteStore, StoreError};
+
+/// What a run may store.
+#[derive(Clone, Debug)]
+pub struct ArtifactPolicy {
+    pub max_artifact_bytes: u64,
+    pub max_run_bytes: u64,
+    /// Values no artifact may contain (secrets the run can hold); empty ones are ignored.
+    pub known_secrets: Vec<String>,
+}
+
+impl Default for ArtifactPolicy {
+    fn default() -> ArtifactPolicy {
+        ArtifactPolicy {
+            max_artifact_bytes: 64 << 20,
+            max_run_bytes: 256 << 20,
+            known_secrets: Vec::new(),
+        }
+    }
+}
+
+/// Where an artifact is: its digest and size.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ArtifactRef {
+    pub sha256: String,
+    pub size: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    #[error(
+        "run {run}: an artifact of {size} bytes is over the per-artifact limit of {limit} bytes; STORAGE_LIMIT_EXCEEDED"
+    )]
+    TooLarge { run: String, size: u64, limit: u64 },
+    #[error(
+        "run {run}: storing {size} more bytes would pass the run's artifact quota ({used} of {quota} bytes used); STORAGE_LIMIT_EXCEEDED"
+    )]
+    Quota {
+        run: String,
+        size: u64,
+        used: u64,
+        quota: u64,
+    },
+    /// Which secret is never said.
+    #[error("run {run}: the artifact contains a known secret value and was refused; KNOWN_SECRET")]
+    KnownSecret { run: String },
+    #[error("run {run}: artifact {sha256} is missing; TERMINAL_ARTIFACT")]
+    Missing { run: String, sha256: String },
+    #[error(
+        "run {run}: artifact {sha256} is corrupt (its bytes hash to {found}); TERMINAL_ARTIFACT"
+    )]
+    Corrupt {
+        run: String,
+        sha256: String,
+        found: String,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ArtifactError {
+    /// The code a report carries.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ArtifactError::TooLarge { .. } | ArtifactError::Quota { .. } => {
+                "STORAGE_LIMIT_EXCEEDED"
+            }
+            ArtifactError::KnownSecret { .. } => "KNOWN_SECRET",
+            ArtifactError::Missing { .. } | ArtifactError::Corrupt { .. } => "TERMINAL_ARTIFACT",
+            ArtifactError::Store(_) => "RUN_STORAGE",
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+impl SqliteStore {
+    /// Stores `bytes` for `run` under the policy (once: the same bytes again cost
+    /// nothing) and, with `name`, points that name at them.
+    pub fn put_artifact(
+        &self,
+        run: &str,
+        name: Option<&str>,
+        bytes: &[u8],
+        policy: &ArtifactPolicy,
+    ) -> Result<ArtifactRef, ArtifactError> {
+        let size = bytes.len() as u64;
+        if size > policy.max_artifact_bytes {
+            return Err(ArtifactError::TooLarge {
+                run: run.to_string(),
+                size,
+                limit: policy.max_artifact_bytes,
+            });
+        }
+        if policy
+            .known_secrets
+            .iter()
+            .any(|s| contains(bytes, s.as_bytes()))
+        {
+            return Err(ArtifactError::KnownSecret {
+                run: run.to_string(),
+            });
+        }
+        let sha256 = crate::sha256_hex(bytes);
+        self.with_db(|db| -> Result<(), ArtifactError> {
+            let tx = rusqlite::Transaction::new_unchecked(
+                db,
+                rusqlite::TransactionBehavior::Immediate,
+            )
+            .map_err(StoreError::sql("storing an artifact"))?;
+            // The same rule as every other write: not while a server owns the store.
+            crate::lease::check_write(
+                &tx,
+                self,
+                self.lease_epoch.load(std::sync::atomic::Ordering::SeqCst),
+            )?;
+            let exists: Option<i64> = tx
+                .query_row(
+                    "SELECT size FROM artifacts WHERE run_id = ?1 AND sha256 = ?2",
+                    params![run, sha256],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(StoreError::sql("storing an artifact"))?;
+            if exists.is_none() {
+                let used: i64 = tx
+                    .query_row(
+                        "SELECT COALESCE(SUM(size), 0) FROM artifacts WHERE run_id = ?1",
+                        params![run],
+                        |r| r.get(0),
+                    )
+                    .map_err(StoreError::sql("storing an artifact"))?;
+                let used = used as u64;
+                if used + size > policy.max_run_bytes {
+                    return Err(ArtifactError::Quota {
+                        run: run.to_string(),
+                        size,
+                        used,
+                        quota: policy.max_run_bytes,
+                    });
+                }
+                tx.execute(
+                    "INSERT INTO artifacts (run_id, sha256, size, bytes) VALUES (?1, ?2, ?3, ?4)",
+                    params![run, sha256, size as i64, bytes],
+                )
+                .map_err(StoreError::sql("storing an artifact"))?;
+            }
+            if let Some(name) = name {
+                tx.execute(
+                    "INSERT OR REPLACE INTO artifact_names (run_id, name, sha256) VALUES (?1, ?2, ?3)",
+                    params![run, name, sha256],
+                )
+                .map_err(StoreError::sql("naming an artifact"))?;
+            }
+            tx.commit().map_err(StoreError::sql("storing an artifact"))?;
+            Ok(())
+        })?;
+        Ok(ArtifactRef { sha256, size })
+    }
+
+    /// The artifact `name` of `run` points at, if any.
+    pub fn named_artifact(
+        &self,
+        run: &str,
+        name: &str,
+    ) -> Result<Option<ArtifactRef>, ArtifactError> {
+        let found = self.with_db(|db| {
+            db.query_row(
+                "SELECT n.sha256, a.size FROM artifact_names n
+                 LEFT JOIN artifacts a ON a.run_id = n.run_id AND a.sha256 = n.sha256
+                 WHERE n.run_id = ?1 AND n.name = ?2",
+                params![run, name],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<i64>>(1)?)),
+            )
+            .optional()
+            .map_err(StoreError::sql("reading an artifact name"))
+        })?;
+        Ok(found.map(|(sha256, size)| ArtifactRef {
+            sha256,
+            size: size.unwrap_or(0) as u64,
+        }))
+    }
+
+    /// The bytes of `artifact`, verified against its digest.
+    pub fn get_artifact(
+        &self,
+        run: &str,
+        artifact: &ArtifactRef,
+    ) -> Result<Vec<u8>, ArtifactError> {
+        let bytes: Option<Vec<u8>> = self.with_db(|db| {
+            db.query_row(
+                "SELECT bytes FROM artifacts WHERE run_id = ?1 AND sha256 = ?2",
+                params![run, artifact.sha256],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(StoreError::sql("reading an artifact"))
+        })?;
+        let Some(bytes) = bytes else {
+            return Err(ArtifactError::Missing {
+                run: run.to_string(),
+                sha256: artifact.sha256.clone(),
+            });
+        };
+        let found = crate::sha256_hex(&bytes);
+        if found != artifact.sha256 {
+            return Err(ArtifactError::Corrupt {
+                run: run.to_string(),
+                sha256: artifact.sha256.clone(),
+                found,
+            });
+        }
+        Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{NewRun, RunStore as _};
+
+    fn store() -> (tempfile::TempDir, SqliteStore, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(&dir.path().join("runs.db")).unwrap();
+        let h = s
+            .create_run(&NewRun {
+                graph_name: "g".into(),
+                graph_bytes: b"{}".to_vec(),
+                plan: serde_json::json!({}),
+                inputs: Default::default(),
+                secrets: vec![],
+                packages: Default::default(),
+                limits: serde_json::json!({}),
+            })
+            .unwrap();
+        (dir, s, h.run_id)
+    }
+
+    #[test]
+    fn artifacts_are_stored_once_verified_on_read_and_bounded() {
+        let (_d, s, run) = store();
+        let policy = ArtifactPolicy {
+            max_artifact_bytes: 10,
+            max_run_bytes: 15,
+            known_secrets: vec!["hunter2".into(), String::new()],
+        };
+        let a = s
+            .put_artifact(&run, Some("final"), b"0123456789", &policy)
+            .unwrap();
+        assert_eq!(a.size, 10);
+        assert_eq!(s.named_artifact(&run, "final").unwrap(), Some(a.clone()));
+        assert_eq!(s.get_artifact(&run, &a).unwrap(), b"0123456789");
+        // The same bytes again cost no quota.
+        s.put_artifact(&run, None, b"0123456789", &policy).unwrap();
+        let e = s
+            .put_artifact(&run, None, b"abcdefgh", &policy)
+            .unwrap_err();
+        assert_eq!(e.code(), "STORAGE_LIMIT_EXCEEDED", "{e}");
+        let e = s
+            .put_artifact(&run, None, b"01234567890", &policy)
+            .unwrap_err();
+        assert_eq!(e.code(), "STORAGE_LIMIT_EXCEEDED", "{e}");
+        let e = s
+            .put_artifact(&run, None, b"xhunter2x", &policy)
+            .unwrap_err();
+        assert_eq!(e.code(), "KNOWN_SECRET");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        // Bytes changed on disk are caught on read.
+        s.with_db(|db| {
+            db.execute("UPDATE artifacts SET bytes = x'00'", [])
+                .unwrap();
+        });
+        let e = s.get_artifact(&run, &a).unwrap_err();
+        assert_eq!(e.code(), "TERMINAL_ARTIFACT", "{e}");
+        let gone = ArtifactRef {
+            sha256: "00".into(),
+            size: 0,
+        };
+        assert!(matches!(
+            s.get_artifact(&run, &gone).unwrap_err(),
+            ArtifactError::Missing { .. }
+        ));
+    }
+}
