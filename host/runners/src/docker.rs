@@ -30,6 +30,37 @@ pub const LABEL_NODE: &str = "heddle.node";
 /// start time), so the leftovers of one that died can be told from the containers of one
 /// that runs, on this host or another sharing the engine.
 pub const LABEL_OWNER: &str = "heddle.owner";
+/// Label holding the durable run the container worked for, when the process runs one
+/// ([`label_run`]): a watchdog removes a run's containers by it, whichever of its
+/// workers created them.
+pub const LABEL_RUN: &str = "heddle.run";
+
+static RUN_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Labels every container this process creates from now on with [`LABEL_RUN`] = `run`.
+/// A process works for one run; a second call is ignored.
+pub fn label_run(run: &str) {
+    let _ = RUN_ID.set(run.to_string());
+}
+
+/// Ids of every container, running or not, labelled with the durable run `run`.
+pub async fn run_containers(docker: &Docker, run: &str) -> Result<Vec<String>, RunnerError> {
+    let labels = vec![format!("{LABEL_RUNNER}=1"), format!("{LABEL_RUN}={run}")];
+    Ok(list_labelled(docker, labels)
+        .await?
+        .into_iter()
+        .filter_map(|c| c.id)
+        .collect())
+}
+
+/// Force-removes every container labelled with the durable run `run`; returns how many.
+pub async fn remove_run_containers(docker: &Docker, run: &str) -> Result<usize, RunnerError> {
+    let ids = run_containers(docker, run).await?;
+    for id in &ids {
+        force_remove(docker, id).await?;
+    }
+    Ok(ids.len())
+}
 
 fn endpoint(host: Option<&str>) -> String {
     host.map(str::to_string)
@@ -154,6 +185,9 @@ fn create_body(spec: &RunSpec) -> ContainerCreateBody {
     let mut labels: HashMap<String, String> = spec.labels.iter().cloned().collect();
     labels.insert(LABEL_RUNNER.into(), "1".into());
     labels.insert(LABEL_OWNER.into(), Owner::current().token());
+    if let Some(run) = RUN_ID.get() {
+        labels.insert(LABEL_RUN.into(), run.clone());
+    }
     labels
         .entry(LABEL_NODE.into())
         .or_insert_with(|| spec.name_hint.clone());

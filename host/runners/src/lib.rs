@@ -27,7 +27,8 @@ mod subprocess;
 
 pub use config::{ImageBuildConfig, ImageNames, RunnersConfig};
 pub use docker::{
-    LABEL_NODE, LABEL_OWNER, LABEL_RUNNER, connect_docker, remove_leftovers, remove_orphans,
+    LABEL_NODE, LABEL_OWNER, LABEL_RUN, LABEL_RUNNER, connect_docker, label_run, remove_leftovers,
+    remove_orphans, remove_run_containers, run_containers,
 };
 pub use error::RunnerError;
 pub use images::{BuildOptions, ImageOutcome, ImagesError, build_images};
@@ -37,4 +38,6 @@ pub use runner::{Runner, start};
 pub use running::Running;
 pub use sandbox::{Sandbox, Workspace};
 pub use spec::{Exit, Line, Mode, RunSpec, Stream};
-pub use subprocess::{OrphanSweep, remove_orphan_processes};
+pub use subprocess::{
+    OrphanSweep, group_has_live_members, owned_processes, remove_orphan_processes, sweep_owner,
+};

@@ -47,6 +47,18 @@ impl Owner {
         format!("{}-{}-{}-{}", self.host, self.boot, self.pid, self.start)
     }
 
+    /// Process `pid` of this host, while it exists (a zombie still has its start time):
+    /// a watchdog reads its worker's identity right after starting it.
+    pub fn of_pid(pid: u32) -> Option<Owner> {
+        let me = Owner::current();
+        Some(Owner {
+            host: me.host.clone(),
+            boot: me.boot.clone(),
+            pid,
+            start: start_time(pid)?,
+        })
+    }
+
     pub fn parse(token: &str) -> Option<Owner> {
         let mut parts = token.split('-');
         let (host, boot, pid, start) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);

@@ -59,30 +59,37 @@ impl Group {
     }
 
     fn has_live_members(&self) -> bool {
-        let Ok(dir) = std::fs::read_dir("/proc") else {
+        group_has_live_members(self.pgid)
+    }
+}
+
+/// Whether process group `pgid` has a member that is not a zombie (zombies hold no
+/// resources and init reaps them). Read from `/proc`, so it works for a group whose
+/// leader is gone.
+pub fn group_has_live_members(pgid: i32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten().any(|e| {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
             return false;
         };
-        dir.flatten().any(|e| {
-            let name = e.file_name();
-            let Some(pid) = name
-                .to_str()
-                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-            else {
-                return false;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            // "pid (comm) state ppid pgrp …"; comm may contain ") ", so split at the last.
-            let Some((_, rest)) = stat.rsplit_once(") ") else {
-                return false;
-            };
-            let mut f = rest.split(' ');
-            let state = f.next();
-            let pgrp = f.nth(1).and_then(|p| p.parse::<i32>().ok());
-            pgrp == Some(self.pgid) && state != Some("Z")
-        })
-    }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // "pid (comm) state ppid pgrp …"; comm may contain ") ", so split at the last.
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            return false;
+        };
+        let mut f = rest.split(' ');
+        let state = f.next();
+        let pgrp = f.nth(1).and_then(|p| p.parse::<i32>().ok());
+        pgrp == Some(pgid) && state != Some("Z")
+    })
 }
 
 /// The environment variable holding the owner's token in every process a run starts
@@ -161,6 +168,52 @@ pub fn remove_orphan_processes() -> Result<OrphanSweep, RunnerError> {
     }
     for dir in dead_dirs {
         if std::fs::remove_dir_all(&dir).is_ok() {
+            sweep.directories += 1;
+        }
+    }
+    Ok(sweep)
+}
+
+/// Pids of the live processes started for owner `token` (the [`Owner::token`] of a
+/// heddle process): code nodes it ran in subprocess mode and what they started in turn.
+pub fn owned_processes(token: &str) -> Vec<i32> {
+    processes_with_env(&[format!("{OWNER_ENV}={token}").into_bytes()])
+        .into_iter()
+        .filter(|pid| crate::owner::start_time(*pid as u32).is_some() && !is_zombie(*pid))
+        .collect()
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with(['Z', 'X']))
+    })
+}
+
+/// Kills what owner `token` started in subprocess mode and removes its scratch
+/// directories, whether or not the owner is still alive: a watchdog calls it for a
+/// worker it has already stopped. [`owned_processes`] verifies the result.
+pub fn sweep_owner(token: &str) -> Result<OrphanSweep, RunnerError> {
+    let mut sweep = OrphanSweep::default();
+    for pid in owned_processes(token) {
+        // SAFETY: kill(2) touches no memory of ours; a process gone meanwhile is fine.
+        if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+            sweep.processes += 1;
+        }
+    }
+    let root = scratch_root()?;
+    let prefix = format!("{token}-");
+    let entries = std::fs::read_dir(&root).map_err(|source| RunnerError::Io {
+        action: "listing the scratch root",
+        source,
+    })?;
+    for entry in entries.flatten() {
+        if entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(&prefix))
+            && std::fs::remove_dir_all(entry.path()).is_ok()
+        {
             sweep.directories += 1;
         }
     }
