@@ -33,6 +33,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Package(a) => commands::package::run(a),
         Command::Images(a) => commands::images::run(a),
         Command::Runs(a) => commands::runs::run(a),
+        Command::Worker(a) => crate::watchdog::worker::run(a),
     }
 }
 

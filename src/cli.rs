@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "heddle",
     version,
     about = "Run node graphs whose nodes are WebAssembly components",
-    after_help = "Exit codes: 0 completed, 1 failed, 2 invalid graph or usage, 3 cancelled, 4 suspended (paused), 5 unusable run store."
+    after_help = "Exit codes: 0 completed, 1 failed, 2 invalid graph or usage, 3 cancelled, 4 suspended (paused), 5 unusable run store, 6 a watchdog limit ended the run, 7 run locked by another watchdog, 8 teardown incomplete."
 )]
 pub struct Cli {
     /// Show error causes in full, with a backtrace.
@@ -46,6 +46,51 @@ pub enum Command {
     Images(ImagesArgs),
     /// List, inspect, resume and cancel durable runs (`heddle run --durable`).
     Runs(RunsArgs),
+    /// Runs or recovers one durable run for a watchdog (`heddle run --watchdog`), which
+    /// starts it; not for direct use.
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The stored run to run or recover.
+    pub run: String,
+    /// The pause event this worker reopens (the watchdog's resume).
+    #[arg(long, value_name = "EVENT")]
+    pub pause: Option<u64>,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub env: EnvArgs,
+}
+
+/// A supervised run (`--watchdog`): this process records the run and runs it in a worker
+/// process it restarts after a crash, within these limits. Each is checked before
+/// anything starts; defaults in the README.
+#[derive(Debug, Args, Clone, Default)]
+pub struct WatchdogArgs {
+    /// Supervise the run: a worker process runs it, and a replacement recovers it from
+    /// the run store when the worker dies (implies --durable).
+    #[arg(long)]
+    pub watchdog: bool,
+    /// Replacement workers allowed after crashes (default 3).
+    #[arg(long, value_name = "N", requires = "watchdog", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_restarts: Option<u32>,
+    /// Wait before the first replacement, in milliseconds; doubles per restart (default 100).
+    #[arg(long, value_name = "MS", requires = "watchdog", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub backoff_initial_ms: Option<u64>,
+    /// Longest wait between replacements, in milliseconds (default 5000).
+    #[arg(long, value_name = "MS", requires = "watchdog", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub backoff_max_ms: Option<u64>,
+    /// Run time limit in milliseconds: worker execution and restart backoff, frozen
+    /// while the run is paused (default: none).
+    #[arg(long, value_name = "MS", requires = "watchdog", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=2_592_000_000))]
+    pub run_time_limit_ms: Option<u64>,
+    /// Pass the environment variable NAME to the worker (repeatable). The worker gets
+    /// only PATH, HOME, TMPDIR, TMP, TEMP and these; their values are never stored.
+    #[arg(long = "env", value_name = "NAME", requires = "watchdog")]
+    pub env_vars: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -82,6 +127,10 @@ pub enum RunsCommand {
         /// Print the JSON report instead of progress and outputs.
         #[arg(long)]
         json: bool,
+        /// Supervise the resumed run (`--watchdog`, `--env NAME`; the limits are the
+        /// stored run's).
+        #[command(flatten)]
+        watchdog: WatchdogArgs,
     },
     /// Approve the gate a paused run waits at, and run on from it: the gate passes its
     /// value downstream.
@@ -108,6 +157,16 @@ pub enum RunsCommand {
     },
     /// Cancel a run that is not finished; it can no longer be resumed.
     Cancel { run: String },
+    /// A supervised run's progress, from any process, without taking it over: phase,
+    /// worker, restarts, time used and left, active work, usage, cleanup, lock.
+    Status {
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release the process lock a dead watchdog left on RUN (refused while its process
+    /// runs).
+    Unlock { run: String },
 }
 
 #[derive(Debug, Args)]
@@ -202,6 +261,8 @@ pub struct RunArgs {
     /// Supervisor bound: retries per node invocation (default 2).
     #[arg(long, value_name = "N")]
     pub max_retries: Option<u32>,
+    #[command(flatten)]
+    pub watchdog: WatchdogArgs,
     #[command(flatten)]
     pub env: EnvArgs,
 }

@@ -29,6 +29,15 @@ pub enum Exit {
     /// The run store cannot be used: corrupt, not a Heddle run store, or written by a
     /// newer Heddle. Nothing was changed in it.
     Store = 5,
+    /// A supervised run was stopped by one of its watchdog's limits (run time, restarts,
+    /// worker output); the report's `code` says which.
+    Limit = 6,
+    /// Another watchdog supervises the run, or a dead one left its lock
+    /// (`heddle runs unlock`). Nothing was started.
+    Locked = 7,
+    /// A supervised run's worker left processes or containers the watchdog could not
+    /// remove; no further worker was started and the lock is kept.
+    Teardown = 8,
 }
 
 impl Exit {
@@ -117,6 +126,14 @@ pub fn classify(err: &anyhow::Error) -> Exit {
                 Exit::Invalid
             } else {
                 Exit::Failed
+            };
+        }
+        if let Some(l) = cause.downcast_ref::<heddle_store::lock::LockError>() {
+            use heddle_store::lock::LockError as L;
+            return match l {
+                L::Locked { .. } | L::Stale { .. } | L::OwnerAlive { .. } => Exit::Locked,
+                L::NotLocked { .. } => Exit::Invalid,
+                L::Io { .. } => Exit::Failed,
             };
         }
         if let Some(s) = cause.downcast_ref::<heddle_store::StoreError>() {

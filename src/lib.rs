@@ -11,3 +11,4 @@ pub mod inputs;
 pub mod progress;
 pub mod providers;
 pub mod report;
+pub mod watchdog;

@@ -74,6 +74,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         ..RunOptions::default()
     };
     let store = super::runs::StoreSection::load(&env.config)?;
+    if args.watchdog.watchdog {
+        return crate::watchdog::start(&args, &env, &store, &plan, &opts);
+    }
     let session = if args.durable || store.durable {
         Some(super::runs::begin(&store, &env, &args.graph, &plan, &opts)?)
     } else {
@@ -362,12 +365,20 @@ pub struct StreamLineError {
 /// granted to a package, every variable under the secrets prefix (`HEDDLE_SECRET_*`),
 /// and the supervisor's own credentials.
 pub(crate) fn run_secrets(env: &Env, supervisor: Option<&dyn Supervisor>) -> Arc<SecretRegistry> {
+    config_secrets(&env.wasm_config, supervisor)
+}
+
+/// [`run_secrets`] from the configuration alone (no package loaded).
+pub(crate) fn config_secrets(
+    config: &heddle_wasm::WasmConfig,
+    supervisor: Option<&dyn Supervisor>,
+) -> Arc<SecretRegistry> {
     let registry = SecretRegistry::default();
-    let source = &env.wasm_config.secrets;
+    let source = &config.secrets;
     for v in source.values.values() {
         registry.register(v);
     }
-    for grant in env.wasm_config.packages.values() {
+    for grant in config.packages.values() {
         for name in &grant.secrets {
             if let Some(v) = source.lookup(name) {
                 registry.register(&v);

@@ -40,13 +40,13 @@ impl StoreSection {
         Ok(s)
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.path
             .as_deref()
             .unwrap_or(Path::new(heddle_store::DEFAULT_PATH))
     }
 
-    fn open(&self) -> Result<Arc<dyn RunStore>, StoreError> {
+    pub(crate) fn open(&self) -> Result<Arc<dyn RunStore>, StoreError> {
         Ok(Arc::new(SqliteStore::open(self.path())?))
     }
 
@@ -67,9 +67,27 @@ pub fn begin(
     plan: &Plan,
     opts: &RunOptions,
 ) -> anyhow::Result<Session> {
+    let run = new_run(env, graph, plan, opts)?;
+    let (header, session) = session::begin(store.open()?, &run)?;
+    eprintln!(
+        "durable run {} (store {})",
+        header.run_id,
+        store.path().display()
+    );
+    Ok(session)
+}
+
+/// What a new durable run records: the graph's exact bytes, its plan, inputs, package
+/// digests and limits.
+pub(crate) fn new_run(
+    env: &Env,
+    graph: &Path,
+    plan: &Plan,
+    opts: &RunOptions,
+) -> anyhow::Result<NewRun> {
     let graph_bytes =
         std::fs::read(graph).map_err(|e| crate::usage!("cannot read {}: {e}", graph.display()))?;
-    let run = NewRun {
+    Ok(NewRun {
         graph_name: graph.display().to_string(),
         graph_bytes,
         plan: plan_summary(plan),
@@ -81,14 +99,7 @@ pub fn begin(
         limits: serde_json::json!({
             "node_timeout_ms": opts.node_timeout.map(|t| t.as_millis() as u64),
         }),
-    };
-    let (header, session) = session::begin(store.open()?, &run)?;
-    eprintln!(
-        "durable run {} (store {})",
-        header.run_id,
-        store.path().display()
-    );
-    Ok(session)
+    })
 }
 
 /// What a plan is, for the record and for `heddle runs show`.
@@ -163,7 +174,21 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
     match args.command {
         RunsCommand::List { json } => list(&section, json),
         RunsCommand::Show { run, json } => show(&section, &run, json),
-        RunsCommand::Resume { run, pause, json } => resume(&section, &args.env, &run, pause, json),
+        RunsCommand::Resume {
+            run,
+            pause,
+            json,
+            watchdog,
+        } => {
+            if watchdog.watchdog {
+                return crate::watchdog::resume(&section, &args.env, &run, pause, json, &watchdog);
+            }
+            // A run a watchdog supervises (or a dead one left locked) is not taken over.
+            crate::watchdog::refuse_if_locked(&section, &run)?;
+            resume(&section, &args.env, &run, pause, json)
+        }
+        RunsCommand::Status { run, json } => crate::watchdog::status::run(&section, &run, json),
+        RunsCommand::Unlock { run } => crate::watchdog::status::unlock(&section, &run),
         RunsCommand::Approve {
             run,
             gate,
@@ -186,7 +211,7 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
     }
 }
 
-fn existing(section: &StoreSection, run: &str) -> anyhow::Result<Arc<dyn RunStore>> {
+pub(crate) fn existing(section: &StoreSection, run: &str) -> anyhow::Result<Arc<dyn RunStore>> {
     section.open_existing()?.ok_or_else(|| {
         anyhow::Error::from(StoreError::UnknownRun(run.to_string()))
             .context(format!("no run store at {}", section.path().display()))
@@ -305,7 +330,7 @@ fn show(section: &StoreSection, run: &str, json: bool) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-fn resume(
+pub(crate) fn resume(
     section: &StoreSection,
     env_args: &crate::cli::EnvArgs,
     run: &str,

@@ -1,0 +1,258 @@
+//! One worker launch: `heddle worker RUN` (this same binary) in a process group of its
+//! own, with a cleared environment, its console counted against the output limit, and
+//! stopped by the watchdog on a limit or a signal.
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt as _};
+use tokio::process::Command;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+/// What the worker is started with.
+#[derive(Clone, Debug)]
+pub struct WorkerCommand {
+    pub exe: PathBuf,
+    pub run: String,
+    pub json: bool,
+    pub config: Option<PathBuf>,
+    pub packages: Option<PathBuf>,
+    pub env: Vec<(String, std::ffi::OsString)>,
+}
+
+/// Why the watchdog stopped a worker itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    OutputLimit,
+    Timeout,
+    /// The user interrupted the watchdog twice (the first interrupt is passed on).
+    Stopped,
+}
+
+impl StopReason {
+    pub fn code(self) -> &'static str {
+        match self {
+            StopReason::OutputLimit => "OUTPUT_LIMIT",
+            StopReason::Timeout => "TIMEOUT",
+            StopReason::Stopped => "STOPPED",
+        }
+    }
+}
+
+/// How a launch ended.
+#[derive(Debug)]
+pub struct Ended {
+    pub status: ExitStatus,
+    pub stopped_for: Option<StopReason>,
+    /// The user interrupted the watchdog once: the worker was asked to pause the run.
+    pub interrupted: bool,
+    pub output_bytes: u64,
+    /// Its standard output when kept (`--json`: the worker's report).
+    pub stdout: Vec<u8>,
+}
+
+impl Ended {
+    /// `exit N` or `signal N`.
+    pub fn describe(&self) -> String {
+        match (self.status.code(), self.status.signal()) {
+            (Some(c), _) => format!("exit {c}"),
+            (None, Some(s)) => format!("signal {s}"),
+            _ => "unknown".into(),
+        }
+    }
+
+    /// Died rather than ended: killed by a signal, or a panic (101).
+    pub fn crashed(&self) -> bool {
+        self.status.signal().is_some() || self.status.code() == Some(101)
+    }
+}
+
+/// The watchdog's interrupt signals, registered once so a signal between launches is
+/// not lost to the default action.
+pub struct Signals {
+    int: Signal,
+    term: Signal,
+}
+
+impl Signals {
+    pub fn new() -> std::io::Result<Signals> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+
+    pub async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {},
+            _ = self.term.recv() => {},
+        }
+    }
+}
+
+impl WorkerCommand {
+    /// Starts the worker; `pause` is the pause event it reopens, if any.
+    pub fn spawn(&self, pause: Option<u64>) -> std::io::Result<tokio::process::Child> {
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("worker").arg(&self.run);
+        if let Some(p) = pause {
+            cmd.arg("--pause").arg(p.to_string());
+        }
+        if self.json {
+            cmd.arg("--json");
+        }
+        if let Some(c) = &self.config {
+            cmd.arg("--config").arg(c);
+        }
+        if let Some(p) = &self.packages {
+            cmd.arg("--packages").arg(p);
+        }
+        cmd.env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let parent = std::process::id();
+        // SAFETY: runs in the forked child before exec and calls only prctl(2) and
+        // getppid(2), async-signal-safe system calls; nothing is allocated.
+        unsafe {
+            cmd.pre_exec(move || {
+                // The worker dies with its watchdog: nobody would supervise it. The
+                // signal fires when the forking thread exits; the watchdog forks from
+                // its only (main) thread, so that is the watchdog's exit.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() as u32 != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+        cmd.spawn()
+    }
+}
+
+fn kill_group(pgid: i32, sig: i32) {
+    // SAFETY: kill(2) on the worker's process group (created with `process_group(0)`);
+    // touches no memory. ESRCH (already gone) is fine.
+    unsafe { libc::kill(-pgid, sig) };
+}
+
+/// Waits for the worker, passing its console on (stderr always; stdout unless `keep`
+/// holds it for the report) until `limit` bytes, stopping it at the deadline, over the
+/// output limit, or on a second interrupt.
+pub async fn supervise(
+    mut child: tokio::process::Child,
+    keep_stdout: bool,
+    limit: u64,
+    deadline: Option<tokio::time::Instant>,
+    signals: &mut Signals,
+) -> std::io::Result<Ended> {
+    use std::io::Write as _;
+    // Both pipes were requested at spawn.
+    let mut out = child.stdout.take().expect("stdout is piped");
+    let mut err = child.stderr.take().expect("stderr is piped");
+    let pid = child.id().unwrap_or(0) as i32;
+    let (mut out_open, mut err_open) = (true, true);
+    let mut status: Option<ExitStatus> = None;
+    let mut stopped_for = None;
+    let mut interrupted = false;
+    let mut total = 0u64;
+    let mut kept = Vec::new();
+    let (mut ob, mut eb) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+    // After the worker exits, what is still in its pipes is read for a moment only: a
+    // process it left behind holding them must not hold the watchdog.
+    let mut drain_until: Option<tokio::time::Instant> = None;
+    loop {
+        if status.is_some() && (!out_open && !err_open) {
+            break;
+        }
+        let sleep_to = match (drain_until, deadline, stopped_for) {
+            (Some(d), _, _) => Some(d),
+            (None, Some(d), None) => Some(d),
+            _ => None,
+        };
+        tokio::select! {
+            s = child.wait(), if status.is_none() => {
+                status = Some(s?);
+                drain_until = Some(tokio::time::Instant::now() + Duration::from_millis(500));
+            }
+            n = read(&mut out, &mut ob), if out_open => match n {
+                0 => out_open = false,
+                n => {
+                    let chunk = admit(&ob[..n], &mut total, limit);
+                    if keep_stdout {
+                        kept.extend_from_slice(chunk);
+                    } else {
+                        let _ = std::io::stdout().write_all(chunk);
+                    }
+                }
+            },
+            n = read(&mut err, &mut eb), if err_open => match n {
+                0 => err_open = false,
+                n => {
+                    let chunk = admit(&eb[..n], &mut total, limit);
+                    let _ = std::io::stderr().write_all(chunk);
+                }
+            },
+            _ = sleep_or_never(sleep_to) => {
+                if status.is_some() {
+                    break;
+                }
+                stopped_for = Some(StopReason::Timeout);
+                kill_group(pid, libc::SIGKILL);
+            }
+            _ = signals.recv(), if status.is_none() => {
+                if interrupted {
+                    stopped_for.get_or_insert(StopReason::Stopped);
+                    kill_group(pid, libc::SIGKILL);
+                } else {
+                    // The worker pauses the run (resumable) and exits; only the worker
+                    // itself, not its code nodes, which it stops as it cancels.
+                    interrupted = true;
+                    // SAFETY: kill(2) on our own child's pid; touches no memory.
+                    unsafe { libc::kill(pid, libc::SIGINT) };
+                }
+            }
+        }
+        if total > limit && stopped_for.is_none() && status.is_none() {
+            stopped_for = Some(StopReason::OutputLimit);
+            kill_group(pid, libc::SIGKILL);
+        }
+    }
+    let status = match status {
+        Some(s) => s,
+        None => child.wait().await?,
+    };
+    Ok(Ended {
+        status,
+        stopped_for,
+        interrupted,
+        output_bytes: total,
+        stdout: kept,
+    })
+}
+
+/// Counts `chunk` and returns the part within the limit (nothing past it is passed on).
+fn admit<'a>(chunk: &'a [u8], total: &mut u64, limit: u64) -> &'a [u8] {
+    let room = limit.saturating_sub(*total) as usize;
+    *total += chunk.len() as u64;
+    &chunk[..chunk.len().min(room)]
+}
+
+async fn read(r: &mut (impl AsyncRead + Unpin), buf: &mut [u8]) -> usize {
+    // A read error ends the stream like end of file: the worker's exit is what counts.
+    r.read(buf).await.unwrap_or(0)
+}
+
+async fn sleep_or_never(until: Option<tokio::time::Instant>) {
+    match until {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,643 @@
+//! Supervised local runs (`heddle run --watchdog`, `heddle runs resume --watchdog`).
+//!
+//! This process becomes the run's watchdog: it records the run, holds the run's process
+//! lock, and runs it in a worker process (`heddle worker RUN`, the same binary) that it
+//! waits for. A worker that dies without a recorded ending is cleaned up after (its
+//! process group, its code nodes, the run's containers), and a replacement recovers the
+//! run from its event log, within the limits ([`limits`]). Every decision is taken from
+//! the log, never from a worker's exit code alone: a worker that recorded its ending
+//! ended the run whatever happened to it afterwards.
+
+pub mod cleanup;
+pub mod launch;
+pub mod limits;
+pub mod state;
+pub mod status;
+pub mod worker;
+
+use std::path::PathBuf;
+
+use heddle_core::plan::Plan;
+use heddle_kernel::runtime::RunOptions;
+use heddle_store::lock::{LockState, ProcessLock};
+use heddle_store::session;
+use heddle_store::status::{RunState, RunView, pid_alive};
+
+use crate::cli::{EnvArgs, RunArgs, WatchdogArgs};
+use crate::commands::runs::StoreSection;
+use crate::exit::Exit;
+use crate::providers::Env;
+use cleanup::{Containers, Teardown};
+use launch::{Signals, StopReason, WorkerCommand};
+use limits::Limits;
+use state::{Launch, Phase, Supervision, Worker, now_ms};
+
+/// `heddle run --watchdog GRAPH`: records the run with its limits and supervises it.
+pub fn start(
+    args: &RunArgs,
+    env: &Env,
+    store: &StoreSection,
+    plan: &Plan,
+    opts: &RunOptions,
+) -> anyhow::Result<Exit> {
+    for (given, flag) in [
+        (args.stream.is_some(), "--stream"),
+        (args.policy.is_some(), "--policy"),
+        (args.replay.is_some(), "--replay"),
+        (args.supervise, "--supervise"),
+    ] {
+        if given {
+            return Err(crate::usage!(
+                "{flag} cannot be used with --watchdog: a worker recovers the run from the run store alone"
+            ));
+        }
+    }
+    let limits = Limits::from_args(&args.watchdog)?;
+    let mut run = crate::commands::runs::new_run(env, &args.graph, plan, opts)?;
+    run.limits["watchdog"] = serde_json::to_value(&limits)?;
+    let header = store.open()?.create_run(&run)?;
+    eprintln!(
+        "durable run {} (store {})",
+        header.run_id,
+        store.path().display()
+    );
+    // Nobody else knows the id yet, so the lock is free; taken before any worker.
+    let lock = ProcessLock::acquire(store.path(), &header.run_id)?;
+    let target = Target {
+        store: store.path().to_path_buf(),
+        run: header.run_id.clone(),
+        containers: containers(&run.plan, env),
+        worker: worker_command(&header.run_id, args.json, &args.env, &args.watchdog)?,
+        known_secrets: crate::commands::run::run_secrets(env, None).snapshot(),
+    };
+    supervise(target, Supervision::new(&header.run_id, limits), lock, None)
+}
+
+/// `heddle runs resume --watchdog RUN`: the run keeps the limits, run time and restart
+/// count it was recorded with.
+pub fn resume(
+    section: &StoreSection,
+    env_args: &EnvArgs,
+    run: &str,
+    pause: Option<u64>,
+    json: bool,
+    wd: &WatchdogArgs,
+) -> anyhow::Result<Exit> {
+    for (given, flag) in [
+        (wd.max_restarts.is_some(), "--max-restarts"),
+        (wd.backoff_initial_ms.is_some(), "--backoff-initial-ms"),
+        (wd.backoff_max_ms.is_some(), "--backoff-max-ms"),
+        (wd.run_time_limit_ms.is_some(), "--run-time-limit-ms"),
+    ] {
+        if given {
+            return Err(crate::usage!(
+                "{flag}: a resumed run keeps the limits it was recorded with"
+            ));
+        }
+    }
+    limits::env_names(&wd.env_vars)?;
+    let store = crate::commands::runs::existing(section, run)?;
+    store.header(run)?;
+    let lock = ProcessLock::acquire(section.path(), run)?;
+    // Refusals (finished, live, another pause) come before anything is written.
+    let r = session::check_resume(&*store, run, pause)?;
+    let limits = Limits::stored(&r.header.run.limits)?;
+    let mut sup = match Supervision::load(section.path(), run)? {
+        Some(mut s) => {
+            s.watchdog_pid = std::process::id();
+            s.phase = Phase::Starting;
+            s.code = None;
+            s.detail = None;
+            s.backoff_ms = None;
+            s.worker = None;
+            s.limits = limits;
+            s
+        }
+        None => Supervision::new(run, limits),
+    };
+    // A dead watchdog's stretch never reached a settled pause: it stays spent up to the
+    // last state it wrote.
+    sup.bank_dead_watchdog();
+    let runners = crate::providers::Settings::load(env_args)?.runners;
+    let target = Target {
+        store: section.path().to_path_buf(),
+        run: run.to_string(),
+        containers: has_code_nodes(&r.header.run.plan).then(|| Containers {
+            docker_host: runners.docker_host.clone(),
+        }),
+        worker: worker_command(run, json, env_args, wd)?,
+        known_secrets: {
+            let settings = crate::providers::Settings::load(env_args)?;
+            crate::commands::run::config_secrets(&settings.wasm, None).snapshot()
+        },
+    };
+    match &r.pause {
+        Some(p) => eprintln!("resuming run {run} at pause event {}", p.event),
+        None => eprintln!("recovering interrupted run {run}"),
+    }
+    supervise(target, sup, lock, r.pause.map(|p| p.event))
+}
+
+/// Refuses to take over a run a watchdog holds, or one a dead watchdog left locked.
+pub fn refuse_if_locked(section: &StoreSection, run: &str) -> anyhow::Result<()> {
+    let path = heddle_store::lock::lock_path(section.path(), run);
+    if !path.exists() {
+        return Ok(());
+    }
+    match heddle_store::lock::inspect(section.path(), run)? {
+        LockState::Free => Ok(()),
+        LockState::Held { pid } => Err(heddle_store::lock::LockError::Locked {
+            run: run.to_string(),
+            pid,
+            path,
+        }
+        .into()),
+        LockState::Stale { pid } => Err(heddle_store::lock::LockError::Stale {
+            run: run.to_string(),
+            pid,
+            path,
+        }
+        .into()),
+    }
+}
+
+fn worker_command(
+    run: &str,
+    json: bool,
+    env: &EnvArgs,
+    wd: &WatchdogArgs,
+) -> anyhow::Result<WorkerCommand> {
+    Ok(WorkerCommand {
+        exe: std::env::current_exe()?,
+        run: run.to_string(),
+        json,
+        config: env.config.clone(),
+        packages: env.packages.clone(),
+        env: limits::worker_env(&wd.env_vars),
+    })
+}
+
+fn has_code_nodes(plan: &serde_json::Value) -> bool {
+    plan["nodes"].as_array().is_some_and(|nodes| {
+        nodes
+            .iter()
+            .any(|n| n["type"].as_str().is_some_and(|t| t.starts_with("code.")))
+    })
+}
+
+fn containers(plan: &serde_json::Value, env: &Env) -> Option<Containers> {
+    has_code_nodes(plan).then(|| Containers {
+        docker_host: env.runners_config.docker_host.clone(),
+    })
+}
+
+/// One supervised run's fixed parts.
+struct Target {
+    store: PathBuf,
+    run: String,
+    containers: Option<Containers>,
+    worker: WorkerCommand,
+    /// Values no stored artifact may contain (the run's secrets).
+    known_secrets: Vec<String>,
+}
+
+/// Name of the artifact holding a supervised run's final report.
+pub const FINAL_REPORT: &str = "final-report";
+
+/// Stores the worker's report once as the run's final artifact, then reads it back
+/// verified: what is reported is what the store holds.
+fn store_final(
+    target: &Target,
+    report: &[u8],
+) -> Result<(heddle_store::artifacts::ArtifactRef, Vec<u8>), heddle_store::artifacts::ArtifactError>
+{
+    use heddle_store::artifacts::ArtifactPolicy;
+    let store = heddle_store::SqliteStore::open(&target.store)?;
+    let policy = ArtifactPolicy {
+        known_secrets: target.known_secrets.clone(),
+        ..ArtifactPolicy::default()
+    };
+    let r = store.put_artifact(&target.run, Some(FINAL_REPORT), report, &policy)?;
+    let bytes = store.get_artifact(&target.run, &r)?;
+    Ok((r, bytes))
+}
+
+/// How the run ended, as the watchdog reports it.
+enum Ending {
+    /// The run recorded its ending (or a pause).
+    Recorded(RunState),
+    /// The watchdog ended it: a limit, a stop, a worker that refused to run it.
+    Stopped {
+        code: &'static str,
+        detail: String,
+        exit: Exit,
+    },
+}
+
+fn store_view(target: &Target) -> anyhow::Result<RunView> {
+    let store = heddle_store::SqliteStore::open(&target.store)?;
+    let read = heddle_store::RunStore::read(&store, &target.run, 0)?;
+    Ok(RunView::fold(&read.records, pid_alive))
+}
+
+/// Whether the log holds the run's ending. A pause counts unless it is the one this
+/// watchdog was asked to reopen and no worker has reopened yet.
+fn recorded(view: &RunView, reopening: Option<u64>) -> Option<RunState> {
+    match view.state {
+        s if s.is_final() => Some(s),
+        RunState::Paused if view.pause.as_ref().map(|p| p.event) != reopening => {
+            Some(RunState::Paused)
+        }
+        _ => None,
+    }
+}
+
+fn supervise(
+    target: Target,
+    sup: Supervision,
+    lock: ProcessLock,
+    reopening: Option<u64>,
+) -> anyhow::Result<Exit> {
+    // One thread: the worker is forked from the thread whose exit kills it (see
+    // `WorkerCommand::spawn`), and that must be the watchdog's main thread.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (sup, ending, report) = rt.block_on(supervise_async(&target, sup, reopening))?;
+    finish(&target, sup, ending, report, lock)
+}
+
+async fn supervise_async(
+    target: &Target,
+    mut sup: Supervision,
+    mut reopening: Option<u64>,
+) -> anyhow::Result<(Supervision, Ending, Vec<u8>)> {
+    let mut signals = Signals::new()?;
+    // Containers a dead watchdog's worker left for this run go before the first worker.
+    if let Some(c) = &target.containers
+        && sup.launches > 0
+    {
+        let t = cleanup::teardown(None, None, &target.run, Some(c)).await;
+        if !t.verified {
+            let ending = teardown_failed(&mut sup, &t);
+            return Ok((sup, ending, Vec::new()));
+        }
+    }
+    let mut last_stdout = Vec::new();
+    loop {
+        let view = store_view(target)?;
+        if let Some(state) = recorded(&view, reopening) {
+            return Ok((sup, Ending::Recorded(state), last_stdout));
+        }
+        if sup.remaining_at(now_ms()) == Some(0) {
+            return Ok(stopped(
+                sup,
+                "TIMEOUT",
+                "the run time limit was used up before another worker could start".into(),
+                Exit::Limit,
+                last_stdout,
+            ));
+        }
+        // Reopen the asked-for pause while it is still open; otherwise recover.
+        let pause = match &view.pause {
+            Some(p) if Some(p.event) == reopening => Some(p.event),
+            _ => None,
+        };
+        if pause.is_none() {
+            reopening = None;
+        }
+        sup.phase = Phase::Starting;
+        sup.backoff_ms = None;
+        let now = now_ms();
+        sup.count_from(now);
+        let child = target.worker.spawn(pause)?;
+        let pid = child.id().unwrap_or(0);
+        // Read while the worker exists (unreaped, even dead it keeps its start time):
+        // its code nodes carry this token.
+        let owner = heddle_runners::Owner::of_pid(pid).map(|o| o.token());
+        sup.launches += 1;
+        sup.worker = Some(Worker {
+            launch: sup.launches,
+            pid,
+            launched_ms: now,
+        });
+        sup.phase = Phase::Running;
+        sup.save(&target.store)?;
+        eprintln!(
+            "watchdog: worker {} running run {} (pid {pid})",
+            sup.launches, target.run
+        );
+        let deadline = sup
+            .remaining_at(now_ms())
+            .map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms));
+        let ended = launch::supervise(
+            child,
+            target.worker.json,
+            sup.limits.output_limit_bytes,
+            deadline,
+            &mut signals,
+        )
+        .await?;
+        eprintln!(
+            "watchdog: worker {} ({}) ended: {}",
+            sup.launches,
+            pid,
+            ended.describe()
+        );
+        last_stdout = ended.stdout.clone();
+        sup.history.push(Launch {
+            launch: sup.launches,
+            pid,
+            launched_ms: now,
+            ended_ms: now_ms(),
+            exit: ended.describe(),
+            stopped_for: ended.stopped_for.map(|s| s.code().to_string()),
+            output_bytes: ended.output_bytes,
+        });
+        sup.worker = None;
+        sup.phase = Phase::Cleanup;
+        sup.save(&target.store)?;
+        let t = cleanup::teardown(
+            Some(pid as i32),
+            owner.as_deref(),
+            &target.run,
+            target.containers.as_ref(),
+        )
+        .await;
+        sup.cleanup_verified = Some(t.verified);
+        sup.survivors = t.survivors.clone();
+        sup.last_cleanup = Some(t.clone());
+        if !t.unchecked.is_empty() {
+            eprintln!(
+                "watchdog: cleanup could not check: {}",
+                t.unchecked.join("; ")
+            );
+        }
+        if !t.verified {
+            let ending = teardown_failed(&mut sup, &t);
+            return Ok((sup, ending, last_stdout));
+        }
+        // After a verified cleanup, a recorded ending wins over a deadline or a stop that
+        // came too late to matter; not over the output limit: what the worker said past
+        // it (its report among it) was dropped, so the run cannot be reported whole.
+        let view = store_view(target)?;
+        if ended.stopped_for != Some(StopReason::OutputLimit)
+            && let Some(state) = recorded(&view, reopening)
+        {
+            return Ok((sup, Ending::Recorded(state), last_stdout));
+        }
+        if let Some(why) = ended.stopped_for {
+            let detail = match why {
+                StopReason::OutputLimit => format!(
+                    "worker {} wrote more than {} bytes to its console; it was stopped and not replaced",
+                    sup.launches, sup.limits.output_limit_bytes
+                ),
+                StopReason::Timeout => format!(
+                    "the run time limit ({} ms) was reached",
+                    sup.limits.run_time_limit_ms.unwrap_or(0)
+                ),
+                StopReason::Stopped => {
+                    "stopped by the user before the run recorded an ending".into()
+                }
+            };
+            let exit = match why {
+                StopReason::Stopped => Exit::Cancelled,
+                _ => Exit::Limit,
+            };
+            return Ok(stopped(sup, why.code(), detail, exit, last_stdout));
+        }
+        if ended.interrupted {
+            return Ok(stopped(
+                sup,
+                "STOPPED",
+                "interrupted before the run recorded an ending".into(),
+                Exit::Cancelled,
+                last_stdout,
+            ));
+        }
+        if !ended.crashed() {
+            // It exited on its own without running the run: an error it printed (a
+            // changed package, an unusable store). A replacement would do the same.
+            let exit = match ended.status.code() {
+                Some(c @ 1..=5) => exit_from(c),
+                _ => Exit::Failed,
+            };
+            return Ok(stopped(
+                sup,
+                "WORKER_ERROR",
+                format!(
+                    "the worker exited ({}) without running the run; see its error above",
+                    ended.describe()
+                ),
+                exit,
+                last_stdout,
+            ));
+        }
+        if sup.restarts >= sup.limits.max_restarts {
+            let detail = format!(
+                "worker {} died ({}) and the restart limit ({}) is reached",
+                sup.launches,
+                ended.describe(),
+                sup.limits.max_restarts
+            );
+            return Ok(stopped(
+                sup,
+                "RESTART_LIMIT",
+                detail,
+                Exit::Limit,
+                last_stdout,
+            ));
+        }
+        sup.restarts += 1;
+        let wait = sup.limits.backoff(sup.restarts);
+        if sup
+            .remaining_at(now_ms())
+            .is_some_and(|left| left <= wait.as_millis() as u64)
+        {
+            return Ok(stopped(
+                sup,
+                "TIMEOUT",
+                "the run time limit falls within the wait before the next worker".into(),
+                Exit::Limit,
+                last_stdout,
+            ));
+        }
+        sup.phase = Phase::Backoff;
+        sup.backoff_ms = Some(wait.as_millis() as u64);
+        sup.save(&target.store)?;
+        eprintln!(
+            "watchdog: worker {} died ({}); replacement {} of {} in {} ms",
+            sup.launches,
+            ended.describe(),
+            sup.restarts,
+            sup.limits.max_restarts,
+            wait.as_millis()
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = signals.recv() => {
+                return Ok(stopped(sup, "STOPPED", "stopped by the user while waiting to restart".into(), Exit::Cancelled, last_stdout));
+            }
+        }
+    }
+}
+
+fn exit_from(code: i32) -> Exit {
+    match code {
+        2 => Exit::Invalid,
+        3 => Exit::Cancelled,
+        4 => Exit::Suspended,
+        5 => Exit::Store,
+        _ => Exit::Failed,
+    }
+}
+
+fn stopped(
+    sup: Supervision,
+    code: &'static str,
+    detail: String,
+    exit: Exit,
+    stdout: Vec<u8>,
+) -> (Supervision, Ending, Vec<u8>) {
+    (sup, Ending::Stopped { code, detail, exit }, stdout)
+}
+
+fn teardown_failed(sup: &mut Supervision, t: &Teardown) -> Ending {
+    sup.cleanup_verified = Some(false);
+    sup.survivors = t.survivors.clone();
+    sup.last_cleanup = Some(t.clone());
+    Ending::Stopped {
+        code: "TEARDOWN_INCOMPLETE",
+        detail: format!(
+            "cleanup left {}; no further worker was started and the run stays locked",
+            t.survivors.join(", ")
+        ),
+        exit: Exit::Teardown,
+    }
+}
+
+/// Records the ending in the state file, releases the lock (kept when cleanup was
+/// incomplete), and reports.
+fn finish(
+    target: &Target,
+    mut sup: Supervision,
+    mut ending: Ending,
+    worker_stdout: Vec<u8>,
+    lock: ProcessLock,
+) -> anyhow::Result<Exit> {
+    // The report of a run that recorded its ending travels through the store.
+    let mut final_report = None;
+    let mut worker_report = None;
+    if let Ending::Recorded(_) = ending
+        && serde_json::from_slice::<serde_json::Value>(&worker_stdout).is_ok_and(|v| v.is_object())
+    {
+        match store_final(target, &worker_stdout) {
+            Ok((r, bytes)) => {
+                worker_report = serde_json::from_slice::<serde_json::Value>(&bytes).ok();
+                final_report = Some(r);
+            }
+            Err(e) => {
+                ending = Ending::Stopped {
+                    code: e.code(),
+                    detail: e.to_string(),
+                    exit: Exit::Failed,
+                };
+            }
+        }
+    }
+    sup.freeze(now_ms());
+    sup.worker = None;
+    sup.backoff_ms = None;
+    let (exit, keep_lock) = match &ending {
+        Ending::Recorded(state) => {
+            sup.phase = match state {
+                RunState::Completed => Phase::Completed,
+                RunState::Failed => Phase::Failed,
+                RunState::Cancelled => Phase::Cancelled,
+                _ => Phase::Paused,
+            };
+            let exit = match state {
+                RunState::Completed => Exit::Ok,
+                RunState::Cancelled => Exit::Cancelled,
+                RunState::Paused => Exit::Suspended,
+                _ => Exit::Failed,
+            };
+            (exit, false)
+        }
+        Ending::Stopped { code, detail, exit } => {
+            sup.phase = Phase::Stopped;
+            sup.code = Some(code.to_string());
+            sup.detail = Some(detail.clone());
+            (*exit, *code == "TEARDOWN_INCOMPLETE")
+        }
+    };
+    sup.save(&target.store)?;
+    if keep_lock {
+        // Dropped unreleased: the lock reads stale until `heddle runs unlock`.
+        drop(lock);
+    } else {
+        lock.release()?;
+    }
+    let supervision = serde_json::json!({
+        "run_id": sup.run_id,
+        "phase": sup.phase,
+        "code": sup.code,
+        "detail": sup.detail,
+        "launches": sup.launches,
+        "restarts": sup.restarts,
+        "elapsed_ms": sup.elapsed_ms,
+        "cleanup_verified": sup.cleanup_verified,
+        "survivors": sup.survivors,
+        "last_cleanup": sup.last_cleanup,
+        "final_report": final_report,
+        "limits": sup.limits,
+        "workers": sup.history,
+    });
+    if target.worker.json {
+        // The worker's own report when the run recorded its ending; the watchdog's view
+        // always, with the exit code this process ends with.
+        // Only a report read back verified from the store; never raw console bytes (cut
+        // at the output limit, or refused for holding a secret).
+        let mut report: serde_json::Value = worker_report
+            .filter(serde_json::Value::is_object)
+            .unwrap_or_else(|| {
+                serde_json::json!({
+                    "run_id": sup.run_id,
+                    "outcome": if sup.phase == Phase::Stopped { "stopped" } else { "unknown" },
+                })
+            });
+        if let Ending::Stopped { code, detail, .. } = &ending {
+            report["outcome"] = "stopped".into();
+            report["code"] = (*code).into();
+            report["error"] = detail.clone().into();
+        }
+        report["exit_code"] = exit.code().into();
+        report["supervision"] = supervision;
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    let verified = match sup.cleanup_verified {
+        Some(true) => "cleanup verified",
+        Some(false) => "cleanup NOT verified",
+        None => "no worker ran",
+    };
+    match &ending {
+        Ending::Recorded(state) => eprintln!(
+            "watchdog: run {} {} ({} launches, {} restarts, {verified})",
+            sup.run_id,
+            state.as_str(),
+            sup.launches,
+            sup.restarts
+        ),
+        Ending::Stopped { code, detail, .. } => eprintln!(
+            "watchdog: run {} stopped: {code}: {detail} ({} launches, {} restarts, {verified})",
+            sup.run_id, sup.launches, sup.restarts
+        ),
+    }
+    if exit == Exit::Suspended {
+        eprintln!(
+            "run {} paused; resume with: heddle runs resume --watchdog {}",
+            sup.run_id, sup.run_id
+        );
+    }
+    Ok(exit)
+}

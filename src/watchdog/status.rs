@@ -1,0 +1,236 @@
+//! `heddle runs status RUN` and `heddle runs unlock RUN`: read from any process, never
+//! taking the run over. Progress comes from the event log, the watchdog's side (worker,
+//! restarts, time, cleanup) from its state file, the lock from the OS; what none of
+//! them can know is reported as `unknown`, never guessed.
+
+use std::collections::BTreeMap;
+
+use heddle_core::{Occurrence, Record};
+use heddle_store::lock::LockState;
+use heddle_store::session;
+use heddle_store::status::pid_alive;
+use serde_json::{Value, json};
+
+use super::state::{Supervision, now_ms};
+use crate::commands::runs::{StoreSection, existing};
+use crate::exit::Exit;
+
+pub fn run(section: &StoreSection, run: &str, json_out: bool) -> anyhow::Result<Exit> {
+    let store = existing(section, run)?;
+    let (header, records, view) = session::inspect(&*store, run)?;
+    let sup = Supervision::load(section.path(), run)?;
+    let lock = heddle_store::lock::inspect(section.path(), run)?;
+    let now = now_ms();
+
+    let watchdog_alive = sup.as_ref().is_some_and(|s| pid_alive(s.watchdog_pid));
+    let phase = match &sup {
+        None => format!("{} (not supervised)", view.state.as_str()),
+        Some(s) if s.phase.is_active() && !watchdog_alive => "watchdog_gone".into(),
+        Some(s) => serde_json::to_value(s.phase)?
+            .as_str()
+            .unwrap_or("unknown")
+            .to_string(),
+    };
+    let worker = sup.as_ref().and_then(|s| s.worker.as_ref());
+    let worker_alive = worker.is_some_and(|w| pid_alive(w.pid));
+    let elapsed = sup.as_ref().map(|s| {
+        if watchdog_alive {
+            s.elapsed_at(now)
+        } else {
+            // Nobody counts for a dead watchdog: what it banked.
+            s.elapsed_ms
+        }
+    });
+    let remaining = sup.as_ref().and_then(|s| {
+        s.limits
+            .run_time_limit_ms
+            .map(|l| l.saturating_sub(elapsed.unwrap_or(0)))
+    });
+
+    let node_timeout = header.run.limits["node_timeout_ms"].as_u64();
+    let mut started_at: BTreeMap<&Occurrence, u64> = BTreeMap::new();
+    for r in &records {
+        if let Record::Started { occurrence } = &r.record {
+            started_at.insert(occurrence, r.at_ms);
+        }
+    }
+    // Work is active only while a worker runs it; otherwise a start without a result
+    // is uncertain (recovery decides), not active.
+    let (active, uncertain): (Vec<Value>, Vec<Value>) = view
+        .uncertain()
+        .map(|(occ, o)| {
+            let started = started_at.get(occ).copied();
+            let elapsed = started.map(|s| now.saturating_sub(s));
+            json!({
+                "node": occ.node,
+                "position": occ.key,
+                "invocation": occ.n,
+                "retry_safe": o.retry_safe,
+                "started_ms": started,
+                "elapsed_ms": elapsed,
+                "remaining_node_timeout_ms": match (node_timeout, elapsed) {
+                    (Some(t), Some(e)) => json!(t.saturating_sub(e)),
+                    _ => json!("unknown"),
+                },
+                "usage": "unknown",
+            })
+        })
+        .partition(|_| worker_alive);
+
+    let usage = usage_per_node(&view);
+    let v = json!({
+        "run_id": header.run_id,
+        "graph": header.run.graph_name,
+        "phase": phase,
+        "state": view.state,
+        "supervised": sup.is_some(),
+        "watchdog": sup.as_ref().map(|s| json!({"pid": s.watchdog_pid, "alive": watchdog_alive})),
+        "lock": lock,
+        "worker": worker.map(|w| json!({
+            "pid": w.pid, "alive": worker_alive, "launch": w.launch, "launched_ms": w.launched_ms,
+        })),
+        "launches": sup.as_ref().map(|s| s.launches),
+        "restarts": sup.as_ref().map(|s| s.restarts),
+        "backoff_ms": sup.as_ref().and_then(|s| s.backoff_ms),
+        "elapsed_ms": elapsed.map_or(json!("unknown"), |e| json!(e)),
+        "remaining_ms": match (&sup, remaining) {
+            (Some(_), Some(r)) => json!(r),
+            (Some(_), None) => json!("no limit"),
+            (None, _) => json!("unknown"),
+        },
+        "dispatches": view.dispatches,
+        "active": active,
+        "uncertain": uncertain,
+        "usage": usage,
+        "cleanup_verified": sup.as_ref().and_then(|s| s.cleanup_verified),
+        "survivors": sup.as_ref().map(|s| s.survivors.clone()).unwrap_or_default(),
+        "code": sup.as_ref().and_then(|s| s.code.clone()),
+        "detail": sup.as_ref().and_then(|s| s.detail.clone()),
+        "limits": sup.as_ref().map(|s| &s.limits),
+    });
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(Exit::Ok);
+    }
+    println!("run        {}", header.run_id);
+    println!("phase      {phase}");
+    println!("lock       {}", describe_lock(lock));
+    if let Some(s) = &sup {
+        println!(
+            "watchdog   pid {} ({})",
+            s.watchdog_pid,
+            if watchdog_alive { "alive" } else { "gone" }
+        );
+        match worker {
+            Some(w) => println!(
+                "worker     pid {} ({}), launch {}",
+                w.pid,
+                if worker_alive { "alive" } else { "gone" },
+                w.launch
+            ),
+            None => println!("worker     none"),
+        }
+        println!(
+            "restarts   {} of {} ({} launches){}",
+            s.restarts,
+            s.limits.max_restarts,
+            s.launches,
+            s.backoff_ms
+                .map(|b| format!(", backing off {b} ms"))
+                .unwrap_or_default()
+        );
+        println!(
+            "time       {} ms used, {}",
+            elapsed.unwrap_or(0),
+            remaining.map_or("no limit".to_string(), |r| format!("{r} ms left"))
+        );
+        println!(
+            "cleanup    {}",
+            match s.cleanup_verified {
+                None => "not yet".to_string(),
+                Some(true) => "verified".to_string(),
+                Some(false) => format!("NOT verified: {}", s.survivors.join(", ")),
+            }
+        );
+        if let (Some(c), Some(d)) = (&s.code, &s.detail) {
+            println!("ended      {c}: {d}");
+        }
+    }
+    println!(
+        "progress   {} dispatches, {} active, {} uncertain",
+        view.dispatches,
+        v["active"].as_array().map_or(0, Vec::len),
+        v["uncertain"].as_array().map_or(0, Vec::len)
+    );
+    for a in v["active"].as_array().into_iter().flatten() {
+        println!(
+            "  active   {} {} ({} ms)",
+            a["node"].as_str().unwrap_or_default(),
+            a["position"].as_str().unwrap_or_default(),
+            a["elapsed_ms"]
+        );
+    }
+    Ok(Exit::Ok)
+}
+
+fn describe_lock(l: LockState) -> String {
+    match l {
+        LockState::Free => "free".into(),
+        LockState::Held { pid } => format!("held by pid {pid}"),
+        LockState::Stale { pid } => {
+            format!("STALE: pid {pid} died holding it; check, then `heddle runs unlock`")
+        }
+    }
+}
+
+/// Per node: how many invocations started, how many left a measured receipt (a recorded
+/// result with its metrics), and what was measured. A start without a result (a crash,
+/// or still running) has no receipt: its usage is unknown, not zero.
+fn usage_per_node(view: &heddle_store::RunView) -> Vec<Value> {
+    #[derive(Default)]
+    struct U {
+        calls: u64,
+        measured: u64,
+        wall_us: u64,
+        cost_usd: f64,
+    }
+    let mut per: BTreeMap<&str, U> = BTreeMap::new();
+    for (occ, o) in &view.occurrences {
+        let u = per.entry(occ.node.as_str()).or_default();
+        u.calls += u64::from(o.started);
+        if let Some(m) = &o.metrics {
+            u.measured += 1;
+            u.wall_us += m.wall_us;
+            u.cost_usd += m.cost_usd;
+        }
+    }
+    per.into_iter()
+        .map(|(node, u)| {
+            // A recorded result without a recorded start (group-committed and lost) is
+            // still a measured call.
+            let calls = u.calls.max(u.measured);
+            let state = match (u.measured, calls) {
+                (0, _) => "unknown",
+                (m, c) if m == c => "reported",
+                _ => "partial",
+            };
+            json!({
+                "node": node,
+                "state": state,
+                "calls": calls,
+                "unknown_calls": calls - u.measured,
+                "wall_us": u.wall_us,
+                "cost_usd": u.cost_usd,
+            })
+        })
+        .collect()
+}
+
+/// `heddle runs unlock RUN`: releases a lock whose holder is gone.
+pub fn unlock(section: &StoreSection, run: &str) -> anyhow::Result<Exit> {
+    let store = existing(section, run)?;
+    store.header(run)?;
+    let pid = heddle_store::lock::unlock(section.path(), run)?;
+    eprintln!("released the lock of run {run} left by pid {pid} (gone)");
+    Ok(Exit::Ok)
+}
