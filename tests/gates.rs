@@ -222,3 +222,36 @@ fn the_gate_example_pauses_then_announces_once_approved() {
         serde_json::json!(["RELEASE 1.2: FASTER GRAPHS"])
     );
 }
+
+#[test]
+fn one_approval_opens_a_gate_for_every_item_of_a_fan_out() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "heddle.toml", CONFIG);
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [
+  {"id": "c", "type": "heddle.constant", "properties": {"value": ["a", "b", "c"]}},
+  {"id": "each", "type": "heddle.foreach"},
+  {"id": "review", "type": "heddle.gate", "properties": {"title": "Each item"}},
+  {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
+  {"id": "all", "type": "heddle.collect"},
+  {"id": "out", "type": "heddle.output"}
+], "edges": [
+  {"source": "c", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
+  {"source": "each", "sourceHandle": "item", "target": "review", "targetHandle": "value"},
+  {"source": "review", "sourceHandle": "value", "target": "up", "targetHandle": "text"},
+  {"source": "up", "sourceHandle": "text", "target": "all", "targetHandle": "item"},
+  {"source": "all", "sourceHandle": "list", "target": "out", "targetHandle": "value"}
+]}"#,
+    );
+    let o = heddle_in(dir.path(), &["run", "--durable", "g.json"]);
+    expect_code(&o, SUSPENDED);
+    let run = run_id(&o);
+    let o = heddle_in(dir.path(), &["runs", "approve", &run, "review", "--json"]);
+    expect_code(&o, OK);
+    assert_eq!(
+        json(&o)["outputs"]["out"],
+        serde_json::json!([["A", "B", "C"]])
+    );
+}
