@@ -608,3 +608,47 @@ fn sigkill_to_replacement_running_the_next_node() {
         samples.get(samples.len() / 2).copied().unwrap_or(0)
     );
 }
+
+/// The run time limit stops a live worker (`TIMEOUT`), and a resume with no time left
+/// starts no worker at all.
+#[test]
+fn the_run_time_limit_stops_the_run_and_stays_spent_across_a_resume() {
+    let env = Env::new(&slow_graph("subprocess", "exec sleep 60"));
+    let o = env.heddle(&[
+        "run",
+        "--watchdog",
+        "--run-time-limit-ms",
+        "1500",
+        "--json",
+        "g.json",
+    ]);
+    expect(&o, LIMIT);
+    let r = report(&o);
+    assert_eq!(r["code"], "TIMEOUT", "{r:#}");
+    assert_eq!(r["supervision"]["launches"], 1, "{r:#}");
+    assert_eq!(r["supervision"]["cleanup_verified"], true, "{r:#}");
+    let id = r["supervision"]["run_id"].as_str().unwrap().to_string();
+    let s = env.status(&id);
+    assert_eq!(s["remaining_ms"], 0, "{s:#}");
+    assert_eq!(s["lock"]["lock"], "free", "{s:#}");
+
+    let o = env.heddle(&["runs", "resume", "--watchdog", &id, "--json"]);
+    expect(&o, LIMIT);
+    let r = report(&o);
+    assert_eq!(r["code"], "TIMEOUT", "{r:#}");
+    assert_eq!(
+        r["supervision"]["launches"], 1,
+        "no worker was started: {r:#}"
+    );
+    // A resume keeps the recorded limits.
+    let o = env.heddle(&[
+        "runs",
+        "resume",
+        "--watchdog",
+        &id,
+        "--run-time-limit-ms",
+        "99999",
+    ]);
+    expect(&o, INVALID);
+    assert!(stderr(&o).contains("--run-time-limit-ms"), "{}", text(&o));
+}

@@ -11,6 +11,7 @@
 pub mod cleanup;
 pub mod launch;
 pub mod limits;
+pub mod packages;
 pub mod state;
 pub mod status;
 pub mod worker;
@@ -69,6 +70,8 @@ pub fn start(
         containers: containers(&run.plan, env),
         worker: worker_command(&header.run_id, args.json, &args.env, &args.watchdog)?,
         known_secrets: crate::commands::run::run_secrets(env, None).snapshot(),
+        packages: run.packages.clone(),
+        env: args.env.clone(),
     };
     supervise(target, Supervision::new(&header.run_id, limits), lock, None)
 }
@@ -130,6 +133,8 @@ pub fn resume(
             let settings = crate::providers::Settings::load(env_args)?;
             crate::commands::run::config_secrets(&settings.wasm, None).snapshot()
         },
+        packages: r.header.run.packages.clone(),
+        env: env_args.clone(),
     };
     match &r.pause {
         Some(p) => eprintln!("resuming run {run} at pause event {}", p.event),
@@ -199,6 +204,9 @@ struct Target {
     worker: WorkerCommand,
     /// Values no stored artifact may contain (the run's secrets).
     known_secrets: Vec<String>,
+    /// The package digests the run was recorded with, and where packages are found.
+    packages: std::collections::BTreeMap<String, String>,
+    env: EnvArgs,
 }
 
 /// Name of the artifact holding a supervised run's final report.
@@ -295,6 +303,15 @@ async fn supervise_async(
                 "TIMEOUT",
                 "the run time limit was used up before another worker could start".into(),
                 Exit::Limit,
+                last_stdout,
+            ));
+        }
+        if let Some(e) = packages::changed(&target.run, &target.packages, &target.env)? {
+            return Ok(stopped(
+                sup,
+                "PACKAGE_CHANGED",
+                e.to_string(),
+                Exit::Failed,
                 last_stdout,
             ));
         }
