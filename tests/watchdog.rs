@@ -652,3 +652,30 @@ fn the_run_time_limit_stops_the_run_and_stays_spent_across_a_resume() {
     expect(&o, INVALID);
     assert!(stderr(&o).contains("--run-time-limit-ms"), "{}", text(&o));
 }
+
+/// Ctrl-C to a watchdog asks its worker to pause the run (resumable, exit 4); the
+/// watchdog reports the pause the worker recorded and frees the lock.
+#[test]
+fn an_interrupted_watchdog_leaves_the_run_paused_and_resumable() {
+    let env = Env::new(&slow_graph("subprocess", "exec sleep 60"));
+    let (watchdog, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
+    let id = wait_line(&rx, run_id_in);
+    while env.status(&id)["active"]
+        .as_array()
+        .is_none_or(|a| a.is_empty())
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) on the child we started; touches no memory.
+    unsafe { libc::kill(watchdog.id() as i32, libc::SIGINT) };
+    let o = watchdog.wait_with_output().unwrap();
+    expect(&o, PAUSED);
+    let r = report(&o);
+    assert_eq!(r["supervision"]["phase"], "paused", "{r:#}");
+    assert_eq!(r["supervision"]["restarts"], 0, "{r:#}");
+    let s = env.status(&id);
+    assert_eq!(s["state"], "paused", "{s:#}");
+    assert_eq!(s["lock"]["lock"], "free", "{s:#}");
+    let show = env.heddle(&["runs", "show", &id, "--json"]);
+    assert_eq!(report(&show)["pause"]["why"], "interrupted");
+}

@@ -195,6 +195,8 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
             note,
             json,
         } => {
+            // Approving runs the run on in this process: not one a watchdog holds.
+            crate::watchdog::refuse_if_locked(&section, &run)?;
             let store = existing(&section, &run)?;
             super::gates::approve(store, &args.env, &run, &gate, note, json)
         }
