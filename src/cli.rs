@@ -234,6 +234,14 @@ pub struct RunArgs {
     /// run id first. `[store] durable = true` makes it the default.
     #[arg(long)]
     pub durable: bool,
+    /// Durable runs: logical dispatches the run may make in all, counted across restarts
+    /// and resumes (overrides [store] max_dispatches).
+    #[arg(long, value_name = "N")]
+    pub max_dispatches: Option<u64>,
+    /// Durable runs: execution time the run may use in all, in milliseconds; frozen
+    /// while paused or interrupted (overrides [store] time_limit_ms).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub time_limit_ms: Option<u64>,
     /// Wall-clock limit per node invocation in milliseconds, at least 1 (overrides [run]
     /// node_timeout_ms).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(crate::config::NODE_TIMEOUT_MS))]

@@ -30,7 +30,8 @@ pub enum Exit {
     /// newer Heddle. Nothing was changed in it.
     Store = 5,
     /// A supervised run was stopped by one of its watchdog's limits (run time, restarts,
-    /// worker output); the report's `code` says which.
+    /// worker output), or a durable run's budget ran out (dispatch budget, run time
+    /// limit; the run ended failed); the report's `code` or the message says which.
     Limit = 6,
     /// Another watchdog supervises the run, or a dead one left its lock
     /// (`heddle runs unlock`). Nothing was started.

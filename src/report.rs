@@ -5,7 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use heddle_core::{Event, EventKind, NodeOutcome, NodeStatus, RunResult, SkipReason, Value};
+use heddle_core::{
+    Event, EventKind, NodeOutcome, NodeStatus, RunResult, SkipReason, UsageState, Value,
+};
 use serde::Serialize;
 
 /// Version of the report's shape; bumped on incompatible changes.
@@ -79,6 +81,10 @@ pub struct NodeEntry {
     pub peak_memory_bytes: Option<u64>,
     #[serde(skip_serializing_if = "is_zero")]
     pub cost_usd: f64,
+    /// Whether `cost_usd` is the node's whole provider usage: `reported` (every
+    /// invocation reported its cost), `partial` (a lower bound) or `unknown` (none did;
+    /// not zero). `null` for nodes that measure nothing (native built-ins).
+    pub usage: Option<UsageState>,
     /// Microseconds since the run started when the node first ran, and when it ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at_us: Option<u64>,
@@ -183,6 +189,8 @@ impl RunReport {
                     error,
                     invocations: n.invocations,
                     wall_us: measured.then_some(n.metrics.wall_us),
+                    usage: measured
+                        .then(|| UsageState::of(n.invocations, u64::from(n.metrics.cost_reports))),
                     fuel: n.metrics.fuel,
                     peak_memory_bytes: n.metrics.peak_memory_bytes,
                     cost_usd: n.metrics.cost_usd,

@@ -6,10 +6,13 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod support;
+
 const OK: i32 = 0;
 const INVALID: i32 = 2;
 const PAUSED: i32 = 4;
 const BAD_STORE: i32 = 5;
+const BUDGET: i32 = 6;
 
 const CONFIG: &str = r#"
 [packages.files]
@@ -86,8 +89,14 @@ impl Env {
 
     /// `heddle run --durable` aborted at `fault`; returns the run id.
     fn crash(&self, fault: &str) -> String {
+        self.crash_with(fault, &[])
+    }
+
+    /// [`Env::crash`] with more arguments for `heddle run`.
+    fn crash_with(&self, fault: &str, args: &[&str]) -> String {
         let o = self
             .cmd(&["run", "--durable", "g.json"])
+            .args(args)
             .env("HEDDLE_FAULT", fault)
             .output()
             .unwrap();
@@ -263,13 +272,13 @@ fn a_recorded_result_is_never_repeated() {
         assert_eq!(env.lines(), ["one"], "{fault}");
         let show = env.show(&id);
         assert_eq!(occurrence(&show, "w")["started"], 1, "{fault}");
-        if fault == "after-start:up" {
-            // A retry-safe start without a result runs again (its start record was
-            // group-committed, so it may or may not have reached the disk).
-            let up = occurrence(&show, "up");
-            assert_eq!(up["result"]["outcome"], "completed", "{show:#}");
-            assert!(up["started"] == 1 || up["started"] == 2, "{show:#}");
-        }
+        // A retry-safe node records no dispatch (a crash before its result runs it
+        // again); its start is group-committed only to account usage, so a crash may
+        // have lost it.
+        let up = occurrence(&show, "up");
+        assert_eq!(up["result"]["outcome"], "completed", "{show:#}");
+        assert_eq!(up["retry_safe"], true, "{show:#}");
+        assert_eq!(up["dispatched"], 0, "{show:#}");
     }
 }
 
@@ -428,4 +437,169 @@ fn a_bad_store_or_unknown_run_is_refused_with_its_own_exit_code() {
         assert_eq!(std::fs::read(env.db()).unwrap(), before, "{args:?}");
     }
     assert_eq!(env.lines(), Vec::<String>::new());
+}
+
+/// Dispatches an uninterrupted run of `graph` makes.
+fn reference_dispatches(graph: &str) -> u64 {
+    let env = Env::new(graph);
+    let o = env.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, OK);
+    env.show(&run_id(&o))["dispatches"].as_u64().unwrap()
+}
+
+#[test]
+fn a_spent_dispatch_budget_ends_the_run_with_its_own_exit_code() {
+    let d = reference_dispatches(CHAIN);
+    let env = Env::new(CHAIN);
+    let budget = (d - 1).to_string();
+    let o = env.heddle(&[
+        "run",
+        "--durable",
+        "--json",
+        "--max-dispatches",
+        &budget,
+        "g.json",
+    ]);
+    expect(&o, BUDGET);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["exit_code"], BUDGET, "{report:#}");
+    let id = run_id(&o);
+    let show = env.show(&id);
+    assert_eq!(show["state"], "failed", "{show:#}");
+    assert!(
+        show["error"]
+            .as_str()
+            .unwrap()
+            .contains("dispatch budget exhausted"),
+        "{show:#}"
+    );
+    assert_eq!(show["dispatches"], d - 1, "{show:#}");
+    assert_eq!(show["budget"]["max_dispatches"], d - 1);
+    // The run ended: nothing resumes it.
+    expect(&env.heddle(&["runs", "resume", &id]), INVALID);
+
+    // Asking for a budget on a run that keeps none is refused, not ignored.
+    let o = env.heddle(&["run", "--max-dispatches", "1", "g.json"]);
+    expect(&o, INVALID);
+    assert!(stderr(&o).contains("--durable"), "{}", text(&o));
+}
+
+#[test]
+fn recovered_dispatches_count_once_against_the_budget() {
+    let reference = Env::reference_outputs(FANOUT);
+    let d = reference_dispatches(FANOUT);
+    // Exactly the budget an uninterrupted run needs: a crash and resume fit in it,
+    // because what was recorded before the crash is not dispatched again.
+    let env = Env::new(FANOUT);
+    let id = env.crash_with("after-result:w:3", &["--max-dispatches", &d.to_string()]);
+    assert_eq!(env.lines().len(), 3);
+    let o = env.heddle(&["runs", "resume", &id, "--json"]);
+    expect(&o, OK);
+    assert_eq!(outputs(&o), reference);
+    assert_eq!(env.lines().len(), 6);
+    assert_eq!(env.show(&id)["dispatches"], d);
+
+    // One less, and the resumed run (which keeps the recorded budget) runs out.
+    let env = Env::new(FANOUT);
+    let id = env.crash_with(
+        "after-result:w:3",
+        &["--max-dispatches", &(d - 1).to_string()],
+    );
+    let o = env.heddle(&["runs", "resume", &id]);
+    expect(&o, BUDGET);
+    let show = env.show(&id);
+    assert_eq!(show["state"], "failed", "{show:#}");
+    assert_eq!(show["dispatches"], d - 1, "{show:#}");
+}
+
+/// A streaming input nobody ever ends: the run waits until its time limit stops it.
+const WAITING: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "in", "type": "heddle.input", "properties": {"name": "in", "streaming": true}},
+    {"id": "out", "type": "heddle.output", "properties": {"name": "out"}}
+  ],
+  "edges": [{"source": "in", "sourceHandle": "value", "target": "out", "targetHandle": "value"}]
+}"#;
+
+#[test]
+fn the_run_time_limit_ends_a_run_that_outlives_it() {
+    let env = Env::new(WAITING);
+    let mut child = env
+        .cmd(&[
+            "run",
+            "--durable",
+            "--stream",
+            "in",
+            "--time-limit-ms",
+            "300",
+            "g.json",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Standard input stays open (never written, never closed) until the run ended.
+    let stdin = child.stdin.take();
+    let o = child.wait_with_output().unwrap();
+    drop(stdin);
+    expect(&o, BUDGET);
+    assert!(
+        stderr(&o).contains("run time limit exhausted"),
+        "{}",
+        text(&o)
+    );
+    let show = env.show(&run_id(&o));
+    assert_eq!(show["state"], "failed", "{show:#}");
+    assert_eq!(show["budget"]["time_limit_ms"], 300);
+    assert!(show["execution_ms"].as_u64().unwrap() >= 300, "{show:#}");
+}
+
+/// A supervisor's verdict is on disk before it is carried out; a crash right after it
+/// and a resume carry it out from the log, and the supervisor is asked once in all.
+#[test]
+fn a_recorded_verdict_is_carried_out_on_recovery_never_asked_again() {
+    use support::{PARSE_EACH, chat_server, tool_call};
+    let env = Env::new(PARSE_EACH);
+    let (url, requests) = chat_server(vec![
+        tool_call(
+            "submit_verdict",
+            r#"{"action":"skip","reason":"not a number"}"#,
+        ),
+        // A second question would get a different verdict (and show in the count).
+        tool_call(
+            "submit_verdict",
+            r#"{"action":"fail","reason":"asked twice"}"#,
+        ),
+    ]);
+    let o = env
+        .cmd(&["run", "--durable", "--supervise", "g.json"])
+        .env("HEDDLE_FAULT", "after-verdict:parse")
+        .env("HEDDLE_SUPERVISOR_ENDPOINT", &url)
+        .env("HEDDLE_SUPERVISOR_MODEL", "test-model")
+        .env("HEDDLE_SUPERVISOR_PRICE", "1.0,2.0")
+        .env("HEDDLE_SUPERVISOR_API_KEY", "sk-durable-test")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "not aborted:\n{}", text(&o));
+    let id = run_id(&o);
+    // The resumed run has no supervisor: the failure it recorded a verdict for can only
+    // be carried out from the log.
+    let o = env.heddle(&["runs", "resume", &id, "--json"]);
+    expect(&o, OK);
+    assert_eq!(outputs(&o)["numbers"], serde_json::json!([[1, 3]]));
+    assert_eq!(
+        requests.try_iter().count(),
+        1,
+        "the supervisor was asked again"
+    );
+    let show = env.show(&id);
+    let skipped = show["occurrences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["occurrence"]["node"] == "parse" && !o["verdicts"].is_null())
+        .unwrap_or_else(|| panic!("no verdict recorded: {show:#}"));
+    assert_eq!(skipped["verdicts"][0]["verdict"], "skip", "{show:#}");
 }

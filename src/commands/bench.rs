@@ -55,22 +55,9 @@ pub fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// A fresh durable run in a run store under the temporary directory.
-fn durable_session() -> anyhow::Result<heddle_store::session::Session> {
-    let path = std::env::temp_dir()
-        .join(format!("heddle-bench-{}", std::process::id()))
-        .join("runs.db");
-    let store = std::sync::Arc::new(heddle_store::SqliteStore::open(&path)?);
-    let run = heddle_store::NewRun {
-        graph_name: "bench".into(),
-        graph_bytes: Vec::new(),
-        plan: serde_json::Value::Null,
-        inputs: Default::default(),
-        secrets: Vec::new(),
-        packages: Default::default(),
-        limits: serde_json::Value::Null,
-    };
-    Ok(heddle_store::session::begin(store, &run)?.1)
+/// Where `--durable` keeps its scratch run stores (removed when the bench ends).
+fn scratch_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("heddle-bench-{}", std::process::id()))
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
@@ -103,22 +90,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
             if !args.durable {
                 return Ok(rt.block_on(bench::run_shape(&registry, shape, size, args.messages))?);
             }
-            let session = durable_session()?;
-            let cpu0 = bench::CpuTime::now();
-            let t0 = std::time::Instant::now();
-            let mut r = rt.block_on(bench::run_shape_journaled(
+            Ok(heddle_store::bench::run_shape(
+                &rt,
                 &registry,
                 shape,
                 size,
                 args.messages,
-                Some(session.journal.clone()),
-            ))?;
-            session.log.flush().wait()?;
-            r.elapsed = t0.elapsed();
-            // CPU over the same span as the wall time, the sync included.
-            r.cpu = bench::CpuTime::used_since(cpu0);
-            session.log.close()?;
-            Ok(r)
+                &scratch_dir().join("runs.db"),
+            )?)
         };
         // Warm-up: first-touch allocations and thread start-up are not the scheduler.
         one()?;
@@ -154,9 +133,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     }
     if args.durable {
         // The stores were scratch space for this process only.
-        let _ = std::fs::remove_dir_all(
-            std::env::temp_dir().join(format!("heddle-bench-{}", std::process::id())),
-        );
+        let _ = std::fs::remove_dir_all(scratch_dir());
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&all)?);

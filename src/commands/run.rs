@@ -77,8 +77,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     if args.watchdog.watchdog {
         return crate::watchdog::start(&args, &env, &store, &plan, &opts);
     }
-    let session = if args.durable || store.durable {
-        Some(super::runs::begin(&store, &env, &args.graph, &plan, &opts)?)
+    let durable = args.durable || store.durable;
+    let budget = store.budget(durable, args.max_dispatches, args.time_limit_ms)?;
+    let session = if durable {
+        Some(super::runs::begin(
+            &store,
+            &env,
+            &args.graph,
+            &plan,
+            &opts,
+            budget,
+        )?)
     } else {
         None
     };
@@ -137,6 +146,10 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
     }
     let total_nodes = plan.nodes.len();
     let durable = session.is_some();
+    // The run time limit's clock: execution left from when this process took the run.
+    let time_budget = session
+        .as_ref()
+        .and_then(|s| Some((s.time_left()?, s.budget.time_limit_ms?, s.journal.clone())));
 
     let (result, times, stream_error) = rt.block_on(async {
         let run = Run::new(plan, registry, opts)?;
@@ -184,6 +197,17 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
             })
         };
 
+        let time_limit = time_budget.map(|(left, limit_ms, journal)| {
+            let canceller = handle.canceller();
+            let printer = printer.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(left).await;
+                journal.exhaust(heddle_store::Exhausted::Time { limit_ms });
+                printer.line("run time limit reached: stopping the run…");
+                canceller.cancel();
+            })
+        });
+
         let stream_error = feed_streams(&handle, stream, ended_rx).await.err();
         if stream_error.is_some() {
             handle.cancel();
@@ -191,6 +215,9 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
         let result = handle.wait().await;
         let _ = ended_tx.send(true);
         on_signal.abort();
+        if let Some(t) = time_limit {
+            t.abort();
+        }
         // The watcher ends when the event stream closes with the run.
         let (mut progress, times) = watcher.await?;
         progress.finish(
@@ -225,6 +252,18 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
         print!("{}", human_summary(&report));
         return Err(e.into());
     }
+    let exit = match (&session, &ending) {
+        (Some(s), Some(ending)) => {
+            let gate = report
+                .suspend
+                .as_ref()
+                .filter(|s| heddle_core::gate::GateAsk::from_state(&s.state).is_some())
+                .map(|s| s.node_id.as_str());
+            super::runs::report_ending(&s.run_id, ending, gate)
+        }
+        _ => Exit::for_status(result.status),
+    };
+    report.exit_code = exit.code();
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -244,15 +283,7 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
             }
         }
     }
-    if let (Some(s), Some(ending)) = (&session, &ending) {
-        let gate = report
-            .suspend
-            .as_ref()
-            .filter(|s| heddle_core::gate::GateAsk::from_state(&s.state).is_some())
-            .map(|s| s.node_id.as_str());
-        return Ok(super::runs::report_ending(&s.run_id, ending, gate));
-    }
-    Ok(Exit::for_status(result.status))
+    Ok(exit)
 }
 
 /// Drives the progress view and gathers node timings until the event stream ends.

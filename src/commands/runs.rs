@@ -10,7 +10,7 @@ use heddle_core::{GraphDoc, PauseReason};
 use heddle_kernel::runtime::RunOptions;
 use heddle_store::session::{self, Ending, Session};
 use heddle_store::status::{Outcome, RunView};
-use heddle_store::{NewRun, RunStore, SqliteStore, StoreError};
+use heddle_store::{Budget, NewRun, RunStore, SqliteStore, StoreError};
 use serde::Deserialize;
 
 use crate::cli::{RunsArgs, RunsCommand};
@@ -28,6 +28,11 @@ pub struct StoreSection {
     /// Make every `heddle run` durable, as if `--durable` were given.
     #[serde(default)]
     pub durable: bool,
+    /// Budget of every durable run (the flags of the same names override it).
+    #[serde(default)]
+    pub max_dispatches: Option<u64>,
+    #[serde(default)]
+    pub time_limit_ms: Option<u64>,
 }
 
 impl StoreSection {
@@ -66,8 +71,9 @@ pub fn begin(
     graph: &Path,
     plan: &Plan,
     opts: &RunOptions,
+    budget: Budget,
 ) -> anyhow::Result<Session> {
-    let run = new_run(env, graph, plan, opts)?;
+    let run = new_run(env, graph, plan, opts, budget)?;
     let (header, session) = session::begin(store.open()?, &run)?;
     eprintln!(
         "durable run {} (store {})",
@@ -84,6 +90,7 @@ pub(crate) fn new_run(
     graph: &Path,
     plan: &Plan,
     opts: &RunOptions,
+    budget: Budget,
 ) -> anyhow::Result<NewRun> {
     let graph_bytes =
         std::fs::read(graph).map_err(|e| crate::usage!("cannot read {}: {e}", graph.display()))?;
@@ -96,10 +103,42 @@ pub(crate) fn new_run(
         // no secret value is ever part of a run.
         secrets: Vec::new(),
         packages: used_packages(plan, &env.package_digests),
-        limits: serde_json::json!({
-            "node_timeout_ms": opts.node_timeout.map(|t| t.as_millis() as u64),
-        }),
+        limits: limits(opts, budget),
     })
+}
+
+/// A run's limits as recorded: the node timeout and the budget ([`Budget::of`] reads
+/// it back).
+fn limits(opts: &RunOptions, budget: Budget) -> serde_json::Value {
+    let mut v = serde_json::to_value(budget).unwrap_or_default();
+    v["node_timeout_ms"] = serde_json::json!(opts.node_timeout.map(|t| t.as_millis() as u64));
+    v
+}
+
+impl StoreSection {
+    /// The budget of a new durable run: the flags, else `[store]`. A budget is kept only
+    /// by a durable run, so asking for one otherwise is refused rather than ignored.
+    pub fn budget(
+        &self,
+        durable: bool,
+        max_dispatches: Option<u64>,
+        time_limit_ms: Option<u64>,
+    ) -> anyhow::Result<Budget> {
+        if !durable && (max_dispatches.is_some() || time_limit_ms.is_some()) {
+            return Err(crate::usage!(
+                "--max-dispatches and --time-limit-ms bound a durable run: add --durable (or [store] durable = true)"
+            ));
+        }
+        if self.time_limit_ms == Some(0) {
+            return Err(crate::usage!(
+                "[store] time_limit_ms = 0: a run needs at least 1 ms"
+            ));
+        }
+        Ok(Budget {
+            max_dispatches: max_dispatches.or(self.max_dispatches),
+            time_limit_ms: time_limit_ms.or(self.time_limit_ms),
+        })
+    }
 }
 
 /// What a plan is, for the record and for `heddle runs show`.
@@ -164,6 +203,10 @@ pub fn report_ending(run_id: &str, ending: &Ending, gate: Option<&str>) -> Exit 
                 ),
             }
             Exit::Suspended
+        }
+        Ending::Exhausted(e) => {
+            eprintln!("run {run_id} ended: {e}");
+            Exit::Limit
         }
     }
 }
@@ -279,6 +322,9 @@ fn show(section: &StoreSection, run: &str, json: bool) -> anyhow::Result<Exit> {
             "pause": view.pause,
             "error": view.error,
             "dispatches": view.dispatches,
+            "execution_ms": view.execution_ms,
+            "budget": heddle_store::Budget::of(&header.run.limits),
+            "usage": view.usage(),
             "records": view.records,
             "occurrences": view.occurrences.iter().map(|(o, v)| {
                 let mut e = serde_json::to_value(v).unwrap_or_default();
@@ -309,10 +355,27 @@ fn show(section: &StoreSection, run: &str, json: bool) -> anyhow::Result<Exit> {
     if let Some(e) = &view.error {
         println!("error     {e}");
     }
+    let budget = heddle_store::Budget::of(&header.run.limits);
+    let of = |limit: Option<u64>| limit.map(|l| format!(" of {l}")).unwrap_or_default();
     println!(
-        "progress  {} dispatches, {} records, opened {} times",
-        view.dispatches, view.records, view.opens
+        "progress  {} dispatches{}, {} ms executed{}, {} records, opened {} times",
+        view.dispatches,
+        of(budget.max_dispatches),
+        view.execution_ms,
+        of(budget.time_limit_ms),
+        view.records,
+        view.opens
     );
+    for (node, u) in view.usage() {
+        let state = serde_json::to_value(u.state)?;
+        println!(
+            "usage     {node}: {} (${:.6} from {} of {} calls)",
+            state.as_str().unwrap_or_default(),
+            u.cost_usd,
+            u.receipts,
+            u.calls
+        );
+    }
     for (occ, o) in &view.occurrences {
         let rejected = o.verdicts.iter().any(|v| v["verdict"] == "reject");
         let result = match &o.result {
@@ -402,6 +465,11 @@ pub(super) fn continue_run(
     match &r.pause {
         Some(p) => eprintln!("resuming run {run} at pause event {}", p.event),
         None => eprintln!("recovering interrupted run {run}"),
+    }
+    if let Some(e) = session.exhausted_at_open() {
+        // Nothing runs: the time limit was used up before this process took the run.
+        let ending = session::end_exhausted(&session, e)?;
+        return Ok(report_ending(run, &ending, None));
     }
     super::run::execute(
         rt,

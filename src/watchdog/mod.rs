@@ -54,7 +54,8 @@ pub fn start(
         }
     }
     let limits = Limits::from_args(&args.watchdog)?;
-    let mut run = crate::commands::runs::new_run(env, &args.graph, plan, opts)?;
+    let budget = store.budget(true, args.max_dispatches, args.time_limit_ms)?;
+    let mut run = crate::commands::runs::new_run(env, &args.graph, plan, opts, budget)?;
     run.limits["watchdog"] = serde_json::to_value(&limits)?;
     let header = store.open()?.create_run(&run)?;
     eprintln!(

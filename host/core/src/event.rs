@@ -188,6 +188,10 @@ pub struct InvocationMetrics {
     /// Provider cost reported by the node (e.g. an LLM call), in USD.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cost_usd: f64,
+    /// Invocations that reported their cost (one per invocation, summed with the
+    /// figures): an invocation that reported nothing has unknown usage, not zero.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub cost_reports: u32,
     /// Assets the invocation created (ids reported through `record-asset`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub assets: Vec<String>,
@@ -195,6 +199,33 @@ pub struct InvocationMetrics {
 
 fn is_zero(f: &f64) -> bool {
     *f == 0.0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+/// How much of a node's provider usage is known: missing usage is not zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageState {
+    /// Every invocation reported its cost.
+    Reported,
+    /// Some did: the figures are a lower bound.
+    Partial,
+    /// None did (or nothing is known of an invocation that died before its result).
+    Unknown,
+}
+
+impl UsageState {
+    /// The state of `calls` invocations of which `reports` reported their cost.
+    pub fn of(calls: u64, reports: u64) -> UsageState {
+        match reports {
+            0 => UsageState::Unknown,
+            r if r >= calls => UsageState::Reported,
+            _ => UsageState::Partial,
+        }
+    }
 }
 
 impl InvocationMetrics {
@@ -207,6 +238,7 @@ impl InvocationMetrics {
         };
         self.peak_memory_bytes = self.peak_memory_bytes.max(other.peak_memory_bytes);
         self.cost_usd += other.cost_usd;
+        self.cost_reports += other.cost_reports;
         self.assets.extend(other.assets.iter().cloned());
     }
 }

@@ -24,7 +24,7 @@ pub use decl::{
 };
 pub use event::{
     EdgeStatus, Event, EventKind, InvocationMetrics, LogLevel, NodeOutcome, NodeReport, NodeStatus,
-    RunResult, RunStatus, SkipReason, SuspendInfo,
+    RunResult, RunStatus, SkipReason, SuspendInfo, UsageState,
 };
 pub use graph::{CONTROL_HANDLE, DocError, EdgeDoc, EdgeType, GraphDoc, NodeDoc, NodeLimits};
 pub use journal::{Occurrence, OpenReason, PauseReason, Record};

@@ -342,9 +342,14 @@ impl NodeCtx {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Adds provider cost; any valid report (zero included) makes the invocation's
+    /// usage known.
     pub fn report_cost(&self, usd: f64) {
-        if usd.is_finite() && usd > 0.0 {
-            self.metrics_mut(|m| m.cost_usd += usd);
+        if usd.is_finite() && usd >= 0.0 {
+            self.metrics_mut(|m| {
+                m.cost_usd += usd;
+                m.cost_reports = 1;
+            });
         }
     }
 

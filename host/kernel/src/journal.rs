@@ -1,12 +1,13 @@
 //! The write-ahead seam of a durable run. The kernel records every invocation here in
-//! its one invocation path (dispatch before the executor gets it, start before node code
-//! runs, the result when it ends, supervisor verdicts) and asks what a previous process
-//! already recorded for an occurrence, to apply the crash table. A store implements it;
-//! the kernel never names one. A run without a journal never builds an occurrence.
+//! its one invocation path (for a node that is not retry-safe the dispatch before the
+//! executor gets it and the start before node code runs; for every node the result when
+//! it ends and supervisor verdicts) and asks what a previous process already recorded for
+//! an occurrence, to apply the crash table. A store implements it; the kernel never names
+//! one. A run without a journal never builds an occurrence.
 
 use std::sync::Arc;
 
-use heddle_core::{Occurrence, Record, Value};
+use heddle_core::{InvocationMetrics, Occurrence, Record, Value};
 
 use crate::executor::{BoxFuture, Outputs};
 
@@ -25,6 +26,8 @@ pub enum Prior {
         outputs: Outputs,
         /// What a streaming node emitted before returning, in order.
         emitted: Vec<(Arc<str>, Value)>,
+        /// What the recorded invocation measured and reported (its cost counts once).
+        metrics: InvocationMetrics,
     },
     /// A terminal failure was recorded: the node fails the same way without running.
     Failed {
@@ -51,9 +54,37 @@ pub struct JournalError {
     pub source: Arc<dyn std::error::Error + Send + Sync>,
 }
 
+/// A write-ahead boundary a retry-safe invocation passes without a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Decided and handed towards its executor.
+    Dispatch,
+    /// About to run node code.
+    Start,
+}
+
+/// The run's budget refused another dispatch; the run stops (the journal keeps which
+/// budget ran out, for whoever records the ending).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub struct Refused(pub Arc<dyn std::error::Error + Send + Sync>);
+
 pub trait Journal: Send + Sync {
     /// What an earlier process recorded for `occ`.
     fn prior(&self, occ: &Occurrence) -> Prior;
+
+    /// Counts a fresh occurrence (nothing recorded for it yet) against the run's dispatch
+    /// budget before it is dispatched. Recovered and resumed occurrences are never
+    /// admitted again: they were counted when first dispatched.
+    fn admit(&self, _occ: &Occurrence) -> Result<(), Refused> {
+        Ok(())
+    }
+
+    /// A retry-safe invocation passed `step`. Its dispatch and start are not recorded:
+    /// they never change a recovery decision (without a result it runs again either
+    /// way), so retry-safe work costs one group-committed result record. A store may
+    /// use the call for fault injection; nothing is written.
+    fn passed(&self, _step: Step, _occ: &Occurrence) {}
 
     /// Appends a record that may be group-committed.
     fn append(&self, record: Record);

@@ -1,8 +1,9 @@
 //! Fault injection for crash tests: `HEDDLE_FAULT=BOUNDARY:NODE` aborts the process
 //! (as a crash would: no destructors, no flush) at a named boundary for a named node.
 //!
-//! Boundaries: `before-dispatch`, `after-dispatch`, `after-start`, `after-result` (each
-//! just after the matching record was handed to the log, or just before the dispatch
+//! Boundaries: `before-dispatch`, `after-dispatch`, `after-start`, `after-result`,
+//! `after-verdict` (each just after the matching record was handed to the log, or just
+//! before the dispatch record; a retry-safe node passes its dispatch and start without a
 //! record), and `mid-commit` (inside the store transaction that holds a record about
 //! NODE, after the rows are written and before the commit). `NODE` may be `*`. An
 //! optional third part `:N` fires at the N-th hit (from 1), so a test can crash a
@@ -22,6 +23,7 @@ pub enum Boundary {
     AfterDispatch,
     AfterStart,
     AfterResult,
+    AfterVerdict,
     MidCommit,
 }
 
@@ -32,6 +34,7 @@ impl Boundary {
             "after-dispatch" => Boundary::AfterDispatch,
             "after-start" => Boundary::AfterStart,
             "after-result" => Boundary::AfterResult,
+            "after-verdict" => Boundary::AfterVerdict,
             "mid-commit" => Boundary::MidCommit,
             _ => return None,
         })
@@ -64,7 +67,7 @@ fn armed() -> Option<&'static Fault> {
                 _ => {
                     // A typo must not silently turn a crash test into a clean run.
                     eprintln!(
-                        "{ENV}={spec}: expected BOUNDARY:NODE[:N] with BOUNDARY one of before-dispatch, after-dispatch, after-start, after-result, mid-commit"
+                        "{ENV}={spec}: expected BOUNDARY:NODE[:N] with BOUNDARY one of before-dispatch, after-dispatch, after-start, after-result, after-verdict, mid-commit"
                     );
                     std::process::abort();
                 }

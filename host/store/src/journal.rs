@@ -2,18 +2,24 @@
 //! earlier process recorded is reduced, per occurrence, to the crash table's decision.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use heddle_core::{Occurrence, Record};
 use heddle_kernel::executor::BoxFuture;
-use heddle_kernel::{Journal, JournalError, Outputs, Prior};
+use heddle_kernel::{Journal, JournalError, Outputs, Prior, Refused, Step};
 
 use crate::fault::{self, Boundary};
-use crate::{RunLog, Stored};
+use crate::{Budget, Exhausted, RunLog, Stored};
 
 pub struct DurableJournal {
     log: Arc<RunLog>,
     prior: HashMap<Occurrence, Prior>,
+    /// Dispatches left in the budget; `None` without one. Starts from the budget less
+    /// every occurrence the log knows of.
+    dispatches_left: Option<AtomicU64>,
+    max_dispatches: u64,
+    exhausted: OnceLock<Exhausted>,
 }
 
 impl DurableJournal {
@@ -25,20 +31,50 @@ impl DurableJournal {
         records: &[Stored],
         reoffer: &dyn Fn(&Occurrence) -> bool,
     ) -> Self {
+        Self::with_budget(log, records, reoffer, Budget::default())
+    }
+
+    /// [`DurableJournal::new`] enforcing `budget`'s dispatch limit, counted from the log.
+    pub fn with_budget(
+        log: Arc<RunLog>,
+        records: &[Stored],
+        reoffer: &dyn Fn(&Occurrence) -> bool,
+        budget: Budget,
+    ) -> Self {
+        let prior = decide(records, reoffer);
+        let known = prior.len() as u64;
         DurableJournal {
             log,
-            prior: decide(records, reoffer),
+            prior,
+            dispatches_left: budget
+                .max_dispatches
+                .map(|m| AtomicU64::new(m.saturating_sub(known))),
+            max_dispatches: budget.max_dispatches.unwrap_or(0),
+            exhausted: OnceLock::new(),
         }
     }
 
     pub fn log(&self) -> &Arc<RunLog> {
         &self.log
     }
+
+    /// The budget that ran out in this process, if one did.
+    pub fn exhausted(&self) -> Option<&Exhausted> {
+        self.exhausted.get()
+    }
+
+    /// Marks a budget as run out (the run time limit, whose clock the caller keeps).
+    pub fn exhaust(&self, e: Exhausted) {
+        let _ = self.exhausted.set(e);
+    }
 }
 
 #[derive(Default)]
 struct Seen {
-    retry_safe: bool,
+    /// Set by a dispatch record. Work that is not retry-safe always records its dispatch
+    /// before its start (and the log on disk is a prefix of what was written), so an
+    /// occurrence without one is retry-safe.
+    recorded_retry_safe: bool,
     dispatched: bool,
     started: bool,
     settled: Option<Prior>,
@@ -55,11 +91,14 @@ fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<
         match &s.record {
             Record::Dispatched { retry_safe, .. } => {
                 e.dispatched = true;
-                e.retry_safe = *retry_safe;
+                e.recorded_retry_safe = *retry_safe;
             }
             Record::Started { .. } => e.started = true,
             Record::Completed {
-                outputs, emitted, ..
+                outputs,
+                emitted,
+                metrics,
+                ..
             } => {
                 e.settled = Some(Prior::Completed {
                     outputs: outputs.iter().cloned().collect::<Outputs>(),
@@ -67,6 +106,7 @@ fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<
                         .iter()
                         .map(|(h, v)| (Arc::from(h.as_str()), v.clone()))
                         .collect(),
+                    metrics: metrics.clone(),
                 })
             }
             Record::Failed { error, .. } => {
@@ -91,9 +131,10 @@ fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<
     }
     seen.into_iter()
         .map(|(occ, s)| {
+            let retry_safe = !s.dispatched || s.recorded_retry_safe;
             let prior = match s.settled {
                 Some(p) => p,
-                None if s.started && !s.retry_safe && !reoffer(occ) => Prior::Uncertain,
+                None if s.started && !retry_safe && !reoffer(occ) => Prior::Uncertain,
                 None if s.dispatched || s.started => Prior::Redo,
                 None => Prior::Fresh,
             };
@@ -112,13 +153,44 @@ fn after(r: &Record) -> Option<Boundary> {
         Record::Dispatched { .. } => Some(Boundary::AfterDispatch),
         Record::Started { .. } => Some(Boundary::AfterStart),
         Record::Completed { .. } | Record::Failed { .. } => Some(Boundary::AfterResult),
+        Record::Verdict { .. } => Some(Boundary::AfterVerdict),
         _ => None,
     }
 }
 
 impl Journal for DurableJournal {
     fn prior(&self, occ: &Occurrence) -> Prior {
+        if self.prior.is_empty() {
+            return Prior::Fresh;
+        }
         self.prior.get(occ).cloned().unwrap_or(Prior::Fresh)
+    }
+
+    fn admit(&self, _occ: &Occurrence) -> Result<(), Refused> {
+        let Some(left) = &self.dispatches_left else {
+            return Ok(());
+        };
+        let taken = left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if taken.is_ok() {
+            return Ok(());
+        }
+        let e = Exhausted::Dispatches {
+            limit: self.max_dispatches,
+        };
+        self.exhaust(e.clone());
+        Err(Refused(Arc::new(e)))
+    }
+
+    fn passed(&self, step: Step, occ: &Occurrence) {
+        // The same boundaries a recorded dispatch or start passes, so a crash test can
+        // stop a retry-safe node there too.
+        match step {
+            Step::Dispatch => {
+                fault::check(Boundary::BeforeDispatch, &occ.node);
+                fault::check(Boundary::AfterDispatch, &occ.node);
+            }
+            Step::Start => fault::check(Boundary::AfterStart, &occ.node),
+        }
     }
 
     fn append(&self, record: Record) {

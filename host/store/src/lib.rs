@@ -9,6 +9,8 @@
 //! fits beside [`SqliteStore`] without touching either.
 
 pub mod artifacts;
+pub mod bench;
+pub mod budget;
 mod error;
 pub mod fault;
 mod journal;
@@ -25,6 +27,7 @@ use std::collections::BTreeMap;
 use heddle_core::{Record, Value};
 use serde::{Deserialize, Serialize};
 
+pub use budget::{Budget, Exhausted, Spent};
 pub use error::StoreError;
 pub use journal::DurableJournal;
 pub use log::{RunLog, SyncWait};

@@ -11,6 +11,7 @@
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use heddle_core::Record;
 use tokio::sync::oneshot;
@@ -19,6 +20,13 @@ use crate::{RunStore, StoreError};
 
 /// Most records committed in one transaction.
 const MAX_BATCH: usize = 4096;
+
+/// How long unsynced records wait for company before they are committed. Nobody waits
+/// on them (a synced append or flush commits at once, taking them along), so waiting
+/// costs no caller anything and turns a record-per-transaction trickle into one
+/// transaction per window. A crash may lose the window: only retry-safe results and
+/// dispatch records of work that had not started yet, which recovery runs again.
+const GROUP_WINDOW: Duration = Duration::from_millis(2);
 
 type Reply = oneshot::Sender<Result<(), Arc<StoreError>>>;
 
@@ -195,27 +203,35 @@ fn write_loop(
     let mut records = Vec::new();
     let mut replies = Vec::new();
     while let Ok(first) = rx.recv() {
-        let mut sync = false;
-        let mut take = |cmd: Cmd, records: &mut Vec<Record>, replies: &mut Vec<Reply>| match cmd {
+        let base = next;
+        // Queues one command; true when a caller waits for the batch to be on disk.
+        let take = |cmd: Cmd, records: &mut Vec<Record>, replies: &mut Vec<Reply>| match cmd {
             Cmd::Append { seq, record, reply } => {
-                debug_assert_eq!(seq, next + records.len() as u64, "appends arrive in order");
+                debug_assert_eq!(seq, base + records.len() as u64, "appends arrive in order");
                 records.push(record);
-                if let Some(r) = reply {
-                    sync = true;
-                    replies.push(r);
-                }
+                reply.map(|r| replies.push(r)).is_some()
             }
             Cmd::Flush(r) => {
-                sync = true;
                 replies.push(r);
+                true
             }
         };
-        take(first, &mut records, &mut replies);
+        let mut sync = take(first, &mut records, &mut replies);
+        let deadline = Instant::now() + GROUP_WINDOW;
         while records.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(cmd) => take(cmd, &mut records, &mut replies),
+            // Whatever is queued goes along; then the window is waited out unless a
+            // caller is waiting for this batch.
+            let cmd = match rx.try_recv() {
+                Ok(cmd) => cmd,
+                Err(mpsc::TryRecvError::Empty) if !sync => {
+                    match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                        Ok(cmd) => cmd,
+                        Err(_) => break,
+                    }
+                }
                 Err(_) => break,
-            }
+            };
+            sync |= take(cmd, &mut records, &mut replies);
         }
         let result = store.append(&run_id, epoch, next, &records, sync);
         match result {

@@ -8,23 +8,46 @@ use heddle_core::{Occurrence, OpenReason, PauseReason, Record, RunResult, RunSta
 use heddle_kernel::journal::RECONCILE_REASON;
 
 use crate::status::{OpenPause, RunState, RunView, pid_alive};
-use crate::{DurableJournal, NewRun, RunHeader, RunLog, RunStore, StoreError, Stored};
+use crate::{
+    Budget, DurableJournal, Exhausted, NewRun, RunHeader, RunLog, RunStore, Spent, StoreError,
+    Stored,
+};
 
 /// A run this process owns: its log and the journal the kernel writes through.
 pub struct Session {
     pub run_id: String,
     pub log: Arc<RunLog>,
     pub journal: Arc<DurableJournal>,
+    /// The run's recorded budget.
+    pub budget: Budget,
+    /// What earlier processes spent (nothing for a new run).
+    pub spent: Spent,
+}
+
+impl Session {
+    /// Execution time the run has left from when this process took it; `None` without
+    /// a limit. The caller keeps the clock and calls [`DurableJournal::exhaust`].
+    pub fn time_left(&self) -> Option<std::time::Duration> {
+        self.budget.time_left(&self.spent)
+    }
+
+    /// The budget that is already spent before anything runs here.
+    pub fn exhausted_at_open(&self) -> Option<Exhausted> {
+        self.budget.exhausted(&self.spent)
+    }
 }
 
 fn open(
     store: Arc<dyn RunStore>,
-    run_id: &str,
+    header: &RunHeader,
     records: &[Stored],
     reason: OpenReason,
     extra: Option<Record>,
     reoffer: &dyn Fn(&Occurrence) -> bool,
 ) -> Result<Session, StoreError> {
+    let run_id = header.run_id.as_str();
+    let budget = Budget::of(&header.run.limits);
+    let spent = RunView::fold(records, |_| false).spent();
     let epoch = store.acquire(run_id)?;
     let log = Arc::new(RunLog::start(store, run_id, epoch, records.len() as u64));
     log.append(Record::Opened {
@@ -36,20 +59,25 @@ fn open(
         log.append(r);
     }
     log.flush().wait()?;
-    let journal = Arc::new(DurableJournal::new(log.clone(), records, reoffer));
+    let journal = Arc::new(DurableJournal::with_budget(
+        log.clone(),
+        records,
+        reoffer,
+        budget,
+    ));
     Ok(Session {
         run_id: run_id.to_string(),
         log,
         journal,
+        budget,
+        spent,
     })
 }
 
 /// Records a new run and takes it.
 pub fn begin(store: Arc<dyn RunStore>, run: &NewRun) -> Result<(RunHeader, Session), StoreError> {
     let header = store.create_run(run)?;
-    let session = open(store, &header.run_id, &[], OpenReason::Start, None, &|_| {
-        false
-    })?;
+    let session = open(store, &header, &[], OpenReason::Start, None, &|_| false)?;
     Ok((header, session))
 }
 
@@ -143,7 +171,7 @@ pub fn reopen(store: Arc<dyn RunStore>, r: &Resumption) -> Result<Session, Store
     // Acquiring drops a torn tail; read again so numbering continues after what counts.
     let session = open(
         store.clone(),
-        &r.header.run_id,
+        &r.header,
         &r.records,
         reason,
         extra,
@@ -156,12 +184,32 @@ pub fn reopen(store: Arc<dyn RunStore>, r: &Resumption) -> Result<Session, Store
 #[derive(Debug)]
 pub enum Ending {
     Finished(RunStatus),
-    Paused { event: u64, reason: PauseReason },
+    Paused {
+        event: u64,
+        reason: PauseReason,
+    },
+    /// A budget ran out: the run ended failed.
+    Exhausted(Exhausted),
+}
+
+/// Records that a budget ran out (the run ends failed) and closes the log.
+pub fn end_exhausted(session: &Session, e: Exhausted) -> Result<Ending, StoreError> {
+    let (_, wait) = session.log.append_synced(Record::Finished {
+        status: RunStatus::Failed,
+        error: Some(e.to_string()),
+    });
+    wait.wait()?;
+    session.log.close()?;
+    Ok(Ending::Exhausted(e))
 }
 
 /// Records how the kernel's run ended and closes the log. A run cancelled by the
-/// user's interrupt (`interrupted`) is paused, not ended: it stays resumable.
+/// user's interrupt (`interrupted`) is paused, not ended: it stays resumable. A run
+/// stopped because a budget ran out ends failed whatever the kernel reported.
 pub fn end(session: &Session, result: &RunResult, interrupted: bool) -> Result<Ending, StoreError> {
+    if let Some(e) = session.journal.exhausted() {
+        return end_exhausted(session, e.clone());
+    }
     let pause = match result.status {
         RunStatus::Cancelled if interrupted => Some(PauseReason::Interrupted),
         RunStatus::Suspended => Some(match &result.suspend {

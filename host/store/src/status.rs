@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 
 use heddle_core::{
-    InvocationMetrics, Occurrence, OpenReason, PauseReason, Record, RunStatus, Value,
+    InvocationMetrics, Occurrence, OpenReason, PauseReason, Record, RunStatus, UsageState, Value,
 };
 use serde::Serialize;
 
 use crate::Stored;
+use crate::budget::Spent;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -63,7 +64,8 @@ pub enum Outcome {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct OccurrenceView {
     pub retry_safe: bool,
-    /// Dispatch records (a resumed occurrence is not dispatched again).
+    /// Dispatch records (a resumed occurrence is not dispatched again). Always 0 for a
+    /// retry-safe node: its dispatch is not recorded (nor the start of a native one).
     pub dispatched: u32,
     /// Start records: more than one means it was offered again after a crash.
     pub started: u32,
@@ -74,6 +76,29 @@ pub struct OccurrenceView {
     /// Supervisor verdicts in order (carried out on recovery, never asked again).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub verdicts: Vec<serde_json::Value>,
+}
+
+/// One node's provider usage as far as the log knows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeUsage {
+    pub state: UsageState,
+    /// Reported cost in USD: exact when `reported`, a lower bound when `partial`.
+    pub cost_usd: f64,
+    /// Attempts known from the log.
+    pub calls: u64,
+    /// Attempts that reported their cost.
+    pub receipts: u64,
+}
+
+impl Default for NodeUsage {
+    fn default() -> Self {
+        NodeUsage {
+            state: UsageState::Unknown,
+            cost_usd: 0.0,
+            calls: 0,
+            receipts: 0,
+        }
+    }
 }
 
 /// An open pause: its event id (the record's sequence number) and why.
@@ -93,8 +118,12 @@ pub struct RunView {
     pub pause: Option<OpenPause>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Every dispatch ever recorded: the dispatch budget counts across restarts.
+    /// Logical dispatches: occurrences the log knows of, each counted once however
+    /// often it was recovered or resumed (the dispatch budget counts across restarts).
+    /// A retry-safe occurrence is known by its result (its dispatch is not recorded).
     pub dispatches: u64,
+    /// Execution time so far (see [`Spent`]); frozen while paused or interrupted.
+    pub execution_ms: u64,
     /// How many times a process took the run (start, recoveries, resumes).
     pub opens: u32,
     pub records: u64,
@@ -111,12 +140,34 @@ impl RunView {
             pause: None,
             error: None,
             dispatches: 0,
+            execution_ms: 0,
             opens: 0,
             records: records.len() as u64,
             occurrences: BTreeMap::new(),
         };
         let mut ended: Option<RunState> = None;
+        // Execution time: from each open to its pause or ending, or to the last record
+        // its process wrote before it died.
+        let mut opened_at: Option<u64> = None;
+        let mut last_at = 0;
         for s in records {
+            match &s.record {
+                Record::Opened { .. } | Record::Paused { .. } | Record::Finished { .. } => {
+                    if let Some(t) = opened_at.take() {
+                        let until = if matches!(s.record, Record::Opened { .. }) {
+                            last_at
+                        } else {
+                            s.at_ms
+                        };
+                        v.execution_ms += until.saturating_sub(t);
+                    }
+                    if matches!(s.record, Record::Opened { .. }) {
+                        opened_at = Some(s.at_ms);
+                    }
+                }
+                _ => {}
+            }
+            last_at = s.at_ms;
             match &s.record {
                 Record::Opened { epoch, pid, reason } => {
                     v.owner_pid = Some(*pid);
@@ -131,7 +182,6 @@ impl RunView {
                     occurrence,
                     retry_safe,
                 } => {
-                    v.dispatches += 1;
                     let o = v.occurrences.entry(occurrence.clone()).or_default();
                     o.retry_safe = *retry_safe;
                     o.dispatched += 1;
@@ -201,12 +251,53 @@ impl RunView {
                 }
             }
         }
+        if let Some(t) = opened_at {
+            v.execution_ms += last_at.saturating_sub(t);
+        }
+        v.dispatches = v.occurrences.len() as u64;
+        for o in v.occurrences.values_mut() {
+            // Only retry-safe work is recorded without a dispatch record.
+            o.retry_safe |= o.dispatched == 0;
+        }
         v.state = match ended {
             Some(s) => s,
             None if v.owner_pid.is_some_and(&alive) => RunState::Running,
             None => RunState::Interrupted,
         };
         v
+    }
+
+    /// Provider usage per node, from the recorded results: each attempt whose start
+    /// or result is recorded is a call, and a call without a cost report (an attempt
+    /// that died, one a supervisor retried, a node that reported nothing) leaves the
+    /// node's usage partial or unknown, never zero. Nodes with nothing measured
+    /// (native built-ins) are left out.
+    pub fn usage(&self) -> BTreeMap<String, NodeUsage> {
+        let mut out: BTreeMap<String, NodeUsage> = BTreeMap::new();
+        for (occ, o) in &self.occurrences {
+            let measured = o.metrics.as_ref().is_some_and(|m| m.wall_us > 0);
+            if o.started == 0 && !measured {
+                continue;
+            }
+            let u = out.entry(occ.node.clone()).or_default();
+            u.calls += u64::from(o.started.max(u32::from(o.result.is_some())));
+            if let Some(m) = &o.metrics {
+                u.receipts += u64::from(m.cost_reports);
+                u.cost_usd += m.cost_usd;
+            }
+        }
+        for u in out.values_mut() {
+            u.state = UsageState::of(u.calls, u.receipts);
+        }
+        out
+    }
+
+    /// What the run has spent, for its budgets.
+    pub fn spent(&self) -> Spent {
+        Spent {
+            dispatches: self.dispatches,
+            execution_ms: self.execution_ms,
+        }
     }
 
     /// Occurrences that started and have no recorded result, with their retry safety.
@@ -230,5 +321,112 @@ pub fn pid_alive(pid: u32) -> bool {
             .map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
             .unwrap_or(true),
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seq: u64, at_ms: u64, record: Record) -> Stored {
+        Stored { seq, at_ms, record }
+    }
+
+    fn opened(reason: OpenReason) -> Record {
+        Record::Opened {
+            epoch: 1,
+            reason,
+            pid: u32::MAX,
+        }
+    }
+
+    fn completed(node: &str, key: &str, wall_us: u64, cost: Option<f64>) -> Record {
+        Record::Completed {
+            occurrence: Occurrence::new(node, key, 0),
+            outputs: Vec::new(),
+            emitted: Vec::new(),
+            metrics: InvocationMetrics {
+                wall_us,
+                cost_usd: cost.unwrap_or(0.0),
+                cost_reports: u32::from(cost.is_some()),
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn execution_time_runs_only_while_a_process_owns_the_run() {
+        let log = [
+            at(0, 1_000, opened(OpenReason::Start)),
+            // The process died 100 ms in; nobody ran the run for a minute.
+            at(1, 1_100, completed("a", "", 0, None)),
+            at(2, 61_100, opened(OpenReason::Recover)),
+            at(
+                3,
+                61_150,
+                Record::Paused {
+                    pause: PauseReason::Interrupted,
+                },
+            ),
+            // Paused for an hour: frozen.
+            at(4, 3_661_150, opened(OpenReason::Resume)),
+            at(5, 3_661_150, Record::Resumed { pause: 3 }),
+            at(
+                6,
+                3_661_160,
+                Record::Finished {
+                    status: RunStatus::Completed,
+                    error: None,
+                },
+            ),
+        ];
+        let v = RunView::fold(&log, |_| false);
+        assert_eq!(v.execution_ms, 100 + 50 + 10);
+        assert_eq!(v.spent().dispatches, 1);
+        let budget = crate::Budget {
+            max_dispatches: None,
+            time_limit_ms: Some(160),
+        };
+        assert_eq!(
+            budget.exhausted(&v.spent()),
+            Some(crate::Exhausted::Time { limit_ms: 160 })
+        );
+        assert_eq!(
+            crate::Budget {
+                time_limit_ms: Some(161),
+                ..budget
+            }
+            .exhausted(&v.spent()),
+            None
+        );
+    }
+
+    #[test]
+    fn missing_usage_is_not_zero() {
+        let started = |node: &str, key: &str| Record::Started {
+            occurrence: Occurrence::new(node, key, 0),
+        };
+        let log = [
+            at(0, 0, opened(OpenReason::Start)),
+            // `llm`: two calls reported, a third started and died without a result.
+            at(1, 0, started("llm", "i=0")),
+            at(2, 0, completed("llm", "i=0", 5, Some(0.25))),
+            at(3, 0, started("llm", "i=1")),
+            at(4, 0, completed("llm", "i=1", 5, Some(0.0))),
+            at(5, 0, started("llm", "i=2")),
+            // `tool`: measured, never reported a cost.
+            at(6, 0, completed("tool", "", 5, None)),
+            // `paid`: every call reported.
+            at(7, 0, completed("paid", "", 5, Some(1.5))),
+            // A native built-in measures nothing and is left out.
+            at(8, 0, completed("pass", "", 0, None)),
+        ];
+        let u = RunView::fold(&log, |_| false).usage();
+        assert_eq!(u["llm"].state, UsageState::Partial);
+        assert_eq!((u["llm"].calls, u["llm"].receipts), (3, 2));
+        assert_eq!(u["llm"].cost_usd, 0.25);
+        assert_eq!(u["tool"].state, UsageState::Unknown);
+        assert_eq!(u["paid"].state, UsageState::Reported);
+        assert!(!u.contains_key("pass"));
     }
 }

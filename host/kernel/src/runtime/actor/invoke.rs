@@ -17,10 +17,11 @@ use crate::executor::{
     BoxFuture, Call, CtxParts, Emitted, ErrorKind, InputStream, Inputs, NodeCtx, NodeError,
     Outputs, StreamItem,
 };
-use crate::journal::{Journal, Prior, RECONCILE_REASON};
+use crate::journal::{Journal, Prior, RECONCILE_REASON, Step};
 use crate::runtime::lineage::Lineage;
 use crate::runtime::poll_once;
 use crate::runtime::sched::Firing;
+use crate::supervisor::escalates;
 
 /// One attempt of one invocation as the supervisor sees it when it fails.
 pub struct InvocationRecord {
@@ -119,8 +120,15 @@ impl Actor {
         let fresh = match journal.prior(&occ) {
             Prior::Fresh => true,
             Prior::Redo => false,
-            Prior::Completed { outputs, emitted } => {
+            Prior::Completed {
+                outputs,
+                emitted,
+                metrics,
+            } => {
                 self.invocations += 1;
+                if !self.native {
+                    self.metrics.accumulate(&metrics);
+                }
                 *mint = MintedTokens::default();
                 for (handle, value) in emitted {
                     self.route_emitted(Emitted { handle, value }, inv.lineage, mint)
@@ -145,35 +153,60 @@ impl Actor {
                 }));
             }
         };
-        if fresh {
+        if fresh && let Err(e) = journal.admit(&occ) {
+            return Err(Stop::Abort(format!(
+                "node \"{}\" (type {}) at {occ}: {e}",
+                self.spec.id, self.spec.node_type
+            )));
+        }
+        if self.spec.decl.retry_safe {
+            journal.passed(Step::Dispatch, &occ);
+        } else if fresh {
             journal.append(Record::Dispatched {
                 occurrence: occ.clone(),
-                retry_safe: self.spec.decl.retry_safe,
+                retry_safe: false,
             });
         }
         let settled = self.attempts(inv, mint, Some((&*journal, &occ))).await;
         self.emitted = None;
-        match &settled {
-            Err(Stop::Failed(error)) => journal.append(Record::Failed {
+        let supervised = self.shared.escalator.is_some();
+        let record = match &settled {
+            Err(Stop::Failed(error)) => Record::Failed {
                 occurrence: occ,
                 error: error.clone(),
                 metrics: InvocationMetrics::default(),
-            }),
+            },
             Ok(Settled::Skipped { error }) | Ok(Settled::Ended { error }) => {
                 let verdict = if matches!(settled, Ok(Settled::Skipped { .. })) {
                     "skip"
                 } else {
                     "end_stream"
                 };
-                journal.append(Record::Verdict {
+                Record::Verdict {
                     occurrence: occ,
                     verdict: serde_json::json!({ "verdict": verdict, "error": error }),
                     decided_by: "supervisor".into(),
-                });
+                }
             }
-            _ => {}
+            _ => return settled,
+        };
+        // A supervisor's decision is on disk before it is carried out, so recovery
+        // carries it out again instead of asking again (a fail verdict is the failure).
+        if supervised {
+            self.record_decision(journal.as_ref(), record).await?;
+        } else {
+            journal.append(record);
         }
         settled
+    }
+
+    /// Writes a supervisor's decision (verdict, substitute result, failure) and waits
+    /// until it is on disk.
+    async fn record_decision(&self, journal: &dyn Journal, record: Record) -> Result<(), Stop> {
+        journal
+            .append_synced(record)
+            .await
+            .map_err(|e| self.journal_stop(e))
     }
 
     /// This invocation's occurrence: node id, lineage key and how many invocations at
@@ -186,8 +219,15 @@ impl Actor {
     }
 
     /// Records the start of an attempt: on disk before node code runs when the node is
-    /// not retry-safe, group-committed otherwise.
+    /// not retry-safe (its one synced write before it starts). A retry-safe start never
+    /// changes a recovery decision; it is group-committed only for executors that may
+    /// report provider usage, so an attempt that died before its result shows as usage
+    /// unknown rather than zero. Native built-ins report none and record no start.
     async fn record_start(&self, journal: &dyn Journal, occ: &Occurrence) -> Result<(), Stop> {
+        if self.spec.decl.retry_safe && self.native {
+            journal.passed(Step::Start, occ);
+            return Ok(());
+        }
         let record = Record::Started {
             occurrence: occ.clone(),
         };
@@ -211,7 +251,24 @@ impl Actor {
         out: &Outputs,
         metrics: InvocationMetrics,
     ) -> Result<(), Stop> {
-        let record = Record::Completed {
+        let record = self.result_record(occ, out, metrics);
+        if self.spec.decl.retry_safe {
+            journal.append(record);
+            return Ok(());
+        }
+        journal
+            .append_synced(record)
+            .await
+            .map_err(|e| self.journal_stop(e))
+    }
+
+    fn result_record(
+        &mut self,
+        occ: &Occurrence,
+        out: &Outputs,
+        metrics: InvocationMetrics,
+    ) -> Record {
+        Record::Completed {
             occurrence: occ.clone(),
             outputs: out
                 .iter()
@@ -225,15 +282,7 @@ impl Actor {
                 .map(|(h, v)| (h.to_string(), v))
                 .collect(),
             metrics,
-        };
-        if self.spec.decl.retry_safe {
-            journal.append(record);
-            return Ok(());
         }
-        journal
-            .append_synced(record)
-            .await
-            .map_err(|e| self.journal_stop(e))
     }
 
     fn journal_stop(&self, e: crate::journal::JournalError) -> Stop {
@@ -342,23 +391,38 @@ impl Actor {
                         &ctx,
                         attempt,
                     );
+                    if let Some((j, occ)) = journal
+                        && self.shared.escalator.is_some()
+                        && escalates(&e)
+                    {
+                        j.append(Record::Escalated {
+                            occurrence: occ.clone(),
+                            escalation: serde_json::json!({
+                                "attempt": attempt,
+                                "error": self.shared.secrets.mask(&e.message),
+                            }),
+                        });
+                    }
                     // Boxed, like the journal records: rare, and large.
                     match Box::pin(self.recover(e, rec)).await? {
                         Some(Settled::Produced(out)) => {
-                            // A substitute is the occurrence's result from now on.
+                            // A substitute is the occurrence's result from now on, on
+                            // disk before it goes downstream.
                             if let Some((j, occ)) = journal {
-                                Box::pin(self.record_result(j, occ, &out, ctx.metrics())).await?;
+                                let record = self.result_record(occ, &out, ctx.metrics());
+                                Box::pin(self.record_decision(j, record)).await?;
                             }
                             return Ok(Settled::Produced(out));
                         }
                         Some(settled) => return Ok(settled),
                         None => {
                             if let Some((j, occ)) = journal {
-                                j.append(Record::Verdict {
+                                let record = Record::Verdict {
                                     occurrence: occ.clone(),
                                     verdict: serde_json::json!({ "verdict": "retry" }),
                                     decided_by: "supervisor".into(),
-                                });
+                                };
+                                Box::pin(self.record_decision(j, record)).await?;
                             }
                             attempt += 1
                         }
