@@ -188,6 +188,13 @@ impl Actor {
                     decided_by: "supervisor".into(),
                 }
             }
+            // A retry-safe invocation records no dispatch while it runs; one that suspends
+            // the run (a gate, a node waiting for a person) is recorded now, so the pause
+            // names an occurrence that its answer and the resume can find.
+            Err(Stop::Suspended(_)) if fresh && self.spec.decl.retry_safe => Record::Dispatched {
+                occurrence: occ,
+                retry_safe: true,
+            },
             _ => return settled,
         };
         // A supervisor's decision is on disk before it is carried out, so recovery
