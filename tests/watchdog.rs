@@ -679,3 +679,34 @@ fn an_interrupted_watchdog_leaves_the_run_paused_and_resumable() {
     let show = env.heddle(&["runs", "show", &id, "--json"]);
     assert_eq!(report(&show)["pause"]["why"], "interrupted");
 }
+
+/// The final report travels through the run store: the watchdog reports only bytes it
+/// read back and verified against their sha256. A store that hands back other bytes
+/// (here a trigger overwrites every artifact as it is written) ends the run with
+/// `TERMINAL_ARTIFACT`, never a report made from them.
+#[test]
+fn the_final_report_is_verified_against_its_digest_before_it_is_reported() {
+    let env = Env::new(FANOUT);
+    let o = env.heddle(&["run", "--watchdog", "--json", "g.json"]);
+    expect(&o, OK);
+    let r = report(&o);
+    let sha = r["supervision"]["final_report"]["sha256"].as_str().unwrap();
+    assert_eq!(sha.len(), 64, "{r:#}");
+
+    let db = rusqlite::Connection::open(env.db()).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER corrupt AFTER INSERT ON artifacts BEGIN
+           UPDATE artifacts SET bytes = x'7b7d' WHERE run_id = NEW.run_id AND sha256 = NEW.sha256;
+         END;",
+    )
+    .unwrap();
+    drop(db);
+    let o = env.heddle(&["run", "--watchdog", "--json", "g.json"]);
+    expect(&o, 1);
+    let r = report(&o);
+    assert_eq!(r["code"], "TERMINAL_ARTIFACT", "{r:#}");
+    assert!(
+        r.get("outputs").is_none(),
+        "no outputs from unverified bytes: {r:#}"
+    );
+}

@@ -131,6 +131,7 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
     if let Some(s) = &session {
         opts.journal = Some(s.journal.clone());
     }
+    let secrets = opts.secrets.clone();
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mode = if json {
         Mode::Quiet
@@ -240,6 +241,10 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
         None => None,
     };
     let mut report = RunReport::build(&graph, &result, &times);
+    if let Some(s) = &session {
+        // A watchdog's worker leaves its report in the store; elsewhere a no-op.
+        crate::watchdog::worker::store_final_report(&s.run_id, &report, &secrets)?;
+    }
     if let Some(e) = stream_error {
         // The input was wrong, not the graph: the report says so and the exit code is
         // the one for a refused request.
@@ -396,20 +401,12 @@ pub struct StreamLineError {
 /// granted to a package, every variable under the secrets prefix (`HEDDLE_SECRET_*`),
 /// and the supervisor's own credentials.
 pub(crate) fn run_secrets(env: &Env, supervisor: Option<&dyn Supervisor>) -> Arc<SecretRegistry> {
-    config_secrets(&env.wasm_config, supervisor)
-}
-
-/// [`run_secrets`] from the configuration alone (no package loaded).
-pub(crate) fn config_secrets(
-    config: &heddle_wasm::WasmConfig,
-    supervisor: Option<&dyn Supervisor>,
-) -> Arc<SecretRegistry> {
     let registry = SecretRegistry::default();
-    let source = &config.secrets;
+    let source = &env.wasm_config.secrets;
     for v in source.values.values() {
         registry.register(v);
     }
-    for grant in config.packages.values() {
+    for grant in env.wasm_config.packages.values() {
         for name in &grant.secrets {
             if let Some(v) = source.lookup(name) {
                 registry.register(&v);

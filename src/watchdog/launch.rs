@@ -49,8 +49,6 @@ pub struct Ended {
     /// The user interrupted the watchdog once: the worker was asked to pause the run.
     pub interrupted: bool,
     pub output_bytes: u64,
-    /// Its standard output when kept (`--json`: the worker's report).
-    pub stdout: Vec<u8>,
 }
 
 impl Ended {
@@ -143,12 +141,13 @@ fn kill_group(pgid: i32, sig: i32) {
     unsafe { libc::kill(-pgid, sig) };
 }
 
-/// Waits for the worker, passing its console on (stderr always; stdout unless `keep`
-/// holds it for the report) until `limit` bytes, stopping it at the deadline, over the
-/// output limit, or on a second interrupt.
+/// Waits for the worker, passing its console on (stderr always; stdout when
+/// `forward_stdout`: with `--json` the report comes from the run store, not from the
+/// worker's stdout) until `limit` bytes, stopping it at the deadline, over the output
+/// limit, or on a second interrupt.
 pub async fn supervise(
     mut child: tokio::process::Child,
-    keep_stdout: bool,
+    forward_stdout: bool,
     limit: u64,
     deadline: Option<tokio::time::Instant>,
     signals: &mut Signals,
@@ -163,7 +162,6 @@ pub async fn supervise(
     let mut stopped_for = None;
     let mut interrupted = false;
     let mut total = 0u64;
-    let mut kept = Vec::new();
     let (mut ob, mut eb) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
     // After the worker exits, what is still in its pipes is read for a moment only: a
     // process it left behind holding them must not hold the watchdog.
@@ -186,9 +184,7 @@ pub async fn supervise(
                 0 => out_open = false,
                 n => {
                     let chunk = admit(&ob[..n], &mut total, limit);
-                    if keep_stdout {
-                        kept.extend_from_slice(chunk);
-                    } else {
+                    if forward_stdout {
                         let _ = std::io::stdout().write_all(chunk);
                     }
                 }
@@ -234,7 +230,6 @@ pub async fn supervise(
         stopped_for,
         interrupted,
         output_bytes: total,
-        stdout: kept,
     })
 }
 

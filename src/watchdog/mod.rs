@@ -70,7 +70,6 @@ pub fn start(
         run: header.run_id.clone(),
         containers: containers(&run.plan, env),
         worker: worker_command(&header.run_id, args.json, &args.env, &args.watchdog)?,
-        known_secrets: crate::commands::run::run_secrets(env, None).snapshot(),
         packages: run.packages.clone(),
         env: args.env.clone(),
     };
@@ -130,10 +129,6 @@ pub fn resume(
             docker_host: runners.docker_host.clone(),
         }),
         worker: worker_command(run, json, env_args, wd)?,
-        known_secrets: {
-            let settings = crate::providers::Settings::load(env_args)?;
-            crate::commands::run::config_secrets(&settings.wasm, None).snapshot()
-        },
         packages: r.header.run.packages.clone(),
         env: env_args.clone(),
     };
@@ -203,8 +198,6 @@ struct Target {
     run: String,
     containers: Option<Containers>,
     worker: WorkerCommand,
-    /// Values no stored artifact may contain (the run's secrets).
-    known_secrets: Vec<String>,
     /// The package digests the run was recorded with, and where packages are found.
     packages: std::collections::BTreeMap<String, String>,
     env: EnvArgs,
@@ -213,22 +206,49 @@ struct Target {
 /// Name of the artifact holding a supervised run's final report.
 pub const FINAL_REPORT: &str = "final-report";
 
-/// Stores the worker's report once as the run's final artifact, then reads it back
-/// verified: what is reported is what the store holds.
-fn store_final(
+/// The final report the worker stored for the ending the log records, read back and
+/// verified against its digest. A completed run must have one; for other endings it is
+/// used when present. A report whose outcome is not the recorded ending (left by an
+/// earlier pause) does not count.
+fn read_final(
     target: &Target,
-    report: &[u8],
-) -> Result<(heddle_store::artifacts::ArtifactRef, Vec<u8>), heddle_store::artifacts::ArtifactError>
-{
-    use heddle_store::artifacts::ArtifactPolicy;
+    state: RunState,
+) -> Result<
+    Option<(heddle_store::artifacts::ArtifactRef, serde_json::Value)>,
+    heddle_store::artifacts::ArtifactError,
+> {
+    use heddle_store::artifacts::ArtifactError;
     let store = heddle_store::SqliteStore::open(&target.store)?;
-    let policy = ArtifactPolicy {
-        known_secrets: target.known_secrets.clone(),
-        ..ArtifactPolicy::default()
+    let missing = || ArtifactError::Missing {
+        run: target.run.clone(),
+        sha256: format!("(the {FINAL_REPORT} of the {} ending)", state.as_str()),
     };
-    let r = store.put_artifact(&target.run, Some(FINAL_REPORT), report, &policy)?;
-    let bytes = store.get_artifact(&target.run, &r)?;
-    Ok((r, bytes))
+    let found = match store.named_artifact(&target.run, FINAL_REPORT)? {
+        Some(r) => {
+            let bytes = store.get_artifact(&target.run, &r)?;
+            let report: serde_json::Value =
+                serde_json::from_slice(&bytes).map_err(|_| ArtifactError::Corrupt {
+                    run: target.run.clone(),
+                    sha256: r.sha256.clone(),
+                    found: "not a JSON report".into(),
+                })?;
+            let outcome = report["outcome"].as_str().unwrap_or_default();
+            let matches = match state {
+                RunState::Completed => outcome == "completed",
+                RunState::Failed => outcome == "failed",
+                RunState::Cancelled => outcome == "cancelled",
+                // An interrupt pauses a durable run; the kernel saw it cancelled.
+                RunState::Paused => outcome == "suspended" || outcome == "cancelled",
+                _ => false,
+            };
+            matches.then_some((r, report))
+        }
+        None => None,
+    };
+    match found {
+        None if state == RunState::Completed => Err(missing()),
+        f => Ok(f),
+    }
 }
 
 /// How the run ended, as the watchdog reports it.
@@ -272,15 +292,15 @@ fn supervise(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (sup, ending, report) = rt.block_on(supervise_async(&target, sup, reopening))?;
-    finish(&target, sup, ending, report, lock)
+    let (sup, ending) = rt.block_on(supervise_async(&target, sup, reopening))?;
+    finish(&target, sup, ending, lock)
 }
 
 async fn supervise_async(
     target: &Target,
     mut sup: Supervision,
     mut reopening: Option<u64>,
-) -> anyhow::Result<(Supervision, Ending, Vec<u8>)> {
+) -> anyhow::Result<(Supervision, Ending)> {
     let mut signals = Signals::new()?;
     // Containers a dead watchdog's worker left for this run go before the first worker.
     if let Some(c) = &target.containers
@@ -289,14 +309,13 @@ async fn supervise_async(
         let t = cleanup::teardown(None, None, &target.run, Some(c)).await;
         if !t.verified {
             let ending = teardown_failed(&mut sup, &t);
-            return Ok((sup, ending, Vec::new()));
+            return Ok((sup, ending));
         }
     }
-    let mut last_stdout = Vec::new();
     loop {
         let view = store_view(target)?;
         if let Some(state) = recorded(&view, reopening) {
-            return Ok((sup, Ending::Recorded(state), last_stdout));
+            return Ok((sup, Ending::Recorded(state)));
         }
         if sup.remaining_at(now_ms()) == Some(0) {
             return Ok(stopped(
@@ -304,17 +323,10 @@ async fn supervise_async(
                 "TIMEOUT",
                 "the run time limit was used up before another worker could start".into(),
                 Exit::Limit,
-                last_stdout,
             ));
         }
         if let Some(e) = packages::changed(&target.run, &target.packages, &target.env)? {
-            return Ok(stopped(
-                sup,
-                "PACKAGE_CHANGED",
-                e.to_string(),
-                Exit::Failed,
-                last_stdout,
-            ));
+            return Ok(stopped(sup, "PACKAGE_CHANGED", e.to_string(), Exit::Failed));
         }
         // Reopen the asked-for pause while it is still open; otherwise recover.
         let pause = match &view.pause {
@@ -350,7 +362,7 @@ async fn supervise_async(
             .map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms));
         let ended = launch::supervise(
             child,
-            target.worker.json,
+            !target.worker.json,
             sup.limits.output_limit_bytes,
             deadline,
             &mut signals,
@@ -362,7 +374,6 @@ async fn supervise_async(
             pid,
             ended.describe()
         );
-        last_stdout = ended.stdout.clone();
         sup.history.push(Launch {
             launch: sup.launches,
             pid,
@@ -393,7 +404,7 @@ async fn supervise_async(
         }
         if !t.verified {
             let ending = teardown_failed(&mut sup, &t);
-            return Ok((sup, ending, last_stdout));
+            return Ok((sup, ending));
         }
         // After a verified cleanup, a recorded ending wins over a deadline or a stop that
         // came too late to matter; not over the output limit: what the worker said past
@@ -402,7 +413,7 @@ async fn supervise_async(
         if ended.stopped_for != Some(StopReason::OutputLimit)
             && let Some(state) = recorded(&view, reopening)
         {
-            return Ok((sup, Ending::Recorded(state), last_stdout));
+            return Ok((sup, Ending::Recorded(state)));
         }
         if let Some(why) = ended.stopped_for {
             let detail = match why {
@@ -422,7 +433,7 @@ async fn supervise_async(
                 StopReason::Stopped => Exit::Cancelled,
                 _ => Exit::Limit,
             };
-            return Ok(stopped(sup, why.code(), detail, exit, last_stdout));
+            return Ok(stopped(sup, why.code(), detail, exit));
         }
         if ended.interrupted {
             return Ok(stopped(
@@ -430,7 +441,6 @@ async fn supervise_async(
                 "STOPPED",
                 "interrupted before the run recorded an ending".into(),
                 Exit::Cancelled,
-                last_stdout,
             ));
         }
         if !ended.crashed() {
@@ -448,7 +458,6 @@ async fn supervise_async(
                     ended.describe()
                 ),
                 exit,
-                last_stdout,
             ));
         }
         if sup.restarts >= sup.limits.max_restarts {
@@ -458,13 +467,7 @@ async fn supervise_async(
                 ended.describe(),
                 sup.limits.max_restarts
             );
-            return Ok(stopped(
-                sup,
-                "RESTART_LIMIT",
-                detail,
-                Exit::Limit,
-                last_stdout,
-            ));
+            return Ok(stopped(sup, "RESTART_LIMIT", detail, Exit::Limit));
         }
         sup.restarts += 1;
         let wait = sup.limits.backoff(sup.restarts);
@@ -477,7 +480,6 @@ async fn supervise_async(
                 "TIMEOUT",
                 "the run time limit falls within the wait before the next worker".into(),
                 Exit::Limit,
-                last_stdout,
             ));
         }
         sup.phase = Phase::Backoff;
@@ -494,7 +496,7 @@ async fn supervise_async(
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = signals.recv() => {
-                return Ok(stopped(sup, "STOPPED", "stopped by the user while waiting to restart".into(), Exit::Cancelled, last_stdout));
+                return Ok(stopped(sup, "STOPPED", "stopped by the user while waiting to restart".into(), Exit::Cancelled));
             }
         }
     }
@@ -515,9 +517,8 @@ fn stopped(
     code: &'static str,
     detail: String,
     exit: Exit,
-    stdout: Vec<u8>,
-) -> (Supervision, Ending, Vec<u8>) {
-    (sup, Ending::Stopped { code, detail, exit }, stdout)
+) -> (Supervision, Ending) {
+    (sup, Ending::Stopped { code, detail, exit })
 }
 
 fn teardown_failed(sup: &mut Supervision, t: &Teardown) -> Ending {
@@ -540,24 +541,22 @@ fn finish(
     target: &Target,
     mut sup: Supervision,
     mut ending: Ending,
-    worker_stdout: Vec<u8>,
     lock: ProcessLock,
 ) -> anyhow::Result<Exit> {
     // The report of a run that recorded its ending travels through the store.
     let mut final_report = None;
     let mut worker_report = None;
-    if let Ending::Recorded(_) = ending
-        && serde_json::from_slice::<serde_json::Value>(&worker_stdout).is_ok_and(|v| v.is_object())
-    {
-        match store_final(target, &worker_stdout) {
-            Ok((r, bytes)) => {
-                worker_report = serde_json::from_slice::<serde_json::Value>(&bytes).ok();
+    if let Ending::Recorded(state) = ending {
+        match read_final(target, state) {
+            Ok(Some((r, report))) => {
+                worker_report = Some(report);
                 final_report = Some(r);
             }
+            Ok(None) => {}
             Err(e) => {
                 ending = Ending::Stopped {
                     code: e.code(),
-                    detail: e.to_string(),
+                    detail: format!("{e} (the worker's error, if any, is above)"),
                     exit: Exit::Failed,
                 };
             }
