@@ -710,3 +710,37 @@ fn the_final_report_is_verified_against_its_digest_before_it_is_reported() {
         "no outputs from unverified bytes: {r:#}"
     );
 }
+
+/// The durable budgets (`--max-dispatches`, counted across workers) hold under a
+/// watchdog, and the run exits as the same run unsupervised does.
+#[test]
+fn a_dispatch_budget_holds_across_workers_and_exits_as_unsupervised() {
+    let plain = Env::new(FANOUT);
+    let unsupervised = plain.heddle(&[
+        "run",
+        "--durable",
+        "--max-dispatches",
+        "3",
+        "--json",
+        "g.json",
+    ]);
+    let env = Env::new(FANOUT);
+    let o = env.heddle(&[
+        "run",
+        "--watchdog",
+        "--max-dispatches",
+        "3",
+        "--json",
+        "g.json",
+    ]);
+    expect(&o, unsupervised.status.code().unwrap());
+    let r = report(&o);
+    assert_eq!(r["supervision"]["phase"], "failed", "{r:#}");
+    assert!(
+        r["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("dispatch budget")),
+        "{r:#}"
+    );
+    assert!(env.lines().len() < 6, "the budget stopped the fan-out");
+}

@@ -241,10 +241,6 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
         None => None,
     };
     let mut report = RunReport::build(&graph, &result, &times);
-    if let Some(s) = &session {
-        // A watchdog's worker leaves its report in the store; elsewhere a no-op.
-        crate::watchdog::worker::store_final_report(&s.run_id, &report, &secrets)?;
-    }
     if let Some(e) = stream_error {
         // The input was wrong, not the graph: the report says so and the exit code is
         // the one for a refused request.
@@ -269,6 +265,10 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
         _ => Exit::for_status(result.status),
     };
     report.exit_code = exit.code();
+    if let Some(s) = &session {
+        // A watchdog's worker leaves its report in the store; elsewhere a no-op.
+        crate::watchdog::worker::store_final_report(&s.run_id, &report, &secrets)?;
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -504,10 +504,14 @@ async fn supervise_async(
 
 fn exit_from(code: i32) -> Exit {
     match code {
+        0 => Exit::Ok,
         2 => Exit::Invalid,
         3 => Exit::Cancelled,
         4 => Exit::Suspended,
         5 => Exit::Store,
+        6 => Exit::Limit,
+        7 => Exit::Locked,
+        8 => Exit::Teardown,
         _ => Exit::Failed,
     }
 }
@@ -573,12 +577,18 @@ fn finish(
                 RunState::Cancelled => Phase::Cancelled,
                 _ => Phase::Paused,
             };
-            let exit = match state {
+            // The worker's verified report says how its run ended exactly as an
+            // unsupervised run would exit (a budget that ran out is 6, not 1).
+            let reported = worker_report
+                .as_ref()
+                .and_then(|r| r["exit_code"].as_i64())
+                .map(|c| exit_from(c as i32));
+            let exit = reported.unwrap_or(match state {
                 RunState::Completed => Exit::Ok,
                 RunState::Cancelled => Exit::Cancelled,
                 RunState::Paused => Exit::Suspended,
                 _ => Exit::Failed,
-            };
+            });
             (exit, false)
         }
         Ending::Stopped { code, detail, exit } => {
