@@ -47,6 +47,11 @@ pub fn run(section: &StoreSection, run: &str, json_out: bool) -> anyhow::Result<
             .map(|l| l.saturating_sub(elapsed.unwrap_or(0)))
     });
 
+    // Usage per node as the log knows it (reported / partial / unknown; a call
+    // without a receipt is unknown, never zero); active entries carry their node's.
+    let usage = view.usage();
+    let budget = heddle_store::Budget::of(&header.run.limits);
+    let spent = view.spent();
     let node_timeout = header.run.limits["node_timeout_ms"].as_u64();
     let mut started_at: BTreeMap<&Occurrence, u64> = BTreeMap::new();
     for r in &records {
@@ -72,12 +77,11 @@ pub fn run(section: &StoreSection, run: &str, json_out: bool) -> anyhow::Result<
                     (Some(t), Some(e)) => json!(t.saturating_sub(e)),
                     _ => json!("unknown"),
                 },
-                "usage": "unknown",
+                "usage": usage.get(&occ.node).map_or(json!("unknown"), |u| json!(u.state)),
             })
         })
         .partition(|_| worker_alive);
 
-    let usage = usage_per_node(&view);
     let v = json!({
         "run_id": header.run_id,
         "graph": header.run.graph_name,
@@ -101,7 +105,18 @@ pub fn run(section: &StoreSection, run: &str, json_out: bool) -> anyhow::Result<
         "dispatches": view.dispatches,
         "active": active,
         "uncertain": uncertain,
-        "usage": usage,
+        "usage": usage.iter().map(|(node, u)| {
+            let mut v = json!(u);
+            v["node"] = json!(node);
+            v
+        }).collect::<Vec<_>>(),
+        "budget": {
+            "max_dispatches": budget.max_dispatches,
+            "time_limit_ms": budget.time_limit_ms,
+            "dispatches": spent.dispatches,
+            "execution_ms": spent.execution_ms,
+            "time_left_ms": budget.time_left(&spent).map(|d| d.as_millis() as u64),
+        },
         "cleanup_verified": sup.as_ref().and_then(|s| s.cleanup_verified),
         "survivors": sup.as_ref().map(|s| s.survivors.clone()).unwrap_or_default(),
         "code": sup.as_ref().and_then(|s| s.code.clone()),
@@ -181,49 +196,6 @@ fn describe_lock(l: LockState) -> String {
             format!("STALE: pid {pid} died holding it; check, then `heddle runs unlock`")
         }
     }
-}
-
-/// Per node: how many invocations started, how many left a measured receipt (a recorded
-/// result with its metrics), and what was measured. A start without a result (a crash,
-/// or still running) has no receipt: its usage is unknown, not zero.
-fn usage_per_node(view: &heddle_store::RunView) -> Vec<Value> {
-    #[derive(Default)]
-    struct U {
-        calls: u64,
-        measured: u64,
-        wall_us: u64,
-        cost_usd: f64,
-    }
-    let mut per: BTreeMap<&str, U> = BTreeMap::new();
-    for (occ, o) in &view.occurrences {
-        let u = per.entry(occ.node.as_str()).or_default();
-        u.calls += u64::from(o.started);
-        if let Some(m) = &o.metrics {
-            u.measured += 1;
-            u.wall_us += m.wall_us;
-            u.cost_usd += m.cost_usd;
-        }
-    }
-    per.into_iter()
-        .map(|(node, u)| {
-            // A recorded result without a recorded start (group-committed and lost) is
-            // still a measured call.
-            let calls = u.calls.max(u.measured);
-            let state = match (u.measured, calls) {
-                (0, _) => "unknown",
-                (m, c) if m == c => "reported",
-                _ => "partial",
-            };
-            json!({
-                "node": node,
-                "state": state,
-                "calls": calls,
-                "unknown_calls": calls - u.measured,
-                "wall_us": u.wall_us,
-                "cost_usd": u.cost_usd,
-            })
-        })
-        .collect()
 }
 
 /// `heddle runs unlock RUN`: releases a lock whose holder is gone.
