@@ -344,6 +344,10 @@ fn a_worker_that_keeps_crashing_stops_at_the_restart_limit() {
     assert_eq!(r["code"], "RESTART_LIMIT", "{r:#}");
     assert_eq!(r["supervision"]["launches"], 3, "{r:#}");
     assert_eq!(r["supervision"]["restarts"], 2, "{r:#}");
+    // The first worker starts the run, each replacement recovers it from the log.
+    let e = stderr(&o);
+    assert_eq!(e.matches("starting run ").count(), 1, "{e}");
+    assert_eq!(e.matches("recovering interrupted run ").count(), 2, "{e}");
     // Items run concurrently, so a write may finish before its worker aborts; none is
     // ever repeated by a replacement.
     let mut lines = env.lines();

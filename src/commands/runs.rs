@@ -464,6 +464,8 @@ pub(super) fn continue_run(
     }
     match &r.pause {
         Some(p) => eprintln!("resuming run {run} at pause event {}", p.event),
+        // A watchdog's first worker takes a run nothing has opened yet.
+        None if r.records.is_empty() => eprintln!("starting run {run}"),
         None => eprintln!("recovering interrupted run {run}"),
     }
     if let Some(e) = session.exhausted_at_open() {
