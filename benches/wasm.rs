@@ -1,9 +1,12 @@
 //! WASM node overhead: a trivial node invoked with a fresh instance vs a warm one, bare
-//! instantiation, fuel metering on vs off on a compute-heavy node, and loading a package
-//! from the compile cache.
+//! instantiation, the same three done with raw wasmtime on the same engine and component
+//! (the floor Heddle's figures are judged against), fuel metering on vs off on a
+//! compute-heavy node, loading a package from the compile cache, and the WASM graph
+//! shapes of `heddle bench` (`heddle_wasm::bench`).
 //!
 //! Run: `cargo bench --bench wasm` (builds the test package in `plugins/` first).
-//! Targets (issue 3): fresh ≤ 50 µs, warm ≤ 5 µs, cached load ≤ 5 ms, fuel ≤ 10 %.
+//! Targets (issue 18): fresh ≤ 1.3× raw instantiate + call, warm ≤ 1.5× a raw call;
+//! cached load ≤ 5 ms, fuel ≤ 10 %.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,8 +17,9 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use heddle_core::{EventKind, Value};
 use heddle_kernel::{
-    Call, CtxParts, EventSink, Executor, NodeCtx, NodeProvider, NodeSpec, SecretRegistry,
+    Call, CtxParts, EventSink, Executor, NodeCtx, NodeProvider, NodeSpec, Registry, SecretRegistry,
 };
+use heddle_wasm::bench::WasmShape;
 use heddle_wasm::{EngineSettings, WasmConfig, WasmHost, WasmPackage, WasmProvider};
 use tokio_util::sync::CancellationToken;
 
@@ -152,6 +156,16 @@ fn bench(c: &mut Criterion) {
     g.bench_function("trivial_warm_instance", |b| {
         b.iter_custom(|n| time_invocations(&rt, &warm, &echo_in, n))
     });
+    let raw = raw::Raw::new(metered.host().engine(), &pkg_dir.join("hostile.wasm"));
+    g.bench_function("raw_wasmtime_fresh_instance", |b| {
+        b.iter_custom(|n| rt.block_on(raw.time_fresh(n)))
+    });
+    g.bench_function("raw_wasmtime_warm_call", |b| {
+        b.iter_custom(|n| rt.block_on(raw.time_warm(n)))
+    });
+    g.bench_function("raw_wasmtime_instantiate_only", |b| {
+        b.iter_custom(|n| rt.block_on(raw.time_instantiate(n)))
+    });
     let pkg = metered.packages()[0].clone();
     g.bench_function("instantiate_only", |b| {
         b.iter_custom(|n| {
@@ -189,7 +203,146 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.finish();
+
+    let mut g = c.benchmark_group("wasm_graph");
+    g.sample_size(10);
+    let mut registry = Registry::with_builtins();
+    let std_nodes = rt.block_on(async {
+        let mut p = WasmProvider::new(
+            WasmHost::new(settings(true, &cache)).unwrap(),
+            WasmConfig::default(),
+        );
+        p.add_first_party().await.unwrap();
+        p
+    });
+    registry.add(Arc::new(std_nodes)).unwrap();
+    let multi = tokio::runtime::Runtime::new().unwrap();
+    for (shape, n, messages) in [(WasmShape::Chain, 10, 1_000), (WasmShape::Fanout, 1_000, 0)] {
+        g.bench_function(format!("{}_{n}", shape.name()), |b| {
+            b.iter(|| {
+                multi
+                    .block_on(heddle_wasm::bench::run_shape(
+                        &registry, shape, n, messages, None,
+                    ))
+                    .unwrap()
+            })
+        });
+    }
+    g.finish();
 }
 
 criterion_group!(benches, bench);
 criterion_main!(benches);
+
+/// Raw wasmtime, nothing of Heddle's: the same engine (so the same pooling, fuel and epoch
+/// settings) and the same component, a bare WASI context, the `heddle:node` imports
+/// defined as traps (the echo node calls none), and the generated bindings called
+/// directly. The gap between these figures and `trivial_*` is what Heddle adds.
+mod raw {
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use wasmtime::component::{Component, Linker, ResourceTable};
+    use wasmtime::{Engine, Store};
+    use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+    wasmtime::component::bindgen!({
+        world: "node-package",
+        path: "wit",
+        imports: { default: async },
+        exports: { default: async },
+    });
+    use self::heddle::node::types::Value;
+
+    pub struct State {
+        wasi: WasiCtx,
+        table: ResourceTable,
+    }
+
+    impl WasiView for State {
+        fn ctx(&mut self) -> WasiCtxView<'_> {
+            WasiCtxView {
+                ctx: &mut self.wasi,
+                table: &mut self.table,
+            }
+        }
+    }
+
+    pub struct Raw {
+        engine: Engine,
+        pre: NodePackagePre<State>,
+        inputs: Vec<(String, Value)>,
+    }
+
+    impl Raw {
+        pub fn new(engine: &Engine, component: &Path) -> Raw {
+            let component = Component::from_file(engine, component).unwrap();
+            let mut linker = Linker::<State>::new(engine);
+            wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
+            linker.define_unknown_imports_as_traps(&component).unwrap();
+            let pre = NodePackagePre::new(linker.instantiate_pre(&component).unwrap()).unwrap();
+            Raw {
+                engine: engine.clone(),
+                pre,
+                inputs: vec![("value".into(), Value::String("hello".into()))],
+            }
+        }
+
+        fn store(&self) -> Store<State> {
+            let mut store = Store::new(
+                &self.engine,
+                State {
+                    wasi: WasiCtx::builder().build(),
+                    table: ResourceTable::new(),
+                },
+            );
+            // The engine meters fuel and checks epochs: give both enough never to stop.
+            store.set_fuel(u64::MAX).unwrap();
+            store.set_epoch_deadline(u64::MAX / 2);
+            store
+        }
+
+        async fn call(&self, store: &mut Store<State>, instance: &NodePackage) {
+            let out = instance
+                .heddle_node_node()
+                .call_invoke(&mut *store, "hostile.echo", &self.inputs, &Vec::new())
+                .await
+                .unwrap()
+                .unwrap();
+            std::hint::black_box(out);
+        }
+
+        /// A store, an instance and one call, `iters` times.
+        pub async fn time_fresh(&self, iters: u64) -> Duration {
+            let start = Instant::now();
+            for _ in 0..iters {
+                let mut store = self.store();
+                let instance = self.pre.instantiate_async(&mut store).await.unwrap();
+                self.call(&mut store, &instance).await;
+            }
+            start.elapsed()
+        }
+
+        /// `iters` calls on one instance.
+        pub async fn time_warm(&self, iters: u64) -> Duration {
+            let mut store = self.store();
+            let instance = self.pre.instantiate_async(&mut store).await.unwrap();
+            self.call(&mut store, &instance).await;
+            let start = Instant::now();
+            for _ in 0..iters {
+                self.call(&mut store, &instance).await;
+            }
+            start.elapsed()
+        }
+
+        /// A store and an instance, `iters` times.
+        pub async fn time_instantiate(&self, iters: u64) -> Duration {
+            let start = Instant::now();
+            for _ in 0..iters {
+                let mut store = self.store();
+                std::hint::black_box(self.pre.instantiate_async(&mut store).await.unwrap());
+            }
+            start.elapsed()
+        }
+    }
+}

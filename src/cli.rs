@@ -303,6 +303,11 @@ pub enum Shape {
     Chain,
     Fanout,
     Wide,
+    /// A chain of `std` WASM nodes (warm instances).
+    WasmChain,
+    /// A fan-out whose per-item nodes are `std` WASM nodes.
+    WasmFanout,
+    /// Every shape above.
     All,
 }
 
@@ -311,11 +316,11 @@ pub struct BenchArgs {
     /// Which graph shape to measure.
     #[arg(long, value_enum, default_value_t = Shape::All)]
     pub shape: Shape,
-    /// Size of the shape: chain length (default 100), fan-out items (default 10000) or
-    /// width (default 1000).
+    /// Size of the shape: chain length (default 100; wasm-chain 10), fan-out items
+    /// (default 10000) or width (default 1000).
     #[arg(long, value_name = "N")]
     pub size: Option<usize>,
-    /// Values pushed through the chain (chain shape only).
+    /// Values pushed through the chain (chain and wasm-chain shapes only).
     #[arg(long, value_name = "M", default_value_t = 10_000)]
     pub messages: usize,
     /// Measured runs per shape (after one warm-up run); the median is reported.

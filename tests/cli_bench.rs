@@ -85,3 +85,39 @@ fn zero_threads_is_a_usage_error() {
     assert!(stderr(&o).contains("--threads"), "{}", stderr(&o));
     no_panic(&o);
 }
+
+#[test]
+fn wasm_shapes_run_std_nodes_and_report_cost_per_invocation() {
+    for (shape, size, expect) in [("wasm-chain", "3", 60), ("wasm-fanout", "7", 21)] {
+        let o = heddle(&[
+            "bench",
+            "--shape",
+            shape,
+            "--size",
+            size,
+            "--messages",
+            "20",
+            "--runs",
+            "1",
+            "--json",
+        ]);
+        expect_code(&o, OK);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o))
+            .unwrap_or_else(|e| panic!("bench --json is not JSON ({e}):\n{}", stdout(&o)));
+        let f = &v[0];
+        assert_eq!(f["shape"], shape, "{v}");
+        // Every value is checked on the way out (input + nodes passed), so a count
+        // here means the WASM nodes really ran.
+        assert_eq!(f["invocations"], expect, "{v}");
+        let per_inv = f["cpu_us_per_invocation"]
+            .as_f64()
+            .expect("cpu per invocation");
+        // cpu_us is whole microseconds; the per-invocation figure uses the exact time.
+        let total = per_inv * expect as f64;
+        let cpu_us = micros(f, "cpu_us") as f64;
+        assert!(
+            total > cpu_us - 1e-6 && total < cpu_us + 1.0,
+            "{per_inv} × {expect} vs {cpu_us}: {v}"
+        );
+    }
+}

@@ -1,14 +1,47 @@
 //! `heddle bench`: scheduler throughput on the same graph shapes as the criterion
-//! benches (`heddle_kernel::bench`), so figures from either compare.
+//! benches (`heddle_kernel::bench` for native nodes, `heddle_wasm::bench` for WASM
+//! nodes), so figures from either compare.
 
 use std::time::Duration;
 
+use anyhow::Context as _;
 use heddle_kernel::Registry;
 use heddle_kernel::bench::{self, Shape};
+use heddle_wasm::bench::{self as wasm_bench, WasmShape};
 use serde::Serialize;
 
 use crate::cli::{BenchArgs, Shape as ShapeArg};
 use crate::exit::Exit;
+
+/// A shape of either family: native pass-through nodes or `std` WASM nodes.
+#[derive(Clone, Copy, Debug)]
+enum AnyShape {
+    Native(Shape),
+    Wasm(WasmShape),
+}
+
+impl AnyShape {
+    fn name(self) -> &'static str {
+        match self {
+            AnyShape::Native(s) => s.name(),
+            AnyShape::Wasm(s) => s.name(),
+        }
+    }
+
+    fn default_size(self) -> usize {
+        match self {
+            AnyShape::Native(s) => default_size(s),
+            AnyShape::Wasm(s) => s.default_size(),
+        }
+    }
+
+    fn graph(self, size: usize) -> heddle_core::GraphDoc {
+        match self {
+            AnyShape::Native(s) => bench::graph(s, size),
+            AnyShape::Wasm(s) => wasm_bench::graph(s, size),
+        }
+    }
+}
 
 #[derive(Debug, Serialize)]
 pub struct ShapeFigures {
@@ -32,6 +65,9 @@ pub struct ShapeFigures {
     pub cpu_us: Option<u64>,
     /// Node invocations per second of CPU time: throughput per core actually used.
     pub invocations_per_cpu_sec: Option<f64>,
+    /// CPU time per invocation, in microseconds: what one node invocation costs, the
+    /// figure to set beside raw wasmtime's call cost for the WASM shapes.
+    pub cpu_us_per_invocation: Option<f64>,
     /// CPU time / wall time: how many cores the run kept busy on average.
     pub cores_busy: Option<f64>,
     /// The process's peak resident set size so far (VmHWM), in KiB; it only grows, so a
@@ -70,34 +106,71 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     if args.threads == Some(0) {
         return Err(crate::usage!("--threads must be at least 1"));
     }
-    let shapes: Vec<Shape> = match args.shape {
-        ShapeArg::Chain => vec![Shape::Chain],
-        ShapeArg::Fanout => vec![Shape::Fanout],
-        ShapeArg::Wide => vec![Shape::Wide],
-        ShapeArg::All => Shape::ALL.to_vec(),
+    let shapes: Vec<AnyShape> = match args.shape {
+        ShapeArg::Chain => vec![AnyShape::Native(Shape::Chain)],
+        ShapeArg::Fanout => vec![AnyShape::Native(Shape::Fanout)],
+        ShapeArg::Wide => vec![AnyShape::Native(Shape::Wide)],
+        ShapeArg::WasmChain => vec![AnyShape::Wasm(WasmShape::Chain)],
+        ShapeArg::WasmFanout => vec![AnyShape::Wasm(WasmShape::Fanout)],
+        ShapeArg::All => Shape::ALL
+            .into_iter()
+            .map(AnyShape::Native)
+            .chain(WasmShape::ALL.into_iter().map(AnyShape::Wasm))
+            .collect(),
     };
-    let registry = Registry::with_builtins();
     let rt = crate::app::runtime_with_threads(args.threads)?;
+    let mut registry = Registry::with_builtins();
+    if shapes.iter().any(|s| matches!(s, AnyShape::Wasm(_))) {
+        registry.add(std::sync::Arc::new(rt.block_on(wasm_provider())?))?;
+    }
     let threads = rt.metrics().num_workers();
     if !args.json {
         println!("{}", threads_line(threads));
     }
     let mut all = Vec::new();
     for shape in shapes {
-        let size = args.size.unwrap_or_else(|| default_size(shape));
-        let doc = bench::graph(shape, size);
+        let size = args.size.unwrap_or_else(|| shape.default_size());
+        let doc = shape.graph(size);
+        let run_once = |journal| -> Result<bench::BenchRun, bench::BenchError> {
+            rt.block_on(async {
+                match shape {
+                    AnyShape::Native(s) => {
+                        bench::run_shape_journaled(&registry, s, size, args.messages, journal).await
+                    }
+                    AnyShape::Wasm(s) => {
+                        wasm_bench::run_shape(&registry, s, size, args.messages, journal).await
+                    }
+                }
+            })
+        };
         let one = || -> anyhow::Result<bench::BenchRun> {
             if !args.durable {
-                return Ok(rt.block_on(bench::run_shape(&registry, shape, size, args.messages))?);
+                return Ok(run_once(None)?);
             }
-            Ok(heddle_store::bench::run_shape(
-                &rt,
-                &registry,
-                shape,
-                size,
-                args.messages,
-                &scratch_dir().join("runs.db"),
-            )?)
+            match shape {
+                AnyShape::Native(s) => Ok(heddle_store::bench::run_shape(
+                    &rt,
+                    &registry,
+                    s,
+                    size,
+                    args.messages,
+                    &scratch_dir().join("runs.db"),
+                )?),
+                AnyShape::Wasm(_) => {
+                    // As heddle_store::bench::run_shape does for the native shapes: the
+                    // time covers the run and the final sync, not creating the run.
+                    let session =
+                        heddle_store::bench::scratch_session(&scratch_dir().join("runs.db"))?;
+                    let cpu0 = bench::CpuTime::now();
+                    let t0 = std::time::Instant::now();
+                    let mut r = run_once(Some(session.journal.clone()))?;
+                    session.log.flush().wait()?;
+                    r.elapsed = t0.elapsed();
+                    r.cpu = bench::CpuTime::used_since(cpu0);
+                    session.log.close()?;
+                    Ok(r)
+                }
+            }
         };
         // Warm-up: first-touch allocations and thread start-up are not the scheduler.
         one()?;
@@ -122,6 +195,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
             cpu_system_us: median.cpu.map(|c| c.system.as_micros() as u64),
             cpu_us: median.cpu.map(|c| c.total().as_micros() as u64),
             invocations_per_cpu_sec: median.invocations_per_cpu_sec(),
+            cpu_us_per_invocation: median
+                .cpu
+                .filter(|_| median.invocations > 0)
+                .map(|c| c.total().as_secs_f64() * 1e6 / median.invocations as f64),
             cores_busy: median.cores_busy(),
             peak_rss_kib: peak_rss_kib(),
             runs: args.runs,
@@ -141,6 +218,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// The WASM provider with the first-party packages (the shapes use `std`), on the
+/// default engine settings: what a fresh install runs.
+async fn wasm_provider() -> anyhow::Result<heddle_wasm::WasmProvider> {
+    let config = heddle_wasm::WasmConfig::default();
+    let host =
+        heddle_wasm::WasmHost::new(config.wasm.clone()).context("starting the WASM engine")?;
+    host.on_compile(|name| eprintln!("compiling {name} (first use)…"));
+    let mut p = heddle_wasm::WasmProvider::new(host, config);
+    p.add_first_party()
+        .await
+        .context("loading the first-party WASM packages")?;
+    Ok(p)
+}
+
 fn threads_line(threads: usize) -> String {
     if threads == 1 {
         "runtime: current-thread (1 thread)".into()
@@ -155,7 +246,7 @@ fn print_human(f: &ShapeFigures, wall: Duration) {
         _ => "n/a".into(),
     };
     println!(
-        "{:<7} size {:>6}  nodes {:>6}  messages {:>7}  invocations {:>8}  wall {:>9.3} ms  cpu {cpu}  {:>8} inv/s  {:>8} inv/cpu-s  {:>8} msg/s  peak RSS {}",
+        "{:<11} size {:>6}  nodes {:>6}  messages {:>7}  invocations {:>8}  wall {:>9.3} ms  cpu {cpu}  {:>8} inv/s  {:>8} inv/cpu-s  {} cpu/inv  {:>8} msg/s  peak RSS {}",
         f.shape,
         f.size,
         f.nodes,
@@ -165,6 +256,9 @@ fn print_human(f: &ShapeFigures, wall: Duration) {
         human_rate(f.invocations_per_sec),
         f.invocations_per_cpu_sec
             .map(human_rate)
+            .unwrap_or_else(|| "n/a".into()),
+        f.cpu_us_per_invocation
+            .map(|us| format!("{us:.3} µs"))
             .unwrap_or_else(|| "n/a".into()),
         human_rate(f.messages_per_sec),
         f.peak_rss_kib

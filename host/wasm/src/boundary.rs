@@ -31,8 +31,10 @@ pub(crate) fn label(node_id: &str, type_name: &str) -> String {
 }
 
 /// Checks one output value of the node `label`; `ty` is `None` for an undeclared port.
+/// `handle` is as the guest sent it (escaped here, in messages only: the success path,
+/// once per value on every invocation, allocates nothing for messages).
 pub(crate) fn check_output(
-    label: &str,
+    label: &dyn Fn() -> String,
     handle: &str,
     ty: Option<&PortType>,
     v: WitValue,
@@ -40,7 +42,10 @@ pub(crate) fn check_output(
     via: Via,
 ) -> Result<Value, NodeError> {
     let verb = via.verb();
+    let label = || label();
+    let handle = || crate::text::line(handle, crate::text::SHORT);
     let Some(ty) = ty else {
+        let (label, handle) = (label(), handle());
         return Err(NodeError::msg(format!(
             "{label} {verb} output `{handle}`, which it does not declare"
         ))
@@ -48,6 +53,7 @@ pub(crate) fn check_output(
     };
     let size = wit_size(&v);
     if size > max_bytes {
+        let (label, handle) = (label(), handle());
         return Err(NodeError::new(
             ErrorKind::OutputTooLarge,
             format!(
@@ -57,6 +63,7 @@ pub(crate) fn check_output(
         .with_signature("wasm:output-too-large"));
     }
     let v = from_wit(v).map_err(|e| {
+        let (label, handle) = (label(), handle());
         NodeError::msg(format!("{label}: output `{handle}`: {e}")).with_signature("wasm:bad-output")
     })?;
     let v = ty.coerce(v);
@@ -64,6 +71,7 @@ pub(crate) fn check_output(
     if !matches!(v, Value::Null)
         && let Err(e) = ty.check(&v)
     {
+        let (label, handle) = (label(), handle());
         return Err(NodeError::msg(format!(
             "{label}: output `{handle}` is declared `{ty}`, but the node {verb} a value that does not match ({e})"
         ))
@@ -74,8 +82,8 @@ pub(crate) fn check_output(
 
 /// The type of output `handle` in a declaration's output list.
 pub(crate) fn output_type<'a>(
-    outputs: &'a [(String, PortType)],
+    outputs: &'a [(std::sync::Arc<str>, PortType)],
     handle: &str,
 ) -> Option<&'a PortType> {
-    outputs.iter().find(|(h, _)| h == handle).map(|(_, t)| t)
+    outputs.iter().find(|(h, _)| **h == *handle).map(|(_, t)| t)
 }

@@ -129,6 +129,18 @@ pub(crate) async fn race<F: Future>(
     cancel: Option<&CancellationToken>,
 ) -> Result<F::Output, Interrupt> {
     tokio::pin!(call);
+    // Most calls finish in their first poll (a guest that neither waits nor runs past an
+    // epoch tick): poll once before arming the timer and the cancel waiter, which cost
+    // more than a short call itself. A deadline or cancel that came first is still seen:
+    // the epoch callback checks both while the guest runs.
+    let first = std::future::poll_fn(|cx| match call.as_mut().poll(cx) {
+        std::task::Poll::Ready(out) => std::task::Poll::Ready(Some(out)),
+        std::task::Poll::Pending => std::task::Poll::Ready(None),
+    })
+    .await;
+    if let Some(out) = first {
+        return Ok(out);
+    }
     loop {
         tokio::select! {
             biased;

@@ -1,7 +1,6 @@
 //! `WasmExecutor` runs one graph node's invocations in fresh (or, when the node opts in,
 //! warm) instances, each in a store holding exactly the node's grant.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,7 +11,7 @@ use heddle_kernel::{
 use wasmtime::{AsContextMut, Store, Trap};
 
 use crate::bindings::{NodePackage, WitNodeError, WitValue};
-use crate::boundary::{Via, check_output, output_type};
+use crate::boundary::{Via, check_output};
 use crate::config::SecretsConfig;
 use crate::deadline::{Deadline, Interrupt, race};
 use crate::engine::{check_host_call_fuel, hostcall_limit};
@@ -122,6 +121,9 @@ impl WasmExecutor {
             st.interrupt = None;
             st.limiter.memory_exceeded = false;
             st.budget = Default::default();
+            if let Some(q) = &st.quota {
+                q.reset();
+            }
             st.inv = Some(Invocation {
                 ctx: ctx.clone(),
                 streaming: self.info.streaming_output || self.info.streaming_input,
@@ -174,15 +176,20 @@ impl WasmExecutor {
         };
         let peak = store.data().limiter.peak_memory as u64;
         ctx.record_usage(fuel_used, Some(peak));
-        let lines = {
+        // Only a host-side failure reports the guest's last stderr lines.
+        let host_failed = result.is_err() || unpaid.is_some() || store.data().interrupt.is_some();
+        let (lines, stderr_tail) = {
             let mut log = store.data().log.lock().unwrap_or_else(|e| e.into_inner());
-            let tail = log.stderr_tail();
+            let tail = if host_failed {
+                log.stderr_tail()
+            } else {
+                String::new()
+            };
             (log.drain(), tail)
         };
-        for (level, line) in lines.0 {
+        for (level, line) in lines {
             ctx.log(level, line);
         }
-        let stderr_tail = lines.1;
         tracing::trace!(node = %self.node_id, us = started.elapsed().as_micros() as u64, "wasm invocation");
 
         // A guest stopped while waiting in a host call (emit, next-input) returns normally;
@@ -221,21 +228,32 @@ impl WasmExecutor {
 
     fn convert_outputs(&self, outputs: Vec<(String, WitValue)>) -> Result<Outputs, NodeError> {
         let max = self.pkg.host.settings().max_value_bytes;
-        let label = self.label();
-        let mut seen = HashSet::new();
+        let label = || self.label();
         let mut out = Outputs::new();
         for (handle, v) in outputs {
-            if !seen.insert(handle.clone()) {
+            // Outputs are few: a scan beats building a set on every invocation.
+            if out.get(&handle).is_some() {
                 return Err(NodeError::msg(format!(
-                    "{label} returned output `{}` twice; each output holds one value per invocation",
+                    "{} returned output `{}` twice; each output holds one value per invocation",
+                    self.label(),
                     text::line(&handle, text::SHORT)
                 ))
                 .with_signature("wasm:duplicate-output"));
             }
-            let ty = output_type(&self.info.outputs, &handle);
-            let shown = text::line(&handle, text::SHORT);
-            let v = check_output(&label, &shown, ty, v, max, Via::Returned)?;
-            out.push(handle, v);
+            let declared = self.info.outputs.iter().find(|(h, _)| **h == *handle);
+            let v = check_output(
+                &label,
+                &handle,
+                declared.map(|(_, t)| t),
+                v,
+                max,
+                Via::Returned,
+            )?;
+            // The declared name's `Arc`, not a new allocation per value.
+            match declared {
+                Some((h, _)) => out.push(h.clone(), v),
+                None => out.push(handle, v),
+            }
         }
         Ok(out)
     }

@@ -6,9 +6,19 @@
 use wasmtime::Trap;
 use wasmtime_wasi::I32Exit;
 
-/// wasmtime's text for a guest that hands the host more than the per-call copy limit
-/// (its error type is private, so the message is what identifies it).
+/// How wasmtime 48 reports a guest handing the host more than the per-call copy limit
+/// (`Store::set_hostcall_fuel`). It has no trap code or public type for it: the error is
+/// a private unit struct, `HostcallFuelExhausted`, raised while lifting arguments or
+/// results. Its `Debug` output is the type's name, so that is checked first (it does not
+/// change when the wording does), then the message. The hostile test
+/// `output_over_the_host_call_limit_is_output_too_large` fails if a wasmtime upgrade
+/// changes both.
+const TOO_MUCH_DATA_TYPE: &str = "HostcallFuelExhausted";
 const TOO_MUCH_DATA: &str = "too much data is being copied between the host and the guest";
+
+fn is_too_much_data(e: &(dyn std::error::Error + 'static)) -> bool {
+    format!("{e:?}") == TOO_MUCH_DATA_TYPE || e.to_string().contains(TOO_MUCH_DATA)
+}
 
 pub(crate) enum Failure {
     /// The guest called `exit(code)` instead of returning.
@@ -27,7 +37,7 @@ pub(crate) fn classify(e: &wasmtime::Error) -> Failure {
     if let Some(t) = e.downcast_ref::<Trap>() {
         return Failure::Trap(*t);
     }
-    if e.chain().any(|c| c.to_string().contains(TOO_MUCH_DATA)) {
+    if e.chain().any(is_too_much_data) {
         return Failure::TooMuchData;
     }
     let root = e.root_cause().to_string();

@@ -35,6 +35,10 @@ pub struct PackageGrant {
     #[serde(deserialize_with = "heddle_core::ranged::opt_int::<_, u64, 1, 604_800_000>")]
     pub timeout_ms: Option<u64>,
     pub dirs: Vec<DirGrant>,
+    /// Bytes one invocation may add to files in the read-write `dirs`, all together
+    /// (growth past a file's end, holes of sparse files included; rewriting existing
+    /// bytes is free). Past it a write or `set-size` fails with ENOSPC. Absent: no quota.
+    pub files_write_quota: Option<u64>,
     /// Names of host environment variables the package may read.
     pub env: Vec<String>,
     /// Names of secrets the package may read with `get-secret`.
@@ -90,6 +94,7 @@ pub struct NodeGrant {
     pub memory_bytes: usize,
     pub timeout_ms: Option<u64>,
     pub dirs: Vec<DirGrant>,
+    pub files_write_quota: Option<u64>,
     pub env: BTreeSet<String>,
     pub secrets: BTreeSet<String>,
 }
@@ -105,6 +110,7 @@ impl NodeGrant {
             memory_bytes: (memory_mb as usize) << 20,
             timeout_ms: grant.timeout_ms,
             dirs: grant.dirs.clone(),
+            files_write_quota: grant.files_write_quota,
             env: grant.env.iter().cloned().collect(),
             secrets: grant.secrets.iter().cloned().collect(),
         };

@@ -21,6 +21,7 @@ use crate::config::SecretsConfig;
 use crate::deadline::{Deadline, Interrupt, until};
 use crate::error::PackageError;
 use crate::grants::NodeGrant;
+use crate::quota::WriteQuota;
 use crate::text;
 
 /// Linear memory / table limits of one store, recording what happened so a failed grow
@@ -223,7 +224,7 @@ impl tokio::io::AsyncWrite for CaptureStream {
 pub(crate) struct Invocation {
     pub ctx: NodeCtx,
     pub streaming: bool,
-    pub outputs: Arc<[(String, PortType)]>,
+    pub outputs: Arc<[(Arc<str>, PortType)]>,
     pub input: Option<InputStream>,
     pub deadline: Deadline,
     pub grant: Arc<NodeGrant>,
@@ -241,6 +242,8 @@ pub(crate) struct State {
     /// Deadline of a call made outside any invocation (`describe` at load).
     pub describe_deadline: Option<Deadline>,
     pub budget: HostBudget,
+    /// The grant's write quota, when it has one (charged by `quota`'s functions).
+    pub quota: Option<Arc<WriteQuota>>,
 }
 
 impl WasiView for State {
@@ -285,6 +288,7 @@ impl State {
             interrupt: None,
             describe_deadline: None,
             budget: HostBudget::default(),
+            quota: grant.files_write_quota.map(WriteQuota::new),
         })
     }
 
@@ -408,10 +412,10 @@ impl host::Host for State {
         }
         let ctx = inv.ctx.clone();
         let deadline = inv.deadline.clone();
-        let who = label(ctx.node_id(), ctx.node_type());
+        let who = || label(ctx.node_id(), ctx.node_type());
         let checked = check_output(
             &who,
-            &text::line(&handle, text::SHORT),
+            &handle,
             output_type(&inv.outputs, &handle),
             value,
             inv.max_value_bytes,

@@ -14,6 +14,7 @@
 // interface; boxing it here alone would only add conversions.
 #![allow(clippy::result_large_err)]
 
+pub mod bench;
 mod bindings;
 mod boundary;
 mod budget;
@@ -30,6 +31,7 @@ mod lockfile;
 pub mod manifest;
 mod package;
 mod provider;
+mod quota;
 pub mod store;
 mod text;
 

@@ -69,7 +69,7 @@ pub(crate) struct TypeInfo {
     pub streaming_input: bool,
     pub streaming_output: bool,
     pub reuse_instance: bool,
-    pub outputs: Arc<[(String, PortType)]>,
+    pub outputs: Arc<[(Arc<str>, PortType)]>,
 }
 
 pub struct WasmPackage {
@@ -370,7 +370,7 @@ impl WasmPackage {
                 reuse_instance: d.reuse_instance,
                 outputs: outputs
                     .iter()
-                    .map(|o| (o.name.clone(), o.ty.clone()))
+                    .map(|o| (Arc::from(o.name.as_str()), o.ty.clone()))
                     .collect(),
             };
             self.info.insert(d.type_name.clone(), info);

@@ -3,9 +3,11 @@
 
 use heddle_sdk::{Decl, Error, Inputs, Node, Outputs, Value, node};
 
+mod files;
 mod lies;
 mod waits;
 
+pub use files::*;
 pub use lies::*;
 pub use waits::*;
 
@@ -181,6 +183,8 @@ impl Node for Liar {
 
 heddle_sdk::export_nodes!(
     spin,
+    grow,
+    write_at,
     alloc,
     read,
     write,

@@ -1,0 +1,194 @@
+//! The WASM benchmark graphs, shared by `heddle bench` and the criterion bench
+//! (`benches/wasm.rs`), so both measure the same thing: what users run is WASM nodes, and
+//! a figure for native pass-through nodes alone says little about that.
+//!
+//! - `wasm-chain`: a streaming input → N `std.math.arith` nodes (each adds 1) → an
+//!   output; every pushed message makes N WASM invocations.
+//! - `wasm-fanout`: an input list of N items → `heddle.foreach` → 3 `std.math.arith`
+//!   nodes per item → `heddle.collect` → an output (3·N per-item WASM invocations).
+//!
+//! `std.math.arith` declares `reuse-instance`, so these measure warm instances, the
+//! common case for the first-party nodes. The native shapes (`heddle_kernel::bench`)
+//! run on the same scheduler; the difference between the two is the WASM cost.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use heddle_core::{GraphBuilder, GraphDoc, INPUT_TYPE, OUTPUT_TYPE, RunStatus, Value};
+use heddle_kernel::bench::{BenchError, BenchRun, CpuTime};
+use heddle_kernel::{Journal, KernelError, Registry, Run, RunOptions};
+
+/// The WASM node every shape invokes: a pure, reuse-safe `std` node.
+pub const NODE_TYPE: &str = "std.math.arith";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WasmShape {
+    Chain,
+    Fanout,
+}
+
+impl WasmShape {
+    pub const ALL: [WasmShape; 2] = [WasmShape::Chain, WasmShape::Fanout];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WasmShape::Chain => "wasm-chain",
+            WasmShape::Fanout => "wasm-fanout",
+        }
+    }
+
+    /// A size that takes a fraction of a second: a WASM invocation costs microseconds
+    /// where a native one costs a fraction of one.
+    pub fn default_size(self) -> usize {
+        match self {
+            WasmShape::Chain => 10,
+            WasmShape::Fanout => 10_000,
+        }
+    }
+}
+
+/// A WASM node that adds 1 to what arrives on `a`.
+fn add_one(g: GraphBuilder, id: &str) -> GraphBuilder {
+    g.node(id, NODE_TYPE).prop("b", 1i64).prop("op", "add")
+}
+
+/// `in` (streaming input named `in`) → `w0` … `w{n-1}` (each adds 1) → `out`.
+pub fn chain(n: usize) -> GraphDoc {
+    let mut g = GraphBuilder::new()
+        .named(format!("wasm-chain-{n}"))
+        .node("in", INPUT_TYPE)
+        .prop("name", "in")
+        .prop("streaming", true);
+    let mut prev = ("in".to_string(), "value");
+    for i in 0..n {
+        let id = format!("w{i}");
+        g = add_one(g, &id).edge(&prev.0, prev.1, &id, "a");
+        prev = (id, "result");
+    }
+    g.node("out", OUTPUT_TYPE)
+        .prop("name", "out")
+        .edge(&prev.0, prev.1, "out", "value")
+        .build()
+}
+
+/// `items` (list of n ints) → `each` → `a` → `b` → `c` (each adds 1) → `gather` → `out`.
+pub fn fanout(n: usize) -> GraphDoc {
+    let items = Value::list((0..n as i64).map(Value::Int).collect());
+    let g = GraphBuilder::new()
+        .named(format!("wasm-fanout-{n}"))
+        .node("items", INPUT_TYPE)
+        .prop("name", "items")
+        .prop("value", items)
+        .node("each", "heddle.foreach");
+    let g = add_one(add_one(add_one(g, "a"), "b"), "c");
+    g.node("gather", "heddle.collect")
+        .node("out", OUTPUT_TYPE)
+        .prop("name", "out")
+        .edge("items", "value", "each", "list")
+        .edge("each", "item", "a", "a")
+        .edge("a", "result", "b", "a")
+        .edge("b", "result", "c", "a")
+        .edge("c", "result", "gather", "item")
+        .edge("gather", "list", "out", "value")
+        .build()
+}
+
+pub fn graph(shape: WasmShape, n: usize) -> GraphDoc {
+    match shape {
+        WasmShape::Chain => chain(n),
+        WasmShape::Fanout => fanout(n),
+    }
+}
+
+/// Plans and runs one shape on the current tokio runtime and checks every value that
+/// comes out (each is its input plus the number of nodes it went through), so a run
+/// that drops or mangles values cannot pass for a fast one. `registry` must offer the
+/// first-party `std` package. `messages` is the number of values pushed through the
+/// chain (ignored for the fan-out). Timing covers the run from start to result.
+/// `journal`, when given, makes the run durable (every invocation written ahead).
+pub async fn run_shape(
+    registry: &Registry,
+    shape: WasmShape,
+    n: usize,
+    messages: usize,
+    journal: Option<Arc<dyn Journal>>,
+) -> Result<BenchRun, BenchError> {
+    let doc = graph(shape, n);
+    let plan = heddle_core::plan::plan(&doc, registry).map_err(KernelError::from)?;
+    let run = Run::new(
+        plan,
+        registry,
+        RunOptions {
+            event_cap: 1_000,
+            journal,
+            ..RunOptions::default()
+        },
+    )?;
+    let cpu0 = CpuTime::now();
+    let t0 = Instant::now();
+    let h = run.start();
+    let (msgs, expect, hops) = match shape {
+        WasmShape::Chain => {
+            for i in 0..messages {
+                h.push_input("in", Value::Int(i as i64)).await?;
+            }
+            h.finish_input("in").await?;
+            (messages, n * messages, n as i64)
+        }
+        WasmShape::Fanout => (n, 3 * n, 3),
+    };
+    let r = h.wait().await;
+    let elapsed = t0.elapsed();
+    let cpu = CpuTime::used_since(cpu0);
+    if r.status != RunStatus::Completed {
+        return Err(BenchError::Run {
+            status: r.status,
+            error: r.error.unwrap_or_default(),
+        });
+    }
+    let invocations: u64 = r
+        .nodes
+        .values()
+        .filter(|n| n.node_type == NODE_TYPE)
+        .map(|n| n.invocations)
+        .sum();
+    if invocations != expect as u64 {
+        return Err(BenchError::Output(format!(
+            "expected {expect} invocations, counted {invocations}"
+        )));
+    }
+    let out = r.outputs.get("out").map(Vec::as_slice).unwrap_or_default();
+    let values: Vec<&Value> = match shape {
+        WasmShape::Chain => out.iter().collect(),
+        WasmShape::Fanout => match out {
+            [one] => one
+                .as_list()
+                .map(|l| l.iter().collect())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        },
+    };
+    if values.len() != msgs {
+        return Err(BenchError::Output(format!(
+            "expected {msgs} values out, got {}",
+            values.len()
+        )));
+    }
+    // Concurrent per-item runs may reorder a chain's stream; the fan-out's collect
+    // keeps item order. Compare as a sorted multiset either way.
+    let mut got: Vec<Option<i64>> = values.iter().map(|v| v.as_i64()).collect();
+    got.sort_unstable();
+    let want: Vec<Option<i64>> = (0..msgs as i64).map(|i| Some(i + hops)).collect();
+    if got != want {
+        return Err(BenchError::Output(format!(
+            "values out are not the inputs plus {hops}: first few {:?}",
+            &got[..got.len().min(5)]
+        )));
+    }
+    Ok(BenchRun {
+        elapsed,
+        cpu,
+        messages: msgs as u64,
+        invocations,
+    })
+}
