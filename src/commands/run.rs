@@ -232,15 +232,29 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
     // shutdown would wait for a line that may never come (cancel with stdin open).
     rt.shutdown_background();
 
-    let ending = match &session {
-        Some(s) => Some(super::runs::end(
+    // A durable run's ending is decided now and recorded after the report is out: a
+    // kill in between leaves a run that recovery finishes again, not a recorded ending
+    // whose report was lost.
+    let planned = session.as_ref().map(|s| {
+        heddle_store::session::plan_ending(
             s,
             &result,
             interrupted.load(std::sync::atomic::Ordering::SeqCst),
-        )?),
-        None => None,
-    };
+        )
+    });
     let mut report = RunReport::build(&graph, &result, &times);
+    let gate = report
+        .suspend
+        .as_ref()
+        .filter(|s| heddle_core::gate::GateAsk::from_state(&s.state).is_some())
+        .map(|s| s.node_id.clone());
+    let record = |planned: Option<heddle_store::session::Planned>| -> anyhow::Result<()> {
+        if let (Some(s), Some(p)) = (&session, planned) {
+            let ending = heddle_store::session::record_ending(s, p)?;
+            super::runs::report_ending(&s.run_id, &ending, gate.as_deref());
+        }
+        Ok(())
+    };
     if let Some(e) = stream_error {
         // The input was wrong, not the graph: the report says so and the exit code is
         // the one for a refused request.
@@ -248,21 +262,16 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
             report.error = Some(e.to_string());
             report.exit_code = Exit::Invalid.code();
             println!("{}", serde_json::to_string_pretty(&report)?);
+            record(planned)?;
             return Ok(Exit::Invalid);
         }
         print!("{}", human_summary(&report));
+        record(planned)?;
         return Err(e.into());
     }
-    let exit = match (&session, &ending) {
-        (Some(s), Some(ending)) => {
-            let gate = report
-                .suspend
-                .as_ref()
-                .filter(|s| heddle_core::gate::GateAsk::from_state(&s.state).is_some())
-                .map(|s| s.node_id.as_str());
-            super::runs::report_ending(&s.run_id, ending, gate)
-        }
-        _ => Exit::for_status(result.status),
+    let exit = match &planned {
+        Some(p) => super::runs::planned_exit(p),
+        None => Exit::for_status(result.status),
     };
     report.exit_code = exit.code();
     if let Some(s) = &session {
@@ -288,6 +297,9 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
             }
         }
     }
+    // stdout is handed over before the ending is recorded (see above).
+    std::io::Write::flush(&mut std::io::stdout())?;
+    record(planned)?;
     Ok(exit)
 }
 

@@ -170,13 +170,14 @@ fn used_packages(plan: &Plan, digests: &BTreeMap<String, String>) -> BTreeMap<St
         .collect()
 }
 
-/// Records how the run ended (an interrupt pauses a durable run, it does not end it).
-pub fn end(
-    session: &Session,
-    result: &heddle_core::RunResult,
-    interrupted: bool,
-) -> anyhow::Result<Ending> {
-    Ok(session::end(session, result, interrupted)?)
+/// The exit code a planned ending will have (the README's: paused = suspended, 4; a
+/// spent budget = 6).
+pub fn planned_exit(planned: &session::Planned) -> Exit {
+    match planned {
+        session::Planned::Pause(_) => Exit::Suspended,
+        session::Planned::Finish { status, .. } => Exit::for_status(*status),
+        session::Planned::Exhausted(_) => Exit::Limit,
+    }
 }
 
 /// Says how a durable run ended and what to do next; the exit code of the README

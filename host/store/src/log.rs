@@ -45,6 +45,8 @@ pub struct RunLog {
     queue: Mutex<Queue>,
     failed: Arc<Mutex<Option<Arc<StoreError>>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// The writer thread, woken only for what someone waits on (see [`GROUP_WINDOW`]).
+    writer_thread: std::thread::Thread,
 }
 
 struct Queue {
@@ -101,6 +103,7 @@ impl RunLog {
                 tx: Some(tx),
             }),
             failed,
+            writer_thread: writer.thread().clone(),
             writer: Mutex::new(Some(writer)),
         }
     }
@@ -122,14 +125,21 @@ impl RunLog {
     }
 
     fn push(&self, record: Record, reply: Option<Reply>) -> u64 {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        let seq = q.next;
-        q.next += 1;
-        if let Some(tx) = &q.tx {
-            // A send fails only when the writer stopped after an error; the error is
-            // reported to waiters and by `error()`, and the reply sender dropping here
-            // tells a waiter the same.
-            let _ = tx.send(Cmd::Append { seq, record, reply });
+        let waited_on = reply.is_some();
+        let seq = {
+            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let seq = q.next;
+            q.next += 1;
+            if let Some(tx) = &q.tx {
+                // A send fails only when the writer stopped after an error; the error is
+                // reported to waiters and by `error()`, and the reply sender dropping
+                // here tells a waiter the same.
+                let _ = tx.send(Cmd::Append { seq, record, reply });
+            }
+            seq
+        };
+        if waited_on {
+            self.writer_thread.unpark();
         }
         seq
     }
@@ -158,6 +168,8 @@ impl RunLog {
             }
             None => drop(tx),
         }
+        drop(q);
+        self.writer_thread.unpark();
         SyncWait(rx)
     }
 
@@ -178,6 +190,7 @@ impl RunLog {
         let (rtx, rrx) = oneshot::channel();
         let _ = tx.send(Cmd::Flush(rtx));
         drop(tx);
+        self.writer_thread.unpark();
         let r = flatten(rrx.blocking_recv());
         if let Some(w) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = w.join();
@@ -218,20 +231,22 @@ fn write_loop(
         };
         let mut sync = take(first, &mut records, &mut replies);
         let deadline = Instant::now() + GROUP_WINDOW;
-        while records.len() < MAX_BATCH {
+        loop {
             // Whatever is queued goes along; then the window is waited out unless a
-            // caller is waiting for this batch.
-            let cmd = match rx.try_recv() {
-                Ok(cmd) => cmd,
-                Err(mpsc::TryRecvError::Empty) if !sync => {
-                    match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                        Ok(cmd) => cmd,
-                        Err(_) => break,
-                    }
+            // caller is waiting for this batch. The writer parks rather than waits on
+            // the channel, so plain appends do not wake it one by one (a thread switch
+            // per record costs more than writing it); a waited-on append unparks it.
+            while records.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(cmd) => sync |= take(cmd, &mut records, &mut replies),
+                    Err(_) => break,
                 }
-                Err(_) => break,
-            };
-            sync |= take(cmd, &mut records, &mut replies);
+            }
+            let now = Instant::now();
+            if sync || records.len() >= MAX_BATCH || now >= deadline {
+                break;
+            }
+            std::thread::park_timeout(deadline - now);
         }
         let result = store.append(&run_id, epoch, next, &records, sync);
         match result {

@@ -203,16 +203,30 @@ pub fn end_exhausted(session: &Session, e: Exhausted) -> Result<Ending, StoreErr
     Ok(Ending::Exhausted(e))
 }
 
-/// Records how the kernel's run ended and closes the log. A run cancelled by the
-/// user's interrupt (`interrupted`) is paused, not ended: it stays resumable. A run
-/// stopped because a budget ran out ends failed whatever the kernel reported.
-pub fn end(session: &Session, result: &RunResult, interrupted: bool) -> Result<Ending, StoreError> {
+/// How a run is about to end, decided before anything is recorded, so a caller can
+/// hand its report over first: a process killed between the report and the record
+/// leaves a run that recovery finishes again (every result replayed), never a recorded
+/// ending whose report was lost.
+#[derive(Debug)]
+pub enum Planned {
+    Pause(PauseReason),
+    Finish {
+        status: RunStatus,
+        error: Option<String>,
+    },
+    Exhausted(Exhausted),
+}
+
+/// Decides how the kernel's run ends. A run cancelled by the user's interrupt
+/// (`interrupted`) is paused, not ended: it stays resumable. A run stopped because a
+/// budget ran out ends failed whatever the kernel reported.
+pub fn plan_ending(session: &Session, result: &RunResult, interrupted: bool) -> Planned {
     if let Some(e) = session.journal.exhausted() {
-        return end_exhausted(session, e.clone());
+        return Planned::Exhausted(e.clone());
     }
-    let pause = match result.status {
-        RunStatus::Cancelled if interrupted => Some(PauseReason::Interrupted),
-        RunStatus::Suspended => Some(match &result.suspend {
+    match result.status {
+        RunStatus::Cancelled if interrupted => Planned::Pause(PauseReason::Interrupted),
+        RunStatus::Suspended => Planned::Pause(match &result.suspend {
             Some(s) if s.reason == RECONCILE_REASON => PauseReason::Reconcile {
                 occurrence: reconcile_occurrence(&s.state)
                     .unwrap_or_else(|| Occurrence::new(s.node_id.clone(), "", 0)),
@@ -226,27 +240,39 @@ pub fn end(session: &Session, result: &RunResult, interrupted: bool) -> Result<E
                 reason: "suspended".into(),
             },
         }),
-        _ => None,
-    };
-    let ending = match pause {
-        Some(reason) => {
+        status => Planned::Finish {
+            status,
+            error: result.error.clone(),
+        },
+    }
+}
+
+/// Records a planned ending (synced) and closes the log.
+pub fn record_ending(session: &Session, planned: Planned) -> Result<Ending, StoreError> {
+    let ending = match planned {
+        Planned::Exhausted(e) => return end_exhausted(session, e),
+        Planned::Pause(reason) => {
             let (event, wait) = session.log.append_synced(Record::Paused {
                 pause: reason.clone(),
             });
             wait.wait()?;
             Ending::Paused { event, reason }
         }
-        None => {
-            let (_, wait) = session.log.append_synced(Record::Finished {
-                status: result.status,
-                error: result.error.clone(),
-            });
+        Planned::Finish { status, error } => {
+            let (_, wait) = session
+                .log
+                .append_synced(Record::Finished { status, error });
             wait.wait()?;
-            Ending::Finished(result.status)
+            Ending::Finished(status)
         }
     };
     session.log.close()?;
     Ok(ending)
+}
+
+/// Records how the kernel's run ended ([`plan_ending`], then [`record_ending`]).
+pub fn end(session: &Session, result: &RunResult, interrupted: bool) -> Result<Ending, StoreError> {
+    record_ending(session, plan_ending(session, result, interrupted))
 }
 
 /// The occurrence the kernel put in a reconcile suspension's state.

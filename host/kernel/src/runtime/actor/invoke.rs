@@ -102,10 +102,32 @@ impl Actor {
         };
         match journal {
             None => self.attempts(inv, mint, None).await,
+            Some(journal) if self.recomputed() => {
+                let key = inv.key.clone();
+                let settled = self.attempts(inv, mint, None).await;
+                if let Err(Stop::Suspended(_)) = &settled {
+                    // A gate: the pause must name an occurrence its answer can find.
+                    journal.append(Record::Dispatched {
+                        occurrence: self.occurrence(&key),
+                        retry_safe: true,
+                    });
+                }
+                settled
+            }
             // Boxed: the journal's bookkeeping would otherwise enlarge the future of
             // every invocation, journaled or not, and a future is moved per invocation.
             Some(journal) => Box::pin(self.invoke_journaled(journal, inv, mint)).await,
         }
+    }
+
+    /// Whether a durable run recomputes this node's invocations on recovery instead of
+    /// journaling them: the kernel's own retry-safe built-ins (constant, foreach, collect,
+    /// pass-through, gate) are deterministic functions of their inputs, rebuilt from the
+    /// results recorded upstream for less than recording them would cost, and they
+    /// report no usage. Under a supervisor they are journaled like any node, so a
+    /// verdict about one is never asked again.
+    fn recomputed(&self) -> bool {
+        self.native && self.spec.decl.retry_safe && self.shared.escalator.is_none()
     }
 
     /// [`Actor::invoke`] of a durable run: what an earlier process recorded for this
