@@ -43,23 +43,38 @@ pub async fn teardown(
     containers: Option<&Containers>,
 ) -> Teardown {
     let mut t = Teardown::default();
+    // Each kind is killed again on every check until none is left: a process that
+    // forked between a kill and the next look is not let go.
     if let Some(pgid) = pgid {
-        // SAFETY: kill(2) with a negative pid signals the worker's process group (made
-        // with `process_group(0)`); no memory is touched. ESRCH (all gone) is fine.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        if !settle(|| !heddle_runners::group_has_live_members(pgid)).await {
+        let gone = settle(|| {
+            // SAFETY: kill(2) with a negative pid signals the worker's process group
+            // (made with `process_group(0)`); no memory is touched. ESRCH is fine.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            !heddle_runners::group_has_live_members(pgid)
+        })
+        .await;
+        if !gone {
             t.survivors.push(format!("process group {pgid}"));
         }
     }
     if let Some(owner) = owner {
-        match heddle_runners::sweep_owner(owner) {
+        let mut sweep_error = None;
+        let gone = settle(|| match heddle_runners::sweep_owner(owner) {
             Ok(s) => {
                 t.processes_killed += s.processes;
                 t.scratch_dirs_removed += s.directories;
+                heddle_runners::owned_processes(owner).is_empty()
             }
-            Err(e) => t.unchecked.push(format!("scratch directories: {e}")),
+            Err(e) => {
+                sweep_error = Some(e.to_string());
+                heddle_runners::owned_processes(owner).is_empty()
+            }
+        })
+        .await;
+        if let Some(e) = sweep_error {
+            t.unchecked.push(format!("scratch directories: {e}"));
         }
-        if !settle(|| heddle_runners::owned_processes(owner).is_empty()).await {
+        if !gone {
             for pid in heddle_runners::owned_processes(owner) {
                 t.survivors.push(format!("process {pid} (code node)"));
             }
@@ -102,11 +117,12 @@ async fn remove_containers(run: &str, c: &Containers, t: &mut Teardown) {
     }
 }
 
-/// Polls `gone` until it holds or [`SETTLE`] passes; whether it held.
-async fn settle(gone: impl Fn() -> bool) -> bool {
+/// Runs `kill_and_check` until it reports everything gone or [`SETTLE`] passes;
+/// whether everything went.
+async fn settle(mut kill_and_check: impl FnMut() -> bool) -> bool {
     let t0 = tokio::time::Instant::now();
     loop {
-        if gone() {
+        if kill_and_check() {
             return true;
         }
         if t0.elapsed() >= SETTLE {
