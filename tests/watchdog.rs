@@ -315,6 +315,10 @@ fn random_sigkills_of_workers_lose_nothing_and_repeat_only_reoffered_work() {
             "round {round}: {extra} duplicate effects with {reoffers} explicit re-offers"
         );
         assert_eq!(env.status(&id)["state"], "completed");
+        // A finished run is refused (exit 2) and its lock stays free.
+        let o = env.heddle(&["runs", "resume", "--watchdog", &id]);
+        expect(&o, INVALID);
+        assert_eq!(env.status(&id)["lock"]["lock"], "free", "round {round}");
     }
 }
 
@@ -650,6 +654,10 @@ fn the_run_time_limit_stops_the_run_and_stays_spent_across_a_resume() {
         r["supervision"]["launches"], 1,
         "no worker was started: {r:#}"
     );
+    // A refused resume leaves the lock free (it is not taken over, and not left stale).
+    let o = env.heddle(&["runs", "resume", "--watchdog", "nope"]);
+    expect(&o, INVALID);
+    assert_eq!(env.status(&id)["lock"]["lock"], "free");
     // A resume keeps the recorded limits.
     let o = env.heddle(&[
         "runs",

@@ -292,7 +292,15 @@ fn supervise(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (sup, ending) = rt.block_on(supervise_async(&target, sup, reopening))?;
+    let (sup, ending) = match rt.block_on(supervise_async(&target, sup, reopening)) {
+        Ok(done) => done,
+        Err(e) => {
+            // A worker may have been running and nothing was cleaned up after it: the
+            // lock stays (stale once this process exits) for someone to check.
+            lock.retain();
+            return Err(e);
+        }
+    };
     finish(&target, sup, ending, lock)
 }
 
@@ -600,8 +608,8 @@ fn finish(
     };
     sup.save(&target.store)?;
     if keep_lock {
-        // Dropped unreleased: the lock reads stale until `heddle runs unlock`.
-        drop(lock);
+        // Kept: the lock reads stale after this process until `heddle runs unlock`.
+        lock.retain();
     } else {
         lock.release()?;
     }

@@ -74,8 +74,9 @@ pub fn lock_path(store: &Path, run: &str) -> PathBuf {
     watchdog_dir(store).join(format!("{run}.lock"))
 }
 
-/// A held lock; released (the pid erased) by [`ProcessLock::release`]. Dropping it
-/// without releasing leaves the pid behind, as a crash would: the lock reads stale.
+/// A held lock; released (the pid erased) by [`ProcessLock::release`], or when dropped
+/// (an error return). Only a process that dies holding it, or one that keeps it on
+/// purpose ([`ProcessLock::retain`]), leaves its pid behind: the lock then reads stale.
 #[derive(Debug)]
 pub struct ProcessLock {
     file: File,
@@ -176,7 +177,22 @@ impl ProcessLock {
     pub fn release(self) -> Result<(), LockError> {
         self.file.set_len(0).map_err(io("release", &self.path))?;
         self.file.sync_all().map_err(io("sync", &self.path))
-        // Closing the file releases the flock.
+        // Dropping closes the file, which releases the flock.
+    }
+
+    /// Keeps the lock held until this process exits, and its pid in the file after:
+    /// for a run whose cleanup could not be verified, which the next watchdog must not
+    /// take over without someone checking (`heddle runs unlock`).
+    pub fn retain(self) {
+        // The descriptor (and with it the flock) stays open until the process exits.
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for ProcessLock {
+    fn drop(&mut self) {
+        // Best effort: a lock dropped on an error return is free, not stale.
+        let _ = self.file.set_len(0);
     }
 }
 
@@ -261,9 +277,21 @@ mod tests {
         lock.release().unwrap();
         assert_eq!(inspect(&store, "r1").unwrap(), LockState::Free);
 
-        // A holder that goes away without releasing leaves a stale lock, refused until
-        // it is unlocked; this process is alive, so unlock refuses first.
+        // Dropped (an error return): free again.
         drop(ProcessLock::acquire(&store, "r1").unwrap());
+        assert_eq!(inspect(&store, "r1").unwrap(), LockState::Free);
+        // Retained: held by this process until it exits.
+        ProcessLock::acquire(&store, "r3").unwrap().retain();
+        assert_eq!(
+            inspect(&store, "r3").unwrap(),
+            LockState::Held {
+                pid: std::process::id()
+            }
+        );
+
+        // A holder that died (its pid in the file, nobody holding the flock) leaves a
+        // stale lock, refused until it is unlocked; a pid that runs is not unlocked.
+        std::fs::write(lock_path(&store, "r1"), format!("{}\n", std::process::id())).unwrap();
         assert!(matches!(
             inspect(&store, "r1").unwrap(),
             LockState::Stale { .. }
