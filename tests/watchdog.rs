@@ -436,7 +436,11 @@ fn bad_limits_are_refused_before_anything_starts() {
 #[test]
 fn status_while_live_a_second_watchdog_refused_and_a_dead_watchdogs_lock_is_stale() {
     // `exec`: the sleep is the code node's process (it dies with the worker).
-    let env = Env::new(&slow_graph("subprocess", "exec sleep 60"));
+    let graph = slow_graph("subprocess", "exec sleep 60").replace(
+        r#""type": "code.bash","#,
+        r#""type": "code.bash", "timeout_ms": 600000,"#,
+    );
+    let env = Env::new(&graph);
     let (mut watchdog, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
     let id = wait_line(&rx, run_id_in);
     let worker = wait_line(&rx, worker_pid_in);
@@ -453,6 +457,11 @@ fn status_while_live_a_second_watchdog_refused_and_a_dead_watchdogs_lock_is_stal
     assert_eq!(s["worker"]["alive"], true, "{s:#}");
     assert_eq!(s["lock"]["lock"], "held", "{s:#}");
     assert_eq!(s["active"][0]["node"], "slow", "{s:#}");
+    // The node's own time limit, counting down from its start.
+    let left = s["active"][0]["remaining_node_timeout_ms"]
+        .as_u64()
+        .unwrap();
+    assert!(left <= 600_000, "{s:#}");
     assert_eq!(s["cleanup_verified"], serde_json::Value::Null, "{s:#}");
     assert_eq!(s["usage"][0]["state"], "unknown", "{s:#}");
 

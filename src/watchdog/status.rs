@@ -52,7 +52,19 @@ pub fn run(section: &StoreSection, run: &str, json_out: bool) -> anyhow::Result<
     let usage = view.usage();
     let budget = heddle_store::Budget::of(&header.run.limits);
     let spent = view.spent();
-    let node_timeout = header.run.limits["node_timeout_ms"].as_u64();
+    // A node's own time limit (from the stored graph), else the run's `--node-timeout-ms`;
+    // an executor's built-in default is not known here.
+    let run_timeout = header.run.limits["node_timeout_ms"].as_u64();
+    let node_timeouts: BTreeMap<String, u64> = std::str::from_utf8(&header.run.graph_bytes)
+        .ok()
+        .and_then(|text| heddle_core::GraphDoc::parse(text, &header.run.graph_name).ok())
+        .map(|doc| {
+            doc.nodes
+                .iter()
+                .filter_map(|n| Some((n.id.clone(), n.resolved_limits().0?.timeout_ms?)))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut started_at: BTreeMap<&Occurrence, u64> = BTreeMap::new();
     for r in &records {
         if let Record::Started { occurrence } = &r.record {
@@ -65,6 +77,7 @@ pub fn run(section: &StoreSection, run: &str, json_out: bool) -> anyhow::Result<
         .uncertain()
         .map(|(occ, o)| {
             let started = started_at.get(occ).copied();
+            let node_timeout = node_timeouts.get(&occ.node).copied().or(run_timeout);
             let elapsed = started.map(|s| now.saturating_sub(s));
             json!({
                 "node": occ.node,
