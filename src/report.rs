@@ -234,12 +234,18 @@ pub fn display_value(v: &Value) -> String {
 
 /// The human summary printed after a run: outputs, then what went wrong.
 pub fn human_summary(report: &RunReport) -> String {
+    outputs_summary(&report.outputs)
+}
+
+/// The outputs part of [`human_summary`], from the outputs alone (a supervised run's
+/// watchdog prints it from the report it read back from the run store).
+pub fn outputs_summary(outputs: &BTreeMap<String, Vec<Value>>) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
-    if report.outputs.is_empty() {
+    if outputs.is_empty() {
         let _ = writeln!(s, "(no outputs)");
     }
-    for (name, values) in &report.outputs {
+    for (name, values) in outputs {
         match values.as_slice() {
             [] => {
                 let _ = writeln!(s, "{name}: (no value)");

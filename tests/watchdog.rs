@@ -771,3 +771,20 @@ fn a_dispatch_budget_holds_across_workers_and_exits_as_unsupervised() {
     );
     assert!(env.lines().len() < 6, "the budget stopped the fan-out");
 }
+
+/// Without `--json` the outputs are printed as an unsupervised run prints them, from the
+/// report read back verified from the store (the worker's own stdout is not passed on).
+#[test]
+fn without_json_the_outputs_print_as_an_unsupervised_run_prints_them() {
+    let plain = Env::new(FANOUT);
+    let unsupervised = plain.heddle(&["run", "--durable", "g.json"]);
+    expect(&unsupervised, OK);
+    let env = Env::new(FANOUT);
+    let o = env.heddle(&["run", "--watchdog", "g.json"]);
+    expect(&o, OK);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&unsupervised.stdout)
+    );
+    assert!(!o.stdout.is_empty());
+}

@@ -173,6 +173,12 @@ pub(super) fn finish(
         report["exit_code"] = exit.code().into();
         report["supervision"] = supervision;
         println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if let Some(outputs) = worker_report
+        .as_ref()
+        .and_then(|r| serde_json::from_value(r["outputs"].clone()).ok())
+    {
+        // The same summary the worker printed, from the verified report.
+        print!("{}", crate::report::outputs_summary(&outputs));
     }
     let verified = match sup.cleanup_verified {
         Some(true) => "cleanup verified",

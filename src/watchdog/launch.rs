@@ -141,13 +141,12 @@ fn kill_group(pgid: i32, sig: i32) {
     unsafe { libc::kill(-pgid, sig) };
 }
 
-/// Waits for the worker, passing its console on (stderr always; stdout when
-/// `forward_stdout`: with `--json` the report comes from the run store, not from the
-/// worker's stdout) until `limit` bytes, stopping it at the deadline, over the output
+/// Waits for the worker, passing its stderr on (its progress and errors) and counting
+/// its stdout without passing it on (a run's report and outputs come from the run store,
+/// verified), up to `limit` bytes of both; stops it at the deadline, over the output
 /// limit, or on a second interrupt.
 pub async fn supervise(
     mut child: tokio::process::Child,
-    forward_stdout: bool,
     limit: u64,
     deadline: Option<tokio::time::Instant>,
     signals: &mut Signals,
@@ -183,10 +182,7 @@ pub async fn supervise(
             n = read(&mut out, &mut ob), if out_open => match n {
                 0 => out_open = false,
                 n => {
-                    let chunk = admit(&ob[..n], &mut total, limit);
-                    if forward_stdout {
-                        let _ = std::io::stdout().write_all(chunk);
-                    }
+                    admit(&ob[..n], &mut total, limit);
                 }
             },
             n = read(&mut err, &mut eb), if err_open => match n {

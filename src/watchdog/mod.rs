@@ -323,14 +323,8 @@ async fn supervise_async(
         let deadline = sup
             .remaining_at(now_ms())
             .map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms));
-        let ended = launch::supervise(
-            child,
-            !target.worker.json,
-            sup.limits.output_limit_bytes,
-            deadline,
-            &mut signals,
-        )
-        .await?;
+        let ended =
+            launch::supervise(child, sup.limits.output_limit_bytes, deadline, &mut signals).await?;
         eprintln!(
             "watchdog: worker {} ({}) ended: {}",
             sup.launches,
