@@ -97,7 +97,7 @@ pub(super) async fn run_all(
                 std::task::Poll::Pending => joins.push((idx, tokio::spawn(fut))),
             }
         } else {
-            joins.push((idx, tokio::spawn(a.run())));
+            joins.push((idx, tokio::spawn(Box::new(a).run())));
         }
     }
     // Every actor holds its own senders now: the inboxes close as their producers end.

@@ -367,7 +367,9 @@ impl Actor {
         }
     }
 
-    pub async fn run(mut self) -> ActorReport {
+    /// Boxed actor: its future would otherwise hold the actor twice over (an async fn's
+    /// future keeps its arguments and copies of them).
+    pub async fn run(mut self: Box<Self>) -> ActorReport {
         // Every step is a boxed future: the task holds the actor for the node's whole
         // life, and in place the modes' states would add up (an async fn's future keeps
         // room for each awaited future, and copies of some), several KB per node.
@@ -387,7 +389,7 @@ impl Actor {
                 }
             },
         };
-        Box::pin(self.finish(res)).await
+        Box::pin((*self).finish(res)).await
     }
 
     /// [`Actor::run`] of an [`Actor::inline_source`]: the same steps, without the other
