@@ -278,10 +278,17 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
         // A watchdog's worker leaves its report in the store; elsewhere a no-op.
         crate::watchdog::worker::store_final_report(&s.run_id, &report, &secrets)?;
     }
+    // A watchdog's worker leaves its report in the run store (above) and prints no
+    // outputs: they are not console output, and its watchdog prints them verified.
+    let worker = crate::watchdog::worker::is_worker();
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        if !worker {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        }
     } else {
-        print!("{}", human_summary(&report));
+        if !worker {
+            print!("{}", human_summary(&report));
+        }
         match (&report.error, result.status) {
             (_, RunStatus::Cancelled) => {}
             (Some(err), _) => eprintln!("error: {}", crate::app::bounded(err)),

@@ -247,3 +247,45 @@ async fn sleep_or_never(until: Option<tokio::time::Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real process writing 2 MB to stderr is stopped at the limit (a small one here:
+    /// what is within it reaches this test's stderr).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_process_flooding_its_console_is_stopped_at_the_output_limit() {
+        let child = Command::new("sh")
+            .args(["-c", "yes flood | head -c 2000000 >&2; sleep 60"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut signals = Signals::new().unwrap();
+        let ended = supervise(child, 1_000, None, &mut signals).await.unwrap();
+        assert_eq!(ended.stopped_for, Some(StopReason::OutputLimit));
+        assert!(ended.output_bytes > 1_000);
+        assert!(ended.crashed(), "killed, {}", ended.describe());
+    }
+
+    /// Without a flood or a deadline, the exit is the process's own.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_quiet_process_ends_on_its_own() {
+        let child = Command::new("sh")
+            .args(["-c", "echo hi; exit 3"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut signals = Signals::new().unwrap();
+        let ended = supervise(child, 100_000, None, &mut signals).await.unwrap();
+        assert_eq!(ended.stopped_for, None);
+        assert_eq!(ended.describe(), "exit 3");
+        assert_eq!(ended.output_bytes, 3);
+        assert!(!ended.crashed());
+    }
+}

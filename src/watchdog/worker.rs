@@ -32,6 +32,11 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<Exit> {
     crate::commands::runs::resume(&section, &args.env, &args.run, args.pause, args.json)
 }
 
+/// Whether this process is a watchdog's worker.
+pub fn is_worker() -> bool {
+    WORKER_STORE.get().is_some()
+}
+
 /// Stores a worker's final report once as the run's `final-report` artifact (refused
 /// when it holds one of the run's secret values, or is over the storage limits), so the
 /// watchdog reports bytes it read back verified from the store, not console output.
