@@ -301,6 +301,8 @@ pub struct NodesArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Shape {
     Chain,
+    /// The chain with the condition `value > 0` on every edge.
+    ChainWhen,
     Fanout,
     Wide,
     /// A chain of `std` WASM nodes (warm instances).

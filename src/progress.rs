@@ -279,6 +279,7 @@ pub fn skip_reason_text(r: heddle_core::SkipReason) -> &'static str {
     use heddle_core::SkipReason::*;
     match r {
         NoInput => "no input arrived",
+        Condition => "an edge's condition chose another branch",
         UpstreamSkipped => "upstream skipped",
         UpstreamFailed => "upstream failed",
         Cancelled => "run cancelled",

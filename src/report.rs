@@ -27,6 +27,9 @@ pub struct RunReport {
     /// Every value that reached each output, in arrival order.
     pub outputs: BTreeMap<String, Vec<Value>>,
     pub nodes: BTreeMap<String, NodeEntry>,
+    /// Every node that did not run, with why: a run never reads as complete while part
+    /// of the graph silently did not run.
+    pub skipped: Vec<SkippedNode>,
     pub interventions: Vec<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub suspend: Option<heddle_core::SuspendInfo>,
@@ -59,6 +62,12 @@ impl<'a> InvalidReport<'a> {
             issues,
         }
     }
+}
+
+#[derive(Debug, Serialize)]
+pub struct SkippedNode {
+    pub node: String,
+    pub reason: SkipReason,
 }
 
 #[derive(Debug, Serialize)]
@@ -215,6 +224,17 @@ impl RunReport {
             exit_code: exit.code(),
             error: result.error.clone(),
             outputs: result.outputs.clone(),
+            skipped: result
+                .nodes
+                .iter()
+                .filter_map(|(id, n)| match n.outcome {
+                    NodeOutcome::Skipped { reason } => Some(SkippedNode {
+                        node: id.clone(),
+                        reason,
+                    }),
+                    _ => None,
+                })
+                .collect(),
             nodes,
             interventions: result.interventions.clone(),
             suspend: result.suspend.clone(),
@@ -267,6 +287,18 @@ pub fn outputs_summary(outputs: &BTreeMap<String, Vec<Value>>) -> String {
                     let _ = writeln!(s, "  - {}", display_value(v));
                 }
             }
+        }
+    }
+    if !report.skipped.is_empty() {
+        let n = report.skipped.len();
+        let _ = writeln!(s, "skipped {n} node{}:", if n == 1 { "" } else { "s" });
+        for k in &report.skipped {
+            let _ = writeln!(
+                s,
+                "  - {} ({})",
+                k.node,
+                crate::progress::skip_reason_text(k.reason)
+            );
         }
     }
     s

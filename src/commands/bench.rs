@@ -78,7 +78,7 @@ pub struct ShapeFigures {
 
 fn default_size(shape: Shape) -> usize {
     match shape {
-        Shape::Chain => 100,
+        Shape::Chain | Shape::ChainWhen => 100,
         Shape::Fanout => 10_000,
         Shape::Wide => 1_000,
     }
@@ -108,6 +108,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     }
     let shapes: Vec<AnyShape> = match args.shape {
         ShapeArg::Chain => vec![AnyShape::Native(Shape::Chain)],
+        ShapeArg::ChainWhen => vec![AnyShape::Native(Shape::ChainWhen)],
         ShapeArg::Fanout => vec![AnyShape::Native(Shape::Fanout)],
         ShapeArg::Wide => vec![AnyShape::Native(Shape::Wide)],
         ShapeArg::WasmChain => vec![AnyShape::Wasm(WasmShape::Chain)],

@@ -20,6 +20,57 @@ struct Verdict<'a> {
     nodes: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     edges: Option<usize>,
+    /// Each node's declared output fields, as the planner resolved them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    declared_fields: Vec<DeclaredFields<'a>>,
+    /// Each edge's condition and field narrowing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    edge_rules: Vec<EdgeRuleView<'a>>,
+}
+
+#[derive(Serialize)]
+struct DeclaredFields<'a> {
+    node: &'a str,
+    handle: &'a str,
+    fields: &'a [heddle_core::contract::FieldDecl],
+}
+
+#[derive(Serialize)]
+struct EdgeRuleView<'a> {
+    edge: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    when: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fields: Option<Vec<&'a str>>,
+}
+
+impl<'a> Verdict<'a> {
+    /// The declarations of a planned graph.
+    fn declarations(mut self, plan: &'a heddle_core::plan::Plan) -> Self {
+        self.declared_fields = plan
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                n.contract.as_deref().map(|c| DeclaredFields {
+                    node: &n.id,
+                    handle: &c.handle,
+                    fields: &c.contract.fields,
+                })
+            })
+            .collect();
+        self.edge_rules = plan
+            .edges
+            .iter()
+            .filter_map(|e| {
+                e.rule.as_deref().map(|r| EdgeRuleView {
+                    edge: &e.id,
+                    when: r.when.as_ref().map(|w| w.text()),
+                    fields: r.fields.as_ref().map(|f| f.iter().map(|k| &**k).collect()),
+                })
+            })
+            .collect();
+        self
+    }
 }
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
@@ -36,6 +87,8 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
                 warnings: &[],
                 nodes: None,
                 edges: None,
+                declared_fields: Vec::new(),
+                edge_rules: Vec::new(),
             };
             println!("{}", serde_json::to_string_pretty(&v)?);
             return Ok(classify(&e));
@@ -54,7 +107,10 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
                     warnings: &plan.warnings,
                     nodes: Some(plan.nodes.len()),
                     edges: Some(plan.edges.len()),
-                };
+                    declared_fields: Vec::new(),
+                    edge_rules: Vec::new(),
+                }
+                .declarations(&plan);
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 for w in &plan.warnings {
@@ -78,6 +134,8 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
                     warnings: &[],
                     nodes: None,
                     edges: None,
+                    declared_fields: Vec::new(),
+                    edge_rules: Vec::new(),
                 };
                 println!("{}", serde_json::to_string_pretty(&v)?);
                 Ok(Exit::Invalid)

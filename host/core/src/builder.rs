@@ -68,6 +68,7 @@ impl GraphBuilder {
             timeout_ms: None,
             access: None,
             retry: None,
+            output: None,
         });
         self
     }
@@ -164,8 +165,44 @@ impl GraphBuilder {
                 EdgeType::Data
             },
             ui_properties: None,
+            when: None,
+            fields: None,
         });
         self
+    }
+
+    /// Sets the condition (`when`) of the edge added last.
+    ///
+    /// # Panics
+    /// When no edge has been added yet.
+    pub fn when(mut self, expression: &str) -> Self {
+        self.last_edge("when").when = Some(expression.to_string());
+        self
+    }
+
+    /// Narrows the edge added last to these keys of its object values.
+    ///
+    /// # Panics
+    /// When no edge has been added yet.
+    pub fn fields(mut self, keys: &[&str]) -> Self {
+        self.last_edge("fields").fields = Some(keys.iter().map(|k| k.to_string()).collect());
+        self
+    }
+
+    /// Declares the output fields of the node added last.
+    ///
+    /// # Panics
+    /// When no node has been added yet.
+    pub fn output(mut self, contract: crate::contract::OutputContract) -> Self {
+        self.last_node("output").output = Some(contract);
+        self
+    }
+
+    fn last_edge(&mut self, what: &str) -> &mut EdgeDoc {
+        match self.doc.edges.last_mut() {
+            Some(e) => e,
+            None => panic!("GraphBuilder::{what} follows an edge"),
+        }
     }
 
     pub fn build(self) -> GraphDoc {

@@ -165,6 +165,8 @@ pub enum LogLevel {
 pub enum SkipReason {
     /// Wired to inputs that received nothing (an untaken branch).
     NoInput,
+    /// An incoming edge's condition (`when`) chose another branch.
+    Condition,
     /// Every upstream node that feeds it was skipped.
     UpstreamSkipped,
     /// An upstream node failed, so its inputs never came.

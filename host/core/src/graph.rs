@@ -70,6 +70,9 @@ pub struct NodeDoc {
     /// The node's own retry policy; the same setting as `limits.retry`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
+    /// Fields the node promises on one output (see [`crate::contract`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<crate::contract::OutputContract>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -102,6 +105,12 @@ pub struct EdgeDoc {
     pub edge_type: EdgeType,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ui_properties: Option<serde_json::Value>,
+    /// A JSONata condition per value crossing the edge (see [`crate::condition`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// Keys of an object value the edge carries; the rest are dropped (never renamed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Vec<String>>,
 }
 
 impl EdgeDoc {

@@ -5,9 +5,11 @@
 //! on it (the kernel, the CLI, a UI) rebuilds fast and can reason about graphs offline.
 
 pub mod builder;
+pub mod contract;
 pub mod decl;
 pub mod event;
 pub mod gate;
+pub mod expr;
 pub mod graph;
 pub mod journal;
 pub mod limits;

@@ -17,6 +17,8 @@ use crate::runtime::{KernelError, Run, RunOptions};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
     Chain,
+    /// The chain with the condition `value > 0` on every edge (what a condition costs).
+    ChainWhen,
     Fanout,
     Wide,
 }
@@ -27,6 +29,7 @@ impl Shape {
     pub fn name(self) -> &'static str {
         match self {
             Shape::Chain => "chain",
+            Shape::ChainWhen => "chain-when",
             Shape::Fanout => "fanout",
             Shape::Wide => "wide",
         }
@@ -38,10 +41,11 @@ impl std::str::FromStr for Shape {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "chain" => Ok(Shape::Chain),
+            "chain-when" => Ok(Shape::ChainWhen),
             "fanout" | "fan-out" => Ok(Shape::Fanout),
             "wide" => Ok(Shape::Wide),
             other => Err(format!(
-                "unknown bench shape `{other}` (expected chain, fanout or wide)"
+                "unknown bench shape `{other}` (expected chain, chain-when, fanout or wide)"
             )),
         }
     }
@@ -49,6 +53,19 @@ impl std::str::FromStr for Shape {
 
 /// `in` (streaming input named `in`) → `p0` … `p{n-1}` → `out`.
 pub fn chain(n: usize) -> GraphDoc {
+    chain_of(n, None)
+}
+
+/// [`chain`] with `when` on every edge.
+pub fn chain_when(n: usize, when: &str) -> GraphDoc {
+    chain_of(n, Some(when))
+}
+
+fn chain_of(n: usize, when: Option<&str>) -> GraphDoc {
+    let cond = |g: GraphBuilder| match when {
+        Some(w) => g.when(w),
+        None => g,
+    };
     let mut g = GraphBuilder::new()
         .named(format!("chain-{n}"))
         .node("in", INPUT_TYPE)
@@ -57,15 +74,18 @@ pub fn chain(n: usize) -> GraphDoc {
     let mut prev = "in".to_string();
     for i in 0..n {
         let id = format!("p{i}");
-        g = g
-            .node(&id, "heddle.passthrough")
-            .edge(&prev, "value", &id, "value");
+        g = cond(
+            g.node(&id, "heddle.passthrough")
+                .edge(&prev, "value", &id, "value"),
+        );
         prev = id;
     }
-    g.node("out", OUTPUT_TYPE)
-        .prop("name", "out")
-        .edge(&prev, "value", "out", "value")
-        .build()
+    cond(
+        g.node("out", OUTPUT_TYPE)
+            .prop("name", "out")
+            .edge(&prev, "value", "out", "value"),
+    )
+    .build()
 }
 
 /// `items` (input, list of n ints) → `each` → `a` → `b` → `c` → `gather` → `out`.
@@ -105,6 +125,7 @@ pub fn wide(n: usize) -> GraphDoc {
 pub fn graph(shape: Shape, n: usize) -> GraphDoc {
     match shape {
         Shape::Chain => chain(n),
+        Shape::ChainWhen => chain_when(n, "value > 0"),
         Shape::Fanout => fanout(n),
         Shape::Wide => wide(n),
     }
@@ -243,8 +264,9 @@ pub async fn run_shape_journaled(
     let t0 = Instant::now();
     let h = run.start();
     let (msgs, expect) = match shape {
-        Shape::Chain => {
-            for i in 0..messages {
+        Shape::Chain | Shape::ChainWhen => {
+            // From 1, so every value passes `value > 0`.
+            for i in 1..=messages {
                 h.push_input("in", Value::Int(i as i64)).await?;
             }
             h.finish_input("in").await?;
@@ -274,7 +296,7 @@ pub async fn run_shape_journaled(
         )));
     }
     match shape {
-        Shape::Chain => {
+        Shape::Chain | Shape::ChainWhen => {
             let got = r.outputs.get("out").map(|v| v.len()).unwrap_or(0);
             if got != messages {
                 return Err(BenchError::Output(format!(

@@ -34,6 +34,7 @@ impl Planner<'_> {
         // Sorted: stable issue order.
         let mut multi: Vec<_> = into.iter().filter(|(_, ids)| ids.len() > 1).collect();
         multi.sort();
+        let below = self.below_condition(work);
         for ((node, handle), ids) in multi {
             let Some(Some(d)) = decl_of.get(node) else {
                 continue;
@@ -41,14 +42,14 @@ impl Planner<'_> {
             let Some(ty) = input_type(d, handle) else {
                 continue;
             };
-            if !ty.is_list() {
+            if !ty.is_list() && !self.branch_join(ids, work, &below) {
                 self.issues.push(issue(
                     IssueKind::MultipleEdgesIntoInput,
                     Some(node),
                     Some(ids[1]),
                     Some(handle),
                     format!(
-                        "{} edges ({}) feed input `{handle}` of type {}; only a list input accepts more than one edge",
+                        "{} edges ({}) feed input `{handle}` of type {}; only a list input accepts more than one edge, or a join of condition branches (every edge coming from below a `when` and carrying none itself)",
                         ids.len(),
                         ids.join(", "),
                         ty

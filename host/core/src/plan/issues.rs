@@ -38,6 +38,10 @@ pub enum IssueKind {
     InvalidProperty,
     /// A node's `timeout_ms`, `access`, `retry` or `limits` cannot be honoured as written.
     InvalidLimits,
+    /// An edge's `when` or `fields` cannot be applied.
+    InvalidEdgeRule,
+    /// A node's `output` field declaration cannot be kept.
+    InvalidOutputContract,
     /// Warning: an edge was dropped while rewriting around a bypassed node.
     BypassDroppedEdge,
 }

@@ -27,16 +27,19 @@
 pub mod bypass;
 mod checks;
 pub mod correlation;
+pub mod declared;
 mod digraph;
 pub mod inputs;
 pub mod issues;
 pub mod model;
 mod planner;
 
+pub use declared::{Crossing, EdgeRule, NodeContract};
 pub use inputs::{BoundInputs, InputError, InputErrors};
 pub use issues::{Issue, IssueKind, ValidationError};
 pub use model::{
-    Correlation, EdgeIdx, EdgeScope, GraphInput, HandleClass, HandleScope, INPUT_TYPE, NodeIdx,
-    NodeScope, OUTPUT_TYPE, OutputScope, Plan, PlanEdge, PlanNode, RootIdx, RootInfo, input_type,
+    CHECK_TYPE, Correlation, EdgeIdx, EdgeScope, GraphInput, HandleClass, HandleScope, INPUT_TYPE,
+    NodeIdx, NodeScope, OUTPUT_TYPE, OutputScope, Plan, PlanEdge, PlanNode, RootIdx, RootInfo,
+    input_type,
 };
 pub use planner::plan;

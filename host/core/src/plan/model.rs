@@ -19,6 +19,8 @@ use crate::value::Value;
 pub const INPUT_TYPE: &str = "heddle.input";
 /// The built-in graph output, whose `name` keys `RunResult.outputs`.
 pub const OUTPUT_TYPE: &str = "heddle.output";
+/// The built-in assertion node: its inputs are named after the nodes feeding them.
+pub const CHECK_TYPE: &str = "heddle.check";
 /// A source handle that sends a node's control output along every control edge it has,
 /// so a controller (an agent, say) need not declare an output per controlled node.
 pub(crate) const CONTROL_OUTPUT_HANDLE: &str = "__control_output__";
@@ -78,6 +80,8 @@ pub struct PlanNode {
     pub out_edges: Vec<EdgeIdx>,
     /// Unique nodes with a control edge into this node.
     pub controllers: Vec<NodeIdx>,
+    /// Declared output fields, checked on every value of that output.
+    pub contract: Option<Arc<super::declared::NodeContract>>,
 }
 
 #[derive(Clone, Debug)]
@@ -88,6 +92,8 @@ pub struct PlanEdge {
     pub target: NodeIdx,
     pub target_handle: Arc<str>,
     pub edge_type: EdgeType,
+    /// Condition and field narrowing applied to every value crossing the edge.
+    pub rule: Option<Arc<super::declared::EdgeRule>>,
 }
 
 /// Result of the static correlation (scope) analysis ([`super::correlation`]).

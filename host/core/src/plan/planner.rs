@@ -83,7 +83,9 @@ impl<'a> Planner<'a> {
             .map(|e| (e.target.as_str(), e.target_handle.as_str()))
             .collect();
         let mut nodes = self.plan_nodes(&order, &live, &decl_of, &fed);
-        let edges = plan_edges(&work, &index_of, &order, &mut nodes);
+        self.node_contracts(&mut nodes);
+        let rules = self.edge_rules(&work, &nodes, &decl_of);
+        let edges = plan_edges(&work, &rules, &index_of, &order, &mut nodes);
 
         self.required_inputs(&nodes, &fed);
         self.lint(&nodes);
@@ -370,6 +372,7 @@ impl<'a> Planner<'a> {
                 in_edges: Vec::new(),
                 out_edges: Vec::new(),
                 controllers: Vec::new(),
+                contract: None,
             });
         }
         nodes
@@ -386,6 +389,7 @@ impl<'a> Planner<'a> {
 /// source as a controller of its target).
 fn plan_edges(
     work: &[WorkEdge],
+    rules: &HashMap<String, Arc<super::declared::EdgeRule>>,
     index_of: &HashMap<&str, usize>,
     order: &[usize],
     nodes: &mut [PlanNode],
@@ -417,6 +421,7 @@ fn plan_edges(
             target: t,
             target_handle: Arc::from(e.target_handle.as_str()),
             edge_type: e.edge_type,
+            rule: rules.get(&e.id).cloned(),
         });
     }
     edges

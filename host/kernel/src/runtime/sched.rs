@@ -19,7 +19,7 @@
 //! A handle with nothing to give at firing time is left out, so the node sees the
 //! declared default (partial input fires with defaults).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use heddle_core::Value;
@@ -37,14 +37,26 @@ pub struct SchedHandle {
     pub accumulates: bool,
     /// No more values will arrive on any of its edges.
     pub closed: bool,
+    /// Data edges feeding it: more than one on a plain input only for a join of condition
+    /// branches, where a key is done on the handle once every edge said so.
+    pub edges: u32,
 }
 
 #[derive(Default, Debug)]
 struct Slot {
     fresh: VecDeque<Value>,
     last: Option<Value>,
-    /// The key was dropped upstream on this handle (lineage_done).
-    done: bool,
+    /// Edges that dropped the key upstream on this handle (lineage_done).
+    dones: u32,
+    /// Positions in `fresh` (counted from the front) of entries a condition ruled out:
+    /// placeholders that pair with the other handles' values like any message, and make
+    /// the firing they end up in a veto. Empty unless an edge into the handle has a
+    /// condition.
+    ruled: SmallVec<[usize; 1]>,
+    /// Messages (values and drops) received for the key: a handle fed by several edges
+    /// keeps its bucket until each edge has spoken, so a late drop does not open a new
+    /// one that waits forever.
+    seen: u32,
 }
 
 #[derive(Debug)]
@@ -79,6 +91,8 @@ pub struct Scheduler {
     buckets: HashMap<Key, Bucket>,
     /// Sticky values of `Prefix`/`Empty` handles, per handle, by projected key.
     sticky: Vec<HashMap<Key, Value>>,
+    /// Sticky values a condition ruled out, per handle, by projected key.
+    sticky_ruled: Vec<HashSet<Key>>,
     limits: Limits,
     roots: Arc<[RootInfo]>,
 }
@@ -113,6 +127,7 @@ impl Scheduler {
             keep_fired: keep_fired || driver.is_some(),
             buckets: HashMap::new(),
             sticky: (0..n).map(|_| HashMap::new()).collect(),
+            sticky_ruled: (0..n).map(|_| HashSet::new()).collect(),
             limits,
             roots,
         }
@@ -174,10 +189,12 @@ impl Scheduler {
                     )));
                 }
                 slot.fresh.push_back(value);
+                slot.seen += 1;
                 Ok(Some(key))
             }
             HandleClass::Prefix | HandleClass::Empty => {
                 let key = lineage.key(&self.handles[h].scope);
+                self.sticky_ruled[h].remove(&key);
                 self.sticky[h].insert(key, value);
                 Ok(None)
             }
@@ -186,7 +203,19 @@ impl Scheduler {
 
     fn handle_closed_for(&self, h: usize, b: &Bucket) -> bool {
         let hd = &self.handles[h];
-        hd.closed || b.slots[h].done || b.closed_depth.is_some_and(|d| hd.scope.len() > d)
+        hd.closed || self.slot_done(h, b) || b.closed_depth.is_some_and(|d| hd.scope.len() > d)
+    }
+
+    /// Every edge of every handle fed by several edges has delivered or dropped the key.
+    fn heard_all(&self, b: &Bucket) -> bool {
+        self.handles
+            .iter()
+            .zip(&b.slots)
+            .all(|(h, s)| h.edges <= 1 || h.class != HandleClass::Max || s.seen >= h.edges)
+    }
+
+    fn slot_done(&self, h: usize, b: &Bucket) -> bool {
+        b.slots[h].dones >= self.handles[h].edges.max(1)
     }
 
     fn is_ready(&self, key: &Key, b: &Bucket) -> bool {
@@ -229,10 +258,17 @@ impl Scheduler {
 
     /// Takes one firing for `key` if it is ready.
     pub fn take(&mut self, key: &Key) -> Option<Firing> {
+        self.take_ruled(key).map(|(f, _)| f)
+    }
+
+    /// Takes one firing for `key` if it is ready, and whether a condition vetoed it
+    /// (the node must not run for it).
+    pub fn take_ruled(&mut self, key: &Key) -> Option<(Firing, bool)> {
         let b = self.buckets.get(key)?;
         if !self.is_ready(key, b) {
             return None;
         }
+        let mut vetoed = false;
         let mut firing = Firing::new();
         let b = self.buckets.get_mut(key)?;
         b.fired = true;
@@ -241,10 +277,20 @@ impl Scheduler {
                 HandleClass::Max => {
                     let s = &mut b.slots[i];
                     if h.accumulates {
+                        vetoed |= !s.ruled.is_empty();
+                        s.ruled.clear();
                         let all: Vec<Value> = s.fresh.drain(..).collect();
                         firing.push((i, Value::list(all)));
                     } else if let Some(v) = s.fresh.pop_front() {
-                        s.last = Some(v.clone());
+                        if s.ruled.first() == Some(&0) {
+                            s.ruled.remove(0);
+                            vetoed = true;
+                        } else {
+                            s.last = Some(v.clone());
+                        }
+                        for r in s.ruled.iter_mut() {
+                            *r -= 1;
+                        }
                         firing.push((i, v));
                     } else if let Some(v) = &s.last {
                         firing.push((i, v.clone()));
@@ -255,22 +301,25 @@ impl Scheduler {
                         .iter()
                         .copied()
                         .collect();
+                    vetoed |= self.sticky_ruled[i].contains(&pk);
                     if let Some(v) = self.sticky[i].get(&pk) {
                         firing.push((i, v.clone()));
                     }
                 }
                 HandleClass::Empty => {
+                    vetoed |= self.sticky_ruled[i].contains(&Key::new());
                     if let Some(v) = self.sticky[i].get(&Key::new()) {
                         firing.push((i, v.clone()));
                     }
                 }
             }
         }
+        let b = &self.buckets[key];
         let empty = b.slots.iter().all(|s| s.fresh.is_empty());
-        if empty && !key.is_empty() && !self.keep_fired {
+        if empty && !key.is_empty() && !self.keep_fired && self.heard_all(b) {
             self.buckets.remove(key);
         }
-        Some(firing)
+        Some((firing, vetoed))
     }
 
     /// Every key that is ready now, in key order (deterministic firing order).
@@ -333,13 +382,25 @@ impl Scheduler {
             self.buckets.insert(key.clone(), b);
         }
         let b = self.buckets.get_mut(&key).expect("bucket exists");
-        b.slots[h].done = true;
+        b.slots[h].dones += 1;
+        b.slots[h].seen += 1;
+        let b = &self.buckets[&key];
+        if b.fired
+            && !key.is_empty()
+            && !self.keep_fired
+            && b.slots.iter().all(|s| s.fresh.is_empty())
+            && self.heard_all(b)
+        {
+            // The last edge of a branch join dropped a key that already fired.
+            self.buckets.remove(&key);
+            return Ok(DoneEffect::Wait);
+        }
         let all_done = self
             .handles
             .iter()
             .enumerate()
             .filter(|(_, hd)| hd.class == HandleClass::Max)
-            .all(|(i, _)| b.slots[i].done);
+            .all(|(i, _)| self.slot_done(i, b));
         let nothing = b
             .slots
             .iter()
@@ -355,6 +416,26 @@ impl Scheduler {
             Ok(DoneEffect::Wait)
         }
     }
+
+    /// An edge's condition ruled out one message on handle `h`: it takes a message's
+    /// place (so it pairs with the other handles' values in arrival order), and the
+    /// firing it lands in is vetoed ([`Scheduler::take`] says so). On a sticky handle
+    /// the projected key stays vetoed until a value replaces it.
+    pub fn rule_out(&mut self, h: usize, lineage: &Lineage) -> Result<Option<Key>, Overflow> {
+        let r = self.push(h, Value::Null, lineage)?;
+        match self.handles[h].class {
+            HandleClass::Max => {
+                let key = lineage.key(&self.scope);
+                // `push` created the bucket.
+                let slot = &mut self.buckets.get_mut(&key).expect("bucket exists").slots[h];
+                slot.ruled.push(slot.fresh.len() - 1);
+            }
+            HandleClass::Prefix | HandleClass::Empty => {
+                self.sticky_ruled[h].insert(lineage.key(&self.handles[h].scope));
+            }
+        }
+        Ok(r)
+    }
 }
 
 #[cfg(test)]
@@ -368,6 +449,7 @@ mod tests {
             scope,
             accumulates: false,
             closed: false,
+            edges: 1,
         }
     }
 

@@ -113,6 +113,7 @@ impl Run {
                 counter: 0,
                 last_event: None,
                 dirty: false,
+                rule: e.rule.clone(),
             });
         }
         // Declared outputs without edges still get a port (values are dropped there
@@ -214,6 +215,7 @@ impl Run {
             root_contrib,
             timeout,
             retry,
+            contract: node.contract.clone(),
             role,
             rx,
         }

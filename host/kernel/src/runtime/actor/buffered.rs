@@ -40,11 +40,14 @@ impl Actor {
                 scope: h.scope.clone(),
                 accumulates: h.accumulates,
                 closed: h.upstream == 0,
+                edges: h.upstream,
             })
             .collect();
         let keep = self.spec.handles.iter().any(|h| h.repeats);
-        // One plain handle: every value fires at once, no buckets needed.
-        let fast = self.spec.handles.len() == 1 && !self.spec.handles[0].accumulates;
+        // One plain handle fed by one edge: every value fires at once, no buckets needed.
+        let fast = self.spec.handles.len() == 1
+            && !self.spec.handles[0].accumulates
+            && self.spec.handles[0].upstream <= 1;
         let mut sched = Scheduler::new(
             self.spec.id.clone(),
             handles,
@@ -98,6 +101,20 @@ impl Actor {
                             }
                         }
                     }
+                    Msg::RuledOut { handle, lineage } => {
+                        self.ruled_out = true;
+                        if fast {
+                            let lin = lineage.truncate(self.spec.scope.len());
+                            self.forward_dropped(&lin).await?;
+                            continue;
+                        }
+                        match sched.rule_out(handle as usize, &lineage) {
+                            Err(o) => return Err(Stop::Abort(o.0)),
+                            Ok(Some(key)) => self.fire_key(&mut sched, &key).await?,
+                            Ok(None) => self.fire_ready(&mut sched).await?,
+                        }
+                    }
+                    Msg::EdgeFailed(message) => return Err(Stop::Failed(message.into())),
                     Msg::Done { handle, lineage } => match sched.done(handle as usize, &lineage) {
                         Err(o) => return Err(Stop::Abort(o.0)),
                         Ok(DoneEffect::Wait) => {}
@@ -175,9 +192,15 @@ impl Actor {
     }
 
     async fn fire_key(&mut self, sched: &mut Scheduler, key: &Key) -> Result<(), Stop> {
-        while let Some(f) = sched.take(key) {
+        while let Some((f, vetoed)) = sched.take_ruled(key) {
             let lin = Lineage::from_key(sched.scope(), key);
-            self.fire_firing(f, lin).await?;
+            if vetoed {
+                // An edge's condition chose another branch for this item: the node does
+                // not run for it, and downstream learns the item is done.
+                self.forward_dropped(&lin).await?;
+            } else {
+                self.fire_firing(f, lin).await?;
+            }
         }
         Ok(())
     }

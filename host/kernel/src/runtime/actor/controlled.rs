@@ -64,9 +64,11 @@ impl Actor {
                     }
                     Msg::Control(ev) => held.push_back(*ev),
                     Msg::ControlEos => controllers = controllers.saturating_sub(1),
+                    m @ (Msg::RuledOut { .. } | Msg::EdgeFailed(_)) => self.edge_signal(m),
                     _ => {}
                 }
             }
+            self.edge_stop()?;
             self.flush_edge_events();
         }
     }

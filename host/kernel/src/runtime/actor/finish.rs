@@ -8,9 +8,9 @@ use crate::executor::Outputs;
 
 impl Actor {
     /// Why a node that never ran was skipped, from how its feeders ended: a cause
-    /// upstream (cancel, failure, suspension) wins; `upstream_skipped` only when every
-    /// feeder was skipped; otherwise its inputs closed without what it needs
-    /// (`no_input`).
+    /// upstream (cancel, failure, suspension) wins; then `condition` when an incoming
+    /// edge's condition ruled it out; `upstream_skipped` only when every feeder was
+    /// skipped; otherwise its inputs closed without what it needs (`no_input`).
     pub(super) fn skip_reason(&self) -> SkipReason {
         if self.shared.run_token.is_cancelled() || self.ends.contains(&End::Cancelled) {
             SkipReason::Cancelled
@@ -18,6 +18,8 @@ impl Actor {
             SkipReason::UpstreamFailed
         } else if self.ends.contains(&End::Suspended) {
             SkipReason::Suspended
+        } else if self.ruled_out {
+            SkipReason::Condition
         } else if !self.ends.is_empty() && self.ends.iter().all(|e| *e == End::Skipped) {
             SkipReason::UpstreamSkipped
         } else {
@@ -26,6 +28,8 @@ impl Actor {
     }
 
     pub(super) async fn finish(mut self, res: Result<(), Stop>) -> ActorReport {
+        // An edge rule that failed late (after the node's last wake-up) still fails it.
+        let res = res.and_then(|()| self.edge_stop());
         let (outcome, end, stop) = match res {
             Ok(()) => {
                 let ran = self.invocations > 0 || self.started;

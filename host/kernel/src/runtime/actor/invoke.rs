@@ -378,6 +378,8 @@ impl Actor {
                     deadline,
                 )
                 .await?;
+            #[allow(clippy::result_large_err)] // the seam's error type, as returned by `drive`
+            let result = result.and_then(|out| self.keep_promise(out));
             self.account(&ctx, t0, &inv.key, result.as_ref().err(), attempt);
             match result {
                 Ok(out) => {

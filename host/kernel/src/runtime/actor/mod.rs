@@ -13,6 +13,7 @@ mod controlled;
 mod finish;
 mod input;
 mod invoke;
+mod promise;
 mod recovery;
 mod routing;
 mod streaming;
@@ -85,6 +86,15 @@ pub(crate) enum Msg {
         handle: u16,
         lineage: Lineage,
     },
+    /// The edge's condition ruled this lineage out: the node must not run for it, even
+    /// when its other inputs deliver (the gating rule's veto).
+    RuledOut {
+        handle: u16,
+        lineage: Lineage,
+    },
+    /// The edge's rule could not be applied to a value (its condition threw): the node
+    /// fails with this message rather than treat it as a quiet false.
+    EdgeFailed(Box<str>),
     /// `lineage_scope_closed`: no more children of `root` under `parent` on the edge.
     ScopeClosed {
         parent: Lineage,
@@ -108,6 +118,8 @@ pub(crate) struct OutEdge {
     pub counter: u64,
     pub last_event: Option<Instant>,
     pub dirty: bool,
+    /// The edge's condition and field narrowing, if it declares any.
+    pub rule: Option<Arc<heddle_core::plan::EdgeRule>>,
 }
 
 pub(crate) struct OutPort {
@@ -214,6 +226,8 @@ pub(crate) struct ActorSpec {
     /// The node's own retry policy (`retry`), run by the attempt loop before any
     /// supervisor is asked.
     pub retry: Option<heddle_core::graph::RetryPolicy>,
+    /// Declared output fields, checked on every value of that output.
+    pub contract: Option<Arc<heddle_core::plan::NodeContract>>,
     pub role: NodeRole,
     pub rx: Inbox,
 }
@@ -332,6 +346,11 @@ pub(crate) struct Actor {
     /// The current attempt sent a value along an edge while it ran: retrying it would
     /// send that value again.
     sent_downstream: bool,
+    /// An incoming edge's condition ruled out at least one item (a node that never ran
+    /// is then skipped for `condition`).
+    ruled_out: bool,
+    /// An incoming edge's rule failed: the node fails with this.
+    edge_failure: Option<String>,
 }
 
 impl Actor {
@@ -364,6 +383,8 @@ impl Actor {
             occurrences: HashMap::new(),
             emitted: None,
             sent_downstream: false,
+            ruled_out: false,
+            edge_failure: None,
         }
     }
 
@@ -473,6 +494,29 @@ impl Actor {
             true
         } else {
             false
+        }
+    }
+}
+
+impl Actor {
+    /// Takes note of an edge-rule message in a mode that has no per-item veto (the
+    /// buffered scheduler handles `RuledOut` itself): a ruled-out item simply never
+    /// arrives, and a failure stops the node (see [`Actor::edge_stop`]).
+    fn edge_signal(&mut self, m: Msg) {
+        match m {
+            Msg::RuledOut { .. } => self.ruled_out = true,
+            Msg::EdgeFailed(message) => {
+                self.edge_failure.get_or_insert(message.into());
+            }
+            _ => {}
+        }
+    }
+
+    /// A pending edge-rule failure as the node's stop.
+    fn edge_stop(&mut self) -> Result<(), Stop> {
+        match self.edge_failure.take() {
+            Some(m) => Err(Stop::Failed(m)),
+            None => Ok(()),
         }
     }
 }

@@ -51,7 +51,16 @@ impl Actor {
             }
             match resolution {
                 Resolution::Retry => return Ok(None),
-                Resolution::Substitute(o) => return Ok(Some(Settled::Produced(o))),
+                // A substitute keeps the node's declared fields like any output.
+                Resolution::Substitute(o) => {
+                    return match self.keep_promise(o) {
+                        Ok(o) => Ok(Some(Settled::Produced(o))),
+                        Err(broken) => Err(Stop::Failed(format!(
+                            "the supervisor's substitute: {}",
+                            broken.message
+                        ))),
+                    };
+                }
                 Resolution::Skip => {
                     self.sup_skips += 1;
                     return Ok(Some(Settled::Skipped { error: err.message }));

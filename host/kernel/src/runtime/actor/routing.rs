@@ -5,12 +5,12 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use heddle_core::plan::RootIdx;
+use heddle_core::plan::{Crossing, EdgeRule, RootIdx};
 use heddle_core::{EdgeStatus, EventKind, Value};
 use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
-use super::{Actor, ControlEvent, EDGE_EVENT_INTERVAL, Msg, Stop};
+use super::{Actor, ControlEvent, EDGE_EVENT_INTERVAL, Msg, OutEdge, Stop};
 use crate::executor::{Emitted, Outputs};
 use crate::runtime::lineage::Lineage;
 
@@ -71,6 +71,7 @@ impl Actor {
         lineage: &Lineage,
         mint: &mut MintedTokens,
     ) -> Result<(), Stop> {
+        self.keep_emitted_promise(&e.handle, &e.value)?;
         if let Some(rec) = &mut self.emitted {
             rec.push((e.handle.clone(), e.value.clone()));
         }
@@ -163,19 +164,44 @@ impl Actor {
             let n = self.spec.ports[p].edges.len();
             for i in 0..n {
                 let e = &self.spec.ports[p].edges[i];
-                let msg = Msg::Data {
-                    handle: e.handle,
-                    value: v.clone(),
-                    lineage: lin.clone(),
+                let msg = match &e.rule {
+                    None => Msg::Data {
+                        handle: e.handle,
+                        value: v.clone(),
+                        lineage: lin.clone(),
+                    },
+                    Some(rule) => self.cross(rule, e, v, &lin),
                 };
+                let crossed = matches!(msg, Msg::Data { .. });
                 if let Some(msg) = deliver_now(&e.tx, msg) {
                     // Boxed: waiting is rare, and its state would enlarge every hop.
                     Box::pin(self.send_when_room(&e.tx, msg)).await?;
                 }
-                self.count_edge(p, i);
+                if crossed {
+                    self.count_edge(p, i);
+                }
             }
         }
         Ok(())
+    }
+
+    /// What an edge with a rule delivers for `v`: the (narrowed) value, a veto for the
+    /// item, or the failure that stops the target, naming the edge.
+    fn cross(&self, rule: &EdgeRule, e: &OutEdge, v: &Value, lineage: &Lineage) -> Msg {
+        match rule.apply(v) {
+            Crossing::Pass(value) => Msg::Data {
+                handle: e.handle,
+                value,
+                lineage: lineage.clone(),
+            },
+            Crossing::RuledOut => Msg::RuledOut {
+                handle: e.handle,
+                lineage: lineage.clone(),
+            },
+            Crossing::Failed(why) => Msg::EdgeFailed(
+                format!("edge {} from node \"{}\": {why}", e.edge_id, self.spec.id).into(),
+            ),
+        }
     }
 
     fn count_edge(&mut self, p: usize, i: usize) {

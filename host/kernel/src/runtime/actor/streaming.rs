@@ -105,6 +105,7 @@ impl Actor {
                 self.close_upstream(handle, end, edge);
             }
             Msg::Control(ev) => reply_not_controlled(*ev, &self.spec.id),
+            m @ (Msg::RuledOut { .. } | Msg::EdgeFailed(_)) => self.edge_signal(m),
             _ => {}
         }
     }
@@ -164,9 +165,11 @@ impl Actor {
                     }
                     Msg::Done { .. } => {}
                     Msg::Control(ev) => reply_not_controlled(*ev, &self.spec.id),
+                    m @ (Msg::RuledOut { .. } | Msg::EdgeFailed(_)) => self.edge_signal(m),
                     _ => {}
                 }
             }
+            self.edge_stop()?;
             buf = batch;
             self.flush_edge_events();
         }

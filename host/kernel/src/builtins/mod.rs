@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use heddle_core::plan::CHECK_TYPE;
 use heddle_core::{
     INPUT_TYPE, NodeDecl, NodeMode, OUTPUT_TYPE, OutputCorrelation, OutputDecl, PortDecl, PortType,
     Value,
@@ -14,6 +15,8 @@ use heddle_core::{
 use crate::executor::{
     BoxFuture, Call, Executor, InputStream, NodeCtx, NodeError, NodeProvider, NodeSpec, Outputs,
 };
+
+mod check;
 
 /// Provider of the built-in node types (`heddle.*`).
 #[derive(Default)]
@@ -105,7 +108,24 @@ pub fn declarations() -> Vec<Arc<NodeDecl>> {
     pass.outputs = vec![OutputDecl::new("value", PortType::Any)];
     pass.retry_safe = true;
 
-    [input, output, constant, foreach, collect, pass]
+    let mut check = decl(
+        CHECK_TYPE,
+        "Check",
+        "Asserts one JSONata condition over what its incoming edges delivered; false fails the run with its message.",
+    );
+    check.properties = vec![
+        PortDecl::new("assert", PortType::Str).required().describe(
+            "JSONata over `upstream.<node-id>.output` and `upstream.<node-id>.fields.<key>`",
+        ),
+        PortDecl::new("message", PortType::Str)
+            .describe("Why the run fails when the assertion is false"),
+    ];
+    // Inputs are named after the node feeding them (the planner holds edges to that).
+    check.dynamic_inputs = true;
+    check.outputs = vec![OutputDecl::new("output", PortType::Object)];
+    check.retry_safe = true;
+
+    [input, output, constant, foreach, collect, pass, check]
         .into_iter()
         .chain([crate::gate::declaration()])
         .map(Arc::new)
@@ -121,6 +141,13 @@ impl NodeProvider for Builtins {
         declarations()
     }
 
+    fn check(&self, spec: &NodeSpec<'_>) -> Vec<heddle_core::ConfigProblem> {
+        if spec.decl.type_name == CHECK_TYPE {
+            return check::problems(spec);
+        }
+        Vec::new()
+    }
+
     fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {
         Ok(match spec.decl.type_name.as_str() {
             INPUT_TYPE | "heddle.constant" | "heddle.passthrough" => Arc::new(ForwardValue {
@@ -130,6 +157,7 @@ impl NodeProvider for Builtins {
             "heddle.foreach" => Arc::new(ForEach),
             "heddle.collect" => Arc::new(Collect),
             heddle_core::gate::GATE_TYPE => crate::gate::Gate::executor(spec, None),
+            CHECK_TYPE => Arc::new(check::Check::new(spec)?),
             other => return Err(NodeError::host(format!("unknown built-in `{other}`"))),
         })
     }
