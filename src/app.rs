@@ -34,6 +34,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Images(a) => commands::images::run(a),
         Command::Runs(a) => commands::runs::run(a),
         Command::Worker(a) => crate::watchdog::worker::run(a),
+        Command::Serve(a) => crate::serve::run(a),
     }
 }
 

@@ -50,6 +50,25 @@ pub enum Command {
     /// starts it; not for direct use.
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// Own the run store as a long-lived host with an HTTP API (runs, event streams);
+    /// adopts the runs a previous owner left running.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (loopback unless told otherwise; port 0 picks a free one,
+    /// printed at start).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    /// Runs executing at once (1 to 64); more wait for a free worker.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub workers: u16,
+    /// How long shutdown waits for running work to stop, in milliseconds (at least 1).
+    #[arg(long, value_name = "MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub shutdown_timeout_ms: u64,
+    #[command(flatten)]
+    pub env: EnvArgs,
 }
 
 #[derive(Debug, Args)]

@@ -11,4 +11,5 @@ pub mod inputs;
 pub mod progress;
 pub mod providers;
 pub mod report;
+pub mod serve;
 pub mod watchdog;

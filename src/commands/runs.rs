@@ -10,7 +10,9 @@ use heddle_core::{GraphDoc, PauseReason};
 use heddle_kernel::runtime::RunOptions;
 use heddle_store::session::{self, Ending, Session};
 use heddle_store::status::{Outcome, RunView};
-use heddle_store::{Budget, NewRun, RunStore, SqliteStore, StoreError};
+use heddle_store::{
+    Budget, NewRun, RunHeader, RunState, RunStore, RunSummary, SqliteStore, StoreError,
+};
 use serde::Deserialize;
 
 use crate::cli::{RunsArgs, RunsCommand};
@@ -94,8 +96,27 @@ pub(crate) fn new_run(
 ) -> anyhow::Result<NewRun> {
     let graph_bytes =
         std::fs::read(graph).map_err(|e| crate::usage!("cannot read {}: {e}", graph.display()))?;
-    Ok(NewRun {
-        graph_name: graph.display().to_string(),
+    Ok(record(
+        env,
+        graph.display().to_string(),
+        graph_bytes,
+        plan,
+        opts,
+        budget,
+    ))
+}
+
+/// [`new_run`] for a document already in memory (the server's API), named `graph_name`.
+pub(crate) fn record(
+    env: &Env,
+    graph_name: String,
+    graph_bytes: Vec<u8>,
+    plan: &Plan,
+    opts: &RunOptions,
+    budget: Budget,
+) -> NewRun {
+    NewRun {
+        graph_name,
         graph_bytes,
         plan: plan_summary(plan),
         inputs: opts.inputs.clone(),
@@ -104,7 +125,7 @@ pub(crate) fn new_run(
         secrets: Vec::new(),
         packages: used_packages(plan, &env.package_digests),
         limits: limits(opts, budget),
-    })
+    }
 }
 
 /// A run's limits as recorded: the node timeout and the budget ([`Budget::of`] reads
@@ -264,6 +285,54 @@ pub(crate) fn existing(section: &StoreSection, run: &str) -> anyhow::Result<Arc<
     })
 }
 
+/// Every run with its state, folded from its log.
+pub(crate) fn list_states(store: &dyn RunStore) -> Result<Vec<(RunSummary, RunState)>, StoreError> {
+    let mut rows = Vec::new();
+    for s in store.list()? {
+        let read = store.read(&s.run_id, 0)?;
+        let view = RunView::fold(&read.records, heddle_store::status::pid_alive);
+        rows.push((s, view.state));
+    }
+    Ok(rows)
+}
+
+/// A run in a listing, as `runs list --json` and the server's API give it.
+pub(crate) fn list_json(s: &RunSummary, state: RunState) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": s.run_id, "created_ms": s.created_ms, "graph": s.graph_name,
+        "state": state, "records": s.records,
+    })
+}
+
+/// One run in full, as `runs show --json` and the server's API give it.
+pub(crate) fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": header.run_id,
+        "created_ms": header.created_ms,
+        "graph": header.run.graph_name,
+        "graph_sha256": header.graph_sha256,
+        "inputs": header.run.inputs,
+        "packages": header.run.packages,
+        "limits": header.run.limits,
+        "plan": header.run.plan,
+        "state": view.state,
+        "owner_pid": view.owner_pid,
+        "epoch": view.epoch,
+        "pause": view.pause,
+        "error": view.error,
+        "dispatches": view.dispatches,
+        "execution_ms": view.execution_ms,
+        "budget": heddle_store::Budget::of(&header.run.limits),
+        "usage": view.usage(),
+        "records": view.records,
+        "occurrences": view.occurrences.iter().map(|(o, v)| {
+            let mut e = serde_json::to_value(v).unwrap_or_default();
+            e["occurrence"] = serde_json::to_value(o).unwrap_or_default();
+            e
+        }).collect::<Vec<_>>(),
+    })
+}
+
 fn list(section: &StoreSection, json: bool) -> anyhow::Result<Exit> {
     let Some(store) = section.open_existing()? else {
         if json {
@@ -273,22 +342,9 @@ fn list(section: &StoreSection, json: bool) -> anyhow::Result<Exit> {
         }
         return Ok(Exit::Ok);
     };
-    let mut rows = Vec::new();
-    for s in store.list()? {
-        let read = store.read(&s.run_id, 0)?;
-        let view = RunView::fold(&read.records, heddle_store::status::pid_alive);
-        rows.push((s, view.state));
-    }
+    let rows = list_states(&*store)?;
     if json {
-        let v: Vec<_> = rows
-            .iter()
-            .map(|(s, state)| {
-                serde_json::json!({
-                    "run_id": s.run_id, "created_ms": s.created_ms, "graph": s.graph_name,
-                    "state": state, "records": s.records,
-                })
-            })
-            .collect();
+        let v: Vec<_> = rows.iter().map(|(s, state)| list_json(s, *state)).collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         for (s, state) in rows {
@@ -308,31 +364,7 @@ fn show(section: &StoreSection, run: &str, json: bool) -> anyhow::Result<Exit> {
     let store = existing(section, run)?;
     let (header, _, view) = session::inspect(&*store, run)?;
     if json {
-        let v = serde_json::json!({
-            "run_id": header.run_id,
-            "created_ms": header.created_ms,
-            "graph": header.run.graph_name,
-            "graph_sha256": header.graph_sha256,
-            "inputs": header.run.inputs,
-            "packages": header.run.packages,
-            "limits": header.run.limits,
-            "plan": header.run.plan,
-            "state": view.state,
-            "owner_pid": view.owner_pid,
-            "epoch": view.epoch,
-            "pause": view.pause,
-            "error": view.error,
-            "dispatches": view.dispatches,
-            "execution_ms": view.execution_ms,
-            "budget": heddle_store::Budget::of(&header.run.limits),
-            "usage": view.usage(),
-            "records": view.records,
-            "occurrences": view.occurrences.iter().map(|(o, v)| {
-                let mut e = serde_json::to_value(v).unwrap_or_default();
-                e["occurrence"] = serde_json::to_value(o).unwrap_or_default();
-                e
-            }).collect::<Vec<_>>(),
-        });
+        let v = show_json(&header, &view);
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(Exit::Ok);
     }
@@ -411,7 +443,7 @@ pub(crate) fn resume(
 }
 
 /// The graph document a run was started from, exactly as stored.
-pub(super) fn stored_graph(h: &heddle_store::RunHeader) -> anyhow::Result<GraphDoc> {
+pub(crate) fn stored_graph(h: &heddle_store::RunHeader) -> anyhow::Result<GraphDoc> {
     let text = String::from_utf8(h.run.graph_bytes.clone())
         .map_err(|e| crate::usage!("run {}: the stored graph is not UTF-8: {e}", h.run_id))?;
     Ok(GraphDoc::parse(&text, &h.run.graph_name)?)
@@ -437,28 +469,7 @@ pub(super) fn continue_run(
         env_args,
         Some(&crate::providers::graph_types(&doc)),
     ))?;
-    let plan = super::plan_graph(&doc, &env.registry, Path::new(&h.run.graph_name))?;
-    for (name, recorded) in &h.run.packages {
-        let current = env.package_digests.get(name);
-        if current != Some(recorded) {
-            return Err(StoreError::PackageChanged {
-                run: run.to_string(),
-                package: name.clone(),
-                recorded: recorded.clone(),
-                current: current.cloned().unwrap_or_else(|| "not installed".into()),
-            }
-            .into());
-        }
-    }
-    let opts = RunOptions {
-        secrets: super::run::run_secrets(&env, None),
-        inputs: h.run.inputs.clone(),
-        node_timeout: h.run.limits["node_timeout_ms"]
-            .as_u64()
-            .map(std::time::Duration::from_millis),
-        approved_gates: super::gates::approved(&r.records, approval.as_ref()),
-        ..RunOptions::default()
-    };
+    let (plan, opts) = prepare(&env, &r, &doc, approval.as_ref())?;
     let session = session::reopen(store, &r)?;
     if let Some(a) = &approval {
         super::gates::record(&session, a)?;
@@ -486,4 +497,39 @@ pub(super) fn continue_run(
             session: Some(session),
         },
     )
+}
+
+/// Plans a stored run again for a resume or an adoption, with its recorded inputs and
+/// limits and the gates its log (and `approval`) opened; refused when a package it used
+/// changed since it started.
+pub(crate) fn prepare(
+    env: &Env,
+    r: &session::Resumption,
+    doc: &GraphDoc,
+    approval: Option<&super::gates::Approval>,
+) -> anyhow::Result<(Plan, RunOptions)> {
+    let h = &r.header;
+    let plan = super::plan_graph(doc, &env.registry, Path::new(&h.run.graph_name))?;
+    for (name, recorded) in &h.run.packages {
+        let current = env.package_digests.get(name);
+        if current != Some(recorded) {
+            return Err(StoreError::PackageChanged {
+                run: h.run_id.clone(),
+                package: name.clone(),
+                recorded: recorded.clone(),
+                current: current.cloned().unwrap_or_else(|| "not installed".into()),
+            }
+            .into());
+        }
+    }
+    let opts = RunOptions {
+        secrets: super::run::run_secrets(env, None),
+        inputs: h.run.inputs.clone(),
+        node_timeout: h.run.limits["node_timeout_ms"]
+            .as_u64()
+            .map(std::time::Duration::from_millis),
+        approved_gates: super::gates::approved(&r.records, approval),
+        ..RunOptions::default()
+    };
+    Ok((plan, opts))
 }

@@ -1,0 +1,284 @@
+//! The HTTP API (JSON): runs created, listed, shown, cancelled and resumed, and each
+//! run's records as Server-Sent Events. Every request carries the bearer token; bodies
+//! are bounded. A refused request (401, 404, 409, 413, 422) changes nothing.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use heddle_store::{StoreError, session};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::host::{CreateError, Host};
+use super::token::Token;
+use crate::commands::runs;
+
+/// Largest request body taken (a graph document with its inputs).
+pub const MAX_BODY_BYTES: usize = 4 << 20;
+
+#[derive(Clone)]
+struct Api {
+    host: Arc<Host>,
+    token: Arc<Token>,
+}
+
+pub fn router(host: Arc<Host>, token: Token) -> Router {
+    let api = Api {
+        host,
+        token: Arc::new(token),
+    };
+    Router::new()
+        .route("/api/runs", get(list).post(create))
+        .route("/api/runs/{id}", get(show))
+        .route("/api/runs/{id}/cancel", post(cancel))
+        .route("/api/runs/{id}/resume", post(resume))
+        .route("/api/runs/{id}/events", get(events))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(api.clone(), authorize))
+        .with_state(api)
+}
+
+/// A refusal: its status and a JSON body with `error` and whatever else explains it.
+pub struct ApiError {
+    status: StatusCode,
+    body: serde_json::Value,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            body: json!({ "error": crate::app::bounded(&message.into()) }),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body)).into_response()
+    }
+}
+
+/// An error and its causes on one line, as the command line prints them.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// The status for a store refusal: a run that is not there (404) or not in a state
+/// for the request (409), a store this server no longer owns (503).
+fn status_of(e: &StoreError) -> StatusCode {
+    match e {
+        StoreError::UnknownRun(_) => StatusCode::NOT_FOUND,
+        StoreError::Owned { .. } | StoreError::LeaseLost { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        StoreError::PackageChanged { .. } => StatusCode::CONFLICT,
+        e if e.is_bad_request() => StatusCode::CONFLICT,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        ApiError::new(status_of(&e), chain(&e))
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(e: anyhow::Error) -> ApiError {
+        let status = match e.chain().find_map(|c| c.downcast_ref::<StoreError>()) {
+            Some(s) => status_of(s),
+            None if crate::exit::classify(&e) == crate::exit::Exit::Invalid => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            None => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, format!("{e:#}"))
+    }
+}
+
+fn body_error(r: BytesRejection) -> ApiError {
+    ApiError::new(r.status(), r.body_text())
+}
+
+/// Every route needs `Authorization: Bearer TOKEN`; anything else is 401 before the
+/// body is read.
+async fn authorize(State(api): State<Api>, req: Request, next: Next) -> Response {
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match presented {
+        Some(t) if api.token.matches(t.trim()) => next.run(req).await,
+        _ => {
+            let mut r = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong bearer token (Authorization: Bearer TOKEN; the token is in serve.token beside the run store)",
+            )
+            .into_response();
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+            r
+        }
+    }
+}
+
+async fn list(State(api): State<Api>) -> Result<Json<serde_json::Value>, ApiError> {
+    let store = api.host.store.clone();
+    let rows = tokio::task::spawn_blocking(move || runs::list_states(&*store))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    let v: Vec<_> = rows.iter().map(|(s, st)| runs::list_json(s, *st)).collect();
+    Ok(Json(json!(v)))
+}
+
+async fn show(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let store = api.host.store.clone();
+    let (header, _, view) = tokio::task::spawn_blocking(move || session::inspect(&*store, &id))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    Ok(Json(runs::show_json(&header, &view)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateRequest {
+    /// The graph document, as `heddle run` reads it from a file.
+    graph: serde_json::Value,
+    #[serde(default)]
+    inputs: serde_json::Map<String, serde_json::Value>,
+    /// A name to list the run under (default `api`).
+    #[serde(default)]
+    name: Option<String>,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let body = body.map_err(body_error)?;
+    serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("request body: {e}"),
+        )
+    })
+}
+
+async fn create(
+    State(api): State<Api>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: CreateRequest = parse(body)?;
+    let name = req.name.unwrap_or_else(|| "api".into());
+    match api.host.create(&name, &req.graph, req.inputs).await {
+        Ok(run_id) => {
+            let body = json!({
+                "run_id": run_id,
+                "state": "running",
+                "events": format!("/api/runs/{run_id}/events"),
+            });
+            Ok((StatusCode::CREATED, Json(body)).into_response())
+        }
+        Err(CreateError::Store(e)) => Err(e.into()),
+        Err(e @ CreateError::TooLarge { .. }) => {
+            Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()))
+        }
+        Err(e) => {
+            // The shape of `heddle validate --json` for a refused graph.
+            let error = match &e {
+                CreateError::Invalid(_) => None,
+                _ => Some(crate::app::bounded(&chain(&e))),
+            };
+            let body = json!({
+                "graph": name,
+                "valid": false,
+                "error": error.clone().unwrap_or_else(|| crate::app::bounded(&e.to_string())),
+                "issues": e.issues(),
+                "warnings": [],
+            });
+            Err(ApiError {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                body,
+            })
+        }
+    }
+}
+
+async fn cancel(State(api): State<Api>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    api.host.cancel(&id).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "run_id": id, "cancel": "requested" })),
+    )
+        .into_response())
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeRequest {
+    /// The pause event to reopen; refused when the run holds a different one.
+    #[serde(default)]
+    pause: Option<u64>,
+}
+
+async fn resume(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(body_error)?;
+    let req: ResumeRequest = if body.is_empty() {
+        ResumeRequest::default()
+    } else {
+        parse(Ok(body))?
+    };
+    api.host.resume(&id, req.pause).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "run_id": id, "state": "running" })),
+    )
+        .into_response())
+}
+
+/// `Last-Event-ID` (what an `EventSource` sends when it reconnects): continue after it.
+async fn events(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let from = match headers.get("last-event-id") {
+        None => 0,
+        Some(v) => {
+            let seq = v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok());
+            match seq {
+                Some(s) => s + 1,
+                None => {
+                    return Err(ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "Last-Event-ID: expected the sequence number of a record",
+                    ));
+                }
+            }
+        }
+    };
+    let sse = super::feed::stream(api.host.clone(), id, from).await?;
+    Ok(sse.into_response())
+}

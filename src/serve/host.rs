@@ -1,0 +1,364 @@
+//! The runs a server owns: created (durable before asynchronous), adopted after a
+//! restart, resumed and cancelled on request, each driven by a worker; at most
+//! `workers` runs execute at once, the rest wait for a slot.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use heddle_core::plan::{Issue, Plan, ValidationError};
+use heddle_core::{GraphDoc, Record, RunStatus, Value};
+use heddle_kernel::runtime::{Run, RunOptions};
+use heddle_store::session::{self, Resumption, Session};
+use heddle_store::status::RunState;
+use heddle_store::{Budget, RunStore, SqliteStore, StoreError, Stored};
+use tokio::sync::{Semaphore, broadcast};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::commands::runs;
+use crate::providers::Env;
+
+/// Largest graph the API plans: nodes plus edges. A document this size is already far
+/// beyond a hand-drawn graph; the bound keeps one request from holding the planner.
+pub const MAX_GRAPH_ITEMS: usize = 20_000;
+
+/// Why a request for a new run was refused; nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error(transparent)]
+    Doc(#[from] heddle_core::graph::DocError),
+    #[error("the graph has {items} nodes and edges; this server plans at most {max}")]
+    TooLarge { items: usize, max: usize },
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    #[error(transparent)]
+    Inputs(#[from] heddle_core::plan::InputErrors),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl CreateError {
+    /// The problems as `heddle validate --json` lists them.
+    pub fn issues(&self) -> &[Issue] {
+        match self {
+            CreateError::Invalid(v) => &v.issues,
+            _ => &[],
+        }
+    }
+}
+
+/// A run a worker of this server drives.
+struct Active {
+    /// Cancelled by a user's cancel request.
+    cancel: CancellationToken,
+    /// Its log's new records, as the follower reads them (see `feed`).
+    feed: broadcast::Sender<Arc<Stored>>,
+}
+
+pub struct Host {
+    pub store: Arc<SqliteStore>,
+    env: Env,
+    workers: Arc<Semaphore>,
+    active: Mutex<HashMap<String, Active>>,
+    tasks: TaskTracker,
+    /// Cancelled when the server shuts down: workers stop their runs without recording
+    /// an ending, so the next owner adopts them.
+    pub shutdown: CancellationToken,
+}
+
+impl Host {
+    pub fn new(store: Arc<SqliteStore>, env: Env, workers: usize) -> Host {
+        Host {
+            store,
+            env,
+            workers: Arc::new(Semaphore::new(workers)),
+            active: Mutex::new(HashMap::new()),
+            tasks: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    fn dyn_store(&self) -> Arc<dyn RunStore> {
+        self.store.clone()
+    }
+
+    fn active(&self) -> std::sync::MutexGuard<'_, HashMap<String, Active>> {
+        // Nothing panics while holding it; a poisoned map is still consistent.
+        self.active.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Plans `graph` with `inputs`, records the run and its first record durably, and
+    /// only then hands it to a worker: the returned id names a run that exists on disk.
+    pub async fn create(
+        self: &Arc<Self>,
+        name: &str,
+        graph: &serde_json::Value,
+        inputs: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, CreateError> {
+        // Serializing a JSON value cannot fail; these bytes are the run's document.
+        let text = serde_json::to_string_pretty(graph).expect("a JSON value serializes");
+        let doc = GraphDoc::parse(&text, name)?;
+        let items = doc.nodes.len() + doc.edges.len();
+        if items > MAX_GRAPH_ITEMS {
+            return Err(CreateError::TooLarge {
+                items,
+                max: MAX_GRAPH_ITEMS,
+            });
+        }
+        let plan = heddle_core::plan::plan(&doc, &self.env.registry)?;
+        let values = inputs
+            .into_iter()
+            .map(|(k, v)| (k, Value::from_json(v)))
+            .collect();
+        plan.bind_inputs(&values)?;
+        let opts = RunOptions {
+            secrets: crate::commands::run::run_secrets(&self.env, None),
+            inputs: values,
+            node_timeout: self.env.config.run.node_timeout(),
+            ..RunOptions::default()
+        };
+        let run = runs::record(
+            &self.env,
+            name.to_string(),
+            text.into_bytes(),
+            &plan,
+            &opts,
+            Budget::default(),
+        );
+        let store = self.dyn_store();
+        let (header, session) = blocking(move || session::begin(store, &run)).await?;
+        self.spawn(session, plan, opts);
+        Ok(header.run_id)
+    }
+
+    /// Takes over every run a previous owner left running (it continues from its log);
+    /// paused and finished runs are left as they are. A run that cannot be planned again
+    /// (a package changed) is reported and left alone.
+    pub async fn adopt_all(self: &Arc<Self>) -> Result<Vec<String>, StoreError> {
+        let store = self.dyn_store();
+        let runs = blocking(move || runs::list_states(&*store)).await?;
+        let mut adopted = Vec::new();
+        for (summary, state) in runs {
+            if !matches!(state, RunState::Running | RunState::Interrupted) {
+                continue;
+            }
+            let id = summary.run_id;
+            match self.adopt(&id).await {
+                Ok(()) => adopted.push(id),
+                Err(e) => eprintln!("warning: run {id} not adopted: {e:#}"),
+            }
+        }
+        Ok(adopted)
+    }
+
+    async fn adopt(self: &Arc<Self>, id: &str) -> anyhow::Result<()> {
+        let store = self.dyn_store();
+        let run_id = id.to_string();
+        let (header, records, view) = blocking(move || session::inspect(&*store, &run_id)).await?;
+        // Adopting is not a user's resume: no pause is reopened and no uncertain work
+        // offered again (that stays a decision for a person).
+        let r = Resumption {
+            header,
+            records,
+            view,
+            pause: None,
+        };
+        self.reopen_and_spawn(r, None).await
+    }
+
+    /// A user's resume of a paused or interrupted run (at `pause` when given).
+    pub async fn resume(self: &Arc<Self>, id: &str, pause: Option<u64>) -> anyhow::Result<()> {
+        let store = self.dyn_store();
+        let run_id = id.to_string();
+        let r = blocking(move || session::check_resume(&*store, &run_id, pause)).await?;
+        let doc = runs::stored_graph(&r.header)?;
+        // A run waiting at a gate is answered (approve/reject), not resumed.
+        crate::commands::gates::refuse_resume_at_gate(&r, &doc)?;
+        self.reopen_and_spawn(r, Some(doc)).await
+    }
+
+    async fn reopen_and_spawn(
+        self: &Arc<Self>,
+        r: Resumption,
+        doc: Option<GraphDoc>,
+    ) -> anyhow::Result<()> {
+        let doc = match doc {
+            Some(d) => d,
+            None => runs::stored_graph(&r.header)?,
+        };
+        let (plan, opts) = runs::prepare(&self.env, &r, &doc, None)?;
+        let store = self.dyn_store();
+        let session = blocking(move || session::reopen(store, &r)).await?;
+        if let Some(e) = session.exhausted_at_open() {
+            // Its time limit was used up before this server took it: nothing runs.
+            blocking(move || session::end_exhausted(&session, e).map(|_| ())).await?;
+            return Ok(());
+        }
+        self.spawn(session, plan, opts);
+        Ok(())
+    }
+
+    /// Cancels a run: one this server drives is stopped and records its ending; any
+    /// other unfinished run is taken over and recorded cancelled.
+    pub async fn cancel(&self, id: &str) -> Result<(), StoreError> {
+        if let Some(a) = self.active().get(id) {
+            a.cancel.cancel();
+            return Ok(());
+        }
+        let store = self.dyn_store();
+        let run_id = id.to_string();
+        blocking(move || session::cancel(store, &run_id)).await
+    }
+
+    /// Whether a worker of this server drives `id`, and its feed of new records.
+    pub fn feed(&self, id: &str) -> Option<broadcast::Receiver<Arc<Stored>>> {
+        self.active().get(id).map(|a| a.feed.subscribe())
+    }
+
+    fn spawn(self: &Arc<Self>, session: Session, plan: Plan, opts: RunOptions) {
+        let cancel = CancellationToken::new();
+        let (feed, _) = broadcast::channel(super::feed::CAPACITY);
+        let done = CancellationToken::new();
+        self.tasks.spawn(super::feed::follow(
+            self.store.clone(),
+            session.run_id.clone(),
+            session.log.next_seq(),
+            feed.clone(),
+            done.clone(),
+        ));
+        self.active().insert(
+            session.run_id.clone(),
+            Active {
+                cancel: cancel.clone(),
+                feed,
+            },
+        );
+        let host = self.clone();
+        self.tasks.spawn(async move {
+            let run_id = session.run_id.clone();
+            if let Err(e) = host.work(session, plan, opts, cancel).await {
+                eprintln!(
+                    "error: run {run_id}: {}",
+                    crate::app::bounded(&format!("{e:#}"))
+                );
+            }
+            host.active().remove(&run_id);
+            done.cancel();
+        });
+    }
+
+    /// One run from a free worker slot to its recorded ending.
+    async fn work(
+        &self,
+        session: Session,
+        plan: Plan,
+        mut opts: RunOptions,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let session = Arc::new(session);
+        let permit = tokio::select! {
+            p = self.workers.clone().acquire_owned() => Some(p?),
+            _ = cancel.cancelled() => None,
+            _ = self.shutdown.cancelled() => None,
+        };
+        if permit.is_none() {
+            return if cancel.is_cancelled() {
+                finish_cancelled(session).await
+            } else {
+                close(session).await
+            };
+        }
+        opts.journal = Some(session.journal.clone());
+        let run = match Run::new(plan, &self.env.registry, opts) {
+            Ok(run) => run,
+            Err(e) => {
+                let error = crate::app::bounded(&format!("{:#}", anyhow::Error::from(e)));
+                let s = session.clone();
+                return blocking(move || {
+                    let (_, w) = s.log.append_synced(Record::Finished {
+                        status: RunStatus::Failed,
+                        error: Some(error),
+                    });
+                    w.wait()?;
+                    s.log.close()
+                })
+                .await
+                .map_err(Into::into);
+            }
+        };
+        let handle = run.start();
+        for input in handle.plan().inputs().iter().filter(|i| i.streaming) {
+            // The API feeds no streams: each ends at once so the run can finish.
+            let _ = handle.finish_input(&input.name).await;
+        }
+        let canceller = handle.canceller();
+        let wait = handle.wait();
+        tokio::pin!(wait);
+        let mut shut_down = false;
+        let result = tokio::select! {
+            r = &mut wait => r,
+            _ = cancel.cancelled() => {
+                session.log.append(Record::CancelRequested);
+                canceller.cancel();
+                wait.await
+            }
+            _ = self.shutdown.cancelled() => {
+                shut_down = true;
+                canceller.cancel();
+                wait.await
+            }
+        };
+        drop(permit);
+        if shut_down {
+            return close(session).await;
+        }
+        let s = session.clone();
+        blocking(move || session::end(&s, &result, false).map(|_| ())).await?;
+        Ok(())
+    }
+
+    /// Stops accepting runs' work: cancels every worker and waits up to `timeout` for
+    /// them. Returns how many were still running when it gave up.
+    pub async fn shutdown(&self, timeout: std::time::Duration) -> usize {
+        self.shutdown.cancel();
+        self.tasks.close();
+        match tokio::time::timeout(timeout, self.tasks.wait()).await {
+            Ok(()) => 0,
+            Err(_) => self.active().len().max(1),
+        }
+    }
+}
+
+/// Ends a run a user cancelled before it got a worker.
+async fn finish_cancelled(session: Arc<Session>) -> anyhow::Result<()> {
+    blocking(move || {
+        session.log.append(Record::CancelRequested);
+        let (_, w) = session.log.append_synced(Record::Finished {
+            status: RunStatus::Cancelled,
+            error: Some("cancelled through the API".into()),
+        });
+        w.wait()?;
+        session.log.close()
+    })
+    .await
+    .map_err(Into::into)
+}
+
+/// Makes what the run wrote durable and stops its log without an ending: the run stays
+/// running on disk, for the next owner to adopt.
+async fn close(session: Arc<Session>) -> anyhow::Result<()> {
+    blocking(move || session.log.close())
+        .await
+        .map_err(Into::into)
+}
+
+/// Runs blocking store work (SQLite, waits for synced writes) off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        // The closure panicked: that is a bug, and the server cannot go on sanely.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}

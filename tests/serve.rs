@@ -1,0 +1,642 @@
+//! `heddle serve` as a user runs it: the real binary on a real port, driven over HTTP.
+//! Effects are counted on the provider side (lines a `files.write_text` node appended),
+//! as the durable-run tests do.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+const OK: i32 = 0;
+const INVALID: i32 = 2;
+
+const CONFIG: &str = r#"
+[packages.files]
+dirs = [{ host = "./data", guest = "/data", mode = "rw" }]
+
+[store]
+path = "runs.db"
+"#;
+
+/// A constant line appended to /data/log.txt by `w` (not retry-safe), then upper-cased.
+const CHAIN: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "one\n"}},
+    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
+    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "w", "targetHandle": "text"},
+    {"source": "w", "sourceHandle": "path", "target": "up", "targetHandle": "text"},
+    {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
+/// Six items fanned out, each appended as a line by `w`.
+const FANOUT: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": ["a\n", "b\n", "c\n", "d\n", "e\n", "f\n"]}},
+    {"id": "each", "type": "heddle.foreach"},
+    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
+    {"id": "all", "type": "heddle.collect"},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
+    {"source": "each", "sourceHandle": "item", "target": "w", "targetHandle": "text"},
+    {"source": "w", "sourceHandle": "bytes", "target": "all", "targetHandle": "item"},
+    {"source": "all", "sourceHandle": "list", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
+/// Names a node type nothing provides and wires a handle that does not exist.
+const BROKEN: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": 1}},
+    {"id": "x", "type": "nowhere.nothing"},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "nope", "target": "out", "targetHandle": "value"},
+    {"source": "c", "sourceHandle": "value", "target": "x", "targetHandle": "in"}
+  ]
+}"#;
+
+struct Dir {
+    dir: tempfile::TempDir,
+}
+
+impl Dir {
+    fn new() -> Dir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        std::fs::write(dir.path().join("heddle.toml"), CONFIG).unwrap();
+        Dir { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_heddle"));
+        c.args(args)
+            .current_dir(self.path())
+            .env_remove("RUST_BACKTRACE")
+            .env_remove("HEDDLE_FAULT");
+        c
+    }
+
+    fn heddle(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("heddle starts")
+    }
+
+    /// Starts `heddle serve` on a free loopback port and waits until it listens.
+    fn serve(&self, fault: Option<&str>) -> Server {
+        let mut cmd = self.cmd(&["serve", "--listen", "127.0.0.1:0"]);
+        if let Some(f) = fault {
+            cmd.env("HEDDLE_FAULT", f);
+        }
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("heddle serve starts");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    log.lock().unwrap().push_str(&format!("{line}\n"));
+                    if let Some(rest) = line.split("listening on ").nth(1) {
+                        let url = rest.split_whitespace().next().unwrap().to_string();
+                        let _ = tx.send(url);
+                    }
+                }
+            })
+        };
+        let Ok(url) = rx.recv() else {
+            let status = child.wait().unwrap();
+            panic!("heddle serve ended ({status}):\n{}", log.lock().unwrap());
+        };
+        let token = std::fs::read_to_string(self.path().join("serve.token"))
+            .unwrap()
+            .trim()
+            .to_string();
+        Server {
+            child,
+            url,
+            token,
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path().join("data/log.txt"))
+            .map(|s| s.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    fn store(&self) -> PathBuf {
+        self.path().join("runs.db")
+    }
+}
+
+struct Server {
+    child: Child,
+    url: String,
+    token: String,
+    log: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn signal(&self, sig: &str) {
+        let s = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(s.success());
+    }
+
+    /// SIGTERM, and the exit code.
+    fn stop(mut self) -> (i32, String) {
+        self.signal("-TERM");
+        let status = self.child.wait().unwrap();
+        // The reader ends when the pipe closes with the process: the log is complete.
+        self.reader.take().unwrap().join().unwrap();
+        (status.code().unwrap_or(-1), self.log())
+    }
+
+    fn kill9(mut self) {
+        self.signal("-KILL");
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+struct Api {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl Api {
+    fn of(s: &Server) -> Api {
+        Api {
+            // A fresh connection per request: a refused oversized body closes its
+            // connection, which a pooled client would try to reuse.
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap(),
+            url: s.url.clone(),
+            token: s.token.clone(),
+        }
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut r = self
+            .http
+            .request(method.parse().unwrap(), format!("{}{path}", self.url))
+            .bearer_auth(&self.token);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn create(&self, graph: &str) -> String {
+        let graph: Value = serde_json::from_str(graph).unwrap();
+        let (status, body) = self
+            .call("POST", "/api/runs", Some(json!({ "graph": graph })))
+            .await;
+        assert_eq!(status, 201, "{body:#}");
+        body["run_id"].as_str().unwrap().to_string()
+    }
+
+    async fn show(&self, id: &str) -> Value {
+        let (status, body) = self.call("GET", &format!("/api/runs/{id}"), None).await;
+        assert_eq!(status, 200, "{body:#}");
+        body
+    }
+
+    async fn runs(&self) -> Vec<Value> {
+        let (status, body) = self.call("GET", "/api/runs", None).await;
+        assert_eq!(status, 200, "{body:#}");
+        body.as_array().unwrap().clone()
+    }
+
+    /// The run's records as SSE events (id, kind, data) from `last_event_id` on, read
+    /// until the stream ends (the run finished and everything was sent).
+    async fn events(&self, id: &str, last_event_id: Option<u64>) -> Vec<(u64, String, Value)> {
+        let mut r = self
+            .http
+            .get(format!("{}/api/runs/{id}/events", self.url))
+            .bearer_auth(&self.token);
+        if let Some(l) = last_event_id {
+            r = r.header("Last-Event-ID", l.to_string());
+        }
+        let mut resp = r.send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        let mut text = String::new();
+        while let Some(chunk) = resp.chunk().await.unwrap() {
+            text.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+        parse_sse(&text)
+    }
+
+    /// Waits for run `id` to finish; a reconcile pause (uncertain work after a crash) is
+    /// resumed explicitly, which offers that work again. Returns the number of such
+    /// re-offers.
+    async fn drive_to_end(&self, id: &str) -> (Value, usize) {
+        let mut reoffers = 0;
+        for _ in 0..20 {
+            // The stream ends when the run is no longer driven here.
+            let _ = self.events(id, None).await;
+            let show = self.show(id).await;
+            match show["state"].as_str().unwrap() {
+                "completed" | "failed" | "cancelled" => return (show, reoffers),
+                "paused" if show["pause"]["why"] == "reconcile" => {
+                    reoffers += 1;
+                    let pause = show["pause"]["event"].clone();
+                    let (status, body) = self
+                        .call(
+                            "POST",
+                            &format!("/api/runs/{id}/resume"),
+                            Some(json!({ "pause": pause })),
+                        )
+                        .await;
+                    assert_eq!(status, 202, "{body:#}");
+                }
+                // Queued for a worker or between records: read the stream again.
+                "running" => {}
+                other => panic!("run {id} is {other}: {show:#}"),
+            }
+        }
+        panic!("run {id} made no progress");
+    }
+}
+
+fn parse_sse(text: &str) -> Vec<(u64, String, Value)> {
+    let mut out = Vec::new();
+    for block in text.split("\n\n") {
+        let (mut id, mut kind, mut data) = (None, None, None);
+        for line in block.lines() {
+            if let Some(v) = line.strip_prefix("id: ") {
+                id = Some(v.parse::<u64>().unwrap());
+            } else if let Some(v) = line.strip_prefix("event: ") {
+                kind = Some(v.to_string());
+            } else if let Some(v) = line.strip_prefix("data: ") {
+                data = Some(serde_json::from_str::<Value>(v).unwrap());
+            }
+        }
+        if let (Some(id), Some(kind), Some(data)) = (id, kind, data) {
+            out.push((id, kind, data));
+        }
+    }
+    out
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_second_owner_is_refused_naming_the_first_and_the_store_is_free_after_shutdown() {
+    let dir = Dir::new();
+    std::fs::write(dir.path().join("g.json"), CHAIN).unwrap();
+    let a = dir.serve(None);
+
+    let o = dir.heddle(&["serve", "--listen", "127.0.0.1:0"]);
+    assert_eq!(o.status.code(), Some(INVALID), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("owned by heddle serve"), "{e}");
+    assert!(e.contains(&format!("pid {}", a.pid())), "{e}");
+
+    // A durable run from the command line is refused, pointing at the API.
+    let o = dir.heddle(&["run", "--durable", "g.json"]);
+    assert_eq!(o.status.code(), Some(INVALID), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("{}/api/runs", a.url)),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(dir.lines(), Vec::<String>::new());
+    assert_eq!(rt().block_on(Api::of(&a).runs()), Vec::<Value>::new());
+
+    let (code, log) = a.stop();
+    assert_eq!(code, OK, "{log}");
+    assert!(log.contains("lease released"), "{log}");
+    let b = dir.serve(None);
+    assert!(b.log().contains("listening on"));
+}
+
+#[test]
+fn bad_flags_are_refused_naming_the_flag() {
+    let dir = Dir::new();
+    for (args, flag) in [
+        (&["serve", "--workers", "0"][..], "--workers"),
+        (&["serve", "--workers", "65"], "--workers"),
+        (&["serve", "--listen", "localhost"], "--listen"),
+        (
+            &["serve", "--shutdown-timeout-ms", "0"],
+            "--shutdown-timeout-ms",
+        ),
+    ] {
+        let o = dir.heddle(args);
+        assert_eq!(o.status.code(), Some(INVALID), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(flag), "{args:?}: {}", stderr(&o));
+    }
+    // Nothing was created: no store, no token.
+    assert!(!dir.store().exists());
+    assert!(!dir.path().join("serve.token").exists());
+}
+
+#[test]
+fn a_created_run_finishes_and_its_events_resume_after_last_event_id() {
+    let dir = Dir::new();
+    let s = dir.serve(None);
+    let api = Api::of(&s);
+    rt().block_on(async {
+        let id = api.create(CHAIN).await;
+        let all = api.events(&id, None).await;
+        let ids: Vec<u64> = all.iter().map(|e| e.0).collect();
+        assert_eq!(ids, (0..all.len() as u64).collect::<Vec<_>>(), "gapless");
+        assert_eq!(all[0].1, "opened");
+        assert_eq!(all.last().unwrap().1, "finished");
+        assert_eq!(all.last().unwrap().2["status"], "completed");
+        for (seq, kind, data) in &all {
+            assert_eq!(data["seq"], *seq);
+            assert_eq!(data["kind"], *kind);
+        }
+
+        // A client that saw record 2 gets exactly what followed it.
+        let rest = api.events(&id, Some(2)).await;
+        assert_eq!(rest, all[3..].to_vec());
+        let none = api.events(&id, Some(all.len() as u64 - 1)).await;
+        assert!(none.is_empty(), "{none:?}");
+
+        let show = api.show(&id).await;
+        assert_eq!(show["state"], "completed");
+        assert_eq!(show["records"], all.len());
+        let list = api.runs().await;
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0]["run_id"], id.as_str());
+        // A finished run cannot be cancelled or resumed; the refusals write nothing.
+        let (status, body) = api
+            .call("POST", &format!("/api/runs/{id}/cancel"), None)
+            .await;
+        assert_eq!(status, 409, "{body:#}");
+        let (status, body) = api
+            .call("POST", &format!("/api/runs/{id}/resume"), None)
+            .await;
+        assert_eq!(status, 409, "{body:#}");
+        assert_eq!(api.show(&id).await["records"], all.len());
+        let (status, _) = api.call("GET", "/api/runs/nope", None).await;
+        assert_eq!(status, 404);
+    });
+    assert_eq!(dir.lines(), ["one"]);
+}
+
+#[test]
+fn refused_requests_get_their_status_and_change_nothing() {
+    let dir = Dir::new();
+    std::fs::write(dir.path().join("broken.json"), BROKEN).unwrap();
+    let s = dir.serve(None);
+    let api = Api::of(&s);
+    let graph: Value = serde_json::from_str(CHAIN).unwrap();
+    rt().block_on(async {
+        // Wrong and missing tokens: 401, before anything is read or run.
+        for token in [Some("wrong"), Some(""), None] {
+            let mut r = api
+                .http
+                .post(format!("{}/api/runs", api.url))
+                .json(&json!({ "graph": graph }));
+            if let Some(t) = token {
+                r = r.bearer_auth(t);
+            }
+            let resp = r.send().await.unwrap();
+            assert_eq!(resp.status().as_u16(), 401, "{token:?}");
+            let resp = api
+                .http
+                .get(format!("{}/api/runs", api.url))
+                .bearer_auth(format!("{}x", api.token))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), 401);
+        }
+
+        // An oversized body: 413.
+        let big = json!({ "graph": graph, "inputs": { "pad": "x".repeat(5 << 20) } });
+        let (status, body) = api.call("POST", "/api/runs", Some(big)).await;
+        assert_eq!(status, 413, "{body:#}");
+
+        // A graph over the size bound: 413, naming the bound.
+        let nodes: Vec<Value> = (0..20_001)
+            .map(|i| json!({"id": format!("n{i}"), "type": "heddle.constant", "properties": {"value": 1}}))
+            .collect();
+        let huge = json!({ "graph": { "nodes": nodes, "edges": [] } });
+        let (status, body) = api.call("POST", "/api/runs", Some(huge)).await;
+        assert_eq!(status, 413, "{body:#}");
+        assert!(body["error"].as_str().unwrap().contains("at most 20000"), "{body:#}");
+
+        // A malformed graph: 422 with exactly the problems `heddle validate` lists.
+        let broken: Value = serde_json::from_str(BROKEN).unwrap();
+        let (status, body) = api
+            .call("POST", "/api/runs", Some(json!({ "graph": broken })))
+            .await;
+        assert_eq!(status, 422, "{body:#}");
+        let o = dir.heddle(&["validate", "--json", "broken.json"]);
+        assert_eq!(o.status.code(), Some(INVALID));
+        let validate: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(!validate["issues"].as_array().unwrap().is_empty());
+        assert_eq!(body["issues"], validate["issues"]);
+        assert_eq!(body["valid"], false);
+
+        // A body that is not the request: 422 naming the problem.
+        let (status, body) = api
+            .call("POST", "/api/runs", Some(json!({ "graf": graph })))
+            .await;
+        assert_eq!(status, 422, "{body:#}");
+        assert!(body["error"].as_str().unwrap().contains("graf"), "{body:#}");
+        // A missing input value: 422 naming it.
+        let input = json!({ "nodes": [
+            {"id": "in", "type": "heddle.input", "properties": {"name": "text", "type": "str"}},
+            {"id": "out", "type": "heddle.output"}],
+            "edges": [{"source": "in", "sourceHandle": "value", "target": "out", "targetHandle": "value"}] });
+        let (status, body) = api
+            .call("POST", "/api/runs", Some(json!({ "graph": input })))
+            .await;
+        assert_eq!(status, 422, "{body:#}");
+        assert!(body["error"].as_str().unwrap().contains("`text`"), "{body:#}");
+
+        assert_eq!(api.runs().await, Vec::<Value>::new());
+    });
+    drop(s);
+    let o = dir.heddle(&["runs", "list", "--json"]);
+    assert_eq!(o.status.code(), Some(OK), "{}", stderr(&o));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&o.stdout).unwrap(),
+        json!([])
+    );
+    assert_eq!(dir.lines(), Vec::<String>::new());
+}
+
+/// Every line a..f written, and more than once only for work a person re-offered.
+#[track_caller]
+fn assert_fanout_effects(dir: &Dir, reoffers: usize, what: &str) {
+    let mut lines = dir.lines();
+    let total = lines.len();
+    lines.sort();
+    lines.dedup();
+    assert_eq!(lines, ["a", "b", "c", "d", "e", "f"], "{what}: lost work");
+    assert!(
+        total - 6 <= reoffers,
+        "{what}: {} repeated effects with {reoffers} re-offers",
+        total - 6
+    );
+}
+
+#[test]
+fn a_server_that_dies_mid_run_is_replaced_and_its_run_finishes_without_repeating_work() {
+    let dir = Dir::new();
+    // The server dies (abort: no destructors, no flush) right after the third write.
+    let mut a = dir.serve(Some("after-result:w:3"));
+    let graph: Value = serde_json::from_str(FANOUT).unwrap();
+    let api = Api::of(&a);
+    // The answer may or may not leave before the process dies; the run is on disk
+    // either way, since the answer is only sent once it is.
+    let answered = rt().block_on(async {
+        let r = api
+            .http
+            .post(format!("{}/api/runs", api.url))
+            .bearer_auth(&api.token)
+            .json(&json!({ "graph": graph }))
+            .send()
+            .await;
+        match r {
+            Ok(resp) => resp.json::<Value>().await.ok(),
+            Err(_) => None,
+        }
+    });
+    let status = a.child.wait().unwrap();
+    assert_eq!(status.code(), None, "not aborted:\n{}", a.log());
+    assert_eq!(dir.lines().len(), 3);
+
+    // The next server takes the dead one's lease at once and adopts the run.
+    let b = dir.serve(None);
+    assert!(b.log().contains("1 runs adopted"), "{}", b.log());
+    let api = Api::of(&b);
+    let runs = rt().block_on(api.runs());
+    assert_eq!(runs.len(), 1);
+    let id = runs[0]["run_id"].as_str().unwrap().to_string();
+    if let Some(a) = answered {
+        assert_eq!(a["run_id"], id.as_str());
+    }
+    let (show, reoffers) = rt().block_on(api.drive_to_end(&id));
+    assert_eq!(show["state"], "completed", "{show:#}");
+    assert_fanout_effects(&dir, reoffers, "abort after the third write");
+    let w: Vec<&Value> = show["occurrences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["occurrence"]["node"] == "w")
+        .collect();
+    assert_eq!(w.len(), 6);
+}
+
+/// The server killed with SIGKILL at pseudo-random moments of a run, then replaced.
+#[test]
+fn a_server_killed_with_sigkill_is_replaced_and_nothing_is_lost_or_repeated() {
+    let mut seed: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("seed {seed}");
+    let mut next = move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        seed >> 33
+    };
+    for round in 0..4 {
+        let dir = Dir::new();
+        let a = dir.serve(None);
+        let id = rt().block_on(Api::of(&a).create(FANOUT));
+        std::thread::sleep(std::time::Duration::from_millis(next() % 40));
+        a.kill9();
+        eprintln!(
+            "round {round}: killed with {} lines written",
+            dir.lines().len()
+        );
+        let b = dir.serve(None);
+        let (show, reoffers) = rt().block_on(Api::of(&b).drive_to_end(&id));
+        assert_eq!(show["state"], "completed", "round {round}: {show:#}");
+        assert_fanout_effects(&dir, reoffers, &format!("round {round}"));
+    }
+}
+
+#[test]
+fn the_token_is_owner_only_and_printed_once() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = Dir::new();
+    let s = dir.serve(None);
+    let token = s.token.clone();
+    assert!(s.log().contains(&token), "printed on the first start");
+    let (code, _) = s.stop();
+    assert_eq!(code, OK);
+    let file = dir.path().join("serve.token");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    let s = dir.serve(None);
+    assert_eq!(s.token, token, "kept across starts");
+    let (_, log) = s.stop();
+    assert!(!log.contains(&token), "printed only once:\n{log}");
+
+    // A token others can read is refused before the store is taken.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = dir.heddle(&["serve", "--listen", "127.0.0.1:0"]);
+    assert_ne!(o.status.code(), Some(OK));
+    assert!(stderr(&o).contains("serve.token"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("chmod 600"), "{}", stderr(&o));
+}
