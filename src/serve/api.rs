@@ -98,8 +98,11 @@ impl From<StoreError> for ApiError {
 
 impl From<anyhow::Error> for ApiError {
     fn from(e: anyhow::Error) -> ApiError {
+        let locked = e.chain().any(|c| c.is::<heddle_store::lock::LockError>());
         let status = match e.chain().find_map(|c| c.downcast_ref::<StoreError>()) {
             Some(s) => status_of(s),
+            // A watchdog holds the run.
+            None if locked => StatusCode::CONFLICT,
             None if crate::exit::classify(&e) == crate::exit::Exit::Invalid => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }

@@ -57,6 +57,7 @@ struct Active {
 
 pub struct Host {
     pub store: Arc<SqliteStore>,
+    section: runs::StoreSection,
     env: Env,
     workers: Arc<Semaphore>,
     active: Mutex<HashMap<String, Active>>,
@@ -67,9 +68,15 @@ pub struct Host {
 }
 
 impl Host {
-    pub fn new(store: Arc<SqliteStore>, env: Env, workers: usize) -> Host {
+    pub fn new(
+        store: Arc<SqliteStore>,
+        section: runs::StoreSection,
+        env: Env,
+        workers: usize,
+    ) -> Host {
         Host {
             store,
+            section,
             env,
             workers: Arc::new(Semaphore::new(workers)),
             active: Mutex::new(HashMap::new()),
@@ -152,6 +159,8 @@ impl Host {
     }
 
     async fn adopt(self: &Arc<Self>, id: &str) -> anyhow::Result<()> {
+        // A run a watchdog supervises is its watchdog's to recover.
+        crate::watchdog::refuse_if_locked(&self.section, id)?;
         let store = self.dyn_store();
         let run_id = id.to_string();
         let (header, records, view) = blocking(move || session::inspect(&*store, &run_id)).await?;
@@ -168,6 +177,7 @@ impl Host {
 
     /// A user's resume of a paused or interrupted run (at `pause` when given).
     pub async fn resume(self: &Arc<Self>, id: &str, pause: Option<u64>) -> anyhow::Result<()> {
+        crate::watchdog::refuse_if_locked(&self.section, id)?;
         let store = self.dyn_store();
         let run_id = id.to_string();
         let r = blocking(move || session::check_resume(&*store, &run_id, pause)).await?;

@@ -61,7 +61,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     let watcher = tokio::spawn(heartbeat(store.clone(), lost.clone()));
 
     // 4. Adopt what a previous owner left running.
-    let host = Arc::new(host::Host::new(store.clone(), env, args.workers as usize));
+    let host = Arc::new(host::Host::new(
+        store.clone(),
+        section.clone(),
+        env,
+        args.workers as usize,
+    ));
     let adopted = match host.adopt_all().await {
         Ok(a) => a,
         Err(e) => {
