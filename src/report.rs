@@ -254,7 +254,7 @@ pub fn display_value(v: &Value) -> String {
 
 /// The human summary printed after a run: outputs, then what went wrong.
 pub fn human_summary(report: &RunReport) -> String {
-    outputs_summary(&report.outputs)
+    outputs_summary(&report.outputs) + &skipped_summary(&report.skipped)
 }
 
 /// The outputs part of [`human_summary`], from the outputs alone (a supervised run's
@@ -289,17 +289,25 @@ pub fn outputs_summary(outputs: &BTreeMap<String, Vec<Value>>) -> String {
             }
         }
     }
-    if !report.skipped.is_empty() {
-        let n = report.skipped.len();
-        let _ = writeln!(s, "skipped {n} node{}:", if n == 1 { "" } else { "s" });
-        for k in &report.skipped {
-            let _ = writeln!(
-                s,
-                "  - {} ({})",
-                k.node,
-                crate::progress::skip_reason_text(k.reason)
-            );
-        }
+    s
+}
+
+/// The skipped part of [`human_summary`]: every node that did not run, with why.
+pub fn skipped_summary(skipped: &[SkippedNode]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    if skipped.is_empty() {
+        return s;
+    }
+    let n = skipped.len();
+    let _ = writeln!(s, "skipped {n} node{}:", if n == 1 { "" } else { "s" });
+    for k in skipped {
+        let _ = writeln!(
+            s,
+            "  - {} ({})",
+            k.node,
+            crate::progress::skip_reason_text(k.reason)
+        );
     }
     s
 }
