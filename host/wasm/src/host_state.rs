@@ -334,7 +334,11 @@ pub(crate) fn to_wit(v: &Value) -> WitValue {
         Value::Float(f) => WitValue::F64(*f),
         Value::Str(s) => WitValue::String(s.to_string()),
         Value::Bytes(b) => WitValue::Bytes(b.to_vec()),
-        Value::List(_) | Value::Object(_) => WitValue::Json(v.to_json().to_string()),
+        // Straight to text, without building a `serde_json::Value` tree first. Writing a
+        // `Value` cannot fail (string keys, non-finite floats written as null).
+        Value::List(_) | Value::Object(_) => {
+            WitValue::Json(serde_json::to_string(v).unwrap_or_else(|_| "null".into()))
+        }
     }
 }
 
@@ -353,11 +357,10 @@ pub(crate) fn from_wit(v: WitValue) -> Result<Value, String> {
         WitValue::F64(f) => Value::Float(f),
         WitValue::String(s) => Value::Str(s.into()),
         WitValue::Bytes(b) => Value::Bytes(b.into()),
-        WitValue::Json(text) => {
-            let j: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| format!("malformed json value: {e}"))?;
-            Value::from_json(j)
-        }
+        // Parsed straight into a `Value` (same numbers and `$bytes` rule as
+        // `Value::from_json`), without an intermediate `serde_json::Value` tree.
+        WitValue::Json(text) => serde_json::from_str::<Value>(&text)
+            .map_err(|e| format!("malformed json value: {e}"))?,
     })
 }
 
