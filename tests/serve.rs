@@ -640,3 +640,89 @@ fn the_token_is_owner_only_and_printed_once() {
     assert!(stderr(&o).contains("serve.token"), "{}", stderr(&o));
     assert!(stderr(&o).contains("chmod 600"), "{}", stderr(&o));
 }
+
+/// A value reviewed at gate `ship`, then written (the effect happens only after it).
+const GATED: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "shipped\n"}},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it", "prompt": "Read the notes"}},
+    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "w", "targetHandle": "text"},
+    {"source": "w", "sourceHandle": "path", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
+#[test]
+fn a_gate_is_approved_or_rejected_through_the_api() {
+    let dir = Dir::new();
+    let s = dir.serve(None);
+    let api = Api::of(&s);
+    rt().block_on(async {
+        let id = api.create(GATED).await;
+        // The stream ends when the run stops here: paused at the gate.
+        let _ = api.events(&id, None).await;
+        let show = api.show(&id).await;
+        assert_eq!(show["state"], "paused", "{show:#}");
+        assert_eq!(dir.lines(), Vec::<String>::new());
+        let records = show["records"].clone();
+
+        // Refusals change nothing: no such gate, a plain resume, a rejection without a note.
+        let (status, body) = api
+            .call("POST", &format!("/api/runs/{id}/gates/nope/approve"), None)
+            .await;
+        assert_eq!(status, 409, "{body:#}");
+        assert!(
+            body["error"].as_str().unwrap().contains("its gates: ship"),
+            "{body:#}"
+        );
+        let (status, body) = api
+            .call("POST", &format!("/api/runs/{id}/resume"), None)
+            .await;
+        assert_eq!(status, 422, "{body:#}");
+        let (status, _) = api
+            .call("POST", &format!("/api/runs/{id}/gates/ship/reject"), None)
+            .await;
+        assert_eq!(status, 422);
+        assert_eq!(api.show(&id).await["records"], records);
+
+        let (status, body) = api
+            .call(
+                "POST",
+                &format!("/api/runs/{id}/gates/ship/approve"),
+                Some(json!({ "note": "looks good" })),
+            )
+            .await;
+        assert_eq!(status, 202, "{body:#}");
+        let (show, _) = api.drive_to_end(&id).await;
+        assert_eq!(show["state"], "completed", "{show:#}");
+        assert_eq!(dir.lines(), ["shipped"]);
+
+        // Another run, rejected: cancelled with the gate's title and the note.
+        let id = api.create(GATED).await;
+        let _ = api.events(&id, None).await;
+        let (status, body) = api
+            .call(
+                "POST",
+                &format!("/api/runs/{id}/gates/ship/reject"),
+                Some(json!({ "note": "not yet" })),
+            )
+            .await;
+        assert_eq!(status, 200, "{body:#}");
+        let show = api.show(&id).await;
+        assert_eq!(show["state"], "cancelled", "{show:#}");
+        assert!(
+            show["error"].as_str().unwrap().contains("not yet"),
+            "{show:#}"
+        );
+        assert!(
+            show["error"].as_str().unwrap().contains("Ship it"),
+            "{show:#}"
+        );
+    });
+    assert_eq!(dir.lines(), ["shipped"]);
+}

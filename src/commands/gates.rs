@@ -33,18 +33,41 @@ pub fn approve(
     note: Option<String>,
     json: bool,
 ) -> anyhow::Result<Exit> {
-    let (r, ask, occurrences) = waiting_gate(&*store, run, gate)?;
+    let (r, ask, approval) = approval(&*store, run, gate, note)?;
     eprintln!("gate \"{}\" of run {run} approved", ask.title);
+    super::runs::continue_run(store, r, env_args, json, Some(approval))
+}
+
+/// Checks that `run` waits at `gate` and builds its approval (nothing is written).
+pub(crate) fn approval(
+    store: &dyn RunStore,
+    run: &str,
+    gate: &str,
+    note: Option<String>,
+) -> anyhow::Result<(Resumption, GateAsk, Approval)> {
+    let (r, ask, occurrences) = waiting_gate(store, run, gate)?;
     let approval = Approval {
         gate: gate.to_string(),
         note: note.unwrap_or_default(),
         occurrences,
     };
-    super::runs::continue_run(store, r, env_args, json, Some(approval))
+    Ok((r, ask, approval))
 }
 
 /// Rejects `gate`: the run ends cancelled, the gate's rejection recorded with it.
 pub fn reject(store: Arc<dyn RunStore>, run: &str, gate: &str, note: &str) -> anyhow::Result<Exit> {
+    let reason = record_rejection(store, run, gate, note)?;
+    eprintln!("run {run} cancelled: {reason}");
+    Ok(Exit::Ok)
+}
+
+/// Records the rejection of `gate` and the run's cancelled ending; returns the reason.
+pub(crate) fn record_rejection(
+    store: Arc<dyn RunStore>,
+    run: &str,
+    gate: &str,
+    note: &str,
+) -> anyhow::Result<String> {
     let (_, ask, occurrences) = waiting_gate(&*store, run, gate)?;
     let decisions = occurrences
         .into_iter()
@@ -56,8 +79,7 @@ pub fn reject(store: Arc<dyn RunStore>, run: &str, gate: &str, note: &str) -> an
         .collect();
     let reason = format!("gate \"{}\" rejected: {note}", ask.title);
     session::end_cancelled(store, run, decisions, reason.clone())?;
-    eprintln!("run {run} cancelled: {reason}");
-    Ok(Exit::Ok)
+    Ok(reason)
 }
 
 /// The gates the log approved (gate id → note), with `now` added.

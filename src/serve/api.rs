@@ -40,6 +40,8 @@ pub fn router(host: Arc<Host>, token: Token) -> Router {
         .route("/api/runs/{id}/cancel", post(cancel))
         .route("/api/runs/{id}/resume", post(resume))
         .route("/api/runs/{id}/events", get(events))
+        .route("/api/runs/{id}/gates/{gate}/approve", post(approve))
+        .route("/api/runs/{id}/gates/{gate}/reject", post(reject))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(api.clone(), authorize))
         .with_state(api)
@@ -284,4 +286,67 @@ async fn events(
     };
     let sse = super::feed::stream(api.host.clone(), id, from).await?;
     Ok(sse.into_response())
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GateRequest {
+    #[serde(default)]
+    note: Option<String>,
+}
+
+fn gate_request(body: Result<Bytes, BytesRejection>) -> Result<GateRequest, ApiError> {
+    let body = body.map_err(body_error)?;
+    if body.is_empty() {
+        return Ok(GateRequest::default());
+    }
+    parse(Ok(body))
+}
+
+/// A gate the run does not wait at (or does not have) is a conflict with the run's
+/// state, not a malformed request.
+fn gate_error(e: anyhow::Error) -> ApiError {
+    let mut out = ApiError::from(e);
+    if out.status == StatusCode::UNPROCESSABLE_ENTITY {
+        out.status = StatusCode::CONFLICT;
+    }
+    out
+}
+
+async fn approve(
+    State(api): State<Api>,
+    Path((id, gate)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req = gate_request(body)?;
+    api.host
+        .approve(&id, &gate, req.note)
+        .await
+        .map_err(gate_error)?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "run_id": id, "gate": gate, "verdict": "approve", "state": "running" })),
+    )
+        .into_response())
+}
+
+async fn reject(
+    State(api): State<Api>,
+    Path((id, gate)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req = gate_request(body)?;
+    let Some(note) = req.note.filter(|n| !n.trim().is_empty()) else {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "a rejection needs a note saying why: {\"note\": \"...\"}",
+        ));
+    };
+    let reason = api
+        .host
+        .reject(&id, &gate, note)
+        .await
+        .map_err(gate_error)?;
+    Ok(Json(json!({ "run_id": id, "gate": gate, "verdict": "reject", "state": "cancelled", "reason": reason }))
+        .into_response())
 }

@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::commands::runs;
+use crate::commands::{gates, runs};
 use crate::providers::Env;
 
 /// Largest graph the API plans: nodes plus edges. A document this size is already far
@@ -172,7 +172,7 @@ impl Host {
             view,
             pause: None,
         };
-        self.reopen_and_spawn(r, None).await
+        self.reopen_and_spawn(r, None, None).await
     }
 
     /// A user's resume of a paused or interrupted run (at `pause` when given).
@@ -184,21 +184,57 @@ impl Host {
         let doc = runs::stored_graph(&r.header)?;
         // A run waiting at a gate is answered (approve/reject), not resumed.
         crate::commands::gates::refuse_resume_at_gate(&r, &doc)?;
-        self.reopen_and_spawn(r, Some(doc)).await
+        self.reopen_and_spawn(r, Some(doc), None).await
+    }
+
+    /// A person approves `gate` of a run waiting there: recorded, then the run goes on.
+    pub async fn approve(
+        self: &Arc<Self>,
+        id: &str,
+        gate: &str,
+        note: Option<String>,
+    ) -> anyhow::Result<()> {
+        crate::watchdog::refuse_if_locked(&self.section, id)?;
+        let store = self.dyn_store();
+        let (run_id, gate_id) = (id.to_string(), gate.to_string());
+        let (r, _, approval) =
+            tokio::task::spawn_blocking(move || gates::approval(&*store, &run_id, &gate_id, note))
+                .await??;
+        self.reopen_and_spawn(r, None, Some(approval)).await
+    }
+
+    /// A person rejects `gate`: the run ends cancelled with the gate's title and `note`.
+    pub async fn reject(&self, id: &str, gate: &str, note: String) -> anyhow::Result<String> {
+        crate::watchdog::refuse_if_locked(&self.section, id)?;
+        let store = self.dyn_store();
+        let (run_id, gate_id) = (id.to_string(), gate.to_string());
+        tokio::task::spawn_blocking(move || {
+            gates::record_rejection(store, &run_id, &gate_id, &note)
+        })
+        .await?
     }
 
     async fn reopen_and_spawn(
         self: &Arc<Self>,
         r: Resumption,
         doc: Option<GraphDoc>,
+        approval: Option<gates::Approval>,
     ) -> anyhow::Result<()> {
         let doc = match doc {
             Some(d) => d,
             None => runs::stored_graph(&r.header)?,
         };
-        let (plan, opts) = runs::prepare(&self.env, &r, &doc, None)?;
+        let (plan, opts) = runs::prepare(&self.env, &r, &doc, approval.as_ref())?;
         let store = self.dyn_store();
         let session = blocking(move || session::reopen(store, &r)).await?;
+        let session = match approval {
+            None => session,
+            Some(a) => {
+                // On disk before anything runs on from the gate.
+                tokio::task::spawn_blocking(move || gates::record(&session, &a).map(|_| session))
+                    .await??
+            }
+        };
         if let Some(e) = session.exhausted_at_open() {
             // Its time limit was used up before this server took it: nothing runs.
             blocking(move || session::end_exhausted(&session, e).map(|_| ())).await?;
