@@ -787,3 +787,27 @@ fn without_json_the_outputs_print_as_an_unsupervised_run_prints_them() {
     );
     assert!(!o.stdout.is_empty());
 }
+
+/// `heddle runs cancel` from another process ends a supervised run at once, even while
+/// its worker waits on a long node: the watchdog sees the cancel in the log, stops the
+/// worker, cleans up and reports the run cancelled without a replacement.
+#[test]
+fn a_cancel_from_another_process_stops_the_worker_without_a_replacement() {
+    let env = Env::new(&slow_graph("subprocess", "exec sleep 60"));
+    let (watchdog, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
+    let id = wait_line(&rx, run_id_in);
+    while env.status(&id)["active"]
+        .as_array()
+        .is_none_or(|a| a.is_empty())
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    expect(&env.heddle(&["runs", "cancel", &id]), OK);
+    let o = watchdog.wait_with_output().unwrap();
+    expect(&o, 3);
+    let r = report(&o);
+    assert_eq!(r["supervision"]["phase"], "cancelled", "{r:#}");
+    assert_eq!(r["supervision"]["launches"], 1, "{r:#}");
+    assert_eq!(r["supervision"]["cleanup_verified"], true, "{r:#}");
+    assert_eq!(env.status(&id)["lock"]["lock"], "free");
+}

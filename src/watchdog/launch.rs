@@ -29,6 +29,9 @@ pub enum StopReason {
     Timeout,
     /// The user interrupted the watchdog twice (the first interrupt is passed on).
     Stopped,
+    /// Someone else ended the run in the store (`heddle runs cancel`) while the worker
+    /// was busy with something that would not write for a while.
+    EndedElsewhere,
 }
 
 impl StopReason {
@@ -36,7 +39,7 @@ impl StopReason {
         match self {
             StopReason::OutputLimit => "OUTPUT_LIMIT",
             StopReason::Timeout => "TIMEOUT",
-            StopReason::Stopped => "STOPPED",
+            StopReason::Stopped | StopReason::EndedElsewhere => "STOPPED",
         }
     }
 }
@@ -145,11 +148,15 @@ fn kill_group(pgid: i32, sig: i32) {
 /// its stdout without passing it on (a run's report and outputs come from the run store,
 /// verified), up to `limit` bytes of both; stops it at the deadline, over the output
 /// limit, or on a second interrupt.
+///
+/// `ended_elsewhere` is asked every [`POLL`] whether the run was ended in the store by
+/// someone else; then the worker is stopped at once rather than at its next write.
 pub async fn supervise(
     mut child: tokio::process::Child,
     limit: u64,
     deadline: Option<tokio::time::Instant>,
     signals: &mut Signals,
+    mut ended_elsewhere: impl FnMut() -> bool,
 ) -> std::io::Result<Ended> {
     use std::io::Write as _;
     // Both pipes were requested at spawn.
@@ -165,6 +172,7 @@ pub async fn supervise(
     // After the worker exits, what is still in its pipes is read for a moment only: a
     // process it left behind holding them must not hold the watchdog.
     let mut drain_until: Option<tokio::time::Instant> = None;
+    let mut poll = tokio::time::interval(POLL);
     loop {
         if status.is_some() && (!out_open && !err_open) {
             break;
@@ -199,6 +207,12 @@ pub async fn supervise(
                 stopped_for = Some(StopReason::Timeout);
                 kill_group(pid, libc::SIGKILL);
             }
+            _ = poll.tick(), if status.is_none() && stopped_for.is_none() => {
+                if ended_elsewhere() {
+                    stopped_for = Some(StopReason::EndedElsewhere);
+                    kill_group(pid, libc::SIGKILL);
+                }
+            }
             _ = signals.recv(), if status.is_none() => {
                 if interrupted {
                     stopped_for.get_or_insert(StopReason::Stopped);
@@ -228,6 +242,9 @@ pub async fn supervise(
         output_bytes: total,
     })
 }
+
+/// How often a running worker's run is checked for an ending written by someone else.
+pub const POLL: Duration = Duration::from_millis(250);
 
 /// Counts `chunk` and returns the part within the limit (nothing past it is passed on).
 fn admit<'a>(chunk: &'a [u8], total: &mut u64, limit: u64) -> &'a [u8] {
@@ -265,7 +282,9 @@ mod tests {
             .spawn()
             .unwrap();
         let mut signals = Signals::new().unwrap();
-        let ended = supervise(child, 1_000, None, &mut signals).await.unwrap();
+        let ended = supervise(child, 1_000, None, &mut signals, || false)
+            .await
+            .unwrap();
         assert_eq!(ended.stopped_for, Some(StopReason::OutputLimit));
         assert!(ended.output_bytes > 1_000);
         assert!(ended.crashed(), "killed, {}", ended.describe());
@@ -282,7 +301,9 @@ mod tests {
             .spawn()
             .unwrap();
         let mut signals = Signals::new().unwrap();
-        let ended = supervise(child, 100_000, None, &mut signals).await.unwrap();
+        let ended = supervise(child, 100_000, None, &mut signals, || false)
+            .await
+            .unwrap();
         assert_eq!(ended.stopped_for, None);
         assert_eq!(ended.describe(), "exit 3");
         assert_eq!(ended.output_bytes, 3);

@@ -224,6 +224,25 @@ fn store_view(target: &Target) -> anyhow::Result<RunView> {
     Ok(RunView::fold(&read.records, pid_alive))
 }
 
+/// A check of whether someone else (`heddle runs cancel`) ended the run since the last
+/// check: reads only the records written since, looking for a cancel or an ending the
+/// worker did not write.
+fn ended_elsewhere(target: &Target) -> anyhow::Result<impl FnMut() -> bool + use<>> {
+    use heddle_store::RunStore as _;
+    let store = heddle_store::SqliteStore::open(&target.store)?;
+    let run = target.run.clone();
+    let mut next = store.read(&run, 0)?.records.len() as u64;
+    Ok(move || {
+        let Ok(read) = store.read(&run, next) else {
+            return false;
+        };
+        next += read.records.len() as u64;
+        read.records
+            .iter()
+            .any(|r| matches!(r.record, heddle_core::Record::CancelRequested))
+    })
+}
+
 /// Whether the log holds the run's ending. A pause counts unless it is the one this
 /// watchdog was asked to reopen and no worker has reopened yet.
 fn recorded(view: &RunView, reopening: Option<u64>) -> Option<RunState> {
@@ -323,8 +342,14 @@ async fn supervise_async(
         let deadline = sup
             .remaining_at(now_ms())
             .map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms));
-        let ended =
-            launch::supervise(child, sup.limits.output_limit_bytes, deadline, &mut signals).await?;
+        let ended = launch::supervise(
+            child,
+            sup.limits.output_limit_bytes,
+            deadline,
+            &mut signals,
+            ended_elsewhere(target)?,
+        )
+        .await?;
         eprintln!(
             "watchdog: worker {} ({}) ended: {}",
             sup.launches,
@@ -385,9 +410,12 @@ async fn supervise_async(
                 StopReason::Stopped => {
                     "stopped by the user before the run recorded an ending".into()
                 }
+                StopReason::EndedElsewhere => {
+                    "a cancel was recorded for the run by another process".into()
+                }
             };
             let exit = match why {
-                StopReason::Stopped => Exit::Cancelled,
+                StopReason::Stopped | StopReason::EndedElsewhere => Exit::Cancelled,
                 _ => Exit::Limit,
             };
             return Ok(stopped(sup, why.code(), detail, exit));
