@@ -64,7 +64,8 @@ impl<'a> InvalidReport<'a> {
     }
 }
 
-#[derive(Debug, Serialize)]
+/// Read back too: a supervised run's watchdog prints the list from the stored report.
+#[derive(Debug, Serialize, serde::Deserialize)]
 pub struct SkippedNode {
     pub node: String,
     pub reason: SkipReason,

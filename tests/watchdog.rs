@@ -786,6 +786,23 @@ fn without_json_the_outputs_print_as_an_unsupervised_run_prints_them() {
         String::from_utf8_lossy(&unsupervised.stdout)
     );
     assert!(!o.stdout.is_empty());
+
+    // A failed run's summary lists what did not run, as unsupervised.
+    let failing = slow_graph("subprocess", "exit 1");
+    let plain = Env::new(&failing);
+    let unsupervised = plain.heddle(&["run", "--durable", "g.json"]);
+    let env = Env::new(&failing);
+    let o = env.heddle(&["run", "--watchdog", "g.json"]);
+    assert_eq!(o.status.code(), unsupervised.status.code(), "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&unsupervised.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("skipped"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// `heddle runs cancel` from another process ends a supervised run at once, even while

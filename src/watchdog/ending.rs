@@ -177,8 +177,16 @@ pub(super) fn finish(
         .as_ref()
         .and_then(|r| serde_json::from_value(r["outputs"].clone()).ok())
     {
-        // The same summary the worker printed, from the verified report.
-        print!("{}", crate::report::outputs_summary(&outputs));
+        // The summary an unsupervised run prints, from the verified report.
+        let skipped: Vec<crate::report::SkippedNode> = worker_report
+            .as_ref()
+            .and_then(|r| serde_json::from_value(r["skipped"].clone()).ok())
+            .unwrap_or_default();
+        print!(
+            "{}{}",
+            crate::report::outputs_summary(&outputs),
+            crate::report::skipped_summary(&skipped)
+        );
     }
     let verified = match sup.cleanup_verified {
         Some(true) => "cleanup verified",
