@@ -726,3 +726,42 @@ fn a_gate_is_approved_or_rejected_through_the_api() {
     });
     assert_eq!(dir.lines(), ["shipped"]);
 }
+
+#[test]
+fn a_server_whose_lease_is_taken_stops_writing_at_once_and_exits() {
+    let dir = Dir::new();
+    let mut s = dir.serve(None);
+    // Another owner takes the store over (as one would after this lease expired).
+    let db = rusqlite::Connection::open(dir.store()).unwrap();
+    db.execute(
+        "UPDATE owner SET epoch = epoch + 1, owner_id = 'thief', pid = 1, expires_ms = ?1",
+        [i64::MAX / 2],
+    )
+    .unwrap();
+    // Its very next write is refused, before its heartbeat notices.
+    let (status, body) = rt().block_on(async {
+        let graph: Value = serde_json::from_str(CHAIN).unwrap();
+        Api::of(&s)
+            .call("POST", "/api/runs", Some(json!({ "graph": graph })))
+            .await
+    });
+    assert_eq!(status, 503, "{body:#}");
+    assert!(
+        body["error"].as_str().unwrap().contains("thief"),
+        "{body:#}"
+    );
+    let runs: i64 = db
+        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(runs, 0);
+    // The heartbeat finds the loss and the server stops with an error.
+    let status = s.child.wait().unwrap();
+    s.reader.take().unwrap().join().unwrap();
+    assert_eq!(status.code(), Some(1), "{}", s.log());
+    assert!(
+        s.log().contains("lost the run store's owner lease"),
+        "{}",
+        s.log()
+    );
+    assert_eq!(dir.lines(), Vec::<String>::new());
+}
