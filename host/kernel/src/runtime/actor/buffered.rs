@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 
 use super::invoke::{Invocation, Settled, Work};
 use super::routing::MintedTokens;
-use super::{Actor, BATCH, Msg, NodeRole, Stop, reply_not_controlled};
+use super::{Actor, Msg, NodeRole, Stop, reply_not_controlled};
 use crate::executor::Inputs;
 use crate::runtime::bus::Draft;
 use crate::runtime::lineage::{Key, Lineage};
@@ -64,15 +64,9 @@ impl Actor {
         let mut closing: Vec<ClosingScope> = Vec::new();
         let mut buf = Vec::new();
         while !self.all_closed() {
-            let n = tokio::select! {
-                biased;
-                n = self.spec.rx.recv_many(&mut buf, BATCH) => n,
-                _ = self.shared.run_token.cancelled() => return Err(Stop::Cancelled),
-            };
-            if n == 0 {
+            let Some(mut batch) = self.recv_batch(&mut buf).await? else {
                 break;
-            }
-            let mut batch = std::mem::take(&mut buf);
+            };
             for m in batch.drain(..) {
                 match m {
                     Msg::Data {

@@ -9,7 +9,7 @@ use heddle_core::Value;
 
 use super::invoke::{Invocation, Settled, Work};
 use super::routing::MintedTokens;
-use super::{Actor, BATCH, ControlEvent, Msg, Stop};
+use super::{Actor, ControlEvent, Msg, Stop};
 use crate::executor::Outputs;
 use crate::runtime::lineage::Lineage;
 
@@ -46,15 +46,10 @@ impl Actor {
                 }
                 return Ok(());
             }
-            let n = tokio::select! {
-                biased;
-                n = self.spec.rx.recv_many(&mut buf, BATCH) => n,
-                _ = self.shared.run_token.cancelled() => return Err(Stop::Cancelled),
-            };
-            if n == 0 {
+            let Some(mut batch) = self.recv_batch(&mut buf).await? else {
                 return Ok(());
-            }
-            for m in buf.drain(..) {
+            };
+            for m in batch.drain(..) {
                 match m {
                     Msg::Data { handle, value, .. } => {
                         latest[handle as usize] = Some(value);
@@ -68,6 +63,7 @@ impl Actor {
                     _ => {}
                 }
             }
+            buf = batch;
             self.edge_stop()?;
             self.flush_edge_events();
         }

@@ -4,7 +4,7 @@
 use heddle_core::Value;
 
 use super::routing::MintedTokens;
-use super::{Actor, BATCH, Msg, Stop, reply_not_controlled};
+use super::{Actor, Msg, Stop, reply_not_controlled};
 use crate::runtime::lineage::Lineage;
 
 impl Actor {
@@ -23,16 +23,7 @@ impl Actor {
             return Ok(());
         }
         let mut buf = Vec::new();
-        loop {
-            let n = tokio::select! {
-                biased;
-                n = self.spec.rx.recv_many(&mut buf, BATCH) => n,
-                _ = self.shared.run_token.cancelled() => return Err(Stop::Cancelled),
-            };
-            if n == 0 {
-                return Ok(());
-            }
-            let mut batch = std::mem::take(&mut buf);
+        while let Some(mut batch) = self.recv_batch(&mut buf).await? {
             for m in batch.drain(..) {
                 match m {
                     Msg::External(v) => {
@@ -52,5 +43,6 @@ impl Actor {
             buf = batch;
             self.flush_edge_events();
         }
+        Ok(())
     }
 }

@@ -477,6 +477,20 @@ impl Actor {
         self.open[h] == 0
     }
 
+    /// The next batch of inbox messages (at most [`BATCH`]), received into `spare` and
+    /// taken out of it, so the caller can drain the batch while calling `&mut self`
+    /// methods and hand the emptied vector back as the next `spare` (one allocation per
+    /// actor, not per batch). `None` when the inbox has ended; a cancelled run stops the
+    /// actor.
+    async fn recv_batch(&mut self, spare: &mut Vec<Msg>) -> Result<Option<Vec<Msg>>, Stop> {
+        let n = tokio::select! {
+            biased;
+            n = self.spec.rx.recv_many(spare, BATCH) => n,
+            _ = self.shared.run_token.cancelled() => return Err(Stop::Cancelled),
+        };
+        Ok((n > 0).then(|| std::mem::take(spare)))
+    }
+
     fn all_closed(&self) -> bool {
         self.open.iter().all(|o| *o == 0)
     }

@@ -118,15 +118,9 @@ impl Actor {
         let mut sessions: BTreeMap<Key, Vec<(u32, u16, Value)>> = BTreeMap::new();
         let mut buf = Vec::new();
         while !self.all_closed() {
-            let n = tokio::select! {
-                biased;
-                n = self.spec.rx.recv_many(&mut buf, BATCH) => n,
-                _ = self.shared.run_token.cancelled() => return Err(Stop::Cancelled),
-            };
-            if n == 0 {
+            let Some(mut batch) = self.recv_batch(&mut buf).await? else {
                 break;
-            }
-            let mut batch = std::mem::take(&mut buf);
+            };
             for m in batch.drain(..) {
                 match m {
                     Msg::Data {
