@@ -28,6 +28,7 @@ pub mod bypass;
 mod checks;
 pub mod correlation;
 pub mod declared;
+mod declared_checks;
 mod digraph;
 pub mod inputs;
 pub mod issues;
