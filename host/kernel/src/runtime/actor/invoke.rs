@@ -2,6 +2,7 @@
 //! one produces outputs or the failure is settled by [`Actor::recover`]. A hook that must
 //! see every invocation (metrics, supervisor records, write-ahead records) belongs here.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
@@ -11,8 +12,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::routing::MintedTokens;
-use super::streaming::Feed;
-use super::{Actor, BATCH, EMIT_BUFFER, InvToken, Stop};
+use super::{Actor, BATCH, EMIT_BUFFER, InvToken, Msg, Stop};
 use crate::executor::{
     BoxFuture, Call, CtxParts, Emitted, ErrorKind, InputStream, Inputs, NodeCtx, NodeError,
     Outputs, StreamItem,
@@ -22,6 +22,16 @@ use crate::runtime::lineage::Lineage;
 use crate::runtime::poll_once;
 use crate::runtime::sched::Firing;
 use crate::supervisor::escalates;
+
+/// The input side of a live session while it runs: items wait in `pending` until the
+/// node's stream has room; `tx` is dropped once every input has ended (or the node
+/// stopped reading).
+#[derive(Default)]
+pub(super) struct Feed {
+    pub pending: VecDeque<StreamItem>,
+    pub tx: Option<mpsc::Sender<StreamItem>>,
+    pub buf: Vec<Msg>,
+}
 
 /// One attempt of one invocation as the supervisor sees it when it fails.
 pub struct InvocationRecord {

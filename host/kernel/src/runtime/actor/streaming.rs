@@ -7,21 +7,11 @@ use std::collections::{BTreeMap, VecDeque};
 use heddle_core::{OutputCorrelation, SkipReason, Value};
 use tokio::sync::mpsc;
 
-use super::invoke::{Invocation, Settled, Work};
+use super::invoke::{Feed, Invocation, Settled, Work};
 use super::routing::MintedTokens;
 use super::{Actor, BATCH, Msg, Stop, reply_not_controlled};
 use crate::executor::{InputStream, StreamItem};
 use crate::runtime::lineage::{Key, Lineage};
-
-/// The input side of a live session while it runs: items wait in `pending` until the
-/// node's stream has room; `tx` is dropped once every input has ended (or the node
-/// stopped reading).
-#[derive(Default)]
-pub(super) struct Feed {
-    pub pending: VecDeque<StreamItem>,
-    pub tx: Option<mpsc::Sender<StreamItem>>,
-    pub buf: Vec<Msg>,
-}
 
 impl Actor {
     pub(super) async fn run_streaming_input(&mut self) -> Result<(), Stop> {
