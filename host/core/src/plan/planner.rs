@@ -233,6 +233,28 @@ impl<'a> Planner<'a> {
             .filter(|(i, n)| n.is_bypassed() && by_id.get(n.id.as_str()) == Some(i))
             .map(|(_, n)| n.id.as_str())
             .collect();
+        // An edge into a bypassed node is absorbed by the rewrite, and with it any rule it
+        // carries: dropping a `when` would let through what it rules out, so such an edge
+        // is refused rather than rewired without its rule.
+        for e in &self.doc.edges {
+            if (e.when.is_some() || e.fields.is_some()) && bypassed.contains(&e.target.as_str()) {
+                let what = if e.when.is_some() {
+                    "a `when` condition"
+                } else {
+                    "a `fields` list"
+                };
+                self.issues.push(issue(
+                    IssueKind::InvalidEdgeRule,
+                    Some(&e.target),
+                    Some(&e.effective_id()),
+                    Some(&e.target_handle),
+                    format!(
+                        "edge carries {what} into node {}, which is bypassed: the bypass would drop the rule; move it to the edge leaving {} or stop bypassing the node",
+                        e.target, e.target
+                    ),
+                ));
+            }
+        }
         let work = if bypassed.is_empty() {
             work
         } else {

@@ -20,6 +20,30 @@ fn bypassed_node_is_replaced_by_a_wire_keeping_the_outgoing_edge_id() {
     assert_eq!(&*edge.source_handle, "text");
 }
 
+/// The edge into a bypassed node disappears in the rewrite; a rule on it would go with
+/// it and let through what it rules out, so the graph is refused instead.
+#[test]
+fn a_rule_on_an_edge_into_a_bypassed_node_is_refused_not_dropped() {
+    for rule in [json!({"when": "value != 'x'"}), json!({"fields": ["a"]})] {
+        let mut into = ed("in", "t", "text", "u", "text");
+        into.as_object_mut()
+            .unwrap()
+            .extend(rule.as_object().unwrap().clone());
+        let e = err(json!({
+            "nodes": [
+                n("t", "test.text"),
+                {"id": "u", "type": "test.upper", "ui_properties": {"bypassed": true}},
+                n("o", "heddle.output"),
+            ],
+            "edges": [into, ed("out", "u", "text", "o", "value")]
+        }));
+        let found = of_kind(&e, IssueKind::InvalidEdgeRule);
+        assert_eq!(found.len(), 1, "{e}");
+        assert_eq!((found[0].0, found[0].1), (Some("u"), Some("in")));
+        assert!(found[0].3.contains("bypassed"), "{}", found[0].3);
+    }
+}
+
 #[test]
 fn bypass_chains_collapse_and_prefer_the_matching_handle() {
     let p = ok(json!({
