@@ -86,6 +86,18 @@ fn a_retry_on_a_node_that_may_edit_is_refused_before_the_run_naming_it() {
     assert_eq!(w["started"], 2, "{w}");
     assert_eq!(w["verdicts"][0]["verdict"], "retry", "{w}");
     assert_eq!(w["verdicts"][0]["attempt"], 1, "{w}");
+    // Every attempt is charged to the run: the retry is a second dispatch.
+    assert_eq!(v["dispatches"], 2, "{v:#}");
+
+    // So a dispatch budget that covers the first attempt only stops the retry.
+    let o = heddle_in(
+        dir.path(),
+        &["run", "--durable", "--max-dispatches", "1", "g.json"],
+    );
+    expect_code(&o, 6);
+    let e = stderr(&o);
+    assert!(e.contains("dispatch budget exhausted"), "{e}");
+    assert!(e.contains("attempt 2"), "{e}");
 }
 
 #[test]

@@ -73,9 +73,9 @@ pub trait Journal: Send + Sync {
     /// What an earlier process recorded for `occ`.
     fn prior(&self, occ: &Occurrence) -> Prior;
 
-    /// Counts a fresh occurrence (nothing recorded for it yet) against the run's dispatch
-    /// budget before it is dispatched. Recovered and resumed occurrences are never
-    /// admitted again: they were counted when first dispatched.
+    /// Counts a dispatch against the run's budget before it happens: a fresh occurrence
+    /// (nothing recorded for it yet), and each retry of one. Recovered and resumed
+    /// occurrences are never admitted again: they were counted when first dispatched.
     fn admit(&self, _occ: &Occurrence) -> Result<(), Refused> {
         Ok(())
     }

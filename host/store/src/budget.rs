@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Budget {
     /// Logical dispatches the run may make in all: each occurrence counts once, however
-    /// often it is recovered or resumed.
+    /// often it is recovered or resumed, and each retry of it (the node's own `retry`
+    /// policy or a supervisor's verdict) once more: a retry is never a private allowance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_dispatches: Option<u64>,
     /// Execution time the run may use in all, in milliseconds: it runs while a process
@@ -50,10 +51,18 @@ impl Budget {
     }
 }
 
+/// Whether a record is a retry decision (the node's own policy or the supervisor's): each
+/// one is a further dispatch of its occurrence, charged to the dispatch budget.
+pub fn is_retry(record: &heddle_core::Record) -> bool {
+    matches!(record, heddle_core::Record::Verdict { verdict, .. }
+        if verdict.get("verdict").and_then(serde_json::Value::as_str) == Some("retry"))
+}
+
 /// What a run has spent, folded from its log (see [`crate::RunView`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Spent {
-    /// Logical dispatches: distinct occurrences the log knows of.
+    /// Logical dispatches: distinct occurrences the log knows of, plus the retries
+    /// recorded for them ([`is_retry`]).
     pub dispatches: u64,
     /// Milliseconds between each process taking the run and its last record (its pause,
     /// ending, or the last thing it wrote before it died), summed.

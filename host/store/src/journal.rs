@@ -42,7 +42,11 @@ impl DurableJournal {
         budget: Budget,
     ) -> Self {
         let prior = decide(records, reoffer);
-        let known = prior.len() as u64;
+        let retries = records
+            .iter()
+            .filter(|s| crate::budget::is_retry(&s.record))
+            .count();
+        let known = (prior.len() + retries) as u64;
         DurableJournal {
             log,
             prior,

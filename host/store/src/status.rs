@@ -254,7 +254,19 @@ impl RunView {
         if let Some(t) = opened_at {
             v.execution_ms += last_at.saturating_sub(t);
         }
-        v.dispatches = v.occurrences.len() as u64;
+        let retries: usize = v
+            .occurrences
+            .values()
+            .map(|o| {
+                o.verdicts
+                    .iter()
+                    .filter(|d| {
+                        d.get("verdict").and_then(serde_json::Value::as_str) == Some("retry")
+                    })
+                    .count()
+            })
+            .sum();
+        v.dispatches = (v.occurrences.len() + retries) as u64;
         for o in v.occurrences.values_mut() {
             // Only retry-safe work is recorded without a dispatch record.
             o.retry_safe |= o.dispatched == 0;

@@ -342,6 +342,17 @@ impl Actor {
         let mut attempt = 1;
         loop {
             if let Some((j, occ)) = journal {
+                // A retry is one more dispatch of the occurrence, charged to the run's
+                // budget like the first (its retry verdict is on disk, so a restart
+                // counts it too).
+                if attempt > 1
+                    && let Err(e) = j.admit(occ)
+                {
+                    return Err(Stop::Abort(format!(
+                        "node \"{}\" (type {}) at {occ}, attempt {attempt}: {e}",
+                        self.spec.id, self.spec.node_type
+                    )));
+                }
                 Box::pin(self.record_start(j, occ)).await?;
                 self.emitted = inv.emits.then(Vec::new);
             }
