@@ -98,6 +98,46 @@ fn a_retry_on_a_node_that_may_edit_is_refused_before_the_run_naming_it() {
     let e = stderr(&o);
     assert!(e.contains("dispatch budget exhausted"), "{e}");
     assert!(e.contains("attempt 2"), "{e}");
+
+    // A crash after the first attempt started does not refill the retry allowance: the
+    // attempt an explicit resume re-offers is the second and last of the two.
+    let o = command(dir.path())
+        .args(["run", "--durable", "g.json"])
+        .env("HEDDLE_FAULT", "after-start:w")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "not aborted:\n{}", stderr(&o));
+    let run = run_id(&o);
+    // The started, not retry-safe attempt pauses the run for reconciliation first.
+    expect_code(&heddle_in(dir.path(), &["runs", "resume", &run]), SUSPENDED);
+    let o = heddle_in(dir.path(), &["runs", "resume", &run, "--json"]);
+    expect_code(&o, FAILED);
+    let o = heddle_in(dir.path(), &["runs", "show", &run, "--json"]);
+    let v = json(&o);
+    let w = v["occurrences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["occurrence"]["node"] == "w")
+        .unwrap();
+    assert_eq!(
+        w["started"], 2,
+        "one attempt before the crash, one after: {w}"
+    );
+    assert!(
+        w["verdicts"].as_array().is_none_or(|v| v.is_empty()),
+        "the policy's two attempts were spent; nothing retried: {w}"
+    );
+}
+
+/// The id a durable run prints first (`durable run ID …` on stderr).
+fn run_id(o: &std::process::Output) -> String {
+    let e = stderr(o);
+    e.lines()
+        .find_map(|l| l.strip_prefix("durable run "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no run id:\n{e}"))
+        .to_string()
 }
 
 #[test]

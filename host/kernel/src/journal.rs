@@ -19,8 +19,11 @@ pub enum Prior {
     Fresh,
     /// Dispatched but never started (node code provably did not run), or started and
     /// retry-safe, or offered again by an explicit resume: run it without recording a
-    /// second dispatch.
-    Redo,
+    /// second dispatch. `started` counts the attempts an earlier process began, so the
+    /// next one carries its real number and a crash never refills the retry allowance.
+    Redo {
+        started: u32,
+    },
     /// A result was recorded: feed it downstream without running anything.
     Completed {
         outputs: Outputs,

@@ -80,7 +80,8 @@ struct Seen {
     /// occurrence without one is retry-safe.
     recorded_retry_safe: bool,
     dispatched: bool,
-    started: bool,
+    /// Attempts begun (start records).
+    started: u32,
     settled: Option<Prior>,
 }
 
@@ -97,7 +98,7 @@ fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<
                 e.dispatched = true;
                 e.recorded_retry_safe = *retry_safe;
             }
-            Record::Started { .. } => e.started = true,
+            Record::Started { .. } => e.started += 1,
             Record::Completed {
                 outputs,
                 emitted,
@@ -138,8 +139,8 @@ fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<
             let retry_safe = !s.dispatched || s.recorded_retry_safe;
             let prior = match s.settled {
                 Some(p) => p,
-                None if s.started && !retry_safe && !reoffer(occ) => Prior::Uncertain,
-                None if s.dispatched || s.started => Prior::Redo,
+                None if s.started > 0 && !retry_safe && !reoffer(occ) => Prior::Uncertain,
+                None if s.dispatched || s.started > 0 => Prior::Redo { started: s.started },
                 None => Prior::Fresh,
             };
             (occ.clone(), prior)

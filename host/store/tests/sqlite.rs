@@ -391,8 +391,9 @@ fn the_journal_applies_the_crash_table_from_the_log() {
     assert!(
         matches!(j.prior(&occ("done")), Prior::Completed { outputs, .. } if outputs.get("out") == Some(&Value::Int(7)))
     );
-    assert_eq!(j.prior(&occ("queued")), Prior::Redo);
-    assert_eq!(j.prior(&occ("safe")), Prior::Redo);
+    assert_eq!(j.prior(&occ("queued")), Prior::Redo { started: 0 });
+    // Started once before the crash: the re-run is its second attempt.
+    assert_eq!(j.prior(&occ("safe")), Prior::Redo { started: 1 });
     assert_eq!(j.prior(&occ("unsafe")), Prior::Uncertain);
     assert_eq!(
         j.prior(&occ("skipped")),
@@ -403,5 +404,5 @@ fn the_journal_applies_the_crash_table_from_the_log() {
     assert_eq!(j.prior(&occ("never")), Prior::Fresh);
     // Only an explicit resume re-offers the uncertain occurrence.
     let j = heddle_store::DurableJournal::new(log, &records, &|o| o.node == "unsafe");
-    assert_eq!(j.prior(&occ("unsafe")), Prior::Redo);
+    assert_eq!(j.prior(&occ("unsafe")), Prior::Redo { started: 1 });
 }

@@ -149,9 +149,9 @@ impl Actor {
         mint: &mut MintedTokens,
     ) -> Result<Settled, Stop> {
         let occ = self.occurrence(&inv.key);
-        let fresh = match journal.prior(&occ) {
-            Prior::Fresh => true,
-            Prior::Redo => false,
+        let (fresh, begun) = match journal.prior(&occ) {
+            Prior::Fresh => (true, 0),
+            Prior::Redo { started } => (false, started),
             Prior::Completed {
                 outputs,
                 emitted,
@@ -199,7 +199,9 @@ impl Actor {
                 retry_safe: false,
             });
         }
-        let settled = self.attempts(inv, mint, Some((&*journal, &occ))).await;
+        let settled = self
+            .attempts(inv, mint, Some((&*journal, &occ, begun)))
+            .await;
         self.emitted = None;
         let supervised = self.shared.escalator.is_some();
         let record = match &settled {
@@ -332,20 +334,23 @@ impl Actor {
     }
 
     /// The attempt loop of one invocation; `journal` records each attempt's start,
-    /// result and the supervisor's retries.
+    /// result and the supervisor's retries, and says how many attempts an earlier process
+    /// began (numbering continues from there).
     async fn attempts(
         &mut self,
         mut inv: Invocation<'_>,
         mint: &mut MintedTokens,
-        journal: Option<(&dyn Journal, &Occurrence)>,
+        journal: Option<(&dyn Journal, &Occurrence, u32)>,
     ) -> Result<Settled, Stop> {
-        let mut attempt = 1;
+        let begun = journal.map_or(0, |(_, _, n)| n);
+        let journal = journal.map(|(j, occ, _)| (j, occ));
+        let mut attempt = begun + 1;
         loop {
             if let Some((j, occ)) = journal {
                 // A retry is one more dispatch of the occurrence, charged to the run's
                 // budget like the first (its retry verdict is on disk, so a restart
                 // counts it too).
-                if attempt > 1
+                if attempt > begun + 1
                     && let Err(e) = j.admit(occ)
                 {
                     return Err(Stop::Abort(format!(
