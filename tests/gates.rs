@@ -255,3 +255,21 @@ fn one_approval_opens_a_gate_for_every_item_of_a_fan_out() {
         serde_json::json!([["A", "B", "C"]])
     );
 }
+
+#[test]
+fn a_supervised_run_at_a_gate_says_to_answer_it_not_to_resume_it() {
+    let dir = setup();
+    let o = heddle_in(dir.path(), &["run", "--watchdog", "g.json"]);
+    expect_code(&o, SUSPENDED);
+    let e = stderr(&o);
+    let run = run_id(&o);
+    assert!(
+        e.contains(&format!("approve with: heddle runs approve {run} ship")),
+        "{e}"
+    );
+    assert!(!e.contains("resume with"), "{e}");
+    // The watchdog let go of the run: the answer is taken and the run completes.
+    let o = heddle_in(dir.path(), &["runs", "approve", &run, "ship"]);
+    expect_code(&o, OK);
+    assert_eq!(show(dir.path(), &run)["state"], "completed");
+}

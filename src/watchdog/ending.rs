@@ -152,6 +152,13 @@ pub(super) fn finish(
         "limits": sup.limits,
         "workers": sup.history,
     });
+    // A run waiting at a gate is answered, not resumed (a resume would only pause there
+    // again): the pause line says how, as an unsupervised durable run's does.
+    let gate = worker_report
+        .as_ref()
+        .and_then(|r| serde_json::from_value::<heddle_core::SuspendInfo>(r["suspend"].clone()).ok())
+        .filter(|s| heddle_core::gate::GateAsk::from_state(&s.state).is_some())
+        .map(|s| s.node_id);
     if target.worker.json {
         // The worker's own report when the run recorded its ending; the watchdog's view
         // always, with the exit code this process ends with.
@@ -207,10 +214,13 @@ pub(super) fn finish(
         ),
     }
     if exit == Exit::Suspended {
-        eprintln!(
-            "run {} paused; resume with: heddle runs resume --watchdog {}",
-            sup.run_id, sup.run_id
-        );
+        let run = &sup.run_id;
+        match gate {
+            Some(g) => eprintln!(
+                "run {run} waits at gate {g}; approve with: heddle runs approve {run} {g} [--note TEXT], or reject with: heddle runs reject {run} {g} --note TEXT"
+            ),
+            None => eprintln!("run {run} paused; resume with: heddle runs resume --watchdog {run}"),
+        }
     }
     Ok(exit)
 }
