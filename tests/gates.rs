@@ -223,6 +223,36 @@ fn the_gate_example_pauses_then_announces_once_approved() {
     );
 }
 
+/// The example with every declaration in one graph: the diamond and the check run, the
+/// result waits at the gate, and the approval releases exactly what the check passed.
+#[test]
+fn the_review_example_runs_diamond_fields_and_check_then_waits_at_its_gate() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "heddle.toml", CONFIG);
+    let example = std::fs::read_to_string(root().join("examples/review.json")).unwrap();
+    write(dir.path(), "g.json", &example);
+    let o = heddle_in(dir.path(), &["run", "--durable", "g.json"]);
+    expect_code(&o, SUSPENDED);
+    let run = run_id(&o);
+    assert!(
+        stderr(&o).contains(&format!("heddle runs approve {run} release")),
+        "{}",
+        stderr(&o)
+    );
+    let view = show(dir.path(), &run);
+    assert_eq!(view["pause"]["node"], "release", "{view:#}");
+    let o = heddle_in(dir.path(), &["runs", "approve", &run, "release", "--json"]);
+    expect_code(&o, OK);
+    let v = json(&o);
+    assert_eq!(
+        v["outputs"]["triaged"],
+        serde_json::json!([{"all": [
+            {"id": "a1", "amount": 250}, {"id": "a2", "amount": 40}, {"id": "a3", "amount": 120}
+        ]}]),
+        "{v:#}"
+    );
+}
+
 #[test]
 fn one_approval_opens_a_gate_for_every_item_of_a_fan_out() {
     let dir = tempfile::tempdir().unwrap();
