@@ -9,10 +9,10 @@
 
 use std::time::{Duration, Instant};
 
-use heddle_core::{GraphBuilder, GraphDoc, INPUT_TYPE, OUTPUT_TYPE, RunStatus, Value};
+use heddle_core::{GraphBuilder, GraphDoc, INPUT_TYPE, OUTPUT_TYPE, RunResult, RunStatus, Value};
 
 use crate::registry::Registry;
-use crate::runtime::{KernelError, Run, RunOptions};
+use crate::runtime::{KernelError, Run, RunHandle, RunOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
@@ -249,20 +249,8 @@ pub async fn run_shape_journaled(
     messages: usize,
     journal: Option<std::sync::Arc<dyn crate::journal::Journal>>,
 ) -> Result<BenchRun, BenchError> {
-    let doc = graph(shape, n);
-    let plan = heddle_core::plan::plan(&doc, registry).map_err(KernelError::from)?;
-    let run = Run::new(
-        plan,
-        registry,
-        RunOptions {
-            event_cap: 1_000,
-            journal,
-            ..RunOptions::default()
-        },
-    )?;
-    let cpu0 = CpuTime::now();
-    let t0 = Instant::now();
-    let h = run.start();
+    let timed = TimedRun::start(&graph(shape, n), registry, journal)?;
+    let h = &timed.handle;
     let (msgs, expect) = match shape {
         Shape::Chain | Shape::ChainWhen => {
             // From 1, so every value passes `value > 0`.
@@ -275,26 +263,7 @@ pub async fn run_shape_journaled(
         Shape::Fanout => (n as u64, 3 * n as u64),
         Shape::Wide => (n as u64, n as u64),
     };
-    let r = h.wait().await;
-    let elapsed = t0.elapsed();
-    let cpu = CpuTime::used_since(cpu0);
-    if r.status != RunStatus::Completed {
-        return Err(BenchError::Run {
-            status: r.status,
-            error: r.error.unwrap_or_default(),
-        });
-    }
-    let invocations: u64 = r
-        .nodes
-        .values()
-        .filter(|n| n.node_type == "heddle.passthrough")
-        .map(|n| n.invocations)
-        .sum();
-    if invocations != expect {
-        return Err(BenchError::Output(format!(
-            "expected {expect} invocations, counted {invocations}"
-        )));
-    }
+    let (r, timing) = timed.finish("heddle.passthrough", expect).await?;
     match shape {
         Shape::Chain | Shape::ChainWhen => {
             let got = r.outputs.get("out").map(|v| v.len()).unwrap_or(0);
@@ -320,9 +289,82 @@ pub async fn run_shape_journaled(
         Shape::Wide => {}
     }
     Ok(BenchRun {
-        elapsed,
-        cpu,
         messages: msgs,
-        invocations,
+        ..timing
     })
+}
+
+/// A bench run between its start and its checked result: one way to time a shape, so
+/// every shape (the kernel's here, the WASM ones in `heddle_wasm::bench`) measures the
+/// same span and refuses the same wrong results.
+pub struct TimedRun {
+    pub handle: RunHandle,
+    cpu0: Option<CpuTime>,
+    t0: Instant,
+}
+
+impl TimedRun {
+    /// Plans `doc` and starts it (retaining few events, written ahead to `journal` when
+    /// given); the clocks start here.
+    pub fn start(
+        doc: &GraphDoc,
+        registry: &Registry,
+        journal: Option<std::sync::Arc<dyn crate::journal::Journal>>,
+    ) -> Result<TimedRun, BenchError> {
+        let plan = heddle_core::plan::plan(doc, registry).map_err(KernelError::from)?;
+        let run = Run::new(
+            plan,
+            registry,
+            RunOptions {
+                event_cap: 1_000,
+                journal,
+                ..RunOptions::default()
+            },
+        )?;
+        let cpu0 = CpuTime::now();
+        let t0 = Instant::now();
+        Ok(TimedRun {
+            handle: run.start(),
+            cpu0,
+            t0,
+        })
+    }
+
+    /// Waits for the result and stops the clocks. A run that did not complete, or whose
+    /// `node_type` nodes did not make exactly `expect` invocations, is an error: a bench
+    /// that drops work cannot pass for a fast one. The timing's `messages` is left 0 for
+    /// the caller to set.
+    pub async fn finish(
+        self,
+        node_type: &str,
+        expect: u64,
+    ) -> Result<(RunResult, BenchRun), BenchError> {
+        let r = self.handle.wait().await;
+        let elapsed = self.t0.elapsed();
+        let cpu = CpuTime::used_since(self.cpu0);
+        if r.status != RunStatus::Completed {
+            return Err(BenchError::Run {
+                status: r.status,
+                error: r.error.unwrap_or_default(),
+            });
+        }
+        let invocations: u64 = r
+            .nodes
+            .values()
+            .filter(|n| n.node_type == node_type)
+            .map(|n| n.invocations)
+            .sum();
+        if invocations != expect {
+            return Err(BenchError::Output(format!(
+                "expected {expect} invocations, counted {invocations}"
+            )));
+        }
+        let timing = BenchRun {
+            elapsed,
+            cpu,
+            messages: 0,
+            invocations,
+        };
+        Ok((r, timing))
+    }
 }

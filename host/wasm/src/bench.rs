@@ -12,11 +12,10 @@
 //! run on the same scheduler; the difference between the two is the WASM cost.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use heddle_core::{GraphBuilder, GraphDoc, INPUT_TYPE, OUTPUT_TYPE, RunStatus, Value};
-use heddle_kernel::bench::{BenchError, BenchRun, CpuTime};
-use heddle_kernel::{Journal, KernelError, Registry, Run, RunOptions};
+use heddle_core::{GraphBuilder, GraphDoc, INPUT_TYPE, OUTPUT_TYPE, Value};
+use heddle_kernel::bench::{BenchError, BenchRun, TimedRun};
+use heddle_kernel::{Journal, Registry};
 
 /// The WASM node every shape invokes: a pure, reuse-safe `std` node.
 pub const NODE_TYPE: &str = "std.math.arith";
@@ -113,20 +112,8 @@ pub async fn run_shape(
     messages: usize,
     journal: Option<Arc<dyn Journal>>,
 ) -> Result<BenchRun, BenchError> {
-    let doc = graph(shape, n);
-    let plan = heddle_core::plan::plan(&doc, registry).map_err(KernelError::from)?;
-    let run = Run::new(
-        plan,
-        registry,
-        RunOptions {
-            event_cap: 1_000,
-            journal,
-            ..RunOptions::default()
-        },
-    )?;
-    let cpu0 = CpuTime::now();
-    let t0 = Instant::now();
-    let h = run.start();
+    let timed = TimedRun::start(&graph(shape, n), registry, journal)?;
+    let h = &timed.handle;
     let (msgs, expect, hops) = match shape {
         WasmShape::Chain => {
             for i in 0..messages {
@@ -137,26 +124,7 @@ pub async fn run_shape(
         }
         WasmShape::Fanout => (n, 3 * n, 3),
     };
-    let r = h.wait().await;
-    let elapsed = t0.elapsed();
-    let cpu = CpuTime::used_since(cpu0);
-    if r.status != RunStatus::Completed {
-        return Err(BenchError::Run {
-            status: r.status,
-            error: r.error.unwrap_or_default(),
-        });
-    }
-    let invocations: u64 = r
-        .nodes
-        .values()
-        .filter(|n| n.node_type == NODE_TYPE)
-        .map(|n| n.invocations)
-        .sum();
-    if invocations != expect as u64 {
-        return Err(BenchError::Output(format!(
-            "expected {expect} invocations, counted {invocations}"
-        )));
-    }
+    let (r, timing) = timed.finish(NODE_TYPE, expect as u64).await?;
     let out = r.outputs.get("out").map(Vec::as_slice).unwrap_or_default();
     let values: Vec<&Value> = match shape {
         WasmShape::Chain => out.iter().collect(),
@@ -186,9 +154,7 @@ pub async fn run_shape(
         )));
     }
     Ok(BenchRun {
-        elapsed,
-        cpu,
         messages: msgs as u64,
-        invocations,
+        ..timing
     })
 }
