@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use crate::cli::{Cli, Command};
 use crate::commands;
-use crate::exit::{Exit, classify};
+use crate::exit::{Exit, bounded, classify};
 
 pub fn main(cli: Cli) -> ExitCode {
     let verbose = cli.verbose;
@@ -33,7 +33,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Package(a) => commands::package::run(a),
         Command::Images(a) => commands::images::run(a),
         Command::Runs(a) => commands::runs::run(a),
-        Command::Worker(a) => crate::watchdog::worker::run(a),
+        Command::Worker(a) => commands::worker::run(a),
         Command::Serve(a) => crate::serve::run(a),
     }
 }
@@ -49,41 +49,4 @@ fn print_error(err: &anyhow::Error, verbose: bool) {
         format!("{err:#}")
     };
     let _ = writeln!(out, "error: {}", bounded(&text));
-}
-
-/// Longest line of an error the CLI prints. Errors quote what the user wrote (node ids,
-/// handles, values); a 10 MB id must not make a 10 MB error, whichever library wrote it.
-pub const ERROR_LINE_MAX_CHARS: usize = 2000;
-
-/// `text` with every line clipped to [`ERROR_LINE_MAX_CHARS`].
-pub fn bounded(text: &str) -> String {
-    let mut out = String::with_capacity(text.len().min(1 << 16));
-    for (i, line) in text.split('\n').enumerate() {
-        if i > 0 {
-            out.push('\n');
-        }
-        out.push_str(&heddle_core::text::clip(line, ERROR_LINE_MAX_CHARS));
-    }
-    out
-}
-
-/// The tokio runtime the commands run on.
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    runtime_with_threads(None)
-}
-
-/// A runtime with `threads` workers (`None`: one per core); 1 is a current-thread
-/// runtime, so `heddle bench --threads 1` measures the scheduler without any cross-thread
-/// wake-ups.
-pub fn runtime_with_threads(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut b = match threads {
-        Some(1) => tokio::runtime::Builder::new_current_thread(),
-        Some(n) => {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(n);
-            b
-        }
-        None => tokio::runtime::Builder::new_multi_thread(),
-    };
-    Ok(b.enable_all().thread_name("heddle").build()?)
 }

@@ -78,6 +78,31 @@ impl UsageError {
     }
 }
 
+/// A line of `--stream` input the run could not take; the run is stopped (exit 2).
+#[derive(Debug, thiserror::Error)]
+#[error("--stream {name}: line {line}: {problem}; the run was stopped")]
+pub struct StreamLineError {
+    pub(crate) name: String,
+    pub(crate) line: u64,
+    pub(crate) problem: String,
+}
+
+/// Longest line of an error the CLI prints. Errors quote what the user wrote (node ids,
+/// handles, values); a 10 MB id must not make a 10 MB error, whichever library wrote it.
+pub const ERROR_LINE_MAX_CHARS: usize = 2000;
+
+/// `text` with every line clipped to [`ERROR_LINE_MAX_CHARS`].
+pub fn bounded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(1 << 16));
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&heddle_core::text::clip(line, ERROR_LINE_MAX_CHARS));
+    }
+    out
+}
+
 /// Shorthand for returning a [`UsageError`] from a function returning `anyhow::Result`.
 #[macro_export]
 macro_rules! usage {
@@ -91,7 +116,7 @@ macro_rules! usage {
 pub fn classify(err: &anyhow::Error) -> Exit {
     for cause in err.chain() {
         if cause.is::<UsageError>()
-            || cause.is::<crate::commands::run::StreamLineError>()
+            || cause.is::<StreamLineError>()
             || cause.is::<DocError>()
             || cause.is::<ValidationError>()
             || cause.is::<InputErrors>()

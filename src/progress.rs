@@ -119,7 +119,7 @@ impl Progress {
                 }
                 let node_id = clip(id, ECHO_MAX_CHARS);
                 let node_type = clip(node_type, ECHO_MAX_CHARS);
-                let error = error.as_deref().map(crate::app::bounded);
+                let error = error.as_deref().map(crate::exit::bounded);
                 let line = match status {
                     NodeStatus::Completed if self.per_node_lines => Some(format!(
                         "{} done     {node_id} ({node_type})",

@@ -4,11 +4,12 @@
 //! built-in.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use heddle_core::graph::GraphDoc;
+use heddle_core::plan::{Plan, ValidationError};
 use heddle_kernel::Registry;
 use heddle_runners::{CodeNodes, RunnersConfig};
 use heddle_wasm::{PackageStore, WasmConfig, WasmHost, WasmProvider};
@@ -124,4 +125,17 @@ impl Env {
 /// The node types a graph uses: what a run or validation needs loaded.
 pub fn graph_types(doc: &GraphDoc) -> BTreeSet<String> {
     doc.nodes.iter().map(|n| n.node_type.clone()).collect()
+}
+
+/// Reads a graph file; a missing file or malformed JSON is a usage error naming the
+/// file (and line:column).
+pub fn load_graph(path: &Path) -> anyhow::Result<GraphDoc> {
+    Ok(GraphDoc::load(path)?)
+}
+
+/// Plans a graph against the registry; the error lists every problem.
+pub fn plan_graph(doc: &GraphDoc, registry: &Registry, path: &Path) -> anyhow::Result<Plan> {
+    heddle_core::plan::plan(doc, registry)
+        .map_err(|e: ValidationError| anyhow::Error::from(e))
+        .with_context(|| format!("{}", path.display()))
 }

@@ -119,7 +119,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
             .chain(WasmShape::ALL.into_iter().map(AnyShape::Wasm))
             .collect(),
     };
-    let rt = crate::app::runtime_with_threads(args.threads)?;
+    let rt = crate::runtime::runtime_with_threads(args.threads)?;
     let mut registry = Registry::with_builtins();
     if shapes.iter().any(|s| matches!(s, AnyShape::Wasm(_))) {
         registry.add(std::sync::Arc::new(rt.block_on(wasm_provider())?))?;

@@ -9,7 +9,7 @@ use crate::providers::Settings;
 pub fn run(args: ImagesArgs) -> anyhow::Result<Exit> {
     let settings = Settings::load(&args.env)?;
     let ImagesCommand::Build { force } = args.command;
-    let rt = crate::app::runtime()?;
+    let rt = crate::runtime::runtime()?;
     let opts = BuildOptions { force };
     let progress = |line: &str| eprintln!("{line}");
     let outcomes = rt.block_on(build_images(&settings.runners, &opts, &progress))?;

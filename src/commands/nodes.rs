@@ -9,7 +9,7 @@ use crate::exit::Exit;
 use crate::providers::Env;
 
 pub fn run(args: NodesArgs) -> anyhow::Result<Exit> {
-    let rt = crate::app::runtime()?;
+    let rt = crate::runtime::runtime()?;
     let env = rt.block_on(Env::load(&args.env, None))?;
     let decls: Vec<_> = env
         .registry

@@ -116,7 +116,7 @@ fn grant_of(settings: &Settings, pkg: &WasmPackage) -> PackageGrant {
 pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
     let settings = Settings::load(&args.env)?;
     let store = settings.store();
-    let rt = crate::app::runtime()?;
+    let rt = crate::runtime::runtime()?;
     let config_name = match &settings.config.path {
         Some(p) => p.display().to_string(),
         None => crate::config::DEFAULT_FILE.to_string(),

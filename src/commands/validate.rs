@@ -74,15 +74,15 @@ impl<'a> Verdict<'a> {
 }
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
-    let rt = crate::app::runtime()?;
+    let rt = crate::runtime::runtime()?;
     let graph = args.graph.display().to_string();
-    let doc = match super::load_graph(&args.graph) {
+    let doc = match crate::providers::load_graph(&args.graph) {
         Ok(doc) => doc,
         Err(e) if args.json => {
             let v = Verdict {
                 graph,
                 valid: false,
-                error: Some(crate::app::bounded(&format!("{e:#}"))),
+                error: Some(crate::exit::bounded(&format!("{e:#}"))),
                 issues: &[],
                 warnings: &[],
                 nodes: None,

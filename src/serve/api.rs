@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::host::{CreateError, Host};
 use super::token::Token;
-use crate::commands::runs;
+use crate::durable;
 
 /// Largest request body taken (a graph document with its inputs).
 pub const MAX_BODY_BYTES: usize = 4 << 20;
@@ -57,7 +57,7 @@ impl ApiError {
     fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
-            body: json!({ "error": crate::app::bounded(&message.into()) }),
+            body: json!({ "error": crate::exit::bounded(&message.into()) }),
         }
     }
 }
@@ -145,10 +145,13 @@ async fn authorize(State(api): State<Api>, req: Request, next: Next) -> Response
 
 async fn list(State(api): State<Api>) -> Result<Json<serde_json::Value>, ApiError> {
     let store = api.host.store.clone();
-    let rows = tokio::task::spawn_blocking(move || runs::list_states(&*store))
+    let rows = tokio::task::spawn_blocking(move || durable::list_states(&*store))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
-    let v: Vec<_> = rows.iter().map(|(s, st)| runs::list_json(s, *st)).collect();
+    let v: Vec<_> = rows
+        .iter()
+        .map(|(s, st)| durable::list_json(s, *st))
+        .collect();
     Ok(Json(json!(v)))
 }
 
@@ -160,7 +163,7 @@ async fn show(
     let (header, _, view) = tokio::task::spawn_blocking(move || session::inspect(&*store, &id))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
-    Ok(Json(runs::show_json(&header, &view)))
+    Ok(Json(durable::show_json(&header, &view)))
 }
 
 #[derive(Deserialize)]
@@ -210,12 +213,12 @@ async fn create(
             // The shape of `heddle validate --json` for a refused graph.
             let error = match &e {
                 CreateError::Invalid(_) => None,
-                _ => Some(crate::app::bounded(&chain(&e))),
+                _ => Some(crate::exit::bounded(&chain(&e))),
             };
             let body = json!({
                 "graph": name,
                 "valid": false,
-                "error": error.clone().unwrap_or_else(|| crate::app::bounded(&e.to_string())),
+                "error": error.clone().unwrap_or_else(|| crate::exit::bounded(&e.to_string())),
                 "issues": e.issues(),
                 "warnings": [],
             });

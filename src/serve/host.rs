@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::commands::{gates, runs};
+use crate::durable::{self, gates};
 use crate::providers::Env;
 
 /// Largest graph the API plans: nodes plus edges. A document this size is already far
@@ -57,7 +57,7 @@ struct Active {
 
 pub struct Host {
     pub store: Arc<SqliteStore>,
-    section: runs::StoreSection,
+    section: durable::StoreSection,
     env: Env,
     workers: Arc<Semaphore>,
     active: Mutex<HashMap<String, Active>>,
@@ -70,7 +70,7 @@ pub struct Host {
 impl Host {
     pub fn new(
         store: Arc<SqliteStore>,
-        section: runs::StoreSection,
+        section: durable::StoreSection,
         env: Env,
         workers: usize,
     ) -> Host {
@@ -119,12 +119,12 @@ impl Host {
             .collect();
         plan.bind_inputs(&values)?;
         let opts = RunOptions {
-            secrets: crate::commands::run::run_secrets(&self.env, None),
+            secrets: crate::execute::run_secrets(&self.env, None),
             inputs: values,
             node_timeout: self.env.config.run.node_timeout(),
             ..RunOptions::default()
         };
-        let run = runs::record(
+        let run = durable::record(
             &self.env,
             name.to_string(),
             text.into_bytes(),
@@ -143,7 +143,7 @@ impl Host {
     /// (a package changed) is reported and left alone.
     pub async fn adopt_all(self: &Arc<Self>) -> Result<Vec<String>, StoreError> {
         let store = self.dyn_store();
-        let runs = blocking(move || runs::list_states(&*store)).await?;
+        let runs = blocking(move || durable::list_states(&*store)).await?;
         let mut adopted = Vec::new();
         for (summary, state) in runs {
             if !matches!(state, RunState::Running | RunState::Interrupted) {
@@ -181,9 +181,9 @@ impl Host {
         let store = self.dyn_store();
         let run_id = id.to_string();
         let r = blocking(move || session::check_resume(&*store, &run_id, pause)).await?;
-        let doc = runs::stored_graph(&r.header)?;
+        let doc = durable::stored_graph(&r.header)?;
         // A run waiting at a gate is answered (approve/reject), not resumed.
-        crate::commands::gates::refuse_resume_at_gate(&r, &doc)?;
+        crate::durable::gates::refuse_resume_at_gate(&r, &doc)?;
         self.reopen_and_spawn(r, Some(doc), None).await
     }
 
@@ -222,9 +222,9 @@ impl Host {
     ) -> anyhow::Result<()> {
         let doc = match doc {
             Some(d) => d,
-            None => runs::stored_graph(&r.header)?,
+            None => durable::stored_graph(&r.header)?,
         };
-        let (plan, opts) = runs::prepare(&self.env, &r, &doc, approval.as_ref())?;
+        let (plan, opts) = durable::prepare(&self.env, &r, &doc, approval.as_ref())?;
         let store = self.dyn_store();
         let session = blocking(move || session::reopen(store, &r)).await?;
         let session = match approval {
@@ -285,7 +285,7 @@ impl Host {
             if let Err(e) = host.work(session, plan, opts, cancel).await {
                 eprintln!(
                     "error: run {run_id}: {}",
-                    crate::app::bounded(&format!("{e:#}"))
+                    crate::exit::bounded(&format!("{e:#}"))
                 );
             }
             host.active().remove(&run_id);
@@ -318,7 +318,7 @@ impl Host {
         let run = match Run::new(plan, &self.env.registry, opts) {
             Ok(run) => run,
             Err(e) => {
-                let error = crate::app::bounded(&format!("{:#}", anyhow::Error::from(e)));
+                let error = crate::exit::bounded(&format!("{:#}", anyhow::Error::from(e)));
                 let s = session.clone();
                 return blocking(move || {
                     let (_, w) = s.log.append_synced(Record::Finished {

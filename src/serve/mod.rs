@@ -22,12 +22,12 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
-use crate::commands::runs::StoreSection;
+use crate::durable::StoreSection;
 use crate::exit::Exit;
 use crate::providers::Env;
 
 pub fn run(args: ServeArgs) -> anyhow::Result<Exit> {
-    let rt = crate::app::runtime()?;
+    let rt = crate::runtime::runtime()?;
     let exit = rt.block_on(serve(args));
     // SSE connections and blocked readers must not hold the process after shutdown.
     rt.shutdown_timeout(Duration::from_millis(100));
@@ -139,7 +139,7 @@ async fn heartbeat(store: Arc<SqliteStore>, lost: CancellationToken) {
         match r {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
-                eprintln!("error: {}", crate::app::bounded(&format!("{e}")));
+                eprintln!("error: {}", crate::exit::bounded(&format!("{e}")));
                 lost.cancel();
                 return;
             }

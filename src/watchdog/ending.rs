@@ -7,10 +7,8 @@ use heddle_store::status::RunState;
 
 use super::state::{Phase, Supervision, now_ms};
 use super::{Ending, Target};
+use crate::execute::FINAL_REPORT;
 use crate::exit::Exit;
-
-/// Name of the artifact holding a supervised run's final report.
-pub const FINAL_REPORT: &str = "final-report";
 
 /// The final report the worker stored for the ending the log records, read back and
 /// verified against its digest. A completed run must have one; for other endings it is

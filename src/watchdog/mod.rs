@@ -15,7 +15,6 @@ pub mod limits;
 pub mod packages;
 pub mod state;
 pub mod status;
-pub mod worker;
 
 use std::path::PathBuf;
 
@@ -26,11 +25,10 @@ use heddle_store::session;
 use heddle_store::status::{RunState, RunView, pid_alive};
 
 use crate::cli::{EnvArgs, RunArgs, WatchdogArgs};
-use crate::commands::runs::StoreSection;
+use crate::durable::StoreSection;
 use crate::exit::Exit;
 use crate::providers::Env;
 use cleanup::{Containers, Teardown};
-pub use ending::FINAL_REPORT;
 use ending::{exit_from, finish};
 use launch::{Signals, StopReason, WorkerCommand};
 use limits::Limits;
@@ -58,7 +56,7 @@ pub fn start(
     }
     let limits = Limits::from_args(&args.watchdog)?;
     let budget = store.budget(true, args.max_dispatches, args.time_limit_ms)?;
-    let mut run = crate::commands::runs::new_run(env, &args.graph, plan, opts, budget)?;
+    let mut run = crate::durable::new_run(env, &args.graph, plan, opts, budget)?;
     run.limits["watchdog"] = serde_json::to_value(&limits)?;
     let header = store.open()?.create_run(&run)?;
     eprintln!(
@@ -102,7 +100,7 @@ pub fn resume(
         }
     }
     limits::env_names(&wd.env_vars)?;
-    let store = crate::commands::runs::existing(section, run)?;
+    let store = crate::durable::existing(section, run)?;
     store.header(run)?;
     let lock = ProcessLock::acquire(section.path(), run)?;
     // Refusals (finished, live, another pause) come before anything is written.

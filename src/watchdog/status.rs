@@ -12,7 +12,7 @@ use heddle_store::status::pid_alive;
 use serde_json::{Value, json};
 
 use super::state::{Supervision, now_ms};
-use crate::commands::runs::{StoreSection, existing};
+use crate::durable::{StoreSection, existing};
 use crate::exit::Exit;
 
 pub fn run(section: &StoreSection, run: &str, json_out: bool) -> anyhow::Result<Exit> {

@@ -35,7 +35,7 @@ pub fn approve(
 ) -> anyhow::Result<Exit> {
     let (r, ask, approval) = approval(&*store, run, gate, note)?;
     eprintln!("gate \"{}\" of run {run} approved", ask.title);
-    super::runs::continue_run(store, r, env_args, json, Some(approval))
+    super::continue_run(store, r, env_args, json, Some(approval))
 }
 
 /// Checks that `run` waits at `gate` and builds its approval (nothing is written).
@@ -144,7 +144,7 @@ fn waiting_gate(
     gate: &str,
 ) -> anyhow::Result<(Resumption, GateAsk, Vec<Occurrence>)> {
     let r = session::check_resume(store, run, None)?;
-    let doc = super::runs::stored_graph(&r.header)?;
+    let doc = super::stored_graph(&r.header)?;
     let gates: Vec<&str> = doc
         .nodes
         .iter()

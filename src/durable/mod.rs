@@ -1,0 +1,356 @@
+//! Durable runs: the `[store]` section, recording a new run (its graph bytes, plan,
+//! inputs, package digests and limits), and taking a recorded run over again, by
+//! `heddle runs resume`, a gate's approval, a watchdog's worker or the server's
+//! adoption. The commands that print what is recorded are in `commands::runs`.
+
+pub mod gates;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use heddle_core::GraphDoc;
+use heddle_core::plan::Plan;
+use heddle_kernel::runtime::RunOptions;
+use heddle_store::session::{self, Session};
+use heddle_store::status::RunView;
+use heddle_store::{
+    Budget, NewRun, RunHeader, RunState, RunStore, RunSummary, SqliteStore, StoreError,
+};
+use serde::Deserialize;
+
+use crate::config::Config;
+use crate::exit::Exit;
+use crate::providers::Env;
+
+/// `[store]` in heddle.toml.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSection {
+    /// The run store file (default `.heddle/runs.db`), relative to the config file.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Make every `heddle run` durable, as if `--durable` were given.
+    #[serde(default)]
+    pub durable: bool,
+    /// Budget of every durable run (the flags of the same names override it).
+    #[serde(default)]
+    pub max_dispatches: Option<u64>,
+    #[serde(default)]
+    pub time_limit_ms: Option<u64>,
+}
+
+impl StoreSection {
+    pub fn load(config: &Config) -> anyhow::Result<StoreSection> {
+        let mut s: StoreSection = config.section("store")?.unwrap_or_default();
+        s.path = Some(match s.path {
+            Some(p) => config.resolve(&p),
+            None => PathBuf::from(heddle_store::DEFAULT_PATH),
+        });
+        Ok(s)
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.path
+            .as_deref()
+            .unwrap_or(Path::new(heddle_store::DEFAULT_PATH))
+    }
+
+    pub(crate) fn open(&self) -> Result<Arc<dyn RunStore>, StoreError> {
+        Ok(Arc::new(SqliteStore::open(self.path())?))
+    }
+
+    /// Opens a store that must already exist: reading or resuming never creates one.
+    pub(crate) fn open_existing(&self) -> anyhow::Result<Option<Arc<dyn RunStore>>> {
+        if !self.path().exists() {
+            return Ok(None);
+        }
+        Ok(Some(self.open()?))
+    }
+}
+
+/// Records a new durable run and prints its id before anything runs.
+pub fn begin(
+    store: &StoreSection,
+    env: &Env,
+    graph: &Path,
+    plan: &Plan,
+    opts: &RunOptions,
+    budget: Budget,
+) -> anyhow::Result<Session> {
+    let run = new_run(env, graph, plan, opts, budget)?;
+    let (header, session) = session::begin(store.open()?, &run)?;
+    eprintln!(
+        "durable run {} (store {})",
+        header.run_id,
+        store.path().display()
+    );
+    Ok(session)
+}
+
+/// What a new durable run records: the graph's exact bytes, its plan, inputs, package
+/// digests and limits.
+pub(crate) fn new_run(
+    env: &Env,
+    graph: &Path,
+    plan: &Plan,
+    opts: &RunOptions,
+    budget: Budget,
+) -> anyhow::Result<NewRun> {
+    let graph_bytes =
+        std::fs::read(graph).map_err(|e| crate::usage!("cannot read {}: {e}", graph.display()))?;
+    Ok(record(
+        env,
+        graph.display().to_string(),
+        graph_bytes,
+        plan,
+        opts,
+        budget,
+    ))
+}
+
+/// [`new_run`] for a document already in memory (the server's API), named `graph_name`.
+pub(crate) fn record(
+    env: &Env,
+    graph_name: String,
+    graph_bytes: Vec<u8>,
+    plan: &Plan,
+    opts: &RunOptions,
+    budget: Budget,
+) -> NewRun {
+    NewRun {
+        graph_name,
+        graph_bytes,
+        plan: plan_summary(plan),
+        inputs: opts.inputs.clone(),
+        // Secrets reach nodes through the operator's grants, by name, on every start;
+        // no secret value is ever part of a run.
+        secrets: Vec::new(),
+        packages: used_packages(plan, &env.package_digests),
+        limits: limits(opts, budget),
+    }
+}
+
+/// A run's limits as recorded: the node timeout and the budget ([`Budget::of`] reads
+/// it back).
+fn limits(opts: &RunOptions, budget: Budget) -> serde_json::Value {
+    let mut v = serde_json::to_value(budget).unwrap_or_default();
+    v["node_timeout_ms"] = serde_json::json!(opts.node_timeout.map(|t| t.as_millis() as u64));
+    v
+}
+
+impl StoreSection {
+    /// The budget of a new durable run: the flags, else `[store]`. A budget is kept only
+    /// by a durable run, so asking for one otherwise is refused rather than ignored.
+    pub fn budget(
+        &self,
+        durable: bool,
+        max_dispatches: Option<u64>,
+        time_limit_ms: Option<u64>,
+    ) -> anyhow::Result<Budget> {
+        if !durable && (max_dispatches.is_some() || time_limit_ms.is_some()) {
+            return Err(crate::usage!(
+                "--max-dispatches and --time-limit-ms bound a durable run: add --durable (or [store] durable = true)"
+            ));
+        }
+        if self.time_limit_ms == Some(0) {
+            return Err(crate::usage!(
+                "[store] time_limit_ms = 0: a run needs at least 1 ms"
+            ));
+        }
+        Ok(Budget {
+            max_dispatches: max_dispatches.or(self.max_dispatches),
+            time_limit_ms: time_limit_ms.or(self.time_limit_ms),
+        })
+    }
+}
+
+/// What a plan is, for the record and for `heddle runs show`.
+fn plan_summary(plan: &Plan) -> serde_json::Value {
+    let nodes: Vec<_> = plan
+        .nodes
+        .iter()
+        .map(|n| {
+            serde_json::json!({
+                "id": &*n.id,
+                "type": &*n.node_type,
+                "retry_safe": n.decl.retry_safe,
+                "origin": n.decl.origin,
+            })
+        })
+        .collect();
+    serde_json::json!({ "nodes": nodes, "edges": plan.edges.len() })
+}
+
+/// The packages (by name, with their sha256) whose node types the plan uses.
+fn used_packages(plan: &Plan, digests: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    plan.nodes
+        .iter()
+        .filter_map(|n| {
+            let name = n.decl.origin.strip_prefix("package:")?;
+            let name = name.split('@').next().unwrap_or(name);
+            Some((name.to_string(), digests.get(name)?.clone()))
+        })
+        .collect()
+}
+
+pub(crate) fn existing(section: &StoreSection, run: &str) -> anyhow::Result<Arc<dyn RunStore>> {
+    section.open_existing()?.ok_or_else(|| {
+        anyhow::Error::from(StoreError::UnknownRun(run.to_string()))
+            .context(format!("no run store at {}", section.path().display()))
+    })
+}
+
+/// Every run with its state, folded from its log.
+pub(crate) fn list_states(store: &dyn RunStore) -> Result<Vec<(RunSummary, RunState)>, StoreError> {
+    let mut rows = Vec::new();
+    for s in store.list()? {
+        let read = store.read(&s.run_id, 0)?;
+        let view = RunView::fold(&read.records, heddle_store::status::pid_alive);
+        rows.push((s, view.state));
+    }
+    Ok(rows)
+}
+
+/// A run in a listing, as `runs list --json` and the server's API give it.
+pub(crate) fn list_json(s: &RunSummary, state: RunState) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": s.run_id, "created_ms": s.created_ms, "graph": s.graph_name,
+        "state": state, "records": s.records,
+    })
+}
+
+/// One run in full, as `runs show --json` and the server's API give it.
+pub(crate) fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": header.run_id,
+        "created_ms": header.created_ms,
+        "graph": header.run.graph_name,
+        "graph_sha256": header.graph_sha256,
+        "inputs": header.run.inputs,
+        "packages": header.run.packages,
+        "limits": header.run.limits,
+        "plan": header.run.plan,
+        "state": view.state,
+        "owner_pid": view.owner_pid,
+        "epoch": view.epoch,
+        "pause": view.pause,
+        "error": view.error,
+        "dispatches": view.dispatches,
+        "execution_ms": view.execution_ms,
+        "budget": heddle_store::Budget::of(&header.run.limits),
+        "usage": view.usage(),
+        "records": view.records,
+        "occurrences": view.occurrences.iter().map(|(o, v)| {
+            let mut e = serde_json::to_value(v).unwrap_or_default();
+            e["occurrence"] = serde_json::to_value(o).unwrap_or_default();
+            e
+        }).collect::<Vec<_>>(),
+    })
+}
+
+pub(crate) fn resume(
+    section: &StoreSection,
+    env_args: &crate::cli::EnvArgs,
+    run: &str,
+    pause: Option<u64>,
+    json: bool,
+) -> anyhow::Result<Exit> {
+    let store = existing(section, run)?;
+    // Everything is checked before the run is taken over, so a refused resume writes
+    // nothing.
+    let r = session::check_resume(&*store, run, pause)?;
+    continue_run(store, r, env_args, json, None)
+}
+
+/// The graph document a run was started from, exactly as stored.
+pub(crate) fn stored_graph(h: &heddle_store::RunHeader) -> anyhow::Result<GraphDoc> {
+    let text = String::from_utf8(h.run.graph_bytes.clone())
+        .map_err(|e| crate::usage!("run {}: the stored graph is not UTF-8: {e}", h.run_id))?;
+    Ok(GraphDoc::parse(&text, &h.run.graph_name)?)
+}
+
+/// Takes a checked run over and runs it on from its log, with the gates its log
+/// approved open, and `approval` (a gate approved now) recorded first.
+pub(super) fn continue_run(
+    store: Arc<dyn RunStore>,
+    r: session::Resumption,
+    env_args: &crate::cli::EnvArgs,
+    json: bool,
+    approval: Option<gates::Approval>,
+) -> anyhow::Result<Exit> {
+    let run = r.header.run_id.as_str();
+    let doc = stored_graph(&r.header)?;
+    if approval.is_none() {
+        gates::refuse_resume_at_gate(&r, &doc)?;
+    }
+    let rt = crate::runtime::runtime()?;
+    let h = &r.header;
+    let env = rt.block_on(Env::load(
+        env_args,
+        Some(&crate::providers::graph_types(&doc)),
+    ))?;
+    let (plan, opts) = prepare(&env, &r, &doc, approval.as_ref())?;
+    let session = session::reopen(store, &r)?;
+    if let Some(a) = &approval {
+        gates::record(&session, a)?;
+    }
+    match &r.pause {
+        Some(p) => eprintln!("resuming run {run} at pause event {}", p.event),
+        // A watchdog's first worker takes a run nothing has opened yet.
+        None if r.records.is_empty() => eprintln!("starting run {run}"),
+        None => eprintln!("recovering interrupted run {run}"),
+    }
+    if let Some(e) = session.exhausted_at_open() {
+        // Nothing runs: the time limit was used up before this process took the run.
+        let ending = session::end_exhausted(&session, e)?;
+        return Ok(crate::execute::report_ending(run, &ending, None));
+    }
+    crate::execute::execute(
+        rt,
+        crate::execute::Execution {
+            graph: h.run.graph_name.clone(),
+            plan,
+            registry: &env.registry,
+            opts,
+            json,
+            stream: None,
+            session: Some(session),
+        },
+    )
+}
+
+/// Plans a stored run again for a resume or an adoption, with its recorded inputs and
+/// limits and the gates its log (and `approval`) opened; refused when a package it used
+/// changed since it started.
+pub(crate) fn prepare(
+    env: &Env,
+    r: &session::Resumption,
+    doc: &GraphDoc,
+    approval: Option<&gates::Approval>,
+) -> anyhow::Result<(Plan, RunOptions)> {
+    let h = &r.header;
+    let plan = crate::providers::plan_graph(doc, &env.registry, Path::new(&h.run.graph_name))?;
+    for (name, recorded) in &h.run.packages {
+        let current = env.package_digests.get(name);
+        if current != Some(recorded) {
+            return Err(StoreError::PackageChanged {
+                run: h.run_id.clone(),
+                package: name.clone(),
+                recorded: recorded.clone(),
+                current: current.cloned().unwrap_or_else(|| "not installed".into()),
+            }
+            .into());
+        }
+    }
+    let opts = RunOptions {
+        secrets: crate::execute::run_secrets(env, None),
+        inputs: h.run.inputs.clone(),
+        node_timeout: h.run.limits["node_timeout_ms"]
+            .as_u64()
+            .map(std::time::Duration::from_millis),
+        approved_gates: gates::approved(&r.records, approval),
+        ..RunOptions::default()
+    };
+    Ok((plan, opts))
+}
