@@ -3,160 +3,15 @@
 //! counted on the provider side (lines a `files.write_text` node appended to a granted
 //! file), not in the engine's own log.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 mod support;
 
-const OK: i32 = 0;
-const INVALID: i32 = 2;
-const PAUSED: i32 = 4;
-const BAD_STORE: i32 = 5;
-const BUDGET: i32 = 6;
-
-const CONFIG: &str = r#"
-[packages.files]
-dirs = [{ host = "./data", guest = "/data", mode = "rw" }]
-
-[store]
-path = "runs.db"
-"#;
-
-/// A constant line, appended to /data/log.txt by `w` (not retry-safe), then upper-cased
-/// by `up` (retry-safe).
-const CHAIN: &str = r#"{
-  "format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "c", "type": "heddle.constant", "properties": {"value": "one\n"}},
-    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
-    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
-    {"id": "out", "type": "heddle.output"}
-  ],
-  "edges": [
-    {"source": "c", "sourceHandle": "value", "target": "w", "targetHandle": "text"},
-    {"source": "w", "sourceHandle": "path", "target": "up", "targetHandle": "text"},
-    {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}
-  ]
-}"#;
-
-/// Six items fanned out, each appended as a line by `w`, the byte counts collected.
-const FANOUT: &str = r#"{
-  "format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "c", "type": "heddle.constant", "properties": {"value": ["a\n", "b\n", "c\n", "d\n", "e\n", "f\n"]}},
-    {"id": "each", "type": "heddle.foreach"},
-    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
-    {"id": "all", "type": "heddle.collect"},
-    {"id": "out", "type": "heddle.output"}
-  ],
-  "edges": [
-    {"source": "c", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
-    {"source": "each", "sourceHandle": "item", "target": "w", "targetHandle": "text"},
-    {"source": "w", "sourceHandle": "bytes", "target": "all", "targetHandle": "item"},
-    {"source": "all", "sourceHandle": "list", "target": "out", "targetHandle": "value"}
-  ]
-}"#;
-
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new(graph: &str) -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("data")).unwrap();
-        std::fs::write(dir.path().join("heddle.toml"), CONFIG).unwrap();
-        std::fs::write(dir.path().join("g.json"), graph).unwrap();
-        Env { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_heddle"));
-        c.args(args)
-            .current_dir(self.path())
-            .env_remove("RUST_BACKTRACE")
-            .env_remove("HEDDLE_FAULT");
-        c
-    }
-
-    fn heddle(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().expect("heddle starts")
-    }
-
-    /// `heddle run --durable` aborted at `fault`; returns the run id.
-    fn crash(&self, fault: &str) -> String {
-        self.crash_with(fault, &[])
-    }
-
-    /// [`Env::crash`] with more arguments for `heddle run`.
-    fn crash_with(&self, fault: &str, args: &[&str]) -> String {
-        let o = self
-            .cmd(&["run", "--durable", "g.json"])
-            .args(args)
-            .env("HEDDLE_FAULT", fault)
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), None, "not aborted:\n{}", text(&o));
-        run_id(&o)
-    }
-
-    /// Lines the provider side wrote.
-    fn lines(&self) -> Vec<String> {
-        std::fs::read_to_string(self.path().join("data/log.txt"))
-            .map(|s| s.lines().map(str::to_string).collect())
-            .unwrap_or_default()
-    }
-
-    fn db(&self) -> PathBuf {
-        self.path().join("runs.db")
-    }
-
-    fn show(&self, id: &str) -> serde_json::Value {
-        let o = self.heddle(&["runs", "show", id, "--json"]);
-        expect(&o, OK);
-        serde_json::from_slice(&o.stdout).unwrap()
-    }
-
-    /// Outputs of an uninterrupted run of the same graph in a fresh directory.
-    fn reference_outputs(graph: &str) -> serde_json::Value {
-        let env = Env::new(graph);
-        let o = env.heddle(&["run", "--durable", "--json", "g.json"]);
-        expect(&o, OK);
-        outputs(&o)
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "--- status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-#[track_caller]
-fn expect(o: &Output, code: i32) {
-    assert_eq!(o.status.code(), Some(code), "{}", text(o));
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// The run id, printed before anything runs.
-fn run_id(o: &Output) -> String {
-    let e = stderr(o);
-    let line = e
-        .lines()
-        .find_map(|l| l.strip_prefix("durable run "))
-        .unwrap_or_else(|| panic!("no run id printed:\n{}", text(o)));
-    line.split_whitespace().next().unwrap().to_string()
-}
+use support::stderr;
+use support::store::{
+    BAD_STORE, CHAIN, FANOUT, INVALID, LIMIT as BUDGET, OK, PAUSED, StoreDir, expect,
+    reference_outputs, run_id, text,
+};
 
 fn outputs(o: &Output) -> serde_json::Value {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
@@ -185,7 +40,7 @@ fn occurrence<'a>(show: &'a serde_json::Value, node: &str) -> &'a serde_json::Va
 
 #[test]
 fn an_uninterrupted_durable_run_is_recorded_and_cannot_be_resumed() {
-    let env = Env::new(CHAIN);
+    let env = StoreDir::with_graph(CHAIN);
     let o = env.heddle(&["run", "--durable", "--json", "g.json"]);
     expect(&o, OK);
     let id = run_id(&o);
@@ -213,9 +68,9 @@ fn an_uninterrupted_durable_run_is_recorded_and_cannot_be_resumed() {
 
 #[test]
 fn a_started_non_retry_safe_node_pauses_until_an_explicit_resume() {
-    let reference = Env::reference_outputs(CHAIN);
-    let env = Env::new(CHAIN);
-    let id = env.crash("after-start:w");
+    let reference = reference_outputs(CHAIN);
+    let env = StoreDir::with_graph(CHAIN);
+    let id = env.crash("after-start:w", &[]);
     // The start record is on disk and node code never ran.
     assert_eq!(env.lines(), Vec::<String>::new());
     assert_eq!(env.show(&id)["state"], "interrupted");
@@ -261,9 +116,9 @@ fn a_started_non_retry_safe_node_pauses_until_an_explicit_resume() {
 #[test]
 fn a_recorded_result_is_never_repeated() {
     for fault in ["after-result:w", "after-start:up", "after-result:up"] {
-        let reference = Env::reference_outputs(CHAIN);
-        let env = Env::new(CHAIN);
-        let id = env.crash(fault);
+        let reference = reference_outputs(CHAIN);
+        let env = StoreDir::with_graph(CHAIN);
+        let id = env.crash(fault, &[]);
         assert_eq!(env.lines(), ["one"], "{fault}");
         let o = env.heddle(&["runs", "resume", &id, "--json"]);
         expect(&o, OK);
@@ -285,9 +140,9 @@ fn a_recorded_result_is_never_repeated() {
 #[test]
 fn work_that_never_started_is_started_on_recovery() {
     for fault in ["before-dispatch:w", "after-dispatch:w", "mid-commit:w"] {
-        let reference = Env::reference_outputs(CHAIN);
-        let env = Env::new(CHAIN);
-        let id = env.crash(fault);
+        let reference = reference_outputs(CHAIN);
+        let env = StoreDir::with_graph(CHAIN);
+        let id = env.crash(fault, &[]);
         assert_eq!(env.lines(), Vec::<String>::new(), "{fault}");
         let o = env.heddle(&["runs", "resume", &id, "--json"]);
         expect(&o, OK);
@@ -300,10 +155,10 @@ fn work_that_never_started_is_started_on_recovery() {
 
 #[test]
 fn a_crash_in_a_fan_out_repeats_no_completed_item() {
-    let reference = Env::reference_outputs(FANOUT);
-    let env = Env::new(FANOUT);
+    let reference = reference_outputs(FANOUT);
+    let env = StoreDir::with_graph(FANOUT);
     // The third item's write completes, then the process dies.
-    let id = env.crash("after-result:w:3");
+    let id = env.crash("after-result:w:3", &[]);
     assert_eq!(env.lines().len(), 3);
     let o = env.heddle(&["runs", "resume", &id, "--json"]);
     expect(&o, OK);
@@ -320,7 +175,7 @@ fn random_sigkills_of_a_fan_out_lose_nothing_and_repeat_only_reoffered_work() {
     // Kill moments are drawn over the length of an uninterrupted run, so most rounds die
     // somewhere inside it (the length only scales the randomness; nothing asserts on it).
     let t0 = std::time::Instant::now();
-    let reference = Env::reference_outputs(FANOUT);
+    let reference = reference_outputs(FANOUT);
     let span_ms = t0.elapsed().as_millis() as u64 + 1;
     let mut seed: u64 = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -334,7 +189,7 @@ fn random_sigkills_of_a_fan_out_lose_nothing_and_repeat_only_reoffered_work() {
         seed >> 33
     };
     for round in 0..12 {
-        let env = Env::new(FANOUT);
+        let env = StoreDir::with_graph(FANOUT);
         let mut child = env
             .cmd(&["run", "--durable", "g.json"])
             .stderr(std::process::Stdio::piped())
@@ -414,7 +269,7 @@ fn random_sigkills_of_a_fan_out_lose_nothing_and_repeat_only_reoffered_work() {
 
 #[test]
 fn a_bad_store_or_unknown_run_is_refused_with_its_own_exit_code() {
-    let env = Env::new(CHAIN);
+    let env = StoreDir::with_graph(CHAIN);
     let o = env.heddle(&["runs", "show", "nope"]);
     expect(&o, INVALID);
     assert!(stderr(&o).contains("nope"), "{}", text(&o));
@@ -441,7 +296,7 @@ fn a_bad_store_or_unknown_run_is_refused_with_its_own_exit_code() {
 
 /// Dispatches an uninterrupted run of `graph` makes.
 fn reference_dispatches(graph: &str) -> u64 {
-    let env = Env::new(graph);
+    let env = StoreDir::with_graph(graph);
     let o = env.heddle(&["run", "--durable", "g.json"]);
     expect(&o, OK);
     env.show(&run_id(&o))["dispatches"].as_u64().unwrap()
@@ -450,7 +305,7 @@ fn reference_dispatches(graph: &str) -> u64 {
 #[test]
 fn a_spent_dispatch_budget_ends_the_run_with_its_own_exit_code() {
     let d = reference_dispatches(CHAIN);
-    let env = Env::new(CHAIN);
+    let env = StoreDir::with_graph(CHAIN);
     let budget = (d - 1).to_string();
     let o = env.heddle(&[
         "run",
@@ -486,12 +341,12 @@ fn a_spent_dispatch_budget_ends_the_run_with_its_own_exit_code() {
 
 #[test]
 fn recovered_dispatches_count_once_against_the_budget() {
-    let reference = Env::reference_outputs(FANOUT);
+    let reference = reference_outputs(FANOUT);
     let d = reference_dispatches(FANOUT);
     // Exactly the budget an uninterrupted run needs: a crash and resume fit in it,
     // because what was recorded before the crash is not dispatched again.
-    let env = Env::new(FANOUT);
-    let id = env.crash_with("after-result:w:3", &["--max-dispatches", &d.to_string()]);
+    let env = StoreDir::with_graph(FANOUT);
+    let id = env.crash("after-result:w:3", &["--max-dispatches", &d.to_string()]);
     assert_eq!(env.lines().len(), 3);
     let o = env.heddle(&["runs", "resume", &id, "--json"]);
     expect(&o, OK);
@@ -500,8 +355,8 @@ fn recovered_dispatches_count_once_against_the_budget() {
     assert_eq!(env.show(&id)["dispatches"], d);
 
     // One less, and the resumed run (which keeps the recorded budget) runs out.
-    let env = Env::new(FANOUT);
-    let id = env.crash_with(
+    let env = StoreDir::with_graph(FANOUT);
+    let id = env.crash(
         "after-result:w:3",
         &["--max-dispatches", &(d - 1).to_string()],
     );
@@ -524,7 +379,7 @@ const WAITING: &str = r#"{
 
 #[test]
 fn the_run_time_limit_ends_a_run_that_outlives_it() {
-    let env = Env::new(WAITING);
+    let env = StoreDir::with_graph(WAITING);
     let mut child = env
         .cmd(&[
             "run",
@@ -561,7 +416,7 @@ fn the_run_time_limit_ends_a_run_that_outlives_it() {
 #[test]
 fn a_recorded_verdict_is_carried_out_on_recovery_never_asked_again() {
     use support::{PARSE_EACH, chat_server, tool_call};
-    let env = Env::new(PARSE_EACH);
+    let env = StoreDir::with_graph(PARSE_EACH);
     let (url, requests) = chat_server(vec![
         tool_call(
             "submit_verdict",

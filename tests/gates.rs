@@ -5,8 +5,8 @@
 mod support;
 
 use std::path::Path;
-use std::process::Output;
 
+use support::store::run_id;
 use support::*;
 
 const CONFIG: &str = "[store]\npath = \"runs.db\"\n";
@@ -32,15 +32,6 @@ fn setup() -> tempfile::TempDir {
     write(dir.path(), "heddle.toml", CONFIG);
     write(dir.path(), "g.json", GATED);
     dir
-}
-
-fn run_id(o: &Output) -> String {
-    let e = stderr(o);
-    let line = e
-        .lines()
-        .find_map(|l| l.strip_prefix("durable run "))
-        .unwrap_or_else(|| panic!("no run id printed:\n{e}"));
-    line.split_whitespace().next().unwrap().to_string()
 }
 
 fn show(dir: &Path, run: &str) -> serde_json::Value {

@@ -2,57 +2,13 @@
 //! Effects are counted on the provider side (lines a `files.write_text` node appended),
 //! as the durable-run tests do.
 
-use std::io::{BufRead as _, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
-
 use serde_json::{Value, json};
 
-const OK: i32 = 0;
-const INVALID: i32 = 2;
+mod support;
 
-const CONFIG: &str = r#"
-[packages.files]
-dirs = [{ host = "./data", guest = "/data", mode = "rw" }]
-
-[store]
-path = "runs.db"
-"#;
-
-/// A constant line appended to /data/log.txt by `w` (not retry-safe), then upper-cased.
-const CHAIN: &str = r#"{
-  "format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "c", "type": "heddle.constant", "properties": {"value": "one\n"}},
-    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
-    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
-    {"id": "out", "type": "heddle.output"}
-  ],
-  "edges": [
-    {"source": "c", "sourceHandle": "value", "target": "w", "targetHandle": "text"},
-    {"source": "w", "sourceHandle": "path", "target": "up", "targetHandle": "text"},
-    {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}
-  ]
-}"#;
-
-/// Six items fanned out, each appended as a line by `w`.
-const FANOUT: &str = r#"{
-  "format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "c", "type": "heddle.constant", "properties": {"value": ["a\n", "b\n", "c\n", "d\n", "e\n", "f\n"]}},
-    {"id": "each", "type": "heddle.foreach"},
-    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
-    {"id": "all", "type": "heddle.collect"},
-    {"id": "out", "type": "heddle.output"}
-  ],
-  "edges": [
-    {"source": "c", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
-    {"source": "each", "sourceHandle": "item", "target": "w", "targetHandle": "text"},
-    {"source": "w", "sourceHandle": "bytes", "target": "all", "targetHandle": "item"},
-    {"source": "all", "sourceHandle": "list", "target": "out", "targetHandle": "value"}
-  ]
-}"#;
+use support::serve::{Api, rt};
+use support::stderr;
+use support::store::{CHAIN, FANOUT, INVALID, OK, StoreDir};
 
 /// Names a node type nothing provides and wires a handle that does not exist.
 const BROKEN: &str = r#"{
@@ -68,280 +24,9 @@ const BROKEN: &str = r#"{
   ]
 }"#;
 
-struct Dir {
-    dir: tempfile::TempDir,
-}
-
-impl Dir {
-    fn new() -> Dir {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("data")).unwrap();
-        std::fs::write(dir.path().join("heddle.toml"), CONFIG).unwrap();
-        Dir { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_heddle"));
-        c.args(args)
-            .current_dir(self.path())
-            .env_remove("RUST_BACKTRACE")
-            .env_remove("HEDDLE_FAULT");
-        c
-    }
-
-    fn heddle(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().expect("heddle starts")
-    }
-
-    /// Starts `heddle serve` on a free loopback port and waits until it listens.
-    fn serve(&self, fault: Option<&str>) -> Server {
-        let mut cmd = self.cmd(&["serve", "--listen", "127.0.0.1:0"]);
-        if let Some(f) = fault {
-            cmd.env("HEDDLE_FAULT", f);
-        }
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("heddle serve starts");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let reader = {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { break };
-                    log.lock().unwrap().push_str(&format!("{line}\n"));
-                    if let Some(rest) = line.split("listening on ").nth(1) {
-                        let url = rest.split_whitespace().next().unwrap().to_string();
-                        let _ = tx.send(url);
-                    }
-                }
-            })
-        };
-        let Ok(url) = rx.recv() else {
-            let status = child.wait().unwrap();
-            panic!("heddle serve ended ({status}):\n{}", log.lock().unwrap());
-        };
-        let token = std::fs::read_to_string(self.path().join("serve.token"))
-            .unwrap()
-            .trim()
-            .to_string();
-        Server {
-            child,
-            url,
-            token,
-            log,
-            reader: Some(reader),
-        }
-    }
-
-    fn lines(&self) -> Vec<String> {
-        std::fs::read_to_string(self.path().join("data/log.txt"))
-            .map(|s| s.lines().map(str::to_string).collect())
-            .unwrap_or_default()
-    }
-
-    fn store(&self) -> PathBuf {
-        self.path().join("runs.db")
-    }
-}
-
-struct Server {
-    child: Child,
-    url: String,
-    token: String,
-    log: Arc<Mutex<String>>,
-    reader: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Server {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn signal(&self, sig: &str) {
-        let s = Command::new("kill")
-            .args([sig, &self.pid().to_string()])
-            .status()
-            .unwrap();
-        assert!(s.success());
-    }
-
-    /// SIGTERM, and the exit code.
-    fn stop(mut self) -> (i32, String) {
-        self.signal("-TERM");
-        let status = self.child.wait().unwrap();
-        // The reader ends when the pipe closes with the process: the log is complete.
-        self.reader.take().unwrap().join().unwrap();
-        (status.code().unwrap_or(-1), self.log())
-    }
-
-    fn kill9(mut self) {
-        self.signal("-KILL");
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-struct Api {
-    http: reqwest::Client,
-    url: String,
-    token: String,
-}
-
-impl Api {
-    fn of(s: &Server) -> Api {
-        Api {
-            // A fresh connection per request: a refused oversized body closes its
-            // connection, which a pooled client would try to reuse.
-            http: reqwest::Client::builder()
-                .pool_max_idle_per_host(0)
-                .build()
-                .unwrap(),
-            url: s.url.clone(),
-            token: s.token.clone(),
-        }
-    }
-
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut r = self
-            .http
-            .request(method.parse().unwrap(), format!("{}{path}", self.url))
-            .bearer_auth(&self.token);
-        if let Some(b) = body {
-            r = r.json(&b);
-        }
-        let resp = r.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
-    }
-
-    async fn create(&self, graph: &str) -> String {
-        let graph: Value = serde_json::from_str(graph).unwrap();
-        let (status, body) = self
-            .call("POST", "/api/runs", Some(json!({ "graph": graph })))
-            .await;
-        assert_eq!(status, 201, "{body:#}");
-        body["run_id"].as_str().unwrap().to_string()
-    }
-
-    async fn show(&self, id: &str) -> Value {
-        let (status, body) = self.call("GET", &format!("/api/runs/{id}"), None).await;
-        assert_eq!(status, 200, "{body:#}");
-        body
-    }
-
-    async fn runs(&self) -> Vec<Value> {
-        let (status, body) = self.call("GET", "/api/runs", None).await;
-        assert_eq!(status, 200, "{body:#}");
-        body.as_array().unwrap().clone()
-    }
-
-    /// The run's records as SSE events (id, kind, data) from `last_event_id` on, read
-    /// until the stream ends (the run finished and everything was sent).
-    async fn events(&self, id: &str, last_event_id: Option<u64>) -> Vec<(u64, String, Value)> {
-        let mut r = self
-            .http
-            .get(format!("{}/api/runs/{id}/events", self.url))
-            .bearer_auth(&self.token);
-        if let Some(l) = last_event_id {
-            r = r.header("Last-Event-ID", l.to_string());
-        }
-        let mut resp = r.send().await.unwrap();
-        assert_eq!(resp.status().as_u16(), 200);
-        let mut text = String::new();
-        while let Some(chunk) = resp.chunk().await.unwrap() {
-            text.push_str(std::str::from_utf8(&chunk).unwrap());
-        }
-        parse_sse(&text)
-    }
-
-    /// Waits for run `id` to finish; a reconcile pause (uncertain work after a crash) is
-    /// resumed explicitly, which offers that work again. Returns the number of such
-    /// re-offers.
-    async fn drive_to_end(&self, id: &str) -> (Value, usize) {
-        let mut reoffers = 0;
-        for _ in 0..20 {
-            // The stream ends when the run is no longer driven here.
-            let _ = self.events(id, None).await;
-            let show = self.show(id).await;
-            match show["state"].as_str().unwrap() {
-                "completed" | "failed" | "cancelled" => return (show, reoffers),
-                "paused" if show["pause"]["why"] == "reconcile" => {
-                    reoffers += 1;
-                    let pause = show["pause"]["event"].clone();
-                    let (status, body) = self
-                        .call(
-                            "POST",
-                            &format!("/api/runs/{id}/resume"),
-                            Some(json!({ "pause": pause })),
-                        )
-                        .await;
-                    assert_eq!(status, 202, "{body:#}");
-                }
-                // Queued for a worker or between records: read the stream again.
-                "running" => {}
-                other => panic!("run {id} is {other}: {show:#}"),
-            }
-        }
-        panic!("run {id} made no progress");
-    }
-}
-
-fn parse_sse(text: &str) -> Vec<(u64, String, Value)> {
-    let mut out = Vec::new();
-    for block in text.split("\n\n") {
-        let (mut id, mut kind, mut data) = (None, None, None);
-        for line in block.lines() {
-            if let Some(v) = line.strip_prefix("id: ") {
-                id = Some(v.parse::<u64>().unwrap());
-            } else if let Some(v) = line.strip_prefix("event: ") {
-                kind = Some(v.to_string());
-            } else if let Some(v) = line.strip_prefix("data: ") {
-                data = Some(serde_json::from_str::<Value>(v).unwrap());
-            }
-        }
-        if let (Some(id), Some(kind), Some(data)) = (id, kind, data) {
-            out.push((id, kind, data));
-        }
-    }
-    out
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 #[test]
 fn a_second_owner_is_refused_naming_the_first_and_the_store_is_free_after_shutdown() {
-    let dir = Dir::new();
+    let dir = StoreDir::new();
     std::fs::write(dir.path().join("g.json"), CHAIN).unwrap();
     let a = dir.serve(None);
 
@@ -371,7 +56,7 @@ fn a_second_owner_is_refused_naming_the_first_and_the_store_is_free_after_shutdo
 
 #[test]
 fn bad_flags_are_refused_naming_the_flag() {
-    let dir = Dir::new();
+    let dir = StoreDir::new();
     for (args, flag) in [
         (&["serve", "--workers", "0"][..], "--workers"),
         (&["serve", "--workers", "65"], "--workers"),
@@ -392,7 +77,7 @@ fn bad_flags_are_refused_naming_the_flag() {
 
 #[test]
 fn a_created_run_finishes_and_its_events_resume_after_last_event_id() {
-    let dir = Dir::new();
+    let dir = StoreDir::new();
     let s = dir.serve(None);
     let api = Api::of(&s);
     rt().block_on(async {
@@ -438,7 +123,7 @@ fn a_created_run_finishes_and_its_events_resume_after_last_event_id() {
 
 #[test]
 fn refused_requests_get_their_status_and_change_nothing() {
-    let dir = Dir::new();
+    let dir = StoreDir::new();
     std::fs::write(dir.path().join("broken.json"), BROKEN).unwrap();
     let s = dir.serve(None);
     let api = Api::of(&s);
@@ -523,7 +208,7 @@ fn refused_requests_get_their_status_and_change_nothing() {
 
 /// Every line a..f written, and more than once only for work a person re-offered.
 #[track_caller]
-fn assert_fanout_effects(dir: &Dir, reoffers: usize, what: &str) {
+fn assert_fanout_effects(dir: &StoreDir, reoffers: usize, what: &str) {
     let mut lines = dir.lines();
     let total = lines.len();
     lines.sort();
@@ -538,7 +223,7 @@ fn assert_fanout_effects(dir: &Dir, reoffers: usize, what: &str) {
 
 #[test]
 fn a_server_that_dies_mid_run_is_replaced_and_its_run_finishes_without_repeating_work() {
-    let dir = Dir::new();
+    let dir = StoreDir::new();
     // The server dies (abort: no destructors, no flush) right after the third write.
     let mut a = dir.serve(Some("after-result:w:3"));
     let graph: Value = serde_json::from_str(FANOUT).unwrap();
@@ -599,7 +284,7 @@ fn a_server_killed_with_sigkill_is_replaced_and_nothing_is_lost_or_repeated() {
         seed >> 33
     };
     for round in 0..4 {
-        let dir = Dir::new();
+        let dir = StoreDir::new();
         let a = dir.serve(None);
         let id = rt().block_on(Api::of(&a).create(FANOUT));
         std::thread::sleep(std::time::Duration::from_millis(next() % 40));
@@ -618,7 +303,7 @@ fn a_server_killed_with_sigkill_is_replaced_and_nothing_is_lost_or_repeated() {
 #[test]
 fn the_token_is_owner_only_and_printed_once() {
     use std::os::unix::fs::PermissionsExt as _;
-    let dir = Dir::new();
+    let dir = StoreDir::new();
     let s = dir.serve(None);
     let token = s.token.clone();
     assert!(s.log().contains(&token), "printed on the first start");
@@ -659,7 +344,7 @@ const GATED: &str = r#"{
 
 #[test]
 fn a_gate_is_approved_or_rejected_through_the_api() {
-    let dir = Dir::new();
+    let dir = StoreDir::new();
     let s = dir.serve(None);
     let api = Api::of(&s);
     rt().block_on(async {
@@ -729,7 +414,7 @@ fn a_gate_is_approved_or_rejected_through_the_api() {
 
 #[test]
 fn a_server_whose_lease_is_taken_stops_writing_at_once_and_exits() {
-    let dir = Dir::new();
+    let dir = StoreDir::new();
     let mut s = dir.serve(None);
     // Another owner takes the store over (as one would after this lease expired).
     let db = rusqlite::Connection::open(dir.store()).unwrap();

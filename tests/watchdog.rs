@@ -3,47 +3,17 @@
 //! effects are counted on the provider side (lines a `files.write_text` node appended
 //! to a granted file), as in tests/durable.rs.
 
-use std::io::{BufRead as _, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
-const OK: i32 = 0;
-const INVALID: i32 = 2;
-const PAUSED: i32 = 4;
-const LIMIT: i32 = 6;
-const LOCKED: i32 = 7;
+mod support;
 
-const CONFIG: &str = r#"
-[packages.files]
-dirs = [{ host = "./data", guest = "/data", mode = "rw" }]
-
-[runners]
-allow_subprocess = true
-
-[store]
-path = "runs.db"
-"#;
-
-/// Six items fanned out, each appended as a line by `w` (not retry-safe), the byte
-/// counts collected.
-const FANOUT: &str = r#"{
-  "format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "c", "type": "heddle.constant", "properties": {"value": ["a\n", "b\n", "c\n", "d\n", "e\n", "f\n"]}},
-    {"id": "each", "type": "heddle.foreach"},
-    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
-    {"id": "all", "type": "heddle.collect"},
-    {"id": "out", "type": "heddle.output"}
-  ],
-  "edges": [
-    {"source": "c", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
-    {"source": "each", "sourceHandle": "item", "target": "w", "targetHandle": "text"},
-    {"source": "w", "sourceHandle": "bytes", "target": "all", "targetHandle": "item"},
-    {"source": "all", "sourceHandle": "list", "target": "out", "targetHandle": "value"}
-  ]
-}"#;
+use support::stderr;
+use support::store::{
+    FANOUT, INVALID, LIMIT, LOCKED, OK, PAUSED, StoreDir, expect, reference_outputs, report,
+    run_id_in, sigkill, text, wait_line,
+};
 
 /// A code node that takes its time, so the run is live while a test looks at it.
 fn slow_graph(mode: &str, code: &str) -> String {
@@ -59,102 +29,6 @@ fn slow_graph(mode: &str, code: &str) -> String {
     )
 }
 
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new(graph: &str) -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("data")).unwrap();
-        std::fs::write(dir.path().join("heddle.toml"), CONFIG).unwrap();
-        std::fs::write(dir.path().join("g.json"), graph).unwrap();
-        Env { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_heddle"));
-        c.args(args)
-            .current_dir(self.path())
-            .env_remove("RUST_BACKTRACE")
-            .env_remove("HEDDLE_FAULT");
-        c
-    }
-
-    fn heddle(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().expect("heddle starts")
-    }
-
-    /// A watchdog whose stderr lines arrive on the returned channel as they are printed.
-    fn spawn(&self, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
-        let mut child = self
-            .cmd(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        (child, rx)
-    }
-
-    fn lines(&self) -> Vec<String> {
-        std::fs::read_to_string(self.path().join("data/log.txt"))
-            .map(|s| s.lines().map(str::to_string).collect())
-            .unwrap_or_default()
-    }
-
-    fn status(&self, id: &str) -> serde_json::Value {
-        let o = self.heddle(&["runs", "status", id, "--json"]);
-        expect(&o, OK);
-        serde_json::from_slice(&o.stdout).unwrap()
-    }
-
-    fn db(&self) -> PathBuf {
-        self.path().join("runs.db")
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "--- status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-#[track_caller]
-fn expect(o: &Output, code: i32) {
-    assert_eq!(o.status.code(), Some(code), "{}", text(o));
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn report(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", text(o)))
-}
-
-fn run_id_in(line: &str) -> Option<String> {
-    line.strip_prefix("durable run ")
-        .and_then(|l| l.split_whitespace().next())
-        .map(str::to_string)
-}
-
 /// `watchdog: worker N running run ID (pid P)` → P.
 fn worker_pid_in(line: &str) -> Option<i32> {
     let rest = line.strip_prefix("watchdog: worker ")?;
@@ -162,35 +36,10 @@ fn worker_pid_in(line: &str) -> Option<i32> {
     pid.parse().ok()
 }
 
-fn sigkill(pid: i32) {
-    // SAFETY: kill(2) touches no memory; a process already gone is fine.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-}
-
-/// Waits for a line matching `f` (a generous bound so a slow machine does not fail
-/// the test; nothing is asserted about the time).
-fn wait_line<T>(rx: &mpsc::Receiver<String>, mut f: impl FnMut(&str) -> Option<T>) -> T {
-    loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(120))
-            .expect("the watchdog printed the expected line");
-        if let Some(t) = f(&line) {
-            return t;
-        }
-    }
-}
-
-fn reference_outputs() -> serde_json::Value {
-    let env = Env::new(FANOUT);
-    let o = env.heddle(&["run", "--durable", "--json", "g.json"]);
-    expect(&o, OK);
-    report(&o)["outputs"].clone()
-}
-
 #[test]
 fn a_supervised_run_completes_reports_its_supervision_and_frees_its_lock() {
-    let reference = reference_outputs();
-    let env = Env::new(FANOUT);
+    let reference = reference_outputs(FANOUT);
+    let env = StoreDir::with_graph(FANOUT);
     let o = env.heddle(&["run", "--watchdog", "--json", "g.json"]);
     expect(&o, OK);
     let r = report(&o);
@@ -224,7 +73,7 @@ fn a_supervised_run_completes_reports_its_supervision_and_frees_its_lock() {
 #[test]
 fn random_sigkills_of_workers_lose_nothing_and_repeat_only_reoffered_work() {
     let t0 = std::time::Instant::now();
-    let reference = reference_outputs();
+    let reference = reference_outputs(FANOUT);
     let span_ms = t0.elapsed().as_millis() as u64 + 1;
     let mut seed: u64 = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -238,7 +87,7 @@ fn random_sigkills_of_workers_lose_nothing_and_repeat_only_reoffered_work() {
         seed >> 33
     };
     for round in 0..8 {
-        let env = Env::new(FANOUT);
+        let env = StoreDir::with_graph(FANOUT);
         let (child, rx) = env.spawn(&[
             "run",
             "--watchdog",
@@ -324,7 +173,7 @@ fn random_sigkills_of_workers_lose_nothing_and_repeat_only_reoffered_work() {
 
 #[test]
 fn a_worker_that_keeps_crashing_stops_at_the_restart_limit() {
-    let env = Env::new(FANOUT);
+    let env = StoreDir::with_graph(FANOUT);
     // Every worker aborts when it dispatches the first write (the fault is read from the
     // environment only because the watchdog was told to pass it on).
     let o = env
@@ -360,7 +209,7 @@ fn a_worker_that_keeps_crashing_stops_at_the_restart_limit() {
     lines.dedup();
     assert_eq!(lines.len(), n, "an effect was repeated: {lines:?}");
     // Without `--env`, the variable never reaches the worker: the run completes.
-    let env = Env::new(FANOUT);
+    let env = StoreDir::with_graph(FANOUT);
     let o = env
         .cmd(&["run", "--watchdog", "--json", "g.json"])
         .env("HEDDLE_FAULT", "after-dispatch:w")
@@ -382,7 +231,7 @@ fn outputs_larger_than_the_console_limit_travel_through_the_store() {
             {{"id": "out", "type": "heddle.output"}}],
   "edges": [{{"source": "c", "sourceHandle": "value", "target": "out", "targetHandle": "value"}}]}}"#
     );
-    let env = Env::new(&graph);
+    let env = StoreDir::with_graph(&graph);
     let o = env.heddle(&["run", "--watchdog", "--json", "g.json"]);
     expect(&o, OK);
     let r = report(&o);
@@ -398,7 +247,7 @@ fn outputs_larger_than_the_console_limit_travel_through_the_store() {
 
 #[test]
 fn bad_limits_are_refused_before_anything_starts() {
-    let env = Env::new(FANOUT);
+    let env = StoreDir::with_graph(FANOUT);
     for (args, flag) in [
         (&["--max-restarts", "0"][..], "--max-restarts"),
         (&["--backoff-initial-ms", "-5"], "--backoff-initial-ms"),
@@ -439,7 +288,7 @@ fn status_while_live_a_second_watchdog_refused_and_a_dead_watchdogs_lock_is_stal
         r#""type": "code.bash","#,
         r#""type": "code.bash", "timeout_ms": 600000,"#,
     );
-    let env = Env::new(&graph);
+    let env = StoreDir::with_graph(&graph);
     let (mut watchdog, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
     let id = wait_line(&rx, run_id_in);
     let worker = wait_line(&rx, worker_pid_in);
@@ -467,10 +316,9 @@ fn status_while_live_a_second_watchdog_refused_and_a_dead_watchdogs_lock_is_stal
     // A second watchdog, from another directory with the same store, is refused.
     let elsewhere = tempfile::tempdir().unwrap();
     let config = env.path().join("heddle.toml");
-    let o = Command::new(env!("CARGO_BIN_EXE_heddle"))
+    let o = support::command(elsewhere.path())
         .args(["runs", "resume", "--watchdog", &id, "--config"])
         .arg(&config)
-        .current_dir(elsewhere.path())
         .output()
         .unwrap();
     expect(&o, LOCKED);
@@ -517,7 +365,7 @@ fn a_killed_workers_code_node_processes_are_stopped_before_the_replacement() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("sleep.pid");
     let code = format!("sleep 60 & echo $! > {}; wait", pidfile.display());
-    let env = Env::new(&slow_graph("subprocess", &code));
+    let env = StoreDir::with_graph(&slow_graph("subprocess", &code));
     let (watchdog, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
     let worker = wait_line(&rx, worker_pid_in);
     let sleeper: i32 = loop {
@@ -563,7 +411,7 @@ fn a_killed_workers_containers_are_removed_by_the_watchdog() {
         eprintln!("SKIPPED: no Docker engine or image (HEDDLE_REQUIRE_DOCKER=1 fails instead)");
         return;
     }
-    let env = Env::new(&slow_graph("docker", "sleep 60"));
+    let env = StoreDir::with_graph(&slow_graph("docker", "sleep 60"));
     let (watchdog, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
     let id = wait_line(&rx, run_id_in);
     let worker = wait_line(&rx, worker_pid_in);
@@ -596,7 +444,7 @@ fn sigkill_to_replacement_running_the_next_node() {
     use heddle_store::RunStore as _;
     let mut samples = Vec::new();
     for _ in 0..7 {
-        let env = Env::new(FANOUT);
+        let env = StoreDir::with_graph(FANOUT);
         let (watchdog, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
         let id = wait_line(&rx, run_id_in);
         let worker = wait_line(&rx, worker_pid_in);
@@ -635,7 +483,7 @@ fn sigkill_to_replacement_running_the_next_node() {
 /// starts no worker at all.
 #[test]
 fn the_run_time_limit_stops_the_run_and_stays_spent_across_a_resume() {
-    let env = Env::new(&slow_graph("subprocess", "exec sleep 60"));
+    let env = StoreDir::with_graph(&slow_graph("subprocess", "exec sleep 60"));
     let o = env.heddle(&[
         "run",
         "--watchdog",
@@ -683,7 +531,7 @@ fn the_run_time_limit_stops_the_run_and_stays_spent_across_a_resume() {
 /// watchdog reports the pause the worker recorded and frees the lock.
 #[test]
 fn an_interrupted_watchdog_leaves_the_run_paused_and_resumable() {
-    let env = Env::new(&slow_graph("subprocess", "exec sleep 60"));
+    let env = StoreDir::with_graph(&slow_graph("subprocess", "exec sleep 60"));
     let (watchdog, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
     let id = wait_line(&rx, run_id_in);
     while env.status(&id)["active"]
@@ -712,7 +560,7 @@ fn an_interrupted_watchdog_leaves_the_run_paused_and_resumable() {
 /// `TERMINAL_ARTIFACT`, never a report made from them.
 #[test]
 fn the_final_report_is_verified_against_its_digest_before_it_is_reported() {
-    let env = Env::new(FANOUT);
+    let env = StoreDir::with_graph(FANOUT);
     let o = env.heddle(&["run", "--watchdog", "--json", "g.json"]);
     expect(&o, OK);
     let r = report(&o);
@@ -741,7 +589,7 @@ fn the_final_report_is_verified_against_its_digest_before_it_is_reported() {
 /// watchdog, and the run exits as the same run unsupervised does.
 #[test]
 fn a_dispatch_budget_holds_across_workers_and_exits_as_unsupervised() {
-    let plain = Env::new(FANOUT);
+    let plain = StoreDir::with_graph(FANOUT);
     let unsupervised = plain.heddle(&[
         "run",
         "--durable",
@@ -750,7 +598,7 @@ fn a_dispatch_budget_holds_across_workers_and_exits_as_unsupervised() {
         "--json",
         "g.json",
     ]);
-    let env = Env::new(FANOUT);
+    let env = StoreDir::with_graph(FANOUT);
     let o = env.heddle(&[
         "run",
         "--watchdog",
@@ -775,10 +623,10 @@ fn a_dispatch_budget_holds_across_workers_and_exits_as_unsupervised() {
 /// report read back verified from the store (the worker's own stdout is not passed on).
 #[test]
 fn without_json_the_outputs_print_as_an_unsupervised_run_prints_them() {
-    let plain = Env::new(FANOUT);
+    let plain = StoreDir::with_graph(FANOUT);
     let unsupervised = plain.heddle(&["run", "--durable", "g.json"]);
     expect(&unsupervised, OK);
-    let env = Env::new(FANOUT);
+    let env = StoreDir::with_graph(FANOUT);
     let o = env.heddle(&["run", "--watchdog", "g.json"]);
     expect(&o, OK);
     assert_eq!(
@@ -789,9 +637,9 @@ fn without_json_the_outputs_print_as_an_unsupervised_run_prints_them() {
 
     // A failed run's summary lists what did not run, as unsupervised.
     let failing = slow_graph("subprocess", "exit 1");
-    let plain = Env::new(&failing);
+    let plain = StoreDir::with_graph(&failing);
     let unsupervised = plain.heddle(&["run", "--durable", "g.json"]);
-    let env = Env::new(&failing);
+    let env = StoreDir::with_graph(&failing);
     let o = env.heddle(&["run", "--watchdog", "g.json"]);
     assert_eq!(o.status.code(), unsupervised.status.code(), "{}", text(&o));
     assert_eq!(
@@ -810,7 +658,7 @@ fn without_json_the_outputs_print_as_an_unsupervised_run_prints_them() {
 /// worker, cleans up and reports the run cancelled without a replacement.
 #[test]
 fn a_cancel_from_another_process_stops_the_worker_without_a_replacement() {
-    let env = Env::new(&slow_graph("subprocess", "exec sleep 60"));
+    let env = StoreDir::with_graph(&slow_graph("subprocess", "exec sleep 60"));
     let (watchdog, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
     let id = wait_line(&rx, run_id_in);
     while env.status(&id)["active"]

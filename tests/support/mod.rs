@@ -2,6 +2,9 @@
 
 #![allow(dead_code)] // each test file uses its own subset
 
+pub mod serve;
+pub mod store;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

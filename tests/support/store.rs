@@ -1,0 +1,220 @@
+//! A directory laid out for durable-run tests, as a user would: `heddle.toml` grants
+//! `./data` to the `files` package, allows subprocess code nodes and puts the run store
+//! at `runs.db`; the graph, when there is one, is `g.json`. Effects are counted where
+//! they land, in the lines `files.write_text` appended to `data/log.txt`, never in the
+//! engine's own log.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+#[allow(unused_imports)] // each test file takes the codes it checks
+pub use super::{INVALID, OK, SUSPENDED as PAUSED};
+pub const BAD_STORE: i32 = 5;
+pub const LIMIT: i32 = 6;
+pub const LOCKED: i32 = 7;
+
+pub const CONFIG: &str = r#"
+[packages.files]
+dirs = [{ host = "./data", guest = "/data", mode = "rw" }]
+
+[runners]
+allow_subprocess = true
+
+[store]
+path = "runs.db"
+"#;
+
+/// A constant line, appended to /data/log.txt by `w` (not retry-safe), then upper-cased
+/// by `up` (retry-safe).
+pub const CHAIN: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "one\n"}},
+    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
+    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "w", "targetHandle": "text"},
+    {"source": "w", "sourceHandle": "path", "target": "up", "targetHandle": "text"},
+    {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
+/// Six items fanned out, each appended as a line by `w`, the byte counts collected.
+pub const FANOUT: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": ["a\n", "b\n", "c\n", "d\n", "e\n", "f\n"]}},
+    {"id": "each", "type": "heddle.foreach"},
+    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
+    {"id": "all", "type": "heddle.collect"},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
+    {"source": "each", "sourceHandle": "item", "target": "w", "targetHandle": "text"},
+    {"source": "w", "sourceHandle": "bytes", "target": "all", "targetHandle": "item"},
+    {"source": "all", "sourceHandle": "list", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
+pub struct StoreDir {
+    dir: tempfile::TempDir,
+}
+
+impl StoreDir {
+    /// The directory without a graph (the server's tests post theirs).
+    pub fn new() -> StoreDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        std::fs::write(dir.path().join("heddle.toml"), CONFIG).unwrap();
+        StoreDir { dir }
+    }
+
+    /// The directory with `graph` as `g.json`.
+    pub fn with_graph(graph: &str) -> StoreDir {
+        let d = StoreDir::new();
+        std::fs::write(d.path().join("g.json"), graph).unwrap();
+        d
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `heddle ARGS` here, with no fault armed.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = super::command(self.path());
+        c.args(args).env_remove("HEDDLE_FAULT");
+        c
+    }
+
+    pub fn heddle(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("heddle starts")
+    }
+
+    /// A process whose stderr lines arrive on the returned channel as they are printed.
+    pub fn spawn(&self, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+        let mut child = self
+            .cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        (child, rx)
+    }
+
+    /// `heddle run --durable g.json ARGS` aborted at the write-ahead boundary `fault`;
+    /// returns the run id.
+    pub fn crash(&self, fault: &str, args: &[&str]) -> String {
+        let o = self
+            .cmd(&["run", "--durable", "g.json"])
+            .args(args)
+            .env("HEDDLE_FAULT", fault)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), None, "not aborted:\n{}", text(&o));
+        run_id(&o)
+    }
+
+    /// Lines the provider side wrote.
+    pub fn lines(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path().join("data/log.txt"))
+            .map(|s| s.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    /// The run store file.
+    pub fn db(&self) -> PathBuf {
+        self.path().join("runs.db")
+    }
+
+    /// `heddle runs show ID --json`.
+    pub fn show(&self, id: &str) -> serde_json::Value {
+        let o = self.heddle(&["runs", "show", id, "--json"]);
+        expect(&o, OK);
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    /// `heddle runs status ID --json`.
+    pub fn status(&self, id: &str) -> serde_json::Value {
+        let o = self.heddle(&["runs", "status", id, "--json"]);
+        expect(&o, OK);
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+}
+
+/// Outputs of an uninterrupted durable run of `graph` in a fresh directory: what every
+/// crashed and recovered run must end with.
+pub fn reference_outputs(graph: &str) -> serde_json::Value {
+    let env = StoreDir::with_graph(graph);
+    let o = env.heddle(&["run", "--durable", "--json", "g.json"]);
+    expect(&o, OK);
+    report(&o)["outputs"].clone()
+}
+
+/// Everything a process said, for assertion messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "--- status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[track_caller]
+pub fn expect(o: &Output, code: i32) {
+    assert_eq!(o.status.code(), Some(code), "{}", text(o));
+}
+
+/// The JSON report on stdout.
+pub fn report(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", text(o)))
+}
+
+/// The run id `durable run ID (store …)` printed before anything runs.
+pub fn run_id(o: &Output) -> String {
+    let e = super::stderr(o);
+    e.lines()
+        .find_map(run_id_in)
+        .unwrap_or_else(|| panic!("no run id printed:\n{}", text(o)))
+}
+
+pub fn run_id_in(line: &str) -> Option<String> {
+    line.strip_prefix("durable run ")
+        .and_then(|l| l.split_whitespace().next())
+        .map(str::to_string)
+}
+
+pub fn sigkill(pid: i32) {
+    // SAFETY: kill(2) touches no memory; a process already gone is fine.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// Waits for a line matching `f` (a generous bound so a slow machine does not fail
+/// the test; nothing is asserted about the time).
+pub fn wait_line<T>(rx: &mpsc::Receiver<String>, mut f: impl FnMut(&str) -> Option<T>) -> T {
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the process printed the expected line");
+        if let Some(t) = f(&line) {
+            return t;
+        }
+    }
+}
