@@ -9,7 +9,7 @@ mod support;
 
 use support::stderr;
 use support::store::{
-    BAD_STORE, CHAIN, FANOUT, INVALID, LIMIT as BUDGET, OK, PAUSED, StoreDir, expect,
+    BAD_STORE, CHAIN, FANOUT, INVALID, LIMIT as BUDGET, OK, PAUSED, StoreDir, expect, kill_moments,
     reference_outputs, run_id, text,
 };
 
@@ -177,17 +177,7 @@ fn random_sigkills_of_a_fan_out_lose_nothing_and_repeat_only_reoffered_work() {
     let t0 = std::time::Instant::now();
     let reference = reference_outputs(FANOUT);
     let span_ms = t0.elapsed().as_millis() as u64 + 1;
-    let mut seed: u64 = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    eprintln!("seed {seed}");
-    let mut next = move || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        seed >> 33
-    };
+    let mut next = kill_moments();
     for round in 0..12 {
         let env = StoreDir::with_graph(FANOUT);
         let mut child = env
@@ -249,20 +239,7 @@ fn random_sigkills_of_a_fan_out_lose_nothing_and_repeat_only_reoffered_work() {
             }
         };
         assert_eq!(final_out, reference, "round {round}");
-        let mut lines = env.lines();
-        lines.sort();
-        lines.dedup();
-        assert_eq!(
-            lines,
-            ["a", "b", "c", "d", "e", "f"],
-            "round {round}: lost work"
-        );
-        // Only work the user explicitly re-offered may have run twice.
-        let extra = env.lines().len() - 6;
-        assert!(
-            extra <= reoffers,
-            "round {round}: {extra} duplicate effects with {reoffers} explicit re-offers"
-        );
+        env.assert_fanout_effects(reoffers, &format!("round {round}"));
         assert_eq!(env.show(&id)["state"], "completed");
     }
 }

@@ -8,7 +8,7 @@ mod support;
 
 use support::serve::{Api, rt};
 use support::stderr;
-use support::store::{CHAIN, FANOUT, INVALID, OK, StoreDir};
+use support::store::{CHAIN, FANOUT, INVALID, OK, StoreDir, kill_moments};
 
 /// Names a node type nothing provides and wires a handle that does not exist.
 const BROKEN: &str = r#"{
@@ -208,19 +208,6 @@ fn refused_requests_get_their_status_and_change_nothing() {
 
 /// Every line a..f written, and more than once only for work a person re-offered.
 #[track_caller]
-fn assert_fanout_effects(dir: &StoreDir, reoffers: usize, what: &str) {
-    let mut lines = dir.lines();
-    let total = lines.len();
-    lines.sort();
-    lines.dedup();
-    assert_eq!(lines, ["a", "b", "c", "d", "e", "f"], "{what}: lost work");
-    assert!(
-        total - 6 <= reoffers,
-        "{what}: {} repeated effects with {reoffers} re-offers",
-        total - 6
-    );
-}
-
 #[test]
 fn a_server_that_dies_mid_run_is_replaced_and_its_run_finishes_without_repeating_work() {
     let dir = StoreDir::new();
@@ -259,7 +246,7 @@ fn a_server_that_dies_mid_run_is_replaced_and_its_run_finishes_without_repeating
     }
     let (show, reoffers) = rt().block_on(api.drive_to_end(&id));
     assert_eq!(show["state"], "completed", "{show:#}");
-    assert_fanout_effects(&dir, reoffers, "abort after the third write");
+    dir.assert_fanout_effects(reoffers, "abort after the third write");
     let w: Vec<&Value> = show["occurrences"]
         .as_array()
         .unwrap()
@@ -272,17 +259,7 @@ fn a_server_that_dies_mid_run_is_replaced_and_its_run_finishes_without_repeating
 /// The server killed with SIGKILL at pseudo-random moments of a run, then replaced.
 #[test]
 fn a_server_killed_with_sigkill_is_replaced_and_nothing_is_lost_or_repeated() {
-    let mut seed: u64 = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    eprintln!("seed {seed}");
-    let mut next = move || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        seed >> 33
-    };
+    let mut next = kill_moments();
     for round in 0..4 {
         let dir = StoreDir::new();
         let a = dir.serve(None);
@@ -296,7 +273,7 @@ fn a_server_killed_with_sigkill_is_replaced_and_nothing_is_lost_or_repeated() {
         let b = dir.serve(None);
         let (show, reoffers) = rt().block_on(Api::of(&b).drive_to_end(&id));
         assert_eq!(show["state"], "completed", "round {round}: {show:#}");
-        assert_fanout_effects(&dir, reoffers, &format!("round {round}"));
+        dir.assert_fanout_effects(reoffers, &format!("round {round}"));
     }
 }
 

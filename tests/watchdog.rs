@@ -11,8 +11,8 @@ mod support;
 
 use support::stderr;
 use support::store::{
-    FANOUT, INVALID, LIMIT, LOCKED, OK, PAUSED, StoreDir, expect, reference_outputs, report,
-    run_id_in, sigkill, text, wait_line,
+    FANOUT, INVALID, LIMIT, LOCKED, OK, PAUSED, StoreDir, expect, kill_moments, reference_outputs,
+    report, run_id_in, sigkill, text, wait_line,
 };
 
 /// A code node that takes its time, so the run is live while a test looks at it.
@@ -75,17 +75,7 @@ fn random_sigkills_of_workers_lose_nothing_and_repeat_only_reoffered_work() {
     let t0 = std::time::Instant::now();
     let reference = reference_outputs(FANOUT);
     let span_ms = t0.elapsed().as_millis() as u64 + 1;
-    let mut seed: u64 = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    eprintln!("seed {seed}");
-    let mut next = move || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        seed >> 33
-    };
+    let mut next = kill_moments();
     for round in 0..8 {
         let env = StoreDir::with_graph(FANOUT);
         let (child, rx) = env.spawn(&[
@@ -150,19 +140,7 @@ fn random_sigkills_of_workers_lose_nothing_and_repeat_only_reoffered_work() {
             }
         };
         assert_eq!(final_out, reference, "round {round}");
-        let mut lines = env.lines();
-        lines.sort();
-        lines.dedup();
-        assert_eq!(
-            lines,
-            ["a", "b", "c", "d", "e", "f"],
-            "round {round}: lost work"
-        );
-        let extra = env.lines().len() - 6;
-        assert!(
-            extra <= reoffers,
-            "round {round}: {extra} duplicate effects with {reoffers} explicit re-offers"
-        );
+        env.assert_fanout_effects(reoffers, &format!("round {round}"));
         assert_eq!(env.status(&id)["state"], "completed");
         // A finished run is refused (exit 2) and its lock stays free.
         let o = env.heddle(&["runs", "resume", "--watchdog", &id]);

@@ -138,6 +138,21 @@ impl StoreDir {
             .unwrap_or_default()
     }
 
+    /// What a recovered FANOUT run must have done: every item written (nothing lost),
+    /// and no item written twice except by a re-offer the user asked for explicitly.
+    pub fn assert_fanout_effects(&self, reoffers: usize, what: &str) {
+        let mut lines = self.lines();
+        let total = lines.len();
+        lines.sort();
+        lines.dedup();
+        assert_eq!(lines, ["a", "b", "c", "d", "e", "f"], "{what}: lost work");
+        assert!(
+            total - 6 <= reoffers,
+            "{what}: {} repeated effects with {reoffers} explicit re-offers",
+            total - 6
+        );
+    }
+
     /// The run store file.
     pub fn db(&self) -> PathBuf {
         self.path().join("runs.db")
@@ -216,5 +231,26 @@ pub fn wait_line<T>(rx: &mpsc::Receiver<String>, mut f: impl FnMut(&str) -> Opti
         if let Some(t) = f(&line) {
             return t;
         }
+    }
+}
+
+/// Pseudo-random numbers for kill moments, seeded from the clock, or from
+/// `HEDDLE_TEST_SEED` to replay a failed round; the seed is printed with the test's output.
+pub fn kill_moments() -> impl FnMut() -> u64 {
+    let mut seed: u64 = std::env::var("HEDDLE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("seed {seed} (replay with HEDDLE_TEST_SEED={seed})");
+    move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        seed >> 33
     }
 }
