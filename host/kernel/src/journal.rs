@@ -12,7 +12,7 @@ use heddle_core::{InvocationMetrics, Occurrence, Record, Value};
 use crate::executor::{BoxFuture, Outputs};
 
 /// What an earlier process recorded for an occurrence, reduced to what the kernel does
-/// about it (seed 003's crash table).
+/// about it (the crash table: README, "Durable runs").
 #[derive(Clone, Debug, PartialEq)]
 pub enum Prior {
     /// Nothing recorded: decide and dispatch.

@@ -85,7 +85,9 @@ struct Seen {
     settled: Option<Prior>,
 }
 
-/// Seed 003's crash table, per occurrence, from the log alone.
+/// The crash table (README, "Durable runs"), per occurrence, from the log alone: nothing
+/// recorded → fresh; dispatched but not started, or started and retry-safe → redo;
+/// started, not retry-safe and no result → reconcile; a result → replay it.
 fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<Occurrence, Prior> {
     let mut seen: HashMap<&Occurrence, Seen> = HashMap::new();
     for s in records {

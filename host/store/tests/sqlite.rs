@@ -343,7 +343,7 @@ fn the_fold_reports_state_pause_and_uncertain_work() {
     assert_eq!(v.pause.as_ref().map(|p| p.event), Some(4));
 }
 
-/// Seed 003's crash table as the kernel sees it through the journal.
+/// The crash table (README, "Durable runs") as the kernel sees it through the journal.
 #[test]
 fn the_journal_applies_the_crash_table_from_the_log() {
     use heddle_kernel::{Journal, Prior};
