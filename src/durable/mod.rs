@@ -38,6 +38,11 @@ pub struct StoreSection {
     pub max_dispatches: Option<u64>,
     #[serde(default)]
     pub time_limit_ms: Option<u64>,
+    /// A node output whose JSON is longer than this many bytes is stored as an artifact
+    /// of the run, and the log and the event feed carry a reference to it (default
+    /// 64 KiB).
+    #[serde(default)]
+    pub inline_output_bytes: Option<u64>,
 }
 
 impl StoreSection {
@@ -47,7 +52,34 @@ impl StoreSection {
             Some(p) => config.resolve(&p),
             None => PathBuf::from(heddle_store::DEFAULT_PATH),
         });
+        // Zero would send every value to the store; above the per-artifact limit a value
+        // could never leave the log.
+        if let Some(n) = s.inline_output_bytes
+            && !(1..=MAX_INLINE_BYTES).contains(&n)
+        {
+            return Err(crate::usage!(
+                "[store] inline_output_bytes = {n}: give 1 to {MAX_INLINE_BYTES} bytes"
+            ));
+        }
         Ok(s)
+    }
+
+    /// Sets how `session` stores its large values: this store's inline limit, and the
+    /// run's secret values, which no stored value may hold.
+    pub(crate) fn configure_spill(
+        &self,
+        session: &Session,
+        secrets: &heddle_kernel::SecretRegistry,
+    ) {
+        session.spill.configure(heddle_store::spill::Spill {
+            inline_bytes: self
+                .inline_output_bytes
+                .unwrap_or(heddle_store::spill::DEFAULT_INLINE_BYTES),
+            policy: heddle_store::artifacts::ArtifactPolicy {
+                known_secrets: secrets.snapshot(),
+                ..Default::default()
+            },
+        });
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -69,6 +101,10 @@ impl StoreSection {
     }
 }
 
+/// The largest inline limit: the per-artifact limit, so every value that leaves the log
+/// fits in an artifact.
+const MAX_INLINE_BYTES: u64 = 64 << 20;
+
 /// Records a new durable run and prints its id before anything runs.
 pub fn begin(
     store: &StoreSection,
@@ -80,6 +116,7 @@ pub fn begin(
 ) -> anyhow::Result<Session> {
     let run = new_run(env, graph, plan, opts, budget)?;
     let (header, session) = session::begin(store.open()?, &run)?;
+    store.configure_spill(&session, &opts.secrets);
     eprintln!(
         "durable run {} (store {})",
         header.run_id,
@@ -291,7 +328,9 @@ pub(super) fn continue_run(
         Some(&crate::providers::graph_types(&doc)),
     ))?;
     let (plan, opts) = prepare(&env, &r, &doc, approval.as_ref())?;
+    let section = StoreSection::load(&env.config)?;
     let session = session::reopen(store, &r)?;
+    section.configure_spill(&session, &opts.secrets);
     if let Some(a) = &approval {
         gates::record(&session, a)?;
     }

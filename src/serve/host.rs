@@ -262,6 +262,7 @@ impl Host {
     }
 
     fn spawn(self: &Arc<Self>, session: Session, plan: Plan, opts: RunOptions) {
+        self.section.configure_spill(&session, &opts.secrets);
         let cancel = CancellationToken::new();
         let (feed, _) = broadcast::channel(super::feed::CAPACITY);
         let done = CancellationToken::new();

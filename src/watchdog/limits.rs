@@ -13,8 +13,20 @@ use crate::cli::WatchdogArgs;
 pub const OUTPUT_LIMIT_BYTES: u64 = 1_000_000;
 
 /// Variables every worker gets from the watchdog's environment (when set); anything
-/// else only when named with `--env NAME`.
-pub const BASE_ENV: &[&str] = &["PATH", "HOME", "TMPDIR", "TMP", "TEMP"];
+/// else only when named with `--env NAME`. Beyond what finds programs and scratch space,
+/// the worker must look where its watchdog looks: `XDG_CACHE_HOME` so it loads packages
+/// from the compile cache the user's runs fill (without it every worker recompiled
+/// every package into another cache under `HOME`), and `DOCKER_HOST` so its code nodes
+/// start containers on the engine the watchdog's cleanup searches. Neither is a secret.
+pub const BASE_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "XDG_CACHE_HOME",
+    "DOCKER_HOST",
+];
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {

@@ -222,6 +222,12 @@ fn store_view(target: &Target) -> anyhow::Result<RunView> {
     Ok(RunView::fold(&read.records, pid_alive))
 }
 
+/// Whether every value the run's log refers to is there and intact.
+fn recorded_values(target: &Target) -> Result<(), heddle_store::artifacts::ArtifactError> {
+    let store = heddle_store::SqliteStore::open(&target.store)?;
+    heddle_store::spill::verify(&store, &target.run)
+}
+
 /// A check of whether someone else (`heddle runs cancel`) ended the run since the last
 /// check: reads only the records written since, looking for a cancel or an ending the
 /// worker did not write.
@@ -428,7 +434,11 @@ async fn supervise_async(
         }
         if !ended.crashed() {
             // It exited on its own without running the run: an error it printed (a
-            // changed package, an unusable store). A replacement would do the same.
+            // changed package, an unusable store, a recorded value it could not read
+            // back). A replacement would do the same.
+            if let Err(e) = recorded_values(target) {
+                return Ok(stopped(sup, e.code(), e.to_string(), Exit::Failed));
+            }
             let exit = match ended.status.code() {
                 Some(c @ 1..=5) => exit_from(c),
                 _ => Exit::Failed,

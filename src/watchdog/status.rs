@@ -17,7 +17,7 @@ use crate::exit::Exit;
 
 pub fn run(section: &StoreSection, run: &str, json_out: bool) -> anyhow::Result<Exit> {
     let store = existing(section, run)?;
-    let (header, records, view) = session::inspect(&*store, run)?;
+    let (header, records, view) = session::inspect_progress(&*store, run)?;
     let sup = Supervision::load(section.path(), run)?;
     let lock = heddle_store::lock::inspect(section.path(), run)?;
     let now = now_ms();

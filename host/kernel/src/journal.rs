@@ -89,6 +89,14 @@ pub trait Journal: Send + Sync {
     /// use the call for fault injection; nothing is written.
     fn passed(&self, _step: Step, _occ: &Occurrence) {}
 
+    /// Readies a result record for the log before it is appended: a store may keep
+    /// values too large for a record elsewhere and put references in their place. A
+    /// value the store must not keep (over its limits, holding a secret) is refused:
+    /// the invocation fails with the reason, and nothing was appended.
+    fn seal(&self, record: Record) -> Result<Record, Refused> {
+        Ok(record)
+    }
+
     /// Appends a record that may be group-committed.
     fn append(&self, record: Record);
 

@@ -87,6 +87,15 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
 
+impl From<ArtifactError> for StoreError {
+    fn from(e: ArtifactError) -> StoreError {
+        match e {
+            ArtifactError::Store(s) => s,
+            e => StoreError::Artifact(Box::new(e)),
+        }
+    }
+}
+
 impl SqliteStore {
     /// Stores `bytes` for `run` under the policy (once: the same bytes again cost
     /// nothing) and, with `name`, points that name at them.

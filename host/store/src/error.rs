@@ -124,9 +124,20 @@ pub enum StoreError {
     WriterStopped(#[source] std::sync::Arc<StoreError>),
     #[error("the run log writer is gone (the log was closed)")]
     WriterClosed,
+    /// A value the log refers to could not be stored or read back.
+    #[error(transparent)]
+    Artifact(Box<crate::artifacts::ArtifactError>),
 }
 
 impl StoreError {
+    /// The code a report carries when there is one (`TERMINAL_ARTIFACT`, …).
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            StoreError::Artifact(e) => Some(e.code()),
+            _ => None,
+        }
+    }
+
     pub(crate) fn sql(op: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
         move |source| StoreError::Sql { op, source }
     }

@@ -10,6 +10,7 @@ use heddle_kernel::executor::BoxFuture;
 use heddle_kernel::{Journal, JournalError, Outputs, Prior, Refused, Step};
 
 use crate::fault::{self, Boundary};
+use crate::spill::Spiller;
 use crate::{Budget, Exhausted, RunLog, Stored};
 
 pub struct DurableJournal {
@@ -20,6 +21,8 @@ pub struct DurableJournal {
     dispatches_left: Option<AtomicU64>,
     max_dispatches: u64,
     exhausted: OnceLock<Exhausted>,
+    /// Where results' large values go; without it every value stays inline.
+    spiller: Option<Spiller>,
 }
 
 impl DurableJournal {
@@ -55,7 +58,14 @@ impl DurableJournal {
                 .map(|m| AtomicU64::new(m.saturating_sub(known))),
             max_dispatches: budget.max_dispatches.unwrap_or(0),
             exhausted: OnceLock::new(),
+            spiller: None,
         }
+    }
+
+    /// Stores results' values that are too large to travel inline through `spiller`.
+    pub fn spilling(mut self, spiller: Spiller) -> Self {
+        self.spiller = Some(spiller);
+        self
     }
 
     pub fn log(&self) -> &Arc<RunLog> {
@@ -197,6 +207,17 @@ impl Journal for DurableJournal {
                 fault::check(Boundary::AfterDispatch, &occ.node);
             }
             Step::Start => fault::check(Boundary::AfterStart, &occ.node),
+        }
+    }
+
+    /// Large values go to the run's artifacts here, before the record is queued: the
+    /// artifact commits before the record that refers to it (the log is one ordered
+    /// file), and a value the policy refuses fails its node rather than the log. Only
+    /// a result with a value over the inline limit touches the store on this thread.
+    fn seal(&self, record: Record) -> Result<Record, Refused> {
+        match &self.spiller {
+            Some(s) => s.spill(record).map_err(|e| Refused(Arc::new(e))),
+            None => Ok(record),
         }
     }
 

@@ -19,6 +19,7 @@ pub mod lock;
 pub mod log;
 mod schema;
 pub mod session;
+pub mod spill;
 mod sqlite;
 pub mod status;
 
@@ -131,7 +132,25 @@ pub trait RunStore: Send + Sync {
     ) -> Result<(), StoreError>;
 
     /// The run's log from sequence number `from` on, every record's checksum verified.
+    /// Large values are references ([`spill`]); [`spill::resolve`] reads them back.
     fn read(&self, run_id: &str, from: u64) -> Result<LogRead, StoreError>;
+
+    /// Stores `bytes` as an artifact of `run_id` under `policy` (once per content) and,
+    /// with `name`, points that name at them.
+    fn put_artifact(
+        &self,
+        run_id: &str,
+        name: Option<&str>,
+        bytes: &[u8],
+        policy: &artifacts::ArtifactPolicy,
+    ) -> Result<artifacts::ArtifactRef, artifacts::ArtifactError>;
+
+    /// The bytes of an artifact of `run_id`, verified against its digest.
+    fn get_artifact(
+        &self,
+        run_id: &str,
+        artifact: &artifacts::ArtifactRef,
+    ) -> Result<Vec<u8>, artifacts::ArtifactError>;
 }
 
 /// sha256 of `bytes`, lower-case hex.

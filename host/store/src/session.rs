@@ -7,6 +7,7 @@ use std::sync::Arc;
 use heddle_core::{Occurrence, OpenReason, PauseReason, Record, RunResult, RunStatus, Value};
 use heddle_kernel::journal::RECONCILE_REASON;
 
+use crate::spill::Spiller;
 use crate::status::{OpenPause, RunState, RunView, pid_alive};
 use crate::{
     Budget, DurableJournal, Exhausted, NewRun, RunHeader, RunLog, RunStore, Spent, StoreError,
@@ -22,6 +23,9 @@ pub struct Session {
     pub budget: Budget,
     /// What earlier processes spent (nothing for a new run).
     pub spent: Spent,
+    /// Where the run's large values go; [`Spiller::configure`] sets its inline limit
+    /// and known secrets.
+    pub spill: Spiller,
 }
 
 impl Session {
@@ -49,6 +53,7 @@ fn open(
     let budget = Budget::of(&header.run.limits);
     let spent = RunView::fold(records, |_| false).spent();
     let epoch = store.acquire(run_id)?;
+    let spill = Spiller::new(store.clone(), run_id);
     let log = Arc::new(RunLog::start(store, run_id, epoch, records.len() as u64));
     log.append(Record::Opened {
         epoch,
@@ -59,18 +64,16 @@ fn open(
         log.append(r);
     }
     log.flush().wait()?;
-    let journal = Arc::new(DurableJournal::with_budget(
-        log.clone(),
-        records,
-        reoffer,
-        budget,
-    ));
+    let journal = Arc::new(
+        DurableJournal::with_budget(log.clone(), records, reoffer, budget).spilling(spill.clone()),
+    );
     Ok(Session {
         run_id: run_id.to_string(),
         log,
         journal,
         budget,
         spent,
+        spill,
     })
 }
 
@@ -84,6 +87,7 @@ pub fn begin(store: Arc<dyn RunStore>, run: &NewRun) -> Result<(RunHeader, Sessi
 /// What a resume will do, checked without writing anything.
 pub struct Resumption {
     pub header: RunHeader,
+    /// The log as stored (large values are references; [`reopen`] reads them back).
     pub records: Vec<Stored>,
     pub view: RunView,
     /// The pause it reopens (none when it recovers an interrupted run).
@@ -109,8 +113,22 @@ impl Resumption {
     }
 }
 
-/// Reads a run and its state from the log.
+/// Reads a run and its state from the log, with the values its records refer to read
+/// back and verified (`TERMINAL_ARTIFACT` when one is missing or corrupt).
 pub fn inspect(
+    store: &dyn RunStore,
+    run_id: &str,
+) -> Result<(RunHeader, Vec<Stored>, RunView), StoreError> {
+    let header = store.header(run_id)?;
+    let mut records = store.read(run_id, 0)?.records;
+    crate::spill::resolve(store, run_id, &mut records)?;
+    let view = RunView::fold(&records, pid_alive);
+    Ok((header, records, view))
+}
+
+/// [`inspect`] without reading any value back: large values stay references. For
+/// readers of progress, which never need them.
+pub fn inspect_progress(
     store: &dyn RunStore,
     run_id: &str,
 ) -> Result<(RunHeader, Vec<Stored>, RunView), StoreError> {
@@ -126,7 +144,7 @@ pub fn check_resume(
     run_id: &str,
     pause: Option<u64>,
 ) -> Result<Resumption, StoreError> {
-    let (header, records, view) = inspect(store, run_id)?;
+    let (header, records, view) = inspect_progress(store, run_id)?;
     match view.state {
         RunState::Paused | RunState::Interrupted => {}
         RunState::Running => {
@@ -168,15 +186,13 @@ pub fn reopen(store: Arc<dyn RunStore>, r: &Resumption) -> Result<Session, Store
         Some(p) => (OpenReason::Resume, Some(Record::Resumed { pause: p.event })),
         None => (OpenReason::Recover, None),
     };
+    // Recovery feeds recorded results downstream: their real values, verified.
+    let mut records = r.records.clone();
+    crate::spill::resolve(&*store, &r.header.run_id, &mut records)?;
     // Acquiring drops a torn tail; read again so numbering continues after what counts.
-    let session = open(
-        store.clone(),
-        &r.header,
-        &r.records,
-        reason,
-        extra,
-        &|occ| r.reoffers(occ),
-    )?;
+    let session = open(store.clone(), &r.header, &records, reason, extra, &|occ| {
+        r.reoffers(occ)
+    })?;
     Ok(session)
 }
 
@@ -300,7 +316,7 @@ pub fn end_cancelled(
     decisions: Vec<Record>,
     reason: String,
 ) -> Result<(), StoreError> {
-    let (_, records, view) = inspect(&*store, run_id)?;
+    let (_, records, view) = inspect_progress(&*store, run_id)?;
     if view.state.is_final() {
         return Err(StoreError::AlreadyEnded {
             run: run_id.to_string(),

@@ -472,6 +472,24 @@ impl RunStore for SqliteStore {
         out.torn_tail = bad;
         Ok(out)
     }
+
+    fn put_artifact(
+        &self,
+        run_id: &str,
+        name: Option<&str>,
+        bytes: &[u8],
+        policy: &crate::artifacts::ArtifactPolicy,
+    ) -> Result<crate::artifacts::ArtifactRef, crate::artifacts::ArtifactError> {
+        SqliteStore::put_artifact(self, run_id, name, bytes, policy)
+    }
+
+    fn get_artifact(
+        &self,
+        run_id: &str,
+        artifact: &crate::artifacts::ArtifactRef,
+    ) -> Result<Vec<u8>, crate::artifacts::ArtifactError> {
+        SqliteStore::get_artifact(self, run_id, artifact)
+    }
 }
 
 fn set_sync(c: &mut Conn, sync: bool) -> Result<(), StoreError> {

@@ -293,6 +293,7 @@ impl Actor {
         metrics: InvocationMetrics,
     ) -> Result<(), Stop> {
         let record = self.result_record(occ, out, metrics);
+        let record = self.sealed(journal, record)?;
         if self.spec.decl.retry_safe {
             journal.append(record);
             return Ok(());
@@ -324,6 +325,17 @@ impl Actor {
                 .collect(),
             metrics,
         }
+    }
+
+    /// A result record as the journal will append it ([`Journal::seal`]); a refused
+    /// one fails the invocation, so its values go nowhere.
+    fn sealed(&self, journal: &dyn Journal, record: Record) -> Result<Record, Stop> {
+        journal.seal(record).map_err(|e| {
+            Stop::Failed(format!(
+                "node \"{}\" (type {}): its result was not recorded: {e}",
+                self.spec.id, self.spec.node_type
+            ))
+        })
     }
 
     fn journal_stop(&self, e: crate::journal::JournalError) -> Stop {
@@ -467,6 +479,7 @@ impl Actor {
                             // disk before it goes downstream.
                             if let Some((j, occ)) = journal {
                                 let record = self.result_record(occ, &out, ctx.metrics());
+                                let record = self.sealed(j, record)?;
                                 Box::pin(self.record_decision(j, record)).await?;
                             }
                             return Ok(Settled::Produced(out));

@@ -1,0 +1,353 @@
+//! Values too large to travel inline: a node's output (or emitted value) whose JSON is
+//! over the run's inline limit is stored as a content-addressed artifact of the run, and
+//! the log record carries a reference in its place, serialized as
+//! `{"$artifact":{"sha256":"<hex>","size":<bytes>}}`. The log stays small (every reader
+//! of a record, the event feed among them, pays for its size), and the same bytes are
+//! stored once however many records or reports point at them.
+//!
+//! A reference is recognised only as a whole top-level value of a record's `outputs` or
+//! `emitted`. A node value that merely looks like one is spilled too, whatever its size,
+//! so every reference in a log is one the store wrote: reading never mistakes a node's
+//! data for a pointer.
+//!
+//! Whoever reads values back (recovery, `heddle runs show`, the final report) calls
+//! [`resolve`], which replaces each reference by its bytes verified against the digest
+//! (`TERMINAL_ARTIFACT` when missing or corrupt); the event feed sends references as
+//! they are.
+
+use std::sync::Arc;
+
+use heddle_core::{Map, Record, Value};
+
+use crate::artifacts::{ArtifactError, ArtifactPolicy, ArtifactRef};
+use crate::{RunStore, Stored};
+
+/// The key of a reference object.
+pub const KEY: &str = "$artifact";
+
+/// Inline limit unless `[store] inline_output_bytes` says otherwise: large enough that
+/// ordinary values never leave the log, small enough that a record stays cheap to read.
+pub const DEFAULT_INLINE_BYTES: u64 = 64 << 10;
+
+/// How a run's large values are stored.
+#[derive(Clone, Debug)]
+pub struct Spill {
+    /// Values whose JSON is longer than this are stored as artifacts.
+    pub inline_bytes: u64,
+    /// The limits and known secrets every stored value is held to.
+    pub policy: ArtifactPolicy,
+}
+
+impl Default for Spill {
+    fn default() -> Spill {
+        Spill {
+            inline_bytes: DEFAULT_INLINE_BYTES,
+            policy: ArtifactPolicy::default(),
+        }
+    }
+}
+
+impl ArtifactRef {
+    /// The reference as a value, where the value it stands for would be.
+    pub fn to_value(&self) -> Value {
+        let mut inner = Map::new();
+        inner.insert("sha256".into(), Value::str(self.sha256.as_str()));
+        inner.insert(
+            "size".into(),
+            Value::Int(i64::try_from(self.size).unwrap_or(i64::MAX)),
+        );
+        let mut outer = Map::new();
+        outer.insert(KEY.into(), Value::object(inner));
+        Value::object(outer)
+    }
+
+    /// The reference `v` is, if it has a reference's shape.
+    pub fn of_value(v: &Value) -> Option<ArtifactRef> {
+        let outer = v.as_object().filter(|m| m.len() == 1)?;
+        let inner = outer.get(KEY)?.as_object().filter(|m| m.len() == 2)?;
+        let sha256 = inner.get("sha256")?.as_str()?;
+        let size = u64::try_from(inner.get("size")?.as_i64()?).ok()?;
+        Some(ArtifactRef {
+            sha256: sha256.to_string(),
+            size,
+        })
+    }
+}
+
+/// Whether `v` must leave the record: a reference lookalike always (see the module
+/// docs), anything else when its JSON is longer than `limit`.
+fn must_spill(v: &Value, limit: u64) -> bool {
+    if let Some(m) = v.as_object()
+        && m.len() == 1
+        && m.contains_key(KEY)
+    {
+        return true;
+    }
+    // The bound is a walk without formatting: almost every value is decided by it, so a
+    // record of small values costs no serialization here.
+    json_len_bound(v) > limit && exact_json_len(v, limit) > limit
+}
+
+/// An upper bound of `v`'s JSON length (every string character as a `\u` escape).
+fn json_len_bound(v: &Value) -> u64 {
+    match v {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Int(_) | Value::Float(_) => 32,
+        Value::Str(s) => 2 + 6 * s.len() as u64,
+        Value::Bytes(b) => 16 + (b.len() as u64).div_ceil(3) * 4,
+        Value::List(l) => 2 + l.iter().map(|x| json_len_bound(x) + 1).sum::<u64>(),
+        Value::Object(m) => {
+            2 + m
+                .iter()
+                .map(|(k, x)| 4 + 6 * k.len() as u64 + json_len_bound(x))
+                .sum::<u64>()
+        }
+    }
+}
+
+/// `v`'s JSON length, counted without keeping the text and given up just past `limit`.
+fn exact_json_len(v: &Value, limit: u64) -> u64 {
+    struct Count {
+        n: u64,
+        stop: u64,
+    }
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.n += b.len() as u64;
+            if self.n > self.stop {
+                return Err(std::io::Error::other("past the limit"));
+            }
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count { n: 0, stop: limit };
+    // The only error is the counter's own stop.
+    let _ = serde_json::to_writer(&mut c, v);
+    c.n
+}
+
+/// `record` with every value that must not travel inline stored under `spill`'s policy
+/// and replaced by its reference. Only results carry node values; other records are
+/// returned as they are. Nothing is written when nothing must be spilled.
+pub fn spill(
+    store: &dyn RunStore,
+    run: &str,
+    spill: &Spill,
+    record: Record,
+) -> Result<Record, ArtifactError> {
+    let Record::Completed {
+        occurrence,
+        mut outputs,
+        mut emitted,
+        metrics,
+    } = record
+    else {
+        return Ok(record);
+    };
+    for (_, v) in outputs.iter_mut().chain(emitted.iter_mut()) {
+        if must_spill(v, spill.inline_bytes) {
+            *v = store_value(store, run, &spill.policy, v)?.to_value();
+        }
+    }
+    Ok(Record::Completed {
+        occurrence,
+        outputs,
+        emitted,
+        metrics,
+    })
+}
+
+/// Stores `v` (its compact JSON) as an artifact of `run`.
+pub fn store_value(
+    store: &dyn RunStore,
+    run: &str,
+    policy: &ArtifactPolicy,
+    v: &Value,
+) -> Result<ArtifactRef, ArtifactError> {
+    // A value serializes to JSON without fail (maps have string keys).
+    let bytes = serde_json::to_vec(v).expect("a value serializes");
+    store.put_artifact(run, None, &bytes, policy)
+}
+
+/// The value `r` stands for, its bytes verified.
+pub fn load_value(
+    store: &dyn RunStore,
+    run: &str,
+    r: &ArtifactRef,
+) -> Result<Value, ArtifactError> {
+    let bytes = store.get_artifact(run, r)?;
+    serde_json::from_slice(&bytes).map_err(|_| ArtifactError::Corrupt {
+        run: run.to_string(),
+        sha256: r.sha256.clone(),
+        found: "bytes that are not a JSON value".into(),
+    })
+}
+
+/// `v` itself, or the value it refers to.
+pub fn resolve_value(store: &dyn RunStore, run: &str, v: &Value) -> Result<Value, ArtifactError> {
+    match ArtifactRef::of_value(v) {
+        Some(r) => load_value(store, run, &r),
+        None => Ok(v.clone()),
+    }
+}
+
+/// Replaces every reference in `records`' results by the value it refers to, each
+/// artifact read and verified once.
+pub fn resolve(
+    store: &dyn RunStore,
+    run: &str,
+    records: &mut [Stored],
+) -> Result<(), ArtifactError> {
+    let mut loaded: std::collections::HashMap<String, Value> = Default::default();
+    for s in records {
+        let Record::Completed {
+            outputs, emitted, ..
+        } = &mut s.record
+        else {
+            continue;
+        };
+        for (_, v) in outputs.iter_mut().chain(emitted.iter_mut()) {
+            let Some(r) = ArtifactRef::of_value(v) else {
+                continue;
+            };
+            *v = match loaded.get(&r.sha256) {
+                Some(found) => found.clone(),
+                None => {
+                    let found = load_value(store, run, &r)?;
+                    loaded.insert(r.sha256, found.clone());
+                    found
+                }
+            };
+        }
+    }
+    Ok(())
+}
+
+/// Checks that every artifact `run`'s log refers to is there and intact.
+pub fn verify(store: &dyn RunStore, run: &str) -> Result<(), ArtifactError> {
+    let mut records = store.read(run, 0)?.records;
+    resolve(store, run, &mut records)
+}
+
+/// A run's spill settings shared by its journal, set once by whoever knows the run's
+/// secrets; [`Spill::default`] until then.
+#[derive(Clone)]
+pub struct Spiller {
+    store: Arc<dyn RunStore>,
+    run: String,
+    spill: Arc<std::sync::OnceLock<Spill>>,
+}
+
+impl Spiller {
+    pub fn new(store: Arc<dyn RunStore>, run: &str) -> Spiller {
+        Spiller {
+            store,
+            run: run.to_string(),
+            spill: Default::default(),
+        }
+    }
+
+    /// Sets the run's inline limit and artifact policy; only the first call counts.
+    pub fn configure(&self, spill: Spill) {
+        let _ = self.spill.set(spill);
+    }
+
+    pub fn spill(&self, record: Record) -> Result<Record, ArtifactError> {
+        static DEFAULT: std::sync::OnceLock<Spill> = std::sync::OnceLock::new();
+        let s = self
+            .spill
+            .get()
+            .unwrap_or_else(|| DEFAULT.get_or_init(Spill::default));
+        spill(&*self.store, &self.run, s, record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{NewRun, SqliteStore};
+    use heddle_core::{InvocationMetrics, Occurrence};
+
+    fn completed(outputs: Vec<(String, Value)>) -> Record {
+        Record::Completed {
+            occurrence: Occurrence::new("n", "", 0),
+            outputs,
+            emitted: Vec::new(),
+            metrics: InvocationMetrics::default(),
+        }
+    }
+
+    #[test]
+    fn large_values_and_lookalikes_leave_the_record_and_come_back_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("runs.db")).unwrap();
+        let run = store
+            .create_run(&NewRun {
+                graph_name: "g".into(),
+                graph_bytes: b"{}".to_vec(),
+                plan: serde_json::json!({}),
+                inputs: Default::default(),
+                secrets: vec![],
+                packages: Default::default(),
+                limits: serde_json::json!({}),
+            })
+            .unwrap()
+            .run_id;
+        let settings = Spill {
+            inline_bytes: 100,
+            policy: ArtifactPolicy::default(),
+        };
+        let big = Value::str("é".repeat(60)); // 120 bytes of UTF-8, 122 of JSON
+        let lookalike = ArtifactRef {
+            sha256: "0".repeat(64),
+            size: 1,
+        }
+        .to_value();
+        let small = Value::list(vec![Value::Int(1); 20]);
+        let record = completed(vec![
+            ("big".into(), big.clone()),
+            ("fake".into(), lookalike.clone()),
+            ("small".into(), small.clone()),
+        ]);
+        let spilled = spill(&store, &run, &settings, record.clone()).unwrap();
+        let Record::Completed { outputs, .. } = &spilled else {
+            unreachable!()
+        };
+        let big_ref = ArtifactRef::of_value(&outputs[0].1).expect("a reference");
+        assert_eq!(big_ref.size, 122);
+        assert!(ArtifactRef::of_value(&outputs[1].1).is_some());
+        assert_ne!(outputs[1].1, lookalike, "the lookalike is stored, not kept");
+        assert_eq!(outputs[2].1, small);
+        // Exactly at the limit stays inline.
+        assert!(!must_spill(&Value::str("x".repeat(98)), 100));
+        assert!(must_spill(&Value::str("x".repeat(99)), 100));
+
+        let mut read = vec![Stored {
+            seq: 0,
+            at_ms: 0,
+            record: spilled,
+        }];
+        resolve(&store, &run, &mut read).unwrap();
+        assert_eq!(read[0].record, record);
+
+        // A known secret in a large value is refused, not stored.
+        let secret = Spill {
+            inline_bytes: 10,
+            policy: ArtifactPolicy {
+                known_secrets: vec!["hunter2".into()],
+                ..ArtifactPolicy::default()
+            },
+        };
+        let e = spill(
+            &store,
+            &run,
+            &secret,
+            completed(vec![("v".into(), Value::str("xxxxhunter2xxxx"))]),
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), "KNOWN_SECRET");
+    }
+}

@@ -1,0 +1,505 @@
+//! Supervised runs whose values travel by reference, with the real binary: a code node
+//! (a real bash process) produces a value over the inline limit, the log holds a
+//! reference to the run's artifact (read from the SQLite file), and every reader gets the
+//! value back verified: recovery after a SIGKILL of the worker, `heddle runs show`, the
+//! downstream node on resume, the final report. Also the worker's fixed environment and
+//! a cleanup that cannot finish (`TEARDOWN_INCOMPLETE`).
+
+mod support;
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use support::{FAILED, OK, SUSPENDED};
+
+const TEARDOWN: i32 = 8;
+
+/// Values over 4 KiB leave the log.
+const CONFIG: &str = r#"
+[packages.files]
+dirs = [{ host = "./data", guest = "/data", mode = "rw" }]
+
+[runners]
+allow_subprocess = true
+
+[store]
+path = "runs.db"
+inline_output_bytes = 4096
+
+[secrets]
+values = { TOKEN = "s3cr3t-value-42" }
+"#;
+
+const BIG: usize = 20_000;
+
+fn code_node(id: &str, code: &str) -> String {
+    let code = serde_json::to_string(code).unwrap();
+    format!(
+        r#"{{"id": "{id}", "type": "code.bash", "properties": {{"code": {code}, "mode": "subprocess"}}}}"#
+    )
+}
+
+/// `big` prints a 20,000-character line (its result); `slow` takes its time, then
+/// reports the length of the value it was given. Both results are outputs.
+fn big_then_slow() -> String {
+    format!(
+        r#"{{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {},
+    {},
+    {{"id": "out_big", "type": "heddle.output"}},
+    {{"id": "out_len", "type": "heddle.output"}}
+  ],
+  "edges": [
+    {{"source": "big", "sourceHandle": "result", "target": "slow", "targetHandle": "input"}},
+    {{"source": "big", "sourceHandle": "result", "target": "out_big", "targetHandle": "value"}},
+    {{"source": "slow", "sourceHandle": "result", "target": "out_len", "targetHandle": "value"}}
+  ]
+}}"#,
+        code_node(
+            "big",
+            &format!("head -c {BIG} /dev/zero | tr '\\0' x; echo")
+        ),
+        code_node("slow", "sleep 3; echo ${#input}"),
+    )
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new(graph: &str) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        support::write(dir.path(), "heddle.toml", CONFIG);
+        support::write(dir.path(), "g.json", graph);
+        Env { dir }
+    }
+
+    /// A copy of this directory (store, config, graph) at its current state.
+    fn copy(&self) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let o = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", self.path().display()))
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", support::stderr(&o));
+        Env { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn heddle(&self, args: &[&str]) -> Output {
+        support::command(self.path())
+            .env_remove("HEDDLE_FAULT")
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// A watchdog whose stderr lines arrive on the returned channel as they are printed.
+    fn spawn(&self, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+        let mut child = support::command(self.path())
+            .env_remove("HEDDLE_FAULT")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        (child, rx)
+    }
+
+    fn db(&self) -> rusqlite::Connection {
+        let db = rusqlite::Connection::open(self.path().join("runs.db")).unwrap();
+        db.busy_timeout(Duration::from_secs(10)).unwrap();
+        db
+    }
+
+    /// Log records of `kind` about node `node`.
+    fn bodies(&self, kind: &str, node: &str) -> Vec<String> {
+        let db = self.db();
+        let mut q = db
+            .prepare("SELECT body FROM events WHERE kind = ?1 ORDER BY seq")
+            .unwrap();
+        q.query_map([kind], |r| r.get::<_, String>(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .filter(|b| {
+                serde_json::from_str::<serde_json::Value>(b).unwrap()["occurrence"]["node"] == node
+            })
+            .collect()
+    }
+
+    /// Every byte of the store (its file and write-ahead log).
+    fn store_bytes(&self) -> Vec<u8> {
+        let mut all = Vec::new();
+        for f in ["runs.db", "runs.db-wal"] {
+            if let Ok(b) = std::fs::read(self.path().join(f)) {
+                all.extend(b);
+            }
+        }
+        all
+    }
+}
+
+fn report(o: &Output) -> serde_json::Value {
+    support::json(o)
+}
+
+fn run_id_in(line: &str) -> Option<String> {
+    line.strip_prefix("durable run ")
+        .and_then(|l| l.split_whitespace().next())
+        .map(str::to_string)
+}
+
+/// `watchdog: worker N running run ID (pid P)` → P.
+fn worker_pid_in(line: &str) -> Option<i32> {
+    let rest = line.strip_prefix("watchdog: worker ")?;
+    let pid = rest.split("(pid ").nth(1)?.trim_end_matches(')');
+    pid.parse().ok()
+}
+
+/// Waits for a line matching `f` (a generous bound so a slow machine does not fail the
+/// test; nothing is asserted about the time).
+fn wait_line<T>(rx: &mpsc::Receiver<String>, mut f: impl FnMut(&str) -> Option<T>) -> T {
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(180))
+            .expect("the watchdog printed the expected line");
+        if let Some(t) = f(&line) {
+            return t;
+        }
+    }
+}
+
+/// Polls until `f` holds (bounded generously; no time is asserted).
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(180), "waited for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn sigkill(pid: i32) {
+    // SAFETY: kill(2) touches no memory; a process already gone is fine.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+fn big_value() -> String {
+    "x".repeat(BIG)
+}
+
+/// The run's large result is stored once as an artifact and the log refers to it; a
+/// worker killed with SIGKILL while the next node runs is replaced, the replacement
+/// recovers `big`'s result from the log (read back, not run again) and pauses on the
+/// uncertain `slow`; resuming gives `slow` the real value, and the report carries it.
+/// On a copy of the store whose artifact bytes were changed, the same resume ends with
+/// `TERMINAL_ARTIFACT` and no outputs.
+#[test]
+fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill() {
+    let env = Env::new(&big_then_slow());
+    let (child, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
+    let id = wait_line(&rx, run_id_in);
+    let worker = wait_line(&rx, worker_pid_in);
+    wait_for("slow to start", || {
+        !env.bodies("started", "slow").is_empty()
+    });
+    sigkill(worker);
+    let o = child.wait_with_output().unwrap();
+    support::expect_code(&o, SUSPENDED);
+    let r = report(&o);
+    assert_eq!(r["supervision"]["launches"], 2, "{r:#}");
+    assert_eq!(r["supervision"]["cleanup_verified"], true, "{r:#}");
+
+    // The log holds a reference, not the value; the artifact holds the value's JSON.
+    let completed = env.bodies("completed", "big");
+    assert_eq!(completed.len(), 1, "big ran once: {completed:?}");
+    assert_eq!(env.bodies("started", "big").len(), 1);
+    let body: serde_json::Value = serde_json::from_str(&completed[0]).unwrap();
+    assert!(completed[0].len() < 4096, "{}", completed[0]);
+    let reference = &body["outputs"][0][1]["$artifact"];
+    let sha = reference["sha256"]
+        .as_str()
+        .expect("a reference")
+        .to_string();
+    assert_eq!(reference["size"], BIG + 2, "{body:#}");
+    let (size, bytes): (i64, Vec<u8>) = env
+        .db()
+        .query_row(
+            "SELECT size, bytes FROM artifacts WHERE sha256 = ?1",
+            [&sha],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(size as usize, BIG + 2);
+    assert_eq!(bytes, serde_json::to_vec(&big_value()).unwrap());
+
+    // `runs show` reads the value back.
+    let show = env.heddle(&["runs", "show", &id, "--json"]);
+    support::expect_code(&show, OK);
+    assert!(support::stdout(&show).contains(&big_value()));
+    assert!(!support::stdout(&show).contains("$artifact"));
+    let pause = report(&show)["pause"]["event"]
+        .as_u64()
+        .unwrap()
+        .to_string();
+
+    let corrupt = env.copy();
+    let o = env.heddle(&[
+        "runs",
+        "resume",
+        "--watchdog",
+        &id,
+        "--pause",
+        &pause,
+        "--json",
+    ]);
+    support::expect_code(&o, OK);
+    let r = report(&o);
+    assert_eq!(r["outputs"]["out_big"][0], big_value().as_str(), "{r:#}");
+    assert_eq!(r["outputs"]["out_len"][0], BIG, "{r:#}");
+    assert_eq!(
+        env.bodies("completed", "big").len(),
+        1,
+        "big never ran again"
+    );
+
+    corrupt
+        .db()
+        .execute(
+            "UPDATE artifacts SET bytes = CAST('\"x\"' AS BLOB) WHERE sha256 = ?1",
+            [&sha],
+        )
+        .unwrap();
+    let o = corrupt.heddle(&[
+        "runs",
+        "resume",
+        "--watchdog",
+        &id,
+        "--pause",
+        &pause,
+        "--json",
+    ]);
+    support::expect_code(&o, FAILED);
+    let r = report(&o);
+    assert_eq!(r["code"], "TERMINAL_ARTIFACT", "{r:#}");
+    assert!(r.get("outputs").is_none(), "{r:#}");
+    assert!(corrupt.bodies("completed", "slow").is_empty());
+    let show = corrupt.heddle(&["runs", "show", &id]);
+    support::expect_code(&show, FAILED);
+    assert!(
+        support::stderr(&show).contains("TERMINAL_ARTIFACT"),
+        "{}",
+        support::stderr(&show)
+    );
+}
+
+/// A large value holding one of the run's secret values is refused, not stored: its
+/// node fails with `KNOWN_SECRET`, and the secret is nowhere in the store. (The code
+/// assembles the secret at run time, so the stored graph does not hold it either.)
+#[test]
+fn a_large_output_holding_a_known_secret_is_refused() {
+    let graph = format!(
+        r#"{{"format": "heddle.graph", "version": 1,
+  "nodes": [{}, {{"id": "out", "type": "heddle.output"}}],
+  "edges": [{{"source": "leak", "sourceHandle": "result", "target": "out", "targetHandle": "value"}}]
+}}"#,
+        code_node(
+            "leak",
+            &format!(
+                "a=s3cr3t; b=-value-42; printf '%s%s%s\\n' \"$(head -c {BIG} /dev/zero | tr '\\0' x)\" \"$a\" \"$b\""
+            )
+        )
+    );
+    let env = Env::new(&graph);
+    let o = env.heddle(&["run", "--watchdog", "--json", "g.json"]);
+    support::expect_code(&o, FAILED);
+    let r = report(&o);
+    let failed = env.bodies("failed", "leak");
+    assert_eq!(failed.len(), 1, "{r:#}");
+    assert!(failed[0].contains("KNOWN_SECRET"), "{}", failed[0]);
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("KNOWN_SECRET"),
+        "{r:#}"
+    );
+    let all = env.store_bytes();
+    assert!(
+        !all.windows(b"s3cr3t-value-42".len())
+            .any(|w| w == b"s3cr3t-value-42"),
+        "the secret reached the store"
+    );
+}
+
+/// The worker finds the compile cache its watchdog would use: `XDG_CACHE_HOME` is part
+/// of its fixed environment, so no worker compiles packages into another cache under
+/// `HOME`.
+#[test]
+fn the_worker_uses_the_watchdogs_compile_cache() {
+    let graph = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "hi"}},
+    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/out.txt"}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "w", "targetHandle": "text"},
+    {"source": "w", "sourceHandle": "bytes", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+    let env = Env::new(graph);
+    let cache = env.path().join("cache");
+    let home = env.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let o = support::command(env.path())
+        .env("XDG_CACHE_HOME", &cache)
+        .env("HOME", &home)
+        .args(["run", "--watchdog", "--json", "g.json"])
+        .output()
+        .unwrap();
+    support::expect_code(&o, OK);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("data/out.txt")).unwrap(),
+        "hi"
+    );
+    let cached = |p: PathBuf| std::fs::read_dir(p).map(|d| d.count()).unwrap_or(0);
+    assert!(cached(cache.join("heddle/wasm")) > 0, "nothing cached");
+    assert_eq!(
+        cached(home.join(".cache/heddle/wasm")),
+        0,
+        "a worker compiled into a cache of its own"
+    );
+}
+
+/// A cgroup (v1) freezer group for one process; thawed and removed on drop.
+struct Frozen {
+    dir: PathBuf,
+}
+
+impl Frozen {
+    /// `None` where no writable v1 freezer hierarchy is mounted.
+    fn new() -> Option<Frozen> {
+        let root = Path::new("/sys/fs/cgroup/freezer");
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir = root.join(format!("heddle-test-{}-{nanos}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        Some(Frozen { dir })
+    }
+
+    fn freeze(&self, pid: i32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
+        std::fs::write(self.dir.join("freezer.state"), "FROZEN").unwrap();
+        wait_for("the freezer", || {
+            std::fs::read_to_string(self.dir.join("freezer.state")).unwrap() == "FROZEN\n"
+        });
+    }
+
+    fn thaw(&self) {
+        let _ = std::fs::write(self.dir.join("freezer.state"), "THAWED");
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        self.thaw();
+        // The processes left (killed, now thawed) exit; then the group can go.
+        for _ in 0..500 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// A code node process the watchdog's SIGKILL cannot end (frozen by the cgroup freezer,
+/// as a process stuck in the kernel would be) survives cleanup: the run stops with
+/// `TEARDOWN_INCOMPLETE` (exit 8), `cleanup_verified` false and the survivor named, no
+/// replacement worker, and the lock kept (stale) until `heddle runs unlock` after the
+/// process is gone.
+#[test]
+fn a_process_cleanup_cannot_kill_stops_the_run_with_teardown_incomplete() {
+    let Some(frozen) = Frozen::new() else {
+        eprintln!("skipped: no writable cgroup v1 freezer (needs root and cgroup v1)");
+        return;
+    };
+    let env = Env::new("{}");
+    let pid_file = env.path().join("data/pid");
+    let graph = format!(
+        r#"{{"format": "heddle.graph", "version": 1,
+  "nodes": [{}, {{"id": "out", "type": "heddle.output"}}],
+  "edges": [{{"source": "stuck", "sourceHandle": "result", "target": "out", "targetHandle": "value"}}]
+}}"#,
+        code_node(
+            "stuck",
+            &format!("echo $$ > {}; exec sleep 600", pid_file.display())
+        )
+    );
+    support::write(env.path(), "g.json", &graph);
+    let (child, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
+    let id = wait_line(&rx, run_id_in);
+    let worker = wait_line(&rx, worker_pid_in);
+    wait_for("the code node's pid", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let stuck: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    frozen.freeze(stuck);
+    sigkill(worker);
+    let o = child.wait_with_output().unwrap();
+    support::expect_code(&o, TEARDOWN);
+    let r = report(&o);
+    assert_eq!(r["code"], "TEARDOWN_INCOMPLETE", "{r:#}");
+    let sup = &r["supervision"];
+    assert_eq!(sup["cleanup_verified"], false, "{r:#}");
+    assert_eq!(sup["launches"], 1, "no replacement: {r:#}");
+    let survivors = sup["survivors"].to_string();
+    assert!(
+        survivors.contains(&format!("process {stuck}")),
+        "{survivors}"
+    );
+
+    let status = env.heddle(&["runs", "status", &id, "--json"]);
+    support::expect_code(&status, OK);
+    assert_eq!(
+        report(&status)["lock"]["lock"],
+        "stale",
+        "{}",
+        support::stdout(&status)
+    );
+    drop(frozen);
+    wait_for("the thawed process to exit", || {
+        std::fs::read_to_string(format!("/proc/{stuck}/stat")).map_or(true, |s| s.contains(") Z "))
+    });
+    let o = env.heddle(&["runs", "unlock", &id]);
+    support::expect_code(&o, OK);
+    let status = env.heddle(&["runs", "status", &id, "--json"]);
+    assert_eq!(report(&status)["lock"]["lock"], "free");
+}
