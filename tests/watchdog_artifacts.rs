@@ -7,31 +7,22 @@
 
 mod support;
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
+use support::store::{StoreDir, expect, report, run_id_in, sigkill, wait_line};
 use support::{FAILED, OK, SUSPENDED};
 
 const TEARDOWN: i32 = 8;
 
-/// Values over 4 KiB leave the log.
-const CONFIG: &str = r#"
-[packages.files]
-dirs = [{ host = "./data", guest = "/data", mode = "rw" }]
-
-[runners]
-allow_subprocess = true
-
-[store]
-path = "runs.db"
-inline_output_bytes = 4096
-
-[secrets]
-values = { TOKEN = "s3cr3t-value-42" }
-"#;
+/// The shared store configuration, with values over 4 KiB leaving the log and a secret
+/// value the run knows.
+fn config() -> String {
+    format!(
+        "{}inline_output_bytes = 4096\n\n[secrets]\nvalues = {{ TOKEN = \"s3cr3t-value-42\" }}\n",
+        support::store::CONFIG
+    )
+}
 
 const BIG: usize = 20_000;
 
@@ -67,107 +58,56 @@ fn big_then_slow() -> String {
     )
 }
 
-struct Env {
-    dir: tempfile::TempDir,
+/// A store directory with [`config`] and `graph`.
+fn store_dir(graph: &str) -> StoreDir {
+    let d = StoreDir::with_graph(graph);
+    support::write(d.path(), "heddle.toml", &config());
+    d
 }
 
-impl Env {
-    fn new(graph: &str) -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("data")).unwrap();
-        support::write(dir.path(), "heddle.toml", CONFIG);
-        support::write(dir.path(), "g.json", graph);
-        Env { dir }
-    }
+/// A copy of `d` (store, config, graph) at its current state.
+fn copy(d: &StoreDir) -> StoreDir {
+    let c = StoreDir::new();
+    let o = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", d.path().display()))
+        .arg(c.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    c
+}
 
-    /// A copy of this directory (store, config, graph) at its current state.
-    fn copy(&self) -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        let o = std::process::Command::new("cp")
-            .arg("-a")
-            .arg(format!("{}/.", self.path().display()))
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", support::stderr(&o));
-        Env { dir }
-    }
+fn db(d: &StoreDir) -> rusqlite::Connection {
+    let db = rusqlite::Connection::open(d.db()).unwrap();
+    db.busy_timeout(Duration::from_secs(10)).unwrap();
+    db
+}
 
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
+/// Log records of `kind` about node `node`.
+fn bodies(d: &StoreDir, kind: &str, node: &str) -> Vec<String> {
+    let db = db(d);
+    let mut q = db
+        .prepare("SELECT body FROM events WHERE kind = ?1 ORDER BY seq")
+        .unwrap();
+    q.query_map([kind], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .filter(|b| {
+            serde_json::from_str::<serde_json::Value>(b).unwrap()["occurrence"]["node"] == node
+        })
+        .collect()
+}
 
-    fn heddle(&self, args: &[&str]) -> Output {
-        support::command(self.path())
-            .env_remove("HEDDLE_FAULT")
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
-    /// A watchdog whose stderr lines arrive on the returned channel as they are printed.
-    fn spawn(&self, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
-        let mut child = support::command(self.path())
-            .env_remove("HEDDLE_FAULT")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        (child, rx)
-    }
-
-    fn db(&self) -> rusqlite::Connection {
-        let db = rusqlite::Connection::open(self.path().join("runs.db")).unwrap();
-        db.busy_timeout(Duration::from_secs(10)).unwrap();
-        db
-    }
-
-    /// Log records of `kind` about node `node`.
-    fn bodies(&self, kind: &str, node: &str) -> Vec<String> {
-        let db = self.db();
-        let mut q = db
-            .prepare("SELECT body FROM events WHERE kind = ?1 ORDER BY seq")
-            .unwrap();
-        q.query_map([kind], |r| r.get::<_, String>(0))
-            .unwrap()
-            .map(Result::unwrap)
-            .filter(|b| {
-                serde_json::from_str::<serde_json::Value>(b).unwrap()["occurrence"]["node"] == node
-            })
-            .collect()
-    }
-
-    /// Every byte of the store (its file and write-ahead log).
-    fn store_bytes(&self) -> Vec<u8> {
-        let mut all = Vec::new();
-        for f in ["runs.db", "runs.db-wal"] {
-            if let Ok(b) = std::fs::read(self.path().join(f)) {
-                all.extend(b);
-            }
+/// Every byte of the store (its file and write-ahead log).
+fn store_bytes(d: &StoreDir) -> Vec<u8> {
+    let mut all = Vec::new();
+    for f in ["runs.db", "runs.db-wal"] {
+        if let Ok(b) = std::fs::read(d.path().join(f)) {
+            all.extend(b);
         }
-        all
     }
-}
-
-fn report(o: &Output) -> serde_json::Value {
-    support::json(o)
-}
-
-fn run_id_in(line: &str) -> Option<String> {
-    line.strip_prefix("durable run ")
-        .and_then(|l| l.split_whitespace().next())
-        .map(str::to_string)
+    all
 }
 
 /// `watchdog: worker N running run ID (pid P)` → P.
@@ -177,19 +117,6 @@ fn worker_pid_in(line: &str) -> Option<i32> {
     pid.parse().ok()
 }
 
-/// Waits for a line matching `f` (a generous bound so a slow machine does not fail the
-/// test; nothing is asserted about the time).
-fn wait_line<T>(rx: &mpsc::Receiver<String>, mut f: impl FnMut(&str) -> Option<T>) -> T {
-    loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(180))
-            .expect("the watchdog printed the expected line");
-        if let Some(t) = f(&line) {
-            return t;
-        }
-    }
-}
-
 /// Polls until `f` holds (bounded generously; no time is asserted).
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let t0 = std::time::Instant::now();
@@ -197,11 +124,6 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
         assert!(t0.elapsed() < Duration::from_secs(180), "waited for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn sigkill(pid: i32) {
-    // SAFETY: kill(2) touches no memory; a process already gone is fine.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
 }
 
 fn big_value() -> String {
@@ -216,24 +138,24 @@ fn big_value() -> String {
 /// `TERMINAL_ARTIFACT` and no outputs.
 #[test]
 fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill() {
-    let env = Env::new(&big_then_slow());
+    let env = store_dir(&big_then_slow());
     let (child, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
     let id = wait_line(&rx, run_id_in);
     let worker = wait_line(&rx, worker_pid_in);
     wait_for("slow to start", || {
-        !env.bodies("started", "slow").is_empty()
+        !bodies(&env, "started", "slow").is_empty()
     });
     sigkill(worker);
     let o = child.wait_with_output().unwrap();
-    support::expect_code(&o, SUSPENDED);
+    expect(&o, SUSPENDED);
     let r = report(&o);
     assert_eq!(r["supervision"]["launches"], 2, "{r:#}");
     assert_eq!(r["supervision"]["cleanup_verified"], true, "{r:#}");
 
     // The log holds a reference, not the value; the artifact holds the value's JSON.
-    let completed = env.bodies("completed", "big");
+    let completed = bodies(&env, "completed", "big");
     assert_eq!(completed.len(), 1, "big ran once: {completed:?}");
-    assert_eq!(env.bodies("started", "big").len(), 1);
+    assert_eq!(bodies(&env, "started", "big").len(), 1);
     let body: serde_json::Value = serde_json::from_str(&completed[0]).unwrap();
     assert!(completed[0].len() < 4096, "{}", completed[0]);
     let reference = &body["outputs"][0][1]["$artifact"];
@@ -242,8 +164,7 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
         .expect("a reference")
         .to_string();
     assert_eq!(reference["size"], BIG + 2, "{body:#}");
-    let (size, bytes): (i64, Vec<u8>) = env
-        .db()
+    let (size, bytes): (i64, Vec<u8>) = db(&env)
         .query_row(
             "SELECT size, bytes FROM artifacts WHERE sha256 = ?1",
             [&sha],
@@ -255,7 +176,7 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
 
     // `runs show` reads the value back.
     let show = env.heddle(&["runs", "show", &id, "--json"]);
-    support::expect_code(&show, OK);
+    expect(&show, OK);
     assert!(support::stdout(&show).contains(&big_value()));
     assert!(!support::stdout(&show).contains("$artifact"));
     let pause = report(&show)["pause"]["event"]
@@ -263,7 +184,7 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
         .unwrap()
         .to_string();
 
-    let corrupt = env.copy();
+    let corrupt = copy(&env);
     let o = env.heddle(&[
         "runs",
         "resume",
@@ -273,18 +194,17 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
         &pause,
         "--json",
     ]);
-    support::expect_code(&o, OK);
+    expect(&o, OK);
     let r = report(&o);
     assert_eq!(r["outputs"]["out_big"][0], big_value().as_str(), "{r:#}");
     assert_eq!(r["outputs"]["out_len"][0], BIG, "{r:#}");
     assert_eq!(
-        env.bodies("completed", "big").len(),
+        bodies(&env, "completed", "big").len(),
         1,
         "big never ran again"
     );
 
-    corrupt
-        .db()
+    db(&corrupt)
         .execute(
             "UPDATE artifacts SET bytes = CAST('\"x\"' AS BLOB) WHERE sha256 = ?1",
             [&sha],
@@ -299,13 +219,13 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
         &pause,
         "--json",
     ]);
-    support::expect_code(&o, FAILED);
+    expect(&o, FAILED);
     let r = report(&o);
     assert_eq!(r["code"], "TERMINAL_ARTIFACT", "{r:#}");
     assert!(r.get("outputs").is_none(), "{r:#}");
-    assert!(corrupt.bodies("completed", "slow").is_empty());
+    assert!(bodies(&corrupt, "completed", "slow").is_empty());
     let show = corrupt.heddle(&["runs", "show", &id]);
-    support::expect_code(&show, FAILED);
+    expect(&show, FAILED);
     assert!(
         support::stderr(&show).contains("TERMINAL_ARTIFACT"),
         "{}",
@@ -330,11 +250,11 @@ fn a_large_output_holding_a_known_secret_is_refused() {
             )
         )
     );
-    let env = Env::new(&graph);
+    let env = store_dir(&graph);
     let o = env.heddle(&["run", "--watchdog", "--json", "g.json"]);
-    support::expect_code(&o, FAILED);
+    expect(&o, FAILED);
     let r = report(&o);
-    let failed = env.bodies("failed", "leak");
+    let failed = bodies(&env, "failed", "leak");
     assert_eq!(failed.len(), 1, "{r:#}");
     assert!(failed[0].contains("KNOWN_SECRET"), "{}", failed[0]);
     assert!(
@@ -344,7 +264,7 @@ fn a_large_output_holding_a_known_secret_is_refused() {
             .contains("KNOWN_SECRET"),
         "{r:#}"
     );
-    let all = env.store_bytes();
+    let all = store_bytes(&env);
     assert!(
         !all.windows(b"s3cr3t-value-42".len())
             .any(|w| w == b"s3cr3t-value-42"),
@@ -368,7 +288,7 @@ fn the_worker_uses_the_watchdogs_compile_cache() {
     {"source": "w", "sourceHandle": "bytes", "target": "out", "targetHandle": "value"}
   ]
 }"#;
-    let env = Env::new(graph);
+    let env = store_dir(graph);
     let cache = env.path().join("cache");
     let home = env.path().join("home");
     std::fs::create_dir(&home).unwrap();
@@ -378,7 +298,7 @@ fn the_worker_uses_the_watchdogs_compile_cache() {
         .args(["run", "--watchdog", "--json", "g.json"])
         .output()
         .unwrap();
-    support::expect_code(&o, OK);
+    expect(&o, OK);
     assert_eq!(
         std::fs::read_to_string(env.path().join("data/out.txt")).unwrap(),
         "hi"
@@ -447,7 +367,7 @@ fn a_process_cleanup_cannot_kill_stops_the_run_with_teardown_incomplete() {
         eprintln!("skipped: no writable cgroup v1 freezer (needs root and cgroup v1)");
         return;
     };
-    let env = Env::new("{}");
+    let env = store_dir("{}");
     let pid_file = env.path().join("data/pid");
     let graph = format!(
         r#"{{"format": "heddle.graph", "version": 1,
@@ -474,7 +394,7 @@ fn a_process_cleanup_cannot_kill_stops_the_run_with_teardown_incomplete() {
     frozen.freeze(stuck);
     sigkill(worker);
     let o = child.wait_with_output().unwrap();
-    support::expect_code(&o, TEARDOWN);
+    expect(&o, TEARDOWN);
     let r = report(&o);
     assert_eq!(r["code"], "TEARDOWN_INCOMPLETE", "{r:#}");
     let sup = &r["supervision"];
@@ -487,7 +407,7 @@ fn a_process_cleanup_cannot_kill_stops_the_run_with_teardown_incomplete() {
     );
 
     let status = env.heddle(&["runs", "status", &id, "--json"]);
-    support::expect_code(&status, OK);
+    expect(&status, OK);
     assert_eq!(
         report(&status)["lock"]["lock"],
         "stale",
@@ -499,7 +419,7 @@ fn a_process_cleanup_cannot_kill_stops_the_run_with_teardown_incomplete() {
         std::fs::read_to_string(format!("/proc/{stuck}/stat")).map_or(true, |s| s.contains(") Z "))
     });
     let o = env.heddle(&["runs", "unlock", &id]);
-    support::expect_code(&o, OK);
+    expect(&o, OK);
     let status = env.heddle(&["runs", "status", &id, "--json"]);
     assert_eq!(report(&status)["lock"]["lock"], "free");
 }
