@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use heddle_core::{NodeDecl, NodeMode};
+use heddle_core::{NodeDecl, NodeMode, PortDecl};
 
 use crate::cli::NodesArgs;
 use crate::exit::Exit;
@@ -65,17 +65,7 @@ pub fn describe(out: &mut String, d: &NodeDecl) {
         let _ = writeln!(out, "    {}", line.trim());
     }
     for p in &d.inputs {
-        let _ = writeln!(
-            out,
-            "    in   {}",
-            port(
-                &p.name,
-                &p.ty.to_string(),
-                p.required,
-                p.default.as_ref(),
-                &p.description
-            )
-        );
+        let _ = writeln!(out, "    in   {}", port(p));
     }
     for o in &d.outputs {
         let corr = match &o.correlation {
@@ -93,17 +83,7 @@ pub fn describe(out: &mut String, d: &NodeDecl) {
         let _ = writeln!(out, "    out  {}: {}{corr}{desc}", o.name, o.ty);
     }
     for p in &d.properties {
-        let _ = writeln!(
-            out,
-            "    prop {}",
-            port(
-                &p.name,
-                &p.ty.to_string(),
-                p.required,
-                p.default.as_ref(),
-                &p.description
-            )
-        );
+        let _ = writeln!(out, "    prop {}", port(p));
     }
     for c in &d.capabilities {
         let kind = serde_json::to_value(c.kind)
@@ -114,22 +94,17 @@ pub fn describe(out: &mut String, d: &NodeDecl) {
     }
 }
 
-fn port(
-    name: &str,
-    ty: &str,
-    required: bool,
-    default: Option<&heddle_core::Value>,
-    desc: &str,
-) -> String {
-    let mut s = format!("{name}: {ty}");
-    if required {
+/// An input or a property: `name: type (required) = default — description`.
+fn port(p: &PortDecl) -> String {
+    let mut s = format!("{}: {}", p.name, p.ty);
+    if p.required {
         s.push_str(" (required)");
     }
-    if let Some(d) = default {
+    if let Some(d) = &p.default {
         let _ = write!(s, " = {}", serde_json::to_string(d).unwrap_or_default());
     }
-    if !desc.is_empty() {
-        let _ = write!(s, " — {desc}");
+    if !p.description.is_empty() {
+        let _ = write!(s, " — {}", p.description);
     }
     s
 }
