@@ -7,10 +7,14 @@
 //! ceiling enforced by reservation before every model turn, an explicit output-token
 //! limit, a turn limit, and fail-closed handling of every provider error and malformed
 //! reply. The kernel still enforces the allowed set on whatever comes back.
+//!
+//! [`interactive`] is the other handle outside the kernel: a person decides, through
+//! whatever shows its desk (the server's API).
 
 mod agent;
 mod budget;
 mod config;
+pub mod interactive;
 mod schema;
 
 pub use agent::{LlmSupervisor, MAX_RESPONSE_BYTES, SYSTEM_PROMPT};
