@@ -67,8 +67,40 @@ pub struct ServeArgs {
     /// How long shutdown waits for running work to stop, in milliseconds (at least 1).
     #[arg(long, value_name = "MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
     pub shutdown_timeout_ms: u64,
+    /// Who decides a failed node invocation of a run created without a `supervise` of
+    /// its own: `none` (it fails) or `interactive` (a person, through the API).
+    #[arg(long, value_name = "HANDLE", default_value = "none")]
+    pub supervise: Supervise,
+    /// How long an interactive escalation waits for a person, in milliseconds; then the
+    /// invocation fails (at least 1; default 10 minutes).
+    #[arg(long, value_name = "MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub decision_timeout_ms: u64,
+    /// Length of the store's owner lease, in milliseconds (renewed every third of it):
+    /// how long a crashed server keeps another from taking the store (1000 to 600000).
+    #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1000..=600_000))]
+    pub lease_ttl_ms: u64,
     #[command(flatten)]
     pub env: EnvArgs,
+}
+
+/// The supervisor handle of a run the server drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Supervise {
+    /// Failures fail, as in an unsupervised `heddle run`.
+    #[default]
+    None,
+    /// Each failure waits for a person's verdict through the API.
+    Interactive,
+}
+
+impl Supervise {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Supervise::None => "none",
+            Supervise::Interactive => "interactive",
+        }
+    }
 }
 
 #[derive(Debug, Args)]

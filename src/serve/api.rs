@@ -16,16 +16,17 @@ use heddle_store::{StoreError, session};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::host::{CreateError, Host};
+use super::host::{CreateError, CreateOptions, Host};
 use super::token::Token;
+use crate::cli::Supervise;
 use crate::durable;
 
 /// Largest request body taken (a graph document with its inputs).
 pub const MAX_BODY_BYTES: usize = 4 << 20;
 
 #[derive(Clone)]
-struct Api {
-    host: Arc<Host>,
+pub struct Api {
+    pub host: Arc<Host>,
     token: Arc<Token>,
 }
 
@@ -42,7 +43,12 @@ pub fn router(host: Arc<Host>, token: Token) -> Router {
         .route("/api/runs/{id}/events", get(events))
         .route("/api/runs/{id}/gates/{gate}/approve", post(approve))
         .route("/api/runs/{id}/gates/{gate}/reject", post(reject))
+        .merge(super::escalations::routes())
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            api.host.mask.clone(),
+            super::mask::responses,
+        ))
         .layer(middleware::from_fn_with_state(api.clone(), authorize))
         .with_state(api)
 }
@@ -54,11 +60,17 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             body: json!({ "error": crate::exit::bounded(&message.into()) }),
         }
+    }
+
+    /// Adds `key` to the refusal's body (what the client needs to correct itself).
+    pub fn with(mut self, key: &str, value: serde_json::Value) -> ApiError {
+        self.body[key] = value;
+        self
     }
 }
 
@@ -114,7 +126,7 @@ impl From<anyhow::Error> for ApiError {
     }
 }
 
-fn body_error(r: BytesRejection) -> ApiError {
+pub fn body_error(r: BytesRejection) -> ApiError {
     ApiError::new(r.status(), r.body_text())
 }
 
@@ -176,9 +188,18 @@ struct CreateRequest {
     /// A name to list the run under (default `api`).
     #[serde(default)]
     name: Option<String>,
+    /// Who decides a failed invocation: `none` or `interactive` (default: the
+    /// server's `--supervise`).
+    #[serde(default)]
+    supervise: Option<Supervise>,
+    /// The run's budget (default: `[store]`'s keys of the same names).
+    #[serde(default)]
+    max_dispatches: Option<u64>,
+    #[serde(default)]
+    time_limit_ms: Option<u64>,
 }
 
-fn parse<T: serde::de::DeserializeOwned>(
+pub fn parse<T: serde::de::DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
     let body = body.map_err(body_error)?;
@@ -196,7 +217,16 @@ async fn create(
 ) -> Result<Response, ApiError> {
     let req: CreateRequest = parse(body)?;
     let name = req.name.unwrap_or_else(|| "api".into());
-    match api.host.create(&name, &req.graph, req.inputs).await {
+    let options = CreateOptions {
+        supervise: req.supervise,
+        max_dispatches: req.max_dispatches,
+        time_limit_ms: req.time_limit_ms,
+    };
+    match api
+        .host
+        .create(&name, &req.graph, req.inputs, options)
+        .await
+    {
         Ok(run_id) => {
             let body = json!({
                 "run_id": run_id,
@@ -209,6 +239,10 @@ async fn create(
         Err(e @ CreateError::TooLarge { .. }) => {
             Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()))
         }
+        Err(e @ CreateError::Budget(_)) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            e.to_string(),
+        )),
         Err(e) => {
             // The shape of `heddle validate --json` for a refused graph.
             let error = match &e {

@@ -1,11 +1,13 @@
 //! A run's event stream as Server-Sent Events. Each event is one stored record, its
 //! id the record's sequence number, so a client that reconnects with `Last-Event-ID`
-//! continues exactly after what it saw.
+//! continues exactly after what it saw. Between them, events without an id
+//! (`escalation`) say an interactive escalation became pending or closed.
 //!
-//! One follower per running run reads what the log committed and broadcasts it; any
-//! number of subscribers share that one reader, so watchers cost the run a broadcast,
-//! not a store read each. A subscriber first reads its backlog from the store, then
-//! takes the broadcast; a subscriber that falls behind reads the gap from the store.
+//! One follower per running run reads what the log committed, masks and serializes
+//! each record once and broadcasts that; any number of subscribers share the one
+//! reader and the one serialization, so watchers cost the run a broadcast, not a store
+//! read or a serialization each. A subscriber first reads its backlog from the store,
+//! then takes the broadcast; a subscriber that falls behind reads the gap from the store.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -14,10 +16,40 @@ use std::time::Duration;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
 use heddle_store::{RunStore, SqliteStore, StoreError, Stored};
+use heddle_supervisor::interactive::Notice;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::host::Host;
+use super::mask::Mask;
+
+/// One record as every subscriber sends it: masked and serialized once.
+pub struct Frame {
+    pub seq: u64,
+    kind: &'static str,
+    data: String,
+}
+
+impl Frame {
+    pub fn new(r: &Stored, mask: &Mask) -> Frame {
+        Frame {
+            seq: r.seq,
+            kind: r.record.kind(),
+            data: mask.to_string(r),
+        }
+    }
+
+    fn event(&self) -> Event {
+        Event::default()
+            .id(self.seq.to_string())
+            .event(self.kind)
+            .data(&self.data)
+    }
+}
+
+fn notice_event(n: &Notice, mask: &Mask) -> Event {
+    Event::default().event("escalation").data(mask.to_string(n))
+}
 
 /// Records a slow subscriber may fall behind before it reads the gap from the store.
 pub const CAPACITY: usize = 1024;
@@ -29,9 +61,10 @@ const POLL: Duration = Duration::from_millis(20);
 /// record, until `done` (the worker ended) and a last read found nothing more.
 pub async fn follow(
     store: Arc<SqliteStore>,
+    mask: Arc<Mask>,
     run_id: String,
     mut next: u64,
-    feed: broadcast::Sender<Arc<Stored>>,
+    feed: broadcast::Sender<Arc<Frame>>,
     done: CancellationToken,
 ) {
     loop {
@@ -41,7 +74,10 @@ pub async fn follow(
                 for r in records {
                     next = r.seq + 1;
                     // No subscriber is not an error: the record is on disk for later ones.
-                    let _ = feed.send(Arc::new(r));
+                    // Nor is serializing for none worth it.
+                    if feed.receiver_count() > 0 {
+                        let _ = feed.send(Arc::new(Frame::new(&r, &mask)));
+                    }
                 }
             }
             Err(e) => {
@@ -71,14 +107,6 @@ async fn read(
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
-fn event(r: &Stored) -> Event {
-    let data = serde_json::to_string(r).unwrap_or_else(|_| "{}".into());
-    Event::default()
-        .id(r.seq.to_string())
-        .event(r.record.kind())
-        .data(data)
-}
-
 /// The SSE response for run `run_id` from record `from` on. The stream ends when the
 /// run is not (or no longer) driven here and everything recorded was sent, or when the
 /// server shuts down.
@@ -90,11 +118,13 @@ pub async fn stream(
     // Subscribed before the backlog is read: a record committed after the read is
     // broadcast after this point, so nothing falls between the two.
     let mut live = host.feed(&run_id);
+    let mut notices = host.notices(&run_id);
     let backlog = read(&host.store, &run_id, from).await?;
     let (tx, rx) = mpsc::channel::<Event>(64);
     tokio::spawn(async move {
         let mut next = from;
-        let send = |r: &Stored| tx.send(event(r));
+        let mask = host.mask.clone();
+        let send = |r: &Stored| tx.send(Frame::new(r, &mask).event());
         for r in &backlog {
             if send(r).await.is_err() {
                 return;
@@ -106,13 +136,19 @@ pub async fn stream(
         loop {
             let got = tokio::select! {
                 r = live.recv() => r,
+                Some(n) = next_notice(&mut notices) => {
+                    if tx.send(notice_event(&n, &mask)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 _ = host.shutdown.cancelled() => return,
                 _ = tx.closed() => return,
             };
             let catch_up = match got {
                 Ok(r) if r.seq < next => continue,
                 Ok(r) if r.seq == next => {
-                    if send(&r).await.is_err() {
+                    if tx.send(r.event()).await.is_err() {
                         return;
                     }
                     next += 1;
@@ -142,4 +178,21 @@ pub async fn stream(
             |mut rx| async move { rx.recv().await.map(|e| (Ok(e), rx)) },
         );
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// The next notice of a run's desk; `None` (never ready in a `select!` branch that
+/// needs `Some`) once there is no desk or it closed. A lagging subscriber skips what it
+/// missed: a notice only says "fetch the list again", and the next one says it too.
+async fn next_notice(rx: &mut Option<broadcast::Receiver<Notice>>) -> Option<Notice> {
+    let r = rx.as_mut()?;
+    loop {
+        match r.recv().await {
+            Ok(n) => return Some(n),
+            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(broadcast::error::RecvError::Closed) => {
+                *rx = None;
+                return None;
+            }
+        }
+    }
 }

@@ -8,13 +8,18 @@ use std::sync::{Arc, Mutex};
 use heddle_core::plan::{Issue, Plan, ValidationError};
 use heddle_core::{GraphDoc, Record, RunStatus, Value};
 use heddle_kernel::runtime::{Run, RunOptions};
+use heddle_kernel::supervisor::{Bounds, Verdict};
 use heddle_store::session::{self, Resumption, Session};
 use heddle_store::status::RunState;
-use heddle_store::{Budget, RunStore, SqliteStore, StoreError, Stored};
+use heddle_store::{RunStore, SqliteStore, StoreError};
+use heddle_supervisor::interactive::{Answer, AnswerError, Desk, Interactive, Notice, Pending};
 use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::feed::Frame;
+use super::mask::Mask;
+use crate::cli::Supervise;
 use crate::durable::{self, gates};
 use crate::providers::Env;
 
@@ -33,9 +38,25 @@ pub enum CreateError {
     Invalid(#[from] ValidationError),
     #[error(transparent)]
     Inputs(#[from] heddle_core::plan::InputErrors),
+    #[error("{0}")]
+    Budget(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+/// What a create request may set besides the graph and its inputs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CreateOptions {
+    /// The run's supervisor handle; the server's `--supervise` when absent.
+    pub supervise: Option<Supervise>,
+    /// The run's budget; `[store]`'s keys of the same names when absent.
+    pub max_dispatches: Option<u64>,
+    pub time_limit_ms: Option<u64>,
+}
+
+/// The key of a run's recorded limits naming its supervisor handle: data of the run,
+/// so whoever adopts or resumes it here supervises it the same way.
+const SUPERVISE_KEY: &str = "supervise";
 
 impl CreateError {
     /// The problems as `heddle validate --json` lists them.
@@ -52,7 +73,16 @@ struct Active {
     /// Cancelled by a user's cancel request.
     cancel: CancellationToken,
     /// Its log's new records, as the follower reads them (see `feed`).
-    feed: broadcast::Sender<Arc<Stored>>,
+    feed: broadcast::Sender<Arc<Frame>>,
+    /// Its escalations waiting for a person, under interactive supervision.
+    desk: Option<Arc<Desk>>,
+}
+
+/// How the server supervises the runs it drives.
+pub struct Supervision {
+    /// For a run created without a choice of its own.
+    pub default: Supervise,
+    pub decision_timeout: std::time::Duration,
 }
 
 pub struct Host {
@@ -61,6 +91,9 @@ pub struct Host {
     env: Env,
     workers: Arc<Semaphore>,
     active: Mutex<HashMap<String, Active>>,
+    supervision: Supervision,
+    /// Masks the operator's secrets out of everything the API sends.
+    pub mask: Arc<Mask>,
     tasks: TaskTracker,
     /// Cancelled when the server shuts down: workers stop their runs without recording
     /// an ending, so the next owner adopts them.
@@ -73,13 +106,19 @@ impl Host {
         section: durable::StoreSection,
         env: Env,
         workers: usize,
+        supervision: Supervision,
     ) -> Host {
+        let mask = Arc::new(Mask::new(
+            crate::execute::run_secrets(&env, None).snapshot(),
+        ));
         Host {
             store,
             section,
             env,
             workers: Arc::new(Semaphore::new(workers)),
             active: Mutex::new(HashMap::new()),
+            supervision,
+            mask,
             tasks: TaskTracker::new(),
             shutdown: CancellationToken::new(),
         }
@@ -101,6 +140,7 @@ impl Host {
         name: &str,
         graph: &serde_json::Value,
         inputs: serde_json::Map<String, serde_json::Value>,
+        options: CreateOptions,
     ) -> Result<String, CreateError> {
         // Serializing a JSON value cannot fail; these bytes are the run's document.
         let text = serde_json::to_string_pretty(graph).expect("a JSON value serializes");
@@ -124,17 +164,28 @@ impl Host {
             node_timeout: self.env.config.run.node_timeout(),
             ..RunOptions::default()
         };
-        let run = durable::record(
+        if options.time_limit_ms == Some(0) {
+            return Err(CreateError::Budget(
+                "time_limit_ms = 0: a run needs at least 1 ms".into(),
+            ));
+        }
+        let budget = self
+            .section
+            .budget(true, options.max_dispatches, options.time_limit_ms)
+            .map_err(|e| CreateError::Budget(format!("{e:#}")))?;
+        let mut run = durable::record(
             &self.env,
             name.to_string(),
             text.into_bytes(),
             &plan,
             &opts,
-            Budget::default(),
+            budget,
         );
+        let supervise = options.supervise.unwrap_or(self.supervision.default);
+        run.limits[SUPERVISE_KEY] = supervise.as_str().into();
         let store = self.dyn_store();
         let (header, session) = blocking(move || session::begin(store, &run)).await?;
-        self.spawn(session, plan, opts);
+        self.spawn(session, plan, opts, supervise);
         Ok(header.run_id)
     }
 
@@ -225,6 +276,10 @@ impl Host {
             None => durable::stored_graph(&r.header)?,
         };
         let (plan, opts) = durable::prepare(&self.env, &r, &doc, approval.as_ref())?;
+        let supervise = match r.header.run.limits[SUPERVISE_KEY].as_str() {
+            Some("interactive") => Supervise::Interactive,
+            _ => Supervise::None,
+        };
         let store = self.dyn_store();
         let session = blocking(move || session::reopen(store, &r)).await?;
         let session = match approval {
@@ -240,7 +295,7 @@ impl Host {
             blocking(move || session::end_exhausted(&session, e).map(|_| ())).await?;
             return Ok(());
         }
-        self.spawn(session, plan, opts);
+        self.spawn(session, plan, opts, supervise);
         Ok(())
     }
 
@@ -248,6 +303,11 @@ impl Host {
     /// other unfinished run is taken over and recorded cancelled.
     pub async fn cancel(&self, id: &str) -> Result<(), StoreError> {
         if let Some(a) = self.active().get(id) {
+            // Withdrawn before the cancel returns: the API never offers a decision
+            // about a run that is going away.
+            if let Some(d) = &a.desk {
+                d.withdraw_all();
+            }
             a.cancel.cancel();
             return Ok(());
         }
@@ -257,17 +317,64 @@ impl Host {
     }
 
     /// Whether a worker of this server drives `id`, and its feed of new records.
-    pub fn feed(&self, id: &str) -> Option<broadcast::Receiver<Arc<Stored>>> {
+    pub fn feed(&self, id: &str) -> Option<broadcast::Receiver<Arc<Frame>>> {
         self.active().get(id).map(|a| a.feed.subscribe())
     }
 
-    fn spawn(self: &Arc<Self>, session: Session, plan: Plan, opts: RunOptions) {
+    /// Changes of run `id`'s pending escalations, when a person supervises it here.
+    pub fn notices(&self, id: &str) -> Option<broadcast::Receiver<Notice>> {
+        self.active().get(id)?.desk.as_ref().map(|d| d.subscribe())
+    }
+
+    /// The escalations of run `id` waiting for a person: none for a run that is not
+    /// driven here or not supervised interactively.
+    pub async fn escalations(&self, id: &str) -> Result<Vec<Pending>, StoreError> {
+        if let Some(a) = self.active().get(id) {
+            return Ok(a.desk.as_ref().map(|d| d.pending()).unwrap_or_default());
+        }
+        // Known, or 404.
+        let store = self.dyn_store();
+        let run_id = id.to_string();
+        blocking(move || store.header(&run_id).map(|_| ())).await?;
+        Ok(Vec::new())
+    }
+
+    /// A person's answer to escalation `eid` of run `id`.
+    pub async fn answer(
+        &self,
+        id: &str,
+        eid: &str,
+        answer: Answer,
+    ) -> Result<Verdict, AnswerError> {
+        let desk = self.active().get(id).and_then(|a| a.desk.clone());
+        match desk {
+            Some(d) => d.answer(eid, answer),
+            None => Err(AnswerError::Unknown(eid.to_string())),
+        }
+    }
+
+    fn spawn(
+        self: &Arc<Self>,
+        session: Session,
+        plan: Plan,
+        mut opts: RunOptions,
+        supervise: Supervise,
+    ) {
         self.section.configure_spill(&session, &opts.secrets);
         let cancel = CancellationToken::new();
         let (feed, _) = broadcast::channel(super::feed::CAPACITY);
+        let desk = match supervise {
+            Supervise::None => None,
+            Supervise::Interactive => {
+                let desk = Desk::new(self.supervision.decision_timeout);
+                opts.supervisor = Some(Interactive::bounded(desk.clone(), Bounds::default()));
+                Some(desk)
+            }
+        };
         let done = CancellationToken::new();
         self.tasks.spawn(super::feed::follow(
             self.store.clone(),
+            self.mask.clone(),
             session.run_id.clone(),
             session.log.next_seq(),
             feed.clone(),
@@ -278,6 +385,7 @@ impl Host {
             Active {
                 cancel: cancel.clone(),
                 feed,
+                desk: desk.clone(),
             },
         );
         let host = self.clone();
@@ -290,6 +398,10 @@ impl Host {
                 );
             }
             host.active().remove(&run_id);
+            if let Some(d) = desk {
+                // The server stopping with a decision pending: the next owner asks again.
+                d.withdraw_all();
+            }
             done.cancel();
         });
     }
@@ -335,10 +447,24 @@ impl Host {
         };
         let handle = run.start();
         for input in handle.plan().inputs().iter().filter(|i| i.streaming) {
-            // The API feeds no streams: each ends at once so the run can finish.
+            // The API has no live feed into a run: a streaming input gets the value its
+            // request gave (which the kernel pushed) as its only item, then ends, so
+            // the run can finish.
             let _ = handle.finish_input(&input.name).await;
         }
         let canceller = handle.canceller();
+        // The run time limit's clock: execution left from when this server took it.
+        let time_limit = session.time_left().map(|left| {
+            let canceller = handle.canceller();
+            let (journal, limit_ms) = (session.journal.clone(), session.budget.time_limit_ms);
+            tokio::spawn(async move {
+                tokio::time::sleep(left).await;
+                journal.exhaust(heddle_store::Exhausted::Time {
+                    limit_ms: limit_ms.unwrap_or(0),
+                });
+                canceller.cancel();
+            })
+        });
         let wait = handle.wait();
         tokio::pin!(wait);
         let mut shut_down = false;
@@ -356,6 +482,9 @@ impl Host {
             }
         };
         drop(permit);
+        if let Some(t) = time_limit {
+            t.abort();
+        }
         if shut_down {
             return close(session).await;
         }

@@ -8,8 +8,10 @@
 //! way carry no ending and are adopted by the next owner.
 
 mod api;
+mod escalations;
 mod feed;
 mod host;
+mod mask;
 mod token;
 
 use std::future::IntoFuture as _;
@@ -17,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use heddle_store::{SqliteStore, lease};
+use heddle_store::SqliteStore;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
@@ -54,11 +56,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     let mut sigterm = signal(SignalKind::terminate())?;
 
     // 2. The lease: a second owner is refused here, naming the first.
-    let owner = store.acquire_lease(&api_url, lease::TTL)?;
+    let ttl = Duration::from_millis(args.lease_ttl_ms);
+    let owner = store.acquire_lease(&api_url, ttl)?;
 
     // 3. Watch for its loss: the heartbeat failing means another owner may write now.
     let lost = CancellationToken::new();
-    let watcher = tokio::spawn(heartbeat(store.clone(), lost.clone()));
+    let watcher = tokio::spawn(heartbeat(store.clone(), ttl, lost.clone()));
 
     // 4. Adopt what a previous owner left running.
     let host = Arc::new(host::Host::new(
@@ -66,6 +69,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         section.clone(),
         env,
         args.workers as usize,
+        host::Supervision {
+            default: args.supervise,
+            decision_timeout: Duration::from_millis(args.decision_timeout_ms),
+        },
     ));
     let adopted = match host.adopt_all().await {
         Ok(a) => a,
@@ -93,9 +100,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         eprintln!("API token in {}", token_path.display());
     }
     eprintln!(
-        "heddle serve: listening on {api_url} (store {}, {} workers, lease epoch {}, {} runs adopted)",
+        "heddle serve: listening on {api_url} (store {}, {} workers, supervise {}, lease epoch {}, {} runs adopted)",
         section.path().display(),
         args.workers,
+        args.supervise.as_str(),
         owner.epoch,
         adopted.len()
     );
@@ -131,11 +139,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
 
 /// Renews the lease every third of its length; on the first failure reports it and
 /// cancels `lost` (the store already refuses this process's writes by then).
-async fn heartbeat(store: Arc<SqliteStore>, lost: CancellationToken) {
+async fn heartbeat(store: Arc<SqliteStore>, ttl: Duration, lost: CancellationToken) {
     loop {
-        tokio::time::sleep(lease::TTL / 3).await;
+        tokio::time::sleep(ttl / 3).await;
         let s = store.clone();
-        let r = tokio::task::spawn_blocking(move || s.renew_lease(lease::TTL)).await;
+        let r = tokio::task::spawn_blocking(move || s.renew_lease(ttl)).await;
         match r {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {

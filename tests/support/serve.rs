@@ -12,10 +12,14 @@ use super::store::StoreDir;
 impl StoreDir {
     /// Starts `heddle serve` on a free loopback port and waits until it listens.
     pub fn serve(&self, fault: Option<&str>) -> Server {
+        let env: Vec<(&str, &str)> = fault.map(|f| ("HEDDLE_FAULT", f)).into_iter().collect();
+        self.serve_with(&[], &env)
+    }
+
+    /// [`StoreDir::serve`] with more arguments and environment variables.
+    pub fn serve_with(&self, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = self.cmd(&["serve", "--listen", "127.0.0.1:0"]);
-        if let Some(f) = fault {
-            cmd.env("HEDDLE_FAULT", f);
-        }
+        cmd.args(args).envs(env.iter().copied());
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

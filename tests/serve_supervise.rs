@@ -1,0 +1,411 @@
+//! `heddle serve` with the interactive supervisor: a failure waits for a person's
+//! verdict through the API, a verdict outside the kernel's allowed set is refused, a
+//! decision nobody makes fails closed, a cancel withdraws it, and a secret never
+//! leaves the server. Also the server's run budgets. All against the real binary.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::serve::*;
+use support::store::*;
+
+/// Reads `/data/ready.txt` (retry-safe): fails until the file exists.
+const READ: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "p", "type": "heddle.constant", "properties": {"value": "/data/ready.txt"}},
+    {"id": "read", "type": "files.read_text"},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [
+    {"source": "p", "sourceHandle": "value", "target": "read", "targetHandle": "path"},
+    {"source": "read", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]}"#;
+
+/// Writes into a directory that does not exist (not retry-safe: retry is not allowed).
+const WRITE: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "t", "type": "heddle.constant", "properties": {"value": "x"}},
+    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/missing/x.txt"}},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [
+    {"source": "t", "sourceHandle": "value", "target": "w", "targetHandle": "text"},
+    {"source": "w", "sourceHandle": "bytes", "target": "out", "targetHandle": "value"}]}"#;
+
+const INTERACTIVE: &[&str] = &["--supervise", "interactive"];
+
+fn graph(text: &str) -> Value {
+    serde_json::from_str(text).unwrap()
+}
+
+/// Waits (a generous bound, nothing asserted about the time) until run `id` has a
+/// pending escalation, and returns the list.
+async fn pending(api: &Api, id: &str) -> Vec<Value> {
+    for _ in 0..1200 {
+        let (status, body) = api
+            .call("GET", &format!("/api/runs/{id}/escalations"), None)
+            .await;
+        assert_eq!(status, 200, "{body:#}");
+        let list = body["escalations"].as_array().unwrap().clone();
+        if !list.is_empty() {
+            return list;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("run {id} never escalated");
+}
+
+async fn answer(api: &Api, id: &str, eid: &str, body: Value) -> (u16, Value) {
+    api.call(
+        "POST",
+        &format!("/api/runs/{id}/escalations/{eid}"),
+        Some(body),
+    )
+    .await
+}
+
+/// The run's whole event stream, as text, once it ended.
+async fn stream_text(api: &Api, id: &str) -> String {
+    let mut resp = api
+        .http
+        .get(format!("{}/api/runs/{id}/events", api.url))
+        .bearer_auth(&api.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut text = String::new();
+    while let Some(chunk) = resp.chunk().await.unwrap() {
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    text
+}
+
+/// Reads run `id`'s live stream until an `escalation` notice in `state` arrives.
+async fn notice(api: &Api, id: &str, state: &str) -> Value {
+    let mut resp = api
+        .http
+        .get(format!("{}/api/runs/{id}/events", api.url))
+        .bearer_auth(&api.token)
+        .send()
+        .await
+        .unwrap();
+    let mut text = String::new();
+    let wait = async {
+        while let Some(chunk) = resp.chunk().await.unwrap() {
+            text.push_str(std::str::from_utf8(&chunk).unwrap());
+            for block in text.split("\n\n") {
+                if !block.lines().any(|l| l == "event: escalation") {
+                    continue;
+                }
+                let data = block
+                    .lines()
+                    .find_map(|l| l.strip_prefix("data: "))
+                    .unwrap();
+                let n: Value = serde_json::from_str(data).unwrap();
+                assert!(
+                    !block.lines().any(|l| l.starts_with("id:")),
+                    "a notice carries no id: {block}"
+                );
+                if n["state"] == state {
+                    return n;
+                }
+            }
+        }
+        panic!("the stream ended without a {state} escalation notice:\n{text}");
+    };
+    tokio::time::timeout(Duration::from_secs(120), wait)
+        .await
+        .expect("the notice arrived")
+}
+
+async fn ended(api: &Api, id: &str) -> Value {
+    let (show, reoffers) = api.drive_to_end(id).await;
+    assert_eq!(reoffers, 0, "{show:#}");
+    show
+}
+
+fn kinds(events: &[(u64, String, Value)]) -> Vec<&str> {
+    events.iter().map(|(_, k, _)| k.as_str()).collect()
+}
+
+#[test]
+fn a_failure_waits_for_a_person_and_their_retry_completes_the_run() {
+    let env = StoreDir::new();
+    let server = env.serve_with(INTERACTIVE, &[]);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let id = api.create(READ).await;
+        let n = notice(&api, &id, "pending").await;
+        let list = pending(&api, &id).await;
+        assert_eq!(list.len(), 1, "{list:#?}");
+        let e = &list[0];
+        assert_eq!(e["id"], n["id"], "the notice names the escalation listed");
+        assert_eq!(e["node"], "read");
+        assert_eq!(e["attempt"], 1);
+        assert_eq!(e["allowed"], json!(["retry", "skip", "fail"]), "{e:#}");
+        assert_eq!(e["error"]["signature"], "files:not-found", "{e:#}");
+        let (created, deadline) = (
+            e["created_at_ms"].as_u64().unwrap(),
+            e["deadline_ms"].as_u64().unwrap(),
+        );
+        assert_eq!(deadline - created, 600_000, "the default decision timeout");
+
+        // The person fixes the cause and says retry: the second attempt reads the file.
+        std::fs::write(env.path().join("data/ready.txt"), "ready\n").unwrap();
+        let eid = e["id"].as_str().unwrap();
+        let (status, body) = answer(
+            &api,
+            &id,
+            eid,
+            json!({"verdict": "retry", "note": "file is there now"}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body:#}");
+        assert_eq!(body["verdict"], "retry");
+        let show = ended(&api, &id).await;
+        assert_eq!(show["state"], "completed", "{show:#}");
+        let events = api.events(&id, None).await;
+        let k = kinds(&events);
+        assert_eq!(k.iter().filter(|k| **k == "escalated").count(), 1, "{k:?}");
+        let verdict = events.iter().find(|(_, k, _)| k == "verdict").unwrap();
+        assert_eq!(verdict.2["verdict"]["verdict"], "retry", "{verdict:?}");
+        let completed = events
+            .iter()
+            .find(|(_, k, d)| k == "completed" && d["occurrence"]["node"] == "read")
+            .unwrap();
+        assert_eq!(completed.2["outputs"][0][1], "ready\n", "{completed:?}");
+        // Nothing is pending any more, and the answered escalation cannot be answered again.
+        let (_, after) = api
+            .call("GET", &format!("/api/runs/{id}/escalations"), None)
+            .await;
+        assert_eq!(after["escalations"], json!([]));
+        let (status, body) = answer(&api, &id, eid, json!({"verdict": "skip"})).await;
+        assert_eq!(status, 404, "{body:#}");
+    });
+}
+
+#[test]
+fn a_verdict_outside_the_allowed_set_is_refused_and_changes_nothing() {
+    let env = StoreDir::new();
+    // The server's default is no supervision; the run asks for a person itself.
+    let server = env.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let body = json!({"graph": graph(WRITE), "supervise": "interactive"});
+        let (status, created) = api.call("POST", "/api/runs", Some(body)).await;
+        assert_eq!(status, 201, "{created:#}");
+        let id = created["run_id"].as_str().unwrap().to_string();
+        let e = pending(&api, &id).await.remove(0);
+        assert_eq!(
+            e["allowed"],
+            json!(["skip", "fail"]),
+            "not retry-safe: {e:#}"
+        );
+        let eid = e["id"].as_str().unwrap();
+        let records = api.show(&id).await["records"].clone();
+
+        for refused in ["retry", "end_stream", "substitute"] {
+            let (status, body) = answer(&api, &id, eid, json!({"verdict": refused})).await;
+            assert_eq!(status, 409, "{refused}: {body:#}");
+            assert_eq!(body["allowed"], json!(["skip", "fail"]), "{body:#}");
+        }
+        let (status, body) = answer(&api, &id, eid, json!({"verdict": "explode"})).await;
+        assert_eq!(status, 422, "{body:#}");
+        let (status, body) =
+            answer(&api, &id, eid, json!({"verdict": "skip", "outputs": {}})).await;
+        assert_eq!(status, 422, "outputs without a substitute: {body:#}");
+        let (status, body) =
+            answer(&api, &id, "no-such-escalation", json!({"verdict": "skip"})).await;
+        assert_eq!(status, 404, "{body:#}");
+
+        assert_eq!(
+            api.show(&id).await["records"],
+            records,
+            "nothing was written"
+        );
+        let still = pending(&api, &id).await;
+        assert_eq!(still[0]["id"], e["id"], "still waiting for a verdict");
+
+        let (status, body) = answer(
+            &api,
+            &id,
+            eid,
+            json!({"verdict": "fail", "note": "the directory is gone"}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body:#}");
+        let show = ended(&api, &id).await;
+        assert_eq!(show["state"], "failed", "{show:#}");
+        assert!(
+            show["error"]
+                .as_str()
+                .unwrap()
+                .contains("the directory is gone"),
+            "the note is the run's error: {show:#}"
+        );
+    });
+}
+
+#[test]
+fn a_decision_nobody_makes_fails_closed_at_the_timeout() {
+    let env = StoreDir::new();
+    let server = env.serve_with(
+        &["--supervise", "interactive", "--decision-timeout-ms", "300"],
+        &[],
+    );
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let id = api.create(READ).await;
+        let n = notice(&api, &id, "timed_out").await;
+        let show = ended(&api, &id).await;
+        assert_eq!(show["state"], "failed", "{show:#}");
+        let (_, list) = api
+            .call("GET", &format!("/api/runs/{id}/escalations"), None)
+            .await;
+        assert_eq!(list["escalations"], json!([]));
+        let eid = n["id"].as_str().unwrap();
+        let (status, body) = answer(&api, &id, eid, json!({"verdict": "retry"})).await;
+        assert_eq!(status, 404, "{body:#}");
+    });
+}
+
+#[test]
+fn cancelling_the_run_withdraws_its_pending_decision() {
+    let env = StoreDir::new();
+    let server = env.serve_with(INTERACTIVE, &[]);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let id = api.create(READ).await;
+        let eid = pending(&api, &id).await[0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let (status, body) = api
+            .call("POST", &format!("/api/runs/{id}/cancel"), None)
+            .await;
+        assert_eq!(status, 202, "{body:#}");
+        // Withdrawn before the cancel answered: no decision about a run going away.
+        let (_, list) = api
+            .call("GET", &format!("/api/runs/{id}/escalations"), None)
+            .await;
+        assert_eq!(list["escalations"], json!([]));
+        let (status, body) = answer(&api, &id, &eid, json!({"verdict": "retry"})).await;
+        assert_eq!(status, 404, "{body:#}");
+        assert_eq!(body["closed"], "withdrawn", "{body:#}");
+        let show = ended(&api, &id).await;
+        assert_eq!(show["state"], "cancelled", "{show:#}");
+    });
+}
+
+#[test]
+fn a_known_secret_never_leaves_the_server() {
+    const SECRET: &str = "hunter2-serve-TOKEN-0042";
+    let env = StoreDir::new();
+    let server = env.serve_with(INTERACTIVE, &[("HEDDLE_SECRET_UPSTREAM_TOKEN", SECRET)]);
+    let api = Api::of(&server);
+    // The secret reaches a node as an input value; parsing it fails.
+    let doc = PARSE_ONE.replace("SECRET", SECRET);
+    rt().block_on(async {
+        let id = api.create(&doc).await;
+        let list = pending(&api, &id).await;
+        let text = serde_json::to_string(&list).unwrap();
+        assert!(!text.contains(SECRET), "secret in the escalation:\n{text}");
+        assert!(text.contains("«redacted»"), "{text}");
+        let eid = list[0]["id"].as_str().unwrap();
+        let (status, body) = answer(&api, &id, eid, json!({"verdict": "skip"})).await;
+        assert_eq!(status, 200, "{body:#}");
+        let show = ended(&api, &id).await;
+        let stream = stream_text(&api, &id).await;
+        // The input node's record holds the value: the stream must mask it.
+        assert!(stream.contains("event: completed"), "{stream}");
+        assert!(
+            !stream.contains(SECRET),
+            "secret in the event stream:\n{stream}"
+        );
+        assert!(stream.contains("«redacted»"), "{stream}");
+        let show_text = show.to_string();
+        assert!(
+            !show_text.contains(SECRET),
+            "secret in the run:\n{show_text}"
+        );
+        let (_, runs) = api.call("GET", "/api/runs", None).await;
+        assert!(!runs.to_string().contains(SECRET));
+    });
+}
+
+/// A value with the secret in it, parsed as JSON (which fails, quoting it).
+const PARSE_ONE: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "v", "type": "heddle.constant", "properties": {"value": "token SECRET {"}},
+    {"id": "parse", "type": "std.json.parse"},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [
+    {"source": "v", "sourceHandle": "value", "target": "parse", "targetHandle": "text"},
+    {"source": "parse", "sourceHandle": "value", "target": "out", "targetHandle": "value"}]}"#;
+
+#[test]
+fn an_escalation_pending_when_the_server_dies_is_asked_again_after_adoption() {
+    let env = StoreDir::new();
+    let first = env.serve_with(
+        &["--supervise", "interactive", "--lease-ttl-ms", "2000"],
+        &[],
+    );
+    let api = Api::of(&first);
+    let (id, before) = rt().block_on(async {
+        let id = api.create(READ).await;
+        let e = pending(&api, &id).await.remove(0);
+        (id, e)
+    });
+    first.kill9();
+
+    let second = env.serve_with(INTERACTIVE, &[]);
+    let api = Api::of(&second);
+    rt().block_on(async {
+        let again = pending(&api, &id).await.remove(0);
+        assert_ne!(
+            again["id"], before["id"],
+            "a new question, not the dead server's"
+        );
+        assert_eq!(again["node"], "read");
+        std::fs::write(env.path().join("data/ready.txt"), "ready\n").unwrap();
+        let eid = again["id"].as_str().unwrap();
+        let (status, body) = answer(&api, &id, eid, json!({"verdict": "retry"})).await;
+        assert_eq!(status, 200, "{body:#}");
+        let show = ended(&api, &id).await;
+        assert_eq!(show["state"], "completed", "{show:#}");
+    });
+}
+
+/// Runs for a minute unless stopped.
+const SLOW: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "slow", "type": "code.bash", "properties": {"code": "exec sleep 60", "mode": "subprocess"}},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [{"source": "slow", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]}"#;
+
+#[test]
+fn the_server_holds_a_run_to_its_time_limit() {
+    let env = StoreDir::new();
+    let server = env.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let body = json!({"graph": graph(SLOW), "time_limit_ms": 300});
+        let (status, created) = api.call("POST", "/api/runs", Some(body)).await;
+        assert_eq!(status, 201, "{created:#}");
+        let id = created["run_id"].as_str().unwrap().to_string();
+        let show = ended(&api, &id).await;
+        assert_eq!(show["state"], "failed", "{show:#}");
+        assert!(
+            show["error"].as_str().unwrap().contains("time limit"),
+            "{show:#}"
+        );
+        assert_eq!(show["budget"]["time_limit_ms"], 300, "{show:#}");
+
+        let body = json!({"graph": graph(SLOW), "time_limit_ms": 0});
+        let (status, refused) = api.call("POST", "/api/runs", Some(body)).await;
+        assert_eq!(status, 422, "{refused:#}");
+        let body = json!({"graph": graph(SLOW), "supervise": "llm"});
+        let (status, refused) = api.call("POST", "/api/runs", Some(body)).await;
+        assert_eq!(status, 422, "{refused:#}");
+    });
+}
