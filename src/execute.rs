@@ -197,7 +197,7 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
     report.exit_code = exit.code();
     if let Some(s) = &session {
         // A watchdog's worker leaves its report in the store; elsewhere a no-op.
-        store_final_report(&s.run_id, &report, &secrets)?;
+        store_final_report(&s.run_id, &report, &s.spill, &secrets)?;
     }
     // A watchdog's worker leaves its report in the run store (above) and prints no
     // outputs: they are not console output, and its watchdog prints them verified.
@@ -421,16 +421,21 @@ pub fn is_worker() -> bool {
 /// Stores a worker's final report once as the run's `final-report` artifact (refused
 /// when it holds one of the run's secret values, or is over the storage limits), so the
 /// watchdog reports bytes it read back verified from the store, not console output.
+/// Output values over the inline limit are references in it, to the artifacts their
+/// nodes' results already point at (stored once, counted once against the quota).
 /// Does nothing outside a worker.
 pub fn store_final_report(
     run: &str,
     report: &RunReport,
+    spill: &heddle_store::spill::Spiller,
     secrets: &SecretRegistry,
 ) -> anyhow::Result<()> {
     let Some(path) = WORKER_STORE.get() else {
         return Ok(());
     };
-    let bytes = serde_json::to_vec_pretty(report)?;
+    let mut report = serde_json::to_value(report)?;
+    crate::report::map_output_values(&mut report, |vs| spill.spill_values(vs.iter_mut()))?;
+    let bytes = serde_json::to_vec_pretty(&report)?;
     let policy = ArtifactPolicy {
         known_secrets: secrets.snapshot(),
         ..ArtifactPolicy::default()

@@ -203,6 +203,20 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
         1,
         "big never ran again"
     );
+    // The stored final report refers to the artifact big's result already is.
+    let stored: Vec<u8> = db(&env)
+        .query_row(
+            "SELECT a.bytes FROM artifact_names n JOIN artifacts a
+               ON a.run_id = n.run_id AND a.sha256 = n.sha256 WHERE n.name = 'final-report'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let stored: serde_json::Value = serde_json::from_slice(&stored).unwrap();
+    assert_eq!(
+        stored["outputs"]["out_big"][0]["$artifact"]["sha256"], sha,
+        "{stored:#}"
+    );
 
     db(&corrupt)
         .execute(

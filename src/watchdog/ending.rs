@@ -30,12 +30,16 @@ fn read_final(
     let found = match store.named_artifact(&target.run, FINAL_REPORT)? {
         Some(r) => {
             let bytes = store.get_artifact(&target.run, &r)?;
-            let report: serde_json::Value =
+            let mut report: serde_json::Value =
                 serde_json::from_slice(&bytes).map_err(|_| ArtifactError::Corrupt {
                     run: target.run.clone(),
                     sha256: r.sha256.clone(),
                     found: "not a JSON report".into(),
                 })?;
+            // Large values are references to the artifacts their nodes' results used.
+            crate::report::map_output_values(&mut report, |vs| {
+                heddle_store::spill::resolve_values(&store, &target.run, vs.iter_mut())
+            })?;
             let outcome = report["outcome"].as_str().unwrap_or_default();
             let matches = match state {
                 RunState::Completed => outcome == "completed",

@@ -147,17 +147,35 @@ pub fn spill(
     else {
         return Ok(record);
     };
-    for (_, v) in outputs.iter_mut().chain(emitted.iter_mut()) {
-        if must_spill(v, spill.inline_bytes) {
-            *v = store_value(store, run, &spill.policy, v)?.to_value();
-        }
-    }
+    spill_values(
+        store,
+        run,
+        spill,
+        outputs.iter_mut().chain(emitted.iter_mut()).map(|(_, v)| v),
+    )?;
     Ok(Record::Completed {
         occurrence,
         outputs,
         emitted,
         metrics,
     })
+}
+
+/// Replaces each of `values` that must not travel inline by a reference to its stored
+/// copy: the same bytes are one artifact, so a value a result record already points at
+/// costs nothing more.
+pub fn spill_values<'a>(
+    store: &dyn RunStore,
+    run: &str,
+    spill: &Spill,
+    values: impl IntoIterator<Item = &'a mut Value>,
+) -> Result<(), ArtifactError> {
+    for v in values {
+        if must_spill(v, spill.inline_bytes) {
+            *v = store_value(store, run, &spill.policy, v)?.to_value();
+        }
+    }
+    Ok(())
 }
 
 /// Stores `v` (its compact JSON) as an artifact of `run`.
@@ -186,44 +204,43 @@ pub fn load_value(
     })
 }
 
-/// `v` itself, or the value it refers to.
-pub fn resolve_value(store: &dyn RunStore, run: &str, v: &Value) -> Result<Value, ArtifactError> {
-    match ArtifactRef::of_value(v) {
-        Some(r) => load_value(store, run, &r),
-        None => Ok(v.clone()),
+/// Replaces every reference among `values` by the value it refers to, each artifact
+/// read and verified once.
+pub fn resolve_values<'a>(
+    store: &dyn RunStore,
+    run: &str,
+    values: impl IntoIterator<Item = &'a mut Value>,
+) -> Result<(), ArtifactError> {
+    let mut loaded: std::collections::HashMap<String, Value> = Default::default();
+    for v in values {
+        let Some(r) = ArtifactRef::of_value(v) else {
+            continue;
+        };
+        *v = match loaded.get(&r.sha256) {
+            Some(found) => found.clone(),
+            None => {
+                let found = load_value(store, run, &r)?;
+                loaded.insert(r.sha256, found.clone());
+                found
+            }
+        };
     }
+    Ok(())
 }
 
-/// Replaces every reference in `records`' results by the value it refers to, each
-/// artifact read and verified once.
+/// Replaces every reference in `records`' results by the value it refers to.
 pub fn resolve(
     store: &dyn RunStore,
     run: &str,
     records: &mut [Stored],
 ) -> Result<(), ArtifactError> {
-    let mut loaded: std::collections::HashMap<String, Value> = Default::default();
-    for s in records {
-        let Record::Completed {
+    let values = records.iter_mut().filter_map(|s| match &mut s.record {
+        Record::Completed {
             outputs, emitted, ..
-        } = &mut s.record
-        else {
-            continue;
-        };
-        for (_, v) in outputs.iter_mut().chain(emitted.iter_mut()) {
-            let Some(r) = ArtifactRef::of_value(v) else {
-                continue;
-            };
-            *v = match loaded.get(&r.sha256) {
-                Some(found) => found.clone(),
-                None => {
-                    let found = load_value(store, run, &r)?;
-                    loaded.insert(r.sha256, found.clone());
-                    found
-                }
-            };
-        }
-    }
-    Ok(())
+        } => Some(outputs.iter_mut().chain(emitted.iter_mut()).map(|(_, v)| v)),
+        _ => None,
+    });
+    resolve_values(store, run, values.flatten())
 }
 
 /// Checks that every artifact `run`'s log refers to is there and intact.
@@ -255,13 +272,23 @@ impl Spiller {
         let _ = self.spill.set(spill);
     }
 
-    pub fn spill(&self, record: Record) -> Result<Record, ArtifactError> {
+    fn settings(&self) -> &Spill {
         static DEFAULT: std::sync::OnceLock<Spill> = std::sync::OnceLock::new();
-        let s = self
-            .spill
+        self.spill
             .get()
-            .unwrap_or_else(|| DEFAULT.get_or_init(Spill::default));
-        spill(&*self.store, &self.run, s, record)
+            .unwrap_or_else(|| DEFAULT.get_or_init(Spill::default))
+    }
+
+    pub fn spill(&self, record: Record) -> Result<Record, ArtifactError> {
+        spill(&*self.store, &self.run, self.settings(), record)
+    }
+
+    /// [`spill_values`] under the run's settings.
+    pub fn spill_values<'a>(
+        &self,
+        values: impl IntoIterator<Item = &'a mut Value>,
+    ) -> Result<(), ArtifactError> {
+        spill_values(&*self.store, &self.run, self.settings(), values)
     }
 }
 
