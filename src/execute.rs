@@ -436,9 +436,10 @@ pub fn store_final_report(
     let mut report = serde_json::to_value(report)?;
     crate::report::map_output_values(&mut report, |vs| spill.spill_values(vs.iter_mut()))?;
     let bytes = serde_json::to_vec_pretty(&report)?;
+    // The run's limits; the secrets as the run holds them now.
     let policy = ArtifactPolicy {
         known_secrets: secrets.snapshot(),
-        ..ArtifactPolicy::default()
+        ..spill.policy().clone()
     };
     heddle_store::SqliteStore::open(path)?.put_artifact(
         run,

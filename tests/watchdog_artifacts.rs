@@ -18,8 +18,13 @@ const TEARDOWN: i32 = 8;
 /// The shared store configuration, with values over 4 KiB leaving the log and a secret
 /// value the run knows.
 fn config() -> String {
+    config_with("inline_output_bytes = 4096")
+}
+
+/// The shared store configuration with `store` added to its `[store]` section.
+fn config_with(store: &str) -> String {
     format!(
-        "{}inline_output_bytes = 4096\n\n[secrets]\nvalues = {{ TOKEN = \"s3cr3t-value-42\" }}\n",
+        "{}{store}\n\n[secrets]\nvalues = {{ TOKEN = \"s3cr3t-value-42\" }}\n",
         support::store::CONFIG
     )
 }
@@ -284,6 +289,69 @@ fn a_large_output_holding_a_known_secret_is_refused() {
             .any(|w| w == b"s3cr3t-value-42"),
         "the secret reached the store"
     );
+}
+
+/// `[store]`'s artifact limits bound large outputs: one over `max_artifact_bytes` fails
+/// its node with `STORAGE_LIMIT_EXCEEDED` and is not stored. Limits that are zero or
+/// inconsistent are refused before anything is recorded, naming the setting.
+#[test]
+fn artifact_limits_from_the_config_bound_large_outputs_and_bad_ones_are_refused() {
+    let graph = format!(
+        r#"{{"format": "heddle.graph", "version": 1,
+  "nodes": [{}, {{"id": "out", "type": "heddle.output"}}],
+  "edges": [{{"source": "big", "sourceHandle": "result", "target": "out", "targetHandle": "value"}}]
+}}"#,
+        code_node(
+            "big",
+            &format!("head -c {BIG} /dev/zero | tr '\\0' x; echo")
+        )
+    );
+    let env = store_dir(&graph);
+    support::write(
+        env.path(),
+        "heddle.toml",
+        &config_with("inline_output_bytes = 4096\nmax_artifact_bytes = 10000"),
+    );
+    let o = env.heddle(&["run", "--durable", "--json", "g.json"]);
+    expect(&o, FAILED);
+    let failed = bodies(&env, "failed", "big");
+    assert_eq!(failed.len(), 1, "{}", support::stderr(&o));
+    assert!(
+        failed[0].contains("STORAGE_LIMIT_EXCEEDED"),
+        "{}",
+        failed[0]
+    );
+    let stored: i64 = db(&env)
+        .query_row(
+            "SELECT count(*) FROM artifacts WHERE size > 10000",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(stored, 0);
+
+    for (setting, named) in [
+        ("max_artifact_bytes = 0", "[store] max_artifact_bytes = 0"),
+        (
+            "max_artifact_bytes = 5000\nmax_run_artifact_bytes = 4000",
+            "[store] max_artifact_bytes = 5000 is over max_run_artifact_bytes = 4000",
+        ),
+        (
+            "inline_output_bytes = 9000\nmax_artifact_bytes = 8000",
+            "[store] inline_output_bytes = 9000",
+        ),
+    ] {
+        let d = store_dir(&graph);
+        support::write(d.path(), "heddle.toml", &config_with(setting));
+        let o = d.heddle(&["run", "--watchdog", "g.json"]);
+        expect(&o, support::INVALID);
+        assert!(
+            support::stderr(&o).contains(named),
+            "{}",
+            support::stderr(&o)
+        );
+        assert!(!d.db().exists(), "nothing recorded for {setting}");
+    }
 }
 
 /// The worker finds the compile cache its watchdog would use: `XDG_CACHE_HOME` is part

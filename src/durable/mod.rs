@@ -43,6 +43,13 @@ pub struct StoreSection {
     /// 64 KiB).
     #[serde(default)]
     pub inline_output_bytes: Option<u64>,
+    /// The largest one artifact of a run may be (a large output, the final report);
+    /// default 64 MiB.
+    #[serde(default)]
+    pub max_artifact_bytes: Option<u64>,
+    /// All of one run's artifacts together; default 256 MiB.
+    #[serde(default)]
+    pub max_run_artifact_bytes: Option<u64>,
 }
 
 impl StoreSection {
@@ -52,34 +59,81 @@ impl StoreSection {
             Some(p) => config.resolve(&p),
             None => PathBuf::from(heddle_store::DEFAULT_PATH),
         });
-        // Zero would send every value to the store; above the per-artifact limit a value
-        // could never leave the log.
-        if let Some(n) = s.inline_output_bytes
-            && !(1..=MAX_INLINE_BYTES).contains(&n)
-        {
-            return Err(crate::usage!(
-                "[store] inline_output_bytes = {n}: give 1 to {MAX_INLINE_BYTES} bytes"
-            ));
-        }
+        s.artifact_policy(Vec::new())?;
         Ok(s)
     }
 
-    /// Sets how `session` stores its large values: this store's inline limit, and the
-    /// run's secret values, which no stored value may hold.
+    /// What the run's artifacts are held to, refused (naming the setting) when a limit
+    /// is zero, beyond what the store can hold, or inconsistent with another.
+    fn artifact_policy(
+        &self,
+        known_secrets: Vec<String>,
+    ) -> anyhow::Result<(u64, heddle_store::artifacts::ArtifactPolicy)> {
+        let defaults = heddle_store::artifacts::ArtifactPolicy::default();
+        let policy = heddle_store::artifacts::ArtifactPolicy {
+            max_artifact_bytes: self
+                .max_artifact_bytes
+                .unwrap_or(defaults.max_artifact_bytes),
+            max_run_bytes: self
+                .max_run_artifact_bytes
+                .unwrap_or(defaults.max_run_bytes),
+            known_secrets,
+        };
+        let inline = self
+            .inline_output_bytes
+            .unwrap_or(heddle_store::spill::DEFAULT_INLINE_BYTES);
+        let check = |name: &str, n: u64, max: u64, why: &str| {
+            if (1..=max).contains(&n) {
+                Ok(())
+            } else {
+                Err(crate::usage!(
+                    "[store] {name} = {n}: give 1 to {max} bytes ({why})"
+                ))
+            }
+        };
+        check(
+            "max_artifact_bytes",
+            policy.max_artifact_bytes,
+            MAX_BLOB_BYTES,
+            "the largest value the run store can hold",
+        )?;
+        check(
+            "max_run_artifact_bytes",
+            policy.max_run_bytes,
+            MAX_RUN_BYTES,
+            "1 TiB",
+        )?;
+        if policy.max_artifact_bytes > policy.max_run_bytes {
+            return Err(crate::usage!(
+                "[store] max_artifact_bytes = {} is over max_run_artifact_bytes = {}: one artifact cannot be larger than all of a run's",
+                policy.max_artifact_bytes,
+                policy.max_run_bytes
+            ));
+        }
+        check(
+            "inline_output_bytes",
+            inline,
+            policy.max_artifact_bytes,
+            "at most max_artifact_bytes, so every value that leaves the log fits in an artifact",
+        )?;
+        Ok((inline, policy))
+    }
+
+    /// Sets how `session` stores its large values: this store's inline limit and
+    /// artifact limits (checked when the section was loaded), and the run's secret
+    /// values, which no stored value may hold.
     pub(crate) fn configure_spill(
         &self,
         session: &Session,
         secrets: &heddle_kernel::SecretRegistry,
     ) {
-        session.spill.configure(heddle_store::spill::Spill {
-            inline_bytes: self
-                .inline_output_bytes
-                .unwrap_or(heddle_store::spill::DEFAULT_INLINE_BYTES),
-            policy: heddle_store::artifacts::ArtifactPolicy {
-                known_secrets: secrets.snapshot(),
-                ..Default::default()
-            },
-        });
+        // Checked by `load`, which every section goes through.
+        if let Ok((inline_bytes, policy)) = self.artifact_policy(secrets.snapshot()) {
+            session.spill.configure(heddle_store::spill::Spill {
+                inline_bytes,
+                policy,
+            });
+        }
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -101,9 +155,11 @@ impl StoreSection {
     }
 }
 
-/// The largest inline limit: the per-artifact limit, so every value that leaves the log
-/// fits in an artifact.
-const MAX_INLINE_BYTES: u64 = 64 << 20;
+/// SQLite's largest blob (its default `SQLITE_MAX_LENGTH`).
+const MAX_BLOB_BYTES: u64 = 1_000_000_000;
+
+/// The largest per-run artifact quota accepted (1 TiB): anything above is a typo.
+const MAX_RUN_BYTES: u64 = 1 << 40;
 
 /// Records a new durable run and prints its id before anything runs.
 pub fn begin(

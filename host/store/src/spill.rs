@@ -272,6 +272,11 @@ impl Spiller {
         let _ = self.spill.set(spill);
     }
 
+    /// The artifact policy the run's values are held to.
+    pub fn policy(&self) -> &ArtifactPolicy {
+        &self.settings().policy
+    }
+
     fn settings(&self) -> &Spill {
         static DEFAULT: std::sync::OnceLock<Spill> = std::sync::OnceLock::new();
         self.spill
