@@ -66,6 +66,18 @@ pub enum Step {
     Start,
 }
 
+/// Why a journal did not take a result record ([`Journal::seal`]); nothing was appended.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SealError {
+    /// The store must not keep a value (over its limits, holding a secret): the
+    /// invocation fails with this, and its values go nowhere.
+    #[error(transparent)]
+    Refused(Refused),
+    /// The store failed: the run stops, as on any journal failure.
+    #[error(transparent)]
+    Journal(JournalError),
+}
+
 /// The run's budget refused another dispatch; the run stops (the journal keeps which
 /// budget ran out, for whoever records the ending).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -90,10 +102,8 @@ pub trait Journal: Send + Sync {
     fn passed(&self, _step: Step, _occ: &Occurrence) {}
 
     /// Readies a result record for the log before it is appended: a store may keep
-    /// values too large for a record elsewhere and put references in their place. A
-    /// value the store must not keep (over its limits, holding a secret) is refused:
-    /// the invocation fails with the reason, and nothing was appended.
-    fn seal(&self, record: Record) -> Result<Record, Refused> {
+    /// values too large for a record elsewhere and put references in their place.
+    fn seal(&self, record: Record) -> Result<Record, SealError> {
         Ok(record)
     }
 

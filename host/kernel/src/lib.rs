@@ -17,6 +17,6 @@ pub use executor::{
     BoxFuture, Call, CtxParts, Emitted, ErrorKind, EventSink, Executor, InputStream, Inputs,
     NodeCtx, NodeError, NodeProvider, NodeSpec, Outputs, SecretRegistry, StreamItem,
 };
-pub use journal::{Journal, JournalError, Prior, Refused, Step};
+pub use journal::{Journal, JournalError, Prior, Refused, SealError, Step};
 pub use registry::{Registry, RegistryError};
 pub use runtime::{EventStream, InboxLimits, KernelError, Run, RunHandle, RunOptions, run_graph};

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use heddle_core::{Occurrence, Record};
 use heddle_kernel::executor::BoxFuture;
-use heddle_kernel::{Journal, JournalError, Outputs, Prior, Refused, Step};
+use heddle_kernel::{Journal, JournalError, Outputs, Prior, Refused, SealError, Step};
 
 use crate::fault::{self, Boundary};
 use crate::spill::Spiller;
@@ -214,11 +214,16 @@ impl Journal for DurableJournal {
     /// artifact commits before the record that refers to it (the log is one ordered
     /// file), and a value the policy refuses fails its node rather than the log. Only
     /// a result with a value over the inline limit touches the store on this thread.
-    fn seal(&self, record: Record) -> Result<Record, Refused> {
-        match &self.spiller {
-            Some(s) => s.spill(record).map_err(|e| Refused(Arc::new(e))),
-            None => Ok(record),
-        }
+    fn seal(&self, record: Record) -> Result<Record, SealError> {
+        let Some(s) = &self.spiller else {
+            return Ok(record);
+        };
+        s.spill(record).map_err(|e| match e {
+            crate::artifacts::ArtifactError::Store(e) => SealError::Journal(JournalError {
+                source: Arc::new(e),
+            }),
+            e => SealError::Refused(Refused(Arc::new(e))),
+        })
     }
 
     fn append(&self, record: Record) {

@@ -17,7 +17,7 @@ use crate::executor::{
     BoxFuture, Call, CtxParts, Emitted, ErrorKind, InputStream, Inputs, NodeCtx, NodeError,
     Outputs, StreamItem,
 };
-use crate::journal::{Journal, Prior, RECONCILE_REASON, Step};
+use crate::journal::{Journal, Prior, RECONCILE_REASON, SealError, Step};
 use crate::runtime::lineage::Lineage;
 use crate::runtime::poll_once;
 use crate::runtime::sched::Firing;
@@ -330,11 +330,12 @@ impl Actor {
     /// A result record as the journal will append it ([`Journal::seal`]); a refused
     /// one fails the invocation, so its values go nowhere.
     fn sealed(&self, journal: &dyn Journal, record: Record) -> Result<Record, Stop> {
-        journal.seal(record).map_err(|e| {
-            Stop::Failed(format!(
+        journal.seal(record).map_err(|e| match e {
+            SealError::Refused(e) => Stop::Failed(format!(
                 "node \"{}\" (type {}): its result was not recorded: {e}",
                 self.spec.id, self.spec.node_type
-            ))
+            )),
+            SealError::Journal(e) => self.journal_stop(e),
         })
     }
 
