@@ -38,9 +38,10 @@ fn code_node(id: &str, code: &str) -> String {
     )
 }
 
-/// `big` prints a 20,000-character line (its result); `slow` takes its time, then
+/// `big` prints a 20,000-character line (its result); `slow` waits (the first time
+/// only: it leaves `mark` behind) so a test can kill the worker while it runs, then
 /// reports the length of the value it was given. Both results are outputs.
-fn big_then_slow() -> String {
+fn big_then_slow(mark: &Path) -> String {
     format!(
         r#"{{"format": "heddle.graph", "version": 1,
   "nodes": [
@@ -59,7 +60,13 @@ fn big_then_slow() -> String {
             "big",
             &format!("head -c {BIG} /dev/zero | tr '\\0' x; echo")
         ),
-        code_node("slow", "sleep 3; echo ${#input}"),
+        code_node(
+            "slow",
+            &format!(
+                "if [ ! -e {m} ]; then touch {m}; sleep 600; fi; echo ${{#input}}",
+                m = mark.display()
+            )
+        ),
     )
 }
 
@@ -143,7 +150,9 @@ fn big_value() -> String {
 /// `TERMINAL_ARTIFACT` and no outputs.
 #[test]
 fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill() {
-    let env = store_dir(&big_then_slow());
+    let env = store_dir("{}");
+    let mark = env.path().join("data/slow-started");
+    support::write(env.path(), "g.json", &big_then_slow(&mark));
     let (child, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
     let id = wait_line(&rx, run_id_in);
     let worker = wait_line(&rx, worker_pid_in);
