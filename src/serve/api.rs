@@ -44,12 +44,15 @@ pub fn router(host: Arc<Host>, token: Token) -> Router {
         .route("/api/runs/{id}/gates/{gate}/approve", post(approve))
         .route("/api/runs/{id}/gates/{gate}/reject", post(reject))
         .merge(super::escalations::routes())
+        .route("/api/runs/{id}/artifacts/{sha256}", get(artifact))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(
             api.host.mask.clone(),
             super::mask::responses,
         ))
         .layer(middleware::from_fn_with_state(api.clone(), authorize))
+        // Added after the token check: the page's files hold no data.
+        .merge(super::viewer::router())
         .with_state(api)
 }
 
@@ -175,7 +178,45 @@ async fn show(
     let (header, _, view) = tokio::task::spawn_blocking(move || session::inspect(&*store, &id))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
-    Ok(Json(durable::show_json(&header, &view)))
+    let mut v = durable::show_json(&header, &view);
+    // The document as submitted, for the viewer to draw (its nodes' UI positions
+    // included); stored bytes that are not JSON are left out, not an error.
+    v["document"] = serde_json::from_slice(&header.run.graph_bytes).unwrap_or_default();
+    Ok(Json(v))
+}
+
+/// A stored artifact's bytes (the viewer links large values to them).
+async fn artifact(
+    State(api): State<Api>,
+    Path((id, sha256)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("artifact `{sha256}`: expected a sha256 digest (64 hex digits)"),
+        ));
+    }
+    let store = api.host.store.clone();
+    let want = heddle_store::artifacts::ArtifactRef {
+        sha256: sha256.to_ascii_lowercase(),
+        size: 0,
+    };
+    let bytes = tokio::task::spawn_blocking(move || store.get_artifact(&id, &want))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| {
+            let status = match &e {
+                heddle_store::artifacts::ArtifactError::Missing { .. } => StatusCode::NOT_FOUND,
+                heddle_store::artifacts::ArtifactError::Store(s) => status_of(s),
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            ApiError::new(status, chain(&e))
+        })?;
+    let headers = [
+        (header::CONTENT_TYPE, "application/octet-stream"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    ];
+    Ok((headers, bytes).into_response())
 }
 
 #[derive(Deserialize)]
@@ -185,7 +226,7 @@ struct CreateRequest {
     graph: serde_json::Value,
     #[serde(default)]
     inputs: serde_json::Map<String, serde_json::Value>,
-    /// A name to list the run under (default `api`).
+    /// A name to list the run under (default: the document's `name`, else `api`).
     #[serde(default)]
     name: Option<String>,
     /// Who decides a failed invocation: `none` or `interactive` (default: the
@@ -216,7 +257,8 @@ async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let req: CreateRequest = parse(body)?;
-    let name = req.name.unwrap_or_else(|| "api".into());
+    let doc_name = req.graph.get("name").and_then(|n| n.as_str()).map(str::to_string);
+    let name = req.name.or(doc_name).unwrap_or_else(|| "api".into());
     let options = CreateOptions {
         supervise: req.supervise,
         max_dispatches: req.max_dispatches,

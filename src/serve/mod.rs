@@ -13,6 +13,7 @@ mod feed;
 mod host;
 mod mask;
 mod token;
+mod viewer;
 
 use std::future::IntoFuture as _;
 use std::sync::Arc;

@@ -1,0 +1,82 @@
+// The API client: every call carries the bearer token from sessionStorage (never a
+// URL), and the event stream is read with fetch() because EventSource cannot send it.
+
+const KEY = "heddle.token";
+
+export function token() {
+  return sessionStorage.getItem(KEY);
+}
+
+export function setToken(t) {
+  if (t) sessionStorage.setItem(KEY, t.trim());
+  else sessionStorage.removeItem(KEY);
+}
+
+/** A refused or failed API call: its HTTP status and the server's message. */
+export class ApiError extends Error {
+  constructor(status, message, body) {
+    super(message);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+function headers(extra) {
+  return { Authorization: `Bearer ${token() || ""}`, ...extra };
+}
+
+async function refusal(resp) {
+  let body = null;
+  try { body = await resp.json(); } catch { /* not JSON */ }
+  const msg = (body && body.error) || `${resp.status} ${resp.statusText}`;
+  return new ApiError(resp.status, msg, body);
+}
+
+/** GET (or the method given) `path` and its JSON answer. */
+export async function call(path, { method = "GET", body } = {}) {
+  const init = { method, headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }) };
+  if (body !== undefined) init.body = JSON.stringify(body);
+  const resp = await fetch(path, init);
+  if (!resp.ok) throw await refusal(resp);
+  const text = await resp.text();
+  return text ? JSON.parse(text) : null;
+}
+
+/** A stored artifact's bytes, as a Blob. */
+export async function artifact(run, sha256) {
+  const resp = await fetch(`/api/runs/${encodeURIComponent(run)}/artifacts/${sha256}`, { headers: headers() });
+  if (!resp.ok) throw await refusal(resp);
+  return resp.blob();
+}
+
+/**
+ * Reads run `run`'s records as Server-Sent Events from after `lastSeq` (-1: from the
+ * start), calling `onRecord` for each. Resolves when the server ends the stream (the
+ * run is not driven by the server any more) or `signal` aborts it.
+ */
+export async function stream(run, lastSeq, onRecord, signal) {
+  const h = lastSeq >= 0 ? headers({ "Last-Event-ID": String(lastSeq) }) : headers();
+  h.Accept = "text/event-stream";
+  const resp = await fetch(`/api/runs/${encodeURIComponent(run)}/events`, { headers: h, signal, cache: "no-store" });
+  if (!resp.ok) throw await refusal(resp);
+  const reader = resp.body.getReader();
+  const decoder = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buf.search(/\r?\n\r?\n/)) >= 0) {
+      const block = buf.slice(0, cut);
+      buf = buf.slice(cut).replace(/^\r?\n\r?\n/, "");
+      const data = block
+        .split(/\r?\n/)
+        .filter((l) => l.startsWith("data:"))
+        .map((l) => l.slice(5).replace(/^ /, ""))
+        .join("\n");
+      // Comment-only blocks are keep-alives.
+      if (data) onRecord(JSON.parse(data));
+    }
+  }
+}

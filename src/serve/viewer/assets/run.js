@@ -1,0 +1,367 @@
+// One run's page: the graph with live node states, the decisions waiting for a person
+// (a gate, supervisor escalations), the selected node's invocations and the run's
+// interventions. Records arrive on the event stream; when the server stops driving the
+// run (paused, ended, not adopted) the stream ends and the page re-reads the run.
+import { call, stream, artifact, ApiError } from "./api.js";
+import { RunModel, occLabel } from "./state.js";
+import { draw } from "./graph.js";
+
+/** Builds an element: h("div", {class: "x"}, child, "text", …). */
+export function h(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) e.append(c);
+  return e;
+}
+
+/** Replaces `parent`'s children, skipping empty ones (null, false). */
+export function fill(parent, ...children) {
+  parent.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
+export function badge(state, id) {
+  return h("span", { class: `badge st-${state}`, id, "data-state": state }, state);
+}
+
+export function when(ms) {
+  return ms ? new Date(ms).toLocaleString() : "—";
+}
+
+function duration(ms) {
+  if (ms < 1) return `${(ms * 1000).toFixed(0)} µs`;
+  if (ms < 1000) return `${ms.toFixed(ms < 10 ? 1 : 0)} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  return `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`;
+}
+
+const number = (n) => n.toLocaleString("en-US");
+const LIMIT = 600;
+const HEX64 = /^[0-9a-f]{64}$/i;
+
+function artifactRefs(v, depth = 0, out = []) {
+  if (!v || typeof v !== "object" || depth > 3) return out;
+  if (typeof v.sha256 === "string" && HEX64.test(v.sha256)) out.push(v);
+  else for (const x of Array.isArray(v) ? v : Object.values(v)) artifactRefs(x, depth + 1, out);
+  return out;
+}
+
+function showFull(title, text) {
+  const d = document.getElementById("full");
+  document.getElementById("full-title").textContent = title;
+  document.getElementById("full-body").textContent = text;
+  document.getElementById("full-close").onclick = () => d.close();
+  d.showModal();
+}
+
+/** A value, truncated past LIMIT characters with a link to all of it and to artifacts. */
+function valueView(runId, title, v) {
+  const text = typeof v === "string" ? v : JSON.stringify(v, null, 2);
+  const long = text.length > LIMIT;
+  const box = h("div", { class: "value" }, h("pre", {}, long ? `${text.slice(0, LIMIT)}…` : text));
+  const links = [];
+  if (long) {
+    links.push(h("a", { href: "#", class: "full-link", onclick: (ev) => { ev.preventDefault(); showFull(title, text); } },
+      `show the full value (${number(text.length)} characters)`));
+  }
+  for (const ref of artifactRefs(v)) {
+    links.push(h("a", {
+      href: "#", class: "artifact-link", onclick: async (ev) => {
+        ev.preventDefault();
+        try {
+          const blob = await artifact(runId, ref.sha256);
+          const a = h("a", { href: URL.createObjectURL(blob), download: `${ref.sha256.slice(0, 12)}.bin` });
+          document.body.append(a);
+          a.click();
+          a.remove();
+        } catch (e) {
+          showFull(`artifact ${ref.sha256}`, e.message);
+        }
+      },
+    }, `artifact ${ref.sha256.slice(0, 12)}…${ref.size != null ? ` (${number(ref.size)} bytes)` : ""}`));
+  }
+  return links.length ? h("div", {}, box, h("div", { class: "row" }, links)) : box;
+}
+
+function metricsText(m) {
+  if (!m) return "";
+  const parts = [`wall ${duration((m.wall_us || 0) / 1000)}`];
+  if (m.fuel != null) parts.push(`fuel ${number(m.fuel)}`);
+  if (m.peak_memory_bytes != null) parts.push(`memory ${number(Math.round(m.peak_memory_bytes / 1024))} KiB`);
+  if (m.cost_usd) parts.push(`$${m.cost_usd.toFixed(4)}`);
+  return parts.join(" · ");
+}
+
+function verdictText(v) {
+  const d = v.verdict || {};
+  const note = d.note ? ` — “${d.note}”` : "";
+  return `${occLabel(v.occurrence)}: ${d.verdict || JSON.stringify(d)} by ${v.by}${note}`;
+}
+
+const sleep = (ms, signal) => new Promise((res) => {
+  const t = setTimeout(res, ms);
+  signal.addEventListener("abort", () => { clearTimeout(t); res(); }, { once: true });
+});
+
+/** Shows run `id` in `main`; returns the function that stops its updates. */
+export function showRun(main, id, ctx) {
+  const abort = new AbortController();
+  const signal = abort.signal;
+  let model = null;
+  let selected = null;
+  let update = null;
+  let escalations = [];
+  let escalationsSupported = true;
+  let actionSig = null;
+  let wake = null; // resolves the wait before the next stream connection
+  let frame = 0;
+
+  const head = h("div", { class: "card" });
+  const graphBox = h("div");
+  const legend = h("div", { class: "legend" }, ...["pending", "running", "waiting", "completed", "failed", "skipped"]
+    .map((s) => h("span", {}, h("i", { class: `sw-${s}` }), s)));
+  const action = h("div", { class: "card action", id: "action", hidden: true });
+  const detail = h("div", { class: "card", id: "detail" });
+  const interventions = h("div", { class: "card", id: "interventions" });
+  const events = h("div", { class: "card" });
+  const banner = h("div");
+  fill(main, banner, head, action,
+    h("div", { class: "card graph-card" }, graphBox, legend),
+    h("div", { class: "layout" }, detail, h("div", {}, interventions, events)));
+
+  const fail = (e) => {
+    if (e instanceof ApiError && e.status === 401) { abort.abort(); ctx.authFailed(e); return; }
+    fill(banner, h("p", { class: "banner error", id: "run-error-banner" }, e.message));
+  };
+
+  const select = (nodeId) => { selected = selected === nodeId ? null : nodeId; render(); };
+  const schedule = () => { if (!frame) frame = requestAnimationFrame(() => { frame = 0; render(); }); };
+
+  function renderHead() {
+    const calls = [...model.occ.values()].filter((o) => o.state === "completed" || o.state === "failed").length;
+    const stat = (k, v) => h("div", { class: "stat" }, h("div", { class: "k" }, k), h("div", { class: "v" }, v));
+    fill(head, 
+      h("div", { class: "run-head" }, h("h1", {}, model.graph), badge(model.state, "run-state"), h("span", { class: "id mono" }, model.id)),
+      h("div", { class: "stats" },
+        stat("Started", when(model.created)),
+        stat("Invocations", number(calls)),
+        stat("Execution time", duration(model.executionMs)),
+        stat("Records", number(model.lastSeq + 1))),
+      model.error ? h("div", { class: "run-error", id: "run-error" }, model.error) : null);
+  }
+
+  function renderAction() {
+    const gate = model.waitingGate();
+    const sig = JSON.stringify([gate && gate.node, escalations.map((e) => e.id)]);
+    if (sig === actionSig) return;
+    actionSig = sig;
+    action.hidden = !gate && !escalations.length;
+    const parts = [h("h2", {}, "Waiting for you")];
+    if (gate) parts.push(gatePanel(gate));
+    for (const e of escalations) parts.push(escalationPanel(e));
+    fill(action, ...parts);
+  }
+
+  function gatePanel(gate) {
+    const note = h("textarea", { id: "gate-note", placeholder: "A note for the log (a rejection needs one)" });
+    const msg = h("p", { class: "error-text", id: "gate-message" });
+    const answer = async (verdict, btn) => {
+      if (verdict === "reject" && !note.value.trim()) { msg.textContent = "Say why in the note: a rejection needs one."; return; }
+      btn.disabled = true;
+      try {
+        await call(`/api/runs/${encodeURIComponent(id)}/gates/${encodeURIComponent(gate.node)}/${verdict}`,
+          { method: "POST", body: note.value.trim() ? { note: note.value.trim() } : {} });
+        msg.textContent = "";
+        actionSig = null;
+        reload();
+      } catch (e) {
+        btn.disabled = false;
+        msg.textContent = e.message;
+      }
+    };
+    const approve = h("button", { class: "primary", id: "gate-approve", type: "button" }, "Approve");
+    const reject = h("button", { class: "danger", id: "gate-reject", type: "button" }, "Reject");
+    approve.onclick = () => answer("approve", approve);
+    reject.onclick = () => answer("reject", reject);
+    return h("div", { class: "gate", "data-gate": gate.node },
+      h("div", { class: "title" }, `Gate: ${gate.title}`),
+      gate.prompt ? h("p", { class: "prompt" }, gate.prompt) : null,
+      h("p", { class: "muted" }, "Approve runs on from the gate; reject cancels the run with your note as the reason."),
+      note, h("div", { class: "row mt" }, approve, reject), msg);
+  }
+
+  function escalationPanel(e) {
+    const note = h("input", { type: "text", class: "escalation-note", placeholder: "Note (optional)" });
+    const outputs = h("textarea", { class: "escalation-outputs", placeholder: '{"handle": value} (for substitute)' });
+    const msg = h("p", { class: "error-text" });
+    const decide = async (verdict, btn) => {
+      const body = { verdict };
+      if (note.value.trim()) body.note = note.value.trim();
+      if (verdict === "substitute") {
+        try { body.outputs = JSON.parse(outputs.value || "{}"); } catch (err) { msg.textContent = `outputs: ${err.message}`; return; }
+      }
+      btn.disabled = true;
+      try {
+        await call(`/api/runs/${encodeURIComponent(id)}/escalations/${encodeURIComponent(e.id)}`, { method: "POST", body });
+        escalations = escalations.filter((x) => x.id !== e.id);
+        actionSig = null;
+        render();
+      } catch (err) {
+        btn.disabled = false;
+        msg.textContent = err.message;
+      }
+    };
+    const buttons = (e.allowed || []).map((v) => {
+      const b = h("button", { type: "button", "data-verdict": v, class: v === "retry" ? "primary" : v === "fail" ? "danger" : "" }, v.replace("_", " "));
+      b.onclick = () => decide(v, b);
+      return b;
+    });
+    const left = e.deadline_ms ? Math.max(0, Math.round((e.deadline_ms - Date.now()) / 1000)) : null;
+    return h("div", { class: "escalation", "data-escalation": e.id },
+      h("div", { class: "title" }, `Node ${e.node} failed${e.attempt != null ? ` (attempt ${e.attempt})` : ""}`),
+      h("div", { class: "value" }, h("pre", { class: "error-text" }, e.error || "")),
+      left !== null ? h("p", { class: "muted" }, `Fails closed in about ${left} s without a decision.`) : null,
+      note, (e.allowed || []).includes("substitute") ? outputs : null,
+      h("div", { class: "row mt" }, buttons), msg);
+  }
+
+  function renderDetail() {
+    if (!selected) {
+      const outs = model.outputs();
+      const inputs = Object.entries(model.inputs);
+      fill(detail, h("h2", {}, "Run"),
+        h("p", { class: "muted" }, "Select a node to see its invocations."),
+        inputs.length ? h("div", {}, h("label", {}, "Inputs"), ...inputs.map(([k, v]) => h("div", {}, h("span", { class: "mono" }, k), valueView(id, `input ${k}`, v)))) : null,
+        h("label", {}, "Outputs"),
+        outs.length ? h("div", { id: "run-outputs" }, ...outs.map((o) => h("div", { "data-output": o.name }, h("span", { class: "mono" }, o.name), valueView(id, `output ${o.name}`, o.value))))
+          : h("p", { class: "muted" }, model.finished ? "None." : "Not yet."));
+      return;
+    }
+    const node = model.byId.get(selected);
+    const s = model.nodeState(selected);
+    const t = model.totals(selected);
+    const occs = model.occurrencesOf(selected);
+    const kv = (k, v) => [h("span", { class: "k" }, k), h("span", {}, v)];
+    fill(detail, 
+      h("h2", {}, "Node"),
+      h("div", { class: "run-head" }, h("strong", { class: "mono" }, selected), badge(s.state, "node-state")),
+      h("div", { class: "kv mt" },
+        kv("type", node.type),
+        kv("invocations", number(t.calls)),
+        kv("wall time", duration(t.wallMs)),
+        kv("fuel", t.fuel == null ? "—" : number(t.fuel)),
+        s.reason ? kv("skipped", s.reason) : null),
+      h("div", { class: "mt" }, ...occs.slice(0, 50).map((o) => h("div", { class: "occ" },
+        h("div", { class: "head" }, h("span", { class: "mono" }, occLabel(o)), badge(o.state)),
+        o.metrics ? h("div", { class: "muted" }, metricsText(o.metrics)) : null,
+        o.started > 1 ? h("div", { class: "muted" }, `started ${o.started} times (offered again after an interruption)`) : null,
+        o.error ? h("div", { class: "value" }, h("pre", { class: "error-text" }, o.error)) : null,
+        ...(o.outputs || []).map(([k, v]) => h("div", {}, h("span", { class: "muted" }, k), valueView(id, `${occLabel(o)}.${k}`, v))),
+        ...o.verdicts.map((v) => h("div", { class: "muted" }, `verdict: ${verdictText(v)}`))))),
+      occs.length > 50 ? h("p", { class: "muted" }, `…and ${occs.length - 50} more invocations`) : null);
+  }
+
+  function renderInterventions() {
+    const items = model.interventions.map((v) => h("li", {}, verdictText(v)));
+    fill(interventions, h("h2", {}, "Interventions"),
+      items.length ? h("ul", { class: "list" }, items) : h("p", { class: "muted" }, "No one has intervened in this run."));
+  }
+
+  function renderEvents() {
+    const recent = model.events.slice(-40).reverse();
+    fill(events, h("h2", {}, "Latest events"),
+      h("ul", { class: "list events" }, recent.map((r) => h("li", {},
+        h("span", { class: "seq" }, `#${r.seq}`), h("strong", {}, r.kind), " ",
+        r.occurrence ? h("span", { class: "mono" }, occLabel(r.occurrence)) : "",
+        r.kind === "finished" ? ` ${r.status}${r.error ? `: ${r.error}` : ""}` : "",
+        r.kind === "paused" ? ` ${r.pause.why}${r.pause.node ? ` at ${r.pause.node}` : ""}` : ""))));
+  }
+
+  function render() {
+    if (!model) return;
+    renderHead();
+    const memo = new Map();
+    update((nid) => {
+      const s = model.nodeState(nid, memo);
+      const t = model.totals(nid);
+      return t.calls && s.state !== "pending" ? { ...s, detail: duration(t.wallMs) } : s;
+    }, selected);
+    renderAction();
+    renderDetail();
+    renderInterventions();
+    renderEvents();
+    ctx.setLive(!model.finished && model.state === "running");
+  }
+
+  // Re-reads the run's summary (its state as the server sees it) and wakes the stream.
+  async function reload() {
+    try {
+      const run = await call(`/api/runs/${encodeURIComponent(id)}`);
+      Object.assign(model, { state: run.state, pause: run.pause || null, error: run.error || null });
+      render();
+    } catch (e) { fail(e); }
+    if (wake) wake();
+  }
+
+  async function pollEscalations() {
+    while (!signal.aborted && escalationsSupported) {
+      if (model && !model.finished) {
+        try {
+          const r = await call(`/api/runs/${encodeURIComponent(id)}/escalations`);
+          const next = (r && r.escalations) || [];
+          if (JSON.stringify(next.map((e) => e.id)) !== JSON.stringify(escalations.map((e) => e.id))) {
+            escalations = next;
+            schedule();
+          }
+        } catch (e) {
+          // A server without the escalation API answers an unknown route with no body.
+          if (e instanceof ApiError && e.status === 404 && !e.body) escalationsSupported = false;
+          else if (e instanceof ApiError && e.status === 401) return fail(e);
+        }
+      } else if (escalations.length) {
+        escalations = [];
+        schedule();
+      }
+      await sleep(1000, signal);
+    }
+  }
+
+  async function follow() {
+    let delay = 300;
+    while (!signal.aborted) {
+      try {
+        await stream(id, model.lastSeq, (r) => { if (model.apply(r)) schedule(); }, signal);
+        delay = 300;
+      } catch (e) {
+        if (signal.aborted) return;
+        if (e instanceof ApiError) return fail(e);
+        delay = Math.min(delay * 2, 3000);
+      }
+      if (signal.aborted) return;
+      await reload();
+      if (model.finished) { ctx.setLive(false); return; }
+      // Paused or between owners: look again soon (an answer to a gate wakes this).
+      await Promise.race([sleep(delay, signal), new Promise((res) => { wake = res; })]);
+      wake = null;
+      delay = Math.min(delay * 2, 3000);
+    }
+  }
+
+  (async () => {
+    try {
+      const run = await call(`/api/runs/${encodeURIComponent(id)}`);
+      model = new RunModel(run);
+      update = draw(graphBox, model.doc, select);
+      render();
+      pollEscalations();
+      await follow();
+    } catch (e) {
+      fail(e);
+    }
+  })();
+
+  return () => { abort.abort(); ctx.setLive(false); };
+}

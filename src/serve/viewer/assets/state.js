@@ -1,0 +1,266 @@
+// A run's state as the page shows it: the fold of its log records (the same records
+// the server stores), applied one by one as they arrive on the event stream.
+
+const ENDINGS = { completed: "completed", failed: "failed", cancelled: "cancelled", suspended: "paused", running: "interrupted" };
+export const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+export const GATE_TYPE = "heddle.gate";
+
+export function occKey(o) {
+  return `${o.node}\u0000${o.key || ""}\u0000${o.n || 0}`;
+}
+
+/** "a[each:item=2]#3", as the command line prints an occurrence. */
+export function occLabel(o) {
+  let s = o.node;
+  if (o.key) s += `[${o.key}]`;
+  if (o.n) s += `#${o.n}`;
+  return s;
+}
+
+export class RunModel {
+  constructor(run) {
+    this.id = run.run_id;
+    this.graph = run.graph;
+    this.created = run.created_ms;
+    this.doc = run.document || { nodes: [], edges: [] };
+    this.limits = run.limits;
+    this.inputs = run.inputs || {};
+    this.state = run.state;
+    this.error = run.error || null;
+    this.pause = run.pause || null;
+    this.lastSeq = -1;
+    this.occ = new Map();
+    this.interventions = [];
+    this.events = [];
+    this.openedAt = null;
+    this.executionMs = 0;
+    this.cancelRequested = false;
+    this.byId = new Map(this.doc.nodes.map((n) => [n.id, n]));
+  }
+
+  occurrence(o) {
+    const k = occKey(o);
+    let v = this.occ.get(k);
+    if (!v) {
+      v = { node: o.node, key: o.key || "", n: o.n || 0, state: "dispatched", started: 0, verdicts: [], escalations: [] };
+      this.occ.set(k, v);
+    }
+    return v;
+  }
+
+  /** Applies one stored record; records already applied are ignored. */
+  apply(r) {
+    if (r.seq <= this.lastSeq) return false;
+    this.lastSeq = r.seq;
+    this.events.push(r);
+    if (this.events.length > 400) this.events.shift();
+    if (this.openedAt !== null) this.executionMs += Math.max(0, r.at_ms - this.lastAt);
+    this.lastAt = r.at_ms;
+    switch (r.kind) {
+      case "opened":
+        this.openedAt = r.at_ms;
+        this.state = "running";
+        this.error = null;
+        break;
+      case "dispatched":
+        this.occurrence(r.occurrence);
+        break;
+      case "started": {
+        const o = this.occurrence(r.occurrence);
+        o.started += 1;
+        o.state = "running";
+        break;
+      }
+      case "completed": {
+        const o = this.occurrence(r.occurrence);
+        Object.assign(o, { state: "completed", outputs: r.outputs, emitted: r.emitted, metrics: r.metrics, error: null });
+        break;
+      }
+      case "failed": {
+        const o = this.occurrence(r.occurrence);
+        Object.assign(o, { state: "failed", error: r.error, metrics: r.metrics });
+        break;
+      }
+      case "escalated":
+        this.occurrence(r.occurrence).escalations.push(r.escalation);
+        break;
+      case "verdict": {
+        const o = this.occurrence(r.occurrence);
+        const v = { at: r.at_ms, occurrence: r.occurrence, verdict: r.verdict, by: r.decided_by };
+        o.verdicts.push(v);
+        this.interventions.push(v);
+        break;
+      }
+      case "paused":
+        this.pause = { event: r.seq, reason: r.pause };
+        this.state = "paused";
+        this.openedAt = null;
+        break;
+      case "resumed":
+        if (this.pause && this.pause.event === r.pause) this.pause = null;
+        break;
+      case "cancel_requested":
+        this.cancelRequested = true;
+        break;
+      case "finished":
+        this.state = ENDINGS[r.status] || r.status;
+        this.error = r.error || null;
+        this.openedAt = null;
+        break;
+    }
+    return true;
+  }
+
+  get finished() {
+    return TERMINAL.has(this.state);
+  }
+
+  /** The gate the run waits at, with its title and prompt, or null. */
+  waitingGate() {
+    const why = this.pause && this.pause.reason;
+    if (!why || why.why !== "suspend" || this.state !== "paused") return null;
+    const node = this.byId.get(why.node);
+    if (!node || node.type !== GATE_TYPE) return null;
+    const props = node.properties || node.data || {};
+    return { node: why.node, title: props.title || why.node, prompt: props.prompt || null };
+  }
+
+  occurrencesOf(id) {
+    return [...this.occ.values()].filter((o) => o.node === id);
+  }
+
+  upstream(id) {
+    return this.doc.edges.filter((e) => e.target === id);
+  }
+
+  /**
+   * A node's state for the graph: one of pending, running, completed, failed, waiting,
+   * skipped, interrupted, with a short label and (for a node that never ran in an
+   * ended run) why it was skipped.
+   */
+  nodeState(id, memo = new Map()) {
+    if (memo.has(id)) return memo.get(id);
+    memo.set(id, { state: "pending", label: "pending" }); // cycles: treat as pending
+    const s = this.computeState(id, memo);
+    memo.set(id, s);
+    return s;
+  }
+
+  computeState(id, memo) {
+    const occs = this.occurrencesOf(id);
+    const done = occs.filter((o) => o.state === "completed").length;
+    const failed = occs.filter((o) => o.state === "failed");
+    const open = occs.filter((o) => o.state === "running" || o.state === "dispatched");
+    const gate = this.waitingGate();
+    const count = occs.length > 1 ? ` ${done}/${occs.length}` : "";
+    if (gate && gate.node === id) return { state: "waiting", label: "awaiting approval" };
+    const escalated = open.find((o) => o.escalations.length > o.verdicts.length);
+    if (escalated && !this.finished) return { state: "waiting", label: "awaiting decision" };
+    const skippedBySupervisor = occs.some((o) => o.verdicts.some((v) => v.verdict && v.verdict.verdict === "skip"));
+    if (open.length && !this.finished && this.state !== "paused" && this.state !== "interrupted") {
+      return { state: "running", label: `running${count}` };
+    }
+    if (failed.length && failed.some((o) => !o.verdicts.some((v) => v.verdict && v.verdict.verdict !== "fail"))) {
+      return { state: "failed", label: `failed${occs.length > 1 ? ` ${failed.length}/${occs.length}` : ""}` };
+    }
+    if (skippedBySupervisor) return { state: "skipped", label: "skipped", reason: "skipped by a supervisor verdict" };
+    if (open.length) return { state: "interrupted", label: `stopped${count}` };
+    if (occs.length && done === occs.length) return { state: "completed", label: `completed${occs.length > 1 ? ` ×${occs.length}` : ""}` };
+    if (occs.length) return { state: "running", label: `running${count}` };
+    if (this.isStructural(id)) {
+      const s = this.structuralState(id, memo);
+      if (s) return s;
+    }
+    if (!this.finished) return { state: "pending", label: "pending" };
+    const reason = this.skipReason(id, memo);
+    return { state: "skipped", label: "skipped", reason };
+  }
+
+  /**
+   * The kernel's own nodes (inputs, constants, foreach, collect, outputs) route values
+   * without invocations of their own, so the log has no records of them: their state
+   * follows from their neighbours. Null when nothing can be said yet.
+   */
+  isStructural(id) {
+    const n = this.byId.get(id);
+    return !!n && n.type.startsWith("heddle.") && n.type !== GATE_TYPE;
+  }
+
+  structuralState(id, memo) {
+    const downstreamRan = this.doc.edges.some((e) => e.source === id && this.occurrencesOf(e.target).length);
+    const ups = this.upstream(id).map((e) => this.nodeState(e.source, memo).state);
+    const opened = this.lastSeq >= 0;
+    if (downstreamRan || (opened && ups.length === 0)) return { state: "completed", label: "passed on" };
+    if (ups.length && ups.every((u) => u === "completed")) return { state: "completed", label: "passed on" };
+    if (ups.includes("running")) return { state: "pending", label: "waiting for input" };
+    return null;
+  }
+
+  /** Why a node of an ended run never ran, from what happened upstream of it. */
+  skipReason(id, memo) {
+    const ups = this.upstream(id);
+    const states = ups.map((e) => [e, this.nodeState(e.source, memo)]);
+    const failed = states.find(([, s]) => s.state === "failed");
+    if (failed) return `upstream node ${failed[0].source} failed, so its inputs never came`;
+    if (this.state === "cancelled") return "the run was cancelled before it could run";
+    if (states.length && states.every(([, s]) => s.state === "skipped")) return "every upstream node was skipped";
+    if (states.some(([e, s]) => e.when && s.state === "completed")) return "an edge's condition (when) chose another branch";
+    return "its inputs received nothing (an untaken branch)";
+  }
+
+  /** Sums over a node's invocations: count, wall time (ms), fuel. */
+  totals(id) {
+    let calls = 0, wallUs = 0, fuel = null;
+    for (const o of this.occurrencesOf(id)) {
+      if (o.state === "completed" || o.state === "failed") calls += 1;
+      if (o.metrics) {
+        wallUs += o.metrics.wall_us || 0;
+        if (o.metrics.fuel != null) fuel = (fuel || 0) + o.metrics.fuel;
+      }
+    }
+    return { calls, wallMs: wallUs / 1000, fuel };
+  }
+
+  /** The run's outputs: what each heddle.output node received, as far as the log says. */
+  outputs() {
+    const out = [];
+    for (const n of this.doc.nodes.filter((n) => n.type === "heddle.output")) {
+      const e = this.upstream(n.id)[0];
+      if (!e) continue;
+      const v = this.valueAt(e.source, e.sourceHandle, new Set());
+      if (v !== undefined) out.push({ name: (n.properties && n.properties.name) || n.name || n.id, value: v });
+    }
+    return out;
+  }
+
+  /**
+   * The value node `id` sent on `handle`: from its recorded outputs, or through the
+   * kernel's own nodes (a collect gathers its input's values in order; an input or a
+   * constant holds its value). Undefined when the log does not know it yet.
+   */
+  valueAt(id, handle, seen) {
+    if (seen.has(id)) return undefined;
+    seen.add(id);
+    const node = this.byId.get(id);
+    const occs = this.occurrencesOf(id).filter((o) => o.state === "completed");
+    if (occs.length) {
+      const vals = occs.map((o) => (o.outputs || []).find(([k]) => k === handle)).filter(Boolean).map(([, v]) => v);
+      return vals.length === 1 ? vals[0] : vals.length ? vals : undefined;
+    }
+    if (!node) return undefined;
+    const props = node.properties || node.data || {};
+    if (node.type === "heddle.input") {
+      const name = props.name || node.name || node.id;
+      return name in this.inputs ? this.inputs[name] : props.value;
+    }
+    if (node.type === "heddle.constant") return props.value;
+    const e = this.upstream(id)[0];
+    if (!e) return undefined;
+    const v = this.valueAt(e.source, e.sourceHandle, seen);
+    if (node.type === "heddle.collect") {
+      if (!this.finished || this.state !== "completed") return undefined;
+      return v === undefined ? [] : Array.isArray(v) && this.occurrencesOf(e.source).length > 1 ? v : [v];
+    }
+    return v;
+  }
+}
