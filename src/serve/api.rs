@@ -257,7 +257,11 @@ async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let req: CreateRequest = parse(body)?;
-    let doc_name = req.graph.get("name").and_then(|n| n.as_str()).map(str::to_string);
+    let doc_name = req
+        .graph
+        .get("name")
+        .and_then(|n| n.as_str())
+        .map(str::to_string);
     let name = req.name.or(doc_name).unwrap_or_else(|| "api".into());
     let options = CreateOptions {
         supervise: req.supervise,

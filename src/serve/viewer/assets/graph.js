@@ -138,6 +138,7 @@ export function draw(container, doc, onSelect) {
       const s = stateOf(id);
       g.setAttribute("class", `node st-${s.state}${id === selected ? " selected" : ""}`);
       g.dataset.state = s.state;
+      g.dataset.label = s.label;
       status.textContent = shorten(s.detail ? `${s.label} · ${s.detail}` : s.label, 30);
       tip.textContent = `${node.id} (${node.type}): ${s.label}${s.reason ? ` — ${s.reason}` : ""}`;
     }

@@ -3,7 +3,7 @@
 // interventions. Records arrive on the event stream; when the server stops driving the
 // run (paused, ended, not adopted) the stream ends and the page re-reads the run.
 import { call, stream, artifact, ApiError } from "./api.js";
-import { RunModel, occLabel } from "./state.js";
+import { RunModel, occLabel, pauseOf } from "./state.js";
 import { draw } from "./graph.js";
 
 /** Builds an element: h("div", {class: "x"}, child, "text", …). */
@@ -300,7 +300,7 @@ export function showRun(main, id, ctx) {
   async function reload() {
     try {
       const run = await call(`/api/runs/${encodeURIComponent(id)}`);
-      Object.assign(model, { state: run.state, pause: run.pause || null, error: run.error || null });
+      Object.assign(model, { state: run.state, pause: pauseOf(run.pause), error: run.error || null });
       render();
     } catch (e) { fail(e); }
     if (wake) wake();
@@ -331,6 +331,7 @@ export function showRun(main, id, ctx) {
 
   async function follow() {
     let delay = 300;
+    let catchUps = 0;
     while (!signal.aborted) {
       try {
         await stream(id, model.lastSeq, (r) => { if (model.apply(r)) schedule(); }, signal);
@@ -341,7 +342,11 @@ export function showRun(main, id, ctx) {
         delay = Math.min(delay * 2, 3000);
       }
       if (signal.aborted) return;
+      if (model.ended) { ctx.setLive(false); return; }
       await reload();
+      // Ended on the server but its last records not read yet: read them now (a
+      // run whose log has no ending at all is shown as the server reports it).
+      if (model.finished && catchUps++ < 3) continue;
       if (model.finished) { ctx.setLive(false); return; }
       // Paused or between owners: look again soon (an answer to a gate wakes this).
       await Promise.race([sleep(delay, signal), new Promise((res) => { wake = res; })]);

@@ -17,6 +17,15 @@ export function occLabel(o) {
   return s;
 }
 
+/**
+ * A pause as {event, reason: {why, node, …}}: the API's run summary gives it flattened
+ * ({event, why, …}), a `paused` record as {why, …} under its sequence number.
+ */
+export function pauseOf(p) {
+  if (!p) return null;
+  return p.reason && typeof p.reason === "object" ? p : { event: p.event, reason: p };
+}
+
 export class RunModel {
   constructor(run) {
     this.id = run.run_id;
@@ -27,7 +36,7 @@ export class RunModel {
     this.inputs = run.inputs || {};
     this.state = run.state;
     this.error = run.error || null;
-    this.pause = run.pause || null;
+    this.pause = pauseOf(run.pause);
     this.lastSeq = -1;
     this.occ = new Map();
     this.interventions = [];
@@ -35,6 +44,8 @@ export class RunModel {
     this.openedAt = null;
     this.executionMs = 0;
     this.cancelRequested = false;
+    /** Whether the run's ending record has been read (not only reported by a summary). */
+    this.ended = false;
     this.byId = new Map(this.doc.nodes.map((n) => [n.id, n]));
   }
 
@@ -103,6 +114,7 @@ export class RunModel {
         this.cancelRequested = true;
         break;
       case "finished":
+        this.ended = TERMINAL.has(ENDINGS[r.status]);
         this.state = ENDINGS[r.status] || r.status;
         this.error = r.error || null;
         this.openedAt = null;
@@ -191,9 +203,28 @@ export class RunModel {
     const ups = this.upstream(id).map((e) => this.nodeState(e.source, memo).state);
     const opened = this.lastSeq >= 0;
     if (downstreamRan || (opened && ups.length === 0)) return { state: "completed", label: "passed on" };
-    if (ups.length && ups.every((u) => u === "completed")) return { state: "completed", label: "passed on" };
+    // A collect is done only once everything before it is: more items may still come.
+    if (ups.length && ups.every((u) => u === "completed") && this.ancestorsSettled(id, memo)) {
+      return { state: "completed", label: "passed on" };
+    }
     if (ups.includes("running")) return { state: "pending", label: "waiting for input" };
     return null;
+  }
+
+  /** Whether every node upstream of `id`, however far, has finished (or was skipped). */
+  ancestorsSettled(id, memo) {
+    const seen = new Set([id]);
+    const todo = [id];
+    while (todo.length) {
+      for (const e of this.upstream(todo.pop())) {
+        if (seen.has(e.source)) continue;
+        seen.add(e.source);
+        const st = this.nodeState(e.source, memo).state;
+        if (st !== "completed" && st !== "skipped") return false;
+        todo.push(e.source);
+      }
+    }
+    return true;
   }
 
   /** Why a node of an ended run never ran, from what happened upstream of it. */

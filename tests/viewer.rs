@@ -1,0 +1,536 @@
+//! The web run viewer in a real headless Chromium, driven through WebDriver
+//! (chromedriver, started here on a free port) against the real `heddle serve`: the
+//! page follows a running fan-out, a gate is answered by clicking, and a wrong token
+//! gets nothing. Without Chromium these tests skip with a loud message, unless
+//! `HEDDLE_REQUIRE_BROWSER=1` or `CI=true`, where they fail (`scripts/test` installs
+//! Debian's `chromium` and `chromium-driver`).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::serve::{Api, Server, rt};
+use support::store::StoreDir;
+use thirtyfour::prelude::*;
+
+/// How long the page may take to show something before the test gives up. A guard
+/// against a hang, not a measurement: every wait ends as soon as the page shows it.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+fn browser_required() -> bool {
+    std::env::var("HEDDLE_REQUIRE_BROWSER").is_ok_and(|v| v == "1")
+        || std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// A chromedriver process of this test and the Chromium it drives.
+struct Driver {
+    child: Child,
+    url: String,
+    chromium: PathBuf,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts chromedriver on a free loopback port, or says loudly why the test is skipped.
+fn driver() -> Option<Driver> {
+    let (Some(chromium), Some(chromedriver)) = (on_path("chromium"), on_path("chromedriver"))
+    else {
+        let why = "chromium and chromedriver are not on PATH (Debian: apt-get install chromium chromium-driver; scripts/test installs them)";
+        if browser_required() {
+            panic!("{why}; HEDDLE_REQUIRE_BROWSER=1 or CI=true makes the browser tests required");
+        }
+        eprintln!("\n*** SKIPPED: the web viewer's browser tests did not run: {why} ***\n");
+        return None;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(chromedriver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let d = Driver {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        chromium,
+    };
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "chromedriver never listened on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(d)
+}
+
+/// One browser session with a fresh profile.
+struct Browser {
+    client: WebDriver,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn open(d: &Driver) -> Browser {
+        let profile = tempfile::tempdir().unwrap();
+        let mut caps = DesiredCapabilities::chrome();
+        caps.set_binary(d.chromium.to_str().unwrap()).unwrap();
+        for arg in [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1440,1000",
+            &format!("--user-data-dir={}", profile.path().display()),
+        ] {
+            caps.add_arg(arg).unwrap();
+        }
+        let client = WebDriver::new(d.url.as_str(), caps)
+            .await
+            .expect("a Chromium session starts");
+        Browser {
+            client,
+            _profile: profile,
+        }
+    }
+
+    async fn close(self) {
+        let _ = self.client.quit().await;
+    }
+
+    async fn current_url(&self) -> String {
+        self.client.current_url().await.unwrap().to_string()
+    }
+
+    /// Whether an element matches `css` now.
+    async fn has(&self, css: &str) -> bool {
+        self.client.find(By::Css(css)).await.is_ok()
+    }
+
+    async fn goto(&self, url: &str) {
+        self.client.goto(url).await.unwrap();
+    }
+
+    /// The attribute of the first element matching `css`, if both exist.
+    async fn attr(&self, css: &str, name: &str) -> Option<String> {
+        let e = self.client.find(By::Css(css)).await.ok()?;
+        e.attr(name).await.ok().flatten()
+    }
+
+    async fn text(&self, css: &str) -> Option<String> {
+        let e = self.client.find(By::Css(css)).await.ok()?;
+        e.text().await.ok()
+    }
+
+    async fn body(&self) -> String {
+        self.text("body").await.unwrap_or_default()
+    }
+
+    async fn click(&self, css: &str) {
+        let e = self.client.find(By::Css(css)).await.unwrap();
+        e.click().await.unwrap();
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let e = self.client.find(By::Css(css)).await.unwrap();
+        e.send_keys(text).await.unwrap();
+    }
+
+    /// Waits until `ready` says yes, showing the page's text when it never does.
+    async fn until(&self, what: &str, ready: impl AsyncFn(&Browser) -> bool) {
+        let started = Instant::now();
+        while !ready(self).await {
+            if started.elapsed() > PATIENCE {
+                panic!(
+                    "the page never showed {what}; it shows:\n{}",
+                    self.body().await
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn until_attr(&self, css: &str, name: &str, want: &str) {
+        self.until(
+            &format!("{css} with {name}={want:?}"),
+            async |b: &Browser| b.attr(css, name).await.as_deref() == Some(want),
+        )
+        .await;
+    }
+
+    async fn node_state(&self, node: &str) -> Option<String> {
+        self.attr(&format!("g.node[data-node='{node}']"), "data-state")
+            .await
+    }
+
+    async fn until_node(&self, node: &str, state: &str) {
+        self.until_attr(&format!("g.node[data-node='{node}']"), "data-state", state)
+            .await;
+    }
+}
+
+/// The page of run `id`, signed in through the URL fragment (never sent to the server).
+fn run_page(server: &Server, id: &str) -> String {
+    format!("{}/#/run/{id}&token={}", server.url, server.token)
+}
+
+/// A fan-out over six pages; `fetch` (a host bash process) waits for a file named after
+/// its item in `release`, so the test decides when each invocation finishes.
+fn fanout(release: &Path) -> String {
+    json!({
+        "format": "heddle.graph", "version": 1, "name": "fan-out",
+        "nodes": [
+            {"id": "pages", "type": "heddle.input", "properties": {"type": "list[str]",
+                "value": ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]}},
+            {"id": "each", "type": "heddle.foreach"},
+            {"id": "fetch", "type": "code.bash", "properties": {
+                "mode": "subprocess", "timeout_s": 600, "release": release,
+                "code": "while [ ! -e \"$release/$item\" ]; do sleep 0.02; done; echo \"page $item\""}},
+            {"id": "shout", "type": "std.text.case", "properties": {"mode": "upper"}},
+            {"id": "all", "type": "heddle.collect"},
+            {"id": "count", "type": "std.list.length"},
+            {"id": "report", "type": "heddle.output"},
+            {"id": "total", "type": "heddle.output"}
+        ],
+        "edges": [
+            {"source": "pages", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
+            {"source": "each", "sourceHandle": "item", "target": "fetch", "targetHandle": "item"},
+            {"source": "fetch", "sourceHandle": "result", "target": "shout", "targetHandle": "text"},
+            {"source": "shout", "sourceHandle": "text", "target": "all", "targetHandle": "item"},
+            {"source": "all", "sourceHandle": "list", "target": "report", "targetHandle": "value"},
+            {"source": "pages", "sourceHandle": "value", "target": "count", "targetHandle": "items"},
+            {"source": "count", "sourceHandle": "length", "target": "total", "targetHandle": "value"}
+        ]
+    })
+    .to_string()
+}
+
+/// Text tidied, then a gate before it is shouted; the nodes carry UI positions.
+const GATE: &str = r#"{
+  "format": "heddle.graph", "version": 1, "name": "release-notes",
+  "nodes": [
+    {"id": "notes", "type": "heddle.input", "properties": {"type": "str", "value": "  release 1.2:   faster graphs "},
+     "ui_properties": {"position": {"x": 100, "y": 300}}},
+    {"id": "tidy", "type": "std.text.regex_replace", "properties": {"pattern": "^\\s+|\\s+$", "replacement": ""},
+     "ui_properties": {"position": {"x": 340, "y": 380}}},
+    {"id": "approve_release", "type": "heddle.gate",
+     "properties": {"title": "Publish the release announcement", "prompt": "Check the text before it is announced"},
+     "ui_properties": {"position": {"x": 580, "y": 300}}},
+    {"id": "shout", "type": "std.text.case", "properties": {"mode": "upper"},
+     "ui_properties": {"position": {"x": 820, "y": 380}}},
+    {"id": "announcement", "type": "heddle.output", "ui_properties": {"position": {"x": 1060, "y": 300}}}
+  ],
+  "edges": [
+    {"source": "notes", "sourceHandle": "value", "target": "tidy", "targetHandle": "text"},
+    {"source": "tidy", "sourceHandle": "text", "target": "approve_release", "targetHandle": "value"},
+    {"source": "approve_release", "sourceHandle": "value", "target": "shout", "targetHandle": "text"},
+    {"source": "shout", "sourceHandle": "text", "target": "announcement", "targetHandle": "value"}
+  ]
+}"#;
+
+/// Where the test run keeps the run page's screenshot; `HEDDLE_UPDATE_SCREENSHOTS=1`
+/// also writes the README's copy, `docs/viewer.png`.
+fn save_screenshot(png: &[u8]) {
+    let root = support::root();
+    let dir = root.join("target/viewer-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("run.png"), png).unwrap();
+    if std::env::var("HEDDLE_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
+        std::fs::write(root.join("docs/viewer.png"), png).unwrap();
+    }
+}
+
+#[test]
+fn the_page_follows_a_running_fan_out_as_its_events_arrive() {
+    let Some(driver) = driver() else { return };
+    let dir = StoreDir::new();
+    let release = dir.path().join("release");
+    std::fs::create_dir(&release).unwrap();
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let id = api.create(&fanout(&release)).await;
+        let b = Browser::open(&driver).await;
+        b.goto(&run_page(&server, &id)).await;
+
+        // Live: the first page is being fetched, nothing has reached the report.
+        b.until_node("fetch", "running").await;
+        b.until_node("count", "completed").await;
+        assert_eq!(b.node_state("report").await.as_deref(), Some("pending"));
+        b.until_attr("#run-state", "data-state", "running").await;
+        assert!(
+            !b.current_url().await.contains("token="),
+            "the token is taken out of the address"
+        );
+
+        // Half of the pages come back: the same page (never reloaded) counts them.
+        for item in ["alpha", "beta", "gamma"] {
+            std::fs::write(release.join(item), "").unwrap();
+        }
+        b.until("fetch at 3 of its invocations", async |b: &Browser| {
+            b.attr("g.node[data-node='fetch']", "data-label")
+                .await
+                .is_some_and(|l| l.starts_with("running 3/"))
+        })
+        .await;
+        assert_eq!(b.node_state("shout").await.as_deref(), Some("completed"));
+        assert_eq!(b.node_state("report").await.as_deref(), Some("pending"));
+        b.click("g.node[data-node='fetch']").await;
+        b.until("the invocations of fetch", async |b: &Browser| {
+            b.text("#detail").await.is_some_and(|t| {
+                t.contains("fetch[each:item=2]") && t.contains("page gamma") && t.contains("wall")
+            })
+        })
+        .await;
+        save_screenshot(&b.client.screenshot_as_png().await.unwrap());
+
+        for item in ["delta", "epsilon", "zeta"] {
+            std::fs::write(release.join(item), "").unwrap();
+        }
+        b.until_attr("#run-state", "data-state", "completed").await;
+        for node in [
+            "pages", "each", "fetch", "shout", "all", "count", "report", "total",
+        ] {
+            b.until_node(node, "completed").await;
+        }
+        // The run's outputs, with the node deselected.
+        b.click("g.node[data-node='fetch']").await;
+        b.until("the run's outputs", async |b: &Browser| {
+            b.text("#run-outputs")
+                .await
+                .is_some_and(|t| t.contains("PAGE ALPHA") && t.contains("PAGE ZETA"))
+        })
+        .await;
+        let show = api.show(&id).await;
+        assert_eq!(show["state"], "completed", "{show:#}");
+        b.close().await;
+    });
+}
+
+#[test]
+fn a_gate_is_answered_by_clicking_approve_or_reject() {
+    let Some(driver) = driver() else { return };
+    let dir = StoreDir::new();
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let b = Browser::open(&driver).await;
+
+        // Approve, with a note: recorded as the user's verdict, and the run completes.
+        let id = api.create(GATE).await;
+        b.goto(&run_page(&server, &id)).await;
+        b.until_attr("#run-state", "data-state", "paused").await;
+        b.until_node("approve_release", "waiting").await;
+        assert_eq!(b.node_state("tidy").await.as_deref(), Some("completed"));
+        assert_eq!(b.node_state("shout").await.as_deref(), Some("pending"));
+        // Drawn where the document puts the nodes (shifted to the margin).
+        assert_eq!(
+            b.attr("g.node[data-node='tidy']", "transform")
+                .await
+                .as_deref(),
+            Some("translate(264,104)")
+        );
+        let panel = b.text("#action").await.unwrap();
+        assert!(
+            panel.contains("Publish the release announcement"),
+            "{panel}"
+        );
+        assert!(
+            panel.contains("Check the text before it is announced"),
+            "{panel}"
+        );
+        b.type_into("#gate-note", "wording checked").await;
+        b.click("#gate-approve").await;
+        b.until_attr("#run-state", "data-state", "completed").await;
+        b.until_node("shout", "completed").await;
+        b.until("the announcement", async |b: &Browser| {
+            b.text("#run-outputs")
+                .await
+                .is_some_and(|t| t.contains("RELEASE 1.2:   FASTER GRAPHS"))
+        })
+        .await;
+        let verdicts: Vec<Value> = api
+            .events(&id, None)
+            .await
+            .into_iter()
+            .filter(|(_, kind, _)| kind == "verdict")
+            .map(|(_, _, r)| r)
+            .collect();
+        assert_eq!(verdicts.len(), 1, "{verdicts:#?}");
+        assert_eq!(verdicts[0]["decided_by"], "user");
+        assert_eq!(verdicts[0]["verdict"]["verdict"], "approve");
+        assert_eq!(verdicts[0]["verdict"]["note"], "wording checked");
+        assert!(
+            b.text("#interventions")
+                .await
+                .unwrap()
+                .contains("wording checked")
+        );
+
+        // Reject: refused in the page without a note, then the run ends cancelled with it.
+        let id = api.create(GATE).await;
+        b.goto(&run_page(&server, &id)).await;
+        b.until_node("approve_release", "waiting").await;
+        b.click("#gate-reject").await;
+        b.until("the page asking for a note", async |b: &Browser| {
+            b.text("#gate-message")
+                .await
+                .is_some_and(|t| t.contains("needs one"))
+        })
+        .await;
+        assert_eq!(api.show(&id).await["state"], "paused");
+        b.type_into("#gate-note", "not this release").await;
+        b.click("#gate-reject").await;
+        b.until_attr("#run-state", "data-state", "cancelled").await;
+        b.until("the rejection as the run's error", async |b: &Browser| {
+            b.text("#run-error")
+                .await
+                .is_some_and(|t| t.contains("not this release"))
+        })
+        .await;
+        assert_eq!(b.node_state("shout").await.as_deref(), Some("skipped"));
+        let show = api.show(&id).await;
+        assert_eq!(show["state"], "cancelled", "{show:#}");
+        b.close().await;
+    });
+}
+
+#[test]
+fn a_wrong_token_gets_nothing() {
+    let Some(driver) = driver() else { return };
+    let dir = StoreDir::new();
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    let id = rt().block_on(api.create(GATE));
+    rt().block_on(async {
+        let b = Browser::open(&driver).await;
+
+        // The run's page, asked for directly: nothing of the run is drawn.
+        b.goto(&format!("{}/#/run/{id}&token=not-the-token", server.url))
+            .await;
+        b.until("the refusal", async |b: &Browser| {
+            b.text("#auth-error")
+                .await
+                .is_some_and(|t| t.contains("401"))
+        })
+        .await;
+        assert!(!b.has("g.node").await);
+        assert!(!b.body().await.contains("release-notes"));
+        // Nor is the list of runs.
+        b.goto(&format!("{}/#token=not-the-token", server.url))
+            .await;
+        // Taken out of the address as the page reads it, before it asks the API.
+        b.until("the token out of the address", async |b: &Browser| {
+            !b.current_url().await.contains("token=")
+        })
+        .await;
+        b.until("the refusal", async |b: &Browser| {
+            b.text("#auth-error")
+                .await
+                .is_some_and(|t| t.contains("401"))
+        })
+        .await;
+        let body = b.body().await;
+        assert!(!body.contains(&id), "a refused page shows no run:\n{body}");
+        assert!(!b.has("table.runs").await);
+
+        // The right token, typed in: the runs list shows the run.
+        b.type_into("#token-input", &server.token).await;
+        b.click("#token-submit").await;
+        b.until_attr(&format!("tr[data-run='{id}']"), "data-state", "paused")
+            .await;
+        b.close().await;
+    });
+    // The page's files need no token (they hold no data); the API needs the right one.
+    rt().block_on(async {
+        let http = reqwest::Client::new();
+        let page = http.get(format!("{}/", server.url)).send().await.unwrap();
+        assert_eq!(page.status().as_u16(), 200);
+        let html = page.text().await.unwrap();
+        assert!(html.contains("/viewer/app.js"), "{html}");
+        for path in ["/api/runs".to_string(), format!("/api/runs/{id}")] {
+            let r = http
+                .get(format!("{}{path}", server.url))
+                .bearer_auth("not-the-token")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 401, "{path}");
+        }
+    });
+}
+
+/// The page links an artifact reference to its bytes, which the API serves by digest,
+/// behind the token like every other read.
+#[test]
+fn an_artifact_is_served_by_its_digest() {
+    let dir = StoreDir::new();
+    let server = dir.serve(None);
+    let id = rt().block_on(Api::of(&server).create(GATE));
+    // The run's artifact, stored while no server owns the store.
+    let (code, log) = server.stop();
+    assert_eq!(code, 0, "{log}");
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    let stored = heddle_store::SqliteStore::open(&dir.store())
+        .unwrap()
+        .put_artifact(&id, Some("report"), &bytes, &Default::default())
+        .unwrap();
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let get = |path: String, token: &'static str| {
+            let http = api.http.clone();
+            let url = format!("{}{path}", server.url);
+            let token = if token.is_empty() {
+                api.token.clone()
+            } else {
+                token.into()
+            };
+            async move { http.get(url).bearer_auth(token).send().await.unwrap() }
+        };
+        let ok = get(format!("/api/runs/{id}/artifacts/{}", stored.sha256), "").await;
+        assert_eq!(ok.status().as_u16(), 200);
+        assert_eq!(
+            ok.headers()["content-type"].to_str().unwrap(),
+            "application/octet-stream"
+        );
+        assert_eq!(ok.bytes().await.unwrap().as_ref(), bytes.as_slice());
+
+        let other = "0".repeat(64);
+        let missing = get(format!("/api/runs/{id}/artifacts/{other}"), "").await;
+        assert_eq!(missing.status().as_u16(), 404);
+        let elsewhere = get(format!("/api/runs/nope/artifacts/{}", stored.sha256), "").await;
+        assert_eq!(elsewhere.status().as_u16(), 404);
+        let malformed = get(format!("/api/runs/{id}/artifacts/not-a-digest"), "").await;
+        assert_eq!(malformed.status().as_u16(), 400);
+        let refused = get(
+            format!("/api/runs/{id}/artifacts/{}", stored.sha256),
+            "not-the-token",
+        )
+        .await;
+        assert_eq!(refused.status().as_u16(), 401);
+    });
+}
