@@ -483,6 +483,95 @@ fn a_wrong_token_gets_nothing() {
     });
 }
 
+/// Reads `/data/ready.txt` (retry-safe): fails until the file exists.
+const READ: &str = r#"{"format": "heddle.graph", "version": 1, "name": "read-when-ready",
+  "nodes": [
+    {"id": "p", "type": "heddle.constant", "properties": {"value": "/data/ready.txt"}},
+    {"id": "read", "type": "files.read_text"},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [
+    {"source": "p", "sourceHandle": "value", "target": "read", "targetHandle": "path"},
+    {"source": "read", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]}"#;
+
+#[test]
+fn an_escalation_is_answered_by_clicking_a_verdict() {
+    let Some(driver) = driver() else { return };
+    let dir = StoreDir::new();
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let graph: Value = serde_json::from_str(READ).unwrap();
+        let (status, created) = api
+            .call(
+                "POST",
+                "/api/runs",
+                Some(json!({"graph": graph, "supervise": "interactive"})),
+            )
+            .await;
+        assert_eq!(status, 201, "{created:#}");
+        let id = created["run_id"].as_str().unwrap().to_string();
+        let b = Browser::open(&driver).await;
+        b.goto(&run_page(&server, &id)).await;
+
+        // The failure waits for a person, its verdicts offered as buttons.
+        b.until("the escalation's buttons", async |b: &Browser| {
+            b.has(".escalation button[data-verdict='retry']").await
+        })
+        .await;
+        b.until_node("read", "waiting").await;
+        let (_, listed) = api
+            .call("GET", &format!("/api/runs/{id}/escalations"), None)
+            .await;
+        let mut allowed: Vec<String> = listed["escalations"][0]["allowed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        let mut shown = Vec::new();
+        for button in b
+            .client
+            .find_all(By::Css(".escalation button[data-verdict]"))
+            .await
+            .unwrap()
+        {
+            shown.push(button.attr("data-verdict").await.unwrap().unwrap());
+        }
+        allowed.sort();
+        shown.sort();
+        assert_eq!(shown, allowed, "the buttons are the kernel's allowed set");
+        let panel = b.text("#action").await.unwrap();
+        assert!(panel.contains("Node read failed"), "{panel}");
+        assert!(panel.contains("ready.txt"), "the error is shown: {panel}");
+
+        // The file appears; a click retries the node, which now succeeds.
+        std::fs::write(dir.path().join("data/ready.txt"), "ready now").unwrap();
+        b.type_into(".escalation-note", "the file is there now")
+            .await;
+        b.click(".escalation button[data-verdict='retry']").await;
+        b.until_attr("#run-state", "data-state", "completed").await;
+        b.until_node("read", "completed").await;
+        b.until("the run's output", async |b: &Browser| {
+            b.text("#run-outputs")
+                .await
+                .is_some_and(|t| t.contains("ready now"))
+        })
+        .await;
+        assert!(!b.has(".escalation").await, "nothing is pending any more");
+        let verdicts: Vec<Value> = api
+            .events(&id, None)
+            .await
+            .into_iter()
+            .filter(|(_, kind, _)| kind == "verdict")
+            .map(|(_, _, r)| r)
+            .collect();
+        assert_eq!(verdicts.len(), 1, "{verdicts:#?}");
+        assert_eq!(verdicts[0]["verdict"]["verdict"], "retry", "{verdicts:#?}");
+        assert!(b.text("#interventions").await.unwrap().contains("retry"));
+        b.close().await;
+    });
+}
+
 /// The page links an artifact reference to its bytes, which the API serves by digest,
 /// behind the token like every other read.
 #[test]

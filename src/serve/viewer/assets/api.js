@@ -51,10 +51,11 @@ export async function artifact(run, sha256) {
 
 /**
  * Reads run `run`'s records as Server-Sent Events from after `lastSeq` (-1: from the
- * start), calling `onRecord` for each. Resolves when the server ends the stream (the
+ * start), calling `onEvent(kind, data)` for each: a record (kind = its record kind), or
+ * an `escalation` notice between records (no sequence number). Resolves when the server ends the stream (the
  * run is not driven by the server any more) or `signal` aborts it.
  */
-export async function stream(run, lastSeq, onRecord, signal) {
+export async function stream(run, lastSeq, onEvent, signal) {
   const h = lastSeq >= 0 ? headers({ "Last-Event-ID": String(lastSeq) }) : headers();
   h.Accept = "text/event-stream";
   const resp = await fetch(`/api/runs/${encodeURIComponent(run)}/events`, { headers: h, signal, cache: "no-store" });
@@ -70,13 +71,11 @@ export async function stream(run, lastSeq, onRecord, signal) {
     while ((cut = buf.search(/\r?\n\r?\n/)) >= 0) {
       const block = buf.slice(0, cut);
       buf = buf.slice(cut).replace(/^\r?\n\r?\n/, "");
-      const data = block
-        .split(/\r?\n/)
-        .filter((l) => l.startsWith("data:"))
-        .map((l) => l.slice(5).replace(/^ /, ""))
-        .join("\n");
+      const lines = block.split(/\r?\n/);
+      const field = (name) => lines.filter((l) => l.startsWith(`${name}:`)).map((l) => l.slice(name.length + 1).replace(/^ /, ""));
+      const data = field("data").join("\n");
       // Comment-only blocks are keep-alives.
-      if (data) onRecord(JSON.parse(data));
+      if (data) onEvent(field("event")[0] || "message", JSON.parse(data));
     }
   }
 }

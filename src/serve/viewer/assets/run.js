@@ -57,31 +57,49 @@ function showFull(title, text) {
   d.showModal();
 }
 
-/** A value, truncated past LIMIT characters with a link to all of it and to artifacts. */
+/** Opens artifact `ref` of run `runId`: its text in the dialog, or a download. */
+async function openArtifact(runId, ref, title, download) {
+  try {
+    const blob = await artifact(runId, ref.sha256);
+    if (download) {
+      const a = h("a", { href: URL.createObjectURL(blob), download: `${ref.sha256.slice(0, 12)}.bin` });
+      document.body.append(a);
+      a.click();
+      a.remove();
+    } else {
+      showFull(title, await blob.text());
+    }
+  } catch (e) {
+    showFull(`artifact ${ref.sha256}`, e.message);
+  }
+}
+
+function link(text, cls, onclick) {
+  return h("a", { href: "#", class: cls, onclick: (ev) => { ev.preventDefault(); onclick(); } }, text);
+}
+
+/**
+ * A value, cut short past LIMIT characters with a link to all of it; a value the run
+ * stored as an artifact (`{"$artifact": {sha256, size}}` in the log) links to the
+ * artifact, and so does any other artifact reference inside a value.
+ */
 function valueView(runId, title, v) {
+  const whole = v && typeof v === "object" && !Array.isArray(v) && Object.keys(v).length === 1 && v.$artifact;
+  if (whole && HEX64.test(whole.sha256 || "")) {
+    return h("div", {},
+      h("div", { class: "value muted" }, `Stored as an artifact (${whole.size != null ? `${number(whole.size)} bytes` : "size unknown"}), too large to show inline.`),
+      h("div", { class: "row" },
+        link("show the value", "artifact-link", () => openArtifact(runId, whole, title, false)),
+        link("download", "artifact-download", () => openArtifact(runId, whole, title, true))));
+  }
   const text = typeof v === "string" ? v : JSON.stringify(v, null, 2);
   const long = text.length > LIMIT;
   const box = h("div", { class: "value" }, h("pre", {}, long ? `${text.slice(0, LIMIT)}…` : text));
   const links = [];
-  if (long) {
-    links.push(h("a", { href: "#", class: "full-link", onclick: (ev) => { ev.preventDefault(); showFull(title, text); } },
-      `show the full value (${number(text.length)} characters)`));
-  }
+  if (long) links.push(link(`show the full value (${number(text.length)} characters)`, "full-link", () => showFull(title, text)));
   for (const ref of artifactRefs(v)) {
-    links.push(h("a", {
-      href: "#", class: "artifact-link", onclick: async (ev) => {
-        ev.preventDefault();
-        try {
-          const blob = await artifact(runId, ref.sha256);
-          const a = h("a", { href: URL.createObjectURL(blob), download: `${ref.sha256.slice(0, 12)}.bin` });
-          document.body.append(a);
-          a.click();
-          a.remove();
-        } catch (e) {
-          showFull(`artifact ${ref.sha256}`, e.message);
-        }
-      },
-    }, `artifact ${ref.sha256.slice(0, 12)}…${ref.size != null ? ` (${number(ref.size)} bytes)` : ""}`));
+    links.push(link(`artifact ${ref.sha256.slice(0, 12)}…${ref.size != null ? ` (${number(ref.size)} bytes)` : ""}`,
+      "artifact-link", () => openArtifact(runId, ref, title, false)));
   }
   return links.length ? h("div", {}, box, h("div", { class: "row" }, links)) : box;
 }
@@ -114,7 +132,6 @@ export function showRun(main, id, ctx) {
   let selected = null;
   let update = null;
   let escalations = [];
-  let escalationsSupported = true;
   let actionSig = null;
   let wake = null; // resolves the wait before the next stream connection
   let frame = 0;
@@ -194,8 +211,11 @@ export function showRun(main, id, ctx) {
   }
 
   function escalationPanel(e) {
-    const note = h("input", { type: "text", class: "escalation-note", placeholder: "Note (optional)" });
-    const outputs = h("textarea", { class: "escalation-outputs", placeholder: '{"handle": value} (for substitute)' });
+    const note = h("input", { type: "text", class: "escalation-note", placeholder: "Note for the log (optional)" });
+    const allowed = e.allowed || [];
+    const suggested = e.candidate_output || Object.fromEntries(Object.keys(e.declared_outputs || {}).map((k) => [k, null]));
+    const outputs = h("textarea", { class: "escalation-outputs" });
+    outputs.value = JSON.stringify(suggested, null, 2);
     const msg = h("p", { class: "error-text" });
     const decide = async (verdict, btn) => {
       const body = { verdict };
@@ -209,22 +229,29 @@ export function showRun(main, id, ctx) {
         escalations = escalations.filter((x) => x.id !== e.id);
         actionSig = null;
         render();
+        refetchEscalations();
       } catch (err) {
         btn.disabled = false;
         msg.textContent = err.message;
+        if (err instanceof ApiError && err.status === 404) refetchEscalations();
       }
     };
-    const buttons = (e.allowed || []).map((v) => {
+    const buttons = allowed.map((v) => {
       const b = h("button", { type: "button", "data-verdict": v, class: v === "retry" ? "primary" : v === "fail" ? "danger" : "" }, v.replace("_", " "));
       b.onclick = () => decide(v, b);
       return b;
     });
+    const err = e.error || {};
     const left = e.deadline_ms ? Math.max(0, Math.round((e.deadline_ms - Date.now()) / 1000)) : null;
+    const where = `${e.node}${e.invocation_key ? `[${e.invocation_key}]` : ""}`;
     return h("div", { class: "escalation", "data-escalation": e.id },
-      h("div", { class: "title" }, `Node ${e.node} failed${e.attempt != null ? ` (attempt ${e.attempt})` : ""}`),
-      h("div", { class: "value" }, h("pre", { class: "error-text" }, e.error || "")),
-      left !== null ? h("p", { class: "muted" }, `Fails closed in about ${left} s without a decision.`) : null,
-      note, (e.allowed || []).includes("substitute") ? outputs : null,
+      h("div", { class: "title" }, `Node ${where} failed (attempt ${e.attempt || 1})`),
+      h("div", { class: "muted" }, [err.kind, err.signature].filter(Boolean).join(" · ")),
+      h("div", { class: "value" }, h("pre", { class: "error-text" }, typeof err === "string" ? err : err.message || "")),
+      e.repair_error ? h("p", { class: "error-text" }, `The last substitute was refused: ${e.repair_error}`) : null,
+      left !== null ? h("p", { class: "muted" }, `Without a decision it fails in about ${left} s.`) : null,
+      note,
+      allowed.includes("substitute") ? h("div", {}, h("label", {}, "Outputs for substitute"), outputs) : null,
       h("div", { class: "row mt" }, buttons), msg);
   }
 
@@ -282,6 +309,7 @@ export function showRun(main, id, ctx) {
 
   function render() {
     if (!model) return;
+    model.pendingNodes = new Set(escalations.map((e) => e.node));
     renderHead();
     const memo = new Map();
     update((nid) => {
@@ -306,9 +334,15 @@ export function showRun(main, id, ctx) {
     if (wake) wake();
   }
 
-  async function pollEscalations() {
-    while (!signal.aborted && escalationsSupported) {
-      if (model && !model.finished) {
+  // The pending escalations, read again whenever the stream says they may have changed
+  // (an escalation notice, an escalated/verdict/failed record) or an answer was given.
+  let fetching = null;
+  let again = false;
+  function refetchEscalations() {
+    if (fetching) { again = true; return fetching; }
+    fetching = (async () => {
+      do {
+        again = false;
         try {
           const r = await call(`/api/runs/${encodeURIComponent(id)}/escalations`);
           const next = (r && r.escalations) || [];
@@ -317,16 +351,12 @@ export function showRun(main, id, ctx) {
             schedule();
           }
         } catch (e) {
-          // A server without the escalation API answers an unknown route with no body.
-          if (e instanceof ApiError && e.status === 404 && !e.body) escalationsSupported = false;
-          else if (e instanceof ApiError && e.status === 401) return fail(e);
+          if (e instanceof ApiError && e.status === 401) fail(e);
         }
-      } else if (escalations.length) {
-        escalations = [];
-        schedule();
-      }
-      await sleep(1000, signal);
-    }
+      } while (again && !signal.aborted);
+      fetching = null;
+    })();
+    return fetching;
   }
 
   async function follow() {
@@ -334,7 +364,13 @@ export function showRun(main, id, ctx) {
     let catchUps = 0;
     while (!signal.aborted) {
       try {
-        await stream(id, model.lastSeq, (r) => { if (model.apply(r)) schedule(); }, signal);
+        await stream(id, model.lastSeq, (kind, r) => {
+          if (kind === "escalation") refetchEscalations();
+          else if (model.apply(r)) {
+            if (kind === "escalated" || kind === "verdict" || kind === "failed") refetchEscalations();
+            schedule();
+          }
+        }, signal);
         delay = 300;
       } catch (e) {
         if (signal.aborted) return;
@@ -361,7 +397,7 @@ export function showRun(main, id, ctx) {
       model = new RunModel(run);
       update = draw(graphBox, model.doc, select);
       render();
-      pollEscalations();
+      refetchEscalations();
       await follow();
     } catch (e) {
       fail(e);

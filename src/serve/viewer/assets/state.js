@@ -46,6 +46,8 @@ export class RunModel {
     this.cancelRequested = false;
     /** Whether the run's ending record has been read (not only reported by a summary). */
     this.ended = false;
+    /** Nodes with an escalation waiting for a person (from the escalations API). */
+    this.pendingNodes = new Set();
     this.byId = new Map(this.doc.nodes.map((n) => [n.id, n]));
   }
 
@@ -166,8 +168,7 @@ export class RunModel {
     const gate = this.waitingGate();
     const count = occs.length > 1 ? ` ${done}/${occs.length}` : "";
     if (gate && gate.node === id) return { state: "waiting", label: "awaiting approval" };
-    const escalated = open.find((o) => o.escalations.length > o.verdicts.length);
-    if (escalated && !this.finished) return { state: "waiting", label: "awaiting decision" };
+    if (this.pendingNodes.has(id) && !this.finished) return { state: "waiting", label: "awaiting decision" };
     const skippedBySupervisor = occs.some((o) => o.verdicts.some((v) => v.verdict && v.verdict.verdict === "skip"));
     if (open.length && !this.finished && this.state !== "paused" && this.state !== "interrupted") {
       return { state: "running", label: `running${count}` };
