@@ -181,6 +181,23 @@ impl Browser {
         .await;
     }
 
+    /// Pairs of graph nodes whose boxes overlap on the page (as drawn, in pixels).
+    async fn overlapping_nodes(&self) -> Vec<Value> {
+        let script = r#"
+            const boxes = [...document.querySelectorAll("g.node")]
+                .map((g) => [g.dataset.node, g.getBoundingClientRect()]);
+            const out = [];
+            for (let i = 0; i < boxes.length; i++)
+                for (let j = i + 1; j < boxes.length; j++) {
+                    const [a, p] = boxes[i], [b, q] = boxes[j];
+                    if (p.left < q.right && q.left < p.right && p.top < q.bottom && q.top < p.bottom)
+                        out.push([a, b]);
+                }
+            return out;"#;
+        let r = self.client.execute(script, Vec::new()).await.unwrap();
+        r.json().as_array().cloned().unwrap_or_default()
+    }
+
     async fn node_state(&self, node: &str) -> Option<String> {
         self.attr(&format!("g.node[data-node='{node}']"), "data-state")
             .await
@@ -281,6 +298,8 @@ fn the_page_follows_a_running_fan_out_as_its_events_arrive() {
         b.until_node("count", "completed").await;
         assert_eq!(b.node_state("report").await.as_deref(), Some("pending"));
         b.until_attr("#run-state", "data-state", "running").await;
+        // Laid out from the edges (the document has no positions): no two boxes overlap.
+        assert_eq!(b.overlapping_nodes().await, Vec::<Value>::new());
         assert!(
             !b.current_url().await.contains("token="),
             "the token is taken out of the address"
@@ -411,7 +430,18 @@ fn a_gate_is_answered_by_clicking_approve_or_reject() {
                 .is_some_and(|t| t.contains("not this release"))
         })
         .await;
+        assert_eq!(
+            b.node_state("approve_release").await.as_deref(),
+            Some("cancelled")
+        );
         assert_eq!(b.node_state("shout").await.as_deref(), Some("skipped"));
+        b.click("g.node[data-node='shout']").await;
+        b.until("why shout was skipped", async |b: &Browser| {
+            b.text("#detail")
+                .await
+                .is_some_and(|t| t.contains("gate approve_release was rejected"))
+        })
+        .await;
         let show = api.show(&id).await;
         assert_eq!(show["state"], "cancelled", "{show:#}");
         b.close().await;
@@ -542,6 +572,9 @@ fn an_escalation_is_answered_by_clicking_a_verdict() {
         assert_eq!(shown, allowed, "the buttons are the kernel's allowed set");
         let panel = b.text("#action").await.unwrap();
         assert!(panel.contains("Node read failed"), "{panel}");
+        // The output is not known yet: nothing from upstream of the failed node stands in.
+        let run = b.text("#detail").await.unwrap();
+        assert!(!run.contains("/data/ready.txt"), "{run}");
         assert!(panel.contains("ready.txt"), "the error is shown: {panel}");
 
         // The file appears; a click retries the node, which now succeeds.

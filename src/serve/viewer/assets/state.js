@@ -169,6 +169,8 @@ export class RunModel {
     const count = occs.length > 1 ? ` ${done}/${occs.length}` : "";
     if (gate && gate.node === id) return { state: "waiting", label: "awaiting approval" };
     if (this.pendingNodes.has(id) && !this.finished) return { state: "waiting", label: "awaiting decision" };
+    const verdictIs = (v) => occs.some((o) => o.verdicts.some((d) => d.verdict && d.verdict.verdict === v));
+    if (verdictIs("reject")) return { state: "cancelled", label: "rejected" };
     const skippedBySupervisor = occs.some((o) => o.verdicts.some((v) => v.verdict && v.verdict.verdict === "skip"));
     if (open.length && !this.finished && this.state !== "paused" && this.state !== "interrupted") {
       return { state: "running", label: `running${count}` };
@@ -234,6 +236,8 @@ export class RunModel {
     const states = ups.map((e) => [e, this.nodeState(e.source, memo)]);
     const failed = states.find(([, s]) => s.state === "failed");
     if (failed) return `upstream node ${failed[0].source} failed, so its inputs never came`;
+    const rejected = states.find(([, s]) => s.label === "rejected");
+    if (rejected) return `gate ${rejected[0].source} was rejected`;
     if (this.state === "cancelled") return "the run was cancelled before it could run";
     if (states.length && states.every(([, s]) => s.state === "skipped")) return "every upstream node was skipped";
     if (states.some(([e, s]) => e.when && s.state === "completed")) return "an edge's condition (when) chose another branch";
@@ -286,13 +290,11 @@ export class RunModel {
       return name in this.inputs ? this.inputs[name] : props.value;
     }
     if (node.type === "heddle.constant") return props.value;
+    // Only a collect is followed further back (once the run completed, it gathered
+    // every item); any other node's value is what its own records say, or unknown.
     const e = this.upstream(id)[0];
-    if (!e) return undefined;
+    if (node.type !== "heddle.collect" || !e || this.state !== "completed") return undefined;
     const v = this.valueAt(e.source, e.sourceHandle, seen);
-    if (node.type === "heddle.collect") {
-      if (!this.finished || this.state !== "completed") return undefined;
-      return v === undefined ? [] : Array.isArray(v) && this.occurrencesOf(e.source).length > 1 ? v : [v];
-    }
-    return v;
+    return v === undefined ? [] : Array.isArray(v) && this.occurrencesOf(e.source).length > 1 ? v : [v];
   }
 }
