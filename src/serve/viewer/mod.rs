@@ -81,3 +81,37 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ASSETS;
+
+    /// Every file the page names (the HTML's `/viewer/…` links, the modules' `./x.js`
+    /// imports) is one the server serves: a module added to the page but not to
+    /// `ASSETS` would break the whole page with nothing but a console error.
+    #[test]
+    fn every_file_the_page_loads_is_served() {
+        let served: Vec<&str> = ASSETS.iter().map(|a| a.path).collect();
+        let mut named = Vec::new();
+        for a in ASSETS {
+            for (prefix, dir) in [("\"./", "/viewer/"), ("\"/viewer/", "/viewer/")] {
+                for (at, _) in a.body.match_indices(prefix) {
+                    let rest = &a.body[at + prefix.len()..];
+                    let name = &rest[..rest.find('"').unwrap_or(rest.len())];
+                    named.push(format!("{dir}{name}"));
+                }
+            }
+        }
+        assert!(named.len() >= 6, "{named:?}");
+        for n in &named {
+            assert!(served.contains(&n.as_str()), "{n} is named but not served");
+        }
+        for a in ASSETS.iter().filter(|a| a.path.starts_with("/viewer/")) {
+            assert!(
+                named.contains(&a.path.to_string()),
+                "{} is served but never loaded",
+                a.path
+            );
+        }
+    }
+}

@@ -39,6 +39,8 @@ export class RunModel {
     this.pause = pauseOf(run.pause);
     this.lastSeq = -1;
     this.occ = new Map();
+    /** The same invocations by node, in the order they appeared (a fan-out's are many). */
+    this.byNode = new Map();
     this.interventions = [];
     this.events = [];
     this.openedAt = null;
@@ -57,6 +59,8 @@ export class RunModel {
     if (!v) {
       v = { node: o.node, key: o.key || "", n: o.n || 0, state: "dispatched", started: 0, verdicts: [], escalations: [] };
       this.occ.set(k, v);
+      if (!this.byNode.has(o.node)) this.byNode.set(o.node, []);
+      this.byNode.get(o.node).push(v);
     }
     return v;
   }
@@ -140,7 +144,7 @@ export class RunModel {
   }
 
   occurrencesOf(id) {
-    return [...this.occ.values()].filter((o) => o.node === id);
+    return this.byNode.get(id) || [];
   }
 
   upstream(id) {
