@@ -605,6 +605,85 @@ fn an_escalation_is_answered_by_clicking_a_verdict() {
     });
 }
 
+#[test]
+fn a_large_value_is_cut_short_with_links_to_all_of_it() {
+    let Some(driver) = driver() else { return };
+    let bash = |text: &str| json!({"mode": "subprocess", "code": format!("head -c {} /dev/zero | tr '\\0' {}; echo", text.len(), &text[..1])});
+    let big = "x".repeat(20_000);
+    let medium = "y".repeat(2_000);
+    let graph = json!({
+        "format": "heddle.graph", "version": 1, "name": "large-values",
+        "nodes": [
+            {"id": "big", "type": "code.bash", "properties": bash(&big)},
+            {"id": "medium", "type": "code.bash", "properties": bash(&medium)},
+            {"id": "out_big", "type": "heddle.output"},
+            {"id": "out_medium", "type": "heddle.output"}
+        ],
+        "edges": [
+            {"source": "big", "sourceHandle": "result", "target": "out_big", "targetHandle": "value"},
+            {"source": "medium", "sourceHandle": "result", "target": "out_medium", "targetHandle": "value"}
+        ]
+    });
+    let dir = StoreDir::new();
+    // Values over 4 KiB are stored as artifacts; the log and the stream hold references.
+    support::write(
+        dir.path(),
+        "heddle.toml",
+        &format!("{}inline_output_bytes = 4096\n", support::store::CONFIG),
+    );
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let id = api.create(&graph.to_string()).await;
+        let b = Browser::open(&driver).await;
+        b.goto(&run_page(&server, &id)).await;
+        b.until_attr("#run-state", "data-state", "completed").await;
+
+        // Stored as an artifact: the page links to it and shows it on a click.
+        b.click("g.node[data-node='big']").await;
+        b.until("the artifact's link", async |b: &Browser| {
+            b.has("#detail .artifact-link").await
+        })
+        .await;
+        assert!(
+            b.text("#detail")
+                .await
+                .unwrap()
+                .contains("Stored as an artifact")
+        );
+        assert!(
+            !b.body().await.contains(&big),
+            "the page does not inline it"
+        );
+        b.click("#detail .artifact-link").await;
+        b.until("the artifact's value", async |b: &Browser| {
+            b.text("#full-body").await.is_some_and(|t| t.contains(&big))
+        })
+        .await;
+        b.click("#full-close").await;
+
+        // Inline but long: cut short in the page, all of it a click away.
+        b.click("g.node[data-node='medium']").await;
+        b.until("the link to the whole value", async |b: &Browser| {
+            b.has("#detail .full-link").await
+        })
+        .await;
+        let shown = b.text("#detail").await.unwrap();
+        assert!(
+            shown.contains(&medium[..600]) && !shown.contains(&medium),
+            "{shown}"
+        );
+        b.click("#detail .full-link").await;
+        b.until("the whole value", async |b: &Browser| {
+            b.text("#full-body")
+                .await
+                .is_some_and(|t| t.contains(&medium))
+        })
+        .await;
+        b.close().await;
+    });
+}
+
 /// The page links an artifact reference to its bytes, which the API serves by digest,
 /// behind the token like every other read.
 #[test]
