@@ -393,6 +393,42 @@ pub struct Call {
     pub ctx: NodeCtx,
 }
 
+/// The inputs of one invocation as the runtime holds them, for [`Executor::invoke_now`]:
+/// the values that arrived on edges, by handle name, over the node's properties. No map
+/// is built: a pass-through hop reads its one value where it already is.
+pub struct InputView<'a> {
+    edges: SmallVec<[(&'a str, Value); 2]>,
+    properties: &'a Inputs,
+}
+
+impl<'a> InputView<'a> {
+    pub fn new(edges: SmallVec<[(&'a str, Value); 2]>, properties: &'a Inputs) -> Self {
+        InputView { edges, properties }
+    }
+
+    /// Input `name`: an edge value wins over a property, as in [`Call::inputs`].
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        match self.edges.iter().find(|(h, _)| *h == name) {
+            Some((_, v)) => Some(v),
+            None => self.properties.get(name),
+        }
+    }
+
+    /// Input `name`, moved out when it came on an edge (a property is cloned).
+    pub fn take(&mut self, name: &str) -> Option<Value> {
+        match self.edges.iter().position(|(h, _)| *h == name) {
+            Some(i) => Some(self.edges.swap_remove(i).1),
+            None => self.properties.get(name).cloned(),
+        }
+    }
+
+    /// The edge values with their handle names, in the order given, when the executor
+    /// declined (took nothing).
+    pub fn into_edges(self) -> impl Iterator<Item = (&'a str, Value)> {
+        self.edges.into_iter()
+    }
+}
+
 /// One item a streaming-input node reads from its inbox.
 #[derive(Clone, Debug)]
 pub struct StreamItem {
@@ -424,6 +460,17 @@ pub trait Executor: Send + Sync + 'static {
     /// Runs one invocation (buffered, streaming-output and controlled modes). A streaming
     /// output node emits through `call.ctx.emit` and may also return final outputs.
     fn invoke(&self, call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>>;
+
+    /// The invocation's outputs computed at once from its inputs alone, for an executor
+    /// that needs neither its context nor an await (the kernel's own built-ins): the
+    /// runtime then builds no input map, context or future, which is most of what a
+    /// pass-through hop would cost. `None` means "call [`Executor::invoke`]", and is the
+    /// answer for any failure (so errors take the one path that reports them); an
+    /// executor that answers `None` must not have taken any input out of `inputs`.
+    fn invoke_now(&self, inputs: &mut InputView<'_>) -> Option<Outputs> {
+        let _ = inputs;
+        None
+    }
 
     /// Streaming-input mode: the node drains `input` itself and emits through `ctx`.
     /// Returned outputs are routed after everything emitted.

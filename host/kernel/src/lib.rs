@@ -14,8 +14,8 @@ pub mod runtime;
 pub mod supervisor;
 
 pub use executor::{
-    BoxFuture, Call, CtxParts, Emitted, ErrorKind, EventSink, Executor, InputStream, Inputs,
-    NodeCtx, NodeError, NodeProvider, NodeSpec, Outputs, SecretRegistry, StreamItem,
+    BoxFuture, Call, CtxParts, Emitted, ErrorKind, EventSink, Executor, InputStream, InputView,
+    Inputs, NodeCtx, NodeError, NodeProvider, NodeSpec, Outputs, SecretRegistry, StreamItem,
 };
 pub use journal::{Journal, JournalError, Prior, Refused, SealError, Step};
 pub use registry::{Registry, RegistryError};

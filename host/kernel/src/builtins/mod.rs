@@ -13,7 +13,8 @@ use heddle_core::{
 };
 
 use crate::executor::{
-    BoxFuture, Call, Executor, InputStream, NodeCtx, NodeError, NodeProvider, NodeSpec, Outputs,
+    BoxFuture, Call, Executor, InputStream, InputView, NodeCtx, NodeError, NodeProvider, NodeSpec,
+    Outputs,
 };
 
 mod check;
@@ -178,6 +179,13 @@ impl Executor for ForwardValue {
         };
         Box::pin(std::future::ready(Ok(out)))
     }
+
+    fn invoke_now(&self, inputs: &mut InputView<'_>) -> Option<Outputs> {
+        Some(match inputs.take("value") {
+            Some(v) => Outputs::one(self.handle.clone(), v),
+            None => Outputs::new(),
+        })
+    }
 }
 
 struct Sink;
@@ -193,17 +201,7 @@ struct ForEach;
 impl Executor for ForEach {
     fn invoke(&self, call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>> {
         let r = match call.inputs.get("list") {
-            Some(Value::List(items)) => {
-                let mut out = Outputs::new();
-                let item: Arc<str> = Arc::from("item");
-                let index: Arc<str> = Arc::from("index");
-                // Pairs of one item share a minted token (same group).
-                for (i, v) in items.iter().enumerate() {
-                    out.0.push((item.clone(), v.clone()));
-                    out.0.push((index.clone(), Value::Int(i as i64)));
-                }
-                Ok(out)
-            }
+            Some(Value::List(items)) => Ok(ForEach::items(items)),
             Some(other) => Err(NodeError::msg(format!(
                 "input `list` must be a list, got {}",
                 other.kind()
@@ -212,18 +210,46 @@ impl Executor for ForEach {
         };
         Box::pin(std::future::ready(r))
     }
+
+    fn invoke_now(&self, inputs: &mut InputView<'_>) -> Option<Outputs> {
+        match inputs.get("list") {
+            Some(Value::List(items)) => Some(ForEach::items(items)),
+            _ => None,
+        }
+    }
+}
+
+impl ForEach {
+    fn items(items: &[Value]) -> Outputs {
+        let mut out = Outputs::new();
+        let item: Arc<str> = Arc::from("item");
+        let index: Arc<str> = Arc::from("index");
+        // Pairs of one item share a minted token (same group).
+        for (i, v) in items.iter().enumerate() {
+            out.0.push((item.clone(), v.clone()));
+            out.0.push((index.clone(), Value::Int(i as i64)));
+        }
+        out
+    }
 }
 
 struct Collect;
+
+impl Collect {
+    fn one(item: Option<Value>) -> Outputs {
+        Outputs::one("list", Value::list(item.into_iter().collect()))
+    }
+}
 
 impl Executor for Collect {
     fn invoke(&self, call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>> {
         // Called directly (not as a stream): a single item becomes a one-element list.
         let v = call.inputs.get("item").cloned();
-        Box::pin(std::future::ready(Ok(Outputs::one(
-            "list",
-            Value::list(v.into_iter().collect()),
-        ))))
+        Box::pin(std::future::ready(Ok(Collect::one(v))))
+    }
+
+    fn invoke_now(&self, inputs: &mut InputView<'_>) -> Option<Outputs> {
+        Some(Collect::one(inputs.take("item")))
     }
 
     fn run_stream(

@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 use super::invoke::{Invocation, Settled, Work};
 use super::routing::MintedTokens;
 use super::{Actor, Msg, NodeRole, Stop, reply_not_controlled};
-use crate::executor::Inputs;
+use crate::executor::{InputView, Inputs, Outputs};
 use crate::runtime::bus::Draft;
 use crate::runtime::lineage::{Key, Lineage};
 use crate::runtime::sched::{DoneEffect, Firing, Limits, SchedHandle, Scheduler};
@@ -156,6 +156,11 @@ impl Actor {
 
     /// A source: fires once with its properties.
     pub(super) async fn fire_source(&mut self) -> Result<(), Stop> {
+        if self.now
+            && let Ok(out) = self.try_now(Firing::new())
+        {
+            return self.produced_now(out, &Lineage::ROOT).await;
+        }
         let inputs = self.spec.base_inputs.clone();
         self.fire(inputs, SmallVec::new(), Lineage::ROOT).await
     }
@@ -238,8 +243,55 @@ impl Actor {
             // reason says why the input is missing.
             return self.forward_dropped(&lineage).await;
         }
+        let f = if self.now {
+            match self.try_now(f) {
+                Ok(out) => return self.produced_now(out, &lineage).await,
+                Err(f) => f,
+            }
+        } else {
+            f
+        };
         let inputs = self.rebuild_inputs(&f);
         self.fire(inputs, f, lineage).await
+    }
+
+    /// One invocation through [`Executor::invoke_now`]: the firing's values are read in
+    /// place (no input map, context or future). Hands the firing back, untouched, when
+    /// the executor declines (then [`Actor::fire`] runs it the usual way).
+    fn try_now(&self, f: Firing) -> Result<Outputs, Firing> {
+        let handles = &self.spec.handles;
+        let mut edges = SmallVec::new();
+        for (h, v) in f {
+            edges.push((&*handles[h].name, v));
+        }
+        let mut view = InputView::new(edges, &self.spec.base_inputs);
+        match self.spec.exec.invoke_now(&mut view) {
+            Some(out) => Ok(out),
+            // Declined: nothing was taken, so the values come back in firing order and
+            // each handle's index is where its (unique) name is.
+            None => Err(view
+                .into_edges()
+                .map(|(name, v)| {
+                    let h = handles.iter().position(|h| &*h.name == name);
+                    (h.expect("a firing's handle is one of the node's"), v)
+                })
+                .collect()),
+        }
+    }
+
+    /// What [`Actor::fire`] does with produced outputs, for an invocation
+    /// [`Actor::try_now`] ran: counted, routed, its minted scopes closed.
+    async fn produced_now(&mut self, out: Outputs, lineage: &Lineage) -> Result<(), Stop> {
+        self.mark_started();
+        self.invocations += 1;
+        self.sent_downstream = false;
+        let mut mint = MintedTokens::default();
+        self.route_outputs(&out, lineage, &mut mint).await?;
+        if self.has_mints {
+            self.close_minted(lineage).await?;
+        }
+        self.last_result = Some(out);
+        Ok(())
     }
 
     fn lacks_required(&self, f: &Firing) -> bool {

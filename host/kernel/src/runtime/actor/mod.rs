@@ -319,6 +319,9 @@ pub(crate) struct Actor {
     has_mints: bool,
     /// A native built-in (`origin == "builtin"`): no metrics to collect.
     native: bool,
+    /// Invocations may go through [`Executor::invoke_now`]: nothing around this node
+    /// (journal record, supervisor, output contract, emitting mode) needs an attempt.
+    now: bool,
     epoch: Instant,
     invocations: u64,
     metrics: InvocationMetrics,
@@ -359,6 +362,13 @@ impl Actor {
         let node_token = InvToken(Arc::new(shared.run_token.clone()));
         let has_mints = spec.ports.iter().any(|p| p.mints.is_some());
         let native = spec.decl.origin == "builtin";
+        // A journaled run recomputes retry-safe built-ins instead of recording them (see
+        // `Actor::recomputed`), so they need no attempt there either.
+        let now = native
+            && spec.decl.mode == NodeMode::Buffered
+            && spec.contract.is_none()
+            && shared.escalator.is_none()
+            && (shared.journal.is_none() || spec.decl.retry_safe);
         Actor {
             spec,
             shared,
@@ -367,6 +377,7 @@ impl Actor {
             root_key: Arc::from(""),
             has_mints,
             native,
+            now,
             epoch: Instant::now(),
             invocations: 0,
             metrics: InvocationMetrics::default(),
