@@ -48,8 +48,8 @@ impl Draft {
                 error,
                 skip_reason,
             } => EventKind::Node {
-                node_id: node_id.to_string(),
-                node_type: node_type.to_string(),
+                node_id: String::from(&*node_id),
+                node_type: String::from(&*node_type),
                 status,
                 result: result.map(|o| o.to_map()),
                 error,
@@ -60,7 +60,7 @@ impl Draft {
                 status,
                 counter,
             } => EventKind::Edge {
-                edge_id: edge_id.to_string(),
+                edge_id: String::from(&*edge_id),
                 status,
                 counter,
             },
@@ -69,8 +69,8 @@ impl Draft {
                 name,
                 value,
             } => EventKind::Output {
-                node_id: node_id.to_string(),
-                name: name.to_string(),
+                node_id: String::from(&*node_id),
+                name: String::from(&*name),
                 value,
             },
         }

@@ -122,29 +122,30 @@ pub(super) async fn run_all(
 
     // Outcome, with precedence cancel > suspend > failed > completed.
     let mut outputs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    let mut nodes = BTreeMap::new();
+    // By plan index here; handed to the map in id order below.
+    let mut nodes: Vec<Option<(String, NodeReport)>> = Vec::with_capacity(plan.nodes.len());
     let mut errors = Vec::new();
     let mut aborts = Vec::new();
     let mut suspend: Option<SuspendInfo> = None;
     for (i, r) in reports.into_iter().enumerate() {
         let n = &plan.nodes[i];
         let Some(r) = r else {
-            nodes.insert(
-                n.id.to_string(),
+            nodes.push(Some((
+                String::from(&*n.id),
                 NodeReport {
-                    node_type: n.node_type.to_string(),
+                    node_type: String::from(&*n.node_type),
                     outcome: NodeOutcome::Failed {
                         error: "the node's actor panicked".into(),
                     },
                     invocations: 0,
                     metrics: Default::default(),
                 },
-            );
+            )));
             continue;
         };
         if &*n.node_type == OUTPUT_TYPE {
             outputs
-                .entry(n.name.to_string())
+                .entry(String::from(&*n.name))
                 .or_default()
                 .extend(r.outputs);
         }
@@ -154,16 +155,17 @@ pub(super) async fn run_all(
             Some(Stop::Suspended(info)) if suspend.is_none() => suspend = Some(info),
             _ => {}
         }
-        nodes.insert(
-            n.id.to_string(),
+        nodes.push(Some((
+            String::from(&*n.id),
             NodeReport {
-                node_type: n.node_type.to_string(),
+                node_type: String::from(&*n.node_type),
                 outcome: r.outcome,
                 invocations: r.invocations,
                 metrics: r.metrics,
             },
-        );
+        )));
     }
+    let nodes = by_id(&plan, nodes);
     errors.extend(panics.iter().cloned());
     let all_errors: Vec<String> = aborts
         .iter()
@@ -188,6 +190,22 @@ pub(super) async fn run_all(
         esc.close();
     }
     result
+}
+
+/// The node reports (by plan index) as the result's map. Inserted one by one, a large
+/// graph's reports would be shifted within the tree's nodes over and over; handed over
+/// already in key order, the map is built in one pass.
+fn by_id(
+    plan: &Plan,
+    mut nodes: Vec<Option<(String, NodeReport)>>,
+) -> BTreeMap<String, NodeReport> {
+    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    order.sort_unstable_by(|a, b| plan.nodes[*a].id.cmp(&plan.nodes[*b].id));
+    order
+        .into_iter()
+        // Each index once: the entry is there.
+        .map(|i| nodes[i].take().expect("one report per node"))
+        .collect()
 }
 
 /// `drained` for every data edge whose target stopped before consuming its end: values

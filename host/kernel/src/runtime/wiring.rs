@@ -17,7 +17,15 @@ impl Run {
     pub(super) fn spec(&self, i: usize, txs: &[Option<mpsc::Sender<Msg>>], rx: Inbox) -> ActorSpec {
         let plan = &self.plan;
         let node = &plan.nodes[i];
-        let scope = plan.correlation.nodes.get(i).cloned().unwrap_or_default();
+        // Borrowed, not cloned: its maps would cost a wide graph allocations per node.
+        let fallback;
+        let scope = match plan.correlation.nodes.get(i) {
+            Some(s) => s,
+            None => {
+                fallback = heddle_core::plan::NodeScope::default();
+                &fallback
+            }
+        };
         let decl = node.decl.clone();
 
         let handles: Vec<HandleSpec> = scope

@@ -93,7 +93,7 @@ impl Actor {
         let mut inputs = self.spec.base_inputs.clone();
         for (i, v) in latest.iter().enumerate() {
             if let Some(v) = v {
-                inputs.insert(self.spec.handles[i].name.to_string(), v.clone());
+                inputs.insert(String::from(&*self.spec.handles[i].name), v.clone());
             }
         }
         // Event properties apply to this invocation only.

@@ -568,7 +568,7 @@ impl Actor {
     pub(super) fn rebuild_inputs(&self, used: &Firing) -> Inputs {
         let mut inputs = self.spec.base_inputs.clone();
         for (h, v) in used {
-            inputs.insert(self.spec.handles[*h].name.to_string(), v.clone());
+            inputs.insert(String::from(&*self.spec.handles[*h].name), v.clone());
         }
         inputs
     }
