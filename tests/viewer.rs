@@ -7,6 +7,7 @@
 
 mod support;
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -39,8 +40,11 @@ struct Driver {
 }
 
 impl Drop for Driver {
+    /// Kills chromedriver's whole process group: the Chromium it started too, which a
+    /// test that panicked before closing its session would otherwise leave running.
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SAFETY: a plain kill(2) of the process group this test created.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
         let _ = self.child.wait();
     }
 }
@@ -63,6 +67,7 @@ fn driver() -> Option<Driver> {
         .port();
     let child = Command::new(chromedriver)
         .arg(format!("--port={port}"))
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -85,8 +90,19 @@ fn driver() -> Option<Driver> {
 
 /// One browser session with a fresh profile.
 struct Browser {
-    client: WebDriver,
+    client: Option<WebDriver>,
     _profile: tempfile::TempDir,
+}
+
+impl Drop for Browser {
+    /// A test that panicked never closed its session: the WebDriver's own fallback would
+    /// block this thread's runtime on a request it cannot serve (two minutes), so the
+    /// session is left to the [`Driver`]'s teardown, which kills the browser with it.
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take() {
+            std::mem::forget(c);
+        }
+    }
 }
 
 impl Browser {
@@ -112,36 +128,43 @@ impl Browser {
             .await
             .expect("a Chromium session starts");
         Browser {
-            client,
+            client: Some(client),
             _profile: profile,
         }
     }
 
-    async fn close(self) {
-        let _ = self.client.quit().await;
+    fn client(&self) -> &WebDriver {
+        // Only taken by `close` and `drop`, which consume the browser.
+        self.client.as_ref().expect("an open session")
+    }
+
+    async fn close(mut self) {
+        if let Some(c) = self.client.take() {
+            let _ = c.quit().await;
+        }
     }
 
     async fn current_url(&self) -> String {
-        self.client.current_url().await.unwrap().to_string()
+        self.client().current_url().await.unwrap().to_string()
     }
 
     /// Whether an element matches `css` now.
     async fn has(&self, css: &str) -> bool {
-        self.client.find(By::Css(css)).await.is_ok()
+        self.client().find(By::Css(css)).await.is_ok()
     }
 
     async fn goto(&self, url: &str) {
-        self.client.goto(url).await.unwrap();
+        self.client().goto(url).await.unwrap();
     }
 
     /// The attribute of the first element matching `css`, if both exist.
     async fn attr(&self, css: &str, name: &str) -> Option<String> {
-        let e = self.client.find(By::Css(css)).await.ok()?;
+        let e = self.client().find(By::Css(css)).await.ok()?;
         e.attr(name).await.ok().flatten()
     }
 
     async fn text(&self, css: &str) -> Option<String> {
-        let e = self.client.find(By::Css(css)).await.ok()?;
+        let e = self.client().find(By::Css(css)).await.ok()?;
         e.text().await.ok()
     }
 
@@ -150,12 +173,12 @@ impl Browser {
     }
 
     async fn click(&self, css: &str) {
-        let e = self.client.find(By::Css(css)).await.unwrap();
+        let e = self.client().find(By::Css(css)).await.unwrap();
         e.click().await.unwrap();
     }
 
     async fn type_into(&self, css: &str, text: &str) {
-        let e = self.client.find(By::Css(css)).await.unwrap();
+        let e = self.client().find(By::Css(css)).await.unwrap();
         e.send_keys(text).await.unwrap();
     }
 
@@ -194,7 +217,7 @@ impl Browser {
                         out.push([a, b]);
                 }
             return out;"#;
-        let r = self.client.execute(script, Vec::new()).await.unwrap();
+        let r = self.client().execute(script, Vec::new()).await.unwrap();
         r.json().as_array().cloned().unwrap_or_default()
     }
 
@@ -324,7 +347,7 @@ fn the_page_follows_a_running_fan_out_as_its_events_arrive() {
             })
         })
         .await;
-        save_screenshot(&b.client.screenshot_as_png().await.unwrap());
+        save_screenshot(&b.client().screenshot_as_png().await.unwrap());
 
         for item in ["delta", "epsilon", "zeta"] {
             std::fs::write(release.join(item), "").unwrap();
@@ -560,7 +583,7 @@ fn an_escalation_is_answered_by_clicking_a_verdict() {
             .collect();
         let mut shown = Vec::new();
         for button in b
-            .client
+            .client()
             .find_all(By::Css(".escalation button[data-verdict]"))
             .await
             .unwrap()
