@@ -83,8 +83,9 @@ pub(super) async fn run_all(
         }
     }
 
-    let mut joins: Vec<(usize, JoinHandle<ActorReport>)> = Vec::new();
-    let mut reports: Vec<Option<ActorReport>> = (0..plan.nodes.len()).map(|_| None).collect();
+    let mut joins: Vec<(usize, JoinHandle<Box<ActorReport>>)> = Vec::new();
+    // Boxed (see `Actor::finish`): the table is held for every node from the start.
+    let mut reports: Vec<Option<Box<ActorReport>>> = (0..plan.nodes.len()).map(|_| None).collect();
     for (idx, rx) in rxs.into_iter().enumerate() {
         let a = Actor::new(run.spec(idx, &txs, rx), sh.clone());
         if a.inline_source() {
@@ -143,6 +144,7 @@ pub(super) async fn run_all(
             )));
             continue;
         };
+        let r = *r;
         if &*n.node_type == OUTPUT_TYPE {
             outputs
                 .entry(String::from(&*n.name))
@@ -211,7 +213,7 @@ fn by_id(
 /// `drained` for every data edge whose target stopped before consuming its end: values
 /// on it were still buffered, or could still have come. Published once every actor has
 /// stopped, so it follows the source's `completed` and is the edge's last status.
-fn publish_drained(plan: &Plan, bus: &EventBus, reports: &[Option<ActorReport>]) {
+fn publish_drained(plan: &Plan, bus: &EventBus, reports: &[Option<Box<ActorReport>>]) {
     let ended: HashSet<u32> = reports
         .iter()
         .flatten()

@@ -27,7 +27,9 @@ impl Actor {
         }
     }
 
-    pub(super) async fn finish(mut self, res: Result<(), Stop>) -> ActorReport {
+    /// Boxed report: it is the actor task's output, and a task's cell is as large as its
+    /// future or its output, whichever is larger, for the node's whole life.
+    pub(super) async fn finish(mut self, res: Result<(), Stop>) -> Box<ActorReport> {
         // An edge rule that failed late (after the node's last wake-up) still fails it.
         let res = res.and_then(|()| self.edge_stop());
         let (outcome, end, stop) = match res {
@@ -110,7 +112,7 @@ impl Actor {
                 self.node_event(NodeStatus::Suspended, state, None, None)
             }
         }
-        ActorReport {
+        Box::new(ActorReport {
             outcome,
             invocations: self.invocations,
             metrics: std::mem::take(&mut self.metrics),
@@ -124,7 +126,7 @@ impl Actor {
                 .filter(|p| !p.control)
                 .flat_map(|p| p.edges.iter().map(|e| (e.index, e.counter)))
                 .collect(),
-        }
+        })
     }
 
     /// End-of-stream on every outgoing edge (exactly once), control EOS once per

@@ -401,7 +401,7 @@ impl Actor {
 
     /// Boxed actor: its future would otherwise hold the actor twice over (an async fn's
     /// future keeps its arguments and copies of them).
-    pub async fn run(mut self: Box<Self>) -> ActorReport {
+    pub async fn run(mut self: Box<Self>) -> Box<ActorReport> {
         // Every step is a boxed future: the task holds the actor for the node's whole
         // life, and in place the modes' states would add up (an async fn's future keeps
         // room for each awaited future, and copies of some), several KB per node.
@@ -426,7 +426,7 @@ impl Actor {
 
     /// [`Actor::run`] of an [`Actor::inline_source`]: the same steps, without the other
     /// modes' state in its future (the runner boxes one such future per source node).
-    pub async fn run_source(mut self) -> ActorReport {
+    pub async fn run_source(mut self) -> Box<ActorReport> {
         let res = self.fire_source().await;
         self.finish(res).await
     }
