@@ -124,6 +124,14 @@ async fn ended(api: &Api, id: &str) -> Value {
     show
 }
 
+/// Whether run `id`'s log holds its escalation yet (read as `heddle runs show` reads).
+fn escalated(env: &StoreDir, id: &str) -> bool {
+    use heddle_store::RunStore as _;
+    let store = heddle_store::SqliteStore::open(&env.db()).unwrap();
+    let read = store.read(id, 0).unwrap();
+    read.records.iter().any(|r| r.record.kind() == "escalated")
+}
+
 fn kinds(events: &[(u64, String, Value)]) -> Vec<&str> {
     events.iter().map(|(_, k, _)| k.as_str()).collect()
 }
@@ -202,7 +210,14 @@ fn a_verdict_outside_the_allowed_set_is_refused_and_changes_nothing() {
             "not retry-safe: {e:#}"
         );
         let eid = e["id"].as_str().unwrap();
-        let records = api.show(&id).await["records"].clone();
+        // The escalated record is the last one until the decision (nothing else runs).
+        let records = loop {
+            let show = api.show(&id).await;
+            if escalated(&env, &id) {
+                break show["records"].clone();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
 
         for refused in ["retry", "end_stream", "substitute"] {
             let (status, body) = answer(&api, &id, eid, json!({"verdict": refused})).await;
@@ -250,22 +265,46 @@ fn a_verdict_outside_the_allowed_set_is_refused_and_changes_nothing() {
 fn a_decision_nobody_makes_fails_closed_at_the_timeout() {
     let env = StoreDir::new();
     let server = env.serve_with(
-        &["--supervise", "interactive", "--decision-timeout-ms", "300"],
+        &[
+            "--supervise",
+            "interactive",
+            "--decision-timeout-ms",
+            "1000",
+        ],
         &[],
     );
     let api = Api::of(&server);
     rt().block_on(async {
         let id = api.create(READ).await;
-        let n = notice(&api, &id, "timed_out").await;
+        // The whole stream: it ends with the run.
+        let stream = stream_text(&api, &id).await;
         let show = ended(&api, &id).await;
         assert_eq!(show["state"], "failed", "{show:#}");
+        let error = show["error"].as_str().unwrap();
+        assert!(error.contains("took longer than"), "{show:#}");
         let (_, list) = api
             .call("GET", &format!("/api/runs/{id}/escalations"), None)
             .await;
         assert_eq!(list["escalations"], json!([]));
-        let eid = n["id"].as_str().unwrap();
-        let (status, body) = answer(&api, &id, eid, json!({"verdict": "retry"})).await;
-        assert_eq!(status, 404, "{body:#}");
+        // A stream opened after the escalation had already timed out has no notice of
+        // it; one that saw it pending saw it time out.
+        let notices: Vec<Value> = stream
+            .split("\n\n")
+            .filter(|b| b.starts_with("event: escalation"))
+            .map(|b| {
+                serde_json::from_str(b.lines().nth(1).unwrap().strip_prefix("data: ").unwrap())
+                    .unwrap()
+            })
+            .collect();
+        if let Some(p) = notices.iter().find(|n| n["state"] == "pending") {
+            let closed = notices
+                .iter()
+                .find(|n| n["id"] == p["id"] && n["state"] != "pending");
+            assert_eq!(closed.unwrap()["state"], "timed_out", "{notices:?}");
+            let eid = p["id"].as_str().unwrap();
+            let (status, body) = answer(&api, &id, eid, json!({"verdict": "retry"})).await;
+            assert_eq!(status, 404, "{body:#}");
+        }
     });
 }
 

@@ -367,8 +367,7 @@ async fn events(
             }
         }
     };
-    let sse = super::feed::stream(api.host.clone(), id, from).await?;
-    Ok(sse.into_response())
+    Ok(super::feed::stream(api.host.clone(), id, from).await?)
 }
 
 #[derive(Default, Deserialize)]

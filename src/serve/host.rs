@@ -95,6 +95,8 @@ pub struct Host {
     /// Masks the operator's secrets out of everything the API sends.
     pub mask: Arc<Mask>,
     tasks: TaskTracker,
+    /// Where the runs execute (see `serve::run`).
+    runs: tokio::runtime::Handle,
     /// Cancelled when the server shuts down: workers stop their runs without recording
     /// an ending, so the next owner adopts them.
     pub shutdown: CancellationToken,
@@ -107,6 +109,7 @@ impl Host {
         env: Env,
         workers: usize,
         supervision: Supervision,
+        runs: tokio::runtime::Handle,
     ) -> Host {
         let mask = Arc::new(Mask::new(
             crate::execute::run_secrets(&env, None).snapshot(),
@@ -120,7 +123,20 @@ impl Host {
             supervision,
             mask,
             tasks: TaskTracker::new(),
+            runs,
             shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// [`blocking`] on the runs' own threads: a run's log writer, started by opening
+    /// its session, is a thread of the runs', with their priority (see `serve::run`).
+    async fn on_runs<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        match self.runs.spawn_blocking(f).await {
+            Ok(r) => r,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
         }
     }
 
@@ -184,7 +200,7 @@ impl Host {
         let supervise = options.supervise.unwrap_or(self.supervision.default);
         run.limits[SUPERVISE_KEY] = supervise.as_str().into();
         let store = self.dyn_store();
-        let (header, session) = blocking(move || session::begin(store, &run)).await?;
+        let (header, session) = self.on_runs(move || session::begin(store, &run)).await?;
         self.spawn(session, plan, opts, supervise);
         Ok(header.run_id)
     }
@@ -281,7 +297,7 @@ impl Host {
             _ => Supervise::None,
         };
         let store = self.dyn_store();
-        let session = blocking(move || session::reopen(store, &r)).await?;
+        let session = self.on_runs(move || session::reopen(store, &r)).await?;
         let session = match approval {
             None => session,
             Some(a) => {
@@ -321,9 +337,14 @@ impl Host {
         self.active().get(id).map(|a| a.feed.subscribe())
     }
 
-    /// Changes of run `id`'s pending escalations, when a person supervises it here.
-    pub fn notices(&self, id: &str) -> Option<broadcast::Receiver<Notice>> {
-        self.active().get(id)?.desk.as_ref().map(|d| d.subscribe())
+    /// Changes of run `id`'s pending escalations, when a person supervises it here,
+    /// starting with a `pending` notice for each escalation already waiting.
+    pub fn notices(&self, id: &str) -> Option<(Vec<Notice>, broadcast::Receiver<Notice>)> {
+        let desk = self.active().get(id)?.desk.clone()?;
+        // Subscribed first: one opened in between is announced twice, never missed.
+        let rx = desk.subscribe();
+        let now = desk.pending().iter().map(|p| p.notice()).collect();
+        Some((now, rx))
     }
 
     /// The escalations of run `id` waiting for a person: none for a run that is not
@@ -389,32 +410,37 @@ impl Host {
             },
         );
         let host = self.clone();
-        self.tasks.spawn(async move {
+        let task = async move {
             let run_id = session.run_id.clone();
-            if let Err(e) = host.work(session, plan, opts, cancel).await {
+            let session = Arc::new(session);
+            if let Err(e) = host.work(session.clone(), plan, opts, cancel).await {
                 eprintln!(
                     "error: run {run_id}: {}",
                     crate::exit::bounded(&format!("{e:#}"))
                 );
             }
+            // Closing a log waits for its writer thread, which must not happen on an
+            // async thread: after a failed write (a lost lease) nothing else closed it,
+            // and the last reference would close it wherever it was dropped.
+            let _ = blocking(move || session.log.close()).await;
             host.active().remove(&run_id);
             if let Some(d) = desk {
                 // The server stopping with a decision pending: the next owner asks again.
                 d.withdraw_all();
             }
             done.cancel();
-        });
+        };
+        self.tasks.spawn_on(task, &self.runs);
     }
 
     /// One run from a free worker slot to its recorded ending.
     async fn work(
         &self,
-        session: Session,
+        session: Arc<Session>,
         plan: Plan,
         mut opts: RunOptions,
         cancel: CancellationToken,
     ) -> anyhow::Result<()> {
-        let session = Arc::new(session);
         let permit = tokio::select! {
             p = self.workers.clone().acquire_owned() => Some(p?),
             _ = cancel.cancelled() => None,

@@ -30,14 +30,23 @@ use crate::exit::Exit;
 use crate::providers::Env;
 
 pub fn run(args: ServeArgs) -> anyhow::Result<Exit> {
-    let rt = crate::runtime::runtime()?;
-    let exit = rt.block_on(serve(args));
+    // The runs execute on threads of their own, and the requests' threads yield to them
+    // when the cores are busy: a thousand event streams then cost the runs little,
+    // instead of queueing every node's turn behind their writes in one scheduler.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("heddle-api")
+        .on_thread_start(yield_to_runs)
+        .build()?;
+    let runs = crate::runtime::runtime()?;
+    let exit = rt.block_on(serve(args, runs.handle().clone()));
     // SSE connections and blocked readers must not hold the process after shutdown.
     rt.shutdown_timeout(Duration::from_millis(100));
+    runs.shutdown_timeout(Duration::from_millis(100));
     exit
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
+async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<Exit> {
     // 1. Configuration: everything that can be wrong is found before the lease is taken.
     let env = Env::load(&args.env, None).await?;
     let section = StoreSection::load(&env.config)?;
@@ -74,6 +83,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             default: args.supervise,
             decision_timeout: Duration::from_millis(args.decision_timeout_ms),
         },
+        runs,
     ));
     let adopted = match host.adopt_all().await {
         Ok(a) => a,
@@ -136,6 +146,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     }
     eprintln!("heddle serve: stopped; lease released");
     Ok(Exit::Ok)
+}
+
+/// Lowers the calling thread's scheduling priority a little (Linux: the nice value is
+/// per thread). Only under contention does it matter: then the runs come first.
+fn yield_to_runs() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority touch no memory; a failure leaves the priority as is.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+    }
 }
 
 /// Renews the lease every third of its length; on the first failure reports it and

@@ -79,6 +79,16 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// The notice that announced it: a subscriber that arrives later gets it too.
+    pub fn notice(&self) -> Notice {
+        Notice {
+            id: self.id.clone(),
+            node: self.escalation.node_id.clone(),
+            state: "pending",
+            verdict: None,
+        }
+    }
+
     /// The public shape (the server's `GET …/escalations` lists these).
     pub fn to_json(&self) -> serde_json::Value {
         let e = &self.escalation;
@@ -305,10 +315,9 @@ impl Desk {
     fn notify(&self, p: &Pending, state: &'static str, verdict: Option<VerdictAction>) {
         // Nobody listening is fine: the list is there to be fetched.
         let _ = self.notices.send(Notice {
-            id: p.id.clone(),
-            node: p.escalation.node_id.clone(),
             state,
             verdict,
+            ..p.notice()
         });
     }
 }
