@@ -373,6 +373,45 @@ fn the_page_follows_a_running_fan_out_as_its_events_arrive() {
 }
 
 #[test]
+fn a_run_is_cancelled_from_its_page_with_two_clicks() {
+    let Some(driver) = driver() else { return };
+    let dir = StoreDir::new();
+    let release = dir.path().join("release");
+    std::fs::create_dir(&release).unwrap();
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let id = api.create(&fanout(&release)).await;
+        let b = Browser::open(&driver).await;
+        b.goto(&run_page(&server, &id)).await;
+        b.until_node("fetch", "running").await;
+
+        // One click only arms the button.
+        b.click("#run-cancel").await;
+        b.until("the button asking again", async |b: &Browser| {
+            b.text("#run-cancel")
+                .await
+                .is_some_and(|t| t.contains("Click again"))
+        })
+        .await;
+        assert_eq!(api.show(&id).await["state"], "running");
+        b.click("#run-cancel").await;
+        b.until_attr("#run-state", "data-state", "cancelled").await;
+        b.until_node("shout", "skipped").await;
+        b.click("g.node[data-node='shout']").await;
+        b.until("why shout was skipped", async |b: &Browser| {
+            b.text("#detail")
+                .await
+                .is_some_and(|t| t.contains("cancelled before it could run"))
+        })
+        .await;
+        assert!(!b.has("#run-cancel").await, "an ended run offers no cancel");
+        assert_eq!(api.show(&id).await["state"], "cancelled");
+        b.close().await;
+    });
+}
+
+#[test]
 fn a_gate_is_answered_by_clicking_approve_or_reject() {
     let Some(driver) = driver() else { return };
     let dir = StoreDir::new();

@@ -161,13 +161,41 @@ export function showRun(main, id, ctx) {
     const calls = [...model.occ.values()].filter((o) => o.state === "completed" || o.state === "failed").length;
     const stat = (k, v) => h("div", { class: "stat" }, h("div", { class: "k" }, k), h("div", { class: "v" }, v));
     fill(head, 
-      h("div", { class: "run-head" }, h("h1", {}, model.graph), badge(model.state, "run-state"), h("span", { class: "id mono" }, model.id)),
+      h("div", { class: "run-head" }, h("h1", {}, model.graph), badge(model.state, "run-state"), h("span", { class: "id mono" }, model.id),
+        h("span", { class: "spacer" }), cancelButton()),
       h("div", { class: "stats" },
         stat("Started", when(model.created)),
         stat("Invocations", number(calls)),
         stat("Execution time", duration(model.executionMs)),
         stat("Records", number(model.lastSeq + 1))),
       model.error ? h("div", { class: "run-error", id: "run-error" }, model.error) : null);
+  }
+
+  // Cancelling takes two clicks (the first arms it for a few seconds): a run's work is
+  // not thrown away by one stray click, and no browser dialog is needed.
+  let cancelArmed = 0;
+  function cancelButton() {
+    if (model.finished || model.cancelRequested || !["running", "paused", "interrupted"].includes(model.state)) return null;
+    const armed = Date.now() < cancelArmed;
+    const b = h("button", { class: "danger", id: "run-cancel", type: "button" }, armed ? "Click again to cancel the run" : "Cancel run");
+    b.onclick = async () => {
+      if (Date.now() >= cancelArmed) {
+        cancelArmed = Date.now() + 4000;
+        setTimeout(schedule, 4100);
+        return render();
+      }
+      cancelArmed = 0;
+      b.disabled = true;
+      try {
+        await call(`/api/runs/${encodeURIComponent(id)}/cancel`, { method: "POST" });
+        model.cancelRequested = true;
+        reload();
+      } catch (e) {
+        b.disabled = false;
+        fail(e);
+      }
+    };
+    return b;
   }
 
   function renderAction() {
