@@ -448,3 +448,25 @@ fn the_server_holds_a_run_to_its_time_limit() {
         assert_eq!(status, 422, "{refused:#}");
     });
 }
+
+/// The API has no live feed into a run: a streaming input gets the value its request
+/// gave (if any) as its only item and ends, so the run completes instead of waiting for
+/// a stream nobody feeds. (A streaming session's values are not in the run's log, so
+/// the item itself is not visible through the API.)
+#[test]
+fn an_api_runs_streaming_input_ends_so_the_run_completes() {
+    let env = StoreDir::new();
+    let server = env.serve(None);
+    let api = Api::of(&server);
+    let doc = std::fs::read_to_string(support::root().join("examples/running-sum.json")).unwrap();
+    rt().block_on(async {
+        for inputs in [json!({"numbers": 7}), json!({})] {
+            let body = json!({"graph": graph(&doc), "inputs": inputs});
+            let (status, created) = api.call("POST", "/api/runs", Some(body)).await;
+            assert_eq!(status, 201, "{created:#}");
+            let id = created["run_id"].as_str().unwrap().to_string();
+            let show = ended(&api, &id).await;
+            assert_eq!(show["state"], "completed", "{inputs}: {show:#}");
+        }
+    });
+}
