@@ -138,3 +138,53 @@ async fn a_pass_through_forwards_its_edge_value_over_its_property() {
     assert_eq!(r.outputs["alone"], vec![Value::Int(3)]);
     assert_eq!(r.nodes["p"].invocations, 1);
 }
+
+/// Inboxes of one message: nearly every hop finds its target's inbox full and queues
+/// what it routes; every value still arrives, once, in order, on both branches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_inboxes_delay_values_but_lose_and_reorder_none() {
+    let (reg, _) = registry();
+    let doc = graph(
+        &[
+            (
+                "in",
+                "heddle.input",
+                json!({"name": "in", "streaming": true, "type": "int"}),
+            ),
+            ("p1", "heddle.passthrough", json!({})),
+            ("p2", "heddle.passthrough", json!({})),
+            ("p3", "heddle.passthrough", json!({})),
+            ("out", "heddle.output", json!({"name": "out"})),
+            ("out2", "heddle.output", json!({"name": "out2"})),
+        ],
+        &[
+            ("in", "value", "p1", "value"),
+            ("p1", "value", "p2", "value"),
+            ("p1", "value", "p3", "value"),
+            ("p2", "value", "out", "value"),
+            ("p3", "value", "out2", "value"),
+        ],
+    );
+    let plan = heddle_core::plan::plan(&doc, &reg).unwrap();
+    let opts = RunOptions {
+        inbox: heddle_kernel::InboxLimits {
+            buffer: 1,
+            ..Default::default()
+        },
+        ..RunOptions::default()
+    };
+    let h = heddle_kernel::Run::new(plan, &reg, opts).unwrap().start();
+    let n = 300;
+    for v in 0..n {
+        h.push_input("in", Value::Int(v)).await.unwrap();
+    }
+    h.finish_input("in").await.unwrap();
+    let r = within(h.wait()).await;
+    assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
+    let expect: Vec<Value> = (0..n).map(Value::Int).collect();
+    assert_eq!(r.outputs["out"], expect);
+    assert_eq!(r.outputs["out2"], expect);
+    for p in ["p1", "p2", "p3"] {
+        assert_eq!(r.nodes[p].invocations, n as u64, "{p}");
+    }
+}

@@ -6,7 +6,7 @@ use heddle_core::{NodeMode, Value};
 use smallvec::SmallVec;
 
 use super::invoke::{Invocation, Settled, Work};
-use super::routing::MintedTokens;
+use super::routing::{MintedTokens, Waiting};
 use super::{Actor, Msg, NodeRole, Stop, reply_not_controlled};
 use crate::executor::{InputView, Inputs, Outputs};
 use crate::runtime::bus::Draft;
@@ -78,6 +78,20 @@ impl Actor {
                             let mut f = Firing::new();
                             f.push((0, value));
                             let lin = lineage.truncate(self.spec.scope.len());
+                            if self.now {
+                                // The hop without a future: invoked, routed, done (a
+                                // full inbox or a minted scope is settled after).
+                                match self.try_now(f) {
+                                    Ok(out) => {
+                                        let waiting = self.produce_now(out, &lin);
+                                        if self.unsettled(&waiting) {
+                                            Box::pin(self.settle_now(waiting, &lin)).await?;
+                                        }
+                                        continue;
+                                    }
+                                    Err(back) => f = back,
+                                }
+                            }
                             self.fire_firing(f, lin).await?;
                             continue;
                         }
@@ -282,15 +296,32 @@ impl Actor {
     /// What [`Actor::fire`] does with produced outputs, for an invocation
     /// [`Actor::try_now`] ran: counted, routed, its minted scopes closed.
     async fn produced_now(&mut self, out: Outputs, lineage: &Lineage) -> Result<(), Stop> {
+        let waiting = self.produce_now(out, lineage);
+        self.settle_now(waiting, lineage).await
+    }
+
+    /// The part of [`Actor::produced_now`] that never waits: counted, and routed into
+    /// every inbox with room. What is left is for [`Actor::settle_now`].
+    fn produce_now(&mut self, out: Outputs, lineage: &Lineage) -> Vec<Waiting> {
         self.mark_started();
         self.invocations += 1;
         self.sent_downstream = false;
-        let mut mint = MintedTokens::default();
-        self.route_outputs(&out, lineage, &mut mint).await?;
+        let waiting = self.route_outputs_now(&out, lineage, &mut MintedTokens::default());
+        self.last_result = Some(out);
+        waiting
+    }
+
+    /// Whether [`Actor::settle_now`] has anything to do after [`Actor::produce_now`].
+    fn unsettled(&self, waiting: &[Waiting]) -> bool {
+        !waiting.is_empty() || self.has_mints
+    }
+
+    /// Delivers what waits for room, then closes the scopes this invocation minted.
+    async fn settle_now(&mut self, waiting: Vec<Waiting>, lineage: &Lineage) -> Result<(), Stop> {
+        self.deliver_waiting(waiting).await?;
         if self.has_mints {
             self.close_minted(lineage).await?;
         }
-        self.last_result = Some(out);
         Ok(())
     }
 

@@ -319,8 +319,9 @@ pub(crate) struct Actor {
     has_mints: bool,
     /// A native built-in (`origin == "builtin"`): no metrics to collect.
     native: bool,
-    /// Invocations may go through [`Executor::invoke_now`]: nothing around this node
-    /// (journal record, supervisor, output contract, emitting mode) needs an attempt.
+    /// Invocations may go through [`Executor::invoke_now`]: the node's executor does
+    /// the work, and nothing around it (journal record, supervisor, output contract,
+    /// emitting mode) needs an attempt.
     now: bool,
     epoch: Instant,
     invocations: u64,
@@ -365,6 +366,7 @@ impl Actor {
         // A journaled run recomputes retry-safe built-ins instead of recording them (see
         // `Actor::recomputed`), so they need no attempt there either.
         let now = native
+            && matches!(spec.role, NodeRole::Executor)
             && spec.decl.mode == NodeMode::Buffered
             && spec.contract.is_none()
             && shared.escalator.is_none()

@@ -14,6 +14,16 @@ use super::{Actor, ControlEvent, EDGE_EVENT_INTERVAL, Msg, OutEdge, Stop};
 use crate::executor::{Emitted, Outputs};
 use crate::runtime::lineage::Lineage;
 
+/// A message [`Actor::route_value`] could not deliver at once (its inbox was full, or
+/// one before it waits): sent by [`Actor::deliver_waiting`].
+pub(super) struct Waiting {
+    port: usize,
+    edge: usize,
+    msg: Msg,
+    /// Counted on the edge once delivered (a data value or a control event).
+    counts: bool,
+}
+
 /// The item an invocation is currently emitting, per minted root: outputs minting the
 /// same root share one token until a port repeats (then the next item starts).
 #[derive(Default)]
@@ -55,14 +65,26 @@ impl Actor {
         lineage: &Lineage,
         mint: &mut MintedTokens,
     ) -> Result<(), Stop> {
-        let mut vals: SmallVec<[(usize, Value); 4]> = SmallVec::new();
+        let waiting = self.route_outputs_now(out, lineage, mint);
+        self.deliver_waiting(waiting).await
+    }
+
+    /// [`Actor::route_outputs`] without waiting: what could not be delivered at once is
+    /// returned, for [`Actor::deliver_waiting`].
+    pub(super) fn route_outputs_now(
+        &mut self,
+        out: &Outputs,
+        lineage: &Lineage,
+        mint: &mut MintedTokens,
+    ) -> Vec<Waiting> {
+        let mut waiting = Vec::new();
         for (h, v) in out.iter() {
             match self.port_index(h) {
-                Some(p) => vals.push((p, v.clone())),
+                Some(p) => self.route_value(p, v, lineage, mint, &mut waiting),
                 None => self.unknown_output(h),
             }
         }
-        self.route_port_values(&vals, lineage, mint).await
+        waiting
     }
 
     pub(super) async fn route_emitted(
@@ -111,78 +133,124 @@ impl Actor {
         lineage: &Lineage,
         mint: &mut MintedTokens,
     ) -> Result<(), Stop> {
+        let mut waiting = Vec::new();
         for (p, v) in vals {
-            let p = *p;
-            let port = &self.spec.ports[p];
-            if port.edges.is_empty() {
-                continue;
-            }
-            if port.control {
-                let Some(ev) = to_control_event(v) else {
-                    continue;
-                };
-                for i in 0..self.spec.ports[p].edges.len() {
-                    let ev = ControlEvent {
-                        event_type: ev.0.clone(),
-                        properties: ev.1.clone(),
-                        reply: None,
-                    };
-                    let tx = self.spec.ports[p].edges[i].tx.clone();
-                    self.send(&tx, Msg::Control(Box::new(ev))).await?;
-                    self.count_edge(p, i);
-                }
-                continue;
-            }
-            let base = lineage.truncate(port.keep);
-            let lin = match port.mints {
-                None => base,
-                Some(root) => {
-                    let bit = 1u64 << (p % 64);
-                    let pos = mint.items.iter().position(|g| g.root == root);
-                    let token = match pos {
-                        Some(i) if mint.items[i].ports & bit == 0 => {
-                            mint.items[i].ports |= bit;
-                            mint.items[i].token
-                        }
-                        _ => {
-                            let token = self.next_token(root, &base);
-                            let item = MintedItem {
-                                root,
-                                token,
-                                ports: bit,
-                            };
-                            match pos {
-                                Some(i) => mint.items[i] = item,
-                                None => mint.items.push(item),
-                            }
-                            token
-                        }
-                    };
-                    base.child(root, token)
-                }
-            };
-            let n = self.spec.ports[p].edges.len();
-            for i in 0..n {
-                let e = &self.spec.ports[p].edges[i];
-                let msg = match &e.rule {
-                    None => Msg::Data {
-                        handle: e.handle,
-                        value: v.clone(),
-                        lineage: lin.clone(),
-                    },
-                    Some(rule) => self.cross(rule, e, v, &lin),
-                };
-                let crossed = matches!(msg, Msg::Data { .. });
-                if let Some(msg) = deliver_now(&e.tx, msg) {
-                    // Boxed: waiting is rare, and its state would enlarge every hop.
-                    Box::pin(self.send_when_room(&e.tx, msg)).await?;
-                }
-                if crossed {
-                    self.count_edge(p, i);
-                }
-            }
+            self.route_value(*p, v, lineage, mint, &mut waiting);
         }
-        Ok(())
+        self.deliver_waiting(waiting).await
+    }
+
+    /// Routes one value of port `p` without waiting: every message goes into its
+    /// target's inbox at once, until an inbox is full; from then on messages queue in
+    /// `waiting`, in order, for [`Actor::deliver_waiting`]. A hop whose inboxes have room
+    /// (nearly every one) thus runs no future at all.
+    fn route_value(
+        &mut self,
+        p: usize,
+        v: &Value,
+        lineage: &Lineage,
+        mint: &mut MintedTokens,
+        waiting: &mut Vec<Waiting>,
+    ) {
+        let port = &self.spec.ports[p];
+        if port.edges.is_empty() {
+            return;
+        }
+        if port.control {
+            let Some(ev) = to_control_event(v) else {
+                return;
+            };
+            for i in 0..self.spec.ports[p].edges.len() {
+                let ev = ControlEvent {
+                    event_type: ev.0.clone(),
+                    properties: ev.1.clone(),
+                    reply: None,
+                };
+                self.offer(p, i, Msg::Control(Box::new(ev)), true, waiting);
+            }
+            return;
+        }
+        let base = lineage.truncate(port.keep);
+        let lin = match port.mints {
+            None => base,
+            Some(root) => {
+                let bit = 1u64 << (p % 64);
+                let pos = mint.items.iter().position(|g| g.root == root);
+                let token = match pos {
+                    Some(i) if mint.items[i].ports & bit == 0 => {
+                        mint.items[i].ports |= bit;
+                        mint.items[i].token
+                    }
+                    _ => {
+                        let token = self.next_token(root, &base);
+                        let item = MintedItem {
+                            root,
+                            token,
+                            ports: bit,
+                        };
+                        match pos {
+                            Some(i) => mint.items[i] = item,
+                            None => mint.items.push(item),
+                        }
+                        token
+                    }
+                };
+                base.child(root, token)
+            }
+        };
+        let n = self.spec.ports[p].edges.len();
+        for i in 0..n {
+            let e = &self.spec.ports[p].edges[i];
+            let msg = match &e.rule {
+                None => Msg::Data {
+                    handle: e.handle,
+                    value: v.clone(),
+                    lineage: lin.clone(),
+                },
+                Some(rule) => self.cross(rule, e, v, &lin),
+            };
+            let crossed = matches!(msg, Msg::Data { .. });
+            self.offer(p, i, msg, crossed, waiting);
+        }
+    }
+
+    /// Delivers `msg` along edge `i` of port `p` now if nothing waits before it and its
+    /// inbox has room (counting it when `counts`), else queues it.
+    fn offer(&mut self, p: usize, i: usize, msg: Msg, counts: bool, waiting: &mut Vec<Waiting>) {
+        let msg = match waiting.is_empty() {
+            true => deliver_now(&self.spec.ports[p].edges[i].tx, msg),
+            false => Some(msg),
+        };
+        match msg {
+            None if counts => self.count_edge(p, i),
+            None => {}
+            Some(msg) => waiting.push(Waiting {
+                port: p,
+                edge: i,
+                msg,
+                counts,
+            }),
+        }
+    }
+
+    /// Sends what [`Actor::route_value`] queued, in order, waiting for room in each
+    /// inbox (backpressure) unless the run is cancelled.
+    pub(super) async fn deliver_waiting(&mut self, waiting: Vec<Waiting>) -> Result<(), Stop> {
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        // Boxed: waiting is rare, and its state would enlarge every hop.
+        Box::pin(async move {
+            for w in waiting {
+                let tx = &self.spec.ports[w.port].edges[w.edge].tx;
+                self.send_when_room(tx, w.msg).await?;
+                if w.counts {
+                    self.count_edge(w.port, w.edge);
+                }
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// What an edge with a rule delivers for `v`: the (narrowed) value, a veto for the
