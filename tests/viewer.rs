@@ -413,6 +413,57 @@ fn a_run_is_cancelled_from_its_page_with_two_clicks() {
 }
 
 #[test]
+fn uncertain_work_is_offered_again_from_the_page() {
+    let Some(driver) = driver() else { return };
+    let dir = StoreDir::new();
+    // The first server dies right after `w` (not retry-safe) recorded its start.
+    let mut first = dir.serve(Some("after-start:w"));
+    let graph: Value = serde_json::from_str(support::store::CHAIN).unwrap();
+    let api = Api::of(&first);
+    rt().block_on(async {
+        // The process may die before it answers; the run is on disk either way.
+        let _ = api
+            .http
+            .post(format!("{}/api/runs", api.url))
+            .bearer_auth(&api.token)
+            .json(&json!({ "graph": graph }))
+            .send()
+            .await;
+    });
+    let status = first.child.wait().unwrap();
+    assert_eq!(status.code(), None, "not aborted:\n{}", first.log());
+
+    // The next server adopts the run, which pauses: only a person may offer `w` again.
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let id = api.runs().await[0]["run_id"].as_str().unwrap().to_string();
+        let b = Browser::open(&driver).await;
+        b.goto(&run_page(&server, &id)).await;
+        b.until_attr("#run-state", "data-state", "paused").await;
+        b.until("the resume offer", async |b: &Browser| {
+            b.has("#run-resume").await
+        })
+        .await;
+        let panel = b.text("#action").await.unwrap();
+        assert!(
+            panel.contains("Node w started and its result was never recorded"),
+            "{panel}"
+        );
+        b.click("#run-resume").await;
+        b.until_attr("#run-state", "data-state", "completed").await;
+        b.until_node("up", "completed").await;
+        assert!(!b.has("#run-resume").await);
+        b.close().await;
+    });
+    assert_eq!(
+        dir.lines(),
+        vec!["one".to_string()],
+        "w wrote once, when offered again"
+    );
+}
+
+#[test]
 fn a_gate_is_answered_by_clicking_approve_or_reject() {
     let Some(driver) = driver() else { return };
     let dir = StoreDir::new();

@@ -200,12 +200,14 @@ export function showRun(main, id, ctx) {
 
   function renderAction() {
     const gate = model.waitingGate();
-    const sig = JSON.stringify([gate && gate.node, escalations.map((e) => e.id)]);
+    const paused = !gate && model.state === "paused" && model.pause ? model.pause : null;
+    const sig = JSON.stringify([gate && gate.node, paused && paused.event, escalations.map((e) => e.id)]);
     if (sig === actionSig) return;
     actionSig = sig;
-    action.hidden = !gate && !escalations.length;
+    action.hidden = !gate && !paused && !escalations.length;
     const parts = [h("h2", {}, "Waiting for you")];
     if (gate) parts.push(gatePanel(gate));
+    if (paused) parts.push(pausePanel(paused));
     for (const e of escalations) parts.push(escalationPanel(e));
     fill(action, ...parts);
   }
@@ -236,6 +238,35 @@ export function showRun(main, id, ctx) {
       gate.prompt ? h("p", { class: "prompt" }, gate.prompt) : null,
       h("p", { class: "muted" }, "Approve runs on from the gate; reject cancels the run with your note as the reason."),
       note, h("div", { class: "row mt" }, approve, reject), msg);
+  }
+
+  /** A pause other than a gate's: why, and a resume of exactly that pause. */
+  function pausePanel(p) {
+    const why = p.reason || {};
+    const text = {
+      reconcile: () => `Node ${occLabel(why.occurrence)} started and its result was never recorded, so whether its effect happened is unknown. Resume offers that work again; cancel leaves it undone.`,
+      suspend: () => `Node ${why.node} suspended the run: ${why.reason}`,
+      interrupted: () => "The run was interrupted; nothing is uncertain. Resume runs it on.",
+      budget: () => `The run's budget ran out: ${why.detail}`,
+    }[why.why];
+    const msg = h("p", { class: "error-text", id: "resume-message" });
+    const resume = h("button", { class: "primary", id: "run-resume", type: "button" }, "Resume");
+    resume.onclick = async () => {
+      resume.disabled = true;
+      try {
+        await call(`/api/runs/${encodeURIComponent(id)}/resume`, { method: "POST", body: { pause: p.event } });
+        msg.textContent = "";
+        actionSig = null;
+        reload();
+      } catch (e) {
+        resume.disabled = false;
+        msg.textContent = e.message;
+      }
+    };
+    return h("div", { class: "pause", "data-pause": p.event },
+      h("div", { class: "title" }, "Paused"),
+      h("p", { class: "prompt" }, text ? text() : JSON.stringify(why)),
+      h("div", { class: "row mt" }, resume), msg);
   }
 
   function escalationPanel(e) {
