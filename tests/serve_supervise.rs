@@ -211,13 +211,10 @@ fn a_verdict_outside_the_allowed_set_is_refused_and_changes_nothing() {
         );
         let eid = e["id"].as_str().unwrap();
         // The escalated record is the last one until the decision (nothing else runs).
-        let records = loop {
-            let show = api.show(&id).await;
-            if escalated(&env, &id) {
-                break show["records"].clone();
-            }
+        while !escalated(&env, &id) {
             tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        }
+        let records = api.show(&id).await["records"].clone();
 
         for refused in ["retry", "end_stream", "substitute"] {
             let (status, body) = answer(&api, &id, eid, json!({"verdict": refused})).await;
@@ -304,6 +301,7 @@ fn a_decision_nobody_makes_fails_closed_at_the_timeout() {
             let eid = p["id"].as_str().unwrap();
             let (status, body) = answer(&api, &id, eid, json!({"verdict": "retry"})).await;
             assert_eq!(status, 404, "{body:#}");
+            assert_eq!(body["closed"], "timed_out", "{body:#}");
         }
     });
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use heddle_core::plan::{Issue, Plan, ValidationError};
 use heddle_core::{GraphDoc, Record, RunStatus, Value};
-use heddle_kernel::runtime::{Run, RunOptions};
+use heddle_kernel::runtime::{Run, RunCanceller, RunOptions};
 use heddle_kernel::supervisor::{Bounds, Verdict};
 use heddle_store::session::{self, Resumption, Session};
 use heddle_store::status::RunState;
@@ -54,6 +54,9 @@ pub struct CreateOptions {
     pub time_limit_ms: Option<u64>,
 }
 
+/// Desks of ended runs kept for late answers.
+const ENDED_DESKS: usize = 64;
+
 /// The key of a run's recorded limits naming its supervisor handle: data of the run,
 /// so whoever adopts or resumes it here supervises it the same way.
 const SUPERVISE_KEY: &str = "supervise";
@@ -76,6 +79,10 @@ struct Active {
     feed: broadcast::Sender<Arc<Frame>>,
     /// Its escalations waiting for a person, under interactive supervision.
     desk: Option<Arc<Desk>>,
+    /// The kernel's cancel, once the run started: a user's cancel reaches the run
+    /// before its pending decision is withdrawn, so the kernel takes the withdrawal for
+    /// the cancel it is, not for a `fail` verdict.
+    kernel: Arc<std::sync::OnceLock<RunCanceller>>,
 }
 
 /// How the server supervises the runs it drives.
@@ -91,6 +98,9 @@ pub struct Host {
     env: Env,
     workers: Arc<Semaphore>,
     active: Mutex<HashMap<String, Active>>,
+    /// The desks of the last runs that ended here, so a late answer is told what became
+    /// of its escalation (withdrawn, timed out) rather than that it never existed.
+    ended: Mutex<std::collections::VecDeque<(String, Arc<Desk>)>>,
     supervision: Supervision,
     /// Masks the operator's secrets out of everything the API sends.
     pub mask: Arc<Mask>,
@@ -120,6 +130,7 @@ impl Host {
             env,
             workers: Arc::new(Semaphore::new(workers)),
             active: Mutex::new(HashMap::new()),
+            ended: Mutex::new(Default::default()),
             supervision,
             mask,
             tasks: TaskTracker::new(),
@@ -319,12 +330,15 @@ impl Host {
     /// other unfinished run is taken over and recorded cancelled.
     pub async fn cancel(&self, id: &str) -> Result<(), StoreError> {
         if let Some(a) = self.active().get(id) {
+            a.cancel.cancel();
+            if let Some(k) = a.kernel.get() {
+                k.cancel();
+            }
             // Withdrawn before the cancel returns: the API never offers a decision
             // about a run that is going away.
             if let Some(d) = &a.desk {
                 d.withdraw_all();
             }
-            a.cancel.cancel();
             return Ok(());
         }
         let store = self.dyn_store();
@@ -368,6 +382,10 @@ impl Host {
         answer: Answer,
     ) -> Result<Verdict, AnswerError> {
         let desk = self.active().get(id).and_then(|a| a.desk.clone());
+        let desk = desk.or_else(|| {
+            let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+            ended.iter().find(|(r, _)| r == id).map(|(_, d)| d.clone())
+        });
         match desk {
             Some(d) => d.answer(eid, answer),
             None => Err(AnswerError::Unknown(eid.to_string())),
@@ -383,6 +401,7 @@ impl Host {
     ) {
         self.section.configure_spill(&session, &opts.secrets);
         let cancel = CancellationToken::new();
+        let kernel = Arc::new(std::sync::OnceLock::new());
         let (feed, _) = broadcast::channel(super::feed::CAPACITY);
         let desk = match supervise {
             Supervise::None => None,
@@ -407,13 +426,14 @@ impl Host {
                 cancel: cancel.clone(),
                 feed,
                 desk: desk.clone(),
+                kernel: kernel.clone(),
             },
         );
         let host = self.clone();
         let task = async move {
             let run_id = session.run_id.clone();
             let session = Arc::new(session);
-            if let Err(e) = host.work(session.clone(), plan, opts, cancel).await {
+            if let Err(e) = host.work(session.clone(), plan, opts, cancel, kernel).await {
                 eprintln!(
                     "error: run {run_id}: {}",
                     crate::exit::bounded(&format!("{e:#}"))
@@ -423,11 +443,17 @@ impl Host {
             // async thread: after a failed write (a lost lease) nothing else closed it,
             // and the last reference would close it wherever it was dropped.
             let _ = blocking(move || session.log.close()).await;
-            host.active().remove(&run_id);
             if let Some(d) = desk {
                 // The server stopping with a decision pending: the next owner asks again.
                 d.withdraw_all();
+                let mut ended = host.ended.lock().unwrap_or_else(|e| e.into_inner());
+                if ended.len() >= ENDED_DESKS {
+                    ended.pop_front();
+                }
+                ended.push_back((run_id.clone(), d));
             }
+            // After the desk is kept: an answer finds one or the other.
+            host.active().remove(&run_id);
             done.cancel();
         };
         self.tasks.spawn_on(task, &self.runs);
@@ -440,6 +466,7 @@ impl Host {
         plan: Plan,
         mut opts: RunOptions,
         cancel: CancellationToken,
+        kernel: Arc<std::sync::OnceLock<RunCanceller>>,
     ) -> anyhow::Result<()> {
         let permit = tokio::select! {
             p = self.workers.clone().acquire_owned() => Some(p?),
@@ -479,6 +506,7 @@ impl Host {
             let _ = handle.finish_input(&input.name).await;
         }
         let canceller = handle.canceller();
+        let _ = kernel.set(handle.canceller());
         // The run time limit's clock: execution left from when this server took it.
         let time_limit = session.time_left().map(|left| {
             let canceller = handle.canceller();
@@ -495,7 +523,8 @@ impl Host {
         tokio::pin!(wait);
         let mut shut_down = false;
         let result = tokio::select! {
-            r = &mut wait => r,
+            // A cancel is recorded even when it already ended the run (see `cancel`).
+            biased;
             _ = cancel.cancelled() => {
                 session.log.append(Record::CancelRequested);
                 canceller.cancel();
@@ -506,6 +535,7 @@ impl Host {
                 canceller.cancel();
                 wait.await
             }
+            r = &mut wait => r,
         };
         drop(permit);
         if let Some(t) = time_limit {
