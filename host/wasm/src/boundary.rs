@@ -7,7 +7,7 @@ use heddle_core::{PortType, Value};
 use heddle_kernel::{ErrorKind, NodeError};
 
 use crate::bindings::WitValue;
-use crate::host_state::{from_wit, wit_size};
+use crate::value::{from_wit, wit_size};
 
 /// How the value left the guest, for the message.
 #[derive(Clone, Copy)]

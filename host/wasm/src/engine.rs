@@ -83,7 +83,7 @@ impl WasmHost {
         let mut linker = Linker::<State>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| PackageError::engine("linking WASI", e))?;
-        crate::quota::add_to_linker(&mut linker)
+        crate::fs_quota::add_to_linker(&mut linker)
             .map_err(|e| PackageError::engine("linking the write quota", e))?;
         NodePackage::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
             .map_err(|e| PackageError::engine("linking the heddle:node host", e))?;

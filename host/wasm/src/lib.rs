@@ -25,6 +25,7 @@ pub mod error;
 mod executor;
 mod failure;
 mod first_party;
+mod fs_quota;
 pub mod grants;
 mod host_state;
 mod lockfile;
@@ -34,6 +35,7 @@ mod provider;
 mod quota;
 pub mod store;
 mod text;
+mod value;
 
 pub use config::{EngineSettings, SecretsConfig, WasmConfig};
 pub use engine::{EPOCH_TICK, WasmHost};

@@ -20,9 +20,10 @@ use crate::deadline::{Deadline, race};
 use crate::engine::WasmHost;
 use crate::error::{PackageError, chain};
 use crate::grants::{DEFAULT_FUEL, NodeGrant};
-use crate::host_state::{State, from_wit};
+use crate::host_state::State;
 use crate::manifest::Manifest;
 use crate::text;
+use crate::value::from_wit;
 
 /// The `heddle:node` interface name, without version.
 pub const WIT_INTERFACE: &str = "heddle:node/node";

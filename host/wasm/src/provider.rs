@@ -13,9 +13,9 @@ use crate::engine::WasmHost;
 use crate::error::{PackageError, chain};
 use crate::executor::WasmExecutor;
 use crate::grants::NodeGrant;
-use crate::host_state::to_wit;
 use crate::package::WasmPackage;
 use crate::store::PackageStore;
+use crate::value::to_wit;
 
 /// The provider of every WASM node type loaded into this host.
 pub struct WasmProvider {
