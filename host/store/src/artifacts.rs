@@ -131,11 +131,7 @@ impl SqliteStore {
             )
             .map_err(StoreError::sql("storing an artifact"))?;
             // The same rule as every other write: not while a server owns the store.
-            crate::lease::check_write(
-                &tx,
-                self,
-                self.lease_epoch.load(std::sync::atomic::Ordering::SeqCst),
-            )?;
+            self.check_write(&tx)?;
             let exists: Option<i64> = tx
                 .query_row(
                     "SELECT size FROM artifacts WHERE run_id = ?1 AND sha256 = ?2",

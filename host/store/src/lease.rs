@@ -15,14 +15,15 @@
 //! The run logs' own epochs still fence a run that a new owner adopted; the lease adds
 //! the store-wide rule in front of them.
 
-use std::sync::atomic::Ordering;
+use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
 
+use crate::StoreError;
+use crate::clock::now_ms;
 use crate::status::pid_alive;
-use crate::{SqliteStore, StoreError};
 
 /// How long a lease lasts without a heartbeat. The owner renews it every third of this.
 pub const TTL: Duration = Duration::from_secs(10);
@@ -88,135 +89,136 @@ fn read_owner(db: &Connection) -> Result<Option<Owner>, rusqlite::Error> {
     .optional()
 }
 
-/// The store-wide write rule, checked inside every write transaction. `held` is the
-/// lease epoch this handle holds (0: none).
-pub(crate) fn check_write(
-    db: &Connection,
-    store: &SqliteStore,
-    held: u64,
-) -> Result<(), StoreError> {
+/// The store-wide write rule, checked inside every write transaction of the store at
+/// `path`. `held` is the lease epoch the writing handle holds (0: none).
+pub(crate) fn check_write(db: &Connection, path: &Path, held: u64) -> Result<(), StoreError> {
     let owner = read_owner(db).map_err(StoreError::sql("checking the store's owner"))?;
-    let now = crate::sqlite::now_ms();
+    let now = now_ms();
     match owner {
         Some(o) if held != 0 => {
             if o.epoch != held {
-                Err(store.lease_lost(held, format!("{o} took the store over")))
+                Err(lease_lost(path, held, format!("{o} took the store over")))
             } else if o.expires_ms <= now {
-                Err(store.lease_lost(held, "it expired without a heartbeat".into()))
+                Err(lease_lost(
+                    path,
+                    held,
+                    "it expired without a heartbeat".into(),
+                ))
             } else {
                 Ok(())
             }
         }
-        None if held != 0 => Err(store.lease_lost(held, "its record is gone".into())),
+        None if held != 0 => Err(lease_lost(path, held, "its record is gone".into())),
         Some(o) if o.binds(now) => Err(StoreError::Owned {
-            path: store.path().to_path_buf(),
+            path: path.to_path_buf(),
             owner: Box::new(o),
         }),
         _ => Ok(()),
     }
 }
 
-impl SqliteStore {
-    fn lease_lost(&self, epoch: u64, why: String) -> StoreError {
-        StoreError::LeaseLost {
-            path: self.path().to_path_buf(),
-            epoch,
-            why,
-        }
+fn lease_lost(path: &Path, epoch: u64, why: String) -> StoreError {
+    StoreError::LeaseLost {
+        path: path.to_path_buf(),
+        epoch,
+        why,
     }
+}
 
-    /// The live owner of the store, if any (an expired lease, or one whose process on
-    /// this host is gone, is none).
-    pub fn owner(&self) -> Result<Option<Owner>, StoreError> {
-        let c = self.conn();
-        let o = read_owner(&c.db).map_err(StoreError::sql("reading the store's owner"))?;
-        Ok(o.filter(|o| o.binds(crate::sqlite::now_ms())))
-    }
+/// The live owner of the store, if any (an expired lease, or one whose process on this
+/// host is gone, is none).
+pub(crate) fn live_owner(db: &Connection) -> Result<Option<Owner>, StoreError> {
+    let o = read_owner(db).map_err(StoreError::sql("reading the store's owner"))?;
+    Ok(o.filter(|o| o.binds(now_ms())))
+}
 
-    /// Makes this handle the store's single owner for `ttl`, answering requests at
-    /// `api`. Refused with [`StoreError::Owned`] (naming the holder) while another
-    /// owner's lease binds. From here on every write of this handle needs the lease.
-    pub fn acquire_lease(&self, api: &str, ttl: Duration) -> Result<Owner, StoreError> {
-        let mut c = self.conn();
-        let tx =
-            c.db.transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(StoreError::sql("acquiring the store's lease"))?;
-        let now = crate::sqlite::now_ms();
-        let current = read_owner(&tx).map_err(StoreError::sql("acquiring the store's lease"))?;
-        if let Some(o) = &current
-            && o.binds(now)
-        {
-            return Err(StoreError::Owned {
-                path: self.path().to_path_buf(),
-                owner: Box::new(o.clone()),
-            });
-        }
-        let owner = Owner {
-            owner_id: random_id(),
-            pid: std::process::id(),
-            host: host_name(),
-            api: api.to_string(),
-            epoch: current.map_or(1, |o| o.epoch + 1),
-            expires_ms: now + ttl.as_millis() as u64,
-        };
-        tx.execute(
-            "INSERT OR REPLACE INTO owner (id, owner_id, pid, host, api, epoch, expires_ms)
-             VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                owner.owner_id,
-                owner.pid as i64,
-                owner.host,
-                owner.api,
-                owner.epoch as i64,
-                owner.expires_ms as i64
-            ],
-        )
+/// Makes the caller the single owner of the store at `path` for `ttl`, answering
+/// requests at `api`. Refused with [`StoreError::Owned`] (naming the holder) while
+/// another owner's lease binds.
+pub(crate) fn acquire(
+    db: &mut Connection,
+    path: &Path,
+    api: &str,
+    ttl: Duration,
+) -> Result<Owner, StoreError> {
+    let tx = db
+        .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(StoreError::sql("acquiring the store's lease"))?;
-        tx.commit()
-            .map_err(StoreError::sql("acquiring the store's lease"))?;
-        self.lease_epoch.store(owner.epoch, Ordering::SeqCst);
-        Ok(owner)
+    let now = now_ms();
+    let current = read_owner(&tx).map_err(StoreError::sql("acquiring the store's lease"))?;
+    if let Some(o) = &current
+        && o.binds(now)
+    {
+        return Err(StoreError::Owned {
+            path: path.to_path_buf(),
+            owner: Box::new(o.clone()),
+        });
     }
+    let owner = Owner {
+        owner_id: random_id(),
+        pid: std::process::id(),
+        host: host_name(),
+        api: api.to_string(),
+        epoch: current.map_or(1, |o| o.epoch + 1),
+        expires_ms: now + ttl.as_millis() as u64,
+    };
+    tx.execute(
+        "INSERT OR REPLACE INTO owner (id, owner_id, pid, host, api, epoch, expires_ms)
+         VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6)",
+        params![
+            owner.owner_id,
+            owner.pid as i64,
+            owner.host,
+            owner.api,
+            owner.epoch as i64,
+            owner.expires_ms as i64
+        ],
+    )
+    .map_err(StoreError::sql("acquiring the store's lease"))?;
+    tx.commit()
+        .map_err(StoreError::sql("acquiring the store's lease"))?;
+    Ok(owner)
+}
 
-    /// The heartbeat: extends the lease by `ttl` from now. Fails with
-    /// [`StoreError::LeaseLost`] once the lease expired or another owner took it; the
-    /// caller must stop (its writes are already refused).
-    pub fn renew_lease(&self, ttl: Duration) -> Result<u64, StoreError> {
-        let held = self.lease_epoch.load(Ordering::SeqCst);
-        if held == 0 {
-            return Err(self.lease_lost(0, "this process never held it".into()));
-        }
-        let mut c = self.conn();
-        let tx =
-            c.db.transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(StoreError::sql("renewing the store's lease"))?;
-        check_write(&tx, self, held)?;
-        let expires = crate::sqlite::now_ms() + ttl.as_millis() as u64;
-        tx.execute(
-            "UPDATE owner SET expires_ms = ?1 WHERE id = 1",
-            [expires as i64],
-        )
+/// The heartbeat of the lease `held` (0: none): extends it by `ttl` from now. Fails with
+/// [`StoreError::LeaseLost`] once the lease expired or another owner took it; the caller
+/// must stop (its writes are already refused).
+pub(crate) fn renew(
+    db: &mut Connection,
+    path: &Path,
+    held: u64,
+    ttl: Duration,
+) -> Result<u64, StoreError> {
+    if held == 0 {
+        return Err(lease_lost(path, 0, "this process never held it".into()));
+    }
+    let tx = db
+        .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(StoreError::sql("renewing the store's lease"))?;
-        tx.commit()
-            .map_err(StoreError::sql("renewing the store's lease"))?;
-        Ok(expires)
-    }
+    check_write(&tx, path, held)?;
+    let expires = now_ms() + ttl.as_millis() as u64;
+    tx.execute(
+        "UPDATE owner SET expires_ms = ?1 WHERE id = 1",
+        [expires as i64],
+    )
+    .map_err(StoreError::sql("renewing the store's lease"))?;
+    tx.commit()
+        .map_err(StoreError::sql("renewing the store's lease"))?;
+    Ok(expires)
+}
 
-    /// Gives the lease up (when still held); this handle writes like the command line
-    /// afterwards. The epoch stays recorded so the next owner's is higher.
-    pub fn release_lease(&self) -> Result<(), StoreError> {
-        let held = self.lease_epoch.swap(0, Ordering::SeqCst);
-        if held == 0 {
-            return Ok(());
-        }
-        let c = self.conn();
-        c.db.execute(
-            "UPDATE owner SET expires_ms = 0 WHERE id = 1 AND epoch = ?1",
-            [held as i64],
-        )
-        .map_err(StoreError::sql("releasing the store's lease"))?;
-        Ok(())
+/// Gives up the lease `held` (0: none held, nothing to do). The epoch stays recorded so
+/// the next owner's is higher.
+pub(crate) fn release(db: &Connection, held: u64) -> Result<(), StoreError> {
+    if held == 0 {
+        return Ok(());
     }
+    db.execute(
+        "UPDATE owner SET expires_ms = 0 WHERE id = 1 AND epoch = ?1",
+        [held as i64],
+    )
+    .map_err(StoreError::sql("releasing the store's lease"))?;
+    Ok(())
 }
 
 /// 64 random bits in hex, from the standard library's per-process random keys.

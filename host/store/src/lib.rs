@@ -11,6 +11,7 @@
 pub mod artifacts;
 pub mod bench;
 pub mod budget;
+mod clock;
 mod error;
 pub mod fault;
 mod journal;

@@ -10,11 +10,12 @@ use std::hash::{BuildHasher as _, Hasher as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use heddle_core::Record;
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 
+use crate::clock::now_ms;
 use crate::{
     LogRead, NewRun, RunHeader, RunStore, RunSummary, StoreError, Stored, fault, lease, schema,
 };
@@ -23,7 +24,7 @@ pub struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Conn>,
     /// The owner-lease epoch this handle holds (0: none); see [`crate::lease`].
-    pub(crate) lease_epoch: AtomicU64,
+    lease_epoch: AtomicU64,
 }
 
 pub(crate) struct Conn {
@@ -79,13 +80,42 @@ impl SqliteStore {
         // roll back on drop), so a poisoned lock is still usable.
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    /// The store-wide write rule ([`lease::check_write`]) for this handle, inside a
+    /// write transaction on `db`.
+    pub(crate) fn check_write(&self, db: &Connection) -> Result<(), StoreError> {
+        lease::check_write(db, &self.path, self.lease_epoch.load(Ordering::SeqCst))
+    }
+
+    /// The live owner of the store, if any (an expired lease, or one whose process on
+    /// this host is gone, is none).
+    pub fn owner(&self) -> Result<Option<lease::Owner>, StoreError> {
+        lease::live_owner(&self.conn().db)
+    }
+
+    /// Makes this handle the store's single owner for `ttl`, answering requests at
+    /// `api`. Refused with [`StoreError::Owned`] (naming the holder) while another
+    /// owner's lease binds. From here on every write of this handle needs the lease.
+    pub fn acquire_lease(&self, api: &str, ttl: Duration) -> Result<lease::Owner, StoreError> {
+        let owner = lease::acquire(&mut self.conn().db, &self.path, api, ttl)?;
+        self.lease_epoch.store(owner.epoch, Ordering::SeqCst);
+        Ok(owner)
+    }
+
+    /// The heartbeat: extends the lease by `ttl` from now. Fails with
+    /// [`StoreError::LeaseLost`] once the lease expired or another owner took it; the
+    /// caller must stop (its writes are already refused).
+    pub fn renew_lease(&self, ttl: Duration) -> Result<u64, StoreError> {
+        let held = self.lease_epoch.load(Ordering::SeqCst);
+        lease::renew(&mut self.conn().db, &self.path, held, ttl)
+    }
+
+    /// Gives the lease up (when still held); this handle writes like the command line
+    /// afterwards.
+    pub fn release_lease(&self) -> Result<(), StoreError> {
+        let held = self.lease_epoch.swap(0, Ordering::SeqCst);
+        lease::release(&self.conn().db, held)
+    }
 }
 
 /// A run id: creation time (base 36, so ids sort by age) and 16 random bits.
@@ -105,6 +135,65 @@ fn new_run_id(created_ms: u64) -> String {
         "{}-{random:04x}",
         String::from_utf8(digits).unwrap_or_default()
     )
+}
+
+/// Rows one INSERT statement writes: a statement per row costs a cursor, a seek from
+/// the root and a reset each, which on a log of small records is most of the write.
+const ROWS_PER_INSERT: usize = 32;
+
+/// Writes `records` as rows `first_seq`.. of `run_id`'s log, in statements of up to
+/// [`ROWS_PER_INSERT`] rows.
+fn insert_events(
+    tx: &rusqlite::Transaction<'_>,
+    run_id: &str,
+    first_seq: u64,
+    at_ms: i64,
+    records: &[Record],
+) -> Result<(), StoreError> {
+    let sql_err = |source| StoreError::Sql {
+        op: "appending to a run's log",
+        source,
+    };
+    let mut body = Vec::new();
+    for (c, chunk) in records.chunks(ROWS_PER_INSERT).enumerate() {
+        let mut ins = tx
+            .prepare_cached(&insert_sql(chunk.len()))
+            .map_err(sql_err)?;
+        for (i, r) in chunk.iter().enumerate() {
+            let seq = first_seq + (c * ROWS_PER_INSERT + i) as u64;
+            body.clear();
+            serde_json::to_writer(&mut body, r).map_err(|source| StoreError::Encode {
+                run: run_id.to_string(),
+                seq,
+                source,
+            })?;
+            // An invariant: serde_json writes UTF-8 only.
+            let body = std::str::from_utf8(&body).expect("serde_json writes UTF-8");
+            let kind = r.kind();
+            let crc = checksum(run_id, seq, kind, body);
+            let p = i * 6;
+            ins.raw_bind_parameter(p + 1, run_id).map_err(sql_err)?;
+            ins.raw_bind_parameter(p + 2, seq as i64).map_err(sql_err)?;
+            ins.raw_bind_parameter(p + 3, at_ms).map_err(sql_err)?;
+            ins.raw_bind_parameter(p + 4, kind).map_err(sql_err)?;
+            ins.raw_bind_parameter(p + 5, body).map_err(sql_err)?;
+            ins.raw_bind_parameter(p + 6, crc as i64).map_err(sql_err)?;
+        }
+        ins.raw_execute().map_err(sql_err)?;
+    }
+    Ok(())
+}
+
+/// `INSERT INTO events … VALUES (?, …), …` with `rows` rows of parameters.
+fn insert_sql(rows: usize) -> String {
+    let mut sql = String::from("INSERT INTO events (run_id, seq, at_ms, kind, body, crc) VALUES ");
+    for i in 0..rows {
+        if i > 0 {
+            sql.push(',');
+        }
+        sql.push_str("(?,?,?,?,?,?)");
+    }
+    sql
 }
 
 /// The checksum of one stored record: covers the run, the position and the bytes, so a
@@ -165,7 +254,7 @@ impl RunStore for SqliteStore {
         let tx =
             c.db.transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(StoreError::sql("recording a new run"))?;
-        lease::check_write(&tx, self, self.lease_epoch.load(Ordering::SeqCst))?;
+        self.check_write(&tx)?;
         tx.execute(
             "INSERT INTO runs (run_id, created_ms, graph_name, graph_bytes, graph_sha256, plan,
                  inputs, secrets, packages, limits, owner_epoch)
@@ -287,7 +376,7 @@ impl RunStore for SqliteStore {
         let tx =
             c.db.transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(StoreError::sql("taking over a run"))?;
-        lease::check_write(&tx, self, self.lease_epoch.load(Ordering::SeqCst))?;
+        self.check_write(&tx)?;
         let epoch: Option<i64> = tx
             .query_row(
                 "SELECT owner_epoch FROM runs WHERE run_id = ?1",
@@ -345,7 +434,7 @@ impl RunStore for SqliteStore {
         let tx =
             c.db.transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(StoreError::sql("appending to a run's log"))?;
-        lease::check_write(&tx, self, self.lease_epoch.load(Ordering::SeqCst))?;
+        self.check_write(&tx)?;
         let current: Option<i64> = tx
             .query_row(
                 "SELECT owner_epoch FROM runs WHERE run_id = ?1",
@@ -379,27 +468,7 @@ impl RunStore for SqliteStore {
                 next,
             });
         }
-        let at_ms = now_ms() as i64;
-        {
-            let mut ins = tx
-                .prepare_cached(
-                    "INSERT INTO events (run_id, seq, at_ms, kind, body, crc)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .map_err(StoreError::sql("appending to a run's log"))?;
-            for (i, r) in records.iter().enumerate() {
-                let seq = first_seq + i as u64;
-                let body = serde_json::to_string(r).map_err(|source| StoreError::Encode {
-                    run: run_id.to_string(),
-                    seq,
-                    source,
-                })?;
-                let kind = r.kind();
-                let crc = checksum(run_id, seq, kind, &body);
-                ins.execute(params![run_id, seq as i64, at_ms, kind, body, crc as i64])
-                    .map_err(StoreError::sql("appending to a run's log"))?;
-            }
-        }
+        insert_events(&tx, run_id, first_seq, now_ms() as i64, records)?;
         fault::mid_commit(records);
         tx.commit()
             .map_err(StoreError::sql("committing a run's log"))
