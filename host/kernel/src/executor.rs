@@ -497,6 +497,15 @@ pub trait Executor: Send + Sync + 'static {
     fn finalize(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
     }
+
+    /// Whether an invocation can spend anything outside this process (a provider call
+    /// over the network, a container, a host process). A durable run writes the start
+    /// of a retry-safe attempt only for such executors, so that an attempt lost in a
+    /// crash shows its usage as unknown rather than zero; for one that cannot, the lost
+    /// attempt spent nothing to account, and its start record would be pure cost.
+    fn spends_outside(&self) -> bool {
+        true
+    }
 }
 
 /// What a provider needs to create the executor for one node of a graph (defined in

@@ -18,9 +18,10 @@ use crate::engine::{check_host_call_fuel, hostcall_limit};
 use crate::error::chain;
 use crate::failure::{self, Failure};
 use crate::grants::NodeGrant;
-use crate::host_state::{Invocation, State, from_wit, to_wit};
+use crate::host_state::{Invocation, State};
 use crate::package::{TypeInfo, WasmPackage};
 use crate::text;
+use crate::value::{from_wit, to_wit};
 
 /// A warm instance is recycled after this many invocations, bounding how much state a
 /// reuse-safe node can accumulate.
@@ -417,5 +418,12 @@ impl Executor for WasmExecutor {
         Box::pin(async move {
             self.warm.lock().unwrap_or_else(|e| e.into_inner()).clear();
         })
+    }
+
+    /// The store has no network and no process of its own (see `State::new`): what a
+    /// guest does stays on this machine, inside its grant, so a lost attempt spent
+    /// nothing a durable run must account.
+    fn spends_outside(&self) -> bool {
+        false
     }
 }

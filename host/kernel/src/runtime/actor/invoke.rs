@@ -261,11 +261,12 @@ impl Actor {
 
     /// Records the start of an attempt: on disk before node code runs when the node is
     /// not retry-safe (its one synced write before it starts). A retry-safe start never
-    /// changes a recovery decision; it is group-committed only for executors that may
-    /// report provider usage, so an attempt that died before its result shows as usage
-    /// unknown rather than zero. Native built-ins report none and record no start.
+    /// changes a recovery decision; it is group-committed only for executors that can
+    /// spend outside the process ([`crate::Executor::spends_outside`]), so an attempt that died
+    /// before its result shows as usage unknown rather than zero. Native built-ins and
+    /// sandboxed nodes spend nothing there and record no start.
     async fn record_start(&self, journal: &dyn Journal, occ: &Occurrence) -> Result<(), Stop> {
-        if self.spec.decl.retry_safe && self.native {
+        if self.spec.decl.retry_safe && (self.native || !self.spec.exec.spends_outside()) {
             journal.passed(Step::Start, occ);
             return Ok(());
         }
