@@ -68,17 +68,20 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
     pub shutdown_timeout_ms: u64,
     /// Who decides a failed node invocation of a run created without a `supervise` of
-    /// its own: `none` (it fails) or `interactive` (a person, through the API).
-    #[arg(long, value_name = "HANDLE", default_value = "none")]
-    pub supervise: Supervise,
+    /// its own: `none` (it fails) or `interactive` (a person, through the API). Default:
+    /// `[serve] supervise`, else `none`.
+    #[arg(long, value_name = "HANDLE")]
+    pub supervise: Option<Supervise>,
     /// How long an interactive escalation waits for a person, in milliseconds; then the
-    /// invocation fails (at least 1; default 10 minutes).
-    #[arg(long, value_name = "MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub decision_timeout_ms: u64,
+    /// invocation fails (at least 1). Default: `[serve] decision_timeout_ms`, else 10
+    /// minutes.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub decision_timeout_ms: Option<u64>,
     /// Length of the store's owner lease, in milliseconds (renewed every third of it):
     /// how long a crashed server keeps another from taking the store (1000 to 600000).
-    #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1000..=600_000))]
-    pub lease_ttl_ms: u64,
+    /// Default: `[serve] lease_ttl_ms`, else 10000.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1000..=600_000))]
+    pub lease_ttl_ms: Option<u64>,
     #[command(flatten)]
     pub env: EnvArgs,
 }

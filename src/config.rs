@@ -56,6 +56,7 @@ pub const SECTIONS: &[(&str, &str)] = &[
     ("secrets", "where secret values come from"),
     ("runners", "code nodes"),
     ("store", "durable runs"),
+    ("serve", "heddle serve"),
 ];
 
 #[derive(Clone, Debug, Default)]

@@ -468,3 +468,44 @@ fn an_api_runs_streaming_input_ends_so_the_run_completes() {
         }
     });
 }
+
+/// `[serve]` in heddle.toml sets what the flags set (the flags win); a bad value is
+/// refused before anything starts, naming the file and section.
+#[test]
+fn serve_settings_come_from_the_config_file_too() {
+    let env = StoreDir::new();
+    let config = env.path().join("heddle.toml");
+    let base = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{base}\n[serve]\nlease_ttl_ms = 5\n")).unwrap();
+    let o = env.heddle(&["serve", "--listen", "127.0.0.1:0"]);
+    expect(&o, INVALID);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("[serve]") && err.contains("lease_ttl_ms"),
+        "{err}"
+    );
+
+    std::fs::write(
+        &config,
+        format!("{base}\n[serve]\nsupervise = \"interactive\"\ndecision_timeout_ms = 123456\nlease_ttl_ms = 3000\n"),
+    )
+    .unwrap();
+    let server = env.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let id = api.create(READ).await;
+        let e = pending(&api, &id).await.remove(0);
+        let span = e["deadline_ms"].as_u64().unwrap() - e["created_at_ms"].as_u64().unwrap();
+        assert_eq!(span, 123_456, "{e:#}");
+    });
+    drop(server);
+    // The flag wins over the file.
+    let server = env.serve_with(&["--decision-timeout-ms", "654321"], &[]);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let id = api.create(READ).await;
+        let e = pending(&api, &id).await.remove(0);
+        let span = e["deadline_ms"].as_u64().unwrap() - e["created_at_ms"].as_u64().unwrap();
+        assert_eq!(span, 654_321, "{e:#}");
+    });
+}

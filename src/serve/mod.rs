@@ -12,6 +12,7 @@ mod escalations;
 mod feed;
 mod host;
 mod mask;
+mod settings;
 mod token;
 mod viewer;
 
@@ -50,6 +51,7 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
     // 1. Configuration: everything that can be wrong is found before the lease is taken.
     let env = Env::load(&args.env, None).await?;
     let section = StoreSection::load(&env.config)?;
+    let settings = settings::Settings::load(&env.config, &args)?;
     let store = Arc::new(SqliteStore::open(section.path())?);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -66,7 +68,7 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
     let mut sigterm = signal(SignalKind::terminate())?;
 
     // 2. The lease: a second owner is refused here, naming the first.
-    let ttl = Duration::from_millis(args.lease_ttl_ms);
+    let ttl = settings.lease_ttl;
     let owner = store.acquire_lease(&api_url, ttl)?;
 
     // 3. Watch for its loss: the heartbeat failing means another owner may write now.
@@ -80,8 +82,8 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
         env,
         args.workers as usize,
         host::Supervision {
-            default: args.supervise,
-            decision_timeout: Duration::from_millis(args.decision_timeout_ms),
+            default: settings.supervise,
+            decision_timeout: settings.decision_timeout,
         },
         runs,
     ));
@@ -114,7 +116,7 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
         "heddle serve: listening on {api_url} (store {}, {} workers, supervise {}, lease epoch {}, {} runs adopted)",
         section.path().display(),
         args.workers,
-        args.supervise.as_str(),
+        settings.supervise.as_str(),
         owner.epoch,
         adopted.len()
     );
