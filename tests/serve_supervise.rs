@@ -229,6 +229,12 @@ fn a_verdict_outside_the_allowed_set_is_refused_and_changes_nothing() {
         let (status, body) =
             answer(&api, &id, "no-such-escalation", json!({"verdict": "skip"})).await;
         assert_eq!(status, 404, "{body:#}");
+        let (status, body) = api
+            .call("GET", "/api/runs/no-such-run/escalations", None)
+            .await;
+        assert_eq!(status, 404, "{body:#}");
+        let (status, body) = answer(&api, "no-such-run", eid, json!({"verdict": "skip"})).await;
+        assert_eq!(status, 404, "{body:#}");
 
         assert_eq!(
             api.show(&id).await["records"],
