@@ -249,6 +249,55 @@ fn uncertain_work_is_offered_again_from_the_page() {
     );
 }
 
+/// CHAIN with every node at `positions[i]` (editor coordinates).
+fn chain_at(positions: &[(i64, i64)]) -> String {
+    let mut g: Value = serde_json::from_str(support::store::CHAIN).unwrap();
+    for (n, (x, y)) in g["nodes"].as_array_mut().unwrap().iter_mut().zip(positions) {
+        n["ui_properties"] = json!({"position": {"x": x, "y": y}});
+    }
+    g.to_string()
+}
+
+#[test]
+fn document_positions_are_spread_until_no_nodes_overlap() {
+    let Some(driver) = driver() else { return };
+    let dir = StoreDir::new();
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let b = Browser::open(&driver).await;
+        // Placed closer than the page's boxes are wide: spread out, in the same order.
+        let tight = api
+            .create(&chain_at(&[(0, 0), (60, 0), (120, 10), (180, 0)]))
+            .await;
+        // Two nodes on one spot: no spreading separates them; laid out from the edges.
+        let stacked = api
+            .create(&chain_at(&[(0, 0), (0, 0), (50, 0), (100, 0)]))
+            .await;
+        for id in [tight, stacked] {
+            b.goto(&run_page(&server, &id)).await;
+            b.until_node("out", "completed").await;
+            assert_eq!(b.overlapping_nodes().await, Vec::<Value>::new(), "run {id}");
+            let mut xs = Vec::new();
+            for node in ["c", "w", "up", "out"] {
+                let t = b
+                    .attr(&format!("g.node[data-node='{node}']"), "transform")
+                    .await
+                    .unwrap();
+                let x: f64 = t["translate(".len()..]
+                    .split(',')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                xs.push(x);
+            }
+            assert!(xs.windows(2).all(|w| w[0] < w[1]), "left to right: {xs:?}");
+        }
+        b.close().await;
+    });
+}
+
 #[test]
 fn a_gate_is_answered_by_clicking_approve_or_reject() {
     let Some(driver) = driver() else { return };

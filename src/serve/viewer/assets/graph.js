@@ -69,13 +69,36 @@ function layered(doc) {
   return pos;
 }
 
+/**
+ * How much a document's positions must be spread so no two of this page's boxes
+ * overlap (an editor's nodes may be drawn smaller or placed closer than these): the
+ * least factor that separates every pair along one axis. Null when none up to 6 does
+ * (nodes on the same spot), or for a graph too large to check pair by pair.
+ */
+function spread(ps) {
+  if (ps.length > 400) return null;
+  let factor = 1;
+  for (let i = 0; i < ps.length; i++) {
+    for (let j = i + 1; j < ps.length; j++) {
+      const dx = Math.abs(ps[i].x - ps[j].x), dy = Math.abs(ps[i].y - ps[j].y);
+      const need = Math.min(dx ? (NODE_W + GAP_Y) / dx : Infinity, dy ? (NODE_H + GAP_Y) / dy : Infinity);
+      factor = Math.max(factor, need);
+    }
+  }
+  return factor <= 6 ? factor : null;
+}
+
 export function layout(doc) {
   let pos;
-  if (doc.nodes.length && doc.nodes.every(uiPosition)) {
-    const ps = doc.nodes.map(uiPosition);
+  const ps = doc.nodes.map(uiPosition);
+  const factor = doc.nodes.length && ps.every(Boolean) ? spread(ps) : null;
+  if (factor) {
     const minX = Math.min(...ps.map((p) => p.x));
     const minY = Math.min(...ps.map((p) => p.y));
-    pos = new Map(doc.nodes.map((n, i) => [n.id, { x: ps[i].x - minX + MARGIN, y: ps[i].y - minY + MARGIN }]));
+    pos = new Map(doc.nodes.map((n, i) => [n.id, {
+      x: Math.round((ps[i].x - minX) * factor) + MARGIN,
+      y: Math.round((ps[i].y - minY) * factor) + MARGIN,
+    }]));
   } else {
     pos = layered(doc);
   }
