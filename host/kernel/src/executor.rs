@@ -416,6 +416,12 @@ impl<'a> InputView<'a> {
 
     /// Input `name`, moved out when it came on an edge (a property is cloned).
     pub fn take(&mut self, name: &str) -> Option<Value> {
+        // One edge value, the common case (a pass-through hop): no search, no shuffle.
+        if let [(h, _)] = self.edges.as_slice()
+            && *h == name
+        {
+            return self.edges.pop().map(|(_, v)| v);
+        }
         match self.edges.iter().position(|(h, _)| *h == name) {
             Some(i) => Some(self.edges.swap_remove(i).1),
             None => self.properties.get(name).cloned(),

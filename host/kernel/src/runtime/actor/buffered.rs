@@ -75,13 +75,11 @@ impl Actor {
                         lineage,
                     } => {
                         if fast {
-                            let mut f = Firing::new();
-                            f.push((0, value));
                             let lin = lineage.truncate(self.spec.scope.len());
-                            if self.now {
+                            let f = if self.now {
                                 // The hop without a future: invoked, routed, done (a
                                 // full inbox or a minted scope is settled after).
-                                match self.try_now(f) {
+                                match self.try_now([(0, value)]) {
                                     Ok(out) => {
                                         let waiting = self.produce_now(out, &lin);
                                         if self.unsettled(&waiting) {
@@ -89,9 +87,13 @@ impl Actor {
                                         }
                                         continue;
                                     }
-                                    Err(back) => f = back,
+                                    Err(back) => back,
                                 }
-                            }
+                            } else {
+                                let mut f = Firing::new();
+                                f.push((0, value));
+                                f
+                            };
                             self.fire_firing(f, lin).await?;
                             continue;
                         }
@@ -272,7 +274,7 @@ impl Actor {
     /// One invocation through [`Executor::invoke_now`]: the firing's values are read in
     /// place (no input map, context or future). Hands the firing back, untouched, when
     /// the executor declines (then [`Actor::fire`] runs it the usual way).
-    fn try_now(&self, f: Firing) -> Result<Outputs, Firing> {
+    fn try_now(&self, f: impl IntoIterator<Item = (usize, Value)>) -> Result<Outputs, Firing> {
         let handles = &self.spec.handles;
         let mut edges = SmallVec::new();
         for (h, v) in f {
