@@ -440,6 +440,13 @@ fn a_wrong_token_gets_nothing() {
             .await;
         b.close().await;
     });
+    // The server says where the page is.
+    let said = format!("run viewer at {}/", server.url);
+    let started = std::time::Instant::now();
+    while !server.log().contains(&said) {
+        assert!(started.elapsed() < browser::PATIENCE, "{}", server.log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     // The page's files need no token (they hold no data); the API needs the right one.
     rt().block_on(async {
         let http = reqwest::Client::new();

@@ -120,6 +120,9 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
         owner.epoch,
         adopted.len()
     );
+    eprintln!(
+        "heddle serve: run viewer at {api_url}/ (it asks for the token; {api_url}/#token=TOKEN signs in without sending it to the server)"
+    );
 
     let why = tokio::select! {
         _ = sigint.recv() => "interrupted",
