@@ -332,7 +332,9 @@ pub(crate) struct Actor {
     /// Values an output node received (the run's outputs under its name).
     outputs: Vec<Value>,
     /// Next iteration token per minted root and parent key.
-    counters: HashMap<(RootIdx, Key), u32>,
+    /// (Ordered, not hashed: a fan-out looks it up once per item, nearly always under
+    /// one parent key, where one comparison beats hashing the key.)
+    counters: BTreeMap<(RootIdx, Key), u32>,
     /// Scope closes received so far for roots fed by several edges.
     close_counts: HashMap<(RootIdx, Lineage), u32>,
     /// Upstream edges per handle that have not yet ended.
@@ -387,7 +389,7 @@ impl Actor {
             ends: SmallVec::new(),
             last_result: None,
             outputs: Vec::new(),
-            counters: HashMap::new(),
+            counters: BTreeMap::new(),
             close_counts: HashMap::new(),
             open,
             ended_in: Vec::new(),
