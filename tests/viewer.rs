@@ -130,7 +130,10 @@ fn the_page_follows_a_running_fan_out_as_its_events_arrive() {
         b.click("g.node[data-node='fetch']").await;
         b.until("the invocations of fetch", async |b: &Browser| {
             b.text("#detail").await.is_some_and(|t| {
-                t.contains("fetch[each:item=2]") && t.contains("page gamma") && t.contains("wall")
+                t.contains("fetch[each:item=2]")
+                    && t.contains("page gamma")
+                    && t.contains("wall")
+                    && t.contains("\"timeout_s\": 600")
             })
         })
         .await;

@@ -330,6 +330,7 @@ export function showRun(main, id, ctx) {
     const s = model.nodeState(selected);
     const t = model.totals(selected);
     const occs = model.occurrencesOf(selected);
+    const props = node.properties || node.data || {};
     const kv = (k, v) => [h("span", { class: "k" }, k), h("span", {}, v)];
     fill(detail, 
       h("h2", {}, "Node"),
@@ -340,6 +341,8 @@ export function showRun(main, id, ctx) {
         kv("wall time", duration(t.wallMs)),
         kv("fuel", t.fuel == null ? "—" : number(t.fuel)),
         s.reason ? kv("skipped", s.reason) : null),
+      Object.keys(props).length ? h("div", { class: "mt", id: "node-properties" },
+        h("span", { class: "muted" }, "properties"), valueView(id, `${selected} properties`, props)) : null,
       h("div", { class: "mt" }, ...occs.slice(0, 50).map((o) => h("div", { class: "occ" },
         h("div", { class: "head" }, h("span", { class: "mono" }, occLabel(o)), badge(o.state)),
         o.metrics ? h("div", { class: "muted" }, metricsText(o.metrics)) : null,
