@@ -4,6 +4,7 @@
 //! shows what a test waits for. Without Chromium a test skips with a loud message,
 //! unless `HEDDLE_REQUIRE_BROWSER=1` or `CI=true`, where it fails.
 
+use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -52,7 +53,12 @@ pub fn driver() -> Option<Driver> {
         if browser_required() {
             panic!("{why}; HEDDLE_REQUIRE_BROWSER=1 or CI=true makes the browser tests required");
         }
-        eprintln!("\n*** SKIPPED: the web viewer's browser tests did not run: {why} ***\n");
+        // Written to stderr itself: the test harness captures `eprintln!` of a passing
+        // test, and a skip must be seen.
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n*** SKIPPED: the web viewer's browser tests did not run: {why} ***\n"
+        );
         return None;
     };
     let port = std::net::TcpListener::bind("127.0.0.1:0")
