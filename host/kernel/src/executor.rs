@@ -54,10 +54,17 @@ impl Outputs {
         self.0.iter().map(|(h, v)| (&**h, v))
     }
 
+    /// By handle, the last value of each (as a node's `completed` event shows it).
+    /// Walked from the end, so each handle is copied once however many values it has: a
+    /// foreach over n items has two handles, not 2n values to copy and overwrite.
     pub fn to_map(&self) -> BTreeMap<String, Value> {
-        self.iter()
-            .map(|(h, v)| (h.to_string(), v.clone()))
-            .collect()
+        let mut map = BTreeMap::new();
+        for (h, v) in self.0.iter().rev() {
+            if !map.contains_key(&**h) {
+                map.insert(String::from(&**h), v.clone());
+            }
+        }
+        map
     }
 }
 

@@ -188,3 +188,18 @@ async fn full_inboxes_delay_values_but_lose_and_reorder_none() {
         assert_eq!(r.nodes[p].invocations, n as u64, "{p}");
     }
 }
+
+#[test]
+fn outputs_as_a_map_keep_each_handles_last_value() {
+    let mut out = heddle_kernel::Outputs::new();
+    for i in 0..5 {
+        out.push("item", Value::Int(i));
+        out.push("index", Value::Int(10 + i));
+    }
+    out.push("other", Value::Null);
+    let map = out.to_map();
+    assert_eq!(map.len(), 3);
+    assert_eq!(map["item"], Value::Int(4));
+    assert_eq!(map["index"], Value::Int(14));
+    assert_eq!(map["other"], Value::Null);
+}
