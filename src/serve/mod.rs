@@ -8,11 +8,11 @@
 //! way carry no ending and are adopted by the next owner.
 
 mod api;
-mod escalations;
 mod feed;
 mod host;
 mod mask;
 mod settings;
+mod sse;
 mod token;
 mod viewer;
 

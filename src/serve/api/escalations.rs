@@ -12,7 +12,7 @@ use heddle_supervisor::interactive::{Answer, AnswerError};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::api::{Api, ApiError, parse};
+use super::state::{Api, ApiError, parse};
 
 pub fn routes() -> Router<Api> {
     Router::new()

@@ -1,40 +1,23 @@
-//! The HTTP API (JSON): runs created, listed, shown, cancelled and resumed, and each
-//! run's records as Server-Sent Events. Every request carries the bearer token; bodies
-//! are bounded. A refused request (401, 404, 409, 413, 422) changes nothing.
-
-use std::sync::Arc;
+//! The run routes: create, list, show, cancel, resume, the event stream, gates and
+//! stored artifacts.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use heddle_store::{StoreError, session};
+use heddle_store::session;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::host::{CreateError, CreateOptions, Host};
-use super::token::Token;
+use super::state::{Api, ApiError, body_error, chain, parse, status_of};
 use crate::cli::Supervise;
 use crate::durable;
+use crate::serve::host::{CreateError, CreateOptions};
 
-/// Largest request body taken (a graph document with its inputs).
-pub const MAX_BODY_BYTES: usize = 4 << 20;
-
-#[derive(Clone)]
-pub struct Api {
-    pub host: Arc<Host>,
-    token: Arc<Token>,
-}
-
-pub fn router(host: Arc<Host>, token: Token) -> Router {
-    let api = Api {
-        host,
-        token: Arc::new(token),
-    };
+pub fn routes() -> Router<Api> {
     Router::new()
         .route("/api/runs", get(list).post(create))
         .route("/api/runs/{id}", get(show))
@@ -43,119 +26,7 @@ pub fn router(host: Arc<Host>, token: Token) -> Router {
         .route("/api/runs/{id}/events", get(events))
         .route("/api/runs/{id}/gates/{gate}/approve", post(approve))
         .route("/api/runs/{id}/gates/{gate}/reject", post(reject))
-        .merge(super::escalations::routes())
         .route("/api/runs/{id}/artifacts/{sha256}", get(artifact))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(middleware::from_fn_with_state(
-            api.host.mask.clone(),
-            super::mask::responses,
-        ))
-        .layer(middleware::from_fn_with_state(api.clone(), authorize))
-        // Added after the token check: the page's files hold no data.
-        .merge(super::viewer::router())
-        .with_state(api)
-}
-
-/// A refusal: its status and a JSON body with `error` and whatever else explains it.
-pub struct ApiError {
-    status: StatusCode,
-    body: serde_json::Value,
-}
-
-impl ApiError {
-    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            body: json!({ "error": crate::exit::bounded(&message.into()) }),
-        }
-    }
-
-    /// Adds `key` to the refusal's body (what the client needs to correct itself).
-    pub fn with(mut self, key: &str, value: serde_json::Value) -> ApiError {
-        self.body[key] = value;
-        self
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.status, Json(self.body)).into_response()
-    }
-}
-
-/// An error and its causes on one line, as the command line prints them.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
-/// The status for a store refusal: a run that is not there (404) or not in a state
-/// for the request (409), a store this server no longer owns (503).
-fn status_of(e: &StoreError) -> StatusCode {
-    match e {
-        StoreError::UnknownRun(_) => StatusCode::NOT_FOUND,
-        StoreError::Owned { .. } | StoreError::LeaseLost { .. } => StatusCode::SERVICE_UNAVAILABLE,
-        StoreError::PackageChanged { .. } => StatusCode::CONFLICT,
-        e if e.is_bad_request() => StatusCode::CONFLICT,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> ApiError {
-        ApiError::new(status_of(&e), chain(&e))
-    }
-}
-
-impl From<anyhow::Error> for ApiError {
-    fn from(e: anyhow::Error) -> ApiError {
-        let locked = e.chain().any(|c| c.is::<heddle_store::lock::LockError>());
-        let status = match e.chain().find_map(|c| c.downcast_ref::<StoreError>()) {
-            Some(s) => status_of(s),
-            // A watchdog holds the run.
-            None if locked => StatusCode::CONFLICT,
-            None if crate::exit::classify(&e) == crate::exit::Exit::Invalid => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
-            None => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        ApiError::new(status, format!("{e:#}"))
-    }
-}
-
-pub fn body_error(r: BytesRejection) -> ApiError {
-    ApiError::new(r.status(), r.body_text())
-}
-
-/// Every route needs `Authorization: Bearer TOKEN`; anything else is 401 before the
-/// body is read.
-async fn authorize(State(api): State<Api>, req: Request, next: Next) -> Response {
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match presented {
-        Some(t) if api.token.matches(t.trim()) => next.run(req).await,
-        _ => {
-            let mut r = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "missing or wrong bearer token (Authorization: Bearer TOKEN; the token is in serve.token beside the run store)",
-            )
-            .into_response();
-            r.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
-            );
-            r
-        }
-    }
 }
 
 async fn list(State(api): State<Api>) -> Result<Json<serde_json::Value>, ApiError> {
@@ -238,18 +109,6 @@ struct CreateRequest {
     max_dispatches: Option<u64>,
     #[serde(default)]
     time_limit_ms: Option<u64>,
-}
-
-pub fn parse<T: serde::de::DeserializeOwned>(
-    body: Result<Bytes, BytesRejection>,
-) -> Result<T, ApiError> {
-    let body = body.map_err(body_error)?;
-    serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("request body: {e}"),
-        )
-    })
 }
 
 async fn create(
@@ -367,7 +226,7 @@ async fn events(
             }
         }
     };
-    Ok(super::feed::stream(api.host.clone(), id, from).await?)
+    Ok(crate::serve::sse::stream(api.host.clone(), id, from).await?)
 }
 
 #[derive(Default, Deserialize)]
