@@ -137,10 +137,6 @@ pub struct WatchdogArgs {
     /// Longest wait between replacements, in milliseconds (default 5000).
     #[arg(long, value_name = "MS", requires = "watchdog", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub backoff_max_ms: Option<u64>,
-    /// Run time limit in milliseconds: worker execution and restart backoff, frozen
-    /// while the run is paused (default: none).
-    #[arg(long, value_name = "MS", requires = "watchdog", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=2_592_000_000))]
-    pub run_time_limit_ms: Option<u64>,
     /// Pass the environment variable NAME to the worker (repeatable). The worker gets
     /// only PATH, HOME, TMPDIR, TMP, TEMP and these; their values are never stored.
     #[arg(long = "env", value_name = "NAME", requires = "watchdog")]
@@ -293,8 +289,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub max_dispatches: Option<u64>,
     /// Durable runs: execution time the run may use in all, in milliseconds; frozen
-    /// while paused or interrupted (overrides [store] time_limit_ms).
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    /// while paused or interrupted (overrides [store] time_limit_ms). Under --watchdog
+    /// the watchdog holds the run to it too, counting the backoff between workers.
+    #[arg(long, value_name = "MS", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=crate::config::MAX_TIME_LIMIT_MS))]
     pub time_limit_ms: Option<u64>,
     /// Wall-clock limit per node invocation in milliseconds, at least 1 (overrides [run]
     /// node_timeout_ms).

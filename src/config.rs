@@ -24,6 +24,11 @@ pub struct RunSection {
     pub node_timeout_ms: Option<u64>,
 }
 
+/// The longest run time limit taken (30 days), from `--time-limit-ms` or `[store]
+/// time_limit_ms`: beyond it a limit is a typo, and the watchdog's clock arithmetic stays
+/// far from overflow.
+pub const MAX_TIME_LIMIT_MS: u64 = 30 * 24 * 3600 * 1000;
+
 /// Range of a per-node timeout in milliseconds, from the flag or the file. Zero would
 /// cancel every invocation before it started, or not, depending on the scheduler's
 /// timing; the ceiling (30 days) catches a unit mistake.

@@ -229,10 +229,7 @@ fn bad_limits_are_refused_before_anything_starts() {
     for (args, flag) in [
         (&["--max-restarts", "0"][..], "--max-restarts"),
         (&["--backoff-initial-ms", "-5"], "--backoff-initial-ms"),
-        (
-            &["--run-time-limit-ms", "99999999999999"],
-            "--run-time-limit-ms",
-        ),
+        (&["--time-limit-ms", "99999999999999"], "--time-limit-ms"),
         (
             &["--backoff-initial-ms", "500", "--backoff-max-ms", "100"],
             "--backoff-max-ms",
@@ -457,15 +454,15 @@ fn sigkill_to_replacement_running_the_next_node() {
     );
 }
 
-/// The run time limit stops a live worker (`TIMEOUT`), and a resume with no time left
-/// starts no worker at all.
+/// The run's time limit (`--time-limit-ms`, the durable budget's) stops a live worker
+/// from outside (`TIMEOUT`), and a resume with no time left starts no worker at all.
 #[test]
 fn the_run_time_limit_stops_the_run_and_stays_spent_across_a_resume() {
     let env = StoreDir::with_graph(&slow_graph("subprocess", "exec sleep 60"));
     let o = env.heddle(&[
         "run",
         "--watchdog",
-        "--run-time-limit-ms",
+        "--time-limit-ms",
         "1500",
         "--json",
         "g.json",
@@ -493,16 +490,12 @@ fn the_run_time_limit_stops_the_run_and_stays_spent_across_a_resume() {
     expect(&o, INVALID);
     assert_eq!(env.status(&id)["lock"]["lock"], "free");
     // A resume keeps the recorded limits.
-    let o = env.heddle(&[
-        "runs",
-        "resume",
-        "--watchdog",
-        &id,
-        "--run-time-limit-ms",
-        "99999",
-    ]);
+    let o = env.heddle(&["runs", "resume", "--watchdog", &id, "--max-restarts", "9"]);
     expect(&o, INVALID);
-    assert!(stderr(&o).contains("--run-time-limit-ms"), "{}", text(&o));
+    assert!(stderr(&o).contains("--max-restarts"), "{}", text(&o));
+    // The one time limit has no second spelling left over from the watchdog.
+    let o = env.heddle(&["run", "--watchdog", "--run-time-limit-ms", "5", "g.json"]);
+    expect(&o, INVALID);
 }
 
 /// Ctrl-C to a watchdog asks its worker to pause the run (resumable, exit 4); the

@@ -19,7 +19,7 @@ use heddle_store::{
 };
 use serde::Deserialize;
 
-use crate::config::Config;
+use crate::config::{Config, MAX_TIME_LIMIT_MS};
 use crate::exit::Exit;
 use crate::providers::Env;
 
@@ -246,10 +246,18 @@ impl StoreSection {
                 "--max-dispatches and --time-limit-ms bound a durable run: add --durable (or [store] durable = true)"
             ));
         }
-        if self.time_limit_ms == Some(0) {
-            return Err(crate::usage!(
-                "[store] time_limit_ms = 0: a run needs at least 1 ms"
-            ));
+        match self.time_limit_ms {
+            Some(0) => {
+                return Err(crate::usage!(
+                    "[store] time_limit_ms = 0: a run needs at least 1 ms"
+                ));
+            }
+            Some(ms) if ms > MAX_TIME_LIMIT_MS => {
+                return Err(crate::usage!(
+                    "[store] time_limit_ms = {ms}: at most {MAX_TIME_LIMIT_MS} (30 days), as --time-limit-ms"
+                ));
+            }
+            _ => {}
         }
         Ok(Budget {
             max_dispatches: max_dispatches.or(self.max_dispatches),

@@ -35,7 +35,8 @@ pub struct Limits {
     /// Wait before the first replacement; doubles per restart up to `backoff_max_ms`.
     pub backoff_initial_ms: u64,
     pub backoff_max_ms: u64,
-    /// Worker execution plus backoff, frozen while the run is paused; `None`: no limit.
+    /// The run's time limit (its budget's `time_limit_ms`) on the watchdog's clock:
+    /// worker execution plus backoff, frozen while the run is paused; `None`: no limit.
     pub run_time_limit_ms: Option<u64>,
     pub output_limit_bytes: u64,
 }
@@ -63,7 +64,7 @@ impl Limits {
             backoff_max_ms: a
                 .backoff_max_ms
                 .unwrap_or(d.backoff_max_ms.max(a.backoff_initial_ms.unwrap_or(0))),
-            run_time_limit_ms: a.run_time_limit_ms,
+            run_time_limit_ms: None,
             output_limit_bytes: d.output_limit_bytes,
         };
         if l.backoff_max_ms < l.backoff_initial_ms {

@@ -54,8 +54,14 @@ pub fn start(
             ));
         }
     }
-    let limits = Limits::from_args(&args.watchdog)?;
     let budget = store.budget(true, args.max_dispatches, args.time_limit_ms)?;
+    // One time limit: the budget's, which every worker's session enforces on the run's
+    // recorded execution time, and the watchdog on its own clock (backoff included), so
+    // a worker that overruns it is stopped from outside.
+    let limits = Limits {
+        run_time_limit_ms: budget.time_limit_ms,
+        ..Limits::from_args(&args.watchdog)?
+    };
     let mut run = crate::durable::new_run(env, &args.graph, plan, opts, budget)?;
     run.limits["watchdog"] = serde_json::to_value(&limits)?;
     let header = store.open()?.create_run(&run)?;
@@ -91,7 +97,6 @@ pub fn resume(
         (wd.max_restarts.is_some(), "--max-restarts"),
         (wd.backoff_initial_ms.is_some(), "--backoff-initial-ms"),
         (wd.backoff_max_ms.is_some(), "--backoff-max-ms"),
-        (wd.run_time_limit_ms.is_some(), "--run-time-limit-ms"),
     ] {
         if given {
             return Err(crate::usage!(
