@@ -233,11 +233,12 @@ impl SqliteStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::{NewRun, RunStore as _};
 
-    fn store() -> (tempfile::TempDir, SqliteStore, String) {
+    /// A store in a fresh directory holding one empty run (shared with `spill`'s tests).
+    pub(crate) fn store() -> (tempfile::TempDir, SqliteStore, String) {
         let dir = tempfile::tempdir().unwrap();
         let s = SqliteStore::open(&dir.path().join("runs.db")).unwrap();
         let h = s

@@ -300,7 +300,6 @@ impl Spiller {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{NewRun, SqliteStore};
     use heddle_core::{InvocationMetrics, Occurrence};
 
     fn completed(outputs: Vec<(String, Value)>) -> Record {
@@ -314,20 +313,7 @@ mod tests {
 
     #[test]
     fn large_values_and_lookalikes_leave_the_record_and_come_back_verified() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("runs.db")).unwrap();
-        let run = store
-            .create_run(&NewRun {
-                graph_name: "g".into(),
-                graph_bytes: b"{}".to_vec(),
-                plan: serde_json::json!({}),
-                inputs: Default::default(),
-                secrets: vec![],
-                packages: Default::default(),
-                limits: serde_json::json!({}),
-            })
-            .unwrap()
-            .run_id;
+        let (_dir, store, run) = crate::artifacts::tests::store();
         let settings = Spill {
             inline_bytes: 100,
             policy: ArtifactPolicy::default(),
