@@ -302,13 +302,12 @@ pub(crate) fn existing(section: &StoreSection, run: &str) -> anyhow::Result<Arc<
     })
 }
 
-/// Every run with its state, folded from its log.
+/// Every run with its state, folded from its lifecycle records.
 pub(crate) fn list_states(store: &dyn RunStore) -> Result<Vec<(RunSummary, RunState)>, StoreError> {
     let mut rows = Vec::new();
     for s in store.list()? {
-        let read = store.read(&s.run_id, 0)?;
-        let view = RunView::fold(&read.records, heddle_store::status::pid_alive);
-        rows.push((s, view.state));
+        let state = heddle_store::status::state_of(store, &s.run_id)?;
+        rows.push((s, state));
     }
     Ok(rows)
 }

@@ -136,6 +136,12 @@ pub trait RunStore: Send + Sync {
     /// Large values are references ([`spill`]); [`spill::resolve`] reads them back.
     fn read(&self, run_id: &str, from: u64) -> Result<LogRead, StoreError>;
 
+    /// The records that decide a run's state (opened, paused, resumed, finished:
+    /// [`status::LIFECYCLE`]), in order, each checksum verified, a torn last record left
+    /// out as [`RunStore::read`] leaves it out. What a listing folds: listing many long
+    /// runs then reads a few records per run, not every invocation's.
+    fn read_lifecycle(&self, run_id: &str) -> Result<Vec<Stored>, StoreError>;
+
     /// Stores `bytes` as an artifact of `run_id` under `policy` (once per content) and,
     /// with `name`, points that name at them.
     fn put_artifact(

@@ -320,6 +320,17 @@ impl RunView {
     }
 }
 
+/// The kinds of record a run's state is folded from (see [`RunView::fold`]): the
+/// others describe work, never whether the run is running, paused or over.
+pub const LIFECYCLE: [&str; 4] = ["opened", "paused", "resumed", "finished"];
+
+/// A run's state from its lifecycle records alone ([`crate::RunStore::read_lifecycle`]),
+/// the owner's liveness judged by [`pid_alive`]: the same state a fold of the whole log
+/// gives.
+pub fn state_of(store: &dyn crate::RunStore, run_id: &str) -> Result<RunState, crate::StoreError> {
+    Ok(RunView::fold(&store.read_lifecycle(run_id)?, pid_alive).state)
+}
+
 /// Whether process `pid` is alive (Linux: a `/proc` entry that is not a zombie). Only
 /// for display: ownership is decided by the epoch, never by a process id.
 pub fn pid_alive(pid: u32) -> bool {

@@ -406,3 +406,87 @@ fn the_journal_applies_the_crash_table_from_the_log() {
     let j = heddle_store::DurableJournal::new(log, &records, &|o| o.node == "unsafe");
     assert_eq!(j.prior(&occ("unsafe")), Prior::Redo { started: 1 });
 }
+
+/// A listing folds only the lifecycle records, and gets the state a fold of the whole log
+/// gives at every stage: running or interrupted, paused, resumed, finished; a torn last
+/// lifecycle record is left out as `read` leaves it out, and a corrupt one before the end
+/// is refused.
+#[test]
+fn the_lifecycle_records_give_the_state_the_whole_log_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let whole = |store: &SqliteStore| {
+        RunView::fold(
+            &store.read(&id, 0).unwrap().records,
+            heddle_store::status::pid_alive,
+        )
+        .state
+    };
+    let listed = |store: &SqliteStore| heddle_store::status::state_of(store, &id).unwrap();
+    let mut seq = 0;
+    let mut append = |recs: &[Record]| {
+        store.append(&id, epoch, seq, recs, true).unwrap();
+        seq += recs.len() as u64;
+    };
+    let opened = |pid| Record::Opened {
+        epoch,
+        reason: OpenReason::Start,
+        pid,
+    };
+    // This process owns it: running. Work records in between change nothing.
+    append(&[opened(std::process::id()), dispatched("a"), dispatched("b")]);
+    assert_eq!(listed(&store), RunState::Running);
+    assert_eq!(listed(&store), whole(&store));
+    let b = Occurrence::new("b", "", 0);
+    append(&[
+        Record::Started {
+            occurrence: b.clone(),
+        },
+        Record::Paused {
+            pause: heddle_core::PauseReason::Reconcile { occurrence: b },
+        },
+    ]);
+    assert_eq!(listed(&store), RunState::Paused);
+    assert_eq!(listed(&store), whole(&store));
+    // Resumed by an owner that is gone: interrupted.
+    append(&[
+        Record::Resumed { pause: 4 },
+        opened(u32::MAX),
+        dispatched("c"),
+    ]);
+    assert_eq!(listed(&store), RunState::Interrupted);
+    assert_eq!(listed(&store), whole(&store));
+    append(&[Record::Finished {
+        status: RunStatus::Completed,
+        error: None,
+    }]);
+    assert_eq!(listed(&store), RunState::Completed);
+    assert_eq!(listed(&store), whole(&store));
+    let lifecycle = store.read_lifecycle(&id).unwrap();
+    assert_eq!(lifecycle.len(), 5, "{lifecycle:?}");
+
+    // The ending torn (the crash came while writing it): absent, as in a full read.
+    let last = seq - 1;
+    let cut = |seq: u64| {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute(
+            "UPDATE events SET body = substr(body, 1, 10) WHERE run_id = ?1 AND seq = ?2",
+            rusqlite::params![id, seq as i64],
+        )
+        .unwrap();
+    };
+    cut(last);
+    assert_eq!(store.read(&id, 0).unwrap().torn_tail, Some(last));
+    assert_eq!(listed(&store), RunState::Interrupted);
+    assert_eq!(listed(&store), whole(&store));
+    // A lifecycle record corrupt before the end is refused, as the full read refuses it.
+    cut(4);
+    assert!(matches!(
+        store.read_lifecycle(&id),
+        Err(StoreError::Corrupt { seq: 4, .. })
+    ));
+    assert!(store.read(&id, 0).is_err());
+}
