@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
-use heddle_core::{EventKind, InvocationMetrics, Occurrence, Record, SuspendInfo, Value};
+use heddle_core::{EventKind, InvocationMetrics, Occurrence, Record};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -17,7 +17,7 @@ use crate::executor::{
     BoxFuture, Call, CtxParts, Emitted, ErrorKind, InputStream, Inputs, NodeCtx, NodeError,
     Outputs, StreamItem,
 };
-use crate::journal::{Journal, Prior, RECONCILE_REASON, SealError, Step};
+use crate::journal::Journal;
 use crate::runtime::lineage::Lineage;
 use crate::runtime::poll_once;
 use crate::runtime::sched::Firing;
@@ -130,227 +130,10 @@ impl Actor {
         }
     }
 
-    /// Whether a durable run recomputes this node's invocations on recovery instead of
-    /// journaling them: the kernel's own retry-safe built-ins (constant, foreach, collect,
-    /// pass-through, gate) are deterministic functions of their inputs, rebuilt from the
-    /// results recorded upstream for less than recording them would cost, and they
-    /// report no usage. Under a supervisor they are journaled like any node, so a
-    /// verdict about one is never asked again.
-    fn recomputed(&self) -> bool {
-        self.native && self.spec.decl.retry_safe && self.shared.escalator.is_none()
-    }
-
-    /// [`Actor::invoke`] of a durable run: what an earlier process recorded for this
-    /// occurrence is not run again, and every attempt is written ahead.
-    async fn invoke_journaled(
-        &mut self,
-        journal: Arc<dyn Journal>,
-        inv: Invocation<'_>,
-        mint: &mut MintedTokens,
-    ) -> Result<Settled, Stop> {
-        let occ = self.occurrence(&inv.key);
-        let (fresh, begun) = match journal.prior(&occ) {
-            Prior::Fresh => (true, 0),
-            Prior::Redo { started } => (false, started),
-            Prior::Completed {
-                outputs,
-                emitted,
-                metrics,
-            } => {
-                self.invocations += 1;
-                if !self.native {
-                    self.metrics.accumulate(&metrics);
-                }
-                *mint = MintedTokens::default();
-                for (handle, value) in emitted {
-                    self.route_emitted(Emitted { handle, value }, inv.lineage, mint)
-                        .await?;
-                }
-                return Ok(Settled::Produced(outputs));
-            }
-            Prior::Failed { error } => return Err(Stop::Failed(error)),
-            Prior::Skipped { error } => {
-                self.sup_skips += 1;
-                return Ok(Settled::Skipped { error });
-            }
-            Prior::EndedStream { error } => return Ok(Settled::Ended { error }),
-            Prior::Uncertain => {
-                return Err(Stop::Suspended(SuspendInfo {
-                    node_id: self.spec.id.to_string(),
-                    reason: RECONCILE_REASON.to_string(),
-                    // An occurrence is three plain fields; it always serializes.
-                    state: Value::from_json(
-                        serde_json::to_value(&occ).expect("occurrence serializes"),
-                    ),
-                }));
-            }
-        };
-        if fresh && let Err(e) = journal.admit(&occ) {
-            return Err(Stop::Abort(format!(
-                "node \"{}\" (type {}) at {occ}: {e}",
-                self.spec.id, self.spec.node_type
-            )));
-        }
-        if self.spec.decl.retry_safe {
-            journal.passed(Step::Dispatch, &occ);
-        } else if fresh {
-            journal.append(Record::Dispatched {
-                occurrence: occ.clone(),
-                retry_safe: false,
-            });
-        }
-        let settled = self
-            .attempts(inv, mint, Some((&*journal, &occ, begun)))
-            .await;
-        self.emitted = None;
-        let supervised = self.shared.escalator.is_some();
-        let record = match &settled {
-            Err(Stop::Failed(error)) => Record::Failed {
-                occurrence: occ,
-                error: error.clone(),
-                metrics: InvocationMetrics::default(),
-            },
-            Ok(Settled::Skipped { error }) | Ok(Settled::Ended { error }) => {
-                let verdict = if matches!(settled, Ok(Settled::Skipped { .. })) {
-                    "skip"
-                } else {
-                    "end_stream"
-                };
-                Record::Verdict {
-                    occurrence: occ,
-                    verdict: serde_json::json!({ "verdict": verdict, "error": error }),
-                    decided_by: "supervisor".into(),
-                }
-            }
-            // A retry-safe invocation records no dispatch while it runs; one that suspends
-            // the run (a gate, a node waiting for a person) is recorded now, so the pause
-            // names an occurrence that its answer and the resume can find.
-            Err(Stop::Suspended(_)) if fresh && self.spec.decl.retry_safe => Record::Dispatched {
-                occurrence: occ,
-                retry_safe: true,
-            },
-            _ => return settled,
-        };
-        // A supervisor's decision is on disk before it is carried out, so recovery
-        // carries it out again instead of asking again (a fail verdict is the failure).
-        if supervised {
-            self.record_decision(journal.as_ref(), record).await?;
-        } else {
-            journal.append(record);
-        }
-        settled
-    }
-
-    /// Writes a supervisor's decision (verdict, substitute result, failure) and waits
-    /// until it is on disk.
-    async fn record_decision(&self, journal: &dyn Journal, record: Record) -> Result<(), Stop> {
-        journal
-            .append_synced(record)
-            .await
-            .map_err(|e| self.journal_stop(e))
-    }
-
-    /// This invocation's occurrence: node id, lineage key and how many invocations at
-    /// that key came before it.
-    fn occurrence(&mut self, key: &Arc<str>) -> Occurrence {
-        let n = self.occurrences.entry(key.clone()).or_insert(0);
-        let occ = Occurrence::new(&*self.spec.id, &**key, *n);
-        *n += 1;
-        occ
-    }
-
-    /// Records the start of an attempt: on disk before node code runs when the node is
-    /// not retry-safe (its one synced write before it starts). A retry-safe start never
-    /// changes a recovery decision; it is group-committed only for executors that can
-    /// spend outside the process ([`crate::Executor::spends_outside`]), so an attempt that died
-    /// before its result shows as usage unknown rather than zero. Native built-ins and
-    /// sandboxed nodes spend nothing there and record no start.
-    async fn record_start(&self, journal: &dyn Journal, occ: &Occurrence) -> Result<(), Stop> {
-        if self.spec.decl.retry_safe && (self.native || !self.spec.exec.spends_outside()) {
-            journal.passed(Step::Start, occ);
-            return Ok(());
-        }
-        let record = Record::Started {
-            occurrence: occ.clone(),
-        };
-        if self.spec.decl.retry_safe {
-            journal.append(record);
-            return Ok(());
-        }
-        journal
-            .append_synced(record)
-            .await
-            .map_err(|e| self.journal_stop(e))
-    }
-
-    /// Records an attempt's outputs. A node that is not retry-safe waits for the record
-    /// to be on disk before its outputs go downstream: a lost result would make recovery
-    /// pause on work that did complete.
-    async fn record_result(
-        &mut self,
-        journal: &dyn Journal,
-        occ: &Occurrence,
-        out: &Outputs,
-        metrics: InvocationMetrics,
-    ) -> Result<(), Stop> {
-        let record = self.result_record(occ, out, metrics);
-        let record = self.sealed(journal, record)?;
-        if self.spec.decl.retry_safe {
-            journal.append(record);
-            return Ok(());
-        }
-        journal
-            .append_synced(record)
-            .await
-            .map_err(|e| self.journal_stop(e))
-    }
-
-    fn result_record(
-        &mut self,
-        occ: &Occurrence,
-        out: &Outputs,
-        metrics: InvocationMetrics,
-    ) -> Record {
-        Record::Completed {
-            occurrence: occ.clone(),
-            outputs: out
-                .iter()
-                .map(|(h, v)| (h.to_string(), v.clone()))
-                .collect(),
-            emitted: self
-                .emitted
-                .take()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(h, v)| (h.to_string(), v))
-                .collect(),
-            metrics,
-        }
-    }
-
-    /// A result record as the journal will append it ([`Journal::seal`]); a refused
-    /// one fails the invocation, so its values go nowhere.
-    fn sealed(&self, journal: &dyn Journal, record: Record) -> Result<Record, Stop> {
-        journal.seal(record).map_err(|e| match e {
-            SealError::Refused(e) => Stop::Failed(format!(
-                "node \"{}\" (type {}): its result was not recorded: {e}",
-                self.spec.id, self.spec.node_type
-            )),
-            SealError::Journal(e) => self.journal_stop(e),
-        })
-    }
-
-    fn journal_stop(&self, e: crate::journal::JournalError) -> Stop {
-        Stop::Abort(format!(
-            "node \"{}\" (type {}): {e}; the run stops so nothing runs unrecorded",
-            self.spec.id, self.spec.node_type
-        ))
-    }
-
     /// The attempt loop of one invocation; `journal` records each attempt's start,
     /// result and the supervisor's retries, and says how many attempts an earlier process
     /// began (numbering continues from there).
-    async fn attempts(
+    pub(super) async fn attempts(
         &mut self,
         mut inv: Invocation<'_>,
         mint: &mut MintedTokens,

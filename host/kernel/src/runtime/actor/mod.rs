@@ -13,6 +13,7 @@ mod controlled;
 mod finish;
 mod input;
 mod invoke;
+mod journaled;
 mod promise;
 mod recovery;
 mod routing;
