@@ -34,23 +34,36 @@ struct Waits {
 pub(crate) struct Deadline {
     hard: Option<Instant>,
     default: Option<(Instant, Duration)>,
-    waits: Arc<Mutex<Waits>>,
+    waits: WaitClock,
 }
+
+/// The record of a guest's waits for the graph, shared by the copies of one deadline (the
+/// race outside the store, the host calls inside it). A store keeps one and lends it to
+/// each invocation in turn, so a warm call allocates nothing for it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct WaitClock(Arc<Mutex<Waits>>);
 
 impl Deadline {
     /// `default` applies from now; `None` or zero means no default.
     pub fn new(hard: Option<Instant>, default: Option<Duration>) -> Self {
+        Self::on(hard, default, &WaitClock::default())
+    }
+
+    /// Like [`Deadline::new`], counting waits on `clock`, which starts again from zero:
+    /// a store runs one invocation at a time, so nothing of an earlier wait is counted.
+    pub fn on(hard: Option<Instant>, default: Option<Duration>, clock: &WaitClock) -> Self {
+        *clock.0.lock().unwrap_or_else(|e| e.into_inner()) = Waits::default();
         Deadline {
             hard,
             default: default
                 .filter(|d| !d.is_zero())
                 .map(|d| (Instant::now(), d)),
-            waits: Default::default(),
+            waits: clock.clone(),
         }
     }
 
     fn waits(&self) -> std::sync::MutexGuard<'_, Waits> {
-        self.waits.lock().unwrap_or_else(|e| e.into_inner())
+        self.waits.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn default_at(&self, now: Instant) -> Option<Instant> {

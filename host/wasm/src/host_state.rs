@@ -18,7 +18,7 @@ use crate::bindings::{WitLogLevel, WitValue};
 use crate::boundary::{Via, check_output, label, output_type};
 use crate::budget::{self, HostBudget};
 use crate::config::SecretsConfig;
-use crate::deadline::{Deadline, Interrupt, until};
+use crate::deadline::{Deadline, Interrupt, WaitClock, until};
 use crate::error::PackageError;
 use crate::grants::NodeGrant;
 use crate::quota::WriteQuota;
@@ -242,6 +242,8 @@ pub(crate) struct State {
     pub interrupt: Option<Interrupt>,
     /// Deadline of a call made outside any invocation (`describe` at load).
     pub describe_deadline: Option<Deadline>,
+    /// Lent to the deadline of each invocation in turn (see [`WaitClock`]).
+    pub waits: WaitClock,
     pub budget: HostBudget,
     /// The grant's write quota, when it has one (charged by `quota`'s functions).
     pub quota: Option<Arc<WriteQuota>>,
@@ -288,6 +290,7 @@ impl State {
             inv: None,
             interrupt: None,
             describe_deadline: None,
+            waits: WaitClock::default(),
             budget: HostBudget::default(),
             quota: grant.files_write_quota.map(WriteQuota::new),
         })
