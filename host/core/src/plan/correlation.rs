@@ -393,8 +393,8 @@ impl Analysis<'_> {
 
         NodeScope {
             invocation_scope,
-            inputs,
-            outputs,
+            inputs: inputs.into(),
+            outputs: outputs.into(),
             repeating_driver,
         }
     }

@@ -24,6 +24,7 @@
 //! external inputs and the binding of values to them, `digraph` the cycle and order
 //! algorithms, and [`bypass`] and [`correlation`] the two analyses the pass runs.
 
+pub mod by_name;
 pub mod bypass;
 mod checks;
 pub mod correlation;
@@ -35,6 +36,7 @@ pub mod issues;
 pub mod model;
 mod planner;
 
+pub use by_name::ByName;
 pub use declared::{Crossing, EdgeRule, NodeContract};
 pub use inputs::{BoundInputs, InputError, InputErrors};
 pub use issues::{Issue, IssueKind, ValidationError};

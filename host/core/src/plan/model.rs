@@ -4,6 +4,8 @@
 //! Plain data only; [`super::planner`] builds it and the kernel reads it.
 
 use std::collections::BTreeMap;
+
+use super::by_name::ByName;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -132,9 +134,9 @@ pub struct NodeScope {
     /// longest common prefix for a join node; empty for a source).
     pub invocation_scope: Vec<RootIdx>,
     /// Connected data input handles, by name.
-    pub inputs: BTreeMap<Arc<str>, HandleScope>,
+    pub inputs: ByName<HandleScope>,
     /// Declared outputs, by name.
-    pub outputs: BTreeMap<Arc<str>, OutputScope>,
+    pub outputs: ByName<OutputScope>,
     /// The input handle that repeats per key and makes the node fire once per envelope.
     pub repeating_driver: Option<Arc<str>>,
 }

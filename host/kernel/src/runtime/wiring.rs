@@ -46,7 +46,7 @@ impl Run {
             plan.correlation
                 .nodes
                 .get(node)
-                .and_then(|s| s.inputs.keys().position(|k| &**k == h))
+                .and_then(|s| s.inputs.position(h))
                 .map(|p| p as u16)
         };
         let mut root_contrib: HashMap<u32, u32> = HashMap::new();
@@ -206,7 +206,7 @@ impl Run {
         let driver = scope
             .repeating_driver
             .as_ref()
-            .and_then(|d| scope.inputs.keys().position(|k| k == d));
+            .and_then(|d| scope.inputs.position(d));
         ActorSpec {
             id: node.id.clone(),
             node_type: node.node_type.clone(),
