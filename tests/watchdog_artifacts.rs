@@ -156,8 +156,10 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
     let (child, rx) = env.spawn(&["run", "--watchdog", "--json", "g.json"]);
     let id = wait_line(&rx, run_id_in);
     let worker = wait_line(&rx, worker_pid_in);
+    // Its start is written ahead of its code: wait for the code itself (the mark), or
+    // the kill can land before it ran and the resumed attempt would be the first.
     wait_for("slow to start", || {
-        !bodies(&env, "started", "slow").is_empty()
+        !bodies(&env, "started", "slow").is_empty() && mark.exists()
     });
     sigkill(worker);
     let o = child.wait_with_output().unwrap();
