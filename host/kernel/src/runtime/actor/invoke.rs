@@ -265,7 +265,7 @@ impl Actor {
                             if let Some((j, occ)) = journal {
                                 let record = self.result_record(occ, &out, ctx.metrics());
                                 let record = self.sealed(j, record)?;
-                                Box::pin(self.record_decision(j, record)).await?;
+                                Box::pin(self.append_synced(j, record)).await?;
                             }
                             return Ok(Settled::Produced(out));
                         }
@@ -277,7 +277,7 @@ impl Actor {
                                     verdict: serde_json::json!({ "verdict": "retry" }),
                                     decided_by: "supervisor".into(),
                                 };
-                                Box::pin(self.record_decision(j, record)).await?;
+                                Box::pin(self.append_synced(j, record)).await?;
                             }
                             attempt += 1
                         }

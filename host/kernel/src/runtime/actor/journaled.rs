@@ -119,16 +119,16 @@ impl Actor {
         // A supervisor's decision is on disk before it is carried out, so recovery
         // carries it out again instead of asking again (a fail verdict is the failure).
         if supervised {
-            self.record_decision(journal.as_ref(), record).await?;
+            self.append_synced(journal.as_ref(), record).await?;
         } else {
             journal.append(record);
         }
         settled
     }
 
-    /// Writes a supervisor's decision (verdict, substitute result, failure) and waits
-    /// until it is on disk.
-    pub(super) async fn record_decision(
+    /// Writes `record` (a supervisor's decision, or a result or start that must not be
+    /// lost) and waits until it is on disk; a store failure stops the node.
+    pub(super) async fn append_synced(
         &self,
         journal: &dyn Journal,
         record: Record,
@@ -166,14 +166,17 @@ impl Actor {
         let record = Record::Started {
             occurrence: occ.clone(),
         };
+        self.append_by_safety(journal, record).await
+    }
+
+    /// Appends `record`, group-committed for a retry-safe node; a node that is not
+    /// retry-safe waits until it is on disk.
+    async fn append_by_safety(&self, journal: &dyn Journal, record: Record) -> Result<(), Stop> {
         if self.spec.decl.retry_safe {
             journal.append(record);
             return Ok(());
         }
-        journal
-            .append_synced(record)
-            .await
-            .map_err(|e| self.journal_stop(e))
+        self.append_synced(journal, record).await
     }
 
     /// Records an attempt's outputs. A node that is not retry-safe waits for the record
@@ -188,14 +191,7 @@ impl Actor {
     ) -> Result<(), Stop> {
         let record = self.result_record(occ, out, metrics);
         let record = self.sealed(journal, record)?;
-        if self.spec.decl.retry_safe {
-            journal.append(record);
-            return Ok(());
-        }
-        journal
-            .append_synced(record)
-            .await
-            .map_err(|e| self.journal_stop(e))
+        self.append_by_safety(journal, record).await
     }
 
     pub(super) fn result_record(
