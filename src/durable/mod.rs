@@ -246,22 +246,22 @@ impl StoreSection {
                 "--max-dispatches and --time-limit-ms bound a durable run: add --durable (or [store] durable = true)"
             ));
         }
-        match self.time_limit_ms {
-            Some(0) => {
-                return Err(crate::usage!(
-                    "[store] time_limit_ms = 0: a run needs at least 1 ms"
-                ));
-            }
-            Some(ms) if ms > MAX_TIME_LIMIT_MS => {
-                return Err(crate::usage!(
-                    "[store] time_limit_ms = {ms}: at most {MAX_TIME_LIMIT_MS} (30 days), as --time-limit-ms"
-                ));
-            }
-            _ => {}
+        // One range however the limit is given (the flag is also bounded by clap, the
+        // server's API passes a request's value here).
+        let (limit, source) = match time_limit_ms {
+            Some(ms) => (Some(ms), "time_limit_ms"),
+            None => (self.time_limit_ms, "[store] time_limit_ms"),
+        };
+        if let Some(ms) = limit
+            && !(1..=MAX_TIME_LIMIT_MS).contains(&ms)
+        {
+            return Err(crate::usage!(
+                "{source} = {ms}: a run's time limit is 1 to {MAX_TIME_LIMIT_MS} ms (30 days)"
+            ));
         }
         Ok(Budget {
             max_dispatches: max_dispatches.or(self.max_dispatches),
-            time_limit_ms: time_limit_ms.or(self.time_limit_ms),
+            time_limit_ms: limit,
         })
     }
 }

@@ -191,14 +191,6 @@ impl Host {
             node_timeout: self.env.config.run.node_timeout(),
             ..RunOptions::default()
         };
-        if let Some(ms) = options.time_limit_ms
-            && !(1..=crate::config::MAX_TIME_LIMIT_MS).contains(&ms)
-        {
-            return Err(CreateError::Budget(format!(
-                "time_limit_ms = {ms}: a run's time limit is 1 to {} ms (30 days)",
-                crate::config::MAX_TIME_LIMIT_MS
-            )));
-        }
         let budget = self
             .section
             .budget(true, options.max_dispatches, options.time_limit_ms)
