@@ -252,6 +252,70 @@ fn uncertain_work_is_offered_again_from_the_page() {
     );
 }
 
+/// The page's model against real summaries of one run: a summary made from fewer records
+/// than the page applied (one read while the stream ran on, answered after it delivered
+/// the ending) must not put the ended run back to an older state. Taken as is, the page
+/// of a resumed run stayed "running" for good once its stream had ended.
+#[test]
+fn a_summary_older_than_the_records_read_does_not_undo_the_ending() {
+    let Some(driver) = driver() else { return };
+    let dir = StoreDir::new();
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let id = api.create(GATE).await;
+        let mut paused = api.show(&id).await;
+        while paused["state"] != "paused" {
+            let _ = api.events(&id, None).await;
+            paused = api.show(&id).await;
+        }
+        let (status, body) = api
+            .call(
+                "POST",
+                &format!("/api/runs/{id}/gates/approve_release/approve"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 202, "{body:#}");
+        let (ended, _) = api.drive_to_end(&id).await;
+        assert_eq!(ended["state"], "completed", "{ended:#}");
+        let records: Vec<Value> = api
+            .events(&id, None)
+            .await
+            .into_iter()
+            .map(|(_, _, r)| r)
+            .collect();
+        assert_eq!(ended["records"], records.len(), "{ended:#}");
+
+        let b = Browser::open(&driver).await;
+        b.goto(&format!("{}/", server.url)).await;
+        let script = r#"
+            const [paused, ended, records, done] = arguments;
+            import("/viewer/state.js").then((m) => {
+                const model = new m.RunModel(paused);
+                for (const r of records) model.apply(r);
+                const stale = model.summary(paused);
+                const afterStale = model.state;
+                const fresh = model.summary(ended);
+                done([stale, afterStale, fresh, model.state]);
+            }, (e) => done(String(e)));"#;
+        let got = b
+            .client()
+            .execute_async(
+                script,
+                vec![paused.clone(), ended.clone(), Value::Array(records)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            got.json(),
+            &json!([false, "completed", true, "completed"]),
+            "paused summary:\n{paused:#}"
+        );
+        b.close().await;
+    });
+}
+
 /// CHAIN with every node at `positions[i]` (editor coordinates).
 fn chain_at(positions: &[(i64, i64)]) -> String {
     let mut g: Value = serde_json::from_str(support::store::CHAIN).unwrap();

@@ -425,6 +425,7 @@ impl Host {
             },
         );
         let host = self.clone();
+        let kernel_of_this = kernel.clone();
         let task = async move {
             let run_id = session.run_id.clone();
             let session = Arc::new(session);
@@ -447,8 +448,19 @@ impl Host {
                 }
                 ended.push_back((run_id.clone(), d));
             }
-            // After the desk is kept: an answer finds one or the other.
-            host.active().remove(&run_id);
+            // After the desk is kept: an answer finds one or the other. Only this
+            // worker's entry: a resume may have started the next worker of the run
+            // (which replaced it) while this one was still closing its log, and removing
+            // that one would leave its run without feed, desk or cancel.
+            {
+                let mut active = host.active();
+                if active
+                    .get(&run_id)
+                    .is_some_and(|a| Arc::ptr_eq(&a.kernel, &kernel_of_this))
+                {
+                    active.remove(&run_id);
+                }
+            }
             done.cancel();
         };
         self.tasks.spawn_on(task, &self.runs);

@@ -3,7 +3,7 @@
 // interventions. Records arrive on the event stream; when the server stops driving the
 // run (paused, ended, not adopted) the stream ends and the page re-reads the run.
 import { call, stream, artifact, ApiError } from "./api.js";
-import { RunModel, occLabel, pauseOf } from "./state.js";
+import { RunModel, occLabel } from "./state.js";
 import { draw } from "./graph.js";
 
 /** Builds an element: h("div", {class: "x"}, child, "text", …). */
@@ -390,8 +390,7 @@ export function showRun(main, id, ctx) {
   async function reload() {
     try {
       const run = await call(`/api/runs/${encodeURIComponent(id)}`);
-      Object.assign(model, { state: run.state, pause: pauseOf(run.pause), error: run.error || null });
-      render();
+      if (model.summary(run)) render();
     } catch (e) { fail(e); }
     if (wake) wake();
   }

@@ -133,6 +133,22 @@ export class RunModel {
     return TERMINAL.has(this.state);
   }
 
+  /**
+   * Takes the server's summary of the run (`GET /api/runs/ID`: state, pause, error)
+   * unless it was made from fewer records than the page has applied. The summary is
+   * read while the stream runs on, so it can answer after the stream delivered the
+   * run's ending; taken as is, it put an ended run back to "running" for good (the
+   * stream had ended, so nothing corrected it). Returns whether it was taken.
+   */
+  summary(run) {
+    // `records` counts the records it was made from (sequence numbers 0..records-1).
+    if (typeof run.records === "number" && run.records - 1 < this.lastSeq) return false;
+    this.state = run.state;
+    this.pause = pauseOf(run.pause);
+    this.error = run.error || null;
+    return true;
+  }
+
   /** The gate the run waits at, with its title and prompt, or null. */
   waitingGate() {
     const why = this.pause && this.pause.reason;
