@@ -346,8 +346,12 @@ fn a_known_secret_never_leaves_the_server() {
     let env = StoreDir::new();
     let server = env.serve_with(INTERACTIVE, &[("HEDDLE_SECRET_UPSTREAM_TOKEN", SECRET)]);
     let api = Api::of(&server);
-    // The secret reaches a node as an input value; parsing it fails.
-    let doc = PARSE_ONE.replace("SECRET", SECRET);
+    // A failure quoting the secret (assembled at run time, so no value along an edge
+    // holds it) escalates; everything the API sends masks it.
+    let doc = QUOTE_AND_FAIL.replace("CODE", &serde_json::to_string(QUOTE).unwrap());
+    // The secret reaches a node as an input value: a value holding a known secret is
+    // never recorded, so its node fails (KNOWN_SECRET) and nothing downstream runs.
+    let along_an_edge = PARSE_ONE.replace("SECRET", SECRET);
     rt().block_on(async {
         let id = api.create(&doc).await;
         let list = pending(&api, &id).await;
@@ -355,26 +359,49 @@ fn a_known_secret_never_leaves_the_server() {
         assert!(!text.contains(SECRET), "secret in the escalation:\n{text}");
         assert!(text.contains("«redacted»"), "{text}");
         let eid = list[0]["id"].as_str().unwrap();
-        let (status, body) = answer(&api, &id, eid, json!({"verdict": "skip"})).await;
+        let (status, body) = answer(
+            &api,
+            &id,
+            eid,
+            json!({"verdict": "fail", "note": "checked"}),
+        )
+        .await;
         assert_eq!(status, 200, "{body:#}");
-        let show = ended(&api, &id).await;
-        let stream = stream_text(&api, &id).await;
-        // The input node's record holds the value: the stream must mask it.
-        assert!(stream.contains("event: completed"), "{stream}");
-        assert!(
-            !stream.contains(SECRET),
-            "secret in the event stream:\n{stream}"
-        );
-        assert!(stream.contains("«redacted»"), "{stream}");
-        let show_text = show.to_string();
-        assert!(
-            !show_text.contains(SECRET),
-            "secret in the run:\n{show_text}"
-        );
+
+        let refused = api.create(&along_an_edge).await;
+        let show = ended(&api, &refused).await;
+        assert_eq!(show["state"], "failed", "{show:#}");
+        assert!(show.to_string().contains("KNOWN_SECRET"), "{show:#}");
+
+        for id in [&id, &refused] {
+            let show = ended(&api, id).await;
+            let stream = stream_text(&api, id).await;
+            // The failure's text is kept, masked.
+            assert!(id == &refused || stream.contains("«redacted»"), "{stream}");
+            assert!(
+                !stream.contains(SECRET),
+                "secret in the event stream:\n{stream}"
+            );
+            let show_text = show.to_string();
+            assert!(
+                !show_text.contains(SECRET),
+                "secret in the run:\n{show_text}"
+            );
+        }
         let (_, runs) = api.call("GET", "/api/runs", None).await;
         assert!(!runs.to_string().contains(SECRET));
     });
 }
+
+/// Says the secret on stderr and fails (a real bash process).
+const QUOTE: &str = "a=hunter2-serve; b=-TOKEN-0042; echo \"login refused for $a$b\" >&2; exit 1";
+
+const QUOTE_AND_FAIL: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "login", "type": "code.bash", "properties": {"mode": "subprocess", "code": CODE}},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [
+    {"source": "login", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]}"#;
 
 /// A value with the secret in it, parsed as JSON (which fails, quoting it).
 const PARSE_ONE: &str = r#"{"format": "heddle.graph", "version": 1,

@@ -129,7 +129,7 @@ impl StoreSection {
     ) {
         // Checked by `load`, which every section goes through.
         if let Ok((inline_bytes, policy)) = self.artifact_policy(secrets.snapshot()) {
-            session.spill.configure(heddle_store::spill::Spill {
+            session.configure(heddle_store::spill::Spill {
                 inline_bytes,
                 policy,
             });

@@ -304,6 +304,8 @@ impl Host {
         };
         let store = self.dyn_store();
         let session = self.on_runs(move || session::reopen(store, &r)).await?;
+        // Before the approval's note is recorded: no record goes in unmasked.
+        self.section.configure_spill(&session, &opts.secrets);
         let session = match approval {
             None => session,
             Some(a) => {

@@ -22,29 +22,9 @@ impl Mask {
 
     /// Masks every string (and object key) in `v`, in place. Structural rather than on
     /// the serialized text: a secret with a quote or a backslash in it is escaped there.
+    /// The same masking the store applies to the text of every record it writes.
     pub fn json(&self, v: &mut serde_json::Value) {
-        match v {
-            serde_json::Value::String(s) => {
-                let m = self.0.mask(s);
-                if m != *s {
-                    *s = m;
-                }
-            }
-            serde_json::Value::Array(items) => items.iter_mut().for_each(|i| self.json(i)),
-            serde_json::Value::Object(map) => {
-                let keys_masked = map.keys().any(|k| self.0.mask(k) != *k);
-                if keys_masked {
-                    let old = std::mem::take(map);
-                    for (k, mut v) in old {
-                        self.json(&mut v);
-                        map.insert(self.0.mask(&k), v);
-                    }
-                } else {
-                    map.values_mut().for_each(|v| self.json(v));
-                }
-            }
-            _ => {}
-        }
+        heddle_store::secrets::mask_json(&self.0, v);
     }
 
     pub fn text(&self, s: &str) -> String {

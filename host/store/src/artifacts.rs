@@ -55,6 +55,15 @@ pub enum ArtifactError {
     /// Which secret is never said.
     #[error("run {run}: the artifact contains a known secret value and was refused; KNOWN_SECRET")]
     KnownSecret { run: String },
+    /// A node value (inline or not): see [`crate::secrets`]. Which secret is never said.
+    #[error(
+        "run {run}: output `{handle}` of node {node} holds a known secret value and was refused (a durable run's log never stores one; pass secrets by name); KNOWN_SECRET"
+    )]
+    SecretInValue {
+        run: String,
+        node: String,
+        handle: String,
+    },
     #[error("run {run}: artifact {sha256} is missing; TERMINAL_ARTIFACT")]
     Missing { run: String, sha256: String },
     #[error(
@@ -76,7 +85,9 @@ impl ArtifactError {
             ArtifactError::TooLarge { .. } | ArtifactError::Quota { .. } => {
                 "STORAGE_LIMIT_EXCEEDED"
             }
-            ArtifactError::KnownSecret { .. } => "KNOWN_SECRET",
+            ArtifactError::KnownSecret { .. } | ArtifactError::SecretInValue { .. } => {
+                "KNOWN_SECRET"
+            }
             ArtifactError::Missing { .. } | ArtifactError::Corrupt { .. } => "TERMINAL_ARTIFACT",
             ArtifactError::Store(_) => "RUN_STORAGE",
         }

@@ -19,6 +19,7 @@ pub mod lease;
 pub mod lock;
 pub mod log;
 mod schema;
+pub mod secrets;
 pub mod session;
 pub mod spill;
 mod sqlite;

@@ -47,6 +47,8 @@ pub struct RunLog {
     writer: Mutex<Option<JoinHandle<()>>>,
     /// The writer thread, woken only for what someone waits on (see [`GROUP_WINDOW`]).
     writer_thread: std::thread::Thread,
+    /// The run's known secret values, masked out of every record ([`Self::keep_out`]).
+    secrets: std::sync::OnceLock<heddle_core::supervise::Redactor>,
 }
 
 struct Queue {
@@ -105,6 +107,19 @@ impl RunLog {
             failed,
             writer_thread: writer.thread().clone(),
             writer: Mutex::new(Some(writer)),
+            secrets: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Masks `secrets` out of every record appended from now on (see
+    /// [`crate::secrets`]); only the first call counts. Every record of a run goes
+    /// through here, so no path into the log can forget it.
+    pub fn keep_out(&self, secrets: Vec<String>) {
+        if secrets.iter().any(|s| !s.is_empty()) {
+            let limits = heddle_core::supervise::RedactLimits::default();
+            let _ = self
+                .secrets
+                .set(heddle_core::supervise::Redactor::new(secrets, limits));
         }
     }
 
@@ -125,6 +140,10 @@ impl RunLog {
     }
 
     fn push(&self, record: Record, reply: Option<Reply>) -> u64 {
+        let record = match self.secrets.get() {
+            Some(r) => crate::secrets::mask_record(r, record),
+            None => record,
+        };
         let waited_on = reply.is_some();
         let seq = {
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());

@@ -29,6 +29,14 @@ pub struct Session {
 }
 
 impl Session {
+    /// Sets how the run's values are stored (inline limit, artifact limits) and the
+    /// secret values the log must never hold: values holding one are refused, text
+    /// masked ([`crate::secrets`]). Only the first call counts.
+    pub fn configure(&self, spill: crate::spill::Spill) {
+        self.log.keep_out(spill.policy.known_secrets.clone());
+        self.spill.configure(spill);
+    }
+
     /// Execution time the run has left from when this process took it; `None` without
     /// a limit. The caller keeps the clock and calls [`DurableJournal::exhaust`].
     pub fn time_left(&self) -> Option<std::time::Duration> {

@@ -131,7 +131,8 @@ fn exact_json_len(v: &Value, limit: u64) -> u64 {
 
 /// `record` with every value that must not travel inline stored under `spill`'s policy
 /// and replaced by its reference. Only results carry node values; other records are
-/// returned as they are. Nothing is written when nothing must be spilled.
+/// returned as they are. Nothing is written when nothing must be spilled, nor when a
+/// value holds a known secret, inline or not ([`crate::secrets`]: refused).
 pub fn spill(
     store: &dyn RunStore,
     run: &str,
@@ -147,6 +148,19 @@ pub fn spill(
     else {
         return Ok(record);
     };
+    let secrets = &spill.policy.known_secrets;
+    if !secrets.is_empty()
+        && let Some((handle, _)) = outputs
+            .iter()
+            .chain(emitted.iter())
+            .find(|(_, v)| crate::secrets::holds(v, secrets))
+    {
+        return Err(ArtifactError::SecretInValue {
+            run: run.to_string(),
+            node: occurrence.node.clone(),
+            handle: handle.clone(),
+        });
+    }
     spill_values(
         store,
         run,

@@ -1,0 +1,140 @@
+//! Known secret values never reach the durable store, with the real binary and the
+//! SQLite file read byte by byte (its write-ahead log included): a node value holding
+//! one is refused however small (its node fails with `KNOWN_SECRET`), and an error
+//! message quoting one is stored masked. (The code assembles the secret at run time, so
+//! the stored graph does not hold it either.)
+
+mod support;
+
+use support::FAILED;
+use support::store::{StoreDir, expect, report};
+
+const SECRET: &str = "s3cr3t-value-42";
+
+/// Prints the secret, assembled at run time so the graph does not hold it.
+const ASSEMBLE: &str = "a=s3cr3t; b=-value-42";
+
+/// A store directory with `graph` as `g.json` and a configuration knowing the secret.
+fn with_secret(graph: &str) -> StoreDir {
+    let d = StoreDir::with_graph(graph);
+    support::write(
+        d.path(),
+        "heddle.toml",
+        &format!(
+            "{}\n[secrets]\nvalues = {{ TOKEN = \"{SECRET}\" }}\n",
+            support::store::CONFIG
+        ),
+    );
+    d
+}
+
+/// `leak` (a real bash process running `code`) feeding an output.
+fn store_dir(code: &str) -> StoreDir {
+    let code = serde_json::to_string(code).unwrap();
+    with_secret(&format!(
+        r#"{{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {{"id": "leak", "type": "code.bash", "properties": {{"code": {code}, "mode": "subprocess"}}}},
+    {{"id": "out", "type": "heddle.output"}}
+  ],
+  "edges": [{{"source": "leak", "sourceHandle": "result", "target": "out", "targetHandle": "value"}}]
+}}"#
+    ))
+}
+
+/// Whether any byte of the store (its file and write-ahead log) spells the secret.
+fn store_holds_secret(d: &StoreDir) -> bool {
+    ["runs.db", "runs.db-wal"].iter().any(|f| {
+        std::fs::read(d.path().join(f))
+            .is_ok_and(|b| b.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()))
+    })
+}
+
+/// The bodies of `kind` records about node `leak`, as stored.
+fn bodies(d: &StoreDir, kind: &str) -> Vec<String> {
+    bodies_of(d, kind, "leak")
+}
+
+fn bodies_of(d: &StoreDir, kind: &str, node: &str) -> Vec<String> {
+    let db = rusqlite::Connection::open(d.db()).unwrap();
+    let mut q = db
+        .prepare("SELECT body FROM events WHERE kind = ?1 ORDER BY seq")
+        .unwrap();
+    q.query_map([kind], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .filter(|b| {
+            serde_json::from_str::<serde_json::Value>(b).unwrap()["occurrence"]["node"] == node
+        })
+        .collect()
+}
+
+#[test]
+fn a_small_output_holding_a_known_secret_is_refused_and_never_stored() {
+    let d = store_dir(&format!("{ASSEMBLE}; echo \"token=$a$b\""));
+    let o = d.heddle(&["run", "--durable", "--json", "g.json"]);
+    expect(&o, FAILED);
+    // Before anything else opens the store (closing a connection may checkpoint it).
+    assert!(!store_holds_secret(&d), "the secret reached the store");
+    let failed = bodies(&d, "failed");
+    assert_eq!(failed.len(), 1, "{:#}", report(&o));
+    assert!(failed[0].contains("KNOWN_SECRET"), "{}", failed[0]);
+    assert!(
+        failed[0].contains("output `result` of node leak"),
+        "{}",
+        failed[0]
+    );
+    assert!(bodies(&d, "completed").is_empty());
+}
+
+#[test]
+fn an_error_quoting_a_known_secret_is_stored_masked() {
+    let d = store_dir(&format!(
+        "{ASSEMBLE}; echo \"login refused for $a$b\" >&2; exit 3"
+    ));
+    let o = d.heddle(&["run", "--durable", "--json", "g.json"]);
+    expect(&o, FAILED);
+    // Before anything else opens the store (closing a connection may checkpoint it).
+    assert!(!store_holds_secret(&d), "the secret reached the store");
+    let failed = bodies(&d, "failed");
+    assert_eq!(failed.len(), 1, "{:#}", report(&o));
+    // The error is kept, with the secret masked where it stood.
+    assert!(
+        failed[0].contains("login refused for «redacted»"),
+        "{}",
+        failed[0]
+    );
+}
+
+/// A person's note that quotes a secret (pasted by mistake) is recorded masked: the
+/// log masks every record's text, whoever wrote it.
+#[test]
+fn a_gate_note_quoting_a_known_secret_is_stored_masked() {
+    let d = with_secret(
+        r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "notes"}},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it"}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "out", "targetHandle": "value"}
+  ]
+}"#,
+    );
+    let o = d.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, support::SUSPENDED);
+    let run = support::store::run_id(&o);
+    let note = format!("checked with {SECRET}");
+    let o = d.heddle(&["runs", "approve", &run, "ship", "--note", &note]);
+    expect(&o, support::OK);
+    assert!(!store_holds_secret(&d), "the secret reached the store");
+    let verdicts = bodies_of(&d, "verdict", "ship");
+    assert_eq!(verdicts.len(), 1, "{verdicts:?}");
+    assert!(
+        verdicts[0].contains("checked with «redacted»"),
+        "{}",
+        verdicts[0]
+    );
+}
