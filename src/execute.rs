@@ -434,7 +434,9 @@ pub fn store_final_report(
         return Ok(());
     };
     let mut report = serde_json::to_value(report)?;
-    crate::report::map_output_values(&mut report, |vs| spill.spill_values(vs.iter_mut()))?;
+    crate::report::map_output_values(&mut report, |vs| {
+        spill.spill_values(vs.iter_mut()).map(|_| ())
+    })?;
     let bytes = serde_json::to_vec_pretty(&report)?;
     // The run's limits; the secrets as the run holds them now.
     let policy = ArtifactPolicy {

@@ -187,6 +187,52 @@ impl SqliteStore {
         Ok(ArtifactRef { sha256, size })
     }
 
+    /// Deletes the artifacts of `run` that neither a name nor `referenced` (the digests
+    /// its log's records point at) keeps; returns the bytes freed. A process that died
+    /// between committing an artifact and committing the record pointing at it left
+    /// such a blob: nothing can ever read it, and it would count against the run's
+    /// quota for good. Only the run's owner calls this, as it takes the run over.
+    pub fn drop_unreferenced_artifacts(
+        &self,
+        run: &str,
+        referenced: &std::collections::HashSet<String>,
+    ) -> Result<u64, StoreError> {
+        self.with_db(|db| {
+            let what = "dropping unreferenced artifacts";
+            let tx =
+                rusqlite::Transaction::new_unchecked(db, rusqlite::TransactionBehavior::Immediate)
+                    .map_err(StoreError::sql(what))?;
+            self.check_write(&tx)?;
+            let orphans: Vec<(String, i64)> = {
+                let mut q = tx
+                    .prepare(
+                        "SELECT a.sha256, a.size FROM artifacts a WHERE a.run_id = ?1
+                         AND NOT EXISTS (SELECT 1 FROM artifact_names n
+                                         WHERE n.run_id = a.run_id AND n.sha256 = a.sha256)",
+                    )
+                    .map_err(StoreError::sql(what))?;
+                q.query_map(params![run], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .map_err(StoreError::sql(what))?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(StoreError::sql(what))?
+            };
+            let mut freed = 0;
+            for (sha256, size) in orphans {
+                if referenced.contains(&sha256) {
+                    continue;
+                }
+                tx.execute(
+                    "DELETE FROM artifacts WHERE run_id = ?1 AND sha256 = ?2",
+                    params![run, sha256],
+                )
+                .map_err(StoreError::sql(what))?;
+                freed += size as u64;
+            }
+            tx.commit().map_err(StoreError::sql(what))?;
+            Ok(freed)
+        })
+    }
+
     /// The artifact `name` of `run` points at, if any.
     pub fn named_artifact(
         &self,

@@ -4,8 +4,10 @@
 //! Boundaries: `before-dispatch`, `after-dispatch`, `after-start`, `after-result`,
 //! `after-verdict` (each just after the matching record was handed to the log, or just
 //! before the dispatch record; a retry-safe node passes its dispatch and start without a
-//! record), and `mid-commit` (inside the store transaction that holds a record about
-//! NODE, after the rows are written and before the commit). `NODE` may be `*`. An
+//! record), `mid-commit` (inside the store transaction that holds a record about
+//! NODE, after the rows are written and before the commit), and `after-artifact` (a
+//! result of NODE stored its large values as artifacts, committed, and its record was
+//! not handed to the log yet). `NODE` may be `*`. An
 //! optional third part `:N` fires at the N-th hit (from 1), so a test can crash a
 //! fan-out on its third item. Unset, every check is one load of a cached `None`.
 
@@ -25,6 +27,7 @@ pub enum Boundary {
     AfterResult,
     AfterVerdict,
     MidCommit,
+    AfterArtifact,
 }
 
 impl Boundary {
@@ -36,6 +39,7 @@ impl Boundary {
             "after-result" => Boundary::AfterResult,
             "after-verdict" => Boundary::AfterVerdict,
             "mid-commit" => Boundary::MidCommit,
+            "after-artifact" => Boundary::AfterArtifact,
             _ => return None,
         })
     }
@@ -67,7 +71,7 @@ fn armed() -> Option<&'static Fault> {
                 _ => {
                     // A typo must not silently turn a crash test into a clean run.
                     eprintln!(
-                        "{ENV}={spec}: expected BOUNDARY:NODE[:N] with BOUNDARY one of before-dispatch, after-dispatch, after-start, after-result, after-verdict, mid-commit"
+                        "{ENV}={spec}: expected BOUNDARY:NODE[:N] with BOUNDARY one of before-dispatch, after-dispatch, after-start, after-result, after-verdict, mid-commit, after-artifact"
                     );
                     std::process::abort();
                 }

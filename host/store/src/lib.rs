@@ -153,6 +153,15 @@ pub trait RunStore: Send + Sync {
         policy: &artifacts::ArtifactPolicy,
     ) -> Result<artifacts::ArtifactRef, artifacts::ArtifactError>;
 
+    /// Deletes the artifacts of `run_id` that no name and none of the digests in
+    /// `referenced` keep (left by a crash between an artifact and its record); returns
+    /// the bytes freed.
+    fn drop_unreferenced_artifacts(
+        &self,
+        run_id: &str,
+        referenced: &std::collections::HashSet<String>,
+    ) -> Result<u64, StoreError>;
+
     /// The bytes of an artifact of `run_id`, verified against its digest.
     fn get_artifact(
         &self,

@@ -61,6 +61,11 @@ fn open(
     let budget = Budget::of(&header.run.limits);
     let spent = RunView::fold(records, |_| false).spent();
     let epoch = store.acquire(run_id)?;
+    if !records.is_empty() {
+        // Blobs an earlier process stored for a record it never committed: unreadable,
+        // and they would count against the run's artifact quota for good.
+        store.drop_unreferenced_artifacts(run_id, &crate::spill::referenced(records))?;
+    }
     let spill = Spiller::new(store.clone(), run_id);
     let log = Arc::new(RunLog::start(store, run_id, epoch, records.len() as u64));
     log.append(Record::Opened {

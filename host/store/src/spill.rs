@@ -161,12 +161,15 @@ pub fn spill(
             handle: handle.clone(),
         });
     }
-    spill_values(
+    let stored = spill_values(
         store,
         run,
         spill,
         outputs.iter_mut().chain(emitted.iter_mut()).map(|(_, v)| v),
     )?;
+    if stored {
+        crate::fault::check(crate::fault::Boundary::AfterArtifact, &occurrence.node);
+    }
     Ok(Record::Completed {
         occurrence,
         outputs,
@@ -177,19 +180,37 @@ pub fn spill(
 
 /// Replaces each of `values` that must not travel inline by a reference to its stored
 /// copy: the same bytes are one artifact, so a value a result record already points at
-/// costs nothing more.
+/// costs nothing more. Returns whether any was stored.
 pub fn spill_values<'a>(
     store: &dyn RunStore,
     run: &str,
     spill: &Spill,
     values: impl IntoIterator<Item = &'a mut Value>,
-) -> Result<(), ArtifactError> {
+) -> Result<bool, ArtifactError> {
+    let mut stored = false;
     for v in values {
         if must_spill(v, spill.inline_bytes) {
             *v = store_value(store, run, &spill.policy, v)?.to_value();
+            stored = true;
         }
     }
-    Ok(())
+    Ok(stored)
+}
+
+/// The digests `records`' results refer to: every artifact a reader of the log can
+/// reach (besides named ones, such as a final report).
+pub fn referenced(records: &[Stored]) -> std::collections::HashSet<String> {
+    records
+        .iter()
+        .filter_map(|s| match &s.record {
+            Record::Completed {
+                outputs, emitted, ..
+            } => Some(outputs.iter().chain(emitted.iter())),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|(_, v)| ArtifactRef::of_value(v).map(|r| r.sha256))
+        .collect()
 }
 
 /// Stores `v` (its compact JSON) as an artifact of `run`.
@@ -306,7 +327,7 @@ impl Spiller {
     pub fn spill_values<'a>(
         &self,
         values: impl IntoIterator<Item = &'a mut Value>,
-    ) -> Result<(), ArtifactError> {
+    ) -> Result<bool, ArtifactError> {
         spill_values(&*self.store, &self.run, self.settings(), values)
     }
 }

@@ -611,6 +611,14 @@ impl RunStore for SqliteStore {
     ) -> Result<Vec<u8>, crate::artifacts::ArtifactError> {
         SqliteStore::get_artifact(self, run_id, artifact)
     }
+
+    fn drop_unreferenced_artifacts(
+        &self,
+        run_id: &str,
+        referenced: &std::collections::HashSet<String>,
+    ) -> Result<u64, StoreError> {
+        SqliteStore::drop_unreferenced_artifacts(self, run_id, referenced)
+    }
 }
 
 fn set_sync(c: &mut Conn, sync: bool) -> Result<(), StoreError> {
