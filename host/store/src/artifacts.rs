@@ -74,6 +74,15 @@ pub enum ArtifactError {
         sha256: String,
         found: String,
     },
+    /// A value of a run's log that could not be read back (`source`: missing or
+    /// corrupt), named by where it was.
+    #[error("node {node}, output `{handle}`")]
+    InValue {
+        node: String,
+        handle: String,
+        #[source]
+        source: Box<ArtifactError>,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -90,6 +99,7 @@ impl ArtifactError {
             }
             ArtifactError::Missing { .. } | ArtifactError::Corrupt { .. } => "TERMINAL_ARTIFACT",
             ArtifactError::Store(_) => "RUN_STORAGE",
+            ArtifactError::InValue { source, .. } => source.code(),
         }
     }
 }

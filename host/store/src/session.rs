@@ -139,6 +139,19 @@ pub fn inspect(
     Ok((header, records, view))
 }
 
+/// [`inspect`] for showing a run: a value whose artifact is missing or corrupt is left
+/// as a marker and listed ([`crate::spill::resolve_marking`]) instead of failing.
+pub fn inspect_readable(
+    store: &dyn RunStore,
+    run_id: &str,
+) -> Result<(RunHeader, RunView, Vec<crate::spill::Unreadable>), StoreError> {
+    let header = store.header(run_id)?;
+    let mut records = store.read(run_id, 0)?.records;
+    let unreadable = crate::spill::resolve_marking(store, run_id, &mut records)?;
+    let view = RunView::fold(&records, pid_alive);
+    Ok((header, view, unreadable))
+}
+
 /// [`inspect`] without reading any value back: large values stay references. For
 /// readers of progress, which never need them.
 pub fn inspect_progress(

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use heddle_core::{Map, Record, Value};
+use heddle_core::{Map, Occurrence, Record, Value};
 
 use crate::artifacts::{ArtifactError, ArtifactPolicy, ArtifactRef};
 use crate::{RunStore, Stored};
@@ -263,19 +263,122 @@ pub fn resolve_values<'a>(
     Ok(())
 }
 
-/// Replaces every reference in `records`' results by the value it refers to.
+/// A value of a run's log whose artifact is missing or corrupt, and where it was.
+#[derive(Debug)]
+pub struct Unreadable {
+    pub occurrence: Occurrence,
+    pub handle: String,
+    pub artifact: ArtifactRef,
+    pub error: ArtifactError,
+}
+
+/// The key of the marker [`resolve_marking`] leaves where an unreadable value was.
+pub const UNREADABLE: &str = "$unreadable";
+
+impl Unreadable {
+    /// `missing` or `corrupt`.
+    pub fn problem(&self) -> &'static str {
+        match self.error {
+            ArtifactError::Missing { .. } => "missing",
+            _ => "corrupt",
+        }
+    }
+
+    /// `{"$unreadable":{"sha256","size","problem"}}`, where the value would be.
+    fn marker(&self) -> Value {
+        let mut inner = Map::new();
+        inner.insert("sha256".into(), Value::str(self.artifact.sha256.as_str()));
+        inner.insert(
+            "size".into(),
+            Value::Int(i64::try_from(self.artifact.size).unwrap_or(i64::MAX)),
+        );
+        inner.insert("problem".into(), Value::str(self.problem()));
+        let mut outer = Map::new();
+        outer.insert(UNREADABLE.into(), Value::object(inner));
+        Value::object(outer)
+    }
+}
+
+/// Replaces every reference in `records`' results by the value it refers to (each
+/// artifact read and verified once); one that is missing or corrupt is handed to
+/// `unreadable`, which says what stands in its place or fails.
+fn resolve_with(
+    store: &dyn RunStore,
+    run: &str,
+    records: &mut [Stored],
+    mut unreadable: impl FnMut(Unreadable) -> Result<Value, ArtifactError>,
+) -> Result<(), ArtifactError> {
+    let mut loaded: std::collections::HashMap<String, Value> = Default::default();
+    for s in records.iter_mut() {
+        let Record::Completed {
+            occurrence,
+            outputs,
+            emitted,
+            ..
+        } = &mut s.record
+        else {
+            continue;
+        };
+        for (handle, v) in outputs.iter_mut().chain(emitted.iter_mut()) {
+            let Some(r) = ArtifactRef::of_value(v) else {
+                continue;
+            };
+            if let Some(found) = loaded.get(&r.sha256) {
+                *v = found.clone();
+                continue;
+            }
+            *v = match load_value(store, run, &r) {
+                Ok(found) => {
+                    loaded.insert(r.sha256, found.clone());
+                    found
+                }
+                Err(e @ (ArtifactError::Missing { .. } | ArtifactError::Corrupt { .. })) => {
+                    unreadable(Unreadable {
+                        occurrence: occurrence.clone(),
+                        handle: handle.clone(),
+                        artifact: r,
+                        error: e,
+                    })?
+                }
+                Err(e) => return Err(e),
+            };
+        }
+    }
+    Ok(())
+}
+
+/// Replaces every reference in `records`' results by the value it refers to; a
+/// missing or corrupt one fails, naming the node and output it belongs to
+/// (`TERMINAL_ARTIFACT`).
 pub fn resolve(
     store: &dyn RunStore,
     run: &str,
     records: &mut [Stored],
 ) -> Result<(), ArtifactError> {
-    let values = records.iter_mut().filter_map(|s| match &mut s.record {
-        Record::Completed {
-            outputs, emitted, ..
-        } => Some(outputs.iter_mut().chain(emitted.iter_mut()).map(|(_, v)| v)),
-        _ => None,
-    });
-    resolve_values(store, run, values.flatten())
+    resolve_with(store, run, records, |u| {
+        Err(ArtifactError::InValue {
+            node: u.occurrence.node,
+            handle: u.handle,
+            source: Box::new(u.error),
+        })
+    })
+}
+
+/// [`resolve`] for a reader that shows a run rather than running it on: a missing or
+/// corrupt value is left as a marker (`{"$unreadable":{"sha256","size","problem"}}`)
+/// and listed, so the rest of the run can still be shown. Store errors still fail.
+pub fn resolve_marking(
+    store: &dyn RunStore,
+    run: &str,
+    records: &mut [Stored],
+) -> Result<Vec<Unreadable>, ArtifactError> {
+    let mut out = Vec::new();
+    resolve_with(store, run, records, |u| {
+        let marker = u.marker();
+        out.push(u);
+        Ok(marker)
+    })?;
+    Ok(out)
 }
 
 /// Checks that every artifact `run`'s log refers to is there and intact.

@@ -46,10 +46,27 @@ async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let store = api.host.store.clone();
-    let (header, _, view) = tokio::task::spawn_blocking(move || session::inspect(&*store, &id))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    let (header, view, unreadable) =
+        tokio::task::spawn_blocking(move || session::inspect_readable(&*store, &id))
+            .await
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     let mut v = durable::show_json(&header, &view);
+    // A value whose artifact is missing or corrupt is a fact about the run, not a
+    // failed request: the run is shown with a marker in the value's place, and each
+    // such value is listed with where it was and what is wrong with it.
+    v["unreadable"] = unreadable
+        .iter()
+        .map(|u| {
+            json!({
+                "occurrence": u.occurrence,
+                "handle": u.handle,
+                "sha256": u.artifact.sha256,
+                "size": u.artifact.size,
+                "problem": u.problem(),
+                "error": chain(&u.error),
+            })
+        })
+        .collect();
     // The document as submitted, for the viewer to draw (its nodes' UI positions
     // included); stored bytes that are not JSON are left out, not an error.
     v["document"] = serde_json::from_slice(&header.run.graph_bytes).unwrap_or_default();
