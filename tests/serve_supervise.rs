@@ -542,3 +542,39 @@ fn serve_settings_come_from_the_config_file_too() {
         assert_eq!(span, 654_321, "{e:#}");
     });
 }
+
+/// A run a person supervises through the server is not run on from the command line,
+/// where nobody could decide its failures: `heddle runs resume` (plain or with the
+/// watchdog) is refused with exit 2, pointing at the server, and changes nothing.
+#[test]
+fn an_interactive_run_is_not_resumed_from_the_command_line() {
+    let env = StoreDir::new();
+    let server = env.serve_with(INTERACTIVE, &[]);
+    let api = Api::of(&server);
+    let id = rt().block_on(async {
+        let id = api.create(READ).await;
+        pending(&api, &id).await;
+        id
+    });
+    // Stopping the server leaves the run interrupted, its decision still to be made.
+    let (code, log) = server.stop();
+    assert_eq!(code, 0, "{log}");
+    let before = std::fs::read(env.db()).unwrap();
+    let records = env.show(&id)["records"].clone();
+    for args in [
+        vec!["runs", "resume", id.as_str()],
+        vec!["runs", "resume", "--watchdog", id.as_str()],
+    ] {
+        let o = env.heddle(&args);
+        expect(&o, support::INVALID);
+        let e = support::stderr(&o);
+        assert!(e.contains("supervised interactively"), "{e}");
+        assert!(e.contains(&format!("POST /api/runs/{id}/resume")), "{e}");
+    }
+    assert_eq!(env.show(&id)["records"], records);
+    assert_eq!(
+        std::fs::read(env.db()).unwrap(),
+        before,
+        "the store changed"
+    );
+}

@@ -370,6 +370,26 @@ pub(crate) fn stored_graph(h: &heddle_store::RunHeader) -> anyhow::Result<GraphD
     Ok(GraphDoc::parse(&text, &h.run.graph_name)?)
 }
 
+/// The key of a run's recorded limits naming its supervisor handle: data of the run,
+/// so whoever adopts or resumes it supervises it the same way.
+pub(crate) const SUPERVISE_KEY: &str = "supervise";
+
+/// Refuses to run on, from the command line, a run recorded with interactive
+/// supervision: its failures wait for a person's verdict through `heddle serve`, and a
+/// command-line process has nobody to ask (it would fail them unasked, or run them
+/// unsupervised). Called before anything is written.
+pub(crate) fn refuse_interactive(h: &heddle_store::RunHeader) -> anyhow::Result<()> {
+    if h.run.limits[SUPERVISE_KEY].as_str() != Some("interactive") {
+        return Ok(());
+    }
+    let id = &h.run_id;
+    Err(crate::usage!(
+        "run {id} is supervised interactively (a person decides its failures through `heddle serve`): \
+         resume it from the server instead, on the run's page or with POST /api/runs/{id}/resume \
+         (a gate: POST /api/runs/{id}/gates/GATE/approve); nothing was changed"
+    ))
+}
+
 /// Takes a checked run over and runs it on from its log, with the gates its log
 /// approved open, and `approval` (a gate approved now) recorded first.
 pub(super) fn continue_run(
@@ -380,6 +400,7 @@ pub(super) fn continue_run(
     approval: Option<gates::Approval>,
 ) -> anyhow::Result<Exit> {
     let run = r.header.run_id.as_str();
+    refuse_interactive(&r.header)?;
     let doc = stored_graph(&r.header)?;
     if approval.is_none() {
         gates::refuse_resume_at_gate(&r, &doc)?;

@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 use super::feed::Frame;
 use super::mask::Mask;
 use crate::cli::Supervise;
+use crate::durable::SUPERVISE_KEY;
 use crate::durable::{self, gates};
 use crate::providers::Env;
 
@@ -56,10 +57,6 @@ pub struct CreateOptions {
 
 /// Desks of ended runs kept for late answers.
 const ENDED_DESKS: usize = 64;
-
-/// The key of a run's recorded limits naming its supervisor handle: data of the run,
-/// so whoever adopts or resumes it here supervises it the same way.
-const SUPERVISE_KEY: &str = "supervise";
 
 impl CreateError {
     /// The problems as `heddle validate --json` lists them.

@@ -110,6 +110,7 @@ pub fn resume(
     let lock = ProcessLock::acquire(section.path(), run)?;
     // Refusals (finished, live, another pause) come before anything is written.
     let r = session::check_resume(&*store, run, pause)?;
+    crate::durable::refuse_interactive(&r.header)?;
     let limits = Limits::stored(&r.header.run.limits)?;
     let mut sup = match Supervision::load(section.path(), run)? {
         Some(mut s) => {
