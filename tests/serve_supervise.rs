@@ -177,6 +177,11 @@ fn a_failure_waits_for_a_person_and_their_retry_completes_the_run() {
         assert_eq!(k.iter().filter(|k| **k == "escalated").count(), 1, "{k:?}");
         let verdict = events.iter().find(|(_, k, _)| k == "verdict").unwrap();
         assert_eq!(verdict.2["verdict"]["verdict"], "retry", "{verdict:?}");
+        // The person's reason is in the log with any verdict, not only with a fail.
+        assert_eq!(
+            verdict.2["verdict"]["note"], "file is there now",
+            "{verdict:?}"
+        );
         let completed = events
             .iter()
             .find(|(_, k, d)| k == "completed" && d["occurrence"]["node"] == "read")
@@ -577,4 +582,41 @@ fn an_interactive_run_is_not_resumed_from_the_command_line() {
         before,
         "the store changed"
     );
+}
+
+/// A skip is recorded with the person's note too, and `heddle runs show` reads it back
+/// from the log like any verdict's.
+#[test]
+fn a_skip_is_recorded_with_the_persons_note() {
+    let env = StoreDir::new();
+    let server = env.serve_with(INTERACTIVE, &[]);
+    let api = Api::of(&server);
+    let id = rt().block_on(async {
+        let id = api.create(READ).await;
+        let e = pending(&api, &id).await.remove(0);
+        let eid = e["id"].as_str().unwrap();
+        let (status, body) = answer(
+            &api,
+            &id,
+            eid,
+            json!({"verdict": "skip", "note": "not needed this week"}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body:#}");
+        ended(&api, &id).await;
+        id
+    });
+    let (code, log) = server.stop();
+    assert_eq!(code, 0, "{log}");
+    let show = env.show(&id);
+    let verdicts: Vec<&Value> = show["occurrences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["occurrence"]["node"] == "read")
+        .flat_map(|o| o["verdicts"].as_array().unwrap())
+        .collect();
+    assert_eq!(verdicts.len(), 1, "{show:#}");
+    assert_eq!(verdicts[0]["verdict"], "skip", "{show:#}");
+    assert_eq!(verdicts[0]["note"], "not needed this week", "{show:#}");
 }

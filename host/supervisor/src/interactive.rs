@@ -132,7 +132,8 @@ pub struct Answer {
     pub verdict: String,
     /// Substitute only: the node's outputs, by handle.
     pub outputs: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Why; a `fail` verdict's note becomes the run's error summary.
+    /// Why; recorded with the verdict in the run's log, and a `fail` verdict's note
+    /// becomes the run's error summary.
     pub note: Option<String>,
 }
 
@@ -226,6 +227,7 @@ impl Desk {
                 None => AnswerError::Unknown(id.to_string()),
             });
         };
+        let note = answer.note.clone();
         let verdict = verdict_of(id, &open.pending.escalation, answer)?;
         let open = st
             .open
@@ -236,7 +238,7 @@ impl Desk {
         let action = verdict.action();
         if open
             .reply
-            .send(Decision::new(verdict.clone(), DecidedBy::Agent))
+            .send(Decision::new(verdict.clone(), DecidedBy::Agent).with_note(note))
             .is_err()
         {
             // The handle stopped waiting in between (its timeout fired as the answer

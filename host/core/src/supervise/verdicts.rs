@@ -257,6 +257,10 @@ pub struct Decision {
     pub decided_by: DecidedBy,
     #[serde(default)]
     pub cost_usd: f64,
+    /// Why, in the decider's words (a person's note): recorded with the verdict, whatever
+    /// the verdict is. A `fail` verdict's reason is its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Decision {
@@ -265,7 +269,14 @@ impl Decision {
             verdict,
             decided_by,
             cost_usd: 0.0,
+            note: None,
         }
+    }
+
+    /// The decision with `note` (blank is none).
+    pub fn with_note(mut self, note: Option<String>) -> Self {
+        self.note = note.filter(|n| !n.trim().is_empty());
+        self
     }
 
     pub fn fail(reason: impl Into<String>, decided_by: DecidedBy) -> Self {

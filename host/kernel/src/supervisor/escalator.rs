@@ -151,8 +151,14 @@ impl Escalator {
     /// [`escalates`]; routing (delivery) failures must not come here, because a retry
     /// after a partial delivery would duplicate what was delivered.
     pub async fn on_failure(&self, f: FailedInvocation<'_>) -> Resolution {
+        self.on_failure_noted(f).await.0
+    }
+
+    /// [`Escalator::on_failure`] with the decider's note (masked), which the caller
+    /// records with the verdict.
+    pub async fn on_failure_noted(&self, f: FailedInvocation<'_>) -> (Resolution, Option<String>) {
         if !escalates(f.error) {
-            return Resolution::Fail { summary: None };
+            return (Resolution::Fail { summary: None }, None);
         }
         let failure = failure_kind(&f.error.kind);
         let signature = self.signatures.signature(&ErrorShape {
@@ -218,6 +224,8 @@ impl Escalator {
                 // outside the kernel and becomes the run's error summary.
                 *r = redactor.text(r);
             }
+            // Free text from outside the kernel too, recorded in the run's log.
+            let note = d.note.as_deref().map(|n| redactor.text(n));
             let mut rejected = None;
             let mut resolution = None;
             if let Verdict::Substitute { outputs } = &d.verdict {
@@ -243,11 +251,14 @@ impl Escalator {
                     DecidedBy::Kernel,
                 );
                 self.record(&f, &esc, &d, None, None);
-                return Resolution::Fail {
-                    summary: d.verdict.reason().map(str::to_string),
-                };
+                return (
+                    Resolution::Fail {
+                        summary: d.verdict.reason().map(str::to_string),
+                    },
+                    note,
+                );
             }
-            return resolution.unwrap_or(match d.verdict {
+            let resolution = resolution.unwrap_or(match d.verdict {
                 Verdict::Retry => Resolution::Retry,
                 Verdict::Skip { .. } => Resolution::Skip,
                 Verdict::EndStream => Resolution::EndStream,
@@ -255,6 +266,7 @@ impl Escalator {
                 // Handled above: a substitute is either valid or rejected.
                 Verdict::Substitute { .. } => Resolution::Fail { summary: None },
             });
+            return (resolution, note);
         }
     }
 

@@ -274,7 +274,10 @@ impl Actor {
                             if let Some((j, occ)) = journal {
                                 let record = Record::Verdict {
                                     occurrence: occ.clone(),
-                                    verdict: serde_json::json!({ "verdict": "retry" }),
+                                    verdict: noted(
+                                        serde_json::json!({ "verdict": "retry" }),
+                                        self.decision_note.take(),
+                                    ),
                                     decided_by: "supervisor".into(),
                                 };
                                 Box::pin(self.append_synced(j, record)).await?;
@@ -593,4 +596,13 @@ async fn deadline_sleep(deadline: Option<Instant>) {
         Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
     }
+}
+
+/// A verdict record's body with the decider's note, when there is one (a verdict
+/// recorded without one reads as no note).
+pub(super) fn noted(mut verdict: serde_json::Value, note: Option<String>) -> serde_json::Value {
+    if let Some(n) = note {
+        verdict["note"] = n.into();
+    }
+    verdict
 }

@@ -103,7 +103,10 @@ impl Actor {
                 };
                 Record::Verdict {
                     occurrence: occ,
-                    verdict: serde_json::json!({ "verdict": verdict, "error": error }),
+                    verdict: super::invoke::noted(
+                        serde_json::json!({ "verdict": verdict, "error": error }),
+                        self.decision_note.take(),
+                    ),
                     decided_by: "supervisor".into(),
                 }
             }

@@ -350,6 +350,10 @@ pub(crate) struct Actor {
     occurrences: HashMap<Arc<str>, u32>,
     /// Durable runs only: what the current attempt emitted, for its result record.
     emitted: Option<Vec<(Arc<str>, Value)>>,
+    /// The note of the supervisor's last verdict, taken by the record that carries the
+    /// verdict (a retry's, a skip's) so a person's reason is in the log whatever they
+    /// decided.
+    decision_note: Option<String>,
     /// The current attempt sent a value along an edge while it ran: retrying it would
     /// send that value again.
     sent_downstream: bool,
@@ -398,6 +402,7 @@ impl Actor {
             sup_skips: 0,
             occurrences: HashMap::new(),
             emitted: None,
+            decision_note: None,
             sent_downstream: false,
             ruled_out: false,
             edge_failure: None,

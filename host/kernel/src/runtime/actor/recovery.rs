@@ -31,8 +31,8 @@ impl Actor {
                 None,
                 rec.metrics.cost_usd,
             );
-            let resolution = esc
-                .on_failure(FailedInvocation {
+            let (resolution, note) = esc
+                .on_failure_noted(FailedInvocation {
                     node_id: &self.spec.id,
                     node_type: &self.spec.node_type,
                     decl: &self.spec.decl,
@@ -49,6 +49,8 @@ impl Actor {
             if self.shared.run_token.is_cancelled() {
                 return Err(Stop::Cancelled);
             }
+            // Recorded with the verdict by whoever writes it (a retry's or a skip's).
+            self.decision_note = note;
             match resolution {
                 Resolution::Retry => return Ok(None),
                 // A substitute keeps the node's declared fields like any output.
