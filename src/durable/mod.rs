@@ -341,6 +341,7 @@ pub(crate) fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value
         "budget": heddle_store::Budget::of(&header.run.limits),
         "usage": view.usage(),
         "records": view.records,
+        "skipped": view.skipped,
         "occurrences": view.occurrences.iter().map(|(o, v)| {
             let mut e = serde_json::to_value(v).unwrap_or_default();
             e["occurrence"] = serde_json::to_value(o).unwrap_or_default();

@@ -133,6 +133,12 @@ pub enum Record {
     Paused { pause: PauseReason },
     /// A user resumed the pause recorded at sequence number `pause`.
     Resumed { pause: u64 },
+    /// A node of a finished run never ran, and why: recorded with the run's ending, so
+    /// a reader of the log does not have to guess it from the node's neighbours.
+    Skipped {
+        node: String,
+        reason: crate::SkipReason,
+    },
     /// A user asked for the run to be cancelled.
     CancelRequested,
     /// The run ended.
@@ -156,6 +162,7 @@ impl Record {
             Record::Verdict { .. } => "verdict",
             Record::Paused { .. } => "paused",
             Record::Resumed { .. } => "resumed",
+            Record::Skipped { .. } => "skipped",
             Record::CancelRequested => "cancel_requested",
             Record::Finished { .. } => "finished",
         }

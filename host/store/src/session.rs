@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
-use heddle_core::{Occurrence, OpenReason, PauseReason, Record, RunResult, RunStatus, Value};
+use heddle_core::{
+    NodeOutcome, Occurrence, OpenReason, PauseReason, Record, RunResult, RunStatus, SkipReason,
+    Value,
+};
 use heddle_kernel::journal::RECONCILE_REASON;
 
 use crate::spill::Spiller;
@@ -255,6 +258,8 @@ pub enum Planned {
     Finish {
         status: RunStatus,
         error: Option<String>,
+        /// The nodes that never ran, and why.
+        skipped: Vec<(String, SkipReason)>,
     },
     Exhausted(Exhausted),
 }
@@ -285,6 +290,18 @@ pub fn plan_ending(session: &Session, result: &RunResult, interrupted: bool) -> 
         status => Planned::Finish {
             status,
             error: result.error.clone(),
+            skipped: result
+                .nodes
+                .iter()
+                .filter_map(|(node, r)| match r.outcome {
+                    // Not skipped for good: the node runs when the run is resumed.
+                    NodeOutcome::Skipped {
+                        reason: SkipReason::Suspended,
+                    } => None,
+                    NodeOutcome::Skipped { reason } => Some((node.clone(), reason)),
+                    _ => None,
+                })
+                .collect(),
         },
     }
 }
@@ -300,7 +317,16 @@ pub fn record_ending(session: &Session, planned: Planned) -> Result<Ending, Stor
             wait.wait()?;
             Ending::Paused { event, reason }
         }
-        Planned::Finish { status, error } => {
+        Planned::Finish {
+            status,
+            error,
+            skipped,
+        } => {
+            // Before the ending, in the same synced batch: a log that shows the ending
+            // shows why every node that never ran did not.
+            for (node, reason) in skipped {
+                session.log.append(Record::Skipped { node, reason });
+            }
             let (_, wait) = session
                 .log
                 .append_synced(Record::Finished { status, error });

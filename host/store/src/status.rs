@@ -128,6 +128,8 @@ pub struct RunView {
     pub opens: u32,
     pub records: u64,
     pub occurrences: BTreeMap<Occurrence, OccurrenceView>,
+    /// The nodes of a finished run that never ran, and why (recorded with its ending).
+    pub skipped: BTreeMap<String, heddle_core::SkipReason>,
 }
 
 impl RunView {
@@ -144,6 +146,7 @@ impl RunView {
             opens: 0,
             records: records.len() as u64,
             occurrences: BTreeMap::new(),
+            skipped: BTreeMap::new(),
         };
         let mut ended: Option<RunState> = None;
         // Execution time: from each open to its pause or ending, or to the last record
@@ -176,6 +179,8 @@ impl RunView {
                     // A start or recovery continues the run; only an ending stays.
                     if *reason != OpenReason::Start {
                         ended = None;
+                        // Written with an ending a crash cut short: the run goes on.
+                        v.skipped.clear();
                     }
                 }
                 Record::Dispatched {
@@ -239,6 +244,9 @@ impl RunView {
                     ended = None;
                 }
                 Record::CancelRequested => {}
+                Record::Skipped { node, reason } => {
+                    v.skipped.insert(node.clone(), *reason);
+                }
                 Record::Finished { status, error } => {
                     v.error = error.clone();
                     ended = Some(match status {

@@ -48,6 +48,8 @@ export class RunModel {
     this.cancelRequested = false;
     /** Whether the run's ending record has been read (not only reported by a summary). */
     this.ended = false;
+    /** Nodes of a finished run that never ran, with the kernel's reason (`skipped` records). */
+    this.skipped = new Map();
     /** Nodes with an escalation waiting for a person (from the escalations API). */
     this.pendingNodes = new Set();
     this.byId = new Map(this.doc.nodes.map((n) => [n.id, n]));
@@ -78,6 +80,11 @@ export class RunModel {
         this.openedAt = r.at_ms;
         this.state = "running";
         this.error = null;
+        // Skips written with an ending a crash cut short: the run goes on.
+        this.skipped.clear();
+        break;
+      case "skipped":
+        this.skipped.set(r.node, r.reason);
         break;
       case "dispatched":
         this.occurrence(r.occurrence);
@@ -191,6 +198,8 @@ export class RunModel {
     if (this.pendingNodes.has(id) && !this.finished) return { state: "waiting", label: "awaiting decision" };
     const verdictIs = (v) => occs.some((o) => o.verdicts.some((d) => d.verdict && d.verdict.verdict === v));
     if (verdictIs("reject")) return { state: "cancelled", label: "rejected" };
+    const recorded = this.finished && this.skipped.get(id);
+    if (recorded) return { state: "skipped", label: "skipped", reason: this.recordedSkip(id, recorded, memo) };
     const skippedBySupervisor = occs.some((o) => o.verdicts.some((v) => v.verdict && v.verdict.verdict === "skip"));
     if (open.length && !this.finished && this.state !== "paused" && this.state !== "interrupted") {
       return { state: "running", label: `running${count}` };
@@ -250,7 +259,30 @@ export class RunModel {
     return true;
   }
 
-  /** Why a node of an ended run never ran, from what happened upstream of it. */
+  /**
+   * The words for a recorded skip reason, naming the upstream node when the log shows
+   * which one (the same words as an inferred reason).
+   */
+  recordedSkip(id, reason, memo) {
+    const ups = this.upstream(id).map((e) => [e, this.nodeState(e.source, memo)]);
+    const failed = ups.find(([, s]) => s.state === "failed");
+    const rejected = ups.find(([, s]) => s.label === "rejected");
+    switch (reason) {
+      case "upstream_failed":
+        return failed ? `upstream node ${failed[0].source} failed, so its inputs never came` : "an upstream node failed, so its inputs never came";
+      case "cancelled":
+        return rejected ? `gate ${rejected[0].source} was rejected` : "the run was cancelled before it could run";
+      case "upstream_skipped": return "every upstream node was skipped";
+      case "condition": return "an edge's condition (when) chose another branch";
+      case "no_input": return "its inputs received nothing (an untaken branch)";
+      case "supervisor": return "skipped by a supervisor verdict";
+      default: return String(reason);
+    }
+  }
+
+  /** Why a node of an ended run never ran, from what happened upstream of it (a log
+   * without `skipped` records: one written before they were, or a cancel recorded by
+   * another process). */
   skipReason(id, memo) {
     const ups = this.upstream(id);
     const states = ups.map((e) => [e, this.nodeState(e.source, memo)]);

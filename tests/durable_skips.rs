@@ -1,0 +1,85 @@
+//! The log records why each node of a finished run never ran (`skipped` records
+//! written with the ending), so `heddle runs show --json` and the viewer read skips
+//! instead of guessing them from the neighbours. A paused run records none: its nodes
+//! run on when it is resumed. With the real binary and store.
+
+mod support;
+
+use support::store::{StoreDir, expect};
+use support::{FAILED, SUSPENDED};
+
+/// `parse` fails (the text is not JSON), so `up` and the output never get an input.
+const FAILING: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "not json {"}},
+    {"id": "parse", "type": "std.json.parse"},
+    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "parse", "targetHandle": "text"},
+    {"source": "parse", "sourceHandle": "value", "target": "up", "targetHandle": "text"},
+    {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
+/// A gate before the output: the run pauses there.
+const GATED: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "notes"}},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it"}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
+/// The `skipped` records of run `run`, as stored: (node, reason).
+fn skipped_records(d: &StoreDir) -> Vec<(String, String)> {
+    let db = rusqlite::Connection::open(d.db()).unwrap();
+    let mut q = db
+        .prepare("SELECT body FROM events WHERE kind = 'skipped' ORDER BY seq")
+        .unwrap();
+    q.query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|b| {
+            let v: serde_json::Value = serde_json::from_str(&b.unwrap()).unwrap();
+            (
+                v["node"].as_str().unwrap().to_string(),
+                v["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_finished_run_records_why_its_nodes_never_ran() {
+    let d = StoreDir::with_graph(FAILING);
+    let o = d.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, FAILED);
+    let run = support::store::run_id(&o);
+    let recorded = skipped_records(&d);
+    assert!(
+        recorded.contains(&("up".to_string(), "upstream_failed".to_string())),
+        "{recorded:?}"
+    );
+    assert!(
+        !recorded.iter().any(|(n, _)| n == "c" || n == "parse"),
+        "{recorded:?}"
+    );
+    let show = d.show(&run);
+    assert_eq!(show["skipped"]["up"], "upstream_failed", "{show:#}");
+    assert!(show["skipped"].get("parse").is_none(), "{show:#}");
+}
+
+#[test]
+fn a_paused_run_records_no_skips() {
+    let d = StoreDir::with_graph(GATED);
+    let o = d.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, SUSPENDED);
+    let run = support::store::run_id(&o);
+    assert_eq!(skipped_records(&d), Vec::<(String, String)>::new());
+    assert_eq!(d.show(&run)["skipped"], serde_json::json!({}));
+}
