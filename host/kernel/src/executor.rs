@@ -503,12 +503,12 @@ pub trait Executor: Send + Sync + 'static {
 
     /// Called once before any actor starts; a failure aborts the run before it begins.
     fn initialize(&self) -> BoxFuture<'_, Result<(), NodeError>> {
-        Box::pin(async { Ok(()) })
+        Box::pin(Initialized)
     }
 
     /// Called once when the run ends, whatever the outcome.
     fn finalize(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async {})
+        Box::pin(Finalized)
     }
 
     /// Whether an invocation can spend anything outside this process (a provider call
@@ -541,5 +541,29 @@ pub trait NodeProvider: Send + Sync {
     /// with the graph's other issues. Default: none beyond the declared types.
     fn check(&self, _spec: &NodeSpec<'_>) -> Vec<ConfigProblem> {
         Vec::new()
+    }
+}
+
+/// The default `finalize` (and, as [`Initialized`], `initialize`): done at once.
+/// Zero-sized, so boxing it allocates nothing, where an `async {}` block is a byte of
+/// state, hence an allocation (two per node of every run).
+struct Finalized;
+
+impl Future for Finalized {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        std::task::Poll::Ready(())
+    }
+}
+
+/// The default `initialize`: succeeded at once (see [`Finalized`]).
+struct Initialized;
+
+impl Future for Initialized {
+    type Output = Result<(), NodeError>;
+
+    fn poll(self: Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::task::Poll::Ready(Ok(()))
     }
 }

@@ -1,6 +1,7 @@
 //! The run's event bus: one ordered record of everything that happens, delivered to any
 //! number of subscribers and retained (capped) for the run result.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -112,7 +113,8 @@ const PLACEHOLDER: EventKind = EventKind::Run {
 
 struct BusState {
     next_seq: u64,
-    retained: Vec<Slot>,
+    /// A ring: dropping the oldest half moves nothing.
+    retained: VecDeque<Slot>,
     dropped: u64,
     subscribers: Vec<mpsc::UnboundedSender<Arc<Event>>>,
     closed: bool,
@@ -134,7 +136,7 @@ impl EventBus {
             cap: cap.max(2),
             state: Mutex::new(BusState {
                 next_seq: 0,
-                retained: Vec::new(),
+                retained: VecDeque::new(),
                 dropped: 0,
                 subscribers: Vec::new(),
                 closed: false,
@@ -169,7 +171,7 @@ impl EventBus {
             let ev = slot.event();
             st.subscribers.retain(|s| s.send(ev.clone()).is_ok());
         }
-        st.retained.push(slot);
+        st.retained.push_back(slot);
     }
 
     /// A new subscriber first receives every retained event, then every later one.

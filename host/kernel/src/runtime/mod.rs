@@ -1,13 +1,16 @@
 //! The native actor runtime: runs a [`Plan`] on the current tokio runtime.
 //!
-//! One actor per node, one inbox per actor. An inbox is a bounded mpsc channel whose
-//! receiving end, and all per-handle state behind it (buffers, open-upstream counts,
-//! end-of-stream, control upstreams, per-key buckets), is owned by the actor task, so the
-//! hot path takes no lock: a hop is a channel send plus a batched drain. Producers hold
-//! a sender into each target; a full channel is backpressure.
+//! One actor per node, one inbox per actor. An inbox is a bounded mpsc channel, made
+//! when first used ([`inbox`]), whose receiving end, and all per-handle state behind it
+//! (buffers, open-upstream counts, end-of-stream, control upstreams, per-key buckets), is
+//! owned by the actor task, so the hot path takes no lock: a hop is a channel send plus a
+//! batched drain. Producers hold a sender into each target; a full channel is
+//! backpressure.
 
 mod actor;
 pub mod bus;
+mod inbox;
+mod inline;
 pub mod lineage;
 mod runner;
 pub mod sched;
@@ -25,8 +28,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use actor::InvocationRecord;
-use actor::{ControlEvent, Inbox, Msg, Shared};
+use actor::{ControlEvent, Msg, Shared};
 pub use bus::{EventBus, EventStream};
+use inbox::{Inbox, InboxTx};
 pub use lineage::Lineage;
 
 use crate::executor::{Executor, NodeSpec, Outputs, SecretRegistry};
@@ -195,20 +199,21 @@ impl Run {
         let mut txs = Vec::with_capacity(n);
         let mut rxs = Vec::with_capacity(n);
         for node in &plan.nodes {
-            // Only a node something can send to gets a channel (see `actor::Inbox`).
+            // Only a node something can send to gets an inbox (see `inbox::Inbox`), and
+            // its channel only once an end uses it.
             let reachable = !node.in_edges.is_empty()
                 || &*node.node_type == INPUT_TYPE
                 || !node.controllers.is_empty();
             let (tx, rx) = if reachable {
-                let (tx, rx) = mpsc::channel::<Msg>(buffer);
-                (Some(tx), Some(rx))
+                let (tx, rx) = inbox::inbox(buffer);
+                (Some(tx), rx)
             } else {
-                (None, None)
+                (None, Inbox::none())
             };
             txs.push(tx);
-            rxs.push(Inbox::new(rx));
+            rxs.push(rx);
         }
-        let txs: Arc<[Option<mpsc::Sender<Msg>>]> = txs.into();
+        let txs: Arc<[Option<InboxTx>]> = txs.into();
         let run_token = CancellationToken::new();
         let escalator = self.opts.supervisor.clone().map(|sup| {
             let e = crate::supervisor::Escalator::new(
@@ -262,7 +267,7 @@ fn takes_control(node: &heddle_core::plan::PlanNode) -> bool {
 pub struct RunHandle {
     shared: Arc<Shared>,
     /// Inbox senders by node index (`None`: a node nothing can send to).
-    txs: Arc<[Option<mpsc::Sender<Msg>>]>,
+    txs: Arc<[Option<InboxTx>]>,
     /// The nodes `send_control` reaches, by id.
     controlled: HashMap<Arc<str>, usize>,
     plan: Arc<Plan>,
@@ -296,7 +301,7 @@ impl RunHandle {
     /// The sender into node `i`'s inbox (every input node and every controlled node
     /// with a controller has one).
     fn inbox(&self, i: usize) -> Option<&mpsc::Sender<Msg>> {
-        self.txs.get(i).and_then(Option::as_ref)
+        self.txs.get(i).and_then(Option::as_ref).map(|tx| &**tx)
     }
 
     /// The streaming input the caller calls `name`.

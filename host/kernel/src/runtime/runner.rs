@@ -12,18 +12,18 @@ use heddle_core::{
     EdgeStatus, EventKind, NodeOutcome, NodeReport, RunResult, RunStatus, SkipReason, SuspendInfo,
     Value,
 };
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::actor::{Actor, ActorReport, Inbox, Msg, Shared, Stop};
+use super::actor::{Actor, ActorReport, Shared, Stop};
 use super::bus::{Draft, EventBus};
+use super::inbox::{Inbox, InboxTx};
 use super::{OUTPUT_TYPE, Run};
 
 /// The runner: initializes executors, runs every actor, finalizes, builds the result.
 /// `txs` and `rxs` are every node's inbox ends, by node index.
 pub(super) async fn run_all(
     run: Run,
-    txs: Arc<[Option<mpsc::Sender<Msg>>]>,
+    txs: Arc<[Option<InboxTx>]>,
     rxs: Vec<Inbox>,
     sh: Arc<Shared>,
 ) -> RunResult {
@@ -87,6 +87,10 @@ pub(super) async fn run_all(
     // Boxed (see `Actor::finish`): the table is held for every node from the start.
     let mut reports: Vec<Option<Box<ActorReport>>> = (0..plan.nodes.len()).map(|_| None).collect();
     for (idx, rx) in rxs.into_iter().enumerate() {
+        if let Some(r) = super::inline::run(&run, idx, &sh) {
+            reports[idx] = Some(r);
+            continue;
+        }
         let a = Actor::new(run.spec(idx, &txs, rx), sh.clone());
         if a.inline_source() {
             // An actor is a logical unit, not necessarily a task: a ready native source
@@ -201,12 +205,19 @@ fn by_id(
     plan: &Plan,
     mut nodes: Vec<Option<(String, NodeReport)>>,
 ) -> BTreeMap<String, NodeReport> {
-    let mut order: Vec<usize> = (0..nodes.len()).collect();
-    order.sort_unstable_by(|a, b| plan.nodes[*a].id.cmp(&plan.nodes[*b].id));
+    // Sorted as (id, index) pairs side by side: comparing through the plan's nodes
+    // would fetch a whole node (a cache miss on a large graph) for every comparison.
+    let mut order: Vec<(&str, u32)> = plan
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (&*n.id, i as u32))
+        .collect();
+    order.sort_unstable_by(|a, b| a.0.cmp(b.0));
     order
         .into_iter()
         // Each index once: the entry is there.
-        .map(|i| nodes[i].take().expect("one report per node"))
+        .map(|(_, i)| nodes[i as usize].take().expect("one report per node"))
         .collect()
 }
 

@@ -1,20 +1,22 @@
 //! Wiring one actor from the plan: its connected handles, output ports and edges (as
 //! senders into the targets' inboxes), defaults, role and limits.
 
-use std::collections::{BTreeMap, HashMap};
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use heddle_core::graph::EdgeType;
-use heddle_core::plan::NodeIdx;
-use tokio::sync::mpsc;
+use heddle_core::plan::{NodeIdx, PlanNode};
 
-use super::actor::{ActorSpec, HandleSpec, Inbox, Msg, NodeRole, OutEdge, OutPort};
+use super::actor::{ActorSpec, HandleSpec, NodeRole, OutEdge, OutPort};
+use super::inbox::{Inbox, InboxTx};
 use super::{INPUT_TYPE, OUTPUT_TYPE, Run};
+use crate::executor::Inputs;
 
 impl Run {
     /// The spec of node `i`'s actor; `txs` are every node's inbox senders.
-    pub(super) fn spec(&self, i: usize, txs: &[Option<mpsc::Sender<Msg>>], rx: Inbox) -> ActorSpec {
+    pub(super) fn spec(&self, i: usize, txs: &[Option<InboxTx>], rx: Inbox) -> ActorSpec {
         let plan = &self.plan;
         let node = &plan.nodes[i];
         // Borrowed, not cloned: its maps would cost a wide graph allocations per node.
@@ -159,16 +161,7 @@ impl Run {
             }
         }
 
-        // Defaults: declared input/property defaults, then document properties.
-        let mut base = BTreeMap::new();
-        for p in decl.inputs.iter().chain(decl.properties.iter()) {
-            if let Some(d) = &p.default {
-                base.insert(p.name.clone(), d.clone());
-            }
-        }
-        for (k, v) in &node.properties {
-            base.insert(k.clone(), v.clone());
-        }
+        let base = base_inputs(node).into_owned();
         let defaults = handles
             .iter()
             .map(|h| decl.input(&h.name).and_then(|p| p.default.clone()))
@@ -230,9 +223,34 @@ impl Run {
     }
 }
 
+/// What a node's invocations start from: its declared input and property defaults, then
+/// its document properties over them. Borrowed when the node declares no defaults (the
+/// properties are all of it): a node that runs once need not copy them.
+pub(super) fn base_inputs(node: &PlanNode) -> Cow<'_, Inputs> {
+    let decl = &node.decl;
+    let mut defaults = decl
+        .inputs
+        .iter()
+        .chain(decl.properties.iter())
+        .filter_map(|p| Some((&p.name, p.default.as_ref()?)))
+        .peekable();
+    if defaults.peek().is_none() {
+        return Cow::Borrowed(&node.properties);
+    }
+    let mut base = Inputs::new();
+    // Inserted in turn: a later default, then a property, overrides an earlier one.
+    for (k, v) in defaults {
+        base.insert(k.clone(), v.clone());
+    }
+    for (k, v) in &node.properties {
+        base.insert(k.clone(), v.clone());
+    }
+    Cow::Owned(base)
+}
+
 /// The sender into the inbox of `target`, a node an edge reaches: such a node always has
 /// an inbox (`Run::start` gives one to every node with an incoming edge).
-fn inbox_of(txs: &[Option<mpsc::Sender<Msg>>], target: usize) -> mpsc::Sender<Msg> {
+fn inbox_of(txs: &[Option<InboxTx>], target: usize) -> InboxTx {
     txs[target]
         .clone()
         .expect("a node an edge reaches has an inbox")

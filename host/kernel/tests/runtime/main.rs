@@ -35,5 +35,6 @@ fn skipped(reason: SkipReason) -> NodeOutcome {
 
 mod endings;
 mod flow;
+mod isolated;
 mod limits;
 mod lineage;

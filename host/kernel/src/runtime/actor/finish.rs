@@ -6,6 +6,12 @@ use heddle_core::{EdgeStatus, NodeOutcome, NodeStatus, SkipReason};
 use super::{Actor, ActorReport, End, Msg, NodeRole, Stop};
 use crate::executor::Outputs;
 
+/// Whether an executor node's `completed` event carries its last outputs (a constant's
+/// would only repeat its property).
+pub(crate) fn shows_result(node_type: &str) -> bool {
+    node_type != "heddle.constant"
+}
+
 impl Actor {
     /// Why a node that never ran was skipped, from how its feeders ended: a cause
     /// upstream (cancel, failure, suspension) wins; then `condition` when an incoming
@@ -90,7 +96,7 @@ impl Actor {
         match &outcome {
             NodeOutcome::Done => {
                 let result = if matches!(self.spec.role, NodeRole::Executor)
-                    && &*self.spec.node_type != "heddle.constant"
+                    && shows_result(&self.spec.node_type)
                 {
                     self.last_result.clone()
                 } else {

@@ -30,12 +30,15 @@ use heddle_core::{
     SkipReason, SuspendInfo, Value,
 };
 use smallvec::SmallVec;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::bus::{Draft, EventBus};
+pub(crate) use super::inbox::{Inbox, InboxTx};
 use super::lineage::{Key, Lineage};
 use crate::executor::{Executor, Inputs, NodeCtx, Outputs, SecretRegistry};
+pub(crate) use finish::shows_result;
+pub(crate) use routing::undeclared_output;
 
 pub use invoke::InvocationRecord;
 
@@ -114,7 +117,7 @@ pub(crate) struct OutEdge {
     /// Index in the plan's edges.
     pub index: u32,
     pub edge_id: Arc<str>,
-    pub tx: mpsc::Sender<Msg>,
+    pub tx: InboxTx,
     pub handle: u16,
     pub counter: u64,
     pub last_event: Option<Instant>,
@@ -220,7 +223,7 @@ pub(crate) struct ActorSpec {
     pub scope: Vec<RootIdx>,
     pub driver: Option<usize>,
     pub ports: Vec<OutPort>,
-    pub control_targets: Vec<mpsc::Sender<Msg>>,
+    pub control_targets: Vec<InboxTx>,
     pub controllers: usize,
     pub root_contrib: HashMap<RootIdx, u32>,
     pub timeout: Option<Duration>,
@@ -233,32 +236,17 @@ pub(crate) struct ActorSpec {
     pub rx: Inbox,
 }
 
-/// The receiving end of a node's inbox. A node nothing can send to (no incoming edge,
-/// not an input, not driven by control events) has no channel at all: a wide graph of
-/// sources pays nothing for inboxes it never reads. Without one, the inbox reads as
-/// closed, which is what it is.
-pub(crate) struct Inbox(Option<mpsc::Receiver<Msg>>);
-
-impl Inbox {
-    pub fn new(rx: Option<mpsc::Receiver<Msg>>) -> Self {
-        Inbox(rx)
-    }
-
-    /// Up to `limit` messages into `buf`, waiting for the first; 0 once the inbox is
-    /// closed and empty (every sender gone).
-    pub async fn recv_many(&mut self, buf: &mut Vec<Msg>, limit: usize) -> usize {
-        match &mut self.0 {
-            Some(rx) => rx.recv_many(buf, limit).await,
-            None => 0,
-        }
-    }
-
-    /// Refuses further messages (senders see the node gone).
-    pub fn close(&mut self) {
-        if let Some(rx) = &mut self.0 {
-            rx.close();
-        }
-    }
+/// Whether invocations of an executor node may go through [`Executor::invoke_now`]: a
+/// native built-in whose work is the executor's alone, with nothing around it (journal
+/// record, supervisor, output contract, emitting mode) that needs an attempt.
+pub(crate) fn runs_now(decl: &NodeDecl, contract: bool, shared: &Shared) -> bool {
+    // A journaled run recomputes retry-safe built-ins instead of recording them (see
+    // `Actor::recomputed`), so they need no attempt there either.
+    decl.origin == "builtin"
+        && decl.mode == NodeMode::Buffered
+        && !contract
+        && shared.escalator.is_none()
+        && (shared.journal.is_none() || decl.retry_safe)
 }
 
 /// How an actor stopped early.
@@ -370,14 +358,8 @@ impl Actor {
         let node_token = InvToken(Arc::new(shared.run_token.clone()));
         let has_mints = spec.ports.iter().any(|p| p.mints.is_some());
         let native = spec.decl.origin == "builtin";
-        // A journaled run recomputes retry-safe built-ins instead of recording them (see
-        // `Actor::recomputed`), so they need no attempt there either.
-        let now = native
-            && matches!(spec.role, NodeRole::Executor)
-            && spec.decl.mode == NodeMode::Buffered
-            && spec.contract.is_none()
-            && shared.escalator.is_none()
-            && (shared.journal.is_none() || spec.decl.retry_safe);
+        let now = matches!(spec.role, NodeRole::Executor)
+            && runs_now(&spec.decl, spec.contract.is_some(), &shared);
         Actor {
             spec,
             shared,

@@ -110,12 +110,8 @@ impl Actor {
     }
 
     fn unknown_output(&self, h: &str) {
-        if self.spec.decl.output(h).is_none() {
-            self.emit(EventKind::Log {
-                node_id: self.spec.id.to_string(),
-                level: heddle_core::LogLevel::Warn,
-                message: format!("node produced a value on undeclared output `{h}`; dropped"),
-            });
+        if let Some(warning) = undeclared_output(&self.spec.decl, &self.spec.id, h) {
+            self.emit(warning);
         }
     }
 
@@ -379,6 +375,20 @@ impl Actor {
         }
         Ok(())
     }
+}
+
+/// The warning for a value on output `h` that no port carries: none when the node
+/// declares `h` (an output nothing is connected to drops its values quietly).
+pub(crate) fn undeclared_output(
+    decl: &heddle_core::NodeDecl,
+    node_id: &str,
+    h: &str,
+) -> Option<EventKind> {
+    decl.output(h).is_none().then(|| EventKind::Log {
+        node_id: node_id.to_string(),
+        level: heddle_core::LogLevel::Warn,
+        message: format!("node produced a value on undeclared output `{h}`; dropped"),
+    })
 }
 
 /// Puts `msg` into `tx`'s inbox if it has room; hands it back when the inbox is full.

@@ -1,0 +1,63 @@
+//! Nodes that run inline in the runner, with no actor built at all.
+//!
+//! An actor is a logical unit, not necessarily a task or even a struct: a native built-in
+//! with no edges at all (nothing feeds it, nothing reads it, no control event reaches it)
+//! fires once with its properties and ends. Its whole life is an
+//! [`Executor::invoke_now`] call and two events, so it is run as exactly that, without
+//! the wiring, state, future and tear-down an actor costs; a graph of many independent
+//! nodes pays per node little more than the node's own work. The events and the report
+//! are the ones the actor would give (`running`, a warning per undeclared output,
+//! `completed` with the outputs), and a node whose executor declines the call runs as an
+//! actor after all.
+
+use heddle_core::{InvocationMetrics, NodeOutcome, NodeStatus};
+use smallvec::SmallVec;
+
+use super::actor::{ActorReport, Shared, runs_now, shows_result, undeclared_output};
+use super::bus::Draft;
+use super::wiring::base_inputs;
+use super::{INPUT_TYPE, OUTPUT_TYPE, Run};
+use crate::executor::InputView;
+
+/// Runs node `i` inline if it is such a node and its executor takes the call; `None`
+/// (nothing done) otherwise.
+pub(super) fn run(run: &Run, i: usize, shared: &Shared) -> Option<Box<ActorReport>> {
+    let node = &run.plan.nodes[i];
+    let isolated = node.in_edges.is_empty()
+        && node.out_edges.is_empty()
+        && node.controllers.is_empty()
+        && &*node.node_type != INPUT_TYPE
+        && &*node.node_type != OUTPUT_TYPE;
+    if !isolated || !runs_now(&node.decl, node.contract.is_some(), shared) {
+        return None;
+    }
+    let base = base_inputs(node);
+    let out = run.executors[i].invoke_now(&mut InputView::new(SmallVec::new(), &base))?;
+    let bus = &shared.bus;
+    let event = |status, result| Draft::Node {
+        node_id: node.id.clone(),
+        node_type: node.node_type.clone(),
+        status,
+        result,
+        error: None,
+        skip_reason: None,
+    };
+    bus.publish_draft(event(NodeStatus::Running, None));
+    // No output of an isolated node has a port: an undeclared one is warned about.
+    for (h, _) in out.iter() {
+        if let Some(warning) = undeclared_output(&node.decl, &node.id, h) {
+            bus.publish(warning);
+        }
+    }
+    let result = shows_result(&node.node_type).then_some(out);
+    bus.publish_draft(event(NodeStatus::Completed, result));
+    Some(Box::new(ActorReport {
+        outcome: NodeOutcome::Done,
+        invocations: 1,
+        metrics: InvocationMetrics::default(),
+        outputs: Vec::new(),
+        stop: None,
+        ended_in: Vec::new(),
+        sent: Vec::new(),
+    }))
+}
