@@ -138,3 +138,46 @@ fn a_gate_note_quoting_a_known_secret_is_stored_masked() {
         verdicts[0]
     );
 }
+
+/// A rejection's note through the server is recorded masked too (the server ends the
+/// run itself, without a run log).
+#[test]
+fn a_rejection_note_quoting_a_known_secret_is_stored_masked() {
+    use support::serve::{Api, rt};
+    let d = with_secret(
+        r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "notes"}},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it"}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "out", "targetHandle": "value"}
+  ]
+}"#,
+    );
+    let graph = std::fs::read_to_string(d.path().join("g.json")).unwrap();
+    let server = d.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let id = api.create(&graph).await;
+        while api.show(&id).await["state"] != "paused" {
+            let _ = api.events(&id, None).await;
+        }
+        let (status, body) = api
+            .call(
+                "POST",
+                &format!("/api/runs/{id}/gates/ship/reject"),
+                Some(serde_json::json!({ "note": format!("leaks {SECRET}") })),
+            )
+            .await;
+        assert_eq!(status, 200, "{body:#}");
+    });
+    let (code, log) = server.stop();
+    assert_eq!(code, 0, "{log}");
+    assert!(!store_holds_secret(&d), "the secret reached the store");
+    let verdicts = bodies_of(&d, "verdict", "ship");
+    assert_eq!(verdicts.len(), 1, "{verdicts:?}");
+    assert!(verdicts[0].contains("leaks «redacted»"), "{}", verdicts[0]);
+}
