@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::mpsc;
 
-use super::actor::Msg;
+use super::actor::{LocalRx, Msg};
 
 struct Slot {
     buffer: usize,
@@ -76,6 +76,8 @@ impl Deref for InboxTx {
 enum Rx {
     Lazy(Arc<Slot>),
     Live(mpsc::Receiver<Msg>),
+    /// A node fused with its producer reads a local queue (see `actor::fused`).
+    Local(LocalRx),
 }
 
 /// The receiving end of a node's inbox. A node nothing can send to (no incoming edge,
@@ -88,6 +90,11 @@ impl Inbox {
     /// The inbox of a node nothing can send to.
     pub fn none() -> Self {
         Inbox(None)
+    }
+
+    /// The inbox of a node fused with its producer.
+    pub fn local(rx: LocalRx) -> Self {
+        Inbox(Some(Rx::Local(rx)))
     }
 
     /// The channel's receiver, taken out of the slot (and the channel made) on first use.
@@ -106,6 +113,9 @@ impl Inbox {
     /// Up to `limit` messages into `buf`, waiting for the first; 0 once the inbox is
     /// closed and empty (every sender gone).
     pub async fn recv_many(&mut self, buf: &mut Vec<Msg>, limit: usize) -> usize {
+        if let Some(Rx::Local(rx)) = &mut self.0 {
+            return std::future::poll_fn(|_| rx.poll_recv_many(buf, limit)).await;
+        }
         match self.live() {
             Some(rx) => rx.recv_many(buf, limit).await,
             None => 0,
@@ -114,6 +124,9 @@ impl Inbox {
 
     /// Refuses further messages (senders see the node gone).
     pub fn close(&mut self) {
+        if let Some(Rx::Local(rx)) = &mut self.0 {
+            return rx.close();
+        }
         if let Some(rx) = self.live() {
             rx.close();
         }

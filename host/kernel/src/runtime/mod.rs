@@ -5,7 +5,9 @@
 //! (buffers, open-upstream counts, end-of-stream, control upstreams, per-key buckets), is
 //! owned by the actor task, so the hot path takes no lock: a hop is a channel send plus a
 //! batched drain. Producers hold a sender into each target; a full channel is
-//! backpressure.
+//! backpressure. A native node fed by one edge from another native node runs in its
+//! producer's task instead, its inbox a local queue of the same capacity (see
+//! `actor::fused`).
 
 mod actor;
 pub mod bus;

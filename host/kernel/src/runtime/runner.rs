@@ -14,7 +14,7 @@ use heddle_core::{
 };
 use tokio::task::JoinHandle;
 
-use super::actor::{Actor, ActorReport, Shared, Stop};
+use super::actor::{Actor, ActorReport, Fusion, Shared, Stop};
 use super::bus::{Draft, EventBus};
 use super::inbox::{Inbox, InboxTx};
 use super::{OUTPUT_TYPE, Run};
@@ -86,12 +86,17 @@ pub(super) async fn run_all(
     let mut joins: Vec<(usize, JoinHandle<Box<ActorReport>>)> = Vec::new();
     // Boxed (see `Actor::finish`): the table is held for every node from the start.
     let mut reports: Vec<Option<Box<ActorReport>>> = (0..plan.nodes.len()).map(|_| None).collect();
+    let mut fusion = Fusion::new(&plan);
     for (idx, rx) in rxs.into_iter().enumerate() {
         if let Some(r) = super::inline::run(&run, idx, &sh) {
             reports[idx] = Some(r);
             continue;
         }
         let a = Actor::new(run.spec(idx, &txs, rx), sh.clone());
+        // A native node fed by another runs in its producer's task (see `Fusion`).
+        let Some(a) = fusion.take(idx, a) else {
+            continue;
+        };
         if a.inline_source() {
             // An actor is a logical unit, not necessarily a task: a ready native source
             // runs to completion right here unless it has to wait (a full downstream
@@ -105,9 +110,36 @@ pub(super) async fn run_all(
             joins.push((idx, tokio::spawn(Box::new(a).run())));
         }
     }
+    let groups: Vec<_> = fusion
+        .into_groups()
+        .into_iter()
+        .map(|(nodes, g)| (nodes, tokio::spawn(g.run())))
+        .collect();
     // Every actor holds its own senders now: the inboxes close as their producers end.
     drop(txs);
     let mut panics = Vec::new();
+    for (nodes, j) in groups {
+        let ends = match j.await {
+            Ok(ends) => ends,
+            // The group's own driver panicked: every member it ran is lost.
+            Err(e) => nodes
+                .into_iter()
+                .map(|idx| (idx, Err(e.to_string())))
+                .collect(),
+        };
+        for (idx, end) in ends {
+            match end {
+                Ok(r) => reports[idx] = Some(r),
+                Err(e) => {
+                    let n = &plan.nodes[idx];
+                    panics.push(format!(
+                        "node \"{}\" (type {}) panicked: {e}",
+                        n.id, n.node_type
+                    ));
+                }
+            }
+        }
+    }
     for (idx, j) in joins {
         match j.await {
             Ok(r) => reports[idx] = Some(r),

@@ -118,7 +118,7 @@ impl Run {
             ports[pi].edges.push(OutEdge {
                 index: ei,
                 edge_id: e.id.clone(),
-                tx: inbox_of(txs, target),
+                tx: inbox_of(txs, target).into(),
                 handle,
                 counter: 0,
                 last_event: None,
@@ -211,7 +211,10 @@ impl Run {
             scope: scope.invocation_scope.clone(),
             driver,
             ports,
-            control_targets: control_targets.iter().map(|t| inbox_of(txs, *t)).collect(),
+            control_targets: control_targets
+                .iter()
+                .map(|t| inbox_of(txs, *t).into())
+                .collect(),
             controllers,
             root_contrib,
             timeout,

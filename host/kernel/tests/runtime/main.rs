@@ -35,6 +35,7 @@ fn skipped(reason: SkipReason) -> NodeOutcome {
 
 mod endings;
 mod flow;
+mod fused;
 mod isolated;
 mod limits;
 mod lineage;

@@ -156,8 +156,7 @@ impl Actor {
                     if cancelled {
                         let _ = e.tx.try_send(msg);
                     } else {
-                        let tx = e.tx.clone();
-                        let _ = self.send(&tx, msg).await;
+                        let _ = self.send(&e.tx, msg).await;
                     }
                 }
             }

@@ -11,9 +11,11 @@
 mod buffered;
 mod controlled;
 mod finish;
+mod fused;
 mod input;
 mod invoke;
 mod journaled;
+mod link;
 mod promise;
 mod recovery;
 mod routing;
@@ -40,7 +42,9 @@ use crate::executor::{Executor, Inputs, NodeCtx, Outputs, SecretRegistry};
 pub(crate) use finish::shows_result;
 pub(crate) use routing::undeclared_output;
 
+pub(crate) use fused::Fusion;
 pub use invoke::InvocationRecord;
+pub(crate) use link::{Link, LocalRx};
 
 /// Messages drained per wake-up of an actor. A batch buffer starts empty and grows to
 /// the batches its node actually gets: a node fed one message at a time keeps a small
@@ -117,7 +121,7 @@ pub(crate) struct OutEdge {
     /// Index in the plan's edges.
     pub index: u32,
     pub edge_id: Arc<str>,
-    pub tx: InboxTx,
+    pub tx: Link,
     pub handle: u16,
     pub counter: u64,
     pub last_event: Option<Instant>,
@@ -223,7 +227,7 @@ pub(crate) struct ActorSpec {
     pub scope: Vec<RootIdx>,
     pub driver: Option<usize>,
     pub ports: Vec<OutPort>,
-    pub control_targets: Vec<InboxTx>,
+    pub control_targets: Vec<Link>,
     pub controllers: usize,
     pub root_contrib: HashMap<RootIdx, u32>,
     pub timeout: Option<Duration>,
@@ -306,6 +310,10 @@ pub(crate) struct Actor {
     /// This actor's own `""` key (a shared one would bounce one cache line between cores).
     root_key: Arc<str>,
     has_mints: bool,
+    /// The output handle last routed and its port: an executor names its outputs with
+    /// the same `Arc` every time, so a hop finds its port by address, not by comparing
+    /// names. (Held, so the address cannot be reused for another name meanwhile.)
+    hot_port: Option<(Arc<str>, usize)>,
     /// A native built-in (`origin == "builtin"`): no metrics to collect.
     native: bool,
     /// Invocations may go through [`Executor::invoke_now`]: the node's executor does
@@ -367,6 +375,7 @@ impl Actor {
             spare_ctx: None,
             root_key: Arc::from(""),
             has_mints,
+            hot_port: None,
             native,
             now,
             epoch: Instant::now(),

@@ -3,6 +3,7 @@
 //! and the throttled edge counters.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use heddle_core::plan::{Crossing, EdgeRule, RootIdx};
@@ -10,7 +11,7 @@ use heddle_core::{EdgeStatus, EventKind, Value};
 use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
-use super::{Actor, ControlEvent, EDGE_EVENT_INTERVAL, Msg, OutEdge, Stop};
+use super::{Actor, ControlEvent, EDGE_EVENT_INTERVAL, Link, Msg, OutEdge, Stop};
 use crate::executor::{Emitted, Outputs};
 use crate::runtime::lineage::Lineage;
 
@@ -39,7 +40,7 @@ struct MintedItem {
 }
 
 impl Actor {
-    pub(super) async fn send(&self, tx: &mpsc::Sender<Msg>, msg: Msg) -> Result<(), Stop> {
+    pub(super) async fn send(&self, tx: &Link, msg: Msg) -> Result<(), Stop> {
         match deliver_now(tx, msg) {
             None => Ok(()),
             Some(msg) => self.send_when_room(tx, msg).await,
@@ -47,7 +48,7 @@ impl Actor {
     }
 
     /// Waits for room in a full inbox (backpressure), unless the run is cancelled.
-    async fn send_when_room(&self, tx: &mpsc::Sender<Msg>, msg: Msg) -> Result<(), Stop> {
+    async fn send_when_room(&self, tx: &Link, msg: Msg) -> Result<(), Stop> {
         tokio::select! {
             biased;
             _ = tx.send(msg) => Ok(()),
@@ -78,13 +79,26 @@ impl Actor {
         mint: &mut MintedTokens,
     ) -> Vec<Waiting> {
         let mut waiting = Vec::new();
-        for (h, v) in out.iter() {
-            match self.port_index(h) {
+        for (h, v) in out.0.iter() {
+            match self.output_port(h) {
                 Some(p) => self.route_value(p, v, lineage, mint, &mut waiting),
                 None => self.unknown_output(h),
             }
         }
         waiting
+    }
+
+    /// [`Actor::port_index`] of an output handle, by address when it is the one last
+    /// routed (its `hot_port`).
+    fn output_port(&mut self, h: &Arc<str>) -> Option<usize> {
+        if let Some((hot, p)) = &self.hot_port
+            && Arc::ptr_eq(hot, h)
+        {
+            return Some(*p);
+        }
+        let p = self.port_index(h)?;
+        self.hot_port = Some((h.clone(), p));
+        Some(p)
     }
 
     pub(super) async fn route_emitted(
@@ -393,7 +407,7 @@ pub(crate) fn undeclared_output(
 
 /// Puts `msg` into `tx`'s inbox if it has room; hands it back when the inbox is full.
 /// A closed inbox (its node has stopped) drops it.
-fn deliver_now(tx: &mpsc::Sender<Msg>, msg: Msg) -> Option<Msg> {
+fn deliver_now(tx: &Link, msg: Msg) -> Option<Msg> {
     match tx.try_send(msg) {
         Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => None,
         Err(mpsc::error::TrySendError::Full(msg)) => Some(msg),

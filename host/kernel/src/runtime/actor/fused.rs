@@ -1,0 +1,275 @@
+//! Fused groups: native nodes fed by one edge from another native node run in their
+//! producer's task, as futures its group polls in turn, and their inbox is a local queue
+//! instead of a channel (see [`super::link`]).
+//!
+//! An actor is a logical unit, not necessarily a task. Between two native nodes a
+//! channel hop (slot protocol, semaphore, a wake-up and a task switch per batch) costs
+//! more than the node's work; in one group the hop is a push into a queue that the next
+//! member drains on the same pass. Every member still runs its own actor code, so its
+//! events, counters, backpressure (the queue has the inbox's capacity), cancellation and
+//! outcome are what they would be in a task of its own.
+//!
+//! What joins its producer's group: a native node (a built-in or an output node) with
+//! exactly one incoming edge, a data edge from another native node (or an input node),
+//! and no controller. So a group is a tree rooted at its head, every member reached by
+//! one edge from an earlier one. Nodes that do real work (WASM, code, test nodes) keep a
+//! task of their own: they may run long, and on a multi-thread runtime they run in
+//! parallel with their neighbours.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::task::Poll;
+
+use heddle_core::graph::EdgeType;
+use heddle_core::plan::{Plan, PlanNode};
+
+use super::link::{self, LocalProbe};
+use super::{Actor, ActorReport, Inbox, Link};
+use crate::runtime::{INPUT_TYPE, OUTPUT_TYPE};
+
+/// Runs a member to its end; boxed, as its task's future would be.
+type MemberFuture = Pin<Box<dyn Future<Output = Box<ActorReport>> + Send>>;
+
+/// Where a node runs, decided from the plan before any actor starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// A task of its own (or inline, as the runner decides).
+    Alone,
+    /// The head of group `g`.
+    Head(usize),
+    /// A member of group `g`, fed by `edge` (its one incoming edge) from `upstream`.
+    Member {
+        group: usize,
+        edge: u32,
+        upstream: u32,
+    },
+}
+
+/// The fused groups of a run, and the actors collected for them until they start.
+pub(crate) struct Fusion {
+    places: Vec<Place>,
+    /// Per group: its actors (by plan index), added as the runner builds them.
+    groups: Vec<Vec<(usize, Actor)>>,
+}
+
+/// Nodes whose work is the kernel's own and cheap: they may share a task.
+fn native(node: &PlanNode) -> bool {
+    &*node.node_type == INPUT_TYPE
+        || &*node.node_type == OUTPUT_TYPE
+        || node.decl.origin == "builtin"
+}
+
+impl Fusion {
+    pub fn new(plan: &Plan) -> Fusion {
+        let n = plan.nodes.len();
+        // The edge feeding each node that may join its producer's group.
+        let feed: Vec<Option<u32>> = plan
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let &[e] = node.in_edges.as_slice() else {
+                    return None;
+                };
+                let edge = &plan.edges[e as usize];
+                let src = &plan.nodes[edge.source as usize];
+                let joins = edge.edge_type == EdgeType::Data
+                    && node.controllers.is_empty()
+                    && &*node.node_type != INPUT_TYPE
+                    && edge.source as usize != i
+                    && native(node)
+                    && native(src);
+                joins.then_some(e)
+            })
+            .collect();
+        // Each node's group head: up the feeding edges to the first node that does not
+        // join its producer. (A plan has no cycles; the step bound keeps a malformed one
+        // from looping: such a node stays alone.)
+        let head_of = |i: usize| -> Option<usize> {
+            let mut at = i;
+            for _ in 0..=n {
+                match feed[at] {
+                    Some(e) => at = plan.edges[e as usize].source as usize,
+                    None => return Some(at),
+                }
+            }
+            None
+        };
+        let mut places = vec![Place::Alone; n];
+        let mut group_of_head: Vec<Option<usize>> = vec![None; n];
+        let mut groups = 0;
+        for i in 0..n {
+            let Some(e) = feed[i] else { continue };
+            let Some(h) = head_of(i) else { continue };
+            let g = *group_of_head[h].get_or_insert_with(|| {
+                groups += 1;
+                groups - 1
+            });
+            places[h] = Place::Head(g);
+            places[i] = Place::Member {
+                group: g,
+                edge: e,
+                upstream: plan.edges[e as usize].source,
+            };
+        }
+        Fusion {
+            places,
+            groups: (0..groups).map(|_| Vec::new()).collect(),
+        }
+    }
+
+    /// Takes node `i`'s actor if it runs in a group; hands it back if it runs alone.
+    pub fn take(&mut self, i: usize, a: Actor) -> Option<Actor> {
+        match self.places[i] {
+            Place::Alone => Some(a),
+            Place::Head(g) | Place::Member { group: g, .. } => {
+                self.groups[g].push((i, a));
+                None
+            }
+        }
+    }
+
+    /// Every group, wired (each member's inbox a local queue its producer's edge feeds)
+    /// and ready to spawn: the nodes it runs and the future that runs them, which ends
+    /// with their reports in the same order.
+    pub fn into_groups(self) -> Vec<(Vec<usize>, Group)> {
+        let places = self.places;
+        self.groups
+            .into_iter()
+            .map(|members| {
+                let order: Vec<usize> = members.iter().map(|(i, _)| *i).collect();
+                (order, wire(&places, members))
+            })
+            .collect()
+    }
+}
+
+/// Orders a group (every member after its producer) and links each member to its
+/// producer through a local queue.
+fn wire(places: &[Place], mut members: Vec<(usize, Actor)>) -> Group {
+    // Depth below the head, each node's found once (a long chain is one walk).
+    let mut depth: HashMap<usize, u32> = HashMap::with_capacity(members.len());
+    for &(i, _) in &members {
+        let mut path = Vec::new();
+        let mut at = i;
+        let base = loop {
+            if let Some(d) = depth.get(&at) {
+                break *d;
+            }
+            match places[at] {
+                Place::Member { upstream, .. } => {
+                    path.push(at);
+                    at = upstream as usize;
+                }
+                _ => {
+                    depth.insert(at, 0);
+                    break 0;
+                }
+            }
+        };
+        for (k, node) in path.iter().rev().enumerate() {
+            depth.insert(*node, base + 1 + k as u32);
+        }
+    }
+    members.sort_by_key(|(i, _)| depth[i]);
+    let pos: HashMap<usize, usize> = members
+        .iter()
+        .enumerate()
+        .map(|(p, (i, _))| (*i, p))
+        .collect();
+    let mut probes = Vec::with_capacity(members.len());
+    for m in 0..members.len() {
+        let Place::Member { edge, upstream, .. } = places[members[m].0] else {
+            continue;
+        };
+        let (tx, rx, probe) = link::local(members[m].1.shared.limits.buffer);
+        members[m].1.spec.rx = Inbox::local(rx);
+        probes.push(probe);
+        // The producer is in the group (it is this member's head or another member); its
+        // edge into this member now feeds the queue. Without such an edge (the handle
+        // is not connected) the queue is closed at once, as the channel would be.
+        let producer = &mut members[pos[&(upstream as usize)]].1;
+        if let Some(e) = producer
+            .spec
+            .ports
+            .iter_mut()
+            .flat_map(|p| p.edges.iter_mut())
+            .find(|e| e.index == edge)
+        {
+            e.tx = Link::Local(tx);
+        }
+    }
+    Group {
+        members: members
+            .into_iter()
+            .map(|(i, a)| (i, Box::pin(Box::new(a).run()) as MemberFuture))
+            .collect(),
+        probes,
+    }
+}
+
+/// The future of one group: polls its members in order (every producer before what it
+/// feeds) until a whole pass moves nothing, so a batch travels the group in one pass.
+pub(crate) struct Group {
+    members: Vec<(usize, MemberFuture)>,
+    probes: Vec<LocalProbe>,
+}
+
+/// What a member left: its report, or the message of the panic that ended it.
+pub(crate) type MemberEnd = Result<Box<ActorReport>, String>;
+
+impl Group {
+    /// A member that panics ends alone, as its task would: its future is dropped (its
+    /// queues close, as its channels would) and the others go on.
+    pub async fn run(self) -> Vec<(usize, MemberEnd)> {
+        let Group {
+            mut members,
+            probes,
+        } = self;
+        let mut done = Vec::with_capacity(members.len());
+        std::future::poll_fn(|cx| {
+            loop {
+                let mut moved = false;
+                members.retain_mut(|(i, f)| {
+                    let polled = catch_unwind(AssertUnwindSafe(|| f.as_mut().poll(cx)));
+                    let end = match polled {
+                        Ok(Poll::Pending) => return true,
+                        Ok(Poll::Ready(r)) => Ok(r),
+                        Err(payload) => Err(panic_message(&*payload)),
+                    };
+                    done.push((*i, end));
+                    moved = true;
+                    false
+                });
+                if members.is_empty() {
+                    return Poll::Ready(());
+                }
+                // Nothing moved: every member waits on something outside the group
+                // (its channel, room downstream, its executor, the cancel token), which
+                // wakes this task; none waits on a queue alone (an empty queue's
+                // producer, or a full queue's consumer, is then waiting outside).
+                // Every probe is asked (each resets its flag): no short-circuit.
+                for p in &probes {
+                    moved |= p.moved();
+                }
+                if !moved {
+                    return Poll::Pending;
+                }
+            }
+        })
+        .await;
+        done
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match payload.downcast_ref::<&str>() {
+        Some(s) => (*s).to_string(),
+        None => match payload.downcast_ref::<String>() {
+            Some(s) => s.clone(),
+            None => "a panic without a message".to_string(),
+        },
+    }
+}
