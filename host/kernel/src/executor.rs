@@ -42,6 +42,19 @@ impl Outputs {
         self.0.push((handle.into(), v));
     }
 
+    /// Becomes the single output `handle` = `v`. Outputs that already are one value on
+    /// that very handle keep their handle: a node answering on the same output every
+    /// time then touches no reference count (see [`Executor::invoke_now_into`]).
+    pub fn set_one(&mut self, handle: &Arc<str>, v: Value) {
+        match self.0.as_mut_slice() {
+            [(h, slot)] if Arc::ptr_eq(h, handle) => *slot = v,
+            _ => {
+                self.0.clear();
+                self.0.push((handle.clone(), v));
+            }
+        }
+    }
+
     pub fn get(&self, handle: &str) -> Option<&Value> {
         self.0.iter().find(|(h, _)| &**h == handle).map(|(_, v)| v)
     }
@@ -425,7 +438,7 @@ impl<'a> InputView<'a> {
     pub fn take(&mut self, name: &str) -> Option<Value> {
         // One edge value, the common case (a pass-through hop): no search, no shuffle.
         if let [(h, _)] = self.edges.as_slice()
-            && *h == name
+            && same_name(h, name)
         {
             return self.edges.pop().map(|(_, v)| v);
         }
@@ -440,6 +453,14 @@ impl<'a> InputView<'a> {
     pub fn into_edges(self) -> impl Iterator<Item = (&'a str, Value)> {
         self.edges.into_iter()
     }
+}
+
+/// Handle names are a few bytes: compared in place, since the call to `memcmp` that `==`
+/// makes costs more than the comparison on a pass-through hop.
+#[inline]
+fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && (0..a.len()).all(|i| a[i] == b[i])
 }
 
 /// One item a streaming-input node reads from its inbox.
@@ -483,6 +504,20 @@ pub trait Executor: Send + Sync + 'static {
     fn invoke_now(&self, inputs: &mut InputView<'_>) -> Option<Outputs> {
         let _ = inputs;
         None
+    }
+
+    /// [`Executor::invoke_now`] into `out`, which holds this node's previous outputs (or
+    /// nothing): an executor may reuse them (see [`Outputs::set_one`]) where building
+    /// new ones would cost more than its work. False (and `out` untouched) when it
+    /// declines.
+    fn invoke_now_into(&self, inputs: &mut InputView<'_>, out: &mut Outputs) -> bool {
+        match self.invoke_now(inputs) {
+            Some(o) => {
+                *out = o;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Streaming-input mode: the node drains `input` itself and emits through `ctx`.

@@ -88,6 +88,26 @@ fn the_pass_through_answers_at_once_and_an_executor_without_the_path_declines() 
         view.into_edges().collect::<Vec<_>>(),
         vec![("value", Value::Int(7))]
     );
+
+    // Into the last outputs: the pass-through keeps their handle (no new reference to
+    // it per hop) and replaces the value; a declining executor leaves them untouched.
+    let mut out = heddle_kernel::Outputs::new();
+    let mut view = InputView::new(smallvec![("value", Value::Int(1))], &props);
+    assert!(exec.invoke_now_into(&mut view, &mut out));
+    let handle = out.0[0].0.clone();
+    let mut view = InputView::new(smallvec![("value", Value::Int(2))], &props);
+    assert!(exec.invoke_now_into(&mut view, &mut out));
+    assert_eq!(out.0.len(), 1);
+    assert!(std::sync::Arc::ptr_eq(&out.0[0].0, &handle), "handle kept");
+    assert_eq!(out.get("value"), Some(&Value::Int(2)));
+    let mut view = InputView::new(smallvec![("value", Value::Int(3))], &props);
+    assert!(!Plain.invoke_now_into(&mut view, &mut out));
+    assert_eq!(
+        out.get("value"),
+        Some(&Value::Int(2)),
+        "declined: untouched"
+    );
+    assert_eq!(view.into_edges().count(), 1, "declined: nothing taken");
 }
 
 #[tokio::test]

@@ -181,10 +181,17 @@ impl Executor for ForwardValue {
     }
 
     fn invoke_now(&self, inputs: &mut InputView<'_>) -> Option<Outputs> {
-        Some(match inputs.take("value") {
-            Some(v) => Outputs::one(self.handle.clone(), v),
-            None => Outputs::new(),
-        })
+        let mut out = Outputs::new();
+        self.invoke_now_into(inputs, &mut out);
+        Some(out)
+    }
+
+    fn invoke_now_into(&self, inputs: &mut InputView<'_>, out: &mut Outputs) -> bool {
+        match inputs.take("value") {
+            Some(v) => out.set_one(&self.handle, v),
+            None => out.0.clear(),
+        }
+        true
     }
 }
 

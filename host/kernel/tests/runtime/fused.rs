@@ -37,11 +37,22 @@ fn native_chain(n: usize) -> heddle_core::GraphDoc {
 /// last counter is the number of values.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fused_chain_under_backpressure_keeps_order_events_and_counters() {
+    check_chain(5, 500).await;
+}
+
+/// A chain longer than a group on a multi-thread runtime is cut into several groups
+/// joined by channels: the same order, events and counters across the cuts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_fused_chain_cut_into_groups_keeps_order_events_and_counters() {
+    check_chain(40, 200).await;
+}
+
+async fn check_chain(nodes: usize, values: i64) {
     let (reg, _) = registry();
-    let doc = native_chain(5);
+    let doc = native_chain(nodes);
     let plan = heddle_core::plan::plan(&doc, &reg).unwrap();
     let edge_ids: Vec<String> = plan.edges.iter().map(|e| e.id.to_string()).collect();
-    assert_eq!(edge_ids.len(), 6);
+    assert_eq!(edge_ids.len(), nodes + 1);
     let opts = RunOptions {
         inbox: InboxLimits {
             buffer: 1,
@@ -50,9 +61,8 @@ async fn fused_chain_under_backpressure_keeps_order_events_and_counters() {
         ..RunOptions::default()
     };
     let h = Run::new(plan, &reg, opts).unwrap().start();
-    const N: i64 = 500;
     within(async {
-        for v in 0..N {
+        for v in 0..values {
             h.push_input("in", Value::Int(v)).await.unwrap();
         }
         h.finish_input("in").await.unwrap();
@@ -60,11 +70,11 @@ async fn fused_chain_under_backpressure_keeps_order_events_and_counters() {
     .await;
     let r = within(h.wait()).await;
     assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
-    assert_eq!(ints(&r.outputs["out"]), (0..N).collect::<Vec<_>>());
-    for i in 0..5 {
+    assert_eq!(ints(&r.outputs["out"]), (0..values).collect::<Vec<_>>());
+    for i in 0..nodes {
         let id = format!("p{i}");
         assert_eq!(outcome(&r, &id), NodeOutcome::Done, "{id}");
-        assert_eq!(r.nodes[&id].invocations, N as u64, "{id}");
+        assert_eq!(r.nodes[&id].invocations, values as u64, "{id}");
         let statuses: Vec<NodeStatus> = r
             .events
             .iter()
@@ -94,7 +104,11 @@ async fn fused_chain_under_backpressure_keeps_order_events_and_counters() {
                 _ => None,
             })
             .next_back();
-        assert_eq!(last, Some((EdgeStatus::Completed, N as u64)), "edge {id}");
+        assert_eq!(
+            last,
+            Some((EdgeStatus::Completed, values as u64)),
+            "edge {id}"
+        );
     }
 }
 

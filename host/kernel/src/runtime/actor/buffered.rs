@@ -274,25 +274,33 @@ impl Actor {
     /// One invocation through [`Executor::invoke_now`]: the firing's values are read in
     /// place (no input map, context or future). Hands the firing back, untouched, when
     /// the executor declines (then [`Actor::fire`] runs it the usual way).
-    fn try_now(&self, f: impl IntoIterator<Item = (usize, Value)>) -> Result<Outputs, Firing> {
+    fn try_now(&mut self, f: impl IntoIterator<Item = (usize, Value)>) -> Result<Outputs, Firing> {
         let handles = &self.spec.handles;
         let mut edges = SmallVec::new();
         for (h, v) in f {
             edges.push((&*handles[h].name, v));
         }
         let mut view = InputView::new(edges, &self.spec.base_inputs);
-        match self.spec.exec.invoke_now(&mut view) {
-            Some(out) => Ok(out),
-            // Declined: nothing was taken, so the values come back in firing order and
-            // each handle's index is where its (unique) name is.
-            None => Err(view
-                .into_edges()
-                .map(|(name, v)| {
-                    let h = handles.iter().position(|h| &*h.name == name);
-                    (h.expect("a firing's handle is one of the node's"), v)
-                })
-                .collect()),
+        // The last outputs, for the executor to reuse (they are the last ones again once
+        // routed, see `produce_now`).
+        let last = self.last_result.take();
+        let had = last.is_some();
+        let mut out = last.unwrap_or_default();
+        if self.spec.exec.invoke_now_into(&mut view, &mut out) {
+            return Ok(out);
         }
+        // Declined: `out` is untouched, and nothing was taken, so the values come back
+        // in firing order and each handle's index is where its (unique) name is.
+        if had {
+            self.last_result = Some(out);
+        }
+        Err(view
+            .into_edges()
+            .map(|(name, v)| {
+                let h = handles.iter().position(|h| &*h.name == name);
+                (h.expect("a firing's handle is one of the node's"), v)
+            })
+            .collect())
     }
 
     /// What [`Actor::fire`] does with produced outputs, for an invocation

@@ -9,9 +9,11 @@
 //! events, counters, backpressure (the queue has the inbox's capacity), cancellation and
 //! outcome are what they would be in a task of its own.
 //!
-//! What joins its producer's group: a native node (a built-in or an output node) with
-//! exactly one incoming edge, a data edge from another native node (or an input node),
-//! and no controller. So a group is a tree rooted at its head, every member reached by
+//! What joins its producer's group: a buffered native node (a built-in or an output
+//! node) with exactly one incoming edge, a data edge from another native node (or an
+//! input node), and no controller. A streaming-input node (`heddle.collect`) keeps its
+//! own task: its executor reads a stream of its own, and polling that on every pass of
+//! the group made the fan-out bench slower, not faster. So a group is a tree rooted at its head, every member reached by
 //! one edge from an earlier one. Nodes that do real work (WASM, code, test nodes) keep a
 //! task of their own: they may run long, and on a multi-thread runtime they run in
 //! parallel with their neighbours.
@@ -22,6 +24,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::Poll;
 
+use heddle_core::NodeMode;
 use heddle_core::graph::EdgeType;
 use heddle_core::plan::{Plan, PlanNode};
 
@@ -50,8 +53,47 @@ enum Place {
 /// The fused groups of a run, and the actors collected for them until they start.
 pub(crate) struct Fusion {
     places: Vec<Place>,
+    /// See [`depths`].
+    depth: Vec<u32>,
     /// Per group: its actors (by plan index), added as the runner builds them.
     groups: Vec<Vec<(usize, Actor)>>,
+}
+
+/// Nodes per group along a chain on a multi-thread runtime: long enough that a hop
+/// between groups (a channel, a wake-up) is rare, short enough that a 100-node chain
+/// keeps both workers of a 2-core machine busy.
+const SPAN: u32 = 16;
+
+/// Each node's distance from the first node up its chain of feeding edges (0 for a node
+/// no such edge feeds); each found once, so a long chain is one walk.
+fn depths(plan: &Plan, feed: &[Option<u32>]) -> Vec<u32> {
+    const UNKNOWN: u32 = u32::MAX;
+    let mut depth = vec![UNKNOWN; feed.len()];
+    let mut path = Vec::new();
+    for i in 0..feed.len() {
+        let mut at = i;
+        // Up to a node whose depth is known or that nothing feeds (bounded: a plan has
+        // no cycles, and a malformed one stops after every node was visited once).
+        let base = loop {
+            if depth[at] != UNKNOWN {
+                break depth[at];
+            }
+            match feed[at] {
+                Some(e) if path.len() <= feed.len() => {
+                    path.push(at);
+                    at = plan.edges[e as usize].source as usize;
+                }
+                _ => {
+                    depth[at] = 0;
+                    break 0;
+                }
+            }
+        };
+        for (k, node) in path.drain(..).rev().enumerate() {
+            depth[node] = base + 1 + k as u32;
+        }
+    }
+    depth
 }
 
 /// Nodes whose work is the kernel's own and cheap: they may share a task.
@@ -80,9 +122,22 @@ impl Fusion {
                     && &*node.node_type != INPUT_TYPE
                     && edge.source as usize != i
                     && native(node)
+                    && node.decl.mode == NodeMode::Buffered
                     && native(src);
                 joins.then_some(e)
             })
+            .collect();
+        // On a multi-thread runtime a long chain is cut every `SPAN` nodes, so its groups
+        // can run on different workers; on one thread, a cut would only add hops.
+        let workers = tokio::runtime::Handle::try_current()
+            .map(|h| h.metrics().num_workers())
+            .unwrap_or(1);
+        let span = if workers > 1 { SPAN } else { u32::MAX };
+        let depth = depths(plan, &feed);
+        let feed: Vec<Option<u32>> = feed
+            .iter()
+            .zip(&depth)
+            .map(|(f, d)| f.filter(|_| d % span != 0))
             .collect();
         // Each node's group head: up the feeding edges to the first node that does not
         // join its producer. (A plan has no cycles; the step bound keeps a malformed one
@@ -116,6 +171,7 @@ impl Fusion {
         }
         Fusion {
             places,
+            depth,
             groups: (0..groups).map(|_| Vec::new()).collect(),
         }
     }
@@ -135,12 +191,12 @@ impl Fusion {
     /// and ready to spawn: the nodes it runs and the future that runs them, which ends
     /// with their reports in the same order.
     pub fn into_groups(self) -> Vec<(Vec<usize>, Group)> {
-        let places = self.places;
+        let (places, depth) = (self.places, self.depth);
         self.groups
             .into_iter()
             .map(|members| {
                 let order: Vec<usize> = members.iter().map(|(i, _)| *i).collect();
-                (order, wire(&places, members))
+                (order, wire(&places, &depth, members))
             })
             .collect()
     }
@@ -148,32 +204,9 @@ impl Fusion {
 
 /// Orders a group (every member after its producer) and links each member to its
 /// producer through a local queue.
-fn wire(places: &[Place], mut members: Vec<(usize, Actor)>) -> Group {
-    // Depth below the head, each node's found once (a long chain is one walk).
-    let mut depth: HashMap<usize, u32> = HashMap::with_capacity(members.len());
-    for &(i, _) in &members {
-        let mut path = Vec::new();
-        let mut at = i;
-        let base = loop {
-            if let Some(d) = depth.get(&at) {
-                break *d;
-            }
-            match places[at] {
-                Place::Member { upstream, .. } => {
-                    path.push(at);
-                    at = upstream as usize;
-                }
-                _ => {
-                    depth.insert(at, 0);
-                    break 0;
-                }
-            }
-        };
-        for (k, node) in path.iter().rev().enumerate() {
-            depth.insert(*node, base + 1 + k as u32);
-        }
-    }
-    members.sort_by_key(|(i, _)| depth[i]);
+fn wire(places: &[Place], depth: &[u32], mut members: Vec<(usize, Actor)>) -> Group {
+    // Every member after its producer (one edge deeper).
+    members.sort_by_key(|(i, _)| depth[*i]);
     let pos: HashMap<usize, usize> = members
         .iter()
         .enumerate()

@@ -8,7 +8,6 @@
 //! moved.
 
 use std::cell::UnsafeCell;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -47,7 +46,10 @@ impl Link {
 }
 
 struct Queue {
-    msgs: VecDeque<Msg>,
+    /// In arrival order. A plain vector, not a ring: a receiver that takes all of it
+    /// swaps its own emptied batch buffer in (see [`LocalRx::poll_recv_many`]), so two
+    /// buffers alternate and stay warm in cache, and nothing is copied.
+    msgs: Vec<Msg>,
     cap: usize,
     /// The sender is gone: the queue reads as closed once it is empty.
     sender_gone: bool,
@@ -85,7 +87,7 @@ impl Shared {
 /// `impl Sync for Shared`).
 pub(crate) fn local(cap: usize) -> (LocalTx, LocalRx, LocalProbe) {
     let q = Arc::new(Shared(UnsafeCell::new(Queue {
-        msgs: VecDeque::new(),
+        msgs: Vec::new(),
         cap: cap.max(1),
         sender_gone: false,
         closed: false,
@@ -105,7 +107,7 @@ impl LocalTx {
             if q.msgs.len() >= q.cap {
                 return Err(TrySendError::Full(msg));
             }
-            q.msgs.push_back(msg);
+            q.msgs.push(msg);
             q.moved = true;
             Ok(())
         })
@@ -154,7 +156,11 @@ impl LocalRx {
                 };
             }
             let n = q.msgs.len().min(limit);
-            buf.extend(q.msgs.drain(..n));
+            if n == q.msgs.len() && buf.is_empty() {
+                std::mem::swap(buf, &mut q.msgs);
+            } else {
+                buf.extend(q.msgs.drain(..n));
+            }
             q.moved = true;
             Poll::Ready(n)
         })
