@@ -139,25 +139,29 @@ impl Fusion {
             .zip(&depth)
             .map(|(f, d)| f.filter(|_| d % span != 0))
             .collect();
-        // Each node's group head: up the feeding edges to the first node that does not
-        // join its producer. (A plan has no cycles; the step bound keeps a malformed one
-        // from looping: such a node stays alone.)
-        let head_of = |i: usize| -> Option<usize> {
-            let mut at = i;
-            for _ in 0..=n {
-                match feed[at] {
-                    Some(e) => at = plan.edges[e as usize].source as usize,
-                    None => return Some(at),
-                }
-            }
-            None
-        };
+        // Each node's group head: the first node up its feeding edges that does not join
+        // its producer. Found in order of depth, so a producer's is known before its
+        // consumer's. (A malformed plan's cycle leaves a head unknown: such a node stays
+        // alone.)
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_unstable_by_key(|&i| depth[i]);
+        let mut head: Vec<Option<usize>> = vec![None; n];
+        for i in order {
+            head[i] = match feed[i] {
+                None => Some(i),
+                Some(e) => head[plan.edges[e as usize].source as usize],
+            };
+        }
         let mut places = vec![Place::Alone; n];
         let mut group_of_head: Vec<Option<usize>> = vec![None; n];
         let mut groups = 0;
         for i in 0..n {
-            let Some(e) = feed[i] else { continue };
-            let Some(h) = head_of(i) else { continue };
+            let (Some(e), Some(h)) = (feed[i], head[i]) else {
+                continue;
+            };
+            if h == i {
+                continue;
+            }
             let g = *group_of_head[h].get_or_insert_with(|| {
                 groups += 1;
                 groups - 1
