@@ -64,6 +64,11 @@ pub(crate) struct Fusion {
 /// keeps both workers of a 2-core machine busy.
 const SPAN: u32 = 16;
 
+/// Passes over its members a group makes per poll of its task before it yields: a pass
+/// moves at most a queue's capacity per member, so this bounds how long a group holds a
+/// worker while a large fan-out flows through it.
+const PASSES_PER_POLL: usize = 64;
+
 /// Each node's distance from the first node up its chain of feeding edges (0 for a node
 /// no such edge feeds); each found once, so a long chain is one walk.
 fn depths(plan: &Plan, feed: &[Option<u32>]) -> Vec<u32> {
@@ -267,7 +272,7 @@ impl Group {
         } = self;
         let mut done = Vec::with_capacity(members.len());
         std::future::poll_fn(|cx| {
-            loop {
+            for _ in 0..PASSES_PER_POLL {
                 let mut moved = false;
                 members.retain_mut(|(i, f)| {
                     let polled = catch_unwind(AssertUnwindSafe(|| f.as_mut().poll(cx)));
@@ -283,18 +288,23 @@ impl Group {
                 if members.is_empty() {
                     return Poll::Ready(());
                 }
-                // Nothing moved: every member waits on something outside the group
-                // (its channel, room downstream, its executor, the cancel token), which
-                // wakes this task; none waits on a queue alone (an empty queue's
-                // producer, or a full queue's consumer, is then waiting outside).
                 // Every probe is asked (each resets its flag): no short-circuit.
                 for p in &probes {
                     moved |= p.moved();
                 }
+                // Nothing moved: every member waits on something outside the group
+                // (its channel, room downstream, its executor, the cancel token), which
+                // wakes this task; none waits on a queue alone (an empty queue's
+                // producer, or a full queue's consumer, is then waiting outside).
                 if !moved {
                     return Poll::Pending;
                 }
             }
+            // Still moving (a large fan-out inside the group): yield to the runtime's
+            // other tasks, as separate actors would have at their full inboxes, and
+            // carry on at the next poll.
+            cx.waker().wake_by_ref();
+            Poll::Pending
         })
         .await;
         done
