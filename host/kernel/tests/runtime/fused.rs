@@ -231,3 +231,78 @@ async fn fused_member_failure_skips_what_it_feeds() {
     assert_eq!(outcome(&r, "p1"), skipped(SkipReason::UpstreamFailed));
     assert_eq!(outcome(&r, "out"), skipped(SkipReason::UpstreamFailed));
 }
+
+/// A large fan-out flowing through one group lets the runtime's other tasks run meanwhile
+/// (the group yields after a bounded number of passes), as separate actors did at their
+/// full inboxes: on a current-thread runtime another task gets turns while the outputs
+/// are part-way, not only before the first or after the last.
+#[tokio::test(flavor = "current_thread")]
+async fn a_group_moving_a_large_fan_out_yields_to_other_tasks() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    const N: usize = 10_000;
+    let (reg, _) = registry();
+    let items: Vec<i64> = (0..N as i64).collect();
+    let doc = graph(
+        &[
+            (
+                "items",
+                "heddle.input",
+                json!({"name": "items", "value": items}),
+            ),
+            ("each", "heddle.foreach", json!({})),
+            ("p", "heddle.passthrough", json!({})),
+            ("out", "heddle.output", json!({"name": "out"})),
+        ],
+        &[
+            ("items", "value", "each", "list"),
+            ("each", "item", "p", "value"),
+            ("p", "value", "out", "value"),
+        ],
+    );
+    let plan = heddle_core::plan::plan(&doc, &reg).unwrap();
+    let opts = RunOptions {
+        inbox: InboxLimits {
+            buffer: 4,
+            ..InboxLimits::default()
+        },
+        ..RunOptions::default()
+    };
+    let run = Run::new(plan, &reg, opts).unwrap();
+    let mut events = run.subscribe();
+    // Turns the other task got while some but not all outputs were out.
+    let midway = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let other = {
+        let (midway, done) = (midway.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut outputs = 0;
+            while !done.load(Ordering::SeqCst) {
+                while let Some(e) = events.try_next() {
+                    outputs += usize::from(matches!(e.kind, EventKind::Output { .. }));
+                }
+                if outputs > 0 && outputs < N {
+                    midway.fetch_add(1, Ordering::SeqCst);
+                }
+                // Back of the run queue at once (tokio's `yield_now` defers the wake to
+                // the runtime's next look at its drivers).
+                let mut again = false;
+                std::future::poll_fn(|cx| {
+                    if std::mem::replace(&mut again, true) {
+                        return std::task::Poll::Ready(());
+                    }
+                    cx.waker().wake_by_ref();
+                    std::task::Poll::Pending
+                })
+                .await;
+            }
+        })
+    };
+    let r = within(run.start().wait()).await;
+    done.store(true, Ordering::SeqCst);
+    other.await.unwrap();
+    assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
+    assert_eq!(r.outputs["out"].len(), N);
+    let midway = midway.load(Ordering::SeqCst);
+    assert!(midway > 0, "no other task ran while the fan-out flowed");
+}
