@@ -1,84 +1,281 @@
-//! A running run's feed: one follower per run reads what the log committed, masks each
-//! record and renders it as SSE text once, and broadcasts that; any number of
-//! subscribers ([`super::sse`]) share the one reader and the one rendering, so a watcher
-//! costs the run a broadcast and a write, not a store read or a serialization.
+//! A running run's feed: what its subscribers ([`super::sse`]) share. One follower per
+//! run reads what the log committed, masks and renders it as SSE text once per batch of
+//! records, and keeps the batches in memory; every subscriber sends clones of those
+//! buffers (no copy, no re-encoding, no store read of its own), from wherever it is in
+//! the run's history. A watcher then costs the run nothing it does itself: the follower
+//! reads the store a few times a second whatever the number of subscribers, and only
+//! while there is at least one.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
 use heddle_store::{RunStore, SqliteStore, StoreError, Stored};
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::mask::Mask;
 
-/// Records a slow subscriber may fall behind before it reads the gap from the store
-/// (a few seconds of a fast run: each is a pointer to a frame the run's feed renders
-/// anyway).
-pub const CAPACITY: usize = 16_384;
+/// How much rendered history a run's feed keeps (its oldest batches go first): a
+/// subscriber further behind than this, or joining later, reads what it misses from
+/// the store. Far more than the whole log of most runs.
+pub const KEEP_BYTES: usize = 32 << 20;
 
-/// How often the follower looks for newly committed records.
+/// How soon the follower looks again after a read that found nothing: the latency of
+/// the first record after a quiet spell.
 const POLL: Duration = Duration::from_millis(20);
 
-/// One record as every subscriber sends it: masked and rendered once.
-pub struct Frame {
-    pub seq: u64,
-    pub text: Bytes,
+/// How long the follower lets records gather after a read that found some: a busy run
+/// then reaches its subscribers as a few large writes a second, not one per record (a
+/// page needs no more; a thousand subscribers woken for every record would cost the
+/// run its cores).
+const GATHER: Duration = Duration::from_millis(100);
+
+/// Consecutive records rendered as SSE text, once for all subscribers.
+pub struct Batch {
+    first: u64,
+    /// Where each record's text starts: record `first + i` at `starts[i]`.
+    starts: Vec<usize>,
+    text: Bytes,
 }
 
-impl Frame {
-    pub fn new(r: &Stored, mask: &Mask) -> Frame {
-        // JSON text has no raw line breaks, so the record is one `data:` line.
-        let text = format!(
-            "id: {}\nevent: {}\ndata: {}\n\n",
-            r.seq,
-            r.record.kind(),
-            mask.to_string(r)
-        );
-        Frame {
-            seq: r.seq,
+impl Batch {
+    /// `records` (consecutive, in order) as one buffer; `None` for none.
+    pub fn render(records: &[Stored], mask: &Mask) -> Option<Batch> {
+        let first = records.first()?.seq;
+        let mut text = Vec::new();
+        let mut starts = Vec::with_capacity(records.len());
+        for r in records {
+            starts.push(text.len());
+            // JSON text has no raw line breaks, so the record is one `data:` line.
+            use std::io::Write as _;
+            // Writing to a Vec cannot fail.
+            write!(
+                text,
+                "id: {}\nevent: {}\ndata: {}\n\n",
+                r.seq,
+                r.record.kind(),
+                mask.to_string(r)
+            )
+            .expect("writing to memory");
+        }
+        Some(Batch {
+            first,
+            starts,
             text: Bytes::from(text),
+        })
+    }
+
+    /// The sequence number after its last record.
+    pub fn end(&self) -> u64 {
+        self.first + self.starts.len() as u64
+    }
+
+    /// Its text from record `seq` on (all of it for a `seq` before it), sharing the
+    /// buffer.
+    pub fn from(&self, seq: u64) -> Bytes {
+        match seq.checked_sub(self.first) {
+            None | Some(0) => self.text.clone(),
+            Some(i) => match self.starts.get(i as usize) {
+                Some(&at) => self.text.slice(at..),
+                None => Bytes::new(),
+            },
         }
     }
 }
 
-/// Reads run `run_id`'s log from `next` on as it is committed and broadcasts each
-/// record, until `done` (the worker ended) and a last read found nothing more.
+/// What a subscriber at record `from` is to do next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Take {
+    /// Send what was appended to the output; continue at the record given.
+    Sent(u64),
+    /// Wait for the feed to grow.
+    Wait,
+    /// The records from `from` on are not held (dropped to bound memory): read them
+    /// from the store, then continue here.
+    Missing,
+    /// The feed stopped short of the log's end (the run ended with no subscriber left
+    /// to follow it, or a read failed): the rest is in the store, and nothing follows.
+    Rest,
+    /// Everything was sent; the run is no longer driven here.
+    End,
+}
+
+/// The rendered history of one run this server drives.
+pub struct Feed {
+    history: Mutex<History>,
+    /// Told whenever the history grows or ends.
+    tip: watch::Sender<()>,
+    subscribers: AtomicUsize,
+    /// Wakes an idle follower when a first subscriber arrives.
+    joined: Notify,
+}
+
+struct History {
+    batches: VecDeque<Arc<Batch>>,
+    /// The first record held.
+    base: u64,
+    /// The record after the last one held: where the follower reads next.
+    next: u64,
+    bytes: usize,
+    /// `Some(complete)` once the follower stopped; complete when it read to the log's
+    /// end after the run's worker ended.
+    ended: Option<bool>,
+}
+
+impl Default for Feed {
+    fn default() -> Self {
+        Feed {
+            history: Mutex::new(History {
+                batches: VecDeque::new(),
+                base: 0,
+                next: 0,
+                bytes: 0,
+                ended: None,
+            }),
+            tip: watch::Sender::new(()),
+            subscribers: AtomicUsize::new(0),
+            joined: Notify::new(),
+        }
+    }
+}
+
+impl Feed {
+    fn history(&self) -> std::sync::MutexGuard<'_, History> {
+        // Nothing panics while holding it; a poisoned lock still holds whole batches.
+        self.history.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new subscriber, counted until it is dropped.
+    pub fn subscribe(self: &Arc<Self>) -> Subscription {
+        if self.subscribers.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.joined.notify_one();
+        }
+        Subscription {
+            tip: self.tip.subscribe(),
+            feed: self.clone(),
+        }
+    }
+
+    /// Appends the text of records `from..` to `out`, sharing the held buffers.
+    pub fn take(&self, from: u64, out: &mut VecDeque<Bytes>) -> Take {
+        let h = self.history();
+        if from < h.base {
+            return Take::Missing;
+        }
+        if from >= h.next {
+            return match h.ended {
+                None => Take::Wait,
+                Some(true) => Take::End,
+                Some(false) => Take::Rest,
+            };
+        }
+        let at = h.batches.partition_point(|b| b.end() <= from);
+        out.extend(h.batches.range(at..).map(|b| b.from(from)));
+        Take::Sent(h.next)
+    }
+
+    fn push(&self, batch: Batch) {
+        let mut h = self.history();
+        if h.batches.is_empty() {
+            h.base = batch.first;
+        }
+        h.next = batch.end();
+        h.bytes += batch.text.len();
+        h.batches.push_back(Arc::new(batch));
+        while h.bytes > KEEP_BYTES && h.batches.len() > 1 {
+            // Just checked: more than one.
+            let old = h.batches.pop_front().expect("a batch");
+            h.bytes -= old.text.len();
+            h.base = old.end();
+        }
+        drop(h);
+        self.tip.send_replace(());
+    }
+
+    fn end(&self, complete: bool) {
+        self.history().ended = Some(complete);
+        self.tip.send_replace(());
+    }
+}
+
+/// A subscriber's hold on a feed: counted while it lives, told when the feed changes.
+pub struct Subscription {
+    pub feed: Arc<Feed>,
+    tip: watch::Receiver<()>,
+}
+
+impl Subscription {
+    /// Marks the feed's current state seen: a later [`Subscription::changed`] waits for
+    /// anything after it. Call before [`Feed::take`], so nothing falls between the two.
+    pub fn seen(&mut self) {
+        self.tip.borrow_and_update();
+    }
+
+    /// Waits until the feed grew or ended since [`Subscription::seen`].
+    pub async fn changed(&mut self) {
+        // The feed holds the sender and this holds the feed: it cannot close.
+        let _ = self.tip.changed().await;
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.feed.subscribers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Follows run `run_id`'s log into `feed` while anyone subscribes, from its first
+/// record (one read for every subscriber joining late), until `done` (the worker
+/// ended) and a last read found the rest.
 pub async fn follow(
+    feed: Arc<Feed>,
     store: Arc<SqliteStore>,
     mask: Arc<Mask>,
     run_id: String,
-    mut next: u64,
-    feed: broadcast::Sender<Arc<Frame>>,
     done: CancellationToken,
 ) {
-    loop {
+    let mut next = 0;
+    let complete = loop {
         let finished = done.is_cancelled();
-        match read(&store, &run_id, next).await {
-            Ok(records) => {
-                for r in records {
-                    next = r.seq + 1;
-                    // No subscriber is not an error: the record is on disk for later ones.
-                    // Nor is rendering for none worth it.
-                    if feed.receiver_count() > 0 {
-                        let _ = feed.send(Arc::new(Frame::new(&r, &mask)));
-                    }
-                }
+        if feed.subscribers.load(Ordering::SeqCst) == 0 {
+            // Nobody can subscribe once the worker ended (the run left the host's
+            // list first): nothing more to read for anyone.
+            if finished {
+                break false;
             }
+            tokio::select! {
+                _ = feed.joined.notified() => {}
+                _ = done.cancelled() => {}
+            }
+            continue;
+        }
+        let records = match read(&store, &run_id, next).await {
+            Ok(r) => r,
             Err(e) => {
                 eprintln!("warning: run {run_id}: the event feed stopped: {e}");
-                return;
+                break false;
             }
-        }
+        };
+        let gather = match Batch::render(&records, &mask) {
+            Some(b) => {
+                next = b.end();
+                feed.push(b);
+                GATHER
+            }
+            None => POLL,
+        };
         if finished {
-            return;
+            break true;
         }
         tokio::select! {
-            _ = tokio::time::sleep(POLL) => {}
+            _ = tokio::time::sleep(gather) => {}
             _ = done.cancelled() => {}
         }
-    }
+    };
+    feed.end(complete);
 }
 
 /// The records of `run_id` from `from` on, read off the async threads.
@@ -92,4 +289,101 @@ pub async fn read(
     tokio::task::spawn_blocking(move || store.read(&run_id, from).map(|r| r.records))
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use heddle_core::{Record, RunStatus};
+
+    fn records(seqs: std::ops::Range<u64>) -> Vec<Stored> {
+        seqs.map(|seq| Stored {
+            seq,
+            at_ms: seq,
+            record: Record::Resumed { pause: seq },
+        })
+        .collect()
+    }
+
+    fn text(out: &VecDeque<Bytes>) -> String {
+        out.iter()
+            .map(|b| std::str::from_utf8(b).unwrap())
+            .collect()
+    }
+
+    fn ids(out: &VecDeque<Bytes>) -> Vec<u64> {
+        text(out)
+            .lines()
+            .filter_map(|l| l.strip_prefix("id: "))
+            .map(|s| s.parse().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_subscriber_anywhere_in_the_history_gets_each_later_record_once_in_order() {
+        let mask = Mask::new(vec![]);
+        let feed = Arc::new(Feed::default());
+        feed.push(Batch::render(&records(0..3), &mask).unwrap());
+        feed.push(Batch::render(&records(3..7), &mask).unwrap());
+        for from in 0..7 {
+            let mut out = VecDeque::new();
+            assert_eq!(feed.take(from, &mut out), Take::Sent(7));
+            assert_eq!(ids(&out), (from..7).collect::<Vec<_>>());
+        }
+        let mut out = VecDeque::new();
+        assert_eq!(feed.take(7, &mut out), Take::Wait);
+        feed.end(true);
+        assert_eq!(feed.take(7, &mut out), Take::End);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn every_subscriber_shares_the_one_rendered_buffer() {
+        let mask = Mask::new(vec![]);
+        let feed = Arc::new(Feed::default());
+        feed.push(Batch::render(&records(0..4), &mask).unwrap());
+        let (mut a, mut b) = (VecDeque::new(), VecDeque::new());
+        feed.take(0, &mut a);
+        feed.take(2, &mut b);
+        // The later subscriber's text is a tail of the same allocation.
+        let (a, b) = (&a[0], &b[0]);
+        assert_eq!(a.as_ptr() as usize + a.len(), b.as_ptr() as usize + b.len());
+    }
+
+    #[test]
+    fn history_beyond_the_bound_is_dropped_oldest_first_and_read_from_the_store() {
+        let mask = Mask::new(vec![]);
+        let feed = Arc::new(Feed::default());
+        let one = Batch::render(&records(0..1), &mask).unwrap().text.len();
+        let per_batch = 1000;
+        let batches = KEEP_BYTES / (one * per_batch) + 2;
+        for i in 0..batches as u64 {
+            let seqs = i * per_batch as u64..(i + 1) * per_batch as u64;
+            feed.push(Batch::render(&records(seqs), &mask).unwrap());
+        }
+        let mut out = VecDeque::new();
+        assert_eq!(feed.take(0, &mut out), Take::Missing);
+        let end = batches as u64 * per_batch as u64;
+        assert_eq!(feed.take(end - 1, &mut out), Take::Sent(end));
+        assert_eq!(ids(&out), vec![end - 1]);
+        feed.end(false);
+        assert_eq!(feed.take(end, &mut VecDeque::new()), Take::Rest);
+    }
+
+    #[test]
+    fn records_are_masked_when_rendered() {
+        let mask = Mask::new(vec!["hunter2".into()]);
+        let r = Stored {
+            seq: 0,
+            at_ms: 0,
+            record: Record::Finished {
+                status: RunStatus::Failed,
+                error: Some("the password is hunter2".into()),
+            },
+        };
+        let b = Batch::render(&[r], &mask).unwrap();
+        let t = std::str::from_utf8(&b.text).unwrap();
+        assert!(!t.contains("hunter2"), "{t}");
+        assert!(t.starts_with("id: 0\nevent: finished\ndata: {"), "{t}");
+    }
 }

@@ -17,7 +17,7 @@ use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::feed::Frame;
+use super::feed::{Feed, Subscription};
 use super::mask::Mask;
 use crate::cli::Supervise;
 use crate::durable::SUPERVISE_KEY;
@@ -72,8 +72,8 @@ impl CreateError {
 struct Active {
     /// Cancelled by a user's cancel request.
     cancel: CancellationToken,
-    /// Its log's new records, as the follower reads them (see `feed`).
-    feed: broadcast::Sender<Arc<Frame>>,
+    /// Its log rendered for its subscribers, as the follower reads it (see `feed`).
+    feed: Arc<Feed>,
     /// Its escalations waiting for a person, under interactive supervision.
     desk: Option<Arc<Desk>>,
     /// The kernel's cancel, once the run started: a user's cancel reaches the run
@@ -343,8 +343,10 @@ impl Host {
         blocking(move || session::cancel(store, &run_id)).await
     }
 
-    /// Whether a worker of this server drives `id`, and its feed of new records.
-    pub fn feed(&self, id: &str) -> Option<broadcast::Receiver<Arc<Frame>>> {
+    /// Whether a worker of this server drives `id`, and a subscription to its feed.
+    /// Subscribed under the list's lock: once the run left the list, its follower
+    /// knows every subscriber it will ever have.
+    pub fn feed(&self, id: &str) -> Option<Subscription> {
         self.active().get(id).map(|a| a.feed.subscribe())
     }
 
@@ -399,7 +401,7 @@ impl Host {
         self.section.configure_spill(&session, &opts.secrets);
         let cancel = CancellationToken::new();
         let kernel = Arc::new(std::sync::OnceLock::new());
-        let (feed, _) = broadcast::channel(super::feed::CAPACITY);
+        let feed = Arc::new(Feed::default());
         let desk = match supervise {
             Supervise::None => None,
             Supervise::Interactive => {
@@ -410,11 +412,10 @@ impl Host {
         };
         let done = CancellationToken::new();
         self.tasks.spawn(super::feed::follow(
+            feed.clone(),
             self.store.clone(),
             self.mask.clone(),
             session.run_id.clone(),
-            session.log.next_seq(),
-            feed.clone(),
             done.clone(),
         ));
         self.active().insert(

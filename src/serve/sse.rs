@@ -3,11 +3,14 @@
 //! continues exactly after what it saw. Between them, events without an id
 //! (`escalation`) say an interactive escalation became pending or closed.
 //!
-//! Subscribers share a running run's feed ([`super::feed`]). A subscriber writes every
-//! event it has waiting in one chunk (one write for many events when the run is faster
-//! than the connection), first its backlog from the store, then the broadcast; a
-//! subscriber that falls behind reads the gap from the store, in turn with the others.
+//! A subscriber of a run driven here sends the buffers of the run's feed
+//! ([`super::feed`]): the HTTP connection asks for its next chunk when it can write
+//! one, and gets everything the feed holds past what it sent, so a slow connection
+//! writes more at a time and never holds up the run or the other subscribers. Only the
+//! history the feed no longer holds, or the log of a run not driven here, is read from
+//! the store, in turn with the other subscribers.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,28 +18,24 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::Response;
-use heddle_store::{SqliteStore, StoreError, Stored};
+use heddle_store::{StoreError, Stored};
 use heddle_supervisor::interactive::Notice;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 
-use super::feed::{Frame, read};
+use super::feed::{Batch, Subscription, Take, read};
 use super::host::Host;
 use super::mask::Mask;
-
-/// Least time between two chunks to one subscriber while the run is busy: whatever the
-/// run records meanwhile goes out together. A page needs no more than a few updates a
-/// second; a thousand subscribers woken for every record would cost the run its cores.
-const GAP: Duration = Duration::from_millis(100);
 
 /// An idle stream sends a comment this often, so proxies and clients keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// Bytes one chunk gathers before it is written.
-const CHUNK: usize = 64 << 10;
+/// Records rendered into one chunk when history is read from the store.
+const RECORDS_PER_CHUNK: usize = 512;
 
-/// Store reads subscribers make at once (their backlogs and gaps). Each holds the store's
-/// connection while it reads; a thousand at once would queue the run's own writes and
-/// the lease heartbeat behind them (the lease would expire: every write would stop).
+/// Store reads subscribers make at once (history the feed does not hold). Each holds
+/// the store's connection while it reads; a thousand at once would queue the run's own
+/// writes and the lease heartbeat behind them (the lease would expire: every write
+/// would stop).
 static SUBSCRIBER_READS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 
 fn notice_text(n: &Notice, mask: &Mask) -> Bytes {
@@ -46,83 +45,34 @@ fn notice_text(n: &Notice, mask: &Mask) -> Bytes {
     ))
 }
 
-/// [`read`] for a subscriber, in turn with the others.
-async fn read_turn(
-    store: &Arc<SqliteStore>,
-    run_id: &str,
-    from: u64,
-) -> Result<Vec<Stored>, StoreError> {
-    // A static semaphore nobody closes.
-    let _turn = SUBSCRIBER_READS.acquire().await.expect("never closed");
-    read(store, run_id, from).await
-}
-
-/// Gathers what a subscriber sends into chunks of about [`CHUNK`] bytes.
-struct Batch {
-    buf: Vec<u8>,
-    tx: mpsc::Sender<Bytes>,
-    /// When the last chunk went out.
-    sent: Option<tokio::time::Instant>,
-}
-
-impl Batch {
-    /// Adds `text`; writes the chunk once it is full. `Err` when the client is gone.
-    async fn push(&mut self, text: &Bytes) -> Result<(), ()> {
-        self.buf.extend_from_slice(text);
-        if self.buf.len() >= CHUNK {
-            self.flush().await?;
-        }
-        Ok(())
-    }
-
-    async fn flush(&mut self) -> Result<(), ()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        let chunk = Bytes::from(std::mem::take(&mut self.buf));
-        self.sent = Some(tokio::time::Instant::now());
-        self.tx.send(chunk).await.map_err(|_| ())
-    }
-
-    async fn records(&mut self, records: &[Stored], mask: &Mask, next: &mut u64) -> Result<(), ()> {
-        for r in records {
-            if r.seq < *next {
-                continue;
-            }
-            self.push(&Frame::new(r, mask).text).await?;
-            *next = r.seq + 1;
-        }
-        Ok(())
-    }
-}
-
 /// The SSE response for run `run_id` from record `from` on. The stream ends when the
 /// run is not (or no longer) driven here and everything recorded was sent, or when the
 /// server shuts down.
 pub async fn stream(host: Arc<Host>, run_id: String, from: u64) -> Result<Response, StoreError> {
-    // Subscribed before the backlog is read: a record committed after the read is
-    // broadcast after this point, so nothing falls between the two.
-    let live = host.feed(&run_id);
+    let feed = host.feed(&run_id);
     let (waiting, notices) = host.notices(&run_id).unzip();
-    let backlog = read_turn(&host.store, &run_id, from).await?;
-    // Small: a connection slower than the run holds the sender here, and what the run
-    // records meanwhile waits in the broadcast to go out in one chunk.
-    let (tx, rx) = mpsc::channel::<Bytes>(2);
-    tokio::spawn(async move {
-        let mut out = Batch {
-            buf: Vec::new(),
-            tx,
-            sent: None,
-        };
-        let start = Start {
-            next: from,
-            backlog,
-            waiting: waiting.unwrap_or_default(),
-        };
-        let _ = subscriber(&host, &run_id, start, live, notices, &mut out).await;
-    });
-    let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx))
+    let mut sub = Subscriber {
+        mask: host.mask.clone(),
+        host,
+        run_id,
+        next: from,
+        feed,
+        notices,
+        out: VecDeque::new(),
+        ended: false,
+    };
+    for n in waiting.unwrap_or_default() {
+        sub.out.push_back(notice_text(&n, &sub.mask));
+    }
+    if sub.feed.is_none() {
+        // Not driven here: its log as it is (and an unknown run is a 404, not an
+        // empty stream).
+        sub.history().await?;
+        sub.ended = true;
+    }
+    let chunks = futures_util::stream::unfold(sub, |mut sub| async move {
+        let chunk = sub.next_chunk().await?;
+        Some((Ok::<_, Infallible>(chunk), sub))
     });
     let resp = Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -133,95 +83,92 @@ pub async fn stream(host: Arc<Host>, run_id: String, from: u64) -> Result<Respon
     Ok(resp)
 }
 
-enum Woke {
-    Record(Result<Arc<Frame>, broadcast::error::RecvError>),
-    Text(Bytes),
-}
-
-/// What a subscriber sends before the live feed: the records from `next` on that were
-/// committed when it subscribed, and the escalations then waiting.
-struct Start {
+/// One subscriber's stream: dropped (unsubscribing) when its connection ends.
+struct Subscriber {
+    host: Arc<Host>,
+    mask: Arc<Mask>,
+    run_id: String,
+    /// The next record to send.
     next: u64,
-    backlog: Vec<Stored>,
-    waiting: Vec<Notice>,
+    /// The run's feed, while a worker of this server drives it.
+    feed: Option<Subscription>,
+    notices: Option<broadcast::Receiver<Notice>>,
+    /// Chunks ready to send, in order.
+    out: VecDeque<Bytes>,
+    /// Nothing more comes after `out`.
+    ended: bool,
 }
 
-/// One subscriber's loop; `Err` when its client went away.
-async fn subscriber(
-    host: &Host,
-    run_id: &str,
-    start: Start,
-    mut live: Option<broadcast::Receiver<Arc<Frame>>>,
-    mut notices: Option<broadcast::Receiver<Notice>>,
-    out: &mut Batch,
-) -> Result<(), ()> {
-    let mask = host.mask.clone();
-    let Start {
-        mut next,
-        backlog,
-        waiting,
-    } = start;
-    out.records(&backlog, &mask, &mut next).await?;
-    drop(backlog);
-    for n in &waiting {
-        out.push(&notice_text(n, &mask)).await?;
-    }
-    let Some(live) = live.as_mut() else {
-        return out.flush().await;
-    };
-    loop {
-        out.flush().await?;
-        if let Some(at) = out.sent.take() {
-            tokio::select! {
-                _ = tokio::time::sleep_until(at + GAP) => {}
-                _ = host.shutdown.cancelled() => return Ok(()),
-                _ = out.tx.closed() => return Err(()),
+impl Subscriber {
+    /// The next chunk to send; `None` ends the stream.
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(c) = self.out.pop_front() {
+                return Some(c);
+            }
+            if self.ended {
+                return None;
+            }
+            if self.follow().await.is_err() {
+                // The store failed a read: end the stream; the client reconnects with
+                // `Last-Event-ID` and is told why if it persists.
+                return None;
             }
         }
-        let woke = tokio::select! {
-            r = live.recv() => Woke::Record(r),
-            Some(n) = next_notice(&mut notices) => Woke::Text(notice_text(&n, &mask)),
-            _ = tokio::time::sleep(KEEP_ALIVE) => Woke::Text(Bytes::from_static(b":\n\n")),
-            _ = host.shutdown.cancelled() => return Ok(()),
-            _ = out.tx.closed() => return Err(()),
+    }
+
+    /// Fills `out` from the feed, or waits for something to send.
+    async fn follow(&mut self) -> Result<(), StoreError> {
+        // Only a subscriber with a feed is not ended.
+        let sub = self.feed.as_mut().expect("a feed");
+        sub.seen();
+        let take = sub.feed.take(self.next, &mut self.out);
+        match take {
+            Take::Sent(next) => {
+                self.next = next;
+                return Ok(());
+            }
+            Take::Missing => return self.history().await,
+            Take::Rest => {
+                self.ended = true;
+                return self.history().await;
+            }
+            Take::End => {
+                self.ended = true;
+                return Ok(());
+            }
+            Take::Wait => {}
+        }
+        tokio::select! {
+            _ = sub.changed() => {}
+            Some(n) = next_notice(&mut self.notices) => {
+                self.out.push_back(notice_text(&n, &self.mask));
+            }
+            _ = tokio::time::sleep(KEEP_ALIVE) => self.out.push_back(Bytes::from_static(b":\n\n")),
+            _ = self.host.shutdown.cancelled() => self.ended = true,
+        }
+        Ok(())
+    }
+
+    /// The records from `next` on that the log holds now, read from the store in turn
+    /// with the other subscribers.
+    async fn history(&mut self) -> Result<(), StoreError> {
+        let records = {
+            // A static semaphore nobody closes.
+            let _turn = SUBSCRIBER_READS.acquire().await.expect("never closed");
+            read(&self.host.store, &self.run_id, self.next).await?
         };
-        let got = match woke {
-            Woke::Record(r) => r,
-            Woke::Text(t) => {
-                out.push(&t).await?;
-                continue;
+        self.push_records(&records);
+        Ok(())
+    }
+
+    fn push_records(&mut self, records: &[Stored]) {
+        let fresh = records.partition_point(|r| r.seq < self.next);
+        for part in records[fresh..].chunks(RECORDS_PER_CHUNK) {
+            if let Some(b) = Batch::render(part, &self.mask) {
+                self.next = b.end();
+                self.out.push_back(b.from(0));
             }
-        };
-        // Everything already waiting goes out with it, in one chunk.
-        let mut got = Some(got);
-        while let Some(r) = got.take().or_else(|| match live.try_recv() {
-            Err(broadcast::error::TryRecvError::Empty) => None,
-            Ok(f) => Some(Ok(f)),
-            Err(broadcast::error::TryRecvError::Lagged(n)) => {
-                Some(Err(broadcast::error::RecvError::Lagged(n)))
-            }
-            Err(broadcast::error::TryRecvError::Closed) => {
-                Some(Err(broadcast::error::RecvError::Closed))
-            }
-        }) {
-            let catch_up = match r {
-                Ok(f) if f.seq < next => continue,
-                Ok(f) if f.seq == next => {
-                    out.push(&f.text).await?;
-                    next += 1;
-                    continue;
-                }
-                // A gap (this subscriber lagged) or the end of the run: read the rest.
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => false,
-                Err(broadcast::error::RecvError::Closed) => true,
-            };
-            out.flush().await?;
-            let records = read_turn(&host.store, run_id, next).await.map_err(|_| ())?;
-            out.records(&records, &mask, &mut next).await?;
-            if catch_up {
-                return out.flush().await;
-            }
-            break;
         }
     }
 }

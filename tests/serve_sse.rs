@@ -1,0 +1,269 @@
+//! A run's event stream under load: subscribers joining late and subscribers too slow
+//! to keep up, against a real `heddle serve` over real sockets. Whenever and however a
+//! subscriber reads, it gets the run's log exactly (each record once, in order), and
+//! nobody waits for it: not the run, not the other subscribers.
+
+mod support;
+
+use std::io::{Read as _, Write as _};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::serve::{Api, parse_sse, rt};
+use support::store::StoreDir;
+
+/// Two fan-outs: `a` over `/data/a.txt`, there from the start, and `b` over
+/// `/data/b.txt`, missing at first, so the run waits for a person's retry with `a`'s
+/// records already in its log.
+const TWO: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "pa", "type": "heddle.constant", "properties": {"value": "/data/a.txt"}},
+    {"id": "ra", "type": "files.read_text"},
+    {"id": "sa", "type": "std.text.split", "properties": {"sep": "\n"}},
+    {"id": "ea", "type": "heddle.foreach"},
+    {"id": "ua", "type": "std.text.case", "properties": {"mode": "upper"}},
+    {"id": "ca", "type": "heddle.collect"},
+    {"id": "a", "type": "heddle.output"},
+    {"id": "pb", "type": "heddle.constant", "properties": {"value": "/data/b.txt"}},
+    {"id": "rb", "type": "files.read_text"},
+    {"id": "sb", "type": "std.text.split", "properties": {"sep": "\n"}},
+    {"id": "eb", "type": "heddle.foreach"},
+    {"id": "ub", "type": "std.text.case", "properties": {"mode": "upper"}},
+    {"id": "cb", "type": "heddle.collect"},
+    {"id": "b", "type": "heddle.output"}],
+  "edges": [
+    {"source": "pa", "sourceHandle": "value", "target": "ra", "targetHandle": "path"},
+    {"source": "ra", "sourceHandle": "text", "target": "sa", "targetHandle": "text"},
+    {"source": "sa", "sourceHandle": "parts", "target": "ea", "targetHandle": "list"},
+    {"source": "ea", "sourceHandle": "item", "target": "ua", "targetHandle": "text"},
+    {"source": "ua", "sourceHandle": "text", "target": "ca", "targetHandle": "item"},
+    {"source": "ca", "sourceHandle": "list", "target": "a", "targetHandle": "value"},
+    {"source": "pb", "sourceHandle": "value", "target": "rb", "targetHandle": "path"},
+    {"source": "rb", "sourceHandle": "text", "target": "sb", "targetHandle": "text"},
+    {"source": "sb", "sourceHandle": "parts", "target": "eb", "targetHandle": "list"},
+    {"source": "eb", "sourceHandle": "item", "target": "ub", "targetHandle": "text"},
+    {"source": "ub", "sourceHandle": "text", "target": "cb", "targetHandle": "item"},
+    {"source": "cb", "sourceHandle": "list", "target": "b", "targetHandle": "value"}]}"#;
+
+fn lines(n: usize, width: usize) -> String {
+    (0..n)
+        .map(|i| format!("{i:0width$}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The id of run `id`'s first pending escalation, once there is one.
+async fn escalation(api: &Api, id: &str) -> String {
+    loop {
+        let (_, body) = api
+            .call("GET", &format!("/api/runs/{id}/escalations"), None)
+            .await;
+        if let Some(e) = body["escalations"].as_array().and_then(|l| l.first()) {
+            return e["id"].as_str().unwrap().to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn retry(api: &Api, id: &str, eid: &str) {
+    let (status, body) = api
+        .call(
+            "POST",
+            &format!("/api/runs/{id}/escalations/{eid}"),
+            Some(json!({"verdict": "retry"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body:#}");
+}
+
+/// A stream opened now and read to its end later: its response head has arrived, so
+/// the server counts it as a subscriber from here on.
+async fn open(api: &Api, id: &str, last_event_id: Option<u64>) -> reqwest::Response {
+    let mut r = api
+        .http
+        .get(format!("{}/api/runs/{id}/events", api.url))
+        .bearer_auth(&api.token);
+    if let Some(l) = last_event_id {
+        r = r.header("Last-Event-ID", l.to_string());
+    }
+    let resp = r.send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    resp
+}
+
+async fn read_to_end(mut resp: reqwest::Response) -> Vec<(u64, String, Value)> {
+    let mut text = Vec::new();
+    while let Some(chunk) = resp.chunk().await.unwrap() {
+        text.extend_from_slice(&chunk);
+    }
+    parse_sse(std::str::from_utf8(&text).unwrap())
+}
+
+fn ids(events: &[(u64, String, Value)]) -> Vec<u64> {
+    events.iter().map(|e| e.0).collect()
+}
+
+#[test]
+fn subscribers_joining_late_get_the_history_in_order_then_the_live_records_once() {
+    let dir = StoreDir::new();
+    std::fs::write(dir.path().join("data/a.txt"), lines(300, 8)).unwrap();
+    let server = dir.serve_with(&["--supervise", "interactive"], &[]);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let id = api.create(TWO).await;
+        let eid = escalation(&api, &id).await;
+        // Let `a` finish first: its records are history for everyone who joins now.
+        loop {
+            let show = api.show(&id).await;
+            if show["usage"]["ua"]["calls"] == 300 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let before = api.show(&id).await["records"].as_u64().unwrap();
+        // The first subscriber of the run, and one resuming in the middle of history.
+        let first = open(&api, &id, None).await;
+        let middle = open(&api, &id, Some(before / 2)).await;
+        std::fs::write(dir.path().join("data/b.txt"), lines(300, 8)).unwrap();
+        retry(&api, &id, &eid).await;
+        // One more once the run went on: history and live records meet again.
+        let late = open(&api, &id, None).await;
+        let (first, middle, late) =
+            tokio::join!(read_to_end(first), read_to_end(middle), read_to_end(late));
+        // The whole log, as a client reading the finished run from the store gets it.
+        let show = api.show(&id).await;
+        assert_eq!(show["state"], "completed", "{show:#}");
+        let log = api.events(&id, None).await;
+        let n = show["records"].as_u64().unwrap();
+        assert!(n >= before + 300, "b's records came after the joins: {n}");
+        assert_eq!(ids(&log), (0..n).collect::<Vec<_>>());
+        assert_eq!(log.last().unwrap().1, "finished");
+        assert_eq!(first, log, "the first subscriber got the log exactly");
+        assert_eq!(
+            late, log,
+            "a subscriber joining mid-run got the log exactly"
+        );
+        assert_eq!(
+            middle,
+            log[before as usize / 2 + 1..],
+            "a subscriber resuming after record {} got the rest exactly",
+            before / 2
+        );
+    });
+}
+
+/// Bytes the socket of `(local port, remote port)` holds in the given queue (this
+/// process's view of the kernel's `/proc/net/tcp`: `tx_queue:rx_queue`, hex).
+fn queued(local: u16, remote: u16, tx: bool) -> Option<u64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let port = |a: &str| u16::from_str_radix(a.rsplit(':').next().unwrap(), 16).unwrap();
+        if port(f[1]) != local || port(f[2]) != remote {
+            return None;
+        }
+        let (txq, rxq) = f[4].split_once(':').unwrap();
+        u64::from_str_radix(if tx { txq } else { rxq }, 16).ok()
+    })
+}
+
+#[test]
+fn a_subscriber_that_stops_reading_holds_up_neither_the_run_nor_the_others() {
+    let dir = StoreDir::new();
+    std::fs::write(dir.path().join("data/a.txt"), lines(1, 8)).unwrap();
+    let server = dir.serve_with(&["--supervise", "interactive"], &[]);
+    let api = Api::of(&server);
+    let rt = rt();
+    let id = rt.block_on(api.create(TWO));
+    let eid = rt.block_on(escalation(&api, &id));
+    // A subscriber that reads its response head and then nothing: a small receive
+    // buffer, so the server's writes to it stall as soon as its queues are full.
+    let addr: std::net::SocketAddr = api.url.trim_start_matches("http://").parse().unwrap();
+    let mut slow = socket_with_small_receive_buffer(addr);
+    write!(
+        slow,
+        "GET /api/runs/{id}/events HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {}\r\nconnection: close\r\n\r\n",
+        api.token
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    slow.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let slow_port = slow.local_addr().unwrap().port();
+    rt.block_on(async {
+        let other = open(&api, &id, None).await;
+        // Far more than the kernel buffers between the server and the slow subscriber.
+        std::fs::write(dir.path().join("data/b.txt"), lines(24_000, 36)).unwrap();
+        retry(&api, &id, &eid).await;
+        let other = read_to_end(other).await;
+        let show = api.show(&id).await;
+        assert_eq!(show["state"], "completed", "{show:#}");
+        assert_eq!(other.last().unwrap().1, "finished");
+        // The slow subscriber really is behind: the server holds bytes it cannot send
+        // it, and it has not read past its response head.
+        let stuck = queued(addr.port(), slow_port, true).unwrap();
+        assert!(
+            stuck > 0,
+            "the server's queue to the slow subscriber is empty"
+        );
+        // Now it reads: everything, in order, once.
+        let mut rest = Vec::new();
+        slow.read_to_end(&mut rest).unwrap();
+        let rest = String::from_utf8(rest).unwrap();
+        let body = dechunk(rest.split_once("\r\n\r\n").unwrap().1);
+        let log = api.events(&id, None).await;
+        assert_eq!(parse_sse(&body), log);
+        assert_eq!(other, log);
+    });
+}
+
+fn socket_with_small_receive_buffer(addr: std::net::SocketAddr) -> std::net::TcpStream {
+    // SAFETY: plain socket calls on a descriptor this function owns until it is wrapped.
+    unsafe {
+        use std::os::fd::FromRawFd as _;
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let size: libc::c_int = 4096;
+        let r = libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &size as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        assert_eq!(r, 0);
+        let s = std::net::TcpStream::from_raw_fd(fd);
+        let std::net::SocketAddr::V4(v4) = addr else {
+            panic!("the server listens on IPv4 loopback")
+        };
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes(v4.ip().octets()),
+            },
+            sin_zero: [0; 8],
+        };
+        let r = libc::connect(
+            fd,
+            &sin as *const _ as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        s
+    }
+}
+
+/// An HTTP/1.1 chunked body's content.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").unwrap();
+        let size = usize::from_str_radix(size.trim(), 16).unwrap();
+        if size == 0 {
+            return out;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+}
