@@ -209,6 +209,8 @@ struct Round {
     /// The server's CPU from the verdict until the run ended and every subscriber had
     /// all of it.
     server_cpu_ms: u64,
+    /// The subscribers' (this process's) CPU over the same time.
+    client_cpu_ms: u64,
     seen: Seen,
 }
 
@@ -247,7 +249,7 @@ fn one_run(items: usize, subscribers: usize, nice: i32) -> Round {
     let lines: Vec<String> = (0..items).map(|i| format!("item {i}")).collect();
     std::fs::write(env.path().join("data/items.txt"), lines.join("\n")).unwrap();
     let server_pid = server.pid().to_string();
-    let server_cpu = cpu_ms(&server_pid);
+    let (server_cpu, client_cpu) = (cpu_ms(&server_pid), cpu_ms("self"));
     rt.block_on(async {
         let (status, body) = api
             .call(
@@ -261,6 +263,7 @@ fn one_run(items: usize, subscribers: usize, nice: i32) -> Round {
     let seen = client.join().unwrap();
     let (show, _) = rt.block_on(api.drive_to_end(&id));
     let server_cpu_ms = cpu_ms(&server_pid) - server_cpu;
+    let client_cpu_ms = cpu_ms("self") - client_cpu;
     assert_eq!(show["state"], "completed", "{show:#}");
     assert_eq!(seen.ended, subscribers, "every subscriber saw the end");
     let (records, ms) = throughput(&rt, &api, &id);
@@ -269,6 +272,7 @@ fn one_run(items: usize, subscribers: usize, nice: i32) -> Round {
         records,
         ms,
         server_cpu_ms,
+        client_cpu_ms,
         seen,
     }
 }
@@ -289,10 +293,11 @@ fn sse_subscribers_against_run_throughput() {
             let r = one_run(items, subs, nice);
             let rate = r.records as f64 * 1000.0 / r.ms.max(1) as f64;
             eprintln!(
-                "round {round}: {subs:>4} subscribers: {} records in {} ms = {rate:.0} records/s; server cpu {} ms; {} MB to the subscribers; load {}",
+                "round {round}: {subs:>4} subscribers: {} records in {} ms = {rate:.0} records/s; cpu: server {} ms, client {} ms; {} MB to the subscribers; load {}",
                 r.records,
                 r.ms,
                 r.server_cpu_ms,
+                r.client_cpu_ms,
                 r.seen.bytes >> 20,
                 load_average()
             );
