@@ -121,6 +121,10 @@ fn subscribers_joining_late_get_the_history_in_order_then_the_live_records_once(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let before = api.show(&id).await["records"].as_u64().unwrap();
+        // A page that came and went: the run's history may be dropped with it.
+        let mut gone = open(&api, &id, None).await;
+        assert!(gone.chunk().await.unwrap().is_some());
+        drop(gone);
         // The first subscriber of the run, and one resuming in the middle of history.
         let first = open(&api, &id, None).await;
         let middle = open(&api, &id, Some(before / 2)).await;

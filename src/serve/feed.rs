@@ -195,6 +195,14 @@ impl Feed {
         self.tip.send_replace(());
     }
 
+    /// Drops the history: nobody subscribes, and a run nobody watches holds no memory
+    /// for it. The next subscriber's arrival reads it again, once for all who join.
+    fn forget(&self) {
+        let mut h = self.history();
+        h.batches.clear();
+        (h.base, h.next, h.bytes) = (0, 0, 0);
+    }
+
     fn end(&self, complete: bool) {
         self.history().ended = Some(complete);
         self.tip.send_replace(());
@@ -229,7 +237,8 @@ impl Drop for Subscription {
 
 /// Follows run `run_id`'s log into `feed` while anyone subscribes, from its first
 /// record (one read for every subscriber joining late), until `done` (the worker
-/// ended) and a last read found the rest.
+/// ended) and a last read found the rest. When the last subscriber leaves, the history
+/// goes with it.
 pub async fn follow(
     feed: Arc<Feed>,
     store: Arc<SqliteStore>,
@@ -246,6 +255,8 @@ pub async fn follow(
             if finished {
                 break false;
             }
+            feed.forget();
+            next = 0;
             tokio::select! {
                 _ = feed.joined.notified() => {}
                 _ = done.cancelled() => {}
@@ -335,6 +346,19 @@ mod tests {
         feed.end(true);
         assert_eq!(feed.take(7, &mut out), Take::End);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_forgotten_history_is_read_again_from_the_start_for_whoever_waits() {
+        let mask = Mask::new(vec![]);
+        let feed = Arc::new(Feed::default());
+        feed.push(Batch::render(&records(0..5), &mask).unwrap());
+        feed.forget();
+        let mut out = VecDeque::new();
+        assert_eq!(feed.take(3, &mut out), Take::Wait);
+        feed.push(Batch::render(&records(0..6), &mask).unwrap());
+        assert_eq!(feed.take(3, &mut out), Take::Sent(6));
+        assert_eq!(ids(&out), vec![3, 4, 5]);
     }
 
     #[test]
