@@ -10,18 +10,19 @@
 //! `completed` with the outputs), and a node whose executor declines the call runs as an
 //! actor after all.
 
-use heddle_core::{InvocationMetrics, NodeOutcome, NodeStatus};
+use heddle_core::NodeStatus;
 use smallvec::SmallVec;
 
-use super::actor::{ActorReport, Shared, runs_now, shows_result, undeclared_output};
+use super::actor::{Shared, runs_now, shows_result, undeclared_output};
 use super::bus::Draft;
 use super::wiring::base_inputs;
 use super::{INPUT_TYPE, OUTPUT_TYPE, Run};
 use crate::executor::InputView;
 
-/// Runs node `i` inline if it is such a node and its executor takes the call; `None`
-/// (nothing done) otherwise.
-pub(super) fn run(run: &Run, i: usize, shared: &Shared) -> Option<Box<ActorReport>> {
+/// Runs node `i` inline if it is such a node and its executor takes the call: then it is
+/// done, having invoked once with no metrics to report (a native built-in's). False:
+/// nothing was done.
+pub(super) fn run(run: &Run, i: usize, shared: &Shared) -> bool {
     let node = &run.plan.nodes[i];
     let isolated = node.in_edges.is_empty()
         && node.out_edges.is_empty()
@@ -29,10 +30,12 @@ pub(super) fn run(run: &Run, i: usize, shared: &Shared) -> Option<Box<ActorRepor
         && &*node.node_type != INPUT_TYPE
         && &*node.node_type != OUTPUT_TYPE;
     if !isolated || !runs_now(&node.decl, node.contract.is_some(), shared) {
-        return None;
+        return false;
     }
     let base = base_inputs(node);
-    let out = run.executors[i].invoke_now(&mut InputView::new(SmallVec::new(), &base))?;
+    let Some(out) = run.executors[i].invoke_now(&mut InputView::new(SmallVec::new(), &base)) else {
+        return false;
+    };
     let bus = &shared.bus;
     let event = |status, result| Draft::Node {
         node_id: node.id.clone(),
@@ -51,13 +54,5 @@ pub(super) fn run(run: &Run, i: usize, shared: &Shared) -> Option<Box<ActorRepor
     }
     let result = shows_result(&node.node_type).then_some(out);
     bus.publish_draft(event(NodeStatus::Completed, result));
-    Some(Box::new(ActorReport {
-        outcome: NodeOutcome::Done,
-        invocations: 1,
-        metrics: InvocationMetrics::default(),
-        outputs: Vec::new(),
-        stop: None,
-        ended_in: Vec::new(),
-        sent: Vec::new(),
-    }))
+    true
 }

@@ -84,12 +84,11 @@ pub(super) async fn run_all(
     }
 
     let mut joins: Vec<(usize, JoinHandle<Box<ActorReport>>)> = Vec::new();
-    // Boxed (see `Actor::finish`): the table is held for every node from the start.
-    let mut reports: Vec<Option<Box<ActorReport>>> = (0..plan.nodes.len()).map(|_| None).collect();
+    let mut reports: Vec<Option<Ended>> = (0..plan.nodes.len()).map(|_| None).collect();
     let mut fusion = Fusion::new(&plan);
     for (idx, rx) in rxs.into_iter().enumerate() {
-        if let Some(r) = super::inline::run(&run, idx, &sh) {
-            reports[idx] = Some(r);
+        if super::inline::run(&run, idx, &sh) {
+            reports[idx] = Some(Ended::Inline);
             continue;
         }
         let a = Actor::new(run.spec(idx, &txs, rx), sh.clone());
@@ -103,7 +102,7 @@ pub(super) async fn run_all(
             // inbox), in which case the rest of it becomes a task.
             let mut fut = Box::pin(a.run_source());
             match super::poll_once(fut.as_mut()).await {
-                std::task::Poll::Ready(r) => reports[idx] = Some(r),
+                std::task::Poll::Ready(r) => reports[idx] = Some(Ended::Actor(r)),
                 std::task::Poll::Pending => joins.push((idx, tokio::spawn(fut))),
             }
         } else {
@@ -129,7 +128,7 @@ pub(super) async fn run_all(
         };
         for (idx, end) in ends {
             match end {
-                Ok(r) => reports[idx] = Some(r),
+                Ok(r) => reports[idx] = Some(Ended::Actor(r)),
                 Err(e) => {
                     let n = &plan.nodes[idx];
                     panics.push(format!(
@@ -142,7 +141,7 @@ pub(super) async fn run_all(
     }
     for (idx, j) in joins {
         match j.await {
-            Ok(r) => reports[idx] = Some(r),
+            Ok(r) => reports[idx] = Some(Ended::Actor(r)),
             Err(e) => {
                 let n = &plan.nodes[idx];
                 panics.push(format!(
@@ -180,7 +179,21 @@ pub(super) async fn run_all(
             )));
             continue;
         };
-        let r = *r;
+        let r = match r {
+            Ended::Actor(r) => *r,
+            Ended::Inline => {
+                nodes.push(Some((
+                    String::from(&*n.id),
+                    NodeReport {
+                        node_type: String::from(&*n.node_type),
+                        outcome: NodeOutcome::Done,
+                        invocations: 1,
+                        metrics: Default::default(),
+                    },
+                )));
+                continue;
+            }
+        };
         if &*n.node_type == OUTPUT_TYPE {
             outputs
                 .entry(String::from(&*n.name))
@@ -230,6 +243,14 @@ pub(super) async fn run_all(
     result
 }
 
+/// How a node ended, kept until the result is built.
+enum Ended {
+    /// Ran once inline and is done (see `inline`): no actor, nothing else to report.
+    Inline,
+    /// Boxed (see `Actor::finish`): the table is held for every node from the start.
+    Actor(Box<ActorReport>),
+}
+
 /// The node reports (by plan index) as the result's map. Inserted one by one, a large
 /// graph's reports would be shifted within the tree's nodes over and over; handed over
 /// already in key order, the map is built in one pass.
@@ -237,32 +258,45 @@ fn by_id(
     plan: &Plan,
     mut nodes: Vec<Option<(String, NodeReport)>>,
 ) -> BTreeMap<String, NodeReport> {
-    // Sorted as (id, index) pairs side by side: comparing through the plan's nodes
-    // would fetch a whole node (a cache miss on a large graph) for every comparison.
-    let mut order: Vec<(&str, u32)> = plan
+    // Sorted side by side as (first bytes, id, index): comparing through the plan's
+    // nodes would fetch a whole node (a cache miss on a large graph) for every
+    // comparison, and ids mostly differ in their first eight bytes, which compare as one
+    // integer. Padded with zero bytes, the least there are, the prefixes order as the
+    // ids do; equal ones fall back to the whole id.
+    let mut order: Vec<(u64, &str, u32)> = plan
         .nodes
         .iter()
         .enumerate()
-        .map(|(i, n)| (&*n.id, i as u32))
+        .map(|(i, n)| (prefix(&n.id), &*n.id, i as u32))
         .collect();
-    order.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
     order
         .into_iter()
         // Each index once: the entry is there.
-        .map(|(_, i)| nodes[i as usize].take().expect("one report per node"))
+        .map(|(_, _, i)| nodes[i as usize].take().expect("one report per node"))
         .collect()
+}
+
+/// The first eight bytes of `id` as a big-endian integer, zero-padded.
+fn prefix(id: &str) -> u64 {
+    let mut b = [0u8; 8];
+    let n = id.len().min(8);
+    b[..n].copy_from_slice(&id.as_bytes()[..n]);
+    u64::from_be_bytes(b)
 }
 
 /// `drained` for every data edge whose target stopped before consuming its end: values
 /// on it were still buffered, or could still have come. Published once every actor has
 /// stopped, so it follows the source's `completed` and is the edge's last status.
-fn publish_drained(plan: &Plan, bus: &EventBus, reports: &[Option<Box<ActorReport>>]) {
-    let ended: HashSet<u32> = reports
-        .iter()
-        .flatten()
-        .flat_map(|r| r.ended_in.iter().copied())
-        .collect();
-    for r in reports.iter().flatten() {
+fn publish_drained(plan: &Plan, bus: &EventBus, reports: &[Option<Ended>]) {
+    let actors = || {
+        reports.iter().filter_map(|r| match r {
+            Some(Ended::Actor(r)) => Some(r),
+            _ => None,
+        })
+    };
+    let ended: HashSet<u32> = actors().flat_map(|r| r.ended_in.iter().copied()).collect();
+    for r in actors() {
         for &(edge, counter) in &r.sent {
             if !ended.contains(&edge) {
                 bus.publish_draft(Draft::Edge {
