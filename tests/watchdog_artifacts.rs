@@ -97,18 +97,22 @@ fn db(d: &StoreDir) -> rusqlite::Connection {
 }
 
 /// Log records of `kind` about node `node`.
+/// The `kind` records of `node` in every run of the store, as JSON, read through the
+/// store as another process would (a result's stored body is binary), large values left
+/// as the references the log holds.
 fn bodies(d: &StoreDir, kind: &str, node: &str) -> Vec<String> {
-    let db = db(d);
-    let mut q = db
-        .prepare("SELECT body FROM events WHERE kind = ?1 ORDER BY seq")
-        .unwrap();
-    q.query_map([kind], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .filter(|b| {
-            serde_json::from_str::<serde_json::Value>(b).unwrap()["occurrence"]["node"] == node
-        })
-        .collect()
+    use heddle_store::RunStore as _;
+    let store = heddle_store::SqliteStore::open(&d.db()).unwrap();
+    let mut out = Vec::new();
+    for run in store.list().unwrap() {
+        for s in store.read(&run.run_id, 0).unwrap().records {
+            let r = s.record;
+            if r.kind() == kind && r.occurrence().is_some_and(|o| o.node == node) {
+                out.push(serde_json::to_string(&r).unwrap());
+            }
+        }
+    }
+    out
 }
 
 /// Every byte of the store (its file and write-ahead log).

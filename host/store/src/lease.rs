@@ -72,10 +72,10 @@ pub fn host_name() -> String {
 }
 
 fn read_owner(db: &Connection) -> Result<Option<Owner>, rusqlite::Error> {
-    db.query_row(
-        "SELECT owner_id, pid, host, api, epoch, expires_ms FROM owner WHERE id = 1",
-        [],
-        |r| {
+    // Cached: every append checks the owner, and parsing the query again each time
+    // cost more than running it.
+    db.prepare_cached("SELECT owner_id, pid, host, api, epoch, expires_ms FROM owner WHERE id = 1")?
+        .query_row([], |r| {
             Ok(Owner {
                 owner_id: r.get(0)?,
                 pid: r.get::<_, i64>(1)? as u32,
@@ -84,9 +84,8 @@ fn read_owner(db: &Connection) -> Result<Option<Owner>, rusqlite::Error> {
                 epoch: r.get::<_, i64>(4)? as u64,
                 expires_ms: r.get::<_, i64>(5)? as u64,
             })
-        },
-    )
-    .optional()
+        })
+        .optional()
 }
 
 /// The store-wide write rule, checked inside every write transaction of the store at

@@ -12,6 +12,7 @@ pub mod artifacts;
 pub mod bench;
 pub mod budget;
 mod clock;
+mod codec;
 mod error;
 pub mod fault;
 mod journal;
@@ -33,7 +34,7 @@ use serde::{Deserialize, Serialize};
 pub use budget::{Budget, Exhausted, Spent};
 pub use error::StoreError;
 pub use journal::DurableJournal;
-pub use log::{RunLog, SyncWait};
+pub use log::{LogCounters, RunLog, SyncWait};
 pub use sqlite::SqliteStore;
 pub use status::{RunState, RunView};
 

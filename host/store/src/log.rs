@@ -8,6 +8,7 @@
 //! always a prefix of what was appended: a crash loses at most an unsynced tail, never
 //! a record before one that survived.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -39,11 +40,48 @@ enum Cmd {
     Flush(Reply),
 }
 
+/// What a run log has written so far (this process only): the figures behind "a node
+/// that is not retry-safe pays at most one synced write before it starts".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogCounters {
+    /// Records committed.
+    pub records: u64,
+    /// Transactions committed (each a group of records).
+    pub commits: u64,
+    /// Of those, commits that waited for stable storage (fsync): every synced append
+    /// and flush, several of them shared by one commit when they queued up together.
+    pub synced_commits: u64,
+    /// Appends a caller waited on (synced appends and flushes).
+    pub waits: u64,
+}
+
+impl LogCounters {
+    /// What was written between `earlier` and `self`.
+    pub fn since(self, earlier: LogCounters) -> LogCounters {
+        LogCounters {
+            records: self.records - earlier.records,
+            commits: self.commits - earlier.commits,
+            synced_commits: self.synced_commits - earlier.synced_commits,
+            waits: self.waits - earlier.waits,
+        }
+    }
+}
+
+/// [`LogCounters`] as the writer thread updates them.
+#[derive(Default)]
+struct Counting {
+    records: AtomicU64,
+    commits: AtomicU64,
+    synced_commits: AtomicU64,
+    waits: AtomicU64,
+}
+
 pub struct RunLog {
     run_id: String,
     epoch: u64,
     queue: Mutex<Queue>,
     failed: Arc<Mutex<Option<Arc<StoreError>>>>,
+    counting: Arc<Counting>,
     writer: Mutex<Option<JoinHandle<()>>>,
     /// The writer thread, woken only for what someone waits on (see [`GROUP_WINDOW`]).
     writer_thread: std::thread::Thread,
@@ -87,12 +125,14 @@ impl RunLog {
     pub fn start(store: Arc<dyn RunStore>, run_id: &str, epoch: u64, next_seq: u64) -> RunLog {
         let (tx, rx) = mpsc::channel::<Cmd>();
         let failed = Arc::new(Mutex::new(None));
+        let counting = Arc::new(Counting::default());
         let writer = {
             let run_id = run_id.to_string();
             let failed = failed.clone();
+            let counting = counting.clone();
             std::thread::Builder::new()
                 .name(format!("heddle-log-{run_id}"))
-                .spawn(move || write_loop(store, run_id, epoch, next_seq, rx, failed))
+                .spawn(move || write_loop(store, run_id, epoch, next_seq, rx, failed, &counting))
                 // Failing to start a thread means the process is out of resources;
                 // nothing durable can happen then.
                 .expect("spawn the run log writer thread")
@@ -105,6 +145,7 @@ impl RunLog {
                 tx: Some(tx),
             }),
             failed,
+            counting,
             writer_thread: writer.thread().clone(),
             writer: Mutex::new(Some(writer)),
             secrets: std::sync::OnceLock::new(),
@@ -192,6 +233,17 @@ impl RunLog {
         SyncWait(rx)
     }
 
+    /// What this log has committed so far.
+    pub fn counters(&self) -> LogCounters {
+        let c = &self.counting;
+        LogCounters {
+            records: c.records.load(Ordering::Relaxed),
+            commits: c.commits.load(Ordering::Relaxed),
+            synced_commits: c.synced_commits.load(Ordering::Relaxed),
+            waits: c.waits.load(Ordering::Relaxed),
+        }
+    }
+
     /// The next sequence number to be assigned.
     pub fn next_seq(&self) -> u64 {
         self.queue.lock().unwrap_or_else(|e| e.into_inner()).next
@@ -231,6 +283,7 @@ fn write_loop(
     mut next: u64,
     rx: mpsc::Receiver<Cmd>,
     failed: Arc<Mutex<Option<Arc<StoreError>>>>,
+    counting: &Counting,
 ) {
     let mut records = Vec::new();
     let mut replies = Vec::new();
@@ -271,6 +324,20 @@ fn write_loop(
         match result {
             Ok(()) => {
                 next += records.len() as u64;
+                counting
+                    .records
+                    .fetch_add(records.len() as u64, Ordering::Relaxed);
+                // A flush with nothing queued commits nothing (the store skips it).
+                let committed = !records.is_empty();
+                counting
+                    .commits
+                    .fetch_add(u64::from(committed), Ordering::Relaxed);
+                counting
+                    .synced_commits
+                    .fetch_add(u64::from(committed && sync), Ordering::Relaxed);
+                counting
+                    .waits
+                    .fetch_add(replies.len() as u64, Ordering::Relaxed);
                 records.clear();
                 for r in replies.drain(..) {
                     let _ = r.send(Ok(()));

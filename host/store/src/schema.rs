@@ -63,6 +63,10 @@ const MIGRATIONS: &[&str] = &[
         sha256 TEXT NOT NULL,
         PRIMARY KEY (run_id, name)
     ) WITHOUT ROWID;",
+    // 4: a result's body may be binary (a BLOB in `events.body`; see codec.rs). No
+    // table changes: the version alone makes an older heddle, which reads every body as
+    // JSON text, refuse the file instead of calling its results corrupt.
+    "-- result bodies may be binary",
 ];
 
 /// The schema version this build writes and understands.

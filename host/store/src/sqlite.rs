@@ -16,6 +16,7 @@ use heddle_core::Record;
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 
 use crate::clock::now_ms;
+use crate::codec;
 use crate::{
     LogRead, NewRun, RunHeader, RunStore, RunSummary, StoreError, Stored, fault, lease, schema,
 };
@@ -161,22 +162,27 @@ fn insert_events(
             .map_err(sql_err)?;
         for (i, r) in chunk.iter().enumerate() {
             let seq = first_seq + (c * ROWS_PER_INSERT + i) as u64;
-            body.clear();
-            serde_json::to_writer(&mut body, r).map_err(|source| StoreError::Encode {
+            let form = codec::encode(r, &mut body).map_err(|source| StoreError::Encode {
                 run: run_id.to_string(),
                 seq,
                 source,
             })?;
-            // An invariant: serde_json writes UTF-8 only.
-            let body = std::str::from_utf8(&body).expect("serde_json writes UTF-8");
             let kind = r.kind();
-            let crc = checksum(run_id, seq, kind, body);
+            let crc = checksum(run_id, seq, kind, &body);
             let p = i * 6;
             ins.raw_bind_parameter(p + 1, run_id).map_err(sql_err)?;
             ins.raw_bind_parameter(p + 2, seq as i64).map_err(sql_err)?;
             ins.raw_bind_parameter(p + 3, at_ms).map_err(sql_err)?;
             ins.raw_bind_parameter(p + 4, kind).map_err(sql_err)?;
-            ins.raw_bind_parameter(p + 5, body).map_err(sql_err)?;
+            match form {
+                // An invariant: serde_json writes UTF-8 only.
+                codec::Form::Json => ins.raw_bind_parameter(
+                    p + 5,
+                    std::str::from_utf8(&body).expect("serde_json writes UTF-8"),
+                ),
+                codec::Form::Binary => ins.raw_bind_parameter(p + 5, &body[..]),
+            }
+            .map_err(sql_err)?;
             ins.raw_bind_parameter(p + 6, crc as i64).map_err(sql_err)?;
         }
         ins.raw_execute().map_err(sql_err)?;
@@ -198,12 +204,12 @@ fn insert_sql(rows: usize) -> String {
 
 /// The checksum of one stored record: covers the run, the position and the bytes, so a
 /// record copied to another place or cut short does not verify.
-fn checksum(run_id: &str, seq: u64, kind: &str, body: &str) -> u32 {
+fn checksum(run_id: &str, seq: u64, kind: &str, body: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(run_id.as_bytes());
     h.update(&seq.to_le_bytes());
     h.update(kind.as_bytes());
-    h.update(body.as_bytes());
+    h.update(body);
     h.finalize()
 }
 
@@ -224,24 +230,72 @@ fn from_json<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// One row of `events` checked: `Ok(None)` when its checksum does not match.
-fn verify_row(
-    run: &str,
-    seq: u64,
-    at_ms: u64,
-    kind: &str,
-    body: &str,
-    crc: u32,
-) -> Result<Option<Stored>, StoreError> {
-    if checksum(run, seq, kind, body) != crc {
+/// The columns `seq, at_ms, kind, body, crc` of an `events` row, checked:
+/// `Ok(None)` when the row does not verify (its checksum fails, or a column has a type
+/// no writer gives it), which is a torn write at the end of a log and corruption
+/// anywhere else.
+fn verify_row(run: &str, row: &rusqlite::Row<'_>) -> Result<Option<Stored>, StoreError> {
+    use rusqlite::types::ValueRef;
+    let col = |i| {
+        row.get_ref(i)
+            .map_err(StoreError::sql("reading a run's log"))
+    };
+    let (
+        ValueRef::Integer(seq),
+        ValueRef::Integer(at_ms),
+        ValueRef::Text(kind),
+        body,
+        ValueRef::Integer(crc),
+    ) = (col(0)?, col(1)?, col(2)?, col(3)?, col(4)?)
+    else {
+        return Ok(None);
+    };
+    let (form, body) = match body {
+        ValueRef::Text(t) => (codec::Form::Json, t),
+        ValueRef::Blob(b) => (codec::Form::Binary, b),
+        _ => return Ok(None),
+    };
+    let seq = seq as u64;
+    let Ok(kind) = std::str::from_utf8(kind) else {
+        return Ok(None);
+    };
+    if checksum(run, seq, kind, body) != crc as u32 {
         return Ok(None);
     }
-    let record: Record = serde_json::from_str(body).map_err(|e| StoreError::Corrupt {
+    let record = codec::decode(kind, form, body).map_err(|detail| StoreError::Corrupt {
         run: run.to_string(),
         seq,
-        detail: format!("record kind `{kind}` is not one this heddle knows: {e}"),
+        detail,
     })?;
-    Ok(Some(Stored { seq, at_ms, record }))
+    Ok(Some(Stored {
+        seq,
+        at_ms: at_ms as u64,
+        record,
+    }))
+}
+
+/// Whether the log's row `seq, kind, body, crc` verifies (the last one is checked
+/// when a run is taken over).
+fn row_verifies(run: &str, row: &rusqlite::Row<'_>) -> rusqlite::Result<bool> {
+    use rusqlite::types::ValueRef;
+    let (
+        ValueRef::Integer(seq),
+        ValueRef::Text(kind),
+        ValueRef::Text(body) | ValueRef::Blob(body),
+        ValueRef::Integer(crc),
+    ) = (
+        row.get_ref(0)?,
+        row.get_ref(1)?,
+        row.get_ref(2)?,
+        row.get_ref(3)?,
+    )
+    else {
+        return Ok(false);
+    };
+    let Ok(kind) = std::str::from_utf8(kind) else {
+        return Ok(false);
+    };
+    Ok(checksum(run, seq as u64, kind, body) == crc as u32)
 }
 
 impl RunStore for SqliteStore {
@@ -390,18 +444,16 @@ impl RunStore for SqliteStore {
         };
         // A last record whose checksum fails was torn by a crash mid-write: it never
         // counted, so its sequence number is free for the new owner.
-        let last: Option<(i64, String, String, i64)> = tx
+        let last: Option<(i64, bool)> = tx
             .query_row(
                 "SELECT seq, kind, body, crc FROM events WHERE run_id = ?1
                  ORDER BY seq DESC LIMIT 1",
                 [run_id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                |r| Ok((r.get(0)?, row_verifies(run_id, r)?)),
             )
             .optional()
             .map_err(StoreError::sql("taking over a run"))?;
-        if let Some((seq, kind, body, crc)) = last
-            && checksum(run_id, seq as u64, &kind, &body) != crc as u32
-        {
+        if let Some((seq, false)) = last {
             tx.execute(
                 "DELETE FROM events WHERE run_id = ?1 AND seq = ?2",
                 params![run_id, seq],
@@ -435,13 +487,11 @@ impl RunStore for SqliteStore {
             c.db.transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(StoreError::sql("appending to a run's log"))?;
         self.check_write(&tx)?;
+        // Cached statements: these run once per batch, and parsing them each time was a
+        // visible part of a small batch's cost.
         let current: Option<i64> = tx
-            .query_row(
-                "SELECT owner_epoch FROM runs WHERE run_id = ?1",
-                [run_id],
-                |r| r.get(0),
-            )
-            .optional()
+            .prepare_cached("SELECT owner_epoch FROM runs WHERE run_id = ?1")
+            .and_then(|mut s| s.query_row([run_id], |r| r.get(0)).optional())
             .map_err(StoreError::sql("appending to a run's log"))?;
         let Some(current) = current else {
             return Err(StoreError::UnknownRun(run_id.to_string()));
@@ -454,11 +504,8 @@ impl RunStore for SqliteStore {
             });
         }
         let last: Option<i64> = tx
-            .query_row(
-                "SELECT max(seq) FROM events WHERE run_id = ?1",
-                [run_id],
-                |r| r.get(0),
-            )
+            .prepare_cached("SELECT max(seq) FROM events WHERE run_id = ?1")
+            .and_then(|mut s| s.query_row([run_id], |r| r.get(0)))
             .map_err(StoreError::sql("appending to a run's log"))?;
         let next = last.map_or(0, |l| l as u64 + 1);
         if next != first_seq {
@@ -520,20 +567,7 @@ impl RunStore for SqliteStore {
                 });
             }
             expected += 1;
-            let get = |i| row.get::<_, rusqlite::types::Value>(i);
-            let (at, kind, body, crc) = match (get(1), get(2), get(3), get(4)) {
-                (
-                    Ok(rusqlite::types::Value::Integer(at)),
-                    Ok(rusqlite::types::Value::Text(kind)),
-                    Ok(rusqlite::types::Value::Text(body)),
-                    Ok(rusqlite::types::Value::Integer(crc)),
-                ) => (at, kind, body, crc),
-                _ => {
-                    bad = Some(seq);
-                    continue;
-                }
-            };
-            match verify_row(run_id, seq, at as u64, &kind, &body, crc as u32)? {
+            match verify_row(run_id, row)? {
                 Some(s) => out.records.push(s),
                 None => bad = Some(seq),
             }
@@ -568,16 +602,7 @@ impl RunStore for SqliteStore {
         let mut out = Vec::new();
         while let Some(row) = rows.next().map_err(StoreError::sql(WHAT))? {
             let seq = row.get::<_, i64>(0).map_err(StoreError::sql(WHAT))?;
-            let get = |i| row.get::<_, rusqlite::types::Value>(i);
-            let verified = match (get(1), get(2), get(3), get(4)) {
-                (
-                    Ok(rusqlite::types::Value::Integer(at)),
-                    Ok(rusqlite::types::Value::Text(kind)),
-                    Ok(rusqlite::types::Value::Text(body)),
-                    Ok(rusqlite::types::Value::Integer(crc)),
-                ) => verify_row(run_id, seq as u64, at as u64, &kind, &body, crc as u32)?,
-                _ => None,
-            };
+            let verified = verify_row(run_id, row)?;
             match verified {
                 Some(s) => out.push(s),
                 // A torn tail, as `read` treats it: the record never happened.
