@@ -360,7 +360,10 @@ pub enum Shape {
     WasmChain,
     /// A fan-out whose per-item nodes are `std` WASM nodes.
     WasmFanout,
-    /// Every shape above.
+    /// A chain of `files.write_text` nodes (not retry-safe: each appends to a file in a
+    /// scratch directory); with `--durable`, what a synced start per invocation costs.
+    EffectChain,
+    /// Every shape above but effect-chain (whose figure is mostly the disk's).
     All,
 }
 
@@ -369,13 +372,14 @@ pub struct BenchArgs {
     /// Which graph shape to measure.
     #[arg(long, value_enum, default_value_t = Shape::All)]
     pub shape: Shape,
-    /// Size of the shape: chain length (default 100; wasm-chain 10), fan-out items
-    /// (default 10000) or width (default 1000).
+    /// Size of the shape: chain length (default 100; wasm-chain and effect-chain 10),
+    /// fan-out items (default 10000) or width (default 1000).
     #[arg(long, value_name = "N")]
     pub size: Option<usize>,
-    /// Values pushed through the chain (chain and wasm-chain shapes only).
-    #[arg(long, value_name = "M", default_value_t = 10_000)]
-    pub messages: usize,
+    /// Values pushed through the chain (chain shapes only; default 10000, effect-chain
+    /// 100).
+    #[arg(long, value_name = "M")]
+    pub messages: Option<usize>,
     /// Measured runs per shape (after one warm-up run); the median is reported.
     #[arg(long, value_name = "R", default_value_t = 3)]
     pub runs: usize,

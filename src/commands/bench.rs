@@ -13,11 +13,13 @@ use serde::Serialize;
 use crate::cli::{BenchArgs, Shape as ShapeArg};
 use crate::exit::Exit;
 
-/// A shape of either family: native pass-through nodes or `std` WASM nodes.
+/// A shape of any family: native pass-through nodes, `std` WASM nodes, or the chain of
+/// WASM nodes that are not retry-safe.
 #[derive(Clone, Copy, Debug)]
 enum AnyShape {
     Native(Shape),
     Wasm(WasmShape),
+    Effect,
 }
 
 impl AnyShape {
@@ -25,6 +27,7 @@ impl AnyShape {
         match self {
             AnyShape::Native(s) => s.name(),
             AnyShape::Wasm(s) => s.name(),
+            AnyShape::Effect => "effect-chain",
         }
     }
 
@@ -32,6 +35,16 @@ impl AnyShape {
         match self {
             AnyShape::Native(s) => default_size(s),
             AnyShape::Wasm(s) => s.default_size(),
+            AnyShape::Effect => 10,
+        }
+    }
+
+    /// Values pushed through a chain unless `--messages` says: every effect-chain
+    /// invocation waits for the disk twice in a durable run, so it takes fewer.
+    fn default_messages(self) -> usize {
+        match self {
+            AnyShape::Effect => 100,
+            _ => 10_000,
         }
     }
 
@@ -39,6 +52,7 @@ impl AnyShape {
         match self {
             AnyShape::Native(s) => bench::graph(s, size),
             AnyShape::Wasm(s) => wasm_bench::graph(s, size),
+            AnyShape::Effect => wasm_bench::effect_chain(size),
         }
     }
 }
@@ -74,6 +88,37 @@ pub struct ShapeFigures {
     /// later shape's figure includes the earlier ones' peak.
     pub peak_rss_kib: Option<u64>,
     pub runs: usize,
+    /// With `--durable`: what the median run's log wrote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogFigures>,
+}
+
+/// What a durable run's log wrote, from its counters (the run and its final flush).
+#[derive(Debug, Serialize)]
+pub struct LogFigures {
+    pub records: u64,
+    /// Transactions committed.
+    pub commits: u64,
+    /// Commits that waited for stable storage (fsync).
+    pub synced_commits: u64,
+    /// Synced commits per node invocation. A node that is not retry-safe waits for one
+    /// before its code runs (its start) and one after (its result); commits that several
+    /// invocations waited on together count once, so this can be below 2 for it.
+    pub synced_commits_per_invocation: f64,
+    /// Appends a caller waited on (synced starts and results, flushes).
+    pub waits: u64,
+}
+
+impl LogFigures {
+    fn of(c: heddle_store::LogCounters, invocations: u64) -> LogFigures {
+        LogFigures {
+            records: c.records,
+            commits: c.commits,
+            synced_commits: c.synced_commits,
+            synced_commits_per_invocation: c.synced_commits as f64 / invocations.max(1) as f64,
+            waits: c.waits,
+        }
+    }
 }
 
 fn default_size(shape: Shape) -> usize {
@@ -91,9 +136,15 @@ pub fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Where `--durable` keeps its scratch run stores (removed when the bench ends).
+/// Where `--durable` keeps its scratch run stores and effect-chain its files (removed
+/// when the bench ends).
 fn scratch_dir() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("heddle-bench-{}", std::process::id()))
+}
+
+/// The directory the effect chain's nodes write into (granted to the `files` package).
+fn effects_dir() -> std::path::PathBuf {
+    scratch_dir().join("effects")
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
@@ -113,6 +164,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         ShapeArg::Wide => vec![AnyShape::Native(Shape::Wide)],
         ShapeArg::WasmChain => vec![AnyShape::Wasm(WasmShape::Chain)],
         ShapeArg::WasmFanout => vec![AnyShape::Wasm(WasmShape::Fanout)],
+        ShapeArg::EffectChain => vec![AnyShape::Effect],
         ShapeArg::All => Shape::ALL
             .into_iter()
             .map(AnyShape::Native)
@@ -121,8 +173,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     };
     let rt = crate::runtime::runtime_with_threads(args.threads)?;
     let mut registry = Registry::with_builtins();
-    if shapes.iter().any(|s| matches!(s, AnyShape::Wasm(_))) {
-        registry.add(std::sync::Arc::new(rt.block_on(wasm_provider())?))?;
+    let effects = shapes
+        .iter()
+        .any(|s| matches!(s, AnyShape::Effect))
+        .then(effects_dir);
+    if let Some(dir) = &effects {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the bench's scratch directory {}", dir.display()))?;
+    }
+    if shapes.iter().any(|s| !matches!(s, AnyShape::Native(_))) {
+        registry.add(std::sync::Arc::new(
+            rt.block_on(wasm_provider(effects.as_deref()))?,
+        ))?;
     }
     let threads = rt.metrics().num_workers();
     if !args.json {
@@ -131,47 +193,33 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     let mut all = Vec::new();
     for shape in shapes {
         let size = args.size.unwrap_or_else(|| shape.default_size());
+        let messages = args.messages.unwrap_or_else(|| shape.default_messages());
         let doc = shape.graph(size);
         let run_once = |journal| -> Result<bench::BenchRun, bench::BenchError> {
             rt.block_on(async {
                 match shape {
                     AnyShape::Native(s) => {
-                        bench::run_shape_journaled(&registry, s, size, args.messages, journal).await
+                        bench::run_shape_journaled(&registry, s, size, messages, journal).await
                     }
                     AnyShape::Wasm(s) => {
-                        wasm_bench::run_shape(&registry, s, size, args.messages, journal).await
+                        wasm_bench::run_shape(&registry, s, size, messages, journal).await
+                    }
+                    AnyShape::Effect => {
+                        let dir = effects.as_deref().expect("created for the effect chain");
+                        wasm_bench::run_effect_chain(&registry, size, messages, dir, journal).await
                     }
                 }
             })
         };
-        let one = || -> anyhow::Result<bench::BenchRun> {
+        let one = || -> anyhow::Result<(bench::BenchRun, Option<LogFigures>)> {
             if !args.durable {
-                return Ok(run_once(None)?);
+                return Ok((run_once(None)?, None));
             }
-            match shape {
-                AnyShape::Native(s) => Ok(heddle_store::bench::run_shape(
-                    &rt,
-                    &registry,
-                    s,
-                    size,
-                    args.messages,
-                    &scratch_dir().join("runs.db"),
-                )?),
-                AnyShape::Wasm(_) => {
-                    // As heddle_store::bench::run_shape does for the native shapes: the
-                    // time covers the run and the final sync, not creating the run.
-                    let session =
-                        heddle_store::bench::scratch_session(&scratch_dir().join("runs.db"))?;
-                    let cpu0 = bench::CpuTime::now();
-                    let t0 = std::time::Instant::now();
-                    let mut r = run_once(Some(session.journal.clone()))?;
-                    session.log.flush().wait()?;
-                    r.elapsed = t0.elapsed();
-                    r.cpu = bench::CpuTime::used_since(cpu0);
-                    session.log.close()?;
-                    Ok(r)
-                }
-            }
+            let d = heddle_store::bench::timed(&scratch_dir().join("runs.db"), |journal| {
+                run_once(Some(journal))
+            })?;
+            let log = LogFigures::of(d.log, d.run.invocations);
+            Ok((d.run, Some(log)))
         };
         // Warm-up: first-touch allocations and thread start-up are not the scheduler.
         one()?;
@@ -179,8 +227,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         for _ in 0..args.runs {
             runs.push(one()?);
         }
-        runs.sort_by_key(|r| r.elapsed);
-        let median = runs[runs.len() / 2].clone();
+        runs.sort_by_key(|(r, _)| r.elapsed);
+        let (median, log) = runs.swap_remove(runs.len() / 2);
         let figures = ShapeFigures {
             shape: shape.name(),
             size,
@@ -203,14 +251,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
             cores_busy: median.cores_busy(),
             peak_rss_kib: peak_rss_kib(),
             runs: args.runs,
+            log,
         };
         if !args.json {
             print_human(&figures, median.elapsed);
         }
         all.push(figures);
     }
-    if args.durable {
-        // The stores were scratch space for this process only.
+    if args.durable || effects.is_some() {
+        // The stores and files were scratch space for this process only.
         let _ = std::fs::remove_dir_all(scratch_dir());
     }
     if args.json {
@@ -220,9 +269,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
 }
 
 /// The WASM provider with the first-party packages (the shapes use `std`), on the
-/// default engine settings: what a fresh install runs.
-async fn wasm_provider() -> anyhow::Result<heddle_wasm::WasmProvider> {
-    let config = heddle_wasm::WasmConfig::default();
+/// default engine settings: what a fresh install runs. With `effects`, the `files`
+/// package may write there (the effect chain's grant).
+async fn wasm_provider(
+    effects: Option<&std::path::Path>,
+) -> anyhow::Result<heddle_wasm::WasmProvider> {
+    let mut config = heddle_wasm::WasmConfig::default();
+    if let Some(dir) = effects {
+        config
+            .packages
+            .insert("files".into(), wasm_bench::effect_grant(dir));
+    }
     let host =
         heddle_wasm::WasmHost::new(config.wasm.clone()).context("starting the WASM engine")?;
     host.on_compile(|name| eprintln!("compiling {name} (first use)…"));
@@ -266,6 +323,12 @@ fn print_human(f: &ShapeFigures, wall: Duration) {
             .map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
             .unwrap_or_else(|| "n/a".into()),
     );
+    if let Some(l) = &f.log {
+        println!(
+            "{:<11} log: {} records in {} commits, {} synced ({:.3} per invocation)",
+            "", l.records, l.commits, l.synced_commits, l.synced_commits_per_invocation
+        );
+    }
 }
 
 fn human_rate(r: f64) -> String {

@@ -227,6 +227,13 @@ pub enum BenchError {
     Run { status: RunStatus, error: String },
     #[error("bench run produced the wrong output: {0}")]
     Output(String),
+    /// A file a bench shape's effects go to could not be read or cleared.
+    #[error("{}: cannot read or clear the bench's effect file", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Plans and runs one shape on the current tokio runtime and checks its output.

@@ -1,16 +1,16 @@
-//! The kernel's bench shapes as durable runs, shared by `heddle bench --durable` and the
-//! criterion bench so both measure the same thing: a fresh run in a scratch store, every
+//! Bench shapes as durable runs, shared by `heddle bench --durable` and the criterion
+//! bench so both measure the same thing: a fresh run in a scratch store, every
 //! invocation written ahead, timed from start to the last record being on disk.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use heddle_kernel::Registry;
 use heddle_kernel::bench::{BenchError, BenchRun, CpuTime, Shape, run_shape_journaled};
+use heddle_kernel::{Journal, Registry};
 
 use crate::session::{self, Session};
-use crate::{NewRun, SqliteStore, StoreError};
+use crate::{LogCounters, NewRun, SqliteStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DurableBenchError {
@@ -18,6 +18,13 @@ pub enum DurableBenchError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Bench(#[from] BenchError),
+}
+
+/// One durable bench run: its timing and what its log wrote over the same span.
+#[derive(Clone, Debug)]
+pub struct DurableRun {
+    pub run: BenchRun,
+    pub log: LogCounters,
 }
 
 /// A new run in the store at `path` (created if needed), taken by this process.
@@ -35,9 +42,29 @@ pub fn scratch_session(path: &Path) -> Result<Session, StoreError> {
     Ok(session::begin(store, &run)?.1)
 }
 
-/// Runs `shape` durably on `rt` in a new run of the store at `path`. Wall and CPU time
-/// cover the run and the final sync (a durable run is not done before its log is), not
-/// creating the run. Call it outside the runtime: it waits for the disk.
+/// Runs `run` (a bench shape given the journal to write through) as a new durable run
+/// in the store at `path`. Wall and CPU time cover the run and the final sync (a durable
+/// run is not done before its log is), not creating the run, and so do the counters.
+/// Call it outside any runtime: it waits for the disk.
+pub fn timed(
+    path: &Path,
+    run: impl FnOnce(Arc<dyn Journal>) -> Result<BenchRun, BenchError>,
+) -> Result<DurableRun, DurableBenchError> {
+    let session = scratch_session(path)?;
+    let before = session.log.counters();
+    let cpu0 = CpuTime::now();
+    let t0 = Instant::now();
+    let mut r = run(session.journal.clone())?;
+    session.log.flush().wait()?;
+    r.elapsed = t0.elapsed();
+    r.cpu = CpuTime::used_since(cpu0);
+    let log = session.log.counters().since(before);
+    session.log.close()?;
+    Ok(DurableRun { run: r, log })
+}
+
+/// Runs the kernel's `shape` durably on `rt` in a new run of the store at `path`
+/// ([`timed`]).
 pub fn run_shape(
     rt: &tokio::runtime::Runtime,
     registry: &Registry,
@@ -45,20 +72,14 @@ pub fn run_shape(
     n: usize,
     messages: usize,
     path: &Path,
-) -> Result<BenchRun, DurableBenchError> {
-    let session = scratch_session(path)?;
-    let cpu0 = CpuTime::now();
-    let t0 = Instant::now();
-    let mut r = rt.block_on(run_shape_journaled(
-        registry,
-        shape,
-        n,
-        messages,
-        Some(session.journal.clone()),
-    ))?;
-    session.log.flush().wait()?;
-    r.elapsed = t0.elapsed();
-    r.cpu = CpuTime::used_since(cpu0);
-    session.log.close()?;
-    Ok(r)
+) -> Result<DurableRun, DurableBenchError> {
+    timed(path, |journal| {
+        rt.block_on(run_shape_journaled(
+            registry,
+            shape,
+            n,
+            messages,
+            Some(journal),
+        ))
+    })
 }

@@ -7,10 +7,16 @@
 //! - `wasm-fanout`: an input list of N items → `heddle.foreach` → 3 `std.math.arith`
 //!   nodes per item → `heddle.collect` → an output (3·N per-item WASM invocations).
 //!
+//! - `effect-chain`: a streaming input → N `files.write_text` nodes → an output. The node
+//!   is not retry-safe (it appends to a file), so a durable run writes each start ahead,
+//!   synced, before its code runs: the shape measures what that costs. Its effects land
+//!   in a directory the bench grants and are counted there after every run.
+//!
 //! `std.math.arith` declares `reuse-instance`, so these measure warm instances, the
 //! common case for the first-party nodes. The native shapes (`heddle_kernel::bench`)
 //! run on the same scheduler; the difference between the two is the WASM cost.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use heddle_core::{GraphBuilder, GraphDoc, INPUT_TYPE, OUTPUT_TYPE, Value};
@@ -155,6 +161,119 @@ pub async fn run_shape(
     }
     Ok(BenchRun {
         messages: msgs as u64,
+        ..timing
+    })
+}
+
+/// The effect chain's node: not retry-safe, its effect (an append to a granted file) is
+/// harmless and countable.
+pub const EFFECT_NODE_TYPE: &str = "files.write_text";
+
+/// Where the effect chain's nodes see the directory [`effect_grant`] grants.
+const EFFECT_GUEST_DIR: &str = "/data";
+
+/// The file node `i` of the effect chain appends to, as the guest names it.
+fn effect_file(i: usize) -> String {
+    format!("{EFFECT_GUEST_DIR}/e{i}.txt")
+}
+
+/// `in` (streaming input named `in`) → `e0` … `e{n-1}` → `out`. `e0` appends each message
+/// to `/data/e0.txt`; every later node appends the path its predecessor wrote (what
+/// `files.write_text` outputs) to its own file, so each message makes n appends.
+pub fn effect_chain(n: usize) -> GraphDoc {
+    let mut g = GraphBuilder::new()
+        .named(format!("effect-chain-{n}"))
+        .node("in", INPUT_TYPE)
+        .prop("name", "in")
+        .prop("streaming", true);
+    let mut prev = ("in".to_string(), "value");
+    for i in 0..n {
+        let id = format!("e{i}");
+        g = g
+            .node(&id, EFFECT_NODE_TYPE)
+            .prop("path", effect_file(i))
+            .prop("append", true)
+            .edge(&prev.0, prev.1, &id, "text");
+        prev = (id, "path");
+    }
+    g.node("out", OUTPUT_TYPE)
+        .prop("name", "out")
+        .edge(&prev.0, prev.1, "out", "value")
+        .build()
+}
+
+/// The `files` grant the effect chain needs: `dir` read-write, seen as `/data`.
+pub fn effect_grant(dir: &Path) -> crate::PackageGrant {
+    crate::PackageGrant {
+        dirs: vec![crate::DirGrant {
+            host: dir.to_path_buf(),
+            guest: EFFECT_GUEST_DIR.into(),
+            mode: crate::DirMode::Rw,
+        }],
+        ..Default::default()
+    }
+}
+
+/// The message the effect chain's input gets `i`-th.
+fn effect_message(i: usize) -> String {
+    format!("{i}\n")
+}
+
+/// Runs the effect chain of `n` nodes with `messages` values pushed through, its files in
+/// `dir` (the directory `registry`'s `files` package was granted as [`effect_grant`]),
+/// and counts the effects there: every node's file must hold exactly one append per
+/// message, so a run that skips or repeats an effect cannot pass. `journal` as for
+/// [`run_shape`].
+pub async fn run_effect_chain(
+    registry: &Registry,
+    n: usize,
+    messages: usize,
+    dir: &Path,
+    journal: Option<Arc<dyn Journal>>,
+) -> Result<BenchRun, BenchError> {
+    let host_file = |i: usize| dir.join(format!("e{i}.txt"));
+    let io = |path: PathBuf| move |source| BenchError::Io { path, source };
+    // Every run starts from empty files: the nodes append.
+    for i in 0..n {
+        match std::fs::remove_file(host_file(i)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io(host_file(i))(e));
+            }
+            _ => {}
+        }
+    }
+    let timed = TimedRun::start(&effect_chain(n), registry, journal)?;
+    let h = &timed.handle;
+    for i in 0..messages {
+        h.push_input("in", Value::str(effect_message(i))).await?;
+    }
+    h.finish_input("in").await?;
+    let (r, timing) = timed
+        .finish(EFFECT_NODE_TYPE, (n * messages) as u64)
+        .await?;
+    let got = r.outputs.get("out").map(Vec::len).unwrap_or(0);
+    if got != messages {
+        return Err(BenchError::Output(format!(
+            "expected {messages} values out, got {got}"
+        )));
+    }
+    for i in 0..n {
+        let want: usize = match i {
+            0 => (0..messages).map(|m| effect_message(m).len()).sum(),
+            _ => messages * effect_file(i - 1).len(),
+        };
+        let len = std::fs::metadata(host_file(i))
+            .map_err(io(host_file(i)))?
+            .len();
+        if len != want as u64 {
+            return Err(BenchError::Output(format!(
+                "{} holds {len} bytes, expected {want}: an effect was lost or repeated",
+                host_file(i).display()
+            )));
+        }
+    }
+    Ok(BenchRun {
+        messages: messages as u64,
         ..timing
     })
 }
