@@ -52,21 +52,7 @@ fn store_holds_secret(d: &StoreDir) -> bool {
 
 /// The bodies of `kind` records about node `leak`, as stored.
 fn bodies(d: &StoreDir, kind: &str) -> Vec<String> {
-    bodies_of(d, kind, "leak")
-}
-
-fn bodies_of(d: &StoreDir, kind: &str, node: &str) -> Vec<String> {
-    let db = rusqlite::Connection::open(d.db()).unwrap();
-    let mut q = db
-        .prepare("SELECT body FROM events WHERE kind = ?1 ORDER BY seq")
-        .unwrap();
-    q.query_map([kind], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .filter(|b| {
-            serde_json::from_str::<serde_json::Value>(b).unwrap()["occurrence"]["node"] == node
-        })
-        .collect()
+    d.records(kind, "leak")
 }
 
 #[test]
@@ -130,7 +116,7 @@ fn a_gate_note_quoting_a_known_secret_is_stored_masked() {
     let o = d.heddle(&["runs", "approve", &run, "ship", "--note", &note]);
     expect(&o, support::OK);
     assert!(!store_holds_secret(&d), "the secret reached the store");
-    let verdicts = bodies_of(&d, "verdict", "ship");
+    let verdicts = d.records("verdict", "ship");
     assert_eq!(verdicts.len(), 1, "{verdicts:?}");
     assert!(
         verdicts[0].contains("checked with «redacted»"),
@@ -177,7 +163,7 @@ fn a_rejection_note_quoting_a_known_secret_is_stored_masked() {
     let (code, log) = server.stop();
     assert_eq!(code, 0, "{log}");
     assert!(!store_holds_secret(&d), "the secret reached the store");
-    let verdicts = bodies_of(&d, "verdict", "ship");
+    let verdicts = d.records("verdict", "ship");
     assert_eq!(verdicts.len(), 1, "{verdicts:?}");
     assert!(verdicts[0].contains("leaks «redacted»"), "{}", verdicts[0]);
 }

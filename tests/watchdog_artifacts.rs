@@ -97,24 +97,6 @@ fn db(d: &StoreDir) -> rusqlite::Connection {
 }
 
 /// Log records of `kind` about node `node`.
-/// The `kind` records of `node` in every run of the store, as JSON, read through the
-/// store as another process would (a result's stored body is binary), large values left
-/// as the references the log holds.
-fn bodies(d: &StoreDir, kind: &str, node: &str) -> Vec<String> {
-    use heddle_store::RunStore as _;
-    let store = heddle_store::SqliteStore::open(&d.db()).unwrap();
-    let mut out = Vec::new();
-    for run in store.list().unwrap() {
-        for s in store.read(&run.run_id, 0).unwrap().records {
-            let r = s.record;
-            if r.kind() == kind && r.occurrence().is_some_and(|o| o.node == node) {
-                out.push(serde_json::to_string(&r).unwrap());
-            }
-        }
-    }
-    out
-}
-
 /// Every byte of the store (its file and write-ahead log).
 fn store_bytes(d: &StoreDir) -> Vec<u8> {
     let mut all = Vec::new();
@@ -163,7 +145,7 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
     // Its start is written ahead of its code: wait for the code itself (the mark), or
     // the kill can land before it ran and the resumed attempt would be the first.
     wait_for("slow to start", || {
-        !bodies(&env, "started", "slow").is_empty() && mark.exists()
+        !env.records("started", "slow").is_empty() && mark.exists()
     });
     sigkill(worker);
     let o = child.wait_with_output().unwrap();
@@ -173,9 +155,9 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
     assert_eq!(r["supervision"]["cleanup_verified"], true, "{r:#}");
 
     // The log holds a reference, not the value; the artifact holds the value's JSON.
-    let completed = bodies(&env, "completed", "big");
+    let completed = env.records("completed", "big");
     assert_eq!(completed.len(), 1, "big ran once: {completed:?}");
-    assert_eq!(bodies(&env, "started", "big").len(), 1);
+    assert_eq!(env.records("started", "big").len(), 1);
     let body: serde_json::Value = serde_json::from_str(&completed[0]).unwrap();
     assert!(completed[0].len() < 4096, "{}", completed[0]);
     let reference = &body["outputs"][0][1]["$artifact"];
@@ -219,7 +201,7 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
     assert_eq!(r["outputs"]["out_big"][0], big_value().as_str(), "{r:#}");
     assert_eq!(r["outputs"]["out_len"][0], BIG, "{r:#}");
     assert_eq!(
-        bodies(&env, "completed", "big").len(),
+        env.records("completed", "big").len(),
         1,
         "big never ran again"
     );
@@ -257,7 +239,7 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
     let r = report(&o);
     assert_eq!(r["code"], "TERMINAL_ARTIFACT", "{r:#}");
     assert!(r.get("outputs").is_none(), "{r:#}");
-    assert!(bodies(&corrupt, "completed", "slow").is_empty());
+    assert!(corrupt.records("completed", "slow").is_empty());
     let show = corrupt.heddle(&["runs", "show", &id]);
     expect(&show, FAILED);
     assert!(
@@ -288,7 +270,7 @@ fn a_large_output_holding_a_known_secret_is_refused() {
     let o = env.heddle(&["run", "--watchdog", "--json", "g.json"]);
     expect(&o, FAILED);
     let r = report(&o);
-    let failed = bodies(&env, "failed", "leak");
+    let failed = env.records("failed", "leak");
     assert_eq!(failed.len(), 1, "{r:#}");
     assert!(failed[0].contains("KNOWN_SECRET"), "{}", failed[0]);
     assert!(
@@ -329,7 +311,7 @@ fn artifact_limits_from_the_config_bound_large_outputs_and_bad_ones_are_refused(
     );
     let o = env.heddle(&["run", "--durable", "--json", "g.json"]);
     expect(&o, FAILED);
-    let failed = bodies(&env, "failed", "big");
+    let failed = env.records("failed", "big");
     assert_eq!(failed.len(), 1, "{}", support::stderr(&o));
     assert!(
         failed[0].contains("STORAGE_LIMIT_EXCEEDED"),

@@ -158,6 +158,24 @@ impl StoreDir {
         self.path().join("runs.db")
     }
 
+    /// The `kind` records about `node` in every run of the store, as JSON, read through
+    /// the store as another process would (a result's stored body is binary, not JSON),
+    /// large values left as the references the log holds.
+    pub fn records(&self, kind: &str, node: &str) -> Vec<String> {
+        use heddle_store::RunStore as _;
+        let store = heddle_store::SqliteStore::open(&self.db()).unwrap();
+        let mut out = Vec::new();
+        for run in store.list().unwrap() {
+            for s in store.read(&run.run_id, 0).unwrap().records {
+                let r = s.record;
+                if r.kind() == kind && r.occurrence().is_some_and(|o| o.node == node) {
+                    out.push(serde_json::to_string(&r).unwrap());
+                }
+            }
+        }
+        out
+    }
+
     /// `heddle runs show ID --json`.
     pub fn show(&self, id: &str) -> serde_json::Value {
         let o = self.heddle(&["runs", "show", id, "--json"]);
