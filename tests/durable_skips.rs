@@ -5,23 +5,8 @@
 
 mod support;
 
-use support::store::{StoreDir, expect};
+use support::store::{FAILING_PARSE, StoreDir, expect};
 use support::{FAILED, SUSPENDED};
-
-/// `parse` fails (the text is not JSON), so `up` and the output never get an input.
-const FAILING: &str = r#"{"format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "c", "type": "heddle.constant", "properties": {"value": "not json {"}},
-    {"id": "parse", "type": "std.json.parse"},
-    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
-    {"id": "out", "type": "heddle.output"}
-  ],
-  "edges": [
-    {"source": "c", "sourceHandle": "value", "target": "parse", "targetHandle": "text"},
-    {"source": "parse", "sourceHandle": "value", "target": "up", "targetHandle": "text"},
-    {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}
-  ]
-}"#;
 
 /// A gate before the output: the run pauses there.
 const GATED: &str = r#"{"format": "heddle.graph", "version": 1,
@@ -56,7 +41,7 @@ fn skipped_records(d: &StoreDir) -> Vec<(String, String)> {
 
 #[test]
 fn a_finished_run_records_why_its_nodes_never_ran() {
-    let d = StoreDir::with_graph(FAILING);
+    let d = StoreDir::with_graph(FAILING_PARSE);
     let o = d.heddle(&["run", "--durable", "g.json"]);
     expect(&o, FAILED);
     let run = support::store::run_id(&o);

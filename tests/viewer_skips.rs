@@ -11,22 +11,7 @@ mod support;
 use browser::{Browser, driver};
 use serde_json::{Value, json};
 use support::serve::{Api, rt};
-use support::store::StoreDir;
-
-/// `parse` fails, so `up` never gets an input; `side` runs beside it.
-const FAILING: &str = r#"{"format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "c", "type": "heddle.constant", "properties": {"value": "not json {"}},
-    {"id": "parse", "type": "std.json.parse"},
-    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
-    {"id": "out", "type": "heddle.output"}
-  ],
-  "edges": [
-    {"source": "c", "sourceHandle": "value", "target": "parse", "targetHandle": "text"},
-    {"source": "parse", "sourceHandle": "value", "target": "up", "targetHandle": "text"},
-    {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}
-  ]
-}"#;
+use support::store::{FAILING_PARSE, StoreDir};
 
 #[test]
 fn the_page_shows_the_skip_reason_the_log_recorded() {
@@ -35,7 +20,7 @@ fn the_page_shows_the_skip_reason_the_log_recorded() {
     let server = dir.serve(None);
     let api = Api::of(&server);
     rt().block_on(async {
-        let id = api.create(FAILING).await;
+        let id = api.create(FAILING_PARSE).await;
         let (ended, _) = api.drive_to_end(&id).await;
         assert_eq!(ended["state"], "failed", "{ended:#}");
         assert_eq!(ended["skipped"]["up"], "upstream_failed", "{ended:#}");

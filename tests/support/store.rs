@@ -62,6 +62,22 @@ pub const FANOUT: &str = r#"{
   ]
 }"#;
 
+/// `parse` fails (the text is not JSON), so `up` and the output never get an input:
+/// the skip reasons a finished run records.
+pub const FAILING_PARSE: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "not json {"}},
+    {"id": "parse", "type": "std.json.parse"},
+    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "parse", "targetHandle": "text"},
+    {"source": "parse", "sourceHandle": "value", "target": "up", "targetHandle": "text"},
+    {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
 pub struct StoreDir {
     dir: tempfile::TempDir,
 }
