@@ -7,7 +7,7 @@
 mod support;
 
 use support::FAILED;
-use support::store::{StoreDir, expect, report};
+use support::store::{GATED, StoreDir, expect, report};
 
 const SECRET: &str = "s3cr3t-value-42";
 
@@ -96,19 +96,7 @@ fn an_error_quoting_a_known_secret_is_stored_masked() {
 /// log masks every record's text, whoever wrote it.
 #[test]
 fn a_gate_note_quoting_a_known_secret_is_stored_masked() {
-    let d = with_secret(
-        r#"{"format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "c", "type": "heddle.constant", "properties": {"value": "notes"}},
-    {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it"}},
-    {"id": "out", "type": "heddle.output"}
-  ],
-  "edges": [
-    {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
-    {"source": "ship", "sourceHandle": "value", "target": "out", "targetHandle": "value"}
-  ]
-}"#,
-    );
+    let d = with_secret(GATED);
     let o = d.heddle(&["run", "--durable", "g.json"]);
     expect(&o, support::SUSPENDED);
     let run = support::store::run_id(&o);
@@ -130,19 +118,7 @@ fn a_gate_note_quoting_a_known_secret_is_stored_masked() {
 #[test]
 fn a_rejection_note_quoting_a_known_secret_is_stored_masked() {
     use support::serve::{Api, rt};
-    let d = with_secret(
-        r#"{"format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "c", "type": "heddle.constant", "properties": {"value": "notes"}},
-    {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it"}},
-    {"id": "out", "type": "heddle.output"}
-  ],
-  "edges": [
-    {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
-    {"source": "ship", "sourceHandle": "value", "target": "out", "targetHandle": "value"}
-  ]
-}"#,
-    );
+    let d = with_secret(GATED);
     let graph = std::fs::read_to_string(d.path().join("g.json")).unwrap();
     let server = d.serve(None);
     let api = Api::of(&server);

@@ -5,21 +5,8 @@
 
 mod support;
 
-use support::store::{FAILING_PARSE, StoreDir, expect};
+use support::store::{FAILING_PARSE, GATED, StoreDir, expect};
 use support::{FAILED, SUSPENDED};
-
-/// A gate before the output: the run pauses there.
-const GATED: &str = r#"{"format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "c", "type": "heddle.constant", "properties": {"value": "notes"}},
-    {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it"}},
-    {"id": "out", "type": "heddle.output"}
-  ],
-  "edges": [
-    {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
-    {"source": "ship", "sourceHandle": "value", "target": "out", "targetHandle": "value"}
-  ]
-}"#;
 
 /// The `skipped` records of run `run`, as stored: (node, reason).
 fn skipped_records(d: &StoreDir) -> Vec<(String, String)> {

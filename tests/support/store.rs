@@ -78,6 +78,19 @@ pub const FAILING_PARSE: &str = r#"{"format": "heddle.graph", "version": 1,
   ]
 }"#;
 
+/// A gate (`ship`) before the output: the run pauses there.
+pub const GATED: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "notes"}},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it"}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
 pub struct StoreDir {
     dir: tempfile::TempDir,
 }
