@@ -4,6 +4,18 @@
 
 use super::*;
 
+/// Default options with inboxes (and local queues) of `buffer` slots: small ones make
+/// members wait for room.
+fn with_buffer(buffer: usize) -> RunOptions {
+    RunOptions {
+        inbox: InboxLimits {
+            buffer,
+            ..InboxLimits::default()
+        },
+        ..RunOptions::default()
+    }
+}
+
 /// `in` (streaming) → `p0` … `p{n-1}` → `out`, every node native: one fused group.
 fn native_chain(n: usize) -> heddle_core::GraphDoc {
     let mut nodes = vec![(
@@ -53,13 +65,7 @@ async fn check_chain(nodes: usize, values: i64) {
     let plan = heddle_core::plan::plan(&doc, &reg).unwrap();
     let edge_ids: Vec<String> = plan.edges.iter().map(|e| e.id.to_string()).collect();
     assert_eq!(edge_ids.len(), nodes + 1);
-    let opts = RunOptions {
-        inbox: InboxLimits {
-            buffer: 1,
-            ..InboxLimits::default()
-        },
-        ..RunOptions::default()
-    };
+    let opts = with_buffer(1);
     let h = Run::new(plan, &reg, opts).unwrap().start();
     within(async {
         for v in 0..values {
@@ -139,13 +145,7 @@ async fn fused_chain_cancelled_mid_way_stops_every_member() {
         ],
     );
     let plan = heddle_core::plan::plan(&doc, &reg).unwrap();
-    let opts = RunOptions {
-        inbox: InboxLimits {
-            buffer: 1,
-            ..InboxLimits::default()
-        },
-        ..RunOptions::default()
-    };
+    let opts = with_buffer(1);
     let h = Run::new(plan, &reg, opts).unwrap().start();
     // The first value holds `h`, the second fills its inbox, the third leaves `p1`
     // waiting for room: pushes that each return once `in` has room.
@@ -261,13 +261,7 @@ async fn a_group_moving_a_large_fan_out_yields_to_other_tasks() {
         ],
     );
     let plan = heddle_core::plan::plan(&doc, &reg).unwrap();
-    let opts = RunOptions {
-        inbox: InboxLimits {
-            buffer: 4,
-            ..InboxLimits::default()
-        },
-        ..RunOptions::default()
-    };
+    let opts = with_buffer(4);
     let run = Run::new(plan, &reg, opts).unwrap();
     let mut events = run.subscribe();
     // Turns the other task got while some but not all outputs were out.
