@@ -9,7 +9,7 @@ use std::io::{Read as _, Write as _};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::serve::{Api, parse_sse, rt};
+use support::serve::{Api, gunzip, parse_sse, rt, split_response};
 use support::store::StoreDir;
 
 /// Two fan-outs: `a` over `/data/a.txt`, there from the start, and `b` over
@@ -79,6 +79,16 @@ async fn retry(api: &Api, id: &str, eid: &str) {
 /// A stream opened now and read to its end later: its response head has arrived, so
 /// the server counts it as a subscriber from here on.
 async fn open(api: &Api, id: &str, last_event_id: Option<u64>) -> reqwest::Response {
+    open_with(api, id, last_event_id, None).await
+}
+
+/// [`open`] with an `Accept-Encoding`.
+async fn open_with(
+    api: &Api,
+    id: &str,
+    last_event_id: Option<u64>,
+    accept: Option<&str>,
+) -> reqwest::Response {
     let mut r = api
         .http
         .get(format!("{}/api/runs/{id}/events", api.url))
@@ -86,17 +96,32 @@ async fn open(api: &Api, id: &str, last_event_id: Option<u64>) -> reqwest::Respo
     if let Some(l) = last_event_id {
         r = r.header("Last-Event-ID", l.to_string());
     }
+    if let Some(a) = accept {
+        r = r.header("Accept-Encoding", a);
+    }
     let resp = r.send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     resp
 }
 
-async fn read_to_end(mut resp: reqwest::Response) -> Vec<(u64, String, Value)> {
-    let mut text = Vec::new();
+async fn body(mut resp: reqwest::Response) -> Vec<u8> {
+    let mut bytes = Vec::new();
     while let Some(chunk) = resp.chunk().await.unwrap() {
-        text.extend_from_slice(&chunk);
+        bytes.extend_from_slice(&chunk);
     }
-    parse_sse(std::str::from_utf8(&text).unwrap())
+    bytes
+}
+
+async fn read_to_end(resp: reqwest::Response) -> Vec<(u64, String, Value)> {
+    parse_sse(std::str::from_utf8(&body(resp).await).unwrap())
+}
+
+/// A gzip stream's text (this client does not decode by itself: it gets the bytes as
+/// sent), checked by a strict decoder.
+async fn gzip_text(resp: reqwest::Response) -> String {
+    let encoding = resp.headers().get("content-encoding").cloned();
+    assert_eq!(encoding.unwrap(), "gzip");
+    gunzip(&body(resp).await)
 }
 
 fn ids(events: &[(u64, String, Value)]) -> Vec<u64> {
@@ -153,6 +178,47 @@ fn subscribers_joining_late_get_the_history_in_order_then_the_live_records_once(
             "a subscriber resuming after record {} got the rest exactly",
             before / 2
         );
+    });
+}
+
+#[test]
+fn gzip_and_plain_subscribers_of_one_run_get_the_same_records_resuming_anywhere() {
+    let dir = StoreDir::new();
+    std::fs::write(dir.path().join("data/a.txt"), lines(300, 8)).unwrap();
+    let server = dir.serve_with(&["--supervise", "interactive"], &[]);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let id = api.create(TWO).await;
+        let eid = escalation(&api, &id).await;
+        let before = api.show(&id).await["records"].as_u64().unwrap();
+        let gzip = open_with(&api, &id, None, Some("gzip")).await;
+        let plain = open_with(&api, &id, None, Some("gzip;q=0, identity")).await;
+        assert!(plain.headers().get("content-encoding").is_none());
+        // Resuming in the middle of the history the feed read as one batch: its
+        // compressed stream must begin at that record.
+        let middle = open_with(&api, &id, Some(before / 2), Some("deflate, gzip, br")).await;
+        std::fs::write(dir.path().join("data/b.txt"), lines(300, 8)).unwrap();
+        retry(&api, &id, &eid).await;
+        let late = open_with(&api, &id, None, Some("*")).await;
+        let (gzip, plain, middle, late) = tokio::join!(
+            gzip_text(gzip),
+            read_to_end(plain),
+            gzip_text(middle),
+            gzip_text(late)
+        );
+        let log = api.events(&id, None).await;
+        assert_eq!(log.last().unwrap().1, "finished");
+        assert_eq!(plain, log);
+        assert_eq!(
+            parse_sse(&gzip),
+            log,
+            "the gzip subscriber got the log exactly"
+        );
+        assert_eq!(parse_sse(&late), log);
+        assert_eq!(parse_sse(&middle), log[before as usize / 2 + 1..]);
+        // The escalation pending when they joined reached them compressed too.
+        assert!(gzip.contains("event: escalation\ndata: {"), "{gzip:.300}");
+        assert!(middle.starts_with("event: escalation\n"), "{middle:.300}");
     });
 }
 
@@ -213,10 +279,9 @@ fn a_subscriber_that_stops_reading_holds_up_neither_the_run_nor_the_others() {
         // Now it reads: everything, in order, once.
         let mut rest = Vec::new();
         slow.read_to_end(&mut rest).unwrap();
-        let rest = String::from_utf8(rest).unwrap();
-        let body = dechunk(rest.split_once("\r\n\r\n").unwrap().1);
+        let (_, body) = split_response(&rest);
         let log = api.events(&id, None).await;
-        assert_eq!(parse_sse(&body), log);
+        assert_eq!(parse_sse(std::str::from_utf8(&body).unwrap()), log);
         assert_eq!(other, log);
     });
 }
@@ -255,19 +320,5 @@ fn socket_with_small_receive_buffer(addr: std::net::SocketAddr) -> std::net::Tcp
         );
         assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
         s
-    }
-}
-
-/// An HTTP/1.1 chunked body's content.
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let (size, rest) = body.split_once("\r\n").unwrap();
-        let size = usize::from_str_radix(size.trim(), 16).unwrap();
-        if size == 0 {
-            return out;
-        }
-        out.push_str(&rest[..size]);
-        body = &rest[size + 2..];
     }
 }

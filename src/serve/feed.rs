@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -16,6 +16,7 @@ use heddle_store::{RunStore, SqliteStore, StoreError, Stored};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::gzip::Segment;
 use super::mask::Mask;
 
 /// How much rendered history a run's feed keeps (its oldest batches go first): a
@@ -39,6 +40,8 @@ pub struct Batch {
     /// Where each record's text starts: record `first + i` at `starts[i]`.
     starts: Vec<usize>,
     text: Bytes,
+    /// The whole text compressed, made once for every subscriber taking gzip.
+    gzip: OnceLock<Segment>,
 }
 
 impl Batch {
@@ -65,6 +68,7 @@ impl Batch {
             first,
             starts,
             text: Bytes::from(text),
+            gzip: OnceLock::new(),
         })
     }
 
@@ -73,16 +77,37 @@ impl Batch {
         self.first + self.starts.len() as u64
     }
 
+    /// Where record `seq`'s text starts (0 for a `seq` before the batch, the end for
+    /// one after it).
+    fn offset(&self, seq: u64) -> usize {
+        match seq.checked_sub(self.first) {
+            None => 0,
+            Some(i) => self
+                .starts
+                .get(i as usize)
+                .copied()
+                .unwrap_or(self.text.len()),
+        }
+    }
+
     /// Its text from record `seq` on (all of it for a `seq` before it), sharing the
     /// buffer.
     pub fn from(&self, seq: u64) -> Bytes {
-        match seq.checked_sub(self.first) {
-            None | Some(0) => self.text.clone(),
-            Some(i) => match self.starts.get(i as usize) {
-                Some(&at) => self.text.slice(at..),
-                None => Bytes::new(),
-            },
+        self.text.slice(self.offset(seq)..)
+    }
+
+    /// Its text from record `seq` on, compressed: the whole batch's segment is made
+    /// once and shared; a start inside the batch (a `Last-Event-ID` mid-history) is
+    /// compressed for that one subscriber, so its stream begins at a record boundary.
+    pub fn gzip_from(&self, seq: u64) -> Segment {
+        match self.offset(seq) {
+            0 => self.gzip().clone(),
+            at => Segment::new(&self.text[at..]),
         }
+    }
+
+    fn gzip(&self) -> &Segment {
+        self.gzip.get_or_init(|| Segment::new(&self.text))
     }
 }
 
@@ -109,6 +134,9 @@ pub struct Feed {
     /// Told whenever the history grows or ends.
     tip: watch::Sender<()>,
     subscribers: AtomicUsize,
+    /// Those of them taking gzip: while there is one, the follower compresses each
+    /// batch as it renders it (once, for all of them).
+    gzip_subscribers: AtomicUsize,
     /// Wakes an idle follower when a first subscriber arrives.
     joined: Notify,
 }
@@ -137,6 +165,7 @@ impl Default for Feed {
             }),
             tip: watch::Sender::new(()),
             subscribers: AtomicUsize::new(0),
+            gzip_subscribers: AtomicUsize::new(0),
             joined: Notify::new(),
         }
     }
@@ -148,19 +177,24 @@ impl Feed {
         self.history.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new subscriber, counted until it is dropped.
-    pub fn subscribe(self: &Arc<Self>) -> Subscription {
+    /// A new subscriber (taking gzip or not), counted until it is dropped.
+    pub fn subscribe(self: &Arc<Self>, gzip: bool) -> Subscription {
+        if gzip {
+            self.gzip_subscribers.fetch_add(1, Ordering::SeqCst);
+        }
         if self.subscribers.fetch_add(1, Ordering::SeqCst) == 0 {
             self.joined.notify_one();
         }
         Subscription {
             tip: self.tip.subscribe(),
             feed: self.clone(),
+            gzip,
         }
     }
 
-    /// Appends the text of records `from..` to `out`, sharing the held buffers.
-    pub fn take(&self, from: u64, out: &mut VecDeque<Bytes>) -> Take {
+    /// Appends the batches holding records `from..` to `out` (the first may start
+    /// before `from`: [`Batch::from`] and [`Batch::gzip_from`] cut it).
+    pub fn take(&self, from: u64, out: &mut Vec<Arc<Batch>>) -> Take {
         let h = self.history();
         if from < h.base {
             return Take::Missing;
@@ -173,7 +207,7 @@ impl Feed {
             };
         }
         let at = h.batches.partition_point(|b| b.end() <= from);
-        out.extend(h.batches.range(at..).map(|b| b.from(from)));
+        out.extend(h.batches.range(at..).cloned());
         Take::Sent(h.next)
     }
 
@@ -213,6 +247,7 @@ impl Feed {
 pub struct Subscription {
     pub feed: Arc<Feed>,
     tip: watch::Receiver<()>,
+    gzip: bool,
 }
 
 impl Subscription {
@@ -231,6 +266,9 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        if self.gzip {
+            self.feed.gzip_subscribers.fetch_sub(1, Ordering::SeqCst);
+        }
         self.feed.subscribers.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -272,6 +310,9 @@ pub async fn follow(
         };
         let gather = match Batch::render(&records, &mask) {
             Some(b) => {
+                if feed.gzip_subscribers.load(Ordering::SeqCst) > 0 {
+                    b.gzip();
+                }
                 next = b.end();
                 feed.push(b);
                 GATHER
@@ -316,13 +357,20 @@ mod tests {
         .collect()
     }
 
-    fn text(out: &VecDeque<Bytes>) -> String {
+    /// What a subscriber at `from` is sent, as text.
+    fn take(feed: &Feed, from: u64) -> (Take, Vec<Bytes>) {
+        let mut batches = Vec::new();
+        let t = feed.take(from, &mut batches);
+        (t, batches.iter().map(|b| b.from(from)).collect())
+    }
+
+    fn text(out: &[Bytes]) -> String {
         out.iter()
             .map(|b| std::str::from_utf8(b).unwrap())
             .collect()
     }
 
-    fn ids(out: &VecDeque<Bytes>) -> Vec<u64> {
+    fn ids(out: &[Bytes]) -> Vec<u64> {
         text(out)
             .lines()
             .filter_map(|l| l.strip_prefix("id: "))
@@ -337,15 +385,13 @@ mod tests {
         feed.push(Batch::render(&records(0..3), &mask).unwrap());
         feed.push(Batch::render(&records(3..7), &mask).unwrap());
         for from in 0..7 {
-            let mut out = VecDeque::new();
-            assert_eq!(feed.take(from, &mut out), Take::Sent(7));
+            let (t, out) = take(&feed, from);
+            assert_eq!(t, Take::Sent(7));
             assert_eq!(ids(&out), (from..7).collect::<Vec<_>>());
         }
-        let mut out = VecDeque::new();
-        assert_eq!(feed.take(7, &mut out), Take::Wait);
+        assert_eq!(take(&feed, 7), (Take::Wait, vec![]));
         feed.end(true);
-        assert_eq!(feed.take(7, &mut out), Take::End);
-        assert!(out.is_empty());
+        assert_eq!(take(&feed, 7), (Take::End, vec![]));
     }
 
     #[test]
@@ -354,10 +400,10 @@ mod tests {
         let feed = Arc::new(Feed::default());
         feed.push(Batch::render(&records(0..5), &mask).unwrap());
         feed.forget();
-        let mut out = VecDeque::new();
-        assert_eq!(feed.take(3, &mut out), Take::Wait);
+        assert_eq!(take(&feed, 3).0, Take::Wait);
         feed.push(Batch::render(&records(0..6), &mask).unwrap());
-        assert_eq!(feed.take(3, &mut out), Take::Sent(6));
+        let (t, out) = take(&feed, 3);
+        assert_eq!(t, Take::Sent(6));
         assert_eq!(ids(&out), vec![3, 4, 5]);
     }
 
@@ -366,12 +412,35 @@ mod tests {
         let mask = Mask::new(vec![]);
         let feed = Arc::new(Feed::default());
         feed.push(Batch::render(&records(0..4), &mask).unwrap());
-        let (mut a, mut b) = (VecDeque::new(), VecDeque::new());
-        feed.take(0, &mut a);
-        feed.take(2, &mut b);
+        let (a, b) = (take(&feed, 0).1, take(&feed, 2).1);
         // The later subscriber's text is a tail of the same allocation.
         let (a, b) = (&a[0], &b[0]);
         assert_eq!(a.as_ptr() as usize + a.len(), b.as_ptr() as usize + b.len());
+    }
+
+    #[test]
+    fn gzip_subscribers_share_one_compressed_batch_and_a_start_inside_it_is_cut_at_a_record() {
+        use std::io::Read as _;
+        let mask = Mask::new(vec![]);
+        let feed = Arc::new(Feed::default());
+        feed.push(Batch::render(&records(0..4), &mask).unwrap());
+        let mut batches = Vec::new();
+        feed.take(0, &mut batches);
+        let b = &batches[0];
+        let (x, y) = (b.gzip_from(0), b.gzip_from(0));
+        assert_eq!(x.bytes.as_ptr(), y.bytes.as_ptr(), "compressed once");
+        for from in 0..4 {
+            let (mut g, head) = crate::serve::gzip::Gzip::start();
+            let mut bytes = head.to_vec();
+            bytes.extend_from_slice(&g.carry(&b.gzip_from(from)));
+            bytes.extend_from_slice(&g.finish());
+            let mut text = String::new();
+            flate2::read::GzDecoder::new(&bytes[..])
+                .read_to_string(&mut text)
+                .unwrap();
+            assert_eq!(text.as_bytes(), &b.from(from)[..]);
+            assert!(text.starts_with(&format!("id: {from}\n")), "{text}");
+        }
     }
 
     #[test]
@@ -385,13 +454,13 @@ mod tests {
             let seqs = i * per_batch as u64..(i + 1) * per_batch as u64;
             feed.push(Batch::render(&records(seqs), &mask).unwrap());
         }
-        let mut out = VecDeque::new();
-        assert_eq!(feed.take(0, &mut out), Take::Missing);
+        assert_eq!(take(&feed, 0).0, Take::Missing);
         let end = batches as u64 * per_batch as u64;
-        assert_eq!(feed.take(end - 1, &mut out), Take::Sent(end));
+        let (t, out) = take(&feed, end - 1);
+        assert_eq!(t, Take::Sent(end));
         assert_eq!(ids(&out), vec![end - 1]);
         feed.end(false);
-        assert_eq!(feed.take(end, &mut VecDeque::new()), Take::Rest);
+        assert_eq!(take(&feed, end).0, Take::Rest);
     }
 
     #[test]

@@ -346,8 +346,8 @@ impl Host {
     /// Whether a worker of this server drives `id`, and a subscription to its feed.
     /// Subscribed under the list's lock: once the run left the list, its follower
     /// knows every subscriber it will ever have.
-    pub fn feed(&self, id: &str) -> Option<Subscription> {
-        self.active().get(id).map(|a| a.feed.subscribe())
+    pub fn feed(&self, id: &str, gzip: bool) -> Option<Subscription> {
+        self.active().get(id).map(|a| a.feed.subscribe(gzip))
     }
 
     /// Changes of run `id`'s pending escalations, when a person supervises it here,

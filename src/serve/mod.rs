@@ -9,6 +9,7 @@
 
 mod api;
 mod feed;
+mod gzip;
 mod host;
 mod mask;
 mod settings;

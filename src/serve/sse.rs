@@ -9,6 +9,13 @@
 //! writes more at a time and never holds up the run or the other subscribers. Only the
 //! history the feed no longer holds, or the log of a run not driven here, is read from
 //! the store, in turn with the other subscribers.
+//!
+//! A request whose `Accept-Encoding` takes gzip gets the stream gzip-compressed
+//! ([`super::gzip`]): each batch of the feed is compressed once for all such
+//! subscribers, and a connection adds only the gzip header and, when the stream ends,
+//! the trailer. Browsers (`fetch`, `EventSource`), `curl --compressed` and HTTP clients
+//! decode it as they read; each compressed piece ends flushed, so a client decodes every
+//! record as soon as it arrives.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -16,13 +23,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::header;
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use heddle_store::{StoreError, Stored};
 use heddle_supervisor::interactive::Notice;
 use tokio::sync::broadcast;
 
 use super::feed::{Batch, Subscription, Take, read};
+use super::gzip::{self, Gzip, Segment};
 use super::host::Host;
 use super::mask::Mask;
 
@@ -45,12 +53,65 @@ fn notice_text(n: &Notice, mask: &Mask) -> Bytes {
     ))
 }
 
-/// The SSE response for run `run_id` from record `from` on. The stream ends when the
-/// run is not (or no longer) driven here and everything recorded was sent, or when the
-/// server shuts down.
-pub async fn stream(host: Arc<Host>, run_id: String, from: u64) -> Result<Response, StoreError> {
-    let feed = host.feed(&run_id);
+/// How a subscriber's bytes go on the wire.
+enum Wire {
+    Identity,
+    Gzip(Gzip),
+}
+
+impl Wire {
+    /// Batch `b`'s text from record `from` on.
+    fn batch(&mut self, b: &Batch, from: u64) -> Bytes {
+        match self {
+            Wire::Identity => b.from(from),
+            Wire::Gzip(g) => g.carry(&b.gzip_from(from)),
+        }
+    }
+
+    /// Text of this subscriber's own (a notice).
+    fn text(&mut self, text: Bytes) -> Bytes {
+        match self {
+            Wire::Identity => text,
+            Wire::Gzip(g) => g.carry(&Segment::new(&text)),
+        }
+    }
+
+    fn keep_alive(&mut self) -> Bytes {
+        match self {
+            Wire::Identity => Bytes::from_static(b":\n\n"),
+            Wire::Gzip(g) => g.carry(&gzip::KEEP_ALIVE),
+        }
+    }
+
+    /// The stream's last bytes, if its encoding has any; the wire is plain after.
+    fn finish(&mut self) -> Option<Bytes> {
+        match std::mem::replace(self, Wire::Identity) {
+            Wire::Identity => None,
+            Wire::Gzip(g) => Some(g.finish()),
+        }
+    }
+}
+
+/// The SSE response for run `run_id` from record `from` on, gzip-compressed when the
+/// request's headers take it. The stream ends when the run is not (or no longer) driven
+/// here and everything recorded was sent, or when the server shuts down.
+pub async fn stream(
+    host: Arc<Host>,
+    run_id: String,
+    from: u64,
+    request: &HeaderMap,
+) -> Result<Response, StoreError> {
+    let compress = gzip::accepted(request);
+    let feed = host.feed(&run_id, compress);
     let (waiting, notices) = host.notices(&run_id).unzip();
+    let mut out = VecDeque::new();
+    let wire = if compress {
+        let (g, header) = Gzip::start();
+        out.push_back(header);
+        Wire::Gzip(g)
+    } else {
+        Wire::Identity
+    };
     let mut sub = Subscriber {
         mask: host.mask.clone(),
         host,
@@ -58,11 +119,15 @@ pub async fn stream(host: Arc<Host>, run_id: String, from: u64) -> Result<Respon
         next: from,
         feed,
         notices,
-        out: VecDeque::new(),
+        out,
+        wire,
+        taken: Vec::new(),
         ended: false,
     };
     for n in waiting.unwrap_or_default() {
-        sub.out.push_back(notice_text(&n, &sub.mask));
+        let text = notice_text(&n, &sub.mask);
+        let bytes = sub.wire.text(text);
+        sub.out.push_back(bytes);
     }
     if sub.feed.is_none() {
         // Not driven here: its log as it is (and an unknown run is a 404, not an
@@ -74,12 +139,17 @@ pub async fn stream(host: Arc<Host>, run_id: String, from: u64) -> Result<Respon
         let chunk = sub.next_chunk().await?;
         Some((Ok::<_, Infallible>(chunk), sub))
     });
-    let resp = Response::builder()
+    let mut resp = Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
+        .header(header::VARY, "accept-encoding")
         .body(Body::from_stream(chunks))
-        // Two constant, valid headers: the builder cannot fail.
+        // Constant, valid headers: the builder cannot fail.
         .expect("a valid response");
+    if compress {
+        resp.headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
     Ok(resp)
 }
 
@@ -95,7 +165,10 @@ struct Subscriber {
     notices: Option<broadcast::Receiver<Notice>>,
     /// Chunks ready to send, in order.
     out: VecDeque<Bytes>,
-    /// Nothing more comes after `out`.
+    wire: Wire,
+    /// The feed's batches taken, to be put on the wire (kept for its allocation).
+    taken: Vec<Arc<Batch>>,
+    /// Nothing more comes after `out` (but the wire's last bytes).
     ended: bool,
 }
 
@@ -107,12 +180,12 @@ impl Subscriber {
                 return Some(c);
             }
             if self.ended {
-                return None;
+                return self.wire.finish();
             }
             if self.follow().await.is_err() {
-                // The store failed a read: end the stream; the client reconnects with
-                // `Last-Event-ID` and is told why if it persists.
-                return None;
+                // The store failed a read: end the stream (whole, at a record); the
+                // client reconnects with `Last-Event-ID` and is told why if it persists.
+                self.ended = true;
             }
         }
     }
@@ -122,9 +195,12 @@ impl Subscriber {
         // Only a subscriber with a feed is not ended.
         let sub = self.feed.as_mut().expect("a feed");
         sub.seen();
-        let take = sub.feed.take(self.next, &mut self.out);
+        let take = sub.feed.take(self.next, &mut self.taken);
         match take {
             Take::Sent(next) => {
+                for b in self.taken.drain(..) {
+                    self.out.push_back(self.wire.batch(&b, self.next));
+                }
                 self.next = next;
                 return Ok(());
             }
@@ -142,9 +218,10 @@ impl Subscriber {
         tokio::select! {
             _ = sub.changed() => {}
             Some(n) = next_notice(&mut self.notices) => {
-                self.out.push_back(notice_text(&n, &self.mask));
+                let text = notice_text(&n, &self.mask);
+                self.out.push_back(self.wire.text(text));
             }
-            _ = tokio::time::sleep(KEEP_ALIVE) => self.out.push_back(Bytes::from_static(b":\n\n")),
+            _ = tokio::time::sleep(KEEP_ALIVE) => self.out.push_back(self.wire.keep_alive()),
             _ = self.host.shutdown.cancelled() => self.ended = true,
         }
         Ok(())
@@ -167,7 +244,7 @@ impl Subscriber {
         for part in records[fresh..].chunks(RECORDS_PER_CHUNK) {
             if let Some(b) = Batch::render(part, &self.mask) {
                 self.next = b.end();
-                self.out.push_back(b.from(0));
+                self.out.push_back(self.wire.batch(&b, 0));
             }
         }
     }

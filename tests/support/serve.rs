@@ -246,3 +246,38 @@ pub fn parse_sse(text: &str) -> Vec<(u64, String, Value)> {
     }
     out
 }
+
+/// An HTTP/1.1 chunked body's content.
+pub fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line = body.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = std::str::from_utf8(&body[..line]).unwrap();
+        let size = usize::from_str_radix(size.trim(), 16).unwrap();
+        let rest = &body[line + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+}
+
+/// A chunked response read whole off a raw socket: its head (lower-cased) and its body.
+pub fn split_response(raw: &[u8]) -> (String, Vec<u8>) {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    (head, dechunk(&raw[end + 4..]))
+}
+
+/// A gzip body as a strict decoder reads it: exactly one member, its CRC-32 and length
+/// checked, nothing after it.
+pub fn gunzip(body: &[u8]) -> String {
+    use std::io::Read as _;
+    let mut d = flate2::bufread::GzDecoder::new(body);
+    let mut text = String::new();
+    d.read_to_string(&mut text)
+        .expect("a whole gzip stream whose trailer matches");
+    assert!(d.into_inner().is_empty(), "bytes after the gzip member");
+    text
+}

@@ -243,7 +243,7 @@ async fn events(
             }
         }
     };
-    Ok(crate::serve::sse::stream(api.host.clone(), id, from).await?)
+    Ok(crate::serve::sse::stream(api.host.clone(), id, from, &headers).await?)
 }
 
 #[derive(Default, Deserialize)]
