@@ -10,7 +10,13 @@
 //! `HEDDLE_BENCH_ITEMS` sets the items the measured run fans out (default 20,000: a run
 //! of seconds, not a blip the scheduler's noise decides); `HEDDLE_BENCH_ROUNDS` the
 //! rounds (default 5); `HEDDLE_BENCH_CLIENT_NICE` the subscribers' thread's nice value
-//! (default 0).
+//! (default 0); `HEDDLE_BENCH_ENCODING` what the subscribers accept: `gzip` (default,
+//! as a browser does) or `identity`.
+//!
+//! Every subscriber reads all its bytes; [`VERIFIED`] of them keep them, and after the
+//! run (outside the measured CPU) their streams are de-chunked, decoded (gzip by a
+//! strict decoder: CRC and length checked) and compared with the stored log: every
+//! record once, in order, nothing else. The decoding's CPU is printed apart.
 
 mod support;
 
@@ -25,6 +31,9 @@ use support::serve::*;
 use support::store::*;
 
 const SUBSCRIBERS: usize = 1000;
+
+/// Subscribers whose streams are decoded and checked against the stored log.
+const VERIFIED: usize = 10;
 
 fn env_or(name: &str, default: i64) -> i64 {
     std::env::var(name)
@@ -65,11 +74,13 @@ async fn escalation(api: &Api, id: &str) -> String {
 }
 
 /// What the subscribers saw: how many got the whole stream (it ended with the
-/// `finished` record) and the bytes they read.
+/// `finished` record, or for gzip with the chunked body's end), the bytes they read and
+/// the whole responses of the first [`VERIFIED`].
 #[derive(Default)]
 struct Seen {
     ended: usize,
     bytes: u64,
+    kept: Vec<Vec<u8>>,
 }
 
 /// `n` subscribers to run `id`'s events, as cheap a client as can be so that what is
@@ -83,6 +94,7 @@ fn spawn_subscribers(
     id: String,
     n: usize,
     nice: i32,
+    gzip: bool,
     connected: Arc<AtomicUsize>,
 ) -> std::thread::JoinHandle<Seen> {
     std::thread::spawn(move || {
@@ -94,41 +106,48 @@ fn spawn_subscribers(
             .enable_io()
             .build()
             .unwrap();
+        let accept = if gzip { "gzip" } else { "identity" };
         let request: Rc<[u8]> = format!(
-            "GET /api/runs/{id}/events HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n"
+            "GET /api/runs/{id}/events HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {token}\r\naccept-encoding: {accept}\r\nconnection: close\r\n\r\n"
         )
         .into_bytes()
         .into();
         let buf = Rc::new(RefCell::new(vec![0u8; 256 << 10]));
         tokio::task::LocalSet::new().block_on(&rt, async {
             let tasks: Vec<_> = (0..n)
-                .map(|_| {
+                .map(|i| {
                     tokio::task::spawn_local(subscribe(
                         addr.clone(),
                         request.clone(),
                         buf.clone(),
+                        gzip,
+                        i < VERIFIED,
                         connected.clone(),
                     ))
                 })
                 .collect();
             let mut seen = Seen::default();
             for t in tasks {
-                let (ended, bytes) = t.await.unwrap();
+                let (ended, bytes, kept) = t.await.unwrap();
                 seen.ended += ended as usize;
                 seen.bytes += bytes;
+                seen.kept.extend(kept);
             }
             seen
         })
     })
 }
 
-/// One subscriber: whether its stream ended with the `finished` record, and its bytes.
+/// One subscriber: whether its stream ended whole, its bytes, and with `keep` the
+/// whole response.
 async fn subscribe(
     addr: String,
     request: Rc<[u8]>,
     buf: Rc<RefCell<Vec<u8>>>,
+    gzip: bool,
+    keep: bool,
     connected: Arc<AtomicUsize>,
-) -> (bool, u64) {
+) -> (bool, u64, Option<Vec<u8>>) {
     use tokio::io::AsyncWriteExt as _;
     let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
     s.write_all(&request).await.unwrap();
@@ -136,6 +155,7 @@ async fn subscribe(
     const TAIL: usize = 4096;
     let mut tail = Vec::with_capacity(2 * TAIL);
     let mut bytes = 0u64;
+    let mut kept = Vec::new();
     loop {
         s.readable().await.unwrap();
         let mut buf = buf.borrow_mut();
@@ -154,13 +174,36 @@ async fn subscribe(
             connected.fetch_add(1, Ordering::SeqCst);
         }
         bytes += n as u64;
+        if keep {
+            kept.extend_from_slice(&buf[..n]);
+        }
         tail.extend_from_slice(&buf[n.saturating_sub(TAIL)..n]);
         if tail.len() > 2 * TAIL {
             tail.drain(..tail.len() - TAIL);
         }
     }
-    let ended = String::from_utf8_lossy(&tail).contains("event: finished");
-    (ended, bytes)
+    // The chunked body ended; plain text with the last record (a gzip stream's last
+    // chunk is its trailer: what it holds, the decoded streams check).
+    let ended = tail.ends_with(b"\r\n0\r\n\r\n")
+        && (gzip || String::from_utf8_lossy(&tail).contains("event: finished"));
+    (ended, bytes, keep.then_some(kept))
+}
+
+/// Each kept response decoded and compared with the stored log `log`; the CPU it took.
+fn verify(seen: &Seen, gzip: bool, log: &[(u64, String, Value)]) -> u64 {
+    let cpu = cpu_ms("self");
+    for raw in &seen.kept {
+        let (head, body) = split_response(raw);
+        assert_eq!(head.contains("content-encoding: gzip"), gzip, "{head}");
+        let text = if gzip {
+            gunzip(&body)
+        } else {
+            String::from_utf8(body).unwrap()
+        };
+        let got = parse_sse(&text);
+        assert!(got == log, "a subscriber's stream is not the stored log");
+    }
+    cpu_ms("self") - cpu
 }
 
 /// CPU time (user + system) process `pid` used so far, in ms.
@@ -186,8 +229,7 @@ fn load_average() -> String {
 
 /// The run's records per second from the person's verdict to its ending, by the
 /// records' own timestamps (the server's clock).
-fn throughput(rt: &tokio::runtime::Runtime, api: &Api, id: &str) -> (usize, u64) {
-    let events = rt.block_on(api.events(id, None));
+fn throughput(events: &[(u64, String, Value)]) -> (usize, u64) {
     let start = events
         .iter()
         .find(|(_, k, _)| k == "verdict")
@@ -211,11 +253,15 @@ struct Round {
     server_cpu_ms: u64,
     /// The subscribers' (this process's) CPU over the same time.
     client_cpu_ms: u64,
+    /// Decoding and checking the kept streams afterwards.
+    verify_cpu_ms: u64,
     seen: Seen,
+    /// The plain text of the log, as sent to one subscriber without compression.
+    text_bytes: u64,
 }
 
 /// One run of `items` items with `subscribers` live on it from before it goes on.
-fn one_run(items: usize, subscribers: usize, nice: i32) -> Round {
+fn one_run(items: usize, subscribers: usize, nice: i32, gzip: bool) -> Round {
     let env = StoreDir::new();
     let server = env.serve_with(&["--supervise", "interactive"], &[]);
     let api = Api::of(&server);
@@ -241,6 +287,7 @@ fn one_run(items: usize, subscribers: usize, nice: i32) -> Round {
         id.clone(),
         subscribers,
         nice,
+        gzip,
         connected.clone(),
     );
     while connected.load(Ordering::SeqCst) < subscribers {
@@ -266,14 +313,28 @@ fn one_run(items: usize, subscribers: usize, nice: i32) -> Round {
     let client_cpu_ms = cpu_ms("self") - client_cpu;
     assert_eq!(show["state"], "completed", "{show:#}");
     assert_eq!(seen.ended, subscribers, "every subscriber saw the end");
-    let (records, ms) = throughput(&rt, &api, &id);
+    let log = rt.block_on(api.events(&id, None));
+    let text_bytes = rt.block_on(async {
+        let resp = api
+            .http
+            .get(format!("{}/api/runs/{id}/events", api.url))
+            .bearer_auth(&api.token)
+            .send()
+            .await
+            .unwrap();
+        resp.bytes().await.unwrap().len() as u64
+    });
+    let verify_cpu_ms = verify(&seen, gzip, &log);
+    let (records, ms) = throughput(&log);
     drop(server);
     Round {
         records,
         ms,
         server_cpu_ms,
         client_cpu_ms,
+        verify_cpu_ms,
         seen,
+        text_bytes,
     }
 }
 
@@ -283,22 +344,35 @@ fn sse_subscribers_against_run_throughput() {
     let items = env_or("HEDDLE_BENCH_ITEMS", 20_000) as usize;
     let rounds = env_or("HEDDLE_BENCH_ROUNDS", 5);
     let nice = env_or("HEDDLE_BENCH_CLIENT_NICE", 0) as i32;
+    let gzip = match std::env::var("HEDDLE_BENCH_ENCODING").as_deref() {
+        Err(_) | Ok("gzip") => true,
+        Ok("identity") => false,
+        Ok(other) => panic!("HEDDLE_BENCH_ENCODING: gzip or identity, not {other}"),
+    };
     eprintln!(
-        "{items} items, {SUBSCRIBERS} subscribers on one thread at nice {nice}, load average {}",
+        "{items} items, {SUBSCRIBERS} subscribers ({}) on one thread at nice {nice}, {VERIFIED} decoded and checked; load average {}",
+        if gzip { "gzip" } else { "identity" },
         load_average()
     );
     let mut rows = Vec::new();
     for round in 0..rounds {
         for subs in [0, SUBSCRIBERS] {
-            let r = one_run(items, subs, nice);
+            let r = one_run(items, subs, nice, gzip);
             let rate = r.records as f64 * 1000.0 / r.ms.max(1) as f64;
+            let per = r.seen.bytes / subs.max(1) as u64;
+            let ratio = r.text_bytes as f64 / per.max(1) as f64;
             eprintln!(
-                "round {round}: {subs:>4} subscribers: {} records in {} ms = {rate:.0} records/s; cpu: server {} ms, client {} ms; {} MB to the subscribers; load {}",
+                "round {round}: {subs:>4} subscribers: {} records in {} ms = {rate:.0} records/s; cpu: server {} ms, client {} ms (+{} ms decoding {} streams after); {} MB to the subscribers, {:.2} MB each ({:.2} MB of text, {:.1}x); load {}",
                 r.records,
                 r.ms,
                 r.server_cpu_ms,
                 r.client_cpu_ms,
+                r.verify_cpu_ms,
+                r.seen.kept.len(),
                 r.seen.bytes >> 20,
+                per as f64 / (1 << 20) as f64,
+                r.text_bytes as f64 / (1 << 20) as f64,
+                if subs > 0 { ratio } else { 0.0 },
                 load_average()
             );
             rows.push((subs, rate));
