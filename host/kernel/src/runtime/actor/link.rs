@@ -61,38 +61,106 @@ struct Queue {
 
 /// A queue shared by the three ends of one local link (sender, receiver, the driver's
 /// probe), all owned by one fused group.
-struct Shared(UnsafeCell<Queue>);
+struct Shared {
+    queue: UnsafeCell<Queue>,
+    /// Debug builds check the invariant of `impl Sync for Shared` at every access: an
+    /// access while another is under way (from another thread, or re-entered) panics.
+    #[cfg(debug_assertions)]
+    busy: std::sync::atomic::AtomicBool,
+}
 
-// SAFETY: a queue is only reached through its ends, and all three belong to one fused
-// group: the sender to the producing member's future, the receiver to the consuming
-// member's, the probe to the group's driver (`fused::Group`), which polls those futures
-// one after another from its own task. No end is `Clone`, none is handed out of its
-// group, and none is used while another is (each access below is one call that does not
-// call back into a queue). A task is polled by one thread at a time, and the runtime
-// orders one poll before the next when the task moves between threads, so the queue is
-// never reached from two threads at once: sharing it needs no lock.
+// SAFETY: `Sync` is what makes `Arc<Shared>` `Send`, so that a group's future can be a
+// tokio task; nothing here is ever reached from two threads at once. Every invariant
+// this rests on, and what enforces it:
+//
+// 1. The queue is reached only through its three ends: `Shared` and the ends' fields
+//    are private to this module, and the ends are made only by [`local`], which is
+//    `pub(super)` (the actor module; its one caller is `fused::wire`).
+// 2. No end is duplicated: none is `Clone` or `Copy` (checked at compile time: the
+//    `AmbiguousIfClone` check below), and `Shared` is never handed out, so exactly one sender,
+//    one receiver and one probe share each queue.
+// 3. The three ends live in one future: `fused::wire` moves the sender into the
+//    producing member's edge (`Link::Local`), the receiver into the consuming member's
+//    inbox (`Inbox::local`) and the probe into the `Group`, and boxes the members into
+//    that `Group`, whose `run` is spawned as one task (`runner::run_all`). An actor
+//    moves its edges and inbox nowhere else: the actor module spawns no task and
+//    hands no edge out (a member's future is polled only inside its group's `run`).
+// 4. One task is polled by one thread at a time, and tokio orders one poll before the
+//    next (happens-before) when the task moves between threads; a group's `run` polls
+//    its members one after another, never two at once. Dropping the group drops every
+//    end in that same task (or on the thread that drops the task, again one at a time).
+// 5. No access re-enters: each `Shared::with` call below runs a closure of this module
+//    that neither awaits nor reaches a queue again; a message is never dropped inside
+//    one (a message may hold anything), as `LocalRx::drop` takes them out first.
+//
+// So at most one `&mut Queue` exists at any time, and sharing the queue needs no lock.
+// Debug builds (every test) also check this at run time (`busy`).
 unsafe impl Sync for Shared {}
+
+/// Fails to compile if an end of a local queue becomes `Clone` (invariant 2 of
+/// `impl Sync for Shared`): with a `Clone` end the two impls below both apply and the
+/// item lookup is ambiguous.
+const _: fn() = || {
+    trait AmbiguousIfClone<A> {
+        fn check() {}
+    }
+    impl<T: ?Sized> AmbiguousIfClone<()> for T {}
+    impl<T: ?Sized + Clone> AmbiguousIfClone<u8> for T {}
+    let _ = <LocalTx as AmbiguousIfClone<_>>::check;
+    let _ = <LocalRx as AmbiguousIfClone<_>>::check;
+    let _ = <LocalProbe as AmbiguousIfClone<_>>::check;
+    let _ = <Link as AmbiguousIfClone<_>>::check;
+};
 
 impl Shared {
     /// `f` on the queue.
     fn with<R>(&self, f: impl FnOnce(&mut Queue) -> R) -> R {
+        #[cfg(debug_assertions)]
+        let _busy = Busy::enter(&self.busy);
         // SAFETY: see `impl Sync for Shared`: no other end is using the queue now, and
         // `f` (a few lines of this module) does not reach it again.
-        f(unsafe { &mut *self.0.get() })
+        f(unsafe { &mut *self.queue.get() })
+    }
+}
+
+/// An access to a queue under way (debug builds).
+#[cfg(debug_assertions)]
+struct Busy<'a>(&'a std::sync::atomic::AtomicBool);
+
+#[cfg(debug_assertions)]
+impl<'a> Busy<'a> {
+    fn enter(flag: &'a std::sync::atomic::AtomicBool) -> Busy<'a> {
+        let overlapping = flag.swap(true, std::sync::atomic::Ordering::Acquire);
+        assert!(
+            !overlapping,
+            "a fused group's local queue was reached by two accesses at once"
+        );
+        Busy(flag)
+    }
+}
+
+#[cfg(debug_assertions)]
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
     }
 }
 
 /// A bounded local queue: its sender (for the producer's edge), its receiver (the fused
 /// node's inbox) and the driver's probe. All three must stay in one fused group (see
 /// `impl Sync for Shared`).
-pub(crate) fn local(cap: usize) -> (LocalTx, LocalRx, LocalProbe) {
-    let q = Arc::new(Shared(UnsafeCell::new(Queue {
-        msgs: Vec::new(),
-        cap: cap.max(1),
-        sender_gone: false,
-        closed: false,
-        moved: false,
-    })));
+pub(super) fn local(cap: usize) -> (LocalTx, LocalRx, LocalProbe) {
+    let q = Arc::new(Shared {
+        queue: UnsafeCell::new(Queue {
+            msgs: Vec::new(),
+            cap: cap.max(1),
+            sender_gone: false,
+            closed: false,
+            moved: false,
+        }),
+        #[cfg(debug_assertions)]
+        busy: std::sync::atomic::AtomicBool::new(false),
+    });
     (LocalTx(q.clone()), LocalRx(q.clone()), LocalProbe(q))
 }
 
