@@ -50,6 +50,8 @@ pub enum RunnerError {
     NoPid { program: String },
     #[error("the run's driver task ended without reporting (runtime shutting down?)")]
     DriverGone,
+    #[error("the run's start task ended without reporting (runtime shutting down?)")]
+    StartGone,
     #[error("the run was already waited for")]
     AlreadyWaited,
 }

@@ -91,6 +91,13 @@ impl Runner {
         self.start_in(spec, Some(tracker)).await
     }
 
+    /// The start runs as a task of its own (on `tracker` when given), not in the
+    /// caller's future: between creating a container (or spawning a process) and
+    /// handing over the [`Running`] whose driver removes it there are awaits (attach,
+    /// start), and a caller dropped there (a node's time limit, a cancelled run) would
+    /// otherwise leave what it created behind, with no driver to remove it. A start
+    /// whose caller went away ends with its [`Running`] dropped, which stops the run;
+    /// its driver then removes it, tracked like any other.
     async fn start_in(
         &self,
         spec: RunSpec,
@@ -99,12 +106,26 @@ impl Runner {
         if spec.argv.is_empty() {
             return Err(RunnerError::EmptyCommand);
         }
-        match spec.mode {
-            Mode::Docker => {
-                let docker = self.docker().await?.clone();
-                crate::docker::start(docker, spec, tracker).await
+        let runner = self.clone();
+        let drivers = tracker.cloned();
+        let start = async move {
+            let tracker = drivers.as_ref();
+            match spec.mode {
+                Mode::Docker => {
+                    let docker = runner.docker().await?.clone();
+                    crate::docker::start(docker, spec, tracker).await
+                }
+                Mode::Subprocess => crate::subprocess::start(spec, tracker).await,
             }
-            Mode::Subprocess => crate::subprocess::start(spec, tracker).await,
+        };
+        let task = match tracker {
+            Some(t) => t.spawn(start),
+            None => tokio::spawn(start),
+        };
+        match task.await {
+            Ok(started) => started,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(RunnerError::StartGone),
         }
     }
 }

@@ -726,3 +726,42 @@ async fn author_limits_narrow_the_workspace_to_read_only() {
     assert!(e.message.contains("Read-only file system"), "{}", e.message);
     assert_no_leftovers(&id).await;
 }
+
+/// A caller that goes away while its container is being set up (a node's time limit or
+/// a cancel dropping the invocation between the container's creation and its start)
+/// leaves nothing behind: the start finishes on its own and its driver removes the
+/// container, which the tracker waits for. Deterministic: the start is polled one step
+/// at a time and dropped as soon as its container exists, before it could have been
+/// attached and started (each of those is another round trip to the engine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_dropped_while_the_container_is_set_up_leaves_no_container() {
+    require_docker!();
+    let id = node_id("dropped-start");
+    let mut spec = heddle_runners::RunSpec::new(
+        heddle_runners::Mode::Docker,
+        RunnersConfig::default().images.bash,
+        vec!["sleep".into(), "3600".into()],
+    );
+    spec.labels = vec![(heddle_runners::LABEL_NODE.to_string(), id.clone())];
+    spec.name_hint = id.clone();
+    let runner = heddle_runners::Runner::default();
+    // Connected first: the drop below is meant to land in the container's set-up.
+    runner.docker().await.unwrap();
+    let tracker = tokio_util::task::TaskTracker::new();
+    let mut start = Box::pin(runner.start_tracked(spec, &tracker));
+    // Dropped once its container exists (or once it returned: with the start a task
+    // of its own, it may get that far between two looks; the `Running` is dropped then).
+    let mut settled = false;
+    for _ in 0..10_000 {
+        if futures_util::poll!(start.as_mut()).is_ready() || !containers_of(&id).await.is_empty() {
+            settled = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    assert!(settled, "the container was never created");
+    drop(start);
+    tracker.close();
+    tracker.wait().await;
+    assert_no_leftovers(&id).await;
+}
