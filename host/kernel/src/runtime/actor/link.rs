@@ -105,7 +105,7 @@ const _: fn() = || {
         fn check() {}
     }
     impl<T: ?Sized> AmbiguousIfClone<()> for T {}
-    impl<T: ?Sized + Clone> AmbiguousIfClone<u8> for T {}
+    impl<T: Clone> AmbiguousIfClone<u8> for T {}
     let _ = <LocalTx as AmbiguousIfClone<_>>::check;
     let _ = <LocalRx as AmbiguousIfClone<_>>::check;
     let _ = <LocalProbe as AmbiguousIfClone<_>>::check;
