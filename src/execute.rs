@@ -332,12 +332,23 @@ async fn feed_streams(
 /// granted to a package, every variable under the secrets prefix (`HEDDLE_SECRET_*`),
 /// and the supervisor's own credentials.
 pub(crate) fn run_secrets(env: &Env, supervisor: Option<&dyn Supervisor>) -> Arc<SecretRegistry> {
+    let registry = known_secrets(&env.wasm_config);
+    for v in supervisor.map(|s| s.secrets()).unwrap_or_default() {
+        registry.register(&v);
+    }
+    registry
+}
+
+/// The secret values the configuration knows of (all of [`run_secrets`] but the
+/// supervisor's): what a command that writes a person's text into a run's log (a
+/// rejection's note) masks out of it, without loading any package.
+pub(crate) fn known_secrets(wasm: &heddle_wasm::WasmConfig) -> Arc<SecretRegistry> {
     let registry = SecretRegistry::default();
-    let source = &env.wasm_config.secrets;
+    let source = &wasm.secrets;
     for v in source.values.values() {
         registry.register(v);
     }
-    for grant in env.wasm_config.packages.values() {
+    for grant in wasm.packages.values() {
         for name in &grant.secrets {
             if let Some(v) = source.lookup(name) {
                 registry.register(&v);
@@ -353,9 +364,6 @@ pub(crate) fn run_secrets(env: &Env, supervisor: Option<&dyn Supervisor>) -> Arc
             }
         }
     }
-    for v in supervisor.map(|s| s.secrets()).unwrap_or_default() {
-        registry.register(&v);
-    }
     Arc::new(registry)
 }
 
@@ -365,7 +373,7 @@ pub fn planned_exit(planned: &session::Planned) -> Exit {
     match planned {
         session::Planned::Pause(_) => Exit::Suspended,
         session::Planned::Finish { status, .. } => Exit::for_status(*status),
-        session::Planned::Exhausted(_) => Exit::Limit,
+        session::Planned::Exhausted { .. } => Exit::Limit,
     }
 }
 

@@ -143,3 +143,26 @@ fn a_rejection_note_quoting_a_known_secret_is_stored_masked() {
     assert_eq!(verdicts.len(), 1, "{verdicts:?}");
     assert!(verdicts[0].contains("leaks «redacted»"), "{}", verdicts[0]);
 }
+
+/// The same note typed at the command line (`heddle runs reject --note`), which ends
+/// the run without a run log of its own: the verdict and the ending's reason (which
+/// quotes the note) are stored masked, as through the server.
+#[test]
+fn a_rejection_note_typed_at_the_command_line_is_stored_masked() {
+    let d = with_secret(GATED);
+    let o = d.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, support::SUSPENDED);
+    let run = support::store::run_id(&o);
+    let note = format!("leaks {SECRET}");
+    let o = d.heddle(&["runs", "reject", &run, "ship", "--note", &note]);
+    expect(&o, support::OK);
+    // Before anything else opens the store (closing a connection may checkpoint it).
+    assert!(!store_holds_secret(&d), "the secret reached the store");
+    let verdicts = d.records("verdict", "ship");
+    assert_eq!(verdicts.len(), 1, "{verdicts:?}");
+    assert!(verdicts[0].contains("leaks «redacted»"), "{}", verdicts[0]);
+    let show = d.show(&run);
+    assert_eq!(show["state"], "cancelled", "{show:#}");
+    let error = show["error"].as_str().unwrap_or_default();
+    assert!(error.contains("leaks «redacted»"), "{show:#}");
+}

@@ -55,3 +55,75 @@ fn a_paused_run_records_no_skips() {
     assert_eq!(skipped_records(&d), Vec::<(String, String)>::new());
     assert_eq!(d.show(&run)["skipped"], serde_json::json!({}));
 }
+
+/// Every way a run ends writes the same `skipped` records. A gate rejected through the
+/// server (which ends the run without running it) skips the gate and what is below
+/// it, as cancelled; the constant above it ran.
+#[test]
+fn a_run_rejected_through_the_server_records_why_its_nodes_never_ran() {
+    use support::serve::{Api, rt};
+    let d = StoreDir::with_graph(GATED);
+    let graph = std::fs::read_to_string(d.path().join("g.json")).unwrap();
+    let server = d.serve(None);
+    let api = Api::of(&server);
+    let show = rt().block_on(async {
+        let id = api.create(&graph).await;
+        while api.show(&id).await["state"] != "paused" {
+            let _ = api.events(&id, None).await;
+        }
+        let (status, body) = api
+            .call(
+                "POST",
+                &format!("/api/runs/{id}/gates/ship/reject"),
+                Some(serde_json::json!({ "note": "not today" })),
+            )
+            .await;
+        assert_eq!(status, 200, "{body:#}");
+        api.show(&id).await
+    });
+    let (code, log) = server.stop();
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(show["state"], "cancelled", "{show:#}");
+    assert_eq!(
+        show["skipped"],
+        serde_json::json!({"ship": "cancelled", "out": "cancelled"}),
+        "{show:#}"
+    );
+    let mut recorded = skipped_records(&d);
+    recorded.sort();
+    assert_eq!(
+        recorded,
+        [
+            ("out".to_string(), "cancelled".to_string()),
+            ("ship".to_string(), "cancelled".to_string())
+        ]
+    );
+}
+
+/// The command line's ways to end a paused run record the same skips: a rejection
+/// and a cancel.
+#[test]
+fn a_paused_run_rejected_or_cancelled_from_the_command_line_records_its_skips() {
+    for end in [
+        &["reject", "RUN", "ship", "--note", "not today"][..],
+        &["cancel", "RUN"][..],
+    ] {
+        let d = StoreDir::with_graph(GATED);
+        let o = d.heddle(&["run", "--durable", "g.json"]);
+        expect(&o, SUSPENDED);
+        let run = support::store::run_id(&o);
+        let mut args = vec!["runs"];
+        args.extend(
+            end.iter()
+                .map(|a| if *a == "RUN" { run.as_str() } else { a }),
+        );
+        expect(&d.heddle(&args), support::OK);
+        let show = d.show(&run);
+        assert_eq!(show["state"], "cancelled", "{end:?}: {show:#}");
+        assert_eq!(
+            show["skipped"],
+            serde_json::json!({"ship": "cancelled", "out": "cancelled"}),
+            "{end:?}: {show:#}"
+        );
+    }
+}

@@ -44,15 +44,23 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
         }
         RunsCommand::Reject { run, gate, note } => {
             let store = existing(&section, &run)?;
-            gates::reject(store, &run, &gate, &note)
+            gates::reject(store, &run, &gate, &note, &known_secrets(&args.env)?)
         }
         RunsCommand::Cancel { run } => {
             let store = existing(&section, &run)?;
-            session::cancel(store, &run)?;
+            session::cancel(store, &run, &known_secrets(&args.env)?)?;
             eprintln!("run {run} cancelled");
             Ok(Exit::Ok)
         }
     }
+}
+
+/// The secret values the configuration knows of: a command that ends a run without
+/// running it writes to the log directly, and masks them out of what it writes (a
+/// person's note may quote one).
+fn known_secrets(env: &crate::cli::EnvArgs) -> anyhow::Result<Vec<String>> {
+    let settings = crate::providers::Settings::load(env)?;
+    Ok(crate::execute::known_secrets(&settings.wasm).snapshot())
 }
 
 fn list(section: &StoreSection, json: bool) -> anyhow::Result<Exit> {

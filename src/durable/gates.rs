@@ -54,19 +54,28 @@ pub(crate) fn approval(
     Ok((r, ask, approval))
 }
 
-/// Rejects `gate`: the run ends cancelled, the gate's rejection recorded with it.
-pub fn reject(store: Arc<dyn RunStore>, run: &str, gate: &str, note: &str) -> anyhow::Result<Exit> {
-    let reason = record_rejection(store, run, gate, note)?;
+/// Rejects `gate`: the run ends cancelled, the gate's rejection recorded with it (the
+/// note with every one of `secrets` masked).
+pub fn reject(
+    store: Arc<dyn RunStore>,
+    run: &str,
+    gate: &str,
+    note: &str,
+    secrets: &[String],
+) -> anyhow::Result<Exit> {
+    let reason = record_rejection(store, run, gate, note, secrets)?;
     eprintln!("run {run} cancelled: {reason}");
     Ok(Exit::Ok)
 }
 
-/// Records the rejection of `gate` and the run's cancelled ending; returns the reason.
+/// Records the rejection of `gate` and the run's cancelled ending, with `secrets` (the
+/// known secret values) masked out of what is written; returns the reason as recorded.
 pub(crate) fn record_rejection(
     store: Arc<dyn RunStore>,
     run: &str,
     gate: &str,
     note: &str,
+    secrets: &[String],
 ) -> anyhow::Result<String> {
     let (_, ask, occurrences) = waiting_gate(&*store, run, gate)?;
     let decisions = occurrences
@@ -78,8 +87,12 @@ pub(crate) fn record_rejection(
         })
         .collect();
     let reason = format!("gate \"{}\" rejected: {note}", ask.title);
-    session::end_cancelled(store, run, decisions, reason.clone())?;
-    Ok(reason)
+    session::end_cancelled(store, run, decisions, reason.clone(), secrets)?;
+    // As recorded: the note masked.
+    Ok(match heddle_store::secrets::redactor(secrets) {
+        Some(r) => r.mask(&reason),
+        None => reason,
+    })
 }
 
 /// The gates the log approved (gate id → note), with `now` added.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use heddle_core::plan::{Issue, Plan, ValidationError};
-use heddle_core::{GraphDoc, Record, RunStatus, Value};
+use heddle_core::{GraphDoc, Record, RunStatus, SkipReason, Value};
 use heddle_kernel::runtime::{Run, RunCanceller, RunOptions};
 use heddle_kernel::supervisor::{Bounds, Verdict};
 use heddle_store::session::{self, Resumption, Session};
@@ -148,6 +148,12 @@ impl Host {
         }
     }
 
+    /// The secret values a write to a run's log outside a run (a rejection, a cancel
+    /// of a run no worker drives) masks out; what [`Host::mask`] masks too.
+    fn known_secrets(&self) -> Vec<String> {
+        crate::execute::run_secrets(&self.env, None).snapshot()
+    }
+
     fn dyn_store(&self) -> Arc<dyn RunStore> {
         self.store.clone()
     }
@@ -278,11 +284,9 @@ impl Host {
         crate::watchdog::refuse_if_locked(&self.section, id)?;
         let store = self.dyn_store();
         let (run_id, gate_id) = (id.to_string(), gate.to_string());
-        // Recorded without a run log of this server's (which masks every record it
-        // writes), so masked here: no known secret value reaches the store.
-        let note = self.mask.text(&note);
+        let secrets = self.known_secrets();
         tokio::task::spawn_blocking(move || {
-            gates::record_rejection(store, &run_id, &gate_id, &note)
+            gates::record_rejection(store, &run_id, &gate_id, &note, &secrets)
         })
         .await?
     }
@@ -340,7 +344,8 @@ impl Host {
         }
         let store = self.dyn_store();
         let run_id = id.to_string();
-        blocking(move || session::cancel(store, &run_id)).await
+        let secrets = self.known_secrets();
+        blocking(move || session::cancel(store, &run_id, &secrets)).await
     }
 
     /// Whether a worker of this server drives `id`, and a subscription to its feed.
@@ -497,12 +502,14 @@ impl Host {
                 let error = crate::exit::bounded(&format!("{:#}", anyhow::Error::from(e)));
                 let s = session.clone();
                 return blocking(move || {
-                    let (_, w) = s.log.append_synced(Record::Finished {
-                        status: RunStatus::Failed,
-                        error: Some(error),
-                    });
-                    w.wait()?;
-                    s.log.close()
+                    // As the kernel reports a run that failed before it started.
+                    session::end_unrun(
+                        &s,
+                        RunStatus::Failed,
+                        Some(error),
+                        SkipReason::UpstreamFailed,
+                    )
+                    .map(|_| ())
                 })
                 .await
                 .map_err(Into::into);
@@ -575,12 +582,13 @@ impl Host {
 async fn finish_cancelled(session: Arc<Session>) -> anyhow::Result<()> {
     blocking(move || {
         session.log.append(Record::CancelRequested);
-        let (_, w) = session.log.append_synced(Record::Finished {
-            status: RunStatus::Cancelled,
-            error: Some("cancelled through the API".into()),
-        });
-        w.wait()?;
-        session.log.close()
+        session::end_unrun(
+            &session,
+            RunStatus::Cancelled,
+            Some("cancelled through the API".into()),
+            SkipReason::Cancelled,
+        )
+        .map(|_| ())
     })
     .await
     .map_err(Into::into)

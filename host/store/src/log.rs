@@ -156,11 +156,8 @@ impl RunLog {
     /// [`crate::secrets`]); only the first call counts. Every record of a run goes
     /// through here, so no path into the log can forget it.
     pub fn keep_out(&self, secrets: Vec<String>) {
-        if secrets.iter().any(|s| !s.is_empty()) {
-            let limits = heddle_core::supervise::RedactLimits::default();
-            let _ = self
-                .secrets
-                .set(heddle_core::supervise::Redactor::new(secrets, limits));
+        if let Some(r) = crate::secrets::redactor(&secrets) {
+            let _ = self.secrets.set(r);
         }
     }
 

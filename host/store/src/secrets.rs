@@ -16,6 +16,17 @@
 use heddle_core::supervise::Redactor;
 use heddle_core::{PauseReason, Record, Value};
 
+/// The masking of `secrets` (empty ones are ignored), or `None` when there is nothing
+/// to mask. What the run log and the store's other writes mask records with.
+pub fn redactor(secrets: &[String]) -> Option<Redactor> {
+    secrets.iter().any(|s| !s.is_empty()).then(|| {
+        Redactor::new(
+            secrets.to_vec(),
+            heddle_core::supervise::RedactLimits::default(),
+        )
+    })
+}
+
 /// Whether `v` holds one of `secrets` (empty ones are ignored) anywhere in it.
 pub fn holds(v: &Value, secrets: &[String]) -> bool {
     let has = |hay: &[u8]| {

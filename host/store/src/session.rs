@@ -29,6 +29,9 @@ pub struct Session {
     /// Where the run's large values go; [`Spiller::configure`] sets its inline limit
     /// and known secrets.
     pub spill: Spiller,
+    /// Where the run is stored: an ending without a kernel's report reads the log back
+    /// to say which nodes never ran ([`Session::never_ran`]).
+    store: Arc<dyn RunStore>,
 }
 
 impl Session {
@@ -50,6 +53,14 @@ impl Session {
     pub fn exhausted_at_open(&self) -> Option<Exhausted> {
         self.budget.exhausted(&self.spent)
     }
+
+    /// The nodes that never ran by the log as it stands (what this process wrote
+    /// flushed first), each skipped for `reason`: for an ending no kernel reported on.
+    fn never_ran(&self, reason: SkipReason) -> Result<Vec<(String, SkipReason)>, StoreError> {
+        self.log.flush().wait()?;
+        let (header, _, view) = inspect_progress(&*self.store, &self.run_id)?;
+        Ok(never_ran(&header, &view, reason))
+    }
 }
 
 fn open(
@@ -70,7 +81,12 @@ fn open(
         store.drop_unreferenced_artifacts(run_id, &crate::spill::referenced(records))?;
     }
     let spill = Spiller::new(store.clone(), run_id);
-    let log = Arc::new(RunLog::start(store, run_id, epoch, records.len() as u64));
+    let log = Arc::new(RunLog::start(
+        store.clone(),
+        run_id,
+        epoch,
+        records.len() as u64,
+    ));
     log.append(Record::Opened {
         epoch,
         reason,
@@ -90,6 +106,7 @@ fn open(
         budget,
         spent,
         spill,
+        store,
     })
 }
 
@@ -237,15 +254,44 @@ pub enum Ending {
     Exhausted(Exhausted),
 }
 
-/// Records that a budget ran out (the run ends failed) and closes the log.
+/// Records that a budget ran out before anything ran here (the run ends failed, its
+/// nodes that never ran skipped as cancelled) and closes the log.
 pub fn end_exhausted(session: &Session, e: Exhausted) -> Result<Ending, StoreError> {
-    let (_, wait) = session.log.append_synced(Record::Finished {
-        status: RunStatus::Failed,
-        error: Some(e.to_string()),
-    });
-    wait.wait()?;
-    session.log.close()?;
+    let skipped = session.never_ran(SkipReason::Cancelled)?;
+    finish(session, RunStatus::Failed, Some(e.to_string()), skipped)?;
     Ok(Ending::Exhausted(e))
+}
+
+/// Ends a run that this process took but never ran (cancelled before a worker took it,
+/// or its plan refused by the kernel) with `status` and `error`; the nodes that never
+/// ran are skipped for `reason`. Closes the log.
+pub fn end_unrun(
+    session: &Session,
+    status: RunStatus,
+    error: Option<String>,
+    reason: SkipReason,
+) -> Result<Ending, StoreError> {
+    let skipped = session.never_ran(reason)?;
+    finish(session, status, error, skipped)?;
+    Ok(Ending::Finished(status))
+}
+
+/// Writes [`finish_records`] through the session's log (synced) and closes it.
+fn finish(
+    session: &Session,
+    status: RunStatus,
+    error: Option<String>,
+    skipped: Vec<(String, SkipReason)>,
+) -> Result<(), StoreError> {
+    let mut records = finish_records(status, error, skipped);
+    // Built with the ending last.
+    let last = records.pop().expect("an ending");
+    for r in records {
+        session.log.append(r);
+    }
+    let (_, wait) = session.log.append_synced(last);
+    wait.wait()?;
+    session.log.close()
 }
 
 /// How a run is about to end, decided before anything is recorded, so a caller can
@@ -261,7 +307,12 @@ pub enum Planned {
         /// The nodes that never ran, and why.
         skipped: Vec<(String, SkipReason)>,
     },
-    Exhausted(Exhausted),
+    /// A budget ran out: the run ends failed.
+    Exhausted {
+        exhausted: Exhausted,
+        /// The nodes that never ran, and why.
+        skipped: Vec<(String, SkipReason)>,
+    },
 }
 
 /// Decides how the kernel's run ends. A run cancelled by the user's interrupt
@@ -269,7 +320,10 @@ pub enum Planned {
 /// budget ran out ends failed whatever the kernel reported.
 pub fn plan_ending(session: &Session, result: &RunResult, interrupted: bool) -> Planned {
     if let Some(e) = session.journal.exhausted() {
-        return Planned::Exhausted(e.clone());
+        return Planned::Exhausted {
+            exhausted: e.clone(),
+            skipped: kernel_skipped(result),
+        };
     }
     match result.status {
         RunStatus::Cancelled if interrupted => Planned::Pause(PauseReason::Interrupted),
@@ -290,52 +344,56 @@ pub fn plan_ending(session: &Session, result: &RunResult, interrupted: bool) -> 
         status => Planned::Finish {
             status,
             error: result.error.clone(),
-            skipped: result
-                .nodes
-                .iter()
-                .filter_map(|(node, r)| match r.outcome {
-                    // Not skipped for good: the node runs when the run is resumed.
-                    NodeOutcome::Skipped {
-                        reason: SkipReason::Suspended,
-                    } => None,
-                    NodeOutcome::Skipped { reason } => Some((node.clone(), reason)),
-                    _ => None,
-                })
-                .collect(),
+            skipped: kernel_skipped(result),
         },
     }
 }
 
+/// The nodes the kernel's run skipped for good, and why.
+fn kernel_skipped(result: &RunResult) -> Vec<(String, SkipReason)> {
+    result
+        .nodes
+        .iter()
+        .filter_map(|(node, r)| match r.outcome {
+            // Not skipped for good: the node runs when the run is resumed.
+            NodeOutcome::Skipped {
+                reason: SkipReason::Suspended,
+            } => None,
+            NodeOutcome::Skipped { reason } => Some((node.clone(), reason)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Records a planned ending (synced) and closes the log.
 pub fn record_ending(session: &Session, planned: Planned) -> Result<Ending, StoreError> {
-    let ending = match planned {
-        Planned::Exhausted(e) => return end_exhausted(session, e),
+    match planned {
+        Planned::Exhausted { exhausted, skipped } => {
+            finish(
+                session,
+                RunStatus::Failed,
+                Some(exhausted.to_string()),
+                skipped,
+            )?;
+            Ok(Ending::Exhausted(exhausted))
+        }
         Planned::Pause(reason) => {
             let (event, wait) = session.log.append_synced(Record::Paused {
                 pause: reason.clone(),
             });
             wait.wait()?;
-            Ending::Paused { event, reason }
+            session.log.close()?;
+            Ok(Ending::Paused { event, reason })
         }
         Planned::Finish {
             status,
             error,
             skipped,
         } => {
-            // Before the ending, in the same synced batch: a log that shows the ending
-            // shows why every node that never ran did not.
-            for (node, reason) in skipped {
-                session.log.append(Record::Skipped { node, reason });
-            }
-            let (_, wait) = session
-                .log
-                .append_synced(Record::Finished { status, error });
-            wait.wait()?;
-            Ending::Finished(status)
+            finish(session, status, error, skipped)?;
+            Ok(Ending::Finished(status))
         }
-    };
-    session.log.close()?;
-    Ok(ending)
+    }
 }
 
 /// Records how the kernel's run ended ([`plan_ending`], then [`record_ending`]).
@@ -348,48 +406,165 @@ fn reconcile_occurrence(state: &Value) -> Option<Occurrence> {
     serde_json::from_value(state.to_json()).ok()
 }
 
+/// The records that finish a run, in order: why each node that never ran did not
+/// (`skipped`), then the ending. Every way a run finishes writes these (the kernel's
+/// ending through [`record_ending`], a cancel or a rejected gate of a run no process
+/// drives through [`end_cancelled`]), in one synced batch: a log that shows the ending
+/// shows why every node that never ran did not.
+fn finish_records(
+    status: RunStatus,
+    error: Option<String>,
+    skipped: Vec<(String, SkipReason)>,
+) -> Vec<Record> {
+    skipped
+        .into_iter()
+        .map(|(node, reason)| Record::Skipped { node, reason })
+        .chain([Record::Finished { status, error }])
+        .collect()
+}
+
 /// Cancels a run that is not running here: takes it over (fencing out a live owner,
-/// whose next write is refused) and records the cancel and the ending.
-pub fn cancel(store: Arc<dyn RunStore>, run_id: &str) -> Result<(), StoreError> {
+/// whose next write is refused) and records the cancel and the ending. `secrets` are
+/// the known secret values (see [`end_cancelled`]).
+pub fn cancel(
+    store: Arc<dyn RunStore>,
+    run_id: &str,
+    secrets: &[String],
+) -> Result<(), StoreError> {
     end_cancelled(
         store,
         run_id,
         Vec::new(),
         "cancelled by heddle runs cancel".into(),
+        secrets,
     )
 }
 
 /// Cancels a run that is not running here with `reason` as its error, after recording
-/// `decisions` (a rejected gate's verdict): both in one append, so the run never shows
-/// the decision without its ending.
+/// `decisions` (a rejected gate's verdict): all in one append, so the run never shows
+/// the decision without its ending, and with a `skipped` record for every node that
+/// never ran ([`never_ran`]), as the kernel's ending writes them.
+///
+/// This is the one write to a run's log that does not go through a [`crate::RunLog`],
+/// so it masks `secrets` (the known secret values) out of every record itself, as the
+/// log does ([`crate::secrets::mask_record`]): a person's note (a rejection's) may
+/// quote one.
 pub fn end_cancelled(
     store: Arc<dyn RunStore>,
     run_id: &str,
     decisions: Vec<Record>,
     reason: String,
+    secrets: &[String],
 ) -> Result<(), StoreError> {
-    let (_, records, view) = inspect_progress(&*store, run_id)?;
+    let (header, records, view) = inspect_progress(&*store, run_id)?;
     if view.state.is_final() {
         return Err(StoreError::AlreadyEnded {
             run: run_id.to_string(),
             state: view.state.as_str(),
         });
     }
-    let epoch = store.acquire(run_id)?;
-    store.append(
-        run_id,
-        epoch,
-        records.len() as u64,
-        &decisions
+    let skipped = never_ran(&header, &view, SkipReason::Cancelled);
+    let mut batch: Vec<Record> = decisions
+        .into_iter()
+        .chain([Record::CancelRequested])
+        .chain(finish_records(RunStatus::Cancelled, Some(reason), skipped))
+        .collect();
+    if let Some(r) = crate::secrets::redactor(secrets) {
+        batch = batch
             .into_iter()
-            .chain([
-                Record::CancelRequested,
-                Record::Finished {
-                    status: RunStatus::Cancelled,
-                    error: Some(reason),
-                },
-            ])
-            .collect::<Vec<_>>(),
-        true,
-    )
+            .map(|record| crate::secrets::mask_record(&r, record))
+            .collect();
+    }
+    let epoch = store.acquire(run_id)?;
+    store.append(run_id, epoch, records.len() as u64, &batch, true)
+}
+
+/// The nodes of a run no kernel reported on that never ran, each skipped for `reason`
+/// (a cancelled run's: cancelled, what the kernel reports for the nodes of a cancelled
+/// run that had not finished), from the log alone. A node with a recorded result ran; one with an invocation
+/// recorded without a result (a gate waiting for its answer, an uncertain start) did
+/// not. A node whose results are not recorded (the kernel's own built-ins, recomputed
+/// on recovery) ran when every node feeding it delivered: ran with a completed
+/// invocation, or is such a node itself. The run's nodes are its stored plan's (those
+/// the kernel reports on), the edges its stored document's; a document that no longer
+/// parses yields none (there is nothing to tell which nodes ran).
+fn never_ran(header: &RunHeader, view: &RunView, reason: SkipReason) -> Vec<(String, SkipReason)> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let Ok(text) = std::str::from_utf8(&header.run.graph_bytes) else {
+        return Vec::new();
+    };
+    let Ok(doc) = heddle_core::GraphDoc::parse(text, &header.run.graph_name) else {
+        return Vec::new();
+    };
+    let planned: Vec<String> = match header.run.plan["nodes"].as_array() {
+        Some(nodes) => nodes
+            .iter()
+            .filter_map(|n| n["id"].as_str().map(str::to_string))
+            .collect(),
+        None => doc.nodes.iter().map(|n| n.id.clone()).collect(),
+    };
+    // Per node: whether an invocation completed, and whether one is open.
+    let mut completed = BTreeSet::new();
+    let mut recorded = BTreeSet::new();
+    let mut open = BTreeSet::new();
+    for (occ, o) in &view.occurrences {
+        match &o.result {
+            Some(crate::status::Outcome::Completed { .. }) => {
+                completed.insert(occ.node.as_str());
+                recorded.insert(occ.node.as_str());
+            }
+            Some(crate::status::Outcome::Failed { .. }) => {
+                recorded.insert(occ.node.as_str());
+            }
+            None => {
+                open.insert(occ.node.as_str());
+            }
+        }
+    }
+    let mut feeders: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for e in &doc.edges {
+        feeders
+            .entry(e.target.as_str())
+            .or_default()
+            .push(e.source.as_str());
+    }
+    // Whether `node` delivered its outputs downstream; memoized, and a cycle (which
+    // no planned document has) counts as not delivered.
+    fn delivered<'a>(
+        node: &'a str,
+        completed: &BTreeSet<&str>,
+        recorded: &BTreeSet<&str>,
+        open: &BTreeSet<&str>,
+        feeders: &BTreeMap<&'a str, Vec<&'a str>>,
+        memo: &mut BTreeMap<&'a str, Option<bool>>,
+    ) -> bool {
+        if completed.contains(node) {
+            return true;
+        }
+        if recorded.contains(node) || open.contains(node) {
+            return false;
+        }
+        match memo.get(node) {
+            Some(Some(d)) => return *d,
+            Some(None) => return false,
+            None => {}
+        }
+        memo.insert(node, None);
+        let d = feeders.get(node).is_none_or(|fs| {
+            fs.iter()
+                .all(|f| delivered(f, completed, recorded, open, feeders, memo))
+        });
+        memo.insert(node, Some(d));
+        d
+    }
+    let mut memo = BTreeMap::new();
+    planned
+        .iter()
+        .filter(|n| {
+            let n = n.as_str();
+            !recorded.contains(n)
+                && !delivered(n, &completed, &recorded, &open, &feeders, &mut memo)
+        })
+        .map(|n| (n.clone(), reason))
+        .collect()
 }
