@@ -57,7 +57,8 @@ pub(crate) fn check_output(
         return Err(NodeError::new(
             ErrorKind::OutputTooLarge,
             format!(
-                "{label}: output `{handle}` is {size} bytes, over the {max_bytes}-byte limit per value"
+                "{label}: output `{handle}` is {size} bytes, over the {max_bytes}-byte limit per value; {}",
+                crate::config::value_limit_hint(max_bytes)
             ),
         )
         .with_signature("wasm:output-too-large"));

@@ -13,6 +13,16 @@ use crate::grants::PackageGrant;
 
 /// Inline value cap per port value (bigger data should travel by reference).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 1 << 20;
+/// What a value over [`EngineSettings::max_value_bytes`] tells the operator to do: the
+/// limit is the operator's (it bounds what a guest hands the host in one value), so the
+/// error says where it is set and what it is now, rather than leaving a run to fail or
+/// wait on a decision with no way forward in sight.
+pub(crate) fn value_limit_hint(max_value_bytes: usize) -> String {
+    format!(
+        "raise `max_value_bytes` in the `[wasm]` section of heddle.toml (now {max_value_bytes}, at most 1073741824) to let larger values through, or pass the data by reference (a file in a granted directory)"
+    )
+}
+
 /// Guest log output kept per invocation (log import + stdout + stderr together).
 pub const DEFAULT_LOG_CAP_BYTES: usize = 64 << 10;
 /// Wall-clock limit of an invocation of a package without its own `timeout_ms`: fuel

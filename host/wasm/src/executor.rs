@@ -352,8 +352,14 @@ impl WasmExecutor {
         );
         match failure {
             Failure::Exit(_) => NodeError::msg(message).with_signature("wasm:exit"),
-            Failure::TooMuchData => NodeError::new(ErrorKind::OutputTooLarge, message)
-                .with_signature("wasm:output-too-large"),
+            Failure::TooMuchData => NodeError::new(
+                ErrorKind::OutputTooLarge,
+                format!(
+                    "{message}; {}",
+                    crate::config::value_limit_hint(self.pkg.host.settings().max_value_bytes)
+                ),
+            )
+            .with_signature("wasm:output-too-large"),
             Failure::Trap(t) => {
                 let kind = failure::trap_name(t);
                 NodeError::new(ErrorKind::Trap { trap: kind.clone() }, message)

@@ -82,6 +82,18 @@ async fn an_oversized_emit_fails_the_node_as_output_too_large() {
         "{}",
         e.message
     );
+    // The size, the limit and where the operator raises it.
+    assert!(
+        e.message.contains("is 2097") && e.message.contains("1048576-byte limit"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message
+            .contains("`max_value_bytes` in the `[wasm]` section of heddle.toml"),
+        "{}",
+        e.message
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,6 +160,12 @@ async fn output_over_the_host_call_limit_is_output_too_large() {
     assert_eq!(e.kind, ErrorKind::OutputTooLarge, "{e:?}");
     assert_eq!(e.signature.as_deref(), Some("wasm:output-too-large"));
     assert!(e.message.contains("`n1`"), "{}", e.message);
+    assert!(
+        e.message
+            .contains("`max_value_bytes` in the `[wasm]` section of heddle.toml (now 1048576"),
+        "{}",
+        e.message
+    );
     assert_one_line(&e);
 }
 
