@@ -166,3 +166,48 @@ fn a_rejection_note_typed_at_the_command_line_is_stored_masked() {
     let error = show["error"].as_str().unwrap_or_default();
     assert!(error.contains("leaks «redacted»"), "{show:#}");
 }
+
+/// An input a person types is recorded with the run and fed to its nodes again on every
+/// resume, so one holding a known secret is refused before anything is recorded, from
+/// the command line and through the API alike (pass secrets by name, through grants).
+#[test]
+fn an_input_holding_a_known_secret_is_refused_and_nothing_is_recorded() {
+    use support::serve::{Api, rt};
+    const ECHO: &str = r#"{"format": "heddle.graph", "version": 1, "nodes": [
+      {"id": "in", "type": "heddle.input", "properties": {"name": "text", "type": "str"}},
+      {"id": "out", "type": "heddle.output"}],
+      "edges": [{"source": "in", "sourceHandle": "value", "target": "out", "targetHandle": "value"}]}"#;
+    let d = with_secret(ECHO);
+    let input = format!("text=token {SECRET}");
+    let o = d.heddle(&["run", "--durable", "g.json", "--input", &input]);
+    expect(&o, support::INVALID);
+    let err = support::stderr(&o);
+    assert!(
+        err.contains("input `text`") && err.contains("KNOWN_SECRET"),
+        "{err}"
+    );
+    assert!(!store_holds_secret(&d), "the secret reached the store");
+
+    let server = d.serve(None);
+    let api = Api::of(&server);
+    let (status, body) = rt().block_on(api.call(
+        "POST",
+        "/api/runs",
+        Some(serde_json::json!({
+            "graph": serde_json::from_str::<serde_json::Value>(ECHO).unwrap(),
+            "inputs": {"text": format!("token {SECRET}")},
+        })),
+    ));
+    assert_eq!(status, 422, "{body:#}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("KNOWN_SECRET"),
+        "{body:#}"
+    );
+    assert!(rt().block_on(api.runs()).is_empty());
+    let (code, log) = server.stop();
+    assert_eq!(code, 0, "{log}");
+    assert!(!store_holds_secret(&d), "the secret reached the store");
+}

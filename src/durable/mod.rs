@@ -192,17 +192,19 @@ pub(crate) fn new_run(
 ) -> anyhow::Result<NewRun> {
     let graph_bytes =
         std::fs::read(graph).map_err(|e| crate::usage!("cannot read {}: {e}", graph.display()))?;
-    Ok(record(
+    record(
         env,
         graph.display().to_string(),
         graph_bytes,
         plan,
         opts,
         budget,
-    ))
+    )
+    .map_err(|e| crate::usage!("{e}"))
 }
 
 /// [`new_run`] for a document already in memory (the server's API), named `graph_name`.
+/// Refused (nothing is recorded) when an input holds a known secret value.
 pub(crate) fn record(
     env: &Env,
     graph_name: String,
@@ -210,8 +212,9 @@ pub(crate) fn record(
     plan: &Plan,
     opts: &RunOptions,
     budget: Budget,
-) -> NewRun {
-    NewRun {
+) -> Result<NewRun, SecretInput> {
+    refuse_secret_inputs(opts)?;
+    Ok(NewRun {
         graph_name,
         graph_bytes,
         plan: plan_summary(plan),
@@ -221,6 +224,33 @@ pub(crate) fn record(
         secrets: Vec::new(),
         packages: used_packages(plan, &env.package_digests),
         limits: limits(opts, budget),
+    })
+}
+
+/// An input of a new durable run holding a known secret value.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "input `{input}` holds a known secret value, which a durable run never stores (its inputs are recorded and fed to its nodes again on every resume): grant the secret to the package that needs it and refer to it by name; KNOWN_SECRET; nothing was recorded"
+)]
+pub struct SecretInput {
+    pub input: String,
+}
+
+/// Refuses a run whose inputs hold one of its known secret values, before anything is
+/// recorded: a person types inputs (`--input`, an API request), and the store keeps a
+/// run's inputs as they are, where masking one would run a resumed graph on
+/// `«redacted»`. The rule the store holds node values to ([`heddle_store::secrets`]).
+fn refuse_secret_inputs(opts: &RunOptions) -> Result<(), SecretInput> {
+    let secrets = opts.secrets.snapshot();
+    match opts
+        .inputs
+        .iter()
+        .find(|(_, v)| heddle_store::secrets::holds(v, &secrets))
+    {
+        Some((name, _)) => Err(SecretInput {
+            input: name.clone(),
+        }),
+        None => Ok(()),
     }
 }
 

@@ -42,6 +42,8 @@ pub enum CreateError {
     #[error("{0}")]
     Budget(String),
     #[error(transparent)]
+    SecretInput(#[from] durable::SecretInput),
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 
@@ -205,7 +207,7 @@ impl Host {
             &plan,
             &opts,
             budget,
-        );
+        )?;
         let supervise = options.supervise.unwrap_or(self.supervision.default);
         run.limits[SUPERVISE_KEY] = supervise.as_str().into();
         let store = self.dyn_store();

@@ -161,7 +161,7 @@ async fn create(
         Err(e @ CreateError::TooLarge { .. }) => {
             Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()))
         }
-        Err(e @ CreateError::Budget(_)) => Err(ApiError::new(
+        Err(e @ (CreateError::Budget(_) | CreateError::SecretInput(_))) => Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             e.to_string(),
         )),
