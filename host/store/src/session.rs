@@ -568,3 +568,71 @@ fn never_ran(header: &RunHeader, view: &RunView, reason: SkipReason) -> Vec<(Str
         .map(|n| (n.clone(), reason))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use heddle_core::InvocationMetrics;
+
+    fn stored(records: Vec<Record>) -> Vec<Stored> {
+        records
+            .into_iter()
+            .enumerate()
+            .map(|(i, record)| Stored {
+                seq: i as u64,
+                at_ms: 0,
+                record,
+            })
+            .collect()
+    }
+
+    /// From a log alone: recorded results ran, an open invocation and what it feeds did
+    /// not, nor what a failed node feeds; unrecorded built-ins ran when fed.
+    #[test]
+    fn the_nodes_that_never_ran_come_from_the_log_and_the_graph() {
+        let edge = |s: &str, t: &str| serde_json::json!({"source": s, "sourceHandle": "o", "target": t, "targetHandle": "i"});
+        let ids = ["c", "a", "g", "out", "f", "d", "e", "x"];
+        let doc = serde_json::json!({
+            "nodes": ids.iter().map(|id| serde_json::json!({"id": id, "type": "t"})).collect::<Vec<_>>(),
+            "edges": [edge("c", "a"), edge("a", "g"), edge("g", "out"), edge("c", "f"),
+                      edge("f", "d"), edge("c", "e"), edge("e", "x")],
+        });
+        let header = RunHeader {
+            run_id: "r".into(),
+            created_ms: 0,
+            graph_sha256: String::new(),
+            run: crate::NewRun {
+                graph_name: "g.json".into(),
+                graph_bytes: doc.to_string().into_bytes(),
+                plan: serde_json::json!({"nodes": ids.iter().map(|id| serde_json::json!({"id": id})).collect::<Vec<_>>()}),
+                inputs: Default::default(),
+                secrets: Vec::new(),
+                packages: Default::default(),
+                limits: serde_json::json!({}),
+            },
+        };
+        let occ = |n: &str| Occurrence::new(n, "", 0);
+        let records = stored(vec![
+            Record::Completed {
+                occurrence: occ("a"),
+                outputs: Vec::new(),
+                emitted: Vec::new(),
+                metrics: InvocationMetrics::default(),
+            },
+            Record::Failed {
+                occurrence: occ("f"),
+                error: "no".into(),
+                metrics: InvocationMetrics::default(),
+            },
+            Record::Started {
+                occurrence: occ("g"),
+            },
+        ]);
+        let view = RunView::fold(&records, |_| false);
+        let mut never = never_ran(&header, &view, SkipReason::Cancelled);
+        never.sort_by(|a, b| a.0.cmp(&b.0));
+        let nodes: Vec<&str> = never.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(nodes, ["d", "g", "out"]);
+        assert!(never.iter().all(|(_, r)| *r == SkipReason::Cancelled));
+    }
+}
