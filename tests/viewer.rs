@@ -279,12 +279,7 @@ fn a_summary_older_than_the_records_read_does_not_undo_the_ending() {
         assert_eq!(status, 202, "{body:#}");
         let (ended, _) = api.drive_to_end(&id).await;
         assert_eq!(ended["state"], "completed", "{ended:#}");
-        let records: Vec<Value> = api
-            .events(&id, None)
-            .await
-            .into_iter()
-            .map(|(_, _, r)| r)
-            .collect();
+        let records = api.records(&id).await;
         assert_eq!(ended["records"], records.len(), "{ended:#}");
 
         let b = Browser::open(&driver).await;

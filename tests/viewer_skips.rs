@@ -24,12 +24,7 @@ fn the_page_shows_the_skip_reason_the_log_recorded() {
         let (ended, _) = api.drive_to_end(&id).await;
         assert_eq!(ended["state"], "failed", "{ended:#}");
         assert_eq!(ended["skipped"]["up"], "upstream_failed", "{ended:#}");
-        let mut records: Vec<Value> = api
-            .events(&id, None)
-            .await
-            .into_iter()
-            .map(|(_, _, r)| r)
-            .collect();
+        let mut records = api.records(&id).await;
         assert!(records.iter().any(|r| r["kind"] == "skipped"));
 
         let b = Browser::open(&driver).await;

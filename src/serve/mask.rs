@@ -33,9 +33,14 @@ impl Mask {
 
     /// `value` serialized with its secrets masked.
     pub fn to_string<T: serde::Serialize>(&self, value: &T) -> String {
+        self.to_value(value).to_string()
+    }
+
+    /// `value` as JSON with its secrets masked.
+    pub fn to_value<T: serde::Serialize>(&self, value: &T) -> serde_json::Value {
         let mut v = serde_json::to_value(value).unwrap_or_default();
         self.json(&mut v);
-        v.to_string()
+        v
     }
 }
 

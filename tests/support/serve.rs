@@ -195,6 +195,18 @@ impl Api {
         parse_sse(&text)
     }
 
+    /// The run's records as the page's stream reader makes them: each event's data with
+    /// the `seq` and `kind` of its `id:` and `event:` lines put back.
+    pub async fn records(&self, id: &str) -> Vec<Value> {
+        let events = self.events(id, None).await;
+        let records = events.into_iter().map(|(seq, kind, mut r)| {
+            r["seq"] = json!(seq);
+            r["kind"] = json!(kind);
+            r
+        });
+        records.collect()
+    }
+
     /// Waits for run `id` to finish; a reconcile pause (uncertain work after a crash) is
     /// resumed explicitly, which offers that work again. Returns the number of such
     /// re-offers.

@@ -51,9 +51,11 @@ export async function artifact(run, sha256) {
 
 /**
  * Reads run `run`'s records as Server-Sent Events from after `lastSeq` (-1: from the
- * start), calling `onEvent(kind, data)` for each: a record (kind = its record kind), or
- * an `escalation` notice between records (no sequence number). Resolves when the server ends the stream (the
- * run is not driven by the server any more) or `signal` aborts it.
+ * start), calling `onEvent(kind, data)` for each: a record (kind = its record kind; its
+ * `seq` and `kind`, which the server sends only as the event's `id:` and `event:`, put
+ * back), or an `escalation` notice between records (no sequence number). Resolves when
+ * the server ends the stream (the run is not driven by the server any more) or `signal`
+ * aborts it.
  */
 export async function stream(run, lastSeq, onEvent, signal) {
   const h = lastSeq >= 0 ? headers({ "Last-Event-ID": String(lastSeq) }) : headers();
@@ -75,7 +77,12 @@ export async function stream(run, lastSeq, onEvent, signal) {
       const field = (name) => lines.filter((l) => l.startsWith(`${name}:`)).map((l) => l.slice(name.length + 1).replace(/^ /, ""));
       const data = field("data").join("\n");
       // Comment-only blocks are keep-alives.
-      if (data) onEvent(field("event")[0] || "message", JSON.parse(data));
+      if (!data) continue;
+      const kind = field("event")[0] || "message";
+      const value = JSON.parse(data);
+      const [id] = field("id");
+      if (id !== undefined) Object.assign(value, { seq: Number(id), kind });
+      onEvent(kind, value);
     }
   }
 }
