@@ -127,3 +127,56 @@ fn a_paused_run_rejected_or_cancelled_from_the_command_line_records_its_skips() 
         );
     }
 }
+
+/// A run cancelled while it waits for a worker never ran at all: every node is skipped
+/// as cancelled (the server ends it without the kernel).
+#[test]
+fn a_run_cancelled_before_a_worker_took_it_skips_every_node() {
+    use support::serve::{Api, rt};
+    const SLOW: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "wait", "type": "code.bash", "properties": {"code": "sleep 60", "mode": "subprocess"}},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [{"source": "wait", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]}"#;
+    let d = StoreDir::new();
+    let server = d.serve_with(&["--workers", "1"], &[]);
+    let api = Api::of(&server);
+    let show = rt().block_on(async {
+        // The one worker, held by a run whose node has started.
+        let busy = api.create(SLOW).await;
+        loop {
+            let s = api.show(&busy).await;
+            let started = s["occurrences"]
+                .as_array()
+                .is_some_and(|o| o.iter().any(|o| o["started"].as_u64() > Some(0)));
+            if started {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let queued = api.create(GATED).await;
+        let (status, body) = api
+            .call("POST", &format!("/api/runs/{queued}/cancel"), None)
+            .await;
+        assert_eq!(status, 202, "{body:#}");
+        let show = loop {
+            let s = api.show(&queued).await;
+            if s["state"] != "running" {
+                break s;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        let _ = api
+            .call("POST", &format!("/api/runs/{busy}/cancel"), None)
+            .await;
+        show
+    });
+    let (code, log) = server.stop();
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(show["state"], "cancelled", "{show:#}");
+    assert_eq!(
+        show["skipped"],
+        serde_json::json!({"c": "cancelled", "ship": "cancelled", "out": "cancelled"}),
+        "{show:#}"
+    );
+}

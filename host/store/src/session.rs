@@ -485,7 +485,9 @@ pub fn end_cancelled(
 /// recorded without a result (a gate waiting for its answer, an uncertain start) did
 /// not. A node whose results are not recorded (the kernel's own built-ins, recomputed
 /// on recovery) ran when every node feeding it delivered: ran with a completed
-/// invocation, or is such a node itself. The run's nodes are its stored plan's (those
+/// invocation, or is such a node itself; one that nothing feeds ran once any process
+/// ran the run (the log records an invocation), so a run cancelled before it ever ran
+/// skips every node. The run's nodes are its stored plan's (those
 /// the kernel reports on), the edges its stored document's; a document that no longer
 /// parses yields none (there is nothing to tell which nodes ran).
 fn never_ran(header: &RunHeader, view: &RunView, reason: SkipReason) -> Vec<(String, SkipReason)> {
@@ -530,8 +532,10 @@ fn never_ran(header: &RunHeader, view: &RunView, reason: SkipReason) -> Vec<(Str
     }
     // Whether `node` delivered its outputs downstream; memoized, and a cycle (which
     // no planned document has) counts as not delivered.
+    #[allow(clippy::too_many_arguments)] // the log's facts, borrowed separately
     fn delivered<'a>(
         node: &'a str,
+        ran_at_all: bool,
         completed: &BTreeSet<&str>,
         recorded: &BTreeSet<&str>,
         open: &BTreeSet<&str>,
@@ -550,20 +554,25 @@ fn never_ran(header: &RunHeader, view: &RunView, reason: SkipReason) -> Vec<(Str
             None => {}
         }
         memo.insert(node, None);
-        let d = feeders.get(node).is_none_or(|fs| {
-            fs.iter()
-                .all(|f| delivered(f, completed, recorded, open, feeders, memo))
-        });
+        let d = match feeders.get(node) {
+            None => ran_at_all,
+            Some(fs) => fs
+                .iter()
+                .all(|f| delivered(f, ran_at_all, completed, recorded, open, feeders, memo)),
+        };
         memo.insert(node, Some(d));
         d
     }
+    let ran_at_all = !view.occurrences.is_empty();
     let mut memo = BTreeMap::new();
     planned
         .iter()
         .filter(|n| {
             let n = n.as_str();
             !recorded.contains(n)
-                && !delivered(n, &completed, &recorded, &open, &feeders, &mut memo)
+                && !delivered(
+                    n, ran_at_all, &completed, &recorded, &open, &feeders, &mut memo,
+                )
         })
         .map(|n| (n.clone(), reason))
         .collect()
@@ -634,5 +643,11 @@ mod tests {
         let nodes: Vec<&str> = never.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(nodes, ["d", "g", "out"]);
         assert!(never.iter().all(|(_, r)| *r == SkipReason::Cancelled));
+        // A run no process ran: every node.
+        let none = RunView::fold(&[], |_| false);
+        assert_eq!(
+            never_ran(&header, &none, SkipReason::Cancelled).len(),
+            ids.len()
+        );
     }
 }
