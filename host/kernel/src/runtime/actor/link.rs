@@ -264,3 +264,17 @@ impl LocalProbe {
         self.0.with(|q| std::mem::take(&mut q.moved))
     }
 }
+
+#[cfg(all(test, debug_assertions))]
+mod tests {
+    use super::*;
+
+    /// The run-time check of `impl Sync for Shared` (debug builds): an access to a queue
+    /// while another is under way is caught, not a second `&mut` to it.
+    #[test]
+    #[should_panic(expected = "two accesses at once")]
+    fn an_access_overlapping_another_panics() {
+        let (_tx, _rx, probe) = local(1);
+        probe.0.with(|_| probe.0.with(|_| ()));
+    }
+}
