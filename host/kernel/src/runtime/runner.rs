@@ -91,7 +91,8 @@ pub(super) async fn run_all(
             reports[idx] = Some(Ended::Inline);
             continue;
         }
-        let a = Actor::new(run.spec(idx, &txs, rx), sh.clone());
+        // Boxed once, where it lives while it runs (a group's member, a task's future).
+        let a = Box::new(Actor::new(run.spec(idx, &txs, rx), sh.clone()));
         // A native node fed by another runs in its producer's task (see `Fusion`).
         let Some(a) = fusion.take(idx, a) else {
             continue;
@@ -100,13 +101,13 @@ pub(super) async fn run_all(
             // An actor is a logical unit, not necessarily a task: a ready native source
             // runs to completion right here unless it has to wait (a full downstream
             // inbox), in which case the rest of it becomes a task.
-            let mut fut = Box::pin(a.run_source());
+            let mut fut = Box::pin((*a).run_source());
             match super::poll_once(fut.as_mut()).await {
                 std::task::Poll::Ready(r) => reports[idx] = Some(Ended::Actor(r)),
                 std::task::Poll::Pending => joins.push((idx, tokio::spawn(fut))),
             }
         } else {
-            joins.push((idx, tokio::spawn(Box::new(a).run())));
+            joins.push((idx, tokio::spawn(a.run())));
         }
     }
     let groups: Vec<_> = fusion

@@ -55,8 +55,10 @@ pub(crate) struct Fusion {
     places: Vec<Place>,
     /// See [`depths`].
     depth: Vec<u32>,
-    /// Per group: its actors (by plan index), added as the runner builds them.
-    groups: Vec<Vec<(usize, Actor)>>,
+    /// Per group: its actors (by plan index), added as the runner builds them. Boxed
+    /// where they will live: held in place, a long chain's table of actors would be
+    /// copied as it grows, and again into each member's future.
+    groups: Vec<Vec<(usize, Box<Actor>)>>,
 }
 
 /// Nodes per group along a chain on a multi-thread runtime: long enough that a hop
@@ -186,7 +188,7 @@ impl Fusion {
     }
 
     /// Takes node `i`'s actor if it runs in a group; hands it back if it runs alone.
-    pub fn take(&mut self, i: usize, a: Actor) -> Option<Actor> {
+    pub fn take(&mut self, i: usize, a: Box<Actor>) -> Option<Box<Actor>> {
         match self.places[i] {
             Place::Alone => Some(a),
             Place::Head(g) | Place::Member { group: g, .. } => {
@@ -213,7 +215,7 @@ impl Fusion {
 
 /// Orders a group (every member after its producer) and links each member to its
 /// producer through a local queue.
-fn wire(places: &[Place], depth: &[u32], mut members: Vec<(usize, Actor)>) -> Group {
+fn wire(places: &[Place], depth: &[u32], mut members: Vec<(usize, Box<Actor>)>) -> Group {
     // Every member after its producer (one edge deeper).
     members.sort_by_key(|(i, _)| depth[*i]);
     let pos: HashMap<usize, usize> = members
@@ -246,7 +248,7 @@ fn wire(places: &[Place], depth: &[u32], mut members: Vec<(usize, Actor)>) -> Gr
     Group {
         members: members
             .into_iter()
-            .map(|(i, a)| (i, Box::pin(Box::new(a).run()) as MemberFuture))
+            .map(|(i, a)| (i, Box::pin(a.run()) as MemberFuture))
             .collect(),
         probes,
     }
