@@ -375,7 +375,7 @@ fn sse_subscribers_against_run_throughput() {
                 if subs > 0 { ratio } else { 0.0 },
                 load_average()
             );
-            rows.push((subs, rate));
+            rows.push((subs, rate, r.server_cpu_ms + r.client_cpu_ms));
         }
     }
     let median = |subs: usize| {
@@ -388,6 +388,17 @@ fn sse_subscribers_against_run_throughput() {
     // drifts between rounds.
     let mut ratios: Vec<f64> = rows.chunks(2).map(|p| p[1].1 / p[0].1).collect();
     ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    // On a machine other work loads, the CPU the same run costs is steadier than its
+    // wall time: what the subscribers add, server and client together, per pair.
+    let mut extra: Vec<f64> = rows
+        .chunks(2)
+        .map(|p| p[1].2 as f64 / p[0].2 as f64)
+        .collect();
+    extra.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    eprintln!(
+        "cpu (server + client) with {SUBSCRIBERS} subscribers against none, per pair: {extra:.2?}, median {:.2}x",
+        extra[extra.len() / 2]
+    );
     eprintln!(
         "median: 0 subscribers {none:.0} records/s, {SUBSCRIBERS} subscribers {many:.0} records/s ({:.2}x); rounds' ratios {ratios:.2?}, median {:.2}x",
         many / none,

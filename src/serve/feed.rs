@@ -115,6 +115,13 @@ impl Batch {
 /// event's `id:` and `event:` lines already carry (a sixth of a typical record's text,
 /// and of its compressed bytes; clients put them back from those lines).
 fn data(r: &Stored, mask: &Mask) -> String {
+    // A record serializes with its kind first: `{"kind":"K"` then `,…}` or `}`.
+    let record = mask.to_string(&r.record);
+    let tag = format!("{{\"kind\":\"{}\"", r.record.kind());
+    if let Some(rest) = record.strip_prefix(&tag) {
+        return format!("{{\"at_ms\":{}{rest}", r.at_ms);
+    }
+    // Only when masking changed the tag (a secret spelled like a kind).
     let mut v = mask.to_value(r);
     if let Some(o) = v.as_object_mut() {
         o.shift_remove("seq");
@@ -473,6 +480,99 @@ mod tests {
         assert_eq!(ids(&out), vec![end - 1]);
         feed.end(false);
         assert_eq!(take(&feed, end).0, Take::Rest);
+    }
+
+    #[test]
+    fn a_record_renders_as_its_masked_json_tree_would_without_seq_and_kind() {
+        use heddle_core::{InvocationMetrics, Occurrence, Value};
+        let stored = |seq, record| Stored {
+            seq,
+            at_ms: 1_796_095_521_458 + seq,
+            record,
+        };
+        let records = [
+            stored(0, Record::CancelRequested),
+            stored(
+                1,
+                Record::Completed {
+                    occurrence: Occurrence::new("up", "each:item=7", 2),
+                    outputs: vec![
+                        ("text".into(), Value::str("ITEM \"7\"\n\u{1}é")),
+                        ("f".into(), Value::Float(0.1)),
+                        ("nan".into(), Value::Float(f64::NAN)),
+                        ("b".into(), Value::Bytes(vec![0u8, 255].into())),
+                    ],
+                    emitted: vec![("item".into(), Value::Int(-3))],
+                    metrics: InvocationMetrics {
+                        wall_us: 24,
+                        fuel: Some(9827),
+                        ..Default::default()
+                    },
+                },
+            ),
+            stored(
+                2,
+                Record::Finished {
+                    status: RunStatus::Failed,
+                    error: Some("the password is hunter2, or \"hunter2\"".into()),
+                },
+            ),
+        ];
+        let secret_sets: [&[&str]; 4] = [
+            &[],
+            &["hunter2", "a\"b"],
+            // Escaped control characters beside raw non-ASCII; a key; a kind (the tag
+            // itself masked).
+            &["\"7\"\n\u{1}é", "wall_us"],
+            &["completed"],
+        ];
+        for secrets in secret_sets {
+            let mask = Mask::new(secrets.iter().map(|s| s.to_string()).collect());
+            for r in &records {
+                let mut tree = mask.to_value(r);
+                let o = tree.as_object_mut().unwrap();
+                o.shift_remove("seq");
+                o.shift_remove("kind");
+                let text = data(r, &mask);
+                assert_eq!(text, tree.to_string());
+                // Decoded, no string or key holds a secret.
+                let decoded: serde_json::Value = serde_json::from_str(&text).unwrap();
+                let mut strings = vec![];
+                let mut stack = vec![&decoded];
+                while let Some(v) = stack.pop() {
+                    match v {
+                        serde_json::Value::String(s) => strings.push(s.clone()),
+                        serde_json::Value::Array(a) => stack.extend(a),
+                        serde_json::Value::Object(m) => {
+                            strings.extend(m.keys().cloned());
+                            stack.extend(m.values());
+                        }
+                        _ => {}
+                    }
+                }
+                for s in secrets {
+                    assert!(!strings.iter().any(|x| x.contains(s)), "{s:?} in {text}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_secret_json_escapes_is_still_masked() {
+        let mask = Mask::new(vec!["pass\"word\\".into()]);
+        let r = Stored {
+            seq: 0,
+            at_ms: 0,
+            record: Record::Finished {
+                status: RunStatus::Failed,
+                error: Some("it was pass\"word\\ all along".into()),
+            },
+        };
+        let t = data(&r, &mask);
+        assert_eq!(
+            t,
+            "{\"at_ms\":0,\"status\":\"failed\",\"error\":\"it was «redacted» all along\"}"
+        );
     }
 
     #[test]

@@ -13,27 +13,49 @@ use std::sync::Arc;
 
 /// The secret values of every run this server drives (`[secrets]`, the secrets granted
 /// to packages, `HEDDLE_SECRET_*`), as the runs themselves register them.
-pub struct Mask(Redactor);
+pub struct Mask {
+    redactor: Redactor,
+    /// Each secret as it reads inside a JSON string (escaped as serde_json escapes it).
+    in_json: Vec<String>,
+}
 
 impl Mask {
     pub fn new(secrets: Vec<String>) -> Mask {
-        Mask(Redactor::new(secrets, RedactLimits::default()))
+        let in_json = secrets
+            .iter()
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                let quoted = serde_json::Value::from(s.as_str()).to_string();
+                quoted[1..quoted.len() - 1].to_string()
+            })
+            .collect();
+        Mask {
+            redactor: Redactor::new(secrets, RedactLimits::default()),
+            in_json,
+        }
     }
 
     /// Masks every string (and object key) in `v`, in place. Structural rather than on
     /// the serialized text: a secret with a quote or a backslash in it is escaped there.
     /// The same masking the store applies to the text of every record it writes.
     pub fn json(&self, v: &mut serde_json::Value) {
-        heddle_store::secrets::mask_json(&self.0, v);
+        heddle_store::secrets::mask_json(&self.redactor, v);
     }
 
     pub fn text(&self, s: &str) -> String {
-        self.0.mask(s)
+        self.redactor.mask(s)
     }
 
-    /// `value` serialized with its secrets masked.
+    /// `value` serialized with its secrets masked: serialized directly when its text
+    /// holds no secret (the common case, and what a busy run's event feed renders for
+    /// every record: no JSON tree built, no string copied to be checked), else masked
+    /// structurally. The text tells: JSON escapes each character on its own, so a
+    /// string holding a secret reads in the text as holding the escaped secret.
     pub fn to_string<T: serde::Serialize>(&self, value: &T) -> String {
-        self.to_value(value).to_string()
+        match serde_json::to_string(value) {
+            Ok(text) if !self.in_json.iter().any(|s| text.contains(s.as_str())) => text,
+            _ => self.to_value(value).to_string(),
+        }
     }
 
     /// `value` as JSON with its secrets masked.
