@@ -10,23 +10,13 @@ mod support;
 use support::stderr;
 use support::store::{
     BAD_STORE, CHAIN, FANOUT, INVALID, LIMIT as BUDGET, OK, PAUSED, StoreDir, expect, kill_moments,
-    reference_outputs, run_id, text,
+    pause_event, reference_outputs, run_id, text,
 };
 
 fn outputs(o: &Output) -> serde_json::Value {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", text(o)));
     v["outputs"].clone()
-}
-
-/// The event id of the pause a paused command reported.
-fn pause_event(o: &Output) -> u64 {
-    let e = stderr(o);
-    let rest = e
-        .split("paused at event ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no pause reported:\n{}", text(o)));
-    rest.split_whitespace().next().unwrap().parse().unwrap()
 }
 
 fn occurrence<'a>(show: &'a serde_json::Value, node: &str) -> &'a serde_json::Value {
@@ -204,40 +194,8 @@ fn random_sigkills_of_a_fan_out_lose_nothing_and_repeat_only_reoffered_work() {
             "round {round}: killed with {} lines written",
             env.lines().len()
         );
-        let mut reoffers = 0;
-        let mut resumes = 0;
-        let mut args = vec![
-            "runs".to_string(),
-            "resume".into(),
-            id.clone(),
-            "--json".into(),
-        ];
-        let final_out = loop {
-            resumes += 1;
-            assert!(resumes < 20, "round {round}: no progress");
-            let a: Vec<&str> = args.iter().map(String::as_str).collect();
-            let o = env.heddle(&a);
-            match o.status.code() {
-                Some(OK) => break outputs(&o),
-                Some(PAUSED) => {
-                    let event = pause_event(&o);
-                    reoffers += 1;
-                    args = vec![
-                        "runs".into(),
-                        "resume".into(),
-                        id.clone(),
-                        "--pause".into(),
-                        event.to_string(),
-                        "--json".into(),
-                    ];
-                }
-                Some(INVALID) if stderr(&o).contains("is completed") => {
-                    // The killed process had finished and recorded it.
-                    break reference.clone();
-                }
-                _ => panic!("round {round}: {}", text(&o)),
-            }
-        };
+        let (final_out, reoffers) =
+            env.resume_until_done(&id, &reference, &format!("round {round}"));
         assert_eq!(final_out, reference, "round {round}");
         env.assert_fanout_effects(reoffers, &format!("round {round}"));
         assert_eq!(env.show(&id)["state"], "completed");

@@ -8,16 +8,12 @@ mod support;
 use support::store::{FAILING_PARSE, GATED, StoreDir, expect};
 use support::{FAILED, SUSPENDED};
 
-/// The `skipped` records of run `run`, as stored: (node, reason).
+/// The `skipped` records in the store, read through it: (node, reason).
 fn skipped_records(d: &StoreDir) -> Vec<(String, String)> {
-    let db = rusqlite::Connection::open(d.db()).unwrap();
-    let mut q = db
-        .prepare("SELECT body FROM events WHERE kind = 'skipped' ORDER BY seq")
-        .unwrap();
-    q.query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(|b| {
-            let v: serde_json::Value = serde_json::from_str(&b.unwrap()).unwrap();
+    d.records_of("skipped")
+        .into_iter()
+        .map(|r| {
+            let v = serde_json::to_value(&r).unwrap();
             (
                 v["node"].as_str().unwrap().to_string(),
                 v["reason"].as_str().unwrap().to_string(),

@@ -187,22 +187,65 @@ impl StoreDir {
         self.path().join("runs.db")
     }
 
-    /// The `kind` records about `node` in every run of the store, as JSON, read through
-    /// the store as another process would (a result's stored body is binary, not JSON),
-    /// large values left as the references the log holds.
-    pub fn records(&self, kind: &str, node: &str) -> Vec<String> {
+    /// The `kind` records in every run of the store, read through the store as another
+    /// process would (a result's stored body is binary, and records committed together
+    /// share a row), large values left as the references the log holds.
+    pub fn records_of(&self, kind: &str) -> Vec<heddle_core::Record> {
         use heddle_store::RunStore as _;
         let store = heddle_store::SqliteStore::open(&self.db()).unwrap();
         let mut out = Vec::new();
         for run in store.list().unwrap() {
             for s in store.read(&run.run_id, 0).unwrap().records {
-                let r = s.record;
-                if r.kind() == kind && r.occurrence().is_some_and(|o| o.node == node) {
-                    out.push(serde_json::to_string(&r).unwrap());
+                if s.record.kind() == kind {
+                    out.push(s.record);
                 }
             }
         }
         out
+    }
+
+    /// The `kind` records about `node` in every run of the store ([`Self::records_of`]),
+    /// as JSON.
+    pub fn records(&self, kind: &str, node: &str) -> Vec<String> {
+        self.records_of(kind)
+            .into_iter()
+            .filter(|r| r.occurrence().is_some_and(|o| o.node == node))
+            .map(|r| serde_json::to_string(&r).unwrap())
+            .collect()
+    }
+
+    /// Resumes run `id` until it completes, explicitly re-offering the uncertain work of
+    /// every reconcile pause (the user's decision, so it may repeat an effect); returns
+    /// the outputs and how many re-offers it took. A run the killed process had already
+    /// finished ends with `reference` (its outputs are not printed again).
+    pub fn resume_until_done(
+        &self,
+        id: &str,
+        reference: &serde_json::Value,
+        what: &str,
+    ) -> (serde_json::Value, usize) {
+        let mut reoffers = 0;
+        let mut pause: Option<u64> = None;
+        for _ in 0..20 {
+            let event = pause.map(|e| e.to_string());
+            let mut args = vec!["runs", "resume", id, "--json"];
+            if let Some(e) = &event {
+                args.extend(["--pause", e.as_str()]);
+            }
+            let o = self.heddle(&args);
+            match o.status.code() {
+                Some(OK) => return (report(&o)["outputs"].clone(), reoffers),
+                Some(PAUSED) => {
+                    pause = Some(pause_event(&o));
+                    reoffers += 1;
+                }
+                Some(INVALID) if super::stderr(&o).contains("is completed") => {
+                    return (reference.clone(), reoffers);
+                }
+                _ => panic!("{what}: {}", text(&o)),
+            }
+        }
+        panic!("{what}: no progress in 20 resumes");
     }
 
     /// `heddle runs show ID --json`.
@@ -227,6 +270,16 @@ pub fn reference_outputs(graph: &str) -> serde_json::Value {
     let o = env.heddle(&["run", "--durable", "--json", "g.json"]);
     expect(&o, OK);
     report(&o)["outputs"].clone()
+}
+
+/// The event id of the pause a paused command reported.
+pub fn pause_event(o: &Output) -> u64 {
+    let e = super::stderr(o);
+    let rest = e
+        .split("paused at event ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no pause reported:\n{}", text(o)));
+    rest.split_whitespace().next().unwrap().parse().unwrap()
 }
 
 /// Everything a process said, for assertion messages.

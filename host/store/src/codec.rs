@@ -28,9 +28,8 @@ pub(crate) enum Form {
     Binary,
 }
 
-/// Writes `record`'s body into `out` (cleared first) and says which form it took.
+/// Appends `record`'s body to `out` and says which form it took.
 pub(crate) fn encode(record: &Record, out: &mut Vec<u8>) -> Result<Form, serde_json::Error> {
-    out.clear();
     match record {
         Record::Completed {
             occurrence,

@@ -19,6 +19,7 @@ mod journal;
 pub mod lease;
 pub mod lock;
 pub mod log;
+mod rows;
 mod schema;
 pub mod secrets;
 pub mod session;

@@ -13,7 +13,8 @@ use crate::StoreError;
 /// "HDRS" (Heddle run store) in the SQLite header's application id.
 pub const APPLICATION_ID: i64 = 0x4844_5253;
 
-/// Migrations in order; the schema version is how many have been applied. Never edit
+/// Migrations in order; the schema version is how many have been applied (this build
+/// writes and understands all of them). Never edit
 /// one that has shipped: add the next.
 const MIGRATIONS: &[&str] = &[
     // 1: runs and their event logs.
@@ -67,14 +68,23 @@ const MIGRATIONS: &[&str] = &[
     // table changes: the version alone makes an older heddle, which reads every body as
     // JSON text, refuse the file instead of calling its results corrupt.
     "-- result bodies may be binary",
+    // 5: a row may hold several records (`kind` = 'packed', keyed by the last one it
+    // holds; see rows.rs). No table changes either: rows of a version 4 store are
+    // single records and read as before, and the version makes an older heddle refuse
+    // the file instead of calling its packed rows corrupt.
+    "-- rows may hold several records",
 ];
-
-/// The schema version this build writes and understands.
-pub const VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Checks what the file is and brings an older schema up to date. A fresh (empty) file
 /// is initialized; anything else must carry our application id and a version we know.
 pub fn prepare(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    prepare_with(conn, path, MIGRATIONS)
+}
+
+/// [`prepare`] by a heddle that knows `migrations` (a prefix of [`MIGRATIONS`]): how
+/// the tests see what an older build does with a file this one wrote.
+fn prepare_with(conn: &mut Connection, path: &Path, migrations: &[&str]) -> Result<(), StoreError> {
+    let supported = migrations.len() as i64;
     let not_db = |source| StoreError::NotADatabase {
         path: path.to_path_buf(),
         source,
@@ -96,14 +106,14 @@ pub fn prepare(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
             path: path.to_path_buf(),
             found: app,
         });
-    } else if version > VERSION {
+    } else if version > supported {
         return Err(StoreError::NewerSchema {
             path: path.to_path_buf(),
             found: version,
-            supported: VERSION,
+            supported,
         });
     }
-    if version == VERSION && app == APPLICATION_ID {
+    if version == supported && app == APPLICATION_ID {
         return Ok(());
     }
     let open = |source| StoreError::Open {
@@ -111,12 +121,38 @@ pub fn prepare(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
         source,
     };
     let tx = conn.transaction().map_err(open)?;
-    for m in &MIGRATIONS[version as usize..] {
+    for m in &migrations[version as usize..] {
         tx.execute_batch(m).map_err(open)?;
     }
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(open)?;
-    tx.pragma_update(None, "user_version", VERSION)
+    tx.pragma_update(None, "user_version", supported)
         .map_err(open)?;
     tx.commit().map_err(open)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A heddle that knows schema 4 (one record per row) refuses a file this build
+    /// wrote, naming both versions, and leaves it as it was.
+    #[test]
+    fn an_older_heddle_refuses_a_version_5_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        let mut c = Connection::open(&path).unwrap();
+        prepare(&mut c, &path).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        match prepare_with(&mut c, &path, &MIGRATIONS[..4]) {
+            Err(StoreError::NewerSchema {
+                found: 5,
+                supported: 4,
+                ..
+            }) => {}
+            other => panic!("expected the newer-schema refusal, got {other:?}"),
+        }
+        drop(c);
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+    }
 }

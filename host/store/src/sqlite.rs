@@ -16,9 +16,9 @@ use heddle_core::Record;
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 
 use crate::clock::now_ms;
-use crate::codec;
 use crate::{
-    LogRead, NewRun, RunHeader, RunStore, RunSummary, StoreError, Stored, fault, lease, schema,
+    LogRead, NewRun, RunHeader, RunStore, RunSummary, StoreError, Stored, codec, fault, lease,
+    rows, schema,
 };
 
 pub struct SqliteStore {
@@ -32,6 +32,8 @@ pub(crate) struct Conn {
     pub(crate) db: Connection,
     /// The `synchronous` setting last applied, so switching costs nothing when unchanged.
     synced: Option<bool>,
+    /// The rows of the last append, kept so each batch reuses the buffer.
+    layout: rows::Layout,
 }
 
 impl SqliteStore {
@@ -62,6 +64,7 @@ impl SqliteStore {
             conn: Mutex::new(Conn {
                 db,
                 synced: Some(true),
+                layout: rows::Layout::default(),
             }),
             lease_epoch: AtomicU64::new(0),
         })
@@ -139,13 +142,15 @@ fn new_run_id(created_ms: u64) -> String {
 }
 
 /// Rows one INSERT statement writes: a statement per row costs a cursor, a seek from
-/// the root and a reset each, which on a log of small records is most of the write.
+/// the root and a reset each.
 const ROWS_PER_INSERT: usize = 32;
 
-/// Writes `records` as rows `first_seq`.. of `run_id`'s log, in statements of up to
+/// Writes `records` as records `first_seq`.. of `run_id`'s log, laid out in rows by
+/// [`rows::lay_out`] (in `layout`, reused), in statements of up to
 /// [`ROWS_PER_INSERT`] rows.
 fn insert_events(
     tx: &rusqlite::Transaction<'_>,
+    layout: &mut rows::Layout,
     run_id: &str,
     first_seq: u64,
     at_ms: i64,
@@ -155,35 +160,30 @@ fn insert_events(
         op: "appending to a run's log",
         source,
     };
-    let mut body = Vec::new();
-    for (c, chunk) in records.chunks(ROWS_PER_INSERT).enumerate() {
+    rows::lay_out(run_id, first_seq, records, layout)?;
+    for chunk in layout.rows.chunks(ROWS_PER_INSERT) {
         let mut ins = tx
             .prepare_cached(&insert_sql(chunk.len()))
             .map_err(sql_err)?;
-        for (i, r) in chunk.iter().enumerate() {
-            let seq = first_seq + (c * ROWS_PER_INSERT + i) as u64;
-            let form = codec::encode(r, &mut body).map_err(|source| StoreError::Encode {
-                run: run_id.to_string(),
-                seq,
-                source,
-            })?;
-            let kind = r.kind();
-            let crc = checksum(run_id, seq, kind, &body);
+        for (i, row) in chunk.iter().enumerate() {
+            let body = &layout.buf[row.body.clone()];
             let p = i * 6;
             ins.raw_bind_parameter(p + 1, run_id).map_err(sql_err)?;
-            ins.raw_bind_parameter(p + 2, seq as i64).map_err(sql_err)?;
+            ins.raw_bind_parameter(p + 2, row.seq as i64)
+                .map_err(sql_err)?;
             ins.raw_bind_parameter(p + 3, at_ms).map_err(sql_err)?;
-            ins.raw_bind_parameter(p + 4, kind).map_err(sql_err)?;
-            match form {
+            ins.raw_bind_parameter(p + 4, row.kind).map_err(sql_err)?;
+            match row.form {
                 // An invariant: serde_json writes UTF-8 only.
                 codec::Form::Json => ins.raw_bind_parameter(
                     p + 5,
-                    std::str::from_utf8(&body).expect("serde_json writes UTF-8"),
+                    std::str::from_utf8(body).expect("serde_json writes UTF-8"),
                 ),
-                codec::Form::Binary => ins.raw_bind_parameter(p + 5, &body[..]),
+                codec::Form::Binary => ins.raw_bind_parameter(p + 5, body),
             }
             .map_err(sql_err)?;
-            ins.raw_bind_parameter(p + 6, crc as i64).map_err(sql_err)?;
+            ins.raw_bind_parameter(p + 6, row.crc as i64)
+                .map_err(sql_err)?;
         }
         ins.raw_execute().map_err(sql_err)?;
     }
@@ -202,17 +202,6 @@ fn insert_sql(rows: usize) -> String {
     sql
 }
 
-/// The checksum of one stored record: covers the run, the position and the bytes, so a
-/// record copied to another place or cut short does not verify.
-fn checksum(run_id: &str, seq: u64, kind: &str, body: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    h.update(run_id.as_bytes());
-    h.update(&seq.to_le_bytes());
-    h.update(kind.as_bytes());
-    h.update(body);
-    h.finalize()
-}
-
 fn to_json<T: serde::Serialize>(v: &T) -> String {
     // Serializing plain data (maps with string keys, values) cannot fail.
     serde_json::to_string(v).expect("run data serializes")
@@ -228,74 +217,6 @@ fn from_json<T: serde::de::DeserializeOwned>(
         what,
         source,
     })
-}
-
-/// The columns `seq, at_ms, kind, body, crc` of an `events` row, checked:
-/// `Ok(None)` when the row does not verify (its checksum fails, or a column has a type
-/// no writer gives it), which is a torn write at the end of a log and corruption
-/// anywhere else.
-fn verify_row(run: &str, row: &rusqlite::Row<'_>) -> Result<Option<Stored>, StoreError> {
-    use rusqlite::types::ValueRef;
-    let col = |i| {
-        row.get_ref(i)
-            .map_err(StoreError::sql("reading a run's log"))
-    };
-    let (
-        ValueRef::Integer(seq),
-        ValueRef::Integer(at_ms),
-        ValueRef::Text(kind),
-        body,
-        ValueRef::Integer(crc),
-    ) = (col(0)?, col(1)?, col(2)?, col(3)?, col(4)?)
-    else {
-        return Ok(None);
-    };
-    let (form, body) = match body {
-        ValueRef::Text(t) => (codec::Form::Json, t),
-        ValueRef::Blob(b) => (codec::Form::Binary, b),
-        _ => return Ok(None),
-    };
-    let seq = seq as u64;
-    let Ok(kind) = std::str::from_utf8(kind) else {
-        return Ok(None);
-    };
-    if checksum(run, seq, kind, body) != crc as u32 {
-        return Ok(None);
-    }
-    let record = codec::decode(kind, form, body).map_err(|detail| StoreError::Corrupt {
-        run: run.to_string(),
-        seq,
-        detail,
-    })?;
-    Ok(Some(Stored {
-        seq,
-        at_ms: at_ms as u64,
-        record,
-    }))
-}
-
-/// Whether the log's row `seq, kind, body, crc` verifies (the last one is checked
-/// when a run is taken over).
-fn row_verifies(run: &str, row: &rusqlite::Row<'_>) -> rusqlite::Result<bool> {
-    use rusqlite::types::ValueRef;
-    let (
-        ValueRef::Integer(seq),
-        ValueRef::Text(kind),
-        ValueRef::Text(body) | ValueRef::Blob(body),
-        ValueRef::Integer(crc),
-    ) = (
-        row.get_ref(0)?,
-        row.get_ref(1)?,
-        row.get_ref(2)?,
-        row.get_ref(3)?,
-    )
-    else {
-        return Ok(false);
-    };
-    let Ok(kind) = std::str::from_utf8(kind) else {
-        return Ok(false);
-    };
-    Ok(checksum(run, seq as u64, kind, body) == crc as u32)
 }
 
 impl RunStore for SqliteStore {
@@ -406,7 +327,7 @@ impl RunStore for SqliteStore {
         let mut stmt =
             c.db.prepare(
                 "SELECT r.run_id, r.created_ms, r.graph_name,
-                        (SELECT count(*) FROM events e WHERE e.run_id = r.run_id)
+                        coalesce((SELECT max(seq) + 1 FROM events e WHERE e.run_id = r.run_id), 0)
                  FROM runs r ORDER BY r.created_ms, r.run_id",
             )
             .map_err(StoreError::sql("listing runs"))?;
@@ -442,24 +363,7 @@ impl RunStore for SqliteStore {
         let Some(epoch) = epoch else {
             return Err(StoreError::UnknownRun(run_id.to_string()));
         };
-        // A last record whose checksum fails was torn by a crash mid-write: it never
-        // counted, so its sequence number is free for the new owner.
-        let last: Option<(i64, bool)> = tx
-            .query_row(
-                "SELECT seq, kind, body, crc FROM events WHERE run_id = ?1
-                 ORDER BY seq DESC LIMIT 1",
-                [run_id],
-                |r| Ok((r.get(0)?, row_verifies(run_id, r)?)),
-            )
-            .optional()
-            .map_err(StoreError::sql("taking over a run"))?;
-        if let Some((seq, false)) = last {
-            tx.execute(
-                "DELETE FROM events WHERE run_id = ?1 AND seq = ?2",
-                params![run_id, seq],
-            )
-            .map_err(StoreError::sql("dropping a torn record"))?;
-        }
+        drop_torn_tail(&tx, run_id)?;
         let next = epoch as u64 + 1;
         tx.execute(
             "UPDATE runs SET owner_epoch = ?2 WHERE run_id = ?1",
@@ -481,8 +385,11 @@ impl RunStore for SqliteStore {
         if records.is_empty() {
             return Ok(());
         }
-        let mut c = self.conn();
-        set_sync(&mut c, sync)?;
+        let mut guard = self.conn();
+        // Through a plain reference, so the transaction (on `db`) and the row buffer
+        // (`layout`) are borrowed apart.
+        let c = &mut *guard;
+        set_sync(c, sync)?;
         let tx =
             c.db.transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(StoreError::sql("appending to a run's log"))?;
@@ -515,7 +422,14 @@ impl RunStore for SqliteStore {
                 next,
             });
         }
-        insert_events(&tx, run_id, first_seq, now_ms() as i64, records)?;
+        insert_events(
+            &tx,
+            &mut c.layout,
+            run_id,
+            first_seq,
+            now_ms() as i64,
+            records,
+        )?;
         fault::mid_commit(records);
         tx.commit()
             .map_err(StoreError::sql("committing a run's log"))
@@ -543,15 +457,13 @@ impl RunStore for SqliteStore {
             .map_err(StoreError::sql("reading a run's log"))?;
         let mut out = LogRead::default();
         let mut expected = from;
-        // A failed checksum is a torn tail only if nothing follows it.
+        // Records that failed their checksum are a torn tail only if nothing follows.
         let mut bad: Option<u64> = None;
+        let mut first_row = true;
         while let Some(row) = rows
             .next()
             .map_err(StoreError::sql("reading a run's log"))?
         {
-            let seq = row
-                .get::<_, i64>(0)
-                .map_err(StoreError::sql("reading a run's log"))? as u64;
             if let Some(b) = bad {
                 return Err(StoreError::Corrupt {
                     run: run_id.to_string(),
@@ -559,18 +471,33 @@ impl RunStore for SqliteStore {
                     detail: "checksum mismatch".into(),
                 });
             }
-            if seq != expected {
+            let checked = rows::check(run_id, row, from)?;
+            // A row whose header does not verify holds nothing that can be placed: it
+            // counts as unverified from where the log should go on.
+            let first = checked.first.unwrap_or(expected);
+            // The first row may begin before `from` (it holds `from`); every later one
+            // begins where the one before ended.
+            let placed = if first_row {
+                first <= expected && expected <= checked.last
+            } else {
+                first == expected
+            };
+            if !placed {
                 return Err(StoreError::Gap {
                     run: run_id.to_string(),
                     expected,
-                    found: seq,
+                    found: first,
                 });
             }
-            expected += 1;
-            match verify_row(run_id, row)? {
-                Some(s) => out.records.push(s),
-                None => bad = Some(seq),
+            first_row = false;
+            for f in &checked.frames {
+                out.records.push(f.stored(run_id, checked.at_ms)?);
             }
+            bad = match checked.first {
+                None => Some(expected),
+                Some(_) => checked.unverified.map(|u| u.max(from)),
+            };
+            expected = checked.last + 1;
         }
         out.torn_tail = bad;
         Ok(out)
@@ -601,16 +528,20 @@ impl RunStore for SqliteStore {
             .map_err(StoreError::sql(WHAT))?;
         let mut out = Vec::new();
         while let Some(row) = rows.next().map_err(StoreError::sql(WHAT))? {
-            let seq = row.get::<_, i64>(0).map_err(StoreError::sql(WHAT))?;
-            let verified = verify_row(run_id, row)?;
-            match verified {
-                Some(s) => out.push(s),
-                // A torn tail, as `read` treats it: the record never happened.
-                None if Some(seq) == last => {}
+            // Lifecycle records are always rows of their own (rows.rs).
+            let checked = rows::check(run_id, row, 0)?;
+            match checked.unverified {
                 None => {
+                    for f in &checked.frames {
+                        out.push(f.stored(run_id, checked.at_ms)?);
+                    }
+                }
+                // A torn tail, as `read` treats it: the record never happened.
+                Some(_) if Some(checked.last as i64) == last => {}
+                Some(seq) => {
                     return Err(StoreError::Corrupt {
                         run: run_id.to_string(),
-                        seq: seq as u64,
+                        seq,
                         detail: "checksum mismatch".into(),
                     });
                 }
@@ -644,6 +575,60 @@ impl RunStore for SqliteStore {
     ) -> Result<u64, StoreError> {
         SqliteStore::drop_unreferenced_artifacts(self, run_id, referenced)
     }
+}
+
+/// Frees the sequence numbers of a torn tail (records at the end of the log that fail
+/// their checksum: a write cut short by a crash never counted) for the next owner: a
+/// single row is deleted; a packed row keeps the records before the tear, or goes
+/// when none verify.
+fn drop_torn_tail(tx: &rusqlite::Transaction<'_>, run_id: &str) -> Result<(), StoreError> {
+    const WHAT: &str = "dropping a torn record";
+    let mut last = tx
+        .prepare_cached(
+            "SELECT seq, at_ms, kind, body, crc FROM events WHERE run_id = ?1
+             ORDER BY seq DESC LIMIT 1",
+        )
+        .map_err(StoreError::sql(WHAT))?;
+    let mut rows = last.query([run_id]).map_err(StoreError::sql(WHAT))?;
+    let Some(row) = rows.next().map_err(StoreError::sql(WHAT))? else {
+        return Ok(());
+    };
+    let checked = rows::check(run_id, row, 0)?;
+    let Some(torn) = checked.unverified else {
+        return Ok(());
+    };
+    let key = checked.last as i64;
+    let keep = match checked.first {
+        Some(first) if first < torn => Some((
+            torn - 1,
+            rows::truncated(checked.body, checked.kept, (torn - first) as u32),
+            checked.at_ms,
+        )),
+        _ => None,
+    };
+    drop(rows);
+    tx.execute(
+        "DELETE FROM events WHERE run_id = ?1 AND seq = ?2",
+        params![run_id, key],
+    )
+    .map_err(StoreError::sql(WHAT))?;
+    if let Some((last, body, at_ms)) = keep {
+        let crc = rows::packed_crc(run_id, last, &body);
+        tx.execute(
+            "INSERT INTO events (run_id, seq, at_ms, kind, body, crc)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                run_id,
+                last as i64,
+                at_ms as i64,
+                rows::PACKED,
+                body,
+                crc as i64
+            ],
+        )
+        .map_err(StoreError::sql(WHAT))?;
+    }
+    Ok(())
 }
 
 fn set_sync(c: &mut Conn, sync: bool) -> Result<(), StoreError> {

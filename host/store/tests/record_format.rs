@@ -1,6 +1,8 @@
 //! How records are stored on disk: results in a compact binary body, everything else as
-//! JSON text, both under the record's checksum; and logs written before the binary form
-//! (schema version 3, every body JSON) still read back after the store migrates.
+//! JSON text, both under the record's checksum; the records of one commit packed into
+//! one row, each still under its own checksum; and logs written before either (schema
+//! version 3, every body JSON; version 4, a row per record) still read back after the
+//! store migrates.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -78,7 +80,13 @@ fn results_are_binary_other_records_json_and_both_read_back_exactly() {
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
     let recs = [dispatched("a"), completed("a", awkward())];
-    store.append(&id, epoch, 0, &recs, false).unwrap();
+    // One append each: a record that commits alone is a row of its own (records that
+    // commit together share one: see the packed tests below).
+    for (seq, r) in recs.iter().enumerate() {
+        store
+            .append(&id, epoch, seq as u64, std::slice::from_ref(r), false)
+            .unwrap();
+    }
     assert_eq!(
         body_types(&path, &id),
         [
@@ -107,7 +115,11 @@ fn a_torn_binary_result_is_absent_at_the_end_and_corrupt_before_it() {
         completed("b", Value::Int(2)),
         completed("c", awkward()),
     ];
-    store.append(&id, epoch, 0, &recs, true).unwrap();
+    for (seq, r) in recs.iter().enumerate() {
+        store
+            .append(&id, epoch, seq as u64, std::slice::from_ref(r), true)
+            .unwrap();
+    }
     let cut = |seq: i64| {
         let c = rusqlite::Connection::open(&path).unwrap();
         c.execute(
@@ -174,7 +186,7 @@ fn a_version_3_store_with_json_results_migrates_and_reads_back() {
     let version: i64 = c
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
     let back: Vec<Record> = store
         .read(&id, 0)
         .unwrap()
@@ -194,4 +206,270 @@ fn a_version_3_store_with_json_results_migrates_and_reads_back() {
     assert_eq!(read.records[2].record, next);
     assert_eq!(body_types(&path, &id)[1].1, "text");
     assert_eq!(body_types(&path, &id)[2].1, "blob");
+}
+
+/// The rows of `run`'s log as stored: (key, kind column).
+fn rows_of(path: &Path, run: &str) -> Vec<(i64, String)> {
+    let c = rusqlite::Connection::open(path).unwrap();
+    let mut s = c
+        .prepare("SELECT seq, kind FROM events WHERE run_id = ?1 ORDER BY seq")
+        .unwrap();
+    s.query_map([run], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Keeps the first `len` bytes of the body of row `key`, as a write cut short would.
+fn cut_row(path: &Path, run: &str, key: i64, len: i64) {
+    let c = rusqlite::Connection::open(path).unwrap();
+    let n = c
+        .execute(
+            "UPDATE events SET body = substr(body, 1, ?3) WHERE run_id = ?1 AND seq = ?2",
+            rusqlite::params![run, key, len],
+        )
+        .unwrap();
+    assert_eq!(n, 1, "no row {key}");
+}
+
+fn body_len(path: &Path, run: &str, key: i64) -> i64 {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.query_row(
+        "SELECT length(body) FROM events WHERE run_id = ?1 AND seq = ?2",
+        rusqlite::params![run, key],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+fn started(node: &str) -> Record {
+    Record::Started {
+        occurrence: Occurrence::new(node, "", 0),
+    }
+}
+
+fn opened() -> Record {
+    Record::Opened {
+        epoch: 1,
+        reason: heddle_core::OpenReason::Start,
+        pid: 1,
+    }
+}
+
+/// A batch as the log writer commits it: the run opening, work records, then more.
+fn batch() -> Vec<Record> {
+    vec![
+        opened(),
+        dispatched("a"),
+        started("a"),
+        completed("a", awkward()),
+        completed("b", Value::Int(2)),
+        completed("c", Value::str("three")),
+        started("d"),
+    ]
+}
+
+fn records(store: &SqliteStore, run: &str, from: u64) -> Vec<Record> {
+    store
+        .read(run, from)
+        .unwrap()
+        .records
+        .into_iter()
+        .map(|s| s.record)
+        .collect()
+}
+
+#[test]
+fn records_committed_together_share_a_row_and_read_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let recs = batch();
+    store.append(&id, epoch, 0, &recs, false).unwrap();
+    // The lifecycle record keeps a row of its own (a listing reads those alone); the
+    // work after it is one row, keyed by its last record.
+    assert_eq!(
+        rows_of(&path, &id),
+        [(0, "opened".to_string()), (6, "packed".to_string())]
+    );
+    assert_eq!(records(&store, &id, 0), recs);
+    // Read from inside the row: the records from there on, numbered as appended.
+    let read = store.read(&id, 4).unwrap();
+    assert_eq!(
+        read.records.iter().map(|s| s.seq).collect::<Vec<_>>(),
+        [4, 5, 6]
+    );
+    assert_eq!(records(&store, &id, 4), recs[4..]);
+    assert_eq!(store.list().unwrap()[0].records, 7);
+    assert_eq!(store.read_lifecycle(&id).unwrap().len(), 1);
+    // The next append goes on after the row's last record, and a stale number is refused.
+    assert!(matches!(
+        store.append(&id, epoch, 6, &[started("e")], false),
+        Err(StoreError::NotNext { next: 7, .. })
+    ));
+    store.append(&id, epoch, 7, &batch(), false).unwrap();
+    let mut all = recs.clone();
+    all.extend(batch());
+    assert_eq!(records(&store, &id, 0), all);
+}
+
+/// Every cut of a packed row at the end of the log keeps exactly the records before the
+/// cut and reports the first one after it as the torn tail; the next owner keeps those
+/// and appends in the place of the rest.
+#[test]
+fn a_packed_row_cut_anywhere_keeps_the_records_before_the_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let recs = batch();
+    let full = {
+        let id = store.create_run(&new_run()).unwrap().run_id;
+        let epoch = store.acquire(&id).unwrap();
+        store.append(&id, epoch, 0, &recs, false).unwrap();
+        body_len(&path, &id, 6)
+    };
+    let mut kept_before = 0;
+    for len in 0..full {
+        let id = store.create_run(&new_run()).unwrap().run_id;
+        let epoch = store.acquire(&id).unwrap();
+        store.append(&id, epoch, 0, &recs, false).unwrap();
+        cut_row(&path, &id, 6, len);
+        let read = store.read(&id, 0).unwrap();
+        let kept = read.records.len();
+        assert!(kept < recs.len(), "cut at {len} kept all");
+        assert!(
+            kept >= kept_before,
+            "cut at {len} kept fewer than a shorter cut"
+        );
+        kept_before = kept;
+        assert_eq!(read.torn_tail, Some(kept as u64), "cut at {len}");
+        let back: Vec<Record> = read.records.into_iter().map(|s| s.record).collect();
+        assert_eq!(back, recs[..kept], "cut at {len}");
+        // Taken over: the torn records are gone, the ones before stay.
+        let epoch = store.acquire(&id).unwrap();
+        assert_eq!(store.read(&id, 0).unwrap().torn_tail, None, "cut at {len}");
+        assert_eq!(records(&store, &id, 0), recs[..kept], "cut at {len}");
+        store
+            .append(&id, epoch, kept as u64, &recs[kept..], false)
+            .unwrap();
+        assert_eq!(records(&store, &id, 0), recs, "cut at {len}");
+    }
+    // A cut inside the last record's frame keeps all the others.
+    assert_eq!(kept_before, recs.len() - 1);
+}
+
+/// Damage that is not a tear, or a tear with records after it, quarantines the run.
+#[test]
+fn a_packed_row_damaged_before_the_end_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let recs = batch();
+    let fresh = || {
+        let id = store.create_run(&new_run()).unwrap().run_id;
+        let epoch = store.acquire(&id).unwrap();
+        store.append(&id, epoch, 0, &recs, false).unwrap();
+        (id, epoch)
+    };
+    // A byte of result b's value changed ("three" -> "thrEe" in c, the record at 5):
+    // records after it in the row still verify, so it was altered, not torn.
+    let (id, _) = fresh();
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute(
+            "UPDATE events SET body = CAST(replace(body, CAST('three' AS BLOB), CAST('thrEe' AS BLOB)) AS BLOB)
+             WHERE run_id = ?1 AND seq = 6",
+            [&id],
+        )
+        .unwrap();
+    }
+    match store.read(&id, 0) {
+        Err(StoreError::Corrupt { seq: 5, .. }) => {}
+        other => panic!("expected record 5 to be corrupt, got {other:?}"),
+    }
+    // A packed row cut short with a row after it.
+    let (id, epoch) = fresh();
+    store.append(&id, epoch, 7, &[started("e")], false).unwrap();
+    cut_row(&path, &id, 6, body_len(&path, &id, 6) - 3);
+    match store.read(&id, 0) {
+        Err(StoreError::Corrupt { seq: 6, .. }) => {}
+        other => panic!("expected record 6 to be corrupt, got {other:?}"),
+    }
+    // A packed row whose record count was changed: its header does not verify.
+    let (id, epoch) = fresh();
+    store.append(&id, epoch, 7, &[started("e")], false).unwrap();
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute(
+            "UPDATE events SET body = CAST(x'0105' || substr(body, 3) AS BLOB)
+             WHERE run_id = ?1 AND seq = 6",
+            [&id],
+        )
+        .unwrap();
+    }
+    match store.read(&id, 0) {
+        Err(StoreError::Corrupt { seq: 1, .. }) => {}
+        other => panic!("expected record 1 to be corrupt, got {other:?}"),
+    }
+    // A missing packed row is a gap, found from its neighbours' numbers.
+    let (id, epoch) = fresh();
+    store.append(&id, epoch, 7, &recs, false).unwrap();
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute("DELETE FROM events WHERE run_id = ?1 AND seq = 6", [&id])
+            .unwrap();
+    }
+    match store.read(&id, 0) {
+        Err(StoreError::Gap {
+            expected: 1,
+            found: 7,
+            ..
+        }) => {}
+        other => panic!("expected a gap at 1, got {other:?}"),
+    }
+}
+
+/// A version 4 store (a row per record, binary results) migrates in place: its rows
+/// read back as they were, and the log goes on with packed rows after them.
+#[test]
+fn a_version_4_store_migrates_and_its_rows_read_as_one_record_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    // What heddle 4 wrote: a row per record, results binary. A record appended alone
+    // is laid out exactly so; the file is then marked version 4.
+    let old = batch();
+    for (seq, r) in old.iter().enumerate() {
+        store
+            .append(&id, epoch, seq as u64, std::slice::from_ref(r), false)
+            .unwrap();
+    }
+    drop(store);
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.pragma_update(None, "user_version", 4).unwrap();
+    }
+    assert_eq!(rows_of(&path, &id).len(), old.len());
+    let store = SqliteStore::open(&path).unwrap();
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = c
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 5);
+    assert_eq!(records(&store, &id, 0), old);
+    assert_eq!(records(&store, &id, 3), old[3..]);
+    let epoch = store.acquire(&id).unwrap();
+    store.append(&id, epoch, 7, &batch(), false).unwrap();
+    let mut all = old.clone();
+    all.extend(batch());
+    assert_eq!(records(&store, &id, 0), all);
+    assert_eq!(store.list().unwrap()[0].records, 14);
+    assert_eq!(
+        rows_of(&path, &id).last().unwrap(),
+        &(13, "packed".to_string())
+    );
 }

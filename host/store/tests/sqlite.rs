@@ -127,8 +127,16 @@ fn a_torn_last_record_is_absent_and_its_slot_reused() {
     let store = SqliteStore::open(&path).unwrap();
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
-    let recs = [dispatched("a"), dispatched("b"), dispatched("c")];
-    store.append(&id, epoch, 0, &recs, true).unwrap();
+    // One append each, so each record is a row of its own (the layout of a record that
+    // commits alone, and of every version 4 store); packed rows: record_format.rs.
+    for (seq, r) in [dispatched("a"), dispatched("b"), dispatched("c")]
+        .iter()
+        .enumerate()
+    {
+        store
+            .append(&id, epoch, seq as u64, std::slice::from_ref(r), true)
+            .unwrap();
+    }
     // Cut the last record short, as a crash in the middle of writing it would.
     {
         let c = rusqlite::Connection::open(&path).unwrap();
@@ -159,8 +167,15 @@ fn a_corrupt_record_before_the_end_quarantines_the_run() {
     let store = SqliteStore::open(&path).unwrap();
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
-    let recs = [dispatched("a"), dispatched("b"), dispatched("c")];
-    store.append(&id, epoch, 0, &recs, true).unwrap();
+    // A row per record, as above.
+    for (seq, r) in [dispatched("a"), dispatched("b"), dispatched("c")]
+        .iter()
+        .enumerate()
+    {
+        store
+            .append(&id, epoch, seq as u64, std::slice::from_ref(r), true)
+            .unwrap();
+    }
     let c = rusqlite::Connection::open(&path).unwrap();
     c.execute(
         "UPDATE events SET body = replace(body, '\"a\"', '\"x\"') WHERE run_id = ?1 AND seq = 0",

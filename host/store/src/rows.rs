@@ -1,0 +1,422 @@
+//! How a run's records are laid out in rows of the `events` table.
+//!
+//! Since schema 5 the records of one group commit share a row: a row per record cost a
+//! b-tree insert, six bound parameters and a row header each, which was most of what the
+//! log writer spent per record once results were binary. Two kinds of row:
+//!
+//! - **single**: one record. `seq` is its sequence number, `kind` its kind, `body` its
+//!   body ([`codec`]: JSON text, or a result's binary form) and `crc` its checksum
+//!   ([`checksum`]). Every row of a version 4 store is one; so is every lifecycle record
+//!   ([`crate::status::LIFECYCLE`]), which a listing reads by the `kind` column alone,
+//!   and a record that committed with no company.
+//! - **packed** (`kind` = [`PACKED`], `body` a blob): records `a..=b`, keyed by `seq` =
+//!   `b`, the last one, so `seq >= from` still finds every row holding a record from
+//!   `from` on and `max(seq)` is still the log's last record. The body is a header
+//!   (layout byte, record count as u32 LE) and one frame per record: kind, form, body and
+//!   the record's own checksum, computed exactly as a single row's. `crc` covers the
+//!   header, so a damaged count cannot move records onto other numbers; each record is
+//!   still verified on its own, so a row cut short keeps the records before the cut and
+//!   a torn tail is found record by record.
+
+use std::ops::Range;
+
+use heddle_core::Record;
+use rusqlite::types::ValueRef;
+
+use crate::codec::{self, Form};
+use crate::{StoreError, Stored};
+
+/// The `kind` column of a packed row. No record kind is spelled like it (a debug
+/// assertion in [`lay_out`] says so).
+pub(crate) const PACKED: &str = "packed";
+
+/// The first byte of a packed body: the layout of what follows.
+const PACKED_LAYOUT: u8 = 1;
+
+/// Header bytes of a packed body: the layout byte and the record count.
+const HEADER: usize = 5;
+
+/// A packed row is closed once its body reaches this size, so a reader never holds
+/// more than about this much of one row at a time (values over the run's inline limit
+/// are artifacts already, so a record is rarely near it).
+const ROW_BYTES: usize = 1 << 20;
+
+/// The checksum of one stored record: covers the run, the position and the bytes, so a
+/// record copied to another place or cut short does not verify. `base` is a hasher that
+/// has seen the run id ([`run_hasher`]).
+fn checksum(base: &crc32fast::Hasher, seq: u64, kind: &str, body: &[u8]) -> u32 {
+    let mut h = base.clone();
+    h.update(&seq.to_le_bytes());
+    h.update(kind.as_bytes());
+    h.update(body);
+    h.finalize()
+}
+
+fn run_hasher(run: &str) -> crc32fast::Hasher {
+    let mut h = crc32fast::Hasher::new();
+    h.update(run.as_bytes());
+    h
+}
+
+/// One row to insert; its body is `body` of the [`Layout`]'s buffer.
+pub(crate) struct Row {
+    pub seq: u64,
+    pub kind: &'static str,
+    pub form: Form,
+    pub body: Range<usize>,
+    pub crc: u32,
+}
+
+/// The rows of one append, their bodies in one buffer (reused from batch to batch).
+#[derive(Default)]
+pub(crate) struct Layout {
+    pub buf: Vec<u8>,
+    pub rows: Vec<Row>,
+}
+
+fn alone(r: &Record) -> bool {
+    crate::status::LIFECYCLE.contains(&r.kind())
+}
+
+/// Lays `records` (numbered from `first_seq`) out as rows of `run`'s log: a lifecycle
+/// record or a lone one as a single row, every other stretch packed.
+pub(crate) fn lay_out(
+    run: &str,
+    first_seq: u64,
+    records: &[Record],
+    out: &mut Layout,
+) -> Result<(), StoreError> {
+    out.buf.clear();
+    out.rows.clear();
+    let base = run_hasher(run);
+    let mut i = 0;
+    while i < records.len() {
+        let seq = first_seq + i as u64;
+        let packable = records[i..]
+            .iter()
+            .take_while(|r| !alone(r))
+            .take(u32::MAX as usize)
+            .count();
+        if packable < 2 {
+            single(&base, run, seq, &records[i], out)?;
+            i += 1;
+        } else {
+            i += packed(&base, run, seq, &records[i..i + packable], out)?;
+        }
+    }
+    Ok(())
+}
+
+fn encode(run: &str, seq: u64, r: &Record, buf: &mut Vec<u8>) -> Result<Form, StoreError> {
+    debug_assert_ne!(r.kind(), PACKED, "a record kind spelled like a packed row");
+    codec::encode(r, buf).map_err(|source| StoreError::Encode {
+        run: run.to_string(),
+        seq,
+        source,
+    })
+}
+
+fn single(
+    base: &crc32fast::Hasher,
+    run: &str,
+    seq: u64,
+    r: &Record,
+    out: &mut Layout,
+) -> Result<(), StoreError> {
+    let start = out.buf.len();
+    let form = encode(run, seq, r, &mut out.buf)?;
+    let kind = r.kind();
+    out.rows.push(Row {
+        seq,
+        kind,
+        form,
+        body: start..out.buf.len(),
+        crc: checksum(base, seq, kind, &out.buf[start..]),
+    });
+    Ok(())
+}
+
+/// Packs records from the front of `records` (at least one) into one row, until the
+/// body reaches [`ROW_BYTES`]; returns how many it took.
+fn packed(
+    base: &crc32fast::Hasher,
+    run: &str,
+    first_seq: u64,
+    records: &[Record],
+    out: &mut Layout,
+) -> Result<usize, StoreError> {
+    let start = out.buf.len();
+    let buf = &mut out.buf;
+    buf.push(PACKED_LAYOUT);
+    buf.extend_from_slice(&[0; 4]);
+    let mut n = 0;
+    for r in records {
+        let seq = first_seq + n as u64;
+        let kind = r.kind();
+        put_str(buf, kind);
+        let form_at = buf.len();
+        buf.extend_from_slice(&[0; 5]);
+        let body_at = buf.len();
+        let form = encode(run, seq, r, buf)?;
+        let len = u32::try_from(buf.len() - body_at).map_err(|_| StoreError::Corrupt {
+            run: run.to_string(),
+            seq,
+            detail: "a record body over 4 GiB".into(),
+        })?;
+        buf[form_at] = form_byte(form);
+        buf[form_at + 1..body_at].copy_from_slice(&len.to_le_bytes());
+        let crc = checksum(base, seq, kind, &buf[body_at..]);
+        buf.extend_from_slice(&crc.to_le_bytes());
+        n += 1;
+        if buf.len() - start >= ROW_BYTES {
+            break;
+        }
+    }
+    // At most u32::MAX records reach here (see `lay_out`).
+    buf[start + 1..start + HEADER].copy_from_slice(&(n as u32).to_le_bytes());
+    let last = first_seq + n as u64 - 1;
+    out.rows.push(Row {
+        seq: last,
+        kind: PACKED,
+        form: Form::Binary,
+        body: start..out.buf.len(),
+        crc: checksum(base, last, PACKED, &out.buf[start..start + HEADER]),
+    });
+    Ok(n)
+}
+
+fn put_str(buf: &mut Vec<u8>, s: &str) {
+    // Record kinds are short names; a longer one is cut at 255 bytes and then fails
+    // its checksum, so it cannot be misread.
+    let b = &s.as_bytes()[..s.len().min(255)];
+    buf.push(b.len() as u8);
+    buf.extend_from_slice(b);
+}
+
+fn form_byte(f: Form) -> u8 {
+    match f {
+        Form::Json => 0,
+        Form::Binary => 1,
+    }
+}
+
+/// One record of a row whose checksum verified, body not decoded yet.
+pub(crate) struct Frame<'a> {
+    pub seq: u64,
+    kind: &'a str,
+    form: Form,
+    body: &'a [u8],
+}
+
+impl Frame<'_> {
+    /// The record, read back; a verified body that does not decode is corruption.
+    pub(crate) fn stored(&self, run: &str, at_ms: u64) -> Result<Stored, StoreError> {
+        let record = codec::decode(self.kind, self.form, self.body).map_err(|detail| {
+            StoreError::Corrupt {
+                run: run.to_string(),
+                seq: self.seq,
+                detail,
+            }
+        })?;
+        Ok(Stored {
+            seq: self.seq,
+            at_ms,
+            record,
+        })
+    }
+}
+
+/// A row, checked record by record.
+pub(crate) struct Checked<'a> {
+    /// The first sequence number the row holds; `None` when its header does not
+    /// verify (nothing in it can be placed, so nothing in it counts).
+    pub first: Option<u64>,
+    /// The last sequence number it holds (its key).
+    pub last: u64,
+    pub at_ms: u64,
+    /// Its records from `from` on that verified, in order, up to `unverified`.
+    pub frames: Vec<Frame<'a>>,
+    /// From this sequence number to `last` nothing verifies: a write torn by a crash if
+    /// this is the log's last row, corruption anywhere else.
+    pub unverified: Option<u64>,
+    /// For a packed row: the body bytes of its header and of every record before
+    /// `unverified`, what a repair keeps.
+    pub kept: usize,
+    pub body: &'a [u8],
+}
+
+/// Checks the row `seq, at_ms, kind, body, crc` of `run`'s log, keeping the records from
+/// `from` on. A record that fails its checksum with a verified one after it in the same
+/// row was altered, not torn: that is [`StoreError::Corrupt`] at once.
+pub(crate) fn check<'a>(
+    run: &str,
+    row: &'a rusqlite::Row<'_>,
+    from: u64,
+) -> Result<Checked<'a>, StoreError> {
+    let col = |i| {
+        row.get_ref(i)
+            .map_err(StoreError::sql("reading a run's log"))
+    };
+    let (seq, at_ms, kind, body, crc) = (col(0)?, col(1)?, col(2)?, col(3)?, col(4)?);
+    // A key that is not an integer cannot be a row of this table (it is the primary key
+    // with a NOT NULL integer affinity); read it as anything at all to name the place.
+    let last = match seq {
+        ValueRef::Integer(s) => s as u64,
+        _ => 0,
+    };
+    let at_ms = match at_ms {
+        ValueRef::Integer(t) => t as u64,
+        _ => 0,
+    };
+    let unverifiable = |body: &'a [u8]| Checked {
+        first: None,
+        last,
+        at_ms,
+        frames: Vec::new(),
+        unverified: Some(last),
+        kept: 0,
+        body,
+    };
+    let (ValueRef::Integer(_), ValueRef::Text(kind), ValueRef::Integer(crc)) = (seq, kind, crc)
+    else {
+        return Ok(unverifiable(&[]));
+    };
+    let (form, body) = match body {
+        ValueRef::Text(t) => (Form::Json, t),
+        ValueRef::Blob(b) => (Form::Binary, b),
+        _ => return Ok(unverifiable(&[])),
+    };
+    let Ok(kind) = std::str::from_utf8(kind) else {
+        return Ok(unverifiable(body));
+    };
+    let base = run_hasher(run);
+    if kind != PACKED || form != Form::Binary {
+        let ok = checksum(&base, last, kind, body) == crc as u32;
+        return Ok(Checked {
+            first: Some(last),
+            last,
+            at_ms,
+            frames: if ok && last >= from {
+                vec![Frame {
+                    seq: last,
+                    kind,
+                    form,
+                    body,
+                }]
+            } else {
+                Vec::new()
+            },
+            unverified: (!ok).then_some(last),
+            kept: body.len(),
+            body,
+        });
+    }
+    let header_ok = body.len() >= HEADER
+        && body[0] == PACKED_LAYOUT
+        && checksum(&base, last, kind, &body[..HEADER]) == crc as u32;
+    if !header_ok {
+        return Ok(unverifiable(body));
+    }
+    let n = u32::from_le_bytes([body[1], body[2], body[3], body[4]]) as u64;
+    let Some(first) = (last + 1).checked_sub(n).filter(|_| n > 0) else {
+        return Ok(unverifiable(body));
+    };
+    let mut c = Checked {
+        first: Some(first),
+        last,
+        at_ms,
+        frames: Vec::new(),
+        unverified: None,
+        kept: HEADER,
+        body,
+    };
+    let mut at = HEADER;
+    for seq in first..=last {
+        let Some((frame, next)) = parse_frame(body, at) else {
+            // Cut short: nothing from here on can verify.
+            c.unverified.get_or_insert(seq);
+            return Ok(c);
+        };
+        at = next;
+        let ok = checksum(&base, seq, frame.kind, frame.body) == frame.crc;
+        match (ok, c.unverified) {
+            (true, Some(bad)) => {
+                return Err(StoreError::Corrupt {
+                    run: run.to_string(),
+                    seq: bad,
+                    detail: "checksum mismatch".into(),
+                });
+            }
+            (true, None) => {
+                c.kept = at;
+                if seq >= from {
+                    c.frames.push(Frame {
+                        seq,
+                        kind: frame.kind,
+                        form: frame.form,
+                        body: frame.body,
+                    });
+                }
+            }
+            (false, _) => {
+                c.unverified.get_or_insert(seq);
+            }
+        }
+    }
+    if at != body.len() && c.unverified.is_none() {
+        return Err(StoreError::Corrupt {
+            run: run.to_string(),
+            seq: last,
+            detail: format!("{} bytes after the last record of its row", body.len() - at),
+        });
+    }
+    Ok(c)
+}
+
+struct RawFrame<'a> {
+    kind: &'a str,
+    form: Form,
+    body: &'a [u8],
+    crc: u32,
+}
+
+/// The frame at `at` of a packed body and where the next begins; `None` when the body
+/// ends (or holds nonsense) before the frame does.
+fn parse_frame(body: &[u8], at: usize) -> Option<(RawFrame<'_>, usize)> {
+    let take = |at: usize, n: usize| body.get(at..at.checked_add(n)?);
+    let klen = *body.get(at)? as usize;
+    let kind = std::str::from_utf8(take(at + 1, klen)?).ok()?;
+    let mut p = at + 1 + klen;
+    let form = match *body.get(p)? {
+        0 => Form::Json,
+        1 => Form::Binary,
+        _ => return None,
+    };
+    let len = u32::from_le_bytes(take(p + 1, 4)?.try_into().ok()?) as usize;
+    p += 5;
+    let b = take(p, len)?;
+    p += len;
+    let crc = u32::from_le_bytes(take(p, 4)?.try_into().ok()?);
+    Some((
+        RawFrame {
+            kind,
+            form,
+            body: b,
+            crc,
+        },
+        p + 4,
+    ))
+}
+
+/// A packed body holding only the first `kept` bytes of `body` (header included) and
+/// `count` records: what a repair writes back in place of a row with a torn tail.
+pub(crate) fn truncated(body: &[u8], kept: usize, count: u32) -> Vec<u8> {
+    let mut b = body[..kept].to_vec();
+    b[1..HEADER].copy_from_slice(&count.to_le_bytes());
+    b
+}
+
+/// The header checksum of a packed row of `run` keyed `last`.
+pub(crate) fn packed_crc(run: &str, last: u64, body: &[u8]) -> u32 {
+    checksum(&run_hasher(run), last, PACKED, &body[..HEADER])
+}
