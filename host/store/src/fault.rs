@@ -14,8 +14,6 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use heddle_core::Record;
-
 /// The environment variable read once per process.
 pub const ENV: &str = "HEDDLE_FAULT";
 
@@ -88,24 +86,23 @@ pub(crate) fn is_armed() -> bool {
 
 /// Aborts the process if the armed fault is `boundary` for `node` and this is its N-th hit.
 pub fn check(boundary: Boundary, node: &str) {
-    let Some(f) = armed() else { return };
-    if f.boundary == boundary && (f.node == "*" || f.node == node) {
-        let hit = f.hits.fetch_add(1, Ordering::SeqCst) + 1;
-        if hit == f.nth {
-            eprintln!("{ENV}: aborting at {boundary:?} of node {node}");
-            std::process::abort();
-        }
+    if hits(boundary, node) {
+        abort(boundary, node);
     }
 }
 
-/// The `mid-commit` boundary: called inside the store's transaction.
-pub(crate) fn mid_commit(records: &[Record]) {
-    if armed().is_none() {
-        return;
-    }
-    for r in records {
-        if let Some(o) = r.occurrence() {
-            check(Boundary::MidCommit, &o.node);
-        }
-    }
+/// Counts a pass of `node` over `boundary`; true when it is the armed fault's N-th hit.
+/// The `mid-commit` boundary counts a record as it is encoded for the log (in the log's
+/// order) and fires inside the store transaction that holds it ([`abort`]).
+pub(crate) fn hits(boundary: Boundary, node: &str) -> bool {
+    let Some(f) = armed() else { return false };
+    f.boundary == boundary
+        && (f.node == "*" || f.node == node)
+        && f.hits.fetch_add(1, Ordering::SeqCst) + 1 == f.nth
+}
+
+/// Aborts the process as a crash at `boundary` of `node` would.
+pub(crate) fn abort(boundary: Boundary, node: &str) -> ! {
+    eprintln!("{ENV}: aborting at {boundary:?} of node {node}");
+    std::process::abort();
 }

@@ -36,6 +36,7 @@ pub use budget::{Budget, Exhausted, Spent};
 pub use error::StoreError;
 pub use journal::DurableJournal;
 pub use log::{LogCounters, RunLog, SyncWait};
+pub use rows::Frames;
 pub use sqlite::SqliteStore;
 pub use status::{RunState, RunView};
 
@@ -122,10 +123,14 @@ pub trait RunStore: Send + Sync {
     /// Appends under an older epoch are refused from then on.
     fn acquire(&self, run_id: &str) -> Result<u64, StoreError>;
 
-    /// Appends `records` at `first_seq..` in one transaction. Refused unless `first_seq`
-    /// is the next sequence number and `epoch` the current owner's. With `sync` the
-    /// records (and everything before them) are on stable storage when this returns;
-    /// without, they may be lost to a power failure but never reordered or half-written.
+    /// Appends the encoded records `frames` (of the run and from the sequence number they
+    /// name) in one transaction. Refused unless their first is the next sequence number
+    /// and `epoch` the current owner's. With `sync` the records (and everything before
+    /// them) are on stable storage when this returns; without, they may be lost to a
+    /// power failure but never reordered or half-written.
+    fn append_frames(&self, epoch: u64, frames: &Frames, sync: bool) -> Result<(), StoreError>;
+
+    /// [`RunStore::append_frames`] of `records` at `first_seq..` of `run_id`'s log.
     fn append(
         &self,
         run_id: &str,
@@ -133,7 +138,13 @@ pub trait RunStore: Send + Sync {
         first_seq: u64,
         records: &[Record],
         sync: bool,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        let mut frames = Frames::new(run_id, first_seq);
+        for r in records {
+            frames.push(r)?;
+        }
+        self.append_frames(epoch, &frames, sync)
+    }
 
     /// The run's log from sequence number `from` on, every record's checksum verified.
     /// Large values are references ([`spill`]); [`spill::resolve`] reads them back.

@@ -1,25 +1,25 @@
 //! The writer of one run's log: sequence numbers, group commit, synced writes.
 //!
-//! Appends are numbered under one lock and queued to a writer thread, which commits
-//! whatever has queued up in one transaction. A record that needs to be durable before
-//! the caller goes on (the start of a node that is not retry-safe) makes its batch a
-//! synced commit and the caller waits for it; everything else is committed without a
-//! sync and the caller never waits. Because batches commit in order, the log on disk is
-//! always a prefix of what was appended: a crash loses at most an unsynced tail, never
-//! a record before one that survived.
+//! Appends are numbered and encoded under one lock, on the appending thread, into the
+//! batch a writer thread commits next in one transaction. A record that needs to be
+//! durable before the caller goes on (the start of a node that is not retry-safe) makes
+//! its batch a synced commit and the caller waits for it; everything else is committed
+//! without a sync and the caller never waits. Because batches commit in order, the log on
+//! disk is always a prefix of what was appended: a crash loses at most an unsynced tail,
+//! never a record before one that survived.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use heddle_core::Record;
 use tokio::sync::oneshot;
 
-use crate::{RunStore, StoreError};
+use crate::{Frames, RunStore, StoreError};
 
-/// Most records committed in one transaction.
+/// Records that make a batch due before its window ends (a batch holds more when the
+/// writer was busy committing the one before).
 const MAX_BATCH: usize = 4096;
 
 /// How long unsynced records wait for company before they are committed. Nobody waits
@@ -30,15 +30,6 @@ const MAX_BATCH: usize = 4096;
 const GROUP_WINDOW: Duration = Duration::from_millis(2);
 
 type Reply = oneshot::Sender<Result<(), Arc<StoreError>>>;
-
-enum Cmd {
-    Append {
-        seq: u64,
-        record: Record,
-        reply: Option<Reply>,
-    },
-    Flush(Reply),
-}
 
 /// What a run log has written so far (this process only): the figures behind "a node
 /// that is not retry-safe pays at most one synced write before it starts".
@@ -79,19 +70,44 @@ struct Counting {
 pub struct RunLog {
     run_id: String,
     epoch: u64,
-    queue: Mutex<Queue>,
-    failed: Arc<Mutex<Option<Arc<StoreError>>>>,
-    counting: Arc<Counting>,
+    shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
-    /// The writer thread, woken only for what someone waits on (see [`GROUP_WINDOW`]).
+    /// The writer thread, woken when a window opens and for what someone waits on (see
+    /// [`GROUP_WINDOW`]).
     writer_thread: std::thread::Thread,
     /// The run's known secret values, masked out of every record ([`Self::keep_out`]).
     secrets: std::sync::OnceLock<heddle_core::supervise::Redactor>,
 }
 
+/// What the appending threads and the writer share.
+struct Shared {
+    queue: Mutex<Queue>,
+    counting: Counting,
+}
+
 struct Queue {
+    /// The next sequence number to hand out.
     next: u64,
-    tx: Option<mpsc::Sender<Cmd>>,
+    /// Records appended and not yet taken by the writer, encoded.
+    pending: Frames,
+    /// When the first of `pending` was appended: its group window's start.
+    since: Option<Instant>,
+    /// Callers waiting until `pending` (and everything before) is on disk.
+    replies: Vec<Reply>,
+    /// Someone waits: the writer commits `pending` at once, synced.
+    sync: bool,
+    /// `close` was called: nothing more is taken, the writer ends after `pending`.
+    closed: bool,
+    /// The first error; after it nothing more is written.
+    failed: Option<Arc<StoreError>>,
+}
+
+impl Shared {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        // Nothing in the queue is left half-updated by a panic (pushes roll back), so a
+        // poisoned lock is still usable.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Completes when a synced append (and everything before it) is on disk.
@@ -123,16 +139,24 @@ impl RunLog {
     /// Starts writing run `run_id` as owner `epoch` (from [`RunStore::acquire`]), with
     /// `next_seq` the first free sequence number.
     pub fn start(store: Arc<dyn RunStore>, run_id: &str, epoch: u64, next_seq: u64) -> RunLog {
-        let (tx, rx) = mpsc::channel::<Cmd>();
-        let failed = Arc::new(Mutex::new(None));
-        let counting = Arc::new(Counting::default());
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                next: next_seq,
+                pending: Frames::new(run_id, next_seq),
+                since: None,
+                replies: Vec::new(),
+                sync: false,
+                closed: false,
+                failed: None,
+            }),
+            counting: Counting::default(),
+        });
         let writer = {
-            let run_id = run_id.to_string();
-            let failed = failed.clone();
-            let counting = counting.clone();
+            let shared = shared.clone();
+            let spare = Frames::new(run_id, next_seq);
             std::thread::Builder::new()
                 .name(format!("heddle-log-{run_id}"))
-                .spawn(move || write_loop(store, run_id, epoch, next_seq, rx, failed, &counting))
+                .spawn(move || write_loop(store, epoch, &shared, spare))
                 // Failing to start a thread means the process is out of resources;
                 // nothing durable can happen then.
                 .expect("spawn the run log writer thread")
@@ -140,12 +164,7 @@ impl RunLog {
         RunLog {
             run_id: run_id.to_string(),
             epoch,
-            queue: Mutex::new(Queue {
-                next: next_seq,
-                tx: Some(tx),
-            }),
-            failed,
-            counting,
+            shared,
             writer_thread: writer.thread().clone(),
             writer: Mutex::new(Some(writer)),
             secrets: std::sync::OnceLock::new(),
@@ -171,31 +190,57 @@ impl RunLog {
 
     /// The first error the writer hit; after it nothing more is written.
     pub fn error(&self) -> Option<Arc<StoreError>> {
-        self.failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.shared.queue().failed.clone()
     }
 
+    /// Numbers `record` and encodes it into the next batch. The record is dropped here,
+    /// on the appending thread, after the lock is released: its memory never crosses to
+    /// the writer.
     fn push(&self, record: Record, reply: Option<Reply>) -> u64 {
         let record = match self.secrets.get() {
             Some(r) => crate::secrets::mask_record(r, record),
             None => record,
         };
-        let waited_on = reply.is_some();
-        let seq = {
-            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-            let seq = q.next;
-            q.next += 1;
-            if let Some(tx) = &q.tx {
-                // A send fails only when the writer stopped after an error; the error is
-                // reported to waiters and by `error()`, and the reply sender dropping
-                // here tells a waiter the same.
-                let _ = tx.send(Cmd::Append { seq, record, reply });
+        let mut q = self.shared.queue();
+        let seq = q.next;
+        q.next += 1;
+        if let Some(e) = &q.failed {
+            if let Some(r) = reply {
+                let _ = r.send(Err(e.clone()));
             }
-            seq
-        };
-        if waited_on {
+            return seq;
+        }
+        if q.closed {
+            // The reply sender dropping tells a waiter the log is closed.
+            return seq;
+        }
+        if let Err(e) = q.pending.push(&record) {
+            // Nothing after a record that cannot be written may be: the log would have a
+            // hole. What came before is still committed.
+            let e = Arc::new(e);
+            q.failed = Some(e.clone());
+            if let Some(r) = reply {
+                let _ = r.send(Err(e));
+            }
+            drop(q);
+            self.writer_thread.unpark();
+            return seq;
+        }
+        let opens = q.since.is_none();
+        if opens {
+            q.since = Some(Instant::now());
+        }
+        let waited_on = reply.is_some();
+        if let Some(r) = reply {
+            q.replies.push(r);
+            q.sync = true;
+        }
+        let full = q.pending.len() >= MAX_BATCH;
+        drop(q);
+        // The writer sleeps until a window opens; after that it wakes when the window
+        // ends, so plain appends inside one do not wake it one by one (a thread switch
+        // per record costs more than writing it).
+        if opens || waited_on || full {
             self.writer_thread.unpark();
         }
         seq
@@ -218,21 +263,29 @@ impl RunLog {
     /// Makes everything appended so far durable.
     pub fn flush(&self) -> SyncWait {
         let (tx, rx) = oneshot::channel();
-        let q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        match &q.tx {
-            Some(s) => {
-                let _ = s.send(Cmd::Flush(tx));
-            }
-            None => drop(tx),
+        self.wait_for_pending(tx, false);
+        SyncWait(rx)
+    }
+
+    /// Has `reply` answered once everything appended so far is on disk (at once when
+    /// the log failed; dropped, which a waiter reads as closed, when it was closed).
+    /// With `close`, nothing is taken after it and the writer ends.
+    fn wait_for_pending(&self, reply: Reply, close: bool) {
+        let mut q = self.shared.queue();
+        if let Some(e) = &q.failed {
+            let _ = reply.send(Err(e.clone()));
+        } else if !q.closed {
+            q.replies.push(reply);
+            q.sync = true;
         }
+        q.closed |= close;
         drop(q);
         self.writer_thread.unpark();
-        SyncWait(rx)
     }
 
     /// What this log has committed so far.
     pub fn counters(&self) -> LogCounters {
-        let c = &self.counting;
+        let c = &self.shared.counting;
         LogCounters {
             records: c.records.load(Ordering::Relaxed),
             commits: c.commits.load(Ordering::Relaxed),
@@ -243,26 +296,18 @@ impl RunLog {
 
     /// The next sequence number to be assigned.
     pub fn next_seq(&self) -> u64 {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).next
+        self.shared.queue().next
     }
 
     /// Flushes, stops the writer and reports whether everything was written.
     pub fn close(&self) -> Result<(), StoreError> {
-        let tx = self
-            .queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .tx
-            .take();
-        let Some(tx) = tx else { return Ok(()) };
-        let (rtx, rrx) = oneshot::channel();
-        let _ = tx.send(Cmd::Flush(rtx));
-        drop(tx);
-        self.writer_thread.unpark();
-        let r = flatten(rrx.blocking_recv());
-        if let Some(w) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = w.join();
-        }
+        let Some(w) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return Ok(());
+        };
+        let (tx, rx) = oneshot::channel();
+        self.wait_for_pending(tx, true);
+        let r = flatten(rx.blocking_recv());
+        let _ = w.join();
         r
     }
 }
@@ -273,90 +318,79 @@ impl Drop for RunLog {
     }
 }
 
-fn write_loop(
-    store: Arc<dyn RunStore>,
-    run_id: String,
-    epoch: u64,
-    mut next: u64,
-    rx: mpsc::Receiver<Cmd>,
-    failed: Arc<Mutex<Option<Arc<StoreError>>>>,
-    counting: &Counting,
-) {
-    let mut records = Vec::new();
+/// The writer thread: waits for a batch to be due, takes it (leaving `spare`, emptied, in
+/// its place) and commits it, until the log is closed or fails.
+fn write_loop(store: Arc<dyn RunStore>, epoch: u64, shared: &Shared, mut spare: Frames) {
     let mut replies = Vec::new();
-    while let Ok(first) = rx.recv() {
-        let base = next;
-        // Queues one command; true when a caller waits for the batch to be on disk.
-        let take = |cmd: Cmd, records: &mut Vec<Record>, replies: &mut Vec<Reply>| match cmd {
-            Cmd::Append { seq, record, reply } => {
-                debug_assert_eq!(seq, base + records.len() as u64, "appends arrive in order");
-                records.push(record);
-                reply.map(|r| replies.push(r)).is_some()
-            }
-            Cmd::Flush(r) => {
-                replies.push(r);
-                true
+    loop {
+        let mut q = shared.queue();
+        // A batch is due when someone waits, when it is full, when its window ended,
+        // and at the end; until then the writer parks (see `push`).
+        let wait = if q.sync || q.closed || q.failed.is_some() || q.pending.len() >= MAX_BATCH {
+            None
+        } else {
+            match q.since {
+                None => Some(None),
+                Some(t) => GROUP_WINDOW.checked_sub(t.elapsed()).map(Some),
             }
         };
-        let mut sync = take(first, &mut records, &mut replies);
-        let deadline = Instant::now() + GROUP_WINDOW;
-        loop {
-            // Whatever is queued goes along; then the window is waited out unless a
-            // caller is waiting for this batch. The writer parks rather than waits on
-            // the channel, so plain appends do not wake it one by one (a thread switch
-            // per record costs more than writing it); a waited-on append unparks it.
-            while records.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(cmd) => sync |= take(cmd, &mut records, &mut replies),
-                    Err(_) => break,
-                }
+        if let Some(timeout) = wait {
+            drop(q);
+            match timeout {
+                Some(t) if !t.is_zero() => std::thread::park_timeout(t),
+                Some(_) => {}
+                None => std::thread::park(),
             }
-            let now = Instant::now();
-            if sync || records.len() >= MAX_BATCH || now >= deadline {
-                break;
-            }
-            std::thread::park_timeout(deadline - now);
+            continue;
         }
-        let result = store.append(&run_id, epoch, next, &records, sync);
+        let next = q.next;
+        spare.clear(next);
+        let mut batch = std::mem::replace(&mut q.pending, spare);
+        std::mem::swap(&mut replies, &mut q.replies);
+        let sync = std::mem::take(&mut q.sync);
+        q.since = None;
+        let ending = q.closed || q.failed.is_some();
+        drop(q);
+        let result = store.append_frames(epoch, &batch, sync);
         match result {
             Ok(()) => {
-                next += records.len() as u64;
-                counting
-                    .records
-                    .fetch_add(records.len() as u64, Ordering::Relaxed);
+                let c = &shared.counting;
+                c.records.fetch_add(batch.len() as u64, Ordering::Relaxed);
                 // A flush with nothing queued commits nothing (the store skips it).
-                let committed = !records.is_empty();
-                counting
-                    .commits
-                    .fetch_add(u64::from(committed), Ordering::Relaxed);
-                counting
-                    .synced_commits
+                let committed = !batch.is_empty();
+                c.commits.fetch_add(u64::from(committed), Ordering::Relaxed);
+                c.synced_commits
                     .fetch_add(u64::from(committed && sync), Ordering::Relaxed);
-                counting
-                    .waits
-                    .fetch_add(replies.len() as u64, Ordering::Relaxed);
-                records.clear();
+                c.waits.fetch_add(replies.len() as u64, Ordering::Relaxed);
                 for r in replies.drain(..) {
                     let _ = r.send(Ok(()));
                 }
             }
             Err(e) => {
                 let e = Arc::new(e);
-                *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                let mut q = shared.queue();
+                q.failed.get_or_insert_with(|| e.clone());
+                // Nothing after a failed batch may be written: the log would have a hole.
+                replies.append(&mut q.replies);
+                drop(q);
                 for r in replies.drain(..) {
                     let _ = r.send(Err(e.clone()));
-                }
-                // Nothing after a failed batch may be written: the log would have a hole.
-                while let Ok(cmd) = rx.recv() {
-                    match cmd {
-                        Cmd::Append { reply: Some(r), .. } | Cmd::Flush(r) => {
-                            let _ = r.send(Err(e.clone()));
-                        }
-                        Cmd::Append { reply: None, .. } => {}
-                    }
                 }
                 return;
             }
         }
+        if ending {
+            // A record that could not be encoded stopped the log: whoever waits on
+            // anything after what was just committed is told so.
+            let mut q = shared.queue();
+            if let Some(e) = q.failed.clone() {
+                for r in q.replies.drain(..) {
+                    let _ = r.send(Err(e.clone()));
+                }
+            }
+            return;
+        }
+        batch.clear(0);
+        spare = batch;
     }
 }

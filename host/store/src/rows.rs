@@ -58,6 +58,132 @@ fn run_hasher(run: &str) -> crc32fast::Hasher {
     h
 }
 
+/// Records encoded for the log, in order from [`Frames::first`]: each one the frame a
+/// packed row holds (kind, form, body length, body, checksum), laid end to end in one
+/// buffer. A run log encodes each record here as it is appended, on the thread that
+/// appends it, so no record crosses to the writer's thread: handing records over cost the
+/// writer most of its time in freeing memory another thread allocated (the records'
+/// strings and lists), and the writer only copies bytes into rows.
+pub struct Frames {
+    run: Box<str>,
+    /// A hasher that has seen the run id ([`run_hasher`]).
+    base: crc32fast::Hasher,
+    first: u64,
+    buf: Vec<u8>,
+    at: Vec<At>,
+    /// A node whose record in this batch is where the armed `mid-commit` fault fires.
+    crash: Option<String>,
+}
+
+/// Where one frame lies in [`Frames::buf`]: from `start` to `body.end` + 4 (its checksum).
+struct At {
+    start: usize,
+    body: Range<usize>,
+    kind: &'static str,
+    form: Form,
+}
+
+impl Frames {
+    /// No records yet; the first pushed will be `run`'s record `first`.
+    pub fn new(run: &str, first: u64) -> Frames {
+        Frames {
+            run: run.into(),
+            base: run_hasher(run),
+            first,
+            buf: Vec::new(),
+            at: Vec::new(),
+            crash: None,
+        }
+    }
+
+    /// Empties the batch (keeping its memory); the next record pushed is number `first`.
+    pub fn clear(&mut self, first: u64) {
+        self.first = first;
+        self.buf.clear();
+        self.at.clear();
+        self.crash = None;
+    }
+
+    pub fn run(&self) -> &str {
+        &self.run
+    }
+
+    /// The sequence number of the first record.
+    pub fn first(&self) -> u64 {
+        self.first
+    }
+
+    pub fn len(&self) -> usize {
+        self.at.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.at.is_empty()
+    }
+
+    /// Encodes `record` as the next record of the batch. On error nothing is added.
+    pub fn push(&mut self, record: &Record) -> Result<(), StoreError> {
+        let seq = self.first + self.at.len() as u64;
+        let kind = record.kind();
+        debug_assert_ne!(kind, PACKED, "a record kind spelled like a packed row");
+        let start = self.buf.len();
+        put_str(&mut self.buf, kind);
+        let form_at = self.buf.len();
+        self.buf.extend_from_slice(&[0; 5]);
+        let body_at = self.buf.len();
+        let encoded = codec::encode(record, &mut self.buf)
+            .map_err(|source| StoreError::Encode {
+                run: self.run.to_string(),
+                seq,
+                source,
+            })
+            .and_then(|form| {
+                let len =
+                    u32::try_from(self.buf.len() - body_at).map_err(|_| StoreError::Corrupt {
+                        run: self.run.to_string(),
+                        seq,
+                        detail: "a record body over 4 GiB".into(),
+                    })?;
+                Ok((form, len))
+            });
+        let (form, len) = match encoded {
+            Ok(f) => f,
+            Err(e) => {
+                self.buf.truncate(start);
+                return Err(e);
+            }
+        };
+        let body_end = self.buf.len();
+        self.buf[form_at] = form_byte(form);
+        self.buf[form_at + 1..body_at].copy_from_slice(&len.to_le_bytes());
+        let crc = checksum(&self.base, seq, kind, &self.buf[body_at..]);
+        self.buf.extend_from_slice(&crc.to_le_bytes());
+        self.at.push(At {
+            start,
+            body: body_at..body_end,
+            kind,
+            form,
+        });
+        if crate::fault::is_armed()
+            && let Some(o) = record.occurrence()
+            && crate::fault::hits(crate::fault::Boundary::MidCommit, &o.node)
+        {
+            self.crash.get_or_insert_with(|| o.node.clone());
+        }
+        Ok(())
+    }
+
+    /// The node whose record makes the armed `mid-commit` fault fire in this batch.
+    pub(crate) fn crash(&self) -> Option<&str> {
+        self.crash.as_deref()
+    }
+
+    fn crc(&self, a: &At) -> u32 {
+        let b = &self.buf[a.body.end..a.body.end + 4];
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+}
+
 /// One row to insert; its body is `body` of the [`Layout`]'s buffer.
 pub(crate) struct Row {
     pub seq: u64,
@@ -74,115 +200,60 @@ pub(crate) struct Layout {
     pub rows: Vec<Row>,
 }
 
-fn alone(r: &Record) -> bool {
-    crate::status::LIFECYCLE.contains(&r.kind())
+fn alone(kind: &str) -> bool {
+    crate::status::LIFECYCLE.contains(&kind)
 }
 
-/// Lays `records` (numbered from `first_seq`) out as rows of `run`'s log: a lifecycle
-/// record or a lone one as a single row, every other stretch packed.
-pub(crate) fn lay_out(
-    run: &str,
-    first_seq: u64,
-    records: &[Record],
-    out: &mut Layout,
-) -> Result<(), StoreError> {
+/// Lays `frames` out as rows: a lifecycle record or a lone one as a single row, every
+/// other stretch packed (a packed body is a header and the stretch's frames as they are).
+pub(crate) fn lay_out(frames: &Frames, out: &mut Layout) {
     out.buf.clear();
     out.rows.clear();
-    let base = run_hasher(run);
+    let at = &frames.at;
     let mut i = 0;
-    while i < records.len() {
-        let seq = first_seq + i as u64;
-        let packable = records[i..]
+    while i < at.len() {
+        let seq = frames.first + i as u64;
+        let packable = at[i..]
             .iter()
-            .take_while(|r| !alone(r))
+            .take_while(|a| !alone(a.kind))
             .take(u32::MAX as usize)
             .count();
         if packable < 2 {
-            single(&base, run, seq, &records[i], out)?;
+            let a = &at[i];
+            let start = out.buf.len();
+            out.buf.extend_from_slice(&frames.buf[a.body.clone()]);
+            out.rows.push(Row {
+                seq,
+                kind: a.kind,
+                form: a.form,
+                body: start..out.buf.len(),
+                crc: frames.crc(a),
+            });
             i += 1;
-        } else {
-            i += packed(&base, run, seq, &records[i..i + packable], out)?;
+            continue;
         }
+        // Up to the frame that takes the body to [`ROW_BYTES`].
+        let from = at[i].start;
+        let n = at[i..i + packable]
+            .iter()
+            .position(|a| a.body.end + 4 - from + HEADER >= ROW_BYTES)
+            .map_or(packable, |p| p + 1);
+        let last = seq + n as u64 - 1;
+        let start = out.buf.len();
+        out.buf.push(PACKED_LAYOUT);
+        // At most u32::MAX records (the `take` above).
+        out.buf.extend_from_slice(&(n as u32).to_le_bytes());
+        let to = at[i + n - 1].body.end + 4;
+        out.buf.extend_from_slice(&frames.buf[from..to]);
+        out.rows.push(Row {
+            seq: last,
+            kind: PACKED,
+            form: Form::Binary,
+            body: start..out.buf.len(),
+            crc: checksum(&frames.base, last, PACKED, &out.buf[start..start + HEADER]),
+        });
+        i += n;
     }
-    Ok(())
-}
-
-fn encode(run: &str, seq: u64, r: &Record, buf: &mut Vec<u8>) -> Result<Form, StoreError> {
-    debug_assert_ne!(r.kind(), PACKED, "a record kind spelled like a packed row");
-    codec::encode(r, buf).map_err(|source| StoreError::Encode {
-        run: run.to_string(),
-        seq,
-        source,
-    })
-}
-
-fn single(
-    base: &crc32fast::Hasher,
-    run: &str,
-    seq: u64,
-    r: &Record,
-    out: &mut Layout,
-) -> Result<(), StoreError> {
-    let start = out.buf.len();
-    let form = encode(run, seq, r, &mut out.buf)?;
-    let kind = r.kind();
-    out.rows.push(Row {
-        seq,
-        kind,
-        form,
-        body: start..out.buf.len(),
-        crc: checksum(base, seq, kind, &out.buf[start..]),
-    });
-    Ok(())
-}
-
-/// Packs records from the front of `records` (at least one) into one row, until the
-/// body reaches [`ROW_BYTES`]; returns how many it took.
-fn packed(
-    base: &crc32fast::Hasher,
-    run: &str,
-    first_seq: u64,
-    records: &[Record],
-    out: &mut Layout,
-) -> Result<usize, StoreError> {
-    let start = out.buf.len();
-    let buf = &mut out.buf;
-    buf.push(PACKED_LAYOUT);
-    buf.extend_from_slice(&[0; 4]);
-    let mut n = 0;
-    for r in records {
-        let seq = first_seq + n as u64;
-        let kind = r.kind();
-        put_str(buf, kind);
-        let form_at = buf.len();
-        buf.extend_from_slice(&[0; 5]);
-        let body_at = buf.len();
-        let form = encode(run, seq, r, buf)?;
-        let len = u32::try_from(buf.len() - body_at).map_err(|_| StoreError::Corrupt {
-            run: run.to_string(),
-            seq,
-            detail: "a record body over 4 GiB".into(),
-        })?;
-        buf[form_at] = form_byte(form);
-        buf[form_at + 1..body_at].copy_from_slice(&len.to_le_bytes());
-        let crc = checksum(base, seq, kind, &buf[body_at..]);
-        buf.extend_from_slice(&crc.to_le_bytes());
-        n += 1;
-        if buf.len() - start >= ROW_BYTES {
-            break;
-        }
-    }
-    // At most u32::MAX records reach here (see `lay_out`).
-    buf[start + 1..start + HEADER].copy_from_slice(&(n as u32).to_le_bytes());
-    let last = first_seq + n as u64 - 1;
-    out.rows.push(Row {
-        seq: last,
-        kind: PACKED,
-        form: Form::Binary,
-        body: start..out.buf.len(),
-        crc: checksum(base, last, PACKED, &out.buf[start..start + HEADER]),
-    });
-    Ok(n)
 }
 
 fn put_str(buf: &mut Vec<u8>, s: &str) {

@@ -12,13 +12,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use heddle_core::Record;
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 
 use crate::clock::now_ms;
 use crate::{
-    LogRead, NewRun, RunHeader, RunStore, RunSummary, StoreError, Stored, codec, fault, lease,
-    rows, schema,
+    Frames, LogRead, NewRun, RunHeader, RunStore, RunSummary, StoreError, Stored, codec, fault,
+    lease, rows, schema,
 };
 
 pub struct SqliteStore {
@@ -145,22 +144,20 @@ fn new_run_id(created_ms: u64) -> String {
 /// the root and a reset each.
 const ROWS_PER_INSERT: usize = 32;
 
-/// Writes `records` as records `first_seq`.. of `run_id`'s log, laid out in rows by
-/// [`rows::lay_out`] (in `layout`, reused), in statements of up to
-/// [`ROWS_PER_INSERT`] rows.
+/// Writes `frames` to their run's log, laid out in rows by [`rows::lay_out`] (in
+/// `layout`, reused), in statements of up to [`ROWS_PER_INSERT`] rows.
 fn insert_events(
     tx: &rusqlite::Transaction<'_>,
     layout: &mut rows::Layout,
-    run_id: &str,
-    first_seq: u64,
+    frames: &Frames,
     at_ms: i64,
-    records: &[Record],
 ) -> Result<(), StoreError> {
     let sql_err = |source| StoreError::Sql {
         op: "appending to a run's log",
         source,
     };
-    rows::lay_out(run_id, first_seq, records, layout)?;
+    let run_id = frames.run();
+    rows::lay_out(frames, layout);
     for chunk in layout.rows.chunks(ROWS_PER_INSERT) {
         let mut ins = tx
             .prepare_cached(&insert_sql(chunk.len()))
@@ -374,17 +371,11 @@ impl RunStore for SqliteStore {
         Ok(next)
     }
 
-    fn append(
-        &self,
-        run_id: &str,
-        epoch: u64,
-        first_seq: u64,
-        records: &[Record],
-        sync: bool,
-    ) -> Result<(), StoreError> {
-        if records.is_empty() {
+    fn append_frames(&self, epoch: u64, frames: &Frames, sync: bool) -> Result<(), StoreError> {
+        if frames.is_empty() {
             return Ok(());
         }
+        let run_id = frames.run();
         let mut guard = self.conn();
         // Through a plain reference, so the transaction (on `db`) and the row buffer
         // (`layout`) are borrowed apart.
@@ -415,22 +406,17 @@ impl RunStore for SqliteStore {
             .and_then(|mut s| s.query_row([run_id], |r| r.get(0)))
             .map_err(StoreError::sql("appending to a run's log"))?;
         let next = last.map_or(0, |l| l as u64 + 1);
-        if next != first_seq {
+        if next != frames.first() {
             return Err(StoreError::NotNext {
                 run: run_id.to_string(),
-                seq: first_seq,
+                seq: frames.first(),
                 next,
             });
         }
-        insert_events(
-            &tx,
-            &mut c.layout,
-            run_id,
-            first_seq,
-            now_ms() as i64,
-            records,
-        )?;
-        fault::mid_commit(records);
+        insert_events(&tx, &mut c.layout, frames, now_ms() as i64)?;
+        if let Some(node) = frames.crash() {
+            fault::abort(fault::Boundary::MidCommit, node);
+        }
         tx.commit()
             .map_err(StoreError::sql("committing a run's log"))
     }
