@@ -273,6 +273,43 @@ fn concurrent_appends_are_gapless_and_keep_each_writers_order() {
     }
 }
 
+/// A log whose batch the store refuses (another process took the run over) stops: the
+/// waiter of that batch, everyone after it and `close` are told why, and nothing
+/// appended after the refused batch reaches the store.
+#[test]
+fn a_log_stops_at_its_first_failed_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn RunStore> = Arc::new(open_store(dir.path()));
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let log = RunLog::start(store.clone(), &id, epoch, 0);
+    let (_, wait) = log.append_synced(dispatched("a"));
+    wait.wait().unwrap();
+    let newer = store.acquire(&id).unwrap();
+    log.append(dispatched("b"));
+    let (_, wait) = log.append_synced(dispatched("c"));
+    let fenced = |e: &StoreError| {
+        matches!(e, StoreError::WriterStopped(e)
+            if matches!(**e, StoreError::Fenced { ours, current, .. } if (ours, current) == (epoch, newer)))
+    };
+    let e = wait.wait().unwrap_err();
+    assert!(fenced(&e), "{e:?}");
+    assert!(matches!(
+        log.error().as_deref(),
+        Some(StoreError::Fenced { .. })
+    ));
+    // After the failure every wait fails at once, and nothing more is written.
+    log.append(dispatched("d"));
+    let (_, wait) = log.append_synced(dispatched("e"));
+    assert!(fenced(&wait.wait().unwrap_err()));
+    assert!(fenced(&log.flush().wait().unwrap_err()));
+    assert!(fenced(&log.close().unwrap_err()));
+    let read = store.read(&id, 0).unwrap();
+    assert_eq!(read.records.len(), 1);
+    assert_eq!(read.records[0].record, dispatched("a"));
+    assert_eq!(log.counters().records, 1);
+}
+
 #[test]
 fn a_synced_append_is_on_disk_when_it_returns() {
     let dir = tempfile::tempdir().unwrap();
