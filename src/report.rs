@@ -193,7 +193,7 @@ impl RunReport {
                 let (started, finished) = times.get(id);
                 let measured = n.metrics.wall_us > 0 || n.metrics.fuel.is_some();
                 let entry = NodeEntry {
-                    node_type: n.node_type.clone(),
+                    node_type: n.node_type.to_string(),
                     status: outcome_name(&n.outcome),
                     skip_reason,
                     error,

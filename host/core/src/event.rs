@@ -5,6 +5,7 @@
 //! reports state through a side channel.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -258,7 +259,8 @@ pub enum NodeOutcome {
 /// Per-node summary in a [`RunResult`].
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct NodeReport {
-    pub node_type: String,
+    /// Shared with the plan's node: a report per node on a large graph copies no text.
+    pub node_type: Arc<str>,
     #[serde(flatten)]
     pub outcome: NodeOutcome,
     pub invocations: u64,

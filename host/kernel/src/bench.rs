@@ -358,7 +358,7 @@ impl TimedRun {
         let invocations: u64 = r
             .nodes
             .values()
-            .filter(|n| n.node_type == node_type)
+            .filter(|n| &*n.node_type == node_type)
             .map(|n| n.invocations)
             .sum();
         if invocations != expect {

@@ -46,6 +46,48 @@ pub struct Plan {
     pub warnings: Vec<Issue>,
     /// The `heddle.input` nodes, read once ([`Plan::inputs`]).
     pub(super) inputs: Vec<GraphInput>,
+    /// Node indices in the order of their ids ([`Plan::by_id`]).
+    pub(super) by_id: Box<[NodeIdx]>,
+}
+
+impl Plan {
+    /// Every node's index, in the order of the node ids: what a report keyed by id is
+    /// built in, sorted once when planning rather than on every run of the plan.
+    pub fn by_id(&self) -> &[NodeIdx] {
+        &self.by_id
+    }
+
+    /// The index of the node with id `id`.
+    pub fn node_index(&self, id: &str) -> Option<NodeIdx> {
+        self.by_id
+            .binary_search_by(|&i| (*self.nodes[i as usize].id).cmp(id))
+            .ok()
+            .map(|p| self.by_id[p])
+    }
+}
+
+/// [`Plan::by_id`] for `nodes` (whose ids are unique).
+pub(super) fn order_by_id(nodes: &[PlanNode]) -> Box<[NodeIdx]> {
+    // Sorted side by side as (first bytes, id, index): comparing through the nodes would
+    // fetch a whole node (a cache miss on a large graph) for every comparison, and ids
+    // mostly differ in their first eight bytes, which compare as one integer. Padded
+    // with zero bytes, the least there are, the prefixes order as the ids do; equal ones
+    // fall back to the whole id.
+    let mut order: Vec<(u64, &str, NodeIdx)> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (prefix(&n.id), &*n.id, i as NodeIdx))
+        .collect();
+    order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+    order.into_iter().map(|(_, _, i)| i).collect()
+}
+
+/// The first eight bytes of `id` as a big-endian integer, zero-padded.
+fn prefix(id: &str) -> u64 {
+    let mut b = [0u8; 8];
+    let n = id.len().min(8);
+    b[..n].copy_from_slice(&id.as_bytes()[..n]);
+    u64::from_be_bytes(b)
 }
 
 /// One external input of a planned graph, as the caller names it.

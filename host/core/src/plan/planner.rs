@@ -96,6 +96,7 @@ impl<'a> Planner<'a> {
         if self.issues.is_empty() {
             Ok(Plan {
                 inputs: inputs::collect(&nodes, &self.input_types),
+                by_id: super::model::order_by_id(&nodes),
                 nodes,
                 edges,
                 correlation,

@@ -310,3 +310,4 @@ mod correlation;
 mod inputs;
 mod issues;
 mod larger;
+mod order;

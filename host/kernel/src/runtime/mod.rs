@@ -348,7 +348,7 @@ impl RunHandle {
         properties: BTreeMap<String, Value>,
     ) -> Result<Outputs, KernelError> {
         let Some(&i) = self.controlled.get(node_id) else {
-            return Err(if self.plan.nodes.iter().any(|n| &*n.id == node_id) {
+            return Err(if self.plan.node_index(node_id).is_some() {
                 KernelError::NotControlled(node_id.to_string())
             } else {
                 KernelError::UnknownNode(node_id.to_string())

@@ -58,27 +58,17 @@ pub(super) async fn run_all(
                     ),
                 )
             };
-            let nodes = plan
-                .nodes
-                .iter()
-                .map(|n| {
-                    (
-                        n.id.to_string(),
-                        NodeReport {
-                            node_type: n.node_type.to_string(),
-                            outcome: NodeOutcome::Skipped {
-                                reason: if status == RunStatus::Cancelled {
-                                    SkipReason::Cancelled
-                                } else {
-                                    SkipReason::UpstreamFailed
-                                },
-                            },
-                            invocations: 0,
-                            metrics: Default::default(),
-                        },
-                    )
-                })
-                .collect();
+            let reason = if status == RunStatus::Cancelled {
+                SkipReason::Cancelled
+            } else {
+                SkipReason::UpstreamFailed
+            };
+            let nodes = by_id(&plan, |n| NodeReport {
+                node_type: plan.nodes[n].node_type.clone(),
+                outcome: NodeOutcome::Skipped { reason },
+                invocations: 0,
+                metrics: Default::default(),
+            });
             return finish_result(&bus, status, Some(error), None, BTreeMap::new(), nodes, t0);
         }
     }
@@ -159,41 +149,35 @@ pub(super) async fn run_all(
 
     // Outcome, with precedence cancel > suspend > failed > completed.
     let mut outputs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    // By plan index here; handed to the map in id order below.
-    let mut nodes: Vec<Option<(String, NodeReport)>> = Vec::with_capacity(plan.nodes.len());
+    // By plan index here (outputs, errors and the suspension are taken in plan order);
+    // handed to the map in id order below.
+    let mut done: Vec<Option<NodeReport>> = Vec::with_capacity(plan.nodes.len());
     let mut errors = Vec::new();
     let mut aborts = Vec::new();
     let mut suspend: Option<SuspendInfo> = None;
     for (i, r) in reports.into_iter().enumerate() {
         let n = &plan.nodes[i];
-        let Some(r) = r else {
-            nodes.push(Some((
-                String::from(&*n.id),
-                NodeReport {
-                    node_type: String::from(&*n.node_type),
-                    outcome: NodeOutcome::Failed {
-                        error: "the node's actor panicked".into(),
-                    },
-                    invocations: 0,
-                    metrics: Default::default(),
-                },
-            )));
-            continue;
+        let report = |outcome, invocations, metrics| NodeReport {
+            node_type: n.node_type.clone(),
+            outcome,
+            invocations,
+            metrics,
         };
         let r = match r {
-            Ended::Actor(r) => *r,
-            Ended::Inline => {
-                nodes.push(Some((
-                    String::from(&*n.id),
-                    NodeReport {
-                        node_type: String::from(&*n.node_type),
-                        outcome: NodeOutcome::Done,
-                        invocations: 1,
-                        metrics: Default::default(),
-                    },
+            None => {
+                let error = "the node's actor panicked".into();
+                done.push(Some(report(
+                    NodeOutcome::Failed { error },
+                    0,
+                    Default::default(),
                 )));
                 continue;
             }
+            Some(Ended::Inline) => {
+                done.push(Some(report(NodeOutcome::Done, 1, Default::default())));
+                continue;
+            }
+            Some(Ended::Actor(r)) => *r,
         };
         if &*n.node_type == OUTPUT_TYPE {
             outputs
@@ -207,17 +191,10 @@ pub(super) async fn run_all(
             Some(Stop::Suspended(info)) if suspend.is_none() => suspend = Some(info),
             _ => {}
         }
-        nodes.push(Some((
-            String::from(&*n.id),
-            NodeReport {
-                node_type: String::from(&*n.node_type),
-                outcome: r.outcome,
-                invocations: r.invocations,
-                metrics: r.metrics,
-            },
-        )));
+        done.push(Some(report(r.outcome, r.invocations, r.metrics)));
     }
-    let nodes = by_id(&plan, nodes);
+    // Each index once: the report is there.
+    let nodes = by_id(&plan, |i| done[i].take().expect("one report per node"));
     errors.extend(panics.iter().cloned());
     let all_errors: Vec<String> = aborts
         .iter()
@@ -252,38 +229,17 @@ enum Ended {
     Actor(Box<ActorReport>),
 }
 
-/// The node reports (by plan index) as the result's map. Inserted one by one, a large
-/// graph's reports would be shifted within the tree's nodes over and over; handed over
-/// already in key order, the map is built in one pass.
-fn by_id(
-    plan: &Plan,
-    mut nodes: Vec<Option<(String, NodeReport)>>,
-) -> BTreeMap<String, NodeReport> {
-    // Sorted side by side as (first bytes, id, index): comparing through the plan's
-    // nodes would fetch a whole node (a cache miss on a large graph) for every
-    // comparison, and ids mostly differ in their first eight bytes, which compare as one
-    // integer. Padded with zero bytes, the least there are, the prefixes order as the
-    // ids do; equal ones fall back to the whole id.
-    let mut order: Vec<(u64, &str, u32)> = plan
-        .nodes
+/// The result's map of node reports, `report(i)` giving node `i`'s. Inserted one by
+/// one, a large graph's reports would be shifted within the tree's nodes over and over;
+/// handed over in key order (the plan's id order), the map is built in one pass.
+fn by_id(plan: &Plan, mut report: impl FnMut(usize) -> NodeReport) -> BTreeMap<String, NodeReport> {
+    plan.by_id()
         .iter()
-        .enumerate()
-        .map(|(i, n)| (prefix(&n.id), &*n.id, i as u32))
-        .collect();
-    order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
-    order
-        .into_iter()
-        // Each index once: the entry is there.
-        .map(|(_, _, i)| nodes[i as usize].take().expect("one report per node"))
+        .map(|&i| {
+            let i = i as usize;
+            (String::from(&*plan.nodes[i].id), report(i))
+        })
         .collect()
-}
-
-/// The first eight bytes of `id` as a big-endian integer, zero-padded.
-fn prefix(id: &str) -> u64 {
-    let mut b = [0u8; 8];
-    let n = id.len().min(8);
-    b[..n].copy_from_slice(&id.as_bytes()[..n]);
-    u64::from_be_bytes(b)
 }
 
 /// `drained` for every data edge whose target stopped before consuming its end: values
