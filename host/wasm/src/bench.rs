@@ -118,7 +118,7 @@ pub async fn run_shape(
     messages: usize,
     journal: Option<Arc<dyn Journal>>,
 ) -> Result<BenchRun, BenchError> {
-    let timed = TimedRun::start(&graph(shape, n), registry, journal)?;
+    let timed = TimedRun::start(graph(shape, n), registry, journal)?;
     let h = &timed.handle;
     let (msgs, expect, hops) = match shape {
         WasmShape::Chain => {
@@ -242,7 +242,7 @@ pub async fn run_effect_chain(
             _ => {}
         }
     }
-    let timed = TimedRun::start(&effect_chain(n), registry, journal)?;
+    let timed = TimedRun::start(effect_chain(n), registry, journal)?;
     let h = &timed.handle;
     for i in 0..messages {
         h.push_input("in", Value::str(effect_message(i))).await?;

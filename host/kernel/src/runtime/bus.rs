@@ -154,8 +154,31 @@ impl EventBus {
     }
 
     pub(crate) fn publish_draft(&self, draft: Draft) {
-        let at_us = self.started.elapsed().as_micros() as u64;
+        let at_us = self.now_us();
         let mut st = self.lock();
+        self.push(&mut st, at_us, draft);
+    }
+
+    /// Publishes `drafts` in order, leaving the vector empty (its room kept for the
+    /// next ones): one clock reading and one lock for all of them, so a caller with many
+    /// events at once (the runner's inline nodes) pays those per batch, not per event.
+    /// They all carry the time of this call.
+    pub(crate) fn publish_all(&self, drafts: &mut Vec<Draft>) {
+        if drafts.is_empty() {
+            return;
+        }
+        let at_us = self.now_us();
+        let mut st = self.lock();
+        for draft in drafts.drain(..) {
+            self.push(&mut st, at_us, draft);
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
+    }
+
+    fn push(&self, st: &mut BusState, at_us: u64, draft: Draft) {
         if st.closed {
             return;
         }

@@ -20,9 +20,12 @@ use super::{INPUT_TYPE, OUTPUT_TYPE, Run};
 use crate::executor::InputView;
 
 /// Runs node `i` inline if it is such a node and its executor takes the call: then it is
-/// done, having invoked once with no metrics to report (a native built-in's). False:
-/// nothing was done.
-pub(super) fn run(run: &Run, i: usize, shared: &Shared) -> bool {
+/// done, having invoked once with no metrics to report (a native built-in's), and its
+/// events are in `events`, for the caller to publish (see [`EventBus::publish_all`]).
+/// False: nothing was done.
+///
+/// [`EventBus::publish_all`]: super::bus::EventBus::publish_all
+pub(super) fn run(run: &Run, i: usize, shared: &Shared, events: &mut Vec<Draft>) -> bool {
     let node = &run.plan.nodes[i];
     let isolated = node.in_edges.is_empty()
         && node.out_edges.is_empty()
@@ -36,7 +39,6 @@ pub(super) fn run(run: &Run, i: usize, shared: &Shared) -> bool {
     let Some(out) = run.executors[i].invoke_now(&mut InputView::new(SmallVec::new(), &base)) else {
         return false;
     };
-    let bus = &shared.bus;
     let event = |status, result| Draft::Node {
         node_id: node.id.clone(),
         node_type: node.node_type.clone(),
@@ -45,14 +47,14 @@ pub(super) fn run(run: &Run, i: usize, shared: &Shared) -> bool {
         error: None,
         skip_reason: None,
     };
-    bus.publish_draft(event(NodeStatus::Running, None));
+    events.push(event(NodeStatus::Running, None));
     // No output of an isolated node has a port: an undeclared one is warned about.
     for (h, _) in out.iter() {
         if let Some(warning) = undeclared_output(&node.decl, &node.id, h) {
-            bus.publish(warning);
+            events.push(Draft::Built(warning));
         }
     }
     let result = shows_result(&node.node_type).then_some(out);
-    bus.publish_draft(event(NodeStatus::Completed, result));
+    events.push(event(NodeStatus::Completed, result));
     true
 }

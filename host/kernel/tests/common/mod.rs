@@ -101,6 +101,15 @@ impl NodeProvider for TestNodes {
                     vec![OutputDecl::new("value", any())],
                 )
             },
+            // Initializes as its `init` says: `fail` at once, `wait` never; else at once.
+            NodeDecl {
+                properties: vec![PortDecl::new("init", t("str"))],
+                ..d(
+                    "test.init",
+                    vec![PortDecl::new("value", any())],
+                    vec![OutputDecl::new("value", any())],
+                )
+            },
             d(
                 "test.suspend",
                 vec![PortDecl::new("value", any())],
@@ -251,6 +260,10 @@ impl Executor for TestExec {
                         Value::Int(list.iter().filter_map(|v| v.as_i64()).sum()),
                     ))
                 }
+                "test.init" => Ok(Outputs::one(
+                    "value",
+                    i.get("value").cloned().unwrap_or_default(),
+                )),
                 "test.fail" => {
                     let v = i.get("value").cloned().unwrap_or_default();
                     if i.get("fail_on") == Some(&v) {
@@ -350,6 +363,14 @@ impl Executor for TestExec {
             }
             Ok(Outputs::one("total", Value::Int(total)))
         })
+    }
+
+    fn initialize(&self) -> BoxFuture<'_, Result<(), NodeError>> {
+        match self.props.get("init").and_then(|v| v.as_str()) {
+            Some("fail") => Box::pin(std::future::ready(Err(NodeError::host("no licence")))),
+            Some("wait") => Box::pin(std::future::pending()),
+            _ => Box::pin(std::future::ready(Ok(()))),
+        }
     }
 
     fn finalize(&self) -> BoxFuture<'_, ()> {
