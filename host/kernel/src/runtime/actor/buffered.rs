@@ -23,9 +23,11 @@ struct ClosingScope {
 }
 
 impl Actor {
-    /// Only the per-value path (a firing per data message) is awaited in place: every
-    /// other step is a boxed future, so the state a node holds for its whole life stays
-    /// small.
+    /// Only the hop of a native node ([`Actor::try_now`]) and an output node's value are
+    /// handled in place, with nothing awaited but the inbox: every other step is a boxed
+    /// future, so the state a node holds for its whole life stays small (in place, an
+    /// invocation's attempt loop alone would add ~2 KB to every waiting node). A node
+    /// that gets to a boxed step does real work there, beside which a box is little.
     pub(super) async fn run_buffered(&mut self) -> Result<(), Stop> {
         if self.spec.handles.is_empty() {
             return Box::pin(self.fire_source()).await;
@@ -94,12 +96,16 @@ impl Actor {
                                 f.push((0, value));
                                 f
                             };
-                            self.fire_firing(f, lin).await?;
+                            if let NodeRole::Output { .. } = &self.spec.role {
+                                self.fire_output(f);
+                            } else {
+                                Box::pin(self.fire_firing(f, lin)).await?;
+                            }
                             continue;
                         }
                         match sched.push(handle as usize, value, &lineage) {
                             Err(o) => return Err(Stop::Abort(o.0)),
-                            Ok(Some(key)) => self.fire_key(&mut sched, &key).await?,
+                            Ok(Some(key)) => Box::pin(self.fire_key(&mut sched, &key)).await?,
                             Ok(None) => Box::pin(self.fire_ready(&mut sched)).await?,
                         }
                     }
@@ -115,20 +121,22 @@ impl Actor {
                         self.ruled_out = true;
                         if fast {
                             let lin = lineage.truncate(self.spec.scope.len());
-                            self.forward_dropped(&lin).await?;
+                            Box::pin(self.forward_dropped(&lin)).await?;
                             continue;
                         }
                         match sched.rule_out(handle as usize, &lineage) {
                             Err(o) => return Err(Stop::Abort(o.0)),
-                            Ok(Some(key)) => self.fire_key(&mut sched, &key).await?,
-                            Ok(None) => self.fire_ready(&mut sched).await?,
+                            Ok(Some(key)) => Box::pin(self.fire_key(&mut sched, &key)).await?,
+                            Ok(None) => Box::pin(self.fire_ready(&mut sched)).await?,
                         }
                     }
                     Msg::EdgeFailed(message) => return Err(Stop::Failed(message.into())),
                     Msg::Done { handle, lineage } => match sched.done(handle as usize, &lineage) {
                         Err(o) => return Err(Stop::Abort(o.0)),
                         Ok(DoneEffect::Wait) => {}
-                        Ok(DoneEffect::Ready(key)) => self.fire_key(&mut sched, &key).await?,
+                        Ok(DoneEffect::Ready(key)) => {
+                            Box::pin(self.fire_key(&mut sched, &key)).await?
+                        }
                         Ok(DoneEffect::Dropped(key)) => {
                             let l = Lineage::from_key(&self.spec.scope, &key);
                             Box::pin(self.forward_dropped(&l)).await?;
@@ -233,24 +241,8 @@ impl Actor {
     }
 
     async fn fire_firing(&mut self, f: Firing, lineage: Lineage) -> Result<(), Stop> {
-        if let NodeRole::Output { name } = &self.spec.role {
-            // Output nodes are the kernel's own: the value becomes a run output.
-            let name = name.clone();
-            let v = f
-                .into_iter()
-                .next()
-                .map(|(_, v)| v)
-                .or_else(|| self.spec.defaults.first().cloned().flatten())
-                .unwrap_or(Value::Null);
-            let v = self.shared.outputs_retained.admit(v);
-            self.mark_started();
-            self.invocations += 1;
-            self.shared.bus.publish_draft(Draft::Output {
-                node_id: self.spec.id.clone(),
-                name,
-                value: v.clone(),
-            });
-            self.outputs.push(v);
+        if let NodeRole::Output { .. } = &self.spec.role {
+            self.fire_output(f);
             return Ok(());
         }
         if self.lacks_required(&f) {
@@ -269,6 +261,29 @@ impl Actor {
         };
         let inputs = self.rebuild_inputs(&f);
         self.fire(inputs, f, lineage).await
+    }
+
+    /// An output node's firing: the kernel's own, the value becomes a run output.
+    fn fire_output(&mut self, f: Firing) {
+        let NodeRole::Output { name } = &self.spec.role else {
+            return;
+        };
+        let name = name.clone();
+        let v = f
+            .into_iter()
+            .next()
+            .map(|(_, v)| v)
+            .or_else(|| self.spec.defaults.first().cloned().flatten())
+            .unwrap_or(Value::Null);
+        let v = self.shared.outputs_retained.admit(v);
+        self.mark_started();
+        self.invocations += 1;
+        self.shared.bus.publish_draft(Draft::Output {
+            node_id: self.spec.id.clone(),
+            name,
+            value: v.clone(),
+        });
+        self.outputs.push(v);
     }
 
     /// One invocation through [`Executor::invoke_now`]: the firing's values are read in

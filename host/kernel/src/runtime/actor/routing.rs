@@ -43,7 +43,10 @@ impl Actor {
     pub(super) async fn send(&self, tx: &Link, msg: Msg) -> Result<(), Stop> {
         match deliver_now(tx, msg) {
             None => Ok(()),
-            Some(msg) => self.send_when_room(tx, msg).await,
+            // Boxed: waiting for room is rare, and in place the wait (the channel's
+            // send and the cancel token side by side) would enlarge every future that
+            // sends, held for a node's whole life while it waits for input.
+            Some(msg) => Box::pin(self.send_when_room(tx, msg)).await,
         }
     }
 
