@@ -102,6 +102,19 @@ impl Slot {
         *self = Slot::Built(ev.clone());
         ev
     }
+
+    /// The event, owned: built straight from a draft nobody saw, else unwrapped from its
+    /// `Arc` (copied only while a subscriber still holds it).
+    fn into_event(self) -> Event {
+        match self {
+            Slot::Built(e) => Arc::try_unwrap(e).unwrap_or_else(|e| (*e).clone()),
+            Slot::Draft { seq, at_us, draft } => Event {
+                seq,
+                at_us,
+                kind: draft.build(),
+            },
+        }
+    }
 }
 
 /// What a draft's slot holds for the instant between taking the draft and storing the
@@ -197,7 +210,8 @@ impl EventBus {
         st.retained.push_back(slot);
     }
 
-    /// A new subscriber first receives every retained event, then every later one.
+    /// A new subscriber first receives every retained event, then every later one (none
+    /// once the bus is closed: the record is then the run result's).
     pub fn subscribe(&self) -> EventStream {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut st = self.lock();
@@ -210,12 +224,18 @@ impl EventBus {
         EventStream { rx }
     }
 
-    /// Ends every subscription (after the final run event) and returns what was retained.
-    pub fn close(&self) -> (Vec<Arc<Event>>, u64) {
+    /// Ends every subscription (after the final run event) and hands over what was
+    /// retained, with how many were dropped. The record moves out (it is the run
+    /// result's): kept here too, every event would be built, copied for the result and
+    /// freed twice. A subscriber after this gets no event.
+    pub fn close(&self) -> (Vec<Event>, u64) {
         let mut st = self.lock();
         st.closed = true;
         st.subscribers.clear();
-        let events = st.retained.iter_mut().map(Slot::event).collect();
+        let events = std::mem::take(&mut st.retained)
+            .into_iter()
+            .map(Slot::into_event)
+            .collect();
         (events, st.dropped)
     }
 }
@@ -293,6 +313,11 @@ mod tests {
         for w in retained.windows(2) {
             assert_eq!(w[0].seq + 1, w[1].seq);
         }
+        // The record went to whoever closed the bus: a subscriber now gets an ended
+        // stream, and nothing published after the close is recorded.
+        bus.publish(log(99));
+        assert!(bus.subscribe().blocking_next().is_none());
+        assert_eq!(bus.close().0.len(), 0);
     }
 
     #[test]

@@ -306,11 +306,7 @@ fn finish_result(
         suspend,
         nodes,
         interventions: Vec::new(),
-        // Unshared unless a subscriber still holds one: then it is copied.
-        events: events
-            .into_iter()
-            .map(|e| Arc::try_unwrap(e).unwrap_or_else(|e| (*e).clone()))
-            .collect(),
+        events,
         events_dropped: dropped,
         wall_us: t0.elapsed().as_micros() as u64,
     }
