@@ -63,6 +63,7 @@ pub fn analyze(
             nodes: Vec::with_capacity(nodes.len()),
         },
         root_ids: HashMap::new(),
+        output_names: HashMap::new(),
         issues,
         warnings,
     };
@@ -78,13 +79,17 @@ struct Analysis<'a> {
     edges: &'a [PlanEdge],
     c: Correlation,
     root_ids: HashMap<Arc<str>, RootIdx>,
+    /// Output names, one text per name for every node declaring it: a large graph has
+    /// many nodes and few names.
+    output_names: HashMap<&'a str, Arc<str>>,
     issues: &'a mut Vec<Issue>,
     warnings: &'a mut Vec<Issue>,
 }
 
-impl Analysis<'_> {
+impl<'a> Analysis<'a> {
     fn node(&mut self, ni: usize) -> NodeScope {
-        let node = &self.nodes[ni];
+        let nodes = self.nodes;
+        let node = &nodes[ni];
         let decl = &node.decl;
         let streaming_input = decl.mode == NodeMode::StreamingInput;
 
@@ -374,7 +379,12 @@ impl Analysis<'_> {
                     ),
                 });
             }
-            outputs.insert(Arc::from(o.name.as_str()), out);
+            let name = self
+                .output_names
+                .entry(o.name.as_str())
+                .or_insert_with(|| Arc::from(o.name.as_str()))
+                .clone();
+            outputs.insert(name, out);
         }
 
         // Scopes of this node's outgoing data edges.

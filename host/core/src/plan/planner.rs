@@ -362,8 +362,12 @@ impl<'a> Planner<'a> {
         fed: &HashSet<(&str, &str)>,
     ) -> Vec<PlanNode> {
         let mut nodes: Vec<PlanNode> = Vec::with_capacity(live.len());
+        // One text per node type, shared by its nodes (and their events and reports): a
+        // large graph has many nodes and few types.
+        let mut types: HashMap<&'a str, Arc<str>> = HashMap::new();
+        let doc = self.doc;
         for &pos in order {
-            let n = &self.doc.nodes[live[pos]];
+            let n = &doc.nodes[live[pos]];
             let known = decl_of[n.id.as_str()].is_some();
             let decl = decl_of[n.id.as_str()]
                 .clone()
@@ -375,20 +379,20 @@ impl<'a> Planner<'a> {
             if known {
                 self.node_config(n, &decl, &properties, limits.as_ref(), fed);
             }
+            let id: Arc<str> = Arc::from(n.id.as_str());
+            let node_type = types
+                .entry(n.node_type.as_str())
+                .or_insert_with(|| Arc::from(n.node_type.as_str()))
+                .clone();
             let name = n
                 .name
-                .clone()
-                .or_else(|| {
-                    n.properties
-                        .get("name")
-                        .and_then(|v| v.as_str())
-                        .map(str::to_string)
-                })
-                .unwrap_or_else(|| n.id.clone());
+                .as_deref()
+                .or_else(|| n.properties.get("name").and_then(|v| v.as_str()))
+                .map_or_else(|| id.clone(), Arc::from);
             nodes.push(PlanNode {
-                id: Arc::from(n.id.as_str()),
-                node_type: Arc::from(n.node_type.as_str()),
-                name: Arc::from(name),
+                id,
+                node_type,
+                name,
                 decl,
                 properties,
                 limits,
