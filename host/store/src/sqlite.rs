@@ -23,6 +23,12 @@ use crate::{
 pub struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Conn>,
+    /// A connection of its own for reading runs' logs, opened on the first read. In WAL
+    /// mode it reads while `conn` writes, so no reader holds up a run's log writer: an
+    /// event feed following a busy run reads and decodes thousands of records at a
+    /// time, at the server's lower priority, and holding the writer's connection for
+    /// that stalled the run's commits for as long as the reader waited for a core.
+    reader: Mutex<Option<Connection>>,
     /// The owner-lease epoch this handle holds (0: none); see [`crate::lease`].
     lease_epoch: AtomicU64,
 }
@@ -65,8 +71,31 @@ impl SqliteStore {
                 synced: Some(true),
                 layout: rows::Layout::default(),
             }),
+            reader: Mutex::new(None),
             lease_epoch: AtomicU64::new(0),
         })
+    }
+
+    /// Runs `f` on the reading connection (see [`SqliteStore::reader`]), opening it first
+    /// if needed.
+    fn with_reader<R>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        // Reading leaves nothing half-done: a poisoned lock is still usable.
+        let mut reader = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        if reader.is_none() {
+            let open = |source| StoreError::Open {
+                path: self.path.clone(),
+                source,
+            };
+            let db = Connection::open(&self.path).map_err(open)?;
+            db.busy_timeout(std::time::Duration::from_secs(10))
+                .map_err(open)?;
+            *reader = Some(db);
+        }
+        // Set just above.
+        f(reader.as_ref().expect("an open reader"))
     }
 
     pub fn path(&self) -> &Path {
@@ -422,118 +451,11 @@ impl RunStore for SqliteStore {
     }
 
     fn read(&self, run_id: &str, from: u64) -> Result<LogRead, StoreError> {
-        let c = self.conn();
-        let exists: Option<i64> =
-            c.db.query_row("SELECT 1 FROM runs WHERE run_id = ?1", [run_id], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(StoreError::sql("reading a run's log"))?;
-        if exists.is_none() {
-            return Err(StoreError::UnknownRun(run_id.to_string()));
-        }
-        let mut stmt =
-            c.db.prepare_cached(
-                "SELECT seq, at_ms, kind, body, crc FROM events
-                 WHERE run_id = ?1 AND seq >= ?2 ORDER BY seq",
-            )
-            .map_err(StoreError::sql("reading a run's log"))?;
-        let mut rows = stmt
-            .query(params![run_id, from as i64])
-            .map_err(StoreError::sql("reading a run's log"))?;
-        let mut out = LogRead::default();
-        let mut expected = from;
-        // Records that failed their checksum are a torn tail only if nothing follows.
-        let mut bad: Option<u64> = None;
-        let mut first_row = true;
-        while let Some(row) = rows
-            .next()
-            .map_err(StoreError::sql("reading a run's log"))?
-        {
-            if let Some(b) = bad {
-                return Err(StoreError::Corrupt {
-                    run: run_id.to_string(),
-                    seq: b,
-                    detail: "checksum mismatch".into(),
-                });
-            }
-            let checked = rows::check(run_id, row, from)?;
-            // A row whose header does not verify holds nothing that can be placed: it
-            // counts as unverified from where the log should go on.
-            let first = checked.first.unwrap_or(expected);
-            // The first row may begin before `from` (it holds `from`); every later one
-            // begins where the one before ended.
-            let placed = if first_row {
-                first <= expected && expected <= checked.last
-            } else {
-                first == expected
-            };
-            if !placed {
-                return Err(StoreError::Gap {
-                    run: run_id.to_string(),
-                    expected,
-                    found: first,
-                });
-            }
-            first_row = false;
-            for f in &checked.frames {
-                out.records.push(f.stored(run_id, checked.at_ms)?);
-            }
-            bad = match checked.first {
-                None => Some(expected),
-                Some(_) => checked.unverified.map(|u| u.max(from)),
-            };
-            expected = checked.last + 1;
-        }
-        out.torn_tail = bad;
-        Ok(out)
+        self.with_reader(|db| read_log(db, run_id, from))
     }
 
     fn read_lifecycle(&self, run_id: &str) -> Result<Vec<Stored>, StoreError> {
-        const WHAT: &str = "reading a run's lifecycle records";
-        let c = self.conn();
-        let last: Option<i64> =
-            c.db.query_row(
-                "SELECT (SELECT MAX(seq) FROM events WHERE run_id = ?1)
-                 FROM runs WHERE run_id = ?1",
-                [run_id],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(StoreError::sql(WHAT))?
-            .ok_or_else(|| StoreError::UnknownRun(run_id.to_string()))?;
-        let mut stmt =
-            c.db.prepare_cached(
-                "SELECT seq, at_ms, kind, body, crc FROM events
-                 WHERE run_id = ?1 AND kind IN (?2, ?3, ?4, ?5) ORDER BY seq",
-            )
-            .map_err(StoreError::sql(WHAT))?;
-        let [k1, k2, k3, k4] = crate::status::LIFECYCLE;
-        let mut rows = stmt
-            .query(params![run_id, k1, k2, k3, k4])
-            .map_err(StoreError::sql(WHAT))?;
-        let mut out = Vec::new();
-        while let Some(row) = rows.next().map_err(StoreError::sql(WHAT))? {
-            // Lifecycle records are always rows of their own (rows.rs).
-            let checked = rows::check(run_id, row, 0)?;
-            match checked.unverified {
-                None => {
-                    for f in &checked.frames {
-                        out.push(f.stored(run_id, checked.at_ms)?);
-                    }
-                }
-                // A torn tail, as `read` treats it: the record never happened.
-                Some(_) if Some(checked.last as i64) == last => {}
-                Some(seq) => {
-                    return Err(StoreError::Corrupt {
-                        run: run_id.to_string(),
-                        seq,
-                        detail: "checksum mismatch".into(),
-                    });
-                }
-            }
-        }
-        Ok(out)
+        self.with_reader(|db| read_lifecycle(db, run_id))
     }
 
     fn put_artifact(
@@ -624,4 +546,158 @@ fn set_sync(c: &mut Conn, sync: bool) -> Result<(), StoreError> {
         c.synced = Some(sync);
     }
     Ok(())
+}
+
+/// Run `run_id`'s log from record `from` on, checked (see [`RunStore::read`]).
+fn read_log(db: &Connection, run_id: &str, from: u64) -> Result<LogRead, StoreError> {
+    let exists: Option<i64> = db
+        .query_row("SELECT 1 FROM runs WHERE run_id = ?1", [run_id], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(StoreError::sql("reading a run's log"))?;
+    if exists.is_none() {
+        return Err(StoreError::UnknownRun(run_id.to_string()));
+    }
+    let mut stmt = db
+        .prepare_cached(
+            "SELECT seq, at_ms, kind, body, crc FROM events
+             WHERE run_id = ?1 AND seq >= ?2 ORDER BY seq",
+        )
+        .map_err(StoreError::sql("reading a run's log"))?;
+    let mut rows = stmt
+        .query(params![run_id, from as i64])
+        .map_err(StoreError::sql("reading a run's log"))?;
+    let mut out = LogRead::default();
+    let mut expected = from;
+    // Records that failed their checksum are a torn tail only if nothing follows.
+    let mut bad: Option<u64> = None;
+    let mut first_row = true;
+    while let Some(row) = rows
+        .next()
+        .map_err(StoreError::sql("reading a run's log"))?
+    {
+        if let Some(b) = bad {
+            return Err(StoreError::Corrupt {
+                run: run_id.to_string(),
+                seq: b,
+                detail: "checksum mismatch".into(),
+            });
+        }
+        let checked = rows::check(run_id, row, from)?;
+        // A row whose header does not verify holds nothing that can be placed: it
+        // counts as unverified from where the log should go on.
+        let first = checked.first.unwrap_or(expected);
+        // The first row may begin before `from` (it holds `from`); every later one
+        // begins where the one before ended.
+        let placed = if first_row {
+            first <= expected && expected <= checked.last
+        } else {
+            first == expected
+        };
+        if !placed {
+            return Err(StoreError::Gap {
+                run: run_id.to_string(),
+                expected,
+                found: first,
+            });
+        }
+        first_row = false;
+        for f in &checked.frames {
+            out.records.push(f.stored(run_id, checked.at_ms)?);
+        }
+        bad = match checked.first {
+            None => Some(expected),
+            Some(_) => checked.unverified.map(|u| u.max(from)),
+        };
+        expected = checked.last + 1;
+    }
+    out.torn_tail = bad;
+    Ok(out)
+}
+
+/// Run `run_id`'s lifecycle records, checked (see [`RunStore::read_lifecycle`]).
+fn read_lifecycle(db: &Connection, run_id: &str) -> Result<Vec<Stored>, StoreError> {
+    const WHAT: &str = "reading a run's lifecycle records";
+    let last: Option<i64> = db
+        .query_row(
+            "SELECT (SELECT MAX(seq) FROM events WHERE run_id = ?1)
+             FROM runs WHERE run_id = ?1",
+            [run_id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(StoreError::sql(WHAT))?
+        .ok_or_else(|| StoreError::UnknownRun(run_id.to_string()))?;
+    let mut stmt = db
+        .prepare_cached(
+            "SELECT seq, at_ms, kind, body, crc FROM events
+             WHERE run_id = ?1 AND kind IN (?2, ?3, ?4, ?5) ORDER BY seq",
+        )
+        .map_err(StoreError::sql(WHAT))?;
+    let [k1, k2, k3, k4] = crate::status::LIFECYCLE;
+    let mut rows = stmt
+        .query(params![run_id, k1, k2, k3, k4])
+        .map_err(StoreError::sql(WHAT))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(StoreError::sql(WHAT))? {
+        // Lifecycle records are always rows of their own (rows.rs).
+        let checked = rows::check(run_id, row, 0)?;
+        match checked.unverified {
+            None => {
+                for f in &checked.frames {
+                    out.push(f.stored(run_id, checked.at_ms)?);
+                }
+            }
+            // A torn tail, as `read` treats it: the record never happened.
+            Some(_) if Some(checked.last as i64) == last => {}
+            Some(seq) => {
+                return Err(StoreError::Corrupt {
+                    run: run_id.to_string(),
+                    seq,
+                    detail: "checksum mismatch".into(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use heddle_core::{Occurrence, Record};
+
+    #[test]
+    fn a_run_log_commits_while_a_reader_holds_its_connection_and_the_reader_sees_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("runs.db")).unwrap();
+        let run = NewRun {
+            graph_name: "g.json".into(),
+            graph_bytes: b"{}".to_vec(),
+            plan: serde_json::json!({}),
+            inputs: Default::default(),
+            secrets: vec![],
+            packages: Default::default(),
+            limits: serde_json::json!({}),
+        };
+        let id = store.create_run(&run).unwrap().run_id;
+        let epoch = store.acquire(&id).unwrap();
+        let record = |node| Record::Dispatched {
+            occurrence: Occurrence::new(node, "", 0),
+            retry_safe: true,
+        };
+        store.append(&id, epoch, 0, &[record("a")], false).unwrap();
+        store
+            .with_reader(|db| {
+                // Mid-read, the reader's connection held: the writer still commits (one
+                // connection for both would wait here for ever).
+                assert_eq!(read_log(db, &id, 0)?.records.len(), 1);
+                store.append(&id, epoch, 1, &[record("b")], false)?;
+                assert_eq!(read_log(db, &id, 0)?.records.len(), 2);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(store.read(&id, 1).unwrap().records.len(), 1);
+    }
 }
