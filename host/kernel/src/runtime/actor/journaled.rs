@@ -9,10 +9,26 @@ use std::sync::Arc;
 use heddle_core::{InvocationMetrics, Occurrence, Record, SuspendInfo, Value};
 
 use super::invoke::{Invocation, Settled};
+
+/// Resolves once a record is on disk ([`Journal::append_synced`]).
+pub(super) type Written = BoxFuture<'static, Result<(), JournalError>>;
+
+/// Where [`Actor::journal_ahead`] leaves an invocation.
+pub(super) enum Ahead {
+    /// Run its attempts: `begun` of them an earlier process started; `fresh` when nothing
+    /// was recorded for it.
+    Run {
+        occ: Occurrence,
+        fresh: bool,
+        begun: u32,
+    },
+    /// Settled from what was recorded, without running.
+    Settled(Settled),
+}
 use super::routing::MintedTokens;
 use super::{Actor, Stop};
-use crate::executor::{Emitted, Outputs};
-use crate::journal::{Journal, Prior, RECONCILE_REASON, SealError, Step};
+use crate::executor::{BoxFuture, Emitted, Outputs};
+use crate::journal::{Journal, JournalError, Prior, RECONCILE_REASON, SealError, Step};
 
 impl Actor {
     /// Whether a durable run recomputes this node's invocations on recovery instead of
@@ -25,14 +41,15 @@ impl Actor {
         self.native && self.spec.decl.retry_safe && self.shared.escalator.is_none()
     }
 
-    /// [`Actor::invoke`] of a durable run: what an earlier process recorded for this
-    /// occurrence is not run again, and every attempt is written ahead.
-    pub(super) async fn invoke_journaled(
+    /// A durable run's side of [`Actor::invoke`] before the attempts: what an earlier
+    /// process recorded for this occurrence is carried out instead of run again (the
+    /// invocation settles here), and a fresh one is admitted and written ahead.
+    pub(super) async fn journal_ahead(
         &mut self,
-        journal: Arc<dyn Journal>,
-        inv: Invocation<'_>,
+        journal: &dyn Journal,
+        inv: &Invocation<'_>,
         mint: &mut MintedTokens,
-    ) -> Result<Settled, Stop> {
+    ) -> Result<Ahead, Stop> {
         let occ = self.occurrence(&inv.key);
         let (fresh, begun) = match journal.prior(&occ) {
             Prior::Fresh => (true, 0),
@@ -51,14 +68,14 @@ impl Actor {
                     self.route_emitted(Emitted { handle, value }, inv.lineage, mint)
                         .await?;
                 }
-                return Ok(Settled::Produced(outputs));
+                return Ok(Ahead::Settled(Settled::Produced(outputs)));
             }
             Prior::Failed { error } => return Err(Stop::Failed(error)),
             Prior::Skipped { error } => {
                 self.sup_skips += 1;
-                return Ok(Settled::Skipped { error });
+                return Ok(Ahead::Settled(Settled::Skipped { error }));
             }
-            Prior::EndedStream { error } => return Ok(Settled::Ended { error }),
+            Prior::EndedStream { error } => return Ok(Ahead::Settled(Settled::Ended { error })),
             Prior::Uncertain => {
                 return Err(Stop::Suspended(SuspendInfo {
                     node_id: self.spec.id.to_string(),
@@ -84,10 +101,18 @@ impl Actor {
                 retry_safe: false,
             });
         }
-        let settled = self
-            .attempts(inv, mint, Some((&*journal, &occ, begun)))
-            .await;
-        self.emitted = None;
+        Ok(Ahead::Run { occ, fresh, begun })
+    }
+
+    /// A durable run's side of [`Actor::invoke`] after the attempts: failures, verdicts
+    /// and a retry-safe suspension are recorded (results were, by the attempt).
+    pub(super) async fn journal_settled(
+        &mut self,
+        journal: &dyn Journal,
+        occ: Occurrence,
+        fresh: bool,
+        settled: Result<Settled, Stop>,
+    ) -> Result<Settled, Stop> {
         let supervised = self.shared.escalator.is_some();
         let record = match &settled {
             Err(Stop::Failed(error)) => Record::Failed {
@@ -122,7 +147,7 @@ impl Actor {
         // A supervisor's decision is on disk before it is carried out, so recovery
         // carries it out again instead of asking again (a fail verdict is the failure).
         if supervised {
-            self.append_synced(journal.as_ref(), record).await?;
+            self.append_synced(journal, record).await?;
         } else {
             journal.append(record);
         }
@@ -156,45 +181,50 @@ impl Actor {
     /// changes a recovery decision; it is group-committed only for executors that can
     /// spend outside the process ([`crate::Executor::spends_outside`]), so an attempt that died
     /// before its result shows as usage unknown rather than zero. Native built-ins and
-    /// sandboxed nodes spend nothing there and record no start.
-    pub(super) async fn record_start(
-        &self,
-        journal: &dyn Journal,
-        occ: &Occurrence,
-    ) -> Result<(), Stop> {
+    /// sandboxed nodes spend nothing there and record no start. The caller waits on the
+    /// returned future, if any, before node code runs.
+    pub(super) fn record_start(&self, journal: &dyn Journal, occ: &Occurrence) -> Option<Written> {
         if self.spec.decl.retry_safe && (self.native || !self.spec.exec.spends_outside()) {
             journal.passed(Step::Start, occ);
-            return Ok(());
+            return None;
         }
         let record = Record::Started {
             occurrence: occ.clone(),
         };
-        self.append_by_safety(journal, record).await
+        self.append_by_safety(journal, record)
     }
 
-    /// Appends `record`, group-committed for a retry-safe node; a node that is not
-    /// retry-safe waits until it is on disk.
-    async fn append_by_safety(&self, journal: &dyn Journal, record: Record) -> Result<(), Stop> {
+    /// Appends `record`, group-committed for a retry-safe node; for a node that is not
+    /// retry-safe the caller waits on the returned future, resolved once it is on disk.
+    /// Not an async fn: most records are retry-safe ones and nothing is awaited for them,
+    /// so no future is built (and boxed) per record.
+    fn append_by_safety(&self, journal: &dyn Journal, record: Record) -> Option<Written> {
         if self.spec.decl.retry_safe {
             journal.append(record);
-            return Ok(());
+            return None;
         }
-        self.append_synced(journal, record).await
+        Some(journal.append_synced(record))
     }
 
-    /// Records an attempt's outputs. A node that is not retry-safe waits for the record
-    /// to be on disk before its outputs go downstream: a lost result would make recovery
-    /// pause on work that did complete.
-    pub(super) async fn record_result(
+    /// Records an attempt's outputs. A node that is not retry-safe waits (on the returned
+    /// future) for the record to be on disk before its outputs go downstream: a lost
+    /// result would make recovery pause on work that did complete.
+    pub(super) fn record_result(
         &mut self,
         journal: &dyn Journal,
         occ: &Occurrence,
         out: &Outputs,
         metrics: InvocationMetrics,
-    ) -> Result<(), Stop> {
+    ) -> Result<Option<Written>, Stop> {
         let record = self.result_record(occ, out, metrics);
         let record = self.sealed(journal, record)?;
-        self.append_by_safety(journal, record).await
+        Ok(self.append_by_safety(journal, record))
+    }
+
+    /// Waits until a record [`Self::record_start`] or [`Self::record_result`] wrote is on
+    /// disk; a store failure stops the node.
+    pub(super) async fn written(&self, wait: Written) -> Result<(), Stop> {
+        wait.await.map_err(|e| self.journal_stop(e))
     }
 
     pub(super) fn result_record(
