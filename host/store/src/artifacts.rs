@@ -249,7 +249,7 @@ impl SqliteStore {
         run: &str,
         name: &str,
     ) -> Result<Option<ArtifactRef>, ArtifactError> {
-        let found = self.with_db(|db| {
+        let found = self.with_reader(|db| {
             db.query_row(
                 "SELECT n.sha256, a.size FROM artifact_names n
                  LEFT JOIN artifacts a ON a.run_id = n.run_id AND a.sha256 = n.sha256
@@ -272,7 +272,7 @@ impl SqliteStore {
         run: &str,
         artifact: &ArtifactRef,
     ) -> Result<Vec<u8>, ArtifactError> {
-        let bytes: Option<Vec<u8>> = self.with_db(|db| {
+        let bytes: Option<Vec<u8>> = self.with_reader(|db| {
             db.query_row(
                 "SELECT bytes FROM artifacts WHERE run_id = ?1 AND sha256 = ?2",
                 params![run, artifact.sha256],

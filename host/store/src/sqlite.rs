@@ -23,8 +23,9 @@ use crate::{
 pub struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Conn>,
-    /// A connection of its own for reading runs' logs, opened on the first read. In WAL
-    /// mode it reads while `conn` writes, so no reader holds up a run's log writer: an
+    /// A connection of its own for reading (runs' logs, headers and list, artifacts),
+    /// opened on the first read. In WAL mode it reads while `conn` writes, so no reader
+    /// holds up a run's log writer: an
     /// event feed following a busy run reads and decodes thousands of records at a
     /// time, at the server's lower priority, and holding the writer's connection for
     /// that stalled the run's commits for as long as the reader waited for a core.
@@ -78,7 +79,7 @@ impl SqliteStore {
 
     /// Runs `f` on the reading connection (see [`SqliteStore::reader`]), opening it first
     /// if needed.
-    fn with_reader<R>(
+    pub(crate) fn with_reader<R>(
         &self,
         f: impl FnOnce(&Connection) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
@@ -285,7 +286,6 @@ impl RunStore for SqliteStore {
     }
 
     fn header(&self, run_id: &str) -> Result<RunHeader, StoreError> {
-        let c = self.conn();
         type Row = (
             i64,
             String,
@@ -297,8 +297,8 @@ impl RunStore for SqliteStore {
             String,
             String,
         );
-        let row: Option<Row> =
-            c.db.query_row(
+        let row: Option<Row> = self.with_reader(|db| {
+            db.query_row(
                 "SELECT created_ms, graph_name, graph_bytes, graph_sha256, plan, inputs, secrets,
                         packages, limits FROM runs WHERE run_id = ?1",
                 [run_id],
@@ -317,7 +317,8 @@ impl RunStore for SqliteStore {
                 },
             )
             .optional()
-            .map_err(StoreError::sql("reading a run"))?;
+            .map_err(StoreError::sql("reading a run"))
+        })?;
         let Some((
             created_ms,
             graph_name,
@@ -349,26 +350,7 @@ impl RunStore for SqliteStore {
     }
 
     fn list(&self) -> Result<Vec<RunSummary>, StoreError> {
-        let c = self.conn();
-        let mut stmt =
-            c.db.prepare(
-                "SELECT r.run_id, r.created_ms, r.graph_name,
-                        coalesce((SELECT max(seq) + 1 FROM events e WHERE e.run_id = r.run_id), 0)
-                 FROM runs r ORDER BY r.created_ms, r.run_id",
-            )
-            .map_err(StoreError::sql("listing runs"))?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok(RunSummary {
-                    run_id: r.get(0)?,
-                    created_ms: r.get::<_, i64>(1)? as u64,
-                    graph_name: r.get(2)?,
-                    records: r.get::<_, i64>(3)? as u64,
-                })
-            })
-            .map_err(StoreError::sql("listing runs"))?;
-        rows.collect::<Result<_, _>>()
-            .map_err(StoreError::sql("listing runs"))
+        self.with_reader(list_runs)
     }
 
     fn acquire(&self, run_id: &str) -> Result<u64, StoreError> {
@@ -546,6 +528,29 @@ fn set_sync(c: &mut Conn, sync: bool) -> Result<(), StoreError> {
         c.synced = Some(sync);
     }
     Ok(())
+}
+
+/// Every run of the store, oldest first (see [`RunStore::list`]).
+fn list_runs(db: &Connection) -> Result<Vec<RunSummary>, StoreError> {
+    let mut stmt = db
+        .prepare(
+            "SELECT r.run_id, r.created_ms, r.graph_name,
+                    coalesce((SELECT max(seq) + 1 FROM events e WHERE e.run_id = r.run_id), 0)
+             FROM runs r ORDER BY r.created_ms, r.run_id",
+        )
+        .map_err(StoreError::sql("listing runs"))?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(RunSummary {
+                run_id: r.get(0)?,
+                created_ms: r.get::<_, i64>(1)? as u64,
+                graph_name: r.get(2)?,
+                records: r.get::<_, i64>(3)? as u64,
+            })
+        })
+        .map_err(StoreError::sql("listing runs"))?;
+    rows.collect::<Result<_, _>>()
+        .map_err(StoreError::sql("listing runs"))
 }
 
 /// Run `run_id`'s log from record `from` on, checked (see [`RunStore::read`]).
