@@ -304,7 +304,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::{NewRun, RunStore as _};
 
-    /// A store in a fresh directory holding one empty run (shared with `spill`'s tests).
+    /// A store in a fresh directory holding one empty run (shared with other modules' tests).
     pub(crate) fn store() -> (tempfile::TempDir, SqliteStore, String) {
         let dir = tempfile::tempdir().unwrap();
         let s = SqliteStore::open(&dir.path().join("runs.db")).unwrap();

@@ -675,18 +675,7 @@ mod tests {
 
     #[test]
     fn a_run_log_commits_while_a_reader_holds_its_connection_and_the_reader_sees_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("runs.db")).unwrap();
-        let run = NewRun {
-            graph_name: "g.json".into(),
-            graph_bytes: b"{}".to_vec(),
-            plan: serde_json::json!({}),
-            inputs: Default::default(),
-            secrets: vec![],
-            packages: Default::default(),
-            limits: serde_json::json!({}),
-        };
-        let id = store.create_run(&run).unwrap().run_id;
+        let (_dir, store, id) = crate::artifacts::tests::store();
         let epoch = store.acquire(&id).unwrap();
         let record = |node| Record::Dispatched {
             occurrence: Occurrence::new(node, "", 0),
