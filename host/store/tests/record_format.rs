@@ -182,11 +182,7 @@ fn a_version_3_store_with_json_results_migrates_and_reads_back() {
         c.pragma_update(None, "user_version", 3).unwrap();
     }
     let store = SqliteStore::open(&path).unwrap();
-    let c = rusqlite::Connection::open(&path).unwrap();
-    let version: i64 = c
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, 5);
+    assert_eq!(user_version(&path), 5);
     let back: Vec<Record> = store
         .read(&id, 0)
         .unwrap()
@@ -217,6 +213,20 @@ fn rows_of(path: &Path, run: &str) -> Vec<(i64, String)> {
     s.query_map([run], |r| Ok((r.get(0)?, r.get(1)?)))
         .unwrap()
         .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Runs `statement` (an UPDATE or DELETE of `run`'s rows, `?1` the run id) on the file
+/// directly, as damage from outside the store would.
+fn edit_rows(path: &Path, run: &str, statement: &str) {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.execute(statement, [run]).unwrap();
+}
+
+/// The schema version the file is marked with.
+fn user_version(path: &Path) -> i64 {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap()
 }
 
@@ -376,15 +386,8 @@ fn a_packed_row_damaged_before_the_end_is_corruption() {
     // A byte of result b's value changed ("three" -> "thrEe" in c, the record at 5):
     // records after it in the row still verify, so it was altered, not torn.
     let (id, _) = fresh();
-    {
-        let c = rusqlite::Connection::open(&path).unwrap();
-        c.execute(
-            "UPDATE events SET body = CAST(replace(body, CAST('three' AS BLOB), CAST('thrEe' AS BLOB)) AS BLOB)
-             WHERE run_id = ?1 AND seq = 6",
-            [&id],
-        )
-        .unwrap();
-    }
+    edit_rows(&path, &id, "UPDATE events SET body = CAST(replace(body, CAST('three' AS BLOB), CAST('thrEe' AS BLOB)) AS BLOB)
+             WHERE run_id = ?1 AND seq = 6");
     match store.read(&id, 0) {
         Err(StoreError::Corrupt { seq: 5, .. }) => {}
         other => panic!("expected record 5 to be corrupt, got {other:?}"),
@@ -400,15 +403,12 @@ fn a_packed_row_damaged_before_the_end_is_corruption() {
     // A packed row whose record count was changed: its header does not verify.
     let (id, epoch) = fresh();
     store.append(&id, epoch, 7, &[started("e")], false).unwrap();
-    {
-        let c = rusqlite::Connection::open(&path).unwrap();
-        c.execute(
-            "UPDATE events SET body = CAST(x'0105' || substr(body, 3) AS BLOB)
+    edit_rows(
+        &path,
+        &id,
+        "UPDATE events SET body = CAST(x'0105' || substr(body, 3) AS BLOB)
              WHERE run_id = ?1 AND seq = 6",
-            [&id],
-        )
-        .unwrap();
-    }
+    );
     match store.read(&id, 0) {
         Err(StoreError::Corrupt { seq: 1, .. }) => {}
         other => panic!("expected record 1 to be corrupt, got {other:?}"),
@@ -416,11 +416,11 @@ fn a_packed_row_damaged_before_the_end_is_corruption() {
     // A missing packed row is a gap, found from its neighbours' numbers.
     let (id, epoch) = fresh();
     store.append(&id, epoch, 7, &recs, false).unwrap();
-    {
-        let c = rusqlite::Connection::open(&path).unwrap();
-        c.execute("DELETE FROM events WHERE run_id = ?1 AND seq = 6", [&id])
-            .unwrap();
-    }
+    edit_rows(
+        &path,
+        &id,
+        "DELETE FROM events WHERE run_id = ?1 AND seq = 6",
+    );
     match store.read(&id, 0) {
         Err(StoreError::Gap {
             expected: 1,
@@ -455,11 +455,7 @@ fn a_version_4_store_migrates_and_its_rows_read_as_one_record_each() {
     }
     assert_eq!(rows_of(&path, &id).len(), old.len());
     let store = SqliteStore::open(&path).unwrap();
-    let c = rusqlite::Connection::open(&path).unwrap();
-    let version: i64 = c
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, 5);
+    assert_eq!(user_version(&path), 5);
     assert_eq!(records(&store, &id, 0), old);
     assert_eq!(records(&store, &id, 3), old[3..]);
     let epoch = store.acquire(&id).unwrap();
