@@ -315,6 +315,47 @@ async fn an_edge_left_unconsumed_by_a_failed_target_ends_drained() {
     );
 }
 
+/// A subscriber that arrives after the run ended still sees the whole run: on a
+/// current-thread runtime the first subscriber is woken by the final event only after
+/// the runner closed the bus, so the second one subscribes to a closed bus every time.
+#[tokio::test(flavor = "current_thread")]
+async fn a_subscriber_after_the_end_gets_the_whole_record() {
+    let doc = graph(
+        &[
+            ("x", "heddle.constant", json!({"value": 6})),
+            ("s", "test.scale", json!({"factor": 7})),
+            ("out", "heddle.output", json!({})),
+        ],
+        &[("x", "value", "s", "x"), ("s", "out", "out", "value")],
+    );
+    let (reg, _) = registry();
+    let plan = heddle_core::plan::plan(&doc, &reg).unwrap();
+    let handle = Run::new(plan, &reg, RunOptions::default()).unwrap().start();
+    let mut first = handle.subscribe();
+    let mut early = Vec::new();
+    while let Some(e) = within(first.next()).await {
+        early.push(e.seq);
+    }
+    let mut late = handle.subscribe();
+    let mut seen = Vec::new();
+    while let Some(e) = within(late.next()).await {
+        seen.push((e.seq, e.kind.clone()));
+    }
+    assert_eq!(seen.iter().map(|e| e.0).collect::<Vec<_>>(), early);
+    assert!(
+        matches!(
+            seen.last().map(|e| &e.1),
+            Some(EventKind::Run {
+                status: RunStatus::Completed,
+                ..
+            })
+        ),
+        "{seen:?}"
+    );
+    let r = within(handle.wait()).await;
+    assert_eq!(r.events.len(), seen.len());
+}
+
 /// With no control edge a controlled node never gets an event: it runs as a buffered
 /// node, once per set of inputs, and the run ends without the caller.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -210,8 +210,9 @@ impl EventBus {
         st.retained.push_back(slot);
     }
 
-    /// A new subscriber first receives every retained event, then every later one (none
-    /// once the bus is closed: the record is then the run result's).
+    /// A new subscriber first receives every retained event, then every later one. Once
+    /// the bus is closed it receives the retained record and its stream ends: a caller
+    /// that subscribes after starting a run sees the whole run however fast it ended.
     pub fn subscribe(&self) -> EventStream {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut st = self.lock();
@@ -224,19 +225,26 @@ impl EventBus {
         EventStream { rx }
     }
 
-    /// Ends every subscription (after the final run event) and hands over what was
-    /// retained, with how many were dropped. The record moves out (it is the run
-    /// result's): kept here too, every event would be built, copied for the result and
-    /// freed twice. A subscriber after this gets no event.
-    pub fn close(&self) -> (Vec<Event>, u64) {
+    /// Ends every subscription (after the final run event) and says how many events were
+    /// dropped. The record stays here, unbuilt, for late subscribers until
+    /// [`EventBus::take_record`] hands it to the run result.
+    pub fn close(&self) -> u64 {
         let mut st = self.lock();
         st.closed = true;
         st.subscribers.clear();
-        let events = std::mem::take(&mut st.retained)
+        st.dropped
+    }
+
+    /// Moves the retained record out (it is the run result's): kept here too, every event
+    /// would be built, copied for the result and freed twice. Drafts nobody saw are
+    /// built straight into owned events; one a subscriber still holds is copied. Called
+    /// once the bus is closed and the run's handle is done with it.
+    pub fn take_record(&self) -> Vec<Event> {
+        let mut st = self.lock();
+        std::mem::take(&mut st.retained)
             .into_iter()
             .map(Slot::into_event)
-            .collect();
-        (events, st.dropped)
+            .collect()
     }
 }
 
@@ -295,7 +303,15 @@ mod tests {
             status: RunStatus::Completed,
             error: None,
         });
-        let (retained, dropped) = bus.close();
+        let dropped = bus.close();
+        // Closed, the bus still gives the whole record to a late subscriber.
+        let mut after: Vec<u64> = Vec::new();
+        let mut closed_stream = bus.subscribe();
+        while let Some(e) = closed_stream.blocking_next() {
+            after.push(e.seq);
+        }
+        let retained = bus.take_record();
+        assert_eq!(after, retained.iter().map(|e| e.seq).collect::<Vec<_>>());
         let mut seqs = Vec::new();
         while let Some(e) = early.try_next() {
             seqs.push(e.seq);
@@ -313,11 +329,10 @@ mod tests {
         for w in retained.windows(2) {
             assert_eq!(w[0].seq + 1, w[1].seq);
         }
-        // The record went to whoever closed the bus: a subscriber now gets an ended
-        // stream, and nothing published after the close is recorded.
+        // Nothing published after the close is recorded; once taken, the record is the
+        // result's alone.
         bus.publish(log(99));
-        assert!(bus.subscribe().blocking_next().is_none());
-        assert_eq!(bus.close().0.len(), 0);
+        assert!(bus.take_record().is_empty());
     }
 
     #[test]
@@ -350,7 +365,8 @@ mod tests {
             status: EdgeStatus::Active,
             counter: 2,
         });
-        let (retained, _) = bus.close();
+        bus.close();
+        let retained = bus.take_record();
         let kinds: Vec<EventKind> = retained.iter().map(|e| e.kind.clone()).collect();
         let edge = EventKind::Edge {
             edge_id: "e".into(),

@@ -382,7 +382,10 @@ impl RunHandle {
     pub async fn wait(self) -> RunResult {
         drop(self.txs);
         match self.join.await {
-            Ok(r) => r,
+            Ok(mut r) => {
+                r.events = self.shared.bus.take_record();
+                r
+            }
             Err(e) => RunResult {
                 status: RunStatus::Failed,
                 outputs: BTreeMap::new(),

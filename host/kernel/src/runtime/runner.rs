@@ -298,7 +298,8 @@ fn finish_result(
         status,
         error: error.clone(),
     });
-    let (events, dropped) = bus.close();
+    // The record stays on the bus for late subscribers; `RunHandle::wait` moves it here.
+    let dropped = bus.close();
     RunResult {
         status,
         outputs,
@@ -306,7 +307,7 @@ fn finish_result(
         suspend,
         nodes,
         interventions: Vec::new(),
-        events,
+        events: Vec::new(),
         events_dropped: dropped,
         wall_us: t0.elapsed().as_micros() as u64,
     }
