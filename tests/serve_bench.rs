@@ -10,13 +10,16 @@
 //! `HEDDLE_BENCH_ITEMS` sets the items the measured run fans out (default 20,000: a run
 //! of seconds, not a blip the scheduler's noise decides); `HEDDLE_BENCH_ROUNDS` the
 //! rounds (default 5); `HEDDLE_BENCH_CLIENT_NICE` the subscribers' thread's nice value
-//! (default 0); `HEDDLE_BENCH_ENCODING` what the subscribers accept: `gzip` (default,
-//! as a browser does) or `identity`.
+//! (default 0); `HEDDLE_BENCH_ENCODING` what the subscribers accept: `browser` (default:
+//! what Chromium sends, `gzip, deflate, br, zstd`; the server answers zstd), `gzip` (as
+//! browsers without zstd) or `identity`.
 //!
 //! Every subscriber reads all its bytes; [`VERIFIED`] of them keep them, and after the
-//! run (outside the measured CPU) their streams are de-chunked, decoded (gzip by a
-//! strict decoder: CRC and length checked) and compared with the stored log: every
-//! record once, in order, nothing else. The decoding's CPU is printed apart.
+//! run (outside the measured CPU) their streams are de-chunked, decoded (by strict
+//! decoders: gzip's CRC and length, every zstd frame's checksum checked) and compared
+//! with the stored log: every record once, in order, nothing else. The decoding's CPU is
+//! printed apart. The run's values may be larger than the default `[wasm]` limit (the
+//! items file is read whole): the bench's `heddle.toml` raises it.
 
 mod support;
 
@@ -29,6 +32,26 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::serve::*;
 use support::store::*;
+
+/// What the subscribers send as `Accept-Encoding`, and the coding the server is to
+/// answer with (`None`: plain text).
+#[derive(Clone, Copy)]
+struct Encoding {
+    accept: &'static str,
+    coding: Option<&'static str>,
+}
+
+impl Encoding {
+    fn from_env() -> Encoding {
+        let (accept, coding) = match std::env::var("HEDDLE_BENCH_ENCODING").as_deref() {
+            Err(_) | Ok("browser") => ("gzip, deflate, br, zstd", Some("zstd")),
+            Ok("gzip") => ("gzip", Some("gzip")),
+            Ok("identity") => ("identity", None),
+            Ok(other) => panic!("HEDDLE_BENCH_ENCODING: browser, gzip or identity, not {other}"),
+        };
+        Encoding { accept, coding }
+    }
+}
 
 const SUBSCRIBERS: usize = 1000;
 
@@ -73,9 +96,9 @@ async fn escalation(api: &Api, id: &str) -> String {
     }
 }
 
-/// What the subscribers saw: how many got the whole stream (it ended with the
-/// `finished` record, or for gzip with the chunked body's end), the bytes they read and
-/// the whole responses of the first [`VERIFIED`].
+/// What the subscribers saw: how many got the whole stream (the chunked body's end, and
+/// for plain text the `finished` record before it), the bytes they read and the whole
+/// responses of the first [`VERIFIED`].
 #[derive(Default)]
 struct Seen {
     ended: usize,
@@ -94,7 +117,7 @@ fn spawn_subscribers(
     id: String,
     n: usize,
     nice: i32,
-    gzip: bool,
+    encoding: Encoding,
     connected: Arc<AtomicUsize>,
 ) -> std::thread::JoinHandle<Seen> {
     std::thread::spawn(move || {
@@ -106,7 +129,7 @@ fn spawn_subscribers(
             .enable_io()
             .build()
             .unwrap();
-        let accept = if gzip { "gzip" } else { "identity" };
+        let accept = encoding.accept;
         let request: Rc<[u8]> = format!(
             "GET /api/runs/{id}/events HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {token}\r\naccept-encoding: {accept}\r\nconnection: close\r\n\r\n"
         )
@@ -120,7 +143,7 @@ fn spawn_subscribers(
                         addr.clone(),
                         request.clone(),
                         buf.clone(),
-                        gzip,
+                        encoding.coding.is_some(),
                         i < VERIFIED,
                         connected.clone(),
                     ))
@@ -144,7 +167,7 @@ async fn subscribe(
     addr: String,
     request: Rc<[u8]>,
     buf: Rc<RefCell<Vec<u8>>>,
-    gzip: bool,
+    compressed: bool,
     keep: bool,
     connected: Arc<AtomicUsize>,
 ) -> (bool, u64, Option<Vec<u8>>) {
@@ -182,23 +205,27 @@ async fn subscribe(
             tail.drain(..tail.len() - TAIL);
         }
     }
-    // The chunked body ended; plain text with the last record (a gzip stream's last
-    // chunk is its trailer: what it holds, the decoded streams check).
+    // The chunked body ended; plain text with the last record (what a compressed
+    // stream's last chunk holds, the decoded streams check).
     let ended = tail.ends_with(b"\r\n0\r\n\r\n")
-        && (gzip || String::from_utf8_lossy(&tail).contains("event: finished"));
+        && (compressed || String::from_utf8_lossy(&tail).contains("event: finished"));
     (ended, bytes, keep.then_some(kept))
 }
 
 /// Each kept response decoded and compared with the stored log `log`; the CPU it took.
-fn verify(seen: &Seen, gzip: bool, log: &[(u64, String, Value)]) -> u64 {
+fn verify(seen: &Seen, encoding: Encoding, log: &[(u64, String, Value)]) -> u64 {
     let cpu = cpu_ms("self");
     for raw in &seen.kept {
         let (head, body) = split_response(raw);
-        assert_eq!(head.contains("content-encoding: gzip"), gzip, "{head}");
-        let text = if gzip {
-            gunzip(&body)
-        } else {
-            String::from_utf8(body).unwrap()
+        let coding = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-encoding: "));
+        assert_eq!(coding, encoding.coding, "{head}");
+        let text = match coding {
+            None => String::from_utf8(body).unwrap(),
+            Some("gzip") => gunzip(&body),
+            Some("zstd") => unzstd(&body),
+            Some(other) => panic!("no decoder for {other}"),
         };
         let got = parse_sse(&text);
         assert!(got == log, "a subscriber's stream is not the stored log");
@@ -261,8 +288,12 @@ struct Round {
 }
 
 /// One run of `items` items with `subscribers` live on it from before it goes on.
-fn one_run(items: usize, subscribers: usize, nice: i32, gzip: bool) -> Round {
+fn one_run(items: usize, subscribers: usize, nice: i32, encoding: Encoding) -> Round {
     let env = StoreDir::new();
+    let config = env.path().join("heddle.toml");
+    let mut toml = std::fs::read_to_string(&config).unwrap();
+    toml.push_str("\n[wasm]\nmax_value_bytes = 268435456\n");
+    std::fs::write(&config, toml).unwrap();
     let server = env.serve_with(&["--supervise", "interactive"], &[]);
     let api = Api::of(&server);
     // One runtime for every request: a client's connections live on it.
@@ -287,7 +318,7 @@ fn one_run(items: usize, subscribers: usize, nice: i32, gzip: bool) -> Round {
         id.clone(),
         subscribers,
         nice,
-        gzip,
+        encoding,
         connected.clone(),
     );
     while connected.load(Ordering::SeqCst) < subscribers {
@@ -324,7 +355,7 @@ fn one_run(items: usize, subscribers: usize, nice: i32, gzip: bool) -> Round {
             .unwrap();
         resp.bytes().await.unwrap().len() as u64
     });
-    let verify_cpu_ms = verify(&seen, gzip, &log);
+    let verify_cpu_ms = verify(&seen, encoding, &log);
     let (records, ms) = throughput(&log);
     drop(server);
     Round {
@@ -344,20 +375,17 @@ fn sse_subscribers_against_run_throughput() {
     let items = env_or("HEDDLE_BENCH_ITEMS", 20_000) as usize;
     let rounds = env_or("HEDDLE_BENCH_ROUNDS", 5);
     let nice = env_or("HEDDLE_BENCH_CLIENT_NICE", 0) as i32;
-    let gzip = match std::env::var("HEDDLE_BENCH_ENCODING").as_deref() {
-        Err(_) | Ok("gzip") => true,
-        Ok("identity") => false,
-        Ok(other) => panic!("HEDDLE_BENCH_ENCODING: gzip or identity, not {other}"),
-    };
+    let encoding = Encoding::from_env();
     eprintln!(
-        "{items} items, {SUBSCRIBERS} subscribers ({}) on one thread at nice {nice}, {VERIFIED} decoded and checked; load average {}",
-        if gzip { "gzip" } else { "identity" },
+        "{items} items, {SUBSCRIBERS} subscribers (accept-encoding: {}; the server answers {}) on one thread at nice {nice}, {VERIFIED} decoded and checked; load average {}",
+        encoding.accept,
+        encoding.coding.unwrap_or("plain text"),
         load_average()
     );
     let mut rows = Vec::new();
     for round in 0..rounds {
         for subs in [0, SUBSCRIBERS] {
-            let r = one_run(items, subs, nice, gzip);
+            let r = one_run(items, subs, nice, encoding);
             let rate = r.records as f64 * 1000.0 / r.ms.max(1) as f64;
             let per = r.seen.bytes / subs.max(1) as u64;
             let ratio = r.text_bytes as f64 / per.max(1) as f64;

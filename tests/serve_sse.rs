@@ -9,7 +9,7 @@ use std::io::{Read as _, Write as _};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::serve::{Api, gunzip, parse_sse, rt, split_response};
+use support::serve::{Api, gunzip, parse_sse, rt, split_response, unzstd};
 use support::store::StoreDir;
 
 /// Two fan-outs: `a` over `/data/a.txt`, there from the start, and `b` over
@@ -116,12 +116,17 @@ async fn read_to_end(resp: reqwest::Response) -> Vec<(u64, String, Value)> {
     parse_sse(std::str::from_utf8(&body(resp).await).unwrap())
 }
 
-/// A gzip stream's text (this client does not decode by itself: it gets the bytes as
-/// sent), checked by a strict decoder.
-async fn gzip_text(resp: reqwest::Response) -> String {
+/// A compressed stream's text (this client does not decode by itself: it gets the bytes
+/// as sent), checked by a strict decoder for the coding `want`.
+async fn compressed_text(resp: reqwest::Response, want: &str) -> String {
     let encoding = resp.headers().get("content-encoding").cloned();
-    assert_eq!(encoding.unwrap(), "gzip");
-    gunzip(&body(resp).await)
+    assert_eq!(encoding.unwrap(), want);
+    let bytes = body(resp).await;
+    match want {
+        "gzip" => gunzip(&bytes),
+        "zstd" => unzstd(&bytes),
+        other => panic!("no decoder for {other}"),
+    }
 }
 
 fn ids(events: &[(u64, String, Value)]) -> Vec<u64> {
@@ -182,7 +187,7 @@ fn subscribers_joining_late_get_the_history_in_order_then_the_live_records_once(
 }
 
 #[test]
-fn gzip_and_plain_subscribers_of_one_run_get_the_same_records_resuming_anywhere() {
+fn compressed_and_plain_subscribers_of_one_run_get_the_same_records_resuming_anywhere() {
     let dir = StoreDir::new();
     std::fs::write(dir.path().join("data/a.txt"), lines(300, 8)).unwrap();
     let server = dir.serve_with(&["--supervise", "interactive"], &[]);
@@ -192,19 +197,24 @@ fn gzip_and_plain_subscribers_of_one_run_get_the_same_records_resuming_anywhere(
         let eid = escalation(&api, &id).await;
         let before = api.show(&id).await["records"].as_u64().unwrap();
         let gzip = open_with(&api, &id, None, Some("gzip")).await;
+        // What Chromium sends.
+        let zstd = open_with(&api, &id, None, Some("gzip, deflate, br, zstd")).await;
         let plain = open_with(&api, &id, None, Some("gzip;q=0, identity")).await;
         assert!(plain.headers().get("content-encoding").is_none());
         // Resuming in the middle of the history the feed read as one batch: its
         // compressed stream must begin at that record.
         let middle = open_with(&api, &id, Some(before / 2), Some("deflate, gzip, br")).await;
+        let middle_zstd = open_with(&api, &id, Some(before / 2), Some("zstd")).await;
         std::fs::write(dir.path().join("data/b.txt"), lines(300, 8)).unwrap();
         retry(&api, &id, &eid).await;
         let late = open_with(&api, &id, None, Some("*")).await;
-        let (gzip, plain, middle, late) = tokio::join!(
-            gzip_text(gzip),
+        let (gzip, zstd, plain, middle, middle_zstd, late) = tokio::join!(
+            compressed_text(gzip, "gzip"),
+            compressed_text(zstd, "zstd"),
             read_to_end(plain),
-            gzip_text(middle),
-            gzip_text(late)
+            compressed_text(middle, "gzip"),
+            compressed_text(middle_zstd, "zstd"),
+            compressed_text(late, "zstd")
         );
         let log = api.events(&id, None).await;
         assert_eq!(log.last().unwrap().1, "finished");
@@ -214,11 +224,20 @@ fn gzip_and_plain_subscribers_of_one_run_get_the_same_records_resuming_anywhere(
             log,
             "the gzip subscriber got the log exactly"
         );
+        assert_eq!(
+            parse_sse(&zstd),
+            log,
+            "the zstd subscriber got the log exactly"
+        );
         assert_eq!(parse_sse(&late), log);
-        assert_eq!(parse_sse(&middle), log[before as usize / 2 + 1..]);
+        for middle in [&middle, &middle_zstd] {
+            assert_eq!(parse_sse(middle), log[before as usize / 2 + 1..]);
+            assert!(middle.starts_with("event: escalation\n"), "{middle:.300}");
+        }
         // The escalation pending when they joined reached them compressed too.
-        assert!(gzip.contains("event: escalation\ndata: {"), "{gzip:.300}");
-        assert!(middle.starts_with("event: escalation\n"), "{middle:.300}");
+        for text in [&gzip, &zstd] {
+            assert!(text.contains("event: escalation\ndata: {"), "{text:.300}");
+        }
     });
 }
 

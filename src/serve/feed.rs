@@ -16,6 +16,7 @@ use heddle_store::{RunStore, SqliteStore, StoreError, Stored};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::coding::Coding;
 use super::gzip::Segment;
 use super::mask::Mask;
 
@@ -40,8 +41,9 @@ pub struct Batch {
     /// Where each record's text starts: record `first + i` at `starts[i]`.
     starts: Vec<usize>,
     text: Bytes,
-    /// The whole text compressed, made once for every subscriber taking gzip.
+    /// The whole text compressed, made once for every subscriber taking that coding.
     gzip: OnceLock<Segment>,
+    zstd: OnceLock<Bytes>,
 }
 
 impl Batch {
@@ -69,6 +71,7 @@ impl Batch {
             starts,
             text: Bytes::from(text),
             gzip: OnceLock::new(),
+            zstd: OnceLock::new(),
         })
     }
 
@@ -108,6 +111,29 @@ impl Batch {
 
     fn gzip(&self) -> &Segment {
         self.gzip.get_or_init(|| Segment::new(&self.text))
+    }
+
+    /// Its text from record `seq` on as zstd: like [`Batch::gzip_from`], the whole
+    /// batch's frame is made once and shared, a start inside the batch compressed apart.
+    pub fn zstd_from(&self, seq: u64) -> Bytes {
+        match self.offset(seq) {
+            0 => self.zstd().clone(),
+            at => super::zstd::frame(&self.text[at..]),
+        }
+    }
+
+    fn zstd(&self) -> &Bytes {
+        self.zstd.get_or_init(|| super::zstd::frame(&self.text))
+    }
+
+    /// Compresses it now in `coding`, if that is one, so that its subscribers share the
+    /// work instead of the first of them doing it while the others wait.
+    fn encode(&self, coding: Coding) {
+        match coding {
+            Coding::Identity => {}
+            Coding::Gzip => drop(self.gzip()),
+            Coding::Zstd => drop(self.zstd()),
+        }
     }
 }
 
@@ -153,9 +179,9 @@ pub struct Feed {
     /// Told whenever the history grows or ends.
     tip: watch::Sender<()>,
     subscribers: AtomicUsize,
-    /// Those of them taking gzip: while there is one, the follower compresses each
-    /// batch as it renders it (once, for all of them).
-    gzip_subscribers: AtomicUsize,
+    /// Those of them by coding ([`Coding::index`]): while a compressed coding has one,
+    /// the follower compresses each batch in it as it renders it (once, for all).
+    by_coding: [AtomicUsize; 3],
     /// Wakes an idle follower when a first subscriber arrives.
     joined: Notify,
 }
@@ -184,7 +210,7 @@ impl Default for Feed {
             }),
             tip: watch::Sender::new(()),
             subscribers: AtomicUsize::new(0),
-            gzip_subscribers: AtomicUsize::new(0),
+            by_coding: Default::default(),
             joined: Notify::new(),
         }
     }
@@ -196,23 +222,22 @@ impl Feed {
         self.history.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new subscriber (taking gzip or not), counted until it is dropped.
-    pub fn subscribe(self: &Arc<Self>, gzip: bool) -> Subscription {
-        if gzip {
-            self.gzip_subscribers.fetch_add(1, Ordering::SeqCst);
-        }
+    /// A new subscriber taking `coding`, counted until it is dropped.
+    pub fn subscribe(self: &Arc<Self>, coding: Coding) -> Subscription {
+        self.by_coding[coding.index()].fetch_add(1, Ordering::SeqCst);
         if self.subscribers.fetch_add(1, Ordering::SeqCst) == 0 {
             self.joined.notify_one();
         }
         Subscription {
             tip: self.tip.subscribe(),
             feed: self.clone(),
-            gzip,
+            coding,
         }
     }
 
     /// Appends the batches holding records `from..` to `out` (the first may start
-    /// before `from`: [`Batch::from`] and [`Batch::gzip_from`] cut it).
+    /// before `from`: [`Batch::from`], [`Batch::gzip_from`] and [`Batch::zstd_from`] cut
+    /// it).
     pub fn take(&self, from: u64, out: &mut Vec<Arc<Batch>>) -> Take {
         let h = self.history();
         if from < h.base {
@@ -266,7 +291,7 @@ impl Feed {
 pub struct Subscription {
     pub feed: Arc<Feed>,
     tip: watch::Receiver<()>,
-    gzip: bool,
+    coding: Coding,
 }
 
 impl Subscription {
@@ -285,9 +310,7 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if self.gzip {
-            self.feed.gzip_subscribers.fetch_sub(1, Ordering::SeqCst);
-        }
+        self.feed.by_coding[self.coding.index()].fetch_sub(1, Ordering::SeqCst);
         self.feed.subscribers.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -329,8 +352,10 @@ pub async fn follow(
         };
         let gather = match Batch::render(&records, &mask) {
             Some(b) => {
-                if feed.gzip_subscribers.load(Ordering::SeqCst) > 0 {
-                    b.gzip();
+                for c in Coding::COMPRESSED {
+                    if feed.by_coding[c.index()].load(Ordering::SeqCst) > 0 {
+                        b.encode(c);
+                    }
                 }
                 next = b.end();
                 feed.push(b);
@@ -438,7 +463,8 @@ mod tests {
     }
 
     #[test]
-    fn gzip_subscribers_share_one_compressed_batch_and_a_start_inside_it_is_cut_at_a_record() {
+    fn compressed_subscribers_share_one_compressed_batch_and_a_start_inside_it_is_cut_at_a_record()
+    {
         use std::io::Read as _;
         let mask = Mask::new(vec![]);
         let feed = Arc::new(Feed::default());
@@ -448,6 +474,8 @@ mod tests {
         let b = &batches[0];
         let (x, y) = (b.gzip_from(0), b.gzip_from(0));
         assert_eq!(x.bytes.as_ptr(), y.bytes.as_ptr(), "compressed once");
+        let (x, y) = (b.zstd_from(0), b.zstd_from(0));
+        assert_eq!(x.as_ptr(), y.as_ptr(), "compressed once");
         for from in 0..4 {
             let (mut g, head) = crate::serve::gzip::Gzip::start();
             let mut bytes = head.to_vec();
@@ -459,6 +487,8 @@ mod tests {
                 .unwrap();
             assert_eq!(text.as_bytes(), &b.from(from)[..]);
             assert!(text.starts_with(&format!("id: {from}\n")), "{text}");
+            let text = zstd::stream::decode_all(&b.zstd_from(from)[..]).unwrap();
+            assert_eq!(text, &b.from(from)[..]);
         }
     }
 

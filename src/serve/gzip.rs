@@ -14,8 +14,6 @@
 use std::sync::LazyLock;
 
 use axum::body::Bytes;
-use axum::http::HeaderMap;
-use axum::http::header;
 use flate2::{Compress, Compression, FlushCompress};
 
 /// The level the event text is compressed at. On a run's event text (zlib-rs, 2.6 MB
@@ -100,31 +98,6 @@ impl Gzip {
     }
 }
 
-/// Whether a request's `Accept-Encoding` takes gzip: named (or `x-gzip`, or `*`) with
-/// a quality above zero. A gzip refused by name is refused whatever `*` says.
-pub fn accepted(headers: &HeaderMap) -> bool {
-    let mut any = false;
-    for value in headers.get_all(header::ACCEPT_ENCODING) {
-        let Ok(value) = value.to_str() else { continue };
-        for item in value.split(',') {
-            let mut parts = item.split(';');
-            let name = parts.next().unwrap_or("").trim();
-            let q = parts
-                .filter_map(|p| p.trim().strip_prefix("q="))
-                .next()
-                .map(|q| q.trim().parse::<f32>().unwrap_or(0.0))
-                .unwrap_or(1.0);
-            if name.eq_ignore_ascii_case("gzip") || name.eq_ignore_ascii_case("x-gzip") {
-                return q > 0.0;
-            }
-            if name == "*" {
-                any = q > 0.0;
-            }
-        }
-    }
-    any
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,21 +148,5 @@ mod tests {
         let mut bytes = head.to_vec();
         bytes.extend_from_slice(&g.finish());
         assert_eq!(gunzip(&bytes).unwrap(), b"");
-    }
-
-    #[test]
-    fn accept_encoding_is_read_with_its_qualities() {
-        let take = |v: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(header::ACCEPT_ENCODING, v.parse().unwrap());
-            accepted(&h)
-        };
-        assert!(take("gzip, deflate, br, zstd"));
-        assert!(take("deflate, GZIP;q=0.5"));
-        assert!(take("*"));
-        assert!(!take("gzip;q=0, *"));
-        assert!(!take("identity"));
-        assert!(!take("br;q=1, *;q=0"));
-        assert!(!accepted(&HeaderMap::new()));
     }
 }

@@ -17,6 +17,7 @@ use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::coding::Coding;
 use super::feed::{Feed, Subscription};
 use super::mask::Mask;
 use crate::cli::Supervise;
@@ -353,8 +354,8 @@ impl Host {
     /// Whether a worker of this server drives `id`, and a subscription to its feed.
     /// Subscribed under the list's lock: once the run left the list, its follower
     /// knows every subscriber it will ever have.
-    pub fn feed(&self, id: &str, gzip: bool) -> Option<Subscription> {
-        self.active().get(id).map(|a| a.feed.subscribe(gzip))
+    pub fn feed(&self, id: &str, coding: Coding) -> Option<Subscription> {
+        self.active().get(id).map(|a| a.feed.subscribe(coding))
     }
 
     /// Changes of run `id`'s pending escalations, when a person supervises it here,

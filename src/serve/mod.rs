@@ -8,6 +8,7 @@
 //! way carry no ending and are adopted by the next owner.
 
 mod api;
+mod coding;
 mod feed;
 mod gzip;
 mod host;
@@ -16,6 +17,7 @@ mod settings;
 mod sse;
 mod token;
 mod viewer;
+mod zstd;
 
 use std::future::IntoFuture as _;
 use std::sync::Arc;

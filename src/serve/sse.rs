@@ -10,12 +10,13 @@
 //! history the feed no longer holds, or the log of a run not driven here, is read from
 //! the store, in turn with the other subscribers.
 //!
-//! A request whose `Accept-Encoding` takes gzip gets the stream gzip-compressed
-//! ([`super::gzip`]): each batch of the feed is compressed once for all such
-//! subscribers, and a connection adds only the gzip header and, when the stream ends,
-//! the trailer. Browsers (`fetch`, `EventSource`), `curl --compressed` and HTTP clients
-//! decode it as they read; each compressed piece ends flushed, so a client decodes every
-//! record as soon as it arrives.
+//! A request whose `Accept-Encoding` takes zstd or gzip gets the stream compressed
+//! ([`super::coding`] picks which): each batch of the feed is compressed once for all
+//! subscribers taking that coding. A zstd connection sends the shared frames and nothing
+//! else ([`super::zstd`]); a gzip one adds the gzip header and, when the stream ends, the
+//! trailer ([`super::gzip`]). Browsers (`fetch`, `EventSource`; Chromium takes zstd, the
+//! others gzip), `curl --compressed` and HTTP clients decode it as they read; each
+//! compressed piece is complete, so a client decodes every record as soon as it arrives.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -23,16 +24,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use heddle_store::{StoreError, Stored};
 use heddle_supervisor::interactive::Notice;
 use tokio::sync::broadcast;
 
+use super::coding::Coding;
 use super::feed::{Batch, Subscription, Take, read};
 use super::gzip::{self, Gzip, Segment};
 use super::host::Host;
 use super::mask::Mask;
+use super::zstd;
 
 /// An idle stream sends a comment this often, so proxies and clients keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -57,14 +60,28 @@ fn notice_text(n: &Notice, mask: &Mask) -> Bytes {
 enum Wire {
     Identity,
     Gzip(Gzip),
+    Zstd,
 }
 
 impl Wire {
+    /// The wire for `coding`, and its first bytes if it has any.
+    fn start(coding: Coding) -> (Wire, Option<Bytes>) {
+        match coding {
+            Coding::Identity => (Wire::Identity, None),
+            Coding::Zstd => (Wire::Zstd, None),
+            Coding::Gzip => {
+                let (g, header) = Gzip::start();
+                (Wire::Gzip(g), Some(header))
+            }
+        }
+    }
+
     /// Batch `b`'s text from record `from` on.
     fn batch(&mut self, b: &Batch, from: u64) -> Bytes {
         match self {
             Wire::Identity => b.from(from),
             Wire::Gzip(g) => g.carry(&b.gzip_from(from)),
+            Wire::Zstd => b.zstd_from(from),
         }
     }
 
@@ -73,6 +90,7 @@ impl Wire {
         match self {
             Wire::Identity => text,
             Wire::Gzip(g) => g.carry(&Segment::new(&text)),
+            Wire::Zstd => zstd::frame(&text),
         }
     }
 
@@ -80,19 +98,20 @@ impl Wire {
         match self {
             Wire::Identity => Bytes::from_static(b":\n\n"),
             Wire::Gzip(g) => g.carry(&gzip::KEEP_ALIVE),
+            Wire::Zstd => zstd::KEEP_ALIVE.clone(),
         }
     }
 
     /// The stream's last bytes, if its encoding has any; the wire is plain after.
     fn finish(&mut self) -> Option<Bytes> {
         match std::mem::replace(self, Wire::Identity) {
-            Wire::Identity => None,
+            Wire::Identity | Wire::Zstd => None,
             Wire::Gzip(g) => Some(g.finish()),
         }
     }
 }
 
-/// The SSE response for run `run_id` from record `from` on, gzip-compressed when the
+/// The SSE response for run `run_id` from record `from` on, compressed when the
 /// request's headers take it. The stream ends when the run is not (or no longer) driven
 /// here and everything recorded was sent, or when the server shuts down.
 pub async fn stream(
@@ -101,17 +120,11 @@ pub async fn stream(
     from: u64,
     request: &HeaderMap,
 ) -> Result<Response, StoreError> {
-    let compress = gzip::accepted(request);
-    let feed = host.feed(&run_id, compress);
+    let coding = Coding::negotiate(request);
+    let feed = host.feed(&run_id, coding);
     let (waiting, notices) = host.notices(&run_id).unzip();
-    let mut out = VecDeque::new();
-    let wire = if compress {
-        let (g, header) = Gzip::start();
-        out.push_back(header);
-        Wire::Gzip(g)
-    } else {
-        Wire::Identity
-    };
+    let (wire, first) = Wire::start(coding);
+    let out: VecDeque<Bytes> = first.into_iter().collect();
     let mut sub = Subscriber {
         mask: host.mask.clone(),
         host,
@@ -146,9 +159,8 @@ pub async fn stream(
         .body(Body::from_stream(chunks))
         // Constant, valid headers: the builder cannot fail.
         .expect("a valid response");
-    if compress {
-        resp.headers_mut()
-            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    if let Some(value) = coding.header() {
+        resp.headers_mut().insert(header::CONTENT_ENCODING, value);
     }
     Ok(resp)
 }

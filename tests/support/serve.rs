@@ -282,6 +282,13 @@ pub fn split_response(raw: &[u8]) -> (String, Vec<u8>) {
     (head, dechunk(&raw[end + 4..]))
 }
 
+/// A zstd body as a strict decoder reads it: whole frames only, each frame's checksum
+/// checked, nothing after the last.
+pub fn unzstd(body: &[u8]) -> String {
+    let text = zstd::stream::decode_all(body).expect("whole zstd frames whose checksums match");
+    String::from_utf8(text).unwrap()
+}
+
 /// A gzip body as a strict decoder reads it: exactly one member, its CRC-32 and length
 /// checked, nothing after it.
 pub fn gunzip(body: &[u8]) -> String {
