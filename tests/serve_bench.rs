@@ -65,37 +65,6 @@ fn env_or(name: &str, default: i64) -> i64 {
         .unwrap_or(default)
 }
 
-/// Reads `/data/items.txt` (missing at first, so the run waits for a person's retry
-/// while subscribers connect), splits it into lines and upper-cases each one.
-const FAN: &str = r#"{"format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "p", "type": "heddle.constant", "properties": {"value": "/data/items.txt"}},
-    {"id": "read", "type": "files.read_text"},
-    {"id": "split", "type": "std.text.split", "properties": {"sep": "\n"}},
-    {"id": "each", "type": "heddle.foreach"},
-    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
-    {"id": "all", "type": "heddle.collect"},
-    {"id": "out", "type": "heddle.output"}],
-  "edges": [
-    {"source": "p", "sourceHandle": "value", "target": "read", "targetHandle": "path"},
-    {"source": "read", "sourceHandle": "text", "target": "split", "targetHandle": "text"},
-    {"source": "split", "sourceHandle": "parts", "target": "each", "targetHandle": "list"},
-    {"source": "each", "sourceHandle": "item", "target": "up", "targetHandle": "text"},
-    {"source": "up", "sourceHandle": "text", "target": "all", "targetHandle": "item"},
-    {"source": "all", "sourceHandle": "list", "target": "out", "targetHandle": "value"}]}"#;
-
-async fn escalation(api: &Api, id: &str) -> String {
-    loop {
-        let (_, body) = api
-            .call("GET", &format!("/api/runs/{id}/escalations"), None)
-            .await;
-        if let Some(e) = body["escalations"].as_array().and_then(|l| l.first()) {
-            return e["id"].as_str().unwrap().to_string();
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// What the subscribers saw: how many got the whole stream (the chunked body's end, and
 /// for plain text the `finished` record before it), the bytes they read and the whole
 /// responses of the first [`VERIFIED`].
@@ -303,14 +272,14 @@ fn one_run(items: usize, subscribers: usize, nice: i32, encoding: Encoding) -> R
             .call(
                 "POST",
                 "/api/runs",
-                Some(json!({"graph": serde_json::from_str::<Value>(FAN).unwrap()})),
+                Some(json!({"graph": serde_json::from_str::<Value>(WAITING_FAN).unwrap()})),
             )
             .await;
         assert_eq!(status, 201, "{body:#}");
         body["run_id"].as_str().unwrap().to_string()
     });
     // The run waits for a person's retry: the subscribers join a live run.
-    let eid = rt.block_on(escalation(&api, &id));
+    let eid = rt.block_on(api.first_escalation(&id));
     let connected = Arc::new(AtomicUsize::new(0));
     let client = spawn_subscribers(
         api.url.trim_start_matches("http://").to_string(),
@@ -328,16 +297,7 @@ fn one_run(items: usize, subscribers: usize, nice: i32, encoding: Encoding) -> R
     std::fs::write(env.path().join("data/items.txt"), lines.join("\n")).unwrap();
     let server_pid = server.pid().to_string();
     let (server_cpu, client_cpu) = (cpu_ms(&server_pid), cpu_ms("self"));
-    rt.block_on(async {
-        let (status, body) = api
-            .call(
-                "POST",
-                &format!("/api/runs/{id}/escalations/{eid}"),
-                Some(json!({"verdict": "retry"})),
-            )
-            .await;
-        assert_eq!(status, 200, "{body:#}");
-    });
+    rt.block_on(api.retry(&id, &eid));
     let seen = client.join().unwrap();
     let (show, _) = rt.block_on(api.drive_to_end(&id));
     let server_cpu_ms = cpu_ms(&server_pid) - server_cpu;

@@ -8,7 +8,7 @@ mod support;
 use std::io::{Read as _, Write as _};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use support::serve::{Api, gunzip, parse_sse, rt, split_response, unzstd};
 use support::store::StoreDir;
 
@@ -50,30 +50,6 @@ fn lines(n: usize, width: usize) -> String {
         .map(|i| format!("{i:0width$}"))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// The id of run `id`'s first pending escalation, once there is one.
-async fn escalation(api: &Api, id: &str) -> String {
-    loop {
-        let (_, body) = api
-            .call("GET", &format!("/api/runs/{id}/escalations"), None)
-            .await;
-        if let Some(e) = body["escalations"].as_array().and_then(|l| l.first()) {
-            return e["id"].as_str().unwrap().to_string();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn retry(api: &Api, id: &str, eid: &str) {
-    let (status, body) = api
-        .call(
-            "POST",
-            &format!("/api/runs/{id}/escalations/{eid}"),
-            Some(json!({"verdict": "retry"})),
-        )
-        .await;
-    assert_eq!(status, 200, "{body:#}");
 }
 
 /// A stream opened now and read to its end later: its response head has arrived, so
@@ -141,7 +117,7 @@ fn subscribers_joining_late_get_the_history_in_order_then_the_live_records_once(
     let api = Api::of(&server);
     rt().block_on(async {
         let id = api.create(TWO).await;
-        let eid = escalation(&api, &id).await;
+        let eid = api.first_escalation(&id).await;
         // Let `a` finish first: its records are history for everyone who joins now.
         loop {
             let show = api.show(&id).await;
@@ -159,7 +135,7 @@ fn subscribers_joining_late_get_the_history_in_order_then_the_live_records_once(
         let first = open(&api, &id, None).await;
         let middle = open(&api, &id, Some(before / 2)).await;
         std::fs::write(dir.path().join("data/b.txt"), lines(300, 8)).unwrap();
-        retry(&api, &id, &eid).await;
+        api.retry(&id, &eid).await;
         // One more once the run went on: history and live records meet again.
         let late = open(&api, &id, None).await;
         let (first, middle, late) =
@@ -194,7 +170,7 @@ fn compressed_and_plain_subscribers_of_one_run_get_the_same_records_resuming_any
     let api = Api::of(&server);
     rt().block_on(async {
         let id = api.create(TWO).await;
-        let eid = escalation(&api, &id).await;
+        let eid = api.first_escalation(&id).await;
         let before = api.show(&id).await["records"].as_u64().unwrap();
         let gzip = open_with(&api, &id, None, Some("gzip")).await;
         // What Chromium sends.
@@ -206,7 +182,7 @@ fn compressed_and_plain_subscribers_of_one_run_get_the_same_records_resuming_any
         let middle = open_with(&api, &id, Some(before / 2), Some("deflate, gzip, br")).await;
         let middle_zstd = open_with(&api, &id, Some(before / 2), Some("zstd")).await;
         std::fs::write(dir.path().join("data/b.txt"), lines(300, 8)).unwrap();
-        retry(&api, &id, &eid).await;
+        api.retry(&id, &eid).await;
         let late = open_with(&api, &id, None, Some("*")).await;
         let (gzip, zstd, plain, middle, middle_zstd, late) = tokio::join!(
             compressed_text(gzip, "gzip"),
@@ -264,7 +240,7 @@ fn a_subscriber_that_stops_reading_holds_up_neither_the_run_nor_the_others() {
     let api = Api::of(&server);
     let rt = rt();
     let id = rt.block_on(api.create(TWO));
-    let eid = rt.block_on(escalation(&api, &id));
+    let eid = rt.block_on(api.first_escalation(&id));
     // A subscriber that reads its response head and then nothing: a small receive
     // buffer, so the server's writes to it stall as soon as its queues are full.
     let addr: std::net::SocketAddr = api.url.trim_start_matches("http://").parse().unwrap();
@@ -283,7 +259,7 @@ fn a_subscriber_that_stops_reading_holds_up_neither_the_run_nor_the_others() {
         let other = open(&api, &id, None).await;
         // Far more than the kernel buffers between the server and the slow subscriber.
         std::fs::write(dir.path().join("data/b.txt"), lines(24_000, 36)).unwrap();
-        retry(&api, &id, &eid).await;
+        api.retry(&id, &eid).await;
         let other = read_to_end(other).await;
         let show = api.show(&id).await;
         assert_eq!(show["state"], "completed", "{show:#}");

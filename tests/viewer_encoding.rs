@@ -12,31 +12,10 @@
 mod browser;
 mod support;
 
-use std::time::Duration;
-
 use browser::{Browser, driver};
 use serde_json::{Value, json};
 use support::serve::{Api, parse_sse, rt};
-use support::store::StoreDir;
-
-/// Reads `/data/items.txt`, missing at first, so the run waits for a person's retry
-/// while the streams are opened.
-const WAITING_FAN: &str = r#"{"format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "p", "type": "heddle.constant", "properties": {"value": "/data/items.txt"}},
-    {"id": "read", "type": "files.read_text"},
-    {"id": "split", "type": "std.text.split", "properties": {"sep": "\n"}},
-    {"id": "each", "type": "heddle.foreach"},
-    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
-    {"id": "all", "type": "heddle.collect"},
-    {"id": "out", "type": "heddle.output"}],
-  "edges": [
-    {"source": "p", "sourceHandle": "value", "target": "read", "targetHandle": "path"},
-    {"source": "read", "sourceHandle": "text", "target": "split", "targetHandle": "text"},
-    {"source": "split", "sourceHandle": "parts", "target": "each", "targetHandle": "list"},
-    {"source": "each", "sourceHandle": "item", "target": "up", "targetHandle": "text"},
-    {"source": "up", "sourceHandle": "text", "target": "all", "targetHandle": "item"},
-    {"source": "all", "sourceHandle": "list", "target": "out", "targetHandle": "value"}]}"#;
+use support::store::{StoreDir, WAITING_FAN};
 
 /// Opens two streams of run `id` from the page (one from the start, one after record
 /// 1), each kept in `window.streams` with its `Content-Encoding` once it ends.
@@ -66,18 +45,6 @@ async fn script(b: &Browser, js: &str, args: Vec<Value>) -> Value {
     b.client().execute(js, args).await.unwrap().json().clone()
 }
 
-async fn escalation(api: &Api, id: &str) -> String {
-    loop {
-        let (_, body) = api
-            .call("GET", &format!("/api/runs/{id}/escalations"), None)
-            .await;
-        if let Some(e) = body["escalations"].as_array().and_then(|l| l.first()) {
-            return e["id"].as_str().unwrap().to_string();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[test]
 fn chromium_decodes_the_zstd_stream_live_and_resumed_into_the_stored_log() {
     let Some(driver) = driver() else { return };
@@ -86,7 +53,7 @@ fn chromium_decodes_the_zstd_stream_live_and_resumed_into_the_stored_log() {
     let api = Api::of(&server);
     rt().block_on(async {
         let id = api.create(WAITING_FAN).await;
-        let eid = escalation(&api, &id).await;
+        let eid = api.first_escalation(&id).await;
         let b = Browser::open(&driver).await;
         b.goto(&format!("{}/#/run/{id}&token={}", server.url, server.token))
             .await;
@@ -94,14 +61,7 @@ fn chromium_decodes_the_zstd_stream_live_and_resumed_into_the_stored_log() {
         script(&b, OPEN_STREAMS, vec![json!(id), json!(server.token)]).await;
         let lines: Vec<String> = (0..2000).map(|i| format!("item {i}")).collect();
         std::fs::write(dir.path().join("data/items.txt"), lines.join("\n")).unwrap();
-        let (status, body) = api
-            .call(
-                "POST",
-                &format!("/api/runs/{id}/escalations/{eid}"),
-                Some(json!({"verdict": "retry"})),
-            )
-            .await;
-        assert_eq!(status, 200, "{body:#}");
+        api.retry(&id, &eid).await;
         const ENDED: &str =
             "return window.streams.first && window.streams.after1 ? window.streams : null";
         b.until("both streams ended", async |b: &Browser| {

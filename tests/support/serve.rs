@@ -125,6 +125,31 @@ pub struct Api {
 }
 
 impl Api {
+    /// The id of run `id`'s first pending escalation, once there is one.
+    pub async fn first_escalation(&self, id: &str) -> String {
+        loop {
+            let (_, body) = self
+                .call("GET", &format!("/api/runs/{id}/escalations"), None)
+                .await;
+            if let Some(e) = body["escalations"].as_array().and_then(|l| l.first()) {
+                return e["id"].as_str().unwrap().to_string();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Answers escalation `eid` of run `id` with a retry.
+    pub async fn retry(&self, id: &str, eid: &str) {
+        let (status, body) = self
+            .call(
+                "POST",
+                &format!("/api/runs/{id}/escalations/{eid}"),
+                Some(json!({"verdict": "retry"})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body:#}");
+    }
+
     pub fn of(s: &Server) -> Api {
         Api {
             // A fresh connection per request: a refused oversized body closes its

@@ -78,6 +78,26 @@ pub const FAILING_PARSE: &str = r#"{"format": "heddle.graph", "version": 1,
   ]
 }"#;
 
+/// Reads `/data/items.txt` (missing at first, so with `--supervise interactive` the run
+/// waits for a person's retry while clients connect), splits it into lines and
+/// upper-cases each one.
+pub const WAITING_FAN: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "p", "type": "heddle.constant", "properties": {"value": "/data/items.txt"}},
+    {"id": "read", "type": "files.read_text"},
+    {"id": "split", "type": "std.text.split", "properties": {"sep": "\n"}},
+    {"id": "each", "type": "heddle.foreach"},
+    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
+    {"id": "all", "type": "heddle.collect"},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [
+    {"source": "p", "sourceHandle": "value", "target": "read", "targetHandle": "path"},
+    {"source": "read", "sourceHandle": "text", "target": "split", "targetHandle": "text"},
+    {"source": "split", "sourceHandle": "parts", "target": "each", "targetHandle": "list"},
+    {"source": "each", "sourceHandle": "item", "target": "up", "targetHandle": "text"},
+    {"source": "up", "sourceHandle": "text", "target": "all", "targetHandle": "item"},
+    {"source": "all", "sourceHandle": "list", "target": "out", "targetHandle": "value"}]}"#;
+
 /// A gate (`ship`) before the output: the run pauses there.
 pub const GATED: &str = r#"{"format": "heddle.graph", "version": 1,
   "nodes": [

@@ -315,11 +315,9 @@ async fn an_edge_left_unconsumed_by_a_failed_target_ends_drained() {
     );
 }
 
-/// A subscriber that arrives after the run ended still sees the whole run: on a
-/// current-thread runtime the first subscriber is woken by the final event only after
-/// the runner closed the bus, so the second one subscribes to a closed bus every time.
-#[tokio::test(flavor = "current_thread")]
-async fn a_subscriber_after_the_end_gets_the_whole_record() {
+/// Starts `6 -> scale by 7 -> output`: `test.scale` is a controlled node, and no control
+/// edge reaches it.
+fn start_scale_run() -> heddle_kernel::runtime::RunHandle {
     let doc = graph(
         &[
             ("x", "heddle.constant", json!({"value": 6})),
@@ -330,7 +328,15 @@ async fn a_subscriber_after_the_end_gets_the_whole_record() {
     );
     let (reg, _) = registry();
     let plan = heddle_core::plan::plan(&doc, &reg).unwrap();
-    let handle = Run::new(plan, &reg, RunOptions::default()).unwrap().start();
+    Run::new(plan, &reg, RunOptions::default()).unwrap().start()
+}
+
+/// A subscriber that arrives after the run ended still sees the whole run: on a
+/// current-thread runtime the first subscriber is woken by the final event only after
+/// the runner closed the bus, so the second one subscribes to a closed bus every time.
+#[tokio::test(flavor = "current_thread")]
+async fn a_subscriber_after_the_end_gets_the_whole_record() {
+    let handle = start_scale_run();
     let mut first = handle.subscribe();
     let mut early = Vec::new();
     while let Some(e) = within(first.next()).await {
@@ -360,17 +366,7 @@ async fn a_subscriber_after_the_end_gets_the_whole_record() {
 /// node, once per set of inputs, and the run ends without the caller.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controlled_node_without_a_controller_runs_as_a_buffered_node() {
-    let doc = graph(
-        &[
-            ("x", "heddle.constant", json!({"value": 6})),
-            ("s", "test.scale", json!({"factor": 7})),
-            ("out", "heddle.output", json!({})),
-        ],
-        &[("x", "value", "s", "x"), ("s", "out", "out", "value")],
-    );
-    let (reg, _) = registry();
-    let plan = heddle_core::plan::plan(&doc, &reg).unwrap();
-    let handle = Run::new(plan, &reg, RunOptions::default()).unwrap().start();
+    let handle = start_scale_run();
     // The run completes on its own: the caller waits for its end before `wait()`.
     let mut events = handle.subscribe();
     within(async {
