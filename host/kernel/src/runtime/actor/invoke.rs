@@ -11,7 +11,6 @@ use heddle_core::{EventKind, InvocationMetrics, Occurrence, Record};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::journaled::Ahead;
 use super::routing::MintedTokens;
 use super::{Actor, BATCH, EMIT_BUFFER, InvToken, Msg, Stop};
 use crate::executor::{
@@ -85,6 +84,21 @@ pub(super) struct Invocation<'a> {
     pub emits: bool,
     /// A live session's input, fed from the inbox while the node runs.
     pub feed: Option<&'a mut Feed>,
+}
+
+/// Where a durable run's journal ([`Actor::journal_ahead`]) leaves an invocation:
+/// defined here, beside [`Settled`], so that the journal's side depends on the
+/// invocation's and not the other way round.
+pub(super) enum Ahead {
+    /// Run its attempts: `begun` of them an earlier process started; `fresh` when nothing
+    /// was recorded for it.
+    Run {
+        occ: Occurrence,
+        fresh: bool,
+        begun: u32,
+    },
+    /// Settled from what was recorded, without running.
+    Settled(Settled),
 }
 
 /// How an invocation ended, once the supervisor (if any) had its say.

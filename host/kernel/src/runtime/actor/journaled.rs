@@ -8,23 +8,11 @@ use std::sync::Arc;
 
 use heddle_core::{InvocationMetrics, Occurrence, Record, SuspendInfo, Value};
 
-use super::invoke::{Invocation, Settled};
+use super::invoke::{Ahead, Invocation, Settled};
 
 /// Resolves once a record is on disk ([`Journal::append_synced`]).
 pub(super) type Written = BoxFuture<'static, Result<(), JournalError>>;
 
-/// Where [`Actor::journal_ahead`] leaves an invocation.
-pub(super) enum Ahead {
-    /// Run its attempts: `begun` of them an earlier process started; `fresh` when nothing
-    /// was recorded for it.
-    Run {
-        occ: Occurrence,
-        fresh: bool,
-        begun: u32,
-    },
-    /// Settled from what was recorded, without running.
-    Settled(Settled),
-}
 use super::routing::MintedTokens;
 use super::{Actor, Stop};
 use crate::executor::{BoxFuture, Emitted, Outputs};
