@@ -131,8 +131,12 @@ impl Batch {
     fn encode(&self, coding: Coding) {
         match coding {
             Coding::Identity => {}
-            Coding::Gzip => drop(self.gzip()),
-            Coding::Zstd => drop(self.zstd()),
+            Coding::Gzip => {
+                self.gzip();
+            }
+            Coding::Zstd => {
+                self.zstd();
+            }
         }
     }
 }
