@@ -4,6 +4,7 @@
 
 use axum::http::{HeaderMap, HeaderValue, header};
 
+/// `coding as usize` indexes per-coding counters (see `feed::Feed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Coding {
     Identity,
@@ -66,15 +67,6 @@ impl Coding {
             }
         }
         best.0
-    }
-
-    /// Its index among [`Coding::COMPRESSED`] plus identity, for per-coding counters.
-    pub fn index(self) -> usize {
-        match self {
-            Coding::Identity => 0,
-            Coding::Gzip => 1,
-            Coding::Zstd => 2,
-        }
     }
 }
 

@@ -183,7 +183,7 @@ pub struct Feed {
     /// Told whenever the history grows or ends.
     tip: watch::Sender<()>,
     subscribers: AtomicUsize,
-    /// Those of them by coding ([`Coding::index`]): while a compressed coding has one,
+    /// Those of them by coding (`coding as usize`): while a compressed coding has one,
     /// the follower compresses each batch in it as it renders it (once, for all).
     by_coding: [AtomicUsize; 3],
     /// Wakes an idle follower when a first subscriber arrives.
@@ -228,7 +228,7 @@ impl Feed {
 
     /// A new subscriber taking `coding`, counted until it is dropped.
     pub fn subscribe(self: &Arc<Self>, coding: Coding) -> Subscription {
-        self.by_coding[coding.index()].fetch_add(1, Ordering::SeqCst);
+        self.by_coding[coding as usize].fetch_add(1, Ordering::SeqCst);
         if self.subscribers.fetch_add(1, Ordering::SeqCst) == 0 {
             self.joined.notify_one();
         }
@@ -314,7 +314,7 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.feed.by_coding[self.coding.index()].fetch_sub(1, Ordering::SeqCst);
+        self.feed.by_coding[self.coding as usize].fetch_sub(1, Ordering::SeqCst);
         self.feed.subscribers.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -357,7 +357,7 @@ pub async fn follow(
         let gather = match Batch::render(&records, &mask) {
             Some(b) => {
                 for c in Coding::COMPRESSED {
-                    if feed.by_coding[c.index()].load(Ordering::SeqCst) > 0 {
+                    if feed.by_coding[c as usize].load(Ordering::SeqCst) > 0 {
                         b.encode(c);
                     }
                 }
