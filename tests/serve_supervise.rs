@@ -37,23 +37,6 @@ fn graph(text: &str) -> Value {
     serde_json::from_str(text).unwrap()
 }
 
-/// Waits (a generous bound, nothing asserted about the time) until run `id` has a
-/// pending escalation, and returns the list.
-async fn pending(api: &Api, id: &str) -> Vec<Value> {
-    for _ in 0..1200 {
-        let (status, body) = api
-            .call("GET", &format!("/api/runs/{id}/escalations"), None)
-            .await;
-        assert_eq!(status, 200, "{body:#}");
-        let list = body["escalations"].as_array().unwrap().clone();
-        if !list.is_empty() {
-            return list;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("run {id} never escalated");
-}
-
 async fn answer(api: &Api, id: &str, eid: &str, body: Value) -> (u16, Value) {
     api.call(
         "POST",
@@ -144,7 +127,7 @@ fn a_failure_waits_for_a_person_and_their_retry_completes_the_run() {
     rt().block_on(async {
         let id = api.create(READ).await;
         let n = notice(&api, &id, "pending").await;
-        let list = pending(&api, &id).await;
+        let list = api.pending_escalations(&id).await;
         assert_eq!(list.len(), 1, "{list:#?}");
         let e = &list[0];
         assert_eq!(e["id"], n["id"], "the notice names the escalation listed");
@@ -208,7 +191,7 @@ fn a_verdict_outside_the_allowed_set_is_refused_and_changes_nothing() {
         let (status, created) = api.call("POST", "/api/runs", Some(body)).await;
         assert_eq!(status, 201, "{created:#}");
         let id = created["run_id"].as_str().unwrap().to_string();
-        let e = pending(&api, &id).await.remove(0);
+        let e = api.pending_escalations(&id).await.remove(0);
         assert_eq!(
             e["allowed"],
             json!(["skip", "fail"]),
@@ -246,7 +229,7 @@ fn a_verdict_outside_the_allowed_set_is_refused_and_changes_nothing() {
             records,
             "nothing was written"
         );
-        let still = pending(&api, &id).await;
+        let still = api.pending_escalations(&id).await;
         assert_eq!(still[0]["id"], e["id"], "still waiting for a verdict");
 
         let (status, body) = answer(
@@ -324,7 +307,7 @@ fn cancelling_the_run_withdraws_its_pending_decision() {
     let api = Api::of(&server);
     rt().block_on(async {
         let id = api.create(READ).await;
-        let eid = pending(&api, &id).await[0]["id"]
+        let eid = api.pending_escalations(&id).await[0]["id"]
             .as_str()
             .unwrap()
             .to_string();
@@ -359,7 +342,7 @@ fn a_known_secret_never_leaves_the_server() {
     let along_an_edge = PARSE_ONE.replace("SECRET", SECRET);
     rt().block_on(async {
         let id = api.create(&doc).await;
-        let list = pending(&api, &id).await;
+        let list = api.pending_escalations(&id).await;
         let text = serde_json::to_string(&list).unwrap();
         assert!(!text.contains(SECRET), "secret in the escalation:\n{text}");
         assert!(text.contains("«redacted»"), "{text}");
@@ -428,7 +411,7 @@ fn an_escalation_pending_when_the_server_dies_is_asked_again_after_adoption() {
     let api = Api::of(&first);
     let (id, before) = rt().block_on(async {
         let id = api.create(READ).await;
-        let e = pending(&api, &id).await.remove(0);
+        let e = api.pending_escalations(&id).await.remove(0);
         (id, e)
     });
     first.kill9();
@@ -436,7 +419,7 @@ fn an_escalation_pending_when_the_server_dies_is_asked_again_after_adoption() {
     let second = env.serve_with(INTERACTIVE, &[]);
     let api = Api::of(&second);
     rt().block_on(async {
-        let again = pending(&api, &id).await.remove(0);
+        let again = api.pending_escalations(&id).await.remove(0);
         assert_ne!(
             again["id"], before["id"],
             "a new question, not the dead server's"
@@ -532,7 +515,7 @@ fn serve_settings_come_from_the_config_file_too() {
     let api = Api::of(&server);
     rt().block_on(async {
         let id = api.create(READ).await;
-        let e = pending(&api, &id).await.remove(0);
+        let e = api.pending_escalations(&id).await.remove(0);
         let span = e["deadline_ms"].as_u64().unwrap() - e["created_at_ms"].as_u64().unwrap();
         assert_eq!(span, 123_456, "{e:#}");
     });
@@ -542,7 +525,7 @@ fn serve_settings_come_from_the_config_file_too() {
     let api = Api::of(&server);
     rt().block_on(async {
         let id = api.create(READ).await;
-        let e = pending(&api, &id).await.remove(0);
+        let e = api.pending_escalations(&id).await.remove(0);
         let span = e["deadline_ms"].as_u64().unwrap() - e["created_at_ms"].as_u64().unwrap();
         assert_eq!(span, 654_321, "{e:#}");
     });
@@ -558,7 +541,7 @@ fn an_interactive_run_is_not_resumed_from_the_command_line() {
     let api = Api::of(&server);
     let id = rt().block_on(async {
         let id = api.create(READ).await;
-        pending(&api, &id).await;
+        api.pending_escalations(&id).await;
         id
     });
     // Stopping the server leaves the run interrupted, its decision still to be made.
@@ -593,7 +576,7 @@ fn a_skip_is_recorded_with_the_persons_note() {
     let api = Api::of(&server);
     let id = rt().block_on(async {
         let id = api.create(READ).await;
-        let e = pending(&api, &id).await.remove(0);
+        let e = api.pending_escalations(&id).await.remove(0);
         let eid = e["id"].as_str().unwrap();
         let (status, body) = answer(
             &api,

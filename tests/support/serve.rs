@@ -125,17 +125,29 @@ pub struct Api {
 }
 
 impl Api {
-    /// The id of run `id`'s first pending escalation, once there is one.
-    pub async fn first_escalation(&self, id: &str) -> String {
-        loop {
-            let (_, body) = self
+    /// Waits (a generous bound, nothing asserted about the time) until run `id` has a
+    /// pending escalation, and returns the list.
+    pub async fn pending_escalations(&self, id: &str) -> Vec<Value> {
+        for _ in 0..3000 {
+            let (status, body) = self
                 .call("GET", &format!("/api/runs/{id}/escalations"), None)
                 .await;
-            if let Some(e) = body["escalations"].as_array().and_then(|l| l.first()) {
-                return e["id"].as_str().unwrap().to_string();
+            assert_eq!(status, 200, "{body:#}");
+            let list = body["escalations"].as_array().unwrap().clone();
+            if !list.is_empty() {
+                return list;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
+        panic!("run {id} never escalated");
+    }
+
+    /// The id of run `id`'s first pending escalation, once there is one.
+    pub async fn first_escalation(&self, id: &str) -> String {
+        self.pending_escalations(id).await[0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     /// Answers escalation `eid` of run `id` with a retry.
