@@ -469,3 +469,242 @@ fn a_version_4_store_migrates_and_its_rows_read_as_one_record_each() {
         &(13, "packed".to_string())
     );
 }
+
+// What is stored as JSON text and was once assembled from JSON bags: verdicts, and a
+// run's plan and limits. Each literal below is what heddle wrote before these were
+// typed (taken from runs of the real binary: `heddle run --durable` with a `retry`
+// policy, a `--policy` skip, a gate approved and one rejected, `--watchdog`, and a run
+// created through `heddle serve`). The tests prove that what is written now is the
+// same text to the byte, and that the old text reads back to the same record.
+
+/// Verdicts as each writer stored them: the node's own `retry` policy, a supervisor's
+/// retry (with and without a decider's note), skip and end_stream, and a person's
+/// answer to a gate.
+const VERDICTS: &[&str] = &[
+    r#"{"kind":"verdict","occurrence":{"node":"parse","key":"each:item=1"},"verdict":{"verdict":"retry","attempt":1,"error":"invalid JSON: expected value at line 1 column 1"},"decided_by":"retry_policy"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"fetch"},"verdict":{"verdict":"retry"},"decided_by":"supervisor"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"fetch","n":2},"verdict":{"verdict":"retry","note":"upstream is back"},"decided_by":"supervisor"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"parse","key":"each:item=1"},"verdict":{"verdict":"skip","error":"invalid JSON: expected value at line 1 column 1"},"decided_by":"supervisor"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"parse"},"verdict":{"verdict":"skip","error":"boom","note":"not needed this week"},"decided_by":"supervisor"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"sum"},"verdict":{"verdict":"end_stream","error":"overflow"},"decided_by":"supervisor"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"approve_release"},"verdict":{"verdict":"approve","note":"looks ok"},"decided_by":"user"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"approve_release"},"verdict":{"verdict":"reject","note":"not today"},"decided_by":"user"}"#,
+];
+
+/// The verdict records [`VERDICTS`] holds, built as their writers build them.
+fn verdicts() -> Vec<Record> {
+    let v = |node: &str, key: &str, n: u32, verdict: serde_json::Value, by: &str| Record::Verdict {
+        occurrence: Occurrence::new(node, key, n),
+        verdict,
+        decided_by: by.into(),
+    };
+    let parse_error = "invalid JSON: expected value at line 1 column 1";
+    vec![
+        v(
+            "parse",
+            "each:item=1",
+            0,
+            serde_json::json!({"verdict": "retry", "attempt": 1, "error": parse_error}),
+            "retry_policy",
+        ),
+        v(
+            "fetch",
+            "",
+            0,
+            serde_json::json!({"verdict": "retry"}),
+            "supervisor",
+        ),
+        v(
+            "fetch",
+            "",
+            2,
+            serde_json::json!({"verdict": "retry", "note": "upstream is back"}),
+            "supervisor",
+        ),
+        v(
+            "parse",
+            "each:item=1",
+            0,
+            serde_json::json!({"verdict": "skip", "error": parse_error}),
+            "supervisor",
+        ),
+        v(
+            "parse",
+            "",
+            0,
+            serde_json::json!({"verdict": "skip", "error": "boom", "note": "not needed this week"}),
+            "supervisor",
+        ),
+        v(
+            "sum",
+            "",
+            0,
+            serde_json::json!({"verdict": "end_stream", "error": "overflow"}),
+            "supervisor",
+        ),
+        v(
+            "approve_release",
+            "",
+            0,
+            serde_json::json!({"verdict": "approve", "note": "looks ok"}),
+            "user",
+        ),
+        v(
+            "approve_release",
+            "",
+            0,
+            serde_json::json!({"verdict": "reject", "note": "not today"}),
+            "user",
+        ),
+    ]
+}
+
+/// The text body of single row `key`.
+fn text_body(path: &Path, run: &str, key: i64) -> String {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.query_row(
+        "SELECT body FROM events WHERE run_id = ?1 AND seq = ?2",
+        rusqlite::params![run, key],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+#[test]
+fn verdicts_are_stored_as_before_and_old_ones_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let recs = verdicts();
+    for (seq, r) in recs.iter().enumerate() {
+        store
+            .append(&id, epoch, seq as u64, std::slice::from_ref(r), false)
+            .unwrap();
+    }
+    for (seq, text) in VERDICTS.iter().enumerate() {
+        assert_eq!(&text_body(&path, &id, seq as i64), text, "record {seq}");
+    }
+    assert_eq!(records(&store, &id, 0), recs);
+
+    // The same text written by an older heddle (a row per record, version 4) reads back
+    // as the same records.
+    let old = store.create_run(&new_run()).unwrap().run_id;
+    drop(store);
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        for (seq, body) in VERDICTS.iter().enumerate() {
+            let crc = crc(&old, seq as u64, "verdict", body.as_bytes());
+            c.execute(
+                "INSERT INTO events (run_id, seq, at_ms, kind, body, crc) VALUES (?1, ?2, 0, 'verdict', ?3, ?4)",
+                rusqlite::params![old, seq as i64, body, crc as i64],
+            )
+            .unwrap();
+        }
+        c.pragma_update(None, "user_version", 4).unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(records(&store, &old, 0), recs);
+}
+
+/// Plans as stored: built-in, package and code nodes.
+const PLAN: &str = r#"{"nodes":[{"id":"items","type":"heddle.input","retry_safe":false,"origin":"builtin"},{"id":"parse","type":"std.json.parse","retry_safe":true,"origin":"package:std@0.1.0"},{"id":"sh","type":"code.bash","retry_safe":false,"origin":"code"},{"id":"numbers","type":"heddle.output","retry_safe":false,"origin":"builtin"}],"edges":3}"#;
+
+/// Limits as stored: a budget and a node timeout (`heddle run --durable`), none of
+/// them, the watchdog's (`heddle run --watchdog`), and the server's supervision.
+const LIMITS: &[&str] = &[
+    r#"{"max_dispatches":10,"time_limit_ms":60000,"node_timeout_ms":5000}"#,
+    r#"{"node_timeout_ms":null}"#,
+    r#"{"node_timeout_ms":null,"watchdog":{"max_restarts":2,"backoff_initial_ms":100,"backoff_max_ms":5000,"run_time_limit_ms":null,"output_limit_bytes":1000000}}"#,
+    r#"{"time_limit_ms":300,"node_timeout_ms":null,"supervise":"interactive"}"#,
+    r#"{"node_timeout_ms":null,"supervise":"none"}"#,
+];
+
+/// The plan [`PLAN`] holds, built as its writer builds it.
+fn plan() -> serde_json::Value {
+    let node = |id: &str, ty: &str, retry_safe: bool, origin: &str| serde_json::json!({"id": id, "type": ty, "retry_safe": retry_safe, "origin": origin});
+    serde_json::json!({
+        "nodes": [
+            node("items", "heddle.input", false, "builtin"),
+            node("parse", "std.json.parse", true, "package:std@0.1.0"),
+            node("sh", "code.bash", false, "code"),
+            node("numbers", "heddle.output", false, "builtin"),
+        ],
+        "edges": 3,
+    })
+}
+
+/// The limits [`LIMITS`] holds, built as their writers build them.
+fn limits() -> Vec<serde_json::Value> {
+    let with_budget =
+        |max_dispatches: Option<u64>, time_limit_ms: Option<u64>, node_timeout: Option<u64>| {
+            let mut v = serde_json::to_value(heddle_store::Budget {
+                max_dispatches,
+                time_limit_ms,
+            })
+            .unwrap();
+            v["node_timeout_ms"] = serde_json::json!(node_timeout);
+            v
+        };
+    let mut watched = with_budget(None, None, None);
+    watched["watchdog"] = serde_json::json!({
+        "max_restarts": 2, "backoff_initial_ms": 100, "backoff_max_ms": 5000,
+        "run_time_limit_ms": null, "output_limit_bytes": 1000000
+    });
+    let mut interactive = with_budget(None, Some(300), None);
+    interactive["supervise"] = "interactive".into();
+    let mut unsupervised = with_budget(None, None, None);
+    unsupervised["supervise"] = "none".into();
+    vec![
+        with_budget(Some(10), Some(60000), Some(5000)),
+        with_budget(None, None, None),
+        watched,
+        interactive,
+        unsupervised,
+    ]
+}
+
+/// A run header's text columns as stored.
+fn header_text(path: &Path, run: &str) -> (String, String) {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.query_row(
+        "SELECT plan, limits FROM runs WHERE run_id = ?1",
+        [run],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .unwrap()
+}
+
+#[test]
+fn plans_and_limits_are_stored_as_before_and_old_ones_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    for (text, limits) in LIMITS.iter().zip(limits()) {
+        let run = NewRun {
+            plan: plan(),
+            limits,
+            ..new_run()
+        };
+        let h = store.create_run(&run).unwrap();
+        assert_eq!(
+            header_text(&path, &h.run_id),
+            (PLAN.to_string(), text.to_string())
+        );
+        assert_eq!(store.header(&h.run_id).unwrap().run, run);
+    }
+
+    // The same text written by an older heddle reads back as the same header.
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    for (text, limits) in LIMITS.iter().zip(limits()) {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute(
+            "UPDATE runs SET plan = ?2, limits = ?3 WHERE run_id = ?1",
+            rusqlite::params![id, PLAN, text],
+        )
+        .unwrap();
+        let h = store.header(&id).unwrap();
+        assert_eq!((h.run.plan, h.run.limits), (plan(), limits));
+    }
+}
