@@ -7,18 +7,23 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use heddle_core::{InvocationMetrics, Map, Occurrence, Record, Value};
-use heddle_store::{NewRun, RunStore, SqliteStore, StoreError};
+use heddle_core::{
+    Decider, InvocationMetrics, Map, Occurrence, Origin, PlanSummary, PlannedNode, Record,
+    RecordedAction, RecordedVerdict, Value,
+};
+use heddle_store::{
+    Budget, NewRun, RunLimits, RunStore, SqliteStore, StoreError, SuperviseMode, WatchdogLimits,
+};
 
 fn new_run() -> NewRun {
     NewRun {
         graph_name: "g.json".into(),
         graph_bytes: b"{}".to_vec(),
-        plan: serde_json::Value::Null,
+        plan: PlanSummary::default(),
         inputs: BTreeMap::new(),
         secrets: Vec::new(),
         packages: BTreeMap::new(),
-        limits: serde_json::Value::Null,
+        limits: RunLimits::default(),
     }
 }
 
@@ -493,68 +498,76 @@ const VERDICTS: &[&str] = &[
 
 /// The verdict records [`VERDICTS`] holds, built as their writers build them.
 fn verdicts() -> Vec<Record> {
-    let v = |node: &str, key: &str, n: u32, verdict: serde_json::Value, by: &str| Record::Verdict {
-        occurrence: Occurrence::new(node, key, n),
-        verdict,
-        decided_by: by.into(),
-    };
+    use RecordedAction::*;
+    let v =
+        |node: &str, key: &str, n: u32, verdict: RecordedVerdict, by: Decider| Record::Verdict {
+            occurrence: Occurrence::new(node, key, n),
+            verdict,
+            decided_by: by,
+        };
     let parse_error = "invalid JSON: expected value at line 1 column 1";
+    let note = |n: &str| Some(n.to_string());
     vec![
         v(
             "parse",
             "each:item=1",
             0,
-            serde_json::json!({"verdict": "retry", "attempt": 1, "error": parse_error}),
-            "retry_policy",
+            RecordedVerdict {
+                attempt: Some(1),
+                ..RecordedVerdict::new(Retry).with_error(parse_error)
+            },
+            Decider::RetryPolicy,
         ),
         v(
             "fetch",
             "",
             0,
-            serde_json::json!({"verdict": "retry"}),
-            "supervisor",
+            RecordedVerdict::new(Retry).with_note(None),
+            Decider::Supervisor,
         ),
         v(
             "fetch",
             "",
             2,
-            serde_json::json!({"verdict": "retry", "note": "upstream is back"}),
-            "supervisor",
+            RecordedVerdict::new(Retry).with_note(note("upstream is back")),
+            Decider::Supervisor,
         ),
         v(
             "parse",
             "each:item=1",
             0,
-            serde_json::json!({"verdict": "skip", "error": parse_error}),
-            "supervisor",
+            RecordedVerdict::new(Skip).with_error(parse_error),
+            Decider::Supervisor,
         ),
         v(
             "parse",
             "",
             0,
-            serde_json::json!({"verdict": "skip", "error": "boom", "note": "not needed this week"}),
-            "supervisor",
+            RecordedVerdict::new(Skip)
+                .with_error("boom")
+                .with_note(note("not needed this week")),
+            Decider::Supervisor,
         ),
         v(
             "sum",
             "",
             0,
-            serde_json::json!({"verdict": "end_stream", "error": "overflow"}),
-            "supervisor",
+            RecordedVerdict::new(EndStream).with_error("overflow"),
+            Decider::Supervisor,
         ),
         v(
             "approve_release",
             "",
             0,
-            serde_json::json!({"verdict": "approve", "note": "looks ok"}),
-            "user",
+            RecordedVerdict::new(Approve).with_note(note("looks ok")),
+            Decider::User,
         ),
         v(
             "approve_release",
             "",
             0,
-            serde_json::json!({"verdict": "reject", "note": "not today"}),
-            "user",
+            RecordedVerdict::new(Reject).with_note(note("not today")),
+            Decider::User,
         ),
     ]
 }
@@ -622,46 +635,64 @@ const LIMITS: &[&str] = &[
 ];
 
 /// The plan [`PLAN`] holds, built as its writer builds it.
-fn plan() -> serde_json::Value {
-    let node = |id: &str, ty: &str, retry_safe: bool, origin: &str| serde_json::json!({"id": id, "type": ty, "retry_safe": retry_safe, "origin": origin});
-    serde_json::json!({
-        "nodes": [
-            node("items", "heddle.input", false, "builtin"),
-            node("parse", "std.json.parse", true, "package:std@0.1.0"),
-            node("sh", "code.bash", false, "code"),
-            node("numbers", "heddle.output", false, "builtin"),
+fn plan() -> PlanSummary {
+    let node = |id: &str, ty: &str, retry_safe: bool, origin: Origin| PlannedNode {
+        id: id.into(),
+        node_type: ty.into(),
+        retry_safe,
+        origin,
+    };
+    PlanSummary {
+        nodes: vec![
+            node("items", "heddle.input", false, Origin::Builtin),
+            node(
+                "parse",
+                "std.json.parse",
+                true,
+                Origin::Package {
+                    name: "std".into(),
+                    version: "0.1.0".into(),
+                },
+            ),
+            node("sh", "code.bash", false, Origin::Code),
+            node("numbers", "heddle.output", false, Origin::Builtin),
         ],
-        "edges": 3,
-    })
+        edges: 3,
+    }
 }
 
 /// The limits [`LIMITS`] holds, built as their writers build them.
-fn limits() -> Vec<serde_json::Value> {
-    let with_budget =
-        |max_dispatches: Option<u64>, time_limit_ms: Option<u64>, node_timeout: Option<u64>| {
-            let mut v = serde_json::to_value(heddle_store::Budget {
-                max_dispatches,
-                time_limit_ms,
-            })
-            .unwrap();
-            v["node_timeout_ms"] = serde_json::json!(node_timeout);
-            v
-        };
-    let mut watched = with_budget(None, None, None);
-    watched["watchdog"] = serde_json::json!({
+fn limits() -> Vec<RunLimits> {
+    let budget = |max_dispatches, time_limit_ms| Budget {
+        max_dispatches,
+        time_limit_ms,
+    };
+    // The watchdog's own limits, which the store keeps as the watchdog encodes them.
+    let watchdog = WatchdogLimits::new(&serde_json::json!({
         "max_restarts": 2, "backoff_initial_ms": 100, "backoff_max_ms": 5000,
         "run_time_limit_ms": null, "output_limit_bytes": 1000000
-    });
-    let mut interactive = with_budget(None, Some(300), None);
-    interactive["supervise"] = "interactive".into();
-    let mut unsupervised = with_budget(None, None, None);
-    unsupervised["supervise"] = "none".into();
+    }))
+    .unwrap();
     vec![
-        with_budget(Some(10), Some(60000), Some(5000)),
-        with_budget(None, None, None),
-        watched,
-        interactive,
-        unsupervised,
+        RunLimits {
+            budget: budget(Some(10), Some(60000)),
+            node_timeout_ms: Some(5000),
+            ..RunLimits::default()
+        },
+        RunLimits::default(),
+        RunLimits {
+            watchdog: Some(watchdog),
+            ..RunLimits::default()
+        },
+        RunLimits {
+            budget: budget(None, Some(300)),
+            supervise: Some(SuperviseMode::Interactive),
+            ..RunLimits::default()
+        },
+        RunLimits {
+            supervise: Some(SuperviseMode::None),
+            ..RunLimits::default()
+        },
     ]
 }
 
