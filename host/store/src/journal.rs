@@ -92,12 +92,17 @@ struct Seen {
     dispatched: bool,
     /// Attempts begun (start records).
     started: u32,
+    /// Retry verdicts: each says an attempt ended in failure and the next one was
+    /// decided (a retry-safe node's attempts leave no start records, only these).
+    retried: u32,
     settled: Option<Prior>,
 }
 
 /// The crash table (README, "Durable runs"), per occurrence, from the log alone: nothing
-/// recorded → fresh; dispatched but not started, or started and retry-safe → redo;
-/// started, not retry-safe and no result → reconcile; a result → replay it.
+/// recorded → fresh; dispatched but not started, started and retry-safe, or every
+/// started attempt closed by a retry → redo, numbered after the attempts made; an attempt
+/// started, not retry-safe and never closed (no result, no retry) → reconcile; a result
+/// → replay it.
 fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<Occurrence, Prior> {
     let mut seen: HashMap<&Occurrence, Seen> = HashMap::new();
     for s in records {
@@ -138,7 +143,8 @@ fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<
                     RecordedAction::EndStream => {
                         e.settled = Some(Prior::EndedStream { error: error() })
                     }
-                    RecordedAction::Retry | RecordedAction::Approve | RecordedAction::Reject => {}
+                    RecordedAction::Retry => e.retried += 1,
+                    RecordedAction::Approve | RecordedAction::Reject => {}
                 }
             }
             _ => {}
@@ -147,10 +153,15 @@ fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<
     seen.into_iter()
         .map(|(occ, s)| {
             let retry_safe = !s.dispatched || s.recorded_retry_safe;
+            // Attempts made: each started one, and each one a retry closed (retry-safe
+            // attempts record no start). An attempt is open, its effect unknown, when
+            // more started than retries closed.
+            let begun = s.started.max(s.retried);
+            let open = s.started > s.retried;
             let prior = match s.settled {
                 Some(p) => p,
-                None if s.started > 0 && !retry_safe && !reoffer(occ) => Prior::Uncertain,
-                None if s.dispatched || s.started > 0 => Prior::Redo { started: s.started },
+                None if open && !retry_safe && !reoffer(occ) => Prior::Uncertain,
+                None if s.dispatched || begun > 0 => Prior::Redo { started: begun },
                 None => Prior::Fresh,
             };
             (occ.clone(), prior)
@@ -251,5 +262,71 @@ impl Journal for DurableJournal {
             }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use heddle_core::{Decider, RecordedVerdict};
+
+    use super::*;
+
+    fn decided(records: Vec<Record>) -> HashMap<Occurrence, Prior> {
+        let stored: Vec<Stored> = records
+            .into_iter()
+            .enumerate()
+            .map(|(seq, record)| Stored {
+                seq: seq as u64,
+                at_ms: 0,
+                record,
+            })
+            .collect();
+        decide(&stored, &|_| false)
+    }
+
+    fn occ(n: &str) -> Occurrence {
+        Occurrence::new(n, "", 0)
+    }
+
+    fn retry(n: &str, by: Decider) -> Record {
+        Record::Verdict {
+            occurrence: occ(n),
+            verdict: RecordedVerdict::new(RecordedAction::Retry),
+            decided_by: by,
+        }
+    }
+
+    fn dispatched(n: &str) -> Record {
+        Record::Dispatched {
+            occurrence: occ(n),
+            retry_safe: false,
+        }
+    }
+
+    fn started(n: &str) -> Record {
+        Record::Started { occurrence: occ(n) }
+    }
+
+    /// A retry verdict is an attempt made: numbering goes on after it however the
+    /// attempts were recorded, and an attempt it closed is not uncertain work.
+    #[test]
+    fn recorded_retries_count_as_attempts_made() {
+        let p = decided(vec![
+            // Retry-safe: its attempts record no start, only the verdicts.
+            retry("safe", Decider::RetryPolicy),
+            retry("safe", Decider::Supervisor),
+            // Not retry-safe: attempt 1 failed and was retried; attempt 2 never started.
+            dispatched("closed"),
+            started("closed"),
+            retry("closed", Decider::RetryPolicy),
+            // Not retry-safe: attempt 2 started, and nobody knows how it ended.
+            dispatched("open"),
+            started("open"),
+            retry("open", Decider::RetryPolicy),
+            started("open"),
+        ]);
+        assert_eq!(p[&occ("safe")], Prior::Redo { started: 2 });
+        assert_eq!(p[&occ("closed")], Prior::Redo { started: 1 });
+        assert_eq!(p[&occ("open")], Prior::Uncertain);
     }
 }

@@ -257,8 +257,12 @@ impl Actor {
                     // The node's own policy first, in this same loop: the supervisor is
                     // asked only once it is spent, and nothing re-enters it.
                     if let Some(wait) = self.own_retry(&e, attempt, &inv.work) {
+                        // On disk before the wait and the next attempt, as a supervisor's
+                        // retry is: recovery counts recorded retries as attempts made, so
+                        // a crash after this never refills the allowance. A retry-safe
+                        // node's attempts leave no other trace in the log.
                         if let Some((j, occ)) = journal {
-                            j.append(Record::Verdict {
+                            let record = Record::Verdict {
                                 occurrence: occ.clone(),
                                 verdict: RecordedVerdict {
                                     attempt: Some(attempt),
@@ -266,7 +270,8 @@ impl Actor {
                                         .with_error(e.message.clone())
                                 },
                                 decided_by: Decider::RetryPolicy,
-                            });
+                            };
+                            Box::pin(self.append_synced(j, record)).await?;
                         }
                         self.backoff(wait, attempt, &e).await?;
                         attempt += 1;
