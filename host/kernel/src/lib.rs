@@ -4,6 +4,8 @@
 //! durable store plug in through [`executor::NodeProvider`] / [`executor::Executor`] and
 //! the event stream.
 
+#[cfg(feature = "bench")]
+#[doc(hidden)]
 pub mod bench;
 pub mod builtins;
 pub mod executor;

@@ -10,8 +10,15 @@
 //! not handed to the log yet). `NODE` may be `*`. An
 //! optional third part `:N` fires at the N-th hit (from 1), so a test can crash a
 //! fan-out on its third item. Unset, every check is one load of a cached `None`.
+//!
+//! Only with the crate's `fault` feature (the crash tests turn it on): without it no
+//! check can fire, the variable is never read, and every call site folds away, so a
+//! program linking the store (a release build, an embedder) has no way to be aborted
+//! by its environment.
 
+#[cfg(feature = "fault")]
 use std::sync::OnceLock;
+#[cfg(feature = "fault")]
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The environment variable read once per process.
@@ -28,6 +35,7 @@ pub enum Boundary {
     AfterArtifact,
 }
 
+#[cfg(feature = "fault")]
 impl Boundary {
     fn parse(s: &str) -> Option<Boundary> {
         Some(match s {
@@ -43,6 +51,7 @@ impl Boundary {
     }
 }
 
+#[cfg(feature = "fault")]
 struct Fault {
     boundary: Boundary,
     node: String,
@@ -50,6 +59,7 @@ struct Fault {
     hits: AtomicU32,
 }
 
+#[cfg(feature = "fault")]
 fn armed() -> Option<&'static Fault> {
     static FAULT: OnceLock<Option<Fault>> = OnceLock::new();
     FAULT
@@ -80,11 +90,20 @@ fn armed() -> Option<&'static Fault> {
 
 /// Whether a fault is armed in this process: callers skip preparing a check (copying a
 /// node id past a record they hand over) when none is.
+#[inline]
 pub(crate) fn is_armed() -> bool {
-    armed().is_some()
+    #[cfg(feature = "fault")]
+    {
+        armed().is_some()
+    }
+    #[cfg(not(feature = "fault"))]
+    {
+        false
+    }
 }
 
 /// Aborts the process if the armed fault is `boundary` for `node` and this is its N-th hit.
+#[inline]
 pub fn check(boundary: Boundary, node: &str) {
     if hits(boundary, node) {
         abort(boundary, node);
@@ -94,11 +113,20 @@ pub fn check(boundary: Boundary, node: &str) {
 /// Counts a pass of `node` over `boundary`; true when it is the armed fault's N-th hit.
 /// The `mid-commit` boundary counts a record as it is encoded for the log (in the log's
 /// order) and fires inside the store transaction that holds it ([`abort`]).
+#[inline]
 pub(crate) fn hits(boundary: Boundary, node: &str) -> bool {
-    let Some(f) = armed() else { return false };
-    f.boundary == boundary
-        && (f.node == "*" || f.node == node)
-        && f.hits.fetch_add(1, Ordering::SeqCst) + 1 == f.nth
+    #[cfg(feature = "fault")]
+    {
+        let Some(f) = armed() else { return false };
+        f.boundary == boundary
+            && (f.node == "*" || f.node == node)
+            && f.hits.fetch_add(1, Ordering::SeqCst) + 1 == f.nth
+    }
+    #[cfg(not(feature = "fault"))]
+    {
+        let _ = (boundary, node);
+        false
+    }
 }
 
 /// Aborts the process as a crash at `boundary` of `node` would.

@@ -9,11 +9,14 @@
 //! fits beside [`SqliteStore`] without touching either.
 
 pub mod artifacts;
+#[cfg(feature = "bench")]
+#[doc(hidden)]
 pub mod bench;
 pub mod budget;
 mod clock;
 mod codec;
 mod error;
+#[doc(hidden)]
 pub mod fault;
 mod journal;
 pub mod lease;

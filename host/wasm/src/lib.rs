@@ -14,6 +14,8 @@
 // interface; boxing it here alone would only add conversions.
 #![allow(clippy::result_large_err)]
 
+#[cfg(feature = "bench")]
+#[doc(hidden)]
 pub mod bench;
 mod bindings;
 mod boundary;
