@@ -34,10 +34,10 @@ pub struct Containers {
     pub docker_host: Option<String>,
 }
 
-/// Stops what worker `pgid` (owner token `owner`, when it was read) started for `run`
-/// and checks that it is gone.
+/// Stops what the worker of process group `group` (owner token `owner`, when it was
+/// read) started for `run` and checks that it is gone.
 pub async fn teardown(
-    pgid: Option<i32>,
+    group: Option<heddle_runners::ProcessGroup>,
     owner: Option<&str>,
     run: &str,
     containers: Option<&Containers>,
@@ -45,16 +45,14 @@ pub async fn teardown(
     let mut t = Teardown::default();
     // Each kind is killed again on every check until none is left: a process that
     // forked between a kill and the next look is not let go.
-    if let Some(pgid) = pgid {
+    if let Some(group) = group {
         let gone = settle(|| {
-            // SAFETY: kill(2) with a negative pid signals the worker's process group
-            // (made with `process_group(0)`); no memory is touched. ESRCH is fine.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
-            !heddle_runners::group_has_live_members(pgid)
+            group.kill();
+            !group.has_live_members()
         })
         .await;
         if !gone {
-            t.survivors.push(format!("process group {pgid}"));
+            t.survivors.push(group.to_string());
         }
     }
     if let Some(owner) = owner {

@@ -117,31 +117,11 @@ impl WorkerCommand {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        let parent = std::process::id();
-        // SAFETY: runs in the forked child before exec and calls only prctl(2) and
-        // getppid(2), async-signal-safe system calls; nothing is allocated.
-        unsafe {
-            cmd.pre_exec(move || {
-                // The worker dies with its watchdog: nobody would supervise it. The
-                // signal fires when the forking thread exits; the watchdog forks from
-                // its only (main) thread, so that is the watchdog's exit.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() as u32 != parent {
-                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
-        }
+        // The worker dies with its watchdog: nobody would supervise it. The watchdog
+        // forks from its only (main) thread, so the signal comes at the watchdog's exit.
+        heddle_runners::die_with_parent(&mut cmd);
         cmd.spawn()
     }
-}
-
-fn kill_group(pgid: i32, sig: i32) {
-    // SAFETY: kill(2) on the worker's process group (created with `process_group(0)`);
-    // touches no memory. ESRCH (already gone) is fine.
-    unsafe { libc::kill(-pgid, sig) };
 }
 
 /// Waits for the worker, passing its stderr on (its progress and errors) and counting
@@ -162,7 +142,7 @@ pub async fn supervise(
     // Both pipes were requested at spawn.
     let mut out = child.stdout.take().expect("stdout is piped");
     let mut err = child.stderr.take().expect("stderr is piped");
-    let pid = child.id().unwrap_or(0) as i32;
+    let group = heddle_runners::ProcessGroup::of_child(&child)?;
     let (mut out_open, mut err_open) = (true, true);
     let mut status: Option<ExitStatus> = None;
     let mut stopped_for = None;
@@ -205,30 +185,29 @@ pub async fn supervise(
                     break;
                 }
                 stopped_for = Some(StopReason::Timeout);
-                kill_group(pid, libc::SIGKILL);
+                group.kill();
             }
             _ = poll.tick(), if status.is_none() && stopped_for.is_none() => {
                 if ended_elsewhere() {
                     stopped_for = Some(StopReason::EndedElsewhere);
-                    kill_group(pid, libc::SIGKILL);
+                    group.kill();
                 }
             }
             _ = signals.recv(), if status.is_none() => {
                 if interrupted {
                     stopped_for.get_or_insert(StopReason::Stopped);
-                    kill_group(pid, libc::SIGKILL);
+                    group.kill();
                 } else {
                     // The worker pauses the run (resumable) and exits; only the worker
                     // itself, not its code nodes, which it stops as it cancels.
                     interrupted = true;
-                    // SAFETY: kill(2) on our own child's pid; touches no memory.
-                    unsafe { libc::kill(pid, libc::SIGINT) };
+                    group.interrupt_leader();
                 }
             }
         }
         if total > limit && stopped_for.is_none() && status.is_none() {
             stopped_for = Some(StopReason::OutputLimit);
-            kill_group(pid, libc::SIGKILL);
+            group.kill();
         }
     }
     let status = match status {

@@ -325,7 +325,8 @@ async fn supervise_async(
         let now = now_ms();
         sup.count_from(now);
         let child = target.worker.spawn(pause)?;
-        let pid = child.id().unwrap_or(0);
+        let group = heddle_runners::ProcessGroup::of_child(&child)?;
+        let pid = group.id();
         // Read while the worker exists (unreaped, even dead it keeps its start time):
         // its code nodes carry this token.
         let owner = heddle_runners::Owner::of_pid(pid).map(|o| o.token());
@@ -371,7 +372,7 @@ async fn supervise_async(
         sup.phase = Phase::Cleanup;
         sup.save(&target.store)?;
         let t = cleanup::teardown(
-            Some(pid as i32),
+            Some(group),
             owner.as_deref(),
             &target.run,
             target.containers.as_ref(),

@@ -129,8 +129,7 @@ pub async fn build_images(
 }
 
 async fn check_prerequisites() -> Result<(), ImagesError> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Err(ImagesError::NotRoot);
     }
     let found = Command::new("debootstrap")

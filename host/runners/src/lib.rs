@@ -19,6 +19,7 @@ mod images;
 mod lines;
 mod nodes;
 mod owner;
+mod process;
 mod runner;
 mod running;
 mod sandbox;
@@ -34,10 +35,9 @@ pub use error::RunnerError;
 pub use images::{BuildOptions, ImageOutcome, ImagesError, build_images};
 pub use nodes::{CodeNodes, Language, RESULT_MARKER};
 pub use owner::Owner;
+pub use process::{ProcessGroup, die_with_parent, kill_process};
 pub use runner::{Runner, start};
 pub use running::Running;
 pub use sandbox::{Sandbox, Workspace};
 pub use spec::{Exit, Line, Mode, RunSpec, Stream};
-pub use subprocess::{
-    OrphanSweep, group_has_live_members, owned_processes, remove_orphan_processes, sweep_owner,
-};
+pub use subprocess::{OrphanSweep, owned_processes, remove_orphan_processes, sweep_owner};

@@ -21,75 +21,17 @@ use tokio_util::task::TaskTracker;
 use crate::error::RunnerError;
 use crate::lines::Interrupt;
 use crate::owner::Owner;
+use crate::process::{ProcessGroup, die_with_parent, kill_process};
 use crate::running::{Drive, Running, launch};
 use crate::spec::{Exit, RunSpec, Stream};
 
-/// Signals a whole process group; kills on drop so no path leaves the group running.
-struct Group {
-    pgid: i32,
-}
+/// The child's process group, killed on drop so no path leaves it running.
+struct Group(ProcessGroup);
 
-impl Group {
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) with a negative pid signals the process group we created with
-        // `process_group(0)`; it touches no memory of ours. ESRCH (already gone) is fine.
-        unsafe {
-            libc::kill(-self.pgid, sig);
-        }
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.0.kill();
     }
-}
-
-impl Group {
-    /// Waits (bounded) until no live process is left in the group: kill(2) only queues
-    /// the signal, and a killed process may linger for a moment while it exits.
-    /// Zombies count as gone: they hold no resources and init reaps them.
-    async fn wait_gone(&self, limit: std::time::Duration) {
-        let t0 = Instant::now();
-        loop {
-            // SAFETY: signal 0 only checks that the group exists; nothing is delivered.
-            if unsafe { libc::kill(-self.pgid, 0) } != 0 || !self.has_live_members() {
-                return;
-            }
-            if t0.elapsed() >= limit {
-                tracing::warn!(pgid = self.pgid, "processes still exiting after SIGKILL");
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
-    }
-
-    fn has_live_members(&self) -> bool {
-        group_has_live_members(self.pgid)
-    }
-}
-
-/// Whether process group `pgid` has a member that is not a zombie (zombies hold no
-/// resources and init reaps them). Read from `/proc`, so it works for a group whose
-/// leader is gone.
-pub fn group_has_live_members(pgid: i32) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    dir.flatten().any(|e| {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            return false;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
-        };
-        // "pid (comm) state ppid pgrp …"; comm may contain ") ", so split at the last.
-        let Some((_, rest)) = stat.rsplit_once(") ") else {
-            return false;
-        };
-        let mut f = rest.split(' ');
-        let state = f.next();
-        let pgrp = f.nth(1).and_then(|p| p.parse::<i32>().ok());
-        pgrp == Some(pgid) && state != Some("Z")
-    })
 }
 
 /// The environment variable holding the owner's token in every process a run starts
@@ -100,8 +42,7 @@ const OWNER_ENV: &str = "HEDDLE_OWNER";
 /// created private; refused when someone else owns it or can write to it.
 fn scratch_root() -> Result<std::path::PathBuf, RunnerError> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    // SAFETY: getuid(2) cannot fail and touches no memory.
-    let uid = unsafe { libc::getuid() };
+    let uid = rustix::process::getuid().as_raw();
     let root = std::env::temp_dir().join(format!("heddle-code-{uid}"));
     let io = |source| RunnerError::Io {
         action: "creating the scratch root",
@@ -161,8 +102,7 @@ pub fn remove_orphan_processes() -> Result<OrphanSweep, RunnerError> {
         .map(|t| format!("{OWNER_ENV}={t}").into_bytes())
         .collect();
     for pid in processes_with_env(&marks) {
-        // SAFETY: kill(2) touches no memory of ours; a process gone meanwhile is fine.
-        if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+        if kill_process(pid) {
             sweep.processes += 1;
         }
     }
@@ -176,14 +116,14 @@ pub fn remove_orphan_processes() -> Result<OrphanSweep, RunnerError> {
 
 /// Pids of the live processes started for owner `token` (the [`Owner::token`] of a
 /// heddle process): code nodes it ran in subprocess mode and what they started in turn.
-pub fn owned_processes(token: &str) -> Vec<i32> {
+pub fn owned_processes(token: &str) -> Vec<u32> {
     processes_with_env(&[format!("{OWNER_ENV}={token}").into_bytes()])
         .into_iter()
-        .filter(|pid| crate::owner::start_time(*pid as u32).is_some() && !is_zombie(*pid))
+        .filter(|pid| crate::owner::start_time(*pid).is_some() && !is_zombie(*pid))
         .collect()
 }
 
-fn is_zombie(pid: i32) -> bool {
+fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         s.rsplit_once(") ")
             .is_some_and(|(_, rest)| rest.starts_with(['Z', 'X']))
@@ -196,8 +136,7 @@ fn is_zombie(pid: i32) -> bool {
 pub fn sweep_owner(token: &str) -> Result<OrphanSweep, RunnerError> {
     let mut sweep = OrphanSweep::default();
     for pid in owned_processes(token) {
-        // SAFETY: kill(2) touches no memory of ours; a process gone meanwhile is fine.
-        if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+        if kill_process(pid) {
             sweep.processes += 1;
         }
     }
@@ -222,12 +161,12 @@ pub fn sweep_owner(token: &str) -> Result<OrphanSweep, RunnerError> {
 
 /// Pids of the processes (readable by us) whose environment holds one of `marks`
 /// (`NAME=value`) as a whole entry.
-fn processes_with_env(marks: &[Vec<u8>]) -> Vec<i32> {
+fn processes_with_env(marks: &[Vec<u8>]) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
                 env.split(|&b| b == 0)
@@ -235,12 +174,6 @@ fn processes_with_env(marks: &[Vec<u8>]) -> Vec<i32> {
             })
         })
         .collect()
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        self.signal(libc::SIGKILL);
-    }
 }
 
 pub(crate) async fn start(
@@ -261,7 +194,6 @@ pub(crate) async fn start(
         Some(w) => w.host_path.clone(),
         None => scratch.path().to_path_buf(),
     };
-    let parent = std::process::id();
     let mut cmd = Command::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..])
         .env_clear()
@@ -280,31 +212,17 @@ pub(crate) async fn start(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // SAFETY: runs in the forked child before exec, and calls only prctl(2) and
-    // getppid(2), which are async-signal-safe system calls; no allocation.
-    unsafe {
-        cmd.pre_exec(move || {
-            // Dies with heddle. The signal fires when the thread that forked exits,
-            // which for tokio's worker threads is the runtime's end, so at the latest
-            // when heddle exits.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // heddle died between fork and prctl: the signal would never come.
-            if libc::getppid() as u32 != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
+    // Dies with heddle (at the latest when heddle exits: tokio's worker threads fork).
+    die_with_parent(&mut cmd);
     let mut child = cmd.spawn().map_err(|source| RunnerError::Spawn {
         program: spec.argv[0].clone(),
         source,
     })?;
-    let pid = child.id().ok_or_else(|| RunnerError::NoPid {
+    let group = ProcessGroup::of_child(&child).map_err(|_| RunnerError::NoPid {
         program: spec.argv[0].clone(),
     })?;
-    let group = Group { pgid: pid as i32 };
+    let pid = group.id();
+    let group = Group(group);
     // Both pipes were requested above, so both are present.
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
@@ -351,7 +269,7 @@ async fn drive(
                 status = s.ok();
                 // The program is done; whatever it left in its group (background jobs
                 // holding our pipes) goes now, so the pipes close and nothing lingers.
-                group.signal(libc::SIGKILL);
+                group.0.kill();
                 Ok(())
             }
             n = stdout.read(&mut out_buf), if out_open => match n {
@@ -372,17 +290,17 @@ async fn drive(
         interrupt = sink.finish().await.err();
     }
     if interrupt.is_some() && status.is_none() {
-        group.signal(libc::SIGTERM);
+        group.0.terminate();
         status = match tokio::time::timeout(grace, child.wait()).await {
             Ok(s) => s.ok(),
             Err(_) => {
-                group.signal(libc::SIGKILL);
+                group.0.kill();
                 child.wait().await.ok()
             }
         };
     }
-    group.signal(libc::SIGKILL);
-    group.wait_gone(std::time::Duration::from_secs(2)).await;
+    group.0.kill();
+    group.0.wait_gone(std::time::Duration::from_secs(2)).await;
     drop(group);
     let mut exit = Exit::default();
     if let Some(s) = status {

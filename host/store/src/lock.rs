@@ -11,7 +11,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
-use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
 /// What can go wrong taking, inspecting or releasing a run's process lock.
@@ -92,22 +91,18 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> LockE
     }
 }
 
-/// `flock` without waiting; `Ok(false)` when another process holds it.
+/// The OS lock (`flock(2)` on Linux) without waiting; `Ok(false)` when another process
+/// holds it.
 fn try_flock(file: &File, exclusive: bool) -> std::io::Result<bool> {
-    let op = if exclusive {
-        libc::LOCK_EX
+    let taken = if exclusive {
+        file.try_lock()
     } else {
-        libc::LOCK_SH
-    } | libc::LOCK_NB;
-    // SAFETY: flock(2) on a descriptor this `File` owns; no memory is touched.
-    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Ok(false)
-    } else {
-        Err(e)
+        file.try_lock_shared()
+    };
+    match taken {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
 }
 
