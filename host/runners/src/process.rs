@@ -146,6 +146,138 @@ pub fn die_with_parent(cmd: &mut tokio::process::Command) {
     }
 }
 
+/// Makes the child `cmd` spawns (with `process_group(0)`) take its whole process group
+/// with it when the parent dies, not only itself: what the program starts in the
+/// background dies too, at once, even when the parent is killed with SIGKILL.
+///
+/// The child stays behind as the group's guard and a fork of it runs the program. The
+/// guard holds no file and blocks every signal but one, its parent-death signal, whose
+/// handler SIGKILLs the group (the guard and the program included); the program itself
+/// dies with the guard (SIGKILL). Otherwise the guard waits for the program and exits as
+/// it did (the same code, or killed by the same signal), so the parent sees the
+/// program's own ending. What leaves the group (`setsid`, `setpgid`) is not covered; the
+/// owner sweeps ([`crate::remove_orphan_processes`]) find it by its environment.
+///
+/// The guard is a fork that never executes anything else: it shares the parent's
+/// memory copy-on-write and keeps the pages the parent changes while the program runs.
+pub fn group_dies_with_parent(cmd: &mut tokio::process::Command) {
+    let parent = rustix::process::getpid();
+    // SAFETY: the closure runs in the forked child before exec, so it makes only
+    // async-signal-safe calls (system calls through libc and rustix; nothing allocates,
+    // no lock is taken): see `guard_then_run`.
+    unsafe {
+        cmd.pre_exec(move || guard_then_run(parent));
+    }
+}
+
+/// The guard's parent-death signal: one no program is likely to send its own group.
+fn guard_signal() -> libc::c_int {
+    libc::SIGRTMAX()
+}
+
+extern "C" fn kill_own_group(_: libc::c_int) {
+    // SAFETY: kill(2) is async-signal-safe; pid 0 is the caller's own process group,
+    // which is the guard's: exactly the group to end.
+    unsafe { libc::kill(0, libc::SIGKILL) };
+}
+
+/// Returns (`Ok`) only in the process that goes on to exec the program; the guard never
+/// returns.
+///
+/// # Safety
+///
+/// Only in a forked child before exec (a `pre_exec` hook).
+unsafe fn guard_then_run(parent: Pid) -> std::io::Result<()> {
+    let gone = || std::io::Error::from(rustix::io::Errno::SRCH);
+    // SAFETY (the whole body): every call is an async-signal-safe system call on memory
+    // of this stack frame.
+    unsafe {
+        let mut on_death: libc::sigaction = std::mem::zeroed();
+        on_death.sa_sigaction = kill_own_group as *const () as libc::sighandler_t;
+        libc::sigemptyset(&mut on_death.sa_mask);
+        if libc::sigaction(guard_signal(), &on_death, std::ptr::null_mut()) != 0
+            || libc::prctl(libc::PR_SET_PDEATHSIG, guard_signal() as libc::c_ulong) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        // The parent died before the death signal was armed: it would never come.
+        if rustix::process::getppid() != Some(parent) {
+            return Err(gone());
+        }
+        let guard = rustix::process::getpid();
+        match libc::fork() {
+            -1 => Err(std::io::Error::last_os_error()),
+            0 => {
+                // The program's process: the guard's handler is not its own, and it
+                // dies with the guard.
+                libc::signal(guard_signal(), libc::SIG_DFL);
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if rustix::process::getppid() != Some(guard) {
+                    return Err(gone());
+                }
+                Ok(())
+            }
+            program => guard_wait(program),
+        }
+    }
+}
+
+/// The guard's life: no file open (the program's pipes, and the pipe that tells the
+/// parent the exec succeeded, close when the program's copies do), every signal but its
+/// own blocked, waiting for the program, then ending as it ended.
+///
+/// # Safety
+///
+/// Only in a forked child before exec.
+unsafe fn guard_wait(program: libc::pid_t) -> ! {
+    // SAFETY: async-signal-safe system calls on this frame's memory only.
+    unsafe {
+        if libc::close_range(0, u32::MAX, 0) != 0 {
+            let mut lim: libc::rlimit = std::mem::zeroed();
+            let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+                lim.rlim_cur.min(1 << 20) as libc::c_int
+            } else {
+                1024
+            };
+            for fd in 0..max {
+                libc::close(fd);
+            }
+        }
+        let mut blocked: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut blocked);
+        libc::sigdelset(&mut blocked, guard_signal());
+        libc::sigprocmask(libc::SIG_SETMASK, &blocked, std::ptr::null_mut());
+        let mut status = 0;
+        loop {
+            if libc::waitpid(program, &mut status, 0) == program {
+                break;
+            }
+            if *libc::__errno_location() != libc::EINTR {
+                libc::_exit(127);
+            }
+        }
+        if libc::WIFSIGNALED(status) {
+            let sig = libc::WTERMSIG(status);
+            // Ends the way the program did, without a core file of the parent's memory.
+            let no_core = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+            libc::signal(sig, libc::SIG_DFL);
+            let mut only: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut only);
+            libc::sigaddset(&mut only, sig);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &only, std::ptr::null_mut());
+            libc::kill(libc::getpid(), sig);
+            libc::_exit(128 + sig);
+        }
+        libc::_exit(libc::WEXITSTATUS(status))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +307,47 @@ mod tests {
         group.wait_gone(Duration::from_secs(10)).await;
         assert!(!group.has_live_members());
         assert!(ProcessGroup::of_child(&child).is_err(), "reaped: no group");
+    }
+
+    fn guarded(script: &str) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.args(["-c", script])
+            .process_group(0)
+            .stdout(std::process::Stdio::piped());
+        group_dies_with_parent(&mut cmd);
+        cmd
+    }
+
+    /// Under a guard the program runs in the guard's group and its ending is the
+    /// parent's to see as it was: its exit code, or the signal that killed it.
+    #[tokio::test]
+    async fn a_guarded_program_ends_as_it_would_alone() {
+        use std::os::unix::process::ExitStatusExt as _;
+        // The program's group (field 5 of its stat) is the guard's, the child's pid.
+        let out = guarded("cut -d' ' -f5 /proc/$$/stat; exit 3")
+            .spawn()
+            .unwrap();
+        let guard = out.id().unwrap();
+        let out = out.wait_with_output().await.unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            guard.to_string()
+        );
+
+        let mut child = guarded("kill -TERM $$; sleep 60").spawn().unwrap();
+        let status = child.wait().await.unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+
+        // A group TERM reaches the program (the guard blocks it and mirrors the end).
+        // The spawn returned, so the program is already executing: the pipe through
+        // which a failed exec is reported closes only at its exec.
+        let mut child = guarded("sleep 60").spawn().unwrap();
+        let group = ProcessGroup::of_child(&child).unwrap();
+        group.terminate();
+        let status = child.wait().await.unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+        group.wait_gone(Duration::from_secs(10)).await;
+        assert!(!group.has_live_members());
     }
 }

@@ -4,11 +4,12 @@
 //! network, user and capability settings need the container (see `CodeNodes`, which
 //! refuses them in this mode rather than ignoring them).
 //!
-//! Should heddle itself die (`kill -9`, a crash), the child gets SIGKILL from the kernel
-//! (parent-death signal), and what it started in turn is found by the next heddle:
-//! every process carries its owner in `HEDDLE_OWNER` and every scratch directory has
-//! the owner in its name, so [`remove_orphan_processes`] kills and removes what a dead
-//! owner left.
+//! Should heddle itself die (`kill -9`, a crash), the child's whole process group goes
+//! with it at once ([`crate::group_dies_with_parent`]: a guard process in the group
+//! SIGKILLs it on heddle's death). What left the group (`setsid`) and the scratch
+//! directories are found by the next heddle: every process carries its owner in
+//! `HEDDLE_OWNER` and every scratch directory has the owner in its name, so
+//! [`remove_orphan_processes`] kills and removes what a dead owner left.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
@@ -21,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use crate::error::RunnerError;
 use crate::lines::Interrupt;
 use crate::owner::Owner;
-use crate::process::{ProcessGroup, die_with_parent, kill_process};
+use crate::process::{ProcessGroup, group_dies_with_parent, kill_process};
 use crate::running::{Drive, Running, launch};
 use crate::spec::{Exit, RunSpec, Stream};
 
@@ -212,8 +213,9 @@ pub(crate) async fn start(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // Dies with heddle (at the latest when heddle exits: tokio's worker threads fork).
-    die_with_parent(&mut cmd);
+    // The program and everything it starts in its group die with heddle (at the latest
+    // when heddle exits: tokio's worker threads fork).
+    group_dies_with_parent(&mut cmd);
     let mut child = cmd.spawn().map_err(|source| RunnerError::Spawn {
         program: spec.argv[0].clone(),
         source,

@@ -1,7 +1,7 @@
 //! A process running a graph is killed with `kill -9` mid-run, the way an operator or
-//! the OOM killer does: its code's own process dies with it (parent-death signal), and
-//! what it leaves behind (its container on the engine, the processes its code started,
-//! its scratch directory) is removed by the next run. Counted by container label, by the
+//! the OOM killer does: its code's processes die with it (the group's guard), and what
+//! it leaves behind (its container on the engine, its scratch directory) is removed by
+//! the next run. Counted by container label, by the
 //! processes' environment and by directory name.
 //!
 //! The killed process is this test binary run again as a child (`killed_child_run`,
@@ -52,8 +52,8 @@ fn graph(id: &str, code: &str) -> GraphDoc {
 }
 
 /// The child's part: runs a graph whose code never ends by itself. In the subprocess
-/// node, `sleep 300 &` is a process the code starts in turn: it does not get the
-/// parent-death signal, so only the next run's sweep can end it.
+/// node, `sleep 300 &` is a process the code starts in turn, in the code's group: it
+/// dies with the group.
 #[test]
 #[ignore = "run by killed_run_leaves_nothing_once_the_next_run_starts"]
 fn killed_child_run() {
@@ -69,9 +69,9 @@ fn killed_child_run() {
     panic!("the run was meant to be killed, yet it ended: {r:?}");
 }
 
-/// Pids of live processes whose environment holds `HEDDLE_NODE_ID=node`, with their
-/// parent pids. Zombies (already dead, waiting to be reaped) show no environment.
-fn node_processes(node: &str) -> Vec<(u32, u32)> {
+/// Pids of live processes whose environment holds `HEDDLE_NODE_ID=node`. Zombies
+/// (already dead, waiting to be reaped) show no environment.
+fn node_processes(node: &str) -> Vec<u32> {
     let mark = format!("HEDDLE_NODE_ID={node}").into_bytes();
     std::fs::read_dir("/proc")
         .unwrap()
@@ -80,11 +80,6 @@ fn node_processes(node: &str) -> Vec<(u32, u32)> {
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/environ"))
                 .is_ok_and(|env| env.split(|&b| b == 0).any(|e| e == mark.as_slice()))
-        })
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
-            Some((pid, ppid.parse().ok()?))
         })
         .collect()
 }
@@ -165,23 +160,16 @@ async fn killed_run_leaves_nothing_once_the_next_run_starts() {
     child.0.kill().unwrap(); // SIGKILL
     child.0.wait().unwrap();
 
-    // The code's own process had the parent-death signal: it goes with its parent.
+    // The code's process group goes with its parent: the code's own process and the
+    // background one it started (its group's guard kills the group).
     until(
-        "the code's process to die with its parent",
+        "the code's processes to die with their parent",
         Duration::from_secs(30),
-        async || {
-            !node_processes(&sub_node)
-                .iter()
-                .any(|&(_, ppid)| ppid == pid)
-        },
+        async || node_processes(&sub_node).is_empty(),
     )
     .await;
     // What nobody can clean at the moment of a kill -9 is still there.
     assert_eq!(containers_of(&docker_node).await.len(), 1);
-    assert!(
-        !node_processes(&sub_node).is_empty(),
-        "the background process the code started outlives it"
-    );
     assert!(scratch_dirs_of(pid) >= 1);
 
     // The next run, by another process (here: this one), cleans up before it starts.
