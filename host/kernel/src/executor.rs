@@ -121,6 +121,12 @@ pub enum ErrorKind {
     Suspend { reason: String, state: Value },
     /// A fault in the host machinery around the node (container engine down, I/O error).
     Host,
+    /// An assertion about the graph's data did not hold (`heddle.check`): not a failure
+    /// to repair but the graph's own verdict on its data, so it fails the node (and the
+    /// run) without escalation or retry, like a routing or edge-rule failure. The same
+    /// data would fail the same assertion again, and a supervisor's skip would wave
+    /// through exactly what the author asked to stop.
+    Assertion,
 }
 
 impl NodeError {

@@ -57,10 +57,14 @@ pub enum Resolution {
     Fail { summary: Option<String> },
 }
 
-/// Errors that never escalate: suspension is not failure, and a cancelled invocation is
-/// the run ending, not the node failing.
+/// Errors that never escalate: suspension is not failure, a cancelled invocation is the
+/// run ending, not the node failing, and a failed assertion is the graph's own verdict on
+/// its data (see [`ErrorKind::Assertion`]).
 pub fn escalates(err: &NodeError) -> bool {
-    !matches!(err.kind, ErrorKind::Suspend { .. } | ErrorKind::Cancelled)
+    !matches!(
+        err.kind,
+        ErrorKind::Suspend { .. } | ErrorKind::Cancelled | ErrorKind::Assertion
+    )
 }
 
 /// One per supervised run. Holds the handle (always bounded), the recorded
@@ -306,6 +310,10 @@ fn failure_kind(k: &ErrorKind) -> FailureKind {
         ErrorKind::MemoryLimit => FailureKind::MemoryLimit,
         ErrorKind::OutputTooLarge => FailureKind::OutputTooLarge,
         ErrorKind::Trap { trap } => FailureKind::Trap { trap: trap.clone() },
-        ErrorKind::Host | ErrorKind::Cancelled | ErrorKind::Suspend { .. } => FailureKind::Host,
+        // Never escalated (`escalates`); named for completeness.
+        ErrorKind::Host
+        | ErrorKind::Cancelled
+        | ErrorKind::Suspend { .. }
+        | ErrorKind::Assertion => FailureKind::Host,
     }
 }

@@ -310,6 +310,7 @@ impl Supervisor for Always {
     }
 }
 
+mod checks;
 mod decisions;
 mod fanout;
 mod streams;

@@ -329,12 +329,16 @@ impl Actor {
 
     /// The wait before the next attempt when the node's `retry` policy catches this
     /// failure; `None` leaves it to the supervisor (or the node fails). A suspension
-    /// and a cancel are decisions, not failures, and an attempt that already sent
-    /// values downstream would send them twice, so none of them is retried.
+    /// and a cancel are decisions, not failures, a failed assertion would fail the same
+    /// way again, and an attempt that already sent values downstream would send them
+    /// twice, so none of them is retried.
     fn own_retry(&self, e: &NodeError, attempt: u32, work: &Work) -> Option<std::time::Duration> {
         let policy = self.spec.retry.as_ref()?;
         if attempt >= policy.attempts
-            || matches!(e.kind, ErrorKind::Suspend { .. } | ErrorKind::Cancelled)
+            || matches!(
+                e.kind,
+                ErrorKind::Suspend { .. } | ErrorKind::Cancelled | ErrorKind::Assertion
+            )
             || matches!(work, Work::Stream(_))
             || self.shared.run_token.is_cancelled()
         {

@@ -96,7 +96,9 @@ impl Actor {
                 // A node's own signature is what its author and policy rules match on;
                 // host failures are already named by `what`.
                 let signature = match (&kind, &err.signature) {
-                    (ErrorKind::Node, Some(sig)) => format!(" (signature {sig})"),
+                    (ErrorKind::Node | ErrorKind::Assertion, Some(sig)) => {
+                        format!(" (signature {sig})")
+                    }
                     _ => String::new(),
                 };
                 let original = format!(
