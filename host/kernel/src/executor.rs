@@ -245,7 +245,6 @@ struct CtxInner {
     emit: Option<mpsc::Sender<Emitted>>,
     secrets: Arc<SecretRegistry>,
     metrics: Mutex<InvocationMetrics>,
-    emitted_any: std::sync::atomic::AtomicBool,
 }
 
 /// Parts the runtime supplies to build a [`NodeCtx`].
@@ -274,7 +273,6 @@ impl NodeCtx {
                 emit: p.emit,
                 secrets: p.secrets,
                 metrics: Mutex::new(InvocationMetrics::default()),
-                emitted_any: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -297,7 +295,6 @@ impl NodeCtx {
         inner.deadline = deadline;
         inner.emit = emit;
         *inner.metrics.get_mut().unwrap_or_else(|e| e.into_inner()) = InvocationMetrics::default();
-        *inner.emitted_any.get_mut() = false;
         true
     }
 
@@ -350,22 +347,12 @@ impl NodeCtx {
                 self.inner.node_id
             )));
         };
-        self.inner
-            .emitted_any
-            .store(true, std::sync::atomic::Ordering::Relaxed);
         tx.send(Emitted {
             handle: handle.into(),
             value,
         })
         .await
         .map_err(|_| NodeError::cancelled())
-    }
-
-    /// Whether anything was emitted so far (decides the supervisor's allowed set).
-    pub fn has_emitted(&self) -> bool {
-        self.inner
-            .emitted_any
-            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Adds provider cost; any valid report (zero included) makes the invocation's

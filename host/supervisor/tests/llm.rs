@@ -482,7 +482,8 @@ impl heddle_kernel::Executor for Flaky {
             if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
                 return Err(heddle_kernel::NodeError::msg(
                     "upstream said HTTP 503 Service Unavailable",
-                ));
+                )
+                .with_signature("http:503"));
             }
             let v = call.inputs.get("value").cloned().unwrap_or(Value::Null);
             Ok(heddle_kernel::Outputs::one("value", v))

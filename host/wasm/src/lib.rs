@@ -33,6 +33,7 @@ pub mod manifest;
 mod package;
 mod provider;
 mod quota;
+mod signature;
 pub mod store;
 mod text;
 mod value;

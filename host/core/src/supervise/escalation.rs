@@ -35,7 +35,12 @@ pub enum FailureKind {
     Deadline,
     MemoryLimit,
     OutputTooLarge,
-    Trap { trap: String },
+    Trap {
+        trap: String,
+    },
+    /// A value did not fit the declared type of the input it arrived on (checked by the
+    /// kernel before the invocation).
+    Input,
     Host,
 }
 

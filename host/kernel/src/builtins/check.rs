@@ -13,7 +13,7 @@ use heddle_core::{ConfigProblem, Map, Value};
 use crate::executor::{BoxFuture, Call, ErrorKind, Executor, Inputs, NodeError, NodeSpec, Outputs};
 
 /// The failure signature of an assertion that did not hold.
-pub const CHECK_FAILED: &str = "check_failed";
+pub const CHECK_FAILED: &str = "check:failed";
 
 pub(super) struct Check {
     expr: Expr,
@@ -90,5 +90,13 @@ impl Executor for Check {
         inputs.remove("assert");
         inputs.remove("message");
         Box::pin(std::future::ready(self.judge(&inputs)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_check_signature_keeps_the_signature_grammar() {
+        heddle_core::supervise::signatures::check_declared(super::CHECK_FAILED).unwrap();
     }
 }

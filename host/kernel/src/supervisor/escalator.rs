@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use heddle_core::supervise::{
-    DecidedBy, Decision, ErrorShape, Escalation, FailureKind, Intervention, LineageStep,
-    RawEscalation, RedactLimits, Redactor, SignatureRegistry, Verdict, check_substitute,
+    DecidedBy, Decision, Escalation, FailureKind, Intervention, LineageStep, RawEscalation,
+    RedactLimits, Redactor, Verdict, check_substitute, signatures,
 };
 use heddle_core::{EventKind, InvocationMetrics, NodeDecl, NodeMode};
 use tokio_util::sync::CancellationToken;
@@ -74,7 +74,6 @@ pub struct Escalator {
     secrets: Arc<SecretRegistry>,
     events: Arc<dyn EventSink>,
     cancel: CancellationToken,
-    signatures: SignatureRegistry,
     limits: RedactLimits,
     state: Arc<RunState>,
     interventions: Mutex<Vec<Intervention>>,
@@ -103,7 +102,6 @@ impl Escalator {
             secrets,
             events,
             cancel,
-            signatures: SignatureRegistry::default(),
             limits: RedactLimits::default(),
             state: Arc::new(state),
             interventions: Mutex::new(Vec::new()),
@@ -112,11 +110,6 @@ impl Escalator {
 
     pub fn with_limits(mut self, limits: RedactLimits) -> Self {
         self.limits = limits;
-        self
-    }
-
-    pub fn with_signatures(mut self, signatures: SignatureRegistry) -> Self {
-        self.signatures = signatures;
         self
     }
 
@@ -165,11 +158,7 @@ impl Escalator {
             return (Resolution::Fail { summary: None }, None);
         }
         let failure = failure_kind(&f.error.kind);
-        let signature = self.signatures.signature(&ErrorShape {
-            kind: &failure,
-            message: &f.error.message,
-            declared: f.error.signature.as_deref(),
-        });
+        let signature = signatures::signature(&failure, f.error.signature.as_deref());
         let allowed = allowed_actions(&InvocationFacts {
             decl: f.decl,
             mode: f.mode,

@@ -27,7 +27,7 @@ async fn a_failed_check_fails_the_run_under_a_policy_that_skips_or_retries_every
     for policy_text in [
         "default = \"skip\"\n",
         "[[rule]]\nverdict = \"skip\"\n",
-        "[[rule]]\nsignature = \"check_failed\"\nverdict = \"retry\"\n",
+        "[[rule]]\nsignature = \"check:failed\"\nverdict = \"retry\"\n",
     ] {
         let mut opts = RunOptions::default();
         opts.supervisor = policy(policy_text);

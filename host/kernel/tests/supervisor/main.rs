@@ -147,7 +147,8 @@ impl Executor for SupExec {
                 "sup.flaky" | "sup.flaky_unsafe" => {
                     let n = self.count(&v("value"));
                     if i64::from(n) <= self.prop_i("fail_times", 1) {
-                        return Err(NodeError::msg("GET upstream: HTTP 503 Service Unavailable"));
+                        return Err(NodeError::msg("GET upstream: HTTP 503 Service Unavailable")
+                            .with_signature("http:503"));
                     }
                     Ok(Outputs::one("value", v("value")))
                 }
@@ -157,7 +158,7 @@ impl Executor for SupExec {
                         if x.as_i64().unwrap_or(0) % 2 == 1 {
                             ctx.report_cost(0.01);
                         }
-                        return Err(NodeError::msg("HTTP 503"));
+                        return Err(NodeError::msg("HTTP 503").with_signature("http:503"));
                     }
                     Ok(Outputs::one("value", x))
                 }
@@ -201,7 +202,9 @@ impl Executor for SupExec {
                 "sup.ctl" => {
                     let x = v("x").as_i64().unwrap_or(0);
                     if self.count(&Value::Null) == 1 {
-                        return Err(NodeError::msg("HTTP 502 on first run"));
+                        return Err(
+                            NodeError::msg("HTTP 502 on first run").with_signature("http:502")
+                        );
                     }
                     Ok(Outputs::one("out", Value::Int(x * 10)))
                 }

@@ -45,21 +45,10 @@ pub struct InvocationRecord {
     /// 1 for the first attempt, then 2, 3… for each retry of the same invocation (the
     /// node's own policy's, then the supervisor's: one count).
     pub attempt: u32,
-    /// Whether the attempt emitted anything before failing.
+    /// Whether the attempt sent anything downstream before failing: a value emitted on
+    /// an output no edge leaves (a code node's stdout, a traceback on stderr) reached
+    /// nobody, so it does not take skip or retry away.
     pub emitted: bool,
-}
-
-impl InvocationRecord {
-    fn new(inputs: Inputs, key: Arc<str>, lineage: Lineage, ctx: &NodeCtx, attempt: u32) -> Self {
-        InvocationRecord {
-            inputs,
-            key,
-            lineage,
-            metrics: ctx.metrics(),
-            attempt,
-            emitted: ctx.has_emitted(),
-        }
-    }
 }
 
 /// What an invocation consumes; a retry takes it again.
@@ -275,13 +264,14 @@ impl Actor {
                         Work::Inputs(inputs) => inputs.clone(),
                         Work::Stream(_) => self.spec.base_inputs.clone(),
                     };
-                    let rec = InvocationRecord::new(
+                    let rec = InvocationRecord {
                         inputs,
-                        inv.key.clone(),
-                        inv.lineage.clone(),
-                        &ctx,
+                        key: inv.key.clone(),
+                        lineage: inv.lineage.clone(),
+                        metrics: ctx.metrics(),
                         attempt,
-                    );
+                        emitted: self.sent_downstream,
+                    };
                     if let Some((j, occ)) = journal
                         && self.shared.escalator.is_some()
                         && escalates(&e)
