@@ -317,4 +317,5 @@ mod checks;
 mod decisions;
 mod fanout;
 mod streams;
+mod tools;
 mod verdicts;

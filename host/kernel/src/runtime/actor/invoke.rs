@@ -137,7 +137,13 @@ impl Actor {
                 let ahead = Box::pin(self.journal_ahead(&*journal, &inv, mint)).await?;
                 let (occ, fresh, begun) = match ahead {
                     Ahead::Run { occ, fresh, begun } => (occ, fresh, begun),
-                    Ahead::Settled(settled) => return Ok(settled),
+                    Ahead::Settled(settled) => {
+                        if let Settled::Produced(out) = &settled {
+                            // Its cost was counted by the process that recorded it.
+                            self.record_for_supervisor(inv.lineage, out, 0.0);
+                        }
+                        return Ok(settled);
+                    }
                 };
                 let settled = self
                     .attempts(inv, mint, Some((&*journal, &occ, begun)))
@@ -237,7 +243,7 @@ impl Actor {
                             self.written(wait).await?;
                         }
                     }
-                    self.record_for_supervisor(inv.lineage, &out, &ctx);
+                    self.record_for_supervisor(inv.lineage, &out, ctx.metrics().cost_usd);
                     return Ok(Settled::Produced(out));
                 }
                 Err(e) => {
@@ -371,15 +377,13 @@ impl Actor {
     }
 
     /// Keeps outputs per lineage for the supervisor's `read_node_output` tool (only when
-    /// the run is supervised).
-    fn record_for_supervisor(&self, lineage: &Lineage, out: &Outputs, ctx: &NodeCtx) {
+    /// the run is supervised). Every node that produces a value comes here, an input
+    /// node and a result recorded by an earlier process included: the tools show the
+    /// failing item's ancestors, whatever produced them.
+    pub(super) fn record_for_supervisor(&self, lineage: &Lineage, out: &Outputs, cost_usd: f64) {
         if let Some(esc) = &self.shared.escalator {
-            esc.state().record_invocation(
-                &self.spec.id,
-                lineage.entries(),
-                Some(out),
-                ctx.metrics().cost_usd,
-            );
+            esc.state()
+                .record_invocation(&self.spec.id, lineage.entries(), Some(out), cost_usd);
         }
     }
 
