@@ -596,6 +596,90 @@ async fn llm_supervises_a_real_kernel_run() {
     );
 }
 
+/// Fails echoing its credentials the way a stderr tail does.
+struct Leaky;
+
+impl heddle_kernel::Executor for Leaky {
+    fn invoke(
+        &self,
+        call: heddle_kernel::Call,
+    ) -> heddle_kernel::BoxFuture<'_, Result<heddle_kernel::Outputs, heddle_kernel::NodeError>>
+    {
+        let json = |k: &str| call.inputs.get(k).map(Value::to_json).unwrap_or_default();
+        let msg = format!(
+            "exited with code 1; stderr (last lines):\nlogin pw={} with {}",
+            json("password").as_str().unwrap_or_default(),
+            json("request")
+        );
+        Box::pin(async move { Err(heddle_kernel::NodeError::msg(msg)) })
+    }
+}
+
+struct LeakyProvider;
+
+impl heddle_kernel::NodeProvider for LeakyProvider {
+    fn name(&self) -> &str {
+        "leaky"
+    }
+    fn declarations(&self) -> Vec<Arc<heddle_core::NodeDecl>> {
+        let mut d = heddle_core::NodeDecl::new("e2e.login");
+        for p in ["password", "request"] {
+            d.inputs
+                .push(heddle_core::PortDecl::new(p, heddle_core::PortType::Any));
+        }
+        d.outputs.push(heddle_core::OutputDecl::new(
+            "value",
+            heddle_core::PortType::Any,
+        ));
+        vec![Arc::new(d)]
+    }
+    fn create(
+        &self,
+        _spec: &heddle_kernel::NodeSpec<'_>,
+    ) -> Result<Arc<dyn heddle_kernel::Executor>, heddle_kernel::NodeError> {
+        Ok(Arc::new(Leaky))
+    }
+}
+
+#[tokio::test]
+async fn credentials_masked_in_the_inputs_never_reach_the_model_through_the_error_text() {
+    let srv = server(vec![tool_reply(
+        "submit_verdict",
+        r#"{"action":"fail","reason":"the login is refused"}"#,
+        800,
+        25,
+    )])
+    .await;
+    let mut reg = heddle_kernel::Registry::with_builtins();
+    reg.add(Arc::new(LeakyProvider)).unwrap();
+    let doc = heddle_core::builder::graph(
+        &[
+            ("in", "heddle.input", json!({"name": "request"})),
+            ("login", "e2e.login", json!({"password": "hunter2-pw"})),
+            ("out", "heddle.output", json!({"name": "out"})),
+        ],
+        &[
+            ("in", "value", "login", "request"),
+            ("login", "value", "out", "value"),
+        ],
+    );
+    let mut opts = heddle_kernel::runtime::RunOptions::default();
+    opts.inputs.insert(
+        "request".into(),
+        Value::from_json(json!({"headers": {"authorization": "Bearer zzz-hdr-999"}})),
+    );
+    opts.supervisor = Some(Arc::new(LlmSupervisor::new(config(&srv.url)).unwrap()));
+    let r = heddle_kernel::runtime::run_graph(&doc, &reg, opts)
+        .await
+        .unwrap();
+    assert_eq!(r.status, heddle_core::RunStatus::Failed);
+    let sent = srv.seen.lock().unwrap()[0].body.to_string();
+    assert!(sent.contains("pw=«redacted»"), "{sent}");
+    for leaked in ["hunter2-pw", "zzz-hdr-999"] {
+        assert!(!sent.contains(leaked), "{leaked} sent to the model: {sent}");
+    }
+}
+
 /// A server that answers one request with an endless body (no content-length) and
 /// counts the bytes the client took before hanging up.
 fn endless_body_server() -> (String, std::sync::mpsc::Receiver<u64>) {

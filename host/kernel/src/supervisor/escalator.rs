@@ -173,7 +173,10 @@ impl Escalator {
             .iter()
             .map(|(k, t)| (k.clone(), t.to_string()))
             .collect();
-        let redactor = Redactor::new(self.secrets.snapshot(), self.limits);
+        // One rule for every text of this escalation, the decider's answers about it
+        // included: known secrets, and whatever its inputs hold under a sensitive name.
+        let redactor = Redactor::new(self.secrets.snapshot(), self.limits)
+            .for_escalation(f.inputs, candidate.as_ref());
         let mut esc = redactor.escalation(RawEscalation {
             node_id: f.node_id,
             node_type: f.node_type,

@@ -84,6 +84,12 @@ impl NodeProvider for SupNodes {
             },
             // Is handed a secret and fails mentioning it (and its inputs carry it too).
             decl("sup.leak", &[("value", "any")], &[("value", "any")]),
+            // Fails with a stderr-like tail that echoes its credentials.
+            decl(
+                "sup.echo_creds",
+                &[("password", "any"), ("api_token", "any"), ("req", "any")],
+                &[("value", "any")],
+            ),
             // Streams 0..n, then fails (after emitting).
             NodeDecl {
                 mode: NodeMode::StreamingOutput,
@@ -191,6 +197,22 @@ impl Executor for SupExec {
                         "auth failed for https://api.example/?key={SECRET}"
                     ))
                     .with_candidate(Outputs::one("value", Value::from(SECRET))))
+                }
+                "sup.echo_creds" => {
+                    let auth = v("req")
+                        .as_object()
+                        .and_then(|m| m.get("headers"))
+                        .and_then(Value::as_object)
+                        .and_then(|h| h.get("authorization"))
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                    let text = |x: Value| x.as_str().unwrap_or_default().to_string();
+                    Err(NodeError::msg(format!(
+                        "exited with code 1; stderr (last lines):\nlogin pw={} token={}\n> Authorization: {}",
+                        text(v("password")),
+                        text(v("api_token")),
+                        text(auth)
+                    )))
                 }
                 "sup.stream" => {
                     let n = v("n").as_i64().unwrap_or(0);
@@ -316,6 +338,7 @@ impl Supervisor for Always {
 mod checks;
 mod decisions;
 mod fanout;
+mod redaction;
 mod streams;
 mod tools;
 mod verdicts;
