@@ -6,8 +6,8 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use heddle_core::supervise::{
-    AllowedSet, DecidedBy, Escalation, FailureKind, LineageStep, RawEscalation, RedactLimits,
-    Redactor, Verdict, VerdictAction,
+    AllowedSet, DecidedBy, DeclaredOutput, Escalation, FailureKind, LineageStep, RawEscalation,
+    RedactLimits, Redactor, Verdict, VerdictAction,
 };
 use heddle_core::{NodeMode, Value};
 use heddle_kernel::SecretRegistry;
@@ -142,7 +142,11 @@ fn escalation(allowed: &[VerdictAction], candidate: bool, lineage: Vec<LineageSt
     let mut inputs = BTreeMap::new();
     inputs.insert("text".to_string(), Value::from("{\"a\": 1,"));
     let cand: BTreeMap<String, Value> = [("value".to_string(), Value::from("{\"a\": 1,"))].into();
-    let declared: BTreeMap<String, String> = [("value".to_string(), "object".to_string())].into();
+    let declared: BTreeMap<String, DeclaredOutput> = [(
+        "value".to_string(),
+        DeclaredOutput::of_type(heddle_core::PortType::Object),
+    )]
+    .into();
     Redactor::new(Vec::new(), RedactLimits::default()).escalation(RawEscalation {
         node_id: "parse",
         node_type: "std.json.parse",
@@ -678,6 +682,68 @@ async fn credentials_masked_in_the_inputs_never_reach_the_model_through_the_erro
     for leaked in ["hunter2-pw", "zzz-hdr-999"] {
         assert!(!sent.contains(leaked), "{leaked} sent to the model: {sent}");
     }
+}
+
+#[tokio::test]
+async fn a_substitute_breaking_the_declared_fields_is_bounced_to_the_model_which_corrects_it() {
+    let srv = server(vec![
+        tool_reply(
+            "submit_verdict",
+            r#"{"action":"substitute","reason":"repair","outputs":{"value":{"id":7}}}"#,
+            100,
+            10,
+        ),
+        tool_reply(
+            "submit_verdict",
+            r#"{"action":"substitute","reason":"id as text","outputs":{"value":{"id":"7"}}}"#,
+            100,
+            10,
+        ),
+    ])
+    .await;
+    let reg = heddle_kernel::Registry::with_builtins();
+    let mut doc = heddle_core::builder::graph(
+        &[
+            ("judge", "heddle.constant", json!({"value": {"id": 7}})),
+            ("out", "heddle.output", json!({"name": "out"})),
+        ],
+        &[("judge", "value", "out", "value")],
+    );
+    doc.nodes[0].output =
+        Some(serde_json::from_value(json!({"fields": [{"key": "id", "type": "string"}]})).unwrap());
+    let mut opts = heddle_kernel::runtime::RunOptions::default();
+    opts.supervisor = Some(Arc::new(LlmSupervisor::new(config(&srv.url)).unwrap()));
+    let r = heddle_kernel::runtime::run_graph(&doc, &reg, opts)
+        .await
+        .unwrap();
+    assert_eq!(r.status, heddle_core::RunStatus::Completed, "{:?}", r.error);
+    assert_eq!(r.outputs["out"], vec![Value::from_json(json!({"id": "7"}))]);
+    let seen = srv.seen.lock().unwrap().clone();
+    // One decision, two turns: the wrong shape was refused while the conversation was
+    // open, naming the field.
+    assert_eq!(seen.len(), 2);
+    let refusal = seen[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()["content"]
+        .to_string();
+    assert!(
+        refusal.contains("rejected") && refusal.contains("field `id` must be string"),
+        "{refusal}"
+    );
+    // The model was shown the fields, and the verdict schema asks for them.
+    let first = seen[0].body.to_string();
+    assert!(first.contains(r#"\"fields\""#), "{first}");
+    let tools = seen[0].body["tools"].as_array().unwrap();
+    let params = &tools
+        .iter()
+        .find(|t| t["function"]["name"] == "submit_verdict")
+        .unwrap()["function"]["parameters"];
+    let value = &params["properties"]["outputs"]["properties"]["value"];
+    assert_eq!(value["properties"]["id"]["type"], "string", "{value}");
+    assert_eq!(value["required"], json!(["id"]), "{value}");
 }
 
 /// A server that answers one request with an endless body (no content-length) and

@@ -19,6 +19,6 @@ pub mod verdicts;
 pub use escalation::{Escalation, FailureKind, Intervention, LineageStep, Overruled, on_lineage};
 pub use redaction::{REDACTED, RawEscalation, RedactLimits, Redactor, is_sensitive_name};
 pub use verdicts::{
-    AllowedSet, ApplyTo, DecidedBy, Decision, UnknownVerdict, Verdict, VerdictAction,
-    check_substitute, has_validator,
+    AllowedSet, ApplyTo, DecidedBy, Decision, DeclaredOutput, UnknownVerdict, Verdict,
+    VerdictAction, check_substitute, has_validator,
 };

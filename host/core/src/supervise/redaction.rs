@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::escalation::{Escalation, FailureKind, LineageStep};
-use super::verdicts::AllowedSet;
+use super::verdicts::{AllowedSet, DeclaredOutput};
 use crate::decl::NodeMode;
 use crate::value::Value;
 
@@ -273,7 +273,7 @@ pub struct RawEscalation<'a> {
     pub signature: Option<&'a str>,
     pub candidate: Option<&'a BTreeMap<String, Value>>,
     pub inputs: &'a BTreeMap<String, Value>,
-    pub declared_outputs: &'a BTreeMap<String, String>,
+    pub declared_outputs: &'a BTreeMap<String, DeclaredOutput>,
     pub attempt: u32,
     pub spent_cost_usd: f64,
     pub created_assets: bool,

@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 
+use heddle_core::plan::NodeContract;
 use heddle_core::supervise::{
-    AllowedSet, DecidedBy, Decision, Overruled, VerdictAction, has_validator,
+    AllowedSet, DecidedBy, Decision, DeclaredOutput, Overruled, VerdictAction, has_validator,
 };
-use heddle_core::{NodeDecl, NodeMode, PortType};
+use heddle_core::{NodeDecl, NodeMode};
 
 /// What the kernel knows about one failed invocation.
 #[derive(Clone, Copy, Debug)]
@@ -96,11 +97,27 @@ pub fn enforce(allowed: AllowedSet, d: Decision) -> (Decision, Option<Overruled>
     )
 }
 
-/// Declared output types per handle: what a substitute is checked against.
-pub fn output_types(decl: &NodeDecl) -> BTreeMap<String, PortType> {
+/// What the node declared per output handle, its type and the fields the graph promised
+/// on it (`output.fields`): what a substitute is checked against, and what the decider is
+/// shown so that it can write one.
+pub fn declared_outputs(
+    decl: &NodeDecl,
+    contract: Option<&NodeContract>,
+) -> BTreeMap<String, DeclaredOutput> {
     decl.outputs
         .iter()
-        .map(|o| (o.name.clone(), o.ty.clone()))
+        .map(|o| {
+            let fields = contract
+                .filter(|c| *c.handle == *o.name)
+                .map(|c| c.contract.fields.clone());
+            (
+                o.name.clone(),
+                DeclaredOutput {
+                    ty: o.ty.clone(),
+                    fields,
+                },
+            )
+        })
         .collect()
 }
 
@@ -108,8 +125,8 @@ pub fn output_types(decl: &NodeDecl) -> BTreeMap<String, PortType> {
 mod tests {
     use super::*;
     use VerdictAction::*;
-    use heddle_core::OutputDecl;
     use heddle_core::supervise::Verdict;
+    use heddle_core::{OutputDecl, PortType};
 
     fn decl(retry_safe: bool) -> NodeDecl {
         let mut d = NodeDecl::new("t.x");

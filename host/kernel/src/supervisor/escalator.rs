@@ -1,16 +1,16 @@
 //! The kernel side of one escalation, called from the actor's single failure path.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use heddle_core::plan::NodeContract;
 use heddle_core::supervise::{
     DecidedBy, Decision, Escalation, FailureKind, Intervention, LineageStep, RawEscalation,
-    RedactLimits, Redactor, Verdict, check_substitute, signatures,
+    RedactLimits, Redactor, Verdict, signatures,
 };
 use heddle_core::{EventKind, InvocationMetrics, NodeDecl, NodeMode};
 use tokio_util::sync::CancellationToken;
 
-use super::allowed::{InvocationFacts, allowed_actions, enforce, output_types};
+use super::allowed::{InvocationFacts, allowed_actions, declared_outputs, enforce};
 use super::state::RunState;
 use super::{DecideCtx, Supervisor, ensure_bounded};
 use crate::executor::{ErrorKind, EventSink, Inputs, NodeError, Outputs, SecretRegistry};
@@ -25,6 +25,8 @@ pub struct FailedInvocation<'a> {
     pub node_id: &'a str,
     pub node_type: &'a str,
     pub decl: &'a NodeDecl,
+    /// The fields the graph declared on one of its outputs (`output.fields`).
+    pub contract: Option<&'a NodeContract>,
     /// How the actor drove this invocation (buffered, controlled, streaming...).
     pub mode: NodeMode,
     /// Lineage of the invocation, outermost root first (root name, item index).
@@ -168,11 +170,7 @@ impl Escalator {
             emitted: f.emitted,
         });
         let candidate = f.error.candidate.as_ref().map(Outputs::to_map);
-        let types = output_types(f.decl);
-        let declared: BTreeMap<String, String> = types
-            .iter()
-            .map(|(k, t)| (k.clone(), t.to_string()))
-            .collect();
+        let declared = declared_outputs(f.decl, f.contract);
         // One rule for every text of this escalation, the decider's answers about it
         // included: known secrets, and whatever its inputs hold under a sensitive name.
         let redactor = Redactor::new(self.secrets.snapshot(), self.limits)
@@ -225,7 +223,10 @@ impl Escalator {
             let mut rejected = None;
             let mut resolution = None;
             if let Verdict::Substitute { outputs } = &d.verdict {
-                match check_substitute(outputs, &types) {
+                // Everything the node promised (types and declared fields), before the
+                // substitute is accepted: a failure is a repair round, not a node failing
+                // after the fact.
+                match esc.check_substitute(outputs) {
                     Ok(valid) => {
                         resolution = Some(Resolution::Substitute(valid.into_iter().collect()))
                     }

@@ -338,6 +338,7 @@ impl Supervisor for Always {
 mod checks;
 mod decisions;
 mod fanout;
+mod promises;
 mod redaction;
 mod streams;
 mod tools;
