@@ -525,6 +525,84 @@ fn llm_supervision_decides_over_the_chat_completions_protocol() {
 }
 
 #[test]
+fn llm_supervision_is_configured_by_the_supervisor_section_and_the_environment_overrides_it() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "g.json", PARSE_EACH);
+    let (url, requests) = chat_server(vec![
+        tool_call(
+            "submit_verdict",
+            r#"{"action":"skip","reason":"not a number"}"#,
+        ),
+        tool_call(
+            "submit_verdict",
+            r#"{"action":"skip","reason":"not a number"}"#,
+        ),
+    ]);
+    write(
+        dir.path(),
+        "heddle.toml",
+        &format!(
+            "[supervisor]\nendpoint = \"{url}\"\nmodel = \"file-model\"\ncost_cap_usd = 0.2\n\
+             [supervisor.pricing.\"file-model\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n\
+             [supervisor.pricing.\"env-model\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n"
+        ),
+    );
+    let o = command(dir.path())
+        .args(["run", "g.json", "--supervise", "--json"])
+        .env("HEDDLE_SUPERVISOR_API_KEY", "sk-file-test-0123456789")
+        .output()
+        .unwrap();
+    expect_code(&o, OK);
+    assert_eq!(json(&o)["outputs"]["numbers"], serde_json::json!([[1, 3]]));
+    let request = requests.recv().unwrap();
+    assert!(
+        request.body.contains(r#""model":"file-model""#),
+        "{request:?}"
+    );
+    // The environment over the file.
+    let o = command(dir.path())
+        .args(["run", "g.json", "--supervise", "--json"])
+        .env("HEDDLE_SUPERVISOR_MODEL", "env-model")
+        .output()
+        .unwrap();
+    expect_code(&o, OK);
+    let request = requests.recv().unwrap();
+    assert!(
+        request.body.contains(r#""model":"env-model""#),
+        "{request:?}"
+    );
+    // An unpriced model names the section a price goes in, which the file accepts.
+    let o = command(dir.path())
+        .args([
+            "run",
+            "g.json",
+            "--supervise",
+            "--supervisor-model",
+            "unpriced",
+        ])
+        .output()
+        .unwrap();
+    expect_code(&o, INVALID);
+    assert!(
+        stderr(&o).contains("[supervisor.pricing.\"unpriced\"]"),
+        "{}",
+        stderr(&o)
+    );
+    // A misspelt key is refused, naming the file and the section.
+    write(dir.path(), "heddle.toml", "[supervisor]\nmodle = \"x\"\n");
+    let o = command(dir.path())
+        .args(["run", "g.json", "--supervise"])
+        .output()
+        .unwrap();
+    expect_code(&o, INVALID);
+    assert!(
+        stderr(&o).contains("section [supervisor]") && stderr(&o).contains("modle"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn llm_supervision_refuses_to_start_without_endpoint_or_price() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "g.json", PARSE_EACH);
