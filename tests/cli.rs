@@ -637,3 +637,34 @@ fn llm_supervision_refuses_to_start_without_endpoint_or_price() {
     expect_code(&o, INVALID);
     assert!(stderr(&o).contains("no pricing"), "{}", stderr(&o));
 }
+
+/// A plain run refuses a node value holding a known secret exactly as a durable run does
+/// (`KNOWN_SECRET`): neither the human summary nor `--json` prints it. The code assembles
+/// the secret at run time, so the graph does not hold it.
+#[test]
+fn a_plain_run_refuses_an_output_holding_a_known_secret_like_a_durable_run() {
+    const SECRET: &str = "s3cr3t-value-42";
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "heddle.toml",
+        &format!(
+            "[runners]\nallow_subprocess = true\n\n[secrets]\nvalues = {{ TOKEN = \"{SECRET}\" }}\n"
+        ),
+    );
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [
+    {"id": "leak", "type": "code.bash", "properties": {"code": "a=s3cr3t; b=-value-42; echo \"token=$a$b\"", "mode": "subprocess"}},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [{"source": "leak", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]}"#,
+    );
+    for args in [&["run", "g.json"][..], &["run", "g.json", "--json"]] {
+        let o = heddle_in(dir.path(), args);
+        expect_code(&o, FAILED);
+        let all = stdout(&o) + &stderr(&o);
+        assert!(!all.contains(SECRET), "{args:?} printed the secret:\n{all}");
+        assert!(all.contains("KNOWN_SECRET"), "{args:?}:\n{all}");
+    }
+}

@@ -196,6 +196,9 @@ pub struct Emitted {
 #[derive(Default, Debug)]
 pub struct SecretRegistry {
     values: Mutex<Vec<String>>,
+    /// Set by the first registration: a run that knows no secret checks nothing (the
+    /// check of every output value, [`SecretRegistry::holds`], costs one load).
+    any: std::sync::atomic::AtomicBool,
 }
 
 impl SecretRegistry {
@@ -208,6 +211,15 @@ impl SecretRegistry {
         if !v.iter().any(|s| s == value) {
             v.push(value.to_string());
         }
+        self.any.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether `v` holds a registered secret value anywhere (see [`Value::holds_any`]).
+    pub fn holds(&self, v: &Value) -> bool {
+        if !self.any.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        v.holds_any(&self.values.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     pub fn snapshot(&self) -> Vec<String> {

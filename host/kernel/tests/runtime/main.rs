@@ -40,3 +40,4 @@ mod init;
 mod isolated;
 mod limits;
 mod lineage;
+mod secrets;

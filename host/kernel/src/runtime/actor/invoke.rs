@@ -236,6 +236,7 @@ impl Actor {
             self.account(&ctx, t0, &inv.key, result.as_ref().err(), attempt);
             match result {
                 Ok(out) => {
+                    self.refuse_known_secrets(out.iter())?;
                     if let Some((j, occ)) = journal {
                         let mut m = ctx.metrics();
                         m.wall_us = t0.elapsed().as_micros() as u64;
@@ -293,6 +294,7 @@ impl Actor {
                     // Boxed, like the journal records: rare, and large.
                     match Box::pin(self.recover(e, rec)).await? {
                         Some(Settled::Produced(out)) => {
+                            self.refuse_known_secrets(out.iter())?;
                             // A substitute is the occurrence's result from now on, on
                             // disk before it goes downstream.
                             if let Some((j, occ)) = journal {

@@ -15,6 +15,7 @@ mod fused;
 mod input;
 mod invoke;
 mod journaled;
+mod known_secrets;
 mod link;
 mod promise;
 mod recovery;
