@@ -668,3 +668,37 @@ fn a_plain_run_refuses_an_output_holding_a_known_secret_like_a_durable_run() {
         assert!(all.contains("KNOWN_SECRET"), "{args:?}:\n{all}");
     }
 }
+
+/// A WASM node's typed input gets only values of its type: an untyped input's `7` reaching
+/// `std.text.case`'s `text: str` fails before the guest runs, naming the input, the type
+/// and what arrived (`input:type`), in the summary and the `--json` report.
+#[test]
+fn a_value_misfitting_a_wasm_nodes_typed_input_fails_before_the_guest_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [
+    {"id": "x", "type": "heddle.input"},
+    {"id": "case", "type": "std.text.case"},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [
+    {"source": "x", "sourceHandle": "value", "target": "case", "targetHandle": "text"},
+    {"source": "case", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]}"#,
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json", "--input", "x=7"]);
+    expect_code(&o, FAILED);
+    let e = stderr(&o) + &stdout(&o);
+    assert!(
+        e.contains("input `text` is declared `str`")
+            && e.contains("got int")
+            && e.contains("(signature input:type)"),
+        "{e}"
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json", "--input", "x=7", "--json"]);
+    expect_code(&o, FAILED);
+    let error = json(&o)["nodes"]["case"]["error"].to_string();
+    assert!(error.contains("input `text` is declared `str`"), "{error}");
+    let o = heddle_in(dir.path(), &["run", "g.json", "--input", "x=\"seven\""]);
+    expect_code(&o, OK);
+}

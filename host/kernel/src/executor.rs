@@ -121,6 +121,9 @@ pub enum ErrorKind {
     Suspend { reason: String, state: Value },
     /// A fault in the host machinery around the node (container engine down, I/O error).
     Host,
+    /// A value did not fit the declared type of the input it arrived on; the kernel
+    /// checked it before the invocation, which did not run (signature `input:type`).
+    Input,
     /// An assertion about the graph's data did not hold (`heddle.check`): not a failure
     /// to repair but the graph's own verdict on its data, so it fails the node (and the
     /// run) without escalation or retry, like a routing or edge-rule failure. The same

@@ -23,6 +23,10 @@ pub struct InvocationFacts<'a> {
     pub has_candidate: bool,
     /// Streaming: something was already sent downstream.
     pub emitted: bool,
+    /// The failure is decided by the inputs alone (a value that does not fit its declared
+    /// type, checked before the node ran): a retry with the same inputs fails the same
+    /// way, so none is offered.
+    pub fails_again: bool,
 }
 
 /// The verdicts this failure may receive:
@@ -34,12 +38,13 @@ pub struct InvocationFacts<'a> {
 /// | streaming output, nothing emitted | retry?, skip, fail |
 /// | otherwise | retry?, substitute?, skip, fail |
 ///
-/// retry? = declared retry-safe ∧ no cost ∧ no assets (an unset flag means unsafe: a
-/// node nobody classified loses a safe retry rather than gaining an unsafe one).
+/// retry? = declared retry-safe ∧ no cost ∧ no assets ∧ not a failure the same inputs
+/// repeat (an unset flag means unsafe: a node nobody classified loses a safe retry rather
+/// than gaining an unsafe one).
 /// substitute? = a candidate output ∧ a validator for every declared output type.
 pub fn allowed_actions(f: &InvocationFacts<'_>) -> AllowedSet {
     use VerdictAction::*;
-    let retry_ok = f.decl.retry_safe && f.cost_usd == 0.0 && !f.created_assets;
+    let retry_ok = f.decl.retry_safe && f.cost_usd == 0.0 && !f.created_assets && !f.fails_again;
     let mut s = AllowedSet::of(&[Fail]);
     match f.mode {
         NodeMode::StreamingInput => s.insert(EndStream),
@@ -143,6 +148,7 @@ mod tests {
             created_assets: false,
             has_candidate: false,
             emitted: false,
+            fails_again: false,
         }
     }
 
@@ -164,6 +170,9 @@ mod tests {
         let mut f = facts(&safe, NodeMode::Controlled);
         f.created_assets = true;
         assert!(!allowed_actions(&f).contains(Retry));
+        let mut f = facts(&safe, NodeMode::Buffered);
+        f.fails_again = true;
+        assert_eq!(allowed_actions(&f).to_vec(), [Skip, Fail]);
     }
 
     #[test]

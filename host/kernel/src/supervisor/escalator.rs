@@ -168,6 +168,7 @@ impl Escalator {
             created_assets: !f.metrics.assets.is_empty(),
             has_candidate: f.error.candidate.is_some(),
             emitted: f.emitted,
+            fails_again: matches!(f.error.kind, ErrorKind::Input),
         });
         let candidate = f.error.candidate.as_ref().map(Outputs::to_map);
         let declared = declared_outputs(f.decl, f.contract);
@@ -303,6 +304,7 @@ fn failure_kind(k: &ErrorKind) -> FailureKind {
         ErrorKind::MemoryLimit => FailureKind::MemoryLimit,
         ErrorKind::OutputTooLarge => FailureKind::OutputTooLarge,
         ErrorKind::Trap { trap } => FailureKind::Trap { trap: trap.clone() },
+        ErrorKind::Input => FailureKind::Input,
         // Never escalated (`escalates`); named for completeness.
         ErrorKind::Host
         | ErrorKind::Cancelled

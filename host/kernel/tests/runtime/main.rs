@@ -41,3 +41,4 @@ mod isolated;
 mod limits;
 mod lineage;
 mod secrets;
+mod typed;

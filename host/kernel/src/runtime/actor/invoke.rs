@@ -200,14 +200,11 @@ impl Actor {
             let t0 = self.clock();
             let exec = self.spec.exec.clone();
             let fut = match &mut inv.work {
-                Work::Firing { first, used } => exec.invoke(Call {
-                    inputs: first.take().unwrap_or_else(|| self.rebuild_inputs(used)),
-                    ctx: ctx.clone(),
-                }),
-                Work::Inputs(inputs) => exec.invoke(Call {
-                    inputs: inputs.clone(),
-                    ctx: ctx.clone(),
-                }),
+                Work::Firing { first, used } => {
+                    let inputs = first.take().unwrap_or_else(|| self.rebuild_inputs(used));
+                    self.call(&*exec, inputs, &ctx)
+                }
+                Work::Inputs(inputs) => self.call(&*exec, inputs.clone(), &ctx),
                 Work::Stream(stream) => match stream.take() {
                     Some(s) => exec.run_stream(s, ctx.clone()),
                     None => {
@@ -325,6 +322,25 @@ impl Actor {
         }
     }
 
+    /// The invocation of `exec` with `inputs`, once they fit the node's typed inputs; a
+    /// misfit is the attempt's failure, and the node's code never sees the value.
+    fn call<'e>(
+        &self,
+        exec: &'e dyn crate::executor::Executor,
+        mut inputs: Inputs,
+        ctx: &NodeCtx,
+    ) -> BoxFuture<'e, Result<Outputs, NodeError>> {
+        if !self.spec.typed_inputs.is_empty()
+            && let Err(e) = self.check_inputs(&mut inputs)
+        {
+            return Box::pin(std::future::ready(Err(e)));
+        }
+        exec.invoke(Call {
+            inputs,
+            ctx: ctx.clone(),
+        })
+    }
+
     /// The wait before the next attempt when the node's `retry` policy catches this
     /// failure; `None` leaves it to the supervisor (or the node fails). A suspension
     /// and a cancel are decisions, not failures, a failed assertion would fail the same
@@ -335,7 +351,10 @@ impl Actor {
         if attempt >= policy.attempts
             || matches!(
                 e.kind,
-                ErrorKind::Suspend { .. } | ErrorKind::Cancelled | ErrorKind::Assertion
+                ErrorKind::Suspend { .. }
+                    | ErrorKind::Cancelled
+                    | ErrorKind::Assertion
+                    | ErrorKind::Input
             )
             || matches!(work, Work::Stream(_))
             || self.shared.run_token.is_cancelled()
@@ -598,7 +617,7 @@ impl Actor {
                     }
                     let mut batch = std::mem::take(buf);
                     for m in batch.drain(..) {
-                        self.stream_msg(m, pending);
+                        self.stream_msg(m, pending)?;
                     }
                     *buf = batch;
                     self.flush_edge_events();

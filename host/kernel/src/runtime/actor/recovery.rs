@@ -90,7 +90,7 @@ impl Actor {
                 // A node's own signature is what its author and policy rules match on;
                 // host failures are already named by `what`.
                 let signature = match (&kind, &err.signature) {
-                    (ErrorKind::Node | ErrorKind::Assertion, Some(sig)) => {
+                    (ErrorKind::Node | ErrorKind::Assertion | ErrorKind::Input, Some(sig)) => {
                         format!(" (signature {sig})")
                     }
                     _ => String::new(),
