@@ -716,8 +716,10 @@ async fn a_substitute_breaking_the_declared_fields_is_bounced_to_the_model_which
     );
     doc.nodes[0].output =
         Some(serde_json::from_value(json!({"fields": [{"key": "id", "type": "string"}]})).unwrap());
-    let mut opts = heddle_kernel::runtime::RunOptions::default();
-    opts.supervisor = Some(Arc::new(LlmSupervisor::new(config(&srv.url)).unwrap()));
+    let opts = heddle_kernel::runtime::RunOptions {
+        supervisor: Some(Arc::new(LlmSupervisor::new(config(&srv.url)).unwrap())),
+        ..Default::default()
+    };
     let r = heddle_kernel::runtime::run_graph(&doc, &reg, opts)
         .await
         .unwrap();

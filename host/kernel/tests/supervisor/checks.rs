@@ -29,8 +29,10 @@ async fn a_failed_check_fails_the_run_under_a_policy_that_skips_or_retries_every
         "[[rule]]\nverdict = \"skip\"\n",
         "[[rule]]\nsignature = \"check:failed\"\nverdict = \"retry\"\n",
     ] {
-        let mut opts = RunOptions::default();
-        opts.supervisor = policy(policy_text);
+        let opts = RunOptions {
+            supervisor: policy(policy_text),
+            ..RunOptions::default()
+        };
         let r = run(&checked(2), opts).await;
         assert_eq!(r.status, RunStatus::Failed, "{policy_text}: {:?}", r.error);
         assert!(
@@ -66,8 +68,10 @@ async fn a_check_with_a_retry_policy_of_its_own_is_not_retried() {
 
 #[tokio::test]
 async fn a_check_that_holds_passes_under_supervision() {
-    let mut opts = RunOptions::default();
-    opts.supervisor = policy("default = \"skip\"\n");
+    let opts = RunOptions {
+        supervisor: policy("default = \"skip\"\n"),
+        ..RunOptions::default()
+    };
     let r = run(&checked(1), opts).await;
     assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
     assert_eq!(r.outputs["out"].len(), 1);

@@ -57,8 +57,10 @@ async fn a_substitute_breaking_the_declared_fields_is_a_repair_round_the_decider
         then: substitute(json!({"id": "7"})),
         seen: Mutex::new(Vec::new()),
     });
-    let mut opts = RunOptions::default();
-    opts.supervisor = Some(h.clone());
+    let opts = RunOptions {
+        supervisor: Some(h.clone()),
+        ..RunOptions::default()
+    };
     let r = run(&judged(json!({"id": 7})), opts).await;
     assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
     assert_eq!(r.outputs["out"], vec![Value::from_json(json!({"id": "7"}))]);
@@ -91,9 +93,12 @@ async fn a_substitute_breaking_the_declared_fields_is_a_repair_round_the_decider
 
 #[tokio::test]
 async fn a_policy_substitute_that_breaks_the_fields_is_refused_three_times_never_accepted() {
-    let mut opts = RunOptions::default();
-    opts.supervisor =
-        policy("[[rule]]\nverdict = \"substitute\"\noutputs = { value = { id = 7 } }\n");
+    let opts = RunOptions {
+        supervisor: policy(
+            "[[rule]]\nverdict = \"substitute\"\noutputs = { value = { id = 7 } }\n",
+        ),
+        ..RunOptions::default()
+    };
     let r = run(&judged(json!({"id": 7})), opts).await;
     assert_eq!(r.status, RunStatus::Failed);
     let i = interventions(&r);

@@ -3,10 +3,13 @@
 
 use super::*;
 
+/// The digest, and `read_node_output("in")` for the failing item.
+type Seen = (serde_json::Value, Result<BTreeMap<String, Value>, String>);
+
 /// Reads the run state the way the LLM agent's tools do, then fails.
 #[derive(Default)]
 struct Peek {
-    saw: Mutex<Vec<(serde_json::Value, Result<BTreeMap<String, Value>, String>)>>,
+    saw: Mutex<Vec<Seen>>,
 }
 
 impl Supervisor for Peek {

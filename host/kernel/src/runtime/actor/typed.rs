@@ -10,6 +10,8 @@
 //! Only typed inputs of nodes whose own code runs are checked (`ActorSpec::typed_inputs`,
 //! empty for a node whose inputs are all `any` and for a built-in, which handles every
 //! value it is given): a node with nothing to check pays one length test.
+// NodeError is the seam's error type; its size is by design (it carries a candidate).
+#![allow(clippy::result_large_err)]
 
 use heddle_core::supervise::signatures::INPUT_TYPE;
 use heddle_core::{PortType, Value};
