@@ -12,14 +12,9 @@ fn with_secret(x: Value) -> RunOptions {
     opts
 }
 
-fn holds_secret(r: &RunResult) -> bool {
-    serde_json::to_string(&r.outputs).unwrap().contains(SECRET)
-        || serde_json::to_string(&r.events).unwrap().contains(SECRET)
-}
-
-#[tokio::test]
-async fn a_returned_value_holding_a_known_secret_fails_its_node() {
-    let doc = graph(
+/// input `x` → `leak` (a node returning what it got) → output `out`.
+fn passes_on() -> heddle_core::GraphDoc {
+    graph(
         &[
             ("in", "heddle.input", json!({"name": "x"})),
             ("leak", "test.probe", json!({})),
@@ -29,7 +24,17 @@ async fn a_returned_value_holding_a_known_secret_fails_its_node() {
             ("in", "value", "leak", "value"),
             ("leak", "value", "out", "value"),
         ],
-    );
+    )
+}
+
+fn holds_secret(r: &RunResult) -> bool {
+    serde_json::to_string(&r.outputs).unwrap().contains(SECRET)
+        || serde_json::to_string(&r.events).unwrap().contains(SECRET)
+}
+
+#[tokio::test]
+async fn a_returned_value_holding_a_known_secret_fails_its_node() {
+    let doc = passes_on();
     let r = run(
         &doc,
         with_secret(Value::from_json(
@@ -77,17 +82,7 @@ async fn an_emitted_value_holding_a_known_secret_fails_its_node() {
 
 #[tokio::test]
 async fn values_without_a_known_secret_pass() {
-    let doc = graph(
-        &[
-            ("in", "heddle.input", json!({"name": "x"})),
-            ("leak", "test.probe", json!({})),
-            ("out", "heddle.output", json!({"name": "out"})),
-        ],
-        &[
-            ("in", "value", "leak", "value"),
-            ("leak", "value", "out", "value"),
-        ],
-    );
+    let doc = passes_on();
     let r = run(&doc, with_secret(Value::from("tok-granted-04"))).await;
     assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
 }
