@@ -305,10 +305,10 @@ fn failure_kind(k: &ErrorKind) -> FailureKind {
         ErrorKind::OutputTooLarge => FailureKind::OutputTooLarge,
         ErrorKind::Trap { trap } => FailureKind::Trap { trap: trap.clone() },
         ErrorKind::Input => FailureKind::Input,
-        // Never escalated (`escalates`); named for completeness.
-        ErrorKind::Host
-        | ErrorKind::Cancelled
-        | ErrorKind::Suspend { .. }
-        | ErrorKind::Assertion => FailureKind::Host,
+        ErrorKind::Host => FailureKind::Host,
+        // Never escalated (`escalates`): named for completeness.
+        ErrorKind::Cancelled | ErrorKind::Suspend { .. } | ErrorKind::Assertion => {
+            FailureKind::Host
+        }
     }
 }

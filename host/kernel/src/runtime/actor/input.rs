@@ -59,7 +59,7 @@ impl Actor {
             .is_some_and(|e| e.state().recording())
         {
             let out = Outputs::one(self.spec.ports[0].name.clone(), v.clone());
-            self.record_for_supervisor(&Lineage::ROOT, &out, 0.0);
+            self.record_for_supervisor(&Lineage::ROOT, &out, || 0.0);
         }
     }
 }

@@ -140,7 +140,7 @@ impl Actor {
                     Ahead::Settled(settled) => {
                         if let Settled::Produced(out) = &settled {
                             // Its cost was counted by the process that recorded it.
-                            self.record_for_supervisor(inv.lineage, out, 0.0);
+                            self.record_for_supervisor(inv.lineage, out, || 0.0);
                         }
                         return Ok(settled);
                     }
@@ -241,7 +241,7 @@ impl Actor {
                             self.written(wait).await?;
                         }
                     }
-                    self.record_for_supervisor(inv.lineage, &out, ctx.metrics().cost_usd);
+                    self.record_for_supervisor(inv.lineage, &out, || ctx.metrics().cost_usd);
                     return Ok(Settled::Produced(out));
                 }
                 Err(e) => {
@@ -401,10 +401,16 @@ impl Actor {
     /// the run is supervised). Every node that produces a value comes here, an input
     /// node and a result recorded by an earlier process included: the tools show the
     /// failing item's ancestors, whatever produced them.
-    pub(super) fn record_for_supervisor(&self, lineage: &Lineage, out: &Outputs, cost_usd: f64) {
+    /// (`cost_usd` is read only then: an invocation's metrics are behind a lock.)
+    pub(super) fn record_for_supervisor(
+        &self,
+        lineage: &Lineage,
+        out: &Outputs,
+        cost_usd: impl FnOnce() -> f64,
+    ) {
         if let Some(esc) = &self.shared.escalator {
             esc.state()
-                .record_invocation(&self.spec.id, lineage.entries(), Some(out), cost_usd);
+                .record_invocation(&self.spec.id, lineage.entries(), Some(out), cost_usd());
         }
     }
 
