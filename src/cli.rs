@@ -305,10 +305,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "REPORT", conflicts_with = "supervise")]
     pub replay: Option<PathBuf>,
     /// Supervise failures with the LLM agent over an OpenAI-compatible chat-completions
-    /// endpoint (HEDDLE_SUPERVISOR_ENDPOINT, HEDDLE_SUPERVISOR_API_KEY, ...; see README).
+    /// endpoint (HEDDLE_SUPERVISOR_ENDPOINT, HEDDLE_SUPERVISOR_API_KEY, ..., or the
+    /// [supervisor] section of heddle.toml; see README).
     #[arg(long, alias = "llm")]
     pub supervise: bool,
-    /// Model for `--supervise` (overrides HEDDLE_SUPERVISOR_MODEL); it must have a price.
+    /// Model for `--supervise` (overrides HEDDLE_SUPERVISOR_MODEL and [supervisor] model);
+    /// it must have a price.
     #[arg(long, value_name = "MODEL", requires = "supervise")]
     pub supervisor_model: Option<String>,
     /// Spending ceiling for `--supervise` in USD for the whole run (default 0.50).

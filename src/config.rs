@@ -62,6 +62,7 @@ pub const SECTIONS: &[(&str, &str)] = &[
     ("runners", "code nodes"),
     ("store", "durable runs"),
     ("serve", "heddle serve"),
+    ("supervisor", "the LLM supervisor of --supervise"),
 ];
 
 #[derive(Clone, Debug, Default)]

@@ -525,6 +525,84 @@ fn llm_supervision_decides_over_the_chat_completions_protocol() {
 }
 
 #[test]
+fn llm_supervision_is_configured_by_the_supervisor_section_and_the_environment_overrides_it() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "g.json", PARSE_EACH);
+    let (url, requests) = chat_server(vec![
+        tool_call(
+            "submit_verdict",
+            r#"{"action":"skip","reason":"not a number"}"#,
+        ),
+        tool_call(
+            "submit_verdict",
+            r#"{"action":"skip","reason":"not a number"}"#,
+        ),
+    ]);
+    write(
+        dir.path(),
+        "heddle.toml",
+        &format!(
+            "[supervisor]\nendpoint = \"{url}\"\nmodel = \"file-model\"\ncost_cap_usd = 0.2\n\
+             [supervisor.pricing.\"file-model\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n\
+             [supervisor.pricing.\"env-model\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n"
+        ),
+    );
+    let o = command(dir.path())
+        .args(["run", "g.json", "--supervise", "--json"])
+        .env("HEDDLE_SUPERVISOR_API_KEY", "sk-file-test-0123456789")
+        .output()
+        .unwrap();
+    expect_code(&o, OK);
+    assert_eq!(json(&o)["outputs"]["numbers"], serde_json::json!([[1, 3]]));
+    let request = requests.recv().unwrap();
+    assert!(
+        request.body.contains(r#""model":"file-model""#),
+        "{request:?}"
+    );
+    // The environment over the file.
+    let o = command(dir.path())
+        .args(["run", "g.json", "--supervise", "--json"])
+        .env("HEDDLE_SUPERVISOR_MODEL", "env-model")
+        .output()
+        .unwrap();
+    expect_code(&o, OK);
+    let request = requests.recv().unwrap();
+    assert!(
+        request.body.contains(r#""model":"env-model""#),
+        "{request:?}"
+    );
+    // An unpriced model names the section a price goes in, which the file accepts.
+    let o = command(dir.path())
+        .args([
+            "run",
+            "g.json",
+            "--supervise",
+            "--supervisor-model",
+            "unpriced",
+        ])
+        .output()
+        .unwrap();
+    expect_code(&o, INVALID);
+    assert!(
+        stderr(&o).contains("[supervisor.pricing.\"unpriced\"]"),
+        "{}",
+        stderr(&o)
+    );
+    // A misspelt key is refused, naming the file and the section.
+    write(dir.path(), "heddle.toml", "[supervisor]\nmodle = \"x\"\n");
+    let o = command(dir.path())
+        .args(["run", "g.json", "--supervise"])
+        .output()
+        .unwrap();
+    expect_code(&o, INVALID);
+    assert!(
+        stderr(&o).contains("section [supervisor]") && stderr(&o).contains("modle"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn llm_supervision_refuses_to_start_without_endpoint_or_price() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "g.json", PARSE_EACH);
@@ -558,4 +636,69 @@ fn llm_supervision_refuses_to_start_without_endpoint_or_price() {
     ]);
     expect_code(&o, INVALID);
     assert!(stderr(&o).contains("no pricing"), "{}", stderr(&o));
+}
+
+/// A plain run refuses a node value holding a known secret exactly as a durable run does
+/// (`KNOWN_SECRET`): neither the human summary nor `--json` prints it. The code assembles
+/// the secret at run time, so the graph does not hold it.
+#[test]
+fn a_plain_run_refuses_an_output_holding_a_known_secret_like_a_durable_run() {
+    const SECRET: &str = "s3cr3t-value-42";
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "heddle.toml",
+        &format!(
+            "[runners]\nallow_subprocess = true\n\n[secrets]\nvalues = {{ TOKEN = \"{SECRET}\" }}\n"
+        ),
+    );
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [
+    {"id": "leak", "type": "code.bash", "properties": {"code": "a=s3cr3t; b=-value-42; echo \"token=$a$b\"", "mode": "subprocess"}},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [{"source": "leak", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]}"#,
+    );
+    for args in [&["run", "g.json"][..], &["run", "g.json", "--json"]] {
+        let o = heddle_in(dir.path(), args);
+        expect_code(&o, FAILED);
+        let all = stdout(&o) + &stderr(&o);
+        assert!(!all.contains(SECRET), "{args:?} printed the secret:\n{all}");
+        assert!(all.contains("KNOWN_SECRET"), "{args:?}:\n{all}");
+    }
+}
+
+/// A WASM node's typed input gets only values of its type: an untyped input's `7` reaching
+/// `std.text.case`'s `text: str` fails before the guest runs, naming the input, the type
+/// and what arrived (`input:type`), in the summary and the `--json` report.
+#[test]
+fn a_value_misfitting_a_wasm_nodes_typed_input_fails_before_the_guest_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [
+    {"id": "x", "type": "heddle.input"},
+    {"id": "case", "type": "std.text.case"},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [
+    {"source": "x", "sourceHandle": "value", "target": "case", "targetHandle": "text"},
+    {"source": "case", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]}"#,
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json", "--input", "x=7"]);
+    expect_code(&o, FAILED);
+    let e = stderr(&o) + &stdout(&o);
+    assert!(
+        e.contains("input `text` is declared `str`")
+            && e.contains("got int")
+            && e.contains("(signature input:type)"),
+        "{e}"
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json", "--input", "x=7", "--json"]);
+    expect_code(&o, FAILED);
+    let error = json(&o)["nodes"]["case"]["error"].to_string();
+    assert!(error.contains("input `text` is declared `str`"), "{error}");
+    let o = heddle_in(dir.path(), &["run", "g.json", "--input", "x=\"seven\""]);
+    expect_code(&o, OK);
 }

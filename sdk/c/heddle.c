@@ -303,9 +303,13 @@ const char *heddle_signature_problem(const char *sig) {
     if (!ok) return "the family before ':' must be a lowercase letter then at most 23 of a-z 0-9 _ -";
     const char *code = colon + 1;
     size_t n = strlen(code);
-    ok = n >= 1 && n <= 64;
-    for (size_t i = 0; ok && i < n; i++) ok = code_char(code[i]);
-    if (!ok) return "the code after ':' must be 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $";
+    // Parts separated by single colons: never first, last or doubled.
+    ok = n >= 1 && n <= 64 && code[0] != ':' && code[n - 1] != ':';
+    for (size_t i = 0; ok && i < n; i++)
+        ok = code_char(code[i]) || (code[i] == ':' && code[i + 1] != ':');
+    if (!ok)
+        return "the code after ':' must be 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $, with ':' only "
+               "between two parts";
     if ((family == 5 && !strncmp(sig, "limit", 5)) || (family == 4 && !strncmp(sig, "trap", 4)))
         return "the families `limit` and `trap` are reserved for failures the host detects";
     return NULL;

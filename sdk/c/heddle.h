@@ -168,8 +168,9 @@ void heddle_set_json_built(heddle_call *c, const char *name, heddle_json *j);
 //
 // A signature names the kind of failure so a supervisor recognises repeats and policy
 // rules can match it: `family:code`, the family a lowercase letter then at most 23 of
-// `a-z 0-9 _ -`, the code 1 to 64 of `A-Z a-z 0-9 _ . - / * [ ] $` (e.g. "json:parse",
-// "http:429"); `limit:` and `trap:` belong to the host. Any other signature is refused:
+// `a-z 0-9 _ -`, the code 1 to 64 of `A-Z a-z 0-9 _ . - / * [ ] $ :` with a ':' only
+// between two parts (e.g. "json:parse", "http:429"; sdk/README.md, "Failure
+// signatures"); `limit:` and `trap:` belong to the host. Any other signature is refused:
 // the error then has none, and its message names the signature, why, and your file:line.
 #define heddle_fail(c, signature, ...) \
     heddle_fail_at(__FILE__, __LINE__, (c), false, (signature), __VA_ARGS__)

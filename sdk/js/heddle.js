@@ -41,12 +41,13 @@ export class SignatureError extends TypeError {
 }
 
 const FAMILY = /^[a-z][a-z0-9_-]{0,23}$/;
-const CODE = /^[A-Za-z0-9_.\-/*[\]$]{1,64}$/;
+const CODE_PART = /^[A-Za-z0-9_.\-/*[\]$]+$/;
 
 /** `null` when `sig` is a signature the host recognises, else why not. The shape is
  * `family:code`: the family a lowercase letter then at most 23 of `a-z 0-9 _ -`, the
- * code 1 to 64 of `A-Z a-z 0-9 _ . - / * [ ] $`; the families `limit` and `trap` belong
- * to the host. The host ignores any other signature. */
+ * code 1 to 64 of `A-Z a-z 0-9 _ . - / * [ ] $ :` with a `:` only between two parts
+ * (`code:exit:1`); the families `limit` and `trap` belong to the host. The host ignores
+ * any other signature. */
 export function checkSignature(sig) {
   const s = String(sig);
   const colon = s.indexOf(":");
@@ -55,12 +56,16 @@ export function checkSignature(sig) {
   if (typeof sig !== "string" || colon < 0) why = "no ':' between family and code";
   else if (!FAMILY.test(family)) {
     why = "the family before ':' must be a lowercase letter then at most 23 of a-z 0-9 _ -";
-  } else if (!CODE.test(s.slice(colon + 1))) {
-    why = "the code after ':' must be 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $";
+  } else if (!validCode(s.slice(colon + 1))) {
+    why = "the code after ':' must be 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $, with ':' only between two parts";
   } else if (family === "limit" || family === "trap") {
     why = "the families `limit` and `trap` are reserved for failures the host detects";
   } else return null;
   return `invalid failure signature ${JSON.stringify(s)}: ${why} (write family:code, e.g. "json:parse")`;
+}
+
+function validCode(code) {
+  return code.length >= 1 && code.length <= 64 && code.split(":").every((part) => CODE_PART.test(part));
 }
 
 /** The host refused an emitted value (unknown handle, too large, run ending). */

@@ -55,7 +55,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         }
     }
 
-    let supervisor = supervisor(&args)?;
+    let supervisor = supervisor(&args, &env.config)?;
     let secrets = run_secrets(&env, supervisor.as_deref());
     let opts = RunOptions {
         secrets,
@@ -101,11 +101,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
 
 /// The supervisor handle asked for on the command line, wrapped in its bounds; `None`
 /// (no supervision, failures fail) unless `--policy`, `--replay` or `--supervise` is given.
-fn supervisor(args: &RunArgs) -> anyhow::Result<Option<Arc<dyn Supervisor>>> {
+fn supervisor(
+    args: &RunArgs,
+    config: &crate::config::Config,
+) -> anyhow::Result<Option<Arc<dyn Supervisor>>> {
     let inner: Arc<dyn Supervisor> = match (&args.policy, &args.replay) {
         (Some(p), _) => Arc::new(Policy::load(p)?),
         (None, Some(r)) => Arc::new(Replay::load(r)?),
-        (None, None) if args.supervise => Arc::new(llm_supervisor(args)?),
+        (None, None) if args.supervise => Arc::new(llm_supervisor(args, config)?),
         (None, None) => {
             if args.max_decisions.is_some() || args.max_retries.is_some() {
                 return Err(crate::usage!(
@@ -124,12 +127,18 @@ fn supervisor(args: &RunArgs) -> anyhow::Result<Option<Arc<dyn Supervisor>>> {
     Ok(Some(Arc::new(Bounded::new(inner, bounds))))
 }
 
-/// The LLM agent from the environment and flags. Every configuration problem (no
-/// endpoint, a model without a price, a bad ceiling) refuses the run before it starts:
-/// an unpriced model cannot be held to the cost ceiling.
-fn llm_supervisor(args: &RunArgs) -> anyhow::Result<heddle_supervisor::LlmSupervisor> {
-    let mut cfg = heddle_supervisor::LlmConfig::from_env(args.supervisor_model.as_deref())
-        .map_err(|e| crate::usage!("--supervise: {e}"))?;
+/// The LLM agent from the flags, the environment and `[supervisor]` in the config, in
+/// that order. Every configuration problem (no endpoint, a model without a price, a bad
+/// ceiling) refuses the run before it starts: an unpriced model cannot be held to the
+/// cost ceiling.
+fn llm_supervisor(
+    args: &RunArgs,
+    config: &crate::config::Config,
+) -> anyhow::Result<heddle_supervisor::LlmSupervisor> {
+    let file: Option<heddle_supervisor::SupervisorSection> = config.section("supervisor")?;
+    let mut cfg =
+        heddle_supervisor::LlmConfig::from_env(args.supervisor_model.as_deref(), file.as_ref())
+            .map_err(|e| crate::usage!("--supervise: {e}"))?;
     if let Some(cap) = args.supervisor_cost_cap {
         if !(cap.is_finite() && cap >= 0.0) {
             return Err(crate::usage!(

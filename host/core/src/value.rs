@@ -161,6 +161,27 @@ impl Value {
         }
     }
 
+    /// Whether one of `needles` (empty ones ignored) occurs anywhere in this value: in a
+    /// string, in bytes, or in an object's key. Structural, not over the JSON text, where
+    /// a needle holding a quote or a backslash would be escaped.
+    pub fn holds_any<S: AsRef<str>>(&self, needles: &[S]) -> bool {
+        let has = |hay: &[u8]| {
+            needles.iter().any(|n| {
+                let n = n.as_ref().as_bytes();
+                !n.is_empty() && hay.windows(n.len()).any(|w| w == n)
+            })
+        };
+        match self {
+            Value::Null | Value::Bool(_) | Value::Int(_) | Value::Float(_) => false,
+            Value::Str(s) => has(s.as_bytes()),
+            Value::Bytes(b) => has(b),
+            Value::List(items) => items.iter().any(|x| x.holds_any(needles)),
+            Value::Object(m) => m
+                .iter()
+                .any(|(k, x)| has(k.as_bytes()) || x.holds_any(needles)),
+        }
+    }
+
     /// Approximate in-memory payload size in bytes, used for the inline value cap.
     pub fn approx_size(&self) -> usize {
         match self {

@@ -121,6 +121,15 @@ pub enum ErrorKind {
     Suspend { reason: String, state: Value },
     /// A fault in the host machinery around the node (container engine down, I/O error).
     Host,
+    /// A value did not fit the declared type of the input it arrived on; the kernel
+    /// checked it before the invocation, which did not run (signature `input:type`).
+    Input,
+    /// An assertion about the graph's data did not hold (`heddle.check`): not a failure
+    /// to repair but the graph's own verdict on its data, so it fails the node (and the
+    /// run) without escalation or retry, like a routing or edge-rule failure. The same
+    /// data would fail the same assertion again, and a supervisor's skip would wave
+    /// through exactly what the author asked to stop.
+    Assertion,
 }
 
 impl NodeError {
@@ -190,6 +199,9 @@ pub struct Emitted {
 #[derive(Default, Debug)]
 pub struct SecretRegistry {
     values: Mutex<Vec<String>>,
+    /// Set by the first registration: a run that knows no secret checks nothing (the
+    /// check of every output value, [`SecretRegistry::holds`], costs one load).
+    any: std::sync::atomic::AtomicBool,
 }
 
 impl SecretRegistry {
@@ -202,6 +214,15 @@ impl SecretRegistry {
         if !v.iter().any(|s| s == value) {
             v.push(value.to_string());
         }
+        self.any.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether `v` holds a registered secret value anywhere (see [`Value::holds_any`]).
+    pub fn holds(&self, v: &Value) -> bool {
+        if !self.any.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        v.holds_any(&self.values.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     pub fn snapshot(&self) -> Vec<String> {
@@ -239,7 +260,6 @@ struct CtxInner {
     emit: Option<mpsc::Sender<Emitted>>,
     secrets: Arc<SecretRegistry>,
     metrics: Mutex<InvocationMetrics>,
-    emitted_any: std::sync::atomic::AtomicBool,
 }
 
 /// Parts the runtime supplies to build a [`NodeCtx`].
@@ -268,7 +288,6 @@ impl NodeCtx {
                 emit: p.emit,
                 secrets: p.secrets,
                 metrics: Mutex::new(InvocationMetrics::default()),
-                emitted_any: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -291,7 +310,6 @@ impl NodeCtx {
         inner.deadline = deadline;
         inner.emit = emit;
         *inner.metrics.get_mut().unwrap_or_else(|e| e.into_inner()) = InvocationMetrics::default();
-        *inner.emitted_any.get_mut() = false;
         true
     }
 
@@ -344,22 +362,12 @@ impl NodeCtx {
                 self.inner.node_id
             )));
         };
-        self.inner
-            .emitted_any
-            .store(true, std::sync::atomic::Ordering::Relaxed);
         tx.send(Emitted {
             handle: handle.into(),
             value,
         })
         .await
         .map_err(|_| NodeError::cancelled())
-    }
-
-    /// Whether anything was emitted so far (decides the supervisor's allowed set).
-    pub fn has_emitted(&self) -> bool {
-        self.inner
-            .emitted_any
-            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Adds provider cost; any valid report (zero included) makes the invocation's

@@ -216,7 +216,7 @@ async fn declared_fields_are_enforced_and_readable_by_conditions() {
     };
     assert_eq!(
         error,
-        "node \"judge\" (type heddle.constant) failed: output contract on `value` {score: number, label: string} broken: field `score` must be number, got str (signature output_contract)"
+        "node \"judge\" (type heddle.constant) failed: output contract on `value` {score: number, label: string} broken: field `score` must be number, got str (signature output:contract)"
     );
     assert_eq!(outcome(&r, "out"), skipped(SkipReason::UpstreamFailed));
 }

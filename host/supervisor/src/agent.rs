@@ -218,8 +218,13 @@ impl LlmSupervisor {
                         match &ctx.state {
                             Some(s) => match s.read_output(node, &e.lineage) {
                                 Ok(o) => {
+                                    // A value it holds under a sensitive name is masked
+                                    // in its other texts too, as in an escalation.
+                                    let r = redactor.with_sensitive_values(
+                                        o.iter().map(|(k, v)| (k.as_str(), v)),
+                                    );
                                     let v = heddle_core::Value::object(o.into_iter().collect());
-                                    redactor.value(&v).to_json().to_string()
+                                    r.value(&v).to_json().to_string()
                                 }
                                 Err(err) => format!("error: {err}"),
                             },

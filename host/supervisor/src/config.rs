@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// Price of one model in USD per million tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ModelPrice {
     pub input_per_mtok: f64,
     pub output_per_mtok: f64,
@@ -57,18 +58,49 @@ impl PricingTable {
     }
 }
 
+/// `[supervisor]` in `heddle.toml`: what an operator sets once instead of exporting
+/// variables. Every key is optional. The environment overrides the file and a
+/// command-line flag overrides both ([`LlmConfig::resolve`]). The API key is never read
+/// from the file: a config file is shared and checked in, a key must not be.
+///
+/// ```toml
+/// [supervisor]
+/// endpoint = "http://127.0.0.1:8080/v1"
+/// model = "my-local-model"
+/// cost_cap_usd = 0.25
+/// max_output_tokens = 1024
+///
+/// [supervisor.pricing."my-local-model"]   # USD per million tokens
+/// input_per_mtok = 0.10
+/// output_per_mtok = 0.40
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SupervisorSection {
+    pub endpoint: Option<String>,
+    pub model: Option<String>,
+    pub cost_cap_usd: Option<f64>,
+    pub max_output_tokens: Option<u32>,
+    /// Prices per model, over the built-in table (a model listed here replaces its
+    /// built-in price).
+    #[serde(default)]
+    pub pricing: BTreeMap<String, ModelPrice>,
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
     #[error(
-        "no supervisor endpoint: set HEDDLE_SUPERVISOR_ENDPOINT (an OpenAI-compatible base URL such as https://api.openai.com/v1)"
+        "no supervisor endpoint: set HEDDLE_SUPERVISOR_ENDPOINT (an OpenAI-compatible base URL such as https://api.openai.com/v1) or `endpoint` in the [supervisor] section of heddle.toml"
     )]
     NoEndpoint,
     #[error("supervisor endpoint `{0}` is not an http(s) URL")]
     BadEndpoint(String),
-    #[error("no supervisor model: set HEDDLE_SUPERVISOR_MODEL or pass --supervisor-model")]
+    #[error(
+        "no supervisor model: pass --supervisor-model, set HEDDLE_SUPERVISOR_MODEL, or set `model` in the [supervisor] section of heddle.toml"
+    )]
     NoModel,
     #[error(
-        "no pricing for supervisor model `{0}`: the cost ceiling cannot be enforced without it; add a price (HEDDLE_SUPERVISOR_PRICE=\"<input $/Mtok>,<output $/Mtok>\" or config)"
+        "no pricing for supervisor model `{0}`: the cost ceiling cannot be enforced without it; add a price: HEDDLE_SUPERVISOR_PRICE=\"<input $/Mtok>,<output $/Mtok>\", or in heddle.toml [supervisor.pricing.\"{0}\"] with input_per_mtok and output_per_mtok"
     )]
     NoPricing(String),
     #[error("bad {what}: {why}")]
@@ -107,30 +139,52 @@ impl LlmConfig {
         }
     }
 
-    /// Reads `HEDDLE_SUPERVISOR_ENDPOINT` (else `OPENAI_BASE_URL`),
-    /// `HEDDLE_SUPERVISOR_MODEL`, `HEDDLE_SUPERVISOR_API_KEY` (else `OPENAI_API_KEY`),
-    /// `HEDDLE_SUPERVISOR_PRICE` (`in,out` USD per million tokens for the model),
-    /// `HEDDLE_SUPERVISOR_MAX_OUTPUT_TOKENS` and `HEDDLE_SUPERVISOR_COST_CAP`.
-    /// `model` overrides the environment (the CLI's `--supervisor-model`).
-    pub fn from_env(model: Option<&str>) -> Result<Self, ConfigError> {
-        Self::from_lookup(model, |k| std::env::var(k).ok())
+    /// The configuration from the process environment over `file` (the `[supervisor]`
+    /// section, when the config has one); see [`LlmConfig::resolve`].
+    pub fn from_env(
+        model: Option<&str>,
+        file: Option<&SupervisorSection>,
+    ) -> Result<Self, ConfigError> {
+        Self::resolve(model, file, |k| std::env::var(k).ok())
     }
 
-    /// [`LlmConfig::from_env`] over any variable source (testable without touching the
-    /// process environment).
-    pub fn from_lookup(
+    /// Each setting from the first place that has it: `model` (the CLI's
+    /// `--supervisor-model`; the cost cap's flag is applied by the caller), then the
+    /// environment, then `file`, then the default. The variables are
+    /// `HEDDLE_SUPERVISOR_ENDPOINT` (else `OPENAI_BASE_URL`), `HEDDLE_SUPERVISOR_MODEL`,
+    /// `HEDDLE_SUPERVISOR_API_KEY` (else `OPENAI_API_KEY`; the key only ever comes from
+    /// the environment), `HEDDLE_SUPERVISOR_PRICE` (`in,out` USD per million tokens for
+    /// the chosen model, over the file's `pricing` and the built-in table),
+    /// `HEDDLE_SUPERVISOR_MAX_OUTPUT_TOKENS` and `HEDDLE_SUPERVISOR_COST_CAP`. `var` is
+    /// the variable source (testable without touching the process environment).
+    pub fn resolve(
         model: Option<&str>,
+        file: Option<&SupervisorSection>,
         var: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
         let get = |k: &str| var(k).filter(|v| !v.trim().is_empty());
+        let default = SupervisorSection::default();
+        let file = file.unwrap_or(&default);
+        let from_file = |v: &Option<String>| v.clone().filter(|v| !v.trim().is_empty());
         let endpoint = get("HEDDLE_SUPERVISOR_ENDPOINT")
             .or_else(|| get("OPENAI_BASE_URL"))
+            .or_else(|| from_file(&file.endpoint))
             .ok_or(ConfigError::NoEndpoint)?;
         let model = model
             .map(str::to_string)
             .or_else(|| get("HEDDLE_SUPERVISOR_MODEL"))
+            .or_else(|| from_file(&file.model))
             .ok_or(ConfigError::NoModel)?;
         let mut cfg = LlmConfig::new(endpoint, model);
+        for (m, price) in &file.pricing {
+            cfg.pricing.insert(m.clone(), *price);
+        }
+        if let Some(t) = file.max_output_tokens {
+            cfg.max_output_tokens = t;
+        }
+        if let Some(c) = file.cost_cap_usd {
+            cfg.cost_cap_usd = c;
+        }
         cfg.api_key = get("HEDDLE_SUPERVISOR_API_KEY").or_else(|| get("OPENAI_API_KEY"));
         if let Some(p) = get("HEDDLE_SUPERVISOR_PRICE") {
             let price = parse_price(&p).ok_or_else(|| ConfigError::Invalid {
@@ -229,16 +283,21 @@ mod tests {
     #[test]
     fn refuses_without_endpoint_model_or_pricing() {
         assert_eq!(
-            LlmConfig::from_lookup(None, env(&[])).unwrap_err(),
+            LlmConfig::resolve(None, None, env(&[])).unwrap_err(),
             ConfigError::NoEndpoint
         );
         assert_eq!(
-            LlmConfig::from_lookup(None, env(&[("HEDDLE_SUPERVISOR_ENDPOINT", "http://x")]))
-                .unwrap_err(),
+            LlmConfig::resolve(
+                None,
+                None,
+                env(&[("HEDDLE_SUPERVISOR_ENDPOINT", "http://x")])
+            )
+            .unwrap_err(),
             ConfigError::NoModel
         );
-        let c = LlmConfig::from_lookup(
+        let c = LlmConfig::resolve(
             Some("my-local-model"),
+            None,
             env(&[("HEDDLE_SUPERVISOR_ENDPOINT", "http://x")]),
         )
         .unwrap();
@@ -246,8 +305,9 @@ mod tests {
             c.validate().unwrap_err(),
             ConfigError::NoPricing("my-local-model".into())
         );
-        let c = LlmConfig::from_lookup(
+        let c = LlmConfig::resolve(
             Some("my-local-model"),
+            None,
             env(&[
                 ("HEDDLE_SUPERVISOR_ENDPOINT", "http://x/v1/"),
                 ("HEDDLE_SUPERVISOR_PRICE", "1, 2"),
@@ -262,5 +322,59 @@ mod tests {
         assert!(matches!(c.validate(), Err(ConfigError::BadEndpoint(_))));
         c.endpoint = "https://x".into();
         assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn the_file_section_configures_and_the_environment_and_flag_override_it() {
+        // As `[supervisor]` deserializes (the CLI reads the TOML into this type).
+        let file: SupervisorSection = serde_json::from_value(serde_json::json!({
+            "endpoint": "http://file/v1",
+            "model": "file-model",
+            "cost_cap_usd": 0.25,
+            "max_output_tokens": 100,
+            "pricing": {
+                "file-model": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
+                "env-model": {"input_per_mtok": 3.0, "output_per_mtok": 4.0},
+            },
+        }))
+        .unwrap();
+        assert!(
+            serde_json::from_value::<SupervisorSection>(serde_json::json!({"api_key": "k"}))
+                .is_err(),
+            "a key is never read from the file"
+        );
+        let c = LlmConfig::resolve(None, Some(&file), env(&[])).unwrap();
+        assert_eq!(
+            (
+                c.endpoint.as_str(),
+                c.model.as_str(),
+                c.cost_cap_usd,
+                c.max_output_tokens
+            ),
+            ("http://file/v1", "file-model", 0.25, 100)
+        );
+        assert_eq!(c.validate().unwrap().output_per_mtok, 2.0);
+        // The environment over the file, the flag over both.
+        let vars = [
+            ("HEDDLE_SUPERVISOR_ENDPOINT", "http://env/v1"),
+            ("HEDDLE_SUPERVISOR_MODEL", "env-model"),
+            ("HEDDLE_SUPERVISOR_COST_CAP", "0.1"),
+        ];
+        let c = LlmConfig::resolve(None, Some(&file), env(&vars)).unwrap();
+        assert_eq!(
+            (c.endpoint.as_str(), c.model.as_str(), c.cost_cap_usd),
+            ("http://env/v1", "env-model", 0.1)
+        );
+        assert_eq!(c.validate().unwrap().input_per_mtok, 3.0);
+        let c = LlmConfig::resolve(Some("gpt-4o-mini"), Some(&file), env(&vars)).unwrap();
+        assert_eq!(c.model, "gpt-4o-mini");
+        // A model without a price says where one goes.
+        let c = LlmConfig::resolve(Some("unpriced"), Some(&file), env(&[])).unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("[supervisor.pricing.\"unpriced\"]")
+                && e.contains("HEDDLE_SUPERVISOR_PRICE"),
+            "{e}"
+        );
     }
 }

@@ -16,9 +16,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use heddle_core::Value;
 use heddle_core::supervise::{
-    DecidedBy, Decision, Escalation, FailureKind, UnknownVerdict, VerdictAction, check_substitute,
+    DecidedBy, Decision, Escalation, FailureKind, UnknownVerdict, VerdictAction,
 };
-use heddle_core::types::{ParseTypeError, PortType};
 use heddle_kernel::executor::BoxFuture;
 use heddle_kernel::supervisor::{
     ApplyTo, Bounded, Bounds, DecideCtx, Supervisor, SupervisorError, Verdict,
@@ -369,16 +368,10 @@ fn verdict_of(id: &str, e: &Escalation, a: Answer) -> Result<Verdict, AnswerErro
                 .into_iter()
                 .map(|(k, v)| (k, Value::from_json(v)))
                 .collect();
-            let mut declared = BTreeMap::new();
-            for (handle, ty) in &e.declared_outputs {
-                let ty: PortType = ty.parse().map_err(|err: ParseTypeError| {
-                    AnswerError::Malformed(format!("output `{handle}`: {err}"))
-                })?;
-                declared.insert(handle.clone(), ty);
-            }
             // The kernel checks again; checking here refuses a wrong substitute to the
             // person instead of spending one of the escalation's repair rounds on it.
-            let outputs = check_substitute(&outputs, &declared)
+            let outputs = e
+                .check_substitute(&outputs)
                 .map_err(|m| AnswerError::Malformed(format!("substitute refused: {m}")))?;
             Verdict::Substitute { outputs }
         }

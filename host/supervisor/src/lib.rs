@@ -19,5 +19,5 @@ mod schema;
 
 pub use agent::{LlmSupervisor, MAX_RESPONSE_BYTES, SYSTEM_PROMPT};
 pub use budget::{Budget, BudgetError, Reservation};
-pub use config::{ConfigError, LlmConfig, ModelPrice, PricingTable};
+pub use config::{ConfigError, LlmConfig, ModelPrice, PricingTable, SupervisorSection};
 pub use schema::{parse_verdict, verdict_schema};

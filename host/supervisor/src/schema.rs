@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use heddle_core::PortType;
-use heddle_core::supervise::{ApplyTo, Escalation, Verdict, VerdictAction, check_substitute};
+use heddle_core::supervise::{ApplyTo, DeclaredOutput, Escalation, Verdict, VerdictAction};
 use serde_json::{Value as Json, json};
 
 /// JSON schema of a port type, for the `outputs` of a substitute.
@@ -27,12 +27,33 @@ fn type_schema(t: &PortType) -> Json {
     }
 }
 
-/// Declared output types of the failing node, parsed back from the escalation.
-pub(crate) fn declared_types(e: &Escalation) -> BTreeMap<String, PortType> {
-    e.declared_outputs
+/// JSON schema of what a node declared on one output: its type and, with declared
+/// fields, an object with those properties (the required ones required).
+fn declared_schema(d: &DeclaredOutput) -> Json {
+    let Some(fields) = &d.fields else {
+        return type_schema(&d.ty);
+    };
+    let props: serde_json::Map<String, Json> = fields
         .iter()
-        .map(|(k, t)| (k.clone(), t.parse().unwrap_or(PortType::Any)))
-        .collect()
+        .map(|f| {
+            let mut p = match f.ty.as_str() {
+                t @ ("string" | "number" | "integer" | "boolean" | "array" | "object" | "null") => {
+                    json!({"type": t})
+                }
+                _ => json!({}),
+            };
+            if let Some(desc) = &f.description {
+                p["description"] = json!(desc);
+            }
+            (f.key.clone(), p)
+        })
+        .collect();
+    let required: Vec<&str> = fields
+        .iter()
+        .filter(|f| f.required)
+        .map(|f| f.key.as_str())
+        .collect();
+    json!({"type": "object", "properties": props, "required": required})
 }
 
 /// The parameters schema of the `submit_verdict` tool for this escalation.
@@ -58,10 +79,10 @@ pub fn verdict_schema(e: &Escalation) -> Json {
         );
     }
     if allowed.contains(VerdictAction::Substitute) {
-        let types = declared_types(e);
-        let out_props: serde_json::Map<String, Json> = types
+        let out_props: serde_json::Map<String, Json> = e
+            .declared_outputs
             .iter()
-            .map(|(k, t)| (k.clone(), type_schema(t)))
+            .map(|(k, d)| (k.clone(), declared_schema(d)))
             .collect();
         props.insert(
             "outputs".into(),
@@ -69,7 +90,7 @@ pub fn verdict_schema(e: &Escalation) -> Json {
                 "type": "object",
                 "description": "substitute only: the repaired value for every declared output",
                 "properties": out_props,
-                "required": types.keys().collect::<Vec<_>>(),
+                "required": e.declared_outputs.keys().collect::<Vec<_>>(),
                 "additionalProperties": false,
             }),
         );
@@ -137,9 +158,9 @@ pub fn parse_verdict(args: &Json, e: &Escalation) -> Result<Verdict, String> {
                 .iter()
                 .map(|(k, v)| (k.clone(), heddle_core::Value::from_json(v.clone())))
                 .collect();
-            // The same runtime validation the kernel applies, so a wrong shape is
-            // bounced while the conversation is still open.
-            let valid = check_substitute(&outputs, &declared_types(e))?;
+            // The same runtime validation the kernel applies (types and declared
+            // fields), so a wrong shape is bounced while the conversation is still open.
+            let valid = e.check_substitute(&outputs)?;
             Verdict::Substitute { outputs: valid }
         }
     })

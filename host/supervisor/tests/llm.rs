@@ -6,8 +6,8 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use heddle_core::supervise::{
-    AllowedSet, DecidedBy, Escalation, FailureKind, LineageStep, RawEscalation, RedactLimits,
-    Redactor, Verdict, VerdictAction,
+    AllowedSet, DecidedBy, DeclaredOutput, Escalation, FailureKind, LineageStep, RawEscalation,
+    RedactLimits, Redactor, Verdict, VerdictAction,
 };
 use heddle_core::{NodeMode, Value};
 use heddle_kernel::SecretRegistry;
@@ -142,7 +142,11 @@ fn escalation(allowed: &[VerdictAction], candidate: bool, lineage: Vec<LineageSt
     let mut inputs = BTreeMap::new();
     inputs.insert("text".to_string(), Value::from("{\"a\": 1,"));
     let cand: BTreeMap<String, Value> = [("value".to_string(), Value::from("{\"a\": 1,"))].into();
-    let declared: BTreeMap<String, String> = [("value".to_string(), "object".to_string())].into();
+    let declared: BTreeMap<String, DeclaredOutput> = [(
+        "value".to_string(),
+        DeclaredOutput::of_type(heddle_core::PortType::Object),
+    )]
+    .into();
     Redactor::new(Vec::new(), RedactLimits::default()).escalation(RawEscalation {
         node_id: "parse",
         node_type: "std.json.parse",
@@ -482,7 +486,8 @@ impl heddle_kernel::Executor for Flaky {
             if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
                 return Err(heddle_kernel::NodeError::msg(
                     "upstream said HTTP 503 Service Unavailable",
-                ));
+                )
+                .with_signature("http:503"));
             }
             let v = call.inputs.get("value").cloned().unwrap_or(Value::Null);
             Ok(heddle_kernel::Outputs::one("value", v))
@@ -501,6 +506,10 @@ impl heddle_kernel::NodeProvider for FlakyProvider {
         d.retry_safe = true;
         d.inputs.push(heddle_core::PortDecl::new(
             "value",
+            heddle_core::PortType::Any,
+        ));
+        d.properties.push(heddle_core::PortDecl::new(
+            "note",
             heddle_core::PortType::Any,
         ));
         d.outputs.push(heddle_core::OutputDecl::new(
@@ -533,7 +542,11 @@ async fn llm_supervises_a_real_kernel_run() {
     let doc = heddle_core::builder::graph(
         &[
             ("in", "heddle.input", json!({"name": "x"})),
-            ("fetch", "e2e.flaky", json!({})),
+            (
+                "fetch",
+                "e2e.flaky",
+                json!({"note": "password is hunter2-SECRET"}),
+            ),
             ("out", "heddle.output", json!({"name": "out"})),
         ],
         &[
@@ -542,10 +555,11 @@ async fn llm_supervises_a_real_kernel_run() {
         ],
     );
     let mut opts = heddle_kernel::runtime::RunOptions::default();
-    // A secret handed to some node earlier in the run, which also sits in an input.
+    // A secret handed to some node earlier in the run, which also sits in an input of
+    // the failing node (not in what it returns: a node value holding a known secret is
+    // refused, KNOWN_SECRET).
     opts.secrets.register("hunter2-SECRET");
-    opts.inputs
-        .insert("x".into(), Value::from("password is hunter2-SECRET"));
+    opts.inputs.insert("x".into(), Value::from("plain data"));
     opts.supervisor = Some(Arc::new(LlmSupervisor::new(config(&srv.url)).unwrap()));
     let r = heddle_kernel::runtime::run_graph(&doc, &reg, opts)
         .await
@@ -568,8 +582,7 @@ async fn llm_supervises_a_real_kernel_run() {
         !sent.contains("hunter2-SECRET") && !sent.contains(KEY),
         "{sent}"
     );
-    // The supervision record (interventions, escalation and decision events) masks it;
-    // the run's own output is data and passes through unchanged.
+    // The supervision record (interventions, escalation and decision events) masks it.
     let record = serde_json::to_string(&r.interventions).unwrap()
         + &serde_json::to_string(
             &r.events
@@ -589,10 +602,155 @@ async fn llm_supervises_a_real_kernel_run() {
         !record.contains("hunter2-SECRET") && !record.contains(KEY),
         "{record}"
     );
-    assert_eq!(
-        r.outputs["out"],
-        vec![Value::from("password is hunter2-SECRET")]
+    assert_eq!(r.outputs["out"], vec![Value::from("plain data")]);
+}
+
+/// Fails echoing its credentials the way a stderr tail does.
+struct Leaky;
+
+impl heddle_kernel::Executor for Leaky {
+    fn invoke(
+        &self,
+        call: heddle_kernel::Call,
+    ) -> heddle_kernel::BoxFuture<'_, Result<heddle_kernel::Outputs, heddle_kernel::NodeError>>
+    {
+        let json = |k: &str| call.inputs.get(k).map(Value::to_json).unwrap_or_default();
+        let msg = format!(
+            "exited with code 1; stderr (last lines):\nlogin pw={} with {}",
+            json("password").as_str().unwrap_or_default(),
+            json("request")
+        );
+        Box::pin(async move { Err(heddle_kernel::NodeError::msg(msg)) })
+    }
+}
+
+struct LeakyProvider;
+
+impl heddle_kernel::NodeProvider for LeakyProvider {
+    fn name(&self) -> &str {
+        "leaky"
+    }
+    fn declarations(&self) -> Vec<Arc<heddle_core::NodeDecl>> {
+        let mut d = heddle_core::NodeDecl::new("e2e.login");
+        for p in ["password", "request"] {
+            d.inputs
+                .push(heddle_core::PortDecl::new(p, heddle_core::PortType::Any));
+        }
+        d.outputs.push(heddle_core::OutputDecl::new(
+            "value",
+            heddle_core::PortType::Any,
+        ));
+        vec![Arc::new(d)]
+    }
+    fn create(
+        &self,
+        _spec: &heddle_kernel::NodeSpec<'_>,
+    ) -> Result<Arc<dyn heddle_kernel::Executor>, heddle_kernel::NodeError> {
+        Ok(Arc::new(Leaky))
+    }
+}
+
+#[tokio::test]
+async fn credentials_masked_in_the_inputs_never_reach_the_model_through_the_error_text() {
+    let srv = server(vec![tool_reply(
+        "submit_verdict",
+        r#"{"action":"fail","reason":"the login is refused"}"#,
+        800,
+        25,
+    )])
+    .await;
+    let mut reg = heddle_kernel::Registry::with_builtins();
+    reg.add(Arc::new(LeakyProvider)).unwrap();
+    let doc = heddle_core::builder::graph(
+        &[
+            ("in", "heddle.input", json!({"name": "request"})),
+            ("login", "e2e.login", json!({"password": "hunter2-pw"})),
+            ("out", "heddle.output", json!({"name": "out"})),
+        ],
+        &[
+            ("in", "value", "login", "request"),
+            ("login", "value", "out", "value"),
+        ],
     );
+    let mut opts = heddle_kernel::runtime::RunOptions::default();
+    opts.inputs.insert(
+        "request".into(),
+        Value::from_json(json!({"headers": {"authorization": "Bearer zzz-hdr-999"}})),
+    );
+    opts.supervisor = Some(Arc::new(LlmSupervisor::new(config(&srv.url)).unwrap()));
+    let r = heddle_kernel::runtime::run_graph(&doc, &reg, opts)
+        .await
+        .unwrap();
+    assert_eq!(r.status, heddle_core::RunStatus::Failed);
+    let sent = srv.seen.lock().unwrap()[0].body.to_string();
+    assert!(sent.contains("pw=«redacted»"), "{sent}");
+    for leaked in ["hunter2-pw", "zzz-hdr-999"] {
+        assert!(!sent.contains(leaked), "{leaked} sent to the model: {sent}");
+    }
+}
+
+#[tokio::test]
+async fn a_substitute_breaking_the_declared_fields_is_bounced_to_the_model_which_corrects_it() {
+    let srv = server(vec![
+        tool_reply(
+            "submit_verdict",
+            r#"{"action":"substitute","reason":"repair","outputs":{"value":{"id":7}}}"#,
+            100,
+            10,
+        ),
+        tool_reply(
+            "submit_verdict",
+            r#"{"action":"substitute","reason":"id as text","outputs":{"value":{"id":"7"}}}"#,
+            100,
+            10,
+        ),
+    ])
+    .await;
+    let reg = heddle_kernel::Registry::with_builtins();
+    let mut doc = heddle_core::builder::graph(
+        &[
+            ("judge", "heddle.constant", json!({"value": {"id": 7}})),
+            ("out", "heddle.output", json!({"name": "out"})),
+        ],
+        &[("judge", "value", "out", "value")],
+    );
+    doc.nodes[0].output =
+        Some(serde_json::from_value(json!({"fields": [{"key": "id", "type": "string"}]})).unwrap());
+    let opts = heddle_kernel::runtime::RunOptions {
+        supervisor: Some(Arc::new(LlmSupervisor::new(config(&srv.url)).unwrap())),
+        ..Default::default()
+    };
+    let r = heddle_kernel::runtime::run_graph(&doc, &reg, opts)
+        .await
+        .unwrap();
+    assert_eq!(r.status, heddle_core::RunStatus::Completed, "{:?}", r.error);
+    assert_eq!(r.outputs["out"], vec![Value::from_json(json!({"id": "7"}))]);
+    let seen = srv.seen.lock().unwrap().clone();
+    // One decision, two turns: the wrong shape was refused while the conversation was
+    // open, naming the field.
+    assert_eq!(seen.len(), 2);
+    let refusal = seen[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()["content"]
+        .to_string();
+    assert!(
+        refusal.contains("rejected") && refusal.contains("field `id` must be string"),
+        "{refusal}"
+    );
+    // The model was shown the fields, and the verdict schema asks for them.
+    let first = seen[0].body.to_string();
+    assert!(first.contains(r#"\"fields\""#), "{first}");
+    let tools = seen[0].body["tools"].as_array().unwrap();
+    let params = &tools
+        .iter()
+        .find(|t| t["function"]["name"] == "submit_verdict")
+        .unwrap()["function"]["parameters"];
+    let value = &params["properties"]["outputs"]["properties"]["value"];
+    assert_eq!(value["properties"]["id"]["type"], "string", "{value}");
+    assert_eq!(value["required"], json!(["id"]), "{value}");
 }
 
 /// A server that answers one request with an endless body (no content-length) and

@@ -49,7 +49,7 @@ pub(crate) fn check_output(
         return Err(NodeError::msg(format!(
             "{label} {verb} output `{handle}`, which it does not declare"
         ))
-        .with_signature("wasm:unknown-output"));
+        .with_signature(crate::signature::UNKNOWN_OUTPUT));
     };
     let size = wit_size(&v);
     if size > max_bytes {
@@ -61,11 +61,12 @@ pub(crate) fn check_output(
                 crate::config::value_limit_hint(max_bytes)
             ),
         )
-        .with_signature("wasm:output-too-large"));
+        .with_signature(crate::signature::OUTPUT_TOO_LARGE));
     }
     let v = from_wit(v).map_err(|e| {
         let (label, handle) = (label(), handle());
-        NodeError::msg(format!("{label}: output `{handle}`: {e}")).with_signature("wasm:bad-output")
+        NodeError::msg(format!("{label}: output `{handle}`: {e}"))
+            .with_signature(crate::signature::BAD_OUTPUT)
     })?;
     let v = ty.coerce(v);
     // Null is how every SDK says "no value" on an optional output.
@@ -76,7 +77,7 @@ pub(crate) fn check_output(
         return Err(NodeError::msg(format!(
             "{label}: output `{handle}` is declared `{ty}`, but the node {verb} a value that does not match ({e})"
         ))
-        .with_signature("wasm:output-type"));
+        .with_signature(crate::signature::OUTPUT_TYPE));
     }
     Ok(v)
 }

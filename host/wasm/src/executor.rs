@@ -245,7 +245,7 @@ impl WasmExecutor {
                     self.label(),
                     text::line(&handle, text::SHORT)
                 ))
-                .with_signature("wasm:duplicate-output"));
+                .with_signature(crate::signature::DUPLICATE_OUTPUT));
             }
             let declared = self.info.outputs.iter().find(|(h, _)| **h == *handle);
             let v = check_output(
@@ -270,21 +270,21 @@ impl WasmExecutor {
     fn guest_error(&self, ctx: &NodeCtx, e: WitNodeError) -> NodeError {
         let mut err = NodeError::msg(text::line(&e.message, text::MESSAGE));
         err.signature = e.signature.filter(|sig| {
-            let ok = declared_signature_recognised(sig);
-            if !ok {
-                // The supervisor would ignore it: say so instead of losing it quietly.
-                ctx.log(
-                    LogLevel::Warn,
-                    format!(
-                        "{}: ignored failure signature {sig:?}: a signature is family:code, \
-                         the family a lowercase letter then at most 23 of a-z 0-9 _ -, \
-                         the code 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $ \
-                         (see sdk/README.md, \"Failure signatures\")",
-                        self.label()
-                    ),
-                );
+            match heddle_core::supervise::signatures::check_declared(sig) {
+                Ok(()) => true,
+                Err(why) => {
+                    // The supervisor would ignore it: say so instead of losing it quietly.
+                    ctx.log(
+                        LogLevel::Warn,
+                        format!(
+                            "{}: ignored {} (see sdk/README.md, \"Failure signatures\")",
+                            self.label(),
+                            why.trim_start_matches("invalid ")
+                        ),
+                    );
+                    false
+                }
             }
-            ok
         });
         if let Some(c) = e.candidate {
             let cand: Option<Outputs> = c
@@ -321,7 +321,7 @@ impl WasmExecutor {
                         None => format!("{label}: wall-clock deadline exceeded; the guest was stopped"),
                     },
                 )
-                .with_signature("wasm:deadline"),
+                .with_signature(crate::signature::DEADLINE),
                 Interrupt::Cancelled => NodeError::new(
                     ErrorKind::Cancelled,
                     format!("{label}: cancelled; the guest was stopped"),
@@ -336,14 +336,14 @@ impl WasmExecutor {
                     self.grant.memory_bytes >> 20
                 ),
             )
-            .with_signature("wasm:memory-limit");
+            .with_signature(crate::signature::MEMORY_LIMIT);
         }
         if trap == Some(Trap::OutOfFuel) {
             return NodeError::new(
                 ErrorKind::FuelExhausted,
                 format!("{label}: fuel exhausted (used the whole budget of {budget} units)"),
             )
-            .with_signature("wasm:fuel");
+            .with_signature(crate::signature::FUEL);
         }
         let failure = failure::classify(&e);
         let message = format!(
@@ -351,7 +351,7 @@ impl WasmExecutor {
             failure.message(hostcall_limit(self.pkg.host.settings()), stderr_tail)
         );
         match failure {
-            Failure::Exit(_) => NodeError::msg(message).with_signature("wasm:exit"),
+            Failure::Exit(_) => NodeError::msg(message).with_signature(crate::signature::EXIT),
             Failure::TooMuchData => NodeError::new(
                 ErrorKind::OutputTooLarge,
                 format!(
@@ -359,31 +359,15 @@ impl WasmExecutor {
                     crate::config::value_limit_hint(self.pkg.host.settings().max_value_bytes)
                 ),
             )
-            .with_signature("wasm:output-too-large"),
+            .with_signature(crate::signature::OUTPUT_TOO_LARGE),
             Failure::Trap(t) => {
                 let kind = failure::trap_name(t);
                 NodeError::new(ErrorKind::Trap { trap: kind.clone() }, message)
-                    .with_signature(format!("wasm:trap:{kind}"))
+                    .with_signature(crate::signature::trap(&kind))
             }
-            Failure::Other(_) => NodeError::host(message).with_signature("wasm:host"),
+            Failure::Other(_) => NodeError::host(message).with_signature(crate::signature::HOST),
         }
     }
-}
-
-/// Whether the supervisor's recognizers accept `sig` as a node-declared signature. With
-/// an empty message no message-based recognizer can answer, so only the declared one
-/// decides: the rule stays written once, in heddle-core.
-fn declared_signature_recognised(sig: &str) -> bool {
-    use heddle_core::supervise::{ErrorShape, FailureKind, SignatureRegistry};
-    static REGISTRY: std::sync::LazyLock<SignatureRegistry> =
-        std::sync::LazyLock::new(SignatureRegistry::default);
-    REGISTRY
-        .signature(&ErrorShape {
-            kind: &FailureKind::Node,
-            message: "",
-            declared: Some(sig),
-        })
-        .is_some()
 }
 
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {

@@ -430,7 +430,7 @@ impl host::Host for State {
         if !usd.is_finite() || usd < 0.0 {
             let e = broke(
                 inv,
-                "wasm:bad-call",
+                crate::signature::BAD_CALL,
                 format!("reported a cost of {usd} USD"),
             );
             self.budget.violate(e);
@@ -448,7 +448,8 @@ impl host::Host for State {
                 id.len(),
                 budget::MAX_ASSET_ID
             );
-            self.budget.violate(broke(inv, "wasm:host-limit", msg));
+            self.budget
+                .violate(broke(inv, crate::signature::HOST_LIMIT, msg));
             return;
         }
         if self.budget.assets >= budget::MAX_ASSETS {
@@ -456,7 +457,8 @@ impl host::Host for State {
                 "recorded more than {} asset ids in one invocation",
                 budget::MAX_ASSETS
             );
-            self.budget.violate(broke(inv, "wasm:host-limit", msg));
+            self.budget
+                .violate(broke(inv, crate::signature::HOST_LIMIT, msg));
             return;
         }
         self.budget.assets += 1;

@@ -35,6 +35,7 @@ pub mod manifest;
 mod package;
 mod provider;
 mod quota;
+mod signature;
 pub mod store;
 mod text;
 mod value;

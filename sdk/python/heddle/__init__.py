@@ -73,8 +73,9 @@ def check_signature(sig):
     """``None`` when ``sig`` is a signature the host recognises, else why not.
 
     The shape is ``family:code``: the family a lowercase letter then at most 23 of
-    ``a-z 0-9 _ -``, the code 1 to 64 of ``A-Z a-z 0-9 _ . - / * [ ] $``; the families
-    ``limit`` and ``trap`` belong to the host. The host ignores any other signature.
+    ``a-z 0-9 _ -``, the code 1 to 64 of ``A-Z a-z 0-9 _ . - / * [ ] $ :`` with a ``:``
+    only between two parts (``code:exit:1``); the families ``limit`` and ``trap`` belong
+    to the host. The host ignores any other signature.
     """
     family, colon, code = str(sig).partition(":")
     if not isinstance(sig, str) or not colon:
@@ -82,8 +83,10 @@ def check_signature(sig):
     elif (not family or not ("a" <= family[0] <= "z") or len(family) > 24
           or not set(family) <= _FAMILY_CHARS):
         why = "the family before ':' must be a lowercase letter then at most 23 of a-z 0-9 _ -"
-    elif not code or len(code) > 64 or not set(code) <= _CODE_CHARS:
-        why = "the code after ':' must be 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $"
+    elif (not code or len(code) > 64
+          or not all(part and set(part) <= _CODE_CHARS for part in code.split(":"))):
+        why = ("the code after ':' must be 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $,"
+               " with ':' only between two parts")
     elif family in ("limit", "trap"):
         why = "the families `limit` and `trap` are reserved for failures the host detects"
     else:

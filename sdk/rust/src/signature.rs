@@ -1,15 +1,17 @@
 //! The shape of a failure signature, checked where the author writes one.
 //!
-//! The host's supervisor only recognises `family:code` signatures (the rule lives in
-//! `heddle-core`'s signature recognizers) and ignores any other; checking here turns
-//! that into an error the author sees at once, naming the signature and why.
+//! The host's supervisor only recognises `family:code` signatures (the grammar lives in
+//! `heddle-core`'s `supervise::signatures`, and `sdk/README.md` documents it) and ignores
+//! any other; checking here turns that into an error the author sees at once, naming the
+//! signature and why.
 
 const FAMILY_MAX: usize = 24;
 const CODE_MAX: usize = 64;
 
 /// `Err` explains why `sig` is not a signature the host accepts: `family:code`, the
 /// family a lowercase letter then at most 23 of `a-z 0-9 _ -`, the code 1 to 64 of
-/// `A-Z a-z 0-9 _ . - / * [ ] $`, and neither `limit` nor `trap` (the host's own).
+/// `A-Z a-z 0-9 _ . - / * [ ] $ :` with a `:` only between two parts (`code:exit:1`),
+/// and neither `limit` nor `trap` (the host's own).
 pub fn check(sig: &str) -> Result<(), String> {
     let why = match sig.split_once(':') {
         None => "no ':' between family and code",
@@ -22,11 +24,14 @@ pub fn check(sig: &str) -> Result<(), String> {
                 "the family before ':' must be a lowercase letter then at most 23 of a-z 0-9 _ -"
             } else if code.is_empty()
                 || code.len() > CODE_MAX
-                || !code
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "_.-/*[]$".contains(c))
+                || !code.split(':').all(|part| {
+                    !part.is_empty()
+                        && part
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "_.-/*[]$".contains(c))
+                })
             {
-                "the code after ':' must be 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $"
+                "the code after ':' must be 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $, with ':' only between two parts"
             } else if family == "limit" || family == "trap" {
                 "the families `limit` and `trap` are reserved for failures the host detects"
             } else {
@@ -52,6 +57,8 @@ mod tests {
             "validation:/items/*/name",
             "http:5*",
             "abcdefghijklmnopqrstuvwx:$[0]",
+            "code:exit:1",
+            "wasm:trap:unreachable",
         ] {
             assert_eq!(check(ok), Ok(()), "{ok}");
         }
@@ -69,7 +76,8 @@ mod tests {
             ("emit", "no ':'"),
             ("json:", "code"),
             ("json:bad code", "code"),
-            ("json:a:b", "code"),
+            ("json::b", "code"),
+            ("json:a:", "code"),
             (" json:parse", "family"),
             ("limit:fuel", "reserved"),
             ("trap:unreachable", "reserved"),

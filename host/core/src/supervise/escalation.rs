@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::verdicts::{AllowedSet, DecidedBy, Verdict};
+use super::verdicts::{AllowedSet, DecidedBy, DeclaredOutput, Verdict, check_substitute};
 use crate::decl::NodeMode;
 use crate::value::Value;
 
@@ -35,7 +35,12 @@ pub enum FailureKind {
     Deadline,
     MemoryLimit,
     OutputTooLarge,
-    Trap { trap: String },
+    Trap {
+        trap: String,
+    },
+    /// A value did not fit the declared type of the input it arrived on (checked by the
+    /// kernel before the invocation).
+    Input,
     Host,
 }
 
@@ -65,9 +70,10 @@ pub struct Escalation {
     /// The invocation's inputs (redacted, truncated).
     #[serde(default)]
     pub inputs: BTreeMap<String, Value>,
-    /// Declared output type per output handle: what a substitute must match.
+    /// What the node declared per output handle (its type, and the fields it promised):
+    /// what a substitute must match.
     #[serde(default)]
-    pub declared_outputs: BTreeMap<String, String>,
+    pub declared_outputs: BTreeMap<String, DeclaredOutput>,
     /// 1-based, per (node, invocation key).
     pub attempt: u32,
     /// 0 for the first decision on this failure; n when the n-th substitute was rejected.
@@ -84,6 +90,17 @@ pub struct Escalation {
     /// Streaming: the invocation already sent something downstream.
     #[serde(default)]
     pub emitted: bool,
+}
+
+impl Escalation {
+    /// Checks a substitute against everything the node declared for its outputs (the
+    /// check every decider and the kernel apply, see [`check_substitute`]).
+    pub fn check_substitute(
+        &self,
+        outputs: &BTreeMap<String, Value>,
+    ) -> Result<BTreeMap<String, Value>, String> {
+        check_substitute(outputs, &self.declared_outputs)
+    }
 }
 
 fn is_zero_u32(v: &u32) -> bool {

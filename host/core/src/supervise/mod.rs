@@ -9,7 +9,7 @@
 //! Where things are: [`verdicts`] (what a supervisor may answer and the check a substitute
 //! must pass), [`escalation`] (what it is asked about, and the intervention record),
 //! [`redaction`] (how an escalation is made safe to show) and [`signatures`] (how failures
-//! are named so a sticky verdict can match later ones).
+//! are named so a sticky verdict can match later ones, and the grammar every name keeps).
 
 pub mod escalation;
 pub mod redaction;
@@ -18,8 +18,7 @@ pub mod verdicts;
 
 pub use escalation::{Escalation, FailureKind, Intervention, LineageStep, Overruled, on_lineage};
 pub use redaction::{REDACTED, RawEscalation, RedactLimits, Redactor, is_sensitive_name};
-pub use signatures::{ErrorShape, Recognizer, SignatureRegistry};
 pub use verdicts::{
-    AllowedSet, ApplyTo, DecidedBy, Decision, UnknownVerdict, Verdict, VerdictAction,
-    check_substitute, has_validator,
+    AllowedSet, ApplyTo, DecidedBy, Decision, DeclaredOutput, UnknownVerdict, Verdict,
+    VerdictAction, check_substitute, has_validator,
 };

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::escalation::{Escalation, FailureKind, LineageStep};
-use super::verdicts::AllowedSet;
+use super::verdicts::{AllowedSet, DeclaredOutput};
 use crate::decl::NodeMode;
 use crate::value::Value;
 
@@ -64,6 +64,11 @@ pub fn is_sensitive_name(name: &str) -> bool {
         || SENSITIVE_SUFFIX.iter().any(|s| norm.ends_with(s))
 }
 
+/// Shortest value masked in free text for having been found under a sensitive field name
+/// (the field itself is dropped whatever its length): masking every occurrence of one or
+/// two characters would leave the text unreadable without hiding anything.
+pub const MIN_MASKED_CHARS: usize = 3;
+
 /// Masks secret values and applies size caps. Built from the run's registry of every
 /// secret value handed out, so it masks values it has never seen labelled as secrets
 /// (inside a URL, a header dump, an error message).
@@ -80,6 +85,27 @@ impl Redactor {
         secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         secrets.dedup();
         Redactor { secrets, limits }
+    }
+
+    /// This redactor, also masking in every text each value found under a sensitive field
+    /// name in `fields` (a value inside an object or list under such a name included).
+    /// Such a value is dropped where it is labelled, so it must not come back verbatim in
+    /// free text beside it: an error quoting `pw=hunter2`, a stderr tail dumping the
+    /// request's `Authorization: Bearer …` header. Of an `<scheme> <credential>` value the
+    /// credential alone is masked too, as a log may print it without the scheme.
+    pub fn with_sensitive_values<'a>(
+        &self,
+        fields: impl IntoIterator<Item = (&'a str, &'a Value)>,
+    ) -> Redactor {
+        let mut found = Vec::new();
+        for (name, v) in fields {
+            sensitive_texts(name, v, false, &mut found);
+        }
+        if found.is_empty() {
+            return self.clone();
+        }
+        found.retain(|t| t.chars().count() >= MIN_MASKED_CHARS);
+        Redactor::new(self.secrets.iter().cloned().chain(found), self.limits)
     }
 
     /// Masks secrets, then truncates. Masking first matters: truncating first could cut
@@ -170,8 +196,33 @@ impl Redactor {
         self.value(&Value::from_json(v.clone())).to_json()
     }
 
-    /// Builds the public escalation record. Raw values go in, only redacted ones come out.
+    /// Builds the public escalation record. Raw values go in, only redacted ones come out:
+    /// every text in it is masked by this redactor [`with_sensitive_values`] of the
+    /// invocation's inputs and candidate output (the one rule for every text an
+    /// escalation carries).
+    ///
+    /// [`with_sensitive_values`]: Redactor::with_sensitive_values
     pub fn escalation(&self, raw: RawEscalation<'_>) -> Escalation {
+        let this = self.for_escalation(raw.inputs, raw.candidate);
+        this.build(raw)
+    }
+
+    /// The redactor an escalation over `inputs` and `candidate` is masked with (what a
+    /// caller masks the decider's texts about it with, too).
+    pub fn for_escalation(
+        &self,
+        inputs: &BTreeMap<String, Value>,
+        candidate: Option<&BTreeMap<String, Value>>,
+    ) -> Redactor {
+        self.with_sensitive_values(
+            inputs
+                .iter()
+                .chain(candidate.into_iter().flatten())
+                .map(|(k, v)| (k.as_str(), v)),
+        )
+    }
+
+    fn build(&self, raw: RawEscalation<'_>) -> Escalation {
         Escalation {
             node_id: raw.node_id.to_string(),
             node_type: raw.node_type.to_string(),
@@ -222,12 +273,41 @@ pub struct RawEscalation<'a> {
     pub signature: Option<&'a str>,
     pub candidate: Option<&'a BTreeMap<String, Value>>,
     pub inputs: &'a BTreeMap<String, Value>,
-    pub declared_outputs: &'a BTreeMap<String, String>,
+    pub declared_outputs: &'a BTreeMap<String, DeclaredOutput>,
     pub attempt: u32,
     pub spent_cost_usd: f64,
     pub created_assets: bool,
     pub retry_safe: bool,
     pub emitted: bool,
+}
+
+/// Every text `v` holds under a sensitive name (`under`: an enclosing field had one):
+/// strings, numbers as written, and an `<scheme> <credential>` string's credential.
+fn sensitive_texts(name: &str, v: &Value, under: bool, out: &mut Vec<String>) {
+    let under = under || is_sensitive_name(name);
+    match v {
+        Value::Str(s) if under => {
+            out.push(s.to_string());
+            if let Some((scheme, cred)) = s.trim().split_once(' ')
+                && scheme.chars().all(|c| c.is_ascii_alphabetic())
+            {
+                out.push(cred.trim().to_string());
+            }
+        }
+        Value::Int(i) if under => out.push(i.to_string()),
+        Value::Float(f) if under => out.push(f.to_string()),
+        Value::List(items) => {
+            for x in items.iter() {
+                sensitive_texts(name, x, under, out);
+            }
+        }
+        Value::Object(m) => {
+            for (k, x) in m.iter() {
+                sensitive_texts(k, x, under, out);
+            }
+        }
+        _ => {}
+    }
 }
 
 fn truncate_chars(s: &str, max: usize) -> String {
@@ -281,5 +361,51 @@ mod tests {
         assert!(out.contains("too deep"), "{out}");
         assert!(out.contains("more chars"), "{out}");
         assert_eq!(r.text("a hunter2 b"), "a «redacted» b");
+    }
+
+    #[test]
+    fn values_under_sensitive_names_are_masked_in_every_text_of_the_escalation() {
+        let mut headers = Map::new();
+        headers.insert("Authorization".into(), Value::from("Bearer zzz-hdr-999"));
+        headers.insert("accept".into(), Value::from("text/plain"));
+        let mut inputs = BTreeMap::new();
+        inputs.insert("password".to_string(), Value::from("hunter2-pw"));
+        inputs.insert("api_token".to_string(), Value::from("tok-777-abc"));
+        inputs.insert("pin".to_string(), Value::Int(4711));
+        inputs.insert("req".to_string(), Value::object(headers));
+        inputs.insert("note".to_string(), Value::from("ok"));
+        let cand: BTreeMap<String, Value> =
+            [("value".to_string(), Value::from("pw=hunter2-pw"))].into();
+        let declared = BTreeMap::new();
+        let detail = "stderr (last lines):\nlogin pw=hunter2-pw token tok-777-abc pin 4711\n> Authorization: Bearer zzz-hdr-999\n(token zzz-hdr-999 refused) accept text/plain";
+        let e = Redactor::default().escalation(RawEscalation {
+            node_id: "n",
+            node_type: "t",
+            lineage: &[],
+            invocation_key: "",
+            mode: NodeMode::Buffered,
+            allowed: AllowedSet::empty(),
+            failure: &FailureKind::Node,
+            detail,
+            signature: None,
+            candidate: Some(&cand),
+            inputs: &inputs,
+            declared_outputs: &declared,
+            attempt: 1,
+            spent_cost_usd: 0.0,
+            created_assets: false,
+            retry_safe: false,
+            emitted: false,
+        });
+        let all = serde_json::to_string(&e).unwrap();
+        for leaked in ["hunter2-pw", "tok-777-abc", "zzz-hdr-999", "4711"] {
+            assert!(!all.contains(leaked), "{leaked} in {all}");
+        }
+        // What is not sensitive stays readable.
+        assert!(e.detail.contains("accept text/plain"), "{}", e.detail);
+        assert_eq!(e.inputs["note"], Value::from("ok"));
+        // A decider's text about it is masked the same way.
+        let r = Redactor::default().for_escalation(&inputs, Some(&cand));
+        assert_eq!(r.text("retry with hunter2-pw"), "retry with «redacted»");
     }
 }

@@ -1,5 +1,23 @@
-//! Failure signatures: stable categorical codes for failures (`http:429`,
-//! `limit:fuel`), so a sticky verdict applies to later failures of the same kind.
+//! Failure signatures: stable categorical codes for failures (`http:429`, `limit:fuel`,
+//! `code:exit:1`), so a sticky verdict applies to later failures of the same kind and a
+//! policy rule can name them.
+//!
+//! One grammar for every signature, whoever makes it (the host, a code node, a guest);
+//! node authors read it in `sdk/README.md` ("Failure signatures"), and each SDK checks
+//! the same rule where an author writes one:
+//!
+//! ```text
+//! family:code      json:parse  http:429  code:exit:1  wasm:trap:unreachable  validation:/items/*/id
+//! family           a lowercase letter, then at most 23 of  a-z 0-9 _ -
+//! code             1 to 64 of  A-Z a-z 0-9 _ . - / * [ ] $ :  (a ':' only between two parts)
+//! ```
+//!
+//! A signature comes from structure, never from text: the failure's kind names what the
+//! host detected (`limit:*` and `trap:*`, families no node may claim, and `input:type`),
+//! otherwise the signature the failing executor set on its error (a guest's declared one, a code
+//! node's `code:exit:N`). Message text is never read: it carries the node's own output
+//! (an echoed item, a traceback), so a status code found in it would name the data, not
+//! the failure, and a plain error simply has no signature (stickiness is off for it).
 
 use std::sync::LazyLock;
 
@@ -7,159 +25,101 @@ use regex::Regex;
 
 use super::escalation::FailureKind;
 
-/// What a recognizer looks at: the failure class, the message, and the signature the node
-/// itself declared (guest errors may carry one).
-pub struct ErrorShape<'a> {
-    pub kind: &'a FailureKind,
-    pub message: &'a str,
-    pub declared: Option<&'a str>,
+/// Longest family, and longest code, of a signature.
+pub const FAMILY_MAX: usize = 24;
+pub const CODE_MAX: usize = 64;
+
+/// Families only the host names, from a failure's kind: a node cannot declare one (a
+/// guest claiming `limit:fuel` would borrow a policy rule meant for the host's own limit).
+/// `input:type` is not among them: an SDK's typed getter reports the same failure, a value
+/// that does not fit its input, under the same name.
+pub const HOST_FAMILIES: &[&str] = &["limit", "trap"];
+
+/// The signature of a value that did not fit the declared type of the input it arrived on.
+pub const INPUT_TYPE: &str = "input:type";
+
+fn family_char(c: char) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'
 }
 
-/// Recognizes one shape of error and names it with a stable categorical code. Codes
-/// never carry values from the message (ids, URLs, counts), or every failure would get
-/// its own code and stickiness would never match; and a plain error gets none, since
-/// "some error" is not a category.
-pub trait Recognizer: Send + Sync {
-    fn name(&self) -> &str;
-    fn recognize(&self, e: &ErrorShape<'_>) -> Option<String>;
+fn code_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "_.-/*[]$".contains(c)
 }
 
-/// An ordered list of recognizers; the first that answers wins.
-pub struct SignatureRegistry {
-    recognizers: Vec<Box<dyn Recognizer>>,
-}
-
-impl Default for SignatureRegistry {
-    fn default() -> Self {
-        SignatureRegistry {
-            recognizers: vec![
-                Box::new(HostLimit),
-                Box::new(Declared),
-                Box::new(HttpStatus),
-                Box::new(ProviderCode),
-                Box::new(ValidationPath),
-            ],
+/// `Err` says why `sig` is not a signature (the grammar above), naming it.
+pub fn check(sig: &str) -> Result<(), String> {
+    let why = match sig.split_once(':') {
+        None => "no ':' between family and code",
+        Some((family, code)) => {
+            let mut f = family.chars();
+            if !f.next().is_some_and(|c| c.is_ascii_lowercase())
+                || family.len() > FAMILY_MAX
+                || !f.all(family_char)
+            {
+                "the family before ':' must be a lowercase letter then at most 23 of a-z 0-9 _ -"
+            } else if code.is_empty()
+                || code.len() > CODE_MAX
+                || !code
+                    .split(':')
+                    .all(|part| !part.is_empty() && part.chars().all(code_char))
+            {
+                "the code after ':' must be 1 to 64 of A-Z a-z 0-9 _ . - / * [ ] $, with ':' only between two parts"
+            } else {
+                return Ok(());
+            }
         }
-    }
+    };
+    Err(format!(
+        "invalid failure signature {sig:?}: {why} (write family:code, e.g. \"json:parse\")"
+    ))
 }
 
-impl SignatureRegistry {
-    pub fn empty() -> Self {
-        SignatureRegistry {
-            recognizers: Vec::new(),
-        }
+/// [`check`], and not one of the [`HOST_FAMILIES`]: what a node may declare.
+pub fn check_declared(sig: &str) -> Result<(), String> {
+    check(sig)?;
+    let family = sig.split_once(':').map_or(sig, |(f, _)| f);
+    if HOST_FAMILIES.contains(&family) {
+        return Err(format!(
+            "invalid failure signature {sig:?}: the families `limit` and `trap` are reserved for failures the host detects"
+        ));
     }
-
-    pub fn push(&mut self, r: Box<dyn Recognizer>) {
-        self.recognizers.push(r);
-    }
-
-    pub fn names(&self) -> Vec<&str> {
-        self.recognizers.iter().map(|r| r.name()).collect()
-    }
-
-    pub fn signature(&self, e: &ErrorShape<'_>) -> Option<String> {
-        self.recognizers.iter().find_map(|r| r.recognize(e))
-    }
+    Ok(())
 }
 
-/// Host-made failures: the kind is authoritative (a guest cannot claim them).
-struct HostLimit;
-impl Recognizer for HostLimit {
-    fn name(&self) -> &str {
-        "host-limit"
+/// The signature of a failure: from its kind when the host detected it (the kind is
+/// authoritative), else the one its executor declared, when that is a signature a node
+/// may declare. Validation paths are normalized so every item failing at the same place
+/// shares one: `validation:$.rows[7].id` is `validation:$.rows[*].id`.
+pub fn signature(kind: &FailureKind, declared: Option<&str>) -> Option<String> {
+    if let Some(host) = host_signature(kind) {
+        return host;
     }
-    fn recognize(&self, e: &ErrorShape<'_>) -> Option<String> {
-        Some(match e.kind {
-            FailureKind::FuelExhausted => "limit:fuel".into(),
-            FailureKind::Deadline => "limit:deadline".into(),
-            FailureKind::MemoryLimit => "limit:memory".into(),
-            FailureKind::OutputTooLarge => "limit:output-size".into(),
-            FailureKind::Trap { trap } => format!("trap:{}", slug(trap)?),
-            FailureKind::Node | FailureKind::Host => return None,
-        })
+    let d = declared?.trim();
+    check_declared(d).ok()?;
+    if let Some(path) = d.strip_prefix("validation:") {
+        return Some(format!("validation:{}", normalize_path(path)));
     }
+    Some(d.to_string())
 }
 
-/// A signature the node declared, accepted only when it is shaped like a category
-/// (`family:code`, short, no spaces) and does not claim a host-only family.
-struct Declared;
-static DECLARED_RE: LazyLock<Regex> = LazyLock::new(|| {
-    // A literal pattern; compiling it cannot fail.
-    Regex::new(r"^[a-z][a-z0-9_-]{0,23}:[A-Za-z0-9_.\-/*\[\]$]{1,64}$").expect("static regex")
-});
-impl Recognizer for Declared {
-    fn name(&self) -> &str {
-        "declared"
-    }
-    fn recognize(&self, e: &ErrorShape<'_>) -> Option<String> {
-        let d = e.declared?.trim();
-        if !DECLARED_RE.is_match(d) || d.starts_with("limit:") || d.starts_with("trap:") {
-            return None;
-        }
-        if let Some(path) = d.strip_prefix("validation:") {
-            return Some(format!("validation:{}", normalize_path(path)));
-        }
-        Some(d.to_string())
-    }
-}
-
-/// `HTTP 429`, `status code 503`, `HTTP/1.1 502 Bad Gateway`, `"status": 404`.
-struct HttpStatus;
-static HTTP_RE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(
-        r#"(?i)(?:\bHTTP(?:/\d(?:\.\d)?)?[ :]+|\bstatus(?:[ _]?code)?"?\s*[:=]?\s*)([1-5]\d\d)\b"#,
-    )
-    .expect("static regex")
-});
-impl Recognizer for HttpStatus {
-    fn name(&self) -> &str {
-        "http-status"
-    }
-    fn recognize(&self, e: &ErrorShape<'_>) -> Option<String> {
-        let c = HTTP_RE.captures(e.message)?;
-        Some(format!("http:{}", &c[1]))
-    }
-}
-
-/// Provider error codes as OpenAI-style bodies carry them: `"code": "rate_limit_exceeded"`
-/// or `"type": "insufficient_quota"` (identifiers only, never free text).
-struct ProviderCode;
-static PROVIDER_RE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#""(?:code|error_code|type)"\s*:\s*"([a-z][a-z0-9_.\-]{2,63})""#)
-        .expect("static regex")
-});
-impl Recognizer for ProviderCode {
-    fn name(&self) -> &str {
-        "provider-code"
-    }
-    fn recognize(&self, e: &ErrorShape<'_>) -> Option<String> {
-        let c = PROVIDER_RE.captures(e.message)?;
-        Some(format!("provider:{}", &c[1]))
-    }
-}
-
-/// Validation failures that name where they failed: `at /items/3/name`, `at $.a.b`,
-/// `path: items[2].id`. Item indices become `*` so every item failing the same way
-/// shares one signature.
-struct ValidationPath;
-static VALIDATION_RE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?i)\bvalidation\b[^\n]*?\b(?:at|path)\b[:=]?\s*[`'"]?((?:/|\$|[A-Za-z_])[A-Za-z0-9_./\[\]$*-]*)"#)
-        .expect("static regex")
-});
-impl Recognizer for ValidationPath {
-    fn name(&self) -> &str {
-        "validation-path"
-    }
-    fn recognize(&self, e: &ErrorShape<'_>) -> Option<String> {
-        let c = VALIDATION_RE.captures(e.message)?;
-        let p = normalize_path(c[1].trim_end_matches(['.', '`', '\'', '"']));
-        (!p.is_empty() && p.len() <= 64).then(|| format!("validation:{p}"))
-    }
+/// `Some(signature)` for a kind the host detected (`Some(None)` for a trap whose name
+/// makes no signature); `None` for a node's own failure and a host fault, which take the
+/// declared one.
+fn host_signature(kind: &FailureKind) -> Option<Option<String>> {
+    Some(match kind {
+        FailureKind::FuelExhausted => Some("limit:fuel".into()),
+        FailureKind::Deadline => Some("limit:deadline".into()),
+        FailureKind::MemoryLimit => Some("limit:memory".into()),
+        FailureKind::OutputTooLarge => Some("limit:output-size".into()),
+        FailureKind::Trap { trap } => slug(trap).map(|s| format!("trap:{s}")),
+        FailureKind::Input => Some(INPUT_TYPE.into()),
+        FailureKind::Node | FailureKind::Host => return None,
+    })
 }
 
 fn normalize_path(p: &str) -> String {
     static IDX: LazyLock<Regex> =
+        // A literal pattern; compiling it cannot fail.
         LazyLock::new(|| Regex::new(r"(^|/|\[|\.)\d+").expect("static regex"));
     IDX.replace_all(p, "${1}*").into_owned()
 }
@@ -184,87 +144,106 @@ fn slug(s: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn sig(kind: FailureKind, msg: &str, declared: Option<&str>) -> Option<String> {
-        SignatureRegistry::default().signature(&ErrorShape {
-            kind: &kind,
-            message: msg,
-            declared,
-        })
+    #[test]
+    fn the_grammar_admits_every_shape_heddle_produces() {
+        for ok in [
+            "json:parse",
+            "a:b",
+            "my-nodes_2:Empty.Text",
+            "validation:/items/*/name",
+            "http:5*",
+            "abcdefghijklmnopqrstuvwx:$[0]",
+            "code:exit:1",
+            "code:exit:-1",
+            "code:signal:9",
+            "wasm:trap:unreachable",
+            "output:contract",
+        ] {
+            assert_eq!(check(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(check(&format!("f:{}", "c".repeat(64))), Ok(()));
+        for (bad, why) in [
+            ("mypython.wordfreq:empty-text", "family"),
+            ("Json:parse", "family"),
+            (":parse", "family"),
+            ("abcdefghijklmnopqrstuvwxy:x", "family"),
+            ("emit", "no ':'"),
+            ("output_contract", "no ':'"),
+            ("json:", "code"),
+            ("json:bad code", "code"),
+            ("json::b", "code"),
+            ("json:a:", "code"),
+            (" json:parse", "family"),
+        ] {
+            let e = check(bad).expect_err(bad);
+            assert!(
+                e.contains(why) && e.contains(&format!("{bad:?}")),
+                "{bad}: {e}"
+            );
+        }
+        assert!(check(&format!("f:{}", "c".repeat(65))).is_err());
     }
 
     #[test]
-    fn signatures_from_each_recognizer() {
+    fn every_kind_the_host_detects_names_a_signature_of_the_grammar() {
+        let kinds = [
+            FailureKind::FuelExhausted,
+            FailureKind::Deadline,
+            FailureKind::MemoryLimit,
+            FailureKind::OutputTooLarge,
+            FailureKind::Input,
+            FailureKind::Trap {
+                trap: "unreachable".into(),
+            },
+            FailureKind::Trap {
+                trap: "Memory Out Of Bounds".into(),
+            },
+        ];
+        for k in kinds {
+            let sig = signature(&k, Some("json:parse")).expect("a host kind is named");
+            assert_eq!(check(&sig), Ok(()), "{k:?}: {sig}");
+            let family = sig.split(':').next().unwrap();
+            assert!(
+                HOST_FAMILIES.contains(&family) || sig == INPUT_TYPE,
+                "{sig}"
+            );
+        }
         assert_eq!(
-            sig(FailureKind::FuelExhausted, "x", None).as_deref(),
-            Some("limit:fuel")
+            signature(&FailureKind::Input, None).as_deref(),
+            Some(INPUT_TYPE)
         );
         assert_eq!(
-            sig(FailureKind::Deadline, "x", None).as_deref(),
-            Some("limit:deadline")
-        );
-        assert_eq!(
-            sig(FailureKind::MemoryLimit, "x", None).as_deref(),
-            Some("limit:memory")
-        );
-        assert_eq!(
-            sig(
-                FailureKind::Trap {
-                    trap: "unreachable".into()
+            signature(
+                &FailureKind::Trap {
+                    trap: "Memory Out Of Bounds".into()
                 },
-                "x",
                 None
             )
             .as_deref(),
-            Some("trap:unreachable")
+            Some("trap:memory-out-of-bounds")
+        );
+    }
+
+    #[test]
+    fn a_declared_signature_is_taken_as_declared_and_host_families_are_refused() {
+        let sig = |kind, d| signature(&kind, Some(d));
+        assert_eq!(
+            sig(FailureKind::Node, "code:exit:3").as_deref(),
+            Some("code:exit:3")
         );
         assert_eq!(
-            sig(
-                FailureKind::Node,
-                "GET https://x/y failed: HTTP 429 Too Many Requests",
-                None
-            )
-            .as_deref(),
-            Some("http:429")
+            sig(FailureKind::Host, "code:no-engine").as_deref(),
+            Some("code:no-engine")
         );
         assert_eq!(
-            sig(
-                FailureKind::Node,
-                "request failed with status code 503",
-                None
-            )
-            .as_deref(),
-            Some("http:503")
-        );
-        assert_eq!(
-            sig(FailureKind::Node, r#"provider said {"error":{"code":"rate_limit_exceeded","message":"slow down 12 rpm"}}"#, None).as_deref(),
-            Some("provider:rate_limit_exceeded")
-        );
-        assert_eq!(
-            sig(
-                FailureKind::Node,
-                "schema validation failed at /items/3/name: expected str",
-                None
-            )
-            .as_deref(),
-            Some("validation:/items/*/name")
-        );
-        assert_eq!(
-            sig(FailureKind::Node, "x", Some("validation:$.rows[7].id")).as_deref(),
+            sig(FailureKind::Node, "validation:$.rows[7].id").as_deref(),
             Some("validation:$.rows[*].id")
         );
-        assert_eq!(
-            sig(FailureKind::Node, "x", Some("http:404")).as_deref(),
-            Some("http:404")
-        );
-    }
-
-    #[test]
-    fn plain_errors_and_forged_codes_get_no_signature() {
-        assert_eq!(sig(FailureKind::Node, "something broke", None), None);
-        assert_eq!(sig(FailureKind::Host, "container engine down", None), None);
-        assert_eq!(sig(FailureKind::Node, "count was 429 items", None), None);
-        // A guest cannot claim a host-only family, and free text is not a category.
-        assert_eq!(sig(FailureKind::Node, "x", Some("limit:fuel")), None);
-        assert_eq!(sig(FailureKind::Node, "x", Some("user 12 not found")), None);
+        for forged in ["limit:fuel", "trap:unreachable", "user 12 not found"] {
+            assert_eq!(sig(FailureKind::Node, forged), None, "{forged}");
+            assert!(check_declared(forged).is_err(), "{forged}");
+        }
+        // A plain error has none: no text is ever read.
+        assert_eq!(signature(&FailureKind::Node, None), None);
     }
 }

@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::contract::{FieldDecl, OutputContract};
 use crate::types::PortType;
 use crate::value::Value;
 
@@ -299,12 +300,83 @@ pub fn has_validator(ty: &PortType) -> bool {
     }
 }
 
-/// Runtime validation of a substitute against the node's declared outputs: every declared
-/// output present, nothing undeclared, every value of its declared type. A repair replaces
-/// the whole invocation output, so a partial one would leave a downstream join waiting.
+/// What a node promised on one output: its declared port type and, when the graph
+/// declares them (`output.fields`), the fields of the object it carries. A substitute
+/// must keep all of it, so the decider is shown all of it.
+///
+/// On the wire (an escalation's `declared_outputs`) an output without fields is its type
+/// alone (`"object"`), one with fields `{"type": "any", "fields": [{"key", "type", …}]}`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeclaredOutput {
+    pub ty: PortType,
+    pub fields: Option<Vec<FieldDecl>>,
+}
+
+impl DeclaredOutput {
+    pub fn of_type(ty: PortType) -> Self {
+        DeclaredOutput { ty, fields: None }
+    }
+
+    /// `v`, coerced to the type, or what breaks the promise.
+    pub fn check(&self, v: Value) -> Result<Value, String> {
+        let v = self.ty.coerce(v);
+        self.ty.check(&v)?;
+        if let Some(fields) = &self.fields {
+            let contract = OutputContract {
+                handle: None,
+                fields: fields.clone(),
+            };
+            contract.check(&v).map_err(|e| {
+                format!("the declared fields {} are broken: {e}", contract.summary())
+            })?;
+        }
+        Ok(v)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum DeclaredWire {
+    Type(PortType),
+    Fields {
+        #[serde(rename = "type")]
+        ty: PortType,
+        fields: Vec<FieldDecl>,
+    },
+}
+
+impl Serialize for DeclaredOutput {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.fields {
+            None => self.ty.serialize(s),
+            Some(fields) => DeclaredWire::Fields {
+                ty: self.ty.clone(),
+                fields: fields.clone(),
+            }
+            .serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for DeclaredOutput {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match DeclaredWire::deserialize(d)? {
+            DeclaredWire::Type(ty) => DeclaredOutput::of_type(ty),
+            DeclaredWire::Fields { ty, fields } => DeclaredOutput {
+                ty,
+                fields: Some(fields),
+            },
+        })
+    }
+}
+
+/// Runtime validation of a substitute against everything the node declared for its
+/// outputs: every declared output present, nothing undeclared, every value of its
+/// declared type and carrying its declared fields. A repair replaces the whole
+/// invocation output, so a partial one would leave a downstream join waiting.
 pub fn check_substitute(
     outputs: &BTreeMap<String, Value>,
-    declared: &BTreeMap<String, PortType>,
+    declared: &BTreeMap<String, DeclaredOutput>,
 ) -> Result<BTreeMap<String, Value>, String> {
     let mut problems = Vec::new();
     for k in outputs.keys() {
@@ -316,18 +388,15 @@ pub fn check_substitute(
         }
     }
     let mut out = BTreeMap::new();
-    for (k, ty) in declared {
+    for (k, d) in declared {
         match outputs.get(k) {
-            None => problems.push(format!("output `{k}` ({ty}) is missing")),
-            Some(v) => {
-                let v = ty.coerce(v.clone());
-                match ty.check(&v) {
-                    Ok(()) => {
-                        out.insert(k.clone(), v);
-                    }
-                    Err(e) => problems.push(format!("output `{k}`: {e}")),
+            None => problems.push(format!("output `{k}` ({}) is missing", d.ty)),
+            Some(v) => match d.check(v.clone()) {
+                Ok(v) => {
+                    out.insert(k.clone(), v);
                 }
-            }
+                Err(e) => problems.push(format!("output `{k}`: {e}")),
+            },
         }
     }
     if problems.is_empty() {
@@ -358,8 +427,11 @@ mod tests {
     #[test]
     fn substitute_checked_per_declared_output() {
         let mut decl = BTreeMap::new();
-        decl.insert("n".to_string(), PortType::Float);
-        decl.insert("tags".to_string(), PortType::list_of(PortType::Str));
+        decl.insert("n".to_string(), DeclaredOutput::of_type(PortType::Float));
+        decl.insert(
+            "tags".to_string(),
+            DeclaredOutput::of_type(PortType::list_of(PortType::Str)),
+        );
         let mut ok = BTreeMap::new();
         ok.insert("n".to_string(), Value::Int(2));
         ok.insert("tags".to_string(), Value::list(vec![Value::from("a")]));
@@ -378,6 +450,47 @@ mod tests {
             check_substitute(&bad, &decl)
                 .unwrap_err()
                 .contains("`n` (float) is missing")
+        );
+    }
+
+    #[test]
+    fn a_substitute_keeps_the_declared_fields_and_they_travel_with_the_type() {
+        let fields: Vec<FieldDecl> = serde_json::from_value(serde_json::json!([
+            {"key": "id", "type": "string"},
+            {"key": "n", "type": "number", "required": false}
+        ]))
+        .unwrap();
+        let d = DeclaredOutput {
+            ty: PortType::Any,
+            fields: Some(fields),
+        };
+        let decl: BTreeMap<String, DeclaredOutput> = [("value".to_string(), d.clone())].into();
+        let sub = |v: serde_json::Value| {
+            check_substitute(&[("value".to_string(), Value::from_json(v))].into(), &decl)
+        };
+        let e = sub(serde_json::json!({"id": 7})).unwrap_err();
+        assert!(
+            e.contains("output `value`") && e.contains("field `id` must be string, got int"),
+            "{e}"
+        );
+        assert!(
+            sub(serde_json::json!("text"))
+                .unwrap_err()
+                .contains("not an object")
+        );
+        assert!(sub(serde_json::json!({"id": "7"})).is_ok());
+        // On the wire: the type alone without fields, type and fields with them.
+        assert_eq!(
+            serde_json::to_value(DeclaredOutput::of_type(PortType::Object)).unwrap(),
+            serde_json::json!("object")
+        );
+        let wire = serde_json::to_value(&d).unwrap();
+        assert_eq!(wire["type"], "any");
+        assert_eq!(wire["fields"][0]["key"], "id");
+        assert_eq!(serde_json::from_value::<DeclaredOutput>(wire).unwrap(), d);
+        assert_eq!(
+            serde_json::from_value::<DeclaredOutput>(serde_json::json!("int")).unwrap(),
+            DeclaredOutput::of_type(PortType::Int)
         );
     }
 }

@@ -10,10 +10,10 @@
 use heddle_core::expr::Expr;
 use heddle_core::{ConfigProblem, Map, Value};
 
-use crate::executor::{BoxFuture, Call, Executor, Inputs, NodeError, NodeSpec, Outputs};
+use crate::executor::{BoxFuture, Call, ErrorKind, Executor, Inputs, NodeError, NodeSpec, Outputs};
 
 /// The failure signature of an assertion that did not hold.
-pub const CHECK_FAILED: &str = "check_failed";
+pub const CHECK_FAILED: &str = "check:failed";
 
 pub(super) struct Check {
     expr: Expr,
@@ -72,10 +72,14 @@ impl Check {
                     Some(m) => format!("check failed: {m} (`{}` is false)", self.expr.text()),
                     None => format!("check failed: `{}` is false", self.expr.text()),
                 };
-                Err(NodeError::msg(why).with_signature(CHECK_FAILED))
+                Err(NodeError::new(ErrorKind::Assertion, why).with_signature(CHECK_FAILED))
             }
-            Err(e) => Err(NodeError::msg(format!("check could not be evaluated: {e}"))
-                .with_signature(CHECK_FAILED)),
+            // Deterministic too: the same data cannot be evaluated the next time either.
+            Err(e) => Err(NodeError::new(
+                ErrorKind::Assertion,
+                format!("check could not be evaluated: {e}"),
+            )
+            .with_signature(CHECK_FAILED)),
         }
     }
 }
@@ -86,5 +90,13 @@ impl Executor for Check {
         inputs.remove("assert");
         inputs.remove("message");
         Box::pin(std::future::ready(self.judge(&inputs)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_check_signature_keeps_the_signature_grammar() {
+        heddle_core::supervise::signatures::check_declared(super::CHECK_FAILED).unwrap();
     }
 }

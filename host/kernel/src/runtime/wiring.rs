@@ -173,6 +173,19 @@ impl Run {
                 decl.input(&h.name).is_some_and(|p| p.required) && !base.contains_key(&*h.name);
         }
 
+        // A built-in handles every value it is given; a node whose own code runs gets
+        // only values of the types it declared.
+        let typed_inputs = if decl.origin == "builtin" {
+            Box::default()
+        } else {
+            handles
+                .iter()
+                .filter_map(|h| {
+                    let ty = &decl.input(&h.name)?.ty;
+                    (*ty != heddle_core::PortType::Any).then(|| (h.name.clone(), ty.clone()))
+                })
+                .collect()
+        };
         let role = if &*node.node_type == INPUT_TYPE {
             NodeRole::Input {
                 streaming: plan
@@ -220,6 +233,7 @@ impl Run {
             timeout,
             retry,
             contract: node.contract.clone(),
+            typed_inputs,
             role,
             rx,
         }

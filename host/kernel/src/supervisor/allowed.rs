@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 
+use heddle_core::plan::NodeContract;
 use heddle_core::supervise::{
-    AllowedSet, DecidedBy, Decision, Overruled, VerdictAction, has_validator,
+    AllowedSet, DecidedBy, Decision, DeclaredOutput, Overruled, VerdictAction, has_validator,
 };
-use heddle_core::{NodeDecl, NodeMode, PortType};
+use heddle_core::{NodeDecl, NodeMode};
 
 /// What the kernel knows about one failed invocation.
 #[derive(Clone, Copy, Debug)]
@@ -22,6 +23,10 @@ pub struct InvocationFacts<'a> {
     pub has_candidate: bool,
     /// Streaming: something was already sent downstream.
     pub emitted: bool,
+    /// The failure is decided by the inputs alone (a value that does not fit its declared
+    /// type, checked before the node ran): a retry with the same inputs fails the same
+    /// way, so none is offered.
+    pub fails_again: bool,
 }
 
 /// The verdicts this failure may receive:
@@ -33,12 +38,13 @@ pub struct InvocationFacts<'a> {
 /// | streaming output, nothing emitted | retry?, skip, fail |
 /// | otherwise | retry?, substitute?, skip, fail |
 ///
-/// retry? = declared retry-safe ∧ no cost ∧ no assets (an unset flag means unsafe: a
-/// node nobody classified loses a safe retry rather than gaining an unsafe one).
+/// retry? = declared retry-safe ∧ no cost ∧ no assets ∧ not a failure the same inputs
+/// repeat (an unset flag means unsafe: a node nobody classified loses a safe retry rather
+/// than gaining an unsafe one).
 /// substitute? = a candidate output ∧ a validator for every declared output type.
 pub fn allowed_actions(f: &InvocationFacts<'_>) -> AllowedSet {
     use VerdictAction::*;
-    let retry_ok = f.decl.retry_safe && f.cost_usd == 0.0 && !f.created_assets;
+    let retry_ok = f.decl.retry_safe && f.cost_usd == 0.0 && !f.created_assets && !f.fails_again;
     let mut s = AllowedSet::of(&[Fail]);
     match f.mode {
         NodeMode::StreamingInput => s.insert(EndStream),
@@ -96,11 +102,27 @@ pub fn enforce(allowed: AllowedSet, d: Decision) -> (Decision, Option<Overruled>
     )
 }
 
-/// Declared output types per handle: what a substitute is checked against.
-pub fn output_types(decl: &NodeDecl) -> BTreeMap<String, PortType> {
+/// What the node declared per output handle, its type and the fields the graph promised
+/// on it (`output.fields`): what a substitute is checked against, and what the decider is
+/// shown so that it can write one.
+pub fn declared_outputs(
+    decl: &NodeDecl,
+    contract: Option<&NodeContract>,
+) -> BTreeMap<String, DeclaredOutput> {
     decl.outputs
         .iter()
-        .map(|o| (o.name.clone(), o.ty.clone()))
+        .map(|o| {
+            let fields = contract
+                .filter(|c| *c.handle == *o.name)
+                .map(|c| c.contract.fields.clone());
+            (
+                o.name.clone(),
+                DeclaredOutput {
+                    ty: o.ty.clone(),
+                    fields,
+                },
+            )
+        })
         .collect()
 }
 
@@ -108,8 +130,8 @@ pub fn output_types(decl: &NodeDecl) -> BTreeMap<String, PortType> {
 mod tests {
     use super::*;
     use VerdictAction::*;
-    use heddle_core::OutputDecl;
     use heddle_core::supervise::Verdict;
+    use heddle_core::{OutputDecl, PortType};
 
     fn decl(retry_safe: bool) -> NodeDecl {
         let mut d = NodeDecl::new("t.x");
@@ -126,6 +148,7 @@ mod tests {
             created_assets: false,
             has_candidate: false,
             emitted: false,
+            fails_again: false,
         }
     }
 
@@ -147,6 +170,9 @@ mod tests {
         let mut f = facts(&safe, NodeMode::Controlled);
         f.created_assets = true;
         assert!(!allowed_actions(&f).contains(Retry));
+        let mut f = facts(&safe, NodeMode::Buffered);
+        f.fails_again = true;
+        assert_eq!(allowed_actions(&f).to_vec(), [Skip, Fail]);
     }
 
     #[test]

@@ -1,16 +1,16 @@
 //! The kernel side of one escalation, called from the actor's single failure path.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use heddle_core::plan::NodeContract;
 use heddle_core::supervise::{
-    DecidedBy, Decision, ErrorShape, Escalation, FailureKind, Intervention, LineageStep,
-    RawEscalation, RedactLimits, Redactor, SignatureRegistry, Verdict, check_substitute,
+    DecidedBy, Decision, Escalation, FailureKind, Intervention, LineageStep, RawEscalation,
+    RedactLimits, Redactor, Verdict, signatures,
 };
 use heddle_core::{EventKind, InvocationMetrics, NodeDecl, NodeMode};
 use tokio_util::sync::CancellationToken;
 
-use super::allowed::{InvocationFacts, allowed_actions, enforce, output_types};
+use super::allowed::{InvocationFacts, allowed_actions, declared_outputs, enforce};
 use super::state::RunState;
 use super::{DecideCtx, Supervisor, ensure_bounded};
 use crate::executor::{ErrorKind, EventSink, Inputs, NodeError, Outputs, SecretRegistry};
@@ -25,6 +25,8 @@ pub struct FailedInvocation<'a> {
     pub node_id: &'a str,
     pub node_type: &'a str,
     pub decl: &'a NodeDecl,
+    /// The fields the graph declared on one of its outputs (`output.fields`).
+    pub contract: Option<&'a NodeContract>,
     /// How the actor drove this invocation (buffered, controlled, streaming...).
     pub mode: NodeMode,
     /// Lineage of the invocation, outermost root first (root name, item index).
@@ -57,10 +59,14 @@ pub enum Resolution {
     Fail { summary: Option<String> },
 }
 
-/// Errors that never escalate: suspension is not failure, and a cancelled invocation is
-/// the run ending, not the node failing.
+/// Errors that never escalate: suspension is not failure, a cancelled invocation is the
+/// run ending, not the node failing, and a failed assertion is the graph's own verdict on
+/// its data (see [`ErrorKind::Assertion`]).
 pub fn escalates(err: &NodeError) -> bool {
-    !matches!(err.kind, ErrorKind::Suspend { .. } | ErrorKind::Cancelled)
+    !matches!(
+        err.kind,
+        ErrorKind::Suspend { .. } | ErrorKind::Cancelled | ErrorKind::Assertion
+    )
 }
 
 /// One per supervised run. Holds the handle (always bounded), the recorded
@@ -70,7 +76,6 @@ pub struct Escalator {
     secrets: Arc<SecretRegistry>,
     events: Arc<dyn EventSink>,
     cancel: CancellationToken,
-    signatures: SignatureRegistry,
     limits: RedactLimits,
     state: Arc<RunState>,
     interventions: Mutex<Vec<Intervention>>,
@@ -99,7 +104,6 @@ impl Escalator {
             secrets,
             events,
             cancel,
-            signatures: SignatureRegistry::default(),
             limits: RedactLimits::default(),
             state: Arc::new(state),
             interventions: Mutex::new(Vec::new()),
@@ -108,11 +112,6 @@ impl Escalator {
 
     pub fn with_limits(mut self, limits: RedactLimits) -> Self {
         self.limits = limits;
-        self
-    }
-
-    pub fn with_signatures(mut self, signatures: SignatureRegistry) -> Self {
-        self.signatures = signatures;
         self
     }
 
@@ -161,11 +160,7 @@ impl Escalator {
             return (Resolution::Fail { summary: None }, None);
         }
         let failure = failure_kind(&f.error.kind);
-        let signature = self.signatures.signature(&ErrorShape {
-            kind: &failure,
-            message: &f.error.message,
-            declared: f.error.signature.as_deref(),
-        });
+        let signature = signatures::signature(&failure, f.error.signature.as_deref());
         let allowed = allowed_actions(&InvocationFacts {
             decl: f.decl,
             mode: f.mode,
@@ -173,14 +168,14 @@ impl Escalator {
             created_assets: !f.metrics.assets.is_empty(),
             has_candidate: f.error.candidate.is_some(),
             emitted: f.emitted,
+            fails_again: matches!(f.error.kind, ErrorKind::Input),
         });
         let candidate = f.error.candidate.as_ref().map(Outputs::to_map);
-        let types = output_types(f.decl);
-        let declared: BTreeMap<String, String> = types
-            .iter()
-            .map(|(k, t)| (k.clone(), t.to_string()))
-            .collect();
-        let redactor = Redactor::new(self.secrets.snapshot(), self.limits);
+        let declared = declared_outputs(f.decl, f.contract);
+        // One rule for every text of this escalation, the decider's answers about it
+        // included: known secrets, and whatever its inputs hold under a sensitive name.
+        let redactor = Redactor::new(self.secrets.snapshot(), self.limits)
+            .for_escalation(f.inputs, candidate.as_ref());
         let mut esc = redactor.escalation(RawEscalation {
             node_id: f.node_id,
             node_type: f.node_type,
@@ -229,7 +224,10 @@ impl Escalator {
             let mut rejected = None;
             let mut resolution = None;
             if let Verdict::Substitute { outputs } = &d.verdict {
-                match check_substitute(outputs, &types) {
+                // Everything the node promised (types and declared fields), before the
+                // substitute is accepted: a failure is a repair round, not a node failing
+                // after the fact.
+                match esc.check_substitute(outputs) {
                     Ok(valid) => {
                         resolution = Some(Resolution::Substitute(valid.into_iter().collect()))
                     }
@@ -306,6 +304,11 @@ fn failure_kind(k: &ErrorKind) -> FailureKind {
         ErrorKind::MemoryLimit => FailureKind::MemoryLimit,
         ErrorKind::OutputTooLarge => FailureKind::OutputTooLarge,
         ErrorKind::Trap { trap } => FailureKind::Trap { trap: trap.clone() },
-        ErrorKind::Host | ErrorKind::Cancelled | ErrorKind::Suspend { .. } => FailureKind::Host,
+        ErrorKind::Input => FailureKind::Input,
+        ErrorKind::Host => FailureKind::Host,
+        // Never escalated (`escalates`): named for completeness.
+        ErrorKind::Cancelled | ErrorKind::Suspend { .. } | ErrorKind::Assertion => {
+            FailureKind::Host
+        }
     }
 }

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::executor::{BoxFuture, SecretRegistry};
 
-pub use allowed::{InvocationFacts, allowed_actions, enforce, output_types};
+pub use allowed::{InvocationFacts, allowed_actions, declared_outputs, enforce};
 pub use bounded::{Bounded, Bounds};
 pub use escalator::{Escalator, FailedInvocation, MAX_REPAIR_ROUNDS, Resolution, escalates};
 pub use heddle_core::supervise::{

@@ -95,6 +95,12 @@ impl RunState {
         }
     }
 
+    /// Whether anything is kept (a handle reads it): a caller may skip building what it
+    /// would record.
+    pub fn recording(&self) -> bool {
+        self.enabled
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -29,6 +29,8 @@ pub struct Probe {
     pub probe_count: AtomicUsize,
     /// `test.flaky` invocations so far (every attempt).
     pub flaky_calls: AtomicUsize,
+    /// `test.half` invocations so far.
+    pub half_calls: AtomicUsize,
 }
 
 struct LiveGuard(Arc<Probe>);
@@ -181,6 +183,16 @@ impl NodeProvider for TestNodes {
                 ],
                 vec![OutputDecl::new("q", t("float"))],
             ),
+            // Half of `n`, computed the way a dynamically typed guest would: a string is
+            // parsed, a bool is 0 or 1 (JavaScript's `"7" / 2` is 3.5). Retry-safe.
+            NodeDecl {
+                retry_safe: true,
+                ..d(
+                    "test.half",
+                    vec![PortDecl::new("n", t("int"))],
+                    vec![OutputDecl::new("half", t("float"))],
+                )
+            },
             // The sum of a list of ints.
             d(
                 "test.sum",
@@ -252,6 +264,16 @@ impl Executor for TestExec {
                             .ok_or_else(|| NodeError::msg(format!("input `{k}` is missing")))
                     };
                     Ok(Outputs::one("q", Value::Float(f("a")? / f("b")?)))
+                }
+                "test.half" => {
+                    self.probe.half_calls.fetch_add(1, Ordering::SeqCst);
+                    let n = match i.get("n") {
+                        Some(Value::Str(s)) => s.trim().parse::<f64>().unwrap_or(f64::NAN),
+                        Some(Value::Bool(b)) => f64::from(u8::from(*b)),
+                        Some(v) => v.as_f64().unwrap_or(f64::NAN),
+                        None => f64::NAN,
+                    };
+                    Ok(Outputs::one("half", Value::Float(n / 2.0)))
                 }
                 "test.sum" => {
                     let list = i.get("list").and_then(|l| l.as_list()).unwrap_or(&[]);

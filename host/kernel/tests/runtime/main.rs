@@ -40,3 +40,5 @@ mod init;
 mod isolated;
 mod limits;
 mod lineage;
+mod secrets;
+mod typed;

@@ -84,6 +84,12 @@ impl NodeProvider for SupNodes {
             },
             // Is handed a secret and fails mentioning it (and its inputs carry it too).
             decl("sup.leak", &[("value", "any")], &[("value", "any")]),
+            // Fails with a stderr-like tail that echoes its credentials.
+            decl(
+                "sup.echo_creds",
+                &[("password", "any"), ("api_token", "any"), ("req", "any")],
+                &[("value", "any")],
+            ),
             // Streams 0..n, then fails (after emitting).
             NodeDecl {
                 mode: NodeMode::StreamingOutput,
@@ -147,7 +153,8 @@ impl Executor for SupExec {
                 "sup.flaky" | "sup.flaky_unsafe" => {
                     let n = self.count(&v("value"));
                     if i64::from(n) <= self.prop_i("fail_times", 1) {
-                        return Err(NodeError::msg("GET upstream: HTTP 503 Service Unavailable"));
+                        return Err(NodeError::msg("GET upstream: HTTP 503 Service Unavailable")
+                            .with_signature("http:503"));
                     }
                     Ok(Outputs::one("value", v("value")))
                 }
@@ -157,7 +164,7 @@ impl Executor for SupExec {
                         if x.as_i64().unwrap_or(0) % 2 == 1 {
                             ctx.report_cost(0.01);
                         }
-                        return Err(NodeError::msg("HTTP 503"));
+                        return Err(NodeError::msg("HTTP 503").with_signature("http:503"));
                     }
                     Ok(Outputs::one("value", x))
                 }
@@ -191,6 +198,22 @@ impl Executor for SupExec {
                     ))
                     .with_candidate(Outputs::one("value", Value::from(SECRET))))
                 }
+                "sup.echo_creds" => {
+                    let auth = v("req")
+                        .as_object()
+                        .and_then(|m| m.get("headers"))
+                        .and_then(Value::as_object)
+                        .and_then(|h| h.get("authorization"))
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                    let text = |x: Value| x.as_str().unwrap_or_default().to_string();
+                    Err(NodeError::msg(format!(
+                        "exited with code 1; stderr (last lines):\nlogin pw={} token={}\n> Authorization: {}",
+                        text(v("password")),
+                        text(v("api_token")),
+                        text(auth)
+                    )))
+                }
                 "sup.stream" => {
                     let n = v("n").as_i64().unwrap_or(0);
                     for i in 0..n {
@@ -201,7 +224,9 @@ impl Executor for SupExec {
                 "sup.ctl" => {
                     let x = v("x").as_i64().unwrap_or(0);
                     if self.count(&Value::Null) == 1 {
-                        return Err(NodeError::msg("HTTP 502 on first run"));
+                        return Err(
+                            NodeError::msg("HTTP 502 on first run").with_signature("http:502")
+                        );
                     }
                     Ok(Outputs::one("out", Value::Int(x * 10)))
                 }
@@ -310,7 +335,11 @@ impl Supervisor for Always {
     }
 }
 
+mod checks;
 mod decisions;
 mod fanout;
+mod promises;
+mod redaction;
 mod streams;
+mod tools;
 mod verdicts;

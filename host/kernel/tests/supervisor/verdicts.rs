@@ -133,7 +133,10 @@ async fn substitute_repairs_a_recoverable_json_parse() {
         i[0].escalation.candidate_output.as_ref().unwrap()["value"],
         Value::from("{\"a\": 1,")
     );
-    assert_eq!(i[0].escalation.declared_outputs["value"], "object");
+    assert_eq!(
+        i[0].escalation.declared_outputs["value"].ty,
+        PortType::Object
+    );
 }
 
 #[tokio::test]

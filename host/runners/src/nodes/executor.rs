@@ -19,6 +19,41 @@ use crate::runner::Runner;
 use crate::sandbox::MIB;
 use crate::spec::{Exit, Mode, RunSpec, Stream};
 
+/// The failure signatures of code nodes, all in the `code` family (the grammar every
+/// signature keeps: `heddle_core::supervise::signatures`).
+mod signature {
+    pub const DEADLINE: &str = "code:deadline";
+    pub const NO_ENGINE: &str = "code:no-engine";
+    pub const MISSING_IMAGE: &str = "code:missing-image";
+    pub const SPAWN: &str = "code:spawn";
+    pub const HOST: &str = "code:host";
+    pub const TIMEOUT: &str = "code:timeout";
+    pub const OOM: &str = "code:oom";
+    pub const BAD_RESULT: &str = "code:bad-result";
+    #[cfg(test)]
+    pub const ALL: &[&str] = &[
+        DEADLINE,
+        NO_ENGINE,
+        MISSING_IMAGE,
+        SPAWN,
+        HOST,
+        TIMEOUT,
+        OOM,
+        BAD_RESULT,
+    ];
+
+    /// The code exited with this status (`code:exit:1`): one signature per status, so a
+    /// policy can tell `code:exit:2` (a usage error) from the rest with `code:exit:*`.
+    pub fn exit(code: i64) -> String {
+        format!("code:exit:{code}")
+    }
+
+    /// The code was killed by this signal (`code:signal:9`).
+    pub fn signal(sig: i32) -> String {
+        format!("code:signal:{sig}")
+    }
+}
+
 /// Largest single argument or environment string the kernel's `execve` accepts
 /// (MAX_ARG_STRLEN, 128 KiB, including the terminating NUL).
 const MAX_ARG: usize = 128 * 1024 - 1;
@@ -214,17 +249,17 @@ impl CodeExecutor {
                     self.node_id
                 ),
             )
-            .with_signature("code:deadline"),
+            .with_signature(signature::DEADLINE),
             _ => NodeError::cancelled(),
         }
     }
 
     fn start_error(&self, e: RunnerError) -> NodeError {
         let sig = match &e {
-            RunnerError::NoEngine { .. } => "code:no-engine",
-            RunnerError::MissingImage { .. } => "code:missing-image",
-            RunnerError::Spawn { .. } => "code:spawn",
-            _ => "code:host",
+            RunnerError::NoEngine { .. } => signature::NO_ENGINE,
+            RunnerError::MissingImage { .. } => signature::MISSING_IMAGE,
+            RunnerError::Spawn { .. } => signature::SPAWN,
+            _ => signature::HOST,
         };
         NodeError::host(format!("node {}: {e}", self.node_id)).with_signature(sig)
     }
@@ -244,7 +279,7 @@ impl CodeExecutor {
                     self.node_id, self.settings.sandbox.timeout
                 ),
             )
-            .with_signature("code:timeout"));
+            .with_signature(signature::TIMEOUT));
         }
         if exit.oom_killed {
             return Err(NodeError::new(
@@ -255,7 +290,7 @@ impl CodeExecutor {
                     self.settings.sandbox.memory_bytes / MIB
                 ),
             )
-            .with_signature("code:oom"));
+            .with_signature(signature::OOM));
         }
         if exit.stopped {
             return Err(NodeError::cancelled());
@@ -265,12 +300,12 @@ impl CodeExecutor {
             (Some(code), _) => {
                 return Err(self
                     .fail(format!("{lang} code exited with code {code}; {tail}"))
-                    .with_signature(format!("code:exit:{code}")));
+                    .with_signature(signature::exit(code)));
             }
             (None, Some(sig)) => {
                 return Err(self
                     .fail(format!("{lang} code was killed by signal {sig}; {tail}"))
-                    .with_signature(format!("code:signal:{sig}")));
+                    .with_signature(signature::signal(sig)));
             }
             (None, None) => {
                 return Err(NodeError::host(format!(
@@ -291,7 +326,7 @@ impl CodeExecutor {
                              Infinity have no JSON form",
                             shorten(r.trim())
                         ))
-                        .with_signature("code:bad-result"));
+                        .with_signature(signature::BAD_RESULT));
                 }
             },
             // The last line is text the code printed: JSON when it parses, else a string.
@@ -350,6 +385,19 @@ impl Executor for CodeExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_code_node_signature_keeps_the_signature_grammar() {
+        let made = signature::ALL
+            .iter()
+            .map(|s| s.to_string())
+            .chain([i64::MIN, -1, 0, 1, 255, i64::MAX].map(signature::exit))
+            .chain([1, 9, 15, 64].map(signature::signal));
+        for sig in made {
+            heddle_core::supervise::signatures::check_declared(&sig)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
 
     #[test]
     fn identifiers() {

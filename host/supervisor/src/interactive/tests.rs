@@ -11,7 +11,10 @@ use super::*;
 fn esc(allowed: &[VerdictAction], secret: &str) -> Escalation {
     let mut inputs = BTreeMap::new();
     inputs.insert("text".to_string(), Value::from(format!("token {secret}")));
-    let declared = BTreeMap::from([("value".to_string(), "int".to_string())]);
+    let declared = BTreeMap::from([(
+        "value".to_string(),
+        heddle_core::supervise::DeclaredOutput::of_type(heddle_core::PortType::Int),
+    )]);
     Redactor::new(vec![secret.to_string()], RedactLimits::default()).escalation(RawEscalation {
         node_id: "parse",
         node_type: "std.json.parse",

@@ -5,6 +5,7 @@ use heddle_core::Value;
 
 use super::routing::MintedTokens;
 use super::{Actor, Msg, Stop, reply_not_controlled};
+use crate::executor::Outputs;
 use crate::runtime::lineage::Lineage;
 
 impl Actor {
@@ -16,6 +17,7 @@ impl Actor {
         self.mark_started();
         if let Some(v) = initial {
             self.invocations += 1;
+            self.record_input(&v);
             self.route_port_values(&[(0, v)], &Lineage::ROOT, &mut MintedTokens::default())
                 .await?;
         }
@@ -28,6 +30,7 @@ impl Actor {
                 match m {
                     Msg::External(v) => {
                         self.invocations += 1;
+                        self.record_input(&v);
                         self.route_port_values(
                             &[(0, v)],
                             &Lineage::ROOT,
@@ -44,5 +47,19 @@ impl Actor {
             self.flush_edge_events();
         }
         Ok(())
+    }
+
+    /// An input's value is its output, as a supervisor's tools see it: the node that fed
+    /// the failing one is an ancestor like any other.
+    fn record_input(&self, v: &Value) {
+        if self
+            .shared
+            .escalator
+            .as_ref()
+            .is_some_and(|e| e.state().recording())
+        {
+            let out = Outputs::one(self.spec.ports[0].name.clone(), v.clone());
+            self.record_for_supervisor(&Lineage::ROOT, &out, || 0.0);
+        }
     }
 }

@@ -47,21 +47,10 @@ pub struct InvocationRecord {
     /// 1 for the first attempt, then 2, 3… for each retry of the same invocation (the
     /// node's own policy's, then the supervisor's: one count).
     pub attempt: u32,
-    /// Whether the attempt emitted anything before failing.
+    /// Whether the attempt sent anything downstream before failing: a value emitted on
+    /// an output no edge leaves (a code node's stdout, a traceback on stderr) reached
+    /// nobody, so it does not take skip or retry away.
     pub emitted: bool,
-}
-
-impl InvocationRecord {
-    fn new(inputs: Inputs, key: Arc<str>, lineage: Lineage, ctx: &NodeCtx, attempt: u32) -> Self {
-        InvocationRecord {
-            inputs,
-            key,
-            lineage,
-            metrics: ctx.metrics(),
-            attempt,
-            emitted: ctx.has_emitted(),
-        }
-    }
 }
 
 /// What an invocation consumes; a retry takes it again.
@@ -150,7 +139,13 @@ impl Actor {
                 let ahead = Box::pin(self.journal_ahead(&*journal, &inv, mint)).await?;
                 let (occ, fresh, begun) = match ahead {
                     Ahead::Run { occ, fresh, begun } => (occ, fresh, begun),
-                    Ahead::Settled(settled) => return Ok(settled),
+                    Ahead::Settled(settled) => {
+                        if let Settled::Produced(out) = &settled {
+                            // Its cost was counted by the process that recorded it.
+                            self.record_for_supervisor(inv.lineage, out, || 0.0);
+                        }
+                        return Ok(settled);
+                    }
                 };
                 let settled = self
                     .attempts(inv, mint, Some((&*journal, &occ, begun)))
@@ -207,14 +202,11 @@ impl Actor {
             let t0 = self.clock();
             let exec = self.spec.exec.clone();
             let fut = match &mut inv.work {
-                Work::Firing { first, used } => exec.invoke(Call {
-                    inputs: first.take().unwrap_or_else(|| self.rebuild_inputs(used)),
-                    ctx: ctx.clone(),
-                }),
-                Work::Inputs(inputs) => exec.invoke(Call {
-                    inputs: inputs.clone(),
-                    ctx: ctx.clone(),
-                }),
+                Work::Firing { first, used } => {
+                    let inputs = first.take().unwrap_or_else(|| self.rebuild_inputs(used));
+                    self.call(&*exec, inputs, &ctx)
+                }
+                Work::Inputs(inputs) => self.call(&*exec, inputs.clone(), &ctx),
                 Work::Stream(stream) => match stream.take() {
                     Some(s) => exec.run_stream(s, ctx.clone()),
                     None => {
@@ -243,6 +235,7 @@ impl Actor {
             self.account(&ctx, t0, &inv.key, result.as_ref().err(), attempt);
             match result {
                 Ok(out) => {
+                    self.refuse_known_secrets(out.iter())?;
                     if let Some((j, occ)) = journal {
                         let mut m = ctx.metrics();
                         m.wall_us = t0.elapsed().as_micros() as u64;
@@ -250,7 +243,7 @@ impl Actor {
                             self.written(wait).await?;
                         }
                     }
-                    self.record_for_supervisor(inv.lineage, &out, &ctx);
+                    self.record_for_supervisor(inv.lineage, &out, || ctx.metrics().cost_usd);
                     return Ok(Settled::Produced(out));
                 }
                 Err(e) => {
@@ -282,13 +275,14 @@ impl Actor {
                         Work::Inputs(inputs) => inputs.clone(),
                         Work::Stream(_) => self.spec.base_inputs.clone(),
                     };
-                    let rec = InvocationRecord::new(
+                    let rec = InvocationRecord {
                         inputs,
-                        inv.key.clone(),
-                        inv.lineage.clone(),
-                        &ctx,
+                        key: inv.key.clone(),
+                        lineage: inv.lineage.clone(),
+                        metrics: ctx.metrics(),
                         attempt,
-                    );
+                        emitted: self.sent_downstream,
+                    };
                     if let Some((j, occ)) = journal
                         && self.shared.escalator.is_some()
                         && escalates(&e)
@@ -304,6 +298,7 @@ impl Actor {
                     // Boxed, like the journal records: rare, and large.
                     match Box::pin(self.recover(e, rec)).await? {
                         Some(Settled::Produced(out)) => {
+                            self.refuse_known_secrets(out.iter())?;
                             // A substitute is the occurrence's result from now on, on
                             // disk before it goes downstream.
                             if let Some((j, occ)) = journal {
@@ -332,14 +327,40 @@ impl Actor {
         }
     }
 
+    /// The invocation of `exec` with `inputs`, once they fit the node's typed inputs; a
+    /// misfit is the attempt's failure, and the node's code never sees the value.
+    fn call<'e>(
+        &self,
+        exec: &'e dyn crate::executor::Executor,
+        mut inputs: Inputs,
+        ctx: &NodeCtx,
+    ) -> BoxFuture<'e, Result<Outputs, NodeError>> {
+        if !self.spec.typed_inputs.is_empty()
+            && let Err(e) = self.check_inputs(&mut inputs)
+        {
+            return Box::pin(std::future::ready(Err(e)));
+        }
+        exec.invoke(Call {
+            inputs,
+            ctx: ctx.clone(),
+        })
+    }
+
     /// The wait before the next attempt when the node's `retry` policy catches this
     /// failure; `None` leaves it to the supervisor (or the node fails). A suspension
-    /// and a cancel are decisions, not failures, and an attempt that already sent
-    /// values downstream would send them twice, so none of them is retried.
+    /// and a cancel are decisions, not failures, a failed assertion would fail the same
+    /// way again, and an attempt that already sent values downstream would send them
+    /// twice, so none of them is retried.
     fn own_retry(&self, e: &NodeError, attempt: u32, work: &Work) -> Option<std::time::Duration> {
         let policy = self.spec.retry.as_ref()?;
         if attempt >= policy.attempts
-            || matches!(e.kind, ErrorKind::Suspend { .. } | ErrorKind::Cancelled)
+            || matches!(
+                e.kind,
+                ErrorKind::Suspend { .. }
+                    | ErrorKind::Cancelled
+                    | ErrorKind::Assertion
+                    | ErrorKind::Input
+            )
             || matches!(work, Work::Stream(_))
             || self.shared.run_token.is_cancelled()
         {
@@ -382,15 +403,19 @@ impl Actor {
     }
 
     /// Keeps outputs per lineage for the supervisor's `read_node_output` tool (only when
-    /// the run is supervised).
-    fn record_for_supervisor(&self, lineage: &Lineage, out: &Outputs, ctx: &NodeCtx) {
+    /// the run is supervised). Every node that produces a value comes here, an input
+    /// node and a result recorded by an earlier process included: the tools show the
+    /// failing item's ancestors, whatever produced them.
+    /// (`cost_usd` is read only then: an invocation's metrics are behind a lock.)
+    pub(super) fn record_for_supervisor(
+        &self,
+        lineage: &Lineage,
+        out: &Outputs,
+        cost_usd: impl FnOnce() -> f64,
+    ) {
         if let Some(esc) = &self.shared.escalator {
-            esc.state().record_invocation(
-                &self.spec.id,
-                lineage.entries(),
-                Some(out),
-                ctx.metrics().cost_usd,
-            );
+            esc.state()
+                .record_invocation(&self.spec.id, lineage.entries(), Some(out), cost_usd());
         }
     }
 
@@ -603,7 +628,7 @@ impl Actor {
                     }
                     let mut batch = std::mem::take(buf);
                     for m in batch.drain(..) {
-                        self.stream_msg(m, pending);
+                        self.stream_msg(m, pending)?;
                     }
                     *buf = batch;
                     self.flush_edge_events();

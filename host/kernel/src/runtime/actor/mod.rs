@@ -15,11 +15,13 @@ mod fused;
 mod input;
 mod invoke;
 mod journaled;
+mod known_secrets;
 mod link;
 mod promise;
 mod recovery;
 mod routing;
 mod streaming;
+mod typed;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -236,6 +238,9 @@ pub(crate) struct ActorSpec {
     pub retry: Option<heddle_core::graph::RetryPolicy>,
     /// Declared output fields, checked on every value of that output.
     pub contract: Option<Arc<heddle_core::plan::NodeContract>>,
+    /// The edge-fed inputs whose declared type is not `any`, checked on every value
+    /// before the node's code sees it (`typed.rs`); empty for a built-in.
+    pub typed_inputs: Box<[(Arc<str>, heddle_core::PortType)]>,
     pub role: NodeRole,
     pub rx: Inbox,
 }

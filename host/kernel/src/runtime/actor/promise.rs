@@ -10,7 +10,7 @@ use super::{Actor, Stop};
 use crate::executor::{NodeError, Outputs};
 
 /// The failure signature of a broken promise (stable, for supervisor policies).
-pub(crate) const CONTRACT_SIGNATURE: &str = "output_contract";
+pub(crate) const CONTRACT_SIGNATURE: &str = "output:contract";
 
 impl Actor {
     /// What a broken promise reads as: output, the contract and the violation (the
@@ -56,5 +56,13 @@ impl Actor {
             },
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_contract_signature_keeps_the_signature_grammar() {
+        heddle_core::supervise::signatures::check_declared(super::CONTRACT_SIGNATURE).unwrap();
     }
 }

@@ -36,6 +36,7 @@ impl Actor {
                     node_id: &self.spec.id,
                     node_type: &self.spec.node_type,
                     decl: &self.spec.decl,
+                    contract: self.spec.contract.as_deref(),
                     mode: self.spec.decl.mode,
                     lineage: self.lineage_steps(&rec.lineage),
                     key: &rec.key,
@@ -53,16 +54,9 @@ impl Actor {
             self.decision_note = note;
             match resolution {
                 Resolution::Retry => return Ok(None),
-                // A substitute keeps the node's declared fields like any output.
-                Resolution::Substitute(o) => {
-                    return match self.keep_promise(o) {
-                        Ok(o) => Ok(Some(Settled::Produced(o))),
-                        Err(broken) => Err(Stop::Failed(format!(
-                            "the supervisor's substitute: {}",
-                            broken.message
-                        ))),
-                    };
-                }
+                // Already checked against everything the node declared, its fields
+                // included, before it was accepted.
+                Resolution::Substitute(o) => return Ok(Some(Settled::Produced(o))),
                 Resolution::Skip => {
                     self.sup_skips += 1;
                     return Ok(Some(Settled::Skipped { error: err.message }));
@@ -96,7 +90,9 @@ impl Actor {
                 // A node's own signature is what its author and policy rules match on;
                 // host failures are already named by `what`.
                 let signature = match (&kind, &err.signature) {
-                    (ErrorKind::Node, Some(sig)) => format!(" (signature {sig})"),
+                    (ErrorKind::Node | ErrorKind::Assertion | ErrorKind::Input, Some(sig)) => {
+                        format!(" (signature {sig})")
+                    }
                     _ => String::new(),
                 };
                 let original = format!(

@@ -111,10 +111,19 @@ impl Actor {
         mint: &mut MintedTokens,
     ) -> Result<(), Stop> {
         self.keep_emitted_promise(&e.handle, &e.value)?;
+        let port = self.port_index(&e.handle);
+        if let Some(p) = port
+            && !self.spec.ports[p].edges.is_empty()
+        {
+            // Refused before it crosses an edge. On an output no edge leaves (a code
+            // node's stderr) it reaches nobody; a durable run's store still refuses it
+            // when it records the invocation's result.
+            self.refuse_known_secrets([(&*e.handle, &e.value)])?;
+        }
         if let Some(rec) = &mut self.emitted {
             rec.push((e.handle.clone(), e.value.clone()));
         }
-        match self.port_index(&e.handle) {
+        match port {
             Some(p) => {
                 self.sent_downstream |= !self.spec.ports[p].edges.is_empty();
                 self.route_port_values(&[(p, e.value)], lineage, mint).await

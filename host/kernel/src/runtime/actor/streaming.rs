@@ -51,7 +51,7 @@ impl Actor {
                 }
                 let mut batch = std::mem::take(&mut feed.buf);
                 for m in batch.drain(..) {
-                    self.stream_msg(m, &mut feed.pending);
+                    self.stream_msg(m, &mut feed.pending)?;
                 }
                 feed.buf = batch;
             }
@@ -83,13 +83,18 @@ impl Actor {
     }
 
     /// Takes one inbox message of a live session: items join `pending`.
-    pub(super) fn stream_msg(&mut self, m: Msg, pending: &mut VecDeque<StreamItem>) {
+    pub(super) fn stream_msg(
+        &mut self,
+        m: Msg,
+        pending: &mut VecDeque<StreamItem>,
+    ) -> Result<(), Stop> {
         match m {
-            Msg::Data { handle, value, .. } => {
-                pending.push_back(StreamItem {
-                    handle: self.spec.handles[handle as usize].name.clone(),
-                    value,
-                });
+            Msg::Data {
+                handle, mut value, ..
+            } => {
+                let handle = self.spec.handles[handle as usize].name.clone();
+                self.check_item(&handle, &mut value)?;
+                pending.push_back(StreamItem { handle, value });
             }
             Msg::Eos { handle, end, edge } => {
                 self.close_upstream(handle, end, edge);
@@ -98,6 +103,7 @@ impl Actor {
             m @ (Msg::RuledOut { .. } | Msg::EdgeFailed(_)) => self.edge_signal(m),
             _ => {}
         }
+        Ok(())
     }
 
     /// Aggregating streaming-input node: one session per parent key, run when the
@@ -115,9 +121,13 @@ impl Actor {
                 match m {
                     Msg::Data {
                         handle,
-                        value,
+                        mut value,
                         lineage,
                     } => {
+                        if !self.spec.typed_inputs.is_empty() {
+                            let name = self.spec.handles[handle as usize].name.clone();
+                            self.check_item(&name, &mut value)?;
+                        }
                         let key = lineage.key(&self.spec.scope);
                         let parent: Key = key[..depth].iter().copied().collect();
                         sessions
