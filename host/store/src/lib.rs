@@ -166,14 +166,20 @@ pub trait RunStore: Send + Sync {
         policy: &artifacts::ArtifactPolicy,
     ) -> Result<artifacts::ArtifactRef, artifacts::ArtifactError>;
 
-    /// Deletes the artifacts of `run_id` that no name and none of the digests in
-    /// `referenced` keep (left by a crash between an artifact and its record); returns
-    /// the bytes freed.
+    /// Deletes the artifacts of `run_id` that no name keeps and `referenced` does not
+    /// hold; returns the bytes freed. [`spill::sweep`] is the caller: it decides what
+    /// is referenced from the stored log.
     fn drop_unreferenced_artifacts(
         &self,
         run_id: &str,
-        referenced: &std::collections::HashSet<String>,
+        referenced: &spill::Referenced,
     ) -> Result<u64, StoreError>;
+
+    /// The names of `run_id`'s artifacts (a final report) and what each points at.
+    fn named_artifacts(
+        &self,
+        run_id: &str,
+    ) -> Result<Vec<(String, artifacts::ArtifactRef)>, StoreError>;
 
     /// The bytes of an artifact of `run_id`, verified against its digest.
     fn get_artifact(

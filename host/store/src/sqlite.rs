@@ -461,9 +461,16 @@ impl RunStore for SqliteStore {
     fn drop_unreferenced_artifacts(
         &self,
         run_id: &str,
-        referenced: &std::collections::HashSet<String>,
+        referenced: &crate::spill::Referenced,
     ) -> Result<u64, StoreError> {
         SqliteStore::drop_unreferenced_artifacts(self, run_id, referenced)
+    }
+
+    fn named_artifacts(
+        &self,
+        run_id: &str,
+    ) -> Result<Vec<(String, crate::artifacts::ArtifactRef)>, StoreError> {
+        SqliteStore::named_artifacts(self, run_id)
     }
 }
 
