@@ -448,6 +448,8 @@ pub(super) fn continue_run(
     section.configure_spill(&session, &opts.secrets);
     if let Some(a) = &approval {
         gates::record(&session, a)?;
+        // Only now: a process killed after this line has the approval in the log.
+        eprintln!("gate \"{}\" of run {run} approved", a.title);
     }
     match &r.pause {
         Some(p) => eprintln!("resuming run {run} at pause event {}", p.event),
