@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "heddle",
     version,
     about = "Run node graphs whose nodes are WebAssembly components",
-    after_help = "Exit codes: 0 completed, 1 failed, 2 invalid graph or usage, 3 cancelled, 4 suspended (paused), 5 unusable run store, 6 a watchdog limit ended the run, 7 run locked by another watchdog, 8 teardown incomplete."
+    after_help = "Exit codes: 0 completed, 1 failed, 2 invalid graph or usage, 3 cancelled, 4 suspended (paused), 5 unusable run store, 6 a watchdog limit ended the run, 7 run locked by another watchdog, 8 teardown incomplete, 9 stored run damaged."
 )]
 pub struct Cli {
     /// Show error causes in full, with a backtrace.

@@ -143,7 +143,16 @@ impl StoreSection {
     }
 
     pub(crate) fn open(&self) -> Result<Arc<dyn RunStore>, StoreError> {
-        Ok(Arc::new(SqliteStore::open(self.path())?))
+        Ok(Arc::new(self.open_sqlite()?))
+    }
+
+    /// The store file, opened; an older schema brought up to date is said on stderr.
+    pub(crate) fn open_sqlite(&self) -> Result<SqliteStore, StoreError> {
+        let store = SqliteStore::open(self.path())?;
+        if let Some(u) = store.upgrade() {
+            eprintln!("run store {}: {u}", self.path().display());
+        }
+        Ok(store)
     }
 
     /// Opens a store that must already exist: reading or resuming never creates one.

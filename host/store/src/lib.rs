@@ -15,6 +15,7 @@ mod clock;
 mod codec;
 mod error;
 pub mod fault;
+pub mod header;
 mod journal;
 pub mod lease;
 pub mod lock;
@@ -37,6 +38,7 @@ pub use error::StoreError;
 pub use journal::DurableJournal;
 pub use log::{LogCounters, RunLog, SyncWait};
 pub use rows::Frames;
+pub use schema::Upgrade;
 pub use sqlite::SqliteStore;
 pub use status::{RunState, RunView};
 
@@ -113,7 +115,8 @@ pub trait RunStore: Send + Sync {
     /// Records a new run and returns its header (with a fresh run id).
     fn create_run(&self, run: &NewRun) -> Result<RunHeader, StoreError>;
 
-    /// The fixed part of a run.
+    /// The fixed part of a run, verified ([`header::verify`]): a field that does not
+    /// match its checksum is [`StoreError::HeaderCorrupt`].
     fn header(&self, run_id: &str) -> Result<RunHeader, StoreError>;
 
     /// Every run, oldest first.
