@@ -238,7 +238,8 @@ impl Actor {
     /// Runs the first attempts of `members` side by side, each under its own cancel
     /// token and time limit.
     async fn run_chunk(&mut self, mut members: Vec<Member>) -> Vec<Member> {
-        let mut calls: Vec<BoxFuture<'static, Result<Outputs, NodeError>>> = Vec::new();
+        type Running = BoxFuture<'static, (Result<Outputs, NodeError>, std::time::Duration)>;
+        let mut calls: Vec<Running> = Vec::new();
         let mut started = Vec::new();
         for m in &members {
             let (token, deadline) = self.invocation_token();
@@ -252,15 +253,21 @@ impl Actor {
             };
             let late = deadline.map(|_| self.deadline_error());
             calls.push(Box::pin(async move {
-                bounded(exec.invoke(call), &token, deadline, || {
+                let r = bounded(exec.invoke(call), &token, deadline, || {
                     late.unwrap_or_else(NodeError::cancelled)
                 })
-                .await
+                .await;
+                // Its own time, not the chunk's.
+                (r, t0.elapsed())
             }));
-            started.push((ctx, t0));
+            started.push(ctx);
         }
         let results = join_all(calls).await;
-        for ((m, (ctx, t0)), result) in members.iter_mut().zip(started).zip(results) {
+        for ((m, ctx), (result, took)) in members.iter_mut().zip(started).zip(results) {
+            // Timed from when its call began: the wall time reported is its own.
+            let t0 = std::time::Instant::now()
+                .checked_sub(took)
+                .unwrap_or_else(std::time::Instant::now);
             m.tried = Some(Tried { ctx, t0, result });
         }
         members
