@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "heddle",
     version,
     about = "Run node graphs whose nodes are WebAssembly components",
-    after_help = "Exit codes: 0 completed, 1 failed, 2 invalid graph or usage, 3 cancelled, 4 suspended (paused), 5 unusable run store, 6 a watchdog limit ended the run, 7 run locked by another watchdog, 8 teardown incomplete."
+    after_help = "Exit codes: 0 completed, 1 failed, 2 invalid graph or usage, 3 cancelled, 4 suspended (paused), 5 unusable run store, 6 a watchdog limit ended the run, 7 run locked by another watchdog, 8 teardown incomplete, 9 stored run damaged."
 )]
 pub struct Cli {
     /// Show error causes in full, with a backtrace.
@@ -365,7 +365,11 @@ pub enum Shape {
     /// A chain of `files.write_text` nodes (not retry-safe: each appends to a file in a
     /// scratch directory); with `--durable`, what a synced start per invocation costs.
     EffectChain,
-    /// Every shape above but effect-chain (whose figure is mostly the disk's).
+    /// A fan-out of `files.write_text` invocations (not retry-safe: each appends an item
+    /// to one file): one node's independent invocations, whose starts a durable run
+    /// writes ahead.
+    EffectFanout,
+    /// Every shape above but the effect shapes (whose figures are mostly the disk's).
     All,
 }
 
@@ -394,6 +398,11 @@ pub struct BenchArgs {
     /// how the scheduler scales.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// Cap how many invocations of one `files` node run at once in the effect shapes (the
+    /// operator's `[packages.files] concurrency`); 1 runs them one at a time, as a node
+    /// that declares nothing runs. Default: as the package declares (128).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=128))]
+    pub concurrency: Option<u32>,
     /// Print the figures as JSON.
     #[arg(long)]
     pub json: bool,

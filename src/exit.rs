@@ -39,6 +39,11 @@ pub enum Exit {
     /// A supervised run's worker left processes or containers the watchdog could not
     /// remove; no further worker was started and the lock is kept.
     Teardown = 8,
+    /// A stored run is damaged: a field of its header (graph document, plan, inputs,
+    /// limits, package digests) or a record of its log fails its checksum, or the log
+    /// has a gap (`RUN_DAMAGED`). The run is quarantined: nothing of it was run, nothing
+    /// was changed.
+    Damaged = 9,
 }
 
 impl Exit {
@@ -165,6 +170,9 @@ pub fn classify(err: &anyhow::Error) -> Exit {
         if let Some(s) = cause.downcast_ref::<heddle_store::StoreError>() {
             if s.is_bad_store() {
                 return Exit::Store;
+            }
+            if s.is_damaged_run() {
+                return Exit::Damaged;
             }
             if s.is_bad_request() {
                 return Exit::Invalid;

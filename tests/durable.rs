@@ -146,7 +146,8 @@ fn work_that_never_started_is_started_on_recovery() {
 #[test]
 fn a_crash_in_a_fan_out_repeats_no_completed_item() {
     let reference = reference_outputs(FANOUT);
-    let env = StoreDir::with_graph(FANOUT);
+    // One item at a time (the items running together: `tests/durable_group.rs`).
+    let env = StoreDir::with_graph(FANOUT).one_at_a_time();
     // The third item's write completes, then the process dies.
     let id = env.crash("after-result:w:3", &[]);
     assert_eq!(env.lines().len(), 3);
@@ -170,23 +171,8 @@ fn random_sigkills_of_a_fan_out_lose_nothing_and_repeat_only_reoffered_work() {
     let mut next = kill_moments();
     for round in 0..12 {
         let env = StoreDir::with_graph(FANOUT);
-        let mut child = env
-            .cmd(&["run", "--durable", "g.json"])
-            .stderr(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(next() % span_ms));
-        let _ = child.kill();
-        let o = child.wait_with_output().unwrap();
-        let Some(id) = stderr(&o)
-            .lines()
-            .find_map(|l| l.strip_prefix("durable run "))
-            .and_then(|l| l.split_whitespace().next())
-            .map(str::to_string)
-        else {
-            // Killed before the run was recorded: nothing may have run.
-            assert_eq!(env.lines(), Vec::<String>::new(), "round {round}");
+        let delay = std::time::Duration::from_millis(next() % span_ms);
+        let Some(id) = env.run_killed_after(delay) else {
             eprintln!("round {round}: killed before the run was recorded");
             continue;
         };
@@ -279,8 +265,9 @@ fn recovered_dispatches_count_once_against_the_budget() {
     let reference = reference_outputs(FANOUT);
     let d = reference_dispatches(FANOUT);
     // Exactly the budget an uninterrupted run needs: a crash and resume fit in it,
-    // because what was recorded before the crash is not dispatched again.
-    let env = StoreDir::with_graph(FANOUT);
+    // because what was recorded before the crash is not dispatched again. One item at
+    // a time, so the crash comes with half of them run.
+    let env = StoreDir::with_graph(FANOUT).one_at_a_time();
     let id = env.crash("after-result:w:3", &["--max-dispatches", &d.to_string()]);
     assert_eq!(env.lines().len(), 3);
     let o = env.heddle(&["runs", "resume", &id, "--json"]);
@@ -290,7 +277,7 @@ fn recovered_dispatches_count_once_against_the_budget() {
     assert_eq!(env.show(&id)["dispatches"], d);
 
     // One less, and the resumed run (which keeps the recorded budget) runs out.
-    let env = StoreDir::with_graph(FANOUT);
+    let env = StoreDir::with_graph(FANOUT).one_at_a_time();
     let id = env.crash(
         "after-result:w:3",
         &["--max-dispatches", &(d - 1).to_string()],

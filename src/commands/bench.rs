@@ -20,6 +20,7 @@ enum AnyShape {
     Native(Shape),
     Wasm(WasmShape),
     Effect,
+    EffectFanout,
 }
 
 impl AnyShape {
@@ -28,6 +29,7 @@ impl AnyShape {
             AnyShape::Native(s) => s.name(),
             AnyShape::Wasm(s) => s.name(),
             AnyShape::Effect => "effect-chain",
+            AnyShape::EffectFanout => "effect-fanout",
         }
     }
 
@@ -36,6 +38,7 @@ impl AnyShape {
             AnyShape::Native(s) => default_size(s),
             AnyShape::Wasm(s) => s.default_size(),
             AnyShape::Effect => 10,
+            AnyShape::EffectFanout => 300,
         }
     }
 
@@ -53,6 +56,7 @@ impl AnyShape {
             AnyShape::Native(s) => bench::graph(s, size),
             AnyShape::Wasm(s) => wasm_bench::graph(s, size),
             AnyShape::Effect => wasm_bench::effect_chain(size),
+            AnyShape::EffectFanout => wasm_bench::effect_fanout(size),
         }
     }
 }
@@ -165,6 +169,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         ShapeArg::WasmChain => vec![AnyShape::Wasm(WasmShape::Chain)],
         ShapeArg::WasmFanout => vec![AnyShape::Wasm(WasmShape::Fanout)],
         ShapeArg::EffectChain => vec![AnyShape::Effect],
+        ShapeArg::EffectFanout => vec![AnyShape::EffectFanout],
         ShapeArg::All => Shape::ALL
             .into_iter()
             .map(AnyShape::Native)
@@ -175,7 +180,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     let mut registry = Registry::with_builtins();
     let effects = shapes
         .iter()
-        .any(|s| matches!(s, AnyShape::Effect))
+        .any(|s| matches!(s, AnyShape::Effect | AnyShape::EffectFanout))
         .then(effects_dir);
     if let Some(dir) = &effects {
         std::fs::create_dir_all(dir)
@@ -183,7 +188,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     }
     if shapes.iter().any(|s| !matches!(s, AnyShape::Native(_))) {
         registry.add(std::sync::Arc::new(
-            rt.block_on(wasm_provider(effects.as_deref()))?,
+            rt.block_on(wasm_provider(effects.as_deref(), args.concurrency))?,
         ))?;
     }
     let threads = rt.metrics().num_workers();
@@ -210,8 +215,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
                         wasm_bench::run_shape(&registry, s, size, messages, journal).await
                     }
                     AnyShape::Effect => {
-                        let dir = effects.as_deref().expect("created for the effect chain");
+                        let dir = effects.as_deref().expect("created for the effect shapes");
                         wasm_bench::run_effect_chain(&registry, size, messages, dir, journal).await
+                    }
+                    AnyShape::EffectFanout => {
+                        let dir = effects.as_deref().expect("created for the effect shapes");
+                        wasm_bench::run_effect_fanout(&registry, size, dir, journal).await
                     }
                 }
             })
@@ -275,15 +284,19 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
 
 /// The WASM provider with the first-party packages (the shapes use `std`), on the
 /// default engine settings: what a fresh install runs. With `effects`, the `files`
-/// package may write there (the effect chain's grant).
+/// package may write there (the effect shapes' grant), with at most `concurrency` of a
+/// node's invocations at once.
 async fn wasm_provider(
     effects: Option<&std::path::Path>,
+    concurrency: Option<u32>,
 ) -> anyhow::Result<heddle_wasm::WasmProvider> {
     let mut config = heddle_wasm::WasmConfig::default();
     if let Some(dir) = effects {
-        config
-            .packages
-            .insert("files".into(), wasm_bench::effect_grant(dir));
+        let grant = heddle_wasm::PackageGrant {
+            concurrency,
+            ..wasm_bench::effect_grant(dir)
+        };
+        config.packages.insert("files".into(), grant);
     }
     let host =
         heddle_wasm::WasmHost::new(config.wasm.clone()).context("starting the WASM engine")?;

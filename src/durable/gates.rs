@@ -18,6 +18,8 @@ use crate::exit::Exit;
 /// A gate approved now: recorded once the run is taken over, then run on from.
 pub struct Approval {
     gate: String,
+    /// The gate's title, for saying it was approved once that is recorded.
+    pub(crate) title: String,
     note: String,
     /// The gate's invocations waiting for the answer.
     occurrences: Vec<Occurrence>,
@@ -32,8 +34,8 @@ pub fn approve(
     note: Option<String>,
     json: bool,
 ) -> anyhow::Result<Exit> {
-    let (r, ask, approval) = approval(&*store, run, gate, note)?;
-    eprintln!("gate \"{}\" of run {run} approved", ask.title);
+    let (r, _, approval) = approval(&*store, run, gate, note)?;
+    // Said by `continue_run` once the approval is on disk, not before.
     super::continue_run(store, r, env_args, json, Some(approval))
 }
 
@@ -47,6 +49,7 @@ pub(crate) fn approval(
     let (r, ask, occurrences) = waiting_gate(store, run, gate)?;
     let approval = Approval {
         gate: gate.to_string(),
+        title: ask.title.clone(),
         note: note.unwrap_or_default(),
         occurrences,
     };

@@ -144,7 +144,16 @@ impl StoreSection {
     }
 
     pub(crate) fn open(&self) -> Result<Arc<dyn RunStore>, StoreError> {
-        Ok(Arc::new(SqliteStore::open(self.path())?))
+        Ok(Arc::new(self.open_sqlite()?))
+    }
+
+    /// The store file, opened; an older schema brought up to date is said on stderr.
+    pub(crate) fn open_sqlite(&self) -> Result<SqliteStore, StoreError> {
+        let store = SqliteStore::open(self.path())?;
+        if let Some(u) = store.upgrade() {
+            eprintln!("run store {}: {u}", self.path().display());
+        }
+        Ok(store)
     }
 
     /// Opens a store that must already exist: reading or resuming never creates one.
@@ -423,6 +432,8 @@ pub(super) fn continue_run(
     section.configure_spill(&session, &opts.secrets);
     if let Some(a) = &approval {
         gates::record(&session, a)?;
+        // Only now: a process killed after this line has the approval in the log.
+        eprintln!("gate \"{}\" of run {run} approved", a.title);
     }
     match &r.pause {
         Some(p) => eprintln!("resuming run {run} at pause event {}", p.event),

@@ -55,7 +55,7 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
     let env = Env::load(&args.env, None).await?;
     let section = StoreSection::load(&env.config)?;
     let settings = settings::Settings::load(&env.config, &args)?;
-    let store = Arc::new(SqliteStore::open(section.path())?);
+    let store = Arc::new(section.open_sqlite()?);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("--listen {}: cannot listen there", args.listen))?;

@@ -69,6 +69,7 @@ pub(super) fn exit_from(code: i32) -> Exit {
         6 => Exit::Limit,
         7 => Exit::Locked,
         8 => Exit::Teardown,
+        9 => Exit::Damaged,
         _ => Exit::Failed,
     }
 }

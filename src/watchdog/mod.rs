@@ -439,7 +439,7 @@ async fn supervise_async(
                 return Ok(stopped(sup, e.code(), e.to_string(), Exit::Failed));
             }
             let exit = match ended.status.code() {
-                Some(c @ 1..=5) => exit_from(c),
+                Some(c @ (1..=5 | 9)) => exit_from(c),
                 _ => Exit::Failed,
             };
             return Ok(stopped(

@@ -135,6 +135,19 @@ impl StoreDir {
         self.dir.path()
     }
 
+    /// The same directory with the operator's cap of one invocation at a time on the
+    /// `files` package: a fan-out into `files.write_text` runs its items one after
+    /// another, as a node that declares nothing does.
+    pub fn one_at_a_time(self) -> StoreDir {
+        let config = CONFIG.replacen(
+            "[packages.files]\n",
+            "[packages.files]\nconcurrency = 1\n",
+            1,
+        );
+        std::fs::write(self.path().join("heddle.toml"), config).unwrap();
+        self
+    }
+
     /// `heddle ARGS` here, with no fault armed.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = super::command(self.path());
@@ -178,6 +191,29 @@ impl StoreDir {
             .unwrap();
         assert_eq!(o.status.code(), None, "not aborted:\n{}", text(&o));
         run_id(&o)
+    }
+
+    /// `heddle run --durable g.json` killed with SIGKILL after `delay`; returns the run
+    /// id, or `None` when it died before the run was recorded (then nothing may have
+    /// run, which this checks).
+    pub fn run_killed_after(&self, delay: Duration) -> Option<String> {
+        let mut child = self
+            .cmd(&["run", "--durable", "g.json"])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        let o = child.wait_with_output().unwrap();
+        let id = super::stderr(&o).lines().find_map(run_id_in);
+        if id.is_none() {
+            assert!(
+                self.lines().is_empty(),
+                "effects before the run was recorded"
+            );
+        }
+        id
     }
 
     /// Lines the provider side wrote.

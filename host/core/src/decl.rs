@@ -29,6 +29,13 @@ pub struct NodeDecl {
     pub retry_safe: bool,
     #[serde(default)]
     pub mode: NodeMode,
+    /// How many invocations of a buffered node, at different lineage keys (the items of
+    /// a fan-out), may run at the same time; 0 and 1 mean one at a time, in the order
+    /// they became ready. More says the node's invocations are independent: none needs
+    /// another to have finished, and their effects may land in any order. A durable
+    /// run writes the starts of invocations that run together in one synced commit.
+    #[serde(default, skip_serializing_if = "one_at_a_time")]
+    pub concurrency: u32,
     /// For a buffered node: take the longest common prefix of input scopes as the
     /// invocation scope instead of rejecting incomparable scopes (zip/cross nodes).
     #[serde(default)]
@@ -261,7 +268,20 @@ pub enum CapabilityKind {
     Network,
 }
 
+fn one_at_a_time(n: &u32) -> bool {
+    *n <= 1
+}
+
 impl NodeDecl {
+    /// How many of the node's invocations may run at once ([`NodeDecl::concurrency`]):
+    /// at least one, and only a buffered node's.
+    pub fn max_concurrent(&self) -> usize {
+        match self.mode {
+            NodeMode::Buffered => self.concurrency.max(1) as usize,
+            _ => 1,
+        }
+    }
+
     pub fn new(type_name: impl Into<String>) -> Self {
         NodeDecl {
             type_name: type_name.into(),

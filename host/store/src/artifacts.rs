@@ -197,15 +197,12 @@ impl SqliteStore {
         Ok(ArtifactRef { sha256, size })
     }
 
-    /// Deletes the artifacts of `run` that neither a name nor `referenced` (the digests
-    /// its log's records point at) keeps; returns the bytes freed. A process that died
-    /// between committing an artifact and committing the record pointing at it left
-    /// such a blob: nothing can ever read it, and it would count against the run's
-    /// quota for good. Only the run's owner calls this, as it takes the run over.
+    /// Deletes the artifacts of `run` that neither a name nor `referenced` keeps
+    /// ([`crate::spill::sweep`] says why and when); returns the bytes freed.
     pub fn drop_unreferenced_artifacts(
         &self,
         run: &str,
-        referenced: &std::collections::HashSet<String>,
+        referenced: &crate::spill::Referenced,
     ) -> Result<u64, StoreError> {
         self.with_db(|db| {
             let what = "dropping unreferenced artifacts";
@@ -240,6 +237,32 @@ impl SqliteStore {
             }
             tx.commit().map_err(StoreError::sql(what))?;
             Ok(freed)
+        })
+    }
+
+    /// Every name of `run`'s artifacts and what it points at, by name.
+    pub fn named_artifacts(&self, run: &str) -> Result<Vec<(String, ArtifactRef)>, StoreError> {
+        self.with_reader(|db| {
+            let what = "reading artifact names";
+            let mut q = db
+                .prepare(
+                    "SELECT n.name, n.sha256, a.size FROM artifact_names n
+                     LEFT JOIN artifacts a ON a.run_id = n.run_id AND a.sha256 = n.sha256
+                     WHERE n.run_id = ?1 ORDER BY n.name",
+                )
+                .map_err(StoreError::sql(what))?;
+            q.query_map(params![run], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    ArtifactRef {
+                        sha256: r.get(1)?,
+                        size: r.get::<_, Option<i64>>(2)?.unwrap_or(0) as u64,
+                    },
+                ))
+            })
+            .map_err(StoreError::sql(what))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(StoreError::sql(what))
         })
     }
 

@@ -44,6 +44,16 @@ pub enum StoreError {
         seq: u64,
         detail: String,
     },
+    /// A field of the run's stored header (graph document, plan, inputs, limits, …) does
+    /// not match its checksum (see [`crate::header`]).
+    #[error(
+        "run {run}: the stored run is damaged: its `{field}` is not as recorded ({detail}); the run is quarantined, nothing was run or changed; RUN_DAMAGED"
+    )]
+    HeaderCorrupt {
+        run: String,
+        field: String,
+        detail: String,
+    },
     #[error("run {run}: the event log has a gap: expected record {expected}, found {found}")]
     Gap {
         run: String,
@@ -156,6 +166,15 @@ impl StoreError {
                 | StoreError::Owned { .. }
                 | StoreError::PauseMismatch { .. }
                 | StoreError::AlreadyEnded { .. }
+        )
+    }
+
+    /// A stored run failed its checks (its header or a record does not match its
+    /// checksum, its log has a gap): quarantined, nothing of it runs.
+    pub fn is_damaged_run(&self) -> bool {
+        matches!(
+            self,
+            StoreError::HeaderCorrupt { .. } | StoreError::Corrupt { .. } | StoreError::Gap { .. }
         )
     }
 

@@ -18,6 +18,7 @@ mod codec;
 mod error;
 #[doc(hidden)]
 pub mod fault;
+pub mod header;
 mod journal;
 pub mod lease;
 mod limits;
@@ -42,6 +43,7 @@ pub use journal::DurableJournal;
 pub use limits::{RunLimits, SuperviseMode, WatchdogLimits};
 pub use log::{LogCounters, RunLog, SyncWait};
 pub use rows::Frames;
+pub use schema::Upgrade;
 pub use sqlite::SqliteStore;
 pub use status::{RunState, RunView};
 
@@ -118,7 +120,8 @@ pub trait RunStore: Send + Sync {
     /// Records a new run and returns its header (with a fresh run id).
     fn create_run(&self, run: &NewRun) -> Result<RunHeader, StoreError>;
 
-    /// The fixed part of a run.
+    /// The fixed part of a run, verified ([`header::verify`]): a field that does not
+    /// match its checksum is [`StoreError::HeaderCorrupt`].
     fn header(&self, run_id: &str) -> Result<RunHeader, StoreError>;
 
     /// Every run, oldest first.
@@ -171,14 +174,20 @@ pub trait RunStore: Send + Sync {
         policy: &artifacts::ArtifactPolicy,
     ) -> Result<artifacts::ArtifactRef, artifacts::ArtifactError>;
 
-    /// Deletes the artifacts of `run_id` that no name and none of the digests in
-    /// `referenced` keep (left by a crash between an artifact and its record); returns
-    /// the bytes freed.
+    /// Deletes the artifacts of `run_id` that no name keeps and `referenced` does not
+    /// hold; returns the bytes freed. [`spill::sweep`] is the caller: it decides what
+    /// is referenced from the stored log.
     fn drop_unreferenced_artifacts(
         &self,
         run_id: &str,
-        referenced: &std::collections::HashSet<String>,
+        referenced: &spill::Referenced,
     ) -> Result<u64, StoreError>;
+
+    /// The names of `run_id`'s artifacts (a final report) and what each points at.
+    fn named_artifacts(
+        &self,
+        run_id: &str,
+    ) -> Result<Vec<(String, artifacts::ArtifactRef)>, StoreError>;
 
     /// The bytes of an artifact of `run_id`, verified against its digest.
     fn get_artifact(

@@ -73,17 +73,115 @@ const MIGRATIONS: &[&str] = &[
     // single records and read as before, and the version makes an older heddle refuse
     // the file instead of calling its packed rows corrupt.
     "-- rows may hold several records",
+    // 6: the run header's checksums (`runs.header_sums`, see header.rs), one CRC-32 per
+    // field: the column is added and the rows a version 5 store holds get theirs by
+    // [`checksum_headers`], in Rust.
+    "-- run headers are checksummed",
 ];
+
+/// The version whose upgrade checksums the run headers already stored.
+const HEADER_SUMS: i64 = 6;
+
+/// What opening a store changed in it: it was brought from schema `from` to `to`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upgrade {
+    pub from: i64,
+    pub to: i64,
+    /// Runs whose header got its checksums on this upgrade, computed over the header
+    /// as it was then (only the graph's recorded sha256 vouches for what came before).
+    pub headers_checksummed: u64,
+}
+
+impl std::fmt::Display for Upgrade {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "upgraded from schema version {} to {}",
+            self.from, self.to
+        )?;
+        if self.from < HEADER_SUMS && self.to >= HEADER_SUMS {
+            write!(
+                f,
+                "; checksummed the stored headers of {} run(s) as they are now (before this, only each graph's sha256 was recorded)",
+                self.headers_checksummed
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Computes the header checksums of every run that has none (all of them, on the
+/// upgrade to version 6), over the fields as stored. Returns how many.
+fn checksum_headers(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<u64> {
+    let has_column: bool = tx.query_row(
+        "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'header_sums'",
+        [],
+        |r| r.get::<_, i64>(0).map(|n| n > 0),
+    )?;
+    if !has_column {
+        tx.execute_batch("ALTER TABLE runs ADD COLUMN header_sums TEXT;")?;
+    }
+    type Row = (String, i64, String, Vec<u8>, String, [String; 5]);
+    let rows: Vec<Row> = {
+        let mut q = tx.prepare(
+            "SELECT run_id, created_ms, graph_name, graph_bytes, graph_sha256, plan, inputs,
+                    secrets, packages, limits FROM runs WHERE header_sums IS NULL",
+        )?;
+        q.query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                [r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?, r.get(9)?],
+            ))
+        })?
+        .collect::<Result<_, _>>()?
+    };
+    for (
+        run_id,
+        created_ms,
+        graph_name,
+        graph_bytes,
+        graph_sha256,
+        [plan, inputs, secrets, packages, limits],
+    ) in &rows
+    {
+        let sums = crate::header::sums(&crate::header::StoredHeader {
+            run_id,
+            created_ms: *created_ms as u64,
+            graph_name,
+            graph_bytes,
+            graph_sha256,
+            plan,
+            inputs,
+            secrets,
+            packages,
+            limits,
+        });
+        tx.execute(
+            "UPDATE runs SET header_sums = ?2 WHERE run_id = ?1",
+            rusqlite::params![run_id, sums],
+        )?;
+    }
+    Ok(rows.len() as u64)
+}
 
 /// Checks what the file is and brings an older schema up to date. A fresh (empty) file
 /// is initialized; anything else must carry our application id and a version we know.
-pub fn prepare(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+/// Returns what an upgrade changed, if the file was brought up to date.
+pub fn prepare(conn: &mut Connection, path: &Path) -> Result<Option<Upgrade>, StoreError> {
     prepare_with(conn, path, MIGRATIONS)
 }
 
 /// [`prepare`] by a heddle that knows `migrations` (a prefix of [`MIGRATIONS`]): how
 /// the tests see what an older build does with a file this one wrote.
-fn prepare_with(conn: &mut Connection, path: &Path, migrations: &[&str]) -> Result<(), StoreError> {
+fn prepare_with(
+    conn: &mut Connection,
+    path: &Path,
+    migrations: &[&str],
+) -> Result<Option<Upgrade>, StoreError> {
     let supported = migrations.len() as i64;
     let not_db = |source| StoreError::NotADatabase {
         path: path.to_path_buf(),
@@ -114,21 +212,31 @@ fn prepare_with(conn: &mut Connection, path: &Path, migrations: &[&str]) -> Resu
         });
     }
     if version == supported && app == APPLICATION_ID {
-        return Ok(());
+        return Ok(None);
     }
     let open = |source| StoreError::Open {
         path: path.to_path_buf(),
         source,
     };
     let tx = conn.transaction().map_err(open)?;
-    for m in &migrations[version as usize..] {
+    let mut headers_checksummed = 0;
+    for (i, m) in migrations.iter().enumerate().skip(version as usize) {
         tx.execute_batch(m).map_err(open)?;
+        if i as i64 + 1 == HEADER_SUMS {
+            headers_checksummed = checksum_headers(&tx).map_err(open)?;
+        }
     }
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(open)?;
     tx.pragma_update(None, "user_version", supported)
         .map_err(open)?;
-    tx.commit().map_err(open)
+    tx.commit().map_err(open)?;
+    // A new file was created, not upgraded.
+    Ok((version > 0).then_some(Upgrade {
+        from: version,
+        to: supported,
+        headers_checksummed,
+    }))
 }
 
 #[cfg(test)]
@@ -138,7 +246,7 @@ mod tests {
     /// A heddle that knows schema 4 (one record per row) refuses a file this build
     /// wrote, naming both versions, and leaves it as it was.
     #[test]
-    fn an_older_heddle_refuses_a_version_5_file() {
+    fn an_older_heddle_refuses_a_newer_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs.db");
         let mut c = Connection::open(&path).unwrap();
@@ -146,10 +254,10 @@ mod tests {
         let before = std::fs::read(&path).unwrap();
         match prepare_with(&mut c, &path, &MIGRATIONS[..4]) {
             Err(StoreError::NewerSchema {
-                found: 5,
+                found,
                 supported: 4,
                 ..
-            }) => {}
+            }) if found == MIGRATIONS.len() as i64 => {}
             other => panic!("expected the newer-schema refusal, got {other:?}"),
         }
         drop(c);

@@ -77,8 +77,10 @@ fn open(
     let epoch = store.acquire(run_id)?;
     if !records.is_empty() {
         // Blobs an earlier process stored for a record it never committed: unreadable,
-        // and they would count against the run's artifact quota for good.
-        store.drop_unreferenced_artifacts(run_id, &crate::spill::referenced(records))?;
+        // and they would count against the run's artifact quota for good. Decided from
+        // the log as stored (read again now that the torn tail is gone), never from
+        // `records`, whose references recovery replaced by their values.
+        crate::spill::sweep(&*store, run_id)?;
     }
     let spill = Spiller::new(store.clone(), run_id);
     let log = Arc::new(RunLog::start(

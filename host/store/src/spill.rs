@@ -20,7 +20,7 @@ use std::sync::Arc;
 use heddle_core::{Map, Occurrence, Record, Value};
 
 use crate::artifacts::{ArtifactError, ArtifactPolicy, ArtifactRef};
-use crate::{RunStore, Stored};
+use crate::{RunStore, StoreError, Stored};
 
 /// The key of a reference object.
 pub const KEY: &str = "$artifact";
@@ -197,20 +197,84 @@ pub fn spill_values<'a>(
     Ok(stored)
 }
 
-/// The digests `records`' results refer to: every artifact a reader of the log can
-/// reach (besides named ones, such as a final report).
-pub fn referenced(records: &[Stored]) -> std::collections::HashSet<String> {
-    records
-        .iter()
-        .filter_map(|s| match &s.record {
-            Record::Completed {
+/// The artifacts a run refers to, as its store holds it: every reference in the results
+/// of its stored log, and every reference inside a named artifact (a final report holds
+/// its large output values as references, some to blobs no record points at: the value
+/// of a built-in, which the log never records). Built only by [`Referenced::stored`],
+/// from what the store reads back, never from records a caller has in hand: a copy whose
+/// references were already replaced by their values ([`resolve`]) refers to nothing,
+/// and sweeping by it deleted every artifact of the run (issue 27).
+#[derive(Debug, Default)]
+pub struct Referenced {
+    digests: std::collections::HashSet<String>,
+}
+
+impl Referenced {
+    /// What `run`'s stored log and named artifacts refer to. `None` when a named
+    /// artifact cannot be read back (missing, corrupt, not JSON where it should be):
+    /// what it refers to is unknown, so nothing may be dropped.
+    pub fn stored(store: &dyn RunStore, run: &str) -> Result<Option<Referenced>, StoreError> {
+        let mut digests = std::collections::HashSet::new();
+        for s in store.read(run, 0)?.records {
+            if let Record::Completed {
                 outputs, emitted, ..
-            } => Some(outputs.iter().chain(emitted.iter())),
-            _ => None,
-        })
-        .flatten()
-        .filter_map(|(_, v)| ArtifactRef::of_value(v).map(|r| r.sha256))
-        .collect()
+            } = &s.record
+            {
+                digests.extend(
+                    outputs
+                        .iter()
+                        .chain(emitted.iter())
+                        .filter_map(|(_, v)| ArtifactRef::of_value(v).map(|r| r.sha256)),
+                );
+            }
+        }
+        for (_, named) in store.named_artifacts(run)? {
+            let bytes = match store.get_artifact(run, &named) {
+                Ok(b) => b,
+                Err(ArtifactError::Store(e)) => return Err(e),
+                Err(_) => return Ok(None),
+            };
+            // A named artifact that is not JSON holds no references.
+            if let Ok(json) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+                references_in(&json, &mut digests);
+            }
+        }
+        Ok(Some(Referenced { digests }))
+    }
+
+    pub fn contains(&self, sha256: &str) -> bool {
+        self.digests.contains(sha256)
+    }
+}
+
+/// Every reference anywhere in `json` (keeping a lookalike too only keeps a blob).
+fn references_in(json: &serde_json::Value, out: &mut std::collections::HashSet<String>) {
+    match json {
+        serde_json::Value::Object(m) => {
+            if let Some(sha) = m
+                .get(KEY)
+                .filter(|_| m.len() == 1)
+                .and_then(|r| r.get("sha256"))
+                .and_then(|s| s.as_str())
+            {
+                out.insert(sha.to_string());
+            }
+            m.values().for_each(|v| references_in(v, out));
+        }
+        serde_json::Value::Array(l) => l.iter().for_each(|v| references_in(v, out)),
+        _ => {}
+    }
+}
+
+/// Drops the artifacts of `run` nothing refers to ([`Referenced::stored`]): blobs a
+/// process committed for a record it never committed (a crash between the two), which
+/// nothing can ever read and which would count against the run's quota for good. Only
+/// the run's owner calls it, as it takes the run over. Returns the bytes freed.
+pub fn sweep(store: &dyn RunStore, run: &str) -> Result<u64, StoreError> {
+    match Referenced::stored(store, run)? {
+        Some(referenced) => store.drop_unreferenced_artifacts(run, &referenced),
+        None => Ok(0),
+    }
 }
 
 /// Stores `v` (its compact JSON) as an artifact of `run`.
@@ -505,5 +569,63 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.code(), "KNOWN_SECRET");
+    }
+
+    /// The sweep keeps what the stored log refers to and what a named artifact (a final
+    /// report) refers to, drops the rest, and drops nothing while a named artifact
+    /// cannot be read (what it refers to is unknown).
+    #[test]
+    fn the_sweep_keeps_what_the_stored_log_and_named_artifacts_refer_to() {
+        use crate::RunStore as _;
+        let (_dir, store, run) = crate::artifacts::tests::store();
+        let settings = Spill {
+            inline_bytes: 10,
+            policy: ArtifactPolicy::default(),
+        };
+        let logged = spill(
+            &store,
+            &run,
+            &settings,
+            completed(vec![("v".into(), Value::str("logged value"))]),
+        )
+        .unwrap();
+        let epoch = store.acquire(&run).unwrap();
+        store
+            .append(&run, epoch, 0, std::slice::from_ref(&logged), true)
+            .unwrap();
+        let policy = ArtifactPolicy::default();
+        let in_report = store_value(&store, &run, &policy, &Value::str("reported value")).unwrap();
+        let orphan = store_value(&store, &run, &policy, &Value::str("orphaned value")).unwrap();
+        let report = serde_json::json!({"outputs": {"out": [in_report.to_value().to_json()]}});
+        store
+            .put_artifact(
+                &run,
+                Some("final-report"),
+                report.to_string().as_bytes(),
+                &policy,
+            )
+            .unwrap();
+        let present = |r: &ArtifactRef| store.get_artifact(&run, r).is_ok();
+
+        assert_eq!(sweep(&store, &run).unwrap(), orphan.size);
+        assert!(!present(&orphan));
+        let Record::Completed { outputs, .. } = &logged else {
+            unreachable!()
+        };
+        assert!(present(&ArtifactRef::of_value(&outputs[0].1).unwrap()));
+        assert!(present(&in_report));
+
+        // A damaged report: nothing is dropped, not even a new orphan.
+        let orphan = store_value(&store, &run, &policy, &Value::str("another orphan")).unwrap();
+        store.with_db(|db| {
+            db.execute(
+                "UPDATE artifacts SET bytes = x'00' WHERE sha256 =
+                 (SELECT sha256 FROM artifact_names WHERE name = 'final-report')",
+                [],
+            )
+            .unwrap();
+        });
+        assert_eq!(sweep(&store, &run).unwrap(), 0);
+        assert!(present(&orphan) && present(&in_report));
     }
 }

@@ -32,6 +32,8 @@ pub struct SqliteStore {
     reader: Mutex<Option<Connection>>,
     /// The owner-lease epoch this handle holds (0: none); see [`crate::lease`].
     lease_epoch: AtomicU64,
+    /// What opening the file changed in it (an older schema brought up to date).
+    upgrade: Option<schema::Upgrade>,
 }
 
 pub(crate) struct Conn {
@@ -60,7 +62,7 @@ impl SqliteStore {
         let mut db = Connection::open(path).map_err(open)?;
         db.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(open)?;
-        schema::prepare(&mut db, path)?;
+        let upgrade = schema::prepare(&mut db, path)?;
         db.pragma_update(None, "journal_mode", "WAL")
             .map_err(open)?;
         db.pragma_update(None, "synchronous", "FULL")
@@ -74,7 +76,14 @@ impl SqliteStore {
             }),
             reader: Mutex::new(None),
             lease_epoch: AtomicU64::new(0),
+            upgrade,
         })
+    }
+
+    /// What opening the file changed in it: an older schema brought up to date (the
+    /// caller says so to the user), `None` when it was current or new.
+    pub fn upgrade(&self) -> Option<&schema::Upgrade> {
+        self.upgrade.as_ref()
     }
 
     /// Runs `f` on the reading connection (see [`SqliteStore::reader`]), opening it first
@@ -251,6 +260,25 @@ impl RunStore for SqliteStore {
         let created_ms = now_ms();
         let run_id = new_run_id(created_ms);
         let graph_sha256 = crate::sha256_hex(&run.graph_bytes);
+        let (plan, inputs, secrets, packages, limits) = (
+            to_json(&run.plan),
+            to_json(&run.inputs),
+            to_json(&run.secrets),
+            to_json(&run.packages),
+            to_json(&run.limits),
+        );
+        let sums = crate::header::sums(&crate::header::StoredHeader {
+            run_id: &run_id,
+            created_ms,
+            graph_name: &run.graph_name,
+            graph_bytes: &run.graph_bytes,
+            graph_sha256: &graph_sha256,
+            plan: &plan,
+            inputs: &inputs,
+            secrets: &secrets,
+            packages: &packages,
+            limits: &limits,
+        });
         let mut c = self.conn();
         set_sync(&mut c, true)?;
         let tx =
@@ -259,19 +287,20 @@ impl RunStore for SqliteStore {
         self.check_write(&tx)?;
         tx.execute(
             "INSERT INTO runs (run_id, created_ms, graph_name, graph_bytes, graph_sha256, plan,
-                 inputs, secrets, packages, limits, owner_epoch)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0)",
+                 inputs, secrets, packages, limits, owner_epoch, header_sums)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0, ?11)",
             params![
                 run_id,
                 created_ms as i64,
                 run.graph_name,
                 run.graph_bytes,
                 graph_sha256,
-                to_json(&run.plan),
-                to_json(&run.inputs),
-                to_json(&run.secrets),
-                to_json(&run.packages),
-                to_json(&run.limits),
+                plan,
+                inputs,
+                secrets,
+                packages,
+                limits,
+                sums,
             ],
         )
         .map_err(StoreError::sql("recording a new run"))?;
@@ -286,65 +315,72 @@ impl RunStore for SqliteStore {
     }
 
     fn header(&self, run_id: &str) -> Result<RunHeader, StoreError> {
-        type Row = (
-            i64,
-            String,
-            Vec<u8>,
-            String,
-            String,
-            String,
-            String,
-            String,
-            String,
-        );
+        struct Row {
+            created_ms: i64,
+            graph_name: String,
+            graph_bytes: Vec<u8>,
+            graph_sha256: String,
+            plan: String,
+            inputs: String,
+            secrets: String,
+            packages: String,
+            limits: String,
+            sums: Option<String>,
+        }
         let row: Option<Row> = self.with_reader(|db| {
             db.query_row(
                 "SELECT created_ms, graph_name, graph_bytes, graph_sha256, plan, inputs, secrets,
-                        packages, limits FROM runs WHERE run_id = ?1",
+                        packages, limits, header_sums FROM runs WHERE run_id = ?1",
                 [run_id],
                 |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                        r.get(6)?,
-                        r.get(7)?,
-                        r.get(8)?,
-                    ))
+                    Ok(Row {
+                        created_ms: r.get(0)?,
+                        graph_name: r.get(1)?,
+                        graph_bytes: r.get(2)?,
+                        graph_sha256: r.get(3)?,
+                        plan: r.get(4)?,
+                        inputs: r.get(5)?,
+                        secrets: r.get(6)?,
+                        packages: r.get(7)?,
+                        limits: r.get(8)?,
+                        sums: r.get(9)?,
+                    })
                 },
             )
             .optional()
             .map_err(StoreError::sql("reading a run"))
         })?;
-        let Some((
-            created_ms,
-            graph_name,
-            graph_bytes,
-            graph_sha256,
-            plan,
-            inputs,
-            secrets,
-            packages,
-            limits,
-        )) = row
-        else {
+        let Some(row) = row else {
             return Err(StoreError::UnknownRun(run_id.to_string()));
         };
+        // The stored bytes are checked before anything decodes them.
+        crate::header::verify(
+            &crate::header::StoredHeader {
+                run_id,
+                created_ms: row.created_ms as u64,
+                graph_name: &row.graph_name,
+                graph_bytes: &row.graph_bytes,
+                graph_sha256: &row.graph_sha256,
+                plan: &row.plan,
+                inputs: &row.inputs,
+                secrets: &row.secrets,
+                packages: &row.packages,
+                limits: &row.limits,
+            },
+            row.sums.as_deref(),
+        )?;
         Ok(RunHeader {
             run_id: run_id.to_string(),
-            created_ms: created_ms as u64,
-            graph_sha256,
+            created_ms: row.created_ms as u64,
+            graph_sha256: row.graph_sha256,
             run: NewRun {
-                graph_name,
-                graph_bytes,
-                plan: from_json(run_id, "plan", &plan)?,
-                inputs: from_json(run_id, "inputs", &inputs)?,
-                secrets: from_json(run_id, "secret names", &secrets)?,
-                packages: from_json(run_id, "package digests", &packages)?,
-                limits: from_json(run_id, "limits", &limits)?,
+                graph_name: row.graph_name,
+                graph_bytes: row.graph_bytes,
+                plan: from_json(run_id, "plan", &row.plan)?,
+                inputs: from_json(run_id, "inputs", &row.inputs)?,
+                secrets: from_json(run_id, "secret names", &row.secrets)?,
+                packages: from_json(run_id, "package digests", &row.packages)?,
+                limits: from_json(run_id, "limits", &row.limits)?,
             },
         })
     }
@@ -461,9 +497,16 @@ impl RunStore for SqliteStore {
     fn drop_unreferenced_artifacts(
         &self,
         run_id: &str,
-        referenced: &std::collections::HashSet<String>,
+        referenced: &crate::spill::Referenced,
     ) -> Result<u64, StoreError> {
         SqliteStore::drop_unreferenced_artifacts(self, run_id, referenced)
+    }
+
+    fn named_artifacts(
+        &self,
+        run_id: &str,
+    ) -> Result<Vec<(String, crate::artifacts::ArtifactRef)>, StoreError> {
+        SqliteStore::named_artifacts(self, run_id)
     }
 }
 

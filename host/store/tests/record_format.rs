@@ -187,7 +187,7 @@ fn a_version_3_store_with_json_results_migrates_and_reads_back() {
         c.pragma_update(None, "user_version", 3).unwrap();
     }
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(user_version(&path), 5);
+    assert_eq!(user_version(&path), 6);
     let back: Vec<Record> = store
         .read(&id, 0)
         .unwrap()
@@ -460,7 +460,7 @@ fn a_version_4_store_migrates_and_its_rows_read_as_one_record_each() {
     }
     assert_eq!(rows_of(&path, &id).len(), old.len());
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(user_version(&path), 5);
+    assert_eq!(user_version(&path), 6);
     assert_eq!(records(&store, &id, 0), old);
     assert_eq!(records(&store, &id, 3), old[3..]);
     let epoch = store.acquire(&id).unwrap();
@@ -473,6 +473,119 @@ fn a_version_4_store_migrates_and_its_rows_read_as_one_record_each() {
         rows_of(&path, &id).last().unwrap(),
         &(13, "packed".to_string())
     );
+}
+
+/// What heddle 5 wrote: the same tables without `runs.header_sums` (this build's file
+/// with the column dropped), marked version 5.
+fn as_version_5(path: &Path) {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.execute_batch("ALTER TABLE runs DROP COLUMN header_sums;")
+        .unwrap();
+    c.pragma_update(None, "user_version", 5).unwrap();
+}
+
+/// Changes one byte of `run`'s stored `column` (a text or blob field of its header).
+fn flip_header_byte(path: &Path, run: &str, column: &str, at: usize) {
+    let c = rusqlite::Connection::open(path).unwrap();
+    let mut bytes: Vec<u8> = c
+        .query_row(
+            &format!("SELECT CAST({column} AS BLOB) FROM runs WHERE run_id = ?1"),
+            [run],
+            |r| r.get(0),
+        )
+        .unwrap();
+    bytes[at] = if bytes[at] == b'5' { b'9' } else { b' ' };
+    let kind: String = c
+        .query_row(
+            &format!("SELECT typeof({column}) FROM runs WHERE run_id = ?1"),
+            [run],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let sql = format!("UPDATE runs SET {column} = ?2 WHERE run_id = ?1");
+    match kind.as_str() {
+        "text" => c.execute(
+            &sql,
+            rusqlite::params![run, String::from_utf8(bytes).unwrap()],
+        ),
+        _ => c.execute(&sql, rusqlite::params![run, bytes]),
+    }
+    .unwrap();
+}
+
+fn damaged_field(store: &SqliteStore, run: &str) -> String {
+    match store.header(run) {
+        Err(StoreError::HeaderCorrupt { field, run: r, .. }) => {
+            assert_eq!(r, run);
+            field
+        }
+        other => panic!("expected a damaged header, got {other:?}"),
+    }
+}
+
+/// A version 5 store (headers without checksums) migrates in place: the upgrade says it
+/// checksummed every stored header, which then reads back as it was. From then on a
+/// flipped byte in the stored graph, limits or inputs is refused, naming the run and the
+/// field, and a header damaged before the upgrade is still caught by its graph digest.
+#[test]
+fn a_version_5_store_migrates_and_its_run_headers_are_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let run = NewRun {
+        graph_bytes: br#"{"nodes":[]}"#.to_vec(),
+        limits: RunLimits {
+            budget: Budget {
+                max_dispatches: Some(5),
+                ..Budget::default()
+            },
+            ..RunLimits::default()
+        },
+        inputs: BTreeMap::from([("n".to_string(), Value::Int(5))]),
+        ..new_run()
+    };
+    let a = store.create_run(&run).unwrap();
+    let b = store.create_run(&run).unwrap();
+    assert!(store.upgrade().is_none(), "a new file is not an upgrade");
+    drop(store);
+    as_version_5(&path);
+    // Damaged while still version 5: nothing vouches for it but the graph's digest.
+    flip_header_byte(&path, &b.run_id, "graph_bytes", 1);
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(user_version(&path), 6);
+    let up = store.upgrade().expect("the upgrade is reported").clone();
+    assert_eq!((up.from, up.to, up.headers_checksummed), (5, 6, 2));
+    assert!(
+        up.to_string()
+            .contains("checksummed the stored headers of 2 run(s)"),
+        "{up}"
+    );
+    assert_eq!(store.header(&a.run_id).unwrap(), a);
+    assert_eq!(damaged_field(&store, &b.run_id), "graph_bytes");
+    drop(store);
+    assert!(SqliteStore::open(&path).unwrap().upgrade().is_none());
+
+    for (column, at, field) in [
+        ("limits", r#"{"max_dispatches":"#.len(), "limits"),
+        ("inputs", 1, "inputs"),
+        ("graph_sha256", 0, "graph_sha256"),
+        ("header_sums", 0, "header_sums"),
+    ] {
+        let c = tempfile::tempdir().unwrap();
+        let copy = c.path().join("runs.db");
+        std::fs::copy(&path, &copy).unwrap();
+        flip_header_byte(&copy, &a.run_id, column, at);
+        let before = std::fs::read(&copy).unwrap();
+        let store = SqliteStore::open(&copy).unwrap();
+        assert_eq!(damaged_field(&store, &a.run_id), field, "{column}");
+        drop(store);
+        assert_eq!(
+            std::fs::read(&copy).unwrap(),
+            before,
+            "{column}: nothing written"
+        );
+    }
 }
 
 // What is stored as JSON text and was once assembled from JSON bags: verdicts, and a

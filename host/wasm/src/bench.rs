@@ -11,6 +11,10 @@
 //!   is not retry-safe (it appends to a file), so a durable run writes each start ahead,
 //!   synced, before its code runs: the shape measures what that costs. Its effects land
 //!   in a directory the bench grants and are counted there after every run.
+//! - `effect-fanout`: a list of N items → `heddle.foreach` → one `files.write_text` node
+//!   appending each item to one file → `heddle.collect` → an output: N independent
+//!   invocations of one node that is not retry-safe, each of whose starts a durable run
+//!   writes ahead; the file must hold every item exactly once.
 //!
 //! `std.math.arith` declares `reuse-instance`, so these measure warm instances, the
 //! common case for the first-party nodes. The native shapes (`heddle_kernel::bench`)
@@ -212,6 +216,84 @@ pub fn effect_grant(dir: &Path) -> crate::PackageGrant {
         }],
         ..Default::default()
     }
+}
+
+/// The file the effect fan-out appends every item to, as the guest names it and in the
+/// granted directory.
+const FANOUT_FILE: &str = "fanout.txt";
+
+/// The line the effect fan-out appends for item `i`.
+fn fanout_line(i: usize) -> String {
+    format!("item {i}\n")
+}
+
+/// `items` (n lines) → `each` → `w` (appends each to `/data/fanout.txt`) → `all` → `out`.
+pub fn effect_fanout(n: usize) -> GraphDoc {
+    let items = Value::list((0..n).map(|i| Value::str(fanout_line(i))).collect());
+    GraphBuilder::new()
+        .named(format!("effect-fanout-{n}"))
+        .node("items", INPUT_TYPE)
+        .prop("name", "items")
+        .prop("value", items)
+        .node("each", "heddle.foreach")
+        .node("w", EFFECT_NODE_TYPE)
+        .prop("path", format!("{EFFECT_GUEST_DIR}/{FANOUT_FILE}"))
+        .prop("append", true)
+        .node("all", "heddle.collect")
+        .node("out", OUTPUT_TYPE)
+        .prop("name", "out")
+        .edge("items", "value", "each", "list")
+        .edge("each", "item", "w", "text")
+        .edge("w", "bytes", "all", "item")
+        .edge("all", "list", "out", "value")
+        .build()
+}
+
+/// Runs the effect fan-out of `n` items, its file in `dir` (as for [`run_effect_chain`]),
+/// and counts the effects there: the file must hold every item's line exactly once (in
+/// any order: invocations that run at the same time append in the order they finish).
+pub async fn run_effect_fanout(
+    registry: &Registry,
+    n: usize,
+    dir: &Path,
+    journal: Option<Arc<dyn Journal>>,
+) -> Result<BenchRun, BenchError> {
+    let file = dir.join(FANOUT_FILE);
+    let io = |source| BenchError::Io {
+        path: file.clone(),
+        source,
+    };
+    match std::fs::remove_file(&file) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+        _ => {}
+    }
+    let timed = TimedRun::start(effect_fanout(n), registry, journal)?;
+    let (r, timing) = timed.finish(EFFECT_NODE_TYPE, n as u64).await?;
+    let collected = match r.outputs.get("out").map(Vec::as_slice) {
+        Some([one]) => one.as_list().map_or(0, |l| l.len()),
+        _ => 0,
+    };
+    if collected != n {
+        return Err(BenchError::Output(format!(
+            "expected {n} byte counts collected, got {collected}"
+        )));
+    }
+    let text = std::fs::read_to_string(&file).map_err(io)?;
+    let mut got: Vec<&str> = text.split_inclusive('\n').collect();
+    got.sort_unstable();
+    let mut want: Vec<String> = (0..n).map(fanout_line).collect();
+    want.sort_unstable();
+    if got != want {
+        return Err(BenchError::Output(format!(
+            "{} holds {} lines, expected each of the {n} items once: an effect was lost or repeated",
+            file.display(),
+            got.len()
+        )));
+    }
+    Ok(BenchRun {
+        messages: n as u64,
+        ..timing
+    })
 }
 
 /// The message the effect chain's input gets `i`-th.

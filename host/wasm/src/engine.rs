@@ -62,6 +62,11 @@ pub(crate) struct HostInner {
     pub(crate) linker: Linker<State>,
     pub(crate) settings: EngineSettings,
     pub(crate) pooling: bool,
+    /// One permit per instance slot of the pool (`pool_instances`), taken by each
+    /// invocation while it runs: invocations beyond the pool (a node running many at
+    /// once, beside others) wait for a slot instead of failing to instantiate. `None`
+    /// without the pool (on-demand allocation has no slots to run out of).
+    slots: Option<Arc<tokio::sync::Semaphore>>,
     cache_dir: PathBuf,
     config_hash: String,
     stop: Arc<AtomicBool>,
@@ -114,6 +119,11 @@ impl WasmHost {
             inner: Arc::new(HostInner {
                 engine,
                 linker,
+                slots: pooling.then(|| {
+                    Arc::new(tokio::sync::Semaphore::new(
+                        settings.pool_instances.max(1) as usize
+                    ))
+                }),
                 settings,
                 pooling,
                 cache_dir,
@@ -143,6 +153,14 @@ impl WasmHost {
         if let Some(n) = self.inner.compile_notice.get() {
             n(package);
         }
+    }
+
+    /// A slot of the instance pool for one invocation, waited for while every slot is
+    /// in use; held until the invocation is done (see `HostInner::slots`).
+    pub(crate) async fn instance_slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let slots = self.inner.slots.clone()?;
+        // The semaphore is never closed.
+        slots.acquire_owned().await.ok()
     }
 
     /// Whether the pooling allocator is in use (false after a fallback).

@@ -101,6 +101,8 @@ impl WasmExecutor {
             return Err(NodeError::cancelled());
         }
 
+        // Held until the invocation is done, warm instance or not.
+        let _slot = host.instance_slot().await;
         let reuse = self.info.reuse_instance && input.is_none();
         let warm = if reuse {
             self.warm.lock().unwrap_or_else(|e| e.into_inner()).pop()

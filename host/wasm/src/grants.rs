@@ -43,6 +43,11 @@ pub struct PackageGrant {
     pub env: Vec<String>,
     /// Names of secrets the package may read with `get-secret`.
     pub secrets: Vec<String>,
+    /// How many invocations of one of the package's nodes may run at once, at most: it
+    /// narrows what the manifest declares (`concurrency`), never widens it; 1 runs them
+    /// one at a time (1 to 128). Absent: as declared.
+    #[serde(deserialize_with = "heddle_core::ranged::opt_int::<_, u32, 1, 128>")]
+    pub concurrency: Option<u32>,
     /// The sha256 of the component this grant was reviewed for (as `package add`
     /// prints it). When set, a package of that name with other bytes gets nothing:
     /// the grant belongs to what was reviewed, not to whatever takes the name.

@@ -23,7 +23,16 @@ pub struct Manifest {
     /// the operator's decision).
     #[serde(default)]
     pub capabilities: Vec<ManifestCapability>,
+    /// How many invocations of a node type may run at the same time (by type name, 1 to
+    /// [`MAX_CONCURRENCY`]): the package's word that its invocations are independent
+    /// (`NodeDecl::concurrency`). A type not listed runs one invocation at a time.
+    #[serde(default)]
+    pub concurrency: std::collections::BTreeMap<String, u32>,
 }
+
+/// The most invocations of one node a manifest may let run at once: each holds a WASM
+/// instance (a slot of the engine's pool, 256 by default) while it runs.
+pub const MAX_CONCURRENCY: u32 = 128;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -89,6 +98,27 @@ impl Manifest {
                 "component `{}` must be a relative path inside the package directory",
                 self.component
             )));
+        }
+        Ok(())
+    }
+
+    /// Checks the manifest's `concurrency` against the types the component declares.
+    pub(crate) fn check_concurrency(
+        &self,
+        path: &Path,
+        declared: impl Fn(&str) -> bool,
+    ) -> Result<(), PackageError> {
+        for (type_name, n) in &self.concurrency {
+            let bad = |message: String| PackageError::BadManifest {
+                path: path.to_path_buf(),
+                message: format!("concurrency.\"{type_name}\" = {n}: {message}"),
+            };
+            if !(1..=MAX_CONCURRENCY).contains(n) {
+                return Err(bad(format!("give 1 to {MAX_CONCURRENCY}")));
+            }
+            if !declared(type_name) {
+                return Err(bad("the component declares no such node type".into()));
+            }
         }
         Ok(())
     }

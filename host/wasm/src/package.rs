@@ -210,6 +210,10 @@ impl WasmPackage {
         };
         let raw = pkg.describe(&path).await?;
         pkg.set_decls(raw, &path)?;
+        pkg.manifest
+            .check_concurrency(&pkg.dir.join(crate::manifest::MANIFEST_FILE), |t| {
+                pkg.info.contains_key(t)
+            })?;
         Ok(pkg)
     }
 
@@ -378,6 +382,12 @@ impl WasmPackage {
                     .collect(),
             };
             self.info.insert(d.type_name.clone(), info);
+            let concurrency = self
+                .manifest
+                .concurrency
+                .get(&d.type_name)
+                .copied()
+                .unwrap_or(1);
             self.decls.push(Arc::new(NodeDecl {
                 type_name: d.type_name,
                 title: text::line(&d.title, text::SHORT),
@@ -387,6 +397,7 @@ impl WasmPackage {
                 properties,
                 retry_safe: d.retry_safe,
                 mode,
+                concurrency,
                 is_join: false,
                 capabilities,
                 origin: origin.clone(),

@@ -118,10 +118,26 @@ impl NodeProvider for WasmProvider {
     }
 
     fn declarations(&self) -> Vec<Arc<NodeDecl>> {
-        self.packages
-            .iter()
-            .flat_map(|p| p.declarations().iter().cloned())
-            .collect()
+        let mut out = Vec::new();
+        for p in &self.packages {
+            // The operator's cap on how many invocations run at once narrows the
+            // package's own word.
+            let cap = self
+                .config
+                .packages
+                .get(p.name())
+                .and_then(|g| g.concurrency);
+            for d in p.declarations() {
+                out.push(match cap {
+                    Some(c) if d.concurrency > c => Arc::new(NodeDecl {
+                        concurrency: c,
+                        ..(**d).clone()
+                    }),
+                    _ => d.clone(),
+                });
+            }
+        }
+        out
     }
 
     fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {

@@ -388,3 +388,96 @@ async fn a_graph_loads_and_compiles_only_the_packages_it_uses() {
         "its first use compiles it, and says so"
     );
 }
+
+/// A manifest says how many invocations of a node type may run at once: the number
+/// reaches the type's declaration (the first-party appends declare 128); a type the
+/// component does not declare, or a number out of range, is refused at install, naming
+/// the file and the entry; a type it does not list runs one at a time.
+#[tokio::test]
+async fn a_manifest_declares_how_many_invocations_of_a_type_run_at_once() {
+    let host = host();
+    let first = first_party_provider(Default::default()).await;
+    let decl = |p: &dyn heddle_kernel::NodeProvider, t: &str| {
+        p.declarations()
+            .into_iter()
+            .find(|d| d.type_name == t)
+            .unwrap_or_else(|| panic!("no {t}"))
+    };
+    assert_eq!(decl(&first, "files.write_text").max_concurrent(), 128);
+    assert_eq!(decl(&first, "std.text.case").max_concurrent(), 1);
+    // The operator's grant narrows it, never widens it.
+    for (cap, want_write, want_case) in [(4, 4, 1), (1, 1, 1), (128, 128, 1)] {
+        let mut config = heddle_wasm::WasmConfig::default();
+        for pkg in ["files", "std"] {
+            config.packages.insert(
+                pkg.into(),
+                heddle_wasm::PackageGrant {
+                    concurrency: Some(cap),
+                    ..Default::default()
+                },
+            );
+        }
+        let capped = first_party_provider(config).await;
+        assert_eq!(
+            decl(&capped, "files.write_text").max_concurrent(),
+            want_write
+        );
+        assert_eq!(decl(&capped, "std.text.case").max_concurrent(), want_case);
+    }
+    for bad in ["0", "129"] {
+        let e = heddle_wasm::WasmConfig::from_toml_str(&format!(
+            "[packages.files]\nconcurrency = {bad}\n"
+        ))
+        .unwrap_err();
+        // The key and range are in the TOML error the config error keeps as its source.
+        let source = std::error::Error::source(&e).map(ToString::to_string);
+        let e = format!("{e}: {}", source.unwrap_or_default());
+        assert!(
+            e.contains("concurrency") && e.contains("from "),
+            "{bad}: {e}"
+        );
+    }
+
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = PackageStore::open(store_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&package_dir("hostile"), dir.path());
+    let manifest = dir.path().join("heddle-package.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    for (entry, problem) in [
+        ("\"hostile.nope\" = 4", "declares no such node type"),
+        ("\"hostile.read\" = 0", "give 1 to 128"),
+        ("\"hostile.read\" = 129", "give 1 to 128"),
+    ] {
+        std::fs::write(&manifest, format!("{text}\n[concurrency]\n{entry}\n")).unwrap();
+        let msg = store
+            .install(&host, dir.path())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("heddle-package.toml")
+                && msg.contains("concurrency.")
+                && msg.contains(problem),
+            "{entry}: {msg}"
+        );
+    }
+    std::fs::write(
+        &manifest,
+        format!("{text}\n[concurrency]\n\"hostile.read\" = 8\n"),
+    )
+    .unwrap();
+    let pkg = store.install(&host, dir.path()).await.unwrap();
+    let read = pkg
+        .declarations()
+        .iter()
+        .find(|d| d.type_name == "hostile.read")
+        .unwrap();
+    assert_eq!(read.max_concurrent(), 8);
+    let spin = pkg
+        .declarations()
+        .iter()
+        .find(|d| d.type_name == "hostile.spin")
+        .unwrap();
+    assert_eq!(spin.max_concurrent(), 1);
+}

@@ -175,7 +175,7 @@ impl Run {
 
         // A built-in handles every value it is given; a node whose own code runs gets
         // only values of the types it declared.
-        let typed_inputs = if decl.origin == "builtin" {
+        let typed_inputs = if decl.origin == heddle_core::Origin::Builtin {
             Box::default()
         } else {
             handles

@@ -31,6 +31,9 @@ pub struct Probe {
     pub flaky_calls: AtomicUsize,
     /// `test.half` invocations so far.
     pub half_calls: AtomicUsize,
+    /// `test.overlap*` invocations running now, and the most that ever ran at once.
+    pub in_flight: AtomicUsize,
+    pub max_in_flight: AtomicUsize,
 }
 
 struct LiveGuard(Arc<Probe>);
@@ -117,6 +120,26 @@ impl NodeProvider for TestNodes {
                 vec![PortDecl::new("value", any())],
                 vec![OutputDecl::new("value", any())],
             ),
+            // Multiplies `value` by 10, yielding to the runtime a few times first;
+            // fails on `fail_on`. `test.overlap` declares that 4 invocations may run at
+            // once, `test.overlap_serial` nothing (one at a time).
+            NodeDecl {
+                concurrency: 4,
+                properties: vec![PortDecl::new("fail_on", t("int"))],
+                ..d(
+                    "test.overlap",
+                    vec![PortDecl::new("value", t("int"))],
+                    vec![OutputDecl::new("value", t("int"))],
+                )
+            },
+            NodeDecl {
+                properties: vec![PortDecl::new("fail_on", t("int"))],
+                ..d(
+                    "test.overlap_serial",
+                    vec![PortDecl::new("value", t("int"))],
+                    vec![OutputDecl::new("value", t("int"))],
+                )
+            },
             d(
                 "test.hang",
                 vec![PortDecl::new("value", any())],
@@ -309,6 +332,20 @@ impl Executor for TestExec {
                     "needs approval",
                     i.get("value").cloned().unwrap_or_default(),
                 )),
+                "test.overlap" | "test.overlap_serial" => {
+                    let p = &self.probe;
+                    let now = p.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    p.max_in_flight.fetch_max(now, Ordering::SeqCst);
+                    for _ in 0..3 {
+                        tokio::task::yield_now().await;
+                    }
+                    p.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    let v = int(i, "value")?;
+                    if i.get("fail_on").and_then(|f| f.as_i64()) == Some(v) {
+                        return Err(NodeError::msg(format!("boom on {v}")));
+                    }
+                    Ok(Outputs::one("value", Value::Int(v * 10)))
+                }
                 "test.hang" => {
                     self.probe.live.fetch_add(1, Ordering::SeqCst);
                     let _g = LiveGuard(self.probe.clone());

@@ -36,6 +36,7 @@ fn skipped(reason: SkipReason) -> NodeOutcome {
 mod endings;
 mod flow;
 mod fused;
+mod group;
 mod init;
 mod isolated;
 mod limits;

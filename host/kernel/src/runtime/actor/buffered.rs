@@ -64,12 +64,36 @@ impl Actor {
         );
         // Scopes that closed upstream, not yet passed on (see `release_settled`).
         let mut closing: Vec<ClosingScope> = Vec::new();
+        // Firings that run together (a node that declares it), run before anything
+        // else leaves the node: at the end of each batch, and before any message but a
+        // value is handled.
+        let mut group = self.group();
         let mut buf = Vec::new();
         while !self.all_closed() {
-            let Some(mut batch) = self.recv_batch(&mut buf).await? else {
+            let batch = if group.holds_outputs() {
+                // Outputs held back for their results: delivered with the next values'
+                // starts when more are ready now, else on their own before waiting.
+                let ready = {
+                    let next = std::pin::pin!(self.recv_batch(&mut buf));
+                    crate::runtime::poll_once(next).await
+                };
+                match ready {
+                    std::task::Poll::Ready(b) => b?,
+                    std::task::Poll::Pending => {
+                        Box::pin(self.run_group(&mut group, true)).await?;
+                        self.recv_batch(&mut buf).await?
+                    }
+                }
+            } else {
+                self.recv_batch(&mut buf).await?
+            };
+            let Some(mut batch) = batch else {
                 break;
             };
             for m in batch.drain(..) {
+                if !group.is_empty() && !matches!(m, Msg::Data { .. }) {
+                    Box::pin(self.run_group(&mut group, true)).await?;
+                }
                 match m {
                     Msg::Data {
                         handle,
@@ -99,21 +123,23 @@ impl Actor {
                             if let NodeRole::Output { .. } = &self.spec.role {
                                 self.fire_output(f);
                             } else {
-                                Box::pin(self.fire_firing(f, lin)).await?;
+                                Box::pin(self.fire_grouped(&mut group, f, lin)).await?;
                             }
                             continue;
                         }
                         match sched.push(handle as usize, value, &lineage) {
                             Err(o) => return Err(Stop::Abort(o.0)),
-                            Ok(Some(key)) => Box::pin(self.fire_key(&mut sched, &key)).await?,
-                            Ok(None) => Box::pin(self.fire_ready(&mut sched)).await?,
+                            Ok(Some(key)) => {
+                                Box::pin(self.fire_key(&mut sched, &mut group, &key)).await?
+                            }
+                            Ok(None) => Box::pin(self.fire_ready(&mut sched, &mut group)).await?,
                         }
                     }
                     Msg::Eos { handle, end, edge } => {
                         if self.close_upstream(handle, end, edge) {
                             sched.close_handle(handle as usize);
                             if !fast {
-                                Box::pin(self.fire_ready(&mut sched)).await?;
+                                Box::pin(self.fire_ready(&mut sched, &mut group)).await?;
                             }
                         }
                     }
@@ -126,8 +152,10 @@ impl Actor {
                         }
                         match sched.rule_out(handle as usize, &lineage) {
                             Err(o) => return Err(Stop::Abort(o.0)),
-                            Ok(Some(key)) => Box::pin(self.fire_key(&mut sched, &key)).await?,
-                            Ok(None) => Box::pin(self.fire_ready(&mut sched)).await?,
+                            Ok(Some(key)) => {
+                                Box::pin(self.fire_key(&mut sched, &mut group, &key)).await?
+                            }
+                            Ok(None) => Box::pin(self.fire_ready(&mut sched, &mut group)).await?,
                         }
                     }
                     Msg::EdgeFailed(message) => return Err(Stop::Failed(message.into())),
@@ -135,7 +163,7 @@ impl Actor {
                         Err(o) => return Err(Stop::Abort(o.0)),
                         Ok(DoneEffect::Wait) => {}
                         Ok(DoneEffect::Ready(key)) => {
-                            Box::pin(self.fire_key(&mut sched, &key)).await?
+                            Box::pin(self.fire_key(&mut sched, &mut group, &key)).await?
                         }
                         Ok(DoneEffect::Dropped(key)) => {
                             let l = Lineage::from_key(&self.spec.scope, &key);
@@ -150,7 +178,7 @@ impl Actor {
                             Some(depth) => {
                                 let key = parent.key(&self.spec.scope[..depth]);
                                 sched.close_scope(&key, depth);
-                                Box::pin(self.fire_ready(&mut sched)).await?;
+                                Box::pin(self.fire_ready(&mut sched, &mut group)).await?;
                                 closing.push(ClosingScope {
                                     parent,
                                     root,
@@ -165,16 +193,21 @@ impl Actor {
                     Msg::ControlEos | Msg::External(_) | Msg::ExternalEos => {}
                 }
                 if !closing.is_empty() {
+                    Box::pin(self.run_group(&mut group, true)).await?;
                     Box::pin(self.release_settled(&mut sched, &mut closing, false)).await?;
                 }
+            }
+            if !group.is_empty() {
+                Box::pin(self.run_group(&mut group, false)).await?;
             }
             buf = batch;
             self.flush_edge_events();
         }
         // Every input closed: whatever can fire, fires (partial input takes defaults).
         if !fast {
-            Box::pin(self.fire_ready(&mut sched)).await?;
+            Box::pin(self.fire_ready(&mut sched, &mut group)).await?;
         }
+        Box::pin(self.run_group(&mut group, true)).await?;
         Box::pin(self.release_settled(&mut sched, &mut closing, true)).await
     }
 
@@ -214,7 +247,12 @@ impl Actor {
         Ok(())
     }
 
-    async fn fire_key(&mut self, sched: &mut Scheduler, key: &Key) -> Result<(), Stop> {
+    async fn fire_key(
+        &mut self,
+        sched: &mut Scheduler,
+        group: &mut super::group::Group,
+        key: &Key,
+    ) -> Result<(), Stop> {
         while let Some((f, vetoed)) = sched.take_ruled(key) {
             let lin = Lineage::from_key(sched.scope(), key);
             if vetoed {
@@ -222,25 +260,29 @@ impl Actor {
                 // not run for it, and downstream learns the item is done.
                 self.forward_dropped(&lin).await?;
             } else {
-                self.fire_firing(f, lin).await?;
+                self.fire_grouped(group, f, lin).await?;
             }
         }
         Ok(())
     }
 
-    async fn fire_ready(&mut self, sched: &mut Scheduler) -> Result<(), Stop> {
+    async fn fire_ready(
+        &mut self,
+        sched: &mut Scheduler,
+        group: &mut super::group::Group,
+    ) -> Result<(), Stop> {
         loop {
             let keys = sched.ready_keys();
             if keys.is_empty() {
                 return Ok(());
             }
             for k in keys {
-                self.fire_key(sched, &k).await?;
+                self.fire_key(sched, group, &k).await?;
             }
         }
     }
 
-    async fn fire_firing(&mut self, f: Firing, lineage: Lineage) -> Result<(), Stop> {
+    pub(super) async fn fire_firing(&mut self, f: Firing, lineage: Lineage) -> Result<(), Stop> {
         if let NodeRole::Output { .. } = &self.spec.role {
             self.fire_output(f);
             return Ok(());
@@ -350,7 +392,7 @@ impl Actor {
         Ok(())
     }
 
-    fn lacks_required(&self, f: &Firing) -> bool {
+    pub(super) fn lacks_required(&self, f: &Firing) -> bool {
         self.spec
             .handles
             .iter()
@@ -373,16 +415,28 @@ impl Actor {
             emits: self.spec.decl.mode == NodeMode::StreamingOutput,
             feed: None,
         };
-        match self.invoke(inv, &mut mint).await? {
+        let settled = self.invoke(inv, &mut mint).await?;
+        self.deliver(settled, &lineage, &mut mint).await
+    }
+
+    /// Routes what a settled invocation at `lineage` produced (under `mint`'s iteration
+    /// tokens, continued from what it emitted), or tells downstream it produced nothing.
+    pub(super) async fn deliver(
+        &mut self,
+        settled: Settled,
+        lineage: &Lineage,
+        mint: &mut MintedTokens,
+    ) -> Result<(), Stop> {
+        match settled {
             Settled::Produced(out) => {
-                self.route_outputs(&out, &lineage, &mut mint).await?;
-                self.close_minted(&lineage).await?;
+                self.route_outputs(&out, lineage, mint).await?;
+                self.close_minted(lineage).await?;
                 self.last_result = Some(out);
                 Ok(())
             }
-            Settled::Skipped { .. } => self.forward_dropped(&lineage).await,
+            Settled::Skipped { .. } => self.forward_dropped(lineage).await,
             // What was emitted stays; the children minted so far are complete.
-            Settled::Ended { .. } => self.close_minted(&lineage).await,
+            Settled::Ended { .. } => self.close_minted(lineage).await,
         }
     }
 }

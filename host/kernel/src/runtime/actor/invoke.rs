@@ -102,6 +102,13 @@ pub(super) enum Settled {
     Ended { error: String },
 }
 
+/// A first attempt that already ran (see [`Actor::attempts`]).
+pub(super) struct Tried {
+    pub ctx: NodeCtx,
+    pub t0: Instant,
+    pub result: Result<Outputs, NodeError>,
+}
+
 impl Actor {
     /// Runs `inv` until it settles. Values it emits are routed as they come, under
     /// `mint`'s iteration tokens (fresh for each attempt). An `Err` stops the node.
@@ -117,10 +124,10 @@ impl Actor {
             _ => None,
         };
         match journal {
-            None => self.attempts(inv, mint, None).await,
+            None => self.attempts(inv, mint, None, None).await,
             Some(journal) if self.recomputed() => {
                 let key = inv.key.clone();
-                let settled = self.attempts(inv, mint, None).await;
+                let settled = self.attempts(inv, mint, None, None).await;
                 if let Err(Stop::Suspended(_)) = &settled {
                     // A gate: the pause must name an occurrence its answer can find.
                     journal.append(Record::Dispatched {
@@ -148,7 +155,7 @@ impl Actor {
                     }
                 };
                 let settled = self
-                    .attempts(inv, mint, Some((&*journal, &occ, begun)))
+                    .attempts(inv, mint, Some((&*journal, &occ, begun)), None)
                     .await;
                 self.emitted = None;
                 if let Ok(Settled::Produced(_)) = settled {
@@ -162,88 +169,93 @@ impl Actor {
 
     /// The attempt loop of one invocation; `journal` records each attempt's start,
     /// result and the supervisor's retries, and says how many attempts an earlier process
-    /// began (numbering continues from there).
+    /// began (numbering continues from there). With `tried`, the first attempt already
+    /// ran (its start recorded), beside others of the node's ([`super::group`]): the loop
+    /// goes on from its result.
     pub(super) async fn attempts(
         &mut self,
         mut inv: Invocation<'_>,
         mint: &mut MintedTokens,
         journal: Option<(&dyn Journal, &Occurrence, u32)>,
+        mut tried: Option<Tried>,
     ) -> Result<Settled, Stop> {
         let begun = journal.map_or(0, |(_, _, n)| n);
         let journal = journal.map(|(j, occ, _)| (j, occ));
         let mut attempt = begun + 1;
         loop {
-            if let Some((j, occ)) = journal {
-                // A retry is one more dispatch of the occurrence, charged to the run's
-                // budget like the first (its retry verdict is on disk, so a restart
-                // counts it too).
-                if attempt > begun + 1
-                    && let Err(e) = j.admit(occ)
-                {
-                    return Err(Stop::Abort(format!(
-                        "node \"{}\" (type {}) at {occ}, attempt {attempt}: {e}",
-                        self.spec.id, self.spec.node_type
-                    )));
-                }
-                if let Some(wait) = self.record_start(j, occ) {
-                    self.written(wait).await?;
-                }
-                self.emitted = inv.emits.then(Vec::new);
-            }
-            let (emit_tx, emit_rx) = if inv.emits {
-                let (tx, rx) = mpsc::channel(EMIT_BUFFER);
-                (Some(tx), Some(rx))
+            let (ctx, t0, result) = if let Some(t) = tried.take() {
+                *mint = MintedTokens::default();
+                self.sent_downstream = false;
+                (t.ctx, t.t0, t.result)
             } else {
-                (None, None)
-            };
-            let (token, deadline) = self.invocation_token();
-            let ctx = self.ctx(inv.key.clone(), token.clone(), deadline, emit_tx);
-            self.invocations += 1;
-            let t0 = self.clock();
-            let exec = self.spec.exec.clone();
-            let fut = match &mut inv.work {
-                Work::Firing { first, used } => {
-                    let inputs = first.take().unwrap_or_else(|| self.rebuild_inputs(used));
-                    self.call(&*exec, inputs, &ctx)
-                }
-                Work::Inputs(inputs) => self.call(&*exec, inputs.clone(), &ctx),
-                Work::Stream(stream) => match stream.take() {
-                    Some(s) => exec.run_stream(s, ctx.clone()),
-                    None => {
-                        return Err(Stop::Failed(format!(
-                            "node \"{}\" (type {}): a stream session cannot be retried",
+                if let Some((j, occ)) = journal {
+                    // A retry is one more dispatch of the occurrence, charged to the run's
+                    // budget like the first (its retry verdict is on disk, so a restart
+                    // counts it too).
+                    if attempt > begun + 1
+                        && let Err(e) = j.admit(occ)
+                    {
+                        return Err(Stop::Abort(format!(
+                            "node \"{}\" (type {}) at {occ}, attempt {attempt}: {e}",
                             self.spec.id, self.spec.node_type
                         )));
                     }
-                },
+                    if let Some(wait) = self.record_start(j, occ) {
+                        self.written(wait).await?;
+                    }
+                    self.emitted = inv.emits.then(Vec::new);
+                }
+                let (emit_tx, emit_rx) = if inv.emits {
+                    let (tx, rx) = mpsc::channel(EMIT_BUFFER);
+                    (Some(tx), Some(rx))
+                } else {
+                    (None, None)
+                };
+                let (token, deadline) = self.invocation_token();
+                let ctx = self.ctx(inv.key.clone(), token.clone(), deadline, emit_tx);
+                self.invocations += 1;
+                let t0 = self.clock();
+                let exec = self.spec.exec.clone();
+                let fut = match &mut inv.work {
+                    Work::Firing { first, used } => {
+                        let inputs = first.take().unwrap_or_else(|| self.rebuild_inputs(used));
+                        self.call(&*exec, inputs, &ctx)
+                    }
+                    Work::Inputs(inputs) => self.call(&*exec, inputs.clone(), &ctx),
+                    Work::Stream(stream) => match stream.take() {
+                        Some(s) => exec.run_stream(s, ctx.clone()),
+                        None => {
+                            return Err(Stop::Failed(format!(
+                                "node \"{}\" (type {}): a stream session cannot be retried",
+                                self.spec.id, self.spec.node_type
+                            )));
+                        }
+                    },
+                };
+                *mint = MintedTokens::default();
+                self.sent_downstream = false;
+                let result = self
+                    .drive(
+                        fut,
+                        emit_rx,
+                        inv.feed.as_deref_mut(),
+                        inv.lineage,
+                        mint,
+                        &token,
+                        deadline,
+                    )
+                    .await?;
+                (ctx, t0, result)
             };
-            *mint = MintedTokens::default();
-            self.sent_downstream = false;
-            let result = self
-                .drive(
-                    fut,
-                    emit_rx,
-                    inv.feed.as_deref_mut(),
-                    inv.lineage,
-                    mint,
-                    &token,
-                    deadline,
-                )
-                .await?;
             #[allow(clippy::result_large_err)] // the seam's error type, as returned by `drive`
             let result = result.and_then(|out| self.keep_promise(out));
             self.account(&ctx, t0, &inv.key, result.as_ref().err(), attempt);
             match result {
                 Ok(out) => {
                     self.refuse_known_secrets(out.iter())?;
-                    if let Some((j, occ)) = journal {
-                        let mut m = ctx.metrics();
-                        m.wall_us = t0.elapsed().as_micros() as u64;
-                        if let Some(wait) = self.record_result(j, occ, &out, m)? {
-                            self.written(wait).await?;
-                        }
+                    if let Some(wait) = self.produced(journal, &ctx, t0, inv.lineage, &out)? {
+                        self.written(wait).await?;
                     }
-                    self.record_for_supervisor(inv.lineage, &out, || ctx.metrics().cost_usd);
                     return Ok(Settled::Produced(out));
                 }
                 Err(e) => {
@@ -344,6 +356,27 @@ impl Actor {
             inputs,
             ctx: ctx.clone(),
         })
+    }
+
+    /// Records an attempt's outputs (a durable run's result record) and keeps them for
+    /// the supervisor; for a node that is not retry-safe the caller waits on the returned
+    /// future before the outputs go downstream.
+    pub(super) fn produced(
+        &mut self,
+        journal: Option<(&dyn Journal, &Occurrence)>,
+        ctx: &NodeCtx,
+        t0: Instant,
+        lineage: &Lineage,
+        out: &Outputs,
+    ) -> Result<Option<super::journaled::Written>, Stop> {
+        let mut wait = None;
+        if let Some((j, occ)) = journal {
+            let mut m = ctx.metrics();
+            m.wall_us = t0.elapsed().as_micros() as u64;
+            wait = self.record_result(j, occ, out, m)?;
+        }
+        self.record_for_supervisor(lineage, out, || ctx.metrics().cost_usd);
+        Ok(wait)
     }
 
     /// The wait before the next attempt when the node's `retry` policy catches this
@@ -555,20 +588,7 @@ impl Actor {
             }
             // Boxed: a timer and a cancel waiter in every actor's state would cost each
             // node that never waits (the memory of a 10,000-node chain is mostly this).
-            let race = async move {
-                let sleep = deadline_sleep(deadline);
-                tokio::pin!(sleep);
-                tokio::select! {
-                    biased;
-                    r = &mut fut => r,
-                    _ = token.cancelled() => Err(NodeError::cancelled()),
-                    _ = &mut sleep => {
-                        token.cancel();
-                        Err(self.deadline_error())
-                    }
-                }
-            };
-            return Ok(Box::pin(race).await);
+            return Ok(Box::pin(bounded(fut, token, deadline, || self.deadline_error())).await);
         };
         // Boxed: the emitting loop's state is large, and most invocations never emit.
         Box::pin(self.drive_emitting(fut, rx, feed, lineage, mint, token, deadline)).await
@@ -654,6 +674,27 @@ async fn reserve(tx: &Option<mpsc::Sender<StreamItem>>) -> Option<mpsc::Permit<'
     match tx {
         Some(tx) => tx.reserve().await.ok(),
         None => None,
+    }
+}
+
+/// `fut`'s result, or the invocation's cancel (`token`) or its time limit (`deadline`,
+/// which cancels `token` and fails with `late()`), whichever comes first.
+pub(super) async fn bounded<'f>(
+    mut fut: BoxFuture<'f, Result<Outputs, NodeError>>,
+    token: &CancellationToken,
+    deadline: Option<Instant>,
+    late: impl FnOnce() -> NodeError,
+) -> Result<Outputs, NodeError> {
+    let sleep = deadline_sleep(deadline);
+    tokio::pin!(sleep);
+    tokio::select! {
+        biased;
+        r = &mut fut => r,
+        _ = token.cancelled() => Err(NodeError::cancelled()),
+        _ = &mut sleep => {
+            token.cancel();
+            Err(late())
+        }
     }
 }
 

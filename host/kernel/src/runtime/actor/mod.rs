@@ -12,6 +12,7 @@ mod buffered;
 mod controlled;
 mod finish;
 mod fused;
+mod group;
 mod input;
 mod invoke;
 mod journaled;
