@@ -1,6 +1,7 @@
-//! Running a started run to its end: executors initialized in graph order, every actor
-//! run (a ready native source inline), executors finalized, and the result built with
-//! the outcome precedence cancel > suspend > failed > completed.
+//! Running a started run to its end, in four phases: executors initialized in graph
+//! order ([`initialize`]), every actor run, a ready native source inline ([`run_actors`]),
+//! executors finalized ([`finalize`]), and the result built with the outcome precedence
+//! cancel > suspend > failed > completed ([`build_result`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -27,15 +28,25 @@ pub(super) async fn run_all(
     rxs: Vec<Inbox>,
     sh: Arc<Shared>,
 ) -> RunResult {
-    let plan = run.plan.clone();
-    let executors = &run.executors;
-    let bus = run.bus.clone();
     let t0 = Instant::now();
-    bus.publish(EventKind::Run {
+    run.bus.publish(EventKind::Run {
         status: RunStatus::Running,
         error: None,
     });
-    // Initialize every executor in graph order before any actor starts.
+    if let Err(result) = initialize(&run, &sh, t0).await {
+        return result;
+    }
+    let ran = run_actors(&run, txs, rxs, &sh).await;
+    finalize(&run, &ran.reports).await;
+    build_result(&run, &sh, ran, t0)
+}
+
+/// Initializes every executor in graph order before any actor starts. When one fails
+/// (or the run is cancelled while one waits), those before it are finalized and the
+/// run's result is the error: no node ran.
+async fn initialize(run: &Run, sh: &Shared, t0: Instant) -> Result<(), RunResult> {
+    let plan = &run.plan;
+    let executors = &run.executors;
     for (i, e) in executors.iter().enumerate() {
         // Most executors are ready at once (nothing to set up): only one that has to
         // wait races the run's cancellation, which costs a wide graph per node.
@@ -48,44 +59,70 @@ pub(super) async fn run_all(
                 _ = sh.run_token.cancelled() => Err(crate::executor::NodeError::cancelled()),
             },
         };
-        if let Err(err) = r {
-            for e in &executors[..i] {
-                e.finalize().await;
-            }
-            let n = &plan.nodes[i];
-            let (status, error) = if sh.cancelled.load(Ordering::SeqCst) {
-                (RunStatus::Cancelled, "cancelled".to_string())
-            } else {
-                (
-                    RunStatus::Failed,
-                    format!(
-                        "node \"{}\" (type {}) failed to initialize: {}",
-                        n.id, n.node_type, err.message
-                    ),
-                )
-            };
-            let reason = if status == RunStatus::Cancelled {
-                SkipReason::Cancelled
-            } else {
-                SkipReason::UpstreamFailed
-            };
-            let nodes = by_id(&plan, |n| NodeReport {
-                node_type: plan.nodes[n].node_type.clone(),
-                outcome: NodeOutcome::Skipped { reason },
-                invocations: 0,
-                metrics: Default::default(),
-            });
-            return finish_result(&bus, status, Some(error), None, BTreeMap::new(), nodes, t0);
+        let Err(err) = r else { continue };
+        for e in &executors[..i] {
+            e.finalize().await;
         }
+        let n = &plan.nodes[i];
+        let (status, error) = if sh.cancelled.load(Ordering::SeqCst) {
+            (RunStatus::Cancelled, "cancelled".to_string())
+        } else {
+            (
+                RunStatus::Failed,
+                format!(
+                    "node \"{}\" (type {}) failed to initialize: {}",
+                    n.id, n.node_type, err.message
+                ),
+            )
+        };
+        let reason = if status == RunStatus::Cancelled {
+            SkipReason::Cancelled
+        } else {
+            SkipReason::UpstreamFailed
+        };
+        let nodes = by_id(plan, |n| NodeReport {
+            node_type: plan.nodes[n].node_type.clone(),
+            outcome: NodeOutcome::Skipped { reason },
+            invocations: 0,
+            metrics: Default::default(),
+        });
+        return Err(finish_result(
+            &run.bus,
+            status,
+            Some(error),
+            None,
+            BTreeMap::new(),
+            nodes,
+            t0,
+        ));
     }
+    Ok(())
+}
 
+/// What running the actors left: how each node ended (by plan index; `None` for one
+/// whose actor panicked) and the panics, as error lines.
+struct Ran {
+    reports: Vec<Option<Ended>>,
+    panics: Vec<String>,
+}
+
+/// Runs every actor to its end: a ready native source inline, a native node fed by
+/// another in its producer's task, every other actor in a task of its own.
+async fn run_actors(
+    run: &Run,
+    txs: Arc<[Option<InboxTx>]>,
+    rxs: Vec<Inbox>,
+    sh: &Arc<Shared>,
+) -> Ran {
+    let plan = &run.plan;
+    let bus = &run.bus;
     let mut joins: Vec<(usize, JoinHandle<Box<ActorReport>>)> = Vec::new();
     let mut reports: Vec<Option<Ended>> = (0..plan.nodes.len()).map(|_| None).collect();
-    let mut fusion = Fusion::new(&plan);
+    let mut fusion = Fusion::new(plan);
     // Events of nodes run inline, published a batch at a time (see `INLINE_BATCH`).
     let mut held: Vec<Draft> = Vec::new();
     for (idx, rx) in rxs.into_iter().enumerate() {
-        if super::inline::run(&run, idx, &sh, &mut held) {
+        if super::inline::run(run, idx, sh, &mut held) {
             reports[idx] = Some(Ended::Inline);
             if held.len() >= INLINE_BATCH {
                 bus.publish_all(&mut held);
@@ -122,6 +159,10 @@ pub(super) async fn run_all(
     // Every actor holds its own senders now: the inboxes close as their producers end.
     drop(txs);
     let mut panics = Vec::new();
+    let panicked = |idx: usize, e: &dyn std::fmt::Display| {
+        let n = &plan.nodes[idx];
+        format!("node \"{}\" (type {}) panicked: {e}", n.id, n.node_type)
+    };
     for (nodes, j) in groups {
         let ends = match j.await {
             Ok(ends) => ends,
@@ -134,34 +175,33 @@ pub(super) async fn run_all(
         for (idx, end) in ends {
             match end {
                 Ok(r) => reports[idx] = Some(Ended::Actor(r)),
-                Err(e) => {
-                    let n = &plan.nodes[idx];
-                    panics.push(format!(
-                        "node \"{}\" (type {}) panicked: {e}",
-                        n.id, n.node_type
-                    ));
-                }
+                Err(e) => panics.push(panicked(idx, &e)),
             }
         }
     }
     for (idx, j) in joins {
         match j.await {
             Ok(r) => reports[idx] = Some(Ended::Actor(r)),
-            Err(e) => {
-                let n = &plan.nodes[idx];
-                panics.push(format!(
-                    "node \"{}\" (type {}) panicked: {e}",
-                    n.id, n.node_type
-                ));
-            }
+            Err(e) => panics.push(panicked(idx, &e)),
         }
     }
-    for e in executors {
+    Ran { reports, panics }
+}
+
+/// Finalizes every executor once every actor has stopped, then marks the edges whose
+/// target stopped before their end.
+async fn finalize(run: &Run, reports: &[Option<Ended>]) {
+    for e in &run.executors {
         e.finalize().await;
     }
-    publish_drained(&plan, &bus, &reports);
+    publish_drained(&run.plan, &run.bus, reports);
+}
 
-    // Outcome, with precedence cancel > suspend > failed > completed.
+/// The run's result from how its nodes ended, with the outcome precedence cancel >
+/// suspend > failed > completed, and the supervisor's interventions.
+fn build_result(run: &Run, sh: &Shared, ran: Ran, t0: Instant) -> RunResult {
+    let plan = &run.plan;
+    let Ran { reports, panics } = ran;
     let mut outputs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     // By plan index here (outputs, errors and the suspension are taken in plan order);
     // handed to the map in id order below.
@@ -208,13 +248,9 @@ pub(super) async fn run_all(
         done.push(Some(report(r.outcome, r.invocations, r.metrics)));
     }
     // Each index once: the report is there.
-    let nodes = by_id(&plan, |i| done[i].take().expect("one report per node"));
-    errors.extend(panics.iter().cloned());
-    let all_errors: Vec<String> = aborts
-        .iter()
-        .cloned()
-        .chain(errors.iter().cloned())
-        .collect();
+    let nodes = by_id(plan, |i| done[i].take().expect("one report per node"));
+    errors.extend(panics);
+    let all_errors: Vec<String> = aborts.into_iter().chain(errors).collect();
     let (status, error) = if sh.cancelled.load(Ordering::SeqCst) {
         (RunStatus::Cancelled, Some("cancelled".to_string()))
     } else if let Some(s) = &suspend {
@@ -227,7 +263,7 @@ pub(super) async fn run_all(
     } else {
         (RunStatus::Completed, None)
     };
-    let mut result = finish_result(&bus, status, error, suspend, outputs, nodes, t0);
+    let mut result = finish_result(&run.bus, status, error, suspend, outputs, nodes, t0);
     if let Some(esc) = &sh.escalator {
         result.interventions = esc.interventions_json();
         esc.close();
