@@ -44,6 +44,14 @@ pub enum IssueKind {
     InvalidOutputContract,
     /// Warning: an edge was dropped while rewriting around a bypassed node.
     BypassDroppedEdge,
+    /// Warning (review): a condition, narrowing or assertion reads output fields the
+    /// producer does not declare.
+    UndeclaredFields,
+    /// Warning (review): a gate nothing feeds, which asks before any work is done.
+    UnfedGate,
+    /// Warning (review): a check that can never be reached, that nothing feeds, or that
+    /// reads an upstream node no edge brings it.
+    UnreachableCheck,
 }
 
 /// Ids and handles are the user's text, of any length: they are shown clipped (the

@@ -89,6 +89,7 @@ impl<'a> Planner<'a> {
 
         self.required_inputs(&nodes, &fed);
         self.lint(&nodes);
+        self.warnings.extend(super::review::review(&nodes, &edges));
 
         let correlation =
             correlation::analyze(&nodes, &edges, &mut self.issues, &mut self.warnings);
