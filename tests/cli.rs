@@ -363,6 +363,52 @@ fn a_failing_node_fails_the_run_with_exit_1() {
 }
 
 #[test]
+fn a_code_node_that_cannot_start_is_the_failed_node_and_the_given_input_is_done() {
+    // No Docker engine answers where this config points: the code node cannot start,
+    // so nothing runs, and the summary says which node failed rather than calling it
+    // (and the input that was given) "upstream failed".
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("no-docker.sock");
+    write(
+        dir.path(),
+        "heddle.toml",
+        &format!("[runners]\ndocker_host = \"unix://{}\"\n", sock.display()),
+    );
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [
+            {"id": "n", "type": "heddle.input", "properties": {"value": 3}},
+            {"id": "double", "type": "code.python", "properties": {"code": "set_result(n * 2)"}},
+            {"id": "out", "type": "heddle.output", "properties": {"name": "out"}}
+          ],
+          "edges": [
+            {"source": "n", "sourceHandle": "value", "target": "double", "targetHandle": "n"},
+            {"source": "double", "sourceHandle": "result", "target": "out", "targetHandle": "value"}
+          ]}"#,
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json", "--json"]);
+    expect_code(&o, FAILED);
+    let v = json(&o);
+    assert_eq!(v["nodes"]["double"]["status"], "failed", "{v}");
+    let error = v["nodes"]["double"]["error"].as_str().unwrap();
+    assert!(error.contains("failed to initialize"), "{error}");
+    assert_eq!(v["nodes"]["n"]["status"], "done", "{v}");
+    assert_eq!(v["nodes"]["out"]["skip_reason"], "upstream_failed", "{v}");
+    assert_eq!(
+        v["skipped"],
+        serde_json::json!([{"node": "out", "reason": "upstream_failed"}])
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json"]);
+    expect_code(&o, FAILED);
+    assert!(
+        stdout(&o).ends_with("skipped 1 node:\n  - out (upstream failed)\n"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
 fn streaming_input_from_stdin() {
     use std::io::Write as _;
     let mut child = Command::new(env!("CARGO_BIN_EXE_heddle"))

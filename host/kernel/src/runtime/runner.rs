@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use heddle_core::plan::Plan;
+use heddle_core::plan::{NodeIdx, Plan};
 use heddle_core::{
     EdgeStatus, EventKind, NodeOutcome, NodeReport, RunResult, RunStatus, SkipReason, SuspendInfo,
     Value,
@@ -75,16 +75,32 @@ async fn initialize(run: &Run, sh: &Shared, t0: Instant) -> Result<(), RunResult
                 ),
             )
         };
-        let reason = if status == RunStatus::Cancelled {
-            SkipReason::Cancelled
-        } else {
-            SkipReason::UpstreamFailed
-        };
-        let nodes = by_id(plan, |n| NodeReport {
-            node_type: plan.nodes[n].node_type.clone(),
-            outcome: NodeOutcome::Skipped { reason },
-            invocations: 0,
-            metrics: Default::default(),
+        // Nothing ran. A failed run names the node that failed and counts the graph's
+        // given inputs as delivered; every other node never ran because of it. A
+        // cancelled one was cancelled before any node dispatched.
+        let nodes = by_id(plan, |j| {
+            let failed = status == RunStatus::Failed;
+            let outcome = if failed && j == i {
+                NodeOutcome::Failed {
+                    error: error.clone(),
+                }
+            } else if failed && run.inputs.get(j as NodeIdx).is_some() {
+                NodeOutcome::Done
+            } else if failed {
+                NodeOutcome::Skipped {
+                    reason: SkipReason::UpstreamFailed,
+                }
+            } else {
+                NodeOutcome::Skipped {
+                    reason: SkipReason::Cancelled,
+                }
+            };
+            NodeReport {
+                node_type: plan.nodes[j].node_type.clone(),
+                outcome,
+                invocations: 0,
+                metrics: Default::default(),
+            }
         });
         return Err(finish_result(
             &run.bus,
