@@ -357,6 +357,10 @@ fn a_failing_node_fails_the_run_with_exit_1() {
     let error = v["nodes"]["parse"]["error"].as_str().unwrap();
     assert!(error.contains("parse"), "{error}");
     assert!(error.ends_with("(signature json:parse)"), "{error}");
+    // The signature is a field too, for programs that match on it without the text.
+    assert_eq!(v["nodes"]["parse"]["signature"], "json:parse", "{v}");
+    assert_eq!(v["nodes"]["parse"]["timed_out"], false, "{v}");
+    assert!(v["nodes"]["by_total"].get("signature").is_none(), "{v}");
     assert_eq!(v["nodes"]["by_total"]["status"], "skipped");
     assert_eq!(v["nodes"]["by_total"]["skip_reason"], "upstream_failed");
     assert!(v["error"].is_string(), "{v}");
@@ -406,6 +410,47 @@ fn a_code_node_that_cannot_start_is_the_failed_node_and_the_given_input_is_done(
         "{}",
         stdout(&o)
     );
+}
+
+#[test]
+fn the_report_says_which_node_timed_out_and_nothing_of_usage_for_nodes_that_cannot_spend() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "heddle.toml",
+        "[runners]\nallow_subprocess = true\n",
+    );
+    // `slow` sleeps far past its time limit; `up`, a std (WASM) node beside it, can
+    // reach no paid service.
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [
+            {"id": "slow", "type": "code.bash", "timeout_ms": 200,
+             "properties": {"code": "sleep 60", "mode": "subprocess"}},
+            {"id": "slow_out", "type": "heddle.output", "properties": {"name": "slow"}},
+            {"id": "up", "type": "std.text.case", "properties": {"text": "hi", "mode": "upper"}},
+            {"id": "up_out", "type": "heddle.output", "properties": {"name": "up"}}
+          ],
+          "edges": [
+            {"source": "slow", "sourceHandle": "result", "target": "slow_out", "targetHandle": "value"},
+            {"source": "up", "sourceHandle": "text", "target": "up_out", "targetHandle": "value"}
+          ]}"#,
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json", "--json"]);
+    expect_code(&o, FAILED);
+    let v = json(&o);
+    assert_eq!(v["nodes"]["slow"]["status"], "failed", "{v}");
+    assert_eq!(v["nodes"]["slow"]["timed_out"], true, "{v}");
+    assert_eq!(v["nodes"]["up"]["status"], "done", "{v}");
+    assert_eq!(v["nodes"]["up"]["timed_out"], false, "{v}");
+    // A code node runs any program: what it spent is unknown unless it says.
+    assert_eq!(v["nodes"]["slow"]["usage"], "unknown", "{v}");
+    // A package node with no network cannot spend: it says nothing about usage,
+    // although it measured its fuel and time.
+    assert!(v["nodes"]["up"]["fuel"].is_u64(), "{v}");
+    assert_eq!(v["nodes"]["up"]["usage"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["totals"]["supervisor_cost_usd"].to_string(), "0.0", "{v}");
 }
 
 #[test]

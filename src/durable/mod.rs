@@ -307,6 +307,7 @@ fn plan_summary(plan: &Plan) -> serde_json::Value {
                 "type": &*n.node_type,
                 "retry_safe": n.decl.retry_safe,
                 "origin": n.decl.origin,
+                "may_spend": n.decl.may_spend(),
             })
         })
         .collect();
@@ -351,6 +352,32 @@ pub(crate) fn list_json(s: &RunSummary, state: RunState) -> serde_json::Value {
 }
 
 /// One run in full, as `runs show --json` and the server's API give it.
+/// Provider usage per node as the log knows it, without the nodes the run's plan says
+/// cannot spend (`may_spend: false`: native built-ins, package nodes with no network),
+/// which have no usage to speak of unless they reported a cost anyway. A run recorded
+/// before its plan said so shows every node.
+pub(crate) fn usage(
+    header: &RunHeader,
+    view: &RunView,
+) -> BTreeMap<String, heddle_store::status::NodeUsage> {
+    let cannot = cannot_spend(header);
+    view.usage()
+        .into_iter()
+        .filter(|(node, u)| u.receipts > 0 || !cannot.contains(node.as_str()))
+        .collect()
+}
+
+/// The nodes a run's plan says cannot spend (see [`usage`]).
+pub(crate) fn cannot_spend(header: &RunHeader) -> std::collections::BTreeSet<&str> {
+    header.run.plan["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n["may_spend"] == false)
+        .filter_map(|n| n["id"].as_str())
+        .collect()
+}
+
 pub(crate) fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value {
     serde_json::json!({
         "run_id": header.run_id,
@@ -369,7 +396,7 @@ pub(crate) fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value
         "dispatches": view.dispatches,
         "execution_ms": view.execution_ms,
         "budget": heddle_store::Budget::of(&header.run.limits),
-        "usage": view.usage(),
+        "usage": usage(header, view),
         "records": view.records,
         "skipped": view.skipped,
         "occurrences": view.occurrences.iter().map(|(o, v)| {

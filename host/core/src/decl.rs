@@ -190,6 +190,22 @@ impl NodeDecl {
         }
     }
 
+    /// Whether invocations of this node type can reach a paid service, so that what it
+    /// spent is a question (its usage `reported`, `partial` or `unknown`). A native
+    /// built-in cannot; nor can a package node that requests no network (its sandbox has
+    /// none, and no grant gives WASM one); a code node may (it runs any program, and its
+    /// sandbox may be given a network).
+    pub fn may_spend(&self) -> bool {
+        match self.origin.as_str() {
+            "builtin" => false,
+            o if o.starts_with("package:") => self
+                .capabilities
+                .iter()
+                .any(|c| c.kind == CapabilityKind::Network),
+            _ => true,
+        }
+    }
+
     pub fn input(&self, name: &str) -> Option<&PortDecl> {
         self.inputs.iter().find(|p| p.name == name)
     }

@@ -100,6 +100,9 @@ async fn initialize(run: &Run, sh: &Shared, t0: Instant) -> Result<(), RunResult
                 outcome,
                 invocations: 0,
                 metrics: Default::default(),
+                signature: None,
+                timed_out: false,
+                may_spend: plan.nodes[j].decl.may_spend(),
             }
         });
         return Err(finish_result(
@@ -232,6 +235,9 @@ fn build_result(run: &Run, sh: &Shared, ran: Ran, t0: Instant) -> RunResult {
             outcome,
             invocations,
             metrics,
+            signature: None,
+            timed_out: false,
+            may_spend: n.decl.may_spend(),
         };
         let r = match r {
             None => {
@@ -261,7 +267,11 @@ fn build_result(run: &Run, sh: &Shared, ran: Ran, t0: Instant) -> RunResult {
             Some(Stop::Suspended(info)) if suspend.is_none() => suspend = Some(info),
             _ => {}
         }
-        done.push(Some(report(r.outcome, r.invocations, r.metrics)));
+        done.push(Some(NodeReport {
+            signature: r.signature.map(String::from),
+            timed_out: r.timed_out,
+            ..report(r.outcome, r.invocations, r.metrics)
+        }));
     }
     // Each index once: the report is there.
     let nodes = by_id(plan, |i| done[i].take().expect("one report per node"));

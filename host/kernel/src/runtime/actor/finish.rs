@@ -135,6 +135,8 @@ impl Actor {
                 .filter(|p| !p.control)
                 .flat_map(|p| p.edges.iter().map(|e| (e.index, e.counter)))
                 .collect(),
+            signature: self.signature.take(),
+            timed_out: self.timed_out,
         })
     }
 

@@ -468,6 +468,8 @@ impl Actor {
         err: Option<&NodeError>,
         attempt: u32,
     ) {
+        let timed_out = err.is_some_and(|e| matches!(e.kind, ErrorKind::Deadline));
+        self.timed_out |= timed_out;
         if self.native {
             return;
         }
@@ -487,7 +489,7 @@ impl Actor {
                 metrics: m.clone(),
                 error: err.map(|e| self.shared.secrets.mask(&e.message)),
                 attempt,
-                timed_out: err.is_some_and(|e| matches!(e.kind, ErrorKind::Deadline)),
+                timed_out,
             });
         }
         self.metrics.accumulate(&m);

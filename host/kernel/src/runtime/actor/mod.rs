@@ -339,6 +339,9 @@ pub(crate) struct ActorReport {
     pub ended_in: Vec<u32>,
     /// Values sent per outgoing edge (plan index, count).
     pub sent: Vec<(u32, u64)>,
+    /// See `Actor::signature` and `Actor::timed_out`.
+    pub signature: Option<Box<str>>,
+    pub timed_out: bool,
 }
 
 /// A cancel token shared by reference count: cloning a `CancellationToken` takes its
@@ -411,6 +414,11 @@ pub(crate) struct Actor {
     ruled_out: bool,
     /// An incoming edge's rule failed: the node fails with this.
     edge_failure: Option<String>,
+    /// The failure signature the node named when it failed for good (the one its error
+    /// text shows), for the report's field.
+    signature: Option<Box<str>>,
+    /// An attempt reached the node's time limit and its work was cancelled.
+    timed_out: bool,
 }
 
 impl Actor {
@@ -450,6 +458,8 @@ impl Actor {
             sent_downstream: false,
             ruled_out: false,
             edge_failure: None,
+            signature: None,
+            timed_out: false,
         }
     }
 

@@ -95,9 +95,13 @@ impl Actor {
                 };
                 // A node's own signature is what its author and policy rules match on;
                 // host failures are already named by `what`.
-                let signature = match (&kind, &err.signature) {
-                    (ErrorKind::Node, Some(sig)) => format!(" (signature {sig})"),
-                    _ => String::new(),
+                self.signature = match (&kind, &err.signature) {
+                    (ErrorKind::Node, Some(sig)) => Some(sig.as_str().into()),
+                    _ => None,
+                };
+                let signature = match &self.signature {
+                    Some(sig) => format!(" (signature {sig})"),
+                    None => String::new(),
                 };
                 let original = format!(
                     "node \"{}\" (type {}) failed{key}: {what}{}{signature}",
