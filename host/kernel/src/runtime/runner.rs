@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use heddle_core::plan::{NodeIdx, Plan};
 use heddle_core::{
@@ -28,23 +27,22 @@ pub(super) async fn run_all(
     rxs: Vec<Inbox>,
     sh: Arc<Shared>,
 ) -> RunResult {
-    let t0 = Instant::now();
     run.bus.publish(EventKind::Run {
         status: RunStatus::Running,
         error: None,
     });
-    if let Err(result) = initialize(&run, &sh, t0).await {
+    if let Err(result) = initialize(&run, &sh).await {
         return result;
     }
     let ran = run_actors(&run, txs, rxs, &sh).await;
     finalize(&run, &ran.reports).await;
-    build_result(&run, &sh, ran, t0)
+    build_result(&run, &sh, ran)
 }
 
 /// Initializes every executor in graph order before any actor starts. When one fails
 /// (or the run is cancelled while one waits), those before it are finalized and the
 /// run's result is the error: no node ran.
-async fn initialize(run: &Run, sh: &Shared, t0: Instant) -> Result<(), RunResult> {
+async fn initialize(run: &Run, sh: &Shared) -> Result<(), RunResult> {
     let plan = &run.plan;
     let executors = &run.executors;
     for (i, e) in executors.iter().enumerate() {
@@ -112,7 +110,6 @@ async fn initialize(run: &Run, sh: &Shared, t0: Instant) -> Result<(), RunResult
             None,
             BTreeMap::new(),
             nodes,
-            t0,
         ));
     }
     Ok(())
@@ -218,7 +215,7 @@ async fn finalize(run: &Run, reports: &[Option<Ended>]) {
 
 /// The run's result from how its nodes ended, with the outcome precedence cancel >
 /// suspend > failed > completed, and the supervisor's interventions.
-fn build_result(run: &Run, sh: &Shared, ran: Ran, t0: Instant) -> RunResult {
+fn build_result(run: &Run, sh: &Shared, ran: Ran) -> RunResult {
     let plan = &run.plan;
     let Ran { reports, panics } = ran;
     let mut outputs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
@@ -289,7 +286,7 @@ fn build_result(run: &Run, sh: &Shared, ran: Ran, t0: Instant) -> RunResult {
     } else {
         (RunStatus::Completed, None)
     };
-    let mut result = finish_result(&run.bus, status, error, suspend, outputs, nodes, t0);
+    let mut result = finish_result(&run.bus, status, error, suspend, outputs, nodes);
     if let Some(esc) = &sh.escalator {
         result.interventions = esc.interventions_json();
         esc.close();
@@ -354,8 +351,10 @@ fn finish_result(
     suspend: Option<SuspendInfo>,
     outputs: BTreeMap<String, Vec<Value>>,
     nodes: BTreeMap<String, NodeReport>,
-    t0: Instant,
 ) -> RunResult {
+    // On the events' clock, read before the last event: the run ends no earlier than
+    // any event it stamped.
+    let wall_us = bus.now_us();
     bus.publish(EventKind::Run {
         status,
         error: error.clone(),
@@ -371,6 +370,6 @@ fn finish_result(
         interventions: Vec::new(),
         events: Vec::new(),
         events_dropped: dropped,
-        wall_us: t0.elapsed().as_micros() as u64,
+        wall_us,
     }
 }

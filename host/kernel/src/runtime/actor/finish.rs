@@ -95,7 +95,9 @@ impl Actor {
         };
         // Closing the inbox: further sends to this node are dropped.
         self.spec.rx.close();
-        self.send_eos(end).await;
+        // The node's ending is on the record before its end-of-stream leaves: a node
+        // below can only settle (skipped, done) after receiving it, so its event always
+        // follows this one and every consumer sees a node end after what fed it.
         match &outcome {
             NodeOutcome::Done => {
                 let result = if matches!(self.spec.role, NodeRole::Executor)
@@ -121,6 +123,7 @@ impl Actor {
                 self.node_event(NodeStatus::Suspended, state, None, None)
             }
         }
+        self.send_eos(end).await;
         Box::new(ActorReport {
             outcome,
             invocations: self.invocations,
