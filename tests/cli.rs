@@ -108,6 +108,49 @@ fn unknown_node_type_names_node_and_type() {
 }
 
 #[test]
+fn an_unknown_node_type_names_the_store_searched_and_close_types() {
+    let dir = tempfile::tempdir().unwrap();
+    // `files.read` is close to a type of the first-party `files` package, which a graph
+    // using none of its types does not load: the hint still finds it.
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [{"id": "a", "type": "files.read"}, {"id": "b", "type": "std.text.cas"}],
+          "edges": []}"#,
+    );
+    let o = heddle_in(
+        dir.path(),
+        &["validate", "g.json", "--packages", "elsewhere"],
+    );
+    expect_code(&o, INVALID);
+    let e = stderr(&o);
+    assert!(
+        e.contains("node a: unknown node type `files.read` (did you mean `files.read_text`?)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("unknown node type `std.text.cas` (did you mean `std.text.case`?)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("the package store elsewhere (nothing installed)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("`--packages DIR` or `[cli] packages_dir` in heddle.toml"),
+        "{e}"
+    );
+    // The same words in the machine-readable form.
+    let o = heddle_in(
+        dir.path(),
+        &["validate", "g.json", "--json", "--packages", "elsewhere"],
+    );
+    let v = json(&o);
+    let message = v["issues"][0]["message"].as_str().unwrap();
+    assert!(message.contains("package store elsewhere"), "{message}");
+}
+
+#[test]
 fn missing_input_value_names_the_input() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "echo.json", ECHO_GRAPH);
@@ -205,6 +248,40 @@ fn verbose_shows_error_detail() {
     expect_code(&o, INVALID);
     // The debug form lists causes separately.
     assert!(stderr(&o).contains("Caused by"), "{}", stderr(&o));
+}
+
+#[test]
+fn an_inherited_rust_backtrace_does_not_turn_an_error_into_a_backtrace() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [{"id": "a", "type": "no.such.node"}], "edges": []}"#,
+    );
+    for var in ["RUST_BACKTRACE", "RUST_LIB_BACKTRACE"] {
+        let o = command(dir.path())
+            .env(var, "1")
+            .args(["validate", "g.json"])
+            .output()
+            .unwrap();
+        expect_code(&o, INVALID);
+        let e = stderr(&o);
+        assert!(
+            e.starts_with("error: g.json: graph is invalid (1 problem)"),
+            "{var}: {e}"
+        );
+        assert!(
+            !e.contains("backtrace") && !e.contains("Caused by"),
+            "{var}: {e}"
+        );
+    }
+    // `--verbose` still shows it all.
+    let o = command(dir.path())
+        .env("RUST_BACKTRACE", "1")
+        .args(["--verbose", "validate", "g.json"])
+        .output()
+        .unwrap();
+    assert!(stderr(&o).contains("Stack backtrace"), "{}", stderr(&o));
 }
 
 #[test]
