@@ -318,6 +318,18 @@ fn validate_accepts_every_example() {
     }
 }
 
+#[test]
+fn the_examples_readme_lists_every_example() {
+    let readme = std::fs::read_to_string(root().join("examples/README.md")).unwrap();
+    for ex in examples() {
+        let name = ex.file_name().unwrap().to_str().unwrap();
+        assert!(
+            readme.contains(&format!("| `{name}` |")),
+            "examples/README.md has no row for {name}"
+        );
+    }
+}
+
 fn examples() -> Vec<PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(root().join("examples"))
         .unwrap()
