@@ -70,7 +70,9 @@ pub struct Progress {
 impl Progress {
     pub fn new(mode: Mode, plan: &heddle_core::plan::Plan) -> Progress {
         let total_nodes = plan.nodes.len();
-        let endings = Causal::new(plan.edges.iter().map(|e| {
+        // Nothing is printed in quiet mode (`--json`): no graph to order lines by.
+        let edges = plan.edges.iter().filter(|_| mode != Mode::Quiet);
+        let endings = Causal::new(edges.map(|e| {
             (
                 &*plan.nodes[e.source as usize].id,
                 &*plan.nodes[e.target as usize].id,

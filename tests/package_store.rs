@@ -177,15 +177,6 @@ fn a_bad_declaration_is_refused_with_exit_2_like_every_bad_package() {
         "{e}"
     );
     assert!(names(dir.path()).is_empty());
-    // So is one whose describe() panics.
-    let panics = common::package_dir("describe-panic");
-    let o = heddle_in(dir.path(), &["package", "add", panics.to_str().unwrap()]);
-    expect_code(&o, INVALID);
-    assert!(
-        stderr(&o).contains("describe panicked on purpose"),
-        "{}",
-        stderr(&o)
-    );
 }
 
 #[test]

@@ -147,7 +147,7 @@ impl PackageError {
     }
 
     /// Whether the error is about what the user pointed at (a directory that is not a
-    /// good package: its manifest, component, WIT version, declarations or names; a
+    /// good package: its manifest, component, WIT version, the declarations it made, names; a
     /// package not installed; a bad config section) rather than a failure of the
     /// machine or of installed bytes (changed since locked, I/O, the engine). The
     /// command line exits 2 for the first ("bad package directory"), 1 for the second.
@@ -163,14 +163,16 @@ impl PackageError {
             | P::WitMismatch { .. }
             | P::WitLink { .. }
             | P::UnsupportedVersion { .. }
-            | P::Describe { .. }
             | P::BadDecl { .. }
             | P::ReservedName { .. }
             | P::TypeClash { .. }
             | P::BadName { .. }
             | P::NotInstalled { .. }
             | P::Config(_) => true,
-            P::Io { .. }
+            // The guest failed while describing itself (a trap, its deadline): what it
+            // would have declared is unknown, as for any run of guest code that fails.
+            P::Describe { .. }
+            | P::Io { .. }
             | P::Changed { .. }
             | P::BadLockEntry { .. }
             | P::GrantPinMismatch { .. }

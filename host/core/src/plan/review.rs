@@ -30,14 +30,22 @@ pub(super) fn review(nodes: &[PlanNode], edges: &[PlanEdge]) -> Vec<Issue> {
     for (i, e) in edges.iter().enumerate() {
         never[i] = review_edge(nodes, e, &mut out);
     }
-    let unreachable = unreachable(nodes, edges, &never);
+    // Most graphs have no condition that can never hold: nothing is cut off.
+    let dead = never
+        .contains(&true)
+        .then(|| unreachable(nodes, edges, &never));
     for (i, n) in nodes.iter().enumerate() {
+        // Only gates and checks are reviewed: a wide graph pays no allocation per node.
+        if !matches!(&*n.node_type, GATE_TYPE | CHECK_TYPE) {
+            continue;
+        }
         let data_in: Vec<&PlanEdge> = n
             .in_edges
             .iter()
             .map(|&e| &edges[e as usize])
             .filter(|e| e.edge_type == EdgeType::Data)
             .collect();
+        let cut_off = dead.as_ref().is_some_and(|d| d[i]);
         match &*n.node_type {
             GATE_TYPE if data_in.is_empty() => out.push(issue(
                 IssueKind::UnfedGate,
@@ -46,7 +54,7 @@ pub(super) fn review(nodes: &[PlanNode], edges: &[PlanEdge]) -> Vec<Issue> {
                 Some("value"),
                 "the gate has no upstream: it asks for approval at the start of the run, before any work it could review; connect the work under review to its `value` input".into(),
             )),
-            CHECK_TYPE => review_check(nodes, n, &data_in, unreachable[i], edges, &never, &mut out),
+            CHECK_TYPE => review_check(nodes, n, &data_in, cut_off, edges, &never, &mut out),
             _ => {}
         }
     }
