@@ -1,9 +1,11 @@
-;; A Heddle node package written by hand in WebAssembly text: no SDK, no language
+;; A Heddle node package in plain WebAssembly text: no SDK, no language
 ;; toolchain, no WASI. `wit/README.md` ("Bring your own language") walks through it;
 ;; `tests/byo_language.rs` builds it with wasm-tools and runs it.
 ;;
 ;;   wasm-tools component embed wit --world node-package cases.wat -o cases.core.wasm
 ;;   wasm-tools component new cases.core.wasm -o cases.wasm
+;;
+;; The data segments at the end are written by layout.py (edit the ports there).
 ;;
 ;; One node type, `byo.cases`: for every entry of `inputs` it answers the case of the WIT
 ;; `value` variant the entry arrived as (0 null, 1 boolean, 2 s64, 3 f64, 4 string,
