@@ -99,8 +99,8 @@ pub struct NodeEntry {
     pub cost_usd: f64,
     /// Whether `cost_usd` is the node's whole provider usage: `reported` (every
     /// invocation reported its cost), `partial` (a lower bound) or `unknown` (none did;
-    /// not zero). `null` for nodes that cannot spend (native built-ins, package nodes
-    /// with no network) unless they reported a cost anyway.
+    /// not zero). `null` for nodes that cannot spend (native built-ins and package
+    /// nodes: `Origin::may_spend`) unless they reported a cost anyway.
     pub usage: Option<UsageState>,
     /// Microseconds since the run started when the node first ran, and when it ended.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -535,7 +535,7 @@ fn the_report_says_which_node_timed_out_and_nothing_of_usage_for_nodes_that_cann
     assert_eq!(v["nodes"]["up"]["timed_out"], false, "{v}");
     // A code node runs any program: what it spent is unknown unless it says.
     assert_eq!(v["nodes"]["slow"]["usage"], "unknown", "{v}");
-    // A package node with no network cannot spend: it says nothing about usage,
+    // A package node cannot spend (no grant gives WASM a network): it says nothing about usage,
     // although it measured its fuel and time.
     assert!(v["nodes"]["up"]["fuel"].is_u64(), "{v}");
     assert_eq!(v["nodes"]["up"]["usage"], serde_json::Value::Null, "{v}");

@@ -120,7 +120,7 @@ fn show(section: &StoreSection, run: &str, json: bool) -> anyhow::Result<Exit> {
     if let Some(e) = &view.error {
         println!("error     {e}");
     }
-    let budget = heddle_store::Budget::of(&header.run.limits);
+    let budget = header.run.limits.budget;
     let of = |limit: Option<u64>| limit.map(|l| format!(" of {l}")).unwrap_or_default();
     println!(
         "progress  {} dispatches{}, {} ms executed{}, {} records, opened {} times",
@@ -142,13 +142,14 @@ fn show(section: &StoreSection, run: &str, json: bool) -> anyhow::Result<Exit> {
         );
     }
     for (occ, o) in &view.occurrences {
-        let answered = |verdict: &str| o.verdicts.iter().any(|v| v["verdict"] == verdict);
+        let answered =
+            |action: heddle_core::RecordedAction| o.verdicts.iter().any(|v| v.action == action);
         let result = match &o.result {
             Some(Outcome::Completed { .. }) => "completed",
             Some(Outcome::Failed { .. }) => "failed",
-            None if answered("reject") => "cancelled (gate rejected)",
+            None if answered(heddle_core::RecordedAction::Reject) => "cancelled (gate rejected)",
             // An approved gate passes its value on and records no result of its own.
-            None if answered("approve") => "approved (gate)",
+            None if answered(heddle_core::RecordedAction::Approve) => "approved (gate)",
             None if o.started > 0 => "started, no result",
             None => "dispatched",
         };

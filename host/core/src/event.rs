@@ -274,7 +274,7 @@ pub struct NodeReport {
     /// may still have succeeded on a retry).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub timed_out: bool,
-    /// Whether the node can spend money at all ([`crate::NodeDecl::may_spend`]): one
+    /// Whether the node can spend money at all ([`crate::Origin::may_spend`]): one
     /// that cannot has no usage to report, whatever it measured.
     #[serde(default = "may_spend_unless_said")]
     pub may_spend: bool,

@@ -100,7 +100,7 @@ async fn initialize(run: &Run, sh: &Shared) -> Result<(), RunResult> {
                 metrics: Default::default(),
                 signature: None,
                 timed_out: false,
-                may_spend: plan.nodes[j].decl.may_spend(),
+                may_spend: plan.nodes[j].decl.origin.may_spend(),
             }
         });
         return Err(finish_result(
@@ -234,7 +234,7 @@ fn build_result(run: &Run, sh: &Shared, ran: Ran) -> RunResult {
             metrics,
             signature: None,
             timed_out: false,
-            may_spend: n.decl.may_spend(),
+            may_spend: n.decl.origin.may_spend(),
         };
         let r = match r {
             None => {
