@@ -39,11 +39,12 @@ pub fn dispatch(command: Command) -> anyhow::Result<Exit> {
 }
 
 /// One message, causes joined; the debug form (with causes listed and a backtrace when
-/// one was captured) only on `--verbose` or `RUST_BACKTRACE`.
+/// one was captured) only on `--verbose`. `RUST_BACKTRACE` is not asked: a shell set up
+/// for Rust work exports it, and a user's mistake (a bad graph, a missing input) is not
+/// a program fault to trace.
 fn print_error(err: &anyhow::Error, verbose: bool) {
     let mut out = std::io::stderr().lock();
-    let wants_detail = verbose || std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0");
-    let text = if wants_detail {
+    let text = if verbose {
         format!("{err:?}")
     } else {
         format!("{err:#}")

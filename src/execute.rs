@@ -80,7 +80,7 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
         // announcement is always handled here rather than by the default action.
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
-        let progress = Progress::new(mode, total_nodes);
+        let progress = Progress::new(mode, run.plan());
         let printer = progress.printer();
         // Flips to true when the run is over or being cancelled: stops reading stdin.
         let (ended_tx, ended_rx) = watch::channel(false);
@@ -211,13 +211,15 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
             print!("{}", human_summary(&report));
         }
         match (&report.error, result.status) {
-            (_, RunStatus::Cancelled) => {}
+            // A suspension is no error, and it is said once: here, or by the pause a
+            // durable run records (`report_ending`, with what to do next).
+            (_, RunStatus::Cancelled | RunStatus::Suspended) => {}
             (Some(err), _) => eprintln!("error: {}", bounded(err)),
             (None, _) => {}
         }
-        if let Some(s) = &report.suspend {
+        if let Some(s) = report.suspend.as_ref().filter(|_| !durable) {
             eprintln!("suspended at node {}: {}", s.node_id, s.reason);
-            if !durable && heddle_core::gate::GateAsk::from_state(&s.state).is_some() {
+            if heddle_core::gate::GateAsk::from_state(&s.state).is_some() {
                 eprintln!(
                     "answering gate {} (heddle runs approve | reject) needs a durable run: run the graph again with --durable",
                     s.node_id

@@ -133,27 +133,11 @@ pub fn classify(err: &anyhow::Error) -> Exit {
             return Exit::Invalid;
         }
         if let Some(p) = cause.downcast_ref::<heddle_wasm::PackageError>() {
-            use heddle_wasm::PackageError as P;
             // A package the user pointed at that is not one, or a name not installed:
             // a mistake in the request. Changed bytes and engine trouble are failures,
             // decided here whatever their causes are (a malformed lockfile's TOML error
             // does not make it the user's request).
-            return if matches!(
-                p,
-                P::MissingManifest { .. }
-                    | P::ManifestSyntax { .. }
-                    | P::BadManifest { .. }
-                    | P::MissingComponent { .. }
-                    | P::BadComponent { .. }
-                    | P::WitMismatch { .. }
-                    | P::WitLink { .. }
-                    | P::UnsupportedVersion { .. }
-                    | P::NotInstalled { .. }
-                    | P::ReservedName { .. }
-                    | P::TypeClash { .. }
-                    | P::BadName { .. }
-                    | P::Config(_)
-            ) {
+            return if p.is_bad_request() {
                 Exit::Invalid
             } else {
                 Exit::Failed

@@ -4,8 +4,15 @@
 //! line per finished node printed above it; otherwise plain lines, one per node outcome,
 //! log line and intervention, so a log file or CI output reads top to bottom. Everything
 //! goes to stderr: stdout carries only the outputs (or the JSON report).
+//!
+//! Node endings are printed in causal order: a node's line waits until every node
+//! feeding it has ended. The kernel records a node's ending before its end-of-stream
+//! leaves, so what follows from an ending is already in order; but a node may settle on
+//! the first value it gets (a gate suspends, a node fails) while the node that sent it
+//! is still finishing, and read top to bottom that would look like an effect before its
+//! cause. Its line is held, with its own time stamp, until its feeders' lines are out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write as _;
 use std::time::Duration;
 
@@ -56,10 +63,21 @@ pub struct Progress {
     total: usize,
     per_node_lines: bool,
     state: BTreeMap<String, NodeStatus>,
+    /// Node endings, let out in causal order.
+    endings: Causal,
 }
 
 impl Progress {
-    pub fn new(mode: Mode, total_nodes: usize) -> Progress {
+    pub fn new(mode: Mode, plan: &heddle_core::plan::Plan) -> Progress {
+        let total_nodes = plan.nodes.len();
+        // Nothing is printed in quiet mode (`--json`): no graph to order lines by.
+        let edges = plan.edges.iter().filter(|_| mode != Mode::Quiet);
+        let endings = Causal::new(edges.map(|e| {
+            (
+                &*plan.nodes[e.source as usize].id,
+                &*plan.nodes[e.target as usize].id,
+            )
+        }));
         let bar = (mode == Mode::Live).then(|| {
             let bar = ProgressBar::with_draw_target(
                 Some(total_nodes as u64),
@@ -85,6 +103,7 @@ impl Progress {
             total: total_nodes,
             per_node_lines: total_nodes <= PER_NODE_LINES_MAX,
             state: BTreeMap::new(),
+            endings,
         }
     }
 
@@ -120,6 +139,7 @@ impl Progress {
                 let node_id = clip(id, ECHO_MAX_CHARS);
                 let node_type = clip(node_type, ECHO_MAX_CHARS);
                 let error = error.as_deref().map(crate::exit::bounded);
+                let terminal = !matches!(status, NodeStatus::Running | NodeStatus::Warning);
                 let line = match status {
                     NodeStatus::Completed if self.per_node_lines => Some(format!(
                         "{} done     {node_id} ({node_type})",
@@ -146,7 +166,11 @@ impl Progress {
                         .map(|e| format!("{} warning  {node_id}: {e}", self.stamp(ev.at_us))),
                     _ => None,
                 };
-                if let Some(l) = line {
+                if terminal {
+                    for l in self.endings.ended(id, line) {
+                        self.line(&l);
+                    }
+                } else if let Some(l) = line {
                     self.line(&l);
                 }
                 self.redraw();
@@ -242,6 +266,11 @@ impl Progress {
 
     /// Clears the status line and prints the one-line verdict of the run.
     pub fn finish(&mut self, status: RunStatus, supervised: bool, wall_us: u64) {
+        // Endings still held wait for a feeder that never ended (a run that stopped
+        // early): out now, in the order they came.
+        for l in self.endings.rest() {
+            self.line(&l);
+        }
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
@@ -254,6 +283,82 @@ impl Progress {
             (s, _) => s.as_str().to_string(),
         };
         self.line(&format!("run {label} in {:.3}s", wall_us as f64 / 1e6));
+    }
+}
+
+/// Node endings let out in causal order: a node's ending waits until every node feeding
+/// it (by a data or a control edge) has ended.
+struct Causal {
+    feeders: HashMap<String, Vec<String>>,
+    feeds: HashMap<String, Vec<String>>,
+    /// Nodes whose ending is out (its line printed, or none to print).
+    released: HashSet<String>,
+    /// Endings waiting for a feeder's: node id → (arrival number, line).
+    held: HashMap<String, (u64, Option<String>)>,
+    arrivals: u64,
+}
+
+impl Causal {
+    /// From the graph's edges, as (source id, target id).
+    fn new<'a>(edges: impl Iterator<Item = (&'a str, &'a str)>) -> Causal {
+        let mut feeders: HashMap<String, Vec<String>> = HashMap::new();
+        let mut feeds: HashMap<String, Vec<String>> = HashMap::new();
+        for (s, t) in edges {
+            feeders
+                .entry(t.to_string())
+                .or_default()
+                .push(s.to_string());
+            feeds.entry(s.to_string()).or_default().push(t.to_string());
+        }
+        Causal {
+            feeders,
+            feeds,
+            released: HashSet::new(),
+            held: HashMap::new(),
+            arrivals: 0,
+        }
+    }
+
+    /// Node `id` ended (`line`, if it has one to print): the lines to print now, its own
+    /// when every node feeding it has ended (else it is held until they have), then
+    /// those held for it, in the order they came.
+    fn ended(&mut self, id: &str, line: Option<String>) -> Vec<String> {
+        self.arrivals += 1;
+        self.held.insert(id.to_string(), (self.arrivals, line));
+        let mut ready: BTreeMap<u64, String> = BTreeMap::new();
+        if self.feeders_out(id) {
+            ready.insert(self.arrivals, id.to_string());
+        }
+        let mut out = Vec::new();
+        while let Some((_, id)) = ready.pop_first() {
+            let Some((_, line)) = self.held.remove(&id) else {
+                continue;
+            };
+            out.extend(line);
+            self.released.insert(id.clone());
+            for next in self.feeds.get(&id).into_iter().flatten() {
+                if let Some(&(n, _)) = self.held.get(next)
+                    && self.feeders_out(next)
+                {
+                    ready.insert(n, next.clone());
+                }
+            }
+        }
+        out
+    }
+
+    fn feeders_out(&self, id: &str) -> bool {
+        self.feeders
+            .get(id)
+            .is_none_or(|f| f.iter().all(|s| self.released.contains(s)))
+    }
+
+    /// The lines still held (a feeder never ended: the run stopped early), in the order
+    /// they came.
+    fn rest(&mut self) -> Vec<String> {
+        let mut held: Vec<(u64, Option<String>)> = self.held.drain().map(|(_, h)| h).collect();
+        held.sort_by_key(|(n, _)| *n);
+        held.into_iter().filter_map(|(_, l)| l).collect()
     }
 }
 
@@ -285,5 +390,31 @@ pub fn skip_reason_text(r: heddle_core::SkipReason) -> &'static str {
         Cancelled => "run cancelled",
         Supervisor => "supervisor chose skip",
         Suspended => "run suspended",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Causal;
+
+    #[test]
+    fn an_ending_waits_for_the_endings_of_what_fed_it() {
+        // a -> b -> d, a -> c -> d, and e alone.
+        let mut c = Causal::new([("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")].into_iter());
+        let line = |s: &str| Some(s.to_string());
+        // `d` settles on the first value it got, before anything above it has ended.
+        assert!(c.ended("d", line("d")).is_empty());
+        assert!(c.ended("b", line("b")).is_empty());
+        assert_eq!(c.ended("e", line("e")), ["e"]);
+        // `a` ends: `b` is let out after it, `d` still waits for `c`.
+        assert_eq!(c.ended("a", line("a")), ["a", "b"]);
+        // A node with no line to print (a large graph's `done`) still lets out its own.
+        assert_eq!(c.ended("c", None), ["d"]);
+        assert!(c.rest().is_empty());
+        // Held endings whose feeder never ends come out at the end, in arrival order.
+        let mut c = Causal::new([("x", "y"), ("x", "z")].into_iter());
+        assert!(c.ended("z", line("z")).is_empty());
+        assert!(c.ended("y", line("y")).is_empty());
+        assert_eq!(c.rest(), ["z", "y"]);
     }
 }

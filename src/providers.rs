@@ -110,6 +110,7 @@ impl Env {
             .collect();
         registry.add(Arc::new(wasm))?;
         registry.add(Arc::new(CodeNodes::new(s.runners.clone())))?;
+        registry.set_searched(searched(&s.packages_dir));
 
         Ok(Env {
             config: s.config,
@@ -120,6 +121,24 @@ impl Env {
             package_digests,
         })
     }
+}
+
+/// Where node types come from, for the error about an unknown one: what is installed in
+/// the package store, and how to point at another.
+fn searched(packages_dir: &Path) -> String {
+    let installed = match heddle_wasm::PackageStore::open(packages_dir).list() {
+        Ok(l) if !l.is_empty() => {
+            let names: Vec<&str> = l.iter().map(|e| e.name.as_str()).collect();
+            format!("installed: {}", names.join(", "))
+        }
+        Ok(_) => "nothing installed".to_string(),
+        Err(e) => format!("unreadable: {e}"),
+    };
+    format!(
+        "node types come from the built-ins, the code runners, the first-party packages ({}) and the package store {} ({installed}); install one with `heddle package add DIR`, or use another store with `--packages DIR` or `[cli] packages_dir` in heddle.toml",
+        heddle_wasm::FIRST_PARTY.join(", "),
+        packages_dir.display()
+    )
 }
 
 /// The node types a graph uses: what a run or validation needs loaded.

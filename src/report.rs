@@ -81,6 +81,12 @@ pub struct NodeEntry {
     pub skip_reason: Option<SkipReason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The failure signature a failed node named (the one `error` ends with), for
+    /// programs that match on it without parsing the text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// An attempt reached the node's time limit and its work was cancelled.
+    pub timed_out: bool,
     pub invocations: u64,
     /// Wall time summed over the invocations that reported metrics (WASM and code
     /// nodes); `null` for nodes that report none (native built-ins).
@@ -93,7 +99,8 @@ pub struct NodeEntry {
     pub cost_usd: f64,
     /// Whether `cost_usd` is the node's whole provider usage: `reported` (every
     /// invocation reported its cost), `partial` (a lower bound) or `unknown` (none did;
-    /// not zero). `null` for nodes that measure nothing (native built-ins).
+    /// not zero). `null` for nodes that cannot spend (native built-ins and package
+    /// nodes: `Origin::may_spend`) unless they reported a cost anyway.
     pub usage: Option<UsageState>,
     /// Microseconds since the run started when the node first ran, and when it ended.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -192,14 +199,19 @@ impl RunReport {
                 totals.nodes_cost_usd += n.metrics.cost_usd;
                 let (started, finished) = times.get(id);
                 let measured = n.metrics.wall_us > 0 || n.metrics.fuel.is_some();
+                // A node that cannot spend has no usage to speak of, unless it reported
+                // a cost all the same.
+                let usage = measured && (n.may_spend || n.metrics.cost_reports > 0);
                 let entry = NodeEntry {
                     node_type: n.node_type.to_string(),
                     status: outcome_name(&n.outcome),
                     skip_reason,
                     error,
+                    signature: n.signature.clone(),
+                    timed_out: n.timed_out,
                     invocations: n.invocations,
                     wall_us: measured.then_some(n.metrics.wall_us),
-                    usage: measured
+                    usage: usage
                         .then(|| UsageState::of(n.invocations, u64::from(n.metrics.cost_reports))),
                     fuel: n.metrics.fuel,
                     peak_memory_bytes: n.metrics.peak_memory_bytes,
@@ -210,11 +222,12 @@ impl RunReport {
                 (id.clone(), entry)
             })
             .collect();
+        // Folded from 0.0: a float sum of nothing is -0.0, which would print as such.
         totals.supervisor_cost_usd = result
             .interventions
             .iter()
             .filter_map(|i| i.get("cost_usd").and_then(serde_json::Value::as_f64))
-            .sum();
+            .fold(0.0, |a, b| a + b);
         totals.cost_usd = totals.nodes_cost_usd + totals.supervisor_cost_usd;
         let exit = crate::exit::Exit::for_status(result.status);
         RunReport {

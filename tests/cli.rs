@@ -108,6 +108,49 @@ fn unknown_node_type_names_node_and_type() {
 }
 
 #[test]
+fn an_unknown_node_type_names_the_store_searched_and_close_types() {
+    let dir = tempfile::tempdir().unwrap();
+    // `files.read` is close to a type of the first-party `files` package, which a graph
+    // using none of its types does not load: the hint still finds it.
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [{"id": "a", "type": "files.read"}, {"id": "b", "type": "std.text.cas"}],
+          "edges": []}"#,
+    );
+    let o = heddle_in(
+        dir.path(),
+        &["validate", "g.json", "--packages", "elsewhere"],
+    );
+    expect_code(&o, INVALID);
+    let e = stderr(&o);
+    assert!(
+        e.contains("node a: unknown node type `files.read` (did you mean `files.read_text`?)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("unknown node type `std.text.cas` (did you mean `std.text.case`?)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("the package store elsewhere (nothing installed)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("`--packages DIR` or `[cli] packages_dir` in heddle.toml"),
+        "{e}"
+    );
+    // The same words in the machine-readable form.
+    let o = heddle_in(
+        dir.path(),
+        &["validate", "g.json", "--json", "--packages", "elsewhere"],
+    );
+    let v = json(&o);
+    let message = v["issues"][0]["message"].as_str().unwrap();
+    assert!(message.contains("package store elsewhere"), "{message}");
+}
+
+#[test]
 fn missing_input_value_names_the_input() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "echo.json", ECHO_GRAPH);
@@ -208,6 +251,40 @@ fn verbose_shows_error_detail() {
 }
 
 #[test]
+fn an_inherited_rust_backtrace_does_not_turn_an_error_into_a_backtrace() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [{"id": "a", "type": "no.such.node"}], "edges": []}"#,
+    );
+    for var in ["RUST_BACKTRACE", "RUST_LIB_BACKTRACE"] {
+        let o = command(dir.path())
+            .env(var, "1")
+            .args(["validate", "g.json"])
+            .output()
+            .unwrap();
+        expect_code(&o, INVALID);
+        let e = stderr(&o);
+        assert!(
+            e.starts_with("error: g.json: graph is invalid (1 problem)"),
+            "{var}: {e}"
+        );
+        assert!(
+            !e.contains("backtrace") && !e.contains("Caused by"),
+            "{var}: {e}"
+        );
+    }
+    // `--verbose` still shows it all.
+    let o = command(dir.path())
+        .env("RUST_BACKTRACE", "1")
+        .args(["--verbose", "validate", "g.json"])
+        .output()
+        .unwrap();
+    assert!(stderr(&o).contains("Stack backtrace"), "{}", stderr(&o));
+}
+
+#[test]
 fn nodes_lists_builtins_with_ports() {
     let o = heddle(&["nodes", "--json"]);
     expect_code(&o, OK);
@@ -238,6 +315,18 @@ fn validate_accepts_every_example() {
         let o = heddle(&["validate", ex.to_str().unwrap()]);
         expect_code(&o, OK);
         assert!(stdout(&o).contains("valid"), "{}", stdout(&o));
+    }
+}
+
+#[test]
+fn the_examples_readme_lists_every_example() {
+    let readme = std::fs::read_to_string(root().join("examples/README.md")).unwrap();
+    for ex in examples() {
+        let name = ex.file_name().unwrap().to_str().unwrap();
+        assert!(
+            readme.contains(&format!("| `{name}` |")),
+            "examples/README.md has no row for {name}"
+        );
     }
 }
 
@@ -357,9 +446,165 @@ fn a_failing_node_fails_the_run_with_exit_1() {
     let error = v["nodes"]["parse"]["error"].as_str().unwrap();
     assert!(error.contains("parse"), "{error}");
     assert!(error.ends_with("(signature json:parse)"), "{error}");
+    // The signature is a field too, for programs that match on it without the text.
+    assert_eq!(v["nodes"]["parse"]["signature"], "json:parse", "{v}");
+    assert_eq!(v["nodes"]["parse"]["timed_out"], false, "{v}");
+    assert!(v["nodes"]["by_total"].get("signature").is_none(), "{v}");
     assert_eq!(v["nodes"]["by_total"]["status"], "skipped");
     assert_eq!(v["nodes"]["by_total"]["skip_reason"], "upstream_failed");
     assert!(v["error"].is_string(), "{v}");
+}
+
+#[test]
+fn a_code_node_that_cannot_start_is_the_failed_node_and_the_given_input_is_done() {
+    // No Docker engine answers where this config points: the code node cannot start,
+    // so nothing runs, and the summary says which node failed rather than calling it
+    // (and the input that was given) "upstream failed".
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("no-docker.sock");
+    write(
+        dir.path(),
+        "heddle.toml",
+        &format!("[runners]\ndocker_host = \"unix://{}\"\n", sock.display()),
+    );
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [
+            {"id": "n", "type": "heddle.input", "properties": {"value": 3}},
+            {"id": "double", "type": "code.python", "properties": {"code": "set_result(n * 2)"}},
+            {"id": "out", "type": "heddle.output", "properties": {"name": "out"}}
+          ],
+          "edges": [
+            {"source": "n", "sourceHandle": "value", "target": "double", "targetHandle": "n"},
+            {"source": "double", "sourceHandle": "result", "target": "out", "targetHandle": "value"}
+          ]}"#,
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json", "--json"]);
+    expect_code(&o, FAILED);
+    let v = json(&o);
+    assert_eq!(v["nodes"]["double"]["status"], "failed", "{v}");
+    let error = v["nodes"]["double"]["error"].as_str().unwrap();
+    assert!(error.contains("failed to initialize"), "{error}");
+    assert_eq!(v["nodes"]["n"]["status"], "done", "{v}");
+    assert_eq!(v["nodes"]["out"]["skip_reason"], "upstream_failed", "{v}");
+    assert_eq!(
+        v["skipped"],
+        serde_json::json!([{"node": "out", "reason": "upstream_failed"}])
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json"]);
+    expect_code(&o, FAILED);
+    assert!(
+        stdout(&o).ends_with("skipped 1 node:\n  - out (upstream failed)\n"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn the_report_says_which_node_timed_out_and_nothing_of_usage_for_nodes_that_cannot_spend() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "heddle.toml",
+        "[runners]\nallow_subprocess = true\n",
+    );
+    // `slow` sleeps far past its time limit; `up`, a std (WASM) node beside it, can
+    // reach no paid service.
+    write(
+        dir.path(),
+        "g.json",
+        r#"{"nodes": [
+            {"id": "slow", "type": "code.bash", "timeout_ms": 200,
+             "properties": {"code": "sleep 60", "mode": "subprocess"}},
+            {"id": "slow_out", "type": "heddle.output", "properties": {"name": "slow"}},
+            {"id": "up", "type": "std.text.case", "properties": {"text": "hi", "mode": "upper"}},
+            {"id": "up_out", "type": "heddle.output", "properties": {"name": "up"}}
+          ],
+          "edges": [
+            {"source": "slow", "sourceHandle": "result", "target": "slow_out", "targetHandle": "value"},
+            {"source": "up", "sourceHandle": "text", "target": "up_out", "targetHandle": "value"}
+          ]}"#,
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json", "--json"]);
+    expect_code(&o, FAILED);
+    let v = json(&o);
+    assert_eq!(v["nodes"]["slow"]["status"], "failed", "{v}");
+    assert_eq!(v["nodes"]["slow"]["timed_out"], true, "{v}");
+    assert_eq!(v["nodes"]["up"]["status"], "done", "{v}");
+    assert_eq!(v["nodes"]["up"]["timed_out"], false, "{v}");
+    // A code node runs any program: what it spent is unknown unless it says.
+    assert_eq!(v["nodes"]["slow"]["usage"], "unknown", "{v}");
+    // A package node cannot spend (no grant gives WASM a network): it says nothing about usage,
+    // although it measured its fuel and time.
+    assert!(v["nodes"]["up"]["fuel"].is_u64(), "{v}");
+    assert_eq!(v["nodes"]["up"]["usage"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["totals"]["supervisor_cost_usd"].to_string(), "0.0", "{v}");
+}
+
+/// The ending lines of a run's progress (`[  0.002s] done     id (type)`): stamp in
+/// microseconds and node id, in the order printed; and the run's `in Xs` time.
+fn progress_endings(err: &str) -> (Vec<(u64, String)>, u64) {
+    let secs =
+        |s: &str| (s.trim().trim_end_matches('s').parse::<f64>().unwrap() * 1e6).round() as u64;
+    let mut endings = Vec::new();
+    let mut wall = None;
+    for line in err.lines() {
+        if let Some(rest) = line.strip_prefix('[') {
+            let (stamp, rest) = rest.split_once(']').unwrap();
+            let mut words = rest.split_whitespace();
+            let status = words.next().unwrap();
+            if ["done", "FAILED", "skipped", "suspended"].contains(&status) {
+                endings.push((secs(stamp), words.next().unwrap().to_string()));
+            }
+        } else if let Some(rest) = line.strip_prefix("run ")
+            && let Some((_, t)) = rest.rsplit_once(" in ")
+        {
+            wall = Some(secs(t));
+        }
+    }
+    (endings, wall.expect("the run's last line"))
+}
+
+#[test]
+fn progress_prints_a_node_after_what_fed_it_and_a_suspension_once() {
+    for example in ["gate.json", "declarations.json", "orders.json"] {
+        let path = root().join("examples").join(example);
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for round in 0..8 {
+            // orders.json fails at `parse` with this input: its downstream is skipped.
+            let mut args = vec!["run", path.to_str().unwrap()];
+            if example == "orders.json" {
+                args.extend(["-i", "orders=not json"]);
+            }
+            let o = heddle(&args);
+            let err = stderr(&o);
+            let (endings, wall) = progress_endings(&err);
+            let at = |id: &str| endings.iter().position(|(_, n)| n == id);
+            for e in doc["edges"].as_array().unwrap() {
+                let (s, t) = (e["source"].as_str().unwrap(), e["target"].as_str().unwrap());
+                if let (Some(s_at), Some(t_at)) = (at(s), at(t)) {
+                    assert!(
+                        s_at < t_at,
+                        "{example} round {round}: {t} printed before {s}:\n{err}"
+                    );
+                }
+            }
+            let latest = endings.iter().map(|(t, _)| *t).max().unwrap();
+            assert!(
+                wall >= latest,
+                "{example} round {round}: the run ends before its events:\n{err}"
+            );
+        }
+    }
+    // A gate's suspension is said once, with what to do (here: run it durable).
+    let o = heddle(&["run", "examples/gate.json"]);
+    expect_code(&o, SUSPENDED);
+    let err = stderr(&o);
+    assert_eq!(err.matches("awaits a decision").count(), 1, "{err}");
+    assert!(!err.contains("error: "), "{err}");
+    assert!(err.contains("needs a durable run"), "{err}");
 }
 
 #[test]

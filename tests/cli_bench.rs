@@ -79,6 +79,21 @@ fn threads_choose_the_runtime_and_show_in_the_text_report() {
 }
 
 #[test]
+fn the_bench_says_which_build_measured() {
+    // The test runs the binary of its own profile.
+    let build = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    assert_eq!(bench_json(&[])["build"], build);
+    let o = heddle(&["bench", "--shape", "wide", "--size", "5", "--runs", "1"]);
+    expect_code(&o, OK);
+    let warned = stderr(&o).contains("warning: this heddle is a debug build");
+    assert_eq!(warned, build == "debug", "{}", stderr(&o));
+}
+
+#[test]
 fn zero_threads_is_a_usage_error() {
     let o = heddle(&["bench", "--shape", "wide", "--threads", "0"]);
     expect_code(&o, INVALID);

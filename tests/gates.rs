@@ -116,6 +116,19 @@ fn approving_a_gate_runs_on_from_it_with_its_value() {
         verdicts(&view, "ship"),
         [serde_json::json!({"verdict": "approve", "note": "looks right"})]
     );
+    assert_eq!(view["pause"], serde_json::Value::Null, "{view:#}");
+    // `up` (a std node) cannot spend: no usage is claimed for it, known or not.
+    assert_eq!(view["usage"], serde_json::json!({}), "{view:#}");
+    let text = stdout(&heddle_in(dir.path(), &["runs", "show", &run]));
+    assert!(
+        text.contains("ship                           approved (gate)"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("dispatched") && !text.contains("starts 0"),
+        "{text}"
+    );
+    assert!(!text.contains("usage"), "{text}");
     // Answered once: the finished run has no gate waiting any more.
     let o = heddle_in(dir.path(), &["runs", "approve", &run, "ship"]);
     expect_code(&o, INVALID);
@@ -137,6 +150,8 @@ fn rejecting_a_gate_cancels_the_run_with_its_title_and_note() {
     let view = show(dir.path(), &run);
     assert_eq!(view["state"], "cancelled");
     assert_eq!(view["error"], "gate \"Ship it\" rejected: not this week");
+    // The rejection ended the run: the pause it was answered from is closed.
+    assert_eq!(view["pause"], serde_json::Value::Null, "{view:#}");
     assert_eq!(
         verdicts(&view, "ship"),
         [serde_json::json!({"verdict": "reject", "note": "not this week"})]
@@ -154,6 +169,7 @@ fn rejecting_a_gate_cancels_the_run_with_its_title_and_note() {
         "{}",
         stdout(&text)
     );
+    assert!(!stdout(&text).contains("pause "), "{}", stdout(&text));
     // A cancelled run cannot be resumed past the gate.
     let o = heddle_in(dir.path(), &["runs", "approve", &run, "ship"]);
     expect_code(&o, INVALID);

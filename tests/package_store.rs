@@ -162,6 +162,23 @@ fn lockfile_names_never_reach_outside_the_store() {
     }
 }
 
+/// A package whose declaration is bad (here a capability target with control
+/// characters) is a bad package directory like any other: exit 2, nothing installed.
+#[test]
+fn a_bad_declaration_is_refused_with_exit_2_like_every_bad_package() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = common::package_dir("bad-target");
+    let o = heddle_in(dir.path(), &["package", "add", bad.to_str().unwrap()]);
+    expect_code(&o, INVALID);
+    no_panic(&o);
+    let e = stderr(&o);
+    assert!(
+        e.contains("node declaration `bad_target.node` is invalid: capability target"),
+        "{e}"
+    );
+    assert!(names(dir.path()).is_empty());
+}
+
 #[test]
 fn package_add_list_verify_remove() {
     let dir = tempfile::tempdir().unwrap();

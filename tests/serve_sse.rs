@@ -121,7 +121,13 @@ fn subscribers_joining_late_get_the_history_in_order_then_the_live_records_once(
         // Let `a` finish first: its records are history for everyone who joins now.
         loop {
             let show = api.show(&id).await;
-            if show["usage"]["ua"]["calls"] == 300 {
+            let ua_done = show["occurrences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|o| o["occurrence"]["node"] == "ua" && o["result"].is_object())
+                .count();
+            if ua_done == 300 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

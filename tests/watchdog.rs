@@ -52,16 +52,16 @@ fn a_supervised_run_completes_reports_its_supervision_and_frees_its_lock() {
     assert_eq!(s["phase"], "completed", "{s:#}");
     assert_eq!(s["lock"]["lock"], "free", "{s:#}");
     assert_eq!(s["cleanup_verified"], true, "{s:#}");
-    // Every write is counted as a call of `w`; a file write reports no cost, so its
-    // usage is not claimed as reported.
-    let w = s["usage"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|u| u["node"] == "w")
-        .unwrap_or_else(|| panic!("no usage of w: {s:#}"));
-    assert_eq!(w["calls"], 6, "{s:#}");
-    assert_ne!(w["state"], "reported", "{s:#}");
+    // `w` writes files and can reach no paid service (a package node with no
+    // network): no usage is claimed for it, known or not.
+    assert!(
+        !s["usage"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u["node"] == "w"),
+        "{s:#}"
+    );
     let mut lines = env.lines();
     lines.sort();
     assert_eq!(lines, ["a", "b", "c", "d", "e", "f"]);

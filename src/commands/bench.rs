@@ -64,6 +64,9 @@ impl AnyShape {
 #[derive(Debug, Serialize)]
 pub struct ShapeFigures {
     pub shape: &'static str,
+    /// `debug` or `release`: which build of heddle measured (a debug build's figures
+    /// say little about Heddle's speed).
+    pub build: &'static str,
     pub size: usize,
     pub nodes: usize,
     pub edges: usize,
@@ -151,6 +154,13 @@ fn effects_dir() -> std::path::PathBuf {
     scratch_dir().join("effects")
 }
 
+/// Which build measures: what the figures are worth.
+const BUILD: &str = if cfg!(debug_assertions) {
+    "debug"
+} else {
+    "release"
+};
+
 pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     if args.size == Some(0) {
         return Err(crate::usage!("--size must be at least 1"));
@@ -192,6 +202,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         ))?;
     }
     let threads = rt.metrics().num_workers();
+    if BUILD == "debug" {
+        eprintln!(
+            "warning: this heddle is a debug build; its figures are many times slower than a release build's (`cargo run --release -- bench`)"
+        );
+    }
     if !args.json {
         println!("{}", threads_line(threads));
     }
@@ -245,6 +260,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         let (median, log) = runs.swap_remove(runs.len() / 2);
         let figures = ShapeFigures {
             shape: shape.name(),
+            build: BUILD,
             size,
             nodes,
             edges,

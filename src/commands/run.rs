@@ -11,7 +11,6 @@ use crate::cli::RunArgs;
 use crate::execute::{Execution, execute, run_secrets};
 use crate::exit::Exit;
 use crate::inputs;
-use crate::providers::{Env, graph_types};
 
 pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     // Everything that can be wrong with the request is checked before anything runs, so
@@ -23,9 +22,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         .collect::<Result<Vec<_>, _>>()?;
     let rt = crate::runtime::runtime()?;
     let doc = crate::providers::load_graph(&args.graph)?;
-    let env = rt.block_on(Env::load(&args.env, Some(&graph_types(&doc))))?;
+    let (env, planned) = super::load_and_plan(&rt, &args.env, &doc)?;
     let graph = args.graph.display().to_string();
-    let plan = match heddle_core::plan::plan(&doc, &env.registry) {
+    let plan = match planned {
         Ok(plan) => plan,
         // A script reading `--json` gets an object for a refused graph too, with every
         // problem as data, instead of nothing on stdout.

@@ -7,7 +7,9 @@ use heddle_store::status::Outcome;
 
 use crate::cli::{RunsArgs, RunsCommand};
 use crate::config::Config;
-use crate::durable::{StoreSection, existing, gates, list_json, list_states, resume, show_json};
+use crate::durable::{
+    StoreSection, existing, gates, list_json, list_states, resume, show_json, usage,
+};
 use crate::exit::Exit;
 
 pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
@@ -129,7 +131,7 @@ fn show(section: &StoreSection, run: &str, json: bool) -> anyhow::Result<Exit> {
         view.records,
         view.opens
     );
-    for (node, u) in view.usage() {
+    for (node, u) in usage(&header, &view) {
         let state = serde_json::to_value(u.state)?;
         println!(
             "usage     {node}: {} (${:.6} from {} of {} calls)",
@@ -140,23 +142,29 @@ fn show(section: &StoreSection, run: &str, json: bool) -> anyhow::Result<Exit> {
         );
     }
     for (occ, o) in &view.occurrences {
-        let rejected = o
-            .verdicts
-            .iter()
-            .any(|v| v.action == heddle_core::RecordedAction::Reject);
+        let answered =
+            |action: heddle_core::RecordedAction| o.verdicts.iter().any(|v| v.action == action);
         let result = match &o.result {
             Some(Outcome::Completed { .. }) => "completed",
             Some(Outcome::Failed { .. }) => "failed",
-            None if rejected => "cancelled (gate rejected)",
+            None if answered(heddle_core::RecordedAction::Reject) => "cancelled (gate rejected)",
+            // An approved gate passes its value on and records no result of its own.
+            None if answered(heddle_core::RecordedAction::Approve) => "approved (gate)",
             None if o.started > 0 => "started, no result",
             None => "dispatched",
         };
-        let safety = if o.retry_safe {
-            "retry-safe"
+        // Starts are recorded for work that is not retry-safe (what a crash leaves
+        // uncertain); retry-safe work is recomputed and its starts are not counted.
+        let starts = if o.retry_safe && o.started == 0 {
+            "retry-safe".to_string()
+        } else if o.retry_safe {
+            format!("starts {}, retry-safe", o.started)
         } else {
-            "not retry-safe"
+            format!("starts {}, not retry-safe", o.started)
         };
-        println!("  {occ:<30} {result:<20} starts {} ({safety})", o.started);
+        // Padded as text: an occurrence's `Display` writes its parts and ignores width.
+        let occ = occ.to_string();
+        println!("  {occ:<30} {result:<26} ({starts})");
     }
     Ok(Exit::Ok)
 }

@@ -5,7 +5,6 @@ use serde::Serialize;
 
 use crate::cli::ValidateArgs;
 use crate::exit::{Exit, classify};
-use crate::providers::{Env, graph_types};
 
 #[derive(Serialize)]
 struct Verdict<'a> {
@@ -95,8 +94,8 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
         }
         Err(e) => return Err(e),
     };
-    let env = rt.block_on(Env::load(&args.env, Some(&graph_types(&doc))))?;
-    match heddle_core::plan::plan(&doc, &env.registry) {
+    let (_env, planned) = super::load_and_plan(&rt, &args.env, &doc)?;
+    match planned {
         Ok(plan) => {
             if args.json {
                 let v = Verdict {

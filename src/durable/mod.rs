@@ -339,6 +339,33 @@ pub(crate) fn list_json(s: &RunSummary, state: RunState) -> serde_json::Value {
 }
 
 /// One run in full, as `runs show --json` and the server's API give it.
+/// Provider usage per node as the log knows it, without the nodes that cannot spend (by
+/// their origin in the run's plan: native built-ins and package nodes, see
+/// [`heddle_core::Origin::may_spend`]), which have no usage to speak of unless they
+/// reported a cost anyway.
+pub(crate) fn usage(
+    header: &RunHeader,
+    view: &RunView,
+) -> BTreeMap<String, heddle_store::status::NodeUsage> {
+    let cannot = cannot_spend(header);
+    view.usage()
+        .into_iter()
+        .filter(|(node, u)| u.receipts > 0 || !cannot.contains(node.as_str()))
+        .collect()
+}
+
+/// The nodes of a run's plan that cannot spend (see [`usage`]).
+pub(crate) fn cannot_spend(header: &RunHeader) -> std::collections::BTreeSet<&str> {
+    header
+        .run
+        .plan
+        .nodes
+        .iter()
+        .filter(|n| !n.origin.may_spend())
+        .map(|n| n.id.as_str())
+        .collect()
+}
+
 pub(crate) fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value {
     serde_json::json!({
         "run_id": header.run_id,
@@ -357,7 +384,7 @@ pub(crate) fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value
         "dispatches": view.dispatches,
         "execution_ms": view.execution_ms,
         "budget": header.run.limits.budget,
-        "usage": view.usage(),
+        "usage": usage(header, view),
         "records": view.records,
         "skipped": view.skipped,
         "occurrences": view.occurrences.iter().map(|(o, v)| {

@@ -49,7 +49,8 @@ pub fn run(section: &StoreSection, run: &str, json_out: bool) -> anyhow::Result<
 
     // Usage per node as the log knows it (reported / partial / unknown; a call
     // without a receipt is unknown, never zero); active entries carry their node's.
-    let usage = view.usage();
+    let usage = crate::durable::usage(&header, &view);
+    let cannot_spend = crate::durable::cannot_spend(&header);
     let budget = header.run.limits.budget;
     let spent = view.spent();
     // A node's own time limit (from the stored graph), else the run's `--node-timeout-ms`;
@@ -90,7 +91,11 @@ pub fn run(section: &StoreSection, run: &str, json_out: bool) -> anyhow::Result<
                     (Some(t), Some(e)) => json!(t.saturating_sub(e)),
                     _ => json!("unknown"),
                 },
-                "usage": usage.get(&occ.node).map_or(json!("unknown"), |u| json!(u.state)),
+                "usage": match usage.get(&occ.node) {
+                    Some(u) => json!(u.state),
+                    None if cannot_spend.contains(occ.node.as_str()) => json!(null),
+                    None => json!("unknown"),
+                },
             })
         })
         .partition(|_| worker_alive);

@@ -84,6 +84,18 @@ impl Origin {
         }
     }
 
+    /// Whether a node of this origin can reach a paid service, so that what it spent is
+    /// a question (its usage `reported`, `partial` or `unknown`). A native built-in
+    /// cannot, nor can a package node: its sandbox has no network, and no grant gives a
+    /// WASM package one (`heddle-wasm`'s grants). A code node may (it runs any program,
+    /// and its sandbox may be given a network), and so may any other provider's.
+    pub fn may_spend(&self) -> bool {
+        match self {
+            Origin::Builtin | Origin::Package { .. } => false,
+            Origin::Code | Origin::Other(_) | Origin::Unnamed => true,
+        }
+    }
+
     /// The origin the text names (the inverse of [`Origin`]'s `Display`).
     pub fn parse(text: &str) -> Origin {
         match text {

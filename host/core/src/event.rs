@@ -266,6 +266,23 @@ pub struct NodeReport {
     pub invocations: u64,
     /// Totals over all invocations that reported metrics.
     pub metrics: InvocationMetrics,
+    /// The failure signature a failed node named (`family:code`, what policy rules
+    /// match), the one its error text ends with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// An attempt reached the node's time limit and its work was cancelled (the node
+    /// may still have succeeded on a retry).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+    /// Whether the node can spend money at all ([`crate::Origin::may_spend`]): one
+    /// that cannot has no usage to report, whatever it measured.
+    #[serde(default = "may_spend_unless_said")]
+    pub may_spend: bool,
+}
+
+/// A report written without the field says nothing: the node may have spent.
+fn may_spend_unless_said() -> bool {
+    true
 }
 
 /// Why a run was suspended (human-in-the-loop pause).

@@ -48,6 +48,12 @@ pub trait DeclLookup {
         Vec::new()
     }
 
+    /// Where node types were looked for (the package store, and how to point at
+    /// another), said with an unknown one. Default: nothing to say.
+    fn searched(&self) -> Option<String> {
+        None
+    }
+
     /// What the node's type finds wrong with its configuration beyond the declared
     /// property types (a value out of range, a setting the operator does not allow).
     /// The planner reports each as an issue of that node, so `validate` refuses what a

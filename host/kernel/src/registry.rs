@@ -25,6 +25,8 @@ pub enum RegistryError {
 pub struct Registry {
     providers: Vec<Arc<dyn NodeProvider>>,
     by_type: HashMap<String, (usize, Arc<NodeDecl>)>,
+    /// Where the types came from, said with an unknown one (see [`Registry::searched`]).
+    searched: Option<String>,
 }
 
 impl Registry {
@@ -39,6 +41,12 @@ impl Registry {
         r.add(Arc::new(crate::builtins::Builtins::new()))
             .expect("built-in node types are unique");
         r
+    }
+
+    /// Says where the node types were looked for (the package store, and how to point at
+    /// another): planning adds it to the error about an unknown type.
+    pub fn set_searched(&mut self, text: impl Into<String>) {
+        self.searched = Some(text.into());
     }
 
     /// Adds a provider; refused whole if any of its types already exists.
@@ -94,6 +102,10 @@ impl DeclLookup for Registry {
 
     fn type_names(&self) -> Vec<String> {
         self.by_type.keys().cloned().collect()
+    }
+
+    fn searched(&self) -> Option<String> {
+        self.searched.clone()
     }
 
     fn check_node(&self, node: &NodeSpec<'_>) -> Vec<ConfigProblem> {

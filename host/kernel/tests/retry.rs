@@ -109,6 +109,9 @@ async fn a_time_limit_cancels_each_attempt_and_retry_catches_it() {
         .unwrap();
     assert_eq!(r.status, RunStatus::Failed);
     assert_eq!(attempts(&r), [(1, true, true), (2, true, true)]);
+    // The node's report says so too; the branch beside it never timed out.
+    assert!(r.nodes["n"].timed_out);
+    assert!(!r.nodes["free"].timed_out);
     let err = r.error.unwrap();
     assert!(
         err.contains("deadline exceeded") && err.contains("30 ms"),

@@ -250,6 +250,11 @@ impl RunView {
                 }
                 Record::Finished { status, error } => {
                     v.error = error.clone();
+                    // An ending closes the pause it came through (a gate rejected, a
+                    // paused run cancelled): only a suspension stays open.
+                    if *status != RunStatus::Suspended {
+                        v.pause = None;
+                    }
                     ended = Some(match status {
                         RunStatus::Completed => RunState::Completed,
                         RunStatus::Failed => RunState::Failed,

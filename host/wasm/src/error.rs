@@ -146,6 +146,43 @@ impl PackageError {
         }
     }
 
+    /// Whether the error is about what the user pointed at (a directory that is not a
+    /// good package: its manifest, component, WIT version, the declarations it made, names; a
+    /// package not installed; a bad config section) rather than a failure of the
+    /// machine or of installed bytes (changed since locked, I/O, the engine). The
+    /// command line exits 2 for the first ("bad package directory"), 1 for the second.
+    /// Every variant is listed, so a new one is classified where it is defined.
+    pub fn is_bad_request(&self) -> bool {
+        use PackageError as P;
+        match self {
+            P::MissingManifest { .. }
+            | P::ManifestSyntax { .. }
+            | P::BadManifest { .. }
+            | P::MissingComponent { .. }
+            | P::BadComponent { .. }
+            | P::WitMismatch { .. }
+            | P::WitLink { .. }
+            | P::UnsupportedVersion { .. }
+            | P::BadDecl { .. }
+            | P::ReservedName { .. }
+            | P::TypeClash { .. }
+            | P::BadName { .. }
+            | P::NotInstalled { .. }
+            | P::Config(_) => true,
+            // The guest failed while describing itself (a trap, its deadline): what it
+            // would have declared is unknown, as for any run of guest code that fails.
+            P::Describe { .. }
+            | P::Io { .. }
+            | P::Changed { .. }
+            | P::BadLockEntry { .. }
+            | P::GrantPinMismatch { .. }
+            | P::BadLockfile { .. }
+            | P::GrantDir { .. }
+            | P::FirstPartyMissing { .. }
+            | P::Engine { .. } => false,
+        }
+    }
+
     pub(crate) fn engine(what: &'static str, source: impl Into<BoxError>) -> Self {
         PackageError::Engine {
             what,

@@ -1,6 +1,7 @@
 //! The first-party packages (`std`, `files`), embedded in the host at build time: an
 //! installed or copied binary has them without the build tree it came from.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use crate::engine::WasmHost;
@@ -32,6 +33,17 @@ pub fn first_party_packages_dir() -> PathBuf {
 /// Loads (compiles or reads from the compile cache) every embedded first-party package.
 /// Fails when the host was built without them.
 pub(crate) async fn load(host: &WasmHost) -> Result<Vec<WasmPackage>, PackageError> {
+    load_providing(host, None).await
+}
+
+/// Loads the first-party packages that may declare one of the `wanted` node types (all
+/// of them when `None`). A first-party package's node types are named `<package>.…`
+/// (a test holds them to it), so which one a graph needs is known before compiling any:
+/// a run pays only for the ones its graph uses.
+pub(crate) async fn load_providing(
+    host: &WasmHost,
+    wanted: Option<&BTreeSet<String>>,
+) -> Result<Vec<WasmPackage>, PackageError> {
     if EMBEDDED.len() < FIRST_PARTY.len() {
         return Err(PackageError::FirstPartyMissing {
             built: EMBEDDED.iter().map(|e| e.name).collect(),
@@ -39,7 +51,13 @@ pub(crate) async fn load(host: &WasmHost) -> Result<Vec<WasmPackage>, PackageErr
     }
     let mut out = Vec::with_capacity(EMBEDDED.len());
     for e in EMBEDDED {
-        out.push(WasmPackage::load_embedded(host, e.name, e.manifest, e.component).await?);
+        let used = wanted.is_none_or(|w| {
+            w.iter()
+                .any(|t| t.strip_prefix(e.name).is_some_and(|r| r.starts_with('.')))
+        });
+        if used {
+            out.push(WasmPackage::load_embedded(host, e.name, e.manifest, e.component).await?);
+        }
     }
     Ok(out)
 }

@@ -53,6 +53,30 @@ pub fn valid_package_name(name: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
 }
 
+/// A capability's target (a directory, an env var or secret name, a host pattern) is
+/// what the operator's grant is matched against and what `package add` shows them: like
+/// a name, it is refused when it holds a control or invisible formatting character (it
+/// would not be the text the operator reads) or is longer than a name may be.
+pub(crate) fn check_target(target: &str) -> Result<(), String> {
+    if target
+        .chars()
+        .any(|c| c.is_control() || crate::text::is_invisible_format(c))
+    {
+        return Err(format!(
+            "capability target {} must not contain control or invisible formatting characters",
+            crate::text::line(target, crate::text::SHORT)
+        ));
+    }
+    if target.len() > crate::text::SHORT {
+        return Err(format!(
+            "capability target {}… is too long (at most {} bytes)",
+            crate::text::line(target, 64),
+            crate::text::SHORT
+        ));
+    }
+    Ok(())
+}
+
 impl Manifest {
     /// Reads and checks the manifest of the package in `dir`.
     pub fn read(dir: &Path) -> Result<Manifest, PackageError> {
@@ -98,6 +122,9 @@ impl Manifest {
                 "component `{}` must be a relative path inside the package directory",
                 self.component
             )));
+        }
+        for c in &self.capabilities {
+            check_target(&c.target).map_err(bad)?;
         }
         Ok(())
     }

@@ -36,8 +36,9 @@ pub const WIT_SUPPORTED: &str = "0.1.x";
 fn escape_manifest_text(m: &mut Manifest) {
     m.version = text::line(&m.version, text::SHORT);
     m.description = text::line(&m.description, text::DESCRIPTION);
+    // Targets are checked, not escaped: one that needed escaping is refused
+    // (`manifest::check_target`).
     for c in &mut m.capabilities {
-        c.target = text::line(&c.target, text::SHORT);
         c.reason = text::line(&c.reason, text::REASON);
     }
 }
@@ -51,8 +52,11 @@ fn check_name(name: &str) -> Result<(), &'static str> {
     if name.len() > text::SHORT {
         return Err("is too long (at most 256 bytes)");
     }
-    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("must not contain spaces or control characters");
+    if name
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || text::is_invisible_format(c))
+    {
+        return Err("must not contain spaces, control or invisible formatting characters");
     }
     Ok(())
 }
@@ -353,18 +357,21 @@ impl WasmPackage {
             let capabilities = d
                 .capabilities
                 .iter()
-                .map(|c| CapabilityRequest {
-                    kind: match c.kind {
-                        WitCapabilityKind::FilesRead => CapabilityKind::FilesRead,
-                        WitCapabilityKind::FilesWrite => CapabilityKind::FilesWrite,
-                        WitCapabilityKind::Env => CapabilityKind::Env,
-                        WitCapabilityKind::Secret => CapabilityKind::Secret,
-                        WitCapabilityKind::Network => CapabilityKind::Network,
-                    },
-                    target: text::line(&c.target, text::SHORT),
-                    reason: text::line(&c.reason, text::REASON),
+                .map(|c| {
+                    crate::manifest::check_target(&c.target).map_err(bad)?;
+                    Ok(CapabilityRequest {
+                        kind: match c.kind {
+                            WitCapabilityKind::FilesRead => CapabilityKind::FilesRead,
+                            WitCapabilityKind::FilesWrite => CapabilityKind::FilesWrite,
+                            WitCapabilityKind::Env => CapabilityKind::Env,
+                            WitCapabilityKind::Secret => CapabilityKind::Secret,
+                            WitCapabilityKind::Network => CapabilityKind::Network,
+                        },
+                        target: c.target.clone(),
+                        reason: text::line(&c.reason, text::REASON),
+                    })
                 })
-                .collect();
+                .collect::<Result<Vec<_>, PackageError>>()?;
             let mode = if d.streaming_input {
                 NodeMode::StreamingInput
             } else if d.streaming_output {

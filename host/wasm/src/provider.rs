@@ -68,17 +68,26 @@ impl WasmProvider {
 
     /// Loads the first-party packages embedded in this host (`std`, `files`).
     pub async fn add_first_party(&mut self) -> Result<(), PackageError> {
-        for pkg in crate::first_party::load(&self.host).await? {
+        self.add_first_party_providing(None).await
+    }
+
+    /// The first-party packages that may declare one of the `wanted` node types (all of
+    /// them when `None`).
+    pub async fn add_first_party_providing(
+        &mut self,
+        wanted: Option<&BTreeSet<String>>,
+    ) -> Result<(), PackageError> {
+        for pkg in crate::first_party::load_providing(&self.host, wanted).await? {
             self.add(pkg)?;
         }
         Ok(())
     }
 
-    /// The provider a command line uses: an engine from `config`, the first-party
-    /// packages, then the packages installed in the store at `store_dir` (each checked
+    /// The provider a command line uses: an engine from `config`, then the first-party
+    /// packages and the packages installed in the store at `store_dir` (each checked
     /// against its lockfile pin) that declare one of the `wanted` node types (every
-    /// installed package when `None`). Loading compiles, or reads the compile cache, so
-    /// a run pays only for the packages its graph uses.
+    /// package when `None`). Loading compiles, or reads the compile cache, so a run pays
+    /// only for the packages its graph uses.
     pub async fn load(
         config: WasmConfig,
         store_dir: Option<&Path>,
@@ -97,7 +106,7 @@ impl WasmProvider {
         wanted: Option<&BTreeSet<String>>,
     ) -> Result<Self, PackageError> {
         let mut p = WasmProvider::new(host, config);
-        p.add_first_party().await?;
+        p.add_first_party_providing(wanted).await?;
         if let Some(dir) = store_dir {
             let store = PackageStore::open(dir);
             for pkg in store.load_providing(&p.host, wanted).await? {

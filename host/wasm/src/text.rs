@@ -16,7 +16,7 @@ pub(crate) const MESSAGE: usize = 8 << 10;
 /// Characters that reorder or hide text without being ASCII controls (bidirectional
 /// overrides and isolates, zero-width marks): they can make a line read differently
 /// from what it says.
-fn is_invisible_format(c: char) -> bool {
+pub(crate) fn is_invisible_format(c: char) -> bool {
     matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
 }
 

@@ -49,6 +49,46 @@ async fn declarations_and_capability_reasons_are_escaped_and_bounded() {
     }
 }
 
+/// A capability target is matched against the operator's grant and shown to them: one
+/// holding a control character is refused, as a name is, in a declaration or in the
+/// manifest, never accepted in escaped form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capability_target_with_control_characters_is_refused() {
+    let Err(e) = WasmPackage::load_dir(&host(), &package_dir("bad-target")).await else {
+        panic!("a declared target with a newline loaded");
+    };
+    assert!(
+        matches!(e, heddle_wasm::PackageError::BadDecl { .. }) && e.is_bad_request(),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("node declaration `bad_target.node` is invalid: capability target HOME\\n  granted\\u{1b}[2J must not contain control"),
+        "{text}"
+    );
+    // The same target in the manifest of a package otherwise fine.
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["heddle-package.toml", "spoof.wasm"] {
+        std::fs::copy(package_dir("spoof").join(f), dir.path().join(f)).unwrap();
+    }
+    let manifest = dir.path().join("heddle-package.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .unwrap()
+        .replace("target = \"HOME\"", "target = \"HOME\\u001b[2J\"");
+    std::fs::write(&manifest, text).unwrap();
+    let Err(e) = WasmPackage::load_dir(&host(), dir.path()).await else {
+        panic!("a manifest target with an escape loaded");
+    };
+    assert!(
+        matches!(e, heddle_wasm::PackageError::BadManifest { .. }),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("capability target HOME\\u{1b}[2J"),
+        "{e}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guest_error_messages_and_log_lines_are_escaped() {
     let p = hostile_provider(WasmConfig::default()).await;

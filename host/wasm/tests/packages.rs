@@ -361,12 +361,12 @@ async fn a_graph_loads_and_compiles_only_the_packages_it_uses() {
     let names: Vec<&str> = p.packages().iter().map(|p| p.name()).collect();
     assert_eq!(
         names,
-        vec!["std", "files"],
-        "the unused package is not loaded"
+        vec!["std"],
+        "the unused packages (first-party `files` too) are not loaded"
     );
     assert_eq!(
         *compiled.lock().unwrap(),
-        vec!["std", "files"],
+        vec!["std"],
         "only the packages loaded were compiled"
     );
 
@@ -381,7 +381,7 @@ async fn a_graph_loads_and_compiles_only_the_packages_it_uses() {
     .await
     .unwrap();
     let names: Vec<&str> = p.packages().iter().map(|p| p.name()).collect();
-    assert_eq!(names, vec!["std", "files", "hostile"]);
+    assert_eq!(names, vec!["hostile"]);
     assert_eq!(
         compiled.lock().unwrap().last().map(String::as_str),
         Some("hostile"),
@@ -480,4 +480,28 @@ async fn a_manifest_declares_how_many_invocations_of_a_type_run_at_once() {
         .find(|d| d.type_name == "hostile.spin")
         .unwrap();
     assert_eq!(spin.max_concurrent(), 1);
+}
+
+/// Which first-party package a graph needs is read off its node types' names, before
+/// any is compiled: each first-party type is named after its package.
+#[tokio::test]
+async fn every_first_party_node_type_is_named_after_its_package() {
+    let config = heddle_wasm::WasmConfig {
+        wasm: settings(),
+        ..Default::default()
+    };
+    let p = heddle_wasm::WasmProvider::load(config, None, None)
+        .await
+        .unwrap();
+    assert_eq!(p.packages().len(), heddle_wasm::FIRST_PARTY.len());
+    for pkg in p.packages() {
+        for d in pkg.declarations() {
+            assert!(
+                d.type_name.starts_with(&format!("{}.", pkg.name())),
+                "{} of package {}",
+                d.type_name,
+                pkg.name()
+            );
+        }
+    }
 }

@@ -106,6 +106,15 @@ impl Expr {
         &self.text
     }
 
+    /// The paths the expression reads from its scope, each as its leading names:
+    /// `fields.amount > 100 and value.ok` reads `[["fields", "amount"], ["value", "ok"]]`.
+    /// What the planner's review warnings check against the declarations (a condition
+    /// over fields the producer never declared); inside a predicate or a lambda the
+    /// context is something else, and those paths are not listed.
+    pub fn reads(&self) -> Vec<Vec<String>> {
+        self.program.reads()
+    }
+
     /// Evaluates against `scope`; `None` is JSONata's undefined (nothing selected).
     pub fn eval(&self, scope: &dyn Scope) -> Result<Option<Value>, ExprError> {
         self.program

@@ -147,3 +147,39 @@ fn a_condition_yields_a_boolean_or_fails_loudly() {
         .unwrap_err();
     assert!(err.to_string().contains("boom"), "{err}");
 }
+
+#[test]
+fn reads_lists_the_paths_taken_from_the_scope_and_no_others() {
+    let reads = |text: &str| Expr::compile(text).unwrap().reads();
+    let paths = |ps: &[&[&str]]| -> Vec<Vec<String>> {
+        ps.iter()
+            .map(|p| p.iter().map(|s| s.to_string()).collect())
+            .collect()
+    };
+    assert_eq!(
+        reads("fields.amount > 100"),
+        paths(&[&["fields", "amount"]])
+    );
+    assert_eq!(
+        reads("$exists(fields.x) ? fields.y : value"),
+        paths(&[&["fields", "x"], &["fields", "y"], &["value"]])
+    );
+    assert_eq!(
+        reads("$count(upstream.all.output) = 3 and upstream.`my node`.fields.ok"),
+        paths(&[
+            &["upstream", "all", "output"],
+            &["upstream", "my node", "fields", "ok"]
+        ])
+    );
+    // A predicate's paths are read from what the path selected, not from the scope; a
+    // lambda's body from what it is called with.
+    assert_eq!(
+        reads("value.items[price > 3].name"),
+        paths(&[&["value", "items"]])
+    );
+    assert_eq!(
+        reads("$map(value, function($v) { $v.fields.x })"),
+        paths(&[&["value"]])
+    );
+    assert_eq!(reads("true"), paths(&[]));
+}

@@ -44,6 +44,14 @@ pub enum IssueKind {
     InvalidOutputContract,
     /// Warning: an edge was dropped while rewriting around a bypassed node.
     BypassDroppedEdge,
+    /// Warning (review): a condition, narrowing or assertion reads output fields the
+    /// producer does not declare.
+    UndeclaredFields,
+    /// Warning (review): a gate nothing feeds, which asks before any work is done.
+    UnfedGate,
+    /// Warning (review): a check that can never be reached, that nothing feeds, or that
+    /// reads an upstream node no edge brings it.
+    UnreachableCheck,
 }
 
 /// Ids and handles are the user's text, of any length: they are shown clipped (the
@@ -131,6 +139,52 @@ pub(super) fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>)
         .unwrap_or_default()
 }
 
+/// The hint for an unknown node type: the closest name (as [`suggest`]); else the types
+/// whose names begin with what was written (`files.read` → `files.read_text`), else the
+/// types of the same namespace (`files.red` → every `files.…`), a few of them.
+pub(super) fn suggest_type(name: &str, names: &[String]) -> String {
+    const SHOWN: usize = 4;
+    let close = suggest(name, names.iter().map(String::as_str));
+    if !close.is_empty() {
+        return close;
+    }
+    let mut sorted: Vec<&str> = names.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    let namespace = name.rsplit_once('.').map(|(ns, _)| format!("{ns}."));
+    let begins: Vec<&str> = sorted
+        .iter()
+        .copied()
+        .filter(|n| n.starts_with(name))
+        .collect();
+    let near = if begins.is_empty() {
+        namespace
+            .as_deref()
+            .map(|ns| {
+                sorted
+                    .iter()
+                    .copied()
+                    .filter(|n| n.starts_with(ns))
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        begins
+    };
+    match near.as_slice() {
+        [] => String::new(),
+        [one] => format!(" (did you mean `{one}`?)"),
+        many => {
+            let more = many.len().saturating_sub(SHOWN);
+            let shown = list_names(many.iter().take(SHOWN).copied());
+            if more > 0 {
+                format!(" (did you mean one of {shown}, or {more} more?)")
+            } else {
+                format!(" (did you mean one of {shown}?)")
+            }
+        }
+    }
+}
+
 fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
@@ -162,5 +216,26 @@ mod tests {
             " (did you mean `heddle.constant`?)"
         );
         assert_eq!(suggest("zzz", ["heddle.constant"].into_iter()), "");
+        let names: Vec<String> = [
+            "files.read_text",
+            "files.write_text",
+            "std.text.case",
+            "std.text.split",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(
+            suggest_type("std.text.cas", &names),
+            " (did you mean `std.text.case`?)"
+        );
+        assert_eq!(
+            suggest_type("files.read", &names),
+            " (did you mean `files.read_text`?)"
+        );
+        assert_eq!(
+            suggest_type("files.red", &names),
+            " (did you mean one of `files.read_text`, `files.write_text`?)"
+        );
+        assert_eq!(suggest_type("nothing.like.it", &names), "");
     }
 }

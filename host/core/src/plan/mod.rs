@@ -17,7 +17,9 @@
 //! - a controlled node is exempt from the required-input check: each control event may
 //!   carry the missing values;
 //! - non-fatal findings (edges dropped by a bypass, sticky inputs that repeat, controlled
-//!   nodes nothing controls, output names used twice) go to [`Plan::warnings`].
+//!   nodes nothing controls, output names used twice) go to [`Plan::warnings`], with the
+//!   advisory review of what a graph declares (`review`: conditions over fields nobody
+//!   declared, gates with no upstream, checks that can never be reached).
 //!
 //! Where things are: [`model`] is what a plan is, [`issues`] what planning reports,
 //! `planner` the pass itself with its checks in `checks`, [`inputs`] the graph's
@@ -35,6 +37,7 @@ pub mod inputs;
 pub mod issues;
 pub mod model;
 mod planner;
+mod review;
 
 pub use by_name::ByName;
 pub use declared::{Crossing, EdgeRule, NodeContract};

@@ -8,7 +8,7 @@ use super::bypass::{self, WorkEdge};
 use super::correlation;
 use super::digraph::{cycles, topo_order};
 use super::inputs;
-use super::issues::{Issue, IssueKind, ValidationError, issue, suggest};
+use super::issues::{Issue, IssueKind, ValidationError, issue, suggest_type};
 use super::model::{EdgeIdx, INPUT_TYPE, NodeIdx, Plan, PlanEdge, PlanNode, input_type};
 use crate::DeclLookup;
 use crate::decl::NodeDecl;
@@ -89,6 +89,7 @@ impl<'a> Planner<'a> {
 
         self.required_inputs(&nodes, &fed);
         self.lint(&nodes);
+        self.warnings.extend(super::review::review(&nodes, &edges));
 
         let correlation =
             correlation::analyze(&nodes, &edges, &mut self.issues, &mut self.warnings);
@@ -306,15 +307,20 @@ impl<'a> Planner<'a> {
             let n = &doc.nodes[i];
             if decl_of[n.id.as_str()].is_none() {
                 let names = known_types.get_or_insert_with(|| self.decls.type_names());
+                let searched = self
+                    .decls
+                    .searched()
+                    .map(|s| format!("; {s}"))
+                    .unwrap_or_default();
                 self.issues.push(issue(
                     IssueKind::UnknownNodeType,
                     Some(&n.id),
                     None,
                     None,
                     format!(
-                        "unknown node type `{}`{}",
+                        "unknown node type `{}`{}{searched}",
                         n.node_type,
-                        suggest(&n.node_type, names.iter().map(String::as_str))
+                        suggest_type(&n.node_type, names)
                     ),
                 ));
             }

@@ -187,7 +187,10 @@ impl EventBus {
         }
     }
 
-    fn now_us(&self) -> u64 {
+    /// Microseconds since the bus was made (just before its run starts): the clock every
+    /// event is stamped by, and the run's own wall time, so no event reads later than
+    /// the run's end.
+    pub(crate) fn now_us(&self) -> u64 {
         self.started.elapsed().as_micros() as u64
     }
 

@@ -233,6 +233,8 @@ impl Run {
             secrets: self.opts.secrets.clone(),
             run_token: run_token.clone(),
             cancelled: AtomicBool::new(false),
+            plan: plan.clone(),
+            below_abort: Default::default(),
             limits: self.opts.inbox.clone(),
             escalator,
             outputs_retained: actor::RetainedOutputs::new(self.opts.output_cap_bytes),

@@ -1,13 +1,13 @@
-//! Running a started run to its end: executors initialized in graph order, every actor
-//! run (a ready native source inline), executors finalized, and the result built with
-//! the outcome precedence cancel > suspend > failed > completed.
+//! Running a started run to its end, in four phases: executors initialized in graph
+//! order ([`initialize`]), every actor run, a ready native source inline ([`run_actors`]),
+//! executors finalized ([`finalize`]), and the result built with the outcome precedence
+//! cancel > suspend > failed > completed ([`build_result`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
-use heddle_core::plan::Plan;
+use heddle_core::plan::{NodeIdx, Plan};
 use heddle_core::{
     EdgeStatus, EventKind, NodeOutcome, NodeReport, RunResult, RunStatus, SkipReason, SuspendInfo,
     Value,
@@ -27,15 +27,24 @@ pub(super) async fn run_all(
     rxs: Vec<Inbox>,
     sh: Arc<Shared>,
 ) -> RunResult {
-    let plan = run.plan.clone();
-    let executors = &run.executors;
-    let bus = run.bus.clone();
-    let t0 = Instant::now();
-    bus.publish(EventKind::Run {
+    run.bus.publish(EventKind::Run {
         status: RunStatus::Running,
         error: None,
     });
-    // Initialize every executor in graph order before any actor starts.
+    if let Err(result) = initialize(&run, &sh).await {
+        return result;
+    }
+    let ran = run_actors(&run, txs, rxs, &sh).await;
+    finalize(&run, &ran.reports).await;
+    build_result(&run, &sh, ran)
+}
+
+/// Initializes every executor in graph order before any actor starts. When one fails
+/// (or the run is cancelled while one waits), those before it are finalized and the
+/// run's result is the error: no node ran.
+async fn initialize(run: &Run, sh: &Shared) -> Result<(), RunResult> {
+    let plan = &run.plan;
+    let executors = &run.executors;
     for (i, e) in executors.iter().enumerate() {
         // Most executors are ready at once (nothing to set up): only one that has to
         // wait races the run's cancellation, which costs a wide graph per node.
@@ -48,44 +57,88 @@ pub(super) async fn run_all(
                 _ = sh.run_token.cancelled() => Err(crate::executor::NodeError::cancelled()),
             },
         };
-        if let Err(err) = r {
-            for e in &executors[..i] {
-                e.finalize().await;
-            }
-            let n = &plan.nodes[i];
-            let (status, error) = if sh.cancelled.load(Ordering::SeqCst) {
-                (RunStatus::Cancelled, "cancelled".to_string())
+        let Err(err) = r else { continue };
+        for e in &executors[..i] {
+            e.finalize().await;
+        }
+        let n = &plan.nodes[i];
+        let (status, error) = if sh.cancelled.load(Ordering::SeqCst) {
+            (RunStatus::Cancelled, "cancelled".to_string())
+        } else {
+            (
+                RunStatus::Failed,
+                format!(
+                    "node \"{}\" (type {}) failed to initialize: {}",
+                    n.id, n.node_type, err.message
+                ),
+            )
+        };
+        // Nothing ran. A failed run names the node that failed and counts the graph's
+        // given inputs as delivered; every other node never ran because of it. A
+        // cancelled one was cancelled before any node dispatched.
+        let nodes = by_id(plan, |j| {
+            let failed = status == RunStatus::Failed;
+            let outcome = if failed && j == i {
+                NodeOutcome::Failed {
+                    error: error.clone(),
+                }
+            } else if failed && run.inputs.get(j as NodeIdx).is_some() {
+                NodeOutcome::Done
+            } else if failed {
+                NodeOutcome::Skipped {
+                    reason: SkipReason::UpstreamFailed,
+                }
             } else {
-                (
-                    RunStatus::Failed,
-                    format!(
-                        "node \"{}\" (type {}) failed to initialize: {}",
-                        n.id, n.node_type, err.message
-                    ),
-                )
+                NodeOutcome::Skipped {
+                    reason: SkipReason::Cancelled,
+                }
             };
-            let reason = if status == RunStatus::Cancelled {
-                SkipReason::Cancelled
-            } else {
-                SkipReason::UpstreamFailed
-            };
-            let nodes = by_id(&plan, |n| NodeReport {
-                node_type: plan.nodes[n].node_type.clone(),
-                outcome: NodeOutcome::Skipped { reason },
+            NodeReport {
+                node_type: plan.nodes[j].node_type.clone(),
+                outcome,
                 invocations: 0,
                 metrics: Default::default(),
-            });
-            return finish_result(&bus, status, Some(error), None, BTreeMap::new(), nodes, t0);
-        }
+                signature: None,
+                timed_out: false,
+                may_spend: plan.nodes[j].decl.origin.may_spend(),
+            }
+        });
+        return Err(finish_result(
+            &run.bus,
+            status,
+            Some(error),
+            None,
+            BTreeMap::new(),
+            nodes,
+        ));
     }
+    Ok(())
+}
 
+/// What running the actors left: how each node ended (by plan index; `None` for one
+/// whose actor panicked) and the panics, as error lines.
+struct Ran {
+    reports: Vec<Option<Ended>>,
+    panics: Vec<String>,
+}
+
+/// Runs every actor to its end: a ready native source inline, a native node fed by
+/// another in its producer's task, every other actor in a task of its own.
+async fn run_actors(
+    run: &Run,
+    txs: Arc<[Option<InboxTx>]>,
+    rxs: Vec<Inbox>,
+    sh: &Arc<Shared>,
+) -> Ran {
+    let plan = &run.plan;
+    let bus = &run.bus;
     let mut joins: Vec<(usize, JoinHandle<Box<ActorReport>>)> = Vec::new();
     let mut reports: Vec<Option<Ended>> = (0..plan.nodes.len()).map(|_| None).collect();
-    let mut fusion = Fusion::new(&plan);
+    let mut fusion = Fusion::new(plan);
     // Events of nodes run inline, published a batch at a time (see `INLINE_BATCH`).
     let mut held: Vec<Draft> = Vec::new();
     for (idx, rx) in rxs.into_iter().enumerate() {
-        if super::inline::run(&run, idx, &sh, &mut held) {
+        if super::inline::run(run, idx, sh, &mut held) {
             reports[idx] = Some(Ended::Inline);
             if held.len() >= INLINE_BATCH {
                 bus.publish_all(&mut held);
@@ -122,6 +175,10 @@ pub(super) async fn run_all(
     // Every actor holds its own senders now: the inboxes close as their producers end.
     drop(txs);
     let mut panics = Vec::new();
+    let panicked = |idx: usize, e: &dyn std::fmt::Display| {
+        let n = &plan.nodes[idx];
+        format!("node \"{}\" (type {}) panicked: {e}", n.id, n.node_type)
+    };
     for (nodes, j) in groups {
         let ends = match j.await {
             Ok(ends) => ends,
@@ -134,34 +191,33 @@ pub(super) async fn run_all(
         for (idx, end) in ends {
             match end {
                 Ok(r) => reports[idx] = Some(Ended::Actor(r)),
-                Err(e) => {
-                    let n = &plan.nodes[idx];
-                    panics.push(format!(
-                        "node \"{}\" (type {}) panicked: {e}",
-                        n.id, n.node_type
-                    ));
-                }
+                Err(e) => panics.push(panicked(idx, &e)),
             }
         }
     }
     for (idx, j) in joins {
         match j.await {
             Ok(r) => reports[idx] = Some(Ended::Actor(r)),
-            Err(e) => {
-                let n = &plan.nodes[idx];
-                panics.push(format!(
-                    "node \"{}\" (type {}) panicked: {e}",
-                    n.id, n.node_type
-                ));
-            }
+            Err(e) => panics.push(panicked(idx, &e)),
         }
     }
-    for e in executors {
+    Ran { reports, panics }
+}
+
+/// Finalizes every executor once every actor has stopped, then marks the edges whose
+/// target stopped before their end.
+async fn finalize(run: &Run, reports: &[Option<Ended>]) {
+    for e in &run.executors {
         e.finalize().await;
     }
-    publish_drained(&plan, &bus, &reports);
+    publish_drained(&run.plan, &run.bus, reports);
+}
 
-    // Outcome, with precedence cancel > suspend > failed > completed.
+/// The run's result from how its nodes ended, with the outcome precedence cancel >
+/// suspend > failed > completed, and the supervisor's interventions.
+fn build_result(run: &Run, sh: &Shared, ran: Ran) -> RunResult {
+    let plan = &run.plan;
+    let Ran { reports, panics } = ran;
     let mut outputs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     // By plan index here (outputs, errors and the suspension are taken in plan order);
     // handed to the map in id order below.
@@ -176,6 +232,9 @@ pub(super) async fn run_all(
             outcome,
             invocations,
             metrics,
+            signature: None,
+            timed_out: false,
+            may_spend: n.decl.origin.may_spend(),
         };
         let r = match r {
             None => {
@@ -205,16 +264,16 @@ pub(super) async fn run_all(
             Some(Stop::Suspended(info)) if suspend.is_none() => suspend = Some(info),
             _ => {}
         }
-        done.push(Some(report(r.outcome, r.invocations, r.metrics)));
+        done.push(Some(NodeReport {
+            signature: r.signature.map(String::from),
+            timed_out: r.timed_out,
+            ..report(r.outcome, r.invocations, r.metrics)
+        }));
     }
     // Each index once: the report is there.
-    let nodes = by_id(&plan, |i| done[i].take().expect("one report per node"));
-    errors.extend(panics.iter().cloned());
-    let all_errors: Vec<String> = aborts
-        .iter()
-        .cloned()
-        .chain(errors.iter().cloned())
-        .collect();
+    let nodes = by_id(plan, |i| done[i].take().expect("one report per node"));
+    errors.extend(panics);
+    let all_errors: Vec<String> = aborts.into_iter().chain(errors).collect();
     let (status, error) = if sh.cancelled.load(Ordering::SeqCst) {
         (RunStatus::Cancelled, Some("cancelled".to_string()))
     } else if let Some(s) = &suspend {
@@ -227,7 +286,7 @@ pub(super) async fn run_all(
     } else {
         (RunStatus::Completed, None)
     };
-    let mut result = finish_result(&bus, status, error, suspend, outputs, nodes, t0);
+    let mut result = finish_result(&run.bus, status, error, suspend, outputs, nodes);
     if let Some(esc) = &sh.escalator {
         result.interventions = esc.interventions_json();
         esc.close();
@@ -292,8 +351,10 @@ fn finish_result(
     suspend: Option<SuspendInfo>,
     outputs: BTreeMap<String, Vec<Value>>,
     nodes: BTreeMap<String, NodeReport>,
-    t0: Instant,
 ) -> RunResult {
+    // On the events' clock, read before the last event: the run ends no earlier than
+    // any event it stamped.
+    let wall_us = bus.now_us();
     bus.publish(EventKind::Run {
         status,
         error: error.clone(),
@@ -309,6 +370,6 @@ fn finish_result(
         interventions: Vec::new(),
         events: Vec::new(),
         events_dropped: dropped,
-        wall_us: t0.elapsed().as_micros() as u64,
+        wall_us,
     }
 }

@@ -256,3 +256,109 @@ async fn per_invocation_timeout_cancels_and_fails_with_deadline() {
     assert!(err.contains("30 ms"), "{err}");
     assert_eq!(probe.live.load(Ordering::SeqCst), 0);
 }
+
+/// Every node's ending is on the record after the endings of the nodes feeding it (a
+/// consumer printing them in order never shows a node settle before its upstream), and
+/// the run's wall time is on the events' clock (no event reads later than the run's
+/// end). Each graph runs many times: the order used to depend on which task got there
+/// first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_ends_on_the_record_after_every_node_that_fed_it() {
+    use heddle_core::GraphBuilder;
+    // A condition diamond per item, and a failure with what hangs below it.
+    let diamond = GraphBuilder::new()
+        .node_with("list", "heddle.constant", json!({"value": [5, -3, 7, 0]}))
+        .node("each", "heddle.foreach")
+        .node("pos", "heddle.passthrough")
+        .node("neg", "heddle.passthrough")
+        .node("join", "heddle.passthrough")
+        .node("gather", "heddle.collect")
+        .node("out", "heddle.output")
+        .edge("list", "value", "each", "list")
+        .edge("each", "item", "pos", "value")
+        .when("value > 0")
+        .edge("each", "item", "neg", "value")
+        .when("value <= 0")
+        .edge("pos", "value", "join", "value")
+        .edge("neg", "value", "join", "value")
+        .edge("join", "value", "gather", "item")
+        .edge("gather", "list", "out", "value")
+        .build();
+    let failing = GraphBuilder::new()
+        .node_with("v", "heddle.constant", json!({"value": 1}))
+        .node_with("div", "test.fail", json!({"fail_on": 1}))
+        .node("quotient", "heddle.passthrough")
+        .node("shown", "heddle.output")
+        .node_with("free", "heddle.constant", json!({"value": 2}))
+        .node("beside", "heddle.passthrough")
+        .node("other", "heddle.output")
+        .edge("v", "value", "div", "value")
+        .edge("div", "value", "quotient", "value")
+        .edge("quotient", "value", "shown", "value")
+        .edge("free", "value", "beside", "value")
+        .edge("beside", "value", "other", "value")
+        .build();
+    // `each` feeds a fast node and a slow one through inboxes of one message: its end
+    // reaches `fast` while it still waits for room in `slow`'s inbox.
+    let backed_up = GraphBuilder::new()
+        .node_with("list", "heddle.constant", json!({"value": [0, 1, 2, 3]}))
+        .node("each", "heddle.foreach")
+        .node("fast", "heddle.passthrough")
+        .node_with("slow", "test.delay", json!({"n": 4, "step_ms": 5}))
+        .node("fast_out", "heddle.output")
+        .node("slow_out", "heddle.output")
+        .edge("list", "value", "each", "list")
+        .edge("each", "item", "fast", "value")
+        .edge("each", "item", "slow", "value")
+        .edge("fast", "value", "fast_out", "value")
+        .edge("slow", "value", "slow_out", "value")
+        .build();
+    let one = || RunOptions {
+        inbox: InboxLimits {
+            buffer: 1,
+            ..InboxLimits::default()
+        },
+        ..RunOptions::default()
+    };
+    for doc in [&diamond, &failing, &backed_up] {
+        for round in 0..20 {
+            let r = run(doc, one()).await;
+            let ended: Vec<(usize, &str)> = r
+                .events
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| match &e.kind {
+                    EventKind::Node {
+                        node_id, status, ..
+                    } if !matches!(status, NodeStatus::Running | NodeStatus::Warning) => {
+                        Some((i, node_id.as_str()))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let at = |id: &str| {
+                ended
+                    .iter()
+                    .find(|(_, n)| *n == id)
+                    .unwrap_or_else(|| panic!("no ending of {id}: {:?}", r.events))
+                    .0
+            };
+            for e in &doc.edges {
+                assert!(
+                    at(&e.source) < at(&e.target),
+                    "round {round}: {} ended before {}, which feeds it: {:#?}",
+                    e.target,
+                    e.source,
+                    r.events
+                );
+            }
+            let last = r.events.len() - 1;
+            let latest = r.events[..last].iter().map(|e| e.at_us).max().unwrap();
+            assert!(
+                r.wall_us >= latest,
+                "round {round}: the run took {} us, an event is stamped {latest} us",
+                r.wall_us
+            );
+        }
+    }
+}

@@ -5,26 +5,30 @@
 
 use super::*;
 
-/// `before` (initialized first) → `init` (as `how` says) → `after`, with `alone` beside.
+/// `given` (an input) → `before` (initialized first) → `init` (as `how` says) →
+/// `after`, with `alone` beside.
 fn init_graph(how: &str) -> heddle_core::GraphDoc {
     graph(
         &[
-            ("before", "test.init", json!({"value": 1})),
+            ("given", "heddle.input", json!({"value": 1})),
+            ("before", "test.init", json!({})),
             ("init", "test.init", json!({"init": how})),
             ("after", "heddle.passthrough", json!({})),
             ("alone", "heddle.passthrough", json!({"value": 2})),
         ],
         &[
+            ("given", "value", "before", "value"),
             ("before", "value", "init", "value"),
             ("init", "value", "after", "value"),
         ],
     )
 }
 
-fn no_node_ran(r: &RunResult, reason: SkipReason) {
-    assert_eq!(r.nodes.len(), 4);
+/// Every node of `r` has the outcome `outcome(id)` and no invocation; no node event.
+fn no_node_ran(r: &RunResult, outcome: impl Fn(&str) -> NodeOutcome) {
+    assert_eq!(r.nodes.len(), 5);
     for (id, n) in &r.nodes {
-        assert_eq!(n.outcome, skipped(reason), "{id}");
+        assert_eq!(n.outcome, outcome(id), "{id}");
         assert_eq!(n.invocations, 0, "{id}");
     }
     assert!(
@@ -43,11 +47,17 @@ async fn an_executor_that_fails_to_initialize_fails_the_run_with_nothing_run() {
         .await
         .unwrap();
     assert_eq!(r.status, RunStatus::Failed);
-    assert_eq!(
-        r.error.as_deref(),
-        Some("node \"init\" (type test.init) failed to initialize: no licence")
-    );
-    no_node_ran(&r, SkipReason::UpstreamFailed);
+    let error = "node \"init\" (type test.init) failed to initialize: no licence";
+    assert_eq!(r.error.as_deref(), Some(error));
+    // The node that failed is `failed`, the input that was given is `done`, and every
+    // other node never ran because of the failure.
+    no_node_ran(&r, |id| match id {
+        "init" => NodeOutcome::Failed {
+            error: error.into(),
+        },
+        "given" => NodeOutcome::Done,
+        _ => skipped(SkipReason::UpstreamFailed),
+    });
     assert_eq!(&*r.nodes["after"].node_type, "heddle.passthrough");
     // Only the executor initialized before it is finalized.
     assert_eq!(probe.finalized.load(Ordering::SeqCst), 1);
@@ -64,6 +74,6 @@ async fn a_run_cancelled_while_an_executor_initializes_ends_cancelled() {
     let r = within(h.wait()).await;
     assert_eq!(r.status, RunStatus::Cancelled);
     assert_eq!(r.error.as_deref(), Some("cancelled"));
-    no_node_ran(&r, SkipReason::Cancelled);
+    no_node_ran(&r, |_| skipped(SkipReason::Cancelled));
     assert_eq!(probe.finalized.load(Ordering::SeqCst), 1);
 }

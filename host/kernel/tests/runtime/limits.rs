@@ -50,7 +50,7 @@ async fn exceeding_max_pending_messages_per_key_aborts_the_run_naming_node_handl
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exceeding_max_pending_keys_aborts_the_run() {
+async fn exceeding_max_pending_keys_aborts_the_run_and_labels_what_it_stopped() {
     let doc = graph(
         &[
             (
@@ -61,12 +61,16 @@ async fn exceeding_max_pending_keys_aborts_the_run() {
             ("each", "heddle.foreach", json!({})),
             ("never", "test.hang", json!({})),
             ("join", "test.add", json!({})),
+            ("after", "heddle.passthrough", json!({})),
+            ("out", "heddle.output", json!({"name": "out"})),
         ],
         &[
             ("list", "value", "each", "list"),
             ("each", "item", "join", "a"),
             ("each", "index", "never", "value"),
             ("never", "value", "join", "b"),
+            ("join", "sum", "after", "value"),
+            ("after", "value", "out", "value"),
         ],
     );
     let opts = RunOptions {
@@ -78,11 +82,40 @@ async fn exceeding_max_pending_keys_aborts_the_run() {
     };
     let r = run(&doc, opts).await;
     assert_eq!(r.status, RunStatus::Failed);
-    let err = r.error.unwrap();
+    let err = r.error.clone().unwrap();
     assert!(
         err.starts_with("Inbox for node \"join\" exceeded max_pending_keys (3) on handle \"a\"."),
         "{err}"
     );
+    // The run failed, nobody cancelled it: what lies below the failing node never ran
+    // because its upstream failed; the node beside it was stopped by the run's end.
+    assert!(
+        matches!(r.nodes["join"].outcome, NodeOutcome::Failed { .. }),
+        "{:?}",
+        r.nodes["join"]
+    );
+    for id in ["after", "out"] {
+        assert_eq!(
+            r.nodes[id].outcome,
+            skipped(SkipReason::UpstreamFailed),
+            "{id}"
+        );
+    }
+    assert_eq!(r.nodes["never"].outcome, skipped(SkipReason::Cancelled));
+    // The events say the same as the result.
+    let skip_of = |id: &str| {
+        r.events.iter().find_map(|e| match &e.kind {
+            EventKind::Node {
+                node_id,
+                status: NodeStatus::Skipped,
+                skip_reason,
+                ..
+            } if node_id == id => *skip_reason,
+            _ => None,
+        })
+    };
+    assert_eq!(skip_of("after"), Some(SkipReason::UpstreamFailed));
+    assert_eq!(skip_of("out"), Some(SkipReason::UpstreamFailed));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,6 +31,7 @@ const TEST_PACKAGES: &[(&str, &str, &str)] = &[
     ("describe-sleep", "describe-sleep", "heddle-describe-sleep"),
     ("describe-panic", "describe-panic", "heddle-describe-panic"),
     ("spoof", "spoof", "heddle-spoof"),
+    ("bad-target", "bad-target", "heddle-bad-target"),
 ];
 
 /// Builds the test packages once per test process and returns the directory holding

@@ -16,7 +16,7 @@ impl Node for Spoof {
             .description("line one\n\x1b[31mline two\x07")
             .input::<i64>("x", "port\rdesc")
             .output::<i64>("out", "")
-            .capability(Capability::files_read("/data\n  granted", FORGED))
+            .capability(Capability::files_read("/data", FORGED))
             .capability(Capability::env("HOME", &"long ".repeat(10_000)))
     }
     fn run(_i: &mut Inputs) -> Result<Outputs, Error> {

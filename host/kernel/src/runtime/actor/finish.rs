@@ -18,7 +18,9 @@ impl Actor {
     /// edge's condition ruled it out; `upstream_skipped` only when every feeder was
     /// skipped; otherwise its inputs closed without what it needs (`no_input`).
     pub(super) fn skip_reason(&self) -> SkipReason {
-        if self.shared.run_token.is_cancelled() || self.ends.contains(&End::Cancelled) {
+        if self.shared.run_token.is_cancelled() {
+            self.shared.stopped_reason(&self.spec.id)
+        } else if self.ends.contains(&End::Cancelled) {
             SkipReason::Cancelled
         } else if self.ends.contains(&End::Failed) {
             SkipReason::UpstreamFailed
@@ -63,13 +65,14 @@ impl Actor {
                     (NodeOutcome::Skipped { reason }, end, None)
                 }
             }
-            Err(Stop::Cancelled) => (
-                NodeOutcome::Skipped {
-                    reason: SkipReason::Cancelled,
-                },
-                End::Cancelled,
-                Some(Stop::Cancelled),
-            ),
+            Err(Stop::Cancelled) => {
+                let reason = self.shared.stopped_reason(&self.spec.id);
+                let end = match reason {
+                    SkipReason::Cancelled => End::Cancelled,
+                    _ => End::Failed,
+                };
+                (NodeOutcome::Skipped { reason }, end, Some(Stop::Cancelled))
+            }
             Err(Stop::Failed(msg)) => (
                 NodeOutcome::Failed { error: msg.clone() },
                 End::Failed,
@@ -77,7 +80,7 @@ impl Actor {
             ),
             Err(Stop::Abort(msg)) => {
                 // An inbox limit aborts the whole run.
-                self.shared.run_token.cancel();
+                self.shared.abort(&self.spec.id);
                 (
                     NodeOutcome::Failed { error: msg.clone() },
                     End::Failed,
@@ -92,7 +95,9 @@ impl Actor {
         };
         // Closing the inbox: further sends to this node are dropped.
         self.spec.rx.close();
-        self.send_eos(end).await;
+        // The node's ending is on the record before its end-of-stream leaves: a node
+        // below can only settle (skipped, done) after receiving it, so its event always
+        // follows this one and every consumer sees a node end after what fed it.
         match &outcome {
             NodeOutcome::Done => {
                 let result = if matches!(self.spec.role, NodeRole::Executor)
@@ -118,6 +123,7 @@ impl Actor {
                 self.node_event(NodeStatus::Suspended, state, None, None)
             }
         }
+        self.send_eos(end).await;
         Box::new(ActorReport {
             outcome,
             invocations: self.invocations,
@@ -132,6 +138,8 @@ impl Actor {
                 .filter(|p| !p.control)
                 .flat_map(|p| p.edges.iter().map(|e| (e.index, e.counter)))
                 .collect(),
+            signature: self.signature.take(),
+            timed_out: self.timed_out,
         })
     }
 

@@ -252,7 +252,6 @@ impl Actor {
             self.account(&ctx, t0, &inv.key, result.as_ref().err(), attempt);
             match result {
                 Ok(out) => {
-                    self.refuse_known_secrets(out.iter())?;
                     if let Some(wait) = self.produced(journal, &ctx, t0, inv.lineage, &out)? {
                         self.written(wait).await?;
                     }
@@ -361,6 +360,8 @@ impl Actor {
     /// Records an attempt's outputs (a durable run's result record) and keeps them for
     /// the supervisor; for a node that is not retry-safe the caller waits on the returned
     /// future before the outputs go downstream.
+    /// Outputs holding a known secret are refused first: they fail the attempt and never
+    /// reach the disk, whichever path (one at a time or a fan-out group) produced them.
     pub(super) fn produced(
         &mut self,
         journal: Option<(&dyn Journal, &Occurrence)>,
@@ -369,6 +370,7 @@ impl Actor {
         lineage: &Lineage,
         out: &Outputs,
     ) -> Result<Option<super::journaled::Written>, Stop> {
+        self.refuse_known_secrets(out.iter())?;
         let mut wait = None;
         if let Some((j, occ)) = journal {
             let mut m = ctx.metrics();
@@ -531,6 +533,8 @@ impl Actor {
         err: Option<&NodeError>,
         attempt: u32,
     ) {
+        let timed_out = err.is_some_and(|e| matches!(e.kind, ErrorKind::Deadline));
+        self.timed_out |= timed_out;
         if self.native {
             return;
         }
@@ -550,7 +554,7 @@ impl Actor {
                 metrics: m.clone(),
                 error: err.map(|e| self.shared.secrets.mask(&e.message)),
                 attempt,
-                timed_out: err.is_some_and(|e| matches!(e.kind, ErrorKind::Deadline)),
+                timed_out,
             });
         }
         self.metrics.accumulate(&m);

@@ -179,13 +179,66 @@ pub(crate) struct Shared {
     pub secrets: Arc<SecretRegistry>,
     /// Cancelled by `cancel()` and by an abort.
     pub run_token: CancellationToken,
+    /// Set by `cancel()` only: an abort cancels `run_token` without it.
     pub cancelled: AtomicBool,
+    /// The plan the run runs, for what an abort reaches.
+    pub plan: Arc<heddle_core::plan::Plan>,
+    /// Nodes below one whose inbox limit aborted the run (see [`Shared::abort`]).
+    pub below_abort: std::sync::Mutex<Option<Vec<bool>>>,
     pub limits: super::InboxLimits,
     /// Present only when the run has a supervisor: without one no escalation is built.
     pub escalator: Option<Arc<crate::supervisor::Escalator>>,
     pub outputs_retained: RetainedOutputs,
     /// Present only for a durable run: without one no occurrence is ever built.
     pub journal: Option<Arc<dyn crate::journal::Journal>>,
+}
+
+impl Shared {
+    /// Aborts the run because node `node_id` hit an inbox limit: the nodes below it are
+    /// marked first, so each one the cancel stops knows its upstream failed.
+    pub(crate) fn abort(&self, node_id: &str) {
+        if let Some(i) = self.plan.node_index(node_id) {
+            // A poisoned lock only means another abort panicked midway: its marks stand.
+            let mut below = self.below_abort.lock().unwrap_or_else(|p| p.into_inner());
+            let below = below.get_or_insert_with(|| vec![false; self.plan.nodes.len()]);
+            mark_below(&self.plan, i as usize, below);
+        }
+        self.run_token.cancel();
+    }
+
+    /// Why node `node_id`, stopped by the run's token, did not finish: the run was
+    /// cancelled, or an abort below a node that hit an inbox limit failed it (the run
+    /// ends failed, and this node's upstream is what failed). A node beside the failure
+    /// is stopped by the run's end, not by its upstream: cancelled.
+    pub(crate) fn stopped_reason(&self, node_id: &str) -> SkipReason {
+        if self.cancelled.load(std::sync::atomic::Ordering::SeqCst) {
+            return SkipReason::Cancelled;
+        }
+        let below = self.below_abort.lock().unwrap_or_else(|p| p.into_inner());
+        let failed_above = below
+            .as_ref()
+            .zip(self.plan.node_index(node_id))
+            .is_some_and(|(b, i)| b[i as usize]);
+        if failed_above {
+            SkipReason::UpstreamFailed
+        } else {
+            SkipReason::Cancelled
+        }
+    }
+}
+
+/// Marks every node reachable from node `from` along its outgoing edges (not `from`).
+fn mark_below(plan: &heddle_core::plan::Plan, from: usize, below: &mut [bool]) {
+    let mut stack = vec![from];
+    while let Some(n) = stack.pop() {
+        for &e in &plan.nodes[n].out_edges {
+            let t = plan.edges[e as usize].target as usize;
+            if !below[t] {
+                below[t] = true;
+                stack.push(t);
+            }
+        }
+    }
 }
 
 /// The run-wide budget of retained output bytes (see `RunOptions::output_cap_bytes`).
@@ -292,6 +345,9 @@ pub(crate) struct ActorReport {
     pub ended_in: Vec<u32>,
     /// Values sent per outgoing edge (plan index, count).
     pub sent: Vec<(u32, u64)>,
+    /// See `Actor::signature` and `Actor::timed_out`.
+    pub signature: Option<Box<str>>,
+    pub timed_out: bool,
 }
 
 /// A cancel token shared by reference count: cloning a `CancellationToken` takes its
@@ -364,6 +420,11 @@ pub(crate) struct Actor {
     ruled_out: bool,
     /// An incoming edge's rule failed: the node fails with this.
     edge_failure: Option<String>,
+    /// The failure signature the node named when it failed for good (the one its error
+    /// text shows), for the report's field.
+    signature: Option<Box<str>>,
+    /// An attempt reached the node's time limit and its work was cancelled.
+    timed_out: bool,
 }
 
 impl Actor {
@@ -403,6 +464,8 @@ impl Actor {
             sent_downstream: false,
             ruled_out: false,
             edge_failure: None,
+            signature: None,
+            timed_out: false,
         }
     }
 

@@ -89,11 +89,15 @@ impl Actor {
                 };
                 // A node's own signature is what its author and policy rules match on;
                 // host failures are already named by `what`.
-                let signature = match (&kind, &err.signature) {
+                self.signature = match (&kind, &err.signature) {
                     (ErrorKind::Node | ErrorKind::Assertion | ErrorKind::Input, Some(sig)) => {
-                        format!(" (signature {sig})")
+                        Some(sig.as_str().into())
                     }
-                    _ => String::new(),
+                    _ => None,
+                };
+                let signature = match &self.signature {
+                    Some(sig) => format!(" (signature {sig})"),
+                    None => String::new(),
                 };
                 let original = format!(
                     "node \"{}\" (type {}) failed{key}: {what}{}{signature}",
