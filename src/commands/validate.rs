@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::cli::ValidateArgs;
 use crate::exit::{Exit, classify};
-use crate::providers::{Env, graph_types};
+use heddle_runtime::{Runtime, graph_types};
 
 #[derive(Serialize)]
 struct Verdict<'a> {
@@ -74,9 +74,9 @@ impl<'a> Verdict<'a> {
 }
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
-    let rt = crate::runtime::runtime()?;
+    let rt = heddle_runtime::tokio_runtime(None)?;
     let graph = args.graph.display().to_string();
-    let doc = match crate::providers::load_graph(&args.graph) {
+    let doc = match heddle_core::GraphDoc::load(&args.graph).map_err(anyhow::Error::from) {
         Ok(doc) => doc,
         Err(e) if args.json => {
             let v = Verdict {
@@ -95,8 +95,11 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
         }
         Err(e) => return Err(e),
     };
-    let env = rt.block_on(Env::load(&args.env, Some(&graph_types(&doc))))?;
-    match heddle_core::plan::plan(&doc, &env.registry) {
+    let env = rt.block_on(Runtime::load(
+        args.env.settings()?,
+        Some(&graph_types(&doc)),
+    ))?;
+    match heddle_core::plan::plan(&doc, env.registry()) {
         Ok(plan) => {
             if args.json {
                 let v = Verdict {

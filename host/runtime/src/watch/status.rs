@@ -1,4 +1,4 @@
-//! `heddle runs status RUN` and `heddle runs unlock RUN`: read from any process, never
+//! A watched run's progress (`heddle runs status RUN`), read from any process, never
 //! taking the run over. Progress comes from the event log, the watchdog's side (worker,
 //! restarts, time, cleanup) from its state file, the lock from the OS; what none of
 //! them can know is reported as `unknown`, never guessed.
@@ -11,25 +11,52 @@ use heddle_store::session;
 use heddle_store::status::pid_alive;
 use serde_json::{Value, json};
 
-use super::state::{Supervision, now_ms};
-use crate::durable::{StoreSection, existing};
-use crate::exit::Exit;
+use super::state::{WatchState, now_ms};
+use crate::error::Error;
+use crate::settings::Settings;
 
-pub fn run(section: &StoreSection, run: &str, json_out: bool) -> anyhow::Result<Exit> {
-    let store = existing(section, run)?;
+/// A run's progress as its watchdog and its log know it; what neither can know is
+/// `unknown`, never guessed.
+#[derive(Debug)]
+pub struct WatchStatus {
+    /// Everything, as `heddle runs status --json` prints it.
+    pub json: Value,
+    /// The watchdog's state file, when a watchdog ever watched the run.
+    pub state: Option<WatchState>,
+    /// The run's process lock.
+    pub lock: LockState,
+    /// The watchdog's phase (`watchdog_gone` when it died mid-run; the run's state,
+    /// `(not supervised)`, without one).
+    pub phase: String,
+    /// Whether the watchdog's process is alive.
+    pub watchdog_alive: bool,
+    /// Whether the worker's process is alive.
+    pub worker_alive: bool,
+    /// Run time used by the watchdog's clock.
+    pub elapsed_ms: Option<u64>,
+    /// Run time left, when the run has a limit.
+    pub remaining_ms: Option<u64>,
+    /// Dispatches the log records.
+    pub dispatches: u64,
+}
+
+/// Run `run`'s status in the store of `settings`.
+pub fn inspect(settings: &Settings, run: &str) -> Result<WatchStatus, Error> {
+    let path = settings.store.path();
+    let store = settings.store.existing(run)?;
     let (header, records, view) = session::inspect_progress(&*store, run)?;
-    let sup = Supervision::load(section.path(), run)?;
-    let lock = heddle_store::lock::inspect(section.path(), run)?;
+    let sup = WatchState::load(path, run)?;
+    let lock = heddle_store::lock::inspect(path, run)?;
     let now = now_ms();
 
     let watchdog_alive = sup.as_ref().is_some_and(|s| pid_alive(s.watchdog_pid));
     let phase = match &sup {
         None => format!("{} (not supervised)", view.state.as_str()),
         Some(s) if s.phase.is_active() && !watchdog_alive => "watchdog_gone".into(),
-        Some(s) => serde_json::to_value(s.phase)?
-            .as_str()
-            .unwrap_or("unknown")
-            .to_string(),
+        Some(s) => serde_json::to_value(s.phase)
+            .ok()
+            .and_then(|p| p.as_str().map(str::to_string))
+            .unwrap_or_else(|| "unknown".into()),
     };
     let worker = sup.as_ref().and_then(|s| s.worker.as_ref());
     let worker_alive = worker.is_some_and(|w| pid_alive(w.pid));
@@ -136,86 +163,15 @@ pub fn run(section: &StoreSection, run: &str, json_out: bool) -> anyhow::Result<
         "detail": sup.as_ref().and_then(|s| s.detail.clone()),
         "limits": sup.as_ref().map(|s| &s.limits),
     });
-    if json_out {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(Exit::Ok);
-    }
-    println!("run        {}", header.run_id);
-    println!("phase      {phase}");
-    println!("lock       {}", describe_lock(lock));
-    if let Some(s) = &sup {
-        println!(
-            "watchdog   pid {} ({})",
-            s.watchdog_pid,
-            if watchdog_alive { "alive" } else { "gone" }
-        );
-        match worker {
-            Some(w) => println!(
-                "worker     pid {} ({}), launch {}",
-                w.pid,
-                if worker_alive { "alive" } else { "gone" },
-                w.launch
-            ),
-            None => println!("worker     none"),
-        }
-        println!(
-            "restarts   {} of {} ({} launches){}",
-            s.restarts,
-            s.limits.max_restarts,
-            s.launches,
-            s.backoff_ms
-                .map(|b| format!(", backing off {b} ms"))
-                .unwrap_or_default()
-        );
-        println!(
-            "time       {} ms used, {}",
-            elapsed.unwrap_or(0),
-            remaining.map_or("no limit".to_string(), |r| format!("{r} ms left"))
-        );
-        println!(
-            "cleanup    {}",
-            match s.cleanup_verified {
-                None => "not yet".to_string(),
-                Some(true) => "verified".to_string(),
-                Some(false) => format!("NOT verified: {}", s.survivors.join(", ")),
-            }
-        );
-        if let (Some(c), Some(d)) = (&s.code, &s.detail) {
-            println!("ended      {c}: {d}");
-        }
-    }
-    println!(
-        "progress   {} dispatches, {} active, {} uncertain",
-        view.dispatches,
-        v["active"].as_array().map_or(0, Vec::len),
-        v["uncertain"].as_array().map_or(0, Vec::len)
-    );
-    for a in v["active"].as_array().into_iter().flatten() {
-        println!(
-            "  active   {} {} ({} ms)",
-            a["node"].as_str().unwrap_or_default(),
-            a["position"].as_str().unwrap_or_default(),
-            a["elapsed_ms"]
-        );
-    }
-    Ok(Exit::Ok)
-}
-
-fn describe_lock(l: LockState) -> String {
-    match l {
-        LockState::Free => "free".into(),
-        LockState::Held { pid } => format!("held by pid {pid}"),
-        LockState::Stale { pid } => {
-            format!("STALE: pid {pid} died holding it; check, then `heddle runs unlock`")
-        }
-    }
-}
-
-/// `heddle runs unlock RUN`: releases a lock whose holder is gone.
-pub fn unlock(section: &StoreSection, run: &str) -> anyhow::Result<Exit> {
-    let store = existing(section, run)?;
-    store.header(run)?;
-    let pid = heddle_store::lock::unlock(section.path(), run)?;
-    eprintln!("released the lock of run {run} left by pid {pid} (gone)");
-    Ok(Exit::Ok)
+    Ok(WatchStatus {
+        json: v,
+        state: sup,
+        lock,
+        phase,
+        watchdog_alive,
+        worker_alive,
+        elapsed_ms: elapsed,
+        remaining_ms: remaining,
+        dispatches: view.dispatches,
+    })
 }

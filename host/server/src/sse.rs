@@ -4,17 +4,17 @@
 //! (`escalation`) say an interactive escalation became pending or closed.
 //!
 //! A subscriber of a run driven here sends the buffers of the run's feed
-//! ([`super::feed`]): the HTTP connection asks for its next chunk when it can write
+//! ([`crate::feed`]): the HTTP connection asks for its next chunk when it can write
 //! one, and gets everything the feed holds past what it sent, so a slow connection
 //! writes more at a time and never holds up the run or the other subscribers. Only the
 //! history the feed no longer holds, or the log of a run not driven here, is read from
 //! the store, in turn with the other subscribers.
 //!
 //! A request whose `Accept-Encoding` takes zstd or gzip gets the stream compressed
-//! ([`super::coding`] picks which): each batch of the feed is compressed once for all
+//! ([`crate::coding`] picks which): each batch of the feed is compressed once for all
 //! subscribers taking that coding. A zstd connection sends the shared frames and nothing
-//! else ([`super::zstd`]); a gzip one adds the gzip header and, when the stream ends, the
-//! trailer ([`super::gzip`]). Browsers (`fetch`, `EventSource`; Chromium takes zstd, the
+//! else ([`crate::zstd`]); a gzip one adds the gzip header and, when the stream ends, the
+//! trailer ([`crate::gzip`]). Browsers (`fetch`, `EventSource`; Chromium takes zstd, the
 //! others gzip), `curl --compressed` and HTTP clients decode it as they read; each
 //! compressed piece is complete, so a client decodes every record as soon as it arrives.
 
@@ -30,12 +30,12 @@ use heddle_store::{StoreError, Stored};
 use heddle_supervisor::interactive::Notice;
 use tokio::sync::broadcast;
 
-use super::coding::Coding;
-use super::feed::{Batch, Subscription, Take, read};
-use super::gzip::{self, Gzip, Segment};
-use super::host::Host;
-use super::mask::Mask;
-use super::zstd;
+use crate::coding::Coding;
+use crate::feed::{Batch, Subscription, Take, read};
+use crate::gzip::{self, Gzip, Segment};
+use crate::host::Host;
+use crate::mask::Mask;
+use crate::zstd;
 
 /// An idle stream sends a comment this often, so proxies and clients keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);

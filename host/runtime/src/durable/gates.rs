@@ -1,5 +1,5 @@
-//! `heddle runs approve | reject RUN GATE`: a person answers the gate a durable run is
-//! paused at. The answer is a record in the run's log (a verdict decided by `user`), so
+//! A person answers the gate a durable run is paused at (`heddle runs approve | reject`,
+//! the server's gate routes). The answer is a record in the run's log (a verdict decided by `user`), so
 //! every later resume knows it; approving runs on from the gate, rejecting cancels the
 //! run with the gate's title and the note as its reason.
 
@@ -9,9 +9,9 @@ use std::sync::Arc;
 use heddle_core::gate::{GATE_TYPE, GateAsk};
 use heddle_core::{GraphDoc, Occurrence, PauseReason, Record};
 use heddle_store::session::{self, Resumption, Session};
-use heddle_store::{RunStore, Stored};
+use heddle_store::{RunStore, StoreError, Stored};
 
-use crate::exit::Exit;
+use crate::error::{Error, Refused, refused};
 
 /// Who a gate's verdict is decided by in the log.
 const DECIDED_BY: &str = "user";
@@ -24,27 +24,13 @@ pub struct Approval {
     occurrences: Vec<Occurrence>,
 }
 
-/// Approves `gate` and runs on.
-pub fn approve(
-    store: Arc<dyn RunStore>,
-    env_args: &crate::cli::EnvArgs,
-    run: &str,
-    gate: &str,
-    note: Option<String>,
-    json: bool,
-) -> anyhow::Result<Exit> {
-    let (r, ask, approval) = approval(&*store, run, gate, note)?;
-    eprintln!("gate \"{}\" of run {run} approved", ask.title);
-    super::continue_run(store, r, env_args, json, Some(approval))
-}
-
 /// Checks that `run` waits at `gate` and builds its approval (nothing is written).
-pub(crate) fn approval(
+pub fn approval(
     store: &dyn RunStore,
     run: &str,
     gate: &str,
     note: Option<String>,
-) -> anyhow::Result<(Resumption, GateAsk, Approval)> {
+) -> Result<(Resumption, GateAsk, Approval), Error> {
     let (r, ask, occurrences) = waiting_gate(store, run, gate)?;
     let approval = Approval {
         gate: gate.to_string(),
@@ -54,29 +40,15 @@ pub(crate) fn approval(
     Ok((r, ask, approval))
 }
 
-/// Rejects `gate`: the run ends cancelled, the gate's rejection recorded with it (the
-/// note with every one of `secrets` masked).
-pub fn reject(
-    store: Arc<dyn RunStore>,
-    run: &str,
-    gate: &str,
-    note: &str,
-    secrets: &[String],
-) -> anyhow::Result<Exit> {
-    let reason = record_rejection(store, run, gate, note, secrets)?;
-    eprintln!("run {run} cancelled: {reason}");
-    Ok(Exit::Ok)
-}
-
 /// Records the rejection of `gate` and the run's cancelled ending, with `secrets` (the
 /// known secret values) masked out of what is written; returns the reason as recorded.
-pub(crate) fn record_rejection(
+pub fn record_rejection(
     store: Arc<dyn RunStore>,
     run: &str,
     gate: &str,
     note: &str,
     secrets: &[String],
-) -> anyhow::Result<String> {
+) -> Result<String, Error> {
     let (_, ask, occurrences) = waiting_gate(&*store, run, gate)?;
     let decisions = occurrences
         .into_iter()
@@ -118,7 +90,7 @@ pub fn approved(records: &[Stored], now: Option<&Approval>) -> BTreeMap<String, 
 }
 
 /// Records `a` in the log of the run just taken over, on disk before anything runs.
-pub fn record(session: &Session, a: &Approval) -> anyhow::Result<()> {
+pub fn record(session: &Session, a: &Approval) -> Result<(), StoreError> {
     for occ in &a.occurrences {
         session.log.append(Record::Verdict {
             occurrence: occ.clone(),
@@ -132,7 +104,7 @@ pub fn record(session: &Session, a: &Approval) -> anyhow::Result<()> {
 
 /// Refuses a plain resume of a run waiting at a gate: it would only pause there again.
 /// A gate is answered (approve or reject), which is what the refusal says to do.
-pub fn refuse_resume_at_gate(r: &Resumption, doc: &GraphDoc) -> anyhow::Result<()> {
+pub fn refuse_resume_at_gate(r: &Resumption, doc: &GraphDoc) -> Result<(), Refused> {
     let Some(PauseReason::Suspend { node, .. }) = r.pause.as_ref().map(|p| &p.reason) else {
         return Ok(());
     };
@@ -144,7 +116,7 @@ pub fn refuse_resume_at_gate(r: &Resumption, doc: &GraphDoc) -> anyhow::Result<(
         return Ok(());
     }
     let run = &r.header.run_id;
-    Err(crate::usage!(
+    Err(refused!(
         "run {run} waits at gate `{node}`, which is answered, not resumed: heddle runs approve {run} {node} [--note TEXT], or heddle runs reject {run} {node} --note TEXT"
     ))
 }
@@ -155,7 +127,7 @@ fn waiting_gate(
     store: &dyn RunStore,
     run: &str,
     gate: &str,
-) -> anyhow::Result<(Resumption, GateAsk, Vec<Occurrence>)> {
+) -> Result<(Resumption, GateAsk, Vec<Occurrence>), Error> {
     let r = session::check_resume(store, run, None)?;
     let doc = super::stored_graph(&r.header)?;
     let gates: Vec<&str> = doc
@@ -174,24 +146,20 @@ fn waiting_gate(
         } else {
             format!("its gates: {}", gates.join(", "))
         };
-        return Err(crate::usage!(
-            "run {run}: no gate `{gate}` in its graph ({known})"
-        ));
+        return Err(refused!("run {run}: no gate `{gate}` in its graph ({known})").into());
     };
     let waiting = match r.pause.as_ref().map(|p| &p.reason) {
         Some(PauseReason::Suspend { node, .. }) if node == gate => true,
         Some(PauseReason::Suspend { node, .. }) if gates.contains(&node.as_str()) => {
-            return Err(crate::usage!(
-                "run {run} waits at gate `{node}`, not at `{gate}`"
-            ));
+            return Err(refused!("run {run} waits at gate `{node}`, not at `{gate}`").into());
         }
         _ => false,
     };
     if !waiting {
-        return Err(crate::usage!(
+        return Err(refused!(
             "run {run} is not waiting at gate `{gate}` (state {}); `heddle runs show {run}` says what it waits for",
             r.view.state.as_str()
-        ));
+        ).into());
     }
     let text_prop = |k: &str| {
         node.properties

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use crate::exit::UsageError;
+use crate::error::ConfigError;
 
 /// The file read when `--config` is not given and it exists in the working directory.
 pub const DEFAULT_FILE: &str = "heddle.toml";
@@ -35,6 +35,7 @@ pub const MAX_TIME_LIMIT_MS: u64 = 30 * 24 * 3600 * 1000;
 pub const NODE_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 1..=30 * 24 * 3600 * 1000;
 
 impl RunSection {
+    /// The per-invocation time limit the file sets, if any.
     pub fn node_timeout(&self) -> Option<Duration> {
         self.node_timeout_ms.map(Duration::from_millis)
     }
@@ -64,6 +65,8 @@ pub const SECTIONS: &[(&str, &str)] = &[
     ("serve", "heddle serve"),
 ];
 
+/// The parsed `heddle.toml` (or the defaults when there is none): each crate's section is
+/// deserialized from it on demand, naming the file and the section on error.
 #[derive(Clone, Debug, Default)]
 pub struct Config {
     /// Where it was read from; `None` when no file was found (all defaults).
@@ -75,11 +78,11 @@ pub struct Config {
 impl Config {
     /// Reads `explicit` (which must exist), else `./heddle.toml` when present, else
     /// returns the defaults.
-    pub fn load(explicit: Option<&Path>) -> Result<Config, UsageError> {
+    pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
         let path = match explicit {
             Some(p) => {
                 if !p.exists() {
-                    return Err(UsageError::new(format!(
+                    return Err(ConfigError::new(format!(
                         "config file {} does not exist",
                         p.display()
                     )));
@@ -95,15 +98,17 @@ impl Config {
             }
         };
         let text = std::fs::read_to_string(&path).map_err(|e| {
-            UsageError::new(format!("cannot read config file {}: {e}", path.display()))
+            ConfigError::new(format!("cannot read config file {}: {e}", path.display()))
         })?;
         Self::parse(&text, &path)
     }
 
-    pub fn parse(text: &str, path: &Path) -> Result<Config, UsageError> {
+    /// Parses `text` as the configuration file at `path` (named in errors, and the base
+    /// of the relative paths in it); refuses unknown top-level sections by name.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let table: toml::Table = text
             .parse()
-            .map_err(|e: toml::de::Error| UsageError::new(format!("{}: {e}", path.display())))?;
+            .map_err(|e: toml::de::Error| ConfigError::new(format!("{}: {e}", path.display())))?;
         let unknown: Vec<String> = table
             .keys()
             .filter(|k| !SECTIONS.iter().any(|(name, _)| name == k))
@@ -116,7 +121,7 @@ impl Config {
             .collect();
         if !unknown.is_empty() {
             let known: Vec<&str> = SECTIONS.iter().map(|(name, _)| *name).collect();
-            return Err(UsageError::new(format!(
+            return Err(ConfigError::new(format!(
                 "{}: unknown top-level {} {} (known sections: {})",
                 path.display(),
                 if unknown.len() == 1 {
@@ -136,12 +141,12 @@ impl Config {
         cfg.run = cfg.section("run")?.unwrap_or_default();
         cfg.run
             .check()
-            .map_err(|m| UsageError::new(format!("{}: section [run]: {m}", cfg.display_path())))?;
+            .map_err(|m| ConfigError::new(format!("{}: section [run]: {m}", cfg.display_path())))?;
         Ok(cfg)
     }
 
     /// Deserializes one top-level section, naming the file and section on error.
-    pub fn section<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, UsageError> {
+    pub fn section<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, ConfigError> {
         let Some(v) = self.table.get(name) else {
             return Ok(None);
         };
@@ -149,16 +154,16 @@ impl Config {
             .try_into()
             .map(Some)
             .map_err(|e: toml::de::Error| {
-                UsageError::new(format!("{}: section [{name}]: {e}", self.display_path()))
+                ConfigError::new(format!("{}: section [{name}]: {e}", self.display_path()))
             })
     }
 
     /// Deserializes the whole file, for crates whose sections sit at the top level
     /// (`[wasm]`, `[packages.<name>]`, `[secrets]`) and ignore the others.
-    pub fn whole<T: DeserializeOwned>(&self) -> Result<T, UsageError> {
+    pub fn whole<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
         toml::Value::Table(self.table.clone())
             .try_into()
-            .map_err(|e: toml::de::Error| UsageError::new(format!("{}: {e}", self.display_path())))
+            .map_err(|e: toml::de::Error| ConfigError::new(format!("{}: {e}", self.display_path())))
     }
 
     /// A path from the file, relative to the file's directory.
@@ -180,6 +185,7 @@ impl Config {
             .unwrap_or_else(|| PathBuf::from("."))
     }
 
+    /// The file's path as errors name it (`(defaults)` without a file).
     pub fn display_path(&self) -> String {
         match &self.path {
             Some(p) => p.display().to_string(),
@@ -196,12 +202,13 @@ mod tests {
     fn bad_section_names_file_and_section() {
         let err =
             Config::parse("[run]\nnode_timeout_ms = \"x\"\n", Path::new("h.toml")).unwrap_err();
-        assert!(err.message.contains("h.toml: section [run]"), "{err}");
+        assert!(err.to_string().contains("h.toml: section [run]"), "{err}");
         let cfg = Config::parse("[run]\nnode_timeout_ms = 5\n", Path::new("h.toml")).unwrap();
         assert_eq!(cfg.run.node_timeout(), Some(Duration::from_millis(5)));
         let err = Config::parse("[run]\nnode_timeout_ms = 0\n", Path::new("h.toml")).unwrap_err();
         assert!(
-            err.message.contains("node_timeout_ms = 0 is out of range"),
+            err.to_string()
+                .contains("node_timeout_ms = 0 is out of range"),
             "{err}"
         );
     }
@@ -215,13 +222,13 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            err.message
+            err.to_string()
                 .contains("h.toml: unknown top-level section `package`"),
             "{err}"
         );
-        assert!(err.message.contains("packages"), "{err}");
+        assert!(err.to_string().contains("packages"), "{err}");
         let err = Config::parse("typo = 1\n", Path::new("h.toml")).unwrap_err();
-        assert!(err.message.contains("`typo`"), "{err}");
+        assert!(err.to_string().contains("`typo`"), "{err}");
         for (name, _) in SECTIONS {
             Config::parse(&format!("[{name}]\n"), Path::new("h.toml")).unwrap();
         }

@@ -9,11 +9,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::limits::Limits;
+use super::limits::WatchLimits;
+use crate::error::Error;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Phase {
+pub enum WatchPhase {
     /// A worker is being started.
     Starting,
     /// A worker runs the run.
@@ -31,17 +32,17 @@ pub enum Phase {
     Stopped,
 }
 
-impl Phase {
+impl WatchPhase {
     /// The watchdog is (or was, if it died) in the middle of the run.
     pub fn is_active(self) -> bool {
         matches!(
             self,
-            Phase::Starting | Phase::Running | Phase::Cleanup | Phase::Backoff
+            WatchPhase::Starting | WatchPhase::Running | WatchPhase::Cleanup | WatchPhase::Backoff
         )
     }
 }
 
-/// The worker being supervised.
+/// The worker being watched.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Worker {
     /// Which launch this is, from 1 (across the run's watchdogs).
@@ -65,12 +66,13 @@ pub struct Launch {
     pub output_bytes: u64,
 }
 
+/// What a watchdog knows of its run, as its state file holds it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Supervision {
+pub struct WatchState {
     pub run_id: String,
     pub watchdog_pid: u32,
-    pub phase: Phase,
-    pub limits: Limits,
+    pub phase: WatchPhase,
+    pub limits: WatchLimits,
     pub worker: Option<Worker>,
     pub launches: u32,
     pub restarts: u32,
@@ -96,6 +98,7 @@ pub struct Supervision {
     pub history: Vec<Launch>,
 }
 
+/// Milliseconds since the Unix epoch (0 before it).
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -103,12 +106,12 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-impl Supervision {
-    pub fn new(run_id: &str, limits: Limits) -> Supervision {
-        Supervision {
+impl WatchState {
+    pub fn new(run_id: &str, limits: WatchLimits) -> WatchState {
+        WatchState {
             run_id: run_id.to_string(),
             watchdog_pid: std::process::id(),
-            phase: Phase::Starting,
+            phase: WatchPhase::Starting,
             limits,
             worker: None,
             launches: 0,
@@ -131,21 +134,24 @@ impl Supervision {
     }
 
     /// The last state written for `run`, if a watchdog ever supervised it.
-    pub fn load(store: &Path, run: &str) -> anyhow::Result<Option<Supervision>> {
-        let path = Supervision::path(store, run);
+    pub fn load(store: &Path, run: &str) -> Result<Option<WatchState>, Error> {
+        let path = WatchState::path(store, run);
         match std::fs::read(&path) {
-            Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes).map_err(|e| {
-                anyhow::Error::from(e).context(format!("{}: unreadable", path.display()))
+            Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes).map_err(|source| {
+                Error::StateFile {
+                    path: path.clone(),
+                    source,
+                }
             })?)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(anyhow::Error::from(e).context(format!("reading {}", path.display()))),
+            Err(e) => Err(Error::io(format!("reading {}", path.display()))(e)),
         }
     }
 
     /// Writes the state (a temporary file renamed over the old one, so a reader never
     /// sees half of it).
-    pub fn save(&self, store: &Path) -> anyhow::Result<()> {
-        let path = Supervision::path(store, &self.run_id);
+    pub fn save(&self, store: &Path) -> Result<(), Error> {
+        let path = WatchState::path(store, &self.run_id);
         let tmp = path.with_extension("json.tmp");
         let write = || -> std::io::Result<()> {
             if let Some(dir) = path.parent() {
@@ -154,7 +160,7 @@ impl Supervision {
             std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
             std::fs::rename(&tmp, &path)
         };
-        write().map_err(|e| anyhow::Error::from(e).context(format!("writing {}", path.display())))
+        write().map_err(Error::io(format!("writing {}", path.display())))
     }
 
     /// Run time used by `now` (ms since the epoch).
@@ -203,11 +209,11 @@ mod tests {
 
     #[test]
     fn run_time_counts_from_a_launch_and_freezes_at_a_pause() {
-        let mut s = Supervision::new(
+        let mut s = WatchState::new(
             "r",
-            Limits {
+            WatchLimits {
                 run_time_limit_ms: Some(1_000),
-                ..Limits::default()
+                ..WatchLimits::default()
             },
         );
         assert_eq!(s.elapsed_at(5_000), 0);
@@ -226,10 +232,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("runs.db");
         std::fs::write(&store, b"").unwrap();
-        assert_eq!(Supervision::load(&store, "r").unwrap(), None);
-        let mut s = Supervision::new("r", Limits::default());
-        s.phase = Phase::Backoff;
+        assert_eq!(WatchState::load(&store, "r").unwrap(), None);
+        let mut s = WatchState::new("r", WatchLimits::default());
+        s.phase = WatchPhase::Backoff;
         s.save(&store).unwrap();
-        assert_eq!(Supervision::load(&store, "r").unwrap(), Some(s));
+        assert_eq!(WatchState::load(&store, "r").unwrap(), Some(s));
     }
 }

@@ -12,13 +12,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use heddle_store::{RunStore, SqliteStore, StoreError, Stored};
+use heddle_store::{RunStore, StoreError, Stored};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::coding::Coding;
-use super::gzip::Segment;
-use super::mask::Mask;
+use crate::coding::Coding;
+use crate::gzip::Segment;
+use crate::mask::Mask;
 
 /// How much rendered history a run's feed keeps (its oldest batches go first): a
 /// subscriber further behind than this, or joining later, reads what it misses from
@@ -118,12 +118,12 @@ impl Batch {
     pub fn zstd_from(&self, seq: u64) -> Bytes {
         match self.offset(seq) {
             0 => self.zstd().clone(),
-            at => super::zstd::frame(&self.text[at..]),
+            at => crate::zstd::frame(&self.text[at..]),
         }
     }
 
     fn zstd(&self) -> &Bytes {
-        self.zstd.get_or_init(|| super::zstd::frame(&self.text))
+        self.zstd.get_or_init(|| crate::zstd::frame(&self.text))
     }
 
     /// Compresses it now in `coding`, if that is one, so that its subscribers share the
@@ -325,7 +325,7 @@ impl Drop for Subscription {
 /// goes with it.
 pub async fn follow(
     feed: Arc<Feed>,
-    store: Arc<SqliteStore>,
+    store: Arc<dyn RunStore>,
     mask: Arc<Mask>,
     run_id: String,
     done: CancellationToken,
@@ -350,7 +350,7 @@ pub async fn follow(
         let records = match read(&store, &run_id, next).await {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("warning: run {run_id}: the event feed stopped: {e}");
+                tracing::warn!("run {run_id}: the event feed stopped: {e}");
                 break false;
             }
         };
@@ -380,7 +380,7 @@ pub async fn follow(
 
 /// The records of `run_id` from `from` on, read off the async threads.
 pub async fn read(
-    store: &Arc<SqliteStore>,
+    store: &Arc<dyn RunStore>,
     run_id: &str,
     from: u64,
 ) -> Result<Vec<Stored>, StoreError> {
@@ -481,7 +481,7 @@ mod tests {
         let (x, y) = (b.zstd_from(0), b.zstd_from(0));
         assert_eq!(x.as_ptr(), y.as_ptr(), "compressed once");
         for from in 0..4 {
-            let (mut g, head) = crate::serve::gzip::Gzip::start();
+            let (mut g, head) = crate::gzip::Gzip::start();
             let mut bytes = head.to_vec();
             bytes.extend_from_slice(&g.carry(&b.gzip_from(from)));
             bytes.extend_from_slice(&g.finish());

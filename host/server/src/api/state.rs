@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use heddle_store::StoreError;
 use serde_json::json;
 
-use crate::serve::host::Host;
-use crate::serve::token::Token;
+use crate::host::Host;
+use crate::token::Token;
 
 #[derive(Clone)]
 pub struct Api {
@@ -31,7 +31,7 @@ impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
-            body: json!({ "error": crate::exit::bounded(&message.into()) }),
+            body: json!({ "error": heddle_core::text::bounded(&message.into()) }),
         }
     }
 
@@ -50,14 +50,7 @@ impl IntoResponse for ApiError {
 
 /// An error and its causes on one line, as the command line prints them.
 pub(super) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
+    heddle_core::text::error_chain(e)
 }
 
 /// The status for a store refusal: a run that is not there (404) or not in a state
@@ -78,19 +71,20 @@ impl From<StoreError> for ApiError {
     }
 }
 
-impl From<anyhow::Error> for ApiError {
-    fn from(e: anyhow::Error) -> ApiError {
-        let locked = e.chain().any(|c| c.is::<heddle_store::lock::LockError>());
-        let status = match e.chain().find_map(|c| c.downcast_ref::<StoreError>()) {
-            Some(s) => status_of(s),
+impl From<heddle_runtime::Error> for ApiError {
+    fn from(e: heddle_runtime::Error) -> ApiError {
+        use heddle_runtime::Error as E;
+        let status = match &e {
+            E::Store(s) => status_of(s),
             // A watchdog holds the run.
-            None if locked => StatusCode::CONFLICT,
-            None if crate::exit::classify(&e) == crate::exit::Exit::Invalid => {
+            E::Lock(_) => StatusCode::CONFLICT,
+            // The request or the stored run it names cannot be taken as asked.
+            E::Refused(_) | E::Config(_) | E::SecretInput(_) | E::Graph(_) | E::Plan { .. } => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
-            None => StatusCode::INTERNAL_SERVER_ERROR,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        ApiError::new(status, format!("{e:#}"))
+        ApiError::new(status, chain(&e))
     }
 }
 

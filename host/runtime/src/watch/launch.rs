@@ -34,16 +34,6 @@ pub enum StopReason {
     EndedElsewhere,
 }
 
-impl StopReason {
-    pub fn code(self) -> &'static str {
-        match self {
-            StopReason::OutputLimit => "OUTPUT_LIMIT",
-            StopReason::Timeout => "TIMEOUT",
-            StopReason::Stopped | StopReason::EndedElsewhere => "STOPPED",
-        }
-    }
-}
-
 /// How a launch ended.
 #[derive(Debug)]
 pub struct Ended {
@@ -144,21 +134,21 @@ fn kill_group(pgid: i32, sig: i32) {
     unsafe { libc::kill(-pgid, sig) };
 }
 
-/// Waits for the worker, passing its stderr on (its progress and errors) and counting
+/// Waits for the worker, passing its stderr on to `console` (its progress and errors) and counting
 /// its stdout without passing it on (a run's report and outputs come from the run store,
 /// verified), up to `limit` bytes of both; stops it at the deadline, over the output
 /// limit, or on a second interrupt.
 ///
 /// `ended_elsewhere` is asked every [`POLL`] whether the run was ended in the store by
 /// someone else; then the worker is stopped at once rather than at its next write.
-pub async fn supervise(
+pub async fn watch(
     mut child: tokio::process::Child,
     limit: u64,
     deadline: Option<tokio::time::Instant>,
     signals: &mut Signals,
     mut ended_elsewhere: impl FnMut() -> bool,
+    console: &mut (dyn std::io::Write + Send),
 ) -> std::io::Result<Ended> {
-    use std::io::Write as _;
     // Both pipes were requested at spawn.
     let mut out = child.stdout.take().expect("stdout is piped");
     let mut err = child.stderr.take().expect("stderr is piped");
@@ -197,7 +187,7 @@ pub async fn supervise(
                 0 => err_open = false,
                 n => {
                     let chunk = admit(&eb[..n], &mut total, limit);
-                    let _ = std::io::stderr().write_all(chunk);
+                    let _ = console.write_all(chunk);
                 }
             },
             _ = sleep_or_never(sleep_to) => {
@@ -282,9 +272,16 @@ mod tests {
             .spawn()
             .unwrap();
         let mut signals = Signals::new().unwrap();
-        let ended = supervise(child, 1_000, None, &mut signals, || false)
-            .await
-            .unwrap();
+        let ended = watch(
+            child,
+            1_000,
+            None,
+            &mut signals,
+            || false,
+            &mut std::io::stderr(),
+        )
+        .await
+        .unwrap();
         assert_eq!(ended.stopped_for, Some(StopReason::OutputLimit));
         assert!(ended.output_bytes > 1_000);
         assert!(ended.crashed(), "killed, {}", ended.describe());
@@ -301,9 +298,16 @@ mod tests {
             .spawn()
             .unwrap();
         let mut signals = Signals::new().unwrap();
-        let ended = supervise(child, 100_000, None, &mut signals, || false)
-            .await
-            .unwrap();
+        let ended = watch(
+            child,
+            100_000,
+            None,
+            &mut signals,
+            || false,
+            &mut std::io::stderr(),
+        )
+        .await
+        .unwrap();
         assert_eq!(ended.stopped_for, None);
         assert_eq!(ended.describe(), "exit 3");
         assert_eq!(ended.output_bytes, 3);

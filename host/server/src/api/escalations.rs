@@ -68,10 +68,10 @@ async fn answer(
         err
     })?;
     if let Some(n) = &note {
-        eprintln!(
+        tracing::info!(
             "run {id}: escalation {eid} answered {}: {}",
             verdict.action(),
-            crate::exit::bounded(&api.host.mask.text(n))
+            heddle_core::text::bounded(&api.host.mask.text(n))
         );
     }
     Ok(Json(json!({

@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 
 use heddle_store::StoreError;
+use heddle_wasm::PackageStore;
 
-use crate::cli::EnvArgs;
-use crate::providers::Settings;
+use crate::error::Error;
 
 /// The first installed package of `recorded` whose component bytes no longer hash to
 /// the recorded digest. Packages not installed in the package store (the first-party
@@ -17,9 +17,8 @@ use crate::providers::Settings;
 pub fn changed(
     run: &str,
     recorded: &BTreeMap<String, String>,
-    env: &EnvArgs,
-) -> anyhow::Result<Option<StoreError>> {
-    let store = Settings::load(env)?.store();
+    store: &PackageStore,
+) -> Result<Option<StoreError>, Error> {
     if recorded.is_empty() || !store.lockfile_path().is_file() {
         return Ok(None);
     }
@@ -62,10 +61,7 @@ mod tests {
             ),
         )
         .unwrap();
-        let env = EnvArgs {
-            config: None,
-            packages: Some(dir.path().to_path_buf()),
-        };
+        let env = PackageStore::open(dir.path());
         let recorded = BTreeMap::from([("echo".to_string(), digest.clone())]);
         assert!(changed("r", &recorded, &env).unwrap().is_none());
         // A package the run does not use is not looked at.

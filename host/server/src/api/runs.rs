@@ -13,9 +13,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::state::{Api, ApiError, body_error, chain, parse, status_of};
-use crate::cli::Supervise;
-use crate::durable;
-use crate::serve::host::{CreateError, CreateOptions};
+use crate::host::{CreateError, CreateOptions};
+use heddle_runtime::Supervise;
+use heddle_runtime::durable;
 
 pub fn routes() -> Router<Api> {
     Router::new()
@@ -157,7 +157,7 @@ async fn create(
             });
             Ok((StatusCode::CREATED, Json(body)).into_response())
         }
-        Err(CreateError::Store(e)) => Err(e.into()),
+        Err(CreateError::Run(e)) => Err(e.into()),
         Err(e @ CreateError::TooLarge { .. }) => {
             Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()))
         }
@@ -169,12 +169,12 @@ async fn create(
             // The shape of `heddle validate --json` for a refused graph.
             let error = match &e {
                 CreateError::Invalid(_) => None,
-                _ => Some(crate::exit::bounded(&chain(&e))),
+                _ => Some(heddle_core::text::bounded(&chain(&e))),
             };
             let body = json!({
                 "graph": name,
                 "valid": false,
-                "error": error.clone().unwrap_or_else(|| crate::exit::bounded(&e.to_string())),
+                "error": error.clone().unwrap_or_else(|| heddle_core::text::bounded(&e.to_string())),
                 "issues": e.issues(),
                 "warnings": [],
             });
@@ -222,7 +222,14 @@ async fn resume(
         .into_response())
 }
 
+/// The highest record number a run store numbers (its records are numbered with
+/// signed 64-bit integers): a `Last-Event-ID` at or past it names a record past the end
+/// of every log.
+const PAST_EVERY_LOG: u64 = i64::MAX as u64;
+
 /// `Last-Event-ID` (what an `EventSource` sends when it reconnects): continue after it.
+/// An id past the end of the log gets an empty stream (nothing comes after it); one
+/// that is not a record's number is refused (400).
 async fn events(
     State(api): State<Api>,
     Path(id): Path<String>,
@@ -233,7 +240,9 @@ async fn events(
         Some(v) => {
             let seq = v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok());
             match seq {
-                Some(s) => s + 1,
+                Some(s) => s
+                    .checked_add(1)
+                    .map_or(PAST_EVERY_LOG, |n| n.min(PAST_EVERY_LOG)),
                 None => {
                     return Err(ApiError::new(
                         StatusCode::BAD_REQUEST,
@@ -243,7 +252,7 @@ async fn events(
             }
         }
     };
-    Ok(crate::serve::sse::stream(api.host.clone(), id, from, &headers).await?)
+    Ok(crate::sse::stream(api.host.clone(), id, from, &headers).await?)
 }
 
 #[derive(Default, Deserialize)]
@@ -263,7 +272,7 @@ fn gate_request(body: Result<Bytes, BytesRejection>) -> Result<GateRequest, ApiE
 
 /// A gate the run does not wait at (or does not have) is a conflict with the run's
 /// state, not a malformed request.
-fn gate_error(e: anyhow::Error) -> ApiError {
+fn gate_error(e: heddle_runtime::Error) -> ApiError {
     let mut out = ApiError::from(e);
     if out.status == StatusCode::UNPROCESSABLE_ENTITY {
         out.status = StatusCode::CONFLICT;

@@ -15,8 +15,8 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 
-use crate::serve::host::Host;
-use crate::serve::token::Token;
+use crate::host::Host;
+use crate::token::Token;
 use state::{Api, ApiError};
 
 /// Largest request body taken (a graph document with its inputs).
@@ -33,11 +33,11 @@ pub fn router(host: Arc<Host>, token: Token) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(
             api.host.mask.clone(),
-            crate::serve::mask::responses,
+            crate::mask::responses,
         ))
         .layer(middleware::from_fn_with_state(api.clone(), authorize))
         // Added after the token check: the page's files hold no data.
-        .merge(crate::serve::viewer::router())
+        .merge(crate::viewer::router())
         .with_state(api)
 }
 

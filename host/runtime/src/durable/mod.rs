@@ -1,0 +1,321 @@
+//! Durable runs: what a new run records (its graph bytes, plan, inputs, package digests
+//! and limits), and taking a recorded run over again, by a resume, a gate's approval, a
+//! watchdog's worker or a server's adoption. The store's own side (the session, the
+//! crash table) is [`heddle_store::session`]; this module is what a run needs from the
+//! runtime around it (its plan again, its options, its package digests checked).
+
+pub mod gates;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use heddle_core::GraphDoc;
+use heddle_core::plan::Plan;
+use heddle_kernel::runtime::RunOptions;
+use heddle_store::session::{self, Ending, Resumption};
+use heddle_store::status::RunView;
+use heddle_store::{Budget, NewRun, RunHeader, RunState, RunStore, RunSummary, StoreError};
+
+use crate::driver::Drive;
+use crate::error::{Error, Refused, SecretInput, refused};
+use crate::providers::Runtime;
+use crate::settings::Supervise;
+
+/// The bytes of the graph file at `path`, as a durable run records them.
+pub fn read_graph(path: &Path) -> Result<Vec<u8>, Refused> {
+    std::fs::read(path).map_err(|e| refused!("cannot read {}: {e}", path.display()))
+}
+
+impl Runtime {
+    /// What a new durable run records: the graph's exact bytes (named `graph_name`),
+    /// its plan, inputs, the digests of the packages it uses and its limits. Refused
+    /// (nothing is recorded) when an input holds a known secret value.
+    pub fn new_run(
+        &self,
+        graph_name: String,
+        graph_bytes: Vec<u8>,
+        plan: &Plan,
+        opts: &RunOptions,
+        budget: Budget,
+    ) -> Result<NewRun, SecretInput> {
+        refuse_secret_inputs(opts)?;
+        Ok(NewRun {
+            graph_name,
+            graph_bytes,
+            plan: plan_summary(plan),
+            inputs: opts.inputs.clone(),
+            // Secrets reach nodes through the operator's grants, by name, on every start;
+            // no secret value is ever part of a run.
+            secrets: Vec::new(),
+            packages: used_packages(plan, self.package_digests()),
+            limits: limits(opts, budget),
+        })
+    }
+
+    /// Records `run` in `store` and takes it: a durable run, ready to drive.
+    pub fn begin(
+        &self,
+        store: Arc<dyn RunStore>,
+        run: &NewRun,
+        plan: Plan,
+        opts: RunOptions,
+    ) -> Result<(RunHeader, Drive), Error> {
+        let (header, session) = session::begin(store, run)?;
+        self.settings().store.configure(&session, &opts.secrets);
+        Ok((header, Drive::durable(plan, opts, session)))
+    }
+
+    /// Plans a stored run again for a resume or an adoption, with its recorded inputs
+    /// and limits and the gates its log (and `approval`) opened; refused when a package
+    /// it used changed since it started.
+    pub fn prepare(
+        &self,
+        r: &Resumption,
+        doc: &GraphDoc,
+        approval: Option<&gates::Approval>,
+    ) -> Result<(Plan, RunOptions), Error> {
+        let h = &r.header;
+        let plan = self.plan(doc, &h.run.graph_name)?;
+        for (name, recorded) in &h.run.packages {
+            let current = self.package_digests().get(name);
+            if current != Some(recorded) {
+                return Err(StoreError::PackageChanged {
+                    run: h.run_id.clone(),
+                    package: name.clone(),
+                    recorded: recorded.clone(),
+                    current: current.cloned().unwrap_or_else(|| "not installed".into()),
+                }
+                .into());
+            }
+        }
+        let opts = RunOptions {
+            secrets: self.secrets(None),
+            inputs: h.run.inputs.clone(),
+            node_timeout: h.run.limits["node_timeout_ms"]
+                .as_u64()
+                .map(std::time::Duration::from_millis),
+            approved_gates: gates::approved(&r.records, approval),
+            ..RunOptions::default()
+        };
+        Ok((plan, opts))
+    }
+
+    /// Takes a checked run over and reopens it from its log ([`Runtime::prepare`], then
+    /// [`session::reopen`]), with `approval` (a gate approved now) recorded before
+    /// anything runs. A run whose time limit was used up before this process took it
+    /// ends at once, failed. Blocks on the disk.
+    pub fn reopen(
+        &self,
+        store: Arc<dyn RunStore>,
+        r: &Resumption,
+        doc: &GraphDoc,
+        approval: Option<&gates::Approval>,
+    ) -> Result<Reopened, Error> {
+        let (plan, opts) = self.prepare(r, doc, approval)?;
+        let how = Reopening::of(r);
+        let session = session::reopen(store, r)?;
+        // Before the approval's note is recorded: no record goes in unmasked.
+        self.settings().store.configure(&session, &opts.secrets);
+        if let Some(a) = approval {
+            gates::record(&session, a)?;
+        }
+        if let Some(e) = session.exhausted_at_open() {
+            // Nothing runs: the time limit was used up before this process took the run.
+            let ending = session::end_exhausted(&session, e)?;
+            return Ok(Reopened {
+                how,
+                run: Reopen::Ended(ending),
+            });
+        }
+        Ok(Reopened {
+            how,
+            run: Reopen::Ready(Drive::durable(plan, opts, session)),
+        })
+    }
+}
+
+/// How a stored run is taken over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reopening {
+    /// A paused run reopened at pause event `pause` (a person decided).
+    Resume {
+        /// The pause's event.
+        pause: u64,
+    },
+    /// A run nothing has opened yet (a watchdog's first worker).
+    Start,
+    /// An interrupted run recovered from its log (no decision is implied: uncertain
+    /// work pauses again).
+    Recover,
+}
+
+impl Reopening {
+    /// How `r` takes its run over.
+    pub fn of(r: &Resumption) -> Reopening {
+        match &r.pause {
+            Some(p) => Reopening::Resume { pause: p.event },
+            None if r.records.is_empty() => Reopening::Start,
+            None => Reopening::Recover,
+        }
+    }
+}
+
+/// A stored run taken over.
+pub struct Reopened {
+    /// How it was taken over.
+    pub how: Reopening,
+    /// What became of it.
+    pub run: Reopen,
+}
+
+/// What [`Runtime::reopen`] leaves.
+pub enum Reopen {
+    /// The run, ready to drive.
+    Ready(Drive),
+    /// Its budget was spent before it was taken over: it ended without running.
+    Ended(Ending),
+}
+
+/// Refuses a run whose inputs hold one of its known secret values, before anything is
+/// recorded: a person types inputs (a flag, an API request), and the store keeps a
+/// run's inputs as they are, where masking one would run a resumed graph on
+/// `«redacted»`. The rule the store holds node values to ([`heddle_store::secrets`]).
+fn refuse_secret_inputs(opts: &RunOptions) -> Result<(), SecretInput> {
+    let secrets = opts.secrets.snapshot();
+    match opts
+        .inputs
+        .iter()
+        .find(|(_, v)| heddle_store::secrets::holds(v, &secrets))
+    {
+        Some((name, _)) => Err(SecretInput {
+            input: name.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A run's limits as recorded: the node timeout and the budget ([`Budget::of`] reads
+/// it back).
+fn limits(opts: &RunOptions, budget: Budget) -> serde_json::Value {
+    let mut v = serde_json::to_value(budget).unwrap_or_default();
+    v["node_timeout_ms"] = serde_json::json!(opts.node_timeout.map(|t| t.as_millis() as u64));
+    v
+}
+
+/// What a plan is, for the record and for `heddle runs show`.
+fn plan_summary(plan: &Plan) -> serde_json::Value {
+    let nodes: Vec<_> = plan
+        .nodes
+        .iter()
+        .map(|n| {
+            serde_json::json!({
+                "id": &*n.id,
+                "type": &*n.node_type,
+                "retry_safe": n.decl.retry_safe,
+                "origin": n.decl.origin,
+            })
+        })
+        .collect();
+    serde_json::json!({ "nodes": nodes, "edges": plan.edges.len() })
+}
+
+/// The packages (by name, with their sha256) whose node types the plan uses.
+fn used_packages(plan: &Plan, digests: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    plan.nodes
+        .iter()
+        .filter_map(|n| {
+            let name = n.decl.origin.strip_prefix("package:")?;
+            let name = name.split('@').next().unwrap_or(name);
+            Some((name.to_string(), digests.get(name)?.clone()))
+        })
+        .collect()
+}
+
+/// Every run with its state, folded from its lifecycle records.
+pub fn list_states(store: &dyn RunStore) -> Result<Vec<(RunSummary, RunState)>, StoreError> {
+    let mut rows = Vec::new();
+    for s in store.list()? {
+        let state = heddle_store::status::state_of(store, &s.run_id)?;
+        rows.push((s, state));
+    }
+    Ok(rows)
+}
+
+/// A run in a listing, as `runs list --json` and the server's API give it.
+pub fn list_json(s: &RunSummary, state: RunState) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": s.run_id, "created_ms": s.created_ms, "graph": s.graph_name,
+        "state": state, "records": s.records,
+    })
+}
+
+/// One run in full, as `runs show --json` and the server's API give it.
+pub fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": header.run_id,
+        "created_ms": header.created_ms,
+        "graph": header.run.graph_name,
+        "graph_sha256": header.graph_sha256,
+        "inputs": header.run.inputs,
+        "packages": header.run.packages,
+        "limits": header.run.limits,
+        "plan": header.run.plan,
+        "state": view.state,
+        "owner_pid": view.owner_pid,
+        "epoch": view.epoch,
+        "pause": view.pause,
+        "error": view.error,
+        "dispatches": view.dispatches,
+        "execution_ms": view.execution_ms,
+        "budget": heddle_store::Budget::of(&header.run.limits),
+        "usage": view.usage(),
+        "records": view.records,
+        "skipped": view.skipped,
+        "occurrences": view.occurrences.iter().map(|(o, v)| {
+            let mut e = serde_json::to_value(v).unwrap_or_default();
+            e["occurrence"] = serde_json::to_value(o).unwrap_or_default();
+            e
+        }).collect::<Vec<_>>(),
+    })
+}
+
+/// The graph document a run was started from, exactly as stored.
+pub fn stored_graph(h: &RunHeader) -> Result<GraphDoc, Error> {
+    let text = String::from_utf8(h.run.graph_bytes.clone())
+        .map_err(|e| refused!("run {}: the stored graph is not UTF-8: {e}", h.run_id))?;
+    Ok(GraphDoc::parse(&text, &h.run.graph_name)?)
+}
+
+/// The key of a run's recorded limits naming its supervisor handle: data of the run,
+/// so whoever adopts or resumes it supervises it the same way.
+const SUPERVISE_KEY: &str = "supervise";
+
+/// Records that `run` is supervised by `supervise`.
+pub fn set_supervise(run: &mut NewRun, supervise: Supervise) {
+    run.limits[SUPERVISE_KEY] = supervise.as_str().into();
+}
+
+/// Who decides the failed invocations of the stored run `h`.
+pub fn supervise_of(h: &RunHeader) -> Supervise {
+    match h.run.limits[SUPERVISE_KEY].as_str() {
+        Some("interactive") => Supervise::Interactive,
+        _ => Supervise::None,
+    }
+}
+
+/// Refuses to run on, outside a server, a run recorded with interactive supervision:
+/// its failures wait for a person's verdict through `heddle serve`, and a command-line
+/// process has nobody to ask (it would fail them unasked, or run them unsupervised).
+/// Called before anything is written.
+pub fn refuse_interactive(h: &RunHeader) -> Result<(), Refused> {
+    if supervise_of(h) != Supervise::Interactive {
+        return Ok(());
+    }
+    let id = &h.run_id;
+    Err(refused!(
+        "run {id} is supervised interactively (a person decides its failures through `heddle serve`): \
+         resume it from the server instead, on the run's page or with POST /api/runs/{id}/resume \
+         (a gate: POST /api/runs/{id}/gates/GATE/approve); nothing was changed"
+    ))
+}
