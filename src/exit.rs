@@ -70,10 +70,6 @@ fn class_of(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
             || cause.is::<heddle_runtime::ConfigError>()
             || cause.is::<heddle_runtime::Refused>()
             || cause.is::<heddle_runtime::SecretInput>()
-            || matches!(
-                cause.downcast_ref::<heddle_runtime::Error>(),
-                Some(heddle_runtime::Error::Plan { .. })
-            )
         {
             return Some(Exit::Invalid);
         }

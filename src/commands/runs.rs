@@ -116,7 +116,7 @@ pub(crate) fn continue_run(
             Execution {
                 graph: r.header.run.graph_name.clone(),
                 registry: runtime.registry(),
-                drive,
+                drive: *drive,
                 json,
                 stream: None,
                 worker_store: worker.then_some(store),

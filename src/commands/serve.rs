@@ -43,7 +43,7 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
         ..args.env.overrides()
     })?;
     let runtime = Arc::new(Runtime::load(settings, None).await?);
-    let (store, lease) = heddle_server::lease::open(&runtime.settings().store)?;
+    let store = heddle_server::lease::open(&runtime.settings().store)?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("--listen {}: cannot listen there", args.listen))?;
@@ -52,8 +52,8 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
     let mut sigterm = signal(SignalKind::terminate())?;
     let server = heddle_server::Server::activate(
         runtime.clone(),
-        store,
-        lease,
+        store.runs,
+        store.lease,
         listener,
         args.workers as usize,
         runs,

@@ -107,7 +107,7 @@ pub enum Error {
     Artifact(#[from] ArtifactError),
     /// The WASM engine would not start.
     #[error("starting the WASM engine")]
-    Engine(#[source] heddle_wasm::PackageError),
+    Engine(#[source] Box<heddle_wasm::PackageError>),
     /// A WASM package would not load.
     #[error("loading the WASM packages (first-party and installed in {})", dir.display())]
     Packages {
@@ -115,11 +115,11 @@ pub enum Error {
         dir: PathBuf,
         /// Which package, and why.
         #[source]
-        source: heddle_wasm::PackageError,
+        source: Box<heddle_wasm::PackageError>,
     },
     /// A package operation outside loading (the package store's lockfile, a listing).
     #[error(transparent)]
-    Package(#[from] heddle_wasm::PackageError),
+    Package(Box<heddle_wasm::PackageError>),
     /// Two providers declare the same node type.
     #[error(transparent)]
     Registry(#[from] heddle_kernel::RegistryError),
@@ -156,34 +156,36 @@ pub enum Error {
 }
 
 impl Error {
-    /// The error this one stands for: the wrapped error of a variant that only carries
-    /// another crate's (whose message and causes are that error's), else this one. What
-    /// a caller classifying errors by type looks at.
+    /// The error whose type says what kind of failure this is: the other crate's error
+    /// it carries (a variant that adds context keeps it in its message), else this one.
+    /// What a caller classifying errors by type looks at (the command line's exit codes,
+    /// the API's statuses).
     pub fn cause(&self) -> &(dyn std::error::Error + 'static) {
         match self {
             Error::Config(e) => e,
             Error::Refused(e) => e,
             Error::SecretInput(e) => e,
             Error::Graph(e) => e,
-            Error::Store(e) => e,
+            Error::Plan { source, .. } => source,
+            Error::Store(e) | Error::NoStore { source: e, .. } => e,
             Error::Lock(e) => e,
             Error::Artifact(e) => e,
-            Error::Package(e) => e,
+            Error::Engine(e) | Error::Packages { source: e, .. } | Error::Package(e) => &**e,
             Error::Registry(e) => e,
             Error::Kernel(e) => e,
-            Error::Plan { .. }
-            | Error::Engine(_)
-            | Error::Packages { .. }
-            | Error::NoStore { .. }
-            | Error::Io { .. }
-            | Error::StateFile { .. }
-            | Error::RecordedLimits { .. } => self,
+            Error::Io { .. } | Error::StateFile { .. } | Error::RecordedLimits { .. } => self,
         }
     }
 
     pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
         let what = what.into();
         move |source| Error::Io { what, source }
+    }
+}
+
+impl From<heddle_wasm::PackageError> for Error {
+    fn from(e: heddle_wasm::PackageError) -> Error {
+        Error::Package(Box::new(e))
     }
 }
 

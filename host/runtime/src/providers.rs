@@ -47,7 +47,7 @@ impl Runtime {
         .await
         .map_err(|source| Error::Packages {
             dir: settings.packages_dir.clone(),
-            source,
+            source: Box::new(source),
         })?;
         let package_digests = wasm
             .packages()

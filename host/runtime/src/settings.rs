@@ -154,7 +154,7 @@ impl Settings {
     /// cannot serve takes seconds for a large package: it is logged (`compiling NAME
     /// (first use)…`), so a person waiting is told which.
     pub fn wasm_host(&self) -> Result<WasmHost, Error> {
-        let host = WasmHost::new(self.wasm.wasm.clone()).map_err(Error::Engine)?;
+        let host = WasmHost::new(self.wasm.wasm.clone()).map_err(|e| Error::Engine(Box::new(e)))?;
         host.on_compile(|name| tracing::info!("compiling {name} (first use)…"));
         Ok(host)
     }

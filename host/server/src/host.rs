@@ -308,7 +308,7 @@ impl Host {
         match reopened.run {
             // Its time limit was used up before this server took it: nothing runs.
             Reopen::Ended(_) => {}
-            Reopen::Ready(drive) => self.spawn(drive, supervise),
+            Reopen::Ready(drive) => self.spawn(*drive, supervise),
         }
         Ok(())
     }

@@ -39,8 +39,19 @@ impl Lease for SqliteStore {
     }
 }
 
-/// The run store of `settings` with its lease: where a server's store is chosen.
-pub fn open(settings: &StoreSettings) -> Result<(Arc<dyn RunStore>, Arc<dyn Lease>), StoreError> {
+/// A store a server can own: its runs and its lease.
+pub struct Ownable {
+    /// The runs.
+    pub runs: Arc<dyn RunStore>,
+    /// Who writes them.
+    pub lease: Arc<dyn Lease>,
+}
+
+/// The run store of `settings` with its lease: where a server's kind of store is chosen.
+pub fn open(settings: &StoreSettings) -> Result<Ownable, StoreError> {
     let store = Arc::new(SqliteStore::open(settings.path())?);
-    Ok((store.clone(), store))
+    Ok(Ownable {
+        runs: store.clone(),
+        lease: store,
+    })
 }

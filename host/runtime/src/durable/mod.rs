@@ -130,7 +130,7 @@ impl Runtime {
         }
         Ok(Reopened {
             how,
-            run: Reopen::Ready(Drive::durable(plan, opts, session)),
+            run: Reopen::Ready(Box::new(Drive::durable(plan, opts, session))),
         })
     }
 }
@@ -172,7 +172,7 @@ pub struct Reopened {
 /// What [`Runtime::reopen`] leaves.
 pub enum Reopen {
     /// The run, ready to drive.
-    Ready(Drive),
+    Ready(Box<Drive>),
     /// Its budget was spent before it was taken over: it ended without running.
     Ended(Ending),
 }

@@ -14,6 +14,8 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::compression::CompressionLayer;
 
 use crate::host::Host;
 use crate::token::Token;
@@ -22,12 +24,15 @@ use state::{Api, ApiError};
 /// Largest request body taken (a graph document with its inputs).
 pub const MAX_BODY_BYTES: usize = 4 << 20;
 
+/// The whole HTTP surface of a server: the API's routes (behind the token, their JSON
+/// answers masked) and the viewer's files, every answer through [`guard`]. Testable
+/// in-process with `tower::ServiceExt::oneshot`.
 pub fn router(host: Arc<Host>, token: Token) -> Router {
     let api = Api {
         host,
         token: Arc::new(token),
     };
-    Router::new()
+    let routes = Router::new()
         .merge(runs::routes())
         .merge(escalations::routes())
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -38,7 +43,35 @@ pub fn router(host: Arc<Host>, token: Token) -> Router {
         .layer(middleware::from_fn_with_state(api.clone(), authorize))
         // Added after the token check: the page's files hold no data.
         .merge(crate::viewer::router())
-        .with_state(api)
+        .with_state(api);
+    guard(routes)
+}
+
+/// The layers every answer goes through, outermost first: a handler that panics is
+/// answered 500 with a JSON error (the connection and the server go on; the panic is
+/// logged), and a body is compressed (zstd or gzip, as the request's `Accept-Encoding`
+/// takes) unless it is the event stream, whose feed compresses each batch once for all
+/// its subscribers (`crate::sse`), or already compressed, or too small to gain.
+pub fn guard(routes: Router) -> Router {
+    routes
+        .layer(CompressionLayer::new())
+        .layer(CatchPanicLayer::custom(panicked))
+}
+
+/// The answer to a request whose handler panicked: the panic is a bug, logged with its
+/// message; the client is told no more than that.
+fn panicked(payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("(no message)");
+    tracing::error!("a request's handler panicked: {message}");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "the server failed while answering this request (a bug; it is logged)",
+    )
+    .into_response()
 }
 
 /// Every route needs `Authorization: Bearer TOKEN`; anything else is 401 before the

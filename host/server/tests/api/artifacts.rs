@@ -108,9 +108,9 @@ async fn an_unreadable_artifact_is_named_by_the_api_and_by_a_whole_read() {
         assert_ne!(status, 200, "{body:#}");
     }
     let store = heddle_store::SqliteStore::open(&s.db()).unwrap();
-    let e = heddle_store::session::inspect(&store, &id)
-        .err()
-        .expect("a whole read refuses");
+    let Err(e) = heddle_store::session::inspect(&store, &id) else {
+        panic!("a whole read refuses");
+    };
     let e = heddle_core::text::error_chain(&e);
     for part in ["node big, output `result`", "missing", "TERMINAL_ARTIFACT"] {
         assert!(e.contains(part), "{part} not in {e}");

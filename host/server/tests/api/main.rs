@@ -8,5 +8,6 @@
 mod support;
 
 mod artifacts;
+mod layers;
 mod runs;
 mod supervise;

@@ -92,9 +92,9 @@ impl TestServer {
         })
         .unwrap();
         let runtime = Arc::new(Runtime::load(settings, None).await.unwrap());
-        let (store, _lease) = heddle_server::lease::open(&runtime.settings().store).unwrap();
+        let store = heddle_server::lease::open(&runtime.settings().store).unwrap();
         let host = Arc::new(Host::new(
-            store,
+            store.runs,
             runtime.clone(),
             4,
             tokio::runtime::Handle::current(),
