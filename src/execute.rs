@@ -154,7 +154,7 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
     // report is out: a kill in between leaves a run that recovery finishes again, not a
     // recorded ending whose report was lost.
     let record = |finished: heddle_runtime::Finished| -> anyhow::Result<()> {
-        if let (Some(ending), Some(run)) = (finished.record()?, &run_id) {
+        if let (Some(ending), Some(run)) = (finished.blocking_record()?, &run_id) {
             report_ending(run, &ending, gate.as_deref());
         }
         Ok(())

@@ -74,7 +74,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         let budget = store.budget(args.max_dispatches, args.time_limit_ms)?;
         let bytes = heddle_runtime::durable::read_graph(&args.graph)?;
         let run = runtime.new_run(graph.clone(), bytes, &plan, &opts, budget)?;
-        let (header, drive) = runtime.begin(store.open()?, &run, plan, opts)?;
+        let (header, drive) = runtime.blocking_begin(store.open()?, &run, plan, opts)?;
         eprintln!(
             "durable run {} (store {})",
             header.run_id,

@@ -103,7 +103,7 @@ pub(crate) fn continue_run(
     }
     let rt = heddle_runtime::tokio_runtime(None)?;
     let runtime = rt.block_on(Runtime::load(settings, Some(&graph_types(&doc))))?;
-    let reopened = runtime.reopen(store.clone(), &r, &doc, approval.as_ref())?;
+    let reopened = runtime.blocking_reopen(store.clone(), &r, &doc, approval.as_ref())?;
     match reopened.how {
         Reopening::Resume { pause } => eprintln!("resuming run {run} at pause event {pause}"),
         Reopening::Start => eprintln!("starting run {run}"),

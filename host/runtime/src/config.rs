@@ -72,6 +72,7 @@ pub struct Config {
     /// Where it was read from; `None` when no file was found (all defaults).
     pub path: Option<PathBuf>,
     table: toml::Table,
+    /// `[run]`, checked.
     pub run: RunSection,
 }
 

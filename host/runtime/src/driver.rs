@@ -207,16 +207,22 @@ impl Drive {
         }
     }
 
-    /// Drives the run to its end with nobody watching it: waits for `slot` first (a
-    /// worker slot; a cancel before it ends the run unrun, a stop leaves it for the next
-    /// owner), gives each streaming input the value its request gave as its only item,
-    /// and records the ending. A run the kernel refuses ends failed. Returns the ending
-    /// recorded (`None`: stopped, or kept in memory).
-    pub async fn run<S>(
+    /// Drives the run to its end with nobody watching it: each streaming input gets
+    /// the value given for it as its only item, then ends; a durable run's ending is
+    /// recorded. A run the kernel refuses ends failed (durable) or is the error (in
+    /// memory).
+    pub async fn run(self, registry: &Registry) -> Result<Outcome, Error> {
+        self.run_when(registry, std::future::ready(())).await
+    }
+
+    /// [`Drive::run`] once `slot` is ready (a worker slot: a server runs a few runs at
+    /// once). A cancel before then ends the run without running it, a stop leaves it for
+    /// the next owner; the slot is given back when the run ends.
+    pub async fn run_when<S>(
         self,
         registry: &Registry,
         slot: impl Future<Output = S>,
-    ) -> Result<Option<Ending>, Error> {
+    ) -> Result<Outcome, Error> {
         let signals = self.control.0.clone();
         let permit = tokio::select! {
             p = slot => Some(p),
@@ -224,19 +230,28 @@ impl Drive {
             _ = signals.stop.cancelled() => None,
         };
         let session = self.session.clone();
-        let ending = match permit {
-            None if signals.cancel.is_cancelled() => match self.session {
-                Some(s) => Some(blocking(move || end_cancelled_unrun(&s)).await?),
-                None => None,
+        let outcome = match permit {
+            None if signals.cancel.is_cancelled() => Outcome {
+                result: None,
+                ending: match self.session {
+                    Some(s) => Some(blocking(move || end_cancelled_unrun(&s)).await?),
+                    None => None,
+                },
             },
-            None => None,
+            None => Outcome {
+                result: None,
+                ending: None,
+            },
             Some(permit) => {
                 let prepared = match self.prepare(registry).await {
                     Ok(p) => p,
                     // Recorded failed by `prepare`.
                     Err(Error::Kernel(_)) if session.is_some() => {
                         close(session).await?;
-                        return Ok(Some(Ending::Finished(RunStatus::Failed)));
+                        return Ok(Outcome {
+                            result: None,
+                            ending: Some(Ending::Finished(RunStatus::Failed)),
+                        });
                     }
                     Err(e) => return Err(e),
                 };
@@ -252,14 +267,33 @@ impl Drive {
                     // is its only item, then it ends, so the run can finish.
                     let _ = running.handle().finish_input(&input.name).await;
                 }
-                let finished = running.finish().await;
+                let Finished {
+                    result,
+                    planned,
+                    session,
+                } = running.finish().await;
                 drop(permit);
-                blocking(move || finished.record()).await?
+                let ending = blocking(move || record_ending(session, planned)).await?;
+                Outcome {
+                    result: Some(result),
+                    ending,
+                }
             }
         };
         close(session).await?;
-        Ok(ending)
+        Ok(outcome)
     }
+}
+
+/// What [`Drive::run`] leaves.
+#[derive(Debug)]
+pub struct Outcome {
+    /// What the kernel reports: outputs, each node's outcome, the events; `None` when
+    /// the run never started (cancelled or stopped before its slot, or refused).
+    pub result: Option<RunResult>,
+    /// A durable run's ending as recorded (`None`: kept in memory, or stopped and left
+    /// for the next owner).
+    pub ending: Option<Ending>,
 }
 
 /// Ends a durable run a user cancelled before it started.
@@ -436,17 +470,32 @@ impl Finished {
         }
     }
 
-    /// Records a durable run's ending (synced) and closes its log; a stopped run's log
-    /// is closed without one. Blocks on the disk: call it off the async threads.
-    pub fn record(self) -> Result<Option<Ending>, StoreError> {
-        match (self.session, self.planned) {
-            (Some(s), Some(p)) => Ok(Some(session::record_ending(&s, p)?)),
-            (Some(s), None) => {
-                s.log.close()?;
-                Ok(None)
-            }
-            (None, _) => Ok(None),
+    /// Records a durable run's ending (synced) and closes its log, off the async
+    /// threads; a stopped run's log is closed without one. Returns the ending recorded.
+    pub async fn record(self) -> Result<Option<Ending>, StoreError> {
+        blocking(move || self.blocking_record()).await
+    }
+
+    /// [`Finished::record`] on this thread: blocks on the disk (call it where blocking
+    /// is fine, not on an async thread).
+    pub fn blocking_record(self) -> Result<Option<Ending>, StoreError> {
+        record_ending(self.session, self.planned)
+    }
+}
+
+/// Records `planned` in `session`'s log (synced) and closes it; without a planned
+/// ending (stopped) only closes it.
+fn record_ending(
+    session: Option<Arc<Session>>,
+    planned: Option<Planned>,
+) -> Result<Option<Ending>, StoreError> {
+    match (session, planned) {
+        (Some(s), Some(p)) => Ok(Some(session::record_ending(&s, p)?)),
+        (Some(s), None) => {
+            s.log.close()?;
+            Ok(None)
         }
+        (None, _) => Ok(None),
     }
 }
 

@@ -7,8 +7,11 @@ use axum::http::{HeaderMap, HeaderValue, header};
 /// `coding as usize` indexes per-coding counters (see `feed::Feed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Coding {
+    /// As is.
     Identity,
+    /// gzip (RFC 1952).
     Gzip,
+    /// zstd (RFC 8878).
     Zstd,
 }
 

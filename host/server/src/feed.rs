@@ -293,6 +293,7 @@ impl Feed {
 
 /// A subscriber's hold on a feed: counted while it lives, told when the feed changes.
 pub struct Subscription {
+    /// The feed subscribed to.
     pub feed: Arc<Feed>,
     tip: watch::Receiver<()>,
     coding: Coding,

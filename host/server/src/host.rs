@@ -208,7 +208,7 @@ impl Host {
         durable::set_supervise(&mut run, supervise);
         let (store, runtime) = (self.store.clone(), self.runtime.clone());
         let (header, drive) = self
-            .on_runs(move || runtime.begin(store, &run, plan, opts))
+            .on_runs(move || runtime.blocking_begin(store, &run, plan, opts))
             .await?;
         self.spawn(drive, supervise);
         Ok(header.run_id)
@@ -303,7 +303,7 @@ impl Host {
         let supervise = durable::supervise_of(&r.header);
         let (store, runtime) = (self.store.clone(), self.runtime.clone());
         let reopened = self
-            .on_runs(move || runtime.reopen(store, &r, &doc, approval.as_ref()))
+            .on_runs(move || runtime.blocking_reopen(store, &r, &doc, approval.as_ref()))
             .await?;
         match reopened.run {
             // Its time limit was used up before this server took it: nothing runs.
@@ -418,7 +418,7 @@ impl Host {
         let host = self.clone();
         let task = async move {
             let slot = host.workers.clone().acquire_owned();
-            if let Err(e) = drive.run(host.runtime.registry(), slot).await {
+            if let Err(e) = drive.run_when(host.runtime.registry(), slot).await {
                 tracing::error!("run {run_id}: {}", heddle_core::text::error_chain(&e));
             }
             if let Some(d) = desk {

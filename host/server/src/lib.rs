@@ -15,6 +15,8 @@
 //! [`api::router`] is the whole HTTP surface, testable in-process (`tower`'s
 //! `ServiceExt::oneshot`) without a socket.
 
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod coding;
 pub mod feed;

@@ -20,6 +20,7 @@ pub struct Mask {
 }
 
 impl Mask {
+    /// Masks every one of `secrets` (empty ones are ignored).
     pub fn new(secrets: Vec<String>) -> Mask {
         let in_json = secrets
             .iter()
@@ -42,6 +43,7 @@ impl Mask {
         heddle_store::secrets::mask_json(&self.redactor, v);
     }
 
+    /// `s` with every secret replaced by `«redacted»`.
     pub fn text(&self, s: &str) -> String {
         self.redactor.mask(s)
     }

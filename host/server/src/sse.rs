@@ -13,8 +13,8 @@
 //! A request whose `Accept-Encoding` takes zstd or gzip gets the stream compressed
 //! ([`crate::coding`] picks which): each batch of the feed is compressed once for all
 //! subscribers taking that coding. A zstd connection sends the shared frames and nothing
-//! else ([`crate::zstd`]); a gzip one adds the gzip header and, when the stream ends, the
-//! trailer ([`crate::gzip`]). Browsers (`fetch`, `EventSource`; Chromium takes zstd, the
+//! else (`zstd`); a gzip one adds the gzip header and, when the stream ends, the
+//! trailer (`gzip`). Browsers (`fetch`, `EventSource`; Chromium takes zstd, the
 //! others gzip), `curl --compressed` and HTTP clients decode it as they read; each
 //! compressed piece is complete, so a client decodes every record as soon as it arrives.
 

@@ -13,23 +13,38 @@ pub fn path_for(store: &Path) -> PathBuf {
     dir.unwrap_or(Path::new(".")).join("serve.token")
 }
 
+/// Why the token file cannot be used; the server does not start.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
+    /// It could not be read or made.
     #[error("{}: cannot read or create the API token file", path.display())]
     Io {
+        /// The token file.
         path: PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
+    /// Others can read it.
     #[error(
         "{}: the API token file can be read by others (mode {mode:o}); make it owner-only (chmod 600) or remove it to get a new token",
         path.display()
     )]
-    Exposed { path: PathBuf, mode: u32 },
+    Exposed {
+        /// The token file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// It holds something else than a token.
     #[error("{}: the API token file is empty or not one line of hex; remove it to get a new token", path.display())]
-    Malformed { path: PathBuf },
+    Malformed {
+        /// The token file.
+        path: PathBuf,
+    },
 }
 
+/// The bearer token every request must carry (its text is secret: it is never logged).
 #[derive(Clone)]
 pub struct Token(String);
 
@@ -78,6 +93,7 @@ pub fn load_or_create(path: &Path) -> Result<(Token, bool), TokenError> {
 }
 
 impl Token {
+    /// Its text, to show the operator once.
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -20,7 +20,7 @@ use heddle_store::{Budget, NewRun, RunHeader, RunState, RunStore, RunSummary, St
 use crate::driver::Drive;
 use crate::error::{Error, Refused, SecretInput, refused};
 use crate::providers::Runtime;
-use crate::settings::Supervise;
+use crate::settings::{StoreSettings, Supervise};
 
 /// The bytes of the graph file at `path`, as a durable run records them.
 pub fn read_graph(path: &Path) -> Result<Vec<u8>, Refused> {
@@ -53,17 +53,30 @@ impl Runtime {
         })
     }
 
-    /// Records `run` in `store` and takes it: a durable run, ready to drive.
-    pub fn begin(
+    /// Records `run` in `store` and takes it: a durable run, ready to drive. Its first
+    /// record is on disk when this returns (the disk is waited for off the async
+    /// threads).
+    pub async fn begin(
+        &self,
+        store: Arc<dyn RunStore>,
+        run: NewRun,
+        plan: Plan,
+        opts: RunOptions,
+    ) -> Result<(RunHeader, Drive), Error> {
+        let settings = self.settings().store.clone();
+        crate::driver::blocking(move || begin(&settings, store, &run, plan, opts)).await
+    }
+
+    /// [`Runtime::begin`] on this thread: blocks on the disk (call it where blocking is
+    /// fine, not on an async thread).
+    pub fn blocking_begin(
         &self,
         store: Arc<dyn RunStore>,
         run: &NewRun,
         plan: Plan,
         opts: RunOptions,
     ) -> Result<(RunHeader, Drive), Error> {
-        let (header, session) = session::begin(store, run)?;
-        self.settings().store.configure(&session, &opts.secrets);
-        Ok((header, Drive::durable(plan, opts, session)))
+        begin(&self.settings().store, store, run, plan, opts)
     }
 
     /// Plans a stored run again for a resume or an adoption, with its recorded inputs
@@ -104,8 +117,25 @@ impl Runtime {
     /// Takes a checked run over and reopens it from its log ([`Runtime::prepare`], then
     /// [`session::reopen`]), with `approval` (a gate approved now) recorded before
     /// anything runs. A run whose time limit was used up before this process took it
-    /// ends at once, failed. Blocks on the disk.
-    pub fn reopen(
+    /// ends at once, failed. The disk is waited for off the async threads.
+    pub async fn reopen(
+        &self,
+        store: Arc<dyn RunStore>,
+        r: Resumption,
+        doc: &GraphDoc,
+        approval: Option<gates::Approval>,
+    ) -> Result<Reopened, Error> {
+        let (plan, opts) = self.prepare(&r, doc, approval.as_ref())?;
+        let settings = self.settings().store.clone();
+        crate::driver::blocking(move || {
+            take_over(&settings, store, &r, plan, opts, approval.as_ref())
+        })
+        .await
+    }
+
+    /// [`Runtime::reopen`] on this thread: blocks on the disk (call it where blocking
+    /// is fine, not on an async thread).
+    pub fn blocking_reopen(
         &self,
         store: Arc<dyn RunStore>,
         r: &Resumption,
@@ -113,26 +143,51 @@ impl Runtime {
         approval: Option<&gates::Approval>,
     ) -> Result<Reopened, Error> {
         let (plan, opts) = self.prepare(r, doc, approval)?;
-        let how = Reopening::of(r);
-        let session = session::reopen(store, r)?;
-        // Before the approval's note is recorded: no record goes in unmasked.
-        self.settings().store.configure(&session, &opts.secrets);
-        if let Some(a) = approval {
-            gates::record(&session, a)?;
-        }
-        if let Some(e) = session.exhausted_at_open() {
-            // Nothing runs: the time limit was used up before this process took the run.
-            let ending = session::end_exhausted(&session, e)?;
-            return Ok(Reopened {
-                how,
-                run: Reopen::Ended(ending),
-            });
-        }
-        Ok(Reopened {
-            how,
-            run: Reopen::Ready(Box::new(Drive::durable(plan, opts, session))),
-        })
+        take_over(&self.settings().store, store, r, plan, opts, approval)
     }
+}
+
+/// Records `run` and takes it (blocking).
+fn begin(
+    settings: &StoreSettings,
+    store: Arc<dyn RunStore>,
+    run: &NewRun,
+    plan: Plan,
+    opts: RunOptions,
+) -> Result<(RunHeader, Drive), Error> {
+    let (header, session) = session::begin(store, run)?;
+    settings.configure(&session, &opts.secrets);
+    Ok((header, Drive::durable(plan, opts, session)))
+}
+
+/// Takes `r`'s run over with its plan and options (blocking).
+fn take_over(
+    settings: &StoreSettings,
+    store: Arc<dyn RunStore>,
+    r: &Resumption,
+    plan: Plan,
+    opts: RunOptions,
+    approval: Option<&gates::Approval>,
+) -> Result<Reopened, Error> {
+    let how = Reopening::of(r);
+    let session = session::reopen(store, r)?;
+    // Before the approval's note is recorded: no record goes in unmasked.
+    settings.configure(&session, &opts.secrets);
+    if let Some(a) = approval {
+        gates::record(&session, a)?;
+    }
+    if let Some(e) = session.exhausted_at_open() {
+        // Nothing runs: the time limit was used up before this process took the run.
+        let ending = session::end_exhausted(&session, e)?;
+        return Ok(Reopened {
+            how,
+            run: Reopen::Ended(ending),
+        });
+    }
+    Ok(Reopened {
+        how,
+        run: Reopen::Ready(Box::new(Drive::durable(plan, opts, session))),
+    })
 }
 
 /// How a stored run is taken over.

@@ -17,8 +17,11 @@ const SETTLE: Duration = Duration::from_secs(5);
 pub struct Teardown {
     /// Everything looked for is gone.
     pub verified: bool,
+    /// Code-node processes killed (the worker's own group is not counted).
     pub processes_killed: usize,
+    /// Code nodes' scratch directories removed.
     pub scratch_dirs_removed: usize,
+    /// The run's Docker containers removed.
     pub containers_removed: usize,
     /// What could not be removed (`process 123`, `container abc…`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -31,6 +34,7 @@ pub struct Teardown {
 /// Where the run's containers may be: only a graph with code nodes starts any.
 #[derive(Clone, Debug)]
 pub struct Containers {
+    /// The Docker engine to ask (`[runners] docker_host`; default: the local one).
     pub docker_host: Option<String>,
 }
 

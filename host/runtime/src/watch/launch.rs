@@ -11,21 +11,30 @@ use tokio::io::{AsyncRead, AsyncReadExt as _};
 use tokio::process::Command;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-/// What the worker is started with.
+/// What the worker is started with: `EXE worker RUN [--pause N] [--json] [--config
+/// FILE] [--packages DIR]` (the `heddle` binary's worker command), in `env` only.
 #[derive(Clone, Debug)]
 pub struct WorkerCommand {
+    /// The program (the `heddle` binary).
     pub exe: PathBuf,
+    /// The run it runs or recovers.
     pub run: String,
+    /// Whether its report is the JSON one.
     pub json: bool,
+    /// The configuration file it reads (`--config`).
     pub config: Option<PathBuf>,
+    /// The package store it loads from (`--packages`).
     pub packages: Option<PathBuf>,
+    /// Its whole environment ([`super::limits::worker_env`]).
     pub env: Vec<(String, std::ffi::OsString)>,
 }
 
 /// Why the watchdog stopped a worker itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
+    /// Its console went over the output limit.
     OutputLimit,
+    /// The run time limit was reached.
     Timeout,
     /// The user interrupted the watchdog twice (the first interrupt is passed on).
     Stopped,
@@ -37,10 +46,13 @@ pub enum StopReason {
 /// How a launch ended.
 #[derive(Debug)]
 pub struct Ended {
+    /// The worker's exit status.
     pub status: ExitStatus,
+    /// Why the watchdog stopped it, when it did.
     pub stopped_for: Option<StopReason>,
     /// The user interrupted the watchdog once: the worker was asked to pause the run.
     pub interrupted: bool,
+    /// Bytes it wrote to its console (stdout and stderr).
     pub output_bytes: u64,
 }
 
@@ -68,6 +80,7 @@ pub struct Signals {
 }
 
 impl Signals {
+    /// Registers the handlers for SIGINT and SIGTERM.
     pub fn new() -> std::io::Result<Signals> {
         Ok(Signals {
             int: signal(SignalKind::interrupt())?,
@@ -75,6 +88,7 @@ impl Signals {
         })
     }
 
+    /// Waits for either signal.
     pub async fn recv(&mut self) {
         tokio::select! {
             _ = self.int.recv() => {},

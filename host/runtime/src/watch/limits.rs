@@ -36,10 +36,12 @@ pub struct WatchLimits {
     pub max_restarts: u32,
     /// Wait before the first replacement; doubles per restart up to `backoff_max_ms`.
     pub backoff_initial_ms: u64,
+    /// The longest wait between replacements.
     pub backoff_max_ms: u64,
     /// The run's time limit (its budget's `time_limit_ms`) on the watchdog's clock:
     /// worker execution plus backoff, frozen while the run is paused; `None`: no limit.
     pub run_time_limit_ms: Option<u64>,
+    /// Console bytes one launch may write ([`OUTPUT_LIMIT_BYTES`]).
     pub output_limit_bytes: u64,
 }
 

@@ -9,8 +9,8 @@
 //! run whatever happened to it afterwards.
 //!
 //! The watchdog is a state machine over [`WatchPhase`]: each phase is one function that
-//! returns the next step ([`Step`]), and every way the watchdog ends a run itself is
-//! one row of the [`Stop`] table, with the code its report carries and the exit code.
+//! returns the next step (`Step`), and every way the watchdog ends a run itself is
+//! one row of the `Stop` table, with the code its report carries and the exit code.
 
 pub mod cleanup;
 mod ending;

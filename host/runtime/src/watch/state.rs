@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::limits::WatchLimits;
 use crate::error::Error;
 
+/// Where a watchdog is with its run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WatchPhase {
@@ -25,8 +26,11 @@ pub enum WatchPhase {
     Backoff,
     /// Settled: the run recorded a pause (the run time is frozen).
     Paused,
+    /// The run recorded that it completed.
     Completed,
+    /// The run recorded that it failed.
     Failed,
+    /// The run recorded that it was cancelled.
     Cancelled,
     /// Ended by the watchdog (a limit, a stop, a worker that refused): see `code`.
     Stopped,
@@ -47,34 +51,48 @@ impl WatchPhase {
 pub struct Worker {
     /// Which launch this is, from 1 (across the run's watchdogs).
     pub launch: u32,
+    /// Its process id (and process group id).
     pub pid: u32,
+    /// When it was started (ms since the epoch).
     pub launched_ms: u64,
 }
 
 /// How one worker launch ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Launch {
+    /// Which launch it was, from 1.
     pub launch: u32,
+    /// Its process id.
     pub pid: u32,
+    /// When it was started and when it ended (ms since the epoch).
     pub launched_ms: u64,
+    /// When it ended (ms since the epoch).
     pub ended_ms: u64,
     /// `exit N`, `signal N`.
     pub exit: String,
     /// Why the watchdog stopped it, when it did (`OUTPUT_LIMIT`, `TIMEOUT`, `STOPPED`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped_for: Option<String>,
+    /// Bytes it wrote to its console.
     pub output_bytes: u64,
 }
 
 /// What a watchdog knows of its run, as its state file holds it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WatchState {
+    /// The run watched.
     pub run_id: String,
+    /// The watchdog's process (the last one to watch the run).
     pub watchdog_pid: u32,
+    /// Where it is.
     pub phase: WatchPhase,
+    /// What it holds the run to.
     pub limits: WatchLimits,
+    /// The worker running now.
     pub worker: Option<Worker>,
+    /// Workers started, across the run's watchdogs.
     pub launches: u32,
+    /// Replacements after a crash, across the run's watchdogs.
     pub restarts: u32,
     /// The wait before the next replacement, while backing off.
     pub backoff_ms: Option<u64>,
@@ -86,14 +104,17 @@ pub struct WatchState {
     /// `None` until a worker has been cleaned up; then whether the last cleanup removed
     /// everything it looked for.
     pub cleanup_verified: Option<bool>,
+    /// What the last cleanup could not remove.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub survivors: Vec<String>,
     /// What the last cleanup stopped, removed and could not check.
     #[serde(default)]
     pub last_cleanup: Option<super::cleanup::Teardown>,
-    /// How the supervised run ended when the watchdog ended it (`TIMEOUT`, ...).
+    /// How the watched run ended when the watchdog ended it (`TIMEOUT`, ...).
     pub code: Option<String>,
+    /// Why, for a person.
     pub detail: Option<String>,
+    /// Every launch that ended, in order.
     #[serde(default)]
     pub history: Vec<Launch>,
 }
@@ -107,6 +128,7 @@ pub fn now_ms() -> u64 {
 }
 
 impl WatchState {
+    /// A run not watched before, held to `limits`, watched by this process.
     pub fn new(run_id: &str, limits: WatchLimits) -> WatchState {
         WatchState {
             run_id: run_id.to_string(),
