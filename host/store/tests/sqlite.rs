@@ -12,11 +12,28 @@ fn new_run() -> NewRun {
     NewRun {
         graph_name: "g.json".into(),
         graph_bytes: br#"{"nodes":[],"edges":[]}"#.to_vec(),
-        plan: serde_json::json!({"nodes": ["a"]}),
+        plan: heddle_core::PlanSummary {
+            nodes: vec![heddle_core::PlannedNode {
+                id: "a".into(),
+                node_type: "std.json.parse".into(),
+                retry_safe: true,
+                origin: heddle_core::Origin::Package {
+                    name: "std".into(),
+                    version: "0.1.0".into(),
+                },
+            }],
+            edges: 0,
+        },
         inputs: BTreeMap::from([("n".to_string(), Value::Int(3))]),
         secrets: vec!["API_KEY".into()],
         packages: BTreeMap::from([("std".to_string(), "ab".repeat(32))]),
-        limits: serde_json::json!({"max_dispatches": 10}),
+        limits: heddle_store::RunLimits {
+            budget: heddle_store::Budget {
+                max_dispatches: Some(10),
+                time_limit_ms: None,
+            },
+            ..Default::default()
+        },
     }
 }
 
@@ -427,8 +444,9 @@ fn the_journal_applies_the_crash_table_from_the_log() {
         start("skipped"),
         Record::Verdict {
             occurrence: occ("skipped"),
-            verdict: serde_json::json!({"verdict": "skip", "error": "boom"}),
-            decided_by: "policy".into(),
+            verdict: heddle_core::RecordedVerdict::new(heddle_core::RecordedAction::Skip)
+                .with_error("boom"),
+            decided_by: heddle_core::Decider::Supervisor,
         },
     ];
     store.append(&id, epoch, 0, &recs, true).unwrap();

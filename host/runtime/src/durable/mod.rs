@@ -10,12 +10,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use heddle_core::GraphDoc;
 use heddle_core::plan::Plan;
+use heddle_core::{GraphDoc, PlanSummary};
 use heddle_kernel::runtime::RunOptions;
 use heddle_store::session::{self, Ending, Resumption};
 use heddle_store::status::RunView;
-use heddle_store::{Budget, NewRun, RunHeader, RunState, RunStore, RunSummary, StoreError};
+use heddle_store::{
+    Budget, NewRun, RunHeader, RunLimits, RunState, RunStore, RunSummary, StoreError, SuperviseMode,
+};
 
 use crate::driver::Drive;
 use crate::error::{Error, Refused, SecretInput, refused};
@@ -43,13 +45,17 @@ impl Runtime {
         Ok(NewRun {
             graph_name,
             graph_bytes,
-            plan: plan_summary(plan),
+            plan: PlanSummary::of(plan),
             inputs: opts.inputs.clone(),
             // Secrets reach nodes through the operator's grants, by name, on every start;
             // no secret value is ever part of a run.
             secrets: Vec::new(),
             packages: used_packages(plan, self.package_digests()),
-            limits: limits(opts, budget),
+            limits: RunLimits {
+                budget,
+                node_timeout_ms: opts.node_timeout.map(|t| t.as_millis() as u64),
+                ..RunLimits::default()
+            },
         })
     }
 
@@ -105,9 +111,7 @@ impl Runtime {
         let opts = RunOptions {
             secrets: self.secrets(None),
             inputs: h.run.inputs.clone(),
-            node_timeout: h.run.limits["node_timeout_ms"]
-                .as_u64()
-                .map(std::time::Duration::from_millis),
+            node_timeout: h.run.limits.node_timeout(),
             approved_gates: gates::approved(&r.records, approval),
             ..RunOptions::default()
         };
@@ -250,38 +254,12 @@ fn refuse_secret_inputs(opts: &RunOptions) -> Result<(), SecretInput> {
     }
 }
 
-/// A run's limits as recorded: the node timeout and the budget ([`Budget::of`] reads
-/// it back).
-fn limits(opts: &RunOptions, budget: Budget) -> serde_json::Value {
-    let mut v = serde_json::to_value(budget).unwrap_or_default();
-    v["node_timeout_ms"] = serde_json::json!(opts.node_timeout.map(|t| t.as_millis() as u64));
-    v
-}
-
-/// What a plan is, for the record and for `heddle runs show`.
-fn plan_summary(plan: &Plan) -> serde_json::Value {
-    let nodes: Vec<_> = plan
-        .nodes
-        .iter()
-        .map(|n| {
-            serde_json::json!({
-                "id": &*n.id,
-                "type": &*n.node_type,
-                "retry_safe": n.decl.retry_safe,
-                "origin": n.decl.origin,
-            })
-        })
-        .collect();
-    serde_json::json!({ "nodes": nodes, "edges": plan.edges.len() })
-}
-
 /// The packages (by name, with their sha256) whose node types the plan uses.
 fn used_packages(plan: &Plan, digests: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     plan.nodes
         .iter()
         .filter_map(|n| {
-            let name = n.decl.origin.strip_prefix("package:")?;
-            let name = name.split('@').next().unwrap_or(name);
+            let name = n.decl.origin.package()?;
             Some((name.to_string(), digests.get(name)?.clone()))
         })
         .collect()
@@ -323,7 +301,7 @@ pub fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value {
         "error": view.error,
         "dispatches": view.dispatches,
         "execution_ms": view.execution_ms,
-        "budget": heddle_store::Budget::of(&header.run.limits),
+        "budget": header.run.limits.budget,
         "usage": view.usage(),
         "records": view.records,
         "skipped": view.skipped,
@@ -342,20 +320,21 @@ pub fn stored_graph(h: &RunHeader) -> Result<GraphDoc, Error> {
     Ok(GraphDoc::parse(&text, &h.run.graph_name)?)
 }
 
-/// The key of a run's recorded limits naming its supervisor handle: data of the run,
-/// so whoever adopts or resumes it supervises it the same way.
-const SUPERVISE_KEY: &str = "supervise";
-
-/// Records that `run` is supervised by `supervise`.
+/// Records that `run` is supervised by `supervise`: data of the run, so whoever adopts
+/// or resumes it supervises it the same way.
 pub fn set_supervise(run: &mut NewRun, supervise: Supervise) {
-    run.limits[SUPERVISE_KEY] = supervise.as_str().into();
+    run.limits.supervise = Some(match supervise {
+        Supervise::None => SuperviseMode::None,
+        Supervise::Interactive => SuperviseMode::Interactive,
+    });
 }
 
-/// Who decides the failed invocations of the stored run `h`.
+/// Who decides the failed invocations of the stored run `h` (nobody for a run the
+/// command line recorded: its `--policy` or `--supervise` is not kept).
 pub fn supervise_of(h: &RunHeader) -> Supervise {
-    match h.run.limits[SUPERVISE_KEY].as_str() {
-        Some("interactive") => Supervise::Interactive,
-        _ => Supervise::None,
+    match h.run.limits.supervise {
+        Some(SuperviseMode::Interactive) => Supervise::Interactive,
+        Some(SuperviseMode::None) | None => Supervise::None,
     }
 }
 

@@ -5,9 +5,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// The key of a run's recorded limits holding its watchdog's.
-const WATCHDOG_KEY: &str = "watchdog";
-
 /// Combined stdout and stderr one worker launch may write; over it the worker is
 /// stopped and not replaced (`OUTPUT_LIMIT`). Fixed: a worker's console is for people,
 /// results travel through the run store.
@@ -60,16 +57,17 @@ impl Default for WatchLimits {
 impl WatchLimits {
     /// The limits a stored run was recorded with (the defaults for a run recorded
     /// without a watchdog).
-    pub fn stored(limits: &serde_json::Value) -> Result<WatchLimits, serde_json::Error> {
-        match limits.get(WATCHDOG_KEY) {
-            None | Some(serde_json::Value::Null) => Ok(WatchLimits::default()),
-            Some(v) => serde_json::from_value(v.clone()),
+    pub fn stored(limits: &heddle_store::RunLimits) -> Result<WatchLimits, serde_json::Error> {
+        match &limits.watchdog {
+            None => Ok(WatchLimits::default()),
+            Some(w) => w.read(),
         }
     }
 
     /// Records them in a new run's limits, where [`WatchLimits::stored`] finds them.
-    pub fn record(&self, limits: &mut serde_json::Value) {
-        limits[WATCHDOG_KEY] = serde_json::to_value(self).unwrap_or_default();
+    pub fn record(&self, limits: &mut heddle_store::RunLimits) -> Result<(), serde_json::Error> {
+        limits.watchdog = Some(heddle_store::WatchdogLimits::new(self)?);
+        Ok(())
     }
 
     /// The wait before replacement number `restart` (from 1).

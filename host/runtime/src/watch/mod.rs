@@ -77,7 +77,12 @@ impl Watch {
             ..limits
         };
         let mut run = runtime.new_run(graph_name, graph_bytes, plan, opts, budget)?;
-        limits.record(&mut run.limits);
+        limits
+            .record(&mut run.limits)
+            .map_err(|source| Error::RecordedLimits {
+                run: run.graph_name.clone(),
+                source,
+            })?;
         let header = settings.store.open()?.create_run(&run)?;
         // Nobody else knows the id yet, so the lock is free; taken before any worker.
         let lock = ProcessLock::acquire(settings.store.path(), &header.run_id)?;
@@ -219,7 +224,7 @@ impl Target {
         Target {
             store: settings.store.path().to_path_buf(),
             run: header.run_id.clone(),
-            containers: has_code_nodes(&header.run.plan).then(|| Containers {
+            containers: header.run.plan.has_code_nodes().then(|| Containers {
                 docker_host: settings.runners.docker_host.clone(),
             }),
             worker,
@@ -259,15 +264,6 @@ impl Target {
                 .any(|r| matches!(r.record, heddle_core::Record::CancelRequested))
         })
     }
-}
-
-/// Whether a recorded plan has code nodes (only those start containers).
-fn has_code_nodes(plan: &serde_json::Value) -> bool {
-    plan["nodes"].as_array().is_some_and(|nodes| {
-        nodes
-            .iter()
-            .any(|n| n["type"].as_str().is_some_and(|t| t.starts_with("code.")))
-    })
 }
 
 /// How a watched run ended.
