@@ -193,6 +193,7 @@ pub use config::Config;
 pub use driver::{Control, Drive, Finished, Outcome, Prepared, Running};
 pub use error::{ConfigError, Error, Refused, SecretInput};
 pub use exit::Exit;
+pub use heddle_core::text::error_chain;
 pub use heddle_core::{EventKind, GraphDoc, NodeStatus, RunResult, RunStatus, Value};
 pub use heddle_store::session::Ending;
 pub use providers::{Runtime, graph_types};

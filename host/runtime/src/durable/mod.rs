@@ -13,11 +13,14 @@ use std::sync::Arc;
 use heddle_core::plan::Plan;
 use heddle_core::{GraphDoc, PlanSummary};
 use heddle_kernel::runtime::RunOptions;
-use heddle_store::session::{self, Ending, Resumption};
+use heddle_store::session::{self, Ending};
 use heddle_store::status::RunView;
 use heddle_store::{
-    Budget, NewRun, RunHeader, RunLimits, RunState, RunStore, RunSummary, StoreError, SuperviseMode,
+    Budget, NewRun, RunHeader, RunLimits, RunStore, RunSummary, StoreError, SuperviseMode,
 };
+
+pub use heddle_store::RunState;
+pub use heddle_store::session::{Resumption, check_resume, inspect};
 
 use crate::driver::Drive;
 use crate::error::{Error, Refused, SecretInput, refused};
