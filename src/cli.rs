@@ -134,12 +134,12 @@ pub struct WorkerArgs {
     pub env: EnvArgs,
 }
 
-/// A supervised run (`--watchdog`): this process records the run and runs it in a worker
+/// A watched run (`--watchdog`): this process records the run and runs it in a worker
 /// process it restarts after a crash, within these limits. Each is checked before
 /// anything starts; defaults in the README.
 #[derive(Debug, Args, Clone, Default)]
 pub struct WatchdogArgs {
-    /// Supervise the run: a worker process runs it, and a replacement recovers it from
+    /// Watch the run: a worker process runs it, and a replacement recovers it from
     /// the run store when the worker dies (implies --durable).
     #[arg(long)]
     pub watchdog: bool,
@@ -192,7 +192,7 @@ pub enum RunsCommand {
         /// Print the JSON report instead of progress and outputs.
         #[arg(long)]
         json: bool,
-        /// Supervise the resumed run (`--watchdog`, `--env NAME`; the limits are the
+        /// Watch the resumed run (`--watchdog`, `--env NAME`; the limits are the
         /// stored run's).
         #[command(flatten)]
         watchdog: WatchdogArgs,
@@ -222,7 +222,7 @@ pub enum RunsCommand {
     },
     /// Cancel a run that is not finished; it can no longer be resumed.
     Cancel { run: String },
-    /// A supervised run's progress, from any process, without taking it over: phase,
+    /// A watched run's progress, from any process, without taking it over: phase,
     /// worker, restarts, time used and left, active work, usage, cleanup, lock.
     Status {
         run: String,

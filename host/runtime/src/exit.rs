@@ -26,14 +26,14 @@ pub enum Exit {
     /// The run store cannot be used: corrupt, not a Heddle run store, or written by a
     /// newer Heddle. Nothing was changed in it.
     Store = 5,
-    /// A supervised run was stopped by one of its watchdog's limits (run time, restarts,
+    /// A watched run was stopped by one of its watchdog's limits (run time, restarts,
     /// worker output), or a durable run's budget ran out (dispatch budget, run time
     /// limit; the run ended failed); the report's `code` or the message says which.
     Limit = 6,
     /// Another watchdog supervises the run, or a dead one left its lock
     /// (`heddle runs unlock`). Nothing was started.
     Locked = 7,
-    /// A supervised run's worker left processes or containers the watchdog could not
+    /// A watched run's worker left processes or containers the watchdog could not
     /// remove; no further worker was started and the lock is kept.
     Teardown = 8,
 }
