@@ -57,75 +57,73 @@ fn class_of(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
         Some(e) => e.cause(),
         None => cause,
     };
+    if cause.is::<UsageError>()
+        || cause.is::<StreamLineError>()
+        || cause.is::<DocError>()
+        || cause.is::<ValidationError>()
+        || cause.is::<InputErrors>()
+        || cause.is::<toml::de::Error>()
+        || cause.is::<heddle_kernel::supervisor::PolicyError>()
+        || cause.is::<heddle_kernel::supervisor::PolicyLoadError>()
+        || cause.is::<heddle_kernel::supervisor::ReplayError>()
+        || cause.is::<heddle_runtime::ConfigError>()
+        || cause.is::<heddle_runtime::Refused>()
+        || cause.is::<heddle_runtime::SecretInput>()
     {
-        if cause.is::<UsageError>()
-            || cause.is::<StreamLineError>()
-            || cause.is::<DocError>()
-            || cause.is::<ValidationError>()
-            || cause.is::<InputErrors>()
-            || cause.is::<toml::de::Error>()
-            || cause.is::<heddle_kernel::supervisor::PolicyError>()
-            || cause.is::<heddle_kernel::supervisor::PolicyLoadError>()
-            || cause.is::<heddle_kernel::supervisor::ReplayError>()
-            || cause.is::<heddle_runtime::ConfigError>()
-            || cause.is::<heddle_runtime::Refused>()
-            || cause.is::<heddle_runtime::SecretInput>()
-        {
+        return Some(Exit::Invalid);
+    }
+    if let Some(p) = cause.downcast_ref::<heddle_wasm::PackageError>() {
+        use heddle_wasm::PackageError as P;
+        // A package the user pointed at that is not one, or a name not installed:
+        // a mistake in the request. Changed bytes and engine trouble are failures,
+        // decided here whatever their causes are (a malformed lockfile's TOML error
+        // does not make it the user's request).
+        return Some(
+            if matches!(
+                p,
+                P::MissingManifest { .. }
+                    | P::ManifestSyntax { .. }
+                    | P::BadManifest { .. }
+                    | P::MissingComponent { .. }
+                    | P::BadComponent { .. }
+                    | P::WitMismatch { .. }
+                    | P::WitLink { .. }
+                    | P::UnsupportedVersion { .. }
+                    | P::NotInstalled { .. }
+                    | P::ReservedName { .. }
+                    | P::TypeClash { .. }
+                    | P::BadName { .. }
+                    | P::Config(_)
+            ) {
+                Exit::Invalid
+            } else {
+                Exit::Failed
+            },
+        );
+    }
+    if let Some(l) = cause.downcast_ref::<heddle_store::lock::LockError>() {
+        use heddle_store::lock::LockError as L;
+        return Some(match l {
+            L::Locked { .. } | L::Stale { .. } | L::OwnerAlive { .. } => Exit::Locked,
+            L::NotLocked { .. } => Exit::Invalid,
+            L::Io { .. } => Exit::Failed,
+        });
+    }
+    if let Some(s) = cause.downcast_ref::<heddle_store::StoreError>() {
+        if s.is_bad_store() {
+            return Some(Exit::Store);
+        }
+        if s.is_bad_request() {
             return Some(Exit::Invalid);
         }
-        if let Some(p) = cause.downcast_ref::<heddle_wasm::PackageError>() {
-            use heddle_wasm::PackageError as P;
-            // A package the user pointed at that is not one, or a name not installed:
-            // a mistake in the request. Changed bytes and engine trouble are failures,
-            // decided here whatever their causes are (a malformed lockfile's TOML error
-            // does not make it the user's request).
-            return Some(
-                if matches!(
-                    p,
-                    P::MissingManifest { .. }
-                        | P::ManifestSyntax { .. }
-                        | P::BadManifest { .. }
-                        | P::MissingComponent { .. }
-                        | P::BadComponent { .. }
-                        | P::WitMismatch { .. }
-                        | P::WitLink { .. }
-                        | P::UnsupportedVersion { .. }
-                        | P::NotInstalled { .. }
-                        | P::ReservedName { .. }
-                        | P::TypeClash { .. }
-                        | P::BadName { .. }
-                        | P::Config(_)
-                ) {
-                    Exit::Invalid
-                } else {
-                    Exit::Failed
-                },
-            );
-        }
-        if let Some(l) = cause.downcast_ref::<heddle_store::lock::LockError>() {
-            use heddle_store::lock::LockError as L;
-            return Some(match l {
-                L::Locked { .. } | L::Stale { .. } | L::OwnerAlive { .. } => Exit::Locked,
-                L::NotLocked { .. } => Exit::Invalid,
-                L::Io { .. } => Exit::Failed,
-            });
-        }
-        if let Some(s) = cause.downcast_ref::<heddle_store::StoreError>() {
-            if s.is_bad_store() {
-                return Some(Exit::Store);
-            }
-            if s.is_bad_request() {
-                return Some(Exit::Invalid);
-            }
-        }
-        if let Some(k) = cause.downcast_ref::<heddle_kernel::KernelError>() {
-            use heddle_kernel::KernelError as K;
-            if matches!(
-                k,
-                K::Invalid(_) | K::Inputs(_) | K::Input(_) | K::NotStreaming(_)
-            ) {
-                return Some(Exit::Invalid);
-            }
+    }
+    if let Some(k) = cause.downcast_ref::<heddle_kernel::KernelError>() {
+        use heddle_kernel::KernelError as K;
+        if matches!(
+            k,
+            K::Invalid(_) | K::Inputs(_) | K::Input(_) | K::NotStreaming(_)
+        ) {
+            return Some(Exit::Invalid);
         }
     }
     None
