@@ -10,11 +10,6 @@ use crate::exit::{Exit, bounded, classify};
 
 pub fn main(cli: Cli) -> ExitCode {
     let verbose = cli.verbose;
-    if verbose && std::env::var_os("RUST_BACKTRACE").is_none() {
-        // SAFETY: called before any other thread exists (the tokio runtime is built by
-        // the commands, after this), so no one reads the environment concurrently.
-        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "1") };
-    }
     match dispatch(cli.command) {
         Ok(exit) => exit.into(),
         Err(err) => {
@@ -34,7 +29,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<Exit> {
         Command::Images(a) => commands::images::run(a),
         Command::Runs(a) => commands::runs::run(a),
         Command::Worker(a) => commands::worker::run(a),
-        Command::Serve(a) => crate::serve::run(a),
+        Command::Serve(a) => commands::serve::run(a),
     }
 }
 

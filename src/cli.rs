@@ -30,6 +30,22 @@ pub struct EnvArgs {
     pub packages: Option<PathBuf>,
 }
 
+impl EnvArgs {
+    /// What these flags set over the configuration file.
+    pub fn overrides(&self) -> heddle_runtime::Overrides {
+        heddle_runtime::Overrides {
+            config: self.config.clone(),
+            packages: self.packages.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// The settings these flags and the configuration file resolve to.
+    pub fn settings(&self) -> Result<heddle_runtime::Settings, heddle_runtime::ConfigError> {
+        heddle_runtime::Settings::load(&self.overrides())
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a graph and print its outputs.
@@ -87,8 +103,7 @@ pub struct ServeArgs {
 }
 
 /// The supervisor handle of a run the server drives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum Supervise {
     /// Failures fail, as in an unsupervised `heddle run`.
     #[default]
@@ -97,11 +112,11 @@ pub enum Supervise {
     Interactive,
 }
 
-impl Supervise {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Supervise::None => "none",
-            Supervise::Interactive => "interactive",
+impl From<Supervise> for heddle_runtime::Supervise {
+    fn from(s: Supervise) -> heddle_runtime::Supervise {
+        match s {
+            Supervise::None => heddle_runtime::Supervise::None,
+            Supervise::Interactive => heddle_runtime::Supervise::Interactive,
         }
     }
 }
@@ -119,12 +134,12 @@ pub struct WorkerArgs {
     pub env: EnvArgs,
 }
 
-/// A supervised run (`--watchdog`): this process records the run and runs it in a worker
+/// A watched run (`--watchdog`): this process records the run and runs it in a worker
 /// process it restarts after a crash, within these limits. Each is checked before
 /// anything starts; defaults in the README.
 #[derive(Debug, Args, Clone, Default)]
 pub struct WatchdogArgs {
-    /// Supervise the run: a worker process runs it, and a replacement recovers it from
+    /// Watch the run: a worker process runs it, and a replacement recovers it from
     /// the run store when the worker dies (implies --durable).
     #[arg(long)]
     pub watchdog: bool,
@@ -177,7 +192,7 @@ pub enum RunsCommand {
         /// Print the JSON report instead of progress and outputs.
         #[arg(long)]
         json: bool,
-        /// Supervise the resumed run (`--watchdog`, `--env NAME`; the limits are the
+        /// Watch the resumed run (`--watchdog`, `--env NAME`; the limits are the
         /// stored run's).
         #[command(flatten)]
         watchdog: WatchdogArgs,
@@ -207,7 +222,7 @@ pub enum RunsCommand {
     },
     /// Cancel a run that is not finished; it can no longer be resumed.
     Cancel { run: String },
-    /// A supervised run's progress, from any process, without taking it over: phase,
+    /// A watched run's progress, from any process, without taking it over: phase,
     /// worker, restarts, time used and left, active work, usage, cleanup, lock.
     Status {
         run: String,
@@ -291,11 +306,11 @@ pub struct RunArgs {
     /// Durable runs: execution time the run may use in all, in milliseconds; frozen
     /// while paused or interrupted (overrides [store] time_limit_ms). Under --watchdog
     /// the watchdog holds the run to it too, counting the backoff between workers.
-    #[arg(long, value_name = "MS", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=crate::config::MAX_TIME_LIMIT_MS))]
+    #[arg(long, value_name = "MS", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=heddle_runtime::config::MAX_TIME_LIMIT_MS))]
     pub time_limit_ms: Option<u64>,
     /// Wall-clock limit per node invocation in milliseconds, at least 1 (overrides [run]
     /// node_timeout_ms).
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(crate::config::NODE_TIMEOUT_MS))]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(heddle_runtime::config::NODE_TIMEOUT_MS))]
     pub node_timeout_ms: Option<u64>,
     /// Supervise failures with a policy file (TOML rules: node type / signature /
     /// message pattern → verdict).

@@ -1,21 +1,22 @@
-//! One run driven from this process, fresh or resumed: live progress, then the outputs or
-//! the JSON report, and a durable run's ending recorded. `heddle run`, `heddle runs
-//! resume`, a gate's approval and a watchdog's worker all end up here.
+//! One run driven from this process, fresh or resumed, through the runtime's driver
+//! ([`heddle_runtime::driver`]): live progress, stdin fed to a streaming input, the
+//! signals, then the outputs or the JSON report, and a durable run's ending recorded
+//! after the report is out. `heddle run`, `heddle runs resume`, a gate's approval and a
+//! watchdog's worker all end up here.
 //!
 //! A watchdog's worker prints no outputs: it leaves its report in the run store as an
 //! artifact, and its watchdog reports the bytes it reads back verified.
 
 use std::io::IsTerminal as _;
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use heddle_core::plan::InputError;
 use heddle_core::{Event, EventKind, PauseReason, RunStatus};
-use heddle_kernel::runtime::{Run, RunHandle, RunOptions};
-use heddle_kernel::supervisor::Supervisor;
-use heddle_kernel::{KernelError, SecretRegistry};
-use heddle_store::artifacts::ArtifactPolicy;
-use heddle_store::session::{self, Ending};
+use heddle_kernel::KernelError;
+use heddle_kernel::runtime::RunHandle;
+use heddle_runtime::Drive;
+use heddle_store::RunStore;
+use heddle_store::session::Ending;
 use tokio::io::AsyncBufReadExt as _;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -23,37 +24,31 @@ use tokio::sync::watch;
 use crate::exit::{Exit, StreamLineError, bounded};
 use crate::inputs;
 use crate::progress::{Mode, Progress};
-use crate::providers::Env;
 use crate::report::{NodeTimes, RunReport, human_summary};
 
 /// One run as the command line drives it, fresh or resumed.
 pub(crate) struct Execution<'a> {
     pub graph: String,
-    pub plan: heddle_core::plan::Plan,
     pub registry: &'a heddle_kernel::Registry,
-    pub opts: RunOptions,
+    pub drive: Drive,
     pub json: bool,
     pub stream: Option<&'a str>,
-    /// A durable run's session: its journal is attached and its ending recorded.
-    pub session: Option<heddle_store::session::Session>,
+    /// A watchdog's worker: the run store its final report goes to. It prints no
+    /// outputs (they are not console output: its watchdog prints them verified).
+    pub worker_store: Option<Arc<dyn RunStore>>,
 }
 
 /// Runs with live progress, then prints the outputs or the JSON report.
 pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::Result<Exit> {
     let Execution {
         graph,
-        plan,
         registry,
-        mut opts,
+        drive,
         json,
         stream,
-        session,
+        worker_store,
     } = x;
-    if let Some(s) = &session {
-        opts.journal = Some(s.journal.clone());
-    }
-    let secrets = opts.secrets.clone();
-    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let secrets = drive.secrets();
     let mode = if json {
         Mode::Quiet
     } else if std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {
@@ -62,25 +57,23 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
         Mode::Plain
     };
     if mode != Mode::Quiet {
-        for w in &plan.warnings {
+        for w in &drive.plan().warnings {
             eprintln!("warning: {w}");
         }
     }
-    let total_nodes = plan.nodes.len();
-    let durable = session.is_some();
-    // The run time limit's clock: execution left from when this process took the run.
-    let time_budget = session
-        .as_ref()
-        .and_then(|s| Some((s.time_left()?, s.budget.time_limit_ms?, s.journal.clone())));
+    let total_nodes = drive.plan().nodes.len();
+    let durable = drive.session().is_some();
+    // Built from the plan before the driver takes it: it orders lines by the edges.
+    let progress = Progress::new(mode, drive.plan());
 
-    let (result, times, stream_error) = rt.block_on(async {
-        let run = Run::new(plan, registry, opts)?;
-        let events = run.subscribe();
+    let (finished, times, stream_error) = rt.block_on(async {
+        let prepared = drive.prepare(registry).await?;
+        let events = prepared.subscribe();
+        let control = prepared.control();
         // Registered before the run starts and is announced, so a signal sent after the
         // announcement is always handled here rather than by the default action.
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
-        let progress = Progress::new(mode, run.plan());
         let printer = progress.printer();
         // Flips to true when the run is over or being cancelled: stops reading stdin.
         let (ended_tx, ended_rx) = watch::channel(false);
@@ -95,20 +88,20 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
         printer.line(&format!(
             "running {graph}: {total_nodes} nodes ({on_ctrl_c})"
         ));
-        let handle = run.start();
-        let canceller = handle.canceller();
+        let running = prepared.start();
         let on_signal = {
             let ended_tx = ended_tx.clone();
             let printer = printer.clone();
-            let interrupted = interrupted.clone();
+            let control = control.clone();
             tokio::spawn(async move {
                 let name = tokio::select! {
                     _ = sigint.recv() => "interrupted",
                     _ = sigterm.recv() => "terminated",
                 };
                 printer.line(&format!("{name}: cancelling the run…"));
-                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
-                canceller.cancel();
+                // A durable run stays resumable (it pauses); an in-memory one is
+                // cancelled.
+                control.interrupt();
                 let _ = ended_tx.send(true);
                 // A second signal while cancel is under way: leave at once.
                 tokio::select! {
@@ -118,61 +111,52 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
                 std::process::exit(130);
             })
         };
-
-        let time_limit = time_budget.map(|(left, limit_ms, journal)| {
-            let canceller = handle.canceller();
+        let on_time_limit = {
             let printer = printer.clone();
             tokio::spawn(async move {
-                tokio::time::sleep(left).await;
-                journal.exhaust(heddle_store::Exhausted::Time { limit_ms });
+                control.time_limit_reached().await;
                 printer.line("run time limit reached: stopping the run…");
-                canceller.cancel();
             })
-        });
+        };
 
-        let stream_error = feed_streams(&handle, stream, ended_rx).await.err();
+        let stream_error = feed_streams(running.handle(), stream, ended_rx).await.err();
         if stream_error.is_some() {
-            handle.cancel();
+            // Cancelled, not interrupted: the input was wrong, the run is over.
+            running.handle().cancel();
         }
-        let result = handle.wait().await;
+        let finished = running.finish().await;
         let _ = ended_tx.send(true);
         on_signal.abort();
-        if let Some(t) = time_limit {
-            t.abort();
-        }
+        on_time_limit.abort();
         // The watcher ends when the event stream closes with the run.
         let (mut progress, times) = watcher.await?;
+        let result = &finished.result;
         progress.finish(
             result.status,
             !result.interventions.is_empty(),
             result.wall_us,
         );
-        anyhow::Ok((result, times, stream_error))
+        anyhow::Ok((finished, times, stream_error))
     })?;
     // tokio reads stdin on a blocking thread that cannot be interrupted; a normal
     // shutdown would wait for a line that may never come (cancel with stdin open).
     rt.shutdown_background();
 
-    // A durable run's ending is decided now and recorded after the report is out: a
-    // kill in between leaves a run that recovery finishes again, not a recorded ending
-    // whose report was lost.
-    let planned = session.as_ref().map(|s| {
-        heddle_store::session::plan_ending(
-            s,
-            &result,
-            interrupted.load(std::sync::atomic::Ordering::SeqCst),
-        )
-    });
-    let mut report = RunReport::build(&graph, &result, &times);
+    let result = &finished.result;
+    let mut report = RunReport::build(&graph, result, &times);
     let gate = report
         .suspend
         .as_ref()
         .filter(|s| heddle_core::gate::GateAsk::from_state(&s.state).is_some())
         .map(|s| s.node_id.clone());
-    let record = |planned: Option<heddle_store::session::Planned>| -> anyhow::Result<()> {
-        if let (Some(s), Some(p)) = (&session, planned) {
-            let ending = heddle_store::session::record_ending(s, p)?;
-            report_ending(&s.run_id, &ending, gate.as_deref());
+    let status = result.status;
+    let run_id = finished.session().map(|s| s.run_id.clone());
+    // A durable run's ending was decided when it ended and is recorded after the
+    // report is out: a kill in between leaves a run that recovery finishes again, not a
+    // recorded ending whose report was lost.
+    let record = |finished: heddle_runtime::Finished| -> anyhow::Result<()> {
+        if let (Some(ending), Some(run)) = (finished.blocking_record()?, &run_id) {
+            report_ending(run, &ending, gate.as_deref());
         }
         Ok(())
     };
@@ -183,25 +167,20 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
             report.error = Some(e.to_string());
             report.exit_code = Exit::Invalid.code();
             println!("{}", serde_json::to_string_pretty(&report)?);
-            record(planned)?;
+            record(finished)?;
             return Ok(Exit::Invalid);
         }
         print!("{}", human_summary(&report));
-        record(planned)?;
+        record(finished)?;
         return Err(e.into());
     }
-    let exit = match &planned {
-        Some(p) => planned_exit(p),
-        None => Exit::for_status(result.status),
-    };
+    let exit = finished.exit();
     report.exit_code = exit.code();
-    if let Some(s) = &session {
-        // A watchdog's worker leaves its report in the store; elsewhere a no-op.
-        store_final_report(&s.run_id, &report, &s.spill, &secrets)?;
+    let worker = worker_store.is_some();
+    if let (Some(store), Some(session)) = (&worker_store, finished.session()) {
+        // A watchdog's worker leaves its report in the run store.
+        heddle_runtime::report::store(&**store, session, serde_json::to_value(&report)?, &secrets)?;
     }
-    // A watchdog's worker leaves its report in the run store (above) and prints no
-    // outputs: they are not console output, and its watchdog prints them verified.
-    let worker = is_worker();
     if json {
         if !worker {
             println!("{}", serde_json::to_string_pretty(&report)?);
@@ -210,7 +189,7 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
         if !worker {
             print!("{}", human_summary(&report));
         }
-        match (&report.error, result.status) {
+        match (&report.error, status) {
             // A suspension is no error, and it is said once: here, or by the pause a
             // durable run records (`report_ending`, with what to do next).
             (_, RunStatus::Cancelled | RunStatus::Suspended) => {}
@@ -229,7 +208,7 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
     }
     // stdout is handed over before the ending is recorded (see above).
     std::io::Write::flush(&mut std::io::stdout())?;
-    record(planned)?;
+    record(finished)?;
     Ok(exit)
 }
 
@@ -328,63 +307,12 @@ async fn feed_streams(
     outcome
 }
 
-/// Every secret value the run could come to hold, registered before it starts: masking
-/// then covers the first escalation, error and log line, not only those after a node
-/// happened to read the secret. That is the literal `[secrets] values`, every secret
-/// granted to a package, every variable under the secrets prefix (`HEDDLE_SECRET_*`),
-/// and the supervisor's own credentials.
-pub(crate) fn run_secrets(env: &Env, supervisor: Option<&dyn Supervisor>) -> Arc<SecretRegistry> {
-    let registry = known_secrets(&env.wasm_config);
-    for v in supervisor.map(|s| s.secrets()).unwrap_or_default() {
-        registry.register(&v);
-    }
-    registry
-}
-
-/// The secret values the configuration knows of (all of [`run_secrets`] but the
-/// supervisor's): what a command that writes a person's text into a run's log (a
-/// rejection's note) masks out of it, without loading any package.
-pub(crate) fn known_secrets(wasm: &heddle_wasm::WasmConfig) -> Arc<SecretRegistry> {
-    let registry = SecretRegistry::default();
-    let source = &wasm.secrets;
-    for v in source.values.values() {
-        registry.register(v);
-    }
-    for grant in wasm.packages.values() {
-        for name in &grant.secrets {
-            if let Some(v) = source.lookup(name) {
-                registry.register(&v);
-            }
-        }
-    }
-    if !source.env_prefix.is_empty() {
-        for (k, v) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with(&source.env_prefix)
-                && let Some(v) = v.to_str()
-            {
-                registry.register(v);
-            }
-        }
-    }
-    Arc::new(registry)
-}
-
-/// The exit code a planned ending will have (the README's: paused = suspended, 4; a
-/// spent budget = 6).
-pub fn planned_exit(planned: &session::Planned) -> Exit {
-    match planned {
-        session::Planned::Pause(_) => Exit::Suspended,
-        session::Planned::Finish { status, .. } => Exit::for_status(*status),
-        session::Planned::Exhausted { .. } => Exit::Limit,
-    }
-}
-
 /// Says how a durable run ended and what to do next; the exit code of the README
-/// (paused = suspended, 4).
-/// A run paused at gate `gate` is answered, not resumed: the message says how.
+/// (paused = suspended, 4). A run paused at gate `gate` is answered, not resumed: the
+/// message says how.
 pub fn report_ending(run_id: &str, ending: &Ending, gate: Option<&str>) -> Exit {
     match ending {
-        Ending::Finished(status) => Exit::for_status(*status),
+        Ending::Finished(_) => {}
         Ending::Paused { event, reason } => {
             let why = match reason {
                 PauseReason::Interrupted => "interrupted".to_string(),
@@ -402,62 +330,8 @@ pub fn report_ending(run_id: &str, ending: &Ending, gate: Option<&str>) -> Exit 
                     "run {run_id} paused at event {event} ({why}); resume with: heddle runs resume {run_id}"
                 ),
             }
-            Exit::Suspended
         }
-        Ending::Exhausted(e) => {
-            eprintln!("run {run_id} ended: {e}");
-            Exit::Limit
-        }
+        Ending::Exhausted(e) => eprintln!("run {run_id} ended: {e}"),
     }
-}
-
-/// The name of the artifact in which a worker leaves its final report.
-pub const FINAL_REPORT: &str = "final-report";
-
-/// The run store of the run this process works on as a watchdog's worker; unset
-/// elsewhere.
-static WORKER_STORE: OnceLock<PathBuf> = OnceLock::new();
-
-/// Marks this process as the worker of a run in the store at `path`.
-pub fn become_worker(path: PathBuf) {
-    let _ = WORKER_STORE.set(path);
-}
-
-/// Whether this process is a watchdog's worker.
-pub fn is_worker() -> bool {
-    WORKER_STORE.get().is_some()
-}
-
-/// Stores a worker's final report once as the run's `final-report` artifact (refused
-/// when it holds one of the run's secret values, or is over the storage limits), so the
-/// watchdog reports bytes it read back verified from the store, not console output.
-/// Output values over the inline limit are references in it, to the artifacts their
-/// nodes' results already point at (stored once, counted once against the quota).
-/// Does nothing outside a worker.
-pub fn store_final_report(
-    run: &str,
-    report: &RunReport,
-    spill: &heddle_store::spill::Spiller,
-    secrets: &SecretRegistry,
-) -> anyhow::Result<()> {
-    let Some(path) = WORKER_STORE.get() else {
-        return Ok(());
-    };
-    let mut report = serde_json::to_value(report)?;
-    crate::report::map_output_values(&mut report, |vs| {
-        spill.spill_values(vs.iter_mut()).map(|_| ())
-    })?;
-    let bytes = serde_json::to_vec_pretty(&report)?;
-    // The run's limits; the secrets as the run holds them now.
-    let policy = ArtifactPolicy {
-        known_secrets: secrets.snapshot(),
-        ..spill.policy().clone()
-    };
-    heddle_store::SqliteStore::open(path)?.put_artifact(
-        run,
-        Some(FINAL_REPORT),
-        &bytes,
-        &policy,
-    )?;
-    Ok(())
+    heddle_runtime::driver::ending_exit(ending)
 }

@@ -5,14 +5,9 @@
 pub mod app;
 pub mod cli;
 pub mod commands;
-pub mod config;
-pub mod durable;
+pub mod console;
 pub mod execute;
 pub mod exit;
 pub mod inputs;
 pub mod progress;
-pub mod providers;
 pub mod report;
-pub mod runtime;
-pub mod serve;
-pub mod watchdog;

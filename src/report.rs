@@ -325,21 +325,3 @@ pub fn skipped_summary(skipped: &[SkippedNode]) -> String {
     }
     s
 }
-
-/// Runs `f` on each output's values of a report in its JSON form (as heddle values),
-/// and puts what it leaves back: how large values become artifact references in a
-/// stored report and are read back from it.
-pub fn map_output_values<E>(
-    report: &mut serde_json::Value,
-    mut f: impl FnMut(&mut [Value]) -> Result<(), E>,
-) -> Result<(), E> {
-    let Some(outputs) = report.get_mut("outputs").and_then(|o| o.as_object_mut()) else {
-        return Ok(());
-    };
-    for values in outputs.values_mut().filter_map(|v| v.as_array_mut()) {
-        let mut vs: Vec<Value> = values.drain(..).map(Value::from_json).collect();
-        f(&mut vs)?;
-        values.extend(vs.iter().map(Value::to_json));
-    }
-    Ok(())
-}

@@ -1,6 +1,9 @@
-//! `heddle serve` as a user runs it: the real binary on a real port, driven over HTTP.
-//! Effects are counted on the provider side (lines a `files.write_text` node appended),
-//! as the durable-run tests do.
+//! `heddle serve` as a user runs it: the real binary on a real port, driven over HTTP,
+//! for what needs the process: a second owner, the flags, a server that dies mid-run
+//! (and one killed with SIGKILL), the token file, a lease taken away. The routes' own
+//! semantics are tested in-process in `host/server/tests/api`. Effects are counted on
+//! the provider side (lines a `files.write_text` node appended), as the durable-run
+//! tests do.
 
 use serde_json::{Value, json};
 
@@ -9,20 +12,6 @@ mod support;
 use support::serve::{Api, rt};
 use support::stderr;
 use support::store::{CHAIN, FANOUT, INVALID, OK, StoreDir, kill_moments};
-
-/// Names a node type nothing provides and wires a handle that does not exist.
-const BROKEN: &str = r#"{
-  "format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "c", "type": "heddle.constant", "properties": {"value": 1}},
-    {"id": "x", "type": "nowhere.nothing"},
-    {"id": "out", "type": "heddle.output"}
-  ],
-  "edges": [
-    {"source": "c", "sourceHandle": "nope", "target": "out", "targetHandle": "value"},
-    {"source": "c", "sourceHandle": "value", "target": "x", "targetHandle": "in"}
-  ]
-}"#;
 
 #[test]
 fn a_second_owner_is_refused_naming_the_first_and_the_store_is_free_after_shutdown() {
@@ -73,141 +62,6 @@ fn bad_flags_are_refused_naming_the_flag() {
     // Nothing was created: no store, no token.
     assert!(!dir.store().exists());
     assert!(!dir.path().join("serve.token").exists());
-}
-
-#[test]
-fn a_created_run_finishes_and_its_events_resume_after_last_event_id() {
-    let dir = StoreDir::new();
-    let s = dir.serve(None);
-    let api = Api::of(&s);
-    rt().block_on(async {
-        let id = api.create(CHAIN).await;
-        let all = api.events(&id, None).await;
-        let ids: Vec<u64> = all.iter().map(|e| e.0).collect();
-        assert_eq!(ids, (0..all.len() as u64).collect::<Vec<_>>(), "gapless");
-        assert_eq!(all[0].1, "opened");
-        assert_eq!(all.last().unwrap().1, "finished");
-        assert_eq!(all.last().unwrap().2["status"], "completed");
-        // What the `id:` and `event:` lines carry is not repeated in `data:`.
-        for (_, _, data) in &all {
-            assert!(
-                data.get("seq").is_none() && data.get("kind").is_none(),
-                "{data}"
-            );
-            assert!(data["at_ms"].is_u64(), "{data}");
-        }
-
-        // A client that saw record 2 gets exactly what followed it.
-        let rest = api.events(&id, Some(2)).await;
-        assert_eq!(rest, all[3..].to_vec());
-        let none = api.events(&id, Some(all.len() as u64 - 1)).await;
-        assert!(none.is_empty(), "{none:?}");
-
-        let show = api.show(&id).await;
-        assert_eq!(show["state"], "completed");
-        assert_eq!(show["records"], all.len());
-        let list = api.runs().await;
-        assert_eq!(list.len(), 1);
-        assert_eq!(list[0]["run_id"], id.as_str());
-        // A finished run cannot be cancelled or resumed; the refusals write nothing.
-        let (status, body) = api
-            .call("POST", &format!("/api/runs/{id}/cancel"), None)
-            .await;
-        assert_eq!(status, 409, "{body:#}");
-        let (status, body) = api
-            .call("POST", &format!("/api/runs/{id}/resume"), None)
-            .await;
-        assert_eq!(status, 409, "{body:#}");
-        assert_eq!(api.show(&id).await["records"], all.len());
-        let (status, _) = api.call("GET", "/api/runs/nope", None).await;
-        assert_eq!(status, 404);
-    });
-    assert_eq!(dir.lines(), ["one"]);
-}
-
-#[test]
-fn refused_requests_get_their_status_and_change_nothing() {
-    let dir = StoreDir::new();
-    std::fs::write(dir.path().join("broken.json"), BROKEN).unwrap();
-    let s = dir.serve(None);
-    let api = Api::of(&s);
-    let graph: Value = serde_json::from_str(CHAIN).unwrap();
-    rt().block_on(async {
-        // Wrong and missing tokens: 401, before anything is read or run.
-        for token in [Some("wrong"), Some(""), None] {
-            let mut r = api
-                .http
-                .post(format!("{}/api/runs", api.url))
-                .json(&json!({ "graph": graph }));
-            if let Some(t) = token {
-                r = r.bearer_auth(t);
-            }
-            let resp = r.send().await.unwrap();
-            assert_eq!(resp.status().as_u16(), 401, "{token:?}");
-            let resp = api
-                .http
-                .get(format!("{}/api/runs", api.url))
-                .bearer_auth(format!("{}x", api.token))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(resp.status().as_u16(), 401);
-        }
-
-        // An oversized body: 413.
-        let big = json!({ "graph": graph, "inputs": { "pad": "x".repeat(5 << 20) } });
-        let (status, body) = api.call("POST", "/api/runs", Some(big)).await;
-        assert_eq!(status, 413, "{body:#}");
-
-        // A graph over the size bound: 413, naming the bound.
-        let nodes: Vec<Value> = (0..20_001)
-            .map(|i| json!({"id": format!("n{i}"), "type": "heddle.constant", "properties": {"value": 1}}))
-            .collect();
-        let huge = json!({ "graph": { "nodes": nodes, "edges": [] } });
-        let (status, body) = api.call("POST", "/api/runs", Some(huge)).await;
-        assert_eq!(status, 413, "{body:#}");
-        assert!(body["error"].as_str().unwrap().contains("at most 20000"), "{body:#}");
-
-        // A malformed graph: 422 with exactly the problems `heddle validate` lists.
-        let broken: Value = serde_json::from_str(BROKEN).unwrap();
-        let (status, body) = api
-            .call("POST", "/api/runs", Some(json!({ "graph": broken })))
-            .await;
-        assert_eq!(status, 422, "{body:#}");
-        let o = dir.heddle(&["validate", "--json", "broken.json"]);
-        assert_eq!(o.status.code(), Some(INVALID));
-        let validate: Value = serde_json::from_slice(&o.stdout).unwrap();
-        assert!(!validate["issues"].as_array().unwrap().is_empty());
-        assert_eq!(body["issues"], validate["issues"]);
-        assert_eq!(body["valid"], false);
-
-        // A body that is not the request: 422 naming the problem.
-        let (status, body) = api
-            .call("POST", "/api/runs", Some(json!({ "graf": graph })))
-            .await;
-        assert_eq!(status, 422, "{body:#}");
-        assert!(body["error"].as_str().unwrap().contains("graf"), "{body:#}");
-        // A missing input value: 422 naming it.
-        let input = json!({ "nodes": [
-            {"id": "in", "type": "heddle.input", "properties": {"name": "text", "type": "str"}},
-            {"id": "out", "type": "heddle.output"}],
-            "edges": [{"source": "in", "sourceHandle": "value", "target": "out", "targetHandle": "value"}] });
-        let (status, body) = api
-            .call("POST", "/api/runs", Some(json!({ "graph": input })))
-            .await;
-        assert_eq!(status, 422, "{body:#}");
-        assert!(body["error"].as_str().unwrap().contains("`text`"), "{body:#}");
-
-        assert_eq!(api.runs().await, Vec::<Value>::new());
-    });
-    drop(s);
-    let o = dir.heddle(&["runs", "list", "--json"]);
-    assert_eq!(o.status.code(), Some(OK), "{}", stderr(&o));
-    assert_eq!(
-        serde_json::from_slice::<Value>(&o.stdout).unwrap(),
-        json!([])
-    );
-    assert_eq!(dir.lines(), Vec::<String>::new());
 }
 
 /// Every line a..f written, and more than once only for work a person re-offered.
@@ -305,92 +159,6 @@ fn the_token_is_owner_only_and_printed_once() {
     assert_ne!(o.status.code(), Some(OK));
     assert!(stderr(&o).contains("serve.token"), "{}", stderr(&o));
     assert!(stderr(&o).contains("chmod 600"), "{}", stderr(&o));
-}
-
-/// A value reviewed at gate `ship`, then written (the effect happens only after it).
-const GATED: &str = r#"{
-  "format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "c", "type": "heddle.constant", "properties": {"value": "shipped\n"}},
-    {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it", "prompt": "Read the notes"}},
-    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
-    {"id": "out", "type": "heddle.output"}
-  ],
-  "edges": [
-    {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
-    {"source": "ship", "sourceHandle": "value", "target": "w", "targetHandle": "text"},
-    {"source": "w", "sourceHandle": "path", "target": "out", "targetHandle": "value"}
-  ]
-}"#;
-
-#[test]
-fn a_gate_is_approved_or_rejected_through_the_api() {
-    let dir = StoreDir::new();
-    let s = dir.serve(None);
-    let api = Api::of(&s);
-    rt().block_on(async {
-        let id = api.create(GATED).await;
-        // The stream ends when the run stops here: paused at the gate.
-        let _ = api.events(&id, None).await;
-        let show = api.show(&id).await;
-        assert_eq!(show["state"], "paused", "{show:#}");
-        assert_eq!(dir.lines(), Vec::<String>::new());
-        let records = show["records"].clone();
-
-        // Refusals change nothing: no such gate, a plain resume, a rejection without a note.
-        let (status, body) = api
-            .call("POST", &format!("/api/runs/{id}/gates/nope/approve"), None)
-            .await;
-        assert_eq!(status, 409, "{body:#}");
-        assert!(
-            body["error"].as_str().unwrap().contains("its gates: ship"),
-            "{body:#}"
-        );
-        let (status, body) = api
-            .call("POST", &format!("/api/runs/{id}/resume"), None)
-            .await;
-        assert_eq!(status, 422, "{body:#}");
-        let (status, _) = api
-            .call("POST", &format!("/api/runs/{id}/gates/ship/reject"), None)
-            .await;
-        assert_eq!(status, 422);
-        assert_eq!(api.show(&id).await["records"], records);
-
-        let (status, body) = api
-            .call(
-                "POST",
-                &format!("/api/runs/{id}/gates/ship/approve"),
-                Some(json!({ "note": "looks good" })),
-            )
-            .await;
-        assert_eq!(status, 202, "{body:#}");
-        let (show, _) = api.drive_to_end(&id).await;
-        assert_eq!(show["state"], "completed", "{show:#}");
-        assert_eq!(dir.lines(), ["shipped"]);
-
-        // Another run, rejected: cancelled with the gate's title and the note.
-        let id = api.create(GATED).await;
-        let _ = api.events(&id, None).await;
-        let (status, body) = api
-            .call(
-                "POST",
-                &format!("/api/runs/{id}/gates/ship/reject"),
-                Some(json!({ "note": "not yet" })),
-            )
-            .await;
-        assert_eq!(status, 200, "{body:#}");
-        let show = api.show(&id).await;
-        assert_eq!(show["state"], "cancelled", "{show:#}");
-        assert!(
-            show["error"].as_str().unwrap().contains("not yet"),
-            "{show:#}"
-        );
-        assert!(
-            show["error"].as_str().unwrap().contains("Ship it"),
-            "{show:#}"
-        );
-    });
-    assert_eq!(dir.lines(), ["shipped"]);
 }
 
 #[test]

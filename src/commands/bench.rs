@@ -186,7 +186,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
             .chain(WasmShape::ALL.into_iter().map(AnyShape::Wasm))
             .collect(),
     };
-    let rt = crate::runtime::runtime_with_threads(args.threads)?;
+    let rt = heddle_runtime::tokio_runtime(args.threads)?;
     let mut registry = Registry::with_builtins();
     let effects = shapes
         .iter()

@@ -4,12 +4,11 @@ use heddle_runners::{BuildOptions, ImageOutcome, build_images};
 
 use crate::cli::{ImagesArgs, ImagesCommand};
 use crate::exit::Exit;
-use crate::providers::Settings;
 
 pub fn run(args: ImagesArgs) -> anyhow::Result<Exit> {
-    let settings = Settings::load(&args.env)?;
+    let settings = args.env.settings()?;
     let ImagesCommand::Build { force } = args.command;
-    let rt = crate::runtime::runtime()?;
+    let rt = heddle_runtime::tokio_runtime(None)?;
     let opts = BuildOptions { force };
     let progress = |line: &str| eprintln!("{line}");
     let outcomes = rt.block_on(build_images(&settings.runners, &opts, &progress))?;

@@ -6,13 +6,13 @@ use heddle_core::{NodeDecl, NodeMode, PortDecl};
 
 use crate::cli::NodesArgs;
 use crate::exit::Exit;
-use crate::providers::Env;
+use heddle_runtime::Runtime;
 
 pub fn run(args: NodesArgs) -> anyhow::Result<Exit> {
-    let rt = crate::runtime::runtime()?;
-    let env = rt.block_on(Env::load(&args.env, None))?;
+    let rt = heddle_runtime::tokio_runtime(None)?;
+    let env = rt.block_on(Runtime::load(args.env.settings()?, None))?;
     let decls: Vec<_> = env
-        .registry
+        .registry()
         .declarations()
         .into_iter()
         .filter(|d| {

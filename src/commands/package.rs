@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::cli::{PackageArgs, PackageCommand};
 use crate::exit::Exit;
-use crate::providers::Settings;
+use heddle_runtime::Settings;
 
 /// One capability request and whether the config grants it.
 #[derive(Debug, Serialize)]
@@ -114,12 +114,12 @@ fn grant_of(settings: &Settings, pkg: &WasmPackage) -> PackageGrant {
 }
 
 pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
-    let settings = Settings::load(&args.env)?;
-    let store = settings.store();
-    let rt = crate::runtime::runtime()?;
+    let settings = args.env.settings()?;
+    let store = settings.package_store();
+    let rt = heddle_runtime::tokio_runtime(None)?;
     let config_name = match &settings.config.path {
         Some(p) => p.display().to_string(),
-        None => crate::config::DEFAULT_FILE.to_string(),
+        None => heddle_runtime::config::DEFAULT_FILE.to_string(),
     };
     match args.command {
         PackageCommand::Add { dir, json } => {

@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use heddle_kernel::runtime::RunOptions;
 use heddle_kernel::supervisor::{Bounded, Bounds, Policy, Replay, Supervisor};
+use heddle_runtime::{Drive, Overrides, Settings};
 
 use crate::cli::RunArgs;
-use crate::execute::{Execution, execute, run_secrets};
+use crate::execute::{Execution, execute};
 use crate::exit::Exit;
 use crate::inputs;
 
@@ -20,9 +20,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         .iter()
         .map(|a| inputs::parse_arg(a))
         .collect::<Result<Vec<_>, _>>()?;
-    let rt = crate::runtime::runtime()?;
-    let doc = crate::providers::load_graph(&args.graph)?;
-    let (env, planned) = super::load_and_plan(&rt, &args.env, &doc)?;
+    let rt = heddle_runtime::tokio_runtime(None)?;
+    let doc = heddle_core::GraphDoc::load(&args.graph)?;
+    let settings = Settings::load(&Overrides {
+        node_timeout_ms: args.node_timeout_ms,
+        durable: args.durable,
+        ..args.env.overrides()
+    })?;
+    let (runtime, planned) = super::load_and_plan(&rt, settings, &doc)?;
     let graph = args.graph.display().to_string();
     let plan = match planned {
         Ok(plan) => plan,
@@ -54,46 +59,40 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         }
     }
 
-    let supervisor = supervisor(&args, &env.config)?;
-    let secrets = run_secrets(&env, supervisor.as_deref());
-    let opts = RunOptions {
-        secrets,
-        supervisor,
-        inputs: values,
-        node_timeout: args
-            .node_timeout_ms
-            .map(std::time::Duration::from_millis)
-            .or(env.config.run.node_timeout()),
-        ..RunOptions::default()
-    };
-    let store = crate::durable::StoreSection::load(&env.config)?;
+    let supervisor = supervisor(&args, &runtime.settings().config)?;
+    let opts = runtime.options(values, supervisor);
     if args.watchdog.watchdog {
-        return crate::watchdog::start(&args, &env, &store, &plan, &opts);
+        return crate::commands::watch::start(&args, &runtime, &plan, &opts);
     }
-    let durable = args.durable || store.durable;
-    let budget = store.budget(durable, args.max_dispatches, args.time_limit_ms)?;
-    let session = if durable {
-        Some(crate::durable::begin(
-            &store,
-            &env,
-            &args.graph,
-            &plan,
-            &opts,
-            budget,
-        )?)
+    let store = &runtime.settings().store;
+    if !store.durable && (args.max_dispatches.is_some() || args.time_limit_ms.is_some()) {
+        return Err(crate::usage!(
+            "--max-dispatches and --time-limit-ms bound a durable run: add --durable (or [store] durable = true)"
+        ));
+    }
+    let drive = if store.durable {
+        let budget = store.budget(args.max_dispatches, args.time_limit_ms)?;
+        let bytes = heddle_runtime::durable::read_graph(&args.graph)?;
+        let run = runtime.new_run(graph.clone(), bytes, &plan, &opts, budget)?;
+        let (header, drive) = runtime.blocking_begin(store.open()?, &run, plan, opts)?;
+        eprintln!(
+            "durable run {} (store {})",
+            header.run_id,
+            store.path().display()
+        );
+        drive
     } else {
-        None
+        Drive::in_memory(plan, opts)
     };
     execute(
         rt,
         Execution {
             graph,
-            plan,
-            registry: &env.registry,
-            opts,
+            registry: runtime.registry(),
+            drive,
             json: args.json,
             stream: args.stream.as_deref(),
-            session,
+            worker_store: None,
         },
     )
 }
@@ -102,7 +101,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
 /// (no supervision, failures fail) unless `--policy`, `--replay` or `--supervise` is given.
 fn supervisor(
     args: &RunArgs,
-    config: &crate::config::Config,
+    config: &heddle_runtime::Config,
 ) -> anyhow::Result<Option<Arc<dyn Supervisor>>> {
     let inner: Arc<dyn Supervisor> = match (&args.policy, &args.replay) {
         (Some(p), _) => Arc::new(Policy::load(p)?),
@@ -132,7 +131,7 @@ fn supervisor(
 /// cost ceiling.
 fn llm_supervisor(
     args: &RunArgs,
-    config: &crate::config::Config,
+    config: &heddle_runtime::Config,
 ) -> anyhow::Result<heddle_supervisor::LlmSupervisor> {
     let file: Option<heddle_supervisor::SupervisorSection> = config.section("supervisor")?;
     let mut cfg =

@@ -1,23 +1,27 @@
 //! `heddle runs list | show | resume | status | unlock | approve | reject | cancel`: what
 //! the run store records, and the commands that act on a recorded run. The durable-run
-//! machinery they share with the watchdog and the server is in [`crate::durable`].
+//! machinery they share with the watchdog and the server is in
+//! [`heddle_runtime::durable`].
 
-use heddle_store::session;
+use std::sync::Arc;
+
+use heddle_runtime::durable::{Reopen, Reopening, gates, list_json, list_states, show_json, usage};
+use heddle_runtime::watch::refuse_if_locked;
+use heddle_runtime::{Runtime, Settings, graph_types};
+use heddle_store::RunStore;
+use heddle_store::session::{self, Resumption};
 use heddle_store::status::Outcome;
 
 use crate::cli::{RunsArgs, RunsCommand};
-use crate::config::Config;
-use crate::durable::{
-    StoreSection, existing, gates, list_json, list_states, resume, show_json, usage,
-};
+use crate::execute::{Execution, execute, report_ending};
 use crate::exit::Exit;
 
 pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
-    let config = Config::load(args.env.config.as_deref())?;
-    let section = StoreSection::load(&config)?;
+    let settings = args.env.settings()?;
+    let section = &settings.store;
     match args.command {
-        RunsCommand::List { json } => list(&section, json),
-        RunsCommand::Show { run, json } => show(&section, &run, json),
+        RunsCommand::List { json } => list(&settings, json),
+        RunsCommand::Show { run, json } => show(&settings, &run, json),
         RunsCommand::Resume {
             run,
             pause,
@@ -25,14 +29,25 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
             watchdog,
         } => {
             if watchdog.watchdog {
-                return crate::watchdog::resume(&section, &args.env, &run, pause, json, &watchdog);
+                return crate::commands::watch::resume(
+                    &settings, &args.env, &run, pause, json, &watchdog,
+                );
             }
-            // A run a watchdog supervises (or a dead one left locked) is not taken over.
-            crate::watchdog::refuse_if_locked(&section, &run)?;
-            resume(&section, &args.env, &run, pause, json)
+            // A run a watchdog watches (or a dead one left locked) is not taken over.
+            refuse_if_locked(&settings, &run)?;
+            let store = section.existing(&run)?;
+            // Everything is checked before the run is taken over, so a refused resume
+            // writes nothing.
+            let r = session::check_resume(&*store, &run, pause)?;
+            continue_run(settings, store, r, json, None, false)
         }
-        RunsCommand::Status { run, json } => crate::watchdog::status::run(&section, &run, json),
-        RunsCommand::Unlock { run } => crate::watchdog::status::unlock(&section, &run),
+        RunsCommand::Status { run, json } => crate::commands::watch::status(&settings, &run, json),
+        RunsCommand::Unlock { run } => {
+            section.existing(&run)?.header(&run)?;
+            let pid = heddle_store::lock::unlock(section.path(), &run)?;
+            eprintln!("released the lock of run {run} left by pid {pid} (gone)");
+            Ok(Exit::Ok)
+        }
         RunsCommand::Approve {
             run,
             gate,
@@ -40,17 +55,22 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
             json,
         } => {
             // Approving runs the run on in this process: not one a watchdog holds.
-            crate::watchdog::refuse_if_locked(&section, &run)?;
-            let store = existing(&section, &run)?;
-            gates::approve(store, &args.env, &run, &gate, note, json)
+            refuse_if_locked(&settings, &run)?;
+            let store = section.existing(&run)?;
+            let (r, _, approval) = gates::approval(&*store, &run, &gate, note)?;
+            // Said by `continue_run` once the approval is on disk, not before.
+            continue_run(settings, store, r, json, Some(approval), false)
         }
         RunsCommand::Reject { run, gate, note } => {
-            let store = existing(&section, &run)?;
-            gates::reject(store, &run, &gate, &note, &known_secrets(&args.env)?)
+            let store = section.existing(&run)?;
+            let reason =
+                gates::record_rejection(store, &run, &gate, &note, &known_secrets(&settings))?;
+            eprintln!("run {run} cancelled: {reason}");
+            Ok(Exit::Ok)
         }
         RunsCommand::Cancel { run } => {
-            let store = existing(&section, &run)?;
-            session::cancel(store, &run, &known_secrets(&args.env)?)?;
+            let store = section.existing(&run)?;
+            session::cancel(store, &run, &known_secrets(&settings))?;
             eprintln!("run {run} cancelled");
             Ok(Exit::Ok)
         }
@@ -60,12 +80,57 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
 /// The secret values the configuration knows of: a command that ends a run without
 /// running it writes to the log directly, and masks them out of what it writes (a
 /// person's note may quote one).
-fn known_secrets(env: &crate::cli::EnvArgs) -> anyhow::Result<Vec<String>> {
-    let settings = crate::providers::Settings::load(env)?;
-    Ok(crate::execute::known_secrets(&settings.wasm).snapshot())
+fn known_secrets(settings: &Settings) -> Vec<String> {
+    heddle_runtime::secrets::known_secrets(&settings.wasm).snapshot()
 }
 
-fn list(section: &StoreSection, json: bool) -> anyhow::Result<Exit> {
+/// Takes a checked run over and runs it on from its log, with the gates its log
+/// approved open, and `approval` (a gate approved now) recorded first; a watchdog's
+/// `worker` leaves its final report in the run's store.
+pub(crate) fn continue_run(
+    settings: Settings,
+    store: Arc<dyn RunStore>,
+    r: Resumption,
+    json: bool,
+    approval: Option<gates::Approval>,
+    worker: bool,
+) -> anyhow::Result<Exit> {
+    let run = r.header.run_id.clone();
+    heddle_runtime::durable::refuse_interactive(&r.header)?;
+    let doc = heddle_runtime::durable::stored_graph(&r.header)?;
+    if approval.is_none() {
+        gates::refuse_resume_at_gate(&r, &doc)?;
+    }
+    let rt = heddle_runtime::tokio_runtime(None)?;
+    let runtime = rt.block_on(Runtime::load(settings, Some(&graph_types(&doc))))?;
+    let reopened = runtime.blocking_reopen(store.clone(), &r, &doc, approval.as_ref())?;
+    if let Some(a) = &approval {
+        // Only now: a process killed after this line has the approval in the log.
+        eprintln!("gate \"{}\" of run {run} approved", a.title());
+    }
+    match reopened.how {
+        Reopening::Resume { pause } => eprintln!("resuming run {run} at pause event {pause}"),
+        Reopening::Start => eprintln!("starting run {run}"),
+        Reopening::Recover => eprintln!("recovering interrupted run {run}"),
+    }
+    match reopened.run {
+        Reopen::Ended(ending) => Ok(report_ending(&run, &ending, None)),
+        Reopen::Ready(drive) => execute(
+            rt,
+            Execution {
+                graph: r.header.run.graph_name.clone(),
+                registry: runtime.registry(),
+                drive: *drive,
+                json,
+                stream: None,
+                worker_store: worker.then_some(store),
+            },
+        ),
+    }
+}
+
+fn list(settings: &Settings, json: bool) -> anyhow::Result<Exit> {
+    let section = &settings.store;
     let Some(store) = section.open_existing()? else {
         if json {
             println!("[]");
@@ -92,8 +157,8 @@ fn list(section: &StoreSection, json: bool) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-fn show(section: &StoreSection, run: &str, json: bool) -> anyhow::Result<Exit> {
-    let store = existing(section, run)?;
+fn show(settings: &Settings, run: &str, json: bool) -> anyhow::Result<Exit> {
+    let store = settings.store.existing(run)?;
     let (header, _, view) = session::inspect(&*store, run)?;
     if json {
         let v = show_json(&header, &view);

@@ -73,9 +73,9 @@ impl<'a> Verdict<'a> {
 }
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
-    let rt = crate::runtime::runtime()?;
+    let rt = heddle_runtime::tokio_runtime(None)?;
     let graph = args.graph.display().to_string();
-    let doc = match crate::providers::load_graph(&args.graph) {
+    let doc = match heddle_core::GraphDoc::load(&args.graph).map_err(anyhow::Error::from) {
         Ok(doc) => doc,
         Err(e) if args.json => {
             let v = Verdict {
@@ -94,7 +94,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
         }
         Err(e) => return Err(e),
     };
-    let (_env, planned) = super::load_and_plan(&rt, &args.env, &doc)?;
+    let (_runtime, planned) = super::load_and_plan(&rt, args.env.settings()?, &doc)?;
     match planned {
         Ok(plan) => {
             if args.json {

@@ -45,6 +45,7 @@ impl Default for GraphBuilder {
 }
 
 impl GraphBuilder {
+    /// An empty graph.
     pub fn new() -> Self {
         Self::default()
     }
@@ -205,6 +206,7 @@ impl GraphBuilder {
         }
     }
 
+    /// The document built.
     pub fn build(self) -> GraphDoc {
         self.doc
     }

@@ -17,6 +17,7 @@ pub struct OutputContract {
     /// The output the fields are on; absent means the node's only output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handle: Option<String>,
+    /// The fields promised on every value of that output.
     pub fields: Vec<FieldDecl>,
 }
 
@@ -24,6 +25,7 @@ pub struct OutputContract {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct FieldDecl {
+    /// The field's key in the object.
     pub key: String,
     /// `string`, `number`, `integer`, `boolean`, `array`, `object`, `null`; anything else
     /// (and absent) accepts every value.
@@ -33,6 +35,7 @@ pub struct FieldDecl {
         skip_serializing_if = "is_any_type"
     )]
     pub ty: String,
+    /// What the field means, for a person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// Absent means required: a promise is kept unless the author says it may not be.
@@ -59,14 +62,26 @@ fn is_true(b: &bool) -> bool {
 /// How a value broke its node's promise.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ContractViolation {
+    /// The value is not an object.
     #[error("the value is {found}, not an object carrying the declared fields")]
-    NotObject { found: &'static str },
+    NotObject {
+        /// What it is.
+        found: &'static str,
+    },
+    /// A required field is absent.
     #[error("required field `{key}` is missing")]
-    Missing { key: String },
+    Missing {
+        /// The field.
+        key: String,
+    },
+    /// A field is of another type than declared.
     #[error("field `{key}` must be {expected}, got {found}")]
     WrongType {
+        /// The field.
         key: String,
+        /// Its declared type.
         expected: String,
+        /// What it is.
         found: &'static str,
     },
 }

@@ -13,7 +13,9 @@ pub const GATE_TYPE: &str = "heddle.gate";
 /// What a gate asks the person answering it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GateAsk {
+    /// The gate's title (its `title` property, else its id).
     pub title: String,
+    /// What the person is asked to check (its `prompt` property).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
 }

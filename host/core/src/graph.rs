@@ -20,26 +20,36 @@ pub const VERSION: u32 = 1;
 pub const CONTROL_HANDLE: &str = "__control__";
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+/// A graph document: nodes and edges in NodeTool's wire shape, with a format marker and
+/// version. What a user writes and a durable run stores byte for byte.
 pub struct GraphDoc {
     /// `"heddle.graph"`. Optional on input so bare NodeTool graphs load; when present it
     /// must match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The document's version of the format (this build reads [`VERSION`]).
     pub version: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A name to show (a run created through the API is listed under it).
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What the graph does, for a person.
     pub description: Option<String>,
+    /// Every node, in the document's order.
     pub nodes: Vec<NodeDoc>,
     #[serde(default)]
+    /// Every edge, data and control.
     pub edges: Vec<EdgeDoc>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+/// One node of a document.
 pub struct NodeDoc {
+    /// Its id, unique in the document (edges name it).
     pub id: String,
     #[serde(rename = "type")]
+    /// Its node type (`heddle.constant`, `std.text.case`, …), resolved against the registry.
     pub node_type: String,
     /// Optional display name; input and output nodes also use it as their external name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,8 +59,11 @@ pub struct NodeDoc {
     #[serde(default, alias = "data", skip_serializing_if = "BTreeMap::is_empty")]
     pub properties: BTreeMap<String, Value>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// Properties whose values the workflow author computes per run (kept for tools; the
+    /// planner treats them like `properties`).
     pub dynamic_properties: BTreeMap<String, Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The editor's per-node state; `bypassed` is the one the planner reads.
     pub ui_properties: Option<UiProperties>,
     /// Per-node limits and capability narrowing set by the workflow author. They can only
     /// tighten what the operator's configuration allows.
@@ -76,34 +89,49 @@ pub struct NodeDoc {
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+/// Editor state of a node (NodeTool's `ui_properties`).
 pub struct UiProperties {
     #[serde(default)]
+    /// Bypassed nodes are rewritten out of the graph before planning: their inputs flow
+    /// straight to their outputs' targets.
     pub bypassed: bool,
     #[serde(flatten)]
+    /// Everything else the editor keeps (positions, sizes), carried through unread.
     pub rest: BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
+/// What an edge carries.
 pub enum EdgeType {
     #[default]
+    /// Values from an output handle to an input handle.
     Data,
+    /// A control event into a controlled node's `__control__` handle.
     Control,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+/// One edge of a document: from `source`'s output handle to `target`'s input handle.
 pub struct EdgeDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its id (given one by position when absent).
     pub id: Option<String>,
+    /// The node it leaves.
     pub source: String,
     #[serde(rename = "sourceHandle")]
+    /// The output handle it leaves from.
     pub source_handle: String,
+    /// The node it enters.
     pub target: String,
     #[serde(rename = "targetHandle")]
+    /// The input handle it enters (`__control__` for a control edge).
     pub target_handle: String,
     #[serde(default)]
+    /// Data (the default) or control.
     pub edge_type: EdgeType,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The editor's state of the edge, carried through unread.
     pub ui_properties: Option<serde_json::Value>,
     /// A JSONata condition per value crossing the edge (see [`crate::condition`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -131,22 +159,42 @@ impl EdgeDoc {
 #[derive(Debug, thiserror::Error)]
 pub enum DocError {
     #[error("cannot read graph file {path}: {source}")]
+    /// The file could not be read.
     Io {
+        /// The file.
         path: String,
         #[source]
+        /// Why.
         source: std::io::Error,
     },
     #[error("{path}:{line}:{column}: invalid graph JSON: {message}")]
+    /// The text is not valid graph JSON.
     Parse {
+        /// The file (or the name a document in memory was given).
         path: String,
+        /// Where the problem is: its line (from 1).
         line: usize,
+        /// Its column (from 1).
         column: usize,
+        /// What is wrong.
         message: String,
     },
     #[error("{path}: unsupported graph format `{found}` (expected `{FORMAT}`)")]
-    Format { path: String, found: String },
+    /// The document names another format than `heddle.graph`.
+    Format {
+        /// The file.
+        path: String,
+        /// The format it names.
+        found: String,
+    },
     #[error("{path}: graph version {found} is not supported (this build reads version {VERSION})")]
-    Version { path: String, found: u32 },
+    /// The document's version is newer than this build reads.
+    Version {
+        /// The file.
+        path: String,
+        /// Its version.
+        found: u32,
+    },
 }
 
 impl GraphDoc {
@@ -187,6 +235,8 @@ impl GraphDoc {
         Ok(doc)
     }
 
+    /// Reads and parses the graph file at `path`; an unreadable file or malformed JSON is an
+    /// error naming the file (and line and column).
     pub fn load(path: &Path) -> Result<Self, DocError> {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| DocError::Io {
@@ -196,6 +246,7 @@ impl GraphDoc {
         Self::parse(&text, &origin)
     }
 
+    /// The document as indented JSON (what a durable run created from a built graph stores).
     pub fn to_json_pretty(&self) -> String {
         // Serializing a tree of plain data cannot fail.
         serde_json::to_string_pretty(self).expect("graph documents always serialize")
@@ -257,6 +308,7 @@ impl NodeDoc {
         crate::limits::resolve(top, self.limits.as_ref())
     }
 
+    /// Whether the editor bypassed the node (it is rewritten out before planning).
     pub fn is_bypassed(&self) -> bool {
         self.ui_properties.as_ref().is_some_and(|u| u.bypassed)
     }

@@ -18,6 +18,7 @@ use crate::value::Value;
 /// count items in arrival order per key, never by memory address or task id.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Occurrence {
+    /// The node invoked.
     pub node: String,
     /// Canonical lineage key (`root=index,...`), empty at root scope.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -33,6 +34,7 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl Occurrence {
+    /// Invocation `n` of `node` at lineage key `key`.
     pub fn new(node: impl Into<String>, key: impl Into<String>, n: u32) -> Self {
         Occurrence {
             node: node.into(),
@@ -73,13 +75,24 @@ pub enum OpenReason {
 pub enum PauseReason {
     /// A node that is not retry-safe started and its result was never recorded: whether
     /// its effect happened is unknown, so only the user may offer the work again.
-    Reconcile { occurrence: Occurrence },
+    Reconcile {
+        /// The invocation.
+        occurrence: Occurrence,
+    },
     /// A node asked to suspend (human in the loop).
-    Suspend { node: String, reason: String },
+    Suspend {
+        /// The node.
+        node: String,
+        /// What it waits for.
+        reason: String,
+    },
     /// The user interrupted the run (Ctrl-C); nothing is uncertain.
     Interrupted,
     /// The run's dispatch budget or time limit ran out.
-    Budget { detail: String },
+    Budget {
+        /// Which budget, and what was spent.
+        detail: String,
+    },
 }
 
 /// One record of a durable run's event log. Records are append-only; a run's state is
@@ -89,63 +102,93 @@ pub enum PauseReason {
 pub enum Record {
     /// A process took ownership (its epoch fences out any older owner).
     Opened {
+        /// The owner epoch it took (every later append of an older epoch is refused).
         epoch: u64,
+        /// Why it took the run (a start, a resume, a recovery).
         reason: OpenReason,
+        /// Its process id (a reader checks whether the owner still lives).
         pid: u32,
     },
     /// An invocation was decided and handed towards its executor.
     Dispatched {
+        /// The invocation.
         occurrence: Occurrence,
+        /// Whether its node is retry-safe (recovery may run it again if it started).
         retry_safe: bool,
     },
     /// The invocation's node code is about to run. Durable before the code runs when the
     /// node is not retry-safe.
-    Started { occurrence: Occurrence },
+    Started {
+        /// The invocation.
+        occurrence: Occurrence,
+    },
     /// The invocation ended with outputs. `emitted` holds what a streaming node emitted
     /// while it ran, in order, so recovery routes exactly what the first run routed.
     Completed {
+        /// The invocation.
         occurrence: Occurrence,
+        /// Its outputs by handle, in the order it produced them.
         outputs: Vec<(String, Value)>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        /// What a streaming node emitted while it ran, in order.
         emitted: Vec<(String, Value)>,
         #[serde(default)]
+        /// What it cost (wall time, fuel, memory, reported cost).
         metrics: InvocationMetrics,
     },
     /// The invocation ended with an error.
     Failed {
+        /// The invocation.
         occurrence: Occurrence,
+        /// The error (masked, like all text a record carries).
         error: String,
         #[serde(default)]
+        /// What it cost.
         metrics: InvocationMetrics,
     },
     /// A failure was escalated to the supervisor.
     Escalated {
+        /// The invocation.
         occurrence: Occurrence,
+        /// The escalation as the supervisor saw it (masked).
         escalation: serde_json::Value,
     },
     /// A decision about the invocation (a retry, a skip, a gate's answer); carried out
     /// on recovery, never asked again.
     Verdict {
+        /// The invocation decided about.
         occurrence: Occurrence,
+        /// What was decided.
         verdict: RecordedVerdict,
+        /// Who decided it.
         decided_by: Decider,
     },
     /// The run paused; the record's sequence number is the pause event id a resume names.
-    Paused { pause: PauseReason },
+    Paused {
+        /// Why.
+        pause: PauseReason,
+    },
     /// A user resumed the pause recorded at sequence number `pause`.
-    Resumed { pause: u64 },
+    Resumed {
+        /// The pause event reopened.
+        pause: u64,
+    },
     /// A node of a finished run never ran, and why: recorded with the run's ending, so
     /// a reader of the log does not have to guess it from the node's neighbours.
     Skipped {
+        /// The node.
         node: String,
+        /// Why it did not run.
         reason: crate::SkipReason,
     },
     /// A user asked for the run to be cancelled.
     CancelRequested,
     /// The run ended.
     Finished {
+        /// How the run ended.
         status: RunStatus,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// What went wrong, when it did not complete.
         error: Option<String>,
     },
 }
@@ -188,6 +231,7 @@ impl Record {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedVerdict {
     #[serde(rename = "verdict")]
+    /// What the decision does.
     pub action: RecordedAction,
     /// The failed attempt (from 1) that the node's own `retry` policy runs again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -201,6 +245,7 @@ pub struct RecordedVerdict {
 }
 
 impl RecordedVerdict {
+    /// A decision to `action` with no attempt, error or note.
     pub fn new(action: RecordedAction) -> Self {
         RecordedVerdict {
             action,
@@ -210,11 +255,13 @@ impl RecordedVerdict {
         }
     }
 
+    /// With the failure decided on.
     pub fn with_error(mut self, error: impl Into<String>) -> Self {
         self.error = Some(error.into());
         self
     }
 
+    /// With what the decider said.
     pub fn with_note(mut self, note: Option<String>) -> Self {
         self.note = note;
         self
@@ -257,6 +304,7 @@ pub enum Decider {
 /// ran. Stored as `{"nodes": [{"id", "type", "retry_safe", "origin"}], "edges": N}`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanSummary {
+    /// Every node of the plan, in its order.
     pub nodes: Vec<PlannedNode>,
     /// How many edges the plan kept (after bypassed nodes were rewritten).
     pub edges: usize,
@@ -265,14 +313,19 @@ pub struct PlanSummary {
 /// One node of a [`PlanSummary`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedNode {
+    /// The node's id.
     pub id: String,
     #[serde(rename = "type")]
+    /// Its node type.
     pub node_type: String,
+    /// Whether its declaration says it is retry-safe.
     pub retry_safe: bool,
+    /// Where its node type comes from (built-in, package and digest, code node).
     pub origin: crate::decl::Origin,
 }
 
 impl PlanSummary {
+    /// The summary of `plan`, as a durable run records it.
     pub fn of(plan: &crate::plan::Plan) -> PlanSummary {
         PlanSummary {
             nodes: plan

@@ -54,12 +54,16 @@ pub struct NodeLimits {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
 pub enum AccessLevel {
+    /// No file access at all.
     None,
+    /// Read-only, whatever the grant allows beyond.
     Read,
+    /// Everything the grant allows.
     Write,
 }
 
 impl AccessLevel {
+    /// Its name as a document writes it.
     pub fn as_str(self) -> &'static str {
         match self {
             AccessLevel::None => "none",
@@ -115,8 +119,11 @@ impl RetryPolicy {
 /// The node's declarations at top level, as read from its document.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TopLevel<'a> {
+    /// `timeout_ms`: the node's wall-clock limit per invocation.
     pub timeout_ms: Option<u64>,
+    /// `access`: how far the node may use its package's grants.
     pub access: Option<AccessLevel>,
+    /// `retry`: the node's own retry policy.
     pub retry: Option<&'a RetryPolicy>,
 }
 

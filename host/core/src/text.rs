@@ -21,6 +21,36 @@ pub fn clip(text: &str, max: usize) -> Cow<'_, str> {
     }
 }
 
+/// Longest line of an error shown to a person. Errors quote what the user wrote (node
+/// ids, handles, values); a 10 MB id must not make a 10 MB error, whichever library
+/// wrote it.
+pub const ERROR_LINE_MAX_CHARS: usize = 2000;
+
+/// `text` with every line clipped to [`ERROR_LINE_MAX_CHARS`].
+pub fn bounded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(1 << 16));
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&clip(line, ERROR_LINE_MAX_CHARS));
+    }
+    out
+}
+
+/// An error and its causes on one line, joined by `: ` (as `anyhow` shows them with
+/// `{:#}`): what a person reads of an error that crossed a process or an API.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cur = c.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

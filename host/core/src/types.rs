@@ -13,29 +13,41 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::value::Value;
 
+/// The type of a port: what values an input takes or an output produces. Written
+/// `any`, `bool`, `int`, `float`, `number`, `str`, `bytes`, `object`, `json` or
+/// `list[T]`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub enum PortType {
+    /// Any value.
     #[default]
     Any,
+    /// A boolean.
     Bool,
+    /// A 64-bit signed integer.
     Int,
+    /// A 64-bit float.
     Float,
     /// Int or float.
     Number,
+    /// A UTF-8 string.
     Str,
+    /// Raw bytes.
     Bytes,
     /// A JSON object.
     Object,
     /// Any JSON-representable value (everything except bytes at the top level).
     Json,
+    /// A list of values of the inner type.
     List(Box<PortType>),
 }
 
 impl PortType {
+    /// `list[t]`.
     pub fn list_of(t: PortType) -> Self {
         PortType::List(Box::new(t))
     }
 
+    /// Whether it is a list type.
     pub fn is_list(&self) -> bool {
         matches!(self, PortType::List(_))
     }
@@ -115,11 +127,15 @@ impl fmt::Display for PortType {
     }
 }
 
+/// A port type's text that names no type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "unknown port type `{0}` (expected any, bool, int, float, number, str, bytes, object, json or list[T])"
 )]
-pub struct ParseTypeError(pub String);
+pub struct ParseTypeError(
+    /// The text that is not a type.
+    pub String,
+);
 
 impl FromStr for PortType {
     type Err = ParseTypeError;

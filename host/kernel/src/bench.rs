@@ -14,18 +14,25 @@ use heddle_core::{GraphBuilder, GraphDoc, INPUT_TYPE, OUTPUT_TYPE, RunResult, Ru
 use crate::registry::Registry;
 use crate::runtime::{KernelError, Run, RunHandle, RunOptions};
 
+/// A synthetic graph shape of pass-through nodes, measured by `heddle bench` and the
+/// criterion benches alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
+    /// `n` nodes in a row, values pushed through them.
     Chain,
     /// The chain with the condition `value > 0` on every edge (what a condition costs).
     ChainWhen,
+    /// A list of `n` items fanned out, each through a node, and collected.
     Fanout,
+    /// `n` independent nodes.
     Wide,
 }
 
 impl Shape {
+    /// Every shape `heddle bench` runs by default.
     pub const ALL: [Shape; 3] = [Shape::Chain, Shape::Fanout, Shape::Wide];
 
+    /// Its name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Shape::Chain => "chain",
@@ -122,6 +129,7 @@ pub fn wide(n: usize) -> GraphDoc {
         .build()
 }
 
+/// The document of `shape` at size `n`.
 pub fn graph(shape: Shape, n: usize) -> GraphDoc {
     match shape {
         Shape::Chain => chain(n),
@@ -136,7 +144,9 @@ pub fn graph(shape: Shape, n: usize) -> GraphDoc {
 /// time alone hides.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuTime {
+    /// Time in user mode.
     pub user: Duration,
+    /// Time in the kernel.
     pub system: Duration,
 }
 
@@ -170,6 +180,7 @@ impl CpuTime {
         CpuTime::now().zip(start).map(|(now, then)| now.since(then))
     }
 
+    /// User and system time together.
     pub fn total(self) -> Duration {
         self.user + self.system
     }
@@ -187,6 +198,7 @@ impl CpuTime {
 /// What one bench run did.
 #[derive(Clone, Debug)]
 pub struct BenchRun {
+    /// Wall time from the start to the checked result.
     pub elapsed: Duration,
     /// CPU time the process used over the same span as `elapsed`; `None` where the
     /// platform does not report it.
@@ -198,9 +210,11 @@ pub struct BenchRun {
 }
 
 impl BenchRun {
+    /// Messages per second of wall time.
     pub fn messages_per_sec(&self) -> f64 {
         self.messages as f64 / self.elapsed.as_secs_f64()
     }
+    /// Invocations per second of wall time.
     pub fn invocations_per_sec(&self) -> f64 {
         self.invocations as f64 / self.elapsed.as_secs_f64()
     }
@@ -219,18 +233,29 @@ impl BenchRun {
     }
 }
 
+/// Why a bench run did not give a figure.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
+    /// The kernel refused the shape.
     #[error(transparent)]
     Kernel(#[from] KernelError),
+    /// The run did not complete.
     #[error("bench run ended {status:?}: {error}")]
-    Run { status: RunStatus, error: String },
+    Run {
+        /// How it ended.
+        status: RunStatus,
+        /// Why.
+        error: String,
+    },
+    /// The run completed with the wrong result (a figure for wrong work is no figure).
     #[error("bench run produced the wrong output: {0}")]
     Output(String),
     /// A file a bench shape's effects go to could not be read or cleared.
     #[error("{}: cannot read or clear the bench's effect file", path.display())]
     Io {
+        /// The file.
         path: std::path::PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -305,6 +330,7 @@ pub async fn run_shape_journaled(
 /// every shape (the kernel's here, the WASM ones in `heddle_wasm::bench`) measures the
 /// same span and refuses the same wrong results.
 pub struct TimedRun {
+    /// The started run.
     pub handle: RunHandle,
     cpu0: Option<CpuTime>,
     t0: Instant,

@@ -22,10 +22,12 @@ pub enum Prior {
     /// second dispatch. `started` counts the attempts an earlier process began, so the
     /// next one carries its real number and a crash never refills the retry allowance.
     Redo {
+        /// Attempts an earlier process began.
         started: u32,
     },
     /// A result was recorded: feed it downstream without running anything.
     Completed {
+        /// The recorded outputs.
         outputs: Outputs,
         /// What a streaming node emitted before returning, in order.
         emitted: Vec<(Arc<str>, Value)>,
@@ -34,14 +36,19 @@ pub enum Prior {
     },
     /// A terminal failure was recorded: the node fails the same way without running.
     Failed {
+        /// The recorded error.
         error: String,
     },
-    /// The supervisor's recorded verdict dropped the invocation (skip) or ended its
-    /// stream; carried out, never asked again.
+    /// The supervisor's recorded verdict dropped the invocation (skip); carried out,
+    /// never asked again.
     Skipped {
+        /// The failure skipped.
         error: String,
     },
+    /// The supervisor's recorded verdict ended the invocation's stream; carried out,
+    /// never asked again.
     EndedStream {
+        /// The failure that ended it.
         error: String,
     },
     /// Started, not retry-safe, no result: whether its effect happened is unknown. The
@@ -53,6 +60,7 @@ pub enum Prior {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("the durable run log failed: {source}")]
 pub struct JournalError {
+    /// The store's error.
     #[source]
     pub source: Arc<dyn std::error::Error + Send + Sync>,
 }
@@ -82,8 +90,14 @@ pub enum SealError {
 /// budget ran out, for whoever records the ending).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(transparent)]
-pub struct Refused(pub Arc<dyn std::error::Error + Send + Sync>);
+pub struct Refused(
+    /// Which budget, and what was spent.
+    pub Arc<dyn std::error::Error + Send + Sync>,
+);
 
+/// Where a durable run's invocations are written ahead: the kernel asks it what an
+/// earlier process recorded for an invocation and tells it every step (dispatch, start,
+/// result, verdict) before going on. A run without one is kept in memory only.
 pub trait Journal: Send + Sync {
     /// What an earlier process recorded for `occ`.
     fn prior(&self, occ: &Occurrence) -> Prior;

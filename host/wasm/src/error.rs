@@ -193,13 +193,4 @@ impl PackageError {
 
 /// An error and its causes on one line (`a: b: c`), for the kernel's `NodeError`, whose
 /// message is data that goes into the run report.
-pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cur = c.source();
-    }
-    out
-}
+pub(crate) use heddle_core::text::error_chain as chain;

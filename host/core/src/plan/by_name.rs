@@ -22,10 +22,12 @@ impl<V> Default for ByName<V> {
 }
 
 impl<V> ByName<V> {
+    /// The value of `name`.
     pub fn get(&self, name: &str) -> Option<&V> {
         self.position(name).map(|i| &self.0[i].1)
     }
 
+    /// Whether `name` is in the map.
     pub fn contains_key(&self, name: &str) -> bool {
         self.position(name).is_some()
     }
@@ -40,18 +42,22 @@ impl<V> ByName<V> {
         self.0.iter().map(|(k, v)| (k, v))
     }
 
+    /// The names, in order.
     pub fn keys(&self) -> impl ExactSizeIterator<Item = &Arc<str>> {
         self.0.iter().map(|(k, _)| k)
     }
 
+    /// The values, in the order of their names.
     pub fn values(&self) -> impl ExactSizeIterator<Item = &V> {
         self.0.iter().map(|(_, v)| v)
     }
 
+    /// How many entries it has.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether it has none.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -19,10 +19,15 @@ use crate::graph::EdgeType;
 pub struct WorkEdge {
     /// The effective id (`id`, or NodeTool's derived `source:handle->target:handle`).
     pub id: String,
+    /// The node it leaves.
     pub source: String,
+    /// The output handle it leaves from.
     pub source_handle: String,
+    /// The node it enters.
     pub target: String,
+    /// The input handle it enters.
     pub target_handle: String,
+    /// Data or control.
     pub edge_type: EdgeType,
 }
 

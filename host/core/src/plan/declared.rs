@@ -13,7 +13,9 @@ use crate::value::Value;
 /// A node's declared fields, on the output they are promised for.
 #[derive(Clone, Debug)]
 pub struct NodeContract {
+    /// The output handle the fields are promised for.
     pub handle: Arc<str>,
+    /// The fields.
     pub contract: OutputContract,
 }
 
@@ -67,6 +69,8 @@ impl Scope for EdgeScope<'_> {
 }
 
 impl EdgeRule {
+    /// What becomes of `v` on this edge: it crosses (narrowed to the selected fields),
+    /// or the condition rules it out.
     pub fn apply(&self, v: &Value) -> Crossing {
         if let Some(expr) = &self.when {
             let scope = EdgeScope {

@@ -60,19 +60,34 @@ impl BoundInputs {
 /// Why a value could not be bound to an input.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum InputError {
+    /// No input has that name.
     #[error("no input named `{name}` in this graph ({})", known_inputs(.known))]
-    Unknown { name: String, known: Vec<String> },
+    Unknown {
+        /// The name given.
+        name: String,
+        /// The graph's input names.
+        known: Vec<String>,
+    },
+    /// The value is not of the input's type.
     #[error("input `{name}` (node {node}): value does not fit the input's type {ty}: {reason}")]
     Type {
+        /// The input's name.
         name: String,
+        /// Its node's id.
         node: String,
+        /// Its type.
         ty: PortType,
+        /// Why the value does not fit.
         reason: String,
     },
+    /// A required input got no value.
     #[error("missing value for input `{name}` (node {node}, type {ty})")]
     Missing {
+        /// The input's name.
         name: String,
+        /// Its node's id.
         node: String,
+        /// Its type.
         ty: PortType,
     },
 }

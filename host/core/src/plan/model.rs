@@ -41,6 +41,7 @@ pub struct Plan {
     pub nodes: Vec<PlanNode>,
     /// Surviving edges (after bypass rewrite), data and control.
     pub edges: Vec<PlanEdge>,
+    /// The correlation analysis: lineage roots and every edge's, node's and handle's scope.
     pub correlation: Correlation,
     /// Non-fatal findings (e.g. a sticky handle with several values per key).
     pub warnings: Vec<Issue>,
@@ -95,6 +96,7 @@ fn prefix(id: &str) -> u64 {
 pub struct GraphInput {
     /// The input node's index in [`Plan::nodes`].
     pub node: NodeIdx,
+    /// The input node's id.
     pub node_id: Arc<str>,
     /// The external name: the node's `name`, else its `name` property, else its id.
     pub name: Arc<str>,
@@ -108,15 +110,20 @@ pub struct GraphInput {
 }
 
 #[derive(Clone, Debug)]
+/// One node of a plan, resolved against its declaration.
 pub struct PlanNode {
+    /// Its id.
     pub id: Arc<str>,
+    /// Its node type.
     pub node_type: Arc<str>,
     /// External name for input/output nodes: `name`, else `properties.name`, else `id`.
     pub name: Arc<str>,
+    /// Its declaration (ports, types, modes, retry safety), from its executor.
     pub decl: Arc<NodeDecl>,
     /// Document properties (+ dynamic properties), minus values for handles fed by an
     /// edge (a value arriving on an edge overrides the one written in the document).
     pub properties: BTreeMap<String, Value>,
+    /// Its time limit, access and retry, from the document.
     pub limits: Option<NodeLimits>,
     /// Incoming data and control edges.
     pub in_edges: Vec<EdgeIdx>,
@@ -129,12 +136,19 @@ pub struct PlanNode {
 }
 
 #[derive(Clone, Debug)]
+/// One edge of a plan.
 pub struct PlanEdge {
+    /// Its id.
     pub id: Arc<str>,
+    /// The node it leaves.
     pub source: NodeIdx,
+    /// The output handle it leaves from.
     pub source_handle: Arc<str>,
+    /// The node it enters.
     pub target: NodeIdx,
+    /// The input handle it enters.
     pub target_handle: Arc<str>,
+    /// Data or control.
     pub edge_type: EdgeType,
     /// Condition and field narrowing applied to every value crossing the edge.
     pub rule: Option<Arc<super::declared::EdgeRule>>,
@@ -155,6 +169,7 @@ pub struct Correlation {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
+/// A lineage root: the scope an iteration output mints.
 pub struct RootInfo {
     /// `"{node_id}:{group or handle}"`.
     pub name: Arc<str>,
@@ -163,6 +178,7 @@ pub struct RootInfo {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What travels on one edge.
 pub struct EdgeScope {
     /// Scope of values travelling on the edge.
     pub scope: Vec<RootIdx>,
@@ -171,6 +187,7 @@ pub struct EdgeScope {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// How one node is invoked.
 pub struct NodeScope {
     /// Scope the node is invoked at (for a buffered node: its max input scope, or the
     /// longest common prefix for a join node; empty for a source).
@@ -184,12 +201,16 @@ pub struct NodeScope {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
+/// One connected input handle of a node.
 pub struct HandleScope {
+    /// Scope of the values arriving on it.
     pub scope: Vec<RootIdx>,
+    /// How the buffered scheduler treats it.
     pub class: HandleClass,
     /// Several edges feed a list-typed handle: values accumulate and the handle is
     /// ready when it closes.
     pub accumulates: bool,
+    /// More than one value per lineage key may arrive on it.
     pub repeats_per_key: bool,
     /// Number of data edges feeding it (the inbox's open-upstream count).
     pub upstream_edges: u32,
@@ -211,10 +232,13 @@ pub enum HandleClass {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
+/// One declared output of a node.
 pub struct OutputScope {
+    /// Scope of the values it produces.
     pub scope: Vec<RootIdx>,
     /// The root this output mints (iteration outputs only).
     pub mints: Option<RootIdx>,
+    /// It produces more than one value per lineage key (chunks, streams).
     pub repeats_per_key: bool,
 }
 

@@ -24,6 +24,7 @@ mod check;
 pub struct Builtins;
 
 impl Builtins {
+    /// The provider.
     pub fn new() -> Self {
         Builtins
     }

@@ -18,6 +18,8 @@ use smallvec::SmallVec;
 /// scheduler. Small and inline for the common depths (0–4).
 pub type Key = SmallVec<[u32; 4]>;
 
+/// Where a value sits in the graph's iterations: for each lineage root it descends from,
+/// the index of its item. Cheap to clone (shared), empty at root scope.
 #[derive(Clone, Default, Debug)]
 pub struct Lineage(Option<Arc<Entries>>);
 
@@ -46,6 +48,7 @@ impl Lineage {
     /// The lineage of values at root scope.
     pub const ROOT: Lineage = Lineage(None);
 
+    /// Its (root, item index) pairs, outermost first.
     pub fn entries(&self) -> &[(RootIdx, u32)] {
         match &self.0 {
             Some(e) => &e.items,
@@ -53,14 +56,17 @@ impl Lineage {
         }
     }
 
+    /// How many roots it descends from.
     pub fn len(&self) -> usize {
         self.entries().len()
     }
 
+    /// Whether it is the root scope's.
     pub fn is_empty(&self) -> bool {
         self.0.is_none()
     }
 
+    /// The lineage of these (root, item index) pairs.
     pub fn from_entries(entries: &[(RootIdx, u32)]) -> Lineage {
         if entries.is_empty() {
             Lineage::ROOT
@@ -82,6 +88,7 @@ impl Lineage {
         Lineage::from_entries(&e)
     }
 
+    /// The item index it has under `root`, if it descends from it.
     pub fn index_of(&self, root: RootIdx) -> Option<u32> {
         self.entries()
             .iter()

@@ -31,9 +31,13 @@ use super::lineage::{Key, Lineage};
 /// A connected data input handle as the scheduler sees it.
 #[derive(Clone, Debug)]
 pub struct SchedHandle {
+    /// The handle's name.
     pub name: Arc<str>,
+    /// How it is bucketed (per key, sticky per parent key, one sticky value).
     pub class: HandleClass,
+    /// The scope of its values.
     pub scope: Vec<RootIdx>,
+    /// Its values accumulate into a list, ready when the handle closes.
     pub accumulates: bool,
     /// No more values will arrive on any of its edges.
     pub closed: bool,
@@ -75,13 +79,19 @@ pub type Firing = SmallVec<[(usize, Value); 2]>;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Overflow(pub String);
 
+/// An inbox's safety limits.
 pub struct Limits {
+    /// Lineage keys waiting to fire at once.
     pub max_pending_keys: usize,
+    /// Messages waiting for one key.
     pub max_pending_messages_per_key: usize,
 }
 
+/// A buffered node's inbox: values bucketed per lineage key until every handle has
+/// what the next firing needs.
 pub struct Scheduler {
     node_id: Arc<str>,
+    /// Its connected data input handles.
     pub handles: Vec<SchedHandle>,
     scope: Vec<RootIdx>,
     driver: Option<usize>,
@@ -109,6 +119,7 @@ pub enum DoneEffect {
 }
 
 impl Scheduler {
+    /// The inbox of node `node_id` with these handles, invoked at `scope`.
     pub fn new(
         node_id: Arc<str>,
         handles: Vec<SchedHandle>,
@@ -133,10 +144,12 @@ impl Scheduler {
         }
     }
 
+    /// The scope the node is invoked at.
     pub fn scope(&self) -> &[RootIdx] {
         &self.scope
     }
 
+    /// Keys waiting to fire.
     pub fn pending_keys(&self) -> usize {
         self.buckets.len()
     }
@@ -334,6 +347,7 @@ impl Scheduler {
         v
     }
 
+    /// Handle `h` gets no more values (all its edges closed).
     pub fn close_handle(&mut self, h: usize) {
         self.handles[h].closed = true;
     }

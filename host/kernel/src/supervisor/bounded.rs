@@ -12,6 +12,7 @@ use heddle_core::supervise::{DecidedBy, Decision, Escalation, Verdict, VerdictAc
 use super::{DecideCtx, Supervisor, SupervisorError};
 use crate::executor::BoxFuture;
 
+/// What a [`Bounded`] supervisor holds its inner handle to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bounds {
     /// Decisions the inner handle may make in one run (sticky answers are free).
@@ -32,6 +33,9 @@ impl Default for Bounds {
     }
 }
 
+/// A supervisor handle in front of another: decisions serialized (in the order the
+/// failures came), a verdict sticky per node and failure signature, and the number of
+/// decisions, retries and each decision's time bounded.
 pub struct Bounded {
     inner: Arc<dyn Supervisor>,
     bounds: Bounds,
@@ -49,6 +53,7 @@ struct BoundedState {
 }
 
 impl Bounded {
+    /// `inner` held to `bounds`.
     pub fn new(inner: Arc<dyn Supervisor>, bounds: Bounds) -> Self {
         Bounded {
             inner,
@@ -58,6 +63,7 @@ impl Bounded {
         }
     }
 
+    /// The bounds it holds.
     pub fn bounds(&self) -> Bounds {
         self.bounds
     }

@@ -33,13 +33,17 @@ use toml::Spanned;
 use super::{DecideCtx, Supervisor, SupervisorError};
 use crate::executor::BoxFuture;
 
+/// A policy file's text is not a valid policy: where, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{origin}:{line}:{column}: {message}")]
 pub struct PolicyError {
     /// The file (or `<policy>` for text given directly).
     pub origin: String,
+    /// Where the problem is: its line (from 1).
     pub line: usize,
+    /// Its column (from 1).
     pub column: usize,
+    /// What is wrong.
     pub message: String,
 }
 
@@ -48,12 +52,16 @@ pub struct PolicyError {
 /// not a valid policy.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyLoadError {
+    /// The file could not be read.
     #[error("cannot read the policy file {}", path.display())]
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
+    /// Its text is not a valid policy.
     #[error(transparent)]
     Invalid(#[from] PolicyError),
 }
@@ -117,12 +125,15 @@ impl Rule {
 
 /// A loaded, checked policy.
 #[derive(Debug)]
+/// A supervisor handle that decides by rules (node type, failure signature, message
+/// pattern → verdict) from a TOML file (`heddle run --policy`).
 pub struct Policy {
     rules: Vec<Rule>,
     default: Verdict,
 }
 
 impl Policy {
+    /// The policy in the file `path`; every problem names the file, line and column.
     pub fn load(path: &Path) -> Result<Self, PolicyLoadError> {
         let text = std::fs::read_to_string(path).map_err(|source| PolicyLoadError::Read {
             path: path.to_path_buf(),
@@ -131,6 +142,7 @@ impl Policy {
         Ok(Policy::parse(&text, &path.display().to_string())?)
     }
 
+    /// The policy in `text` (named `origin` in errors).
     pub fn parse(text: &str, origin: &str) -> Result<Self, PolicyError> {
         let at = |span: std::ops::Range<usize>, message: String| {
             let (line, column) = line_col(text, span.start);
@@ -256,10 +268,12 @@ impl Policy {
         Ok(Policy { rules, default })
     }
 
+    /// How many rules it has.
     pub fn len(&self) -> usize {
         self.rules.len()
     }
 
+    /// Whether it has none (every escalation takes the default).
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }

@@ -12,30 +12,47 @@ use heddle_core::supervise::{DecidedBy, Decision, Escalation, Intervention, Verd
 use super::{DecideCtx, Supervisor, SupervisorError};
 use crate::executor::BoxFuture;
 
+/// Why a recorded run cannot be replayed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
+    /// The file could not be read.
     #[error("{origin}: cannot read recorded run: {source}")]
     Read {
+        /// The file.
         origin: String,
+        /// Why.
         source: std::io::Error,
     },
+    /// It is not JSON.
     #[error("{origin}: not JSON: {source}")]
     Json {
+        /// The file.
         origin: String,
+        /// Where the JSON breaks.
         source: serde_json::Error,
     },
+    /// It is JSON, but not a run report nor a list of interventions.
     #[error("{origin}: expected a run report with `interventions`, or a list of interventions")]
-    Shape { origin: String },
+    Shape {
+        /// The file.
+        origin: String,
+    },
+    /// One intervention is malformed.
     #[error("{origin}: intervention {index}: {source}")]
     Intervention {
+        /// The file.
         origin: String,
+        /// Which, from 0.
         index: usize,
+        /// What is wrong with it.
         source: serde_json::Error,
     },
 }
 
 type Key = (String, String, u32);
 
+/// A supervisor handle that decides every escalation as a recorded run's decision for
+/// the same node, invocation key and attempt was decided (`heddle run --replay`).
 pub struct Replay {
     /// Several decisions share a key when substitutes were bounced (repair rounds);
     /// they are replayed in recorded order.
@@ -44,6 +61,7 @@ pub struct Replay {
 }
 
 impl Replay {
+    /// The decisions of `list` (a run report's `interventions`).
     pub fn from_interventions(list: impl IntoIterator<Item = Intervention>) -> Self {
         let mut decisions: HashMap<Key, VecDeque<Verdict>> = HashMap::new();
         let mut total = 0;
@@ -96,6 +114,7 @@ impl Replay {
         Ok(Replay::from_interventions(parsed))
     }
 
+    /// The decisions of the run report (or list of interventions) in the file `path`.
     pub fn load(path: &Path) -> Result<Self, ReplayError> {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ReplayError::Read {
@@ -115,6 +134,7 @@ impl Replay {
         self.total
     }
 
+    /// Whether it has no decision to replay.
     pub fn is_empty(&self) -> bool {
         self.total == 0
     }

@@ -1,0 +1,385 @@
+//! Durable runs: what a new run records (its graph bytes, plan, inputs, package digests
+//! and limits), and taking a recorded run over again, by a resume, a gate's approval, a
+//! watchdog's worker or a server's adoption. The store's own side (the session, the
+//! crash table) is [`heddle_store::session`]; this module is what a run needs from the
+//! runtime around it (its plan again, its options, its package digests checked).
+
+pub mod gates;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use heddle_core::plan::Plan;
+use heddle_core::{GraphDoc, PlanSummary};
+use heddle_kernel::runtime::RunOptions;
+use heddle_store::session::{self, Ending};
+use heddle_store::status::RunView;
+use heddle_store::{
+    Budget, NewRun, RunHeader, RunLimits, RunStore, RunSummary, StoreError, SuperviseMode,
+};
+
+pub use heddle_store::RunState;
+pub use heddle_store::session::{Resumption, check_resume, inspect};
+
+use crate::driver::Drive;
+use crate::error::{Error, Refused, SecretInput, refused};
+use crate::providers::Runtime;
+use crate::settings::{StoreSettings, Supervise};
+
+/// The bytes of the graph file at `path`, as a durable run records them.
+pub fn read_graph(path: &Path) -> Result<Vec<u8>, Refused> {
+    std::fs::read(path).map_err(|e| refused!("cannot read {}: {e}", path.display()))
+}
+
+impl Runtime {
+    /// What a new durable run records: the graph's exact bytes (named `graph_name`),
+    /// its plan, inputs, the digests of the packages it uses and its limits. Refused
+    /// (nothing is recorded) when an input holds a known secret value.
+    pub fn new_run(
+        &self,
+        graph_name: String,
+        graph_bytes: Vec<u8>,
+        plan: &Plan,
+        opts: &RunOptions,
+        budget: Budget,
+    ) -> Result<NewRun, SecretInput> {
+        refuse_secret_inputs(opts)?;
+        Ok(NewRun {
+            graph_name,
+            graph_bytes,
+            plan: PlanSummary::of(plan),
+            inputs: opts.inputs.clone(),
+            // Secrets reach nodes through the operator's grants, by name, on every start;
+            // no secret value is ever part of a run.
+            secrets: Vec::new(),
+            packages: used_packages(plan, self.package_digests()),
+            limits: RunLimits {
+                budget,
+                node_timeout_ms: opts.node_timeout.map(|t| t.as_millis() as u64),
+                ..RunLimits::default()
+            },
+        })
+    }
+
+    /// Records `run` in `store` and takes it: a durable run, ready to drive. Its first
+    /// record is on disk when this returns (the disk is waited for off the async
+    /// threads).
+    pub async fn begin(
+        &self,
+        store: Arc<dyn RunStore>,
+        run: NewRun,
+        plan: Plan,
+        opts: RunOptions,
+    ) -> Result<(RunHeader, Drive), Error> {
+        let settings = self.settings().store.clone();
+        crate::driver::blocking(move || begin(&settings, store, &run, plan, opts)).await
+    }
+
+    /// [`Runtime::begin`] on this thread: blocks on the disk (call it where blocking is
+    /// fine, not on an async thread).
+    pub fn blocking_begin(
+        &self,
+        store: Arc<dyn RunStore>,
+        run: &NewRun,
+        plan: Plan,
+        opts: RunOptions,
+    ) -> Result<(RunHeader, Drive), Error> {
+        begin(&self.settings().store, store, run, plan, opts)
+    }
+
+    /// Plans a stored run again for a resume or an adoption, with its recorded inputs
+    /// and limits and the gates its log (and `approval`) opened; refused when a package
+    /// it used changed since it started.
+    pub fn prepare(
+        &self,
+        r: &Resumption,
+        doc: &GraphDoc,
+        approval: Option<&gates::Approval>,
+    ) -> Result<(Plan, RunOptions), Error> {
+        let h = &r.header;
+        let plan = self.plan(doc, &h.run.graph_name)?;
+        for (name, recorded) in &h.run.packages {
+            let current = self.package_digests().get(name);
+            if current != Some(recorded) {
+                return Err(StoreError::PackageChanged {
+                    run: h.run_id.clone(),
+                    package: name.clone(),
+                    recorded: recorded.clone(),
+                    current: current.cloned().unwrap_or_else(|| "not installed".into()),
+                }
+                .into());
+            }
+        }
+        let opts = RunOptions {
+            secrets: self.secrets(None),
+            inputs: h.run.inputs.clone(),
+            node_timeout: h.run.limits.node_timeout(),
+            approved_gates: gates::approved(&r.records, approval),
+            ..RunOptions::default()
+        };
+        Ok((plan, opts))
+    }
+
+    /// Takes a checked run over and reopens it from its log ([`Runtime::prepare`], then
+    /// [`session::reopen`]), with `approval` (a gate approved now) recorded before
+    /// anything runs. A run whose time limit was used up before this process took it
+    /// ends at once, failed. The disk is waited for off the async threads.
+    pub async fn reopen(
+        &self,
+        store: Arc<dyn RunStore>,
+        r: Resumption,
+        doc: &GraphDoc,
+        approval: Option<gates::Approval>,
+    ) -> Result<Reopened, Error> {
+        let (plan, opts) = self.prepare(&r, doc, approval.as_ref())?;
+        let settings = self.settings().store.clone();
+        crate::driver::blocking(move || {
+            take_over(&settings, store, &r, plan, opts, approval.as_ref())
+        })
+        .await
+    }
+
+    /// [`Runtime::reopen`] on this thread: blocks on the disk (call it where blocking
+    /// is fine, not on an async thread).
+    pub fn blocking_reopen(
+        &self,
+        store: Arc<dyn RunStore>,
+        r: &Resumption,
+        doc: &GraphDoc,
+        approval: Option<&gates::Approval>,
+    ) -> Result<Reopened, Error> {
+        let (plan, opts) = self.prepare(r, doc, approval)?;
+        take_over(&self.settings().store, store, r, plan, opts, approval)
+    }
+}
+
+/// Records `run` and takes it (blocking).
+fn begin(
+    settings: &StoreSettings,
+    store: Arc<dyn RunStore>,
+    run: &NewRun,
+    plan: Plan,
+    opts: RunOptions,
+) -> Result<(RunHeader, Drive), Error> {
+    let (header, session) = session::begin(store, run)?;
+    settings.configure(&session, &opts.secrets);
+    Ok((header, Drive::durable(plan, opts, session)))
+}
+
+/// Takes `r`'s run over with its plan and options (blocking).
+fn take_over(
+    settings: &StoreSettings,
+    store: Arc<dyn RunStore>,
+    r: &Resumption,
+    plan: Plan,
+    opts: RunOptions,
+    approval: Option<&gates::Approval>,
+) -> Result<Reopened, Error> {
+    let how = Reopening::of(r);
+    let session = session::reopen(store, r)?;
+    // Before the approval's note is recorded: no record goes in unmasked.
+    settings.configure(&session, &opts.secrets);
+    if let Some(a) = approval {
+        gates::record(&session, a)?;
+    }
+    if let Some(e) = session.exhausted_at_open() {
+        // Nothing runs: the time limit was used up before this process took the run.
+        let ending = session::end_exhausted(&session, e)?;
+        return Ok(Reopened {
+            how,
+            run: Reopen::Ended(ending),
+        });
+    }
+    Ok(Reopened {
+        how,
+        run: Reopen::Ready(Box::new(Drive::durable(plan, opts, session))),
+    })
+}
+
+/// How a stored run is taken over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reopening {
+    /// A paused run reopened at pause event `pause` (a person decided).
+    Resume {
+        /// The pause's event.
+        pause: u64,
+    },
+    /// A run nothing has opened yet (a watchdog's first worker).
+    Start,
+    /// An interrupted run recovered from its log (no decision is implied: uncertain
+    /// work pauses again).
+    Recover,
+}
+
+impl Reopening {
+    /// How `r` takes its run over.
+    pub fn of(r: &Resumption) -> Reopening {
+        match &r.pause {
+            Some(p) => Reopening::Resume { pause: p.event },
+            None if r.records.is_empty() => Reopening::Start,
+            None => Reopening::Recover,
+        }
+    }
+}
+
+/// A stored run taken over.
+pub struct Reopened {
+    /// How it was taken over.
+    pub how: Reopening,
+    /// What became of it.
+    pub run: Reopen,
+}
+
+/// What [`Runtime::reopen`] leaves.
+pub enum Reopen {
+    /// The run, ready to drive.
+    Ready(Box<Drive>),
+    /// Its budget was spent before it was taken over: it ended without running.
+    Ended(Ending),
+}
+
+/// Refuses a run whose inputs hold one of its known secret values, before anything is
+/// recorded: a person types inputs (a flag, an API request), and the store keeps a
+/// run's inputs as they are, where masking one would run a resumed graph on
+/// `«redacted»`. The rule the store holds node values to ([`heddle_store::secrets`]).
+fn refuse_secret_inputs(opts: &RunOptions) -> Result<(), SecretInput> {
+    let secrets = opts.secrets.snapshot();
+    match opts
+        .inputs
+        .iter()
+        .find(|(_, v)| heddle_store::secrets::holds(v, &secrets))
+    {
+        Some((name, _)) => Err(SecretInput {
+            input: name.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The packages (by name, with their sha256) whose node types the plan uses.
+fn used_packages(plan: &Plan, digests: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    plan.nodes
+        .iter()
+        .filter_map(|n| {
+            let name = n.decl.origin.package()?;
+            Some((name.to_string(), digests.get(name)?.clone()))
+        })
+        .collect()
+}
+
+/// Every run with its state, folded from its lifecycle records.
+pub fn list_states(store: &dyn RunStore) -> Result<Vec<(RunSummary, RunState)>, StoreError> {
+    let mut rows = Vec::new();
+    for s in store.list()? {
+        let state = heddle_store::status::state_of(store, &s.run_id)?;
+        rows.push((s, state));
+    }
+    Ok(rows)
+}
+
+/// A run in a listing, as `runs list --json` and the server's API give it.
+pub fn list_json(s: &RunSummary, state: RunState) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": s.run_id, "created_ms": s.created_ms, "graph": s.graph_name,
+        "state": state, "records": s.records,
+    })
+}
+
+/// Provider usage per node as the log knows it, without the nodes that cannot spend (by
+/// their origin in the run's plan: native built-ins and package nodes, see
+/// [`heddle_core::Origin::may_spend`]), which have no usage to speak of unless they
+/// reported a cost anyway.
+pub fn usage(
+    header: &RunHeader,
+    view: &RunView,
+) -> BTreeMap<String, heddle_store::status::NodeUsage> {
+    let cannot = cannot_spend(header);
+    view.usage()
+        .into_iter()
+        .filter(|(node, u)| u.receipts > 0 || !cannot.contains(node.as_str()))
+        .collect()
+}
+
+/// The nodes of a run's plan that cannot spend (see [`usage`]).
+pub fn cannot_spend(header: &RunHeader) -> std::collections::BTreeSet<&str> {
+    header
+        .run
+        .plan
+        .nodes
+        .iter()
+        .filter(|n| !n.origin.may_spend())
+        .map(|n| n.id.as_str())
+        .collect()
+}
+
+/// One run in full, as `runs show --json` and the server's API give it.
+pub fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": header.run_id,
+        "created_ms": header.created_ms,
+        "graph": header.run.graph_name,
+        "graph_sha256": header.graph_sha256,
+        "inputs": header.run.inputs,
+        "packages": header.run.packages,
+        "limits": header.run.limits,
+        "plan": header.run.plan,
+        "state": view.state,
+        "owner_pid": view.owner_pid,
+        "epoch": view.epoch,
+        "pause": view.pause,
+        "error": view.error,
+        "dispatches": view.dispatches,
+        "execution_ms": view.execution_ms,
+        "budget": header.run.limits.budget,
+        "usage": usage(header, view),
+        "records": view.records,
+        "skipped": view.skipped,
+        "occurrences": view.occurrences.iter().map(|(o, v)| {
+            let mut e = serde_json::to_value(v).unwrap_or_default();
+            e["occurrence"] = serde_json::to_value(o).unwrap_or_default();
+            e
+        }).collect::<Vec<_>>(),
+    })
+}
+
+/// The graph document a run was started from, exactly as stored.
+pub fn stored_graph(h: &RunHeader) -> Result<GraphDoc, Error> {
+    let text = String::from_utf8(h.run.graph_bytes.clone())
+        .map_err(|e| refused!("run {}: the stored graph is not UTF-8: {e}", h.run_id))?;
+    Ok(GraphDoc::parse(&text, &h.run.graph_name)?)
+}
+
+/// Records that `run` is supervised by `supervise`: data of the run, so whoever adopts
+/// or resumes it supervises it the same way.
+pub fn set_supervise(run: &mut NewRun, supervise: Supervise) {
+    run.limits.supervise = Some(match supervise {
+        Supervise::None => SuperviseMode::None,
+        Supervise::Interactive => SuperviseMode::Interactive,
+    });
+}
+
+/// Who decides the failed invocations of the stored run `h` (nobody for a run the
+/// command line recorded: its `--policy` or `--supervise` is not kept).
+pub fn supervise_of(h: &RunHeader) -> Supervise {
+    match h.run.limits.supervise {
+        Some(SuperviseMode::Interactive) => Supervise::Interactive,
+        Some(SuperviseMode::None) | None => Supervise::None,
+    }
+}
+
+/// Refuses to run on, outside a server, a run recorded with interactive supervision:
+/// its failures wait for a person's verdict through `heddle serve`, and a command-line
+/// process has nobody to ask (it would fail them unasked, or run them unsupervised).
+/// Called before anything is written.
+pub fn refuse_interactive(h: &RunHeader) -> Result<(), Refused> {
+    if supervise_of(h) != Supervise::Interactive {
+        return Ok(());
+    }
+    let id = &h.run_id;
+    Err(refused!(
+        "run {id} is supervised interactively (a person decides its failures through `heddle serve`): \
+         resume it from the server instead, on the run's page or with POST /api/runs/{id}/resume \
+         (a gate: POST /api/runs/{id}/gates/GATE/approve); nothing was changed"
+    ))
+}

@@ -1,0 +1,135 @@
+//! The [`Runtime`]: settings and node providers, loaded once and shared by every run.
+//! Providers are added in a fixed order, native built-ins, then WASM packages (the
+//! first-party `std` and `files`, then the installed ones), then code nodes; the
+//! registry refuses a provider that redefines a type, so a package cannot shadow a
+//! built-in.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use heddle_core::Value;
+use heddle_core::graph::GraphDoc;
+use heddle_core::plan::Plan;
+use heddle_kernel::runtime::RunOptions;
+use heddle_kernel::supervisor::Supervisor;
+use heddle_kernel::{Registry, SecretRegistry};
+use heddle_runners::CodeNodes;
+use heddle_wasm::WasmProvider;
+
+use crate::error::Error;
+use crate::settings::Settings;
+
+/// What a program embedding Heddle creates once: the [`Settings`], the node registry
+/// (with its WASM engine and loaded packages) and the digests of the packages loaded.
+/// Every run, in memory or durable, is planned against it and takes its options from
+/// it.
+pub struct Runtime {
+    settings: Settings,
+    registry: Registry,
+    package_digests: BTreeMap<String, String>,
+}
+
+impl Runtime {
+    /// Starts the WASM engine and loads every provider, with the installed packages
+    /// that declare one of the `wanted` node types (all of them when `None`). Async
+    /// because loading a package compiles it (or reads the compile cache).
+    pub async fn load(
+        settings: Settings,
+        wanted: Option<&BTreeSet<String>>,
+    ) -> Result<Runtime, Error> {
+        let mut registry = Registry::with_builtins();
+        let wasm = WasmProvider::load_on(
+            settings.wasm_host()?,
+            settings.wasm.clone(),
+            Some(&settings.packages_dir),
+            wanted,
+        )
+        .await
+        .map_err(|source| Error::Packages {
+            dir: settings.packages_dir.clone(),
+            source: Box::new(source),
+        })?;
+        let package_digests = wasm
+            .packages()
+            .iter()
+            .map(|p| (p.name().to_string(), p.digest.clone()))
+            .collect();
+        registry.add(Arc::new(wasm))?;
+        registry.add(Arc::new(CodeNodes::new(settings.runners.clone())))?;
+        registry.set_searched(searched(&settings.packages_dir));
+        Ok(Runtime {
+            settings,
+            registry,
+            package_digests,
+        })
+    }
+
+    /// The settings it was loaded with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Every node type it can run.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The sha256 of every loaded WASM package's component, by package name: a durable
+    /// run records those it uses and refuses to resume on changed bytes.
+    pub fn package_digests(&self) -> &BTreeMap<String, String> {
+        &self.package_digests
+    }
+
+    /// Plans `doc` (named `name` in errors), reporting every problem at once.
+    pub fn plan(&self, doc: &GraphDoc, name: &str) -> Result<Plan, Error> {
+        heddle_core::plan::plan(doc, &self.registry).map_err(|source| Error::Plan {
+            graph: name.to_string(),
+            source,
+        })
+    }
+
+    /// Every secret value a run supervised by `supervisor` could come to hold
+    /// ([`crate::secrets::run_secrets`]).
+    pub fn secrets(&self, supervisor: Option<&dyn Supervisor>) -> Arc<SecretRegistry> {
+        crate::secrets::run_secrets(&self.settings.wasm, supervisor)
+    }
+
+    /// The options of a run with `inputs`, supervised by `supervisor`: its secret set
+    /// built before its first event and the configured node time limit.
+    pub fn options(
+        &self,
+        inputs: BTreeMap<String, Value>,
+        supervisor: Option<Arc<dyn Supervisor>>,
+    ) -> RunOptions {
+        RunOptions {
+            secrets: self.secrets(supervisor.as_deref()),
+            supervisor,
+            inputs,
+            node_timeout: self.settings.run.node_timeout,
+            ..RunOptions::default()
+        }
+    }
+}
+
+/// Where node types come from, for the error about an unknown one: what is installed in
+/// the package store, and how to point at another.
+fn searched(packages_dir: &std::path::Path) -> String {
+    let installed = match heddle_wasm::PackageStore::open(packages_dir).list() {
+        Ok(l) if !l.is_empty() => {
+            let names: Vec<&str> = l.iter().map(|e| e.name.as_str()).collect();
+            format!("installed: {}", names.join(", "))
+        }
+        Ok(_) => "nothing installed".to_string(),
+        Err(e) => format!("unreadable: {e}"),
+    };
+    format!(
+        "node types come from the built-ins, the code runners, the first-party packages ({}) and the package store {} ({installed}); install one with `heddle package add DIR`, or use another store with `--packages DIR` or `[cli] packages_dir` in heddle.toml",
+        heddle_wasm::FIRST_PARTY.join(", "),
+        packages_dir.display()
+    )
+}
+
+/// The node types a graph uses: what a run or a validation needs loaded.
+pub fn graph_types(doc: &GraphDoc) -> BTreeSet<String> {
+    doc.nodes.iter().map(|n| n.node_type.clone()).collect()
+}

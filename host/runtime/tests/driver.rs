@@ -1,0 +1,184 @@
+//! The run driver on real durable runs (a SQLite store on disk): how each way of
+//! stopping a run ends it, as its log records it. The run is held open by a streaming
+//! input nobody feeds, so only the stop under test can end it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use heddle_core::{PauseReason, Record};
+use heddle_runtime::durable::check_resume;
+use heddle_runtime::{Drive, Ending, Exit, GraphDoc, Overrides, RunStatus, Runtime, Settings};
+use heddle_store::{Budget, RunStore};
+
+/// An input that streams until it is told the stream ended, into an output.
+const OPEN: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "in", "type": "heddle.input", "properties": {"name": "x", "type": "int", "streaming": true}},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [{"source": "in", "sourceHandle": "value", "target": "out", "targetHandle": "value"}]}"#;
+
+struct Env {
+    _dir: tempfile::TempDir,
+    runtime: Runtime,
+    store: Arc<dyn RunStore>,
+}
+
+async fn env() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = Settings::load(&Overrides::default()).unwrap();
+    settings.store.path = dir.path().join("runs.db");
+    let runtime = Runtime::load(settings, None).await.unwrap();
+    let store = runtime.settings().store.open().unwrap();
+    Env {
+        _dir: dir,
+        runtime,
+        store,
+    }
+}
+
+impl Env {
+    /// A durable run of the open graph with `budget`, begun (its first record on disk).
+    async fn begin(&self, budget: Budget) -> (String, Drive) {
+        let doc = GraphDoc::parse(OPEN, "open.json").unwrap();
+        let plan = self.runtime.plan(&doc, "open.json").unwrap();
+        let opts = self.runtime.options(BTreeMap::new(), None);
+        let run = self
+            .runtime
+            .new_run("open.json".into(), OPEN.into(), &plan, &opts, budget)
+            .unwrap();
+        let (header, drive) = self
+            .runtime
+            .begin(self.store.clone(), run, plan, opts)
+            .await
+            .unwrap();
+        (header.run_id, drive)
+    }
+
+    fn records(&self, run: &str) -> Vec<Record> {
+        let read = self.store.read(run, 0).unwrap();
+        read.records.into_iter().map(|s| s.record).collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_pauses_a_durable_run_and_it_can_be_resumed() {
+    let env = env().await;
+    let (run, drive) = env.begin(Budget::default()).await;
+    let running = drive.prepare(env.runtime.registry()).await.unwrap().start();
+    running.control().interrupt();
+    let finished = running.finish().await;
+    assert_eq!(finished.exit(), Exit::Suspended);
+    let ending = finished.record().await.unwrap();
+    assert!(
+        matches!(
+            ending,
+            Some(Ending::Paused {
+                reason: PauseReason::Interrupted,
+                ..
+            })
+        ),
+        "{ending:?}"
+    );
+    assert!(!env.records(&run).contains(&Record::CancelRequested));
+    check_resume(&*env.store, &run, None).expect("a paused run is resumable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_ends_a_durable_run_cancelled_and_records_the_request() {
+    let env = env().await;
+    let (run, drive) = env.begin(Budget::default()).await;
+    let running = drive.prepare(env.runtime.registry()).await.unwrap().start();
+    running.control().cancel();
+    let finished = running.finish().await;
+    assert_eq!(finished.exit(), Exit::Cancelled);
+    let ending = finished.record().await.unwrap();
+    assert!(
+        matches!(ending, Some(Ending::Finished(RunStatus::Cancelled))),
+        "{ending:?}"
+    );
+    assert!(env.records(&run).contains(&Record::CancelRequested));
+    assert!(
+        check_resume(&*env.store, &run, None).is_err(),
+        "never resumed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_records_no_ending_so_the_next_owner_adopts_the_run() {
+    let env = env().await;
+    let (run, drive) = env.begin(Budget::default()).await;
+    let running = drive.prepare(env.runtime.registry()).await.unwrap().start();
+    running.control().stop();
+    let finished = running.finish().await;
+    assert!(finished.planned().is_none());
+    assert!(finished.record().await.unwrap().is_none());
+    let records = env.records(&run);
+    assert!(
+        !records
+            .iter()
+            .any(|r| matches!(r, Record::Finished { .. } | Record::Paused { .. })),
+        "no ending: {records:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_time_limit_ends_a_durable_run_and_says_so() {
+    let env = env().await;
+    let budget = Budget {
+        time_limit_ms: Some(50),
+        ..Budget::default()
+    };
+    let (_, drive) = env.begin(budget).await;
+    let control = drive.control();
+    let running = drive.prepare(env.runtime.registry()).await.unwrap().start();
+    control.time_limit_reached().await;
+    let finished = running.finish().await;
+    assert_eq!(finished.exit(), Exit::Limit);
+    let ending = finished.record().await.unwrap();
+    assert!(matches!(ending, Some(Ending::Exhausted(_))), "{ending:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cancelled_before_its_slot_ends_unrun_and_one_stopped_is_left_as_it_is() {
+    let env = env().await;
+    let (run, drive) = env.begin(Budget::default()).await;
+    drive.control().cancel();
+    let outcome = drive
+        .run_when(env.runtime.registry(), std::future::pending::<()>())
+        .await
+        .unwrap();
+    assert!(outcome.result.is_none(), "it never started");
+    assert!(
+        matches!(outcome.ending, Some(Ending::Finished(RunStatus::Cancelled))),
+        "{:?}",
+        outcome.ending
+    );
+    assert!(env.records(&run).contains(&Record::CancelRequested));
+
+    let (run, drive) = env.begin(Budget::default()).await;
+    drive.control().stop();
+    let outcome = drive
+        .run_when(env.runtime.registry(), std::future::pending::<()>())
+        .await
+        .unwrap();
+    assert!(outcome.result.is_none() && outcome.ending.is_none());
+    assert!(
+        !env.records(&run)
+            .iter()
+            .any(|r| matches!(r, Record::Finished { .. })),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_memory_has_no_ending_to_record() {
+    let env = env().await;
+    let doc = GraphDoc::parse(OPEN, "open.json").unwrap();
+    let plan = env.runtime.plan(&doc, "open.json").unwrap();
+    let drive = Drive::in_memory(plan, env.runtime.options(BTreeMap::new(), None));
+    let running = drive.prepare(env.runtime.registry()).await.unwrap().start();
+    running.control().interrupt();
+    let finished = running.finish().await;
+    assert_eq!(finished.result.status, RunStatus::Cancelled);
+    assert_eq!(finished.exit(), Exit::Cancelled);
+    assert!(finished.record().await.unwrap().is_none());
+}

@@ -1,0 +1,319 @@
+//! The run routes: create, list, show, cancel, resume, the event stream, gates and
+//! stored artifacts.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use heddle_store::session;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::state::{Api, ApiError, body_error, chain, parse, status_of};
+use crate::host::{CreateError, CreateOptions};
+use heddle_runtime::Supervise;
+use heddle_runtime::durable;
+
+pub fn routes() -> Router<Api> {
+    Router::new()
+        .route("/api/runs", get(list).post(create))
+        .route("/api/runs/{id}", get(show))
+        .route("/api/runs/{id}/cancel", post(cancel))
+        .route("/api/runs/{id}/resume", post(resume))
+        .route("/api/runs/{id}/events", get(events))
+        .route("/api/runs/{id}/gates/{gate}/approve", post(approve))
+        .route("/api/runs/{id}/gates/{gate}/reject", post(reject))
+        .route("/api/runs/{id}/artifacts/{sha256}", get(artifact))
+}
+
+async fn list(State(api): State<Api>) -> Result<Json<serde_json::Value>, ApiError> {
+    let store = api.host.store.clone();
+    let rows = tokio::task::spawn_blocking(move || durable::list_states(&*store))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    let v: Vec<_> = rows
+        .iter()
+        .map(|(s, st)| durable::list_json(s, *st))
+        .collect();
+    Ok(Json(json!(v)))
+}
+
+async fn show(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let store = api.host.store.clone();
+    let (header, view, unreadable) =
+        tokio::task::spawn_blocking(move || session::inspect_readable(&*store, &id))
+            .await
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    let mut v = durable::show_json(&header, &view);
+    // A value whose artifact is missing or corrupt is a fact about the run, not a
+    // failed request: the run is shown with a marker in the value's place, and each
+    // such value is listed with where it was and what is wrong with it.
+    v["unreadable"] = unreadable
+        .iter()
+        .map(|u| {
+            json!({
+                "occurrence": u.occurrence,
+                "handle": u.handle,
+                "sha256": u.artifact.sha256,
+                "size": u.artifact.size,
+                "problem": u.problem(),
+                "error": chain(&u.error),
+            })
+        })
+        .collect();
+    // The document as submitted, for the viewer to draw (its nodes' UI positions
+    // included); stored bytes that are not JSON are left out, not an error.
+    v["document"] = serde_json::from_slice(&header.run.graph_bytes).unwrap_or_default();
+    Ok(Json(v))
+}
+
+/// A stored artifact's bytes (the viewer links large values to them).
+async fn artifact(
+    State(api): State<Api>,
+    Path((id, sha256)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("artifact `{sha256}`: expected a sha256 digest (64 hex digits)"),
+        ));
+    }
+    let store = api.host.store.clone();
+    let want = heddle_store::artifacts::ArtifactRef {
+        sha256: sha256.to_ascii_lowercase(),
+        size: 0,
+    };
+    let bytes = tokio::task::spawn_blocking(move || store.get_artifact(&id, &want))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| {
+            let status = match &e {
+                heddle_store::artifacts::ArtifactError::Missing { .. } => StatusCode::NOT_FOUND,
+                heddle_store::artifacts::ArtifactError::Store(s) => status_of(s),
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            ApiError::new(status, chain(&e))
+        })?;
+    let headers = [
+        (header::CONTENT_TYPE, "application/octet-stream"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    ];
+    Ok((headers, bytes).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateRequest {
+    /// The graph document, as `heddle run` reads it from a file.
+    graph: serde_json::Value,
+    #[serde(default)]
+    inputs: serde_json::Map<String, serde_json::Value>,
+    /// A name to list the run under (default: the document's `name`, else `api`).
+    #[serde(default)]
+    name: Option<String>,
+    /// Who decides a failed invocation: `none` or `interactive` (default: the
+    /// server's `--supervise`).
+    #[serde(default)]
+    supervise: Option<Supervise>,
+    /// The run's budget (default: `[store]`'s keys of the same names).
+    #[serde(default)]
+    max_dispatches: Option<u64>,
+    #[serde(default)]
+    time_limit_ms: Option<u64>,
+}
+
+async fn create(
+    State(api): State<Api>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: CreateRequest = parse(body)?;
+    let doc_name = req
+        .graph
+        .get("name")
+        .and_then(|n| n.as_str())
+        .map(str::to_string);
+    let name = req.name.or(doc_name).unwrap_or_else(|| "api".into());
+    let options = CreateOptions {
+        supervise: req.supervise,
+        max_dispatches: req.max_dispatches,
+        time_limit_ms: req.time_limit_ms,
+    };
+    match api
+        .host
+        .create(&name, &req.graph, req.inputs, options)
+        .await
+    {
+        Ok(run_id) => {
+            let body = json!({
+                "run_id": run_id,
+                "state": "running",
+                "events": format!("/api/runs/{run_id}/events"),
+            });
+            Ok((StatusCode::CREATED, Json(body)).into_response())
+        }
+        Err(CreateError::Run(e)) => Err(e.into()),
+        Err(e @ CreateError::TooLarge { .. }) => {
+            Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()))
+        }
+        Err(e @ (CreateError::Budget(_) | CreateError::SecretInput(_))) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            e.to_string(),
+        )),
+        Err(e) => {
+            // The shape of `heddle validate --json` for a refused graph.
+            let error = match &e {
+                CreateError::Invalid(_) => None,
+                _ => Some(heddle_core::text::bounded(&chain(&e))),
+            };
+            let body = json!({
+                "graph": name,
+                "valid": false,
+                "error": error.clone().unwrap_or_else(|| heddle_core::text::bounded(&e.to_string())),
+                "issues": e.issues(),
+                "warnings": [],
+            });
+            Err(ApiError {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                body,
+            })
+        }
+    }
+}
+
+async fn cancel(State(api): State<Api>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    api.host.cancel(&id).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "run_id": id, "cancel": "requested" })),
+    )
+        .into_response())
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeRequest {
+    /// The pause event to reopen; refused when the run holds a different one.
+    #[serde(default)]
+    pause: Option<u64>,
+}
+
+async fn resume(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(body_error)?;
+    let req: ResumeRequest = if body.is_empty() {
+        ResumeRequest::default()
+    } else {
+        parse(Ok(body))?
+    };
+    api.host.resume(&id, req.pause).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "run_id": id, "state": "running" })),
+    )
+        .into_response())
+}
+
+/// The highest record number a run store numbers (its records are numbered with
+/// signed 64-bit integers): a `Last-Event-ID` at or past it names a record past the end
+/// of every log.
+const PAST_EVERY_LOG: u64 = i64::MAX as u64;
+
+/// `Last-Event-ID` (what an `EventSource` sends when it reconnects): continue after it.
+/// An id past the end of the log gets an empty stream (nothing comes after it); one
+/// that is not a record's number is refused (400).
+async fn events(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let from = match headers.get("last-event-id") {
+        None => 0,
+        Some(v) => {
+            let seq = v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok());
+            match seq {
+                Some(s) => s
+                    .checked_add(1)
+                    .map_or(PAST_EVERY_LOG, |n| n.min(PAST_EVERY_LOG)),
+                None => {
+                    return Err(ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "Last-Event-ID: expected the sequence number of a record",
+                    ));
+                }
+            }
+        }
+    };
+    Ok(crate::sse::stream(api.host.clone(), id, from, &headers).await?)
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GateRequest {
+    #[serde(default)]
+    note: Option<String>,
+}
+
+fn gate_request(body: Result<Bytes, BytesRejection>) -> Result<GateRequest, ApiError> {
+    let body = body.map_err(body_error)?;
+    if body.is_empty() {
+        return Ok(GateRequest::default());
+    }
+    parse(Ok(body))
+}
+
+/// A gate the run does not wait at (or does not have) is a conflict with the run's
+/// state, not a malformed request.
+fn gate_error(e: heddle_runtime::Error) -> ApiError {
+    let mut out = ApiError::from(e);
+    if out.status == StatusCode::UNPROCESSABLE_ENTITY {
+        out.status = StatusCode::CONFLICT;
+    }
+    out
+}
+
+async fn approve(
+    State(api): State<Api>,
+    Path((id, gate)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req = gate_request(body)?;
+    api.host
+        .approve(&id, &gate, req.note)
+        .await
+        .map_err(gate_error)?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "run_id": id, "gate": gate, "verdict": "approve", "state": "running" })),
+    )
+        .into_response())
+}
+
+async fn reject(
+    State(api): State<Api>,
+    Path((id, gate)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req = gate_request(body)?;
+    let Some(note) = req.note.filter(|n| !n.trim().is_empty()) else {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "a rejection needs a note saying why: {\"note\": \"...\"}",
+        ));
+    };
+    let reason = api
+        .host
+        .reject(&id, &gate, note)
+        .await
+        .map_err(gate_error)?;
+    Ok(Json(json!({ "run_id": id, "gate": gate, "verdict": "reject", "state": "cancelled", "reason": reason }))
+        .into_response())
+}

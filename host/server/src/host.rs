@@ -1,0 +1,472 @@
+//! The runs a server owns: created (durable before asynchronous), adopted after a
+//! restart, resumed and cancelled on request, each driven by the runtime's driver
+//! ([`heddle_runtime::Drive`]) in a task of its own; at most `workers` runs execute at
+//! once, the rest wait for a slot.
+//!
+//! Every run this server drives has one entry in its list of active runs, holding its
+//! driver's [`Control`], its feed and its desk: requests about a run reach the run
+//! through that one entry.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use heddle_core::plan::{Issue, ValidationError};
+use heddle_core::{GraphDoc, Value};
+use heddle_kernel::supervisor::{Bounds, Verdict};
+use heddle_runtime::durable::{self, Reopen, gates};
+use heddle_runtime::{Control, Drive, Error, Refused, Runtime, SecretInput, Supervise};
+use heddle_store::session::{self, Resumption};
+use heddle_store::status::RunState;
+use heddle_store::{RunStore, StoreError};
+use heddle_supervisor::interactive::{Answer, AnswerError, Desk, Interactive, Notice, Pending};
+use tokio::sync::{Semaphore, broadcast};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::coding::Coding;
+use crate::feed::{Feed, Subscription};
+use crate::mask::Mask;
+
+/// Largest graph the API plans: nodes plus edges. A document this size is already far
+/// beyond a hand-drawn graph; the bound keeps one request from holding the planner.
+pub const MAX_GRAPH_ITEMS: usize = 20_000;
+
+/// Why a request for a new run was refused; nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    /// The graph document is malformed.
+    #[error(transparent)]
+    Doc(#[from] heddle_core::graph::DocError),
+    /// The graph is larger than this server plans.
+    #[error("the graph has {items} nodes and edges; this server plans at most {max}")]
+    TooLarge {
+        /// Its nodes and edges.
+        items: usize,
+        /// [`MAX_GRAPH_ITEMS`].
+        max: usize,
+    },
+    /// Planning refused the graph.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// An input is missing, unknown or of the wrong type.
+    #[error(transparent)]
+    Inputs(#[from] heddle_core::plan::InputErrors),
+    /// The budget asked for is out of range.
+    #[error(transparent)]
+    Budget(#[from] Refused),
+    /// An input holds a known secret value.
+    #[error(transparent)]
+    SecretInput(#[from] SecretInput),
+    /// Recording the run failed.
+    #[error(transparent)]
+    Run(#[from] Error),
+}
+
+impl CreateError {
+    /// The problems as `heddle validate --json` lists them.
+    pub fn issues(&self) -> &[Issue] {
+        match self {
+            CreateError::Invalid(v) => &v.issues,
+            _ => &[],
+        }
+    }
+}
+
+/// What a create request may set besides the graph and its inputs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CreateOptions {
+    /// The run's supervisor handle; the server's `--supervise` when absent.
+    pub supervise: Option<Supervise>,
+    /// The run's budget; `[store]`'s keys of the same names when absent.
+    pub max_dispatches: Option<u64>,
+    /// The run's time limit in milliseconds; `[store] time_limit_ms` when absent.
+    pub time_limit_ms: Option<u64>,
+}
+
+/// Desks of ended runs kept for late answers.
+const ENDED_DESKS: usize = 64;
+
+/// A run this server drives.
+struct Active {
+    /// Its driver's stops.
+    control: Control,
+    /// Its log rendered for its subscribers, as the follower reads it (see `feed`).
+    feed: Arc<Feed>,
+    /// Its escalations waiting for a person, under interactive supervision.
+    desk: Option<Arc<Desk>>,
+}
+
+/// The runs of one server: the store it owns, the runtime they run on, and every run
+/// it drives.
+pub struct Host {
+    /// The run store this server owns.
+    pub store: Arc<dyn RunStore>,
+    runtime: Arc<Runtime>,
+    workers: Arc<Semaphore>,
+    active: Mutex<HashMap<String, Active>>,
+    /// The desks of the last runs that ended here, so a late answer is told what became
+    /// of its escalation (withdrawn, timed out) rather than that it never existed.
+    ended: Mutex<VecDeque<(String, Arc<Desk>)>>,
+    /// Masks the operator's secrets out of everything the API sends.
+    pub mask: Arc<Mask>,
+    tasks: TaskTracker,
+    /// Where the runs execute (see [`crate::Server`]).
+    runs: tokio::runtime::Handle,
+    /// Cancelled when the server shuts down: drivers stop their runs without recording
+    /// an ending, so the next owner adopts them.
+    pub shutdown: CancellationToken,
+}
+
+impl Host {
+    /// A host for the runs of `store`, on `runtime`, with at most `workers` executing at
+    /// once on `runs`.
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        runtime: Arc<Runtime>,
+        workers: usize,
+        runs: tokio::runtime::Handle,
+    ) -> Host {
+        let mask = Arc::new(Mask::new(runtime.secrets(None).snapshot()));
+        Host {
+            store,
+            runtime,
+            workers: Arc::new(Semaphore::new(workers)),
+            active: Mutex::new(HashMap::new()),
+            ended: Mutex::new(Default::default()),
+            mask,
+            tasks: TaskTracker::new(),
+            runs,
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// The runtime the runs run on.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// [`blocking`] on the runs' own threads: a run's log writer, started by opening
+    /// its session, is a thread of the runs', with their priority (see `Server`).
+    async fn on_runs<T: Send + 'static, E: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E> {
+        match self.runs.spawn_blocking(f).await {
+            Ok(r) => r,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+
+    /// The secret values a write to a run's log outside a run (a rejection, a cancel
+    /// of a run no driver drives) masks out; what [`Host::mask`] masks too.
+    fn known_secrets(&self) -> Vec<String> {
+        self.runtime.secrets(None).snapshot()
+    }
+
+    fn active(&self) -> std::sync::MutexGuard<'_, HashMap<String, Active>> {
+        // Nothing panics while holding it; a poisoned map is still consistent.
+        self.active.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Plans `graph` with `inputs`, records the run and its first record durably, and
+    /// only then hands it to a driver: the returned id names a run that exists on disk.
+    pub async fn create(
+        self: &Arc<Self>,
+        name: &str,
+        graph: &serde_json::Value,
+        inputs: serde_json::Map<String, serde_json::Value>,
+        options: CreateOptions,
+    ) -> Result<String, CreateError> {
+        // Serializing a JSON value cannot fail; these bytes are the run's document.
+        let text = serde_json::to_string_pretty(graph).expect("a JSON value serializes");
+        let doc = GraphDoc::parse(&text, name)?;
+        let items = doc.nodes.len() + doc.edges.len();
+        if items > MAX_GRAPH_ITEMS {
+            return Err(CreateError::TooLarge {
+                items,
+                max: MAX_GRAPH_ITEMS,
+            });
+        }
+        let plan = heddle_core::plan::plan(&doc, self.runtime.registry())?;
+        let values = inputs
+            .into_iter()
+            .map(|(k, v)| (k, Value::from_json(v)))
+            .collect();
+        plan.bind_inputs(&values)?;
+        let opts = self.runtime.options(values, None);
+        let budget = self
+            .runtime
+            .settings()
+            .store
+            .budget(options.max_dispatches, options.time_limit_ms)?;
+        let mut run =
+            self.runtime
+                .new_run(name.to_string(), text.into_bytes(), &plan, &opts, budget)?;
+        let supervise = options
+            .supervise
+            .unwrap_or(self.runtime.settings().serve.supervise);
+        durable::set_supervise(&mut run, supervise);
+        let (store, runtime) = (self.store.clone(), self.runtime.clone());
+        let (header, drive) = self
+            .on_runs(move || runtime.blocking_begin(store, &run, plan, opts))
+            .await?;
+        self.spawn(drive, supervise);
+        Ok(header.run_id)
+    }
+
+    /// Takes over every run a previous owner left running (it continues from its log);
+    /// paused and finished runs are left as they are. A run that cannot be planned again
+    /// (a package changed) is reported and left alone.
+    pub async fn adopt_all(self: &Arc<Self>) -> Result<Vec<String>, StoreError> {
+        let store = self.store.clone();
+        let runs = blocking(move || durable::list_states(&*store)).await?;
+        let mut adopted = Vec::new();
+        for (summary, state) in runs {
+            if !matches!(state, RunState::Running | RunState::Interrupted) {
+                continue;
+            }
+            let id = summary.run_id;
+            match self.adopt(&id).await {
+                Ok(()) => adopted.push(id),
+                Err(e) => tracing::warn!(
+                    "run {id} not adopted: {}",
+                    heddle_core::text::error_chain(&e)
+                ),
+            }
+        }
+        Ok(adopted)
+    }
+
+    async fn adopt(self: &Arc<Self>, id: &str) -> Result<(), Error> {
+        // A run a watchdog watches is its watchdog's to recover.
+        heddle_runtime::watch::refuse_if_locked(self.runtime.settings(), id)?;
+        let store = self.store.clone();
+        let run_id = id.to_string();
+        let (header, records, view) = blocking(move || session::inspect(&*store, &run_id)).await?;
+        // Adopting is not a user's resume: no pause is reopened and no uncertain work
+        // offered again (that stays a decision for a person).
+        let r = Resumption {
+            header,
+            records,
+            view,
+            pause: None,
+        };
+        self.reopen_and_spawn(r, None, None).await
+    }
+
+    /// A user's resume of a paused or interrupted run (at `pause` when given).
+    pub async fn resume(self: &Arc<Self>, id: &str, pause: Option<u64>) -> Result<(), Error> {
+        heddle_runtime::watch::refuse_if_locked(self.runtime.settings(), id)?;
+        let store = self.store.clone();
+        let run_id = id.to_string();
+        let r = blocking(move || session::check_resume(&*store, &run_id, pause)).await?;
+        let doc = durable::stored_graph(&r.header)?;
+        // A run waiting at a gate is answered (approve/reject), not resumed.
+        gates::refuse_resume_at_gate(&r, &doc)?;
+        self.reopen_and_spawn(r, Some(doc), None).await
+    }
+
+    /// A person approves `gate` of a run waiting there: recorded, then the run goes on.
+    pub async fn approve(
+        self: &Arc<Self>,
+        id: &str,
+        gate: &str,
+        note: Option<String>,
+    ) -> Result<(), Error> {
+        heddle_runtime::watch::refuse_if_locked(self.runtime.settings(), id)?;
+        let store = self.store.clone();
+        let (run_id, gate_id) = (id.to_string(), gate.to_string());
+        let (r, _, approval) =
+            blocking(move || gates::approval(&*store, &run_id, &gate_id, note)).await?;
+        self.reopen_and_spawn(r, None, Some(approval)).await
+    }
+
+    /// A person rejects `gate`: the run ends cancelled with the gate's title and `note`.
+    pub async fn reject(&self, id: &str, gate: &str, note: String) -> Result<String, Error> {
+        heddle_runtime::watch::refuse_if_locked(self.runtime.settings(), id)?;
+        let store = self.store.clone();
+        let (run_id, gate_id) = (id.to_string(), gate.to_string());
+        let secrets = self.known_secrets();
+        blocking(move || gates::record_rejection(store, &run_id, &gate_id, &note, &secrets)).await
+    }
+
+    async fn reopen_and_spawn(
+        self: &Arc<Self>,
+        r: Resumption,
+        doc: Option<GraphDoc>,
+        approval: Option<gates::Approval>,
+    ) -> Result<(), Error> {
+        let doc = match doc {
+            Some(d) => d,
+            None => durable::stored_graph(&r.header)?,
+        };
+        let supervise = durable::supervise_of(&r.header);
+        let (store, runtime) = (self.store.clone(), self.runtime.clone());
+        let reopened = self
+            .on_runs(move || runtime.blocking_reopen(store, &r, &doc, approval.as_ref()))
+            .await?;
+        match reopened.run {
+            // Its time limit was used up before this server took it: nothing runs.
+            Reopen::Ended(_) => {}
+            Reopen::Ready(drive) => self.spawn(*drive, supervise),
+        }
+        Ok(())
+    }
+
+    /// Cancels a run: one this server drives is stopped and records its ending; any
+    /// other unfinished run is taken over and recorded cancelled.
+    pub async fn cancel(&self, id: &str) -> Result<(), StoreError> {
+        if let Some(a) = self.active().get(id) {
+            a.control.cancel();
+            // Withdrawn after the kernel was told and before the cancel returns: the
+            // API never offers a decision about a run that is going away, and the
+            // kernel takes the withdrawal for the cancel it is, not for a `fail`.
+            if let Some(d) = &a.desk {
+                d.withdraw_all();
+            }
+            return Ok(());
+        }
+        let store = self.store.clone();
+        let run_id = id.to_string();
+        let secrets = self.known_secrets();
+        blocking(move || session::cancel(store, &run_id, &secrets)).await
+    }
+
+    /// Whether a driver of this server drives `id`, and a subscription to its feed.
+    /// Subscribed under the list's lock: once the run left the list, its follower
+    /// knows every subscriber it will ever have.
+    pub fn feed(&self, id: &str, coding: Coding) -> Option<Subscription> {
+        self.active().get(id).map(|a| a.feed.subscribe(coding))
+    }
+
+    /// Changes of run `id`'s pending escalations, when a person supervises it here,
+    /// starting with a `pending` notice for each escalation already waiting.
+    pub fn notices(&self, id: &str) -> Option<(Vec<Notice>, broadcast::Receiver<Notice>)> {
+        let desk = self.active().get(id)?.desk.clone()?;
+        // Subscribed first: one opened in between is announced twice, never missed.
+        let rx = desk.subscribe();
+        let now = desk.pending().iter().map(|p| p.notice()).collect();
+        Some((now, rx))
+    }
+
+    /// The escalations of run `id` waiting for a person: none for a run that is not
+    /// driven here or not supervised interactively.
+    pub async fn escalations(&self, id: &str) -> Result<Vec<Pending>, StoreError> {
+        if let Some(a) = self.active().get(id) {
+            return Ok(a.desk.as_ref().map(|d| d.pending()).unwrap_or_default());
+        }
+        // Known, or 404.
+        let store = self.store.clone();
+        let run_id = id.to_string();
+        blocking(move || store.header(&run_id).map(|_| ())).await?;
+        Ok(Vec::new())
+    }
+
+    /// A person's answer to escalation `eid` of run `id`.
+    pub async fn answer(
+        &self,
+        id: &str,
+        eid: &str,
+        answer: Answer,
+    ) -> Result<Verdict, AnswerError> {
+        let desk = self.active().get(id).and_then(|a| a.desk.clone());
+        let desk = desk.or_else(|| {
+            let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+            ended.iter().find(|(r, _)| r == id).map(|(_, d)| d.clone())
+        });
+        match desk {
+            Some(d) => d.answer(eid, answer),
+            None => Err(AnswerError::Unknown(eid.to_string())),
+        }
+    }
+
+    /// Hands a durable run to a task of its own that drives it to its ending.
+    fn spawn(self: &Arc<Self>, drive: Drive, supervise: Supervise) {
+        let mut drive = drive.stopped_by(&self.shutdown);
+        // A durable drive always has its session.
+        let run_id = match drive.session() {
+            Some(s) => s.run_id.clone(),
+            None => return,
+        };
+        let desk = match supervise {
+            Supervise::None => None,
+            Supervise::Interactive => {
+                let desk = Desk::new(self.runtime.settings().serve.decision_timeout);
+                drive.supervise(Interactive::bounded(desk.clone(), Bounds::default()));
+                Some(desk)
+            }
+        };
+        let feed = Arc::new(Feed::default());
+        // Tells this driver's entry from a later driver's of the same run.
+        let feed_of_this = feed.clone();
+        let done = CancellationToken::new();
+        self.tasks.spawn(crate::feed::follow(
+            feed.clone(),
+            self.store.clone(),
+            self.mask.clone(),
+            run_id.clone(),
+            done.clone(),
+        ));
+        self.active().insert(
+            run_id.clone(),
+            Active {
+                control: drive.control(),
+                feed,
+                desk: desk.clone(),
+            },
+        );
+        let host = self.clone();
+        let task = async move {
+            let slot = host.workers.clone().acquire_owned();
+            if let Err(e) = drive.run_when(host.runtime.registry(), slot).await {
+                tracing::error!("run {run_id}: {}", heddle_core::text::error_chain(&e));
+            }
+            if let Some(d) = desk {
+                // The server stopping with a decision pending: the next owner asks again.
+                d.withdraw_all();
+                let mut ended = host.ended.lock().unwrap_or_else(|e| e.into_inner());
+                if ended.len() >= ENDED_DESKS {
+                    ended.pop_front();
+                }
+                ended.push_back((run_id.clone(), d));
+            }
+            // After the desk is kept: an answer finds one or the other. Only this
+            // driver's entry: a resume may have started the next driver of the run
+            // (which replaced it) while this one was still closing its log, and removing
+            // that one would leave its run without feed, desk or cancel.
+            {
+                let mut active = host.active();
+                if active
+                    .get(&run_id)
+                    .is_some_and(|a| Arc::ptr_eq(&a.feed, &feed_of_this))
+                {
+                    active.remove(&run_id);
+                }
+            }
+            done.cancel();
+        };
+        self.tasks.spawn_on(task, &self.runs);
+    }
+
+    /// Stops accepting runs' work: stops every driver and waits up to `timeout` for
+    /// them. Returns how many were still running when it gave up.
+    pub async fn shutdown(&self, timeout: std::time::Duration) -> usize {
+        self.shutdown.cancel();
+        self.tasks.close();
+        match tokio::time::timeout(timeout, self.tasks.wait()).await {
+            Ok(()) => 0,
+            Err(_) => self.active().len().max(1),
+        }
+    }
+}
+
+/// Runs blocking store work (SQLite, waits for synced writes) off the async threads.
+async fn blocking<T: Send + 'static, E: Send + 'static>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, E> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        // The closure panicked: that is a bug, and the server cannot go on sanely.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}

@@ -1,0 +1,244 @@
+//! `heddle serve` as a library: a long-lived owner of a run store with an HTTP API
+//! (runs created, listed, shown, cancelled and resumed; each run's records as
+//! Server-Sent Events; gates and escalations answered) and the web run viewer, its runs
+//! driven by [`heddle_runtime`]'s driver.
+//!
+//! [`Server::activate`] follows a fixed order so a refused start changes nothing and no
+//! two owners ever write: the configuration was checked by whoever loaded the
+//! [`Runtime`]; then the token, the store's owner lease, a heartbeat watching for its
+//! loss, and the adoption of the runs a previous owner left running. [`Server::wait`]
+//! serves until the caller's stop signal or the lease's loss; [`Server::shutdown`]
+//! stops accepting requests, stops every run's driver, waits for them up to a timeout
+//! and releases the lease; runs stopped this way carry no ending and are adopted by the
+//! next owner.
+//!
+//! [`api::router`] is the whole HTTP surface, testable in-process (`tower`'s
+//! `ServiceExt::oneshot`) without a socket.
+
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod coding;
+pub mod feed;
+mod gzip;
+pub mod host;
+pub mod lease;
+pub mod mask;
+pub mod sse;
+pub mod token;
+mod viewer;
+mod zstd;
+
+use std::future::{Future, IntoFuture as _};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use heddle_runtime::Runtime;
+use heddle_store::{RunStore, StoreError};
+use tokio_util::sync::CancellationToken;
+
+pub use host::Host;
+pub use lease::Lease;
+pub use token::Token;
+
+/// Why a server would not start, or stopped badly.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The run store refused (another owner holds its lease, it is unusable).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The API token file cannot be used.
+    #[error(transparent)]
+    Token(#[from] token::TokenError),
+    /// The listening socket failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The lease was lost while serving: another owner may write now.
+    #[error(
+        "the run store's owner lease was lost; every write stopped, and the runs are left for the next owner"
+    )]
+    LeaseLost,
+}
+
+/// A server that owns its store: the lease is held and renewed, the runs a previous
+/// owner left are adopted, and the API answers.
+pub struct Server {
+    host: Arc<Host>,
+    lease: Arc<dyn Lease>,
+    epoch: u64,
+    url: String,
+    token: Token,
+    token_path: PathBuf,
+    new_token: bool,
+    adopted: Vec<String>,
+    lost: CancellationToken,
+    heartbeat: tokio::task::JoinHandle<()>,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    stop: CancellationToken,
+}
+
+impl Server {
+    /// Takes `store` over (through its `lease`) and answers on `listener`, driving runs
+    /// on `runtime` with at most `workers` executing at once on `runs` (a tokio
+    /// runtime of their own: see [`api_runtime`]). Refused, with nothing written, when
+    /// another owner holds the lease.
+    pub async fn activate(
+        runtime: Arc<Runtime>,
+        store: Arc<dyn RunStore>,
+        lease: Arc<dyn Lease>,
+        listener: tokio::net::TcpListener,
+        workers: usize,
+        runs: tokio::runtime::Handle,
+    ) -> Result<Server, Error> {
+        let addr = listener.local_addr()?;
+        if !addr.ip().is_loopback() {
+            tracing::warn!("listening on {addr}, reachable from other machines");
+        }
+        let url = format!("http://{addr}");
+        let token_path = token::path_for(runtime.settings().store.path());
+        let (token, new_token) = token::load_or_create(&token_path)?;
+
+        // The lease: a second owner is refused here, naming the first.
+        let ttl = runtime.settings().serve.lease_ttl;
+        let owner = lease.acquire(&url, ttl)?;
+
+        // Watch for its loss: the heartbeat failing means another owner may write now.
+        let lost = CancellationToken::new();
+        let heartbeat = tokio::spawn(heartbeat(lease.clone(), ttl, lost.clone()));
+
+        // Adopt what a previous owner left running.
+        let host = Arc::new(Host::new(store, runtime, workers, runs));
+        let adopted = match host.adopt_all().await {
+            Ok(a) => a,
+            Err(e) => {
+                heartbeat.abort();
+                lease.release()?;
+                return Err(e.into());
+            }
+        };
+
+        let app = api::router(host.clone(), token.clone());
+        let stop = CancellationToken::new();
+        let serving = tokio::spawn(
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop.clone().cancelled_owned())
+                .into_future(),
+        );
+        Ok(Server {
+            host,
+            lease,
+            epoch: owner.epoch,
+            url,
+            token,
+            token_path,
+            new_token,
+            adopted,
+            lost,
+            heartbeat,
+            serving,
+            stop,
+        })
+    }
+
+    /// Where the API answers (`http://ADDR:PORT`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The bearer token every request must carry.
+    pub fn token(&self) -> &Token {
+        &self.token
+    }
+
+    /// Where the token is kept (owner-only), and whether this start made it (it is
+    /// shown that one time).
+    pub fn token_file(&self) -> (&std::path::Path, bool) {
+        (&self.token_path, self.new_token)
+    }
+
+    /// The runs adopted at activation.
+    pub fn adopted(&self) -> &[String] {
+        &self.adopted
+    }
+
+    /// The lease's epoch (raised by every activation).
+    pub fn lease_epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The runs it owns.
+    pub fn host(&self) -> &Arc<Host> {
+        &self.host
+    }
+
+    /// Serves until `stop` completes (with why: a signal's name) or the lease is lost
+    /// (`lease lost`); returns why.
+    pub async fn wait(&self, stop: impl Future<Output = &'static str>) -> &'static str {
+        tokio::select! {
+            why = stop => why,
+            _ = self.lost.cancelled() => "lease lost",
+        }
+    }
+
+    /// Stops accepting requests, stops every run's driver and waits up to `timeout`
+    /// for them, then releases the lease. Returns how many runs were still stopping
+    /// when the wait gave up (the next owner adopts them).
+    pub async fn shutdown(self, timeout: Duration) -> Result<usize, Error> {
+        self.stop.cancel();
+        let left = self.host.shutdown(timeout).await;
+        self.serving.abort();
+        self.heartbeat.abort();
+        if self.lost.is_cancelled() {
+            // Nothing to release: someone else holds it, or it expired.
+            return Err(Error::LeaseLost);
+        }
+        self.lease.release()?;
+        Ok(left)
+    }
+}
+
+/// The runtime the API's requests run on, apart from the runs': its threads yield to
+/// the runs' when the cores are busy, so a thousand event streams cost the runs little
+/// instead of queueing every node's turn behind their writes in one scheduler.
+pub fn api_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("heddle-api")
+        .on_thread_start(yield_to_runs)
+        .build()
+}
+
+/// Lowers the calling thread's scheduling priority a little (Linux: the nice value is
+/// per thread). Only under contention does it matter: then the runs come first.
+fn yield_to_runs() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority touch no memory; a failure leaves the priority as is.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+    }
+}
+
+/// Renews the lease every third of its length; on the first failure reports it and
+/// cancels `lost` (the store already refuses this process's writes by then).
+async fn heartbeat(lease: Arc<dyn Lease>, ttl: Duration, lost: CancellationToken) {
+    loop {
+        tokio::time::sleep(ttl / 3).await;
+        let l = lease.clone();
+        let r = tokio::task::spawn_blocking(move || l.renew(ttl)).await;
+        match r {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::error!("{e}");
+                lost.cancel();
+                return;
+            }
+            Err(e) => {
+                tracing::error!("the lease heartbeat stopped: {e}");
+                lost.cancel();
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The bearer token every request must carry: generated on the first start, kept in a
+//! file only its owner can read, printed once, compared in constant time.
+
+use std::io::{Read as _, Write as _};
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+use subtle::ConstantTimeEq as _;
+
+/// The token file, beside the run store it guards.
+pub fn path_for(store: &Path) -> PathBuf {
+    let dir = store.parent().filter(|d| !d.as_os_str().is_empty());
+    dir.unwrap_or(Path::new(".")).join("serve.token")
+}
+
+/// Why the token file cannot be used; the server does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// It could not be read or made.
+    #[error("{}: cannot read or create the API token file", path.display())]
+    Io {
+        /// The token file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Others can read it.
+    #[error(
+        "{}: the API token file can be read by others (mode {mode:o}); make it owner-only (chmod 600) or remove it to get a new token",
+        path.display()
+    )]
+    Exposed {
+        /// The token file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// It holds something else than a token.
+    #[error("{}: the API token file is empty or not one line of hex; remove it to get a new token", path.display())]
+    Malformed {
+        /// The token file.
+        path: PathBuf,
+    },
+}
+
+/// The bearer token every request must carry (its text is secret: it is never logged).
+#[derive(Clone)]
+pub struct Token(String);
+
+/// Loads the token at `path`, or makes one there. The bool says it is new (the caller
+/// prints it that one time).
+pub fn load_or_create(path: &Path) -> Result<(Token, bool), TokenError> {
+    let io = |source| TokenError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(mut f) => {
+            let mut bytes = [0u8; 32];
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut r| r.read_exact(&mut bytes))
+                .map_err(io)?;
+            let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            f.write_all(format!("{text}\n").as_bytes()).map_err(io)?;
+            f.sync_all().map_err(io)?;
+            Ok((Token(text), true))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let mode = std::fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(TokenError::Exposed {
+                    path: path.to_path_buf(),
+                    mode,
+                });
+            }
+            let text = std::fs::read_to_string(path).map_err(io)?;
+            let text = text.trim();
+            if text.is_empty() || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(TokenError::Malformed {
+                    path: path.to_path_buf(),
+                });
+            }
+            Ok((Token(text.to_string()), false))
+        }
+        Err(e) => Err(io(e)),
+    }
+}
+
+impl Token {
+    /// Its text, to show the operator once.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `presented` is the token, in time that does not depend on where they
+    /// first differ (only on their lengths, which are not secret).
+    pub fn matches(&self, presented: &str) -> bool {
+        self.0.as_bytes().ct_eq(presented.as_bytes()).into()
+    }
+}

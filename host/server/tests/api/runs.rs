@@ -1,0 +1,257 @@
+//! Runs created, listed, shown, cancelled and resumed; the event stream and
+//! `Last-Event-ID`; refused requests; gates.
+
+use axum::body::Body;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+/// Names a node type nothing provides and wires a handle that does not exist.
+const BROKEN: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": 1}},
+    {"id": "x", "type": "nowhere.nothing"},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "nope", "target": "out", "targetHandle": "value"},
+    {"source": "c", "sourceHandle": "value", "target": "x", "targetHandle": "in"}
+  ]
+}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_run_finishes_and_its_events_resume_after_last_event_id() {
+    let s = TestServer::start().await;
+    let id = s.create(CHAIN).await;
+    let all = s.events(&id, None).await;
+    let ids: Vec<u64> = all.iter().map(|e| e.0).collect();
+    assert_eq!(ids, (0..all.len() as u64).collect::<Vec<_>>(), "gapless");
+    assert_eq!(all[0].1, "opened");
+    assert_eq!(all.last().unwrap().1, "finished");
+    assert_eq!(all.last().unwrap().2["status"], "completed", "{all:#?}");
+    // What the `id:` and `event:` lines carry is not repeated in `data:`.
+    for (_, _, data) in &all {
+        assert!(
+            data.get("seq").is_none() && data.get("kind").is_none(),
+            "{data}"
+        );
+        assert!(data["at_ms"].is_u64(), "{data}");
+    }
+
+    // A client that saw record 2 gets exactly what followed it.
+    let rest = s.events(&id, Some(2)).await;
+    assert_eq!(rest, all[3..].to_vec());
+    let none = s.events(&id, Some(all.len() as u64 - 1)).await;
+    assert!(none.is_empty(), "{none:?}");
+
+    let show = s.show(&id).await;
+    assert_eq!(show["state"], "completed");
+    assert_eq!(show["records"], all.len());
+    let list = s.runs().await;
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["run_id"], id.as_str());
+    // A finished run cannot be cancelled or resumed; the refusals write nothing.
+    let (status, body) = s
+        .call("POST", &format!("/api/runs/{id}/cancel"), None)
+        .await;
+    assert_eq!(status, 409, "{body:#}");
+    let (status, body) = s
+        .call("POST", &format!("/api/runs/{id}/resume"), None)
+        .await;
+    assert_eq!(status, 409, "{body:#}");
+    assert_eq!(s.show(&id).await["records"], all.len());
+    let (status, _) = s.call("GET", "/api/runs/nope", None).await;
+    assert_eq!(status, 404);
+    assert_eq!(s.lines(), ["one"]);
+}
+
+/// A `Last-Event-ID` past the end of the log, up to the largest number a header can
+/// carry, is an empty stream (nothing follows it), not a panic or a replay of the whole
+/// log; one that is not a record's number is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_last_event_id_past_the_end_is_an_empty_stream_and_a_malformed_one_is_refused() {
+    let s = TestServer::start().await;
+    let id = s.create(CHAIN).await;
+    let all = s.events(&id, None).await;
+    assert!(!all.is_empty());
+    let past = [
+        all.len().to_string(),
+        (i64::MAX as u64 - 1).to_string(),
+        i64::MAX.to_string(),
+        (i64::MAX as u64 + 1).to_string(),
+        (u64::MAX - 1).to_string(),
+        u64::MAX.to_string(),
+    ];
+    for last in &past {
+        let text = s.stream(&id, Some(last)).await;
+        assert_eq!(parse_sse(&text), Vec::new(), "after {last}: {text}");
+    }
+    for bad in ["-1", "abc", "18446744073709551616", "1.5", ""] {
+        let req = s
+            .request("GET", &format!("/api/runs/{id}/events"))
+            .header("last-event-id", bad)
+            .body(Body::empty())
+            .unwrap();
+        let resp = s.send(req).await;
+        assert_eq!(resp.status().as_u16(), 400, "{bad:?}");
+    }
+    // An unknown run is still unknown, whatever the id.
+    let (status, _) = s.call("GET", "/api/runs/nope/events", None).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_requests_get_their_status_and_change_nothing() {
+    let s = TestServer::start().await;
+    let graph = graph(CHAIN);
+    // Wrong and missing tokens: 401, before anything is read or run.
+    for token in [Some("wrong"), Some(""), None] {
+        let mut req = axum::http::Request::builder()
+            .method("POST")
+            .uri("/api/runs");
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let body = Body::from(json!({ "graph": graph }).to_string());
+        let resp = s.send(req.body(body).unwrap()).await;
+        assert_eq!(resp.status().as_u16(), 401, "{token:?}");
+        assert_eq!(resp.headers()["www-authenticate"], "Bearer");
+    }
+
+    // An oversized body: 413.
+    let big = json!({ "graph": graph, "inputs": { "pad": "x".repeat(5 << 20) } });
+    let (status, body) = s.call("POST", "/api/runs", Some(big)).await;
+    assert_eq!(status, 413, "{body:#}");
+
+    // A graph over the size bound: 413, naming the bound.
+    let nodes: Vec<Value> = (0..20_001)
+        .map(|i| json!({"id": format!("n{i}"), "type": "heddle.constant", "properties": {"value": 1}}))
+        .collect();
+    let huge = json!({ "graph": { "nodes": nodes, "edges": [] } });
+    let (status, body) = s.call("POST", "/api/runs", Some(huge)).await;
+    assert_eq!(status, 413, "{body:#}");
+    assert!(
+        body["error"].as_str().unwrap().contains("at most 20000"),
+        "{body:#}"
+    );
+
+    // A malformed graph: 422 with exactly the problems the planner lists (what
+    // `heddle validate --json` prints).
+    let doc = heddle_core::GraphDoc::parse(BROKEN, "broken.json").unwrap();
+    let issues = heddle_core::plan::plan(&doc, s.host.runtime().registry())
+        .unwrap_err()
+        .issues;
+    assert!(!issues.is_empty());
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/runs",
+            Some(json!({ "graph": super::support::graph(BROKEN) })),
+        )
+        .await;
+    assert_eq!(status, 422, "{body:#}");
+    assert_eq!(body["issues"], serde_json::to_value(&issues).unwrap());
+    assert_eq!(body["valid"], false);
+
+    // A body that is not the request: 422 naming the problem.
+    let (status, body) = s
+        .call("POST", "/api/runs", Some(json!({ "graf": graph })))
+        .await;
+    assert_eq!(status, 422, "{body:#}");
+    assert!(body["error"].as_str().unwrap().contains("graf"), "{body:#}");
+    // A missing input value: 422 naming it.
+    let input = json!({ "nodes": [
+        {"id": "in", "type": "heddle.input", "properties": {"name": "text", "type": "str"}},
+        {"id": "out", "type": "heddle.output"}],
+        "edges": [{"source": "in", "sourceHandle": "value", "target": "out", "targetHandle": "value"}] });
+    let (status, body) = s
+        .call("POST", "/api/runs", Some(json!({ "graph": input })))
+        .await;
+    assert_eq!(status, 422, "{body:#}");
+    assert!(
+        body["error"].as_str().unwrap().contains("`text`"),
+        "{body:#}"
+    );
+
+    assert_eq!(s.runs().await, Vec::<Value>::new());
+    let store = heddle_store::SqliteStore::open(&s.db()).unwrap();
+    assert!(heddle_store::RunStore::list(&store).unwrap().is_empty());
+    assert_eq!(s.lines(), Vec::<String>::new());
+}
+
+/// A value reviewed at gate `ship`, then written (the effect happens only after it).
+const GATED: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "shipped\n"}},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it", "prompt": "Read the notes"}},
+    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "w", "targetHandle": "text"},
+    {"source": "w", "sourceHandle": "path", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_is_approved_or_rejected_through_the_api() {
+    let s = TestServer::start().await;
+    let id = s.create(GATED).await;
+    // The stream ends when the run stops here: paused at the gate.
+    let show = s.ended(&id).await;
+    assert_eq!(show["state"], "paused", "{show:#}");
+    assert_eq!(s.lines(), Vec::<String>::new());
+    let records = show["records"].clone();
+
+    // Refusals change nothing: no such gate, a plain resume, a rejection without a note.
+    let (status, body) = s
+        .call("POST", &format!("/api/runs/{id}/gates/nope/approve"), None)
+        .await;
+    assert_eq!(status, 409, "{body:#}");
+    assert!(
+        body["error"].as_str().unwrap().contains("its gates: ship"),
+        "{body:#}"
+    );
+    let (status, body) = s
+        .call("POST", &format!("/api/runs/{id}/resume"), None)
+        .await;
+    assert_eq!(status, 422, "{body:#}");
+    let (status, _) = s
+        .call("POST", &format!("/api/runs/{id}/gates/ship/reject"), None)
+        .await;
+    assert_eq!(status, 422);
+    assert_eq!(s.show(&id).await["records"], records);
+
+    let (status, body) = s
+        .call(
+            "POST",
+            &format!("/api/runs/{id}/gates/ship/approve"),
+            Some(json!({ "note": "looks good" })),
+        )
+        .await;
+    assert_eq!(status, 202, "{body:#}");
+    let show = s.ended(&id).await;
+    assert_eq!(show["state"], "completed", "{show:#}");
+    assert_eq!(s.lines(), ["shipped"]);
+
+    // Another run, rejected: cancelled with the gate's title and the note.
+    let id = s.create(GATED).await;
+    assert_eq!(s.ended(&id).await["state"], "paused");
+    let (status, body) = s
+        .call(
+            "POST",
+            &format!("/api/runs/{id}/gates/ship/reject"),
+            Some(json!({ "note": "not yet" })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body:#}");
+    let show = s.show(&id).await;
+    assert_eq!(show["state"], "cancelled", "{show:#}");
+    let error = show["error"].as_str().unwrap();
+    assert!(error.contains("not yet"), "{show:#}");
+    assert!(error.contains("Ship it"), "{show:#}");
+    assert_eq!(s.lines(), ["shipped"]);
+}
