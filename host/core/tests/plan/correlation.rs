@@ -155,6 +155,29 @@ fn incomparable_scopes_on_a_non_join_node_ask_for_a_join() {
 }
 
 #[test]
+fn edges_of_different_scopes_into_one_handle_ask_for_one_level_or_a_join() {
+    // A list input accumulates from several edges, but one from inside the iteration and
+    // one from outside cannot share a lineage key.
+    let e = err(json!({
+        "nodes": [n("l", "heddle.constant"), n("f", "heddle.foreach"), n("k", "heddle.constant"),
+                  n("s", "test.sum")],
+        "edges": [ed("a", "l", "value", "f", "list"), ed("b", "f", "index", "s", "values"),
+                  ed("c", "k", "value", "s", "values")]
+    }));
+    let d = of_kind(&e, IssueKind::IncomparableScopes);
+    assert_eq!(d.len(), 1, "{e}");
+    assert_eq!(
+        (d[0].0, d[0].1, d[0].2),
+        (Some("s"), Some("c"), Some("values"))
+    );
+    assert!(
+        d[0].3.contains("[f:item] via edge b, [] via edge c"),
+        "{}",
+        d[0].3
+    );
+}
+
+#[test]
 fn two_repeating_inputs_on_a_buffered_node_are_rejected() {
     let e = err(json!({
         "nodes": [n("t", "test.text"), n("c1", "test.chunks"), n("c2", "test.chunks"), n("p", "test.pair")],
