@@ -117,6 +117,74 @@ impl From<ArtifactError> for StoreError {
     }
 }
 
+/// What every store checks before it stores `bytes` for `run`: the per-artifact limit and
+/// known secrets. Returns the bytes' digest.
+pub(crate) fn admit(
+    run: &str,
+    bytes: &[u8],
+    policy: &ArtifactPolicy,
+) -> Result<String, ArtifactError> {
+    let size = bytes.len() as u64;
+    if size > policy.max_artifact_bytes {
+        return Err(ArtifactError::TooLarge {
+            run: run.to_string(),
+            size,
+            limit: policy.max_artifact_bytes,
+        });
+    }
+    if policy
+        .known_secrets
+        .iter()
+        .any(|s| contains(bytes, s.as_bytes()))
+    {
+        return Err(ArtifactError::KnownSecret {
+            run: run.to_string(),
+        });
+    }
+    Ok(crate::sha256_hex(bytes))
+}
+
+/// The run's quota, checked for `size` new bytes when `used` are stored already.
+pub(crate) fn within_quota(
+    run: &str,
+    used: u64,
+    size: u64,
+    policy: &ArtifactPolicy,
+) -> Result<(), ArtifactError> {
+    if used + size > policy.max_run_bytes {
+        return Err(ArtifactError::Quota {
+            run: run.to_string(),
+            size,
+            used,
+            quota: policy.max_run_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// The bytes found for `artifact` (`None`: nothing stored), verified against its digest.
+pub(crate) fn verified(
+    run: &str,
+    artifact: &ArtifactRef,
+    bytes: Option<Vec<u8>>,
+) -> Result<Vec<u8>, ArtifactError> {
+    let Some(bytes) = bytes else {
+        return Err(ArtifactError::Missing {
+            run: run.to_string(),
+            sha256: artifact.sha256.clone(),
+        });
+    };
+    let found = crate::sha256_hex(&bytes);
+    if found != artifact.sha256 {
+        return Err(ArtifactError::Corrupt {
+            run: run.to_string(),
+            sha256: artifact.sha256.clone(),
+            found,
+        });
+    }
+    Ok(bytes)
+}
+
 impl SqliteStore {
     /// Stores `bytes` for `run` under the policy (once: the same bytes again cost
     /// nothing) and, with `name`, points that name at them.
@@ -128,23 +196,7 @@ impl SqliteStore {
         policy: &ArtifactPolicy,
     ) -> Result<ArtifactRef, ArtifactError> {
         let size = bytes.len() as u64;
-        if size > policy.max_artifact_bytes {
-            return Err(ArtifactError::TooLarge {
-                run: run.to_string(),
-                size,
-                limit: policy.max_artifact_bytes,
-            });
-        }
-        if policy
-            .known_secrets
-            .iter()
-            .any(|s| contains(bytes, s.as_bytes()))
-        {
-            return Err(ArtifactError::KnownSecret {
-                run: run.to_string(),
-            });
-        }
-        let sha256 = crate::sha256_hex(bytes);
+        let sha256 = admit(run, bytes, policy)?;
         self.with_db(|db| -> Result<(), ArtifactError> {
             let tx = rusqlite::Transaction::new_unchecked(
                 db,
@@ -169,15 +221,7 @@ impl SqliteStore {
                         |r| r.get(0),
                     )
                     .map_err(StoreError::sql("storing an artifact"))?;
-                let used = used as u64;
-                if used + size > policy.max_run_bytes {
-                    return Err(ArtifactError::Quota {
-                        run: run.to_string(),
-                        size,
-                        used,
-                        quota: policy.max_run_bytes,
-                    });
-                }
+                within_quota(run, used as u64, size, policy)?;
                 tx.execute(
                     "INSERT INTO artifacts (run_id, sha256, size, bytes) VALUES (?1, ?2, ?3, ?4)",
                     params![run, sha256, size as i64, bytes],
@@ -281,21 +325,7 @@ impl SqliteStore {
             .optional()
             .map_err(StoreError::sql("reading an artifact"))
         })?;
-        let Some(bytes) = bytes else {
-            return Err(ArtifactError::Missing {
-                run: run.to_string(),
-                sha256: artifact.sha256.clone(),
-            });
-        };
-        let found = crate::sha256_hex(&bytes);
-        if found != artifact.sha256 {
-            return Err(ArtifactError::Corrupt {
-                run: run.to_string(),
-                sha256: artifact.sha256.clone(),
-                found,
-            });
-        }
-        Ok(bytes)
+        verified(run, artifact, bytes)
     }
 }
 

@@ -32,6 +32,9 @@ pub struct SqliteStore {
     reader: Mutex<Option<Connection>>,
     /// The owner-lease epoch this handle holds (0: none); see [`crate::lease`].
     lease_epoch: AtomicU64,
+    /// The one host's queue and commands ([`crate::fleet::Local`]).
+    pub(crate) local: crate::fleet::Local,
+    pub(crate) hub: crate::fleet::Hub,
 }
 
 pub(crate) struct Conn {
@@ -74,6 +77,8 @@ impl SqliteStore {
             }),
             reader: Mutex::new(None),
             lease_epoch: AtomicU64::new(0),
+            local: Default::default(),
+            hub: crate::fleet::Hub::new(),
         })
     }
 
@@ -152,7 +157,7 @@ impl SqliteStore {
 }
 
 /// A run id: creation time (base 36, so ids sort by age) and 16 random bits.
-fn new_run_id(created_ms: u64) -> String {
+pub(crate) fn new_run_id(created_ms: u64) -> String {
     let mut n = created_ms;
     let mut digits = Vec::new();
     while n > 0 {
@@ -229,12 +234,12 @@ fn insert_sql(rows: usize) -> String {
     sql
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> String {
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
     // Serializing plain data (maps with string keys, values) cannot fail.
     serde_json::to_string(v).expect("run data serializes")
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(
     run: &str,
     what: &'static str,
     text: &str,
@@ -465,6 +470,14 @@ impl RunStore for SqliteStore {
     ) -> Result<u64, StoreError> {
         SqliteStore::drop_unreferenced_artifacts(self, run_id, referenced)
     }
+
+    fn named_artifact(
+        &self,
+        run_id: &str,
+        name: &str,
+    ) -> Result<Option<crate::artifacts::ArtifactRef>, crate::artifacts::ArtifactError> {
+        SqliteStore::named_artifact(self, run_id, name)
+    }
 }
 
 /// Frees the sequence numbers of a torn tail (records at the end of the log that fail
@@ -483,27 +496,17 @@ fn drop_torn_tail(tx: &rusqlite::Transaction<'_>, run_id: &str) -> Result<(), St
     let Some(row) = rows.next().map_err(StoreError::sql(WHAT))? else {
         return Ok(());
     };
-    let checked = rows::check(run_id, row, 0)?;
-    let Some(torn) = checked.unverified else {
+    let checked = rows::check_raw(run_id, rows::raw(row)?, 0)?;
+    let Some(repair) = rows::torn_repair(run_id, &checked) else {
         return Ok(());
-    };
-    let key = checked.last as i64;
-    let keep = match checked.first {
-        Some(first) if first < torn => Some((
-            torn - 1,
-            rows::truncated(checked.body, checked.kept, (torn - first) as u32),
-            checked.at_ms,
-        )),
-        _ => None,
     };
     drop(rows);
     tx.execute(
         "DELETE FROM events WHERE run_id = ?1 AND seq = ?2",
-        params![run_id, key],
+        params![run_id, repair.key as i64],
     )
     .map_err(StoreError::sql(WHAT))?;
-    if let Some((last, body, at_ms)) = keep {
-        let crc = rows::packed_crc(run_id, last, &body);
+    if let Some((last, body, crc, at_ms)) = repair.keep {
         tx.execute(
             "INSERT INTO events (run_id, seq, at_ms, kind, body, crc)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -573,52 +576,14 @@ fn read_log(db: &Connection, run_id: &str, from: u64) -> Result<LogRead, StoreEr
     let mut rows = stmt
         .query(params![run_id, from as i64])
         .map_err(StoreError::sql("reading a run's log"))?;
-    let mut out = LogRead::default();
-    let mut expected = from;
-    // Records that failed their checksum are a torn tail only if nothing follows.
-    let mut bad: Option<u64> = None;
-    let mut first_row = true;
+    let mut reader = rows::LogReader::new(run_id, from);
     while let Some(row) = rows
         .next()
         .map_err(StoreError::sql("reading a run's log"))?
     {
-        if let Some(b) = bad {
-            return Err(StoreError::Corrupt {
-                run: run_id.to_string(),
-                seq: b,
-                detail: "checksum mismatch".into(),
-            });
-        }
-        let checked = rows::check(run_id, row, from)?;
-        // A row whose header does not verify holds nothing that can be placed: it
-        // counts as unverified from where the log should go on.
-        let first = checked.first.unwrap_or(expected);
-        // The first row may begin before `from` (it holds `from`); every later one
-        // begins where the one before ended.
-        let placed = if first_row {
-            first <= expected && expected <= checked.last
-        } else {
-            first == expected
-        };
-        if !placed {
-            return Err(StoreError::Gap {
-                run: run_id.to_string(),
-                expected,
-                found: first,
-            });
-        }
-        first_row = false;
-        for f in &checked.frames {
-            out.records.push(f.stored(run_id, checked.at_ms)?);
-        }
-        bad = match checked.first {
-            None => Some(expected),
-            Some(_) => checked.unverified.map(|u| u.max(from)),
-        };
-        expected = checked.last + 1;
+        reader.row(rows::raw(row)?)?;
     }
-    out.torn_tail = bad;
-    Ok(out)
+    Ok(reader.finish())
 }
 
 /// Run `run_id`'s lifecycle records, checked (see [`RunStore::read_lifecycle`]).
@@ -646,24 +611,7 @@ fn read_lifecycle(db: &Connection, run_id: &str) -> Result<Vec<Stored>, StoreErr
         .map_err(StoreError::sql(WHAT))?;
     let mut out = Vec::new();
     while let Some(row) = rows.next().map_err(StoreError::sql(WHAT))? {
-        // Lifecycle records are always rows of their own (rows.rs).
-        let checked = rows::check(run_id, row, 0)?;
-        match checked.unverified {
-            None => {
-                for f in &checked.frames {
-                    out.push(f.stored(run_id, checked.at_ms)?);
-                }
-            }
-            // A torn tail, as `read` treats it: the record never happened.
-            Some(_) if Some(checked.last as i64) == last => {}
-            Some(seq) => {
-                return Err(StoreError::Corrupt {
-                    run: run_id.to_string(),
-                    seq,
-                    detail: "checksum mismatch".into(),
-                });
-            }
-        }
+        rows::lifecycle_row(run_id, rows::raw(row)?, last, &mut out)?;
     }
     Ok(out)
 }
