@@ -75,7 +75,7 @@ impl Inner {
         let taken = on_conn!(self, OP, |c| {
             let upsert = "INSERT INTO hosts (host_id, incarnation, hostname, pid, api, started_at,
                               last_seen, expires_at)
-                          VALUES ($1, $2, $3, $4, $5, now(), now(), now() + $6 * interval '1 millisecond')
+                          VALUES ($1, $2, $3, $4, $5, now(), now(), now() + $6::bigint * interval '1 millisecond')
                           ON CONFLICT (host_id) DO UPDATE SET incarnation = excluded.incarnation,
                               hostname = excluded.hostname, pid = excluded.pid, api = excluded.api,
                               started_at = now(), last_seen = now(), expires_at = excluded.expires_at
@@ -172,7 +172,7 @@ impl Inner {
                 let alive = tx
                     .execute(
                         "UPDATE hosts SET last_seen = now(),
-                             expires_at = now() + $3 * interval '1 millisecond'
+                             expires_at = now() + $3::bigint * interval '1 millisecond'
                          WHERE host_id = $1 AND incarnation = $2",
                         &[&self.host_id, &inc, &ttl],
                     )
@@ -184,7 +184,7 @@ impl Inner {
             }
             let rows = tx
                 .query(
-                    "UPDATE leases l SET expires_at = now() + $4 * interval '1 millisecond'
+                    "UPDATE leases l SET expires_at = now() + $4::bigint * interval '1 millisecond'
                      FROM unnest($1::text[], $2::bigint[]) AS h (run_id, epoch)
                      WHERE l.run_id = h.run_id AND l.owner_epoch = h.epoch
                        AND l.owner_host = $3 AND l.state = 'running' AND l.expires_at > now()
@@ -343,7 +343,7 @@ impl Inner {
                         LIMIT $4 FOR UPDATE SKIP LOCKED)
                      UPDATE leases l SET state = 'running', owner_host = $1,
                          owner_epoch = l.owner_epoch + 1,
-                         expires_at = now() + $3 * interval '1 millisecond'
+                         expires_at = now() + $3::bigint * interval '1 millisecond'
                      FROM c WHERE l.run_id = c.run_id
                      RETURNING l.run_id, l.owner_epoch, c.was, c.was_host",
                 )

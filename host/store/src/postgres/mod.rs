@@ -164,8 +164,22 @@ impl Pg {
 /// it refused the statement.
 pub(crate) fn is_unavailable(e: &tokio_postgres::Error) -> bool {
     match e.code() {
-        // No answer from a server at all: I/O, a closed connection, a timeout.
-        None => e.as_db_error().is_none(),
+        // No answer from a server at all: I/O, a closed connection, a timeout. (A
+        // parameter or column of the wrong type has no code either, and is a bug, not
+        // an outage: the driver's error kinds are private, so its words tell them apart.)
+        None => {
+            let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+            let text = e.to_string();
+            io || e.is_closed()
+                || [
+                    "error communicating",
+                    "error connecting",
+                    "timeout",
+                    "unexpected message",
+                ]
+                .iter()
+                .any(|p| text.starts_with(p))
+        }
         Some(c) => {
             let c = c.code();
             c.starts_with("08") // connection exception
@@ -694,7 +708,7 @@ impl Inner {
                 .query_one(
                     "UPDATE leases SET state = 'running', owner_host = $2,
                          owner_epoch = owner_epoch + 1,
-                         expires_at = now() + $3 * interval '1 millisecond'
+                         expires_at = now() + $3::bigint * interval '1 millisecond'
                      WHERE run_id = $1 RETURNING owner_epoch",
                     &[&run_id, &self.host_id, &self.ttl_ms()],
                 )
@@ -916,7 +930,11 @@ impl Inner {
             }
             tx.commit().await.map_err(Pg::op(OP))
         })
-        .map_err(ArtifactError::from)?;
+        .map_err(|e| match e {
+            // The refusal itself (the quota), carried through the store's error.
+            StoreError::Artifact(a) => *a,
+            e => ArtifactError::Store(e),
+        })?;
         Ok(ArtifactRef { sha256, size })
     }
 
