@@ -275,6 +275,15 @@ impl Fresh {
         }
     }
 
+    /// A handle of either kind, as `heddle_store::open` gives it (the fleet too).
+    pub fn open_store(&self) -> heddle_store::Store {
+        heddle_store::location::open_with(
+            &heddle_store::StoreLocation::parse(&self.location),
+            pg_options(),
+        )
+        .unwrap()
+    }
+
     pub fn open_pg(&self, opts: PgOptions) -> PgStore {
         assert_eq!(self.backend, Backend::Postgres);
         PgStore::open_with(&self.location, opts).unwrap()
