@@ -201,7 +201,8 @@ fn an_expired_lease_fences_its_holder_and_the_run_is_adopted() {
         return;
     }
     let fresh = Fresh::new(Backend::Postgres);
-    let a = host(&fresh, "host-a", Duration::from_millis(1500));
+    // Long enough that nothing below stalls past it before the test lets it lapse.
+    let a = host(&fresh, "host-a", Duration::from_secs(5));
     let b = host(&fresh, "host-b", Duration::from_secs(60));
     let id = a.create_run(&new_run()).unwrap().run_id;
     a.enqueue(&id).unwrap();
@@ -257,13 +258,14 @@ fn the_store_renews_its_leases_by_itself() {
     let fresh = Fresh::new(Backend::Postgres);
     let a = fresh.open_pg(PgOptions {
         host_id: Some("keeper".into()),
-        lease_ttl: Duration::from_secs(3),
+        lease_ttl: Duration::from_secs(4),
         ..support::pg_options()
     });
     a.register("http://keeper").unwrap();
     let id = a.create_run(&new_run()).unwrap().run_id;
     let epoch = a.acquire(&id).unwrap();
-    std::thread::sleep(Duration::from_secs(7));
+    // Over two TTLs: only renewals (every third of it) keep the lease.
+    std::thread::sleep(Duration::from_secs(9));
     a.append(&id, epoch, 0, &[dispatched("x")], true).unwrap();
     assert!(a.lease(&id).unwrap().left_ms > 0);
     assert!(a.hosts().unwrap().iter().all(|h| h.alive));

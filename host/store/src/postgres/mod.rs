@@ -368,6 +368,10 @@ fn raw(row: &tokio_postgres::Row) -> RawRow<'_> {
 
 const EVENT_COLUMNS: &str = "seq, at_ms, kind, json, body, crc";
 
+/// The lifecycle kinds ([`crate::status::LIFECYCLE`]) as the partial index of schema 1
+/// spells them, so the planner uses it (a test checks both).
+const LIFECYCLE_WHERE: &str = "kind IN ('opened', 'paused', 'resumed', 'finished')";
+
 /// `url` with its password (if any) masked, for errors.
 pub(crate) fn masked(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -860,14 +864,11 @@ impl Inner {
                 .map_err(Pg::op(OP))?
                 .ok_or_else(|| StoreError::UnknownRun(run_id.clone()))?
                 .get(0);
-            // The kinds spelled out, as the partial index spells them (a test checks
-            // they are status::LIFECYCLE), so the planner uses it.
             let rows = c
                 .query(
                     &format!(
                         "SELECT {EVENT_COLUMNS} FROM events
-                         WHERE run_id = $1 AND kind IN ('opened', 'paused', 'resumed', 'finished')
-                         ORDER BY seq"
+                         WHERE run_id = $1 AND {LIFECYCLE_WHERE} ORDER BY seq"
                     ),
                     &[&run_id],
                 )
@@ -1135,5 +1136,36 @@ impl RunStore for PgStore {
     ) -> Result<Option<ArtifactRef>, ArtifactError> {
         let (run, name) = (run_id.to_string(), name.to_string());
         self.call(|i| i.named_artifact(run, name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The lifecycle kinds are spelled out in SQL (the partial index and the query that
+    /// uses it): they must be exactly the ones a listing folds.
+    #[test]
+    fn the_sql_names_the_lifecycle_kinds() {
+        let listed: Vec<String> = crate::status::LIFECYCLE
+            .iter()
+            .map(|k| format!("'{k}'"))
+            .collect();
+        assert_eq!(
+            super::LIFECYCLE_WHERE,
+            format!("kind IN ({})", listed.join(", "))
+        );
+        assert!(super::schema::MIGRATIONS[0].contains(super::LIFECYCLE_WHERE));
+    }
+
+    #[test]
+    fn a_password_never_shows() {
+        assert_eq!(
+            super::masked("postgres://u:hunter2@h:5/db"),
+            "postgres://u:***@h:5/db"
+        );
+        assert_eq!(super::masked("postgres://u@h/db"), "postgres://u@h/db");
+        assert!(super::schema::valid_schema("heddle_2"));
+        for bad in ["", "Heddle", "a b", "x;drop", "pg_catalog", "9x"] {
+            assert!(!super::schema::valid_schema(bad), "{bad}");
+        }
     }
 }
