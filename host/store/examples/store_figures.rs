@@ -6,8 +6,9 @@
 //! cargo run -p heddle-store --example store_figures -- "$HEDDLE_TEST_PG_URL"
 //! ```
 //!
-//! Per store: a stream of results from 4 threads (unsynced appends, one flush at the
-//! end): records per second and records per commit (the group-commit batch); then
+//! Per store: results from 4 threads (unsynced appends, one flush at the end), in a
+//! burst and paced as a run's nodes would deliver them: records per second and records
+//! per commit (the group-commit batch); then
 //! synced appends one after another (a start that is not retry-safe): appends per
 //! second. On PostgreSQL: 1,000 queued runs claimed in batches of 10 by 1, 2 and 3
 //! hosts, each with its own connections.
@@ -43,7 +44,13 @@ fn result(t: usize, i: usize) -> Record {
     }
 }
 
-fn stream(store: Arc<dyn RunStore>, threads: usize, per: usize) -> (Duration, u64, u64) {
+/// `threads` appending `per` results each, `pace` apart (none: as fast as they can).
+fn stream(
+    store: Arc<dyn RunStore>,
+    threads: usize,
+    per: usize,
+    pace: Option<Duration>,
+) -> (Duration, u64, u64) {
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
     let log = Arc::new(RunLog::start(store.clone(), &id, epoch, 0));
@@ -54,6 +61,9 @@ fn stream(store: Arc<dyn RunStore>, threads: usize, per: usize) -> (Duration, u6
             s.spawn(move || {
                 for i in 0..per {
                     log.append(result(t, i));
+                    if let Some(p) = pace {
+                        std::thread::sleep(p);
+                    }
                 }
             });
         }
@@ -82,10 +92,17 @@ fn synced(store: Arc<dyn RunStore>, n: usize) -> Duration {
 
 fn report(name: &str, store: Arc<dyn RunStore>) {
     let (threads, per) = (4, 5_000);
-    let (d, records, commits) = stream(store.clone(), threads, per);
+    let (d, records, commits) = stream(store.clone(), threads, per, None);
     println!(
-        "{name}: stream of {} results from {threads} threads: {:.0} records/s, {commits} commits, {:.1} records per commit",
+        "{name}: burst of {} results from {threads} threads: {:.0} records/s, {commits} commits, {:.1} records per commit",
         records,
+        records as f64 / d.as_secs_f64(),
+        records as f64 / commits.max(1) as f64
+    );
+    let pace = Duration::from_micros(200);
+    let (d, records, commits) = stream(store.clone(), threads, 2_000, Some(pace));
+    println!(
+        "{name}: paced stream of {records} results from {threads} threads (one per {pace:?} each): {:.0} records/s, {commits} commits, {:.1} records per commit",
         records as f64 / d.as_secs_f64(),
         records as f64 / commits.max(1) as f64
     );
