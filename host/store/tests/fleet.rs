@@ -5,38 +5,18 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use heddle_core::{Occurrence, Record};
 use heddle_store::fleet::{Fleet, Wake};
-use heddle_store::{NewRun, PgOptions, PgStore, RunStore, StoreError};
-use support::{Backend, Fresh};
+use heddle_store::{PgOptions, PgStore, RunStore, StoreError};
+use support::{Backend, Fresh, dispatched, new_run};
 
 both!(
     queued_runs_are_claimed_once_and_handed_back,
     commands_reach_the_owner_and_their_outcomes_the_sender,
 );
-
-fn new_run() -> NewRun {
-    NewRun {
-        graph_name: "g.json".into(),
-        graph_bytes: b"{}".to_vec(),
-        plan: serde_json::json!({}),
-        inputs: BTreeMap::new(),
-        secrets: Vec::new(),
-        packages: BTreeMap::new(),
-        limits: serde_json::json!({}),
-    }
-}
-
-fn dispatched(node: &str) -> Record {
-    Record::Dispatched {
-        occurrence: Occurrence::new(node, "", 0),
-        retry_safe: true,
-    }
-}
 
 fn queued_runs_are_claimed_once_and_handed_back(b: Backend) {
     let fresh = Fresh::new(b);

@@ -14,19 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use heddle_core::{Occurrence, Record};
-use heddle_store::{NewRun, PgOptions, PgStore, RunLog, RunStore};
-
-fn new_run() -> NewRun {
-    NewRun {
-        graph_name: "g.json".into(),
-        graph_bytes: b"{}".to_vec(),
-        plan: serde_json::json!({}),
-        inputs: Default::default(),
-        secrets: Vec::new(),
-        packages: Default::default(),
-        limits: serde_json::json!({}),
-    }
-}
+use heddle_store::{PgOptions, PgStore, RunLog, RunStore};
+use support::new_run;
 
 fn started(node: &str, n: u32) -> Record {
     Record::Started {

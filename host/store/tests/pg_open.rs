@@ -111,7 +111,7 @@ fn a_store_from_a_newer_heddle_is_refused_and_left_alone() {
     let url = support::fresh_database();
     let id = {
         let s = PgStore::open(&url).unwrap();
-        s.create_run(&support_run()).unwrap().run_id
+        s.create_run(&support::new_run()).unwrap().run_id
     };
     support::sql(
         &url,
@@ -188,7 +188,7 @@ fn a_database_shared_with_another_application_is_used_beside_its_tables() {
          INSERT INTO public.events DEFAULT VALUES;",
     );
     let s = PgStore::open(&url).unwrap();
-    let id = s.create_run(&support_run()).unwrap().run_id;
+    let id = s.create_run(&support::new_run()).unwrap().run_id;
     let e = s.acquire(&id).unwrap();
     s.append(
         &id,
@@ -217,16 +217,4 @@ fn a_database_shared_with_another_application_is_used_beside_its_tables() {
     // Opening again (another host) finds the store as it is.
     drop(s);
     assert_eq!(PgStore::open(&url).unwrap().list().unwrap().len(), 1);
-}
-
-fn support_run() -> heddle_store::NewRun {
-    heddle_store::NewRun {
-        graph_name: "g.json".into(),
-        graph_bytes: b"{}".to_vec(),
-        plan: serde_json::json!({}),
-        inputs: Default::default(),
-        secrets: Vec::new(),
-        packages: Default::default(),
-        limits: serde_json::json!({}),
-    }
 }

@@ -4,13 +4,12 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use heddle_core::{Occurrence, OpenReason, Record, RunStatus, Value};
-use heddle_store::{NewRun, RunLog, RunState, RunStore, RunView, SqliteStore, StoreError};
-use support::{Backend, Fresh};
+use heddle_store::{RunLog, RunState, RunStore, RunView, SqliteStore, StoreError};
+use support::{Backend, Fresh, dispatched, new_run};
 
 both!(
     keeps_the_run_exactly_and_lists_it,
@@ -26,25 +25,6 @@ both!(
     records_committed_together_read_back_exactly,
     artifacts_are_stored_once_verified_on_read_and_bounded,
 );
-
-fn new_run() -> NewRun {
-    NewRun {
-        graph_name: "g.json".into(),
-        graph_bytes: br#"{"nodes":[],"edges":[]}"#.to_vec(),
-        plan: serde_json::json!({"nodes": ["a"]}),
-        inputs: BTreeMap::from([("n".to_string(), Value::Int(3))]),
-        secrets: vec!["API_KEY".into()],
-        packages: BTreeMap::from([("std".to_string(), "ab".repeat(32))]),
-        limits: serde_json::json!({"max_dispatches": 10}),
-    }
-}
-
-fn dispatched(node: &str) -> Record {
-    Record::Dispatched {
-        occurrence: Occurrence::new(node, "", 0),
-        retry_safe: true,
-    }
-}
 
 fn keeps_the_run_exactly_and_lists_it(b: Backend) {
     let fresh = Fresh::new(b);

@@ -431,22 +431,14 @@ impl Inner {
 
     async fn lease(self: Arc<Self>, run_id: String) -> Result<LeaseRow, StoreError> {
         const OP: &str = "reading a run's lease";
-        let row = on_conn!(self, OP, |c| {
-            c.query_opt(
-                "SELECT state, owner_host, owner_epoch,
-                        coalesce(greatest(0, extract(epoch FROM expires_at - now()) * 1000), 0)::bigint
-                 FROM leases WHERE run_id = $1",
-                &[&run_id],
-            )
-            .await
-            .map_err(Pg::op(OP))
-        })?
-        .ok_or_else(|| StoreError::UnknownRun(run_id.clone()))?;
+        let l = on_conn!(self, OP, |c| {
+            super::lease_now(&*c, &run_id, false, OP).await
+        })?;
         Ok(LeaseRow {
-            state: row.get(0),
-            owner_host: row.get(1),
-            epoch: row.get::<_, i64>(2) as u64,
-            left_ms: row.get::<_, i64>(3) as u64,
+            state: l.state,
+            owner_host: l.host,
+            epoch: l.epoch,
+            left_ms: l.left_ms,
         })
     }
 

@@ -287,6 +287,16 @@ impl Inner {
             .insert(run.to_string(), epoch);
     }
 
+    /// The refusal of a run whose live lease another host holds.
+    fn owned_elsewhere(&self, run: &str, l: &LeaseNow) -> Option<StoreError> {
+        (l.live && l.host.as_deref() != Some(&self.host_id)).then(|| StoreError::RunOwned {
+            run: run.to_string(),
+            host: l.host.clone().unwrap_or_default(),
+            epoch: l.epoch,
+            left_ms: l.left_ms,
+        })
+    }
+
     /// The write rule for what is not an append (artifacts), inside `tx` with the run's
     /// lease row locked: a handle that holds the run writes only under its epoch and
     /// while the lease lasts; any other only while no live lease of another host binds.
@@ -296,41 +306,60 @@ impl Inner {
         run: &str,
         op: &'static str,
     ) -> Result<(), StoreError> {
-        let row = tx
-            .query_opt(
-                "SELECT state, owner_host, owner_epoch, expires_at > now(),
-                        greatest(0, extract(epoch FROM expires_at - now()) * 1000)::bigint
-                 FROM leases WHERE run_id = $1 FOR UPDATE",
-                &[&run],
-            )
-            .await
-            .map_err(Pg::op(op))?
-            .ok_or_else(|| StoreError::UnknownRun(run.to_string()))?;
-        let state: String = row.get(0);
-        let host: Option<String> = row.get(1);
-        let epoch = row.get::<_, i64>(2) as u64;
-        let live = row.get::<_, Option<bool>>(3) == Some(true) && state == "running";
+        let l = lease_now(tx, run, true, op).await?;
         match self.held_epoch(run) {
-            Some(ours) if ours != epoch => Err(StoreError::Fenced {
+            Some(ours) if ours != l.epoch => Err(StoreError::Fenced {
                 run: run.to_string(),
                 ours,
-                current: epoch,
+                current: l.epoch,
             }),
-            Some(ours) if !live => Err(StoreError::RunLeaseLost {
+            Some(ours) if !l.live => Err(StoreError::RunLeaseLost {
                 run: run.to_string(),
                 epoch: ours,
                 why: "it expired without renewal".into(),
             }),
             Some(_) => Ok(()),
-            None if live && host.as_deref() != Some(&self.host_id) => Err(StoreError::RunOwned {
-                run: run.to_string(),
-                host: host.unwrap_or_default(),
-                epoch,
-                left_ms: row.get::<_, Option<i64>>(4).unwrap_or(0) as u64,
-            }),
-            None => Ok(()),
+            None => self.owned_elsewhere(run, &l).map_or(Ok(()), Err),
         }
     }
+}
+
+/// A run's lease row as the store's clock sees it now.
+pub(crate) struct LeaseNow {
+    pub(crate) state: String,
+    pub(crate) host: Option<String>,
+    pub(crate) epoch: u64,
+    /// Running and not expired.
+    pub(crate) live: bool,
+    /// Milliseconds left (0: expired or none).
+    pub(crate) left_ms: u64,
+}
+
+/// Reads `run`'s lease row (locking it, with `lock`, for the rest of the transaction).
+pub(crate) async fn lease_now(
+    c: &impl GenericClient,
+    run: &str,
+    lock: bool,
+    op: &'static str,
+) -> Result<LeaseNow, StoreError> {
+    const SQL: &str = "SELECT state, owner_host, owner_epoch, coalesce(expires_at > now(), false),
+               coalesce(greatest(0, extract(epoch FROM expires_at - now()) * 1000), 0)::bigint
+        FROM leases WHERE run_id = $1";
+    let row = if lock {
+        c.query_opt(&format!("{SQL} FOR UPDATE"), &[&run]).await
+    } else {
+        c.query_opt(SQL, &[&run]).await
+    }
+    .map_err(Pg::op(op))?
+    .ok_or_else(|| StoreError::UnknownRun(run.to_string()))?;
+    let state: String = row.get(0);
+    Ok(LeaseNow {
+        live: state == "running" && row.get::<_, bool>(3),
+        state,
+        host: row.get(1),
+        epoch: row.get::<_, i64>(2) as u64,
+        left_ms: row.get::<_, i64>(4) as u64,
+    })
 }
 
 impl StoreError {
@@ -686,26 +715,9 @@ impl Inner {
         const OP: &str = "taking over a run";
         let epoch = on_conn!(self, OP, |c| {
             let tx = c.transaction().await.map_err(Pg::op(OP))?;
-            let row = tx
-                .query_opt(
-                    "SELECT state, owner_host, owner_epoch, expires_at > now(),
-                            greatest(0, extract(epoch FROM expires_at - now()) * 1000)::bigint
-                     FROM leases WHERE run_id = $1 FOR UPDATE",
-                    &[&run_id],
-                )
-                .await
-                .map_err(Pg::op(OP))?
-                .ok_or_else(|| StoreError::UnknownRun(run_id.clone()))?;
-            let state: String = row.get(0);
-            let host: Option<String> = row.get(1);
-            let live = state == "running" && row.get::<_, Option<bool>>(3) == Some(true);
-            if live && host.as_deref() != Some(&self.host_id) {
-                return Err(StoreError::RunOwned {
-                    run: run_id.clone(),
-                    host: host.unwrap_or_default(),
-                    epoch: row.get::<_, i64>(2) as u64,
-                    left_ms: row.get::<_, Option<i64>>(4).unwrap_or(0) as u64,
-                });
+            let l = lease_now(&tx, &run_id, true, OP).await?;
+            if let Some(e) = self.owned_elsewhere(&run_id, &l) {
+                return Err(e);
             }
             drop_torn_tail(&tx, &run_id).await?;
             let epoch: i64 = tx

@@ -157,50 +157,66 @@ pub fn with_db(admin: &str, db: &str) -> String {
     format!("{base}/{db}")
 }
 
-/// Runs SQL on the server at `url` (a small runtime of its own per call).
-pub fn sql(url: &str, statements: &str) {
-    let url = url.to_string();
-    let statements = statements.to_string();
+/// Runs `f` with a connection to the server at `url` (a small runtime of its own).
+fn with_client<T>(url: &str, f: impl AsyncFnOnce(&tokio_postgres::Client) -> T) -> T {
     rt().block_on(async move {
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
             .await
             .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
         let driver = tokio::spawn(conn);
-        client
-            .batch_execute(&statements)
-            .await
-            .unwrap_or_else(|e| panic!("{statements}: {e:?}"));
+        let out = f(&client).await;
         drop(client);
         let _ = driver.await;
-    });
+        out
+    })
+}
+
+/// Runs SQL statements on the server at `url`.
+pub fn sql(url: &str, statements: &str) {
+    with_client(url, async |c| {
+        c.batch_execute(statements)
+            .await
+            .unwrap_or_else(|e| panic!("{statements}: {e:?}"))
+    })
 }
 
 /// The rows of a query on the server at `url`, every column read as text.
 pub fn query(url: &str, q: &str) -> Vec<Vec<Option<String>>> {
-    let url = url.to_string();
-    let q = q.to_string();
-    rt().block_on(async move {
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
-        let driver = tokio::spawn(conn);
-        let msgs = client
-            .simple_query(&q)
+    with_client(url, async |c| {
+        let msgs = c
+            .simple_query(q)
             .await
             .unwrap_or_else(|e| panic!("{q}: {e}"));
-        let rows = msgs
-            .into_iter()
+        msgs.into_iter()
             .filter_map(|m| match m {
                 tokio_postgres::SimpleQueryMessage::Row(r) => {
                     Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
                 }
                 _ => None,
             })
-            .collect();
-        drop(client);
-        let _ = driver.await;
-        rows
+            .collect()
     })
+}
+
+/// A run to create in a test: every part of the header holds something.
+pub fn new_run() -> heddle_store::NewRun {
+    heddle_store::NewRun {
+        graph_name: "g.json".into(),
+        graph_bytes: br#"{"nodes":[],"edges":[]}"#.to_vec(),
+        plan: serde_json::json!({"nodes": ["a"]}),
+        inputs: std::collections::BTreeMap::from([("n".to_string(), heddle_core::Value::Int(3))]),
+        secrets: vec!["API_KEY".into()],
+        packages: std::collections::BTreeMap::from([("std".to_string(), "ab".repeat(32))]),
+        limits: serde_json::json!({"max_dispatches": 10}),
+    }
+}
+
+/// A retry-safe dispatch of `node`.
+pub fn dispatched(node: &str) -> heddle_core::Record {
+    heddle_core::Record::Dispatched {
+        occurrence: heddle_core::Occurrence::new(node, "", 0),
+        retry_safe: true,
+    }
 }
 
 fn rt() -> tokio::runtime::Runtime {
