@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use heddle_core::{Occurrence, Record};
+use heddle_store::fleet::{Fleet, Wake};
 use heddle_store::{PgOptions, PgStore, RunLog, RunStore};
 use support::new_run;
 
@@ -43,7 +44,8 @@ fn numbered(store: &dyn RunStore, run: &str) -> Vec<(String, u32)> {
 /// A run log appending through a server that is killed (`pg_ctl -m immediate`, a
 /// crash: fsync is on) and started again: the writer retries until the server is back,
 /// every record lands exactly once, in order, and every synced append that returned Ok
-/// is there.
+/// is there. The listening connection comes back too: wake-ups flow again, after one
+/// that says some may have been missed.
 #[test]
 fn a_server_restarted_under_a_run_log_loses_and_duplicates_nothing() {
     if support::skip_pg() {
@@ -63,6 +65,8 @@ fn a_server_restarted_under_a_run_log_loses_and_duplicates_nothing() {
     );
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
+    let host = PgStore::open(&url).unwrap();
+    let mut wakeups = host.subscribe().unwrap();
     let log = Arc::new(RunLog::start(store.clone(), &id, epoch, 0));
     const N: u32 = 600;
     let writer = {
@@ -96,6 +100,37 @@ fn a_server_restarted_under_a_run_log_loses_and_duplicates_nothing() {
     let want: Vec<(String, u32)> = (0..N).map(|i| ("w".to_string(), i)).collect();
     assert_eq!(got, want, "every record once, in order");
     assert!(acknowledged.iter().all(|&s| s < got.len() as u64));
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // After each "missed" a new run is queued; the one queued after the listener is
+    // back must wake it.
+    let mut missed = false;
+    let mut latest: Option<String> = None;
+    let woken = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                match wakeups.next().await {
+                    Some(Wake::Missed) => {
+                        missed = true;
+                        let id = other.create_run(&new_run()).unwrap().run_id;
+                        other.enqueue(&id).unwrap();
+                        latest = Some(id);
+                    }
+                    Some(Wake::Work { run_id }) if Some(&run_id) == latest.as_ref() => {
+                        return true;
+                    }
+                    Some(_) => {}
+                    None => return false,
+                }
+            }
+        })
+        .await
+        .expect("a wake-up after the restart")
+    });
+    assert!(missed && woken);
 }
 
 /// A TCP proxy to `upstream` whose two directions can each be black-holed: bytes are
