@@ -314,6 +314,13 @@ impl Fleet for crate::SqliteStore {
     }
 
     fn claim(&self, n: usize) -> Result<Vec<Claimed>, StoreError> {
+        if self.local.state().registered.is_none() {
+            return Err(StoreError::HostLost {
+                target: self.path().display().to_string(),
+                host_id: "local".into(),
+                why: "it is not registered".into(),
+            });
+        }
         let mut out = Vec::new();
         loop {
             if out.len() >= n {

@@ -22,6 +22,8 @@ fn queued_runs_are_claimed_once_and_handed_back(b: Backend) {
     let fresh = Fresh::new(b);
     let store = fresh.open_store();
     let (runs, fleet) = (store.runs(), store.fleet());
+    // Only a registered host claims.
+    assert!(matches!(fleet.claim(1), Err(StoreError::HostLost { .. })));
     fleet.register("http://127.0.0.1:1").unwrap();
     let ids: Vec<String> = (0..5)
         .map(|_| runs.create_run(&new_run()).unwrap().run_id)
