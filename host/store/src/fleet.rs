@@ -213,7 +213,8 @@ pub trait Fleet: Send + Sync {
     /// The outcome of command `id`, once its owner recorded one.
     fn command_outcome(&self, id: u64) -> Result<Option<serde_json::Value>, StoreError>;
 
-    /// Wake-ups for new work and commands.
+    /// Wake-ups for new work and commands committed from now on (or a `Missed`, when
+    /// they cannot be had: poll then).
     fn subscribe(&self) -> Result<Wakeups, StoreError>;
 }
 

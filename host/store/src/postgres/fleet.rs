@@ -662,6 +662,9 @@ impl Fleet for PgStore {
         self.call(|i| i.command_outcome(id))
     }
 
+    /// The first subscriber starts the listening connection and returns once it
+    /// listens (or after the operation timeout, when the database is out of reach: a
+    /// `Missed` follows once it listens), so what commits after this returns wakes it.
     fn subscribe(&self) -> Result<Wakeups, StoreError> {
         let w = self.inner.hub.subscribe();
         if !self
@@ -669,7 +672,9 @@ impl Fleet for PgStore {
             .listening
             .swap(true, std::sync::atomic::Ordering::SeqCst)
         {
-            super::listen::start(self.bridge.handle(), Arc::downgrade(&self.inner));
+            let (ready, listening) = std::sync::mpsc::sync_channel(1);
+            super::listen::start(self.bridge.handle(), Arc::downgrade(&self.inner), ready);
+            let _ = listening.recv_timeout(self.inner.op_timeout);
         }
         Ok(w)
     }

@@ -13,7 +13,12 @@ use tokio_postgres::{AsyncMessage, NoTls};
 use super::Inner;
 use crate::fleet::Wake;
 
-pub(super) fn start(rt: &tokio::runtime::Handle, inner: Weak<Inner>) {
+/// Starts listening; `ready` is told once the first `LISTEN` took effect.
+pub(super) fn start(
+    rt: &tokio::runtime::Handle,
+    inner: Weak<Inner>,
+    ready: std::sync::mpsc::SyncSender<()>,
+) {
     rt.spawn(async move {
         let mut backoff = Duration::from_millis(50);
         loop {
@@ -42,6 +47,7 @@ pub(super) fn start(rt: &tokio::runtime::Handle, inner: Weak<Inner>) {
                     .collect();
                 if client.batch_execute(&listen).await.is_ok() {
                     backoff = Duration::from_millis(50);
+                    let _ = ready.try_send(());
                     // Anything sent before LISTEN took effect was missed.
                     if let Some(i) = inner.upgrade() {
                         i.hub.send(Wake::Missed);
