@@ -57,7 +57,7 @@ pub fn describe(out: &mut String, d: &NodeDecl) {
     if !flags.is_empty() {
         let _ = write!(out, "  [{}]", flags.join(", "));
     }
-    if !d.origin.is_empty() {
+    if d.origin != heddle_core::Origin::Unnamed {
         let _ = write!(out, "  ({})", d.origin);
     }
     out.push('\n');

@@ -118,7 +118,7 @@ fn show(section: &StoreSection, run: &str, json: bool) -> anyhow::Result<Exit> {
     if let Some(e) = &view.error {
         println!("error     {e}");
     }
-    let budget = heddle_store::Budget::of(&header.run.limits);
+    let budget = header.run.limits.budget;
     let of = |limit: Option<u64>| limit.map(|l| format!(" of {l}")).unwrap_or_default();
     println!(
         "progress  {} dispatches{}, {} ms executed{}, {} records, opened {} times",
@@ -140,7 +140,10 @@ fn show(section: &StoreSection, run: &str, json: bool) -> anyhow::Result<Exit> {
         );
     }
     for (occ, o) in &view.occurrences {
-        let rejected = o.verdicts.iter().any(|v| v["verdict"] == "reject");
+        let rejected = o
+            .verdicts
+            .iter()
+            .any(|v| v.action == heddle_core::RecordedAction::Reject);
         let result = match &o.result {
             Some(Outcome::Completed { .. }) => "completed",
             Some(Outcome::Failed { .. }) => "failed",

@@ -7,14 +7,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use heddle_core::gate::{GATE_TYPE, GateAsk};
-use heddle_core::{GraphDoc, Occurrence, PauseReason, Record};
+use heddle_core::{
+    Decider, GraphDoc, Occurrence, PauseReason, Record, RecordedAction, RecordedVerdict,
+};
 use heddle_store::session::{self, Resumption, Session};
 use heddle_store::{RunStore, Stored};
 
 use crate::exit::Exit;
-
-/// Who a gate's verdict is decided by in the log.
-const DECIDED_BY: &str = "user";
 
 /// A gate approved now: recorded once the run is taken over, then run on from.
 pub struct Approval {
@@ -82,8 +81,8 @@ pub(crate) fn record_rejection(
         .into_iter()
         .map(|occurrence| Record::Verdict {
             occurrence,
-            verdict: serde_json::json!({ "verdict": "reject", "note": note }),
-            decided_by: DECIDED_BY.into(),
+            verdict: RecordedVerdict::new(RecordedAction::Reject).with_note(Some(note.into())),
+            decided_by: Decider::User,
         })
         .collect();
     let reason = format!("gate \"{}\" rejected: {note}", ask.title);
@@ -102,12 +101,11 @@ pub fn approved(records: &[Stored], now: Option<&Approval>) -> BTreeMap<String, 
         if let Record::Verdict {
             occurrence,
             verdict,
-            decided_by,
+            decided_by: Decider::User,
         } = &s.record
-            && decided_by == DECIDED_BY
-            && verdict["verdict"] == "approve"
+            && verdict.action == RecordedAction::Approve
         {
-            let note = verdict["note"].as_str().unwrap_or_default().to_string();
+            let note = verdict.note.clone().unwrap_or_default();
             out.insert(occurrence.node.clone(), note);
         }
     }
@@ -122,8 +120,8 @@ pub fn record(session: &Session, a: &Approval) -> anyhow::Result<()> {
     for occ in &a.occurrences {
         session.log.append(Record::Verdict {
             occurrence: occ.clone(),
-            verdict: serde_json::json!({ "verdict": "approve", "note": a.note }),
-            decided_by: DECIDED_BY.into(),
+            verdict: RecordedVerdict::new(RecordedAction::Approve).with_note(Some(a.note.clone())),
+            decided_by: Decider::User,
         });
     }
     session.log.flush().wait()?;

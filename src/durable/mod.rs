@@ -9,13 +9,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use heddle_core::GraphDoc;
 use heddle_core::plan::Plan;
+use heddle_core::{GraphDoc, PlanSummary};
 use heddle_kernel::runtime::RunOptions;
 use heddle_store::session::{self, Session};
 use heddle_store::status::RunView;
 use heddle_store::{
-    Budget, NewRun, RunHeader, RunState, RunStore, RunSummary, SqliteStore, StoreError,
+    Budget, NewRun, RunHeader, RunLimits, RunState, RunStore, RunSummary, SqliteStore, StoreError,
+    SuperviseMode,
 };
 use serde::Deserialize;
 
@@ -217,13 +218,17 @@ pub(crate) fn record(
     Ok(NewRun {
         graph_name,
         graph_bytes,
-        plan: plan_summary(plan),
+        plan: PlanSummary::of(plan),
         inputs: opts.inputs.clone(),
         // Secrets reach nodes through the operator's grants, by name, on every start;
         // no secret value is ever part of a run.
         secrets: Vec::new(),
         packages: used_packages(plan, &env.package_digests),
-        limits: limits(opts, budget),
+        limits: RunLimits {
+            budget,
+            node_timeout_ms: opts.node_timeout.map(|t| t.as_millis() as u64),
+            ..RunLimits::default()
+        },
     })
 }
 
@@ -252,14 +257,6 @@ fn refuse_secret_inputs(opts: &RunOptions) -> Result<(), SecretInput> {
         }),
         None => Ok(()),
     }
-}
-
-/// A run's limits as recorded: the node timeout and the budget ([`Budget::of`] reads
-/// it back).
-fn limits(opts: &RunOptions, budget: Budget) -> serde_json::Value {
-    let mut v = serde_json::to_value(budget).unwrap_or_default();
-    v["node_timeout_ms"] = serde_json::json!(opts.node_timeout.map(|t| t.as_millis() as u64));
-    v
 }
 
 impl StoreSection {
@@ -296,30 +293,12 @@ impl StoreSection {
     }
 }
 
-/// What a plan is, for the record and for `heddle runs show`.
-fn plan_summary(plan: &Plan) -> serde_json::Value {
-    let nodes: Vec<_> = plan
-        .nodes
-        .iter()
-        .map(|n| {
-            serde_json::json!({
-                "id": &*n.id,
-                "type": &*n.node_type,
-                "retry_safe": n.decl.retry_safe,
-                "origin": n.decl.origin,
-            })
-        })
-        .collect();
-    serde_json::json!({ "nodes": nodes, "edges": plan.edges.len() })
-}
-
 /// The packages (by name, with their sha256) whose node types the plan uses.
 fn used_packages(plan: &Plan, digests: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     plan.nodes
         .iter()
         .filter_map(|n| {
-            let name = n.decl.origin.strip_prefix("package:")?;
-            let name = name.split('@').next().unwrap_or(name);
+            let name = n.decl.origin.package()?;
             Some((name.to_string(), digests.get(name)?.clone()))
         })
         .collect()
@@ -368,7 +347,7 @@ pub(crate) fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value
         "error": view.error,
         "dispatches": view.dispatches,
         "execution_ms": view.execution_ms,
-        "budget": heddle_store::Budget::of(&header.run.limits),
+        "budget": header.run.limits.budget,
         "usage": view.usage(),
         "records": view.records,
         "skipped": view.skipped,
@@ -401,16 +380,12 @@ pub(crate) fn stored_graph(h: &heddle_store::RunHeader) -> anyhow::Result<GraphD
     Ok(GraphDoc::parse(&text, &h.run.graph_name)?)
 }
 
-/// The key of a run's recorded limits naming its supervisor handle: data of the run,
-/// so whoever adopts or resumes it supervises it the same way.
-pub(crate) const SUPERVISE_KEY: &str = "supervise";
-
 /// Refuses to run on, from the command line, a run recorded with interactive
 /// supervision: its failures wait for a person's verdict through `heddle serve`, and a
 /// command-line process has nobody to ask (it would fail them unasked, or run them
 /// unsupervised). Called before anything is written.
 pub(crate) fn refuse_interactive(h: &heddle_store::RunHeader) -> anyhow::Result<()> {
-    if h.run.limits[SUPERVISE_KEY].as_str() != Some("interactive") {
+    if h.run.limits.supervise != Some(SuperviseMode::Interactive) {
         return Ok(());
     }
     let id = &h.run_id;
@@ -500,9 +475,7 @@ pub(crate) fn prepare(
     let opts = RunOptions {
         secrets: crate::execute::run_secrets(env, None),
         inputs: h.run.inputs.clone(),
-        node_timeout: h.run.limits["node_timeout_ms"]
-            .as_u64()
-            .map(std::time::Duration::from_millis),
+        node_timeout: h.run.limits.node_timeout(),
         approved_gates: gates::approved(&r.records, approval),
         ..RunOptions::default()
     };

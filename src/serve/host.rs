@@ -11,7 +11,7 @@ use heddle_kernel::runtime::{Run, RunCanceller, RunOptions};
 use heddle_kernel::supervisor::{Bounds, Verdict};
 use heddle_store::session::{self, Resumption, Session};
 use heddle_store::status::RunState;
-use heddle_store::{RunStore, SqliteStore, StoreError};
+use heddle_store::{RunStore, SqliteStore, StoreError, SuperviseMode};
 use heddle_supervisor::interactive::{Answer, AnswerError, Desk, Interactive, Notice, Pending};
 use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
@@ -21,7 +21,6 @@ use super::coding::Coding;
 use super::feed::{Feed, Subscription};
 use super::mask::Mask;
 use crate::cli::Supervise;
-use crate::durable::SUPERVISE_KEY;
 use crate::durable::{self, gates};
 use crate::providers::Env;
 
@@ -210,7 +209,10 @@ impl Host {
             budget,
         )?;
         let supervise = options.supervise.unwrap_or(self.supervision.default);
-        run.limits[SUPERVISE_KEY] = supervise.as_str().into();
+        run.limits.supervise = Some(match supervise {
+            Supervise::None => SuperviseMode::None,
+            Supervise::Interactive => SuperviseMode::Interactive,
+        });
         let store = self.dyn_store();
         let (header, session) = self.on_runs(move || session::begin(store, &run)).await?;
         self.spawn(session, plan, opts, supervise);
@@ -305,9 +307,9 @@ impl Host {
             None => durable::stored_graph(&r.header)?,
         };
         let (plan, opts) = durable::prepare(&self.env, &r, &doc, approval.as_ref())?;
-        let supervise = match r.header.run.limits[SUPERVISE_KEY].as_str() {
-            Some("interactive") => Supervise::Interactive,
-            _ => Supervise::None,
+        let supervise = match r.header.run.limits.supervise {
+            Some(SuperviseMode::Interactive) => Supervise::Interactive,
+            Some(SuperviseMode::None) | None => Supervise::None,
         };
         let store = self.dyn_store();
         let session = self.on_runs(move || session::reopen(store, &r)).await?;

@@ -80,10 +80,10 @@ impl Limits {
 
     /// The limits a stored run was recorded with (the defaults for a run recorded
     /// without a watchdog).
-    pub fn stored(limits: &serde_json::Value) -> anyhow::Result<Limits> {
-        match limits.get("watchdog") {
-            None | Some(serde_json::Value::Null) => Ok(Limits::default()),
-            Some(v) => Ok(serde_json::from_value(v.clone())?),
+    pub fn stored(limits: &heddle_store::RunLimits) -> anyhow::Result<Limits> {
+        match &limits.watchdog {
+            None => Ok(Limits::default()),
+            Some(w) => Ok(w.read()?),
         }
     }
 

@@ -63,7 +63,7 @@ pub fn start(
         ..Limits::from_args(&args.watchdog)?
     };
     let mut run = crate::durable::new_run(env, &args.graph, plan, opts, budget)?;
-    run.limits["watchdog"] = serde_json::to_value(&limits)?;
+    run.limits.watchdog = Some(heddle_store::WatchdogLimits::new(&limits)?);
     let header = store.open()?.create_run(&run)?;
     eprintln!(
         "durable run {} (store {})",
@@ -132,7 +132,7 @@ pub fn resume(
     let target = Target {
         store: section.path().to_path_buf(),
         run: run.to_string(),
-        containers: has_code_nodes(&r.header.run.plan).then(|| Containers {
+        containers: r.header.run.plan.has_code_nodes().then(|| Containers {
             docker_host: runners.docker_host.clone(),
         }),
         worker: worker_command(run, json, env_args, wd)?,
@@ -185,16 +185,8 @@ fn worker_command(
     })
 }
 
-fn has_code_nodes(plan: &serde_json::Value) -> bool {
-    plan["nodes"].as_array().is_some_and(|nodes| {
-        nodes
-            .iter()
-            .any(|n| n["type"].as_str().is_some_and(|t| t.starts_with("code.")))
-    })
-}
-
-fn containers(plan: &serde_json::Value, env: &Env) -> Option<Containers> {
-    has_code_nodes(plan).then(|| Containers {
+fn containers(plan: &heddle_core::PlanSummary, env: &Env) -> Option<Containers> {
+    plan.has_code_nodes().then(|| Containers {
         docker_host: env.runners_config.docker_host.clone(),
     })
 }

@@ -50,11 +50,11 @@ pub fn run(section: &StoreSection, run: &str, json_out: bool) -> anyhow::Result<
     // Usage per node as the log knows it (reported / partial / unknown; a call
     // without a receipt is unknown, never zero); active entries carry their node's.
     let usage = view.usage();
-    let budget = heddle_store::Budget::of(&header.run.limits);
+    let budget = header.run.limits.budget;
     let spent = view.spent();
     // A node's own time limit (from the stored graph), else the run's `--node-timeout-ms`;
     // an executor's built-in default is not known here.
-    let run_timeout = header.run.limits["node_timeout_ms"].as_u64();
+    let run_timeout = header.run.limits.node_timeout_ms;
     let node_timeouts: BTreeMap<String, u64> = std::str::from_utf8(&header.run.graph_bytes)
         .ok()
         .and_then(|text| heddle_core::GraphDoc::parse(text, &header.run.graph_name).ok())

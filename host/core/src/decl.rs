@@ -42,10 +42,89 @@ pub struct NodeDecl {
     /// Capabilities the implementation wants; the operator decides what it gets.
     #[serde(default)]
     pub capabilities: Vec<CapabilityRequest>,
-    /// Where the declaration came from (`builtin`, `package:std@0.1.0`, `code`), for
-    /// listings and error messages.
+    /// Where the declaration came from, for listings, error messages and a durable
+    /// run's record of which packages it used.
     #[serde(default)]
-    pub origin: String,
+    pub origin: Origin,
+}
+
+/// Where a node type's declaration came from. Written as text (`builtin`,
+/// `package:std@0.1.0`, `code`) wherever a declaration or a durable run's plan is
+/// stored or shown; that text is parsed here only, so nothing else matches on it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// A native node of the kernel.
+    Builtin,
+    /// A node type of a WASM package; its digest is pinned by the lockfile, and a durable
+    /// run records it by `name`.
+    Package { name: String, version: String },
+    /// A code node (Python, JavaScript, Bash, shell): the language is the type's suffix
+    /// (`code.python`), which the stored text never repeated.
+    Code,
+    /// Any other provider (an embedder's executor, a test's), by the name it gave.
+    Other(String),
+    /// The declaration does not say (written as empty text).
+    #[default]
+    Unnamed,
+}
+
+impl Origin {
+    /// The package a declaration came from, if a package's.
+    pub fn package(&self) -> Option<&str> {
+        match self {
+            Origin::Package { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+
+    /// The origin the text names (the inverse of [`Origin`]'s `Display`).
+    pub fn parse(text: &str) -> Origin {
+        match text {
+            "" => Origin::Unnamed,
+            "builtin" => Origin::Builtin,
+            "code" => Origin::Code,
+            _ => match text
+                .strip_prefix("package:")
+                .and_then(|p| p.split_once('@'))
+            {
+                Some((name, version)) => Origin::Package {
+                    name: name.to_string(),
+                    version: version.to_string(),
+                },
+                None => Origin::Other(text.to_string()),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Builtin => f.write_str("builtin"),
+            Origin::Package { name, version } => write!(f, "package:{name}@{version}"),
+            Origin::Code => f.write_str("code"),
+            Origin::Other(s) => f.write_str(s),
+            Origin::Unnamed => Ok(()),
+        }
+    }
+}
+
+impl From<&str> for Origin {
+    fn from(text: &str) -> Origin {
+        Origin::parse(text)
+    }
+}
+
+impl Serialize for Origin {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Origin {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Origin, D::Error> {
+        Ok(Origin::parse(&String::deserialize(d)?))
+    }
 }
 
 /// How the actor drives the node.
@@ -200,5 +279,39 @@ impl NodeDecl {
 
     pub fn property(&self, name: &str) -> Option<&PortDecl> {
         self.properties.iter().find(|p| p.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every origin reads back from the text it is written as, and text that names no
+    /// package (no version) stays what it said rather than becoming a package.
+    #[test]
+    fn an_origin_is_its_text() {
+        let package = Origin::Package {
+            name: "std".into(),
+            version: "0.1.0".into(),
+        };
+        for (origin, text) in [
+            (Origin::Builtin, "builtin"),
+            (package.clone(), "package:std@0.1.0"),
+            (Origin::Code, "code"),
+            (Origin::Other("test".into()), "test"),
+            (Origin::Unnamed, ""),
+        ] {
+            assert_eq!(origin.to_string(), text);
+            assert_eq!(Origin::parse(text), origin);
+            let json = serde_json::to_string(&origin).unwrap();
+            assert_eq!(json, format!("\"{text}\""));
+            assert_eq!(serde_json::from_str::<Origin>(&json).unwrap(), origin);
+        }
+        assert_eq!(package.package(), Some("std"));
+        assert_eq!(Origin::Code.package(), None);
+        assert_eq!(
+            Origin::parse("package:std"),
+            Origin::Other("package:std".into())
+        );
     }
 }

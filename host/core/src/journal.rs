@@ -123,11 +123,12 @@ pub enum Record {
         occurrence: Occurrence,
         escalation: serde_json::Value,
     },
-    /// The supervisor's verdict; carried out on recovery, never asked again.
+    /// A decision about the invocation (a retry, a skip, a gate's answer); carried out
+    /// on recovery, never asked again.
     Verdict {
         occurrence: Occurrence,
-        verdict: serde_json::Value,
-        decided_by: String,
+        verdict: RecordedVerdict,
+        decided_by: Decider,
     },
     /// The run paused; the record's sequence number is the pause event id a resume names.
     Paused { pause: PauseReason },
@@ -179,6 +180,129 @@ impl Record {
             | Record::Verdict { occurrence, .. } => Some(occurrence),
             _ => None,
         }
+    }
+}
+
+/// A decision as a durable run records it. Stored as the JSON object
+/// `{"verdict": ACTION, "attempt"?, "error"?, "note"?}` that earlier runs wrote.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedVerdict {
+    #[serde(rename = "verdict")]
+    pub action: RecordedAction,
+    /// The failed attempt (from 1) that the node's own `retry` policy runs again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// The failure decided on (masked, like all text a record carries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What the decider said: a person's note, a supervisor's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl RecordedVerdict {
+    pub fn new(action: RecordedAction) -> Self {
+        RecordedVerdict {
+            action,
+            attempt: None,
+            error: None,
+            note: None,
+        }
+    }
+
+    pub fn with_error(mut self, error: impl Into<String>) -> Self {
+        self.error = Some(error.into());
+        self
+    }
+
+    pub fn with_note(mut self, note: Option<String>) -> Self {
+        self.note = note;
+        self
+    }
+}
+
+/// What a recorded decision does. A substitute is recorded as the occurrence's result
+/// and a fail as its failure, so neither is a verdict record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordedAction {
+    /// Run the occurrence again: one more dispatch, charged to the run's budget.
+    Retry,
+    /// Drop the occurrence; what depends on it is skipped.
+    Skip,
+    /// End the node's stream; what it emitted stays.
+    EndStream,
+    /// A person approved a gate.
+    Approve,
+    /// A person rejected a gate; the run was cancelled.
+    Reject,
+}
+
+/// Who made a recorded decision. (Which supervisor handle decided, the agent or a
+/// policy file, is [`crate::supervise::DecidedBy`], reported in the run's
+/// interventions.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decider {
+    /// The node's own `retry` setting.
+    RetryPolicy,
+    /// The run's supervisor.
+    Supervisor,
+    /// A person answering a gate.
+    User,
+}
+
+/// What a durable run records of its plan: for inspection (`heddle runs show`), to name
+/// the packages and kinds of node it uses, and to find the nodes of a run that never
+/// ran. Stored as `{"nodes": [{"id", "type", "retry_safe", "origin"}], "edges": N}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanSummary {
+    pub nodes: Vec<PlannedNode>,
+    /// How many edges the plan kept (after bypassed nodes were rewritten).
+    pub edges: usize,
+}
+
+/// One node of a [`PlanSummary`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedNode {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub node_type: String,
+    pub retry_safe: bool,
+    pub origin: crate::decl::Origin,
+}
+
+impl PlanSummary {
+    pub fn of(plan: &crate::plan::Plan) -> PlanSummary {
+        PlanSummary {
+            nodes: plan
+                .nodes
+                .iter()
+                .map(|n| PlannedNode {
+                    id: n.id.to_string(),
+                    node_type: n.node_type.to_string(),
+                    retry_safe: n.decl.retry_safe,
+                    origin: n.decl.origin.clone(),
+                })
+                .collect(),
+            edges: plan.edges.len(),
+        }
+    }
+
+    /// The packages whose node types the plan uses, each once.
+    pub fn packages(&self) -> std::collections::BTreeSet<&str> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.origin.package())
+            .collect()
+    }
+
+    /// Whether a node of the plan is a code node (whose containers outlive a killed
+    /// process unless someone removes them).
+    pub fn has_code_nodes(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.origin == crate::decl::Origin::Code)
     }
 }
 

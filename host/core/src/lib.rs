@@ -22,14 +22,18 @@ pub mod value;
 
 pub use builder::GraphBuilder;
 pub use decl::{
-    CapabilityKind, CapabilityRequest, NodeDecl, NodeMode, OutputCorrelation, OutputDecl, PortDecl,
+    CapabilityKind, CapabilityRequest, NodeDecl, NodeMode, Origin, OutputCorrelation, OutputDecl,
+    PortDecl,
 };
 pub use event::{
     EdgeStatus, Event, EventKind, InvocationMetrics, LogLevel, NodeOutcome, NodeReport, NodeStatus,
     RunResult, RunStatus, SkipReason, SuspendInfo, UsageState,
 };
 pub use graph::{CONTROL_HANDLE, DocError, EdgeDoc, EdgeType, GraphDoc, NodeDoc, NodeLimits};
-pub use journal::{Occurrence, OpenReason, PauseReason, Record};
+pub use journal::{
+    Decider, Occurrence, OpenReason, PauseReason, PlanSummary, PlannedNode, Record, RecordedAction,
+    RecordedVerdict,
+};
 pub use plan::{INPUT_TYPE, OUTPUT_TYPE};
 pub use types::PortType;
 pub use value::{Map, Value};

@@ -20,7 +20,7 @@ pub fn declaration() -> NodeDecl {
     d.description = "Pauses a durable run until a person approves (`heddle runs approve`) or \
         rejects (`heddle runs reject`) it; approved, it passes `value` on."
         .into();
-    d.origin = "builtin".into();
+    d.origin = heddle_core::Origin::Builtin;
     d.inputs = vec![
         PortDecl::new("value", PortType::Any)
             .describe("The upstream work under review, passed on once approved"),

@@ -81,10 +81,9 @@ impl Registry {
 }
 
 fn origin_of(d: &NodeDecl, provider: Option<&str>) -> String {
-    if !d.origin.is_empty() {
-        d.origin.clone()
-    } else {
-        provider.unwrap_or("another provider").to_string()
+    match &d.origin {
+        heddle_core::Origin::Unnamed => provider.unwrap_or("another provider").to_string(),
+        origin => origin.to_string(),
     }
 }
 

@@ -24,11 +24,11 @@ fn new_run() -> NewRun {
     NewRun {
         graph_name: "figures".into(),
         graph_bytes: b"{}".to_vec(),
-        plan: serde_json::Value::Null,
+        plan: Default::default(),
         inputs: Default::default(),
         secrets: Vec::new(),
         packages: Default::default(),
-        limits: serde_json::Value::Null,
+        limits: Default::default(),
     }
 }
 

@@ -342,11 +342,11 @@ pub(crate) mod tests {
             .create_run(&NewRun {
                 graph_name: "g".into(),
                 graph_bytes: b"{}".to_vec(),
-                plan: serde_json::json!({}),
+                plan: Default::default(),
                 inputs: Default::default(),
                 secrets: vec![],
                 packages: Default::default(),
-                limits: serde_json::json!({}),
+                limits: Default::default(),
             })
             .unwrap();
         (dir, s, h.run_id)

@@ -33,11 +33,11 @@ pub fn scratch_session(path: &Path) -> Result<Session, StoreError> {
     let run = NewRun {
         graph_name: "bench".into(),
         graph_bytes: Vec::new(),
-        plan: serde_json::Value::Null,
+        plan: Default::default(),
         inputs: Default::default(),
         secrets: Vec::new(),
         packages: Default::default(),
-        limits: serde_json::Value::Null,
+        limits: Default::default(),
     };
     Ok(session::begin(store, &run)?.1)
 }

@@ -23,15 +23,6 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// The budget in a run's recorded limits; an absent key is no limit.
-    pub fn of(limits: &serde_json::Value) -> Budget {
-        let get = |k: &str| limits.get(k).and_then(serde_json::Value::as_u64);
-        Budget {
-            max_dispatches: get("max_dispatches"),
-            time_limit_ms: get("time_limit_ms"),
-        }
-    }
-
     /// Execution time left after `spent` (zero when it is used up); `None` without a limit.
     pub fn time_left(&self, spent: &Spent) -> Option<Duration> {
         self.time_limit_ms
@@ -55,7 +46,7 @@ impl Budget {
 /// one is a further dispatch of its occurrence, charged to the dispatch budget.
 pub fn is_retry(record: &heddle_core::Record) -> bool {
     matches!(record, heddle_core::Record::Verdict { verdict, .. }
-        if verdict.get("verdict").and_then(serde_json::Value::as_str) == Some("retry"))
+        if verdict.action == heddle_core::RecordedAction::Retry)
 }
 
 /// What a run has spent, folded from its log (see [`crate::RunView`]).

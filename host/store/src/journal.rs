@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use heddle_core::{Occurrence, Record};
+use heddle_core::{Occurrence, Record, RecordedAction};
 use heddle_kernel::executor::BoxFuture;
 use heddle_kernel::{Journal, JournalError, Outputs, Prior, Refused, SealError, Step};
 
@@ -132,15 +132,13 @@ fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<
                 })
             }
             Record::Verdict { verdict, .. } => {
-                let error = verdict
-                    .get("error")
-                    .and_then(|e| e.as_str())
-                    .unwrap_or_default()
-                    .to_string();
-                match verdict.get("verdict").and_then(|v| v.as_str()) {
-                    Some("skip") => e.settled = Some(Prior::Skipped { error }),
-                    Some("end_stream") => e.settled = Some(Prior::EndedStream { error }),
-                    _ => {}
+                let error = || verdict.error.clone().unwrap_or_default();
+                match verdict.action {
+                    RecordedAction::Skip => e.settled = Some(Prior::Skipped { error: error() }),
+                    RecordedAction::EndStream => {
+                        e.settled = Some(Prior::EndedStream { error: error() })
+                    }
+                    RecordedAction::Retry | RecordedAction::Approve | RecordedAction::Reject => {}
                 }
             }
             _ => {}

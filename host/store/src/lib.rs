@@ -19,6 +19,7 @@ pub mod fault;
 pub mod fleet;
 mod journal;
 pub mod lease;
+mod limits;
 pub mod location;
 pub mod lock;
 pub mod log;
@@ -33,13 +34,14 @@ pub mod status;
 
 use std::collections::BTreeMap;
 
-use heddle_core::{Record, Value};
+use heddle_core::{PlanSummary, Record, Value};
 use serde::{Deserialize, Serialize};
 
 pub use budget::{Budget, Exhausted, Spent};
 pub use error::StoreError;
 pub use fleet::Fleet;
 pub use journal::DurableJournal;
+pub use limits::{RunLimits, SuperviseMode, WatchdogLimits};
 pub use location::{Store, StoreLocation, open};
 pub use log::{LogCounters, RunLog, SyncWait};
 pub use postgres::{PgOptions, PgStore};
@@ -59,9 +61,9 @@ pub struct NewRun {
     pub graph_name: String,
     /// The graph document's exact bytes.
     pub graph_bytes: Vec<u8>,
-    /// The plan, serialized by whoever planned it (for inspection and to detect a
-    /// rebuild that plans differently).
-    pub plan: serde_json::Value,
+    /// What the plan was (for inspection, the packages and kinds of node the run uses,
+    /// and the nodes a finished run never ran).
+    pub plan: PlanSummary,
     /// Resolved input values. Never secret values: see `secrets`.
     pub inputs: BTreeMap<String, Value>,
     /// Names of secrets the run may use; values are looked up again on every start.
@@ -69,7 +71,7 @@ pub struct NewRun {
     /// sha256 (hex) of every package the run uses, by package name.
     pub packages: BTreeMap<String, String>,
     /// Run limits and budgets (node timeout, dispatch budget, run time limit, …).
-    pub limits: serde_json::Value,
+    pub limits: RunLimits,
 }
 
 /// A stored run's fixed part, as created.

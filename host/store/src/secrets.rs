@@ -14,7 +14,7 @@
 //! JSON text, where a secret holding a quote or a backslash would be escaped.
 
 use heddle_core::supervise::Redactor;
-use heddle_core::{PauseReason, Record, Value};
+use heddle_core::{PauseReason, Record, RecordedVerdict, Value};
 
 /// The masking of `secrets` (empty ones are ignored), or `None` when there is nothing
 /// to mask. What the run log and the store's other writes mask records with.
@@ -136,16 +136,17 @@ pub fn mask_record(r: &Redactor, record: Record) -> Record {
         }
         Record::Verdict {
             occurrence,
-            mut verdict,
+            verdict,
             decided_by,
-        } => {
-            mask_json(r, &mut verdict);
-            Record::Verdict {
-                occurrence,
-                verdict,
-                decided_by,
-            }
-        }
+        } => Record::Verdict {
+            occurrence,
+            verdict: RecordedVerdict {
+                error: verdict.error.map(text),
+                note: verdict.note.map(text),
+                ..verdict
+            },
+            decided_by,
+        },
         Record::Paused {
             pause: PauseReason::Suspend { node, reason },
         } => Record::Paused {
@@ -173,7 +174,7 @@ pub fn mask_record(r: &Redactor, record: Record) -> Record {
 mod tests {
     use super::*;
     use heddle_core::supervise::RedactLimits;
-    use heddle_core::{InvocationMetrics, Occurrence, RunStatus};
+    use heddle_core::{Decider, InvocationMetrics, Occurrence, RecordedAction, RunStatus};
 
     #[test]
     fn values_are_checked_and_text_masked_structurally() {
@@ -211,8 +212,10 @@ mod tests {
             &r,
             Record::Verdict {
                 occurrence,
-                verdict: serde_json::json!({"verdict": "fail", "note": "key s3cr\"et", "s3cr\"et": 1}),
-                decided_by: "user".into(),
+                verdict: RecordedVerdict::new(RecordedAction::Skip)
+                    .with_error("upstream said s3cr\"et")
+                    .with_note(Some("key s3cr\"et".into())),
+                decided_by: Decider::Supervisor,
             },
         );
         let text = serde_json::to_string(&verdict).unwrap();

@@ -72,7 +72,7 @@ fn open(
     reoffer: &dyn Fn(&Occurrence) -> bool,
 ) -> Result<Session, StoreError> {
     let run_id = header.run_id.as_str();
-    let budget = Budget::of(&header.run.limits);
+    let budget = header.run.limits.budget;
     let spent = RunView::fold(records, |_| false).spent();
     let epoch = store.acquire(run_id)?;
     if !records.is_empty() {
@@ -498,13 +498,7 @@ fn never_ran(header: &RunHeader, view: &RunView, reason: SkipReason) -> Vec<(Str
     let Ok(doc) = heddle_core::GraphDoc::parse(text, &header.run.graph_name) else {
         return Vec::new();
     };
-    let planned: Vec<String> = match header.run.plan["nodes"].as_array() {
-        Some(nodes) => nodes
-            .iter()
-            .filter_map(|n| n["id"].as_str().map(str::to_string))
-            .collect(),
-        None => doc.nodes.iter().map(|n| n.id.clone()).collect(),
-    };
+    let planned: Vec<String> = header.run.plan.nodes.iter().map(|n| n.id.clone()).collect();
     // Per node: whether an invocation completed, and whether one is open.
     let mut completed = BTreeSet::new();
     let mut recorded = BTreeSet::new();
@@ -613,11 +607,22 @@ mod tests {
             run: crate::NewRun {
                 graph_name: "g.json".into(),
                 graph_bytes: doc.to_string().into_bytes(),
-                plan: serde_json::json!({"nodes": ids.iter().map(|id| serde_json::json!({"id": id})).collect::<Vec<_>>()}),
+                plan: heddle_core::PlanSummary {
+                    nodes: ids
+                        .iter()
+                        .map(|id| heddle_core::PlannedNode {
+                            id: id.to_string(),
+                            node_type: "t".into(),
+                            retry_safe: false,
+                            origin: heddle_core::Origin::Unnamed,
+                        })
+                        .collect(),
+                    edges: 7,
+                },
                 inputs: Default::default(),
                 secrets: Vec::new(),
                 packages: Default::default(),
-                limits: serde_json::json!({}),
+                limits: Default::default(),
             },
         };
         let occ = |n: &str| Occurrence::new(n, "", 0);

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use heddle_core::{
-    InvocationMetrics, Occurrence, OpenReason, PauseReason, Record, RunStatus, UsageState, Value,
+    InvocationMetrics, Occurrence, OpenReason, PauseReason, Record, RecordedAction,
+    RecordedVerdict, RunStatus, UsageState, Value,
 };
 use serde::Serialize;
 
@@ -75,7 +76,7 @@ pub struct OccurrenceView {
     pub metrics: Option<InvocationMetrics>,
     /// Supervisor verdicts in order (carried out on recovery, never asked again).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub verdicts: Vec<serde_json::Value>,
+    pub verdicts: Vec<RecordedVerdict>,
 }
 
 /// One node's provider usage as far as the log knows it.
@@ -268,9 +269,7 @@ impl RunView {
             .map(|o| {
                 o.verdicts
                     .iter()
-                    .filter(|d| {
-                        d.get("verdict").and_then(serde_json::Value::as_str) == Some("retry")
-                    })
+                    .filter(|d| d.action == RecordedAction::Retry)
                     .count()
             })
             .sum();

@@ -12,11 +12,11 @@ fn new_run() -> NewRun {
     NewRun {
         graph_name: "g.json".into(),
         graph_bytes: br#"{"nodes":[],"edges":[]}"#.to_vec(),
-        plan: serde_json::json!({}),
+        plan: Default::default(),
         inputs: BTreeMap::new(),
         secrets: Vec::new(),
         packages: BTreeMap::new(),
-        limits: serde_json::json!({}),
+        limits: Default::default(),
     }
 }
 

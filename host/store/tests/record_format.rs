@@ -7,18 +7,23 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use heddle_core::{InvocationMetrics, Map, Occurrence, Record, Value};
-use heddle_store::{NewRun, RunStore, SqliteStore, StoreError};
+use heddle_core::{
+    Decider, InvocationMetrics, Map, Occurrence, Origin, PlanSummary, PlannedNode, Record,
+    RecordedAction, RecordedVerdict, Value,
+};
+use heddle_store::{
+    Budget, NewRun, RunLimits, RunStore, SqliteStore, StoreError, SuperviseMode, WatchdogLimits,
+};
 
 fn new_run() -> NewRun {
     NewRun {
         graph_name: "g.json".into(),
         graph_bytes: b"{}".to_vec(),
-        plan: serde_json::Value::Null,
+        plan: PlanSummary::default(),
         inputs: BTreeMap::new(),
         secrets: Vec::new(),
         packages: BTreeMap::new(),
-        limits: serde_json::Value::Null,
+        limits: RunLimits::default(),
     }
 }
 
@@ -468,4 +473,269 @@ fn a_version_4_store_migrates_and_its_rows_read_as_one_record_each() {
         rows_of(&path, &id).last().unwrap(),
         &(13, "packed".to_string())
     );
+}
+
+// What is stored as JSON text and was once assembled from JSON bags: verdicts, and a
+// run's plan and limits. Each literal below is what heddle wrote before these were
+// typed (taken from runs of the real binary: `heddle run --durable` with a `retry`
+// policy, a `--policy` skip, a gate approved and one rejected, `--watchdog`, and a run
+// created through `heddle serve`). The tests prove that what is written now is the
+// same text to the byte, and that the old text reads back to the same record.
+
+/// Verdicts as each writer stored them: the node's own `retry` policy, a supervisor's
+/// retry (with and without a decider's note), skip and end_stream, and a person's
+/// answer to a gate.
+const VERDICTS: &[&str] = &[
+    r#"{"kind":"verdict","occurrence":{"node":"parse","key":"each:item=1"},"verdict":{"verdict":"retry","attempt":1,"error":"invalid JSON: expected value at line 1 column 1"},"decided_by":"retry_policy"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"fetch"},"verdict":{"verdict":"retry"},"decided_by":"supervisor"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"fetch","n":2},"verdict":{"verdict":"retry","note":"upstream is back"},"decided_by":"supervisor"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"parse","key":"each:item=1"},"verdict":{"verdict":"skip","error":"invalid JSON: expected value at line 1 column 1"},"decided_by":"supervisor"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"parse"},"verdict":{"verdict":"skip","error":"boom","note":"not needed this week"},"decided_by":"supervisor"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"sum"},"verdict":{"verdict":"end_stream","error":"overflow"},"decided_by":"supervisor"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"approve_release"},"verdict":{"verdict":"approve","note":"looks ok"},"decided_by":"user"}"#,
+    r#"{"kind":"verdict","occurrence":{"node":"approve_release"},"verdict":{"verdict":"reject","note":"not today"},"decided_by":"user"}"#,
+];
+
+/// The verdict records [`VERDICTS`] holds, built as their writers build them.
+fn verdicts() -> Vec<Record> {
+    use RecordedAction::*;
+    let v =
+        |node: &str, key: &str, n: u32, verdict: RecordedVerdict, by: Decider| Record::Verdict {
+            occurrence: Occurrence::new(node, key, n),
+            verdict,
+            decided_by: by,
+        };
+    let parse_error = "invalid JSON: expected value at line 1 column 1";
+    let note = |n: &str| Some(n.to_string());
+    vec![
+        v(
+            "parse",
+            "each:item=1",
+            0,
+            RecordedVerdict {
+                attempt: Some(1),
+                ..RecordedVerdict::new(Retry).with_error(parse_error)
+            },
+            Decider::RetryPolicy,
+        ),
+        v(
+            "fetch",
+            "",
+            0,
+            RecordedVerdict::new(Retry).with_note(None),
+            Decider::Supervisor,
+        ),
+        v(
+            "fetch",
+            "",
+            2,
+            RecordedVerdict::new(Retry).with_note(note("upstream is back")),
+            Decider::Supervisor,
+        ),
+        v(
+            "parse",
+            "each:item=1",
+            0,
+            RecordedVerdict::new(Skip).with_error(parse_error),
+            Decider::Supervisor,
+        ),
+        v(
+            "parse",
+            "",
+            0,
+            RecordedVerdict::new(Skip)
+                .with_error("boom")
+                .with_note(note("not needed this week")),
+            Decider::Supervisor,
+        ),
+        v(
+            "sum",
+            "",
+            0,
+            RecordedVerdict::new(EndStream).with_error("overflow"),
+            Decider::Supervisor,
+        ),
+        v(
+            "approve_release",
+            "",
+            0,
+            RecordedVerdict::new(Approve).with_note(note("looks ok")),
+            Decider::User,
+        ),
+        v(
+            "approve_release",
+            "",
+            0,
+            RecordedVerdict::new(Reject).with_note(note("not today")),
+            Decider::User,
+        ),
+    ]
+}
+
+/// The text body of single row `key`.
+fn text_body(path: &Path, run: &str, key: i64) -> String {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.query_row(
+        "SELECT body FROM events WHERE run_id = ?1 AND seq = ?2",
+        rusqlite::params![run, key],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+#[test]
+fn verdicts_are_stored_as_before_and_old_ones_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let recs = verdicts();
+    for (seq, r) in recs.iter().enumerate() {
+        store
+            .append(&id, epoch, seq as u64, std::slice::from_ref(r), false)
+            .unwrap();
+    }
+    for (seq, text) in VERDICTS.iter().enumerate() {
+        assert_eq!(&text_body(&path, &id, seq as i64), text, "record {seq}");
+    }
+    assert_eq!(records(&store, &id, 0), recs);
+
+    // The same text written by an older heddle (a row per record, version 4) reads back
+    // as the same records.
+    let old = store.create_run(&new_run()).unwrap().run_id;
+    drop(store);
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        for (seq, body) in VERDICTS.iter().enumerate() {
+            let crc = crc(&old, seq as u64, "verdict", body.as_bytes());
+            c.execute(
+                "INSERT INTO events (run_id, seq, at_ms, kind, body, crc) VALUES (?1, ?2, 0, 'verdict', ?3, ?4)",
+                rusqlite::params![old, seq as i64, body, crc as i64],
+            )
+            .unwrap();
+        }
+        c.pragma_update(None, "user_version", 4).unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(records(&store, &old, 0), recs);
+}
+
+/// Plans as stored: built-in, package and code nodes.
+const PLAN: &str = r#"{"nodes":[{"id":"items","type":"heddle.input","retry_safe":false,"origin":"builtin"},{"id":"parse","type":"std.json.parse","retry_safe":true,"origin":"package:std@0.1.0"},{"id":"sh","type":"code.bash","retry_safe":false,"origin":"code"},{"id":"numbers","type":"heddle.output","retry_safe":false,"origin":"builtin"}],"edges":3}"#;
+
+/// Limits as stored: a budget and a node timeout (`heddle run --durable`), none of
+/// them, the watchdog's (`heddle run --watchdog`), and the server's supervision.
+const LIMITS: &[&str] = &[
+    r#"{"max_dispatches":10,"time_limit_ms":60000,"node_timeout_ms":5000}"#,
+    r#"{"node_timeout_ms":null}"#,
+    r#"{"node_timeout_ms":null,"watchdog":{"max_restarts":2,"backoff_initial_ms":100,"backoff_max_ms":5000,"run_time_limit_ms":null,"output_limit_bytes":1000000}}"#,
+    r#"{"time_limit_ms":300,"node_timeout_ms":null,"supervise":"interactive"}"#,
+    r#"{"node_timeout_ms":null,"supervise":"none"}"#,
+];
+
+/// The plan [`PLAN`] holds, built as its writer builds it.
+fn plan() -> PlanSummary {
+    let node = |id: &str, ty: &str, retry_safe: bool, origin: Origin| PlannedNode {
+        id: id.into(),
+        node_type: ty.into(),
+        retry_safe,
+        origin,
+    };
+    PlanSummary {
+        nodes: vec![
+            node("items", "heddle.input", false, Origin::Builtin),
+            node(
+                "parse",
+                "std.json.parse",
+                true,
+                Origin::Package {
+                    name: "std".into(),
+                    version: "0.1.0".into(),
+                },
+            ),
+            node("sh", "code.bash", false, Origin::Code),
+            node("numbers", "heddle.output", false, Origin::Builtin),
+        ],
+        edges: 3,
+    }
+}
+
+/// The limits [`LIMITS`] holds, built as their writers build them.
+fn limits() -> Vec<RunLimits> {
+    let budget = |max_dispatches, time_limit_ms| Budget {
+        max_dispatches,
+        time_limit_ms,
+    };
+    // The watchdog's own limits, which the store keeps as the watchdog encodes them.
+    let watchdog = WatchdogLimits::new(&serde_json::json!({
+        "max_restarts": 2, "backoff_initial_ms": 100, "backoff_max_ms": 5000,
+        "run_time_limit_ms": null, "output_limit_bytes": 1000000
+    }))
+    .unwrap();
+    vec![
+        RunLimits {
+            budget: budget(Some(10), Some(60000)),
+            node_timeout_ms: Some(5000),
+            ..RunLimits::default()
+        },
+        RunLimits::default(),
+        RunLimits {
+            watchdog: Some(watchdog),
+            ..RunLimits::default()
+        },
+        RunLimits {
+            budget: budget(None, Some(300)),
+            supervise: Some(SuperviseMode::Interactive),
+            ..RunLimits::default()
+        },
+        RunLimits {
+            supervise: Some(SuperviseMode::None),
+            ..RunLimits::default()
+        },
+    ]
+}
+
+/// A run header's text columns as stored.
+fn header_text(path: &Path, run: &str) -> (String, String) {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.query_row(
+        "SELECT plan, limits FROM runs WHERE run_id = ?1",
+        [run],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .unwrap()
+}
+
+#[test]
+fn plans_and_limits_are_stored_as_before_and_old_ones_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    for (text, limits) in LIMITS.iter().zip(limits()) {
+        let run = NewRun {
+            plan: plan(),
+            limits,
+            ..new_run()
+        };
+        let h = store.create_run(&run).unwrap();
+        assert_eq!(
+            header_text(&path, &h.run_id),
+            (PLAN.to_string(), text.to_string())
+        );
+        assert_eq!(store.header(&h.run_id).unwrap().run, run);
+    }
+
+    // The same text written by an older heddle reads back as the same header.
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    for (text, limits) in LIMITS.iter().zip(limits()) {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute(
+            "UPDATE runs SET plan = ?2, limits = ?3 WHERE run_id = ?1",
+            rusqlite::params![id, PLAN, text],
+        )
+        .unwrap();
+        let h = store.header(&id).unwrap();
+        assert_eq!((h.run.plan, h.run.limits), (plan(), limits));
+    }
 }

@@ -393,8 +393,9 @@ fn the_journal_applies_the_crash_table_from_the_log(b: Backend) {
         start("skipped"),
         Record::Verdict {
             occurrence: occ("skipped"),
-            verdict: serde_json::json!({"verdict": "skip", "error": "boom"}),
-            decided_by: "policy".into(),
+            verdict: heddle_core::RecordedVerdict::new(heddle_core::RecordedAction::Skip)
+                .with_error("boom"),
+            decided_by: heddle_core::Decider::Supervisor,
         },
     ];
     store.append(&id, epoch, 0, &recs, true).unwrap();

@@ -274,7 +274,10 @@ impl WasmPackage {
     }
 
     fn set_decls(&mut self, raw: Vec<WitNodeDecl>, path: &Path) -> Result<(), PackageError> {
-        let origin = format!("package:{}@{}", self.manifest.name, self.manifest.version);
+        let origin = heddle_core::Origin::Package {
+            name: self.manifest.name.clone(),
+            version: self.manifest.version.clone(),
+        };
         for d in raw {
             let bad = |message: String| PackageError::BadDecl {
                 path: path.to_path_buf(),

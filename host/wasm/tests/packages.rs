@@ -28,10 +28,12 @@ async fn install_list_verify_load_remove() {
             .iter()
             .any(|d| d.type_name == "hostile.spin")
     );
-    assert!(
-        pkg.declarations()[0]
-            .origin
-            .starts_with("package:hostile@0.1.0")
+    assert_eq!(
+        pkg.declarations()[0].origin,
+        heddle_core::Origin::Package {
+            name: "hostile".into(),
+            version: "0.1.0".into()
+        }
     );
 
     let list = store.list().unwrap();

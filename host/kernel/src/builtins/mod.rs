@@ -33,7 +33,7 @@ fn decl(type_name: &str, title: &str, description: &str) -> NodeDecl {
     let mut d = NodeDecl::new(type_name);
     d.title = title.into();
     d.description = description.into();
-    d.origin = "builtin".into();
+    d.origin = heddle_core::Origin::Builtin;
     d
 }
 

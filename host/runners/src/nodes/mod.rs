@@ -67,7 +67,7 @@ impl CodeNodes {
         // cannot promise that every node of it is hermetic.
         decl.retry_safe = false;
         decl.dynamic_inputs = true;
-        decl.origin = "code".into();
+        decl.origin = heddle_core::Origin::Code;
         decl.inputs = vec![
             PortDecl::new("input", PortType::Any)
                 .describe("Available to the code as the variable `input`"),

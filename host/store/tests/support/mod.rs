@@ -203,11 +203,28 @@ pub fn new_run() -> heddle_store::NewRun {
     heddle_store::NewRun {
         graph_name: "g.json".into(),
         graph_bytes: br#"{"nodes":[],"edges":[]}"#.to_vec(),
-        plan: serde_json::json!({"nodes": ["a"]}),
+        plan: heddle_core::PlanSummary {
+            nodes: vec![heddle_core::PlannedNode {
+                id: "a".into(),
+                node_type: "std.json.parse".into(),
+                retry_safe: true,
+                origin: heddle_core::Origin::Package {
+                    name: "std".into(),
+                    version: "0.1.0".into(),
+                },
+            }],
+            edges: 0,
+        },
         inputs: std::collections::BTreeMap::from([("n".to_string(), heddle_core::Value::Int(3))]),
         secrets: vec!["API_KEY".into()],
         packages: std::collections::BTreeMap::from([("std".to_string(), "ab".repeat(32))]),
-        limits: serde_json::json!({"max_dispatches": 10}),
+        limits: heddle_store::RunLimits {
+            budget: heddle_store::Budget {
+                max_dispatches: Some(10),
+                time_limit_ms: None,
+            },
+            ..Default::default()
+        },
     }
 }
 

@@ -107,7 +107,7 @@ fn depths(plan: &Plan, feed: &[Option<u32>]) -> Vec<u32> {
 fn native(node: &PlanNode) -> bool {
     &*node.node_type == INPUT_TYPE
         || &*node.node_type == OUTPUT_TYPE
-        || node.decl.origin == "builtin"
+        || node.decl.origin == heddle_core::Origin::Builtin
 }
 
 impl Fusion {

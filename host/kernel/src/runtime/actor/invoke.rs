@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
-use heddle_core::{EventKind, InvocationMetrics, Occurrence, Record};
+use heddle_core::{
+    Decider, EventKind, InvocationMetrics, Occurrence, Record, RecordedAction, RecordedVerdict,
+};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -258,12 +260,12 @@ impl Actor {
                         if let Some((j, occ)) = journal {
                             j.append(Record::Verdict {
                                 occurrence: occ.clone(),
-                                verdict: serde_json::json!({
-                                    "verdict": "retry",
-                                    "attempt": attempt,
-                                    "error": e.message,
-                                }),
-                                decided_by: "retry_policy".into(),
+                                verdict: RecordedVerdict {
+                                    attempt: Some(attempt),
+                                    ..RecordedVerdict::new(RecordedAction::Retry)
+                                        .with_error(e.message.clone())
+                                },
+                                decided_by: Decider::RetryPolicy,
                             });
                         }
                         self.backoff(wait, attempt, &e).await?;
@@ -311,11 +313,9 @@ impl Actor {
                             if let Some((j, occ)) = journal {
                                 let record = Record::Verdict {
                                     occurrence: occ.clone(),
-                                    verdict: noted(
-                                        serde_json::json!({ "verdict": "retry" }),
-                                        self.decision_note.take(),
-                                    ),
-                                    decided_by: "supervisor".into(),
+                                    verdict: RecordedVerdict::new(RecordedAction::Retry)
+                                        .with_note(self.decision_note.take()),
+                                    decided_by: Decider::Supervisor,
                                 };
                                 Box::pin(self.append_synced(j, record)).await?;
                             }
@@ -633,13 +633,4 @@ async fn deadline_sleep(deadline: Option<Instant>) {
         Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
     }
-}
-
-/// A verdict record's body with the decider's note, when there is one (a verdict
-/// recorded without one reads as no note).
-pub(super) fn noted(mut verdict: serde_json::Value, note: Option<String>) -> serde_json::Value {
-    if let Some(n) = note {
-        verdict["note"] = n.into();
-    }
-    verdict
 }

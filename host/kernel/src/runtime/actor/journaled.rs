@@ -6,7 +6,10 @@
 
 use std::sync::Arc;
 
-use heddle_core::{InvocationMetrics, Occurrence, Record, SuspendInfo, Value};
+use heddle_core::{
+    Decider, InvocationMetrics, Occurrence, Record, RecordedAction, RecordedVerdict, SuspendInfo,
+    Value,
+};
 
 use super::invoke::{Ahead, Invocation, Settled};
 
@@ -109,18 +112,17 @@ impl Actor {
                 metrics: InvocationMetrics::default(),
             },
             Ok(Settled::Skipped { error }) | Ok(Settled::Ended { error }) => {
-                let verdict = if matches!(settled, Ok(Settled::Skipped { .. })) {
-                    "skip"
+                let action = if matches!(settled, Ok(Settled::Skipped { .. })) {
+                    RecordedAction::Skip
                 } else {
-                    "end_stream"
+                    RecordedAction::EndStream
                 };
                 Record::Verdict {
                     occurrence: occ,
-                    verdict: super::invoke::noted(
-                        serde_json::json!({ "verdict": verdict, "error": error }),
-                        self.decision_note.take(),
-                    ),
-                    decided_by: "supervisor".into(),
+                    verdict: RecordedVerdict::new(action)
+                        .with_error(error.clone())
+                        .with_note(self.decision_note.take()),
+                    decided_by: Decider::Supervisor,
                 }
             }
             // A retry-safe invocation records no dispatch while it runs; one that suspends

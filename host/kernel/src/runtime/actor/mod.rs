@@ -246,7 +246,7 @@ pub(crate) struct ActorSpec {
 pub(crate) fn runs_now(decl: &NodeDecl, contract: bool, shared: &Shared) -> bool {
     // A journaled run recomputes retry-safe built-ins instead of recording them (see
     // `Actor::recomputed`), so they need no attempt there either.
-    decl.origin == "builtin"
+    decl.origin == heddle_core::Origin::Builtin
         && decl.mode == NodeMode::Buffered
         && !contract
         && shared.escalator.is_none()
@@ -314,7 +314,7 @@ pub(crate) struct Actor {
     /// the same `Arc` every time, so a hop finds its port by address, not by comparing
     /// names. (Held, so the address cannot be reused for another name meanwhile.)
     hot_port: Option<(Arc<str>, usize)>,
-    /// A native built-in (`origin == "builtin"`): no metrics to collect.
+    /// A native built-in (`Origin::Builtin`): no metrics to collect.
     native: bool,
     /// Invocations may go through [`Executor::invoke_now`]: the node's executor does
     /// the work, and nothing around it (journal record, supervisor, output contract,
@@ -365,7 +365,7 @@ impl Actor {
         let open = spec.handles.iter().map(|h| h.upstream).collect();
         let node_token = InvToken(Arc::new(shared.run_token.clone()));
         let has_mints = spec.ports.iter().any(|p| p.mints.is_some());
-        let native = spec.decl.origin == "builtin";
+        let native = spec.decl.origin == heddle_core::Origin::Builtin;
         let now = matches!(spec.role, NodeRole::Executor)
             && runs_now(&spec.decl, spec.contract.is_some(), &shared);
         Actor {
@@ -439,7 +439,7 @@ impl Actor {
             && self.spec.controllers == 0
             && matches!(self.spec.role, NodeRole::Executor)
             && matches!(self.spec.decl.mode, NodeMode::Buffered)
-            && self.spec.decl.origin == "builtin"
+            && self.spec.decl.origin == heddle_core::Origin::Builtin
     }
 
     fn emit(&self, kind: EventKind) {
