@@ -75,11 +75,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         let bytes = heddle_runtime::durable::read_graph(&args.graph)?;
         let run = runtime.new_run(graph.clone(), bytes, &plan, &opts, budget)?;
         let (header, drive) = runtime.blocking_begin(store.open()?, &run, plan, opts)?;
-        eprintln!(
-            "durable run {} (store {})",
-            header.run_id,
-            store.path().display()
-        );
+        eprintln!("durable run {} (store {})", header.run_id, store.location());
         drive
     } else {
         Drive::in_memory(plan, opts)

@@ -32,6 +32,8 @@ pub fn command(dir: &Path) -> Command {
         "HEDDLE_SUPERVISOR_PRICE",
         "HEDDLE_SUPERVISOR_API_KEY",
         "OPENAI_API_KEY",
+        // A store the test did not choose (every test names its own).
+        "HEDDLE_STORE_URL",
     ] {
         c.env_remove(k);
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use heddle_runners::RunnersConfig;
 use heddle_store::artifacts::ArtifactPolicy;
 use heddle_store::session::Session;
-use heddle_store::{Budget, RunStore, SqliteStore, StoreError};
+use heddle_store::{Budget, RunStore, SqliteStore, StoreError, StoreLocation};
 use heddle_wasm::{PackageStore, WasmConfig, WasmHost};
 use serde::Deserialize;
 
@@ -167,6 +167,8 @@ struct StoreSection {
     #[serde(default)]
     path: Option<PathBuf>,
     #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
     durable: bool,
     #[serde(default)]
     max_dispatches: Option<u64>,
@@ -191,6 +193,9 @@ const MAX_RUN_BYTES: u64 = 1 << 40;
 pub struct StoreSettings {
     /// The run store file (default `.heddle/runs.db`, relative to the config file).
     pub path: PathBuf,
+    /// A PostgreSQL store (`[store] url = "postgres://…"`), used over `path`; the
+    /// `HEDDLE_STORE_URL` environment variable is used over both ([`Self::location`]).
+    pub url: Option<String>,
     /// Every run is durable unless asked otherwise.
     pub durable: bool,
     /// The budget of every durable run that sets none of its own.
@@ -208,6 +213,7 @@ impl Default for StoreSettings {
     fn default() -> StoreSettings {
         StoreSettings {
             path: PathBuf::from(heddle_store::DEFAULT_PATH),
+            url: None,
             durable: false,
             max_dispatches: None,
             time_limit_ms: None,
@@ -269,6 +275,7 @@ impl StoreSettings {
                 Some(p) => config.resolve(&p),
                 None => PathBuf::from(heddle_store::DEFAULT_PATH),
             },
+            url: s.url.filter(|u| !u.is_empty()),
             durable: s.durable,
             max_dispatches: s.max_dispatches,
             time_limit_ms: s.time_limit_ms,
@@ -277,29 +284,55 @@ impl StoreSettings {
         })
     }
 
-    /// The run store file.
+    /// The run store file. With a PostgreSQL store ([`Self::location`]) the file itself
+    /// is not used, but its directory still holds what is local to this machine
+    /// (watchdog locks and state, the server's token).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Opens the run store, creating it when there is none.
-    pub fn open(&self) -> Result<Arc<dyn RunStore>, StoreError> {
-        Ok(Arc::new(self.open_sqlite()?))
+    /// Where the runs are: `HEDDLE_STORE_URL` when set, else `[store] url`, else the
+    /// file at [`Self::path`].
+    pub fn location(&self) -> StoreLocation {
+        StoreLocation::resolve(self.url.as_deref(), Some(&self.path))
     }
 
-    /// The store file, opened; an older schema brought up to date is said (a person
-    /// should know their store file was rewritten, and from which version).
-    pub fn open_sqlite(&self) -> Result<SqliteStore, StoreError> {
-        let store = SqliteStore::open(self.path())?;
-        if let Some(u) = store.upgrade() {
-            tracing::info!("run store {}: {u}", self.path().display());
+    /// Opens the run store, creating it when there is none (a PostgreSQL database's
+    /// tables are created in it on first use).
+    pub fn open(&self) -> Result<Arc<dyn RunStore>, StoreError> {
+        let store = heddle_store::open(&self.location())?;
+        if let heddle_store::Store::Sqlite(s) = &store {
+            said_upgrade(s);
         }
+        Ok(store.runs())
+    }
+
+    /// The store file, opened; an older schema brought up to date is said. Refused when
+    /// the runs are in PostgreSQL: what calls this (`heddle serve`, through its store
+    /// lease) owns a whole store from one process, which several hosts on one database
+    /// do not do yet.
+    pub fn open_sqlite(&self) -> Result<SqliteStore, Error> {
+        let path = match self.location() {
+            StoreLocation::Sqlite(p) => p,
+            StoreLocation::Postgres(_) => {
+                return Err(refused!(
+                    "run store {}: `heddle serve` keeps its runs in one SQLite file for now; several hosts on one PostgreSQL database are the next step (issue 29). Serve from a store file (unset HEDDLE_STORE_URL and [store] url), or use `heddle run --durable` and `heddle runs …` with this database",
+                    self.location()
+                )
+                .into());
+            }
+        };
+        let store = SqliteStore::open(&path)?;
+        said_upgrade(&store);
         Ok(store)
     }
 
-    /// Opens a store that must already exist: reading or resuming never creates one.
+    /// Opens a store that must already exist: reading or resuming never creates a
+    /// store file. (A PostgreSQL database is always there: it is opened.)
     pub fn open_existing(&self) -> Result<Option<Arc<dyn RunStore>>, StoreError> {
-        if !self.path().exists() {
+        if let StoreLocation::Sqlite(p) = self.location()
+            && !p.exists()
+        {
             return Ok(None);
         }
         Ok(Some(self.open()?))
@@ -348,6 +381,14 @@ impl StoreSettings {
                 ..self.artifacts.clone()
             },
         });
+    }
+}
+
+/// Says an older store file brought up to date (a person should know their store file
+/// was rewritten, and from which version).
+fn said_upgrade(store: &SqliteStore) {
+    if let Some(u) = store.upgrade() {
+        tracing::info!("run store {}: {u}", store.path().display());
     }
 }
 
@@ -405,5 +446,40 @@ impl ServeSettings {
                     .unwrap_or(DEFAULT_LEASE_TTL_MS),
             ),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(toml: &str) -> StoreSettings {
+        let config = Config::parse(toml, Path::new("/cfg/heddle.toml")).unwrap();
+        StoreSettings::load(&config).unwrap()
+    }
+
+    /// `[store] url` is used over `[store] path` (`HEDDLE_STORE_URL` over both, which
+    /// `StoreLocation::resolve` tests; the test environment sets none), and what owns a
+    /// whole store file (`heddle serve`) refuses a database as a request it cannot do
+    /// yet, before connecting anywhere.
+    #[test]
+    fn a_store_url_is_used_over_the_path_and_a_file_only_owner_refuses_it() {
+        let url = "postgres://h@127.0.0.1:1/db";
+        let s = store(&format!("[store]\npath = \"runs.db\"\nurl = \"{url}\"\n"));
+        assert_eq!(s.location(), StoreLocation::Postgres(url.into()));
+        match s.open_sqlite() {
+            Err(Error::Refused(r)) => assert!(
+                r.to_string()
+                    .contains("several hosts on one PostgreSQL database are the next step"),
+                "{r}"
+            ),
+            other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+        }
+        let s = store("[store]\npath = \"runs.db\"\n");
+        assert_eq!(s.location(), StoreLocation::Sqlite("/cfg/runs.db".into()));
+        assert_eq!(
+            store("").location(),
+            StoreLocation::Sqlite(heddle_store::DEFAULT_PATH.into())
+        );
     }
 }

@@ -48,7 +48,10 @@ pub struct Ownable {
 }
 
 /// The run store of `settings` with its lease: where a server's kind of store is chosen.
-pub fn open(settings: &StoreSettings) -> Result<Ownable, StoreError> {
+/// A PostgreSQL store is refused ([`StoreSettings::open_sqlite`]): a server owns its
+/// whole store through this one lease, and the per-run leases several hosts share on
+/// one database ([`heddle_store::Fleet`]) are not driven by a server yet.
+pub fn open(settings: &StoreSettings) -> Result<Ownable, heddle_runtime::Error> {
     let store = Arc::new(settings.open_sqlite()?);
     Ok(Ownable {
         runs: store.clone(),

@@ -117,6 +117,74 @@ impl From<ArtifactError> for StoreError {
     }
 }
 
+/// What every store checks before it stores `bytes` for `run`: the per-artifact limit and
+/// known secrets. Returns the bytes' digest.
+pub(crate) fn admit(
+    run: &str,
+    bytes: &[u8],
+    policy: &ArtifactPolicy,
+) -> Result<String, ArtifactError> {
+    let size = bytes.len() as u64;
+    if size > policy.max_artifact_bytes {
+        return Err(ArtifactError::TooLarge {
+            run: run.to_string(),
+            size,
+            limit: policy.max_artifact_bytes,
+        });
+    }
+    if policy
+        .known_secrets
+        .iter()
+        .any(|s| contains(bytes, s.as_bytes()))
+    {
+        return Err(ArtifactError::KnownSecret {
+            run: run.to_string(),
+        });
+    }
+    Ok(crate::sha256_hex(bytes))
+}
+
+/// The run's quota, checked for `size` new bytes when `used` are stored already.
+pub(crate) fn within_quota(
+    run: &str,
+    used: u64,
+    size: u64,
+    policy: &ArtifactPolicy,
+) -> Result<(), ArtifactError> {
+    if used + size > policy.max_run_bytes {
+        return Err(ArtifactError::Quota {
+            run: run.to_string(),
+            size,
+            used,
+            quota: policy.max_run_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// The bytes found for `artifact` (`None`: nothing stored), verified against its digest.
+pub(crate) fn verified(
+    run: &str,
+    artifact: &ArtifactRef,
+    bytes: Option<Vec<u8>>,
+) -> Result<Vec<u8>, ArtifactError> {
+    let Some(bytes) = bytes else {
+        return Err(ArtifactError::Missing {
+            run: run.to_string(),
+            sha256: artifact.sha256.clone(),
+        });
+    };
+    let found = crate::sha256_hex(&bytes);
+    if found != artifact.sha256 {
+        return Err(ArtifactError::Corrupt {
+            run: run.to_string(),
+            sha256: artifact.sha256.clone(),
+            found,
+        });
+    }
+    Ok(bytes)
+}
+
 impl SqliteStore {
     /// Stores `bytes` for `run` under the policy (once: the same bytes again cost
     /// nothing) and, with `name`, points that name at them.
@@ -128,23 +196,7 @@ impl SqliteStore {
         policy: &ArtifactPolicy,
     ) -> Result<ArtifactRef, ArtifactError> {
         let size = bytes.len() as u64;
-        if size > policy.max_artifact_bytes {
-            return Err(ArtifactError::TooLarge {
-                run: run.to_string(),
-                size,
-                limit: policy.max_artifact_bytes,
-            });
-        }
-        if policy
-            .known_secrets
-            .iter()
-            .any(|s| contains(bytes, s.as_bytes()))
-        {
-            return Err(ArtifactError::KnownSecret {
-                run: run.to_string(),
-            });
-        }
-        let sha256 = crate::sha256_hex(bytes);
+        let sha256 = admit(run, bytes, policy)?;
         self.with_db(|db| -> Result<(), ArtifactError> {
             let tx = rusqlite::Transaction::new_unchecked(
                 db,
@@ -169,15 +221,7 @@ impl SqliteStore {
                         |r| r.get(0),
                     )
                     .map_err(StoreError::sql("storing an artifact"))?;
-                let used = used as u64;
-                if used + size > policy.max_run_bytes {
-                    return Err(ArtifactError::Quota {
-                        run: run.to_string(),
-                        size,
-                        used,
-                        quota: policy.max_run_bytes,
-                    });
-                }
+                within_quota(run, used as u64, size, policy)?;
                 tx.execute(
                     "INSERT INTO artifacts (run_id, sha256, size, bytes) VALUES (?1, ?2, ?3, ?4)",
                     params![run, sha256, size as i64, bytes],
@@ -304,21 +348,7 @@ impl SqliteStore {
             .optional()
             .map_err(StoreError::sql("reading an artifact"))
         })?;
-        let Some(bytes) = bytes else {
-            return Err(ArtifactError::Missing {
-                run: run.to_string(),
-                sha256: artifact.sha256.clone(),
-            });
-        };
-        let found = crate::sha256_hex(&bytes);
-        if found != artifact.sha256 {
-            return Err(ArtifactError::Corrupt {
-                run: run.to_string(),
-                sha256: artifact.sha256.clone(),
-                found,
-            });
-        }
-        Ok(bytes)
+        verified(run, artifact, bytes)
     }
 }
 
@@ -343,51 +373,5 @@ pub(crate) mod tests {
             })
             .unwrap();
         (dir, s, h.run_id)
-    }
-
-    #[test]
-    fn artifacts_are_stored_once_verified_on_read_and_bounded() {
-        let (_d, s, run) = store();
-        let policy = ArtifactPolicy {
-            max_artifact_bytes: 10,
-            max_run_bytes: 15,
-            known_secrets: vec!["hunter2".into(), String::new()],
-        };
-        let a = s
-            .put_artifact(&run, Some("final"), b"0123456789", &policy)
-            .unwrap();
-        assert_eq!(a.size, 10);
-        assert_eq!(s.named_artifact(&run, "final").unwrap(), Some(a.clone()));
-        assert_eq!(s.get_artifact(&run, &a).unwrap(), b"0123456789");
-        // The same bytes again cost no quota.
-        s.put_artifact(&run, None, b"0123456789", &policy).unwrap();
-        let e = s
-            .put_artifact(&run, None, b"abcdefgh", &policy)
-            .unwrap_err();
-        assert_eq!(e.code(), "STORAGE_LIMIT_EXCEEDED", "{e}");
-        let e = s
-            .put_artifact(&run, None, b"01234567890", &policy)
-            .unwrap_err();
-        assert_eq!(e.code(), "STORAGE_LIMIT_EXCEEDED", "{e}");
-        let e = s
-            .put_artifact(&run, None, b"xhunter2x", &policy)
-            .unwrap_err();
-        assert_eq!(e.code(), "KNOWN_SECRET");
-        assert!(!e.to_string().contains("hunter2"), "{e}");
-        // Bytes changed on disk are caught on read.
-        s.with_db(|db| {
-            db.execute("UPDATE artifacts SET bytes = x'00'", [])
-                .unwrap();
-        });
-        let e = s.get_artifact(&run, &a).unwrap_err();
-        assert_eq!(e.code(), "TERMINAL_ARTIFACT", "{e}");
-        let gone = ArtifactRef {
-            sha256: "00".into(),
-            size: 0,
-        };
-        assert!(matches!(
-            s.get_artifact(&run, &gone).unwrap_err(),
-            ArtifactError::Missing { .. }
-        ));
     }
 }

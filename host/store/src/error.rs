@@ -130,6 +130,92 @@ pub enum StoreError {
         epoch: u64,
         why: String,
     },
+    /// A `postgres://` URL that cannot be used (`url` has its password masked).
+    #[error("run store URL `{url}` is not usable: {detail}")]
+    BadUrl { url: String, detail: String },
+    /// The PostgreSQL server said no, or could not be reached, when the store opened.
+    #[error("{target}: cannot open the run store: {why}")]
+    Connect {
+        target: String,
+        why: crate::postgres::ConnectFailure,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The schema the store uses holds something that is not a Heddle run store.
+    #[error(
+        "{target}: schema `{schema}` is not a Heddle run store ({detail}); nothing was changed. Point [store] url at another database, or give Heddle a schema of its own"
+    )]
+    ForeignSchema {
+        target: String,
+        schema: String,
+        detail: String,
+    },
+    #[error(
+        "{target}: the run store (schema `{schema}`) has schema version {found}, newer than this heddle supports ({supported}); use a newer heddle"
+    )]
+    NewerPgSchema {
+        target: String,
+        schema: String,
+        found: i64,
+        supported: i64,
+    },
+    /// A PostgreSQL statement failed for a reason other than the connection.
+    #[error("run store: {op}")]
+    Pg {
+        op: &'static str,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The database could not be reached while doing `op` (connection refused or lost,
+    /// or no answer within the store's operation timeout). Nothing was reported
+    /// written: an append that failed so may or may not have committed, and a retry of
+    /// the same records finds out ([`crate::RunStore::append_frames`]).
+    #[error("{target}: the run store is unreachable while {op}")]
+    Unavailable {
+        target: String,
+        op: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Another live host registered under the same id.
+    #[error(
+        "{target}: host id `{host_id}` is taken by a live host (process {pid} on {hostname}, lease for {left_ms} ms more); give each host its own id"
+    )]
+    HostIdTaken {
+        target: String,
+        host_id: String,
+        hostname: String,
+        pid: u32,
+        left_ms: u64,
+    },
+    /// This host's registration expired or was taken by another process with the same
+    /// id: it must stop claiming and driving runs.
+    #[error("{target}: host `{host_id}` is no longer registered ({why}); it stops claiming runs")]
+    HostLost {
+        target: String,
+        host_id: String,
+        why: String,
+    },
+    /// The run's lease is held by another live host.
+    #[error(
+        "run {run} is owned by host `{host}` (lease epoch {epoch}, {left_ms} ms left); send the request to a host's API, or wait for the lease to expire"
+    )]
+    RunOwned {
+        run: String,
+        host: String,
+        epoch: u64,
+        left_ms: u64,
+    },
+    /// The run's lease this process held expired (no renewal in time) or went to another
+    /// host: nothing more of it is written.
+    #[error("run {run}: this process's lease (epoch {epoch}) is lost: {why}; it stops writing")]
+    RunLeaseLost {
+        run: String,
+        epoch: u64,
+        why: String,
+    },
+    #[error("no command {0} in the run store")]
+    UnknownCommand(u64),
     #[error("the run log stopped writing after an error")]
     WriterStopped(#[source] std::sync::Arc<StoreError>),
     #[error("the run log writer is gone (the log was closed)")]
@@ -161,11 +247,13 @@ impl StoreError {
         matches!(
             self,
             StoreError::UnknownRun(_)
+                | StoreError::UnknownCommand(_)
                 | StoreError::NotResumable { .. }
                 | StoreError::Live { .. }
                 | StoreError::Owned { .. }
                 | StoreError::PauseMismatch { .. }
                 | StoreError::AlreadyEnded { .. }
+                | StoreError::RunOwned { .. }
         )
     }
 
@@ -178,12 +266,24 @@ impl StoreError {
         )
     }
 
+    /// The store could not be reached for a moment (a dropped connection, a server
+    /// restarting, no answer in time): the same call may succeed later. Everything else
+    /// is final.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
+
     pub fn is_bad_store(&self) -> bool {
         matches!(
             self,
             StoreError::NotADatabase { .. }
                 | StoreError::Foreign { .. }
                 | StoreError::NewerSchema { .. }
+                | StoreError::BadUrl { .. }
+                | StoreError::Connect { .. }
+                | StoreError::ForeignSchema { .. }
+                | StoreError::NewerPgSchema { .. }
+                | StoreError::HostIdTaken { .. }
         )
     }
 }

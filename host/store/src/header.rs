@@ -103,6 +103,89 @@ pub fn verify(h: &StoredHeader<'_>, stored: Option<&str>) -> Result<(), StoreErr
     Ok(())
 }
 
+/// The columns of a [`HeaderRow`] in both stores' `runs` table, in its field order.
+pub(crate) const COLUMNS: &str =
+    "created_ms, graph_name, graph_bytes, graph_sha256, plan, inputs, secrets, packages, limits";
+
+/// A header's fields as a store keeps them (the structured ones as JSON text), owned:
+/// what every store writes at [`crate::RunStore::create_run`] and reads back at
+/// [`crate::RunStore::header`], so both stores checksum and verify the same bytes the
+/// same way.
+pub(crate) struct HeaderRow {
+    pub created_ms: u64,
+    pub graph_name: String,
+    pub graph_bytes: Vec<u8>,
+    pub graph_sha256: String,
+    pub plan: String,
+    pub inputs: String,
+    pub secrets: String,
+    pub packages: String,
+    pub limits: String,
+}
+
+impl HeaderRow {
+    /// `run` as it is stored, created at `created_ms`.
+    pub(crate) fn new(run: &crate::NewRun, created_ms: u64) -> HeaderRow {
+        use crate::sqlite::to_json;
+        HeaderRow {
+            created_ms,
+            graph_name: run.graph_name.clone(),
+            graph_bytes: run.graph_bytes.clone(),
+            graph_sha256: crate::sha256_hex(&run.graph_bytes),
+            plan: to_json(&run.plan),
+            inputs: to_json(&run.inputs),
+            secrets: to_json(&run.secrets),
+            packages: to_json(&run.packages),
+            limits: to_json(&run.limits),
+        }
+    }
+
+    pub(crate) fn stored<'a>(&'a self, run_id: &'a str) -> StoredHeader<'a> {
+        StoredHeader {
+            run_id,
+            created_ms: self.created_ms,
+            graph_name: &self.graph_name,
+            graph_bytes: &self.graph_bytes,
+            graph_sha256: &self.graph_sha256,
+            plan: &self.plan,
+            inputs: &self.inputs,
+            secrets: &self.secrets,
+            packages: &self.packages,
+            limits: &self.limits,
+        }
+    }
+
+    /// The checksums to store beside this row ([`sums`]).
+    pub(crate) fn sums(&self, run_id: &str) -> String {
+        sums(&self.stored(run_id))
+    }
+
+    /// The header this row holds, once its stored bytes match `stored_sums` ([`verify`]):
+    /// nothing is decoded before.
+    pub(crate) fn into_header(
+        self,
+        run_id: &str,
+        stored_sums: Option<&str>,
+    ) -> Result<crate::RunHeader, StoreError> {
+        use crate::sqlite::from_json;
+        verify(&self.stored(run_id), stored_sums)?;
+        Ok(crate::RunHeader {
+            run_id: run_id.to_string(),
+            created_ms: self.created_ms,
+            run: crate::NewRun {
+                plan: from_json(run_id, "plan", &self.plan)?,
+                inputs: from_json(run_id, "inputs", &self.inputs)?,
+                secrets: from_json(run_id, "secret names", &self.secrets)?,
+                packages: from_json(run_id, "package digests", &self.packages)?,
+                limits: from_json(run_id, "limits", &self.limits)?,
+                graph_name: self.graph_name,
+                graph_bytes: self.graph_bytes,
+            },
+            graph_sha256: self.graph_sha256,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,8 +5,9 @@
 //! (secrets by name only), the digests of every package it uses, its limits, and an
 //! append-only event log of [`Record`]s with gapless per-run sequence numbers and a
 //! checksum per record. The kernel never sees this crate: it writes through its journal
-//! seam, and [`RunStore`] is the seam below, so a PostgreSQL store for several hosts
-//! fits beside [`SqliteStore`] without touching either.
+//! seam, and [`RunStore`] is the seam below: [`SqliteStore`] (one file, one host) and
+//! [`PgStore`] (one database, several hosts, [`Fleet`]) implement it, and [`open`] picks
+//! one from a [`StoreLocation`].
 
 pub mod artifacts;
 #[cfg(feature = "bench")]
@@ -18,12 +19,15 @@ mod codec;
 mod error;
 #[doc(hidden)]
 pub mod fault;
+pub mod fleet;
 pub mod header;
 mod journal;
 pub mod lease;
 mod limits;
+pub mod location;
 pub mod lock;
 pub mod log;
+pub mod postgres;
 mod rows;
 mod schema;
 pub mod secrets;
@@ -39,9 +43,12 @@ use serde::{Deserialize, Serialize};
 
 pub use budget::{Budget, Exhausted, Spent};
 pub use error::StoreError;
+pub use fleet::Fleet;
 pub use journal::DurableJournal;
 pub use limits::{RunLimits, SuperviseMode, WatchdogLimits};
+pub use location::{Store, StoreLocation, open};
 pub use log::{LogCounters, RunLog, SyncWait};
+pub use postgres::{PgOptions, PgStore};
 pub use rows::Frames;
 pub use schema::Upgrade;
 pub use sqlite::SqliteStore;
@@ -195,6 +202,18 @@ pub trait RunStore: Send + Sync {
         run_id: &str,
         artifact: &artifacts::ArtifactRef,
     ) -> Result<Vec<u8>, artifacts::ArtifactError>;
+
+    /// The artifact `name` of `run_id` points at, if any.
+    fn named_artifact(
+        &self,
+        run_id: &str,
+        name: &str,
+    ) -> Result<Option<artifacts::ArtifactRef>, artifacts::ArtifactError> {
+        Ok(self
+            .named_artifacts(run_id)?
+            .into_iter()
+            .find_map(|(n, a)| (n == name).then_some(a)))
+    }
 }
 
 /// sha256 of `bytes`, lower-case hex.

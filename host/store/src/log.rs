@@ -6,7 +6,9 @@
 //! its batch a synced commit and the caller waits for it; everything else is committed
 //! without a sync and the caller never waits. Because batches commit in order, the log on
 //! disk is always a prefix of what was appended: a crash loses at most an unsynced tail,
-//! never a record before one that survived.
+//! never a record before one that survived. A batch the store cannot take for a moment
+//! (a database connection that dropped) is retried with backoff before the log gives up
+//! ([`RETRY_FOR`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,6 +30,16 @@ const MAX_BATCH: usize = 4096;
 /// transaction per window. A crash may lose the window: only retry-safe results and
 /// dispatch records of work that had not started yet, which recovery runs again.
 const GROUP_WINDOW: Duration = Duration::from_millis(2);
+
+/// How long the writer keeps retrying a batch the store could not take for a moment
+/// ([`StoreError::is_transient`]: a dropped connection, a restarting server). Past it
+/// the log stops with the error; a store whose lease ran out meanwhile refuses the
+/// batch for good before then (the lease lasts [`crate::lease::TTL`]).
+const RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// The first and the longest pause between retries.
+const RETRY_FIRST: Duration = Duration::from_millis(10);
+const RETRY_MAX: Duration = Duration::from_secs(1);
 
 type Reply = oneshot::Sender<Result<(), Arc<StoreError>>>;
 
@@ -318,6 +330,30 @@ impl Drop for RunLog {
     }
 }
 
+/// Commits `batch`, retrying with backoff while the store fails it for a moment. The
+/// batch stays the same, records appended meanwhile queue behind it, and nobody waiting
+/// on it is answered before it commits or the log stops: a lost connection never drops
+/// a record silently. A retry of a batch whose first attempt committed with its answer
+/// lost succeeds without writing it twice (the store recognizes its own rows).
+fn append_retrying(
+    store: &dyn RunStore,
+    epoch: u64,
+    batch: &Frames,
+    sync: bool,
+) -> Result<(), StoreError> {
+    let started = Instant::now();
+    let mut pause = RETRY_FIRST;
+    loop {
+        match store.append_frames(epoch, batch, sync) {
+            Err(e) if e.is_transient() && started.elapsed() + pause < RETRY_FOR => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(RETRY_MAX);
+            }
+            r => return r,
+        }
+    }
+}
+
 /// The writer thread: waits for a batch to be due, takes it (leaving `spare`, emptied, in
 /// its place) and commits it, until the log is closed or fails.
 fn write_loop(store: Arc<dyn RunStore>, epoch: u64, shared: &Shared, mut spare: Frames) {
@@ -351,7 +387,7 @@ fn write_loop(store: Arc<dyn RunStore>, epoch: u64, shared: &Shared, mut spare: 
         q.since = None;
         let ending = q.closed || q.failed.is_some();
         drop(q);
-        let result = store.append_frames(epoch, &batch, sync);
+        let result = append_retrying(&*store, epoch, &batch, sync);
         match result {
             Ok(()) => {
                 let c = &shared.counting;

@@ -24,7 +24,7 @@ use heddle_core::Record;
 use rusqlite::types::ValueRef;
 
 use crate::codec::{self, Form};
-use crate::{StoreError, Stored};
+use crate::{LogRead, StoreError, Stored};
 
 /// The `kind` column of a packed row. No record kind is spelled like it (a debug
 /// assertion in [`lay_out`] says so).
@@ -316,29 +316,57 @@ pub(crate) struct Checked<'a> {
     pub body: &'a [u8],
 }
 
-/// Checks the row `seq, at_ms, kind, body, crc` of `run`'s log, keeping the records from
-/// `from` on. A record that fails its checksum with a verified one after it in the same
-/// row was altered, not torn: that is [`StoreError::Corrupt`] at once.
-pub(crate) fn check<'a>(
-    run: &str,
-    row: &'a rusqlite::Row<'_>,
-    from: u64,
-) -> Result<Checked<'a>, StoreError> {
+/// One stored row as the database gave it, before anything is trusted: a column that
+/// is missing or of the wrong type is `None` (the row then verifies as nothing). The
+/// SQLite store reads its columns by type (a text body is JSON, a blob binary); the
+/// PostgreSQL store keeps the form in a column of its own.
+pub(crate) struct RawRow<'a> {
+    pub seq: Option<i64>,
+    pub at_ms: Option<i64>,
+    pub kind: Option<&'a [u8]>,
+    pub body: Option<(Form, &'a [u8])>,
+    pub crc: Option<i64>,
+}
+
+/// The row `seq, at_ms, kind, body, crc` of an SQLite query, as a [`RawRow`].
+pub(crate) fn raw<'a>(row: &'a rusqlite::Row<'_>) -> Result<RawRow<'a>, StoreError> {
     let col = |i| {
         row.get_ref(i)
             .map_err(StoreError::sql("reading a run's log"))
     };
     let (seq, at_ms, kind, body, crc) = (col(0)?, col(1)?, col(2)?, col(3)?, col(4)?);
-    // A key that is not an integer cannot be a row of this table (it is the primary key
-    // with a NOT NULL integer affinity); read it as anything at all to name the place.
-    let last = match seq {
-        ValueRef::Integer(s) => s as u64,
-        _ => 0,
+    let int = |v: ValueRef<'_>| match v {
+        ValueRef::Integer(i) => Some(i),
+        _ => None,
     };
-    let at_ms = match at_ms {
-        ValueRef::Integer(t) => t as u64,
-        _ => 0,
-    };
+    Ok(RawRow {
+        seq: int(seq),
+        at_ms: int(at_ms),
+        kind: match kind {
+            ValueRef::Text(k) => Some(k),
+            _ => None,
+        },
+        body: match body {
+            ValueRef::Text(t) => Some((Form::Json, t)),
+            ValueRef::Blob(b) => Some((Form::Binary, b)),
+            _ => None,
+        },
+        crc: int(crc),
+    })
+}
+
+/// Checks one row of `run`'s log, keeping the records from `from` on. A record that
+/// fails its checksum with a verified one after it in the same row was altered, not
+/// torn: that is [`StoreError::Corrupt`] at once.
+pub(crate) fn check_raw<'a>(
+    run: &str,
+    row: RawRow<'a>,
+    from: u64,
+) -> Result<Checked<'a>, StoreError> {
+    // A key that is not an integer cannot be a row of the table (it is the primary key,
+    // a NOT NULL integer); read it as anything at all to name the place.
+    let last = row.seq.unwrap_or(0) as u64;
+    let at_ms = row.at_ms.unwrap_or(0) as u64;
     let unverifiable = |body: &'a [u8]| Checked {
         first: None,
         last,
@@ -348,14 +376,11 @@ pub(crate) fn check<'a>(
         kept: 0,
         body,
     };
-    let (ValueRef::Integer(_), ValueRef::Text(kind), ValueRef::Integer(crc)) = (seq, kind, crc)
-    else {
+    let (Some(_), Some(kind), Some(crc)) = (row.seq, row.kind, row.crc) else {
         return Ok(unverifiable(&[]));
     };
-    let (form, body) = match body {
-        ValueRef::Text(t) => (Form::Json, t),
-        ValueRef::Blob(b) => (Form::Binary, b),
-        _ => return Ok(unverifiable(&[])),
+    let Some((form, body)) = row.body else {
+        return Ok(unverifiable(&[]));
     };
     let Ok(kind) = std::str::from_utf8(kind) else {
         return Ok(unverifiable(body));
@@ -481,13 +506,139 @@ fn parse_frame(body: &[u8], at: usize) -> Option<(RawFrame<'_>, usize)> {
 
 /// A packed body holding only the first `kept` bytes of `body` (header included) and
 /// `count` records: what a repair writes back in place of a row with a torn tail.
-pub(crate) fn truncated(body: &[u8], kept: usize, count: u32) -> Vec<u8> {
+fn truncated(body: &[u8], kept: usize, count: u32) -> Vec<u8> {
     let mut b = body[..kept].to_vec();
     b[1..HEADER].copy_from_slice(&count.to_le_bytes());
     b
 }
 
 /// The header checksum of a packed row of `run` keyed `last`.
-pub(crate) fn packed_crc(run: &str, last: u64, body: &[u8]) -> u32 {
+fn packed_crc(run: &str, last: u64, body: &[u8]) -> u32 {
     checksum(&run_hasher(run), last, PACKED, &body[..HEADER])
+}
+
+/// What repairs a torn tail ([`Checked::unverified`] in the log's last row): the row
+/// keyed `key` goes, and a packed row that verified up to the tear comes back holding
+/// only the records before it (`keep`: its key, body, header checksum and time).
+pub(crate) struct Repair {
+    pub key: u64,
+    pub keep: Option<(u64, Vec<u8>, u32, u64)>,
+}
+
+/// The repair of `checked` (the log's last row of `run`), or `None` when it verified.
+pub(crate) fn torn_repair(run: &str, checked: &Checked<'_>) -> Option<Repair> {
+    let torn = checked.unverified?;
+    let keep = match checked.first {
+        Some(first) if first < torn => {
+            let last = torn - 1;
+            let body = truncated(checked.body, checked.kept, (torn - first) as u32);
+            let crc = packed_crc(run, last, &body);
+            Some((last, body, crc, checked.at_ms))
+        }
+        _ => None,
+    };
+    Some(Repair {
+        key: checked.last,
+        keep,
+    })
+}
+
+/// Reads a run's log row by row in key order ([`crate::RunStore::read`] of either store):
+/// places each row after the one before, verifies every record, and tells a torn tail
+/// (failed records at the very end) from corruption (a failed record with anything
+/// after it) and from a gap.
+pub(crate) struct LogReader<'r> {
+    run: &'r str,
+    from: u64,
+    expected: u64,
+    /// Records that failed their checksum: a torn tail only if nothing follows.
+    bad: Option<u64>,
+    first_row: bool,
+    out: LogRead,
+}
+
+impl<'r> LogReader<'r> {
+    pub(crate) fn new(run: &'r str, from: u64) -> LogReader<'r> {
+        LogReader {
+            run,
+            from,
+            expected: from,
+            bad: None,
+            first_row: true,
+            out: LogRead::default(),
+        }
+    }
+
+    /// The next row (rows come in key order, from the one holding `from`).
+    pub(crate) fn row(&mut self, row: RawRow<'_>) -> Result<(), StoreError> {
+        let run = self.run;
+        if let Some(b) = self.bad {
+            return Err(StoreError::Corrupt {
+                run: run.to_string(),
+                seq: b,
+                detail: "checksum mismatch".into(),
+            });
+        }
+        let checked = check_raw(run, row, self.from)?;
+        // A row whose header does not verify holds nothing that can be placed: it
+        // counts as unverified from where the log should go on.
+        let first = checked.first.unwrap_or(self.expected);
+        // The first row may begin before `from` (it holds `from`); every later one
+        // begins where the one before ended.
+        let placed = if self.first_row {
+            first <= self.expected && self.expected <= checked.last
+        } else {
+            first == self.expected
+        };
+        if !placed {
+            return Err(StoreError::Gap {
+                run: run.to_string(),
+                expected: self.expected,
+                found: first,
+            });
+        }
+        self.first_row = false;
+        for f in &checked.frames {
+            self.out.records.push(f.stored(run, checked.at_ms)?);
+        }
+        self.bad = match checked.first {
+            None => Some(self.expected),
+            Some(_) => checked.unverified.map(|u| u.max(self.from)),
+        };
+        self.expected = checked.last + 1;
+        Ok(())
+    }
+
+    pub(crate) fn finish(mut self) -> LogRead {
+        self.out.torn_tail = self.bad;
+        self.out
+    }
+}
+
+/// Adds the lifecycle row `row` of `run` to `out` ([`crate::RunStore::read_lifecycle`]):
+/// lifecycle records are rows of their own; one that fails its checksum is a torn tail
+/// when it is the log's last row (`last`: the log's last key), and left out as `read`
+/// leaves it out, else corruption.
+pub(crate) fn lifecycle_row(
+    run: &str,
+    row: RawRow<'_>,
+    last: Option<i64>,
+    out: &mut Vec<Stored>,
+) -> Result<(), StoreError> {
+    let checked = check_raw(run, row, 0)?;
+    match checked.unverified {
+        None => {
+            for f in &checked.frames {
+                out.push(f.stored(run, checked.at_ms)?);
+            }
+            Ok(())
+        }
+        // A torn tail, as `read` treats it: the record never happened.
+        Some(_) if Some(checked.last as i64) == last => Ok(()),
+        Some(seq) => Err(StoreError::Corrupt {
+            run: run.to_string(),
+            seq,
+            detail: "checksum mismatch".into(),
+        }),
+    }
 }

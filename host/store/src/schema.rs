@@ -9,6 +9,7 @@ use std::path::Path;
 use rusqlite::Connection;
 
 use crate::StoreError;
+use crate::header::HeaderRow;
 
 /// "HDRS" (Heddle run store) in the SQLite header's application id.
 pub const APPLICATION_ID: i64 = 0x4844_5253;
@@ -121,48 +122,33 @@ fn checksum_headers(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<u64> {
     if !has_column {
         tx.execute_batch("ALTER TABLE runs ADD COLUMN header_sums TEXT;")?;
     }
-    type Row = (String, i64, String, Vec<u8>, String, [String; 5]);
-    let rows: Vec<Row> = {
-        let mut q = tx.prepare(
-            "SELECT run_id, created_ms, graph_name, graph_bytes, graph_sha256, plan, inputs,
-                    secrets, packages, limits FROM runs WHERE header_sums IS NULL",
-        )?;
+    let rows: Vec<(String, HeaderRow)> = {
+        let mut q = tx.prepare(&format!(
+            "SELECT run_id, {} FROM runs WHERE header_sums IS NULL",
+            crate::header::COLUMNS
+        ))?;
         q.query_map([], |r| {
             Ok((
                 r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                [r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?, r.get(9)?],
+                HeaderRow {
+                    created_ms: r.get::<_, i64>(1)? as u64,
+                    graph_name: r.get(2)?,
+                    graph_bytes: r.get(3)?,
+                    graph_sha256: r.get(4)?,
+                    plan: r.get(5)?,
+                    inputs: r.get(6)?,
+                    secrets: r.get(7)?,
+                    packages: r.get(8)?,
+                    limits: r.get(9)?,
+                },
             ))
         })?
         .collect::<Result<_, _>>()?
     };
-    for (
-        run_id,
-        created_ms,
-        graph_name,
-        graph_bytes,
-        graph_sha256,
-        [plan, inputs, secrets, packages, limits],
-    ) in &rows
-    {
-        let sums = crate::header::sums(&crate::header::StoredHeader {
-            run_id,
-            created_ms: *created_ms as u64,
-            graph_name,
-            graph_bytes,
-            graph_sha256,
-            plan,
-            inputs,
-            secrets,
-            packages,
-            limits,
-        });
+    for (run_id, row) in &rows {
         tx.execute(
             "UPDATE runs SET header_sums = ?2 WHERE run_id = ?1",
-            rusqlite::params![run_id, sums],
+            rusqlite::params![run_id, row.sums(run_id)],
         )?;
     }
     Ok(rows.len() as u64)

@@ -245,6 +245,11 @@ impl Referenced {
     pub fn contains(&self, sha256: &str) -> bool {
         self.digests.contains(sha256)
     }
+
+    /// Every digest referred to (a store that filters in its query takes them all).
+    pub(crate) fn digests(&self) -> Vec<String> {
+        self.digests.iter().cloned().collect()
+    }
 }
 
 /// Every reference anywhere in `json` (keeping a lookalike too only keeps a blob).

@@ -15,6 +15,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 
 use crate::clock::now_ms;
+use crate::header::HeaderRow;
 use crate::{
     Frames, LogRead, NewRun, RunHeader, RunStore, RunSummary, StoreError, Stored, codec, fault,
     lease, rows, schema,
@@ -34,6 +35,9 @@ pub struct SqliteStore {
     lease_epoch: AtomicU64,
     /// What opening the file changed in it (an older schema brought up to date).
     upgrade: Option<schema::Upgrade>,
+    /// The one host's queue and commands ([`crate::fleet::Local`]).
+    pub(crate) local: crate::fleet::Local,
+    pub(crate) hub: crate::fleet::Hub,
 }
 
 pub(crate) struct Conn {
@@ -77,6 +81,8 @@ impl SqliteStore {
             reader: Mutex::new(None),
             lease_epoch: AtomicU64::new(0),
             upgrade,
+            local: Default::default(),
+            hub: crate::fleet::Hub::new(),
         })
     }
 
@@ -161,7 +167,7 @@ impl SqliteStore {
 }
 
 /// A run id: creation time (base 36, so ids sort by age) and 16 random bits.
-fn new_run_id(created_ms: u64) -> String {
+pub(crate) fn new_run_id(created_ms: u64) -> String {
     let mut n = created_ms;
     let mut digits = Vec::new();
     while n > 0 {
@@ -238,12 +244,12 @@ fn insert_sql(rows: usize) -> String {
     sql
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> String {
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
     // Serializing plain data (maps with string keys, values) cannot fail.
     serde_json::to_string(v).expect("run data serializes")
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(
     run: &str,
     what: &'static str,
     text: &str,
@@ -259,26 +265,8 @@ impl RunStore for SqliteStore {
     fn create_run(&self, run: &NewRun) -> Result<RunHeader, StoreError> {
         let created_ms = now_ms();
         let run_id = new_run_id(created_ms);
-        let graph_sha256 = crate::sha256_hex(&run.graph_bytes);
-        let (plan, inputs, secrets, packages, limits) = (
-            to_json(&run.plan),
-            to_json(&run.inputs),
-            to_json(&run.secrets),
-            to_json(&run.packages),
-            to_json(&run.limits),
-        );
-        let sums = crate::header::sums(&crate::header::StoredHeader {
-            run_id: &run_id,
-            created_ms,
-            graph_name: &run.graph_name,
-            graph_bytes: &run.graph_bytes,
-            graph_sha256: &graph_sha256,
-            plan: &plan,
-            inputs: &inputs,
-            secrets: &secrets,
-            packages: &packages,
-            limits: &limits,
-        });
+        let row = HeaderRow::new(run, created_ms);
+        let sums = row.sums(&run_id);
         let mut c = self.conn();
         set_sync(&mut c, true)?;
         let tx =
@@ -292,14 +280,14 @@ impl RunStore for SqliteStore {
             params![
                 run_id,
                 created_ms as i64,
-                run.graph_name,
-                run.graph_bytes,
-                graph_sha256,
-                plan,
-                inputs,
-                secrets,
-                packages,
-                limits,
+                row.graph_name,
+                row.graph_bytes,
+                row.graph_sha256,
+                row.plan,
+                row.inputs,
+                row.secrets,
+                row.packages,
+                row.limits,
                 sums,
             ],
         )
@@ -309,32 +297,22 @@ impl RunStore for SqliteStore {
         Ok(RunHeader {
             run_id,
             created_ms,
-            graph_sha256,
+            graph_sha256: row.graph_sha256,
             run: run.clone(),
         })
     }
 
     fn header(&self, run_id: &str) -> Result<RunHeader, StoreError> {
-        struct Row {
-            created_ms: i64,
-            graph_name: String,
-            graph_bytes: Vec<u8>,
-            graph_sha256: String,
-            plan: String,
-            inputs: String,
-            secrets: String,
-            packages: String,
-            limits: String,
-            sums: Option<String>,
-        }
-        let row: Option<Row> = self.with_reader(|db| {
+        let row: Option<(HeaderRow, Option<String>)> = self.with_reader(|db| {
             db.query_row(
-                "SELECT created_ms, graph_name, graph_bytes, graph_sha256, plan, inputs, secrets,
-                        packages, limits, header_sums FROM runs WHERE run_id = ?1",
+                &format!(
+                    "SELECT {}, header_sums FROM runs WHERE run_id = ?1",
+                    crate::header::COLUMNS
+                ),
                 [run_id],
                 |r| {
-                    Ok(Row {
-                        created_ms: r.get(0)?,
+                    let row = HeaderRow {
+                        created_ms: r.get::<_, i64>(0)? as u64,
                         graph_name: r.get(1)?,
                         graph_bytes: r.get(2)?,
                         graph_sha256: r.get(3)?,
@@ -343,46 +321,17 @@ impl RunStore for SqliteStore {
                         secrets: r.get(6)?,
                         packages: r.get(7)?,
                         limits: r.get(8)?,
-                        sums: r.get(9)?,
-                    })
+                    };
+                    Ok((row, r.get(9)?))
                 },
             )
             .optional()
             .map_err(StoreError::sql("reading a run"))
         })?;
-        let Some(row) = row else {
+        let Some((row, sums)) = row else {
             return Err(StoreError::UnknownRun(run_id.to_string()));
         };
-        // The stored bytes are checked before anything decodes them.
-        crate::header::verify(
-            &crate::header::StoredHeader {
-                run_id,
-                created_ms: row.created_ms as u64,
-                graph_name: &row.graph_name,
-                graph_bytes: &row.graph_bytes,
-                graph_sha256: &row.graph_sha256,
-                plan: &row.plan,
-                inputs: &row.inputs,
-                secrets: &row.secrets,
-                packages: &row.packages,
-                limits: &row.limits,
-            },
-            row.sums.as_deref(),
-        )?;
-        Ok(RunHeader {
-            run_id: run_id.to_string(),
-            created_ms: row.created_ms as u64,
-            graph_sha256: row.graph_sha256,
-            run: NewRun {
-                graph_name: row.graph_name,
-                graph_bytes: row.graph_bytes,
-                plan: from_json(run_id, "plan", &row.plan)?,
-                inputs: from_json(run_id, "inputs", &row.inputs)?,
-                secrets: from_json(run_id, "secret names", &row.secrets)?,
-                packages: from_json(run_id, "package digests", &row.packages)?,
-                limits: from_json(run_id, "limits", &row.limits)?,
-            },
-        })
+        row.into_header(run_id, sums.as_deref())
     }
 
     fn list(&self) -> Result<Vec<RunSummary>, StoreError> {
@@ -526,27 +475,17 @@ fn drop_torn_tail(tx: &rusqlite::Transaction<'_>, run_id: &str) -> Result<(), St
     let Some(row) = rows.next().map_err(StoreError::sql(WHAT))? else {
         return Ok(());
     };
-    let checked = rows::check(run_id, row, 0)?;
-    let Some(torn) = checked.unverified else {
+    let checked = rows::check_raw(run_id, rows::raw(row)?, 0)?;
+    let Some(repair) = rows::torn_repair(run_id, &checked) else {
         return Ok(());
-    };
-    let key = checked.last as i64;
-    let keep = match checked.first {
-        Some(first) if first < torn => Some((
-            torn - 1,
-            rows::truncated(checked.body, checked.kept, (torn - first) as u32),
-            checked.at_ms,
-        )),
-        _ => None,
     };
     drop(rows);
     tx.execute(
         "DELETE FROM events WHERE run_id = ?1 AND seq = ?2",
-        params![run_id, key],
+        params![run_id, repair.key as i64],
     )
     .map_err(StoreError::sql(WHAT))?;
-    if let Some((last, body, at_ms)) = keep {
-        let crc = rows::packed_crc(run_id, last, &body);
+    if let Some((last, body, crc, at_ms)) = repair.keep {
         tx.execute(
             "INSERT INTO events (run_id, seq, at_ms, kind, body, crc)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -616,52 +555,14 @@ fn read_log(db: &Connection, run_id: &str, from: u64) -> Result<LogRead, StoreEr
     let mut rows = stmt
         .query(params![run_id, from as i64])
         .map_err(StoreError::sql("reading a run's log"))?;
-    let mut out = LogRead::default();
-    let mut expected = from;
-    // Records that failed their checksum are a torn tail only if nothing follows.
-    let mut bad: Option<u64> = None;
-    let mut first_row = true;
+    let mut reader = rows::LogReader::new(run_id, from);
     while let Some(row) = rows
         .next()
         .map_err(StoreError::sql("reading a run's log"))?
     {
-        if let Some(b) = bad {
-            return Err(StoreError::Corrupt {
-                run: run_id.to_string(),
-                seq: b,
-                detail: "checksum mismatch".into(),
-            });
-        }
-        let checked = rows::check(run_id, row, from)?;
-        // A row whose header does not verify holds nothing that can be placed: it
-        // counts as unverified from where the log should go on.
-        let first = checked.first.unwrap_or(expected);
-        // The first row may begin before `from` (it holds `from`); every later one
-        // begins where the one before ended.
-        let placed = if first_row {
-            first <= expected && expected <= checked.last
-        } else {
-            first == expected
-        };
-        if !placed {
-            return Err(StoreError::Gap {
-                run: run_id.to_string(),
-                expected,
-                found: first,
-            });
-        }
-        first_row = false;
-        for f in &checked.frames {
-            out.records.push(f.stored(run_id, checked.at_ms)?);
-        }
-        bad = match checked.first {
-            None => Some(expected),
-            Some(_) => checked.unverified.map(|u| u.max(from)),
-        };
-        expected = checked.last + 1;
+        reader.row(rows::raw(row)?)?;
     }
-    out.torn_tail = bad;
-    Ok(out)
+    Ok(reader.finish())
 }
 
 /// Run `run_id`'s lifecycle records, checked (see [`RunStore::read_lifecycle`]).
@@ -689,24 +590,7 @@ fn read_lifecycle(db: &Connection, run_id: &str) -> Result<Vec<Stored>, StoreErr
         .map_err(StoreError::sql(WHAT))?;
     let mut out = Vec::new();
     while let Some(row) = rows.next().map_err(StoreError::sql(WHAT))? {
-        // Lifecycle records are always rows of their own (rows.rs).
-        let checked = rows::check(run_id, row, 0)?;
-        match checked.unverified {
-            None => {
-                for f in &checked.frames {
-                    out.push(f.stored(run_id, checked.at_ms)?);
-                }
-            }
-            // A torn tail, as `read` treats it: the record never happened.
-            Some(_) if Some(checked.last as i64) == last => {}
-            Some(seq) => {
-                return Err(StoreError::Corrupt {
-                    run: run_id.to_string(),
-                    seq,
-                    detail: "checksum mismatch".into(),
-                });
-            }
-        }
+        rows::lifecycle_row(run_id, rows::raw(row)?, last, &mut out)?;
     }
     Ok(out)
 }

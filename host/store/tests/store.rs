@@ -1,63 +1,41 @@
-//! The SQLite run store on real files: what it keeps, what it refuses, and how its log
-//! stays gapless and verifiable.
+//! The run stores, each for real (SQLite files on disk, a PostgreSQL server): what they
+//! keep, what they refuse, and how a log stays gapless and verifiable. Every test about
+//! semantics runs against both (`both!`); the SQLite file's own refusals are at the end.
 
-use std::collections::BTreeMap;
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 
 use heddle_core::{Occurrence, OpenReason, Record, RunStatus, Value};
-use heddle_store::{NewRun, RunLog, RunState, RunStore, RunView, SqliteStore, StoreError};
+use heddle_store::{RunLog, RunState, RunStore, RunView, SqliteStore, StoreError};
+use support::{Backend, Fresh, dispatched, new_run};
 
-fn new_run() -> NewRun {
-    NewRun {
-        graph_name: "g.json".into(),
-        graph_bytes: br#"{"nodes":[],"edges":[]}"#.to_vec(),
-        plan: heddle_core::PlanSummary {
-            nodes: vec![heddle_core::PlannedNode {
-                id: "a".into(),
-                node_type: "std.json.parse".into(),
-                retry_safe: true,
-                origin: heddle_core::Origin::Package {
-                    name: "std".into(),
-                    version: "0.1.0".into(),
-                },
-            }],
-            edges: 0,
-        },
-        inputs: BTreeMap::from([("n".to_string(), Value::Int(3))]),
-        secrets: vec!["API_KEY".into()],
-        packages: BTreeMap::from([("std".to_string(), "ab".repeat(32))]),
-        limits: heddle_store::RunLimits {
-            budget: heddle_store::Budget {
-                max_dispatches: Some(10),
-                time_limit_ms: None,
-            },
-            ..Default::default()
-        },
-    }
-}
+both!(
+    keeps_the_run_exactly_and_lists_it,
+    a_torn_last_record_is_absent_and_its_slot_reused,
+    a_corrupt_record_before_the_end_quarantines_the_run,
+    a_stale_owner_is_fenced_out,
+    concurrent_appends_are_gapless_and_keep_each_writers_order,
+    a_log_stops_at_its_first_failed_batch,
+    a_synced_append_is_on_disk_when_it_returns,
+    the_fold_reports_state_pause_and_uncertain_work,
+    the_journal_applies_the_crash_table_from_the_log,
+    the_lifecycle_records_give_the_state_the_whole_log_gives,
+    records_committed_together_read_back_exactly,
+    artifacts_are_stored_once_verified_on_read_and_bounded,
+    a_damaged_run_header_is_refused_naming_the_run_and_field,
+);
 
-fn dispatched(node: &str) -> Record {
-    Record::Dispatched {
-        occurrence: Occurrence::new(node, "", 0),
-        retry_safe: true,
-    }
-}
-
-fn open_store(dir: &Path) -> SqliteStore {
-    SqliteStore::open(&dir.join(".heddle/runs.db")).unwrap()
-}
-
-#[test]
-fn keeps_the_run_exactly_and_lists_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
+fn keeps_the_run_exactly_and_lists_it(b: Backend) {
+    let fresh = Fresh::new(b);
+    let store = fresh.open();
     let run = new_run();
     let h = store.create_run(&run).unwrap();
     assert_eq!(h.graph_sha256, heddle_store::sha256_hex(&run.graph_bytes));
     drop(store);
     // Another process (a fresh connection) reads the same thing back.
-    let store = open_store(dir.path());
+    let store = fresh.open();
     let back = store.header(&h.run_id).unwrap();
     assert_eq!(back, h);
     let list = store.list().unwrap();
@@ -67,6 +45,61 @@ fn keeps_the_run_exactly_and_lists_it() {
         Err(StoreError::UnknownRun(id)) => assert_eq!(id, "nope"),
         other => panic!("expected UnknownRun, got {other:?}"),
     }
+}
+
+/// Every read of a run's header verifies each field against the checksum stored with
+/// it (issue 27 item 3): a changed byte in the stored limits, inputs, graph or its
+/// checksums is refused as `HeaderCorrupt` naming the run and the field, and runs beside
+/// it read as before.
+fn a_damaged_run_header_is_refused_naming_the_run_and_field(b: Backend) {
+    let fresh = Fresh::new(b);
+    let store = fresh.open();
+    let untouched = store.create_run(&new_run()).unwrap();
+    // (what is damaged, SQLite, PostgreSQL, the field named)
+    let cases = [
+        (
+            "limits",
+            "UPDATE runs SET limits = replace(limits, '10', '99') WHERE run_id = $RUN",
+            "UPDATE runs SET limits = replace(limits, '10', '99') WHERE run_id = $RUN",
+        ),
+        (
+            "inputs",
+            "UPDATE runs SET inputs = replace(inputs, '3', '4') WHERE run_id = $RUN",
+            "UPDATE runs SET inputs = replace(inputs, '3', '4') WHERE run_id = $RUN",
+        ),
+        (
+            "graph_bytes",
+            "UPDATE runs SET graph_bytes = CAST(replace(CAST(graph_bytes AS TEXT), 'nodes', 'nodez') AS BLOB)
+             WHERE run_id = $RUN",
+            "UPDATE runs SET graph_bytes =
+                convert_to(replace(convert_from(graph_bytes, 'UTF8'), 'nodes', 'nodez'), 'UTF8')
+             WHERE run_id = $RUN",
+        ),
+        (
+            "header_sums",
+            "UPDATE runs SET header_sums = NULL WHERE run_id = $RUN",
+            "UPDATE runs SET header_sums = NULL WHERE run_id = $RUN",
+        ),
+    ];
+    for (field, sqlite, postgres) in cases {
+        let h = store.create_run(&new_run()).unwrap();
+        assert_eq!(store.header(&h.run_id).unwrap(), h);
+        fresh.tamper(&h.run_id, 0, sqlite, postgres);
+        // Another process reading it, and this one, both refuse it.
+        for s in [fresh.open(), store.clone()] {
+            match s.header(&h.run_id) {
+                Err(e @ StoreError::HeaderCorrupt { .. }) => {
+                    assert!(e.is_damaged_run());
+                    let StoreError::HeaderCorrupt { run, field: f, .. } = e else {
+                        unreachable!()
+                    };
+                    assert_eq!((run.as_str(), f.as_str()), (h.run_id.as_str(), field));
+                }
+                other => panic!("{field}: expected a damaged header, got {other:?}"),
+            }
+        }
+    }
+    assert_eq!(store.header(&untouched.run_id).unwrap(), untouched);
 }
 
 fn refuses_unchanged(path: &Path, check: impl Fn(&StoreError) -> bool) {
@@ -137,11 +170,9 @@ fn a_newer_schema_is_refused_and_left_alone() {
     assert_eq!(n, 1);
 }
 
-#[test]
-fn a_torn_last_record_is_absent_and_its_slot_reused() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.db");
-    let store = SqliteStore::open(&path).unwrap();
+fn a_torn_last_record_is_absent_and_its_slot_reused(b: Backend) {
+    let fresh = Fresh::new(b);
+    let store = fresh.open();
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
     // One append each, so each record is a row of its own (the layout of a record that
@@ -155,14 +186,7 @@ fn a_torn_last_record_is_absent_and_its_slot_reused() {
             .unwrap();
     }
     // Cut the last record short, as a crash in the middle of writing it would.
-    {
-        let c = rusqlite::Connection::open(&path).unwrap();
-        c.execute(
-            "UPDATE events SET body = substr(body, 1, 10) WHERE run_id = ?1 AND seq = 2",
-            [&id],
-        )
-        .unwrap();
-    }
+    fresh.cut_body(&id, 2, 10);
     let read = store.read(&id, 0).unwrap();
     assert_eq!(read.records.len(), 2);
     assert_eq!(read.torn_tail, Some(2));
@@ -177,11 +201,9 @@ fn a_torn_last_record_is_absent_and_its_slot_reused() {
     assert_eq!(read.records[2].record, dispatched("c"));
 }
 
-#[test]
-fn a_corrupt_record_before_the_end_quarantines_the_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.db");
-    let store = SqliteStore::open(&path).unwrap();
+fn a_corrupt_record_before_the_end_quarantines_the_run(b: Backend) {
+    let fresh = Fresh::new(b);
+    let store = fresh.open();
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
     // A row per record, as above.
@@ -193,24 +215,14 @@ fn a_corrupt_record_before_the_end_quarantines_the_run() {
             .append(&id, epoch, seq as u64, std::slice::from_ref(r), true)
             .unwrap();
     }
-    let c = rusqlite::Connection::open(&path).unwrap();
-    c.execute(
-        "UPDATE events SET body = replace(body, '\"a\"', '\"x\"') WHERE run_id = ?1 AND seq = 0",
-        [&id],
-    )
-    .unwrap();
+    fresh.replace_in_body(&id, 0, "\"a\"", "\"x\"");
     match store.read(&id, 0) {
         Err(StoreError::Corrupt { seq: 0, run, .. }) => assert_eq!(run, id),
         other => panic!("expected Corrupt at 0, got {other:?}"),
     }
     // A missing record is a gap, never silently skipped.
-    c.execute(
-        "UPDATE events SET body = replace(body, '\"x\"', '\"a\"') WHERE run_id = ?1 AND seq = 0",
-        [&id],
-    )
-    .unwrap();
-    c.execute("DELETE FROM events WHERE run_id = ?1 AND seq = 1", [&id])
-        .unwrap();
+    fresh.replace_in_body(&id, 0, "\"x\"", "\"a\"");
+    fresh.delete_row(&id, 1);
     match store.read(&id, 0) {
         Err(StoreError::Gap {
             expected: 1,
@@ -221,10 +233,9 @@ fn a_corrupt_record_before_the_end_quarantines_the_run() {
     }
 }
 
-#[test]
-fn a_stale_owner_is_fenced_out() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
+fn a_stale_owner_is_fenced_out(b: Backend) {
+    let fresh = Fresh::new(b);
+    let store = fresh.open();
     let id = store.create_run(&new_run()).unwrap().run_id;
     let old = store.acquire(&id).unwrap();
     store
@@ -245,10 +256,9 @@ fn a_stale_owner_is_fenced_out() {
     assert_eq!(store.read(&id, 0).unwrap().records.len(), 1);
 }
 
-#[test]
-fn concurrent_appends_are_gapless_and_keep_each_writers_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn RunStore> = Arc::new(open_store(dir.path()));
+fn concurrent_appends_are_gapless_and_keep_each_writers_order(b: Backend) {
+    let fresh = Fresh::new(b);
+    let store = fresh.open();
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
     let log = Arc::new(RunLog::start(store.clone(), &id, epoch, 0));
@@ -293,10 +303,9 @@ fn concurrent_appends_are_gapless_and_keep_each_writers_order() {
 /// A log whose batch the store refuses (another process took the run over) stops: the
 /// waiter of that batch, everyone after it and `close` are told why, and nothing
 /// appended after the refused batch reaches the store.
-#[test]
-fn a_log_stops_at_its_first_failed_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn RunStore> = Arc::new(open_store(dir.path()));
+fn a_log_stops_at_its_first_failed_batch(b: Backend) {
+    let fresh = Fresh::new(b);
+    let store = fresh.open();
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
     let log = RunLog::start(store.clone(), &id, epoch, 0);
@@ -327,11 +336,9 @@ fn a_log_stops_at_its_first_failed_batch() {
     assert_eq!(log.counters().records, 1);
 }
 
-#[test]
-fn a_synced_append_is_on_disk_when_it_returns() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.db");
-    let store: Arc<dyn RunStore> = Arc::new(SqliteStore::open(&path).unwrap());
+fn a_synced_append_is_on_disk_when_it_returns(b: Backend) {
+    let fresh = Fresh::new(b);
+    let store = fresh.open();
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
     let log = RunLog::start(store.clone(), &id, epoch, 0);
@@ -342,16 +349,15 @@ fn a_synced_append_is_on_disk_when_it_returns() {
     wait.wait().unwrap();
     assert_eq!(seq, 1);
     // Seen by a separate connection, as by another process, while the log is open.
-    let other = SqliteStore::open(&path).unwrap();
+    let other = fresh.open();
     let read = other.read(&id, 0).unwrap();
     assert_eq!(read.records.len(), 2);
     drop(log);
 }
 
-#[test]
-fn the_fold_reports_state_pause_and_uncertain_work() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
+fn the_fold_reports_state_pause_and_uncertain_work(b: Backend) {
+    let fresh = Fresh::new(b);
+    let store = fresh.open();
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
     let a = Occurrence::new("a", "", 0);
@@ -413,11 +419,10 @@ fn the_fold_reports_state_pause_and_uncertain_work() {
 }
 
 /// The crash table (README, "Durable runs") as the kernel sees it through the journal.
-#[test]
-fn the_journal_applies_the_crash_table_from_the_log() {
+fn the_journal_applies_the_crash_table_from_the_log(b: Backend) {
     use heddle_kernel::{Journal, Prior};
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn RunStore> = Arc::new(open_store(dir.path()));
+    let fresh = Fresh::new(b);
+    let store = fresh.open();
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
     let occ = |n: &str| Occurrence::new(n, "", 0);
@@ -481,21 +486,20 @@ fn the_journal_applies_the_crash_table_from_the_log() {
 /// gives at every stage: running or interrupted, paused, resumed, finished; a torn last
 /// lifecycle record is left out as `read` leaves it out, and a corrupt one before the end
 /// is refused.
-#[test]
-fn the_lifecycle_records_give_the_state_the_whole_log_gives() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.db");
-    let store = SqliteStore::open(&path).unwrap();
+fn the_lifecycle_records_give_the_state_the_whole_log_gives(b: Backend) {
+    let fresh = Fresh::new(b);
+    let store = fresh.open();
+    let store = &*store;
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
-    let whole = |store: &SqliteStore| {
+    let whole = |store: &dyn RunStore| {
         RunView::fold(
             &store.read(&id, 0).unwrap().records,
             heddle_store::status::pid_alive,
         )
         .state
     };
-    let listed = |store: &SqliteStore| heddle_store::status::state_of(store, &id).unwrap();
+    let listed = |store: &dyn RunStore| heddle_store::status::state_of(store, &id).unwrap();
     let mut seq = 0;
     let mut append = |recs: &[Record]| {
         store.append(&id, epoch, seq, recs, true).unwrap();
@@ -508,8 +512,8 @@ fn the_lifecycle_records_give_the_state_the_whole_log_gives() {
     };
     // This process owns it: running. Work records in between change nothing.
     append(&[opened(std::process::id()), dispatched("a"), dispatched("b")]);
-    assert_eq!(listed(&store), RunState::Running);
-    assert_eq!(listed(&store), whole(&store));
+    assert_eq!(listed(store), RunState::Running);
+    assert_eq!(listed(store), whole(store));
     let b = Occurrence::new("b", "", 0);
     append(&[
         Record::Started {
@@ -519,39 +523,32 @@ fn the_lifecycle_records_give_the_state_the_whole_log_gives() {
             pause: heddle_core::PauseReason::Reconcile { occurrence: b },
         },
     ]);
-    assert_eq!(listed(&store), RunState::Paused);
-    assert_eq!(listed(&store), whole(&store));
+    assert_eq!(listed(store), RunState::Paused);
+    assert_eq!(listed(store), whole(store));
     // Resumed by an owner that is gone: interrupted.
     append(&[
         Record::Resumed { pause: 4 },
         opened(u32::MAX),
         dispatched("c"),
     ]);
-    assert_eq!(listed(&store), RunState::Interrupted);
-    assert_eq!(listed(&store), whole(&store));
+    assert_eq!(listed(store), RunState::Interrupted);
+    assert_eq!(listed(store), whole(store));
     append(&[Record::Finished {
         status: RunStatus::Completed,
         error: None,
     }]);
-    assert_eq!(listed(&store), RunState::Completed);
-    assert_eq!(listed(&store), whole(&store));
+    assert_eq!(listed(store), RunState::Completed);
+    assert_eq!(listed(store), whole(store));
     let lifecycle = store.read_lifecycle(&id).unwrap();
     assert_eq!(lifecycle.len(), 5, "{lifecycle:?}");
 
     // The ending torn (the crash came while writing it): absent, as in a full read.
     let last = seq - 1;
-    let cut = |seq: u64| {
-        let c = rusqlite::Connection::open(&path).unwrap();
-        c.execute(
-            "UPDATE events SET body = substr(body, 1, 10) WHERE run_id = ?1 AND seq = ?2",
-            rusqlite::params![id, seq as i64],
-        )
-        .unwrap();
-    };
+    let cut = |seq: u64| fresh.cut_body(&id, seq as i64, 10);
     cut(last);
     assert_eq!(store.read(&id, 0).unwrap().torn_tail, Some(last));
-    assert_eq!(listed(&store), RunState::Interrupted);
-    assert_eq!(listed(&store), whole(&store));
+    assert_eq!(listed(store), RunState::Interrupted);
+    assert_eq!(listed(store), whole(store));
     // A lifecycle record corrupt before the end is refused, as the full read refuses it.
     cut(4);
     assert!(matches!(
@@ -559,4 +556,137 @@ fn the_lifecycle_records_give_the_state_the_whole_log_gives() {
         Err(StoreError::Corrupt { seq: 4, .. })
     ));
     assert!(store.read(&id, 0).is_err());
+}
+
+/// A value with everything JSON would not give back as it was.
+fn awkward() -> Value {
+    let mut lookalike = heddle_core::Map::new();
+    lookalike.insert("$bytes".into(), Value::str("AAE="));
+    Value::list(vec![
+        Value::Int(i64::MIN),
+        Value::Float(2.0),
+        Value::Float(f64::NEG_INFINITY),
+        Value::Bytes(vec![0u8, 1, 255].into()),
+        Value::object(lookalike),
+        Value::str("ünïcode"),
+        Value::Null,
+        Value::Bool(false),
+    ])
+}
+
+/// Records that commit together (results binary, others JSON, a lifecycle record in
+/// between) read back exactly, from the start and from inside a packed row.
+fn records_committed_together_read_back_exactly(b: Backend) {
+    let fresh = Fresh::new(b);
+    let store = fresh.open();
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let completed = |n: &str| Record::Completed {
+        occurrence: Occurrence::new(n, "each:item=3", 1),
+        outputs: vec![("result".into(), awkward())],
+        emitted: vec![("line".into(), Value::str("x"))],
+        metrics: heddle_core::InvocationMetrics {
+            wall_us: 12,
+            fuel: Some(3456),
+            peak_memory_bytes: Some(65536),
+            cost_usd: 0.5,
+            cost_reports: 1,
+            assets: vec!["file:/data/a".into()],
+        },
+    };
+    let batch = vec![
+        dispatched("a"),
+        completed("a"),
+        completed("b"),
+        Record::Opened {
+            epoch,
+            reason: OpenReason::Start,
+            pid: 1,
+        },
+        dispatched("c"),
+        completed("c"),
+        Record::Started {
+            occurrence: Occurrence::new("d", "", 0),
+        },
+    ];
+    store.append(&id, epoch, 0, &batch, true).unwrap();
+    let read = |from| -> Vec<Record> {
+        store
+            .read(&id, from)
+            .unwrap()
+            .records
+            .into_iter()
+            .map(|s| s.record)
+            .collect()
+    };
+    assert_eq!(read(0), batch);
+    assert_eq!(read(1), batch[1..]);
+    assert_eq!(read(5), batch[5..]);
+    let seqs: Vec<u64> = store
+        .read(&id, 2)
+        .unwrap()
+        .records
+        .iter()
+        .map(|s| s.seq)
+        .collect();
+    assert_eq!(seqs, vec![2, 3, 4, 5, 6]);
+    assert_eq!(store.list().unwrap()[0].records, batch.len() as u64);
+}
+
+fn artifacts_are_stored_once_verified_on_read_and_bounded(b: Backend) {
+    use heddle_store::artifacts::{ArtifactError, ArtifactPolicy, ArtifactRef};
+    let fresh = Fresh::new(b);
+    let s = fresh.open();
+    let run = s.create_run(&new_run()).unwrap().run_id;
+    let policy = ArtifactPolicy {
+        max_artifact_bytes: 10,
+        max_run_bytes: 15,
+        known_secrets: vec!["hunter2".into(), String::new()],
+    };
+    let a = s
+        .put_artifact(&run, Some("final"), b"0123456789", &policy)
+        .unwrap();
+    assert_eq!(a.size, 10);
+    assert_eq!(s.named_artifact(&run, "final").unwrap(), Some(a.clone()));
+    assert_eq!(s.named_artifact(&run, "other").unwrap(), None);
+    assert_eq!(s.get_artifact(&run, &a).unwrap(), b"0123456789");
+    // The same bytes again cost no quota.
+    s.put_artifact(&run, None, b"0123456789", &policy).unwrap();
+    for (bytes, code) in [
+        (&b"abcdefgh"[..], "STORAGE_LIMIT_EXCEEDED"),
+        (b"01234567890", "STORAGE_LIMIT_EXCEEDED"),
+        (b"xhunter2x", "KNOWN_SECRET"),
+    ] {
+        let e = s.put_artifact(&run, None, bytes, &policy).unwrap_err();
+        assert_eq!(e.code(), code, "{e}");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+    // An unreferenced, unnamed artifact is dropped; a named one stays.
+    let loose = s.put_artifact(&run, None, b"abc", &policy).unwrap();
+    let freed = s
+        .drop_unreferenced_artifacts(&run, &Default::default())
+        .unwrap();
+    assert_eq!(freed, 3);
+    assert!(matches!(
+        s.get_artifact(&run, &loose).unwrap_err(),
+        ArtifactError::Missing { .. }
+    ));
+    assert_eq!(s.get_artifact(&run, &a).unwrap(), b"0123456789");
+    // Bytes changed in the store are caught on read.
+    fresh.tamper(
+        &run,
+        0,
+        "UPDATE artifacts SET bytes = x'00'",
+        "UPDATE artifacts SET bytes = '\\x00'::bytea",
+    );
+    let e = s.get_artifact(&run, &a).unwrap_err();
+    assert_eq!(e.code(), "TERMINAL_ARTIFACT", "{e}");
+    let gone = ArtifactRef {
+        sha256: "00".into(),
+        size: 0,
+    };
+    assert!(matches!(
+        s.get_artifact(&run, &gone).unwrap_err(),
+        ArtifactError::Missing { .. }
+    ));
 }

@@ -1,0 +1,461 @@
+//! Ownership of runs among hosts sharing one store: leases, claims, hosts, commands and
+//! wake-ups. The PostgreSQL store implements it for any number of hosts; the SQLite store
+//! for the one host that owns its file.
+//!
+//! The rules (README, "Several hosts"):
+//!
+//! - **One owner per run.** A run's lease row names its owner host, an owner epoch and
+//!   an expiry on the store's clock (never a host's). Taking a run (a claim, or
+//!   [`crate::RunStore::acquire`]) raises the epoch; only the owner's epoch may append.
+//! - **Fenced.** Every append checks the epoch and the expiry in its own transaction: a
+//!   host that lost a run (paused past the TTL, partitioned, slow) never writes another
+//!   record of it, even before another host takes it.
+//! - **Renewed every third of the TTL** ([`Fleet::heartbeat`], which the PostgreSQL store
+//!   runs by itself unless told not to), in one statement for all the host's runs. A
+//!   renewal that finds a lease gone reports it lost ([`LostLease`]); the owner stops
+//!   driving that run.
+//! - **Expiry means claimable.** A run whose lease expired is claimed by the next host
+//!   that asks ([`Fleet::claim`]), which continues it from its log; hosts that died are
+//!   found this way, with no detector of their own.
+//! - **Queued work** is claimed with `FOR UPDATE SKIP LOCKED`, so hosts claiming at once
+//!   never wait for each other and never get the same run.
+//! - **Commands** (cancel, resume, answers) are rows any host writes without the lease;
+//!   the owner carries each out and records its outcome.
+//! - **Wake-ups** ([`Fleet::subscribe`]) say when to look again; they may be lost (a
+//!   dropped listening connection says [`Wake::Missed`]), so a host polls as well.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use crate::StoreError;
+
+/// A host as the store knows it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct HostRow {
+    pub host_id: String,
+    pub hostname: String,
+    pub pid: u32,
+    /// Where the host takes requests.
+    pub api: String,
+    /// Milliseconds since the Unix epoch (store clock).
+    pub started_ms: u64,
+    pub last_seen_ms: u64,
+    /// Its registration has not expired.
+    pub alive: bool,
+    /// Runs whose live lease it holds.
+    pub runs: u64,
+}
+
+/// A run this host now owns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claimed {
+    pub run_id: String,
+    /// The owner epoch this host appends under.
+    pub epoch: u64,
+    /// The host whose lease had expired (the run is adopted), or `None` for queued work.
+    pub adopted_from: Option<String>,
+}
+
+/// A lease a renewal found gone: its run is no longer this host's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostLease {
+    pub run_id: String,
+    pub epoch: u64,
+}
+
+/// A run's lease as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRow {
+    /// `idle`, `queued` or `running`.
+    pub state: String,
+    pub owner_host: Option<String>,
+    pub epoch: u64,
+    /// Milliseconds the lease has left (0: expired or none).
+    pub left_ms: u64,
+}
+
+/// What a renewal did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// Leases renewed.
+    pub renewed: usize,
+    /// Leases found gone (also kept for [`Fleet::take_lost`] when the store renews by
+    /// itself).
+    pub lost: Vec<LostLease>,
+}
+
+/// A request for a run's owner.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Command {
+    pub id: u64,
+    pub run_id: String,
+    /// What is asked (`cancel`, `resume`, …): the driver's vocabulary, not the store's.
+    pub kind: String,
+    pub body: serde_json::Value,
+}
+
+/// A reason to look at the store again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// A run was queued.
+    Work { run_id: String },
+    /// A command was sent to a run's owner.
+    Command { run_id: String, id: u64 },
+    /// A command's outcome was recorded.
+    CommandDone { id: u64 },
+    /// Wake-ups may have been missed (the listening connection dropped, or this
+    /// subscriber fell behind): poll.
+    Missed,
+}
+
+/// The store's wake-ups as one subscriber receives them.
+pub struct Wakeups(tokio::sync::broadcast::Receiver<Wake>);
+
+impl Wakeups {
+    /// The next wake-up; `None` once the store is gone.
+    pub async fn next(&mut self) -> Option<Wake> {
+        use tokio::sync::broadcast::error::RecvError;
+        match self.0.recv().await {
+            Ok(w) => Some(w),
+            Err(RecvError::Lagged(_)) => Some(Wake::Missed),
+            Err(RecvError::Closed) => None,
+        }
+    }
+
+    /// A wake-up already received, without waiting.
+    pub fn try_next(&mut self) -> Option<Wake> {
+        use tokio::sync::broadcast::error::TryRecvError;
+        match self.0.try_recv() {
+            Ok(w) => Some(w),
+            Err(TryRecvError::Lagged(_)) => Some(Wake::Missed),
+            Err(_) => None,
+        }
+    }
+}
+
+/// Where wake-ups are handed to subscribers.
+pub(crate) struct Hub(tokio::sync::broadcast::Sender<Wake>);
+
+impl Hub {
+    pub(crate) fn new() -> Hub {
+        Hub(tokio::sync::broadcast::channel(1024).0)
+    }
+
+    pub(crate) fn send(&self, w: Wake) {
+        // No subscriber: nobody to wake.
+        let _ = self.0.send(w);
+    }
+
+    pub(crate) fn subscribe(&self) -> Wakeups {
+        Wakeups(self.0.subscribe())
+    }
+}
+
+/// Ownership of runs among the hosts of one store (see the module's rules).
+pub trait Fleet: Send + Sync {
+    /// Who this handle's leases name.
+    fn host_id(&self) -> &str;
+
+    /// Registers this host (answering at `api`). Refused with
+    /// [`StoreError::HostIdTaken`] while another live host holds the id.
+    fn register(&self, api: &str) -> Result<(), StoreError>;
+
+    /// Renews this host's registration and every lease it holds; reports the leases it
+    /// found gone. [`StoreError::HostLost`] when the registration itself is gone.
+    fn heartbeat(&self) -> Result<Heartbeat, StoreError>;
+
+    /// Leases found lost by renewals this handle ran by itself, since the last call.
+    fn take_lost(&self) -> Vec<LostLease>;
+
+    /// Gives back every run this host holds (`requeue`: for another host to continue;
+    /// else idle) and ends its registration: a graceful shutdown.
+    fn deregister(&self, requeue: bool) -> Result<(), StoreError>;
+
+    /// Every host the store knows, alive or not.
+    fn hosts(&self) -> Result<Vec<HostRow>, StoreError>;
+
+    /// Queues `run_id` for any host (wakes them). A run already queued or running
+    /// stays as it is.
+    fn enqueue(&self, run_id: &str) -> Result<(), StoreError>;
+
+    /// Takes up to `n` runs that need an owner: queued ones, and running ones whose
+    /// lease expired (adopted). Needs a live registration.
+    fn claim(&self, n: usize) -> Result<Vec<Claimed>, StoreError>;
+
+    /// Gives run `run_id` (held under `epoch`) back: `requeue` for another host, else
+    /// idle (paused or ended). [`StoreError::RunLeaseLost`] when it was not held.
+    fn release(&self, run_id: &str, epoch: u64, requeue: bool) -> Result<(), StoreError>;
+
+    /// The run's lease as stored.
+    fn lease(&self, run_id: &str) -> Result<LeaseRow, StoreError>;
+
+    /// Asks the run's owner to do `kind` (`body` its details); returns the command's id.
+    fn send_command(
+        &self,
+        run_id: &str,
+        kind: &str,
+        body: &serde_json::Value,
+    ) -> Result<u64, StoreError>;
+
+    /// Commands for `run_id` not carried out yet, oldest first.
+    fn pending_commands(&self, run_id: &str) -> Result<Vec<Command>, StoreError>;
+
+    /// Records that the owner (under `epoch`) carried out command `id`, with `outcome`.
+    /// Fenced like an append.
+    fn finish_command(
+        &self,
+        run_id: &str,
+        epoch: u64,
+        id: u64,
+        outcome: &serde_json::Value,
+    ) -> Result<(), StoreError>;
+
+    /// The outcome of command `id`, once its owner recorded one.
+    fn command_outcome(&self, id: u64) -> Result<Option<serde_json::Value>, StoreError>;
+
+    /// Wake-ups for new work and commands committed from now on (or a `Missed`, when
+    /// they cannot be had: poll then).
+    fn subscribe(&self) -> Result<Wakeups, StoreError>;
+}
+
+/// The single host of an SQLite store. The store's owner lease (`lease.rs`) already
+/// makes one process the only writer of the file, so there is nobody to share a queue or
+/// a command with: both live in that process, and run leases are the per-run epochs
+/// every append checks. A restarted host finds its interrupted runs in their logs, as
+/// before.
+#[derive(Default)]
+pub(crate) struct Local {
+    state: Mutex<LocalState>,
+}
+
+#[derive(Default)]
+struct LocalState {
+    registered: Option<String>,
+    queue: VecDeque<String>,
+    /// Runs claimed through the queue, by epoch.
+    held: HashMap<String, u64>,
+    commands: Vec<(Command, Option<serde_json::Value>)>,
+}
+
+impl Local {
+    fn state(&self) -> std::sync::MutexGuard<'_, LocalState> {
+        // Every update below is a single step: a poisoned lock is still consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Fleet for crate::SqliteStore {
+    fn host_id(&self) -> &str {
+        "local"
+    }
+
+    fn register(&self, api: &str) -> Result<(), StoreError> {
+        let owner = self.acquire_lease(api, crate::lease::TTL)?;
+        self.local.state().registered = Some(owner.owner_id);
+        Ok(())
+    }
+
+    fn heartbeat(&self) -> Result<Heartbeat, StoreError> {
+        if self.local.state().registered.is_some() {
+            self.renew_lease(crate::lease::TTL)?;
+        }
+        Ok(Heartbeat {
+            renewed: self.local.state().held.len(),
+            lost: Vec::new(),
+        })
+    }
+
+    fn take_lost(&self) -> Vec<LostLease> {
+        Vec::new()
+    }
+
+    fn deregister(&self, requeue: bool) -> Result<(), StoreError> {
+        {
+            let mut s = self.local.state();
+            let held: Vec<String> = s.held.drain().map(|(r, _)| r).collect();
+            if requeue {
+                s.queue.extend(held);
+            }
+            s.registered = None;
+        }
+        self.release_lease()
+    }
+
+    fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
+        let runs = self.local.state().held.len() as u64;
+        Ok(self
+            .owner()?
+            .map(|o| HostRow {
+                host_id: "local".into(),
+                hostname: o.host,
+                pid: o.pid,
+                api: o.api,
+                started_ms: 0,
+                last_seen_ms: o
+                    .expires_ms
+                    .saturating_sub(crate::lease::TTL.as_millis() as u64),
+                alive: true,
+                runs,
+            })
+            .into_iter()
+            .collect())
+    }
+
+    fn enqueue(&self, run_id: &str) -> Result<(), StoreError> {
+        crate::RunStore::header(self, run_id)?;
+        let mut s = self.local.state();
+        if !s.queue.iter().any(|r| r == run_id) && !s.held.contains_key(run_id) {
+            s.queue.push_back(run_id.to_string());
+        }
+        drop(s);
+        self.hub.send(Wake::Work {
+            run_id: run_id.to_string(),
+        });
+        Ok(())
+    }
+
+    fn claim(&self, n: usize) -> Result<Vec<Claimed>, StoreError> {
+        if self.local.state().registered.is_none() {
+            return Err(StoreError::HostLost {
+                target: self.path().display().to_string(),
+                host_id: "local".into(),
+                why: "it is not registered".into(),
+            });
+        }
+        let mut out = Vec::new();
+        loop {
+            if out.len() >= n {
+                break;
+            }
+            let Some(run) = self.local.state().queue.pop_front() else {
+                break;
+            };
+            let epoch = crate::RunStore::acquire(self, &run)?;
+            self.local.state().held.insert(run.clone(), epoch);
+            out.push(Claimed {
+                run_id: run,
+                epoch,
+                adopted_from: None,
+            });
+        }
+        Ok(out)
+    }
+
+    fn release(&self, run_id: &str, epoch: u64, requeue: bool) -> Result<(), StoreError> {
+        let mut s = self.local.state();
+        if s.held.get(run_id) != Some(&epoch) {
+            return Err(StoreError::RunLeaseLost {
+                run: run_id.to_string(),
+                epoch,
+                why: "this host does not hold it".into(),
+            });
+        }
+        s.held.remove(run_id);
+        if requeue {
+            s.queue.push_back(run_id.to_string());
+        }
+        Ok(())
+    }
+
+    fn lease(&self, run_id: &str) -> Result<LeaseRow, StoreError> {
+        crate::RunStore::header(self, run_id)?;
+        let s = self.local.state();
+        let state = if let Some(e) = s.held.get(run_id) {
+            return Ok(LeaseRow {
+                state: "running".into(),
+                owner_host: Some("local".into()),
+                epoch: *e,
+                left_ms: crate::lease::TTL.as_millis() as u64,
+            });
+        } else if s.queue.iter().any(|r| r == run_id) {
+            "queued"
+        } else {
+            "idle"
+        };
+        Ok(LeaseRow {
+            state: state.into(),
+            owner_host: None,
+            epoch: 0,
+            left_ms: 0,
+        })
+    }
+
+    fn send_command(
+        &self,
+        run_id: &str,
+        kind: &str,
+        body: &serde_json::Value,
+    ) -> Result<u64, StoreError> {
+        crate::RunStore::header(self, run_id)?;
+        let mut s = self.local.state();
+        let id = s.commands.len() as u64 + 1;
+        s.commands.push((
+            Command {
+                id,
+                run_id: run_id.to_string(),
+                kind: kind.to_string(),
+                body: body.clone(),
+            },
+            None,
+        ));
+        drop(s);
+        self.hub.send(Wake::Command {
+            run_id: run_id.to_string(),
+            id,
+        });
+        Ok(id)
+    }
+
+    fn pending_commands(&self, run_id: &str) -> Result<Vec<Command>, StoreError> {
+        Ok(self
+            .local
+            .state()
+            .commands
+            .iter()
+            .filter(|(c, done)| c.run_id == run_id && done.is_none())
+            .map(|(c, _)| c.clone())
+            .collect())
+    }
+
+    fn finish_command(
+        &self,
+        run_id: &str,
+        epoch: u64,
+        id: u64,
+        outcome: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let mut s = self.local.state();
+        if let Some(held) = s.held.get(run_id)
+            && *held != epoch
+        {
+            return Err(StoreError::Fenced {
+                run: run_id.to_string(),
+                ours: epoch,
+                current: *held,
+            });
+        }
+        let Some((_, done)) = s
+            .commands
+            .iter_mut()
+            .find(|(c, _)| c.id == id && c.run_id == run_id)
+        else {
+            return Err(StoreError::UnknownCommand(id));
+        };
+        done.get_or_insert_with(|| outcome.clone());
+        drop(s);
+        self.hub.send(Wake::CommandDone { id });
+        Ok(())
+    }
+
+    fn command_outcome(&self, id: u64) -> Result<Option<serde_json::Value>, StoreError> {
+        let s = self.local.state();
+        match s.commands.iter().find(|(c, _)| c.id == id) {
+            Some((_, done)) => Ok(done.clone()),
+            None => Err(StoreError::UnknownCommand(id)),
+        }
+    }
+
+    fn subscribe(&self) -> Result<Wakeups, StoreError> {
+        Ok(self.hub.subscribe())
+    }
+}

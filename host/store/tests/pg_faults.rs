@@ -1,0 +1,294 @@
+//! The PostgreSQL store when the database goes away: killed and restarted under a run
+//! log that keeps appending, and a connection black-holed (a partition) by a small TCP
+//! proxy in the test. What is counted is what the database holds afterwards.
+//!
+//! The restart test stops its own cluster (scripts/pg-up), so that no other test's
+//! connections drop with it.
+
+mod support;
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use heddle_core::{Occurrence, Record};
+use heddle_store::fleet::{Fleet, Wake};
+use heddle_store::{PgOptions, PgStore, RunLog, RunStore};
+use support::new_run;
+
+fn started(node: &str, n: u32) -> Record {
+    Record::Started {
+        occurrence: Occurrence::new(node, "", n),
+    }
+}
+
+/// Every record of `run` as `(node, n)`, in order, checking the numbering is gapless.
+fn numbered(store: &dyn RunStore, run: &str) -> Vec<(String, u32)> {
+    let read = store.read(run, 0).unwrap();
+    assert_eq!(read.torn_tail, None);
+    read.records
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            assert_eq!(s.seq, i as u64, "gapless");
+            match &s.record {
+                Record::Started { occurrence } => (occurrence.node.clone(), occurrence.n),
+                r => panic!("unexpected {r:?}"),
+            }
+        })
+        .collect()
+}
+
+/// A run log appending through a server that is killed (`pg_ctl -m immediate`, a
+/// crash: fsync is on) and started again: the writer retries until the server is back,
+/// every record lands exactly once, in order, and every synced append that returned Ok
+/// is there. The listening connection comes back too: wake-ups flow again, after one
+/// that says some may have been missed.
+#[test]
+fn a_server_restarted_under_a_run_log_loses_and_duplicates_nothing() {
+    if support::skip_pg() {
+        return;
+    }
+    let cluster = support::OwnCluster::start();
+    let url = support::fresh_database_on(&cluster.admin_url);
+    let store: Arc<dyn RunStore> = Arc::new(
+        PgStore::open_with(
+            &url,
+            PgOptions {
+                op_timeout: Duration::from_secs(5),
+                ..PgOptions::default()
+            },
+        )
+        .unwrap(),
+    );
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let host = PgStore::open(&url).unwrap();
+    let mut wakeups = host.subscribe().unwrap();
+    let log = Arc::new(RunLog::start(store.clone(), &id, epoch, 0));
+    const N: u32 = 600;
+    let writer = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            let mut acknowledged = Vec::new();
+            for i in 0..N {
+                if i % 20 == 0 {
+                    let (seq, wait) = log.append_synced(started("w", i));
+                    wait.wait()
+                        .unwrap_or_else(|e| panic!("synced append {i}: {e}"));
+                    acknowledged.push(seq);
+                } else {
+                    log.append(started("w", i));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            acknowledged
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    cluster.crash();
+    std::thread::sleep(Duration::from_millis(700));
+    cluster.start_again();
+    let acknowledged = writer.join().unwrap();
+    log.close().unwrap();
+    assert!(log.error().is_none());
+
+    let other = PgStore::open(&url).unwrap();
+    let got = numbered(&other, &id);
+    let want: Vec<(String, u32)> = (0..N).map(|i| ("w".to_string(), i)).collect();
+    assert_eq!(got, want, "every record once, in order");
+    assert!(acknowledged.iter().all(|&s| s < got.len() as u64));
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // After each "missed" a new run is queued; the one queued after the listener is
+    // back must wake it.
+    let mut missed = false;
+    let mut latest: Option<String> = None;
+    let woken = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                match wakeups.next().await {
+                    Some(Wake::Missed) => {
+                        missed = true;
+                        let id = other.create_run(&new_run()).unwrap().run_id;
+                        other.enqueue(&id).unwrap();
+                        latest = Some(id);
+                    }
+                    Some(Wake::Work { run_id }) if Some(&run_id) == latest.as_ref() => {
+                        return true;
+                    }
+                    Some(_) => {}
+                    None => return false,
+                }
+            }
+        })
+        .await
+        .expect("a wake-up after the restart")
+    });
+    assert!(missed && woken);
+}
+
+/// A TCP proxy to `upstream` whose two directions can each be black-holed: bytes are
+/// read and dropped, nothing is closed, as a partition looks to both ends.
+struct Proxy {
+    port: u16,
+    /// Drop what the client sends.
+    requests: Arc<AtomicBool>,
+    /// Drop what the server answers.
+    answers: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(AtomicBool::new(false));
+        let answers = Arc::new(AtomicBool::new(false));
+        let (rq, an) = (requests.clone(), answers.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                pipe(
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                    rq.clone(),
+                );
+                pipe(server, client, an.clone());
+            }
+        });
+        Proxy {
+            port,
+            requests,
+            answers,
+        }
+    }
+}
+
+fn pipe(mut from: TcpStream, mut to: TcpStream, drop_all: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if drop_all.load(Ordering::SeqCst) {
+                continue;
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    });
+}
+
+fn port_of(url: &str) -> u16 {
+    let after = url.rsplit_once('@').map_or(url, |(_, h)| h);
+    let hostport = after.split('/').next().unwrap();
+    hostport.rsplit_once(':').unwrap().1.parse().unwrap()
+}
+
+fn through(url: &str, proxy: &Proxy) -> String {
+    url.replacen(
+        &format!(":{}/", port_of(url)),
+        &format!(":{}/", proxy.port),
+        1,
+    )
+}
+
+/// A black-holed connection: an append neither hangs nor reports itself written. It
+/// fails as the store being unreachable within the operation timeout, and the database
+/// holds nothing of it. When only the answer is lost (the append committed), appending
+/// the same records again succeeds without writing them twice. And a run log whose
+/// connection is black-holed for a while retries until it is back, losing nothing.
+#[test]
+fn a_black_holed_connection_fails_appends_as_unreachable_and_never_as_written() {
+    if support::skip_pg() {
+        return;
+    }
+    let url = support::fresh_database();
+    let proxy = Proxy::start(port_of(&url));
+    let opts = PgOptions {
+        op_timeout: Duration::from_millis(800),
+        connect_timeout: Duration::from_millis(800),
+        ..PgOptions::default()
+    };
+    let store: Arc<dyn RunStore> =
+        Arc::new(PgStore::open_with(&through(&url, &proxy), opts).unwrap());
+    let direct = PgStore::open(&url).unwrap();
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    store
+        .append(&id, epoch, 0, &[started("a", 0)], true)
+        .unwrap();
+
+    // Both ways black-holed: nothing reaches the server.
+    proxy.requests.store(true, Ordering::SeqCst);
+    proxy.answers.store(true, Ordering::SeqCst);
+    let e = store
+        .append(&id, epoch, 1, &[started("a", 1)], true)
+        .unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert!(e.to_string().contains("unreachable"), "{e}");
+    assert_eq!(numbered(&direct, &id).len(), 1, "nothing written");
+
+    // Healed, the next append goes through (on a new connection: the old one was
+    // dropped, its state unknown).
+    proxy.requests.store(false, Ordering::SeqCst);
+    proxy.answers.store(false, Ordering::SeqCst);
+    store
+        .append(&id, epoch, 1, &[started("a", 1)], true)
+        .unwrap();
+
+    // Only the answers lost, on a connection that works up to then: the append
+    // commits, the caller is told it failed.
+    proxy.answers.store(true, Ordering::SeqCst);
+    let e = store
+        .append(&id, epoch, 2, &[started("a", 2)], true)
+        .unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert_eq!(
+        numbered(&direct, &id).len(),
+        3,
+        "the request reached the server"
+    );
+    // Healed: the same append again finds its rows and succeeds; nothing is doubled,
+    // and a different record at that place is still refused.
+    proxy.answers.store(false, Ordering::SeqCst);
+    store
+        .append(&id, epoch, 2, &[started("a", 2)], true)
+        .unwrap();
+    assert!(
+        store
+            .append(&id, epoch, 2, &[started("x", 9)], true)
+            .is_err()
+    );
+    let want: Vec<(String, u32)> = (0..3).map(|i| ("a".to_string(), i)).collect();
+    assert_eq!(numbered(&direct, &id), want);
+
+    // A run log behind a connection black-holed for a while: it retries, and every
+    // record lands once.
+    let log = RunLog::start(store.clone(), &id, epoch, 3);
+    log.append(started("a", 3));
+    log.flush().wait().unwrap();
+    proxy.requests.store(true, Ordering::SeqCst);
+    proxy.answers.store(true, Ordering::SeqCst);
+    log.append(started("a", 4));
+    let (_, wait) = log.append_synced(started("a", 5));
+    std::thread::sleep(Duration::from_secs(3));
+    proxy.requests.store(false, Ordering::SeqCst);
+    proxy.answers.store(false, Ordering::SeqCst);
+    wait.wait().unwrap();
+    log.close().unwrap();
+    let want: Vec<(String, u32)> = (0..6).map(|i| ("a".to_string(), i)).collect();
+    assert_eq!(numbered(&direct, &id), want);
+}

@@ -1,0 +1,166 @@
+//! Durable runs of the real `heddle` binary on a PostgreSQL run store (`[store] url`):
+//! aborted at named write-ahead boundaries (`HEDDLE_FAULT`), resumed by another process
+//! once the dead one's lease on the run expired, and the effects counted where they
+//! land (the lines `files.write_text` appended to `data/log.txt`). The same crash table
+//! as on SQLite (tests/durable.rs), and no store file is ever created.
+//!
+//! The server: `HEDDLE_TEST_PG_URL` (scripts/test starts one), else one started for
+//! this binary by scripts/pg-up; each test gets a database of its own. Under `CI=true`
+//! a test without a server fails.
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+#[path = "../host/store/tests/support/mod.rs"]
+mod pg;
+mod support;
+
+use support::stderr;
+use support::store::{CHAIN, FANOUT, INVALID, OK, PAUSED, StoreDir, expect, pause_event, text};
+
+/// `graph` in a directory whose `heddle.toml` puts the runs in a fresh database (the
+/// `[store] path` it also names is never created); `None` when PostgreSQL tests are
+/// skipped (`HEDDLE_SKIP_PG=1`, never under CI).
+fn on_postgres(graph: &str, one_at_a_time: bool) -> Option<(StoreDir, String)> {
+    if pg::skip_pg() {
+        return None;
+    }
+    let url = pg::fresh_database();
+    let mut env = StoreDir::with_graph(graph);
+    if one_at_a_time {
+        env = env.one_at_a_time();
+    }
+    let config = env.path().join("heddle.toml");
+    let mut toml = std::fs::read_to_string(&config).unwrap();
+    // `[store]` is the file's last section.
+    toml.push_str(&format!("url = \"{url}\"\n"));
+    std::fs::write(&config, toml).unwrap();
+    Some((env, url))
+}
+
+/// `heddle runs resume ARGS`, again while the run's lease is still held by the process
+/// that died (it expires a lease TTL after its last renewal; nobody releases it).
+fn resume(env: &StoreDir, args: &[&str]) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let o = env.heddle(&[&["runs", "resume"], args].concat());
+        if !stderr(&o).contains("is owned by host") {
+            return o;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lease never expired:\n{}",
+            text(&o)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The `started` count of `node` in `heddle runs show --json`.
+fn started(env: &StoreDir, id: &str, node: &str) -> u64 {
+    let show = env.show(id);
+    show["occurrences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["occurrence"]["node"] == node)
+        .unwrap_or_else(|| panic!("no occurrence of {node}: {show:#}"))["started"]
+        .as_u64()
+        .unwrap()
+}
+
+fn outputs(o: &Output) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", text(o)));
+    v["outputs"].clone()
+}
+
+#[test]
+fn a_durable_run_on_postgres_killed_at_each_boundary_resumes_without_repeating_an_effect() {
+    // (fault, lines on disk after the crash): a completed write is never repeated; one
+    // that never started is started on recovery.
+    for (fault, after_crash) in [
+        ("after-result:w", vec!["one"]),
+        ("before-dispatch:w", vec![]),
+        ("mid-commit:w", vec![]),
+        ("after-result:up", vec!["one"]),
+    ] {
+        let Some((env, url)) = on_postgres(CHAIN, false) else {
+            return;
+        };
+        let id = env.crash(fault, &[]);
+        assert_eq!(env.lines(), after_crash, "{fault}");
+        assert_eq!(env.show(&id)["state"], "interrupted", "{fault}");
+        let o = resume(&env, &[&id, "--json"]);
+        expect(&o, OK);
+        assert_eq!(outputs(&o), serde_json::json!(["/DATA/LOG.TXT"]), "{fault}");
+        assert_eq!(env.lines(), ["one"], "{fault}");
+        assert_eq!(started(&env, &id, "w"), 1, "{fault}");
+        assert_eq!(env.show(&id)["state"], "completed", "{fault}");
+        // The runs are in the database, listed from there; no store file was made.
+        let list = env.heddle(&["runs", "list"]);
+        expect(&list, OK);
+        assert!(
+            String::from_utf8_lossy(&list.stdout).contains(&id),
+            "{fault}"
+        );
+        assert!(!env.db().exists(), "{fault}: a store file was created");
+        let n = pg::query(
+            &url,
+            &format!("SELECT count(*) FROM heddle.events WHERE run_id = '{id}'"),
+        );
+        assert_ne!(n[0][0].as_deref(), Some("0"), "{fault}");
+    }
+}
+
+#[test]
+fn a_started_non_retry_safe_node_on_postgres_pauses_until_a_person_resumes_it() {
+    let Some((env, _)) = on_postgres(CHAIN, false) else {
+        return;
+    };
+    let id = env.crash("after-start:w", &[]);
+    assert!(env.lines().is_empty());
+    // Recovery never runs uncertain work again by itself.
+    let o = resume(&env, &[&id]);
+    expect(&o, PAUSED);
+    let event = pause_event(&o);
+    assert!(env.lines().is_empty());
+    assert_eq!(env.show(&id)["pause"]["why"], "reconcile");
+    // The paused run's lease was given back: the person's resume is taken at once.
+    let o = env.heddle(&["runs", "resume", &id, "--pause", &event.to_string()]);
+    expect(&o, OK);
+    assert_eq!(env.lines(), ["one"]);
+}
+
+#[test]
+fn a_fan_out_on_postgres_killed_after_its_third_item_repeats_none() {
+    let Some((env, _)) = on_postgres(FANOUT, true) else {
+        return;
+    };
+    let id = env.crash("after-result:w:3", &[]);
+    assert_eq!(env.lines().len(), 3);
+    let o = resume(&env, &[&id, "--json"]);
+    expect(&o, OK);
+    let mut lines = env.lines();
+    lines.sort();
+    assert_eq!(lines, ["a", "b", "c", "d", "e", "f"]);
+}
+
+/// `heddle serve` owns a whole store through one lease, which only an SQLite file has
+/// today: a PostgreSQL store is refused before anything is opened, saying so.
+#[test]
+fn serve_refuses_a_postgres_store_saying_what_comes_next() {
+    let env = StoreDir::new();
+    let config = env.path().join("heddle.toml");
+    let mut toml = std::fs::read_to_string(&config).unwrap();
+    toml.push_str("url = \"postgres://nobody@127.0.0.1:1/heddle\"\n");
+    std::fs::write(&config, toml).unwrap();
+    let o = env.heddle(&["serve", "--listen", "127.0.0.1:0"]);
+    expect(&o, INVALID);
+    assert!(
+        stderr(&o).contains("several hosts on one PostgreSQL database are the next step"),
+        "{}",
+        text(&o)
+    );
+    assert!(!env.db().exists());
+}
