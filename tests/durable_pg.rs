@@ -43,7 +43,9 @@ fn on_postgres(graph: &str, one_at_a_time: bool) -> Option<(StoreDir, String)> {
 fn resume(env: &StoreDir, args: &[&str]) -> Output {
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let o = env.heddle(&[&["runs", "resume"], args].concat());
+        let mut all = vec!["runs", "resume"];
+        all.extend_from_slice(args);
+        let o = env.heddle(&all);
         if !stderr(&o).contains("is owned by host") {
             return o;
         }
