@@ -337,7 +337,7 @@ impl Prepared {
     }
 
     /// Starts the run on the current tokio runtime, with its run time limit's clock
-    /// (the execution time it has left, counted from now).
+    /// (the execution time it has left, counted from when this process took the run).
     pub fn start(self) -> Running {
         let Prepared {
             run,
@@ -347,12 +347,12 @@ impl Prepared {
         let handle = run.start();
         let _ = control.0.kernel.set(handle.canceller());
         let timer = session.as_ref().and_then(|s| {
-            let left = s.time_left()?;
+            let deadline = s.deadline()?;
             let limit_ms = s.budget.time_limit_ms?;
             let journal = s.journal.clone();
             let control = control.clone();
             Some(tokio::spawn(async move {
-                tokio::time::sleep(left).await;
+                tokio::time::sleep_until(deadline.into()).await;
                 journal.exhaust(heddle_store::Exhausted::Time { limit_ms });
                 control.0.limit.cancel();
                 control.cancel_kernel();

@@ -32,6 +32,9 @@ pub struct Session {
     /// Where the run is stored: an ending without a kernel's report reads the log back
     /// to say which nodes never ran ([`Session::never_ran`]).
     store: Arc<dyn RunStore>,
+    /// When this process took the run (just before its `opened` record): where the log
+    /// starts counting this process's execution time.
+    taken: std::time::Instant,
 }
 
 impl Session {
@@ -47,6 +50,14 @@ impl Session {
     /// a limit. The caller keeps the clock and calls [`DurableJournal::exhaust`].
     pub fn time_left(&self) -> Option<std::time::Duration> {
         self.budget.time_left(&self.spent)
+    }
+
+    /// When the run's execution time runs out; `None` without a limit. Counted from when
+    /// this process took the run, as the log counts execution, not from when its nodes
+    /// start: loading and preparing them comes later and would otherwise be time the
+    /// limit never sees. The caller keeps the clock and calls [`DurableJournal::exhaust`].
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        Some(self.taken + self.time_left()?)
     }
 
     /// The budget that is already spent before anything runs here.
@@ -83,6 +94,7 @@ fn open(
         crate::spill::sweep(&*store, run_id)?;
     }
     let spill = Spiller::new(store.clone(), run_id);
+    let taken = std::time::Instant::now();
     let log = Arc::new(RunLog::start(
         store.clone(),
         run_id,
@@ -109,6 +121,7 @@ fn open(
         spent,
         spill,
         store,
+        taken,
     })
 }
 
