@@ -74,12 +74,7 @@ const MAX_MASKED_BODY: usize = 64 << 20;
 /// Masks every JSON response body of the API (answers and refusals alike).
 pub async fn responses(State(mask): State<Arc<Mask>>, req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
-    let is_json = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if !is_json {
+    if !crate::api::is_json(&resp) {
         return resp;
     }
     let (mut parts, body) = resp.into_parts();
