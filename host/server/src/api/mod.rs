@@ -8,7 +8,7 @@
 
 mod escalations;
 mod runs;
-mod state;
+pub(crate) mod state;
 
 use std::sync::Arc;
 
@@ -32,6 +32,12 @@ pub const MAX_BODY_BYTES: usize = 4 << 20;
 /// 404), every answer through [`guard`]. Testable in-process with
 /// `tower::ServiceExt::oneshot`.
 pub fn router(host: Arc<Host>, token: Token) -> Router {
+    router_bounded(host, token, crate::mask::MAX_MASKED_BODY)
+}
+
+/// [`router`] with another bound on the JSON answers it masks (a test's, to reach it
+/// without writing 64 MiB): an answer over `max_json_bytes` is a 500, not sent.
+pub fn router_bounded(host: Arc<Host>, token: Token, max_json_bytes: usize) -> Router {
     let api = Api {
         host,
         token: Arc::new(token),
@@ -42,7 +48,10 @@ pub fn router(host: Arc<Host>, token: Token) -> Router {
         .fallback(unknown)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(
-            api.host.mask.clone(),
+            crate::mask::Masking {
+                mask: api.host.mask.clone(),
+                max_body: max_json_bytes,
+            },
             crate::mask::responses,
         ))
         .layer(middleware::from_fn_with_state(api.clone(), admit))

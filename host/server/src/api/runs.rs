@@ -70,7 +70,48 @@ async fn show(
     // The document as submitted, for the viewer to draw (its nodes' UI positions
     // included); stored bytes that are not JSON are left out, not an error.
     v["document"] = serde_json::from_slice(&header.run.graph_bytes).unwrap_or_default();
+    link_artifacts(&mut v["occurrences"], &header.run_id, 0);
     Ok(Json(v))
+}
+
+/// How deep in an occurrence's shown object a result's values sit (the references are
+/// whole values of its outputs: `result` → outcome → `outputs` → pair → value).
+const REFERENCE_DEPTH: usize = 8;
+
+/// Gives every artifact reference (`{"$artifact": {"sha256", "size"}}`, as the event
+/// stream sends it) in `v` the `url` its bytes are fetched from: the shown run refers
+/// to its large values instead of holding them, so its size does not grow with theirs.
+fn link_artifacts(v: &mut serde_json::Value, run_id: &str, depth: usize) {
+    if depth > REFERENCE_DEPTH {
+        return;
+    }
+    match v {
+        serde_json::Value::Object(m) => {
+            let reference = (m.len() == 1)
+                .then(|| m.get_mut(heddle_store::spill::KEY))
+                .flatten()
+                .and_then(|r| r.as_object_mut())
+                .filter(|r| r.len() == 2 && r.contains_key("size"));
+            if let Some(r) = reference {
+                if let Some(sha) = r.get("sha256").and_then(|s| s.as_str()).map(str::to_string) {
+                    r.insert(
+                        "url".into(),
+                        format!("/api/runs/{run_id}/artifacts/{sha}").into(),
+                    );
+                }
+                return;
+            }
+            for x in m.values_mut() {
+                link_artifacts(x, run_id, depth + 1);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for x in a {
+                link_artifacts(x, run_id, depth + 1);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// A stored artifact's bytes (the viewer links large values to them).
