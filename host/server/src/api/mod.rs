@@ -10,6 +10,8 @@ mod escalations;
 mod runs;
 pub(crate) mod state;
 
+pub use runs::ARTIFACT_CHUNK;
+
 use std::sync::Arc;
 
 use axum::Router;
@@ -41,6 +43,7 @@ pub fn router_bounded(host: Arc<Host>, token: Token, max_json_bytes: usize) -> R
     let api = Api {
         host,
         token: Arc::new(token),
+        artifacts: Arc::new(tokio::sync::Semaphore::new(state::ARTIFACTS_IN_MEMORY)),
     };
     let routes = Router::new()
         .merge(runs::routes())

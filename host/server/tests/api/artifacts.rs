@@ -198,3 +198,80 @@ async fn an_unreadable_artifact_is_named_by_the_api_and_by_a_whole_read() {
         assert!(e.contains(part), "{part} not in {e}");
     }
 }
+
+/// A large artifact (bytes that do not compress, so a compressed answer is as large)
+/// comes back byte for byte, as is and gzip-compressed, in pieces of at most
+/// `ARTIFACT_CHUNK` with its length declared up front.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_artifact_downloads_byte_identical_in_pieces() {
+    use http_body_util::BodyExt as _;
+    let s = server().await;
+    let id = s.create(CHAIN).await;
+    assert_eq!(s.ended(&id).await["state"], "completed");
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let bytes: Vec<u8> = (0..(5 << 20) + 17)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let stored = s
+        .host
+        .store
+        .put_artifact(&id, Some("big"), &bytes, &Default::default())
+        .unwrap();
+    let url = format!("/api/runs/{id}/artifacts/{}", stored.sha256);
+
+    let resp = s
+        .send(
+            s.request("GET", &url)
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        resp.headers()[axum::http::header::CONTENT_LENGTH],
+        bytes.len().to_string()
+    );
+    let mut body = resp.into_body();
+    let (mut got, mut pieces) = (Vec::new(), 0);
+    while let Some(frame) = body.frame().await {
+        let data = frame.unwrap().into_data().unwrap();
+        assert!(
+            data.len() <= heddle_server::api::ARTIFACT_CHUNK,
+            "{}",
+            data.len()
+        );
+        got.extend_from_slice(&data);
+        pieces += 1;
+    }
+    assert!(
+        got == bytes,
+        "byte-identical ({} of {} bytes)",
+        got.len(),
+        bytes.len()
+    );
+    assert!(
+        pieces > bytes.len() / heddle_server::api::ARTIFACT_CHUNK,
+        "{pieces}"
+    );
+
+    let req = s
+        .request("GET", &url)
+        .header(axum::http::header::ACCEPT_ENCODING, "gzip")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let resp = s.send(req).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.headers()[axum::http::header::CONTENT_ENCODING], "gzip");
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(&body_bytes(resp).await[..]),
+        &mut out,
+    )
+    .unwrap();
+    assert!(out == bytes, "byte-identical through gzip");
+}
