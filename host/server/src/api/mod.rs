@@ -156,8 +156,8 @@ pub(crate) fn is_json(resp: &Response) -> bool {
 /// once: the body is never waited for, so a client that declares more than it sends
 /// does not hold the connection).
 async fn admit(State(api): State<Api>, req: Request, next: Next) -> Response {
-    if let Err(refused) = authorize(&api, &req) {
-        return refused;
+    if !authorized(&api, &req) {
+        return unauthorized();
     }
     let declared = req
         .headers()
@@ -176,26 +176,25 @@ async fn admit(State(api): State<Api>, req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-/// The token check: 401 unless the request carries `Authorization: Bearer TOKEN`.
-fn authorize(api: &Api, req: &Request) -> Result<(), Response> {
-    let presented = req
-        .headers()
+/// Whether the request carries `Authorization: Bearer TOKEN`.
+fn authorized(api: &Api, req: &Request) -> bool {
+    req.headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match presented {
-        Some(t) if api.token.matches(t.trim()) => Ok(()),
-        _ => {
-            let mut r = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "missing or wrong bearer token (Authorization: Bearer TOKEN; the token is in serve.token beside the run store)",
-            )
-            .into_response();
-            r.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
-            );
-            Err(r)
-        }
-    }
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| api.token.matches(t.trim()))
+}
+
+/// The answer to a request without the right token.
+fn unauthorized() -> Response {
+    let mut r = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong bearer token (Authorization: Bearer TOKEN; the token is in serve.token beside the run store)",
+    )
+    .into_response();
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer"),
+    );
+    r
 }
