@@ -160,9 +160,17 @@ fn the_token_is_owner_only_and_printed_once() {
     // A token others can read is refused before the store is taken.
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let o = dir.heddle(&["serve", "--listen", "127.0.0.1:0"]);
-    assert_ne!(o.status.code(), Some(OK));
+    assert_eq!(o.status.code(), Some(INVALID), "{}", stderr(&o));
     assert!(stderr(&o).contains("serve.token"), "{}", stderr(&o));
     assert!(stderr(&o).contains("chmod 600"), "{}", stderr(&o));
+
+    // So is one shorter than a generated token (a guessable secret), at start.
+    std::fs::write(&file, "1234\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let o = dir.heddle(&["serve", "--listen", "127.0.0.1:0"]);
+    assert_eq!(o.status.code(), Some(INVALID), "{}", stderr(&o));
+    assert!(stderr(&o).contains("serve.token"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("4 hex digits"), "{}", stderr(&o));
 }
 
 #[test]

@@ -174,15 +174,16 @@ pub fn inspect(
     Ok((header, records, view))
 }
 
-/// [`inspect`] for showing a run: a value whose artifact is missing or corrupt is left
-/// as a marker and listed ([`crate::spill::resolve_marking`]) instead of failing.
+/// [`inspect`] for showing a run: large values stay references, each verified; one
+/// whose artifact is missing or corrupt is left as a marker and listed
+/// ([`crate::spill::check_marking`]) instead of failing.
 pub fn inspect_readable(
     store: &dyn RunStore,
     run_id: &str,
 ) -> Result<(RunHeader, RunView, Vec<crate::spill::Unreadable>), StoreError> {
     let header = store.header(run_id)?;
     let mut records = store.read(run_id, 0)?.records;
-    let unreadable = crate::spill::resolve_marking(store, run_id, &mut records)?;
+    let unreadable = crate::spill::check_marking(store, run_id, &mut records)?;
     let view = RunView::fold(&records, pid_alive);
     Ok((header, view, unreadable))
 }
