@@ -54,6 +54,12 @@ impl Session {
         self.budget.exhausted(&self.spent)
     }
 
+    /// Whether another process asked for the run to be cancelled
+    /// ([`RunStore::request_cancel`]).
+    pub fn cancel_requested(&self) -> Result<bool, StoreError> {
+        self.store.cancel_requested(&self.run_id)
+    }
+
     /// The nodes that never ran by the log as it stands (what this process wrote
     /// flushed first), each skipped for `reason`: for an ending no kernel reported on.
     fn never_ran(&self, reason: SkipReason) -> Result<Vec<(String, SkipReason)>, StoreError> {

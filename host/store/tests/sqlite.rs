@@ -593,7 +593,10 @@ fn one_of_concurrent_takers_wins_and_the_losers_write_nothing() {
             })
             .collect();
         let results: Vec<_> = takers.into_iter().map(|t| t.join().unwrap()).collect();
-        let won: Vec<u64> = results.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+        let won: Vec<u64> = results
+            .iter()
+            .filter_map(|r| r.as_ref().ok().copied())
+            .collect();
         assert_eq!(won.len(), 1, "trial {trial}: {results:?}");
         for r in &results {
             if let Err(e) = r {
