@@ -560,3 +560,84 @@ fn the_lifecycle_records_give_the_state_the_whole_log_gives() {
     ));
     assert!(store.read(&id, 0).is_err());
 }
+
+/// Of takers that checked the same state of a run, on handles of their own (as
+/// processes have), exactly one takes it over; each loser is refused before writing
+/// anything: the epoch and the log are the winner's alone, and the winner writes on.
+#[test]
+fn one_of_concurrent_takers_wins_and_the_losers_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path());
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let first = store.acquire(&id).unwrap();
+    store
+        .append(&id, first, 0, &[dispatched("a")], true)
+        .unwrap();
+    for trial in 0..10u64 {
+        let next = store.read(&id, 0).unwrap().records.len() as u64;
+        let barrier = Arc::new(std::sync::Barrier::new(4));
+        let takers: Vec<_> = (0..4u32)
+            .map(|pid| {
+                let (path, id, barrier) = (dir.path().to_path_buf(), id.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let store = open_store(&path);
+                    barrier.wait();
+                    store.take_over(&id, next, &|epoch| {
+                        vec![Record::Opened {
+                            epoch,
+                            reason: OpenReason::Recover,
+                            pid,
+                        }]
+                    })
+                })
+            })
+            .collect();
+        let results: Vec<_> = takers.into_iter().map(|t| t.join().unwrap()).collect();
+        let won: Vec<u64> = results
+            .iter()
+            .filter_map(|r| r.as_ref().ok().copied())
+            .collect();
+        assert_eq!(won.len(), 1, "trial {trial}: {results:?}");
+        for r in &results {
+            if let Err(e) = r {
+                assert!(
+                    matches!(e, StoreError::NotNext { seq, next: found, .. } if *seq == next && *found == next + 1),
+                    "trial {trial}: {e:?}"
+                );
+            }
+        }
+        let records = store.read(&id, 0).unwrap().records;
+        assert_eq!(records.len() as u64, next + 1, "trial {trial}: one opening");
+        // The winner's epoch is the current one: it writes on, unfenced.
+        store
+            .append(&id, won[0], next + 1, &[dispatched("b")], true)
+            .unwrap();
+    }
+}
+
+/// A cancel request is kept beside the log (whose owner alone writes it), seen from
+/// another handle, asked for once however often it is asked, and refused for a run
+/// that is not there.
+#[test]
+fn a_cancel_request_is_seen_by_another_handle_and_leaves_the_log_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let owner = open_store(dir.path());
+    let id = owner.create_run(&new_run()).unwrap().run_id;
+    let epoch = owner.acquire(&id).unwrap();
+    owner
+        .append(&id, epoch, 0, &[dispatched("a")], true)
+        .unwrap();
+    assert!(!owner.cancel_requested(&id).unwrap());
+    let other = open_store(dir.path());
+    other.request_cancel(&id).unwrap();
+    other.request_cancel(&id).unwrap();
+    assert!(owner.cancel_requested(&id).unwrap());
+    // The owner is not fenced: its epoch and log are untouched.
+    owner
+        .append(&id, epoch, 1, &[dispatched("b")], true)
+        .unwrap();
+    assert!(matches!(
+        other.request_cancel("nope"),
+        Err(StoreError::UnknownRun(_))
+    ));
+}
