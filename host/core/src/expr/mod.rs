@@ -5,11 +5,11 @@
 //! [`Expr::compile`] parses once, at planning, so a typo is refused before any node
 //! starts; evaluation never panics and never runs longer than [`EVAL_LIMIT_MS`].
 //!
-//! The engine is one crate behind [`engine`] (chosen by measuring candidates against the
+//! The engine is one crate behind `engine` (chosen by measuring candidates against the
 //! jsonata-js reference suite; `scripts/jsonata-suite` reruns that measurement). A few
 //! of its gaps would only show at run time, so [`Expr::compile`] also refuses the
 //! functions the engine does not implement. The commonest condition shape
-//! (`path op literal`) has an exact fast path in [`simple`].
+//! (`path op literal`) has an exact fast path in `simple`.
 
 mod engine;
 mod simple;

@@ -56,7 +56,8 @@ pub enum FailureKind {
 }
 
 /// An escalation: what the supervisor sees of a failed invocation. Built only by
-/// [`Redactor::escalation`], so every string in it has had secrets masked and caps applied.
+/// [`Redactor::escalation`](super::Redactor::escalation), so every string in it has had
+/// secrets masked and caps applied.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Escalation {
     /// The failing node's id.
