@@ -36,7 +36,7 @@ pub enum ReadOutputError {
     #[error("no node `{0}` in this run")]
     UnknownNode(String),
     /// The node exists but has not produced anything yet (or it was forgotten:
-    /// [`KEPT_OUTPUTS_PER_NODE`]).
+    /// only the latest outputs per node are kept).
     #[error("node `{0}` has produced no output yet")]
     NoOutput(String),
     /// Its outputs belong to other items of a fan-out: showing them as the failing
