@@ -4,6 +4,8 @@
 //! durable store plug in through [`executor::NodeProvider`] / [`executor::Executor`] and
 //! the event stream.
 
+#![warn(missing_docs)]
+
 #[cfg(feature = "bench")]
 #[doc(hidden)]
 pub mod bench;

@@ -35,8 +35,7 @@ pub enum ReadOutputError {
     /// The run has no node with that id.
     #[error("no node `{0}` in this run")]
     UnknownNode(String),
-    /// The node exists but has not produced anything yet (or it was forgotten:
-    /// only the latest outputs per node are kept).
+    /// The node exists but has not produced anything yet.
     #[error("node `{0}` has produced no output yet")]
     NoOutput(String),
     /// Its outputs belong to other items of a fan-out: showing them as the failing
