@@ -182,7 +182,7 @@ impl RunStatus {
 pub enum NodeStatus {
     /// Its first invocation started.
     Running,
-    /// Its inputs ended and every invocation succeeded (or was skipped by a verdict).
+    /// It ended without failing: its inputs ended and its work is done.
     Completed,
     /// An invocation failed and nothing recovered it.
     Failed,
@@ -201,7 +201,8 @@ pub enum NodeStatus {
 pub enum EdgeStatus {
     /// Values have been sent and more may come.
     Active,
-    /// The source ended the edge's stream and the target consumed it.
+    /// The source sent its end of stream: nothing more will come, and the counter is
+    /// exact.
     Completed,
     /// The target stopped before consuming the end: values were still buffered or could
     /// still have come. The edge's last status, published once every actor stopped.
@@ -406,7 +407,7 @@ pub struct RunResult {
 
 impl RunResult {
     /// Events a result retains: enough to explain a run, bounded so a long stream
-    /// cannot grow the result without limit (a durable log keeps them all).
+    /// cannot grow the result without limit (subscribers still get every event).
     pub const EVENT_CAP: usize = 10_000;
     /// Bytes of output values a run retains before replacing them by a marker.
     pub const OUTPUT_CAP_BYTES: usize = 64 << 20;

@@ -102,8 +102,8 @@ impl FromIterator<(String, Value)> for Outputs {
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct NodeError {
-    /// The class of failure: it decides retry, escalation and the failure signature's
-    /// family, so a host-only kind is never taken from a guest's word.
+    /// The class of failure: it decides whether the invocation may be retried or
+    /// escalated, and the family of its failure signature.
     pub kind: ErrorKind,
     /// What went wrong, for the user (masked for secrets before it is shown).
     pub message: String,
@@ -440,8 +440,8 @@ impl NodeCtx {
         }
     }
 
-    /// Records an asset the invocation created: a failure after it is not retried
-    /// automatically, since a retry could create it twice.
+    /// Records an asset the invocation created: if it then fails, a supervisor is not
+    /// offered a retry, since a retry could create the asset twice.
     pub fn record_asset(&self, id: impl Into<String>) {
         let id = id.into();
         self.metrics_mut(|m| m.assets.push(id));
