@@ -39,8 +39,10 @@ pub use state::{ReadOutputError, RunState, RunStateReader};
 /// (decided by `bounds`): a supervisor failing never lets a failure through.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SupervisorError {
+    /// The run was cancelled before the handle answered.
     #[error("the run was cancelled while the decision was pending")]
     Cancelled,
+    /// The handle took longer than the supervisor's decision timeout.
     #[error("the decision took longer than {0:?}")]
     Timeout(std::time::Duration),
     /// Text, not a source error, on purpose: a transport error can carry the provider's
@@ -49,10 +51,14 @@ pub enum SupervisorError {
     /// the escalation record).
     #[error("supervisor provider error: {0}")]
     Provider(String),
+    /// The handle's answer could not be read as a verdict (an LLM's reply off schema).
     #[error("supervisor reply was malformed: {0}")]
     Malformed(String),
+    /// Deciding ran out of what it may spend: the run's money budget refused the next
+    /// model call, or no verdict came within the allowed turns.
     #[error("supervisor budget: {0}")]
     Budget(String),
+    /// Anything else a handle reports, as text for the same reason as `Provider`.
     #[error("{0}")]
     Other(String),
 }
@@ -88,6 +94,9 @@ pub trait Supervisor: Send + Sync + 'static {
     /// Short name for logs and reports (`fail-closed`, `policy`, `replay`, `llm`).
     fn name(&self) -> &str;
 
+    /// Decides one escalation. Whatever it answers, the kernel checks it against the
+    /// escalation's allowed set and overrules what falls outside; an error becomes
+    /// `fail`, so a supervisor can never let a failure through by failing itself.
     fn decide<'a>(
         &'a self,
         escalation: &'a Escalation,

@@ -28,12 +28,18 @@ pub trait RunStateReader: Send + Sync {
     ) -> Result<BTreeMap<String, Value>, ReadOutputError>;
 }
 
+/// Why a supervisor's `read_node_output` got nothing; said to the decider as the tool's
+/// answer, so it can ask for something else.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadOutputError {
+    /// The run has no node with that id.
     #[error("no node `{0}` in this run")]
     UnknownNode(String),
+    /// The node exists but has not produced anything yet.
     #[error("node `{0}` has produced no output yet")]
     NoOutput(String),
+    /// Its outputs belong to other items of a fan-out: showing them as the failing
+    /// item's would mix items up.
     #[error(
         "node `{0}` has no output on the failing item's lineage (what it produced belongs to other items); reading it is refused"
     )]
@@ -83,6 +89,7 @@ impl Default for RunState {
 }
 
 impl RunState {
+    /// A recorder that keeps outputs and statuses for a supervisor's tools.
     pub fn new() -> Self {
         Self::default()
     }
