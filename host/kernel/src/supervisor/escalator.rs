@@ -11,7 +11,7 @@ use heddle_core::{EventKind, InvocationMetrics, NodeDecl, NodeMode};
 use tokio_util::sync::CancellationToken;
 
 use super::allowed::{InvocationFacts, allowed_actions, declared_outputs, enforce};
-use super::state::RunState;
+use super::state::RunLedger;
 use super::{DecideCtx, Supervisor, ensure_bounded};
 use crate::executor::{ErrorKind, EventSink, Inputs, NodeError, Outputs, SecretRegistry};
 
@@ -85,7 +85,7 @@ pub struct Escalator {
     events: Arc<dyn EventSink>,
     cancel: CancellationToken,
     limits: RedactLimits,
-    state: Arc<RunState>,
+    state: Arc<RunLedger>,
     interventions: Mutex<Vec<Intervention>>,
 }
 
@@ -103,9 +103,9 @@ impl Escalator {
             secrets.register(&secret);
         }
         let state = if supervisor.wants_run_state() {
-            RunState::new()
+            RunLedger::new()
         } else {
-            RunState::disabled()
+            RunLedger::disabled()
         };
         Escalator {
             supervisor: ensure_bounded(supervisor),
@@ -126,7 +126,7 @@ impl Escalator {
 
     /// The run state the runtime records into (outputs per lineage, statuses) for the
     /// supervisor's read-only tools.
-    pub fn state(&self) -> &Arc<RunState> {
+    pub fn state(&self) -> &Arc<RunLedger> {
         &self.state
     }
 

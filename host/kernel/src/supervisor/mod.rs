@@ -33,7 +33,7 @@ pub use heddle_core::supervise::{
 };
 pub use policy::{Policy, PolicyError, PolicyLoadError};
 pub use replay::{Replay, ReplayError};
-pub use state::{ReadOutputError, RunState, RunStateReader};
+pub use state::{ReadOutputError, RunLedger, RunLedgerReader};
 
 /// Why a handle could not decide. The kernel turns every one of these into `fail`
 /// (decided by `bounds`): a supervisor failing never lets a failure through.
@@ -70,7 +70,7 @@ pub struct DecideCtx {
     /// its work (an in-flight model request above all) when it fires.
     pub cancel: CancellationToken,
     /// Read-only view of the run for tools (`get_run_state`, `read_node_output`).
-    pub state: Option<Arc<dyn RunStateReader>>,
+    pub state: Option<Arc<dyn RunLedgerReader>>,
     /// The run's registry of secret values: a handle masks tool results against it and
     /// registers its own credentials in it.
     pub secrets: Arc<SecretRegistry>,

@@ -14,7 +14,7 @@ use crate::executor::Outputs;
 /// What the agent's tools may read. `read_output` is scoped to a lineage: in a fan-out,
 /// "the last output" of a node may belong to another item, and handing that to the model
 /// as repair material would poison the repair and widen what the model sees.
-pub trait RunStateReader: Send + Sync {
+pub trait RunLedgerReader: Send + Sync {
     /// Per-node status, invocation and error counts, cost.
     fn digest(&self) -> serde_json::Value;
     /// The most recent output of `node_id` on the lineage `scope`: produced by the
@@ -73,22 +73,22 @@ struct Inner {
 }
 
 /// The runtime's recorder, also the reader handed to supervisors.
-pub struct RunState {
+pub struct RunLedger {
     /// False when no handle reads it: recording is then skipped entirely.
     enabled: bool,
     inner: Mutex<Inner>,
 }
 
-impl Default for RunState {
+impl Default for RunLedger {
     fn default() -> Self {
-        RunState {
+        RunLedger {
             enabled: true,
             inner: Mutex::new(Inner::default()),
         }
     }
 }
 
-impl RunState {
+impl RunLedger {
     /// A recorder that keeps outputs and statuses for a supervisor's tools.
     pub fn new() -> Self {
         Self::default()
@@ -96,7 +96,7 @@ impl RunState {
 
     /// A recorder that keeps nothing (for handles that never read run state).
     pub fn disabled() -> Self {
-        RunState {
+        RunLedger {
             enabled: false,
             ..Self::default()
         }
@@ -129,7 +129,7 @@ impl RunState {
         }
     }
 
-    /// Marks output handles of `node_id` that fan out (see [`RunState::declare`]).
+    /// Marks output handles of `node_id` that fan out (see [`RunLedger::declare`]).
     pub fn set_fan_out(&self, node_id: &str, handles: impl IntoIterator<Item = String>) {
         if let Some(n) = self.lock().nodes.get_mut(node_id) {
             n.fan_out = handles.into_iter().collect();
@@ -190,7 +190,7 @@ impl RunState {
         }
     }
 
-    /// [`RunState::record_invocation`] with named roots (for callers outside the runtime).
+    /// [`RunLedger::record_invocation`] with named roots (for callers outside the runtime).
     pub fn record_steps(
         &self,
         node_id: &str,
@@ -218,7 +218,7 @@ impl RunState {
     }
 }
 
-impl RunStateReader for RunState {
+impl RunLedgerReader for RunLedger {
     fn digest(&self) -> serde_json::Value {
         let g = self.lock();
         let mut ids: Vec<&String> = g.nodes.keys().collect();
