@@ -176,6 +176,12 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
     }
     let exit = finished.exit();
     report.exit_code = exit.code();
+    if let Some(heddle_store::session::Planned::Exhausted { exhausted, .. }) = finished.planned() {
+        // The kernel saw a cancel; the run ends failed because a budget ran out, and
+        // says which, as the stored ending and `runs show` do.
+        report.outcome = "failed".to_string();
+        report.error = Some(exhausted.to_string());
+    }
     let worker = worker_store.is_some();
     if let (Some(store), Some(session)) = (&worker_store, finished.session()) {
         // A watchdog's worker leaves its report in the run store.

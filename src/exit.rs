@@ -83,6 +83,15 @@ fn class_of(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
             Exit::Failed
         });
     }
+    if let Some(t) = cause.downcast_ref::<heddle_server::token::TokenError>() {
+        // A token file others can read, or that is not a whole token: the operator's
+        // to correct before the server starts.
+        return Some(if t.is_bad_file() {
+            Exit::Invalid
+        } else {
+            Exit::Failed
+        });
+    }
     if let Some(l) = cause.downcast_ref::<heddle_store::lock::LockError>() {
         use heddle_store::lock::LockError as L;
         return Some(match l {

@@ -8,16 +8,24 @@ use serde::{Deserialize, Serialize};
 use crate::types::PortType;
 use crate::value::Value;
 
+/// Everything a node type says about itself: the planner types edges and properties
+/// against it, the kernel picks the actor's mode and retry rules from it, and `heddle
+/// nodes` lists it. Providers build one per type; nothing in a graph overrides it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct NodeDecl {
     /// Fully-qualified type name, e.g. `heddle.constant` or `std.text.concat`.
     pub type_name: String,
+    /// A short human name for listings and the viewer's palette.
     #[serde(default)]
     pub title: String,
+    /// What the node does, for `heddle nodes` and editors.
     #[serde(default)]
     pub description: String,
+    /// The input ports edges may target, with their types and defaults.
     #[serde(default)]
     pub inputs: Vec<PortDecl>,
+    /// The output ports edges may leave from, with how each one's lineage relates to the
+    /// invocation's.
     #[serde(default)]
     pub outputs: Vec<OutputDecl>,
     /// Configuration that is not an input port (e.g. the code of a code node). Kept as a
@@ -27,6 +35,7 @@ pub struct NodeDecl {
     /// True only when re-running an invocation with the same inputs is harmless.
     #[serde(default)]
     pub retry_safe: bool,
+    /// How the actor feeds the node its inputs and takes its outputs.
     #[serde(default)]
     pub mode: NodeMode,
     /// How many invocations of a buffered node, at different lineage keys (the items of
@@ -64,7 +73,12 @@ pub enum Origin {
     Builtin,
     /// A node type of a WASM package; its digest is pinned by the lockfile, and a durable
     /// run records it by `name`.
-    Package { name: String, version: String },
+    Package {
+        /// The package's name (`std`), what a graph's type prefix and the lockfile use.
+        name: String,
+        /// Its version as the package declares it; the digest, not this, pins the bytes.
+        version: String,
+    },
     /// A code node (Python, JavaScript, Bash, shell): the language is the type's suffix
     /// (`code.python`), which the stored text never repeated.
     Code,
@@ -162,26 +176,35 @@ pub enum NodeMode {
 }
 
 impl NodeMode {
+    /// Whether one invocation may emit several values per output, so that consumers
+    /// must not expect exactly one value per invocation.
     pub fn streams_output(self) -> bool {
         matches!(self, NodeMode::StreamingOutput | NodeMode::StreamingInput)
     }
 }
 
+/// One input port or property of a node type.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct PortDecl {
+    /// The handle edges and properties name it by.
     pub name: String,
+    /// What values it accepts; the planner checks edges and property values against it.
     #[serde(rename = "type", default)]
     pub ty: PortType,
     /// A required input must be fed by an edge or given a property value.
     #[serde(default)]
     pub required: bool,
+    /// The value the node gets when nothing feeds the port and no property sets it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<Value>,
+    /// What the port is for, shown in listings and editors.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
 }
 
 impl PortDecl {
+    /// An optional port without default or description; chain the builders below for
+    /// the rest.
     pub fn new(name: impl Into<String>, ty: PortType) -> Self {
         PortDecl {
             name: name.into(),
@@ -192,34 +215,43 @@ impl PortDecl {
         }
     }
 
+    /// Makes the port required: planning fails when nothing feeds it.
     pub fn required(mut self) -> Self {
         self.required = true;
         self
     }
 
+    /// Gives the port a default value.
     pub fn with_default(mut self, v: impl Into<Value>) -> Self {
         self.default = Some(v.into());
         self
     }
 
+    /// Sets the port's description.
     pub fn describe(mut self, d: impl Into<String>) -> Self {
         self.description = d.into();
         self
     }
 }
 
+/// One output port of a node type.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct OutputDecl {
+    /// The handle edges leave from.
     pub name: String,
+    /// The type of the values it emits, which every edge from it must accept.
     #[serde(rename = "type", default)]
     pub ty: PortType,
+    /// How an emitted value's lineage relates to the invocation's (fan-out, fan-in...).
     #[serde(default)]
     pub correlation: OutputCorrelation,
+    /// What the output carries, shown in listings and editors.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
 }
 
 impl OutputDecl {
+    /// An output that inherits the invocation's lineage ([`OutputCorrelation::Single`]).
     pub fn new(name: impl Into<String>, ty: PortType) -> Self {
         OutputDecl {
             name: name.into(),
@@ -229,11 +261,13 @@ impl OutputDecl {
         }
     }
 
+    /// Sets how the output's lineage relates to the invocation's.
     pub fn correlated(mut self, c: OutputCorrelation) -> Self {
         self.correlation = c;
         self
     }
 
+    /// Sets the output's description.
     pub fn describe(mut self, d: impl Into<String>) -> Self {
         self.description = d.into();
         self
@@ -250,6 +284,7 @@ pub enum OutputCorrelation {
     /// Each emitted value is a new item of a child scope (fan-out). Outputs of one
     /// invocation that share a `group` share the item token.
     Iteration {
+        /// Outputs naming the same group emit one item together (a zip of outputs).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         group: Option<String>,
     },
@@ -258,25 +293,36 @@ pub enum OutputCorrelation {
     /// Drops the innermost root (fan-in). Valid only on streaming-input nodes.
     Aggregate,
     /// Keeps the lineage of the envelope that arrived on input `source`.
-    Forward { source: String },
+    Forward {
+        /// The input handle whose lineage the output keeps.
+        source: String,
+    },
 }
 
 /// A capability a node asks for, with the reason shown to the operator.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CapabilityRequest {
+    /// What sort of access.
     pub kind: CapabilityKind,
     /// What exactly: a directory label, an env var name, a secret name, a host pattern.
     pub target: String,
+    /// Why the node needs it, in the node author's words, shown when it is granted.
     pub reason: String,
 }
 
+/// The sorts of access a node may ask for; each is denied unless the operator grants it.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "kebab-case")]
 pub enum CapabilityKind {
+    /// Read a directory the operator maps to a label.
     FilesRead,
+    /// Write to such a directory.
     FilesWrite,
+    /// Read a host environment variable.
     Env,
+    /// Read a named secret (its value is then masked in everything the run shows).
     Secret,
+    /// Reach hosts matching a pattern.
     Network,
 }
 
@@ -294,6 +340,8 @@ impl NodeDecl {
         }
     }
 
+    /// A declaration with only its type name: a buffered node with no ports, not retry
+    /// safe, of unnamed origin. Fill in the rest with struct update syntax.
     pub fn new(type_name: impl Into<String>) -> Self {
         NodeDecl {
             type_name: type_name.into(),
@@ -301,14 +349,17 @@ impl NodeDecl {
         }
     }
 
+    /// The input port called `name`, if declared (a dynamic-input node takes others too).
     pub fn input(&self, name: &str) -> Option<&PortDecl> {
         self.inputs.iter().find(|p| p.name == name)
     }
 
+    /// The output port called `name`, if declared.
     pub fn output(&self, name: &str) -> Option<&OutputDecl> {
         self.outputs.iter().find(|p| p.name == name)
     }
 
+    /// The property called `name`, if declared.
     pub fn property(&self, name: &str) -> Option<&PortDecl> {
         self.properties.iter().find(|p| p.name == name)
     }

@@ -133,7 +133,7 @@ pub struct EdgeDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// The editor's state of the edge, carried through unread.
     pub ui_properties: Option<serde_json::Value>,
-    /// A JSONata condition per value crossing the edge (see [`crate::condition`]).
+    /// A JSONata condition per value crossing the edge (see [`crate::expr`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub when: Option<String>,
     /// Keys of an object value the edge carries; the rest are dropped (never renamed).

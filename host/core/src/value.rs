@@ -23,36 +23,51 @@ pub type Map = BTreeMap<String, Value>;
 /// The key under which bytes are written when a value is rendered as JSON.
 pub const BYTES_KEY: &str = "$bytes";
 
+/// One value on an edge, an input, an output or a property (see the module doc for why
+/// it is not `serde_json::Value`). Cloning is cheap whatever the size.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum Value {
+    /// No value (JSON `null`).
     #[default]
     Null,
+    /// A boolean.
     Bool(bool),
+    /// An integer, kept apart from floats so an `int` port can refuse `1.5`.
     Int(i64),
+    /// A floating-point number.
     Float(f64),
+    /// A string.
     Str(Arc<str>),
+    /// Raw bytes, written as `{"$bytes": "<base64>"}` in JSON ([`BYTES_KEY`]).
     Bytes(Arc<[u8]>),
+    /// A list of values.
     List(Arc<Vec<Value>>),
+    /// An object, with its keys in order.
     Object(Arc<Map>),
 }
 
 impl Value {
+    /// A string value.
     pub fn str(s: impl Into<Arc<str>>) -> Self {
         Value::Str(s.into())
     }
 
+    /// A list value.
     pub fn list(items: Vec<Value>) -> Self {
         Value::List(Arc::new(items))
     }
 
+    /// An object value.
     pub fn object(map: Map) -> Self {
         Value::Object(Arc::new(map))
     }
 
+    /// Whether it is [`Value::Null`].
     pub fn is_null(&self) -> bool {
         matches!(self, Value::Null)
     }
 
+    /// The string, if it is one (no conversion from other kinds).
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(s) => Some(s),
@@ -60,6 +75,7 @@ impl Value {
         }
     }
 
+    /// The integer, if it is one: a float is not narrowed, so `1.0` gives `None`.
     pub fn as_i64(&self) -> Option<i64> {
         match self {
             Value::Int(i) => Some(*i),
@@ -76,6 +92,7 @@ impl Value {
         }
     }
 
+    /// The boolean, if it is one (no truthiness).
     pub fn as_bool(&self) -> Option<bool> {
         match self {
             Value::Bool(b) => Some(*b),
@@ -83,6 +100,7 @@ impl Value {
         }
     }
 
+    /// The items, if it is a list.
     pub fn as_list(&self) -> Option<&[Value]> {
         match self {
             Value::List(l) => Some(l),
@@ -90,6 +108,7 @@ impl Value {
         }
     }
 
+    /// The entries, if it is an object.
     pub fn as_object(&self) -> Option<&Map> {
         match self {
             Value::Object(m) => Some(m),

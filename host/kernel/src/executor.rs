@@ -16,6 +16,9 @@ use smallvec::SmallVec;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+/// The future an [`Executor`] returns: boxed, so the trait stays object safe (the kernel
+/// holds every node's executor as `Arc<dyn Executor>`), and `Send`, so an invocation may
+/// run on any worker thread.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Input values of one invocation, by input handle name. Properties with no edge are
@@ -28,16 +31,20 @@ pub type Inputs = BTreeMap<String, Value>;
 pub struct Outputs(pub SmallVec<[(Arc<str>, Value); 2]>);
 
 impl Outputs {
+    /// No outputs: every handle stays silent for this invocation.
     pub fn new() -> Self {
         Outputs(SmallVec::new())
     }
 
+    /// The single output `handle` = `v`, the commonest answer.
     pub fn one(handle: impl Into<Arc<str>>, v: Value) -> Self {
         let mut o = Outputs::new();
         o.push(handle, v);
         o
     }
 
+    /// Adds `v` on `handle`, after what is there (a streaming node's final outputs may
+    /// hold several values per handle, routed in this order).
     pub fn push(&mut self, handle: impl Into<Arc<str>>, v: Value) {
         self.0.push((handle.into(), v));
     }
@@ -55,14 +62,17 @@ impl Outputs {
         }
     }
 
+    /// The first value on `handle`, if the invocation produced one.
     pub fn get(&self, handle: &str) -> Option<&Value> {
         self.0.iter().find(|(h, _)| &**h == handle).map(|(_, v)| v)
     }
 
+    /// Whether the invocation produced nothing at all.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// Every `(handle, value)`, in the order they are routed.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
         self.0.iter().map(|(h, v)| (&**h, v))
     }
@@ -92,7 +102,10 @@ impl FromIterator<(String, Value)> for Outputs {
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct NodeError {
+    /// The class of failure: it decides whether the invocation may be retried or
+    /// escalated, and the family of its failure signature.
     pub kind: ErrorKind,
+    /// What went wrong, for the user (masked for secrets before it is shown).
     pub message: String,
     /// Stable failure signature (e.g. `http:429`, `trap:out-of-fuel`), used by the
     /// supervisor to recognise repeated failures. A plain error has none.
@@ -101,6 +114,8 @@ pub struct NodeError {
     pub candidate: Option<Outputs>,
 }
 
+/// The class of an invocation's failure (see [`NodeError`]). The supervisor sees it as
+/// [`heddle_core::supervise::FailureKind`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum ErrorKind {
     /// The node's own code reported an error.
@@ -114,11 +129,19 @@ pub enum ErrorKind {
     /// An output value was larger than allowed.
     OutputTooLarge,
     /// The guest trapped (panic, unreachable, bad memory access); `trap` names the kind.
-    Trap { trap: String },
+    Trap {
+        /// The kind of trap, as wasmtime names it.
+        trap: String,
+    },
     /// The run was cancelled while the invocation was in flight.
     Cancelled,
     /// The node asks to suspend the run (human-in-the-loop); not a failure.
-    Suspend { reason: String, state: Value },
+    Suspend {
+        /// What the run waits for, in words for the person who must act.
+        reason: String,
+        /// What the node hands over to whoever resumes it (a gate's pending value).
+        state: Value,
+    },
     /// A fault in the host machinery around the node (container engine down, I/O error).
     Host,
     /// A value did not fit the declared type of the input it arrived on; the kernel
@@ -133,6 +156,7 @@ pub enum ErrorKind {
 }
 
 impl NodeError {
+    /// An error of `kind` with no signature and no candidate output.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         NodeError {
             kind,
@@ -147,14 +171,19 @@ impl NodeError {
         Self::new(ErrorKind::Node, message)
     }
 
+    /// A fault of the host machinery, not of the node ([`ErrorKind::Host`]).
     pub fn host(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Host, message)
     }
 
+    /// What an invocation returns when the run was cancelled under it: not a failure
+    /// of the node, and never escalated.
     pub fn cancelled() -> Self {
         Self::new(ErrorKind::Cancelled, "cancelled")
     }
 
+    /// Asks the kernel to suspend the run at this node (a gate waiting for approval),
+    /// handing over `state` for whoever resumes it.
     pub fn suspend(reason: impl Into<String>, state: Value) -> Self {
         let reason = reason.into();
         Self::new(
@@ -166,16 +195,21 @@ impl NodeError {
         )
     }
 
+    /// The error with a failure signature (`family:code`), what policy rules and sticky
+    /// verdicts match on.
     pub fn with_signature(mut self, sig: impl Into<String>) -> Self {
         self.signature = Some(sig.into());
         self
     }
 
+    /// The error with the malformed output the node produced, shown to a supervisor
+    /// that may repair it.
     pub fn with_candidate(mut self, candidate: Outputs) -> Self {
         self.candidate = Some(candidate);
         self
     }
 
+    /// Whether this is a request to suspend rather than a failure.
     pub fn is_suspend(&self) -> bool {
         matches!(self.kind, ErrorKind::Suspend { .. })
     }
@@ -184,13 +218,17 @@ impl NodeError {
 /// Where a node's events go. The runtime's event bus implements it; executors never
 /// see the bus itself.
 pub trait EventSink: Send + Sync {
+    /// Publishes `event` on the run's stream; the sink stamps its sequence number and
+    /// time, so events from all nodes share one order.
     fn emit(&self, event: EventKind);
 }
 
 /// A value a streaming node emits while its invocation is still running.
 #[derive(Debug)]
 pub struct Emitted {
+    /// The output handle it is emitted on.
     pub handle: Arc<str>,
+    /// The value, routed downstream at once.
     pub value: Value,
 }
 
@@ -205,6 +243,8 @@ pub struct SecretRegistry {
 }
 
 impl SecretRegistry {
+    /// Adds a secret value handed to a node (an empty one is ignored: it would match
+    /// everywhere). From now on logs, errors and escalations mask it.
     pub fn register(&self, value: &str) {
         if value.is_empty() {
             return;
@@ -225,6 +265,8 @@ impl SecretRegistry {
         v.holds_any(&self.values.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// The values registered so far, to build a masking
+    /// [`heddle_core::supervise::Redactor`] from.
     pub fn snapshot(&self) -> Vec<String> {
         self.values
             .lock()
@@ -264,18 +306,26 @@ struct CtxInner {
 
 /// Parts the runtime supplies to build a [`NodeCtx`].
 pub struct CtxParts {
+    /// The node's id.
     pub node_id: Arc<str>,
+    /// The node's type name.
     pub node_type: Arc<str>,
+    /// The invocation's canonical lineage key (`""` at root scope).
     pub key: Arc<str>,
+    /// Cancelled when the run is, or when this invocation's time is up.
     pub cancel: CancellationToken,
+    /// When the invocation's time limit runs out, if it has one.
     pub deadline: Option<Instant>,
+    /// Where the node's logs and events go.
     pub events: Arc<dyn EventSink>,
     /// Present for modes that may emit while running (streaming output and input).
     pub emit: Option<mpsc::Sender<Emitted>>,
+    /// The run-wide registry of secret values, shared by every node of the run.
     pub secrets: Arc<SecretRegistry>,
 }
 
 impl NodeCtx {
+    /// A context from its parts, with no usage measured yet.
     pub fn new(p: CtxParts) -> Self {
         NodeCtx {
             inner: Arc::new(CtxInner {
@@ -313,10 +363,12 @@ impl NodeCtx {
         true
     }
 
+    /// The node's id in the graph.
     pub fn node_id(&self) -> &str {
         &self.inner.node_id
     }
 
+    /// The node's type name.
     pub fn node_type(&self) -> &str {
         &self.inner.node_type
     }
@@ -326,6 +378,8 @@ impl NodeCtx {
         &self.inner.key
     }
 
+    /// Whether the run was cancelled or the deadline passed: a long-running executor
+    /// checks it between steps and returns [`NodeError::cancelled`].
     pub fn is_cancelled(&self) -> bool {
         self.inner.cancel.is_cancelled()
     }
@@ -335,10 +389,13 @@ impl NodeCtx {
         &self.inner.cancel
     }
 
+    /// When the invocation's time limit runs out, for an executor that must pass it on
+    /// (an epoch deadline, a container's stop timeout).
     pub fn deadline(&self) -> Option<Instant> {
         self.inner.deadline
     }
 
+    /// Logs a line for this node; registered secret values are masked before it leaves.
     pub fn log(&self, level: LogLevel, message: impl Into<String>) {
         let message = self.inner.secrets.mask(&message.into());
         self.inner.events.emit(EventKind::Log {
@@ -348,6 +405,8 @@ impl NodeCtx {
         });
     }
 
+    /// Publishes an event as is (an executor's own [`EventKind::Invocation`] figures);
+    /// unlike [`NodeCtx::log`] it masks nothing.
     pub fn event(&self, event: EventKind) {
         self.inner.events.emit(event);
     }
@@ -381,6 +440,8 @@ impl NodeCtx {
         }
     }
 
+    /// Records an asset the invocation created: if it then fails, a supervisor is not
+    /// offered a retry, since a retry could create the asset twice.
     pub fn record_asset(&self, id: impl Into<String>) {
         let id = id.into();
         self.metrics_mut(|m| m.assets.push(id));
@@ -396,6 +457,7 @@ impl NodeCtx {
         });
     }
 
+    /// What the invocation has reported so far (cost, assets, fuel, memory).
     pub fn metrics(&self) -> InvocationMetrics {
         self.inner
             .metrics
@@ -418,6 +480,7 @@ impl NodeCtx {
 pub struct Call {
     /// Input values (properties merged in, edge values win).
     pub inputs: Inputs,
+    /// The invocation's context: its identity, cancellation, logs and usage reports.
     pub ctx: NodeCtx,
 }
 
@@ -430,6 +493,7 @@ pub struct InputView<'a> {
 }
 
 impl<'a> InputView<'a> {
+    /// The view of `edges` (handle, value) over `properties`.
     pub fn new(edges: SmallVec<[(&'a str, Value); 2]>, properties: &'a Inputs) -> Self {
         InputView { edges, properties }
     }
@@ -474,7 +538,9 @@ fn same_name(a: &str, b: &str) -> bool {
 /// One item a streaming-input node reads from its inbox.
 #[derive(Clone, Debug)]
 pub struct StreamItem {
+    /// The input handle it arrived on.
     pub handle: Arc<str>,
+    /// The value.
     pub value: Value,
 }
 
@@ -486,6 +552,7 @@ pub struct InputStream {
 }
 
 impl InputStream {
+    /// The stream reading `rx`, with the node's `properties`.
     pub fn new(rx: mpsc::Receiver<StreamItem>, properties: Inputs) -> Self {
         InputStream { rx, properties }
     }
@@ -572,6 +639,8 @@ pub use heddle_core::NodeSpec;
 pub trait NodeProvider: Send + Sync {
     /// Short name for listings and conflict messages (`builtin`, `wasm`, `code`).
     fn name(&self) -> &str;
+    /// The declarations of every node type it provides; two providers declaring one
+    /// name is a conflict the registry refuses.
     fn declarations(&self) -> Vec<Arc<NodeDecl>>;
     /// Creates the executor for one node. Called before any node runs, so bad
     /// properties are reported with the run's other problems.

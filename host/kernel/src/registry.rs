@@ -7,14 +7,20 @@ use heddle_core::{ConfigProblem, DeclLookup, NodeDecl};
 
 use crate::executor::{Executor, NodeError, NodeProvider, NodeSpec};
 
+/// Why a provider could not be added to a [`Registry`].
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error(
         "node type `{type_name}` from {new_origin} is already defined by {existing_origin}; a package may not redefine an existing node type"
     )]
+    /// The provider declares a type another one already provides: refused, so which
+    /// implementation runs never depends on the order packages were loaded in.
     Duplicate {
+        /// The type name both declare.
         type_name: String,
+        /// Where the type already there came from (`builtin`, `package:std@0.1.0`).
         existing_origin: String,
+        /// Where the refused one came from.
         new_origin: String,
     },
 }
@@ -30,6 +36,7 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// A registry with no node types at all (not even the built-ins).
     pub fn new() -> Self {
         Self::default()
     }
@@ -76,6 +83,8 @@ impl Registry {
         v
     }
 
+    /// Creates the executor for one node through the provider of its type; a type no
+    /// provider has is a host error (planning reports it first in practice).
     #[allow(clippy::result_large_err)] // NodeError is the seam's error; creation is cold.
     pub fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {
         match self.by_type.get(&spec.decl.type_name) {

@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::RunnerError;
 use crate::lines::Interrupt;
-use crate::owner::Owner;
+use crate::owner::ProcessOwner;
 use crate::running::{Drive, Running, launch};
 use crate::spec::{Exit, RunSpec, Stream};
 
@@ -112,7 +112,7 @@ pub async fn remove_orphans(docker: &Docker) -> Result<usize, RunnerError> {
             .labels
             .as_ref()
             .and_then(|l| l.get(LABEL_OWNER))
-            .and_then(|o| Owner::parse(o))
+            .and_then(|o| ProcessOwner::parse(o))
             .is_some_and(|o| o.is_gone());
         if let (true, Some(id)) = (gone, c.id) {
             force_remove(docker, &id).await?;
@@ -184,7 +184,7 @@ fn container_name(hint: &str) -> String {
 fn create_body(spec: &RunSpec) -> ContainerCreateBody {
     let mut labels: HashMap<String, String> = spec.labels.iter().cloned().collect();
     labels.insert(LABEL_RUNNER.into(), "1".into());
-    labels.insert(LABEL_OWNER.into(), Owner::current().token());
+    labels.insert(LABEL_OWNER.into(), ProcessOwner::current().token());
     if let Some(run) = RUN_ID.get() {
         labels.insert(LABEL_RUN.into(), run.clone());
     }

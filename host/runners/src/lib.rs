@@ -34,7 +34,7 @@ pub use docker::{
 pub use error::RunnerError;
 pub use images::{BuildOptions, ImageOutcome, ImagesError, build_images};
 pub use nodes::{CodeNodes, Language, RESULT_MARKER};
-pub use owner::Owner;
+pub use owner::ProcessOwner;
 pub use process::{ProcessGroup, die_with_parent, group_dies_with_parent, kill_process};
 pub use runner::{Runner, start};
 pub use running::Running;

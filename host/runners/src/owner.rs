@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 /// Written as a token (`host-boot-pid-start`) in the `heddle.owner` container label,
 /// the `HEDDLE_OWNER` environment variable and scratch directory names.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Owner {
+pub struct ProcessOwner {
     /// Hash of the machine id and the hostname (hex).
     host: String,
     /// Start of the kernel's boot id (hex): a process of an earlier boot is gone.
@@ -24,13 +24,13 @@ pub struct Owner {
     start: u64,
 }
 
-impl Owner {
+impl ProcessOwner {
     /// This process.
-    pub fn current() -> &'static Owner {
-        static CURRENT: OnceLock<Owner> = OnceLock::new();
+    pub fn current() -> &'static ProcessOwner {
+        static CURRENT: OnceLock<ProcessOwner> = OnceLock::new();
         CURRENT.get_or_init(|| {
             let pid = std::process::id();
-            Owner {
+            ProcessOwner {
                 host: host_id(),
                 boot: boot_id(),
                 pid,
@@ -49,9 +49,9 @@ impl Owner {
 
     /// Process `pid` of this host, while it exists (a zombie still has its start time):
     /// a watchdog reads its worker's identity right after starting it.
-    pub fn of_pid(pid: u32) -> Option<Owner> {
-        let me = Owner::current();
-        Some(Owner {
+    pub fn of_pid(pid: u32) -> Option<ProcessOwner> {
+        let me = ProcessOwner::current();
+        Some(ProcessOwner {
             host: me.host.clone(),
             boot: me.boot.clone(),
             pid,
@@ -59,14 +59,14 @@ impl Owner {
         })
     }
 
-    pub fn parse(token: &str) -> Option<Owner> {
+    pub fn parse(token: &str) -> Option<ProcessOwner> {
         let mut parts = token.split('-');
         let (host, boot, pid, start) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
         let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
         if parts.next().is_some() || !hex(host) || !hex(boot) {
             return None;
         }
-        Some(Owner {
+        Some(ProcessOwner {
             host: host.into(),
             boot: boot.into(),
             pid: pid.parse().ok()?,
@@ -78,7 +78,7 @@ impl Owner {
     /// process with its pid and start time. `false` for another host's owner (it cannot
     /// be judged from here) and for a live one.
     pub fn is_gone(&self) -> bool {
-        let me = Owner::current();
+        let me = ProcessOwner::current();
         if self.host != me.host {
             return false;
         }
@@ -142,27 +142,27 @@ mod tests {
 
     #[test]
     fn the_current_process_is_alive_and_its_token_round_trips() {
-        let me = Owner::current();
+        let me = ProcessOwner::current();
         assert!(me.start > 0);
-        let back = Owner::parse(&me.token()).unwrap();
+        let back = ProcessOwner::parse(&me.token()).unwrap();
         assert_eq!(&back, me);
         assert!(!back.is_gone());
     }
 
     #[test]
     fn a_reused_pid_an_earlier_boot_or_a_missing_process_is_gone() {
-        let me = Owner::current();
-        let reused = Owner {
+        let me = ProcessOwner::current();
+        let reused = ProcessOwner {
             start: me.start + 1,
             ..me.clone()
         };
         assert!(reused.is_gone());
-        let earlier_boot = Owner {
+        let earlier_boot = ProcessOwner {
             boot: "ffffffffffff".into(),
             ..me.clone()
         };
         assert!(earlier_boot.is_gone());
-        let missing = Owner {
+        let missing = ProcessOwner {
             pid: u32::MAX,
             ..me.clone()
         };
@@ -171,10 +171,10 @@ mod tests {
 
     #[test]
     fn another_hosts_owner_is_never_judged_gone() {
-        let other = Owner {
+        let other = ProcessOwner {
             host: "0123456789abcdef".into(),
             pid: u32::MAX,
-            ..Owner::current().clone()
+            ..ProcessOwner::current().clone()
         };
         assert!(!other.is_gone());
     }
@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn malformed_tokens_are_not_owners() {
         for t in ["", "123", "a-b-c", "zz-00-1-2", "ab-cd-1-2-3", "ab-cd-x-2"] {
-            assert_eq!(Owner::parse(t), None, "{t}");
+            assert_eq!(ProcessOwner::parse(t), None, "{t}");
         }
     }
 }

@@ -21,7 +21,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::RunnerError;
 use crate::lines::Interrupt;
-use crate::owner::Owner;
+use crate::owner::ProcessOwner;
 use crate::process::{ProcessGroup, group_dies_with_parent, kill_process};
 use crate::running::{Drive, Running, launch};
 use crate::spec::{Exit, RunSpec, Stream};
@@ -86,7 +86,7 @@ pub fn remove_orphan_processes() -> Result<OrphanSweep, RunnerError> {
         let Some((token, _)) = name.to_str().and_then(|n| n.rsplit_once('-')) else {
             continue;
         };
-        if Owner::parse(token).is_some_and(|o| o.is_gone()) {
+        if ProcessOwner::parse(token).is_some_and(|o| o.is_gone()) {
             if !dead_tokens.iter().any(|t| t == token) {
                 dead_tokens.push(token.to_string());
             }
@@ -115,7 +115,7 @@ pub fn remove_orphan_processes() -> Result<OrphanSweep, RunnerError> {
     Ok(sweep)
 }
 
-/// Pids of the live processes started for owner `token` (the [`Owner::token`] of a
+/// Pids of the live processes started for owner `token` (the [`ProcessOwner::token`] of a
 /// heddle process): code nodes it ran in subprocess mode and what they started in turn.
 pub fn owned_processes(token: &str) -> Vec<u32> {
     processes_with_env(&[format!("{OWNER_ENV}={token}").into_bytes()])
@@ -185,7 +185,7 @@ pub(crate) async fn start(
     // A fresh scratch directory per run: HOME and TMPDIR, and the working directory
     // unless a workspace is given. Its name says who owns it.
     let scratch = tempfile::Builder::new()
-        .prefix(&format!("{}-", Owner::current().token()))
+        .prefix(&format!("{}-", ProcessOwner::current().token()))
         .tempdir_in(scratch_root()?)
         .map_err(|source| RunnerError::Io {
             action: "creating the scratch directory",
@@ -205,7 +205,7 @@ pub(crate) async fn start(
         .env("HOME", scratch.path())
         .env("TMPDIR", scratch.path())
         .env("LANG", "C.UTF-8")
-        .env(OWNER_ENV, Owner::current().token())
+        .env(OWNER_ENV, ProcessOwner::current().token())
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&workdir)
         .stdin(Stdio::null())

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use heddle_core::Value;
 use heddle_kernel::ErrorKind;
-use heddle_runners::{CodeNodes, Owner, RunnersConfig};
+use heddle_runners::{CodeNodes, ProcessOwner, RunnersConfig};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -652,7 +652,7 @@ async fn leftovers_are_found_and_removed_by_label() {
 
     // This host and boot, this pid but another start time: a process that is gone and
     // whose pid was reused (by this test process).
-    let me = Owner::current().token();
+    let me = ProcessOwner::current().token();
     let (prefix, start) = me.rsplit_once('-').unwrap();
     let dead_owner = format!("{prefix}-{}", start.parse::<u64>().unwrap() + 1);
     fake_leftover(&docker, &format!("{id}-b"), &dead_owner).await;

@@ -276,7 +276,7 @@ fn the_sweep_kills_and_removes_what_a_dead_owner_left() {
     let root = std::env::temp_dir().join(format!("heddle-code-{}", uid()));
     let run_once = heddle_runners::remove_orphan_processes().unwrap();
     let _ = run_once; // creates the root and clears anything older
-    let me = heddle_runners::Owner::current().token();
+    let me = heddle_runners::ProcessOwner::current().token();
     let (prefix, start) = me.rsplit_once('-').unwrap();
     // This pid with another start time: gone, its pid reused.
     let dead = format!("{prefix}-{}", start.parse::<u64>().unwrap() + 1);

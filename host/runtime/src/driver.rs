@@ -53,6 +53,9 @@ struct Signals {
     limit: CancellationToken,
     /// The kernel's own cancel, once the run started.
     kernel: OnceLock<RunCanceller>,
+    /// Set once the run's ending is decided: a cancel after that is refused
+    /// ([`Control::request_cancel`]), so a cancel that was accepted is never lost.
+    closed: std::sync::Mutex<bool>,
 }
 
 impl Control {
@@ -63,7 +66,29 @@ impl Control {
             stop,
             limit: CancellationToken::new(),
             kernel: OnceLock::new(),
+            closed: std::sync::Mutex::new(false),
         }))
+    }
+
+    /// [`Control::cancel`] unless the run's ending is already decided: `true` when the
+    /// cancel was accepted (the run ends cancelled, a durable one with the request
+    /// recorded), `false` when it came too late to count (the run ended, or is ending,
+    /// as it was going to). What a caller that acknowledges the cancel to someone asks.
+    pub fn request_cancel(&self) -> bool {
+        let closed = self.0.closed.lock().unwrap_or_else(|e| e.into_inner());
+        if *closed {
+            return false;
+        }
+        self.cancel();
+        true
+    }
+
+    /// Decides the run's ending from here on: later cancels are refused. Returns whether
+    /// a cancel was accepted before.
+    fn close(&self) -> bool {
+        let mut closed = self.0.closed.lock().unwrap_or_else(|e| e.into_inner());
+        *closed = true;
+        self.0.cancel.is_cancelled()
     }
 
     /// The user's cancel: the run ends cancelled (a durable one records the request).
@@ -337,7 +362,7 @@ impl Prepared {
     }
 
     /// Starts the run on the current tokio runtime, with its run time limit's clock
-    /// (the execution time it has left, counted from now).
+    /// (the execution time it has left, counted from when this process took the run).
     pub fn start(self) -> Running {
         let Prepared {
             run,
@@ -347,22 +372,44 @@ impl Prepared {
         let handle = run.start();
         let _ = control.0.kernel.set(handle.canceller());
         let timer = session.as_ref().and_then(|s| {
-            let left = s.time_left()?;
+            let deadline = s.deadline()?;
             let limit_ms = s.budget.time_limit_ms?;
             let journal = s.journal.clone();
             let control = control.clone();
             Some(tokio::spawn(async move {
-                tokio::time::sleep(left).await;
+                tokio::time::sleep_until(deadline.into()).await;
                 journal.exhaust(heddle_store::Exhausted::Time { limit_ms });
                 control.0.limit.cancel();
                 control.cancel_kernel();
             }))
         });
+        let asked = session
+            .as_ref()
+            .map(|s| tokio::spawn(cancel_when_asked(s.clone(), control.clone())));
         Running {
             handle,
             session,
             control,
             timer,
+            asked,
+        }
+    }
+}
+
+/// How often a durable run's driver looks for a cancel another process asked for.
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Cancels the run once another process asked for it in the store
+/// ([`heddle_store::RunStore::request_cancel`]: `heddle runs cancel` of a run this
+/// process owns): the same cancel as this process's own, recorded and then ended. A
+/// store that cannot be read is looked at again next time.
+async fn cancel_when_asked(session: Arc<Session>, control: Control) {
+    loop {
+        tokio::time::sleep(CANCEL_POLL).await;
+        let s = session.clone();
+        if let Ok(Ok(true)) = tokio::task::spawn_blocking(move || s.cancel_requested()).await {
+            control.request_cancel();
+            return;
         }
     }
 }
@@ -373,6 +420,8 @@ pub struct Running {
     session: Option<Arc<Session>>,
     control: Control,
     timer: Option<tokio::task::JoinHandle<()>>,
+    /// Looks for a cancel another process asked for ([`cancel_when_asked`]).
+    asked: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Running {
@@ -394,12 +443,14 @@ impl Running {
             session,
             control,
             timer,
+            asked,
         } = self;
         let kernel = handle.canceller();
         let signals = &control.0;
         let wait = handle.wait();
         tokio::pin!(wait);
         let mut stopped = false;
+        let mut recorded_cancel = false;
         let result = tokio::select! {
             // A cancel is recorded even when the run ended at the same time: it was
             // asked for, and the run is then never resumed.
@@ -408,6 +459,7 @@ impl Running {
                 if let Some(s) = &session {
                     s.log.append(Record::CancelRequested);
                 }
+                recorded_cancel = true;
                 kernel.cancel();
                 wait.await
             }
@@ -422,8 +474,16 @@ impl Running {
             }
             r = &mut wait => r,
         };
-        if let Some(t) = timer {
+        for t in [timer, asked].into_iter().flatten() {
             t.abort();
+        }
+        // A cancel accepted while the run was ending is recorded all the same: whoever
+        // asked was told it counts.
+        if control.close()
+            && !recorded_cancel
+            && let Some(s) = &session
+        {
+            s.log.append(Record::CancelRequested);
         }
         let planned = match &session {
             Some(s) if !stopped => Some(session::plan_ending(

@@ -94,6 +94,8 @@ struct Active {
     feed: Arc<Feed>,
     /// Its escalations waiting for a person, under interactive supervision.
     desk: Option<Arc<Desk>>,
+    /// Cancelled once its driver is done with it (ending recorded, log closed).
+    done: CancellationToken,
 }
 
 /// The runs of one server: the store it owns, the runtime they run on, and every run
@@ -104,6 +106,10 @@ pub struct Host {
     runtime: Arc<Runtime>,
     workers: Arc<Semaphore>,
     active: Mutex<HashMap<String, Active>>,
+    /// One lock per run that requests about it (resume, approve, reject, cancel,
+    /// adoption) hold from their check to their driver's start: the second of two
+    /// answers to one run sees what the first made of it (409) instead of racing it.
+    handovers: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The desks of the last runs that ended here, so a late answer is told what became
     /// of its escalation (withdrawn, timed out) rather than that it never existed.
     ended: Mutex<VecDeque<(String, Arc<Desk>)>>,
@@ -132,6 +138,7 @@ impl Host {
             runtime,
             workers: Arc::new(Semaphore::new(workers)),
             active: Mutex::new(HashMap::new()),
+            handovers: Mutex::new(HashMap::new()),
             ended: Mutex::new(Default::default()),
             mask,
             tasks: TaskTracker::new(),
@@ -166,6 +173,19 @@ impl Host {
     fn active(&self) -> std::sync::MutexGuard<'_, HashMap<String, Active>> {
         // Nothing panics while holding it; a poisoned map is still consistent.
         self.active.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for the turn of a request about run `id` (see [`Host::handovers`]): held
+    /// until the request has taken the run over and handed it to its driver, or was
+    /// refused.
+    async fn handover(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self.handovers.lock().unwrap_or_else(|e| e.into_inner());
+            // Locks nobody waits for are let go, so the map holds only runs in hand.
+            locks.retain(|_, l| Arc::strong_count(l) > 1);
+            locks.entry(id.to_string()).or_default().clone()
+        };
+        lock.lock_owned().await
     }
 
     /// Plans `graph` with `inputs`, records the run and its first record durably, and
@@ -238,6 +258,7 @@ impl Host {
     }
 
     async fn adopt(self: &Arc<Self>, id: &str) -> Result<(), Error> {
+        let _turn = self.handover(id).await;
         // A run a watchdog watches is its watchdog's to recover.
         heddle_runtime::watch::refuse_if_locked(self.runtime.settings(), id)?;
         let store = self.store.clone();
@@ -256,6 +277,7 @@ impl Host {
 
     /// A user's resume of a paused or interrupted run (at `pause` when given).
     pub async fn resume(self: &Arc<Self>, id: &str, pause: Option<u64>) -> Result<(), Error> {
+        let _turn = self.handover(id).await;
         heddle_runtime::watch::refuse_if_locked(self.runtime.settings(), id)?;
         let store = self.store.clone();
         let run_id = id.to_string();
@@ -273,6 +295,7 @@ impl Host {
         gate: &str,
         note: Option<String>,
     ) -> Result<(), Error> {
+        let _turn = self.handover(id).await;
         heddle_runtime::watch::refuse_if_locked(self.runtime.settings(), id)?;
         let store = self.store.clone();
         let (run_id, gate_id) = (id.to_string(), gate.to_string());
@@ -283,6 +306,7 @@ impl Host {
 
     /// A person rejects `gate`: the run ends cancelled with the gate's title and `note`.
     pub async fn reject(&self, id: &str, gate: &str, note: String) -> Result<String, Error> {
+        let _turn = self.handover(id).await;
         heddle_runtime::watch::refuse_if_locked(self.runtime.settings(), id)?;
         let store = self.store.clone();
         let (run_id, gate_id) = (id.to_string(), gate.to_string());
@@ -314,17 +338,31 @@ impl Host {
     }
 
     /// Cancels a run: one this server drives is stopped and records its ending; any
-    /// other unfinished run is taken over and recorded cancelled.
+    /// other unfinished run is taken over and recorded cancelled. Returns only once the
+    /// cancel counts: a driver whose ending was already decided without it is waited
+    /// for, and the run then cancelled from the store (a pause) or refused as ended.
     pub async fn cancel(&self, id: &str) -> Result<(), StoreError> {
-        if let Some(a) = self.active().get(id) {
-            a.control.cancel();
-            // Withdrawn after the kernel was told and before the cancel returns: the
-            // API never offers a decision about a run that is going away, and the
-            // kernel takes the withdrawal for the cancel it is, not for a `fail`.
-            if let Some(d) = &a.desk {
-                d.withdraw_all();
+        let _turn = self.handover(id).await;
+        let ending = {
+            let active = self.active();
+            match active.get(id) {
+                Some(a) if a.control.request_cancel() => {
+                    // Withdrawn after the kernel was told and before the cancel returns:
+                    // the API never offers a decision about a run that is going away,
+                    // and the kernel takes the withdrawal for the cancel it is, not for
+                    // a `fail`.
+                    if let Some(d) = &a.desk {
+                        d.withdraw_all();
+                    }
+                    return Ok(());
+                }
+                // Too late for its driver: what it recorded decides below.
+                Some(a) => Some(a.done.clone()),
+                None => None,
             }
-            return Ok(());
+        };
+        if let Some(done) = ending {
+            done.cancelled().await;
         }
         let store = self.store.clone();
         let run_id = id.to_string();
@@ -413,6 +451,7 @@ impl Host {
                 control: drive.control(),
                 feed,
                 desk: desk.clone(),
+                done: done.clone(),
             },
         );
         let host = self.clone();

@@ -5,9 +5,9 @@
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse as _, Response};
 use heddle_core::supervise::{RedactLimits, Redactor};
 use std::sync::Arc;
 
@@ -68,30 +68,48 @@ impl Mask {
     }
 }
 
-/// Largest JSON body the middleware re-reads to mask (far above any answer of the API).
-const MAX_MASKED_BODY: usize = 64 << 20;
+/// Largest JSON body [`responses`] reads whole to mask, unless the router is built with
+/// another ([`crate::api::router_bounded`]). Far above any answer of the API: a run's
+/// shown object holds references to its large values, not the values.
+pub const MAX_MASKED_BODY: usize = 64 << 20;
 
-/// Masks every JSON response body of the API (answers and refusals alike).
-pub async fn responses(State(mask): State<Arc<Mask>>, req: Request, next: Next) -> Response {
+/// What [`responses`] masks with, and the largest body it reads whole to do it.
+#[derive(Clone)]
+pub struct Masking {
+    /// The secrets.
+    pub mask: Arc<Mask>,
+    /// Bodies longer are not sent (500, a JSON error saying so).
+    pub max_body: usize,
+}
+
+/// Masks every JSON response body of the API (answers and refusals alike). A body it
+/// cannot read whole (longer than its bound, or failing) is not sent, not even in
+/// part: the answer becomes a 500 with a JSON error, never a 200 with nothing in it.
+pub async fn responses(State(m): State<Masking>, req: Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
     let resp = next.run(req).await;
-    let is_json = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if !is_json {
+    if !crate::api::is_json(&resp) {
         return resp;
     }
     let (mut parts, body) = resp.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_MASKED_BODY).await else {
-        // Nothing of a body that cannot be read is sent, rather than an unmasked part.
-        parts.headers.remove(header::CONTENT_LENGTH);
-        return Response::from_parts(parts, Body::empty());
+    let Ok(bytes) = axum::body::to_bytes(body, m.max_body).await else {
+        tracing::error!(
+            "{method} {path}: the answer could not be read whole (over {} bytes, or its body failed); it was not sent",
+            m.max_body
+        );
+        return crate::api::state::ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "{method} {path}: the answer is over the {} bytes the server reads whole to mask secrets out of it (or could not be read); nothing of it was sent",
+                m.max_body
+            ),
+        )
+        .into_response();
     };
     let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
         return Response::from_parts(parts, Body::from(bytes));
     };
-    mask.json(&mut v);
+    m.mask.json(&mut v);
     let out = v.to_string();
     parts.headers.remove(header::CONTENT_LENGTH);
     Response::from_parts(parts, Body::from(out))

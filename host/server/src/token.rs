@@ -36,6 +36,18 @@ pub enum TokenError {
         /// Its permission bits.
         mode: u32,
     },
+    /// It holds fewer hex digits than a generated token: a guessable secret (a
+    /// hand-written `1234`) would guard the API.
+    #[error(
+        "{}: the API token file holds {len} hex digits, fewer than the {TOKEN_HEX_DIGITS} of a generated token; remove it to get a new token",
+        path.display()
+    )]
+    Short {
+        /// The token file.
+        path: PathBuf,
+        /// How many digits it holds.
+        len: usize,
+    },
     /// It holds something else than a token.
     #[error("{}: the API token file is empty or not one line of hex; remove it to get a new token", path.display())]
     Malformed {
@@ -43,6 +55,20 @@ pub enum TokenError {
         path: PathBuf,
     },
 }
+
+impl TokenError {
+    /// Whether the file is there but unusable as it is (a mistake the operator
+    /// corrects), rather than unreadable.
+    pub fn is_bad_file(&self) -> bool {
+        !matches!(self, TokenError::Io { .. })
+    }
+}
+
+/// Random bytes in a generated token.
+const TOKEN_BYTES: usize = 32;
+
+/// Hex digits in a generated token; a token file with fewer is refused.
+pub const TOKEN_HEX_DIGITS: usize = TOKEN_BYTES * 2;
 
 /// The bearer token every request must carry (its text is secret: it is never logged).
 #[derive(Clone)]
@@ -62,7 +88,7 @@ pub fn load_or_create(path: &Path) -> Result<(Token, bool), TokenError> {
         .open(path)
     {
         Ok(mut f) => {
-            let mut bytes = [0u8; 32];
+            let mut bytes = [0u8; TOKEN_BYTES];
             std::fs::File::open("/dev/urandom")
                 .and_then(|mut r| r.read_exact(&mut bytes))
                 .map_err(io)?;
@@ -84,6 +110,12 @@ pub fn load_or_create(path: &Path) -> Result<(Token, bool), TokenError> {
             if text.is_empty() || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(TokenError::Malformed {
                     path: path.to_path_buf(),
+                });
+            }
+            if text.len() < TOKEN_HEX_DIGITS {
+                return Err(TokenError::Short {
+                    path: path.to_path_buf(),
+                    len: text.len(),
                 });
             }
             Ok((Token(text.to_string()), false))

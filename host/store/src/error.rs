@@ -96,6 +96,12 @@ pub enum StoreError {
     NotResumable { run: String, state: &'static str },
     #[error("run {run} is live (owner process {pid}); stop it first or wait for it")]
     Live { run: String, pid: u32 },
+    /// Another taker won the run between this one's check and its take-over (see
+    /// [`crate::RunStore::take_over`]); nothing of this one was written.
+    #[error(
+        "run {run} was taken over by another process while this one prepared to (it is now {now}); nothing was changed"
+    )]
+    TakenOver { run: String, now: String },
     #[error("run {run}: Resume expected pause event \"{expected}\" but found \"{found}\"")]
     PauseMismatch {
         run: String,
@@ -250,6 +256,7 @@ impl StoreError {
                 | StoreError::UnknownCommand(_)
                 | StoreError::NotResumable { .. }
                 | StoreError::Live { .. }
+                | StoreError::TakenOver { .. }
                 | StoreError::Owned { .. }
                 | StoreError::PauseMismatch { .. }
                 | StoreError::AlreadyEnded { .. }

@@ -138,6 +138,29 @@ pub trait RunStore: Send + Sync {
     /// Appends under an older epoch are refused from then on.
     fn acquire(&self, run_id: &str) -> Result<u64, StoreError>;
 
+    /// Takes a run over as the one taker that wins: in one transaction, only if its log
+    /// still ends before `next` (the state the caller checked), raises its owner epoch and
+    /// appends `opening(epoch)` (synced), the new owner's first records. Of several
+    /// concurrent takers that checked the same state exactly one gets here; the others
+    /// get [`StoreError::NotNext`] and change nothing (neither epoch nor log), so a loser
+    /// never fences the winner out. Every take-over (resume, approve, cancel, a worker's,
+    /// a server's) goes through this one check.
+    fn take_over(
+        &self,
+        run_id: &str,
+        next: u64,
+        opening: &dyn Fn(u64) -> Vec<Record>,
+    ) -> Result<u64, StoreError>;
+
+    /// Asks whoever owns the run to cancel it (synced): the one way another process
+    /// cancels a run a live process owns, whose log only that owner may write. The
+    /// owner's driver polls [`RunStore::cancel_requested`] and cancels the run as a
+    /// cancel of its own would (recorded, then ended). Asking twice is asking once.
+    fn request_cancel(&self, run_id: &str) -> Result<(), StoreError>;
+
+    /// Whether a cancel of the run was requested ([`RunStore::request_cancel`]).
+    fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError>;
+
     /// Appends the encoded records `frames` (of the run and from the sequence number they
     /// name) in one transaction. Refused unless their first is the next sequence number
     /// and `epoch` the current owner's. With `sync` the records (and everything before
@@ -154,11 +177,7 @@ pub trait RunStore: Send + Sync {
         records: &[Record],
         sync: bool,
     ) -> Result<(), StoreError> {
-        let mut frames = Frames::new(run_id, first_seq);
-        for r in records {
-            frames.push(r)?;
-        }
-        self.append_frames(epoch, &frames, sync)
+        self.append_frames(epoch, &Frames::of(run_id, first_seq, records)?, sync)
     }
 
     /// The run's log from sequence number `from` on, every record's checksum verified.

@@ -96,6 +96,15 @@ impl Frames {
         }
     }
 
+    /// `records` encoded as `run`'s records from `first` on.
+    pub fn of(run: &str, first: u64, records: &[Record]) -> Result<Frames, StoreError> {
+        let mut frames = Frames::new(run, first);
+        for r in records {
+            frames.push(r)?;
+        }
+        Ok(frames)
+    }
+
     /// Empties the batch (keeping its memory); the next record pushed is number `first`.
     pub fn clear(&mut self, first: u64) {
         self.first = first;

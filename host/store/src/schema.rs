@@ -78,6 +78,14 @@ const MIGRATIONS: &[&str] = &[
     // field: the column is added and the rows a version 5 store holds get theirs by
     // [`checksum_headers`], in Rust.
     "-- run headers are checksummed",
+    // 7: requests to cancel a run, for its live owner to see and carry out (see
+    // `RunStore::request_cancel`): the owner's epoch fences everyone else out of the
+    // log, so a request from another process is kept beside it.
+    "CREATE TABLE IF NOT EXISTS cancel_requests (
+        run_id TEXT PRIMARY KEY REFERENCES runs(run_id),
+        requested_ms INTEGER NOT NULL,
+        pid INTEGER NOT NULL
+    ) WITHOUT ROWID;",
 ];
 
 /// The version whose upgrade checksums the run headers already stored.

@@ -32,6 +32,9 @@ pub struct Session {
     /// Where the run is stored: an ending without a kernel's report reads the log back
     /// to say which nodes never ran ([`Session::never_ran`]).
     store: Arc<dyn RunStore>,
+    /// When this process took the run (just before its `opened` record): where the log
+    /// starts counting this process's execution time.
+    taken: std::time::Instant,
 }
 
 impl Session {
@@ -49,9 +52,23 @@ impl Session {
         self.budget.time_left(&self.spent)
     }
 
+    /// When the run's execution time runs out; `None` without a limit. Counted from when
+    /// this process took the run, as the log counts execution, not from when its nodes
+    /// start: loading and preparing them comes later and would otherwise be time the
+    /// limit never sees. The caller keeps the clock and calls [`DurableJournal::exhaust`].
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        Some(self.taken + self.time_left()?)
+    }
+
     /// The budget that is already spent before anything runs here.
     pub fn exhausted_at_open(&self) -> Option<Exhausted> {
         self.budget.exhausted(&self.spent)
+    }
+
+    /// Whether another process asked for the run to be cancelled
+    /// ([`RunStore::request_cancel`]).
+    pub fn cancel_requested(&self) -> Result<bool, StoreError> {
+        self.store.cancel_requested(&self.run_id)
     }
 
     /// The nodes that never ran by the log as it stands (what this process wrote
@@ -74,7 +91,20 @@ fn open(
     let run_id = header.run_id.as_str();
     let budget = header.run.limits.budget;
     let spent = RunView::fold(records, |_| false).spent();
-    let epoch = store.acquire(run_id)?;
+    // The one point where a taker wins: the opening records go in with the new epoch,
+    // only if nobody took the run since `records` were read.
+    let opening = |epoch| {
+        [Record::Opened {
+            epoch,
+            reason,
+            pid: std::process::id(),
+        }]
+        .into_iter()
+        .chain(extra.clone())
+        .collect::<Vec<_>>()
+    };
+    let written = 1 + extra.is_some() as u64;
+    let epoch = take_over(&*store, run_id, records.len() as u64, &opening)?;
     if !records.is_empty() {
         // Blobs an earlier process stored for a record it never committed: unreadable,
         // and they would count against the run's artifact quota for good. Decided from
@@ -83,21 +113,13 @@ fn open(
         crate::spill::sweep(&*store, run_id)?;
     }
     let spill = Spiller::new(store.clone(), run_id);
+    let taken = std::time::Instant::now();
     let log = Arc::new(RunLog::start(
         store.clone(),
         run_id,
         epoch,
-        records.len() as u64,
+        records.len() as u64 + written,
     ));
-    log.append(Record::Opened {
-        epoch,
-        reason,
-        pid: std::process::id(),
-    });
-    if let Some(r) = extra {
-        log.append(r);
-    }
-    log.flush().wait()?;
     let journal = Arc::new(
         DurableJournal::with_budget(log.clone(), records, reoffer, budget).spilling(spill.clone()),
     );
@@ -109,7 +131,32 @@ fn open(
         spent,
         spill,
         store,
+        taken,
     })
+}
+
+/// [`RunStore::take_over`] of `run_id` after the `next` records its taker checked; a
+/// taker that lost is told what the winner made of the run ([`StoreError::TakenOver`]).
+fn take_over(
+    store: &dyn RunStore,
+    run_id: &str,
+    next: u64,
+    opening: &dyn Fn(u64) -> Vec<Record>,
+) -> Result<u64, StoreError> {
+    match store.take_over(run_id, next, opening) {
+        Err(StoreError::NotNext { .. }) => {
+            let (_, _, view) = inspect_progress(store, run_id)?;
+            let now = match (view.state, view.owner_pid) {
+                (RunState::Running, Some(pid)) => format!("running, owner process {pid}"),
+                (state, _) => state.as_str().to_string(),
+            };
+            Err(StoreError::TakenOver {
+                run: run_id.to_string(),
+                now,
+            })
+        }
+        r => r,
+    }
 }
 
 /// Records a new run and takes it.
@@ -161,15 +208,16 @@ pub fn inspect(
     Ok((header, records, view))
 }
 
-/// [`inspect`] for showing a run: a value whose artifact is missing or corrupt is left
-/// as a marker and listed ([`crate::spill::resolve_marking`]) instead of failing.
+/// [`inspect`] for showing a run: large values stay references, each verified; one
+/// whose artifact is missing or corrupt is left as a marker and listed
+/// ([`crate::spill::check_marking`]) instead of failing.
 pub fn inspect_readable(
     store: &dyn RunStore,
     run_id: &str,
 ) -> Result<(RunHeader, RunView, Vec<crate::spill::Unreadable>), StoreError> {
     let header = store.header(run_id)?;
     let mut records = store.read(run_id, 0)?.records;
-    let unreadable = crate::spill::resolve_marking(store, run_id, &mut records)?;
+    let unreadable = crate::spill::check_marking(store, run_id, &mut records)?;
     let view = RunView::fold(&records, pid_alive);
     Ok((header, view, unreadable))
 }
@@ -425,9 +473,10 @@ fn finish_records(
         .collect()
 }
 
-/// Cancels a run that is not running here: takes it over (fencing out a live owner,
-/// whose next write is refused) and records the cancel and the ending. `secrets` are
-/// the known secret values (see [`end_cancelled`]).
+/// Cancels a run no live process owns (paused or interrupted): takes it over and
+/// records the cancel and the ending. A live run is refused ([`StoreError::Live`]): its
+/// owner is asked instead ([`RunStore::request_cancel`]). `secrets` are the known
+/// secret values (see [`end_cancelled`]).
 pub fn cancel(
     store: Arc<dyn RunStore>,
     run_id: &str,
@@ -465,6 +514,14 @@ pub fn end_cancelled(
             state: view.state.as_str(),
         });
     }
+    if view.state == RunState::Running {
+        // Taking a live run over would cut its owner off mid-write: its owner is asked
+        // instead ([`RunStore::request_cancel`]).
+        return Err(StoreError::Live {
+            run: run_id.to_string(),
+            pid: view.owner_pid.unwrap_or(0),
+        });
+    }
     let skipped = never_ran(&header, &view, SkipReason::Cancelled);
     let mut batch: Vec<Record> = decisions
         .into_iter()
@@ -477,8 +534,7 @@ pub fn end_cancelled(
             .map(|record| crate::secrets::mask_record(&r, record))
             .collect();
     }
-    let epoch = store.acquire(run_id)?;
-    store.append(run_id, epoch, records.len() as u64, &batch, true)
+    take_over(&*store, run_id, records.len() as u64, &|_| batch.clone()).map(|_| ())
 }
 
 /// The nodes of a run no kernel reported on that never ran, each skipped for `reason`

@@ -341,7 +341,7 @@ pub struct Unreadable {
     pub error: ArtifactError,
 }
 
-/// The key of the marker [`resolve_marking`] leaves where an unreadable value was.
+/// The key of the marker [`check_marking`] leaves where an unreadable value was.
 pub const UNREADABLE: &str = "$unreadable";
 
 impl Unreadable {
@@ -368,16 +368,29 @@ impl Unreadable {
     }
 }
 
+/// What [`resolve_with`] does with a reference whose artifact reads back intact.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Readable {
+    /// Replaces it by the value.
+    Inline,
+    /// Leaves it as it is (the bytes were read only to verify them, then dropped: at
+    /// most one artifact is held at a time).
+    Keep,
+}
+
 /// Replaces every reference in `records`' results by the value it refers to (each
-/// artifact read and verified once); one that is missing or corrupt is handed to
-/// `unreadable`, which says what stands in its place or fails.
+/// artifact read and verified once), or with [`Readable::Keep`] only verifies it; one
+/// that is missing or corrupt is handed to `unreadable`, which says what stands in its
+/// place or fails.
 fn resolve_with(
     store: &dyn RunStore,
     run: &str,
     records: &mut [Stored],
+    readable: Readable,
     mut unreadable: impl FnMut(Unreadable) -> Result<Value, ArtifactError>,
 ) -> Result<(), ArtifactError> {
-    let mut loaded: std::collections::HashMap<String, Value> = Default::default();
+    // Per digest read intact: its value (`None` when it is kept as a reference).
+    let mut loaded: std::collections::HashMap<String, Option<Value>> = Default::default();
     for s in records.iter_mut() {
         let Record::Completed {
             occurrence,
@@ -393,12 +406,18 @@ fn resolve_with(
                 continue;
             };
             if let Some(found) = loaded.get(&r.sha256) {
-                *v = found.clone();
+                if let Some(found) = found {
+                    *v = found.clone();
+                }
                 continue;
             }
             *v = match load_value(store, run, &r) {
+                Ok(_) if readable == Readable::Keep => {
+                    loaded.insert(r.sha256, None);
+                    continue;
+                }
                 Ok(found) => {
-                    loaded.insert(r.sha256, found.clone());
+                    loaded.insert(r.sha256, Some(found.clone()));
                     found
                 }
                 Err(e @ (ArtifactError::Missing { .. } | ArtifactError::Corrupt { .. })) => {
@@ -424,7 +443,7 @@ pub fn resolve(
     run: &str,
     records: &mut [Stored],
 ) -> Result<(), ArtifactError> {
-    resolve_with(store, run, records, |u| {
+    resolve_with(store, run, records, Readable::Inline, |u| {
         Err(ArtifactError::InValue {
             node: u.occurrence.node,
             handle: u.handle,
@@ -433,16 +452,18 @@ pub fn resolve(
     })
 }
 
-/// [`resolve`] for a reader that shows a run rather than running it on: a missing or
-/// corrupt value is left as a marker (`{"$unreadable":{"sha256","size","problem"}}`)
-/// and listed, so the rest of the run can still be shown. Store errors still fail.
-pub fn resolve_marking(
+/// For a reader that shows a run rather than running it on: every reference is
+/// verified and left a reference (the values are fetched by whoever shows them, so
+/// the run's shown size does not grow with its values); a missing or corrupt one is
+/// replaced by a marker (`{"$unreadable":{"sha256","size","problem"}}`) and listed,
+/// so the rest of the run can still be shown. Store errors still fail.
+pub fn check_marking(
     store: &dyn RunStore,
     run: &str,
     records: &mut [Stored],
 ) -> Result<Vec<Unreadable>, ArtifactError> {
     let mut out = Vec::new();
-    resolve_with(store, run, records, |u| {
+    resolve_with(store, run, records, Readable::Keep, |u| {
         let marker = u.marker();
         out.push(u);
         Ok(marker)

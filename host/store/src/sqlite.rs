@@ -367,6 +367,91 @@ impl RunStore for SqliteStore {
         Ok(next)
     }
 
+    fn take_over(
+        &self,
+        run_id: &str,
+        next: u64,
+        opening: &dyn Fn(u64) -> Vec<heddle_core::Record>,
+    ) -> Result<u64, StoreError> {
+        const WHAT: &str = "taking over a run";
+        let mut guard = self.conn();
+        let c = &mut *guard;
+        set_sync(c, true)?;
+        let tx =
+            c.db.transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(StoreError::sql(WHAT))?;
+        self.check_write(&tx)?;
+        let epoch: Option<i64> = tx
+            .query_row(
+                "SELECT owner_epoch FROM runs WHERE run_id = ?1",
+                [run_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(StoreError::sql(WHAT))?;
+        let Some(epoch) = epoch else {
+            return Err(StoreError::UnknownRun(run_id.to_string()));
+        };
+        drop_torn_tail(&tx, run_id)?;
+        let found = next_seq(&tx, run_id)?;
+        if found != next {
+            // Another taker's first records are there: it won. Rolled back on drop, so
+            // neither the torn tail's removal nor anything else of this one lands.
+            return Err(StoreError::NotNext {
+                run: run_id.to_string(),
+                seq: next,
+                next: found,
+            });
+        }
+        let ours = epoch as u64 + 1;
+        tx.execute(
+            "UPDATE runs SET owner_epoch = ?2 WHERE run_id = ?1",
+            params![run_id, ours as i64],
+        )
+        .map_err(StoreError::sql(WHAT))?;
+        let frames = Frames::of(run_id, next, &opening(ours))?;
+        if !frames.is_empty() {
+            insert_events(&tx, &mut c.layout, &frames, now_ms() as i64)?;
+        }
+        tx.commit().map_err(StoreError::sql(WHAT))?;
+        Ok(ours)
+    }
+
+    fn request_cancel(&self, run_id: &str) -> Result<(), StoreError> {
+        const WHAT: &str = "requesting a run's cancel";
+        let mut c = self.conn();
+        set_sync(&mut c, true)?;
+        let tx =
+            c.db.transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(StoreError::sql(WHAT))?;
+        self.check_write(&tx)?;
+        let known: Option<i64> = tx
+            .query_row("SELECT 1 FROM runs WHERE run_id = ?1", [run_id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(StoreError::sql(WHAT))?;
+        if known.is_none() {
+            return Err(StoreError::UnknownRun(run_id.to_string()));
+        }
+        tx.execute(
+            "INSERT OR IGNORE INTO cancel_requests (run_id, requested_ms, pid)
+             VALUES (?1, ?2, ?3)",
+            params![run_id, now_ms() as i64, std::process::id() as i64],
+        )
+        .map_err(StoreError::sql(WHAT))?;
+        tx.commit().map_err(StoreError::sql(WHAT))
+    }
+
+    fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError> {
+        self.with_reader(|db| {
+            db.prepare_cached("SELECT count(*) FROM cancel_requests WHERE run_id = ?1")
+                .and_then(|mut s| s.query_row([run_id], |r| r.get::<_, i64>(0)))
+                .map(|n| n > 0)
+                .map_err(StoreError::sql("reading a run's cancel request"))
+        })
+    }
+
     fn append_frames(&self, epoch: u64, frames: &Frames, sync: bool) -> Result<(), StoreError> {
         if frames.is_empty() {
             return Ok(());
@@ -397,11 +482,7 @@ impl RunStore for SqliteStore {
                 current: current as u64,
             });
         }
-        let last: Option<i64> = tx
-            .prepare_cached("SELECT max(seq) FROM events WHERE run_id = ?1")
-            .and_then(|mut s| s.query_row([run_id], |r| r.get(0)))
-            .map_err(StoreError::sql("appending to a run's log"))?;
-        let next = last.map_or(0, |l| l as u64 + 1);
+        let next = next_seq(&tx, run_id)?;
         if next != frames.first() {
             return Err(StoreError::NotNext {
                 run: run_id.to_string(),
@@ -457,6 +538,15 @@ impl RunStore for SqliteStore {
     ) -> Result<Vec<(String, crate::artifacts::ArtifactRef)>, StoreError> {
         SqliteStore::named_artifacts(self, run_id)
     }
+}
+
+/// The sequence number the next record of `run_id`'s log gets.
+fn next_seq(tx: &rusqlite::Transaction<'_>, run_id: &str) -> Result<u64, StoreError> {
+    let last: Option<i64> = tx
+        .prepare_cached("SELECT max(seq) FROM events WHERE run_id = ?1")
+        .and_then(|mut s| s.query_row([run_id], |r| r.get(0)))
+        .map_err(StoreError::sql("reading the end of a run's log"))?;
+    Ok(last.map_or(0, |l| l as u64 + 1))
 }
 
 /// Frees the sequence numbers of a torn tail (records at the end of the log that fail

@@ -196,6 +196,20 @@ fn an_expired_lease_fences_its_holder_and_the_run_is_adopted() {
     // B cannot take a run whose lease is live.
     assert!(b.claim(10).unwrap().is_empty());
     assert!(matches!(b.acquire(&id), Err(StoreError::RunOwned { .. })));
+    // Nor take it over though the log is as B checked it: refused before writing (the
+    // log stays A's one record, checked below), the epoch still A's.
+    let opening = |epoch| {
+        vec![heddle_core::Record::Opened {
+            epoch,
+            reason: heddle_core::OpenReason::Recover,
+            pid: 2,
+        }]
+    };
+    assert!(matches!(
+        b.take_over(&id, 1, &opening),
+        Err(StoreError::RunOwned { .. })
+    ));
+    assert_eq!(b.lease(&id).unwrap().epoch, old);
 
     wait_until_expired(&b, &id);
     // Nobody took it yet, and still A may not write.

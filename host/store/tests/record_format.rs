@@ -187,7 +187,7 @@ fn a_version_3_store_with_json_results_migrates_and_reads_back() {
         c.pragma_update(None, "user_version", 3).unwrap();
     }
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(user_version(&path), 6);
+    assert_eq!(user_version(&path), 7);
     let back: Vec<Record> = store
         .read(&id, 0)
         .unwrap()
@@ -460,7 +460,7 @@ fn a_version_4_store_migrates_and_its_rows_read_as_one_record_each() {
     }
     assert_eq!(rows_of(&path, &id).len(), old.len());
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(user_version(&path), 6);
+    assert_eq!(user_version(&path), 7);
     assert_eq!(records(&store, &id, 0), old);
     assert_eq!(records(&store, &id, 3), old[3..]);
     let epoch = store.acquire(&id).unwrap();
@@ -553,9 +553,9 @@ fn a_version_5_store_migrates_and_its_run_headers_are_verified() {
     flip_header_byte(&path, &b.run_id, "graph_bytes", 1);
 
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(user_version(&path), 6);
+    assert_eq!(user_version(&path), 7);
     let up = store.upgrade().expect("the upgrade is reported").clone();
-    assert_eq!((up.from, up.to, up.headers_checksummed), (5, 6, 2));
+    assert_eq!((up.from, up.to, up.headers_checksummed), (5, 7, 2));
     assert!(
         up.to_string()
             .contains("checksummed the stored headers of 2 run(s)"),
@@ -839,12 +839,17 @@ fn plans_and_limits_are_stored_as_before_and_old_ones_read_back() {
         assert_eq!(store.header(&h.run_id).unwrap().run, run);
     }
 
-    // The same text written by an older heddle (schema 5, before header checksums)
-    // reads back as the same header once the store is upgraded.
-    let id = store.create_run(&new_run()).unwrap().run_id;
+    // The same text written by an older heddle (a version 5 store, from before header
+    // checksums) reads back as the same header once the store is upgraded.
     drop(store);
     for (text, limits) in LIMITS.iter().zip(limits()) {
-        as_version_5(&path);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        let id = SqliteStore::open(&path)
+            .unwrap()
+            .create_run(&new_run())
+            .unwrap()
+            .run_id;
         let c = rusqlite::Connection::open(&path).unwrap();
         c.execute(
             "UPDATE runs SET plan = ?2, limits = ?3 WHERE run_id = ?1",
@@ -852,8 +857,8 @@ fn plans_and_limits_are_stored_as_before_and_old_ones_read_back() {
         )
         .unwrap();
         drop(c);
-        let store = SqliteStore::open(&path).unwrap();
-        let h = store.header(&id).unwrap();
+        as_version_5(&path);
+        let h = SqliteStore::open(&path).unwrap().header(&id).unwrap();
         assert_eq!((h.run.plan, h.run.limits), (plan(), limits));
     }
 }

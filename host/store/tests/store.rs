@@ -25,6 +25,8 @@ both!(
     records_committed_together_read_back_exactly,
     artifacts_are_stored_once_verified_on_read_and_bounded,
     a_damaged_run_header_is_refused_naming_the_run_and_field,
+    one_of_concurrent_takers_wins_and_the_losers_write_nothing,
+    a_cancel_request_is_seen_by_another_handle_and_leaves_the_log_alone,
 );
 
 fn keeps_the_run_exactly_and_lists_it(b: Backend) {
@@ -688,5 +690,102 @@ fn artifacts_are_stored_once_verified_on_read_and_bounded(b: Backend) {
     assert!(matches!(
         s.get_artifact(&run, &gone).unwrap_err(),
         ArtifactError::Missing { .. }
+    ));
+}
+
+/// Of takers that checked the same state of a run, on handles of their own (as
+/// processes have), exactly one takes it over; each loser is refused before writing
+/// anything: the epoch and the log are the winner's alone, and the winner writes on.
+/// (Each taker's handle goes away after its turn, handing back what it holds, as a
+/// process that ended does: a live owner is refused otherwise, see `fleet.rs`.)
+fn one_of_concurrent_takers_wins_and_the_losers_write_nothing(b: Backend) {
+    let fresh = Arc::new(Fresh::new(b));
+    let store = fresh.open();
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    {
+        let first = fresh.open();
+        let epoch = first.acquire(&id).unwrap();
+        first
+            .append(&id, epoch, 0, &[dispatched("a")], true)
+            .unwrap();
+    }
+    for trial in 0..10u64 {
+        let next = store.read(&id, 0).unwrap().records.len() as u64;
+        let barrier = Arc::new(std::sync::Barrier::new(4));
+        let takers: Vec<_> = (0..4u32)
+            .map(|pid| {
+                let (fresh, id, barrier) = (fresh.clone(), id.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let store = fresh.open();
+                    barrier.wait();
+                    let r = store.take_over(&id, next, &|epoch| {
+                        vec![Record::Opened {
+                            epoch,
+                            reason: OpenReason::Recover,
+                            pid,
+                        }]
+                    });
+                    // Every taker's turn is over before the winner writes on.
+                    barrier.wait();
+                    if let Ok(epoch) = r {
+                        // The winner's epoch is the current one: it writes on, unfenced.
+                        store
+                            .append(&id, epoch, next + 1, &[dispatched("b")], true)
+                            .unwrap();
+                    }
+                    r
+                })
+            })
+            .collect();
+        let results: Vec<_> = takers.into_iter().map(|t| t.join().unwrap()).collect();
+        let won: Vec<u64> = results
+            .iter()
+            .filter_map(|r| r.as_ref().ok().copied())
+            .collect();
+        assert_eq!(won.len(), 1, "trial {trial}: {results:?}");
+        for r in &results {
+            if let Err(e) = r {
+                assert!(
+                    matches!(e, StoreError::NotNext { seq, next: found, .. } if *seq == next && *found == next + 1),
+                    "trial {trial}: {e:?}"
+                );
+            }
+        }
+        let records = store.read(&id, 0).unwrap().records;
+        assert_eq!(
+            records.len() as u64,
+            next + 2,
+            "trial {trial}: one opening and the winner's record"
+        );
+        assert!(
+            matches!(records[next as usize].record, Record::Opened { epoch, .. } if epoch == won[0]),
+            "trial {trial}"
+        );
+    }
+}
+
+/// A cancel request is kept beside the log (whose owner alone writes it), seen from
+/// another handle, asked for once however often it is asked, and refused for a run
+/// that is not there.
+fn a_cancel_request_is_seen_by_another_handle_and_leaves_the_log_alone(b: Backend) {
+    let fresh = Fresh::new(b);
+    let owner = fresh.open();
+    let id = owner.create_run(&new_run()).unwrap().run_id;
+    let epoch = owner.acquire(&id).unwrap();
+    owner
+        .append(&id, epoch, 0, &[dispatched("a")], true)
+        .unwrap();
+    assert!(!owner.cancel_requested(&id).unwrap());
+    let other = fresh.open();
+    other.request_cancel(&id).unwrap();
+    other.request_cancel(&id).unwrap();
+    assert!(owner.cancel_requested(&id).unwrap());
+    // The owner is not fenced: its epoch and log are untouched.
+    owner
+        .append(&id, epoch, 1, &[dispatched("b")], true)
+        .unwrap();
+    assert!(matches!(
+        other.request_cancel("nope"),
+        Err(StoreError::UnknownRun(_))
     ));
 }

@@ -8,7 +8,7 @@ use heddle_kernel::supervisor::{DecideCtx, Supervisor, SupervisorError};
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
-use crate::budget::Budget;
+use crate::budget::CostBudget;
 use crate::config::{ConfigError, LlmConfig, ModelPrice};
 use crate::schema::{parse_verdict, verdict_schema};
 
@@ -48,7 +48,7 @@ pub struct LlmSupervisor {
     cfg: LlmConfig,
     price: ModelPrice,
     client: reqwest::Client,
-    budget: Budget,
+    budget: CostBudget,
 }
 
 impl LlmSupervisor {
@@ -63,7 +63,7 @@ impl LlmSupervisor {
                 why: e.to_string(),
             })?;
         Ok(LlmSupervisor {
-            budget: Budget::new(cfg.cost_cap_usd),
+            budget: CostBudget::new(cfg.cost_cap_usd),
             cfg,
             price,
             client,

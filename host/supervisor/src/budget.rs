@@ -18,7 +18,7 @@ pub struct BudgetError {
 }
 
 #[derive(Debug)]
-pub struct Budget {
+pub struct CostBudget {
     cap: f64,
     state: Mutex<(f64, f64)>, // (spent, reserved)
 }
@@ -36,9 +36,9 @@ impl Reservation {
     }
 }
 
-impl Budget {
+impl CostBudget {
     pub fn new(cap: f64) -> Self {
-        Budget {
+        CostBudget {
             cap,
             state: Mutex::new((0.0, 0.0)),
         }
@@ -85,7 +85,7 @@ mod tests {
 
     #[test]
     fn reservation_admits_only_within_cap() {
-        let b = Budget::new(0.50);
+        let b = CostBudget::new(0.50);
         let r = b.reserve(0.30).unwrap();
         // 0.30 reserved: another 0.30 would overshoot even though nothing is spent yet.
         assert!(b.reserve(0.30).is_err());

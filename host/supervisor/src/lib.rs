@@ -18,6 +18,6 @@ pub mod interactive;
 mod schema;
 
 pub use agent::{LlmSupervisor, MAX_RESPONSE_BYTES, SYSTEM_PROMPT};
-pub use budget::{Budget, BudgetError, Reservation};
+pub use budget::{BudgetError, CostBudget, Reservation};
 pub use config::{ConfigError, LlmConfig, ModelPrice, PricingTable, SupervisorSection};
 pub use schema::{parse_verdict, verdict_schema};

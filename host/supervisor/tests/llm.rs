@@ -11,7 +11,7 @@ use heddle_core::supervise::{
 };
 use heddle_core::{NodeMode, Value};
 use heddle_kernel::SecretRegistry;
-use heddle_kernel::supervisor::{DecideCtx, RunState, Supervisor, SupervisorError};
+use heddle_kernel::supervisor::{DecideCtx, RunLedger, Supervisor, SupervisorError};
 use heddle_supervisor::{ConfigError, LlmConfig, LlmSupervisor, ModelPrice};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -191,7 +191,7 @@ async fn tools_then_verdict_over_a_real_socket() {
     ])
     .await;
     let sup = LlmSupervisor::new(config(&srv.url)).unwrap();
-    let state = Arc::new(RunState::new());
+    let state = Arc::new(RunLedger::new());
     state.add_node("fetch", "std.http.get");
     state.record_steps(
         "fetch",

@@ -5,11 +5,11 @@
 //! [`Expr::compile`] parses once, at planning, so a typo is refused before any node
 //! starts; evaluation never panics and never runs longer than [`EVAL_LIMIT_MS`].
 //!
-//! The engine is one crate behind [`engine`] (chosen by measuring candidates against the
+//! The engine is one crate behind `engine` (chosen by measuring candidates against the
 //! jsonata-js reference suite; `scripts/jsonata-suite` reruns that measurement). A few
 //! of its gaps would only show at run time, so [`Expr::compile`] also refuses the
 //! functions the engine does not implement. The commonest condition shape
-//! (`path op literal`) has an exact fast path in [`simple`].
+//! (`path op literal`) has an exact fast path in `simple`.
 
 mod engine;
 mod simple;
@@ -24,17 +24,46 @@ pub const EVAL_LIMIT_MS: u64 = 1000;
 /// Why an expression was refused or failed.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ExprError {
+    /// The text does not parse (found when the graph is planned).
     #[error("invalid JSONata expression `{expression}`: {message}")]
-    Syntax { expression: String, message: String },
+    Syntax {
+        /// The expression as written.
+        expression: String,
+        /// The parser's account of what is wrong.
+        message: String,
+    },
+    /// It parses but uses a part of JSONata this build leaves out (found when planned).
     #[error("JSONata expression `{expression}` uses {feature}, which this build does not support")]
-    Unsupported { expression: String, feature: String },
+    Unsupported {
+        /// The expression as written.
+        expression: String,
+        /// The construct it uses.
+        feature: String,
+    },
+    /// It calls a function JSONata does not have (found when planned).
     #[error("JSONata expression `{expression}` uses the unknown function ${name}()")]
-    UnknownFunction { expression: String, name: String },
+    UnknownFunction {
+        /// The expression as written.
+        expression: String,
+        /// The function's name, without the `$`.
+        name: String,
+    },
+    /// Evaluating it failed on this value (at run time), or took longer than
+    /// [`EVAL_LIMIT_MS`].
     #[error("JSONata expression `{expression}` failed: {message}")]
-    Eval { expression: String, message: String },
+    Eval {
+        /// The expression as written.
+        expression: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A condition or assertion yielded something other than a boolean; it is not
+    /// taken as truthy, so a typo cannot quietly route every value one way.
     #[error("JSONata expression `{expression}` must yield true or false, got {found}")]
     NotBoolean {
+        /// The expression as written.
         expression: String,
+        /// What it yielded instead ("a number", "a string"...).
         found: &'static str,
     },
 }
@@ -102,6 +131,7 @@ impl Expr {
         })
     }
 
+    /// The expression as written, for messages and for writing the graph back.
     pub fn text(&self) -> &str {
         &self.text
     }

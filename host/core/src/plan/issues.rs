@@ -6,35 +6,61 @@ use serde::{Deserialize, Serialize};
 /// One problem found while planning. Carries the ids needed to find it in the file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Issue {
+    /// What sort of problem, stable for programs (an editor's highlighting, a test).
     pub kind: IssueKind,
+    /// The node at fault, by id, when one is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// The edge at fault, by id, when one is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edge: Option<String>,
+    /// The port or property at fault, when one is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handle: Option<String>,
+    /// What is wrong and how to fix it, in words for the graph's author.
     pub message: String,
 }
 
+/// The sorts of problem planning finds; an error unless its doc says warning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IssueKind {
+    /// Two nodes share an id.
     DuplicateNodeId,
+    /// Two edges share an id.
     DuplicateEdgeId,
+    /// An edge names a source or target node that does not exist.
     DanglingEdge,
+    /// No provider declares the node's type (the message suggests close names).
     UnknownNodeType,
+    /// An edge targets an input the node's type does not declare.
     UnknownInputHandle,
+    /// An edge leaves from an output the node's type does not declare.
     UnknownOutputHandle,
+    /// A property the node's type declares neither as property nor as input.
     UnknownProperty,
+    /// An edge's or a property's value type does not fit the port's.
     TypeMismatch,
+    /// Data edges form a cycle: values would wait on themselves.
     Cycle,
+    /// An edge from a node to itself.
     SelfLoop,
+    /// A control edge that does not target `__control__` of a controlled node.
     ControlHandle,
+    /// Control edges form a cycle: each node would wait for the other to finish.
     ControlCycle,
+    /// More than one edge feeds an input that is neither a list nor a join of condition
+    /// branches.
     MultipleEdgesIntoInput,
+    /// A required input that no edge, property or default feeds.
     MissingRequiredInput,
+    /// Inputs arrive from fan-outs whose items cannot be paired (no common scope), and
+    /// the node is not a join.
     IncomparableScopes,
+    /// Values of an input cannot be paired with the invocation's items (a sticky input
+    /// that repeats per key); as a warning, one whose latest value is used.
     Correlation,
+    /// The node's type refused a property value ([`crate::DeclLookup::check_node`]).
     InvalidProperty,
     /// A node's `timeout_ms`, `access`, `retry` or `limits` cannot be honoured as written.
     InvalidLimits,
@@ -84,6 +110,7 @@ impl std::fmt::Display for Issue {
 /// Every problem found while planning, reported together; no node starts.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub struct ValidationError {
+    /// Every error found (warnings travel with the plan instead, [`crate::plan::Plan::warnings`]).
     pub issues: Vec<Issue>,
 }
 

@@ -1,7 +1,7 @@
 //! What a plan is: the validated graph the kernel runs, with every reference resolved to
 //! an index and the correlation scope of every edge, handle and output worked out.
 //!
-//! Plain data only; [`super::planner`] builds it and the kernel reads it.
+//! Plain data only; [`super::plan()`] builds it and the kernel reads it.
 
 use std::collections::BTreeMap;
 

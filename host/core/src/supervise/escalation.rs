@@ -13,7 +13,9 @@ use crate::value::Value;
 /// item index within it (outermost first in [`Escalation::lineage`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct LineageStep {
+    /// The fan-out that minted the item (its root id).
     pub root: String,
+    /// The item's position within that fan-out, from 0.
     pub index: u64,
 }
 
@@ -30,25 +32,37 @@ pub fn on_lineage(output: &[LineageStep], item: &[LineageStep]) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FailureKind {
+    /// The node's own code reported an error.
     Node,
+    /// The invocation used up its fuel budget.
     FuelExhausted,
+    /// The invocation reached its time limit.
     Deadline,
+    /// The invocation reached its memory limit.
     MemoryLimit,
+    /// An output value was larger than allowed.
     OutputTooLarge,
+    /// The guest trapped (panic, unreachable, bad memory access).
     Trap {
+        /// The kind of trap, as wasmtime names it.
         trap: String,
     },
     /// A value did not fit the declared type of the input it arrived on (checked by the
     /// kernel before the invocation).
     Input,
+    /// A fault in the machinery around the node (container engine down, I/O error):
+    /// not the node's doing, so a retry may well succeed.
     Host,
 }
 
 /// An escalation: what the supervisor sees of a failed invocation. Built only by
-/// [`Redactor::escalation`], so every string in it has had secrets masked and caps applied.
+/// [`Redactor::escalation`](super::Redactor::escalation), so every string in it has had
+/// secrets masked and caps applied.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Escalation {
+    /// The failing node's id.
     pub node_id: String,
+    /// Its type name, so a policy rule can match on it.
     pub node_type: String,
     /// Full lineage of the failing invocation, outermost root first.
     #[serde(default)]
@@ -56,8 +70,11 @@ pub struct Escalation {
     /// Canonical lineage key of the invocation (`""` for single-fire nodes).
     #[serde(default)]
     pub invocation_key: String,
+    /// The node's mode: `end_stream` only makes sense for a streaming one.
     pub mode: NodeMode,
+    /// The verdicts the kernel will accept for this failure; anything else is overruled.
     pub allowed_actions: AllowedSet,
+    /// The class of failure.
     pub failure: FailureKind,
     /// The error, stringified and redacted.
     pub detail: String,
@@ -82,10 +99,13 @@ pub struct Escalation {
     /// Why the previous substitute was rejected (set when `repair_round > 0`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair_error: Option<String>,
+    /// What the failed attempt already spent, in USD: a retry would spend it again.
     #[serde(default)]
     pub spent_cost_usd: f64,
+    /// The attempt created assets before failing, so a retry could duplicate them.
     #[serde(default)]
     pub created_assets: bool,
+    /// The node's declaration says a rerun with the same inputs is harmless.
     pub retry_safe: bool,
     /// Streaming: the invocation already sent something downstream.
     #[serde(default)]
@@ -111,10 +131,13 @@ fn is_zero_u32(v: &u32) -> bool {
 /// `interventions` list in a run result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Intervention {
+    /// What the decider was shown.
     pub escalation: Escalation,
     /// The verdict the kernel applied.
     pub verdict: Verdict,
+    /// Who made the applied verdict ([`DecidedBy::Kernel`] when it overruled).
     pub decided_by: DecidedBy,
+    /// What deciding cost, in USD.
     #[serde(default)]
     pub cost_usd: f64,
     /// When the kernel overruled the handle: what the handle had asked for, and why it was
@@ -127,19 +150,27 @@ pub struct Intervention {
     pub rejected: Option<String>,
 }
 
+/// A verdict the kernel refused, kept in the audit next to the one it applied instead.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Overruled {
+    /// What the decider asked for.
     pub requested: Verdict,
+    /// Who asked.
     pub requested_by: DecidedBy,
+    /// Why it was refused (outside the allowed set, repairs exhausted...).
     pub why: String,
 }
 
 impl Intervention {
+    /// The intervention as the JSON a run result's `interventions` and a decision
+    /// event carry.
     pub fn to_json(&self) -> serde_json::Value {
         // Serializing plain data with string keys cannot fail.
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
     }
 
+    /// Reads back what [`Intervention::to_json`] wrote (a recorded run's interventions,
+    /// for replay).
     pub fn from_json(v: &serde_json::Value) -> Result<Self, serde_json::Error> {
         Intervention::deserialize(v)
     }

@@ -76,10 +76,13 @@ pub const MIN_MASKED_CHARS: usize = 3;
 pub struct Redactor {
     /// Longest first, so a secret containing another is masked whole.
     secrets: Vec<String>,
+    /// The caps [`Redactor::text`] and [`Redactor::value`] apply after masking.
     pub limits: RedactLimits,
 }
 
 impl Redactor {
+    /// A redactor masking every value of `secrets` (empty ones ignored: they would
+    /// match everywhere) and capping sizes at `limits`.
     pub fn new(secrets: impl IntoIterator<Item = String>, limits: RedactLimits) -> Self {
         let mut secrets: Vec<String> = secrets.into_iter().filter(|s| !s.is_empty()).collect();
         secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
@@ -127,10 +130,14 @@ impl Redactor {
         out.unwrap_or_else(|| s.to_string())
     }
 
+    /// `v` with secrets masked in every string, values under sensitive field names
+    /// dropped, and lists, objects and nesting cut to the limits.
     pub fn value(&self, v: &Value) -> Value {
         self.value_at(v, 0)
     }
 
+    /// [`Redactor::value`] for a map of values by name (an invocation's inputs or
+    /// outputs).
     pub fn map(&self, m: &BTreeMap<String, Value>) -> BTreeMap<String, Value> {
         self.object_entries(m.iter(), 0)
     }
@@ -262,22 +269,39 @@ impl Redactor {
 
 /// The raw material of an escalation, borrowed from the actor's stack frame.
 pub struct RawEscalation<'a> {
+    /// The failing node's id.
     pub node_id: &'a str,
+    /// Its type name.
     pub node_type: &'a str,
+    /// The invocation's lineage, outermost root first.
     pub lineage: &'a [LineageStep],
+    /// The invocation's canonical lineage key (masked: keys can carry values).
     pub invocation_key: &'a str,
+    /// The node's mode.
     pub mode: NodeMode,
+    /// The verdicts the kernel will accept for this failure.
     pub allowed: AllowedSet,
+    /// The class of failure.
     pub failure: &'a FailureKind,
+    /// The error's text, before masking and truncation.
     pub detail: &'a str,
+    /// The failure signature, if the failure has one.
     pub signature: Option<&'a str>,
+    /// A malformed output the node produced, if any.
     pub candidate: Option<&'a BTreeMap<String, Value>>,
+    /// The invocation's inputs.
     pub inputs: &'a BTreeMap<String, Value>,
+    /// What the node declared per output, what a substitute must match.
     pub declared_outputs: &'a BTreeMap<String, DeclaredOutput>,
+    /// 1-based attempt number per (node, invocation key).
     pub attempt: u32,
+    /// What the attempt already spent, in USD.
     pub spent_cost_usd: f64,
+    /// Whether the attempt created assets before failing.
     pub created_assets: bool,
+    /// Whether the node's declaration says a rerun is harmless.
     pub retry_safe: bool,
+    /// Streaming: the invocation already sent something downstream.
     pub emitted: bool,
 }
 

@@ -25,8 +25,10 @@ use regex::Regex;
 
 use super::escalation::FailureKind;
 
-/// Longest family, and longest code, of a signature.
+/// Longest family of a signature (the part before `:`). A signature names a category that
+/// policy rules and sticky verdicts match on, not a message, so [`check`] refuses longer.
 pub const FAMILY_MAX: usize = 24;
+/// Longest code of a signature (the part after `:`), for the same reason.
 pub const CODE_MAX: usize = 64;
 
 /// Families only the host names, from a failure's kind: a node cannot declare one (a

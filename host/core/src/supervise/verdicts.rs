@@ -15,14 +15,21 @@ use crate::value::Value;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum VerdictAction {
+    /// Run the invocation again with the same inputs (only where that is safe).
     Retry,
+    /// Use outputs the supervisor gives instead of the node's, checked against what the
+    /// node declared.
     Substitute,
+    /// Drop this invocation: its outputs never come, and downstream skips accordingly.
     Skip,
+    /// For a streaming node: keep what it emitted and close its outputs.
     EndStream,
+    /// Let the failure stand.
     Fail,
 }
 
 impl VerdictAction {
+    /// Every action, in the order schemas and listings show them.
     pub const ALL: [VerdictAction; 5] = [
         VerdictAction::Retry,
         VerdictAction::Substitute,
@@ -31,6 +38,7 @@ impl VerdictAction {
         VerdictAction::Fail,
     ];
 
+    /// The action's wire name (`end_stream`), as in a verdict's `action` field.
     pub fn as_str(self) -> &'static str {
         match self {
             VerdictAction::Retry => "retry",
@@ -52,6 +60,7 @@ impl fmt::Display for VerdictAction {
     }
 }
 
+/// A verdict name that is none of the five, carrying the text given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown verdict `{0}` (expected retry, substitute, skip, end_stream or fail)")]
 pub struct UnknownVerdict(pub String);
@@ -76,10 +85,12 @@ impl FromStr for VerdictAction {
 pub struct AllowedSet(u8);
 
 impl AllowedSet {
+    /// The set that allows nothing; [`AllowedSet::insert`] adds to it.
     pub fn empty() -> Self {
         AllowedSet(0)
     }
 
+    /// The set of exactly `actions` (repeats are harmless).
     pub fn of(actions: &[VerdictAction]) -> Self {
         let mut s = AllowedSet(0);
         for a in actions {
@@ -88,20 +99,25 @@ impl AllowedSet {
         s
     }
 
+    /// Allows `a` too.
     pub fn insert(&mut self, a: VerdictAction) {
         self.0 |= a.bit();
     }
 
+    /// Whether `a` may be chosen: the kernel overrules a verdict outside the set.
     pub fn contains(self, a: VerdictAction) -> bool {
         self.0 & a.bit() != 0
     }
 
+    /// The allowed actions in [`VerdictAction::ALL`]'s order, so the schema an agent
+    /// sees is the same whatever order they were inserted in.
     pub fn iter(self) -> impl Iterator<Item = VerdictAction> {
         VerdictAction::ALL
             .into_iter()
             .filter(move |a| self.contains(*a))
     }
 
+    /// The allowed actions, in [`AllowedSet::iter`]'s order.
     pub fn to_vec(self) -> Vec<VerdictAction> {
         self.iter().collect()
     }
@@ -130,8 +146,11 @@ impl<'de> Deserialize<'de> for AllowedSet {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApplyTo {
+    /// Only the invocation escalated.
     #[default]
     Invocation,
+    /// Every later failure of the node with the same failure signature gets the same
+    /// verdict without asking again ([`DecidedBy::Sticky`]).
     Signature,
 }
 
@@ -146,25 +165,34 @@ impl ApplyTo {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Verdict {
+    /// Run the invocation again, unchanged.
     Retry,
+    /// Use these outputs instead of the node's ([`check_substitute`] checks them).
     Substitute {
+        /// A value for every declared output, by handle.
         outputs: BTreeMap<String, Value>,
     },
+    /// Drop the invocation.
     Skip {
+        /// Whether the skip sticks to later failures with the same signature.
         #[serde(default, skip_serializing_if = "ApplyTo::is_invocation")]
         apply_to: ApplyTo,
     },
     /// Streaming only: keep what was emitted, close the output slots.
     EndStream,
+    /// Let the failure stand.
     Fail {
+        /// Why, in the decider's words, added to the node's error.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// Whether the failure sticks to later failures with the same signature.
         #[serde(default, skip_serializing_if = "ApplyTo::is_invocation")]
         apply_to: ApplyTo,
     },
 }
 
 impl Verdict {
+    /// The verdict's kind, what an [`AllowedSet`] is checked against.
     pub fn action(&self) -> VerdictAction {
         match self {
             Verdict::Retry => VerdictAction::Retry,
@@ -175,6 +203,7 @@ impl Verdict {
         }
     }
 
+    /// A fail verdict for this invocation only, with a reason.
     pub fn fail(reason: impl Into<String>) -> Self {
         Verdict::Fail {
             reason: Some(reason.into()),
@@ -182,6 +211,7 @@ impl Verdict {
         }
     }
 
+    /// A skip verdict for this invocation only.
     pub fn skip() -> Self {
         Verdict::Skip {
             apply_to: ApplyTo::Invocation,
@@ -202,6 +232,7 @@ impl Verdict {
         )
     }
 
+    /// A fail verdict's reason; other verdicts carry none.
     pub fn reason(&self) -> Option<&str> {
         match self {
             Verdict::Fail { reason, .. } => reason.as_deref(),
@@ -231,6 +262,7 @@ pub enum DecidedBy {
 }
 
 impl DecidedBy {
+    /// The decider's wire name, as in a decision event's `decided_by`.
     pub fn as_str(self) -> &'static str {
         match self {
             DecidedBy::Agent => "agent",
@@ -254,8 +286,11 @@ impl fmt::Display for DecidedBy {
 /// escalation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
+    /// What is to be done with the failed invocation.
     pub verdict: Verdict,
+    /// Who chose it, so a run's report can tell an agent's call from a bound's.
     pub decided_by: DecidedBy,
+    /// What deciding cost (an LLM call), in USD, counted against the supervisor's budget.
     #[serde(default)]
     pub cost_usd: f64,
     /// Why, in the decider's words (a person's note): recorded with the verdict, whatever
@@ -265,6 +300,7 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// A decision that cost nothing and has no note.
     pub fn new(verdict: Verdict, decided_by: DecidedBy) -> Self {
         Decision {
             verdict,
@@ -280,10 +316,12 @@ impl Decision {
         self
     }
 
+    /// A fail verdict with `reason`, by `decided_by`.
     pub fn fail(reason: impl Into<String>, decided_by: DecidedBy) -> Self {
         Decision::new(Verdict::fail(reason), decided_by)
     }
 
+    /// The decision with what deciding cost, in USD.
     pub fn with_cost(mut self, usd: f64) -> Self {
         self.cost_usd = usd;
         self
@@ -308,11 +346,14 @@ pub fn has_validator(ty: &PortType) -> bool {
 /// alone (`"object"`), one with fields `{"type": "any", "fields": [{"key", "type", …}]}`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeclaredOutput {
+    /// The output port's declared type.
     pub ty: PortType,
+    /// The object fields the graph declares for it (`output.fields`), if any.
     pub fields: Option<Vec<FieldDecl>>,
 }
 
 impl DeclaredOutput {
+    /// A promise of a type alone, without declared fields.
     pub fn of_type(ty: PortType) -> Self {
         DeclaredOutput { ty, fields: None }
     }

@@ -143,6 +143,8 @@ pub struct EventBus {
 }
 
 impl EventBus {
+    /// A bus retaining at most `cap` events for the run result (at least 2: when full,
+    /// the oldest half is dropped). Subscribers get every event whatever the cap.
     pub fn new(cap: usize) -> Arc<Self> {
         Arc::new(EventBus {
             started: Instant::now(),
@@ -162,6 +164,8 @@ impl EventBus {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Stamps `kind` with the next sequence number and the run's clock and hands it to
+    /// every subscriber.
     pub fn publish(&self, kind: EventKind) {
         self.publish_draft(Draft::Built(kind));
     }
@@ -263,6 +267,7 @@ pub struct EventStream {
 }
 
 impl EventStream {
+    /// The next event, waiting for it; `None` once the run's final event was seen.
     pub async fn next(&mut self) -> Option<Arc<Event>> {
         self.rx.recv().await
     }

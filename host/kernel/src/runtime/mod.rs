@@ -1,7 +1,7 @@
 //! The native actor runtime: runs a [`Plan`] on the current tokio runtime.
 //!
 //! One actor per node, one inbox per actor. An inbox is a bounded mpsc channel, made
-//! when first used ([`inbox`]), whose receiving end, and all per-handle state behind it
+//! when first used (`inbox`), whose receiving end, and all per-handle state behind it
 //! (buffers, open-upstream counts, end-of-stream, control upstreams, per-key buckets), is
 //! owned by the actor task, so the hot path takes no lock: a hop is a channel send plus a
 //! batched drain. Producers hold a sender into each target; a full channel is
@@ -44,7 +44,10 @@ pub use heddle_core::plan::{INPUT_TYPE, OUTPUT_TYPE};
 /// without bound. Exceeding a pending limit aborts the run.
 #[derive(Clone, Debug)]
 pub struct InboxLimits {
+    /// Lineage keys one node's inbox may hold waiting to fire at once; more means a
+    /// scope that never closes, or a join whose other input never arrives.
     pub max_pending_keys: usize,
+    /// Values one node's inbox may hold waiting for one key.
     pub max_pending_messages_per_key: usize,
     /// Capacity of each node's inbox channel: a producer waits when it is full.
     pub buffer: usize,
@@ -60,10 +63,14 @@ impl Default for InboxLimits {
     }
 }
 
+/// Everything about one run that is not the graph: its inputs, limits, secrets, and the
+/// optional supervisor and journal. The default is an in-memory run without inputs,
+/// supervision or time limit.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     /// Values for input nodes, by external name.
     pub inputs: BTreeMap<String, Value>,
+    /// The inboxes' safety limits and capacity.
     pub inbox: InboxLimits,
     /// How many events the run result retains (oldest half dropped when exceeded).
     pub event_cap: usize,
@@ -104,13 +111,20 @@ impl Default for RunOptions {
     }
 }
 
+/// Why a run could not be set up, or a live run refused a caller's request. A run that
+/// starts and then fails is not an error: its [`RunResult`] says how it ended.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
+    /// The graph did not plan; every problem is listed and no node started.
     #[error(transparent)]
     Invalid(#[from] ValidationError),
+    /// A node's provider refused to create its executor (a bad property, a package
+    /// that does not load). Found before any node runs.
     #[error("node {node} (type {node_type}): cannot create its executor")]
     Create {
+        /// The node's id.
         node: String,
+        /// Its type name.
         node_type: String,
         /// Boxed: a node error carries a candidate output, too large for every
         /// `Result` of the kernel's API.
@@ -123,20 +137,31 @@ pub enum KernelError {
     /// A value pushed into a live input, or the name it was pushed to, is wrong.
     #[error(transparent)]
     Input(#[from] InputError),
+    /// [`RunHandle::push_input`] to an input that takes its value up front only.
     #[error(
         "input `{0}` is not a streaming input (set `streaming: true` on its node to push values while the run is live)"
     )]
     NotStreaming(String),
+    /// A push to a streaming input that was finished, or whose run has ended.
     #[error("input `{0}` no longer accepts values (finished, or the run ended)")]
     InputClosed(String),
+    /// A control event to a node id the plan does not have.
     #[error("no node `{0}` in this run")]
     UnknownNode(String),
+    /// A control event to a node that does not take them.
     #[error(
         "node {0} does not take control events (not a controlled node, or no control edge reaches it and it runs as a buffered node)"
     )]
     NotControlled(String),
+    /// The controlled node could not answer a control event (it completed, or the
+    /// invocation the event caused failed).
     #[error("control event to node {node}: {message}")]
-    Control { node: String, message: String },
+    Control {
+        /// The node the event was sent to.
+        node: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// A run that has been set up (executors created) but not started.
@@ -185,10 +210,13 @@ impl Run {
         })
     }
 
+    /// The plan being run.
     pub fn plan(&self) -> &Plan {
         &self.plan
     }
 
+    /// Subscribes to the run's events before it starts, so nothing is missed (a later
+    /// subscriber also gets the retained events first).
     pub fn subscribe(&self) -> EventStream {
         self.bus.subscribe()
     }
@@ -279,10 +307,13 @@ pub struct RunHandle {
 }
 
 impl RunHandle {
+    /// Subscribes to the run's events: the retained ones first, then each as it
+    /// happens; the stream ends after the run's final event.
     pub fn subscribe(&self) -> EventStream {
         self.shared.bus.subscribe()
     }
 
+    /// The plan being run.
     pub fn plan(&self) -> &Plan {
         &self.plan
     }
@@ -410,6 +441,7 @@ pub struct RunCanceller {
 }
 
 impl RunCanceller {
+    /// Cancels the run, as [`RunHandle::cancel`] does.
     pub fn cancel(&self) {
         self.shared.cancelled.store(true, Ordering::SeqCst);
         self.shared.run_token.cancel();

@@ -13,11 +13,13 @@ use heddle_core::{NodeDecl, NodeMode};
 /// What the kernel knows about one failed invocation.
 #[derive(Clone, Copy, Debug)]
 pub struct InvocationFacts<'a> {
+    /// The node's declaration (retry safety, outputs, mode).
     pub decl: &'a NodeDecl,
     /// How the actor drove this invocation (a controlled node is `Controlled`).
     pub mode: NodeMode,
     /// Provider cost the invocation reported before failing.
     pub cost_usd: f64,
+    /// Assets the invocation created before failing: a retry could create them twice.
     pub created_assets: bool,
     /// The error carries a candidate output.
     pub has_candidate: bool,

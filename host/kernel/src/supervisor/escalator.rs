@@ -11,7 +11,7 @@ use heddle_core::{EventKind, InvocationMetrics, NodeDecl, NodeMode};
 use tokio_util::sync::CancellationToken;
 
 use super::allowed::{InvocationFacts, allowed_actions, declared_outputs, enforce};
-use super::state::RunState;
+use super::state::RunLedger;
 use super::{DecideCtx, Supervisor, ensure_bounded};
 use crate::executor::{ErrorKind, EventSink, Inputs, NodeError, Outputs, SecretRegistry};
 
@@ -22,8 +22,11 @@ pub const MAX_REPAIR_ROUNDS: u32 = 3;
 /// A failed invocation as the actor holds it. Borrowed: raw inputs never leave the
 /// actor's stack frame except through the redactor.
 pub struct FailedInvocation<'a> {
+    /// The failing node's id.
     pub node_id: &'a str,
+    /// Its type name.
     pub node_type: &'a str,
+    /// Its declaration: retry safety and the declared outputs a substitute must match.
     pub decl: &'a NodeDecl,
     /// The fields the graph declared on one of its outputs (`output.fields`).
     pub contract: Option<&'a NodeContract>,
@@ -33,7 +36,9 @@ pub struct FailedInvocation<'a> {
     pub lineage: Vec<LineageStep>,
     /// Canonical lineage key (`""` at root scope).
     pub key: &'a str,
+    /// The invocation's inputs, unmasked (the redactor masks them for the escalation).
     pub inputs: &'a Inputs,
+    /// The failure.
     pub error: &'a NodeError,
     /// This invocation's own metrics (its `NodeCtx`), not the node's totals.
     pub metrics: &'a InvocationMetrics,
@@ -56,7 +61,10 @@ pub enum Resolution {
     EndStream,
     /// Fail the node with its original error. `summary` is the decider's reason, which
     /// becomes the run's error summary when present.
-    Fail { summary: Option<String> },
+    Fail {
+        /// The decider's reason, if it gave one.
+        summary: Option<String>,
+    },
 }
 
 /// Errors that never escalate: suspension is not failure, a cancelled invocation is the
@@ -77,7 +85,7 @@ pub struct Escalator {
     events: Arc<dyn EventSink>,
     cancel: CancellationToken,
     limits: RedactLimits,
-    state: Arc<RunState>,
+    state: Arc<RunLedger>,
     interventions: Mutex<Vec<Intervention>>,
 }
 
@@ -95,9 +103,9 @@ impl Escalator {
             secrets.register(&secret);
         }
         let state = if supervisor.wants_run_state() {
-            RunState::new()
+            RunLedger::new()
         } else {
-            RunState::disabled()
+            RunLedger::disabled()
         };
         Escalator {
             supervisor: ensure_bounded(supervisor),
@@ -110,6 +118,7 @@ impl Escalator {
         }
     }
 
+    /// The escalator with other size caps for what escalations carry.
     pub fn with_limits(mut self, limits: RedactLimits) -> Self {
         self.limits = limits;
         self
@@ -117,7 +126,7 @@ impl Escalator {
 
     /// The run state the runtime records into (outputs per lineage, statuses) for the
     /// supervisor's read-only tools.
-    pub fn state(&self) -> &Arc<RunState> {
+    pub fn state(&self) -> &Arc<RunLedger> {
         &self.state
     }
 
@@ -129,6 +138,8 @@ impl Escalator {
             .clone()
     }
 
+    /// [`Escalator::interventions`] as JSON, the shape a run result's `interventions`
+    /// holds.
     pub fn interventions_json(&self) -> Vec<serde_json::Value> {
         self.interventions()
             .iter()

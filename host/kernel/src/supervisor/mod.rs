@@ -33,14 +33,16 @@ pub use heddle_core::supervise::{
 };
 pub use policy::{Policy, PolicyError, PolicyLoadError};
 pub use replay::{Replay, ReplayError};
-pub use state::{ReadOutputError, RunState, RunStateReader};
+pub use state::{ReadOutputError, RunLedger, RunLedgerReader};
 
 /// Why a handle could not decide. The kernel turns every one of these into `fail`
 /// (decided by `bounds`): a supervisor failing never lets a failure through.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SupervisorError {
+    /// The run was cancelled before the handle answered.
     #[error("the run was cancelled while the decision was pending")]
     Cancelled,
+    /// The handle took longer than the supervisor's decision timeout.
     #[error("the decision took longer than {0:?}")]
     Timeout(std::time::Duration),
     /// Text, not a source error, on purpose: a transport error can carry the provider's
@@ -49,10 +51,14 @@ pub enum SupervisorError {
     /// the escalation record).
     #[error("supervisor provider error: {0}")]
     Provider(String),
+    /// The handle's answer could not be read as a verdict (an LLM's reply off schema).
     #[error("supervisor reply was malformed: {0}")]
     Malformed(String),
+    /// Deciding ran out of what it may spend: the run's money budget refused the next
+    /// model call, or no verdict came within the allowed turns.
     #[error("supervisor budget: {0}")]
     Budget(String),
+    /// Anything else a handle reports, as text for the same reason as `Provider`.
     #[error("{0}")]
     Other(String),
 }
@@ -64,7 +70,7 @@ pub struct DecideCtx {
     /// its work (an in-flight model request above all) when it fires.
     pub cancel: CancellationToken,
     /// Read-only view of the run for tools (`get_run_state`, `read_node_output`).
-    pub state: Option<Arc<dyn RunStateReader>>,
+    pub state: Option<Arc<dyn RunLedgerReader>>,
     /// The run's registry of secret values: a handle masks tool results against it and
     /// registers its own credentials in it.
     pub secrets: Arc<SecretRegistry>,
@@ -88,6 +94,9 @@ pub trait Supervisor: Send + Sync + 'static {
     /// Short name for logs and reports (`fail-closed`, `policy`, `replay`, `llm`).
     fn name(&self) -> &str;
 
+    /// Decides one escalation. Whatever it answers, the kernel checks it against the
+    /// escalation's allowed set and overrules what falls outside; an error becomes
+    /// `fail`, so a supervisor can never let a failure through by failing itself.
     fn decide<'a>(
         &'a self,
         escalation: &'a Escalation,

@@ -14,7 +14,7 @@ use crate::executor::Outputs;
 /// What the agent's tools may read. `read_output` is scoped to a lineage: in a fan-out,
 /// "the last output" of a node may belong to another item, and handing that to the model
 /// as repair material would poison the repair and widen what the model sees.
-pub trait RunStateReader: Send + Sync {
+pub trait RunLedgerReader: Send + Sync {
     /// Per-node status, invocation and error counts, cost.
     fn digest(&self) -> serde_json::Value;
     /// The most recent output of `node_id` on the lineage `scope`: produced by the
@@ -28,12 +28,18 @@ pub trait RunStateReader: Send + Sync {
     ) -> Result<BTreeMap<String, Value>, ReadOutputError>;
 }
 
+/// Why a supervisor's `read_node_output` got nothing; said to the decider as the tool's
+/// answer, so it can ask for something else.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadOutputError {
+    /// The run has no node with that id.
     #[error("no node `{0}` in this run")]
     UnknownNode(String),
+    /// The node exists but has not produced anything yet.
     #[error("node `{0}` has produced no output yet")]
     NoOutput(String),
+    /// Its outputs belong to other items of a fan-out: showing them as the failing
+    /// item's would mix items up.
     #[error(
         "node `{0}` has no output on the failing item's lineage (what it produced belongs to other items); reading it is refused"
     )]
@@ -67,29 +73,30 @@ struct Inner {
 }
 
 /// The runtime's recorder, also the reader handed to supervisors.
-pub struct RunState {
+pub struct RunLedger {
     /// False when no handle reads it: recording is then skipped entirely.
     enabled: bool,
     inner: Mutex<Inner>,
 }
 
-impl Default for RunState {
+impl Default for RunLedger {
     fn default() -> Self {
-        RunState {
+        RunLedger {
             enabled: true,
             inner: Mutex::new(Inner::default()),
         }
     }
 }
 
-impl RunState {
+impl RunLedger {
+    /// A recorder that keeps outputs and statuses for a supervisor's tools.
     pub fn new() -> Self {
         Self::default()
     }
 
     /// A recorder that keeps nothing (for handles that never read run state).
     pub fn disabled() -> Self {
-        RunState {
+        RunLedger {
             enabled: false,
             ..Self::default()
         }
@@ -122,7 +129,7 @@ impl RunState {
         }
     }
 
-    /// Marks output handles of `node_id` that fan out (see [`RunState::declare`]).
+    /// Marks output handles of `node_id` that fan out (see [`RunLedger::declare`]).
     pub fn set_fan_out(&self, node_id: &str, handles: impl IntoIterator<Item = String>) {
         if let Some(n) = self.lock().nodes.get_mut(node_id) {
             n.fan_out = handles.into_iter().collect();
@@ -183,7 +190,7 @@ impl RunState {
         }
     }
 
-    /// [`RunState::record_invocation`] with named roots (for callers outside the runtime).
+    /// [`RunLedger::record_invocation`] with named roots (for callers outside the runtime).
     pub fn record_steps(
         &self,
         node_id: &str,
@@ -211,7 +218,7 @@ impl RunState {
     }
 }
 
-impl RunStateReader for RunState {
+impl RunLedgerReader for RunLedger {
     fn digest(&self) -> serde_json::Value {
         let g = self.lock();
         let mut ids: Vec<&String> = g.nodes.keys().collect();

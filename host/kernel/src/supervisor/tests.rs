@@ -571,7 +571,7 @@ async fn escalations_carry_the_attempt_and_suspend_never_escalates() {
 
 #[test]
 fn read_output_is_scoped_to_the_failing_lineage() {
-    let st = RunState::new();
+    let st = RunLedger::new();
     st.add_node("up", "t");
     let l = |i| {
         vec![LineageStep {
@@ -596,7 +596,7 @@ fn read_output_is_scoped_to_the_failing_lineage() {
 
 #[test]
 fn read_output_returns_only_the_failing_items_ancestors_and_itself() {
-    let st = RunState::new();
+    let st = RunLedger::new();
     let step = |root: &str, index| LineageStep {
         root: root.into(),
         index,

@@ -451,7 +451,7 @@ impl Watcher<'_> {
         let pid = group.id();
         // Read while the worker exists (unreaped, even dead it keeps its start time):
         // its code nodes carry this token.
-        let owner = heddle_runners::Owner::of_pid(pid).map(|o| o.token());
+        let owner = heddle_runners::ProcessOwner::of_pid(pid).map(|o| o.token());
         sup.launches += 1;
         sup.worker = Some(Worker {
             launch: sup.launches,

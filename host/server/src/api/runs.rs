@@ -70,10 +70,59 @@ async fn show(
     // The document as submitted, for the viewer to draw (its nodes' UI positions
     // included); stored bytes that are not JSON are left out, not an error.
     v["document"] = serde_json::from_slice(&header.run.graph_bytes).unwrap_or_default();
+    link_artifacts(&mut v["occurrences"], &header.run_id, 0);
     Ok(Json(v))
 }
 
-/// A stored artifact's bytes (the viewer links large values to them).
+/// How deep in an occurrence's shown object a result's values sit (the references are
+/// whole values of its outputs: `result` → outcome → `outputs` → pair → value).
+const REFERENCE_DEPTH: usize = 8;
+
+/// Gives every artifact reference (`{"$artifact": {"sha256", "size"}}`, as the event
+/// stream sends it) in `v` the `url` its bytes are fetched from: the shown run refers
+/// to its large values instead of holding them, so its size does not grow with theirs.
+fn link_artifacts(v: &mut serde_json::Value, run_id: &str, depth: usize) {
+    if depth > REFERENCE_DEPTH {
+        return;
+    }
+    match v {
+        serde_json::Value::Object(m) => {
+            let reference = (m.len() == 1)
+                .then(|| m.get_mut(heddle_store::spill::KEY))
+                .flatten()
+                .and_then(|r| r.as_object_mut())
+                .filter(|r| r.len() == 2 && r.contains_key("size"));
+            if let Some(r) = reference {
+                if let Some(sha) = r.get("sha256").and_then(|s| s.as_str()).map(str::to_string) {
+                    r.insert(
+                        "url".into(),
+                        format!("/api/runs/{run_id}/artifacts/{sha}").into(),
+                    );
+                }
+                return;
+            }
+            for x in m.values_mut() {
+                link_artifacts(x, run_id, depth + 1);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for x in a {
+                link_artifacts(x, run_id, depth + 1);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// How much of an artifact goes out in one piece of the response body (what the
+/// compression layer takes at a time).
+pub const ARTIFACT_CHUNK: usize = 64 << 10;
+
+/// A stored artifact's bytes (the viewer links large values to them), verified against
+/// the digest before the answer starts (a missing or damaged one is a JSON error, never
+/// a 200 with wrong bytes), then sent in pieces of [`ARTIFACT_CHUNK`] from the one copy
+/// read, which is held (one of [`super::state::ARTIFACTS_IN_MEMORY`]) until the last
+/// piece left or the client went away.
 async fn artifact(
     State(api): State<Api>,
     Path((id, sha256)): Path<(String, String)>,
@@ -89,6 +138,12 @@ async fn artifact(
         sha256: sha256.to_ascii_lowercase(),
         size: 0,
     };
+    let held = api
+        .artifacts
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
     let bytes = tokio::task::spawn_blocking(move || store.get_artifact(&id, &want))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
@@ -100,11 +155,44 @@ async fn artifact(
             };
             ApiError::new(status, chain(&e))
         })?;
+    let length = bytes.len();
+    let pieces = Pieces {
+        rest: Bytes::from(bytes),
+        held: Some(held),
+    };
     let headers = [
         (header::CONTENT_TYPE, "application/octet-stream"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
     ];
-    Ok((headers, bytes).into_response())
+    let mut resp = (headers, axum::body::Body::from_stream(pieces)).into_response();
+    resp.headers_mut()
+        .insert(header::CONTENT_LENGTH, header::HeaderValue::from(length));
+    Ok(resp)
+}
+
+/// An artifact's bytes as the pieces of a response body, holding its place among
+/// those in memory until the last piece is taken (or the body is dropped: the client
+/// went away).
+struct Pieces {
+    rest: Bytes,
+    held: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl futures_util::Stream for Pieces {
+    type Item = Result<Bytes, std::convert::Infallible>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        if self.rest.is_empty() {
+            // Sent whole: another download may read its artifact now.
+            self.held.take();
+            return std::task::Poll::Ready(None);
+        }
+        let n = self.rest.len().min(ARTIFACT_CHUNK);
+        std::task::Poll::Ready(Some(Ok(self.rest.split_to(n))))
+    }
 }
 
 #[derive(Deserialize)]

@@ -1,6 +1,7 @@
-//! A value over the inline limit: the event stream carries the reference (that is what
-//! a watcher gets, and what the web viewer detects), the run as the API shows it
-//! carries the value read back, and a value whose artifact is damaged is named.
+//! A value over the inline limit: the event stream and the run as the API shows it
+//! carry the reference (with the URL its bytes are fetched from, in the shown run), the
+//! artifact route serves the bytes, a run whose values are larger than the answers the
+//! server masks is still shown, and a value whose artifact is damaged is named.
 
 use serde_json::Value;
 
@@ -22,8 +23,14 @@ fn big_graph() -> String {
 }
 
 async fn server() -> TestServer {
+    bounded(None).await
+}
+
+/// [`server`] masking JSON answers up to `max_json_bytes`.
+async fn bounded(max_json_bytes: Option<usize>) -> TestServer {
     TestServer::with(Setup {
         config: "inline_output_bytes = 4096\n",
+        max_json_bytes,
         ..Setup::default()
     })
     .await
@@ -43,18 +50,93 @@ async fn big_result(s: &TestServer, id: &str) -> (Vec<(u64, String, Value)>, Str
     (events, sha)
 }
 
+/// Every artifact reference in a shown run's `occurrences`: (sha256, size, url).
+fn references(show: &Value) -> Vec<(String, u64, String)> {
+    fn walk(v: &Value, out: &mut Vec<(String, u64, String)>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(r) = m.get("$artifact").filter(|_| m.len() == 1) {
+                    out.push((
+                        r["sha256"].as_str().unwrap().to_string(),
+                        r["size"].as_u64().unwrap(),
+                        r["url"].as_str().expect("a url").to_string(),
+                    ));
+                }
+                m.values().for_each(|x| walk(x, out));
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(&show["occurrences"], &mut out);
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_event_stream_carries_the_reference_and_the_api_shows_the_value() {
+async fn the_api_shows_the_reference_and_the_artifact_route_serves_the_value() {
     let s = server().await;
     let big = "x".repeat(BIG);
     let id = s.create(&big_graph()).await;
     let show = s.ended(&id).await;
     assert_eq!(show["state"], "completed", "{:.300}", show.to_string());
-    assert!(show.to_string().contains(&big), "the API shows the value");
-    let (events, _) = big_result(&s, &id).await;
+    let (events, sha) = big_result(&s, &id).await;
     assert!(
         !events.iter().any(|(_, _, d)| d.to_string().contains(&big)),
         "no event carries the value itself"
+    );
+    assert!(!show.to_string().contains(&big), "nor does the shown run");
+    // big's result and what `out` received: one artifact, referred to twice.
+    let refs = references(&show);
+    assert!(refs.len() >= 2, "{refs:?}");
+    for (digest, size, url) in &refs {
+        assert_eq!(digest, &sha);
+        assert_eq!(*size, BIG as u64 + 2);
+        assert_eq!(url, &format!("/api/runs/{id}/artifacts/{sha}"));
+    }
+    // The viewer fetches the value from there when it is shown.
+    let resp = s
+        .send(
+            s.request("GET", &refs[0].2)
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let bytes = body_bytes(resp).await;
+    assert_eq!(
+        serde_json::from_slice::<Value>(&bytes).unwrap(),
+        big.as_str()
+    );
+}
+
+/// A run whose values add up to more than the JSON answers the server masks (reading
+/// them whole) is shown all the same: it refers to them. An answer that is over the
+/// bound anyway is a 500 with a JSON error saying so, never a 200 with an empty body
+/// (before: the masking layer dropped the body and kept the 200, and the viewer showed
+/// "Cannot read properties of null").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_values_exceed_what_the_server_masks_is_shown_and_an_answer_over_it_is_an_error()
+ {
+    // Two values of BIG bytes (big's result, what `out` received): over the bound.
+    let s = bounded(Some(BIG + BIG / 2)).await;
+    let id = s.create(&big_graph()).await;
+    let show = s.ended(&id).await;
+    assert_eq!(show["state"], "completed", "{show:#}");
+    assert!(references(&show).len() >= 2, "{show:#}");
+    assert!(show["document"]["nodes"].is_array(), "{show:#}");
+
+    // A bound the shown run itself is over.
+    let tiny = 256;
+    let s = bounded(Some(tiny)).await;
+    let id = s.create(&big_graph()).await;
+    let _ = s.stream(&id, None).await;
+    let (status, body) = s.call("GET", &format!("/api/runs/{id}"), None).await;
+    assert_eq!(status, 500, "{body:#}");
+    let error = body["error"].as_str().expect("a JSON error");
+    assert!(
+        error.contains(&tiny.to_string()) && error.contains("mask"),
+        "{error}"
     );
 }
 
@@ -115,4 +197,81 @@ async fn an_unreadable_artifact_is_named_by_the_api_and_by_a_whole_read() {
     for part in ["node big, output `result`", "missing", "TERMINAL_ARTIFACT"] {
         assert!(e.contains(part), "{part} not in {e}");
     }
+}
+
+/// A large artifact (bytes that do not compress, so a compressed answer is as large)
+/// comes back byte for byte, as is and gzip-compressed, in pieces of at most
+/// `ARTIFACT_CHUNK` with its length declared up front.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_artifact_downloads_byte_identical_in_pieces() {
+    use http_body_util::BodyExt as _;
+    let s = server().await;
+    let id = s.create(CHAIN).await;
+    assert_eq!(s.ended(&id).await["state"], "completed");
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let bytes: Vec<u8> = (0..(5 << 20) + 17)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let stored = s
+        .host
+        .store
+        .put_artifact(&id, Some("big"), &bytes, &Default::default())
+        .unwrap();
+    let url = format!("/api/runs/{id}/artifacts/{}", stored.sha256);
+
+    let resp = s
+        .send(
+            s.request("GET", &url)
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        resp.headers()[axum::http::header::CONTENT_LENGTH],
+        bytes.len().to_string()
+    );
+    let mut body = resp.into_body();
+    let (mut got, mut pieces) = (Vec::new(), 0);
+    while let Some(frame) = body.frame().await {
+        let data = frame.unwrap().into_data().unwrap();
+        assert!(
+            data.len() <= heddle_server::api::ARTIFACT_CHUNK,
+            "{}",
+            data.len()
+        );
+        got.extend_from_slice(&data);
+        pieces += 1;
+    }
+    assert!(
+        got == bytes,
+        "byte-identical ({} of {} bytes)",
+        got.len(),
+        bytes.len()
+    );
+    assert!(
+        pieces > bytes.len() / heddle_server::api::ARTIFACT_CHUNK,
+        "{pieces}"
+    );
+
+    let req = s
+        .request("GET", &url)
+        .header(axum::http::header::ACCEPT_ENCODING, "gzip")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let resp = s.send(req).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.headers()[axum::http::header::CONTENT_ENCODING], "gzip");
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(&body_bytes(resp).await[..]),
+        &mut out,
+    )
+    .unwrap();
+    assert!(out == bytes, "byte-identical through gzip");
 }

@@ -8,6 +8,7 @@
 mod support;
 
 mod artifacts;
+mod errors;
 mod layers;
 mod runs;
 mod supervise;

@@ -87,14 +87,30 @@ async fn a_last_event_id_past_the_end_is_an_empty_stream_and_a_malformed_one_is_
         let text = s.stream(&id, Some(last)).await;
         assert_eq!(parse_sse(&text), Vec::new(), "after {last}: {text}");
     }
-    for bad in ["-1", "abc", "18446744073709551616", "1.5", ""] {
+    let bad: [&[u8]; 6] = [
+        b"-1",
+        b"abc",
+        b"18446744073709551616",
+        b"1.5",
+        b"",
+        b"\xff3",
+    ];
+    for bad in bad {
         let req = s
             .request("GET", &format!("/api/runs/{id}/events"))
-            .header("last-event-id", bad)
+            .header(
+                "last-event-id",
+                axum::http::HeaderValue::from_bytes(bad).unwrap(),
+            )
             .body(Body::empty())
             .unwrap();
         let resp = s.send(req).await;
         assert_eq!(resp.status().as_u16(), 400, "{bad:?}");
+        let body: Value = serde_json::from_slice(&body_bytes(resp).await).unwrap();
+        assert!(
+            body["error"].as_str().unwrap().contains("Last-Event-ID"),
+            "{body}"
+        );
     }
     // An unknown run is still unknown, whatever the id.
     let (status, _) = s.call("GET", "/api/runs/nope/events", None).await;

@@ -57,6 +57,8 @@ pub struct Setup {
     pub supervise: Option<Supervise>,
     /// `--decision-timeout-ms`.
     pub decision_timeout_ms: Option<u64>,
+    /// The largest JSON answer the router masks (default: the server's).
+    pub max_json_bytes: Option<usize>,
 }
 
 /// One server's directory, runtime, host and router.
@@ -101,7 +103,13 @@ impl TestServer {
         ));
         let token_path = heddle_server::token::path_for(runtime.settings().store.path());
         let (token, _) = heddle_server::token::load_or_create(&token_path).unwrap();
-        let router = heddle_server::api::router(host.clone(), token.clone());
+        let router = heddle_server::api::router_bounded(
+            host.clone(),
+            token.clone(),
+            setup
+                .max_json_bytes
+                .unwrap_or(heddle_server::mask::MAX_MASKED_BODY),
+        );
         TestServer {
             dir,
             host,

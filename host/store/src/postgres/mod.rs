@@ -398,6 +398,61 @@ fn raw(row: &tokio_postgres::Row) -> RawRow<'_> {
 
 const EVENT_COLUMNS: &str = "seq, at_ms, kind, json, body, crc";
 
+/// The append (schema 1's `append_events`): fencing, numbering and the rows.
+const APPEND: &str = "SELECT append_events($1, $2, $3, $4, $5, $6, $7, $8)";
+
+/// [`APPEND`]'s arguments: `run`'s rows of a layout, under `epoch`, from `first`.
+struct Columns<'a> {
+    run: &'a str,
+    epoch: i64,
+    first: i64,
+    seqs: Vec<i64>,
+    kinds: Vec<&'a str>,
+    json: Vec<bool>,
+    bodies: Vec<&'a [u8]>,
+    crcs: Vec<i64>,
+}
+
+impl<'a> Columns<'a> {
+    fn new(run: &'a str, epoch: u64, first: u64, layout: &'a rows::Layout) -> Columns<'a> {
+        Columns {
+            run,
+            epoch: epoch as i64,
+            first: first as i64,
+            seqs: layout.rows.iter().map(|r| r.seq as i64).collect(),
+            kinds: layout.rows.iter().map(|r| r.kind).collect(),
+            json: layout.rows.iter().map(|r| r.form == Form::Json).collect(),
+            bodies: layout
+                .rows
+                .iter()
+                .map(|r| &layout.buf[r.body.clone()])
+                .collect(),
+            crcs: layout.rows.iter().map(|r| i64::from(r.crc)).collect(),
+        }
+    }
+
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 8] {
+        [
+            &self.run,
+            &self.epoch,
+            &self.first,
+            &self.seqs,
+            &self.kinds,
+            &self.json,
+            &self.bodies,
+            &self.crcs,
+        ]
+    }
+}
+
+/// What one take-over transaction did ([`Inner::take_over`]).
+enum Taken {
+    /// The run is this handle's at this epoch, its opening records in the log.
+    At(u64),
+    /// Nothing: the owner epoch was this, not the one before the records' epoch.
+    Moved(u64),
+}
+
 /// The lifecycle kinds ([`crate::status::LIFECYCLE`]) as the partial index of schema 1
 /// spells them, so the planner uses it (a test checks both).
 const LIFECYCLE_WHERE: &str = "kind IN ('opened', 'paused', 'resumed', 'finished')";
@@ -766,22 +821,10 @@ impl Inner {
         crash: Option<String>,
     ) -> Result<(), StoreError> {
         const OP: &str = "appending to a run's log";
-        const SQL: &str = "SELECT append_events($1, $2, $3, $4, $5, $6, $7, $8)";
-        let seqs: Vec<i64> = layout.rows.iter().map(|r| r.seq as i64).collect();
-        let kinds: Vec<&str> = layout.rows.iter().map(|r| r.kind).collect();
-        let json: Vec<bool> = layout.rows.iter().map(|r| r.form == Form::Json).collect();
-        let bodies: Vec<&[u8]> = layout
-            .rows
-            .iter()
-            .map(|r| &layout.buf[r.body.clone()])
-            .collect();
-        let crcs: Vec<i64> = layout.rows.iter().map(|r| i64::from(r.crc)).collect();
-        let (epoch_i, first_i) = (epoch as i64, first as i64);
+        let columns = Columns::new(&run, epoch, first, &layout);
         let r = on_conn!(self, OP, |c| {
-            let stmt = c.prepare_cached(SQL).await.map_err(Pg::op(OP))?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-                &run, &epoch_i, &first_i, &seqs, &kinds, &json, &bodies, &crcs,
-            ];
+            let stmt = c.prepare_cached(APPEND).await.map_err(Pg::op(OP))?;
+            let params = columns.params();
             if let Some(node) = &crash {
                 // The `mid-commit` fault: the rows are in, the transaction is not
                 // committed, and the process dies.
@@ -823,6 +866,114 @@ impl Inner {
             }
             _ => Err(e),
         }
+    }
+
+    /// The epoch `run`'s lease row holds now.
+    async fn epoch(self: Arc<Self>, run: String) -> Result<u64, StoreError> {
+        const OP: &str = "reading a run's owner epoch";
+        on_conn!(self, OP, |c| {
+            Ok(lease_now(&*c, &run, false, OP).await?.epoch)
+        })
+    }
+
+    /// The transaction of [`RunStore::take_over`] for the new owner epoch `epoch`, with
+    /// `layout` the opening records made for it: under the run's lease lock, a torn tail
+    /// dropped, refused unless the log still ends before `next` (then nothing is
+    /// written), and refused while another host's lease is live; then the lease is this
+    /// host's at `epoch` and the records are appended, all committed together. An epoch
+    /// that moved since it was read (an acquire that wrote nothing) is answered with the
+    /// current one, nothing written, for the records to be made again.
+    async fn take_over(
+        self: Arc<Self>,
+        run: String,
+        next: u64,
+        epoch: u64,
+        layout: rows::Layout,
+    ) -> Result<Taken, StoreError> {
+        const OP: &str = "taking over a run";
+        let columns = Columns::new(&run, epoch, next, &layout);
+        let taken = on_conn!(self, OP, |c| {
+            let tx = c.transaction().await.map_err(Pg::op(OP))?;
+            let l = lease_now(&tx, &run, true, OP).await?;
+            drop_torn_tail(&tx, &run).await?;
+            let found: i64 = tx
+                .query_one(
+                    "SELECT coalesce(max(seq) + 1, 0) FROM events WHERE run_id = $1",
+                    &[&run],
+                )
+                .await
+                .map_err(Pg::op(OP))?
+                .get(0);
+            if found as u64 != next {
+                // Another taker's first records are there: it won. Rolled back on drop,
+                // so neither the torn tail's removal nor anything else of this one lands.
+                return Err(StoreError::NotNext {
+                    run: run.clone(),
+                    seq: next,
+                    next: found as u64,
+                });
+            }
+            if let Some(e) = self.owned_elsewhere(&run, &l) {
+                return Err(e);
+            }
+            if l.epoch + 1 != epoch {
+                return Ok(Taken::Moved(l.epoch));
+            }
+            tx.execute(
+                "UPDATE leases SET state = 'running', owner_host = $2, owner_epoch = $3,
+                     expires_at = now() + $4::bigint * interval '1 millisecond'
+                 WHERE run_id = $1",
+                &[&run, &self.host_id, &(epoch as i64), &self.ttl_ms()],
+            )
+            .await
+            .map_err(Pg::op(OP))?;
+            if !layout.rows.is_empty() {
+                tx.execute(APPEND, &columns.params())
+                    .await
+                    .map_err(Pg::op(OP))?;
+            }
+            tx.commit().await.map_err(Pg::op(OP))?;
+            Ok(Taken::At(epoch))
+        })?;
+        if let Taken::At(epoch) = taken {
+            self.hold(&run, epoch);
+        }
+        Ok(taken)
+    }
+
+    async fn request_cancel(self: Arc<Self>, run: String) -> Result<(), StoreError> {
+        const OP: &str = "requesting a run's cancel";
+        let pid = i64::from(std::process::id());
+        let known: i64 = on_conn!(self, OP, |c| {
+            Ok(c.query_one(
+                "WITH r AS (SELECT run_id FROM runs WHERE run_id = $1),
+                      i AS (INSERT INTO cancel_requests (run_id, host_id, pid)
+                            SELECT run_id, $2, $3 FROM r
+                            ON CONFLICT (run_id) DO NOTHING)
+                 SELECT count(*) FROM r",
+                &[&run, &self.host_id, &pid],
+            )
+            .await
+            .map_err(Pg::op(OP))?
+            .get(0))
+        })?;
+        if known == 0 {
+            return Err(StoreError::UnknownRun(run));
+        }
+        Ok(())
+    }
+
+    async fn cancel_requested(self: Arc<Self>, run: String) -> Result<bool, StoreError> {
+        const OP: &str = "reading a run's cancel request";
+        on_conn!(self, OP, |c| {
+            Ok(c.query_one(
+                "SELECT EXISTS (SELECT 1 FROM cancel_requests WHERE run_id = $1)",
+                &[&run],
+            )
+            .await
+            .map_err(Pg::op(OP))?
+            .get(0))
+        })
     }
 
     /// Whether `run`'s log holds exactly `layout`'s rows at their keys.
@@ -1109,6 +1260,49 @@ impl RunStore for PgStore {
     fn acquire(&self, run_id: &str) -> Result<u64, StoreError> {
         let run_id = run_id.to_string();
         self.call(|i| i.acquire(run_id))
+    }
+
+    fn take_over(
+        &self,
+        run_id: &str,
+        next: u64,
+        opening: &dyn Fn(u64) -> Vec<heddle_core::Record>,
+    ) -> Result<u64, StoreError> {
+        // The opening records name the epoch they open, which is settled inside the
+        // transaction, on the store's runtime, where `opening` cannot go. So they are
+        // made here for the epoch after the current one, and the transaction takes the
+        // run only at that epoch; one overtaken meanwhile by an acquire that wrote
+        // nothing (a taker that wrote is refused by the log check) is made again.
+        const TRIES: usize = 5;
+        let run = run_id.to_string();
+        let mut epoch = {
+            let run = run.clone();
+            self.call(|i| i.epoch(run))? + 1
+        };
+        for _ in 0..TRIES {
+            let mut layout = rows::Layout::default();
+            rows::lay_out(&Frames::of(run_id, next, &opening(epoch))?, &mut layout);
+            let run = run.clone();
+            match self.call(|i| i.take_over(run, next, epoch, layout))? {
+                Taken::At(epoch) => return Ok(epoch),
+                Taken::Moved(current) => epoch = current + 1,
+            }
+        }
+        Err(StoreError::Fenced {
+            run,
+            ours: epoch,
+            current: epoch - 1,
+        })
+    }
+
+    fn request_cancel(&self, run_id: &str) -> Result<(), StoreError> {
+        let run = run_id.to_string();
+        self.call(|i| i.request_cancel(run))
+    }
+
+    fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError> {
+        let run = run_id.to_string();
+        self.call(|i| i.cancel_requested(run))
     }
 
     fn append_frames(&self, epoch: u64, frames: &Frames, _sync: bool) -> Result<(), StoreError> {

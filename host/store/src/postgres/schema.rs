@@ -140,6 +140,15 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // 2: the run header's checksums (`runs.header_sums`, as in SQLite's schema 6: see
     // header.rs); the rows a version 1 store holds get theirs by [`checksum_headers`].
     "ALTER TABLE runs ADD COLUMN header_sums text;",
+    // 3: requests to cancel a run, for its owner to see and carry out (see
+    // `RunStore::request_cancel`; as in SQLite's schema 7): the owner's epoch fences
+    // everyone else out of the log, so a request from another host is kept beside it.
+    "CREATE TABLE IF NOT EXISTS cancel_requests (
+        run_id text PRIMARY KEY REFERENCES runs (run_id),
+        requested_at timestamptz NOT NULL DEFAULT now(),
+        host_id text NOT NULL,
+        pid bigint NOT NULL
+    );",
 ];
 
 /// The version whose upgrade checksums the run headers already stored.

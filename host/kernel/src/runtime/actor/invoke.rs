@@ -41,6 +41,7 @@ pub struct InvocationRecord {
     pub inputs: Inputs,
     /// Canonical lineage key.
     pub key: Arc<str>,
+    /// Where the invocation sits in the graph's fan-outs, shown to the supervisor.
     pub lineage: Lineage,
     /// This attempt's own metrics (cost and assets decide whether retry is allowed).
     pub metrics: InvocationMetrics,
