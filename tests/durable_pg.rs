@@ -95,7 +95,11 @@ fn a_durable_run_on_postgres_killed_at_each_boundary_resumes_without_repeating_a
         assert_eq!(env.show(&id)["state"], "interrupted", "{fault}");
         let o = resume(&env, &[&id, "--json"]);
         expect(&o, OK);
-        assert_eq!(outputs(&o), serde_json::json!(["/DATA/LOG.TXT"]), "{fault}");
+        assert_eq!(
+            outputs(&o)["out"],
+            serde_json::json!(["/DATA/LOG.TXT"]),
+            "{fault}"
+        );
         assert_eq!(env.lines(), ["one"], "{fault}");
         assert_eq!(started(&env, &id, "w"), 1, "{fault}");
         assert_eq!(env.show(&id)["state"], "completed", "{fault}");
