@@ -15,8 +15,10 @@ use std::time::{Duration, Instant};
 mod pg;
 mod support;
 
-use support::stderr;
-use support::store::{CHAIN, FANOUT, INVALID, OK, PAUSED, StoreDir, expect, pause_event, text};
+use support::store::{
+    CHAIN, FANOUT, INVALID, OK, PAUSED, StoreDir, expect, pause_event, run_id_in, text, wait_line,
+};
+use support::{CANCELLED, stderr};
 
 /// `graph` in a directory whose `heddle.toml` puts the runs in a fresh database (the
 /// `[store] path` it also names is never created); `None` when PostgreSQL tests are
@@ -150,6 +152,132 @@ fn a_fan_out_on_postgres_killed_after_its_third_item_repeats_none() {
     let mut lines = env.lines();
     lines.sort();
     assert_eq!(lines, ["a", "b", "c", "d", "e", "f"]);
+}
+
+/// How many records of `kind` the run's log holds (`opened` and the other lifecycle
+/// records are rows of their own).
+fn rows_of(url: &str, id: &str, kind: &str) -> u64 {
+    let n = pg::query(
+        url,
+        &format!("SELECT count(*) FROM heddle.events WHERE run_id = '{id}' AND kind = '{kind}'"),
+    );
+    n[0][0].as_deref().unwrap().parse().unwrap()
+}
+
+/// Waits until the lease a killed process held on run `id` has expired (nobody renews
+/// it): from then on any process may take the run.
+fn wait_for_expiry(url: &str, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let expired = pg::query(
+            url,
+            &format!(
+                "SELECT coalesce(expires_at <= now(), true) FROM heddle.leases WHERE run_id = '{id}'"
+            ),
+        );
+        if expired[0][0].as_deref() == Some("t") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the lease of {id} never expired");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Of four `heddle runs resume` started at once on a run a killed process left, on
+/// PostgreSQL, exactly one takes it over and runs it (its effect once); the others exit
+/// 2 naming what won and write nothing (one `opened` record more, the winner's).
+#[test]
+fn of_concurrent_resumes_on_postgres_one_recovers_the_run_and_the_others_exit_2() {
+    for trial in 0..2 {
+        let Some((env, url)) = on_postgres(CHAIN, false) else {
+            return;
+        };
+        let id = env.crash("before-dispatch:w", &[]);
+        assert_eq!(rows_of(&url, &id, "opened"), 1);
+        wait_for_expiry(&url, &id);
+        let children: Vec<_> = (0..4)
+            .map(|_| {
+                env.cmd(&["runs", "resume", &id])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("heddle starts")
+            })
+            .collect();
+        let outs: Vec<Output> = children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect();
+        let all: Vec<String> = outs.iter().map(text).collect();
+        assert_eq!(
+            outs.iter().filter(|o| o.status.code() == Some(OK)).count(),
+            1,
+            "trial {trial}: {all:#?}"
+        );
+        for o in outs.iter().filter(|o| o.status.code() != Some(OK)) {
+            let e = stderr(o);
+            assert_eq!(o.status.code(), Some(INVALID), "trial {trial}: {all:#?}");
+            assert!(
+                e.contains("was taken over by another process")
+                    || e.contains("is live (owner process")
+                    || e.contains("is completed"),
+                "trial {trial}: a loser must say what won: {e}"
+            );
+        }
+        assert_eq!(
+            rows_of(&url, &id, "opened"),
+            2,
+            "trial {trial}: one take-over"
+        );
+        assert_eq!(
+            env.lines(),
+            ["one"],
+            "trial {trial}: the effect landed once"
+        );
+        assert_eq!(env.show(&id)["state"], "completed", "trial {trial}");
+    }
+}
+
+/// `heddle runs cancel` of a run a live process drives on PostgreSQL asks that owner
+/// through the store (a `cancel_requests` row): the owner records the cancel and ends
+/// the run itself (exit 3), and nobody else ever opened it.
+#[test]
+fn cancelling_a_live_run_on_postgres_asks_its_owner_which_ends_it_cancelled() {
+    let Some((env, url)) = on_postgres(CHAIN, false) else {
+        return;
+    };
+    let started = env.path().join("started.txt");
+    let code = format!("echo started >> {}; sleep 600", started.display());
+    let graph = serde_json::json!({"format": "heddle.graph", "version": 1, "nodes": [
+        {"id": "wait", "type": "code.bash",
+         "properties": {"mode": "subprocess", "timeout_s": 600, "code": code}},
+        {"id": "out", "type": "heddle.output"}],
+     "edges": [{"source": "wait", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]});
+    std::fs::write(env.path().join("g.json"), graph.to_string()).unwrap();
+    let (mut live, rx) = env.spawn(&["run", "--durable", "g.json"]);
+    let id = wait_line(&rx, run_id_in);
+    while !started.exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = env.heddle(&["runs", "cancel", &id]);
+    expect(&o, OK);
+    let e = stderr(&o);
+    assert!(e.contains("asked the owner of run"), "{e}");
+    assert!(e.contains(&format!("run {id} cancelled")), "{e}");
+    let status = live.wait().unwrap();
+    let rest: Vec<String> = rx.try_iter().collect();
+    assert_eq!(status.code(), Some(CANCELLED), "{rest:#?}");
+    assert_eq!(env.show(&id)["state"], "cancelled");
+    let asked = pg::query(
+        &url,
+        &format!("SELECT count(*) FROM heddle.cancel_requests WHERE run_id = '{id}'"),
+    );
+    assert_eq!(asked[0][0].as_deref(), Some("1"));
+    assert_eq!(
+        rows_of(&url, &id, "opened"),
+        1,
+        "only the owner opened the run"
+    );
 }
 
 /// `heddle serve` owns a whole store through one lease, which only an SQLite file has
