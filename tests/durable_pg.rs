@@ -280,6 +280,29 @@ fn cancelling_a_live_run_on_postgres_asks_its_owner_which_ends_it_cancelled() {
     );
 }
 
+/// `heddle runs cancel` of a run a killed process left on PostgreSQL takes it over to
+/// record the cancel and the ending (one transaction), and hands the lease back: the
+/// run is cancelled, its lease idle (nobody waits it out), and it is never resumed.
+#[test]
+fn cancelling_an_interrupted_run_on_postgres_ends_it_and_hands_its_lease_back() {
+    let Some((env, url)) = on_postgres(CHAIN, false) else {
+        return;
+    };
+    let id = env.crash("before-dispatch:w", &[]);
+    wait_for_expiry(&url, &id);
+    let o = env.heddle(&["runs", "cancel", &id]);
+    expect(&o, OK);
+    assert_eq!(env.show(&id)["state"], "cancelled");
+    let lease = pg::query(
+        &url,
+        &format!("SELECT state FROM heddle.leases WHERE run_id = '{id}'"),
+    );
+    assert_eq!(lease[0][0].as_deref(), Some("idle"));
+    expect(&env.heddle(&["runs", "resume", &id]), INVALID);
+    assert!(env.lines().is_empty(), "nothing ran");
+    assert_eq!(rows_of(&url, &id, "opened"), 1, "the cancel opened nothing");
+}
+
 /// `heddle serve` owns a whole store through one lease, which only an SQLite file has
 /// today: a PostgreSQL store is refused before anything is opened, saying so.
 #[test]
