@@ -135,23 +135,8 @@ fn checksum_headers(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<u64> {
             "SELECT run_id, {} FROM runs WHERE header_sums IS NULL",
             crate::header::COLUMNS
         ))?;
-        q.query_map([], |r| {
-            Ok((
-                r.get(0)?,
-                HeaderRow {
-                    created_ms: r.get::<_, i64>(1)? as u64,
-                    graph_name: r.get(2)?,
-                    graph_bytes: r.get(3)?,
-                    graph_sha256: r.get(4)?,
-                    plan: r.get(5)?,
-                    inputs: r.get(6)?,
-                    secrets: r.get(7)?,
-                    packages: r.get(8)?,
-                    limits: r.get(9)?,
-                },
-            ))
-        })?
-        .collect::<Result<_, _>>()?
+        q.query_map([], |r| Ok((r.get(0)?, crate::sqlite::header_row(r, 1)?)))?
+            .collect::<Result<_, _>>()?
     };
     for (run_id, row) in &rows {
         tx.execute(

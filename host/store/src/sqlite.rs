@@ -310,20 +310,7 @@ impl RunStore for SqliteStore {
                     crate::header::COLUMNS
                 ),
                 [run_id],
-                |r| {
-                    let row = HeaderRow {
-                        created_ms: r.get::<_, i64>(0)? as u64,
-                        graph_name: r.get(1)?,
-                        graph_bytes: r.get(2)?,
-                        graph_sha256: r.get(3)?,
-                        plan: r.get(4)?,
-                        inputs: r.get(5)?,
-                        secrets: r.get(6)?,
-                        packages: r.get(7)?,
-                        limits: r.get(8)?,
-                    };
-                    Ok((row, r.get(9)?))
-                },
+                |r| Ok((header_row(r, 0)?, r.get(9)?)),
             )
             .optional()
             .map_err(StoreError::sql("reading a run"))
@@ -683,6 +670,22 @@ fn read_lifecycle(db: &Connection, run_id: &str) -> Result<Vec<Stored>, StoreErr
         rows::lifecycle_row(run_id, rows::raw(row)?, last, &mut out)?;
     }
     Ok(out)
+}
+
+/// The header columns of a row, [`crate::header::COLUMNS`] in their order from column
+/// `at` on: how every SQLite query of a header (a read, the schema 6 upgrade) decodes it.
+pub(crate) fn header_row(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<HeaderRow> {
+    Ok(HeaderRow {
+        created_ms: r.get::<_, i64>(at)? as u64,
+        graph_name: r.get(at + 1)?,
+        graph_bytes: r.get(at + 2)?,
+        graph_sha256: r.get(at + 3)?,
+        plan: r.get(at + 4)?,
+        inputs: r.get(at + 5)?,
+        secrets: r.get(at + 6)?,
+        packages: r.get(at + 7)?,
+        limits: r.get(at + 8)?,
+    })
 }
 
 #[cfg(test)]
