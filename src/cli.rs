@@ -28,6 +28,10 @@ pub struct EnvArgs {
     /// Directory of installed node packages (overrides the config file).
     #[arg(long, value_name = "DIR", global = true)]
     pub packages: Option<PathBuf>,
+    /// The run store: a file path, or `postgres://USER@HOST:PORT/DB` for a database
+    /// several hosts share (over HEDDLE_STORE_URL, `[store] url` and `[store] path`).
+    #[arg(long, value_name = "PATH|URL", global = true)]
+    pub store: Option<String>,
 }
 
 impl EnvArgs {
@@ -36,6 +40,7 @@ impl EnvArgs {
         heddle_runtime::Overrides {
             config: self.config.clone(),
             packages: self.packages.clone(),
+            store: self.store.clone(),
             ..Default::default()
         }
     }
@@ -94,10 +99,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub decision_timeout_ms: Option<u64>,
     /// Length of the store's owner lease, in milliseconds (renewed every third of it):
-    /// how long a crashed server keeps another from taking the store (1000 to 600000).
-    /// Default: `[serve] lease_ttl_ms`, else 10000.
+    /// how long a crashed server keeps another from taking the store, or on a shared
+    /// database its runs (1000 to 600000). Default: `[serve] lease_ttl_ms`, else 10000.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1000..=600_000))]
     pub lease_ttl_ms: Option<u64>,
+    /// This server's id among the hosts of a shared database (what leases and
+    /// `GET /api/hosts` name; a live host with the same id refuses the start).
+    /// Default: `[serve] host_id`, else MACHINE-PID-RANDOM.
+    #[arg(long, value_name = "ID")]
+    pub host_id: Option<String>,
     #[command(flatten)]
     pub env: EnvArgs,
 }

@@ -2,7 +2,8 @@
 //! aborted at named write-ahead boundaries (`HEDDLE_FAULT`), resumed by another process
 //! once the dead one's lease on the run expired, and the effects counted where they
 //! land (the lines `files.write_text` appended to `data/log.txt`). The same crash table
-//! as on SQLite (tests/durable.rs), and no store file is ever created.
+//! as on SQLite (tests/durable.rs), and no store file is ever created. Several
+//! `heddle serve` hosts sharing one database are in `hosts`.
 //!
 //! The server: `HEDDLE_TEST_PG_URL` (scripts/test starts one), else one started for
 //! this binary by scripts/pg-up; each test gets a database of its own. Under `CI=true`
@@ -14,6 +15,9 @@ use std::time::{Duration, Instant};
 #[path = "../host/store/tests/support/mod.rs"]
 mod pg;
 mod support;
+
+/// Several `heddle serve` hosts on one database.
+mod hosts;
 
 use support::store::{
     CHAIN, FANOUT, INVALID, OK, PAUSED, StoreDir, expect, pause_event, run_id_in, text, wait_line,
@@ -301,23 +305,4 @@ fn cancelling_an_interrupted_run_on_postgres_ends_it_and_hands_its_lease_back() 
     expect(&env.heddle(&["runs", "resume", &id]), INVALID);
     assert!(env.lines().is_empty(), "nothing ran");
     assert_eq!(rows_of(&url, &id, "opened"), 1, "the cancel opened nothing");
-}
-
-/// `heddle serve` owns a whole store through one lease, which only an SQLite file has
-/// today: a PostgreSQL store is refused before anything is opened, saying so.
-#[test]
-fn serve_refuses_a_postgres_store_saying_what_comes_next() {
-    let env = StoreDir::new();
-    let config = env.path().join("heddle.toml");
-    let mut toml = std::fs::read_to_string(&config).unwrap();
-    toml.push_str("url = \"postgres://nobody@127.0.0.1:1/heddle\"\n");
-    std::fs::write(&config, toml).unwrap();
-    let o = env.heddle(&["serve", "--listen", "127.0.0.1:0"]);
-    expect(&o, INVALID);
-    assert!(
-        stderr(&o).contains("several hosts on one PostgreSQL database are the next step"),
-        "{}",
-        text(&o)
-    );
-    assert!(!env.db().exists());
 }

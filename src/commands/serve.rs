@@ -39,11 +39,12 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
             supervise: args.supervise.map(Into::into),
             decision_timeout_ms: args.decision_timeout_ms,
             lease_ttl_ms: args.lease_ttl_ms,
+            host_id: args.host_id.clone(),
         },
         ..args.env.overrides()
     })?;
     let runtime = Arc::new(Runtime::load(settings, None).await?);
-    let store = heddle_server::lease::open(&runtime.settings().store)?;
+    let store = heddle_server::lease::open(runtime.settings())?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("--listen {}: cannot listen there", args.listen))?;
@@ -52,8 +53,7 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
     let mut sigterm = signal(SignalKind::terminate())?;
     let server = heddle_server::Server::activate(
         runtime.clone(),
-        store.runs,
-        store.lease,
+        store,
         listener,
         args.workers as usize,
         runs,
@@ -73,14 +73,24 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
         eprintln!("API token in {}", token_path.display());
     }
     let s = runtime.settings();
-    eprintln!(
-        "heddle serve: listening on {url} (store {}, {} workers, supervise {}, lease epoch {}, {} runs adopted)",
-        s.store.path().display(),
-        args.workers,
-        s.serve.supervise.as_str(),
-        server.lease_epoch(),
-        server.adopted().len()
-    );
+    match (server.lease_epoch(), server.shared()) {
+        (Some(epoch), _) => eprintln!(
+            "heddle serve: listening on {url} (store {}, {} workers, supervise {}, lease epoch {epoch}, {} runs adopted)",
+            server.store_target(),
+            args.workers,
+            s.serve.supervise.as_str(),
+            server.adopted().len()
+        ),
+        (None, Some((host_id, ttl))) => eprintln!(
+            "heddle serve: listening on {url} (store {}, host {host_id}, {} workers, supervise {}, run leases of {} ms renewed every {} ms; claiming queued runs and those whose lease expired)",
+            server.store_target(),
+            args.workers,
+            s.serve.supervise.as_str(),
+            ttl.as_millis(),
+            (ttl / 3).as_millis()
+        ),
+        (None, None) => {}
+    }
     eprintln!(
         "heddle serve: run viewer at {url}/ (it asks for the token; {url}/#token=TOKEN signs in without sending it to the server)"
     );
@@ -94,6 +104,7 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
         })
         .await;
     eprintln!("heddle serve: {why}; stopping");
+    let server_shared = server.shared().is_some();
     let left = server
         .shutdown(Duration::from_millis(args.shutdown_timeout_ms))
         .await
@@ -105,6 +116,10 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
         );
         return Ok(Exit::Failed);
     }
-    eprintln!("heddle serve: stopped; lease released");
+    if server_shared {
+        eprintln!("heddle serve: stopped; its runs handed back to the queue");
+    } else {
+        eprintln!("heddle serve: stopped; lease released");
+    }
     Ok(Exit::Ok)
 }

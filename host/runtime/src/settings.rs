@@ -34,12 +34,15 @@ pub struct Overrides {
     pub node_timeout_ms: Option<u64>,
     /// Make runs durable (as `[store] durable = true` does).
     pub durable: bool,
+    /// The run store: a file path or a `postgres://` URL (over `HEDDLE_STORE_URL`,
+    /// `[store] url` and `[store] path`).
+    pub store: Option<String>,
     /// A server's settings (over `[serve]`).
     pub serve: ServeOverrides,
 }
 
 /// What a server's caller sets over `[serve]`.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct ServeOverrides {
     /// Who decides a failed invocation of a run created without a choice of its own.
     pub supervise: Option<Supervise>,
@@ -47,6 +50,8 @@ pub struct ServeOverrides {
     pub decision_timeout_ms: Option<u64>,
     /// The length of the store's owner lease, in milliseconds.
     pub lease_ttl_ms: Option<u64>,
+    /// The host id on a store several hosts share.
+    pub host_id: Option<String>,
 }
 
 /// Who decides a failed node invocation of a run a server drives. Recorded with the
@@ -133,6 +138,13 @@ impl Settings {
         };
         let mut store = StoreSettings::load(&config)?;
         store.durable |= overrides.durable;
+        if let Some(s) = overrides.store.as_deref().filter(|s| !s.is_empty()) {
+            let chosen = StoreLocation::parse(s);
+            if let StoreLocation::Sqlite(p) = &chosen {
+                store.path = p.clone();
+            }
+            store.chosen = Some(chosen);
+        }
         let serve = ServeSettings::load(&config, &overrides.serve)?;
         Ok(Settings {
             config,
@@ -196,6 +208,8 @@ pub struct StoreSettings {
     /// A PostgreSQL store (`[store] url = "postgres://…"`), used over `path`; the
     /// `HEDDLE_STORE_URL` environment variable is used over both ([`Self::location`]).
     pub url: Option<String>,
+    /// The store the command line named (`--store`), used over everything else.
+    pub chosen: Option<StoreLocation>,
     /// Every run is durable unless asked otherwise.
     pub durable: bool,
     /// The budget of every durable run that sets none of its own.
@@ -214,6 +228,7 @@ impl Default for StoreSettings {
         StoreSettings {
             path: PathBuf::from(heddle_store::DEFAULT_PATH),
             url: None,
+            chosen: None,
             durable: false,
             max_dispatches: None,
             time_limit_ms: None,
@@ -276,6 +291,7 @@ impl StoreSettings {
                 None => PathBuf::from(heddle_store::DEFAULT_PATH),
             },
             url: s.url.filter(|u| !u.is_empty()),
+            chosen: None,
             durable: s.durable,
             max_dispatches: s.max_dispatches,
             time_limit_ms: s.time_limit_ms,
@@ -291,10 +307,13 @@ impl StoreSettings {
         &self.path
     }
 
-    /// Where the runs are: `HEDDLE_STORE_URL` when set, else `[store] url`, else the
-    /// file at [`Self::path`].
+    /// Where the runs are: `--store` when given, else `HEDDLE_STORE_URL` when set, else
+    /// `[store] url`, else the file at [`Self::path`].
     pub fn location(&self) -> StoreLocation {
-        StoreLocation::resolve(self.url.as_deref(), Some(&self.path))
+        match &self.chosen {
+            Some(l) => l.clone(),
+            None => StoreLocation::resolve(self.url.as_deref(), Some(&self.path)),
+        }
     }
 
     /// Opens the run store, creating it when there is none (a PostgreSQL database's
@@ -308,15 +327,14 @@ impl StoreSettings {
     }
 
     /// The store file, opened; an older schema brought up to date is said. Refused when
-    /// the runs are in PostgreSQL: what calls this (`heddle serve`, through its store
-    /// lease) owns a whole store from one process, which several hosts on one database
-    /// do not do yet.
+    /// the runs are in PostgreSQL: what calls this owns a whole store file from one
+    /// process (a server on a database shares it instead: `heddle-server`'s `lease`).
     pub fn open_sqlite(&self) -> Result<SqliteStore, Error> {
         let path = match self.location() {
             StoreLocation::Sqlite(p) => p,
             StoreLocation::Postgres(_) => {
                 return Err(refused!(
-                    "run store {}: `heddle serve` keeps its runs in one SQLite file for now; several hosts on one PostgreSQL database are the next step (issue 29). Serve from a store file (unset HEDDLE_STORE_URL and [store] url), or use `heddle run --durable` and `heddle runs …` with this database",
+                    "run store {}: this needs a store file ([store] path), not a database",
                     self.location()
                 )
                 .into());
@@ -402,21 +420,28 @@ struct ServeSection {
     decision_timeout_ms: Option<u64>,
     #[serde(default)]
     lease_ttl_ms: Option<u64>,
+    #[serde(default)]
+    host_id: Option<String>,
 }
 
 const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
 const LEASE_TTL_MS: std::ops::RangeInclusive<u64> = 1000..=600_000;
 
 /// What a server runs with.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ServeSettings {
     /// Who decides the failures of a run created without a choice of its own (default
     /// nobody: they fail).
     pub supervise: Supervise,
     /// How long an interactive escalation waits for a person (default 10 minutes).
     pub decision_timeout: Duration,
-    /// The store's owner lease, renewed every third of it (default 10 s).
+    /// The store's owner lease, renewed every third of it (default 10 s); on a store
+    /// several hosts share, each run's lease and the host's registration.
     pub lease_ttl: Duration,
+    /// Who this server is among the hosts of a shared store (`--host-id`, `[serve]
+    /// host_id`); `None`: one made from the machine's name, the process id and random
+    /// bits, unique to this start.
+    pub host_id: Option<String>,
 }
 
 impl ServeSettings {
@@ -433,6 +458,14 @@ impl ServeSettings {
                 "{file}: section [serve]: lease_ttl_ms = {t}: expected 1000 to 600000"
             )));
         }
+        let host_id = over.host_id.clone().or(s.host_id).filter(|h| !h.is_empty());
+        if let Some(h) = &host_id
+            && (h.len() > 200 || h.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            return Err(ConfigError::new(format!(
+                "{file}: section [serve]: host_id = {h:?}: give at most 200 characters without spaces"
+            )));
+        }
         let default_decision = heddle_supervisor::interactive::DEFAULT_DECISION_TIMEOUT;
         Ok(ServeSettings {
             supervise: over.supervise.or(s.supervise).unwrap_or_default(),
@@ -445,6 +478,7 @@ impl ServeSettings {
                     .or(s.lease_ttl_ms)
                     .unwrap_or(DEFAULT_LEASE_TTL_MS),
             ),
+            host_id,
         })
     }
 }
@@ -459,22 +493,22 @@ mod tests {
     }
 
     /// `[store] url` is used over `[store] path` (`HEDDLE_STORE_URL` over both, which
-    /// `StoreLocation::resolve` tests; the test environment sets none), and what owns a
-    /// whole store file (`heddle serve`) refuses a database as a request it cannot do
-    /// yet, before connecting anywhere.
+    /// `StoreLocation::resolve` tests; the test environment sets none; `--store` over
+    /// all), and what owns a whole store file refuses a database before connecting
+    /// anywhere.
     #[test]
     fn a_store_url_is_used_over_the_path_and_a_file_only_owner_refuses_it() {
         let url = "postgres://h@127.0.0.1:1/db";
         let s = store(&format!("[store]\npath = \"runs.db\"\nurl = \"{url}\"\n"));
         assert_eq!(s.location(), StoreLocation::Postgres(url.into()));
         match s.open_sqlite() {
-            Err(Error::Refused(r)) => assert!(
-                r.to_string()
-                    .contains("several hosts on one PostgreSQL database are the next step"),
-                "{r}"
-            ),
+            Err(Error::Refused(r)) => assert!(r.to_string().contains("needs a store file"), "{r}"),
             other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
         }
+        // `--store` wins over both.
+        let mut chosen = s.clone();
+        chosen.chosen = Some(StoreLocation::parse("other.db"));
+        assert_eq!(chosen.location(), StoreLocation::Sqlite("other.db".into()));
         let s = store("[store]\npath = \"runs.db\"\n");
         assert_eq!(s.location(), StoreLocation::Sqlite("/cfg/runs.db".into()));
         assert_eq!(

@@ -6,8 +6,14 @@
 //! Every run this server drives has one entry in its list of active runs, holding its
 //! driver's [`Control`], its feed and its desk: requests about a run reach the run
 //! through that one entry.
+//!
+//! On a store several hosts share ([`Host::shared`], PostgreSQL), a run is driven by
+//! whichever host holds its lease: a new run starts here when a worker slot is free, else
+//! it is queued for any host to claim ([`crate::fleet`]); a request about a run another
+//! host drives reaches it through the store.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use heddle_core::plan::{Issue, ValidationError};
@@ -17,9 +23,9 @@ use heddle_runtime::durable::{self, Reopen, gates};
 use heddle_runtime::{Control, Drive, Error, Refused, Runtime, SecretInput, Supervise};
 use heddle_store::session::{self, Resumption};
 use heddle_store::status::RunState;
-use heddle_store::{RunStore, StoreError};
+use heddle_store::{Fleet, RunStore, StoreError};
 use heddle_supervisor::interactive::{Answer, AnswerError, Desk, Interactive, Notice, Pending};
-use tokio::sync::{Semaphore, broadcast};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -86,8 +92,26 @@ pub struct CreateOptions {
 /// Desks of ended runs kept for late answers.
 const ENDED_DESKS: usize = 64;
 
+/// A run created through [`Host::create`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Created {
+    /// Its id.
+    pub run_id: String,
+    /// Queued for a host of a shared store to claim (every worker slot here was taken),
+    /// rather than started here.
+    pub queued: bool,
+}
+
+/// How long a host waits for another host to carry out a request about a run that host
+/// drives before it answers that it did not ([`Host::relay`]).
+pub const RELAY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a cancel of a run another host (or process) drives waits for its owner to
+/// record it, before it answers that the request is recorded.
+pub const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A run this server drives.
-struct Active {
+pub(crate) struct Active {
     /// Its driver's stops.
     control: Control,
     /// Its log rendered for its subscribers, as the follower reads it (see `feed`).
@@ -96,6 +120,23 @@ struct Active {
     desk: Option<Arc<Desk>>,
     /// Cancelled once its driver is done with it (ending recorded, log closed).
     done: CancellationToken,
+    /// The owner epoch its log writes under (what its lease is held and given back at).
+    pub(crate) epoch: u64,
+    /// Its lease was lost: another host may drive it now, so nothing of it is handed
+    /// back from here.
+    pub(crate) lost: Arc<AtomicBool>,
+}
+
+impl Active {
+    /// A cancel another host or process asked for through the store: the same as one
+    /// asked here (the driver also finds the request by itself).
+    pub(crate) fn cancel_asked(&self) {
+        if self.control.request_cancel()
+            && let Some(d) = &self.desk
+        {
+            d.withdraw_all();
+        }
+    }
 }
 
 /// The runs of one server: the store it owns, the runtime they run on, and every run
@@ -103,9 +144,16 @@ struct Active {
 pub struct Host {
     /// The run store this server owns.
     pub store: Arc<dyn RunStore>,
+    /// The hosts this server shares its store with, on a shared store (`None`: it owns
+    /// a store file alone).
+    pub(crate) fleet: Option<Arc<dyn Fleet>>,
     runtime: Arc<Runtime>,
-    workers: Arc<Semaphore>,
+    pub(crate) workers: Arc<Semaphore>,
     active: Mutex<HashMap<String, Active>>,
+    /// Told when a run's worker slot is free again (the claim loop takes more work).
+    pub(crate) freed: Notify,
+    /// Feeds of runs other hosts drive, shared by the subscribers of this host.
+    pub(crate) watched: Mutex<HashMap<String, Arc<Feed>>>,
     /// One lock per run that requests about it (resume, approve, reject, cancel,
     /// adoption) hold from their check to their driver's start: the second of two
     /// answers to one run sees what the first made of it (409) instead of racing it.
@@ -115,7 +163,7 @@ pub struct Host {
     ended: Mutex<VecDeque<(String, Arc<Desk>)>>,
     /// Masks the operator's secrets out of everything the API sends.
     pub mask: Arc<Mask>,
-    tasks: TaskTracker,
+    pub(crate) tasks: TaskTracker,
     /// Where the runs execute (see [`crate::Server`]).
     runs: tokio::runtime::Handle,
     /// Cancelled when the server shuts down: drivers stop their runs without recording
@@ -135,9 +183,12 @@ impl Host {
         let mask = Arc::new(Mask::new(runtime.secrets(None).snapshot()));
         Host {
             store,
+            fleet: None,
             runtime,
             workers: Arc::new(Semaphore::new(workers)),
             active: Mutex::new(HashMap::new()),
+            freed: Notify::new(),
+            watched: Mutex::new(HashMap::new()),
             handovers: Mutex::new(HashMap::new()),
             ended: Mutex::new(Default::default()),
             mask,
@@ -147,9 +198,36 @@ impl Host {
         }
     }
 
+    /// A host for the runs of `store`, which `fleet` (the same store) shares with other
+    /// hosts: new runs beyond its free worker slots are queued for any host, and
+    /// requests about a run another host drives reach it through the store. Call
+    /// [`crate::fleet::serve`] to claim work.
+    pub fn shared(
+        store: Arc<dyn RunStore>,
+        fleet: Arc<dyn Fleet>,
+        runtime: Arc<Runtime>,
+        workers: usize,
+        runs: tokio::runtime::Handle,
+    ) -> Host {
+        Host {
+            fleet: Some(fleet),
+            ..Host::new(store, runtime, workers, runs)
+        }
+    }
+
     /// The runtime the runs run on.
     pub fn runtime(&self) -> &Runtime {
         &self.runtime
+    }
+
+    /// The hosts this server shares its store with (`None`: it owns a store file alone).
+    pub fn fleet(&self) -> Option<&Arc<dyn Fleet>> {
+        self.fleet.as_ref()
+    }
+
+    /// The runs this server drives now.
+    pub fn driving(&self) -> Vec<String> {
+        self.active().keys().cloned().collect()
     }
 
     /// [`blocking`] on the runs' own threads: a run's log writer, started by opening
@@ -170,7 +248,7 @@ impl Host {
         self.runtime.secrets(None).snapshot()
     }
 
-    fn active(&self) -> std::sync::MutexGuard<'_, HashMap<String, Active>> {
+    pub(crate) fn active(&self) -> std::sync::MutexGuard<'_, HashMap<String, Active>> {
         // Nothing panics while holding it; a poisoned map is still consistent.
         self.active.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -178,7 +256,7 @@ impl Host {
     /// Waits for the turn of a request about run `id` (see [`Host::handovers`]): held
     /// until the request has taken the run over and handed it to its driver, or was
     /// refused.
-    async fn handover(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+    pub(crate) async fn handover(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
         let lock = {
             let mut locks = self.handovers.lock().unwrap_or_else(|e| e.into_inner());
             // Locks nobody waits for are let go, so the map holds only runs in hand.
@@ -190,13 +268,15 @@ impl Host {
 
     /// Plans `graph` with `inputs`, records the run and its first record durably, and
     /// only then hands it to a driver: the returned id names a run that exists on disk.
+    /// On a shared store with every worker slot taken, the run is recorded and queued
+    /// for whichever host has a slot first.
     pub async fn create(
         self: &Arc<Self>,
         name: &str,
         graph: &serde_json::Value,
         inputs: serde_json::Map<String, serde_json::Value>,
         options: CreateOptions,
-    ) -> Result<String, CreateError> {
+    ) -> Result<Created, CreateError> {
         // Serializing a JSON value cannot fail; these bytes are the run's document.
         let text = serde_json::to_string_pretty(graph).expect("a JSON value serializes");
         let doc = GraphDoc::parse(&text, name)?;
@@ -226,12 +306,35 @@ impl Host {
             .supervise
             .unwrap_or(self.runtime.settings().serve.supervise);
         durable::set_supervise(&mut run, supervise);
+        let mut slot = None;
+        if let Some(fleet) = &self.fleet {
+            match self.workers.clone().try_acquire_owned() {
+                Ok(p) => slot = Some(p),
+                Err(_) => {
+                    let (store, fleet) = (self.store.clone(), fleet.clone());
+                    let run_id = blocking(move || {
+                        let h = store.create_run(&run)?;
+                        fleet.enqueue(&h.run_id)?;
+                        Ok::<_, StoreError>(h.run_id)
+                    })
+                    .await
+                    .map_err(Error::from)?;
+                    return Ok(Created {
+                        run_id,
+                        queued: true,
+                    });
+                }
+            }
+        }
         let (store, runtime) = (self.store.clone(), self.runtime.clone());
         let (header, drive) = self
             .on_runs(move || runtime.blocking_begin(store, &run, plan, opts))
             .await?;
-        self.spawn(drive, supervise);
-        Ok(header.run_id)
+        self.spawn(drive, supervise, slot);
+        Ok(Created {
+            run_id: header.run_id,
+            queued: false,
+        })
     }
 
     /// Takes over every run a previous owner left running (it continues from its log);
@@ -272,7 +375,7 @@ impl Host {
             view,
             pause: None,
         };
-        self.reopen_and_spawn(r, None, None).await
+        self.reopen_and_spawn(r, None, None, None).await
     }
 
     /// A user's resume of a paused or interrupted run (at `pause` when given).
@@ -285,7 +388,7 @@ impl Host {
         let doc = durable::stored_graph(&r.header)?;
         // A run waiting at a gate is answered (approve/reject), not resumed.
         gates::refuse_resume_at_gate(&r, &doc)?;
-        self.reopen_and_spawn(r, Some(doc), None).await
+        self.reopen_and_spawn(r, Some(doc), None, None).await
     }
 
     /// A person approves `gate` of a run waiting there: recorded, then the run goes on.
@@ -301,7 +404,7 @@ impl Host {
         let (run_id, gate_id) = (id.to_string(), gate.to_string());
         let (r, _, approval) =
             blocking(move || gates::approval(&*store, &run_id, &gate_id, note)).await?;
-        self.reopen_and_spawn(r, None, Some(approval)).await
+        self.reopen_and_spawn(r, None, Some(approval), None).await
     }
 
     /// A person rejects `gate`: the run ends cancelled with the gate's title and `note`.
@@ -314,11 +417,14 @@ impl Host {
         blocking(move || gates::record_rejection(store, &run_id, &gate_id, &note, &secrets)).await
     }
 
-    async fn reopen_and_spawn(
+    /// Takes `r`'s run over and hands it to a driver, which runs it once `slot` (when
+    /// given, else a worker slot when one frees).
+    pub(crate) async fn reopen_and_spawn(
         self: &Arc<Self>,
         r: Resumption,
         doc: Option<GraphDoc>,
         approval: Option<gates::Approval>,
+        slot: Option<OwnedSemaphorePermit>,
     ) -> Result<(), Error> {
         let doc = match doc {
             Some(d) => d,
@@ -332,7 +438,7 @@ impl Host {
         match reopened.run {
             // Its time limit was used up before this server took it: nothing runs.
             Reopen::Ended(_) => {}
-            Reopen::Ready(drive) => self.spawn(*drive, supervise),
+            Reopen::Ready(drive) => self.spawn(*drive, supervise, slot),
         }
         Ok(())
     }
@@ -367,6 +473,15 @@ impl Host {
         let store = self.store.clone();
         let run_id = id.to_string();
         let secrets = self.known_secrets();
+        if self.fleet.is_some() {
+            // Whoever drives it (another host, a command line) is asked through the store
+            // and records the cancel itself; one nobody drives is cancelled here.
+            return blocking(move || {
+                durable::cancel::cancel_run(&store, &run_id, &secrets, CANCEL_WAIT, &mut |_| {})
+                    .map(|_| ())
+            })
+            .await;
+        }
         blocking(move || session::cancel(store, &run_id, &secrets)).await
     }
 
@@ -418,14 +533,16 @@ impl Host {
         }
     }
 
-    /// Hands a durable run to a task of its own that drives it to its ending.
-    fn spawn(self: &Arc<Self>, drive: Drive, supervise: Supervise) {
+    /// Hands a durable run to a task of its own that drives it to its ending, once
+    /// `slot` (when given) or a worker slot.
+    fn spawn(self: &Arc<Self>, drive: Drive, supervise: Supervise, slot: Option<OwnedSemaphorePermit>) {
         let mut drive = drive.stopped_by(&self.shutdown);
         // A durable drive always has its session.
-        let run_id = match drive.session() {
-            Some(s) => s.run_id.clone(),
+        let (run_id, epoch) = match drive.session() {
+            Some(s) => (s.run_id.clone(), s.log.epoch()),
             None => return,
         };
+        let lost = Arc::new(AtomicBool::new(false));
         let desk = match supervise {
             Supervise::None => None,
             Supervise::Interactive => {
@@ -452,13 +569,36 @@ impl Host {
                 feed,
                 desk: desk.clone(),
                 done: done.clone(),
+                epoch,
+                lost: lost.clone(),
             },
         );
         let host = self.clone();
         let task = async move {
-            let slot = host.workers.clone().acquire_owned();
-            if let Err(e) = drive.run_when(host.runtime.registry(), slot).await {
-                tracing::error!("run {run_id}: {}", heddle_core::text::error_chain(&e));
+            let workers = host.workers.clone();
+            let slot = async move {
+                match slot {
+                    Some(p) => p,
+                    // Never closed.
+                    None => workers.acquire_owned().await.expect("the worker slots"),
+                }
+            };
+            let outcome = drive.run_when(host.runtime.registry(), slot).await;
+            if let Err(e) = &outcome {
+                tracing::error!("run {run_id}: {}", heddle_core::text::error_chain(e));
+            }
+            // On a shared store, a run left without an ending (this host shutting down,
+            // or its driver failed) goes back to the queue: a host continues it from its
+            // log. One whose lease was lost is another host's already.
+            let ended = matches!(&outcome, Ok(o) if o.ending.is_some());
+            if let Some(fleet) = &host.fleet
+                && !ended
+                && !lost.load(Ordering::SeqCst)
+            {
+                let (f, r) = (fleet.clone(), run_id.clone());
+                if let Err(e) = blocking(move || f.release(&r, epoch, true)).await {
+                    tracing::warn!("run {run_id}: not handed back ({e}); its lease expires on its own");
+                }
             }
             if let Some(d) = desk {
                 // The server stopping with a decision pending: the next owner asks again.
@@ -483,8 +623,24 @@ impl Host {
                 }
             }
             done.cancel();
+            host.freed.notify_one();
         };
         self.tasks.spawn_on(task, &self.runs);
+    }
+
+    /// Stops driving run `id` (held at `epoch`) because its lease was lost: another host
+    /// may drive it now. Its writes are refused by the store already; this stops its
+    /// work and gives nothing back. Whether such a driver was found.
+    pub(crate) fn lose(&self, id: &str, epoch: u64) -> bool {
+        let active = self.active();
+        match active.get(id) {
+            Some(a) if a.epoch == epoch => {
+                a.lost.store(true, Ordering::SeqCst);
+                a.control.stop();
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Stops accepting runs' work: stops every driver and waits up to `timeout` for

@@ -12,6 +12,11 @@
 //! and releases the lease; runs stopped this way carry no ending and are adopted by the
 //! next owner.
 //!
+//! On a store several hosts share (PostgreSQL, [`lease::Ownership::Shared`]) there is no
+//! store-wide lease: the server registers as a host, claims queued runs and those whose
+//! lease expired, leases each run it drives, and hands them back to the queue when it
+//! shuts down ([`fleet`]). Any host answers for any run.
+//!
 //! [`api::router`] is the whole HTTP surface, testable in-process (`tower`'s
 //! `ServiceExt::oneshot`) without a socket.
 
@@ -20,6 +25,7 @@
 pub mod api;
 pub mod coding;
 pub mod feed;
+pub mod fleet;
 mod gzip;
 pub mod host;
 pub mod lease;
@@ -38,7 +44,7 @@ use heddle_runtime::Runtime;
 use heddle_store::{RunStore, StoreError};
 use tokio_util::sync::CancellationToken;
 
-pub use host::Host;
+pub use host::{Created, Host};
 pub use lease::Lease;
 pub use token::Token;
 
@@ -61,13 +67,14 @@ pub enum Error {
     LeaseLost,
 }
 
-/// A server that owns its store: the lease is held and renewed, the runs a previous
-/// owner left are adopted, and the API answers.
+/// A server that owns its store (or its share of one): the lease is held and renewed,
+/// the runs a previous owner left are adopted (or claimed, on a shared store), and the
+/// API answers.
 pub struct Server {
     host: Arc<Host>,
-    lease: Arc<dyn Lease>,
-    epoch: u64,
+    hold: Hold,
     url: String,
+    target: String,
     token: Token,
     token_path: PathBuf,
     new_token: bool,
@@ -78,15 +85,26 @@ pub struct Server {
     stop: CancellationToken,
 }
 
+/// How a running server holds its store.
+enum Hold {
+    /// A store file's owner lease, at this epoch.
+    Alone { lease: Arc<dyn Lease>, epoch: u64 },
+    /// Its registration among the hosts of a shared store.
+    Shared {
+        fleet: Arc<dyn heddle_store::Fleet>,
+        ttl: Duration,
+    },
+}
+
 impl Server {
-    /// Takes `store` over (through its `lease`) and answers on `listener`, driving runs
-    /// on `runtime` with at most `workers` executing at once on `runs` (a tokio
-    /// runtime of their own: see [`api_runtime`]). Refused, with nothing written, when
-    /// another owner holds the lease.
+    /// Takes `store` over (a store file through its lease; on a shared store, registered
+    /// as one of its hosts) and answers on `listener`, driving runs on `runtime` with at
+    /// most `workers` executing at once on `runs` (a tokio runtime of their own: see
+    /// [`api_runtime`]). Refused, with nothing written, when another owner holds the
+    /// store file's lease or another live host the same host id.
     pub async fn activate(
         runtime: Arc<Runtime>,
-        store: Arc<dyn RunStore>,
-        lease: Arc<dyn Lease>,
+        store: lease::Ownable,
         listener: tokio::net::TcpListener,
         workers: usize,
         runs: tokio::runtime::Handle,
@@ -98,23 +116,50 @@ impl Server {
         let url = format!("http://{addr}");
         let token_path = token::path_for(runtime.settings().store.path());
         let (token, new_token) = token::load_or_create(&token_path)?;
-
-        // The lease: a second owner is refused here, naming the first.
         let ttl = runtime.settings().serve.lease_ttl;
-        let owner = lease.acquire(&url, ttl)?;
-
-        // Watch for its loss: the heartbeat failing means another owner may write now.
         let lost = CancellationToken::new();
-        let heartbeat = tokio::spawn(heartbeat(lease.clone(), ttl, lost.clone()));
+        let (host, hold, heartbeat, adopted) = match store.ownership {
+            lease::Ownership::Alone(lease) => {
+                // The lease: a second owner is refused here, naming the first.
+                let owner = lease.acquire(&url, ttl)?;
 
-        // Adopt what a previous owner left running.
-        let host = Arc::new(Host::new(store, runtime, workers, runs));
-        let adopted = match host.adopt_all().await {
-            Ok(a) => a,
-            Err(e) => {
-                heartbeat.abort();
-                lease.release()?;
-                return Err(e.into());
+                // Watch for its loss: the heartbeat failing means another owner may
+                // write now.
+                let heartbeat = tokio::spawn(heartbeat(lease.clone(), ttl, lost.clone()));
+
+                // Adopt what a previous owner left running.
+                let host = Arc::new(Host::new(store.runs, runtime, workers, runs));
+                let adopted = match host.adopt_all().await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        heartbeat.abort();
+                        lease.release()?;
+                        return Err(e.into());
+                    }
+                };
+                let hold = Hold::Alone {
+                    lease,
+                    epoch: owner.epoch,
+                };
+                (host, hold, heartbeat, adopted)
+            }
+            lease::Ownership::Shared(fleet) => {
+                // Registered: another live host with the same id is refused here.
+                let (f, u) = (fleet.clone(), url.clone());
+                tokio::task::spawn_blocking(move || f.register(&u))
+                    .await
+                    .map_err(|e| std::io::Error::other(e.to_string()))??;
+                let host = Arc::new(Host::shared(
+                    store.runs,
+                    fleet.clone(),
+                    runtime,
+                    workers,
+                    runs,
+                ));
+                // Claims (the runs dead hosts left, once their leases expire, among
+                // them) and the heartbeat of its leases.
+                let heartbeat = tokio::spawn(fleet::serve(host.clone(), url.clone(), ttl));
+                (host, Hold::Shared { fleet, ttl }, heartbeat, Vec::new())
             }
         };
 
@@ -127,9 +172,9 @@ impl Server {
         );
         Ok(Server {
             host,
-            lease,
-            epoch: owner.epoch,
+            hold,
             url,
+            target: store.target,
             token,
             token_path,
             new_token,
@@ -146,6 +191,11 @@ impl Server {
         &self.url
     }
 
+    /// Where the store is (a file, or server, database and schema; no password).
+    pub fn store_target(&self) -> &str {
+        &self.target
+    }
+
     /// The bearer token every request must carry.
     pub fn token(&self) -> &Token {
         &self.token
@@ -157,14 +207,27 @@ impl Server {
         (&self.token_path, self.new_token)
     }
 
-    /// The runs adopted at activation.
+    /// The runs adopted at activation (a store file's; on a shared store runs are
+    /// adopted as they are claimed).
     pub fn adopted(&self) -> &[String] {
         &self.adopted
     }
 
-    /// The lease's epoch (raised by every activation).
-    pub fn lease_epoch(&self) -> u64 {
-        self.epoch
+    /// The store file lease's epoch (raised by every activation); `None` on a shared
+    /// store, where each run has its own.
+    pub fn lease_epoch(&self) -> Option<u64> {
+        match &self.hold {
+            Hold::Alone { epoch, .. } => Some(*epoch),
+            Hold::Shared { .. } => None,
+        }
+    }
+
+    /// This server's host id and its leases' TTL, on a shared store.
+    pub fn shared(&self) -> Option<(&str, Duration)> {
+        match &self.hold {
+            Hold::Alone { .. } => None,
+            Hold::Shared { fleet, ttl } => Some((fleet.host_id(), *ttl)),
+        }
     }
 
     /// The runs it owns.
@@ -182,18 +245,28 @@ impl Server {
     }
 
     /// Stops accepting requests, stops every run's driver and waits up to `timeout`
-    /// for them, then releases the lease. Returns how many runs were still stopping
-    /// when the wait gave up (the next owner adopts them).
+    /// for them, then releases the lease (on a shared store: hands every run it held
+    /// back to the queue, for the other hosts, and ends its registration). Returns how
+    /// many runs were still stopping when the wait gave up (the next owner adopts them).
     pub async fn shutdown(self, timeout: Duration) -> Result<usize, Error> {
         self.stop.cancel();
         let left = self.host.shutdown(timeout).await;
         self.serving.abort();
         self.heartbeat.abort();
-        if self.lost.is_cancelled() {
-            // Nothing to release: someone else holds it, or it expired.
-            return Err(Error::LeaseLost);
+        match self.hold {
+            Hold::Alone { lease, .. } => {
+                if self.lost.is_cancelled() {
+                    // Nothing to release: someone else holds it, or it expired.
+                    return Err(Error::LeaseLost);
+                }
+                lease.release()?;
+            }
+            Hold::Shared { fleet, .. } => {
+                tokio::task::spawn_blocking(move || fleet.deregister(true))
+                    .await
+                    .map_err(|e| std::io::Error::other(e.to_string()))??;
+            }
         }
-        self.lease.release()?;
         Ok(left)
     }
 }

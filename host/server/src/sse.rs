@@ -121,7 +121,7 @@ pub async fn stream(
     request: &HeaderMap,
 ) -> Result<Response, StoreError> {
     let coding = Coding::negotiate(request);
-    let feed = host.feed(&run_id, coding);
+    let feed = host.subscribe(&run_id, coding).await;
     let (waiting, notices) = host.notices(&run_id).unzip();
     let (wire, first) = Wire::start(coding);
     let out: VecDeque<Bytes> = first.into_iter().collect();

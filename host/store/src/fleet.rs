@@ -103,6 +103,8 @@ pub enum Wake {
     Command { run_id: String, id: u64 },
     /// A command's outcome was recorded.
     CommandDone { id: u64 },
+    /// A cancel of the run was requested ([`crate::RunStore::request_cancel`]).
+    Cancel { run_id: String },
     /// Wake-ups may have been missed (the listening connection dropped, or this
     /// subscriber fell behind): poll.
     Missed,

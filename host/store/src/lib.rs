@@ -161,6 +161,21 @@ pub trait RunStore: Send + Sync {
     /// Whether a cancel of the run was requested ([`RunStore::request_cancel`]).
     fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError>;
 
+    /// What says whether the process that last took the run still drives it: a store
+    /// file's runs are driven by processes of its machine ([`status::Liveness::Process`],
+    /// the default); a store several hosts share answers from the run's lease.
+    fn liveness(&self, _run_id: &str) -> Result<status::Liveness, StoreError> {
+        Ok(status::Liveness::Process)
+    }
+
+    /// Gives up this handle's hold on the run it took at `epoch`, once it wrote its last
+    /// record for now (an ending, a pause): on a store several hosts share the run's
+    /// lease goes idle at once, so a person's resume or another host never waits for it
+    /// to expire. A store file's runs have nothing to give up (the default).
+    fn let_go(&self, _run_id: &str, _epoch: u64) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Appends the encoded records `frames` (of the run and from the sequence number they
     /// name) in one transaction. Refused unless their first is the next sequence number
     /// and `epoch` the current owner's. With `sync` the records (and everything before

@@ -11,7 +11,7 @@ use heddle_core::{
 use heddle_kernel::journal::RECONCILE_REASON;
 
 use crate::spill::Spiller;
-use crate::status::{OpenPause, RunState, RunView, pid_alive};
+use crate::status::{OpenPause, RunState, RunView};
 use crate::{
     Budget, DurableJournal, Exhausted, NewRun, RunHeader, RunLog, RunStore, Spent, StoreError,
     Stored,
@@ -69,6 +69,12 @@ impl Session {
     /// ([`RunStore::request_cancel`]).
     pub fn cancel_requested(&self) -> Result<bool, StoreError> {
         self.store.cancel_requested(&self.run_id)
+    }
+
+    /// Gives the run's lease up once its ending or pause is written
+    /// ([`RunStore::let_go`]); one that cannot be given up now expires on its own.
+    fn let_go(&self) {
+        let _ = self.store.let_go(&self.run_id, self.log.epoch());
     }
 
     /// The nodes that never ran by the log as it stands (what this process wrote
@@ -204,7 +210,7 @@ pub fn inspect(
     let header = store.header(run_id)?;
     let mut records = store.read(run_id, 0)?.records;
     crate::spill::resolve(store, run_id, &mut records)?;
-    let view = RunView::fold(&records, pid_alive);
+    let view = RunView::fold_as(&records, &store.liveness(run_id)?);
     Ok((header, records, view))
 }
 
@@ -218,7 +224,7 @@ pub fn inspect_readable(
     let header = store.header(run_id)?;
     let mut records = store.read(run_id, 0)?.records;
     let unreadable = crate::spill::check_marking(store, run_id, &mut records)?;
-    let view = RunView::fold(&records, pid_alive);
+    let view = RunView::fold_as(&records, &store.liveness(run_id)?);
     Ok((header, view, unreadable))
 }
 
@@ -230,7 +236,7 @@ pub fn inspect_progress(
 ) -> Result<(RunHeader, Vec<Stored>, RunView), StoreError> {
     let header = store.header(run_id)?;
     let read = store.read(run_id, 0)?;
-    let view = RunView::fold(&read.records, pid_alive);
+    let view = RunView::fold_as(&read.records, &store.liveness(run_id)?);
     Ok((header, read.records, view))
 }
 
@@ -243,12 +249,7 @@ pub fn check_resume(
     let (header, records, view) = inspect_progress(store, run_id)?;
     match view.state {
         RunState::Paused | RunState::Interrupted => {}
-        RunState::Running => {
-            return Err(StoreError::Live {
-                run: run_id.to_string(),
-                pid: view.owner_pid.unwrap_or(0),
-            });
-        }
+        RunState::Running => return Err(live(run_id, &view)),
         s => {
             return Err(StoreError::NotResumable {
                 run: run_id.to_string(),
@@ -280,6 +281,8 @@ pub fn check_resume(
 pub fn reopen(store: Arc<dyn RunStore>, r: &Resumption) -> Result<Session, StoreError> {
     let (reason, extra) = match &r.pause {
         Some(p) => (OpenReason::Resume, Some(Record::Resumed { pause: p.event })),
+        // A run no process opened yet (queued, or a watchdog's first worker) starts.
+        None if r.records.is_empty() => (OpenReason::Start, None),
         None => (OpenReason::Recover, None),
     };
     // Recovery feeds recorded results downstream: their real values, verified.
@@ -341,7 +344,9 @@ fn finish(
     }
     let (_, wait) = session.log.append_synced(last);
     wait.wait()?;
-    session.log.close()
+    session.log.close()?;
+    session.let_go();
+    Ok(())
 }
 
 /// How a run is about to end, decided before anything is recorded, so a caller can
@@ -433,6 +438,7 @@ pub fn record_ending(session: &Session, planned: Planned) -> Result<Ending, Stor
             });
             wait.wait()?;
             session.log.close()?;
+            session.let_go();
             Ok(Ending::Paused { event, reason })
         }
         Planned::Finish {
@@ -517,10 +523,7 @@ pub fn end_cancelled(
     if view.state == RunState::Running {
         // Taking a live run over would cut its owner off mid-write: its owner is asked
         // instead ([`RunStore::request_cancel`]).
-        return Err(StoreError::Live {
-            run: run_id.to_string(),
-            pid: view.owner_pid.unwrap_or(0),
-        });
+        return Err(live(run_id, &view));
     }
     let skipped = never_ran(&header, &view, SkipReason::Cancelled);
     let mut batch: Vec<Record> = decisions
@@ -534,7 +537,27 @@ pub fn end_cancelled(
             .map(|record| crate::secrets::mask_record(&r, record))
             .collect();
     }
-    take_over(&*store, run_id, records.len() as u64, &|_| batch.clone()).map(|_| ())
+    let epoch = take_over(&*store, run_id, records.len() as u64, &|_| batch.clone())?;
+    // Ended: nothing more of it is written (a lease not given back expires on its own).
+    let _ = store.let_go(run_id, epoch);
+    Ok(())
+}
+
+/// The refusal of a request that needs a run nobody drives, while someone does: its
+/// host on a store several hosts share, else its process.
+fn live(run_id: &str, view: &RunView) -> StoreError {
+    match &view.owner_host {
+        Some(host) => StoreError::RunOwned {
+            run: run_id.to_string(),
+            host: host.clone(),
+            epoch: view.epoch,
+            left_ms: 0,
+        },
+        None => StoreError::Live {
+            run: run_id.to_string(),
+            pid: view.owner_pid.unwrap_or(0),
+        },
+    }
 }
 
 /// The nodes of a run no kernel reported on that never ran, each skipped for `reason`

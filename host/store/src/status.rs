@@ -19,6 +19,9 @@ pub enum RunState {
     Running,
     /// Its owner died without an ending: resumable (recovery decides per occurrence).
     Interrupted,
+    /// Waiting for a host of a store several hosts share to take it (created, or handed
+    /// back by a host that shut down): no one needs to resume it.
+    Queued,
     /// Waiting for `heddle runs resume`.
     Paused,
     Completed,
@@ -31,6 +34,7 @@ impl RunState {
         match self {
             RunState::Running => "running",
             RunState::Interrupted => "interrupted",
+            RunState::Queued => "queued",
             RunState::Paused => "paused",
             RunState::Completed => "completed",
             RunState::Failed => "failed",
@@ -110,11 +114,31 @@ pub struct OpenPause {
     pub reason: PauseReason,
 }
 
+/// What says whether the process that last took a run still drives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// A process of this machine (a store file has one machine): alive while its process
+    /// id runs ([`pid_alive`]).
+    Process,
+    /// The run's lease in a store several hosts share ([`crate::Fleet`]): a process id
+    /// says nothing about another machine.
+    Lease {
+        /// The host whose live lease drives the run (none: nobody holds it, or its
+        /// holder was a process of this machine that died).
+        holder: Option<String>,
+        /// Waiting for a host to claim it.
+        queued: bool,
+    },
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunView {
     pub state: RunState,
     /// The process that last took the run and its epoch.
     pub owner_pid: Option<u32>,
+    /// The host whose lease drives it, on a store several hosts share.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner_host: Option<String>,
     pub epoch: u64,
     pub pause: Option<OpenPause>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -139,6 +163,7 @@ impl RunView {
         let mut v = RunView {
             state: RunState::Interrupted,
             owner_pid: None,
+            owner_host: None,
             epoch: 0,
             pause: None,
             error: None,
@@ -291,6 +316,30 @@ impl RunView {
         v
     }
 
+    /// Folds a log, its owner's liveness told by `liveness` (the store's: see
+    /// [`crate::RunStore::liveness`]). On a shared store a run without an ending is
+    /// running while a live lease holds it (even before its new owner's first record),
+    /// queued while it waits for a host, else interrupted.
+    pub fn fold_as(records: &[Stored], liveness: &Liveness) -> RunView {
+        match liveness {
+            Liveness::Process => RunView::fold(records, pid_alive),
+            Liveness::Lease { holder, queued } => {
+                let mut v = RunView::fold(records, |_| holder.is_some());
+                if v.state == RunState::Interrupted && v.pause.is_none() {
+                    if holder.is_some() {
+                        v.state = RunState::Running;
+                    } else if *queued {
+                        v.state = RunState::Queued;
+                    }
+                }
+                if v.state == RunState::Running {
+                    v.owner_host = holder.clone();
+                }
+                v
+            }
+        }
+    }
+
     /// Provider usage per node, from the recorded results: each attempt whose start
     /// or result is recorded is a call, and a call without a cost report (an attempt
     /// that died, one a supervisor retried, a node that reported nothing) leaves the
@@ -337,10 +386,11 @@ impl RunView {
 pub const LIFECYCLE: [&str; 4] = ["opened", "paused", "resumed", "finished"];
 
 /// A run's state from its lifecycle records alone ([`crate::RunStore::read_lifecycle`]),
-/// the owner's liveness judged by [`pid_alive`]: the same state a fold of the whole log
+/// the owner's liveness as the store tells it: the same state a fold of the whole log
 /// gives.
 pub fn state_of(store: &dyn crate::RunStore, run_id: &str) -> Result<RunState, crate::StoreError> {
-    Ok(RunView::fold(&store.read_lifecycle(run_id)?, pid_alive).state)
+    let records = store.read_lifecycle(run_id)?;
+    Ok(RunView::fold_as(&records, &store.liveness(run_id)?).state)
 }
 
 /// Whether process `pid` is alive (Linux: a `/proc` entry that is not a zombie). Only

@@ -4,6 +4,7 @@
 //! crash table) is [`heddle_store::session`]; this module is what a run needs from the
 //! runtime around it (its plan again, its options, its package digests checked).
 
+pub mod cancel;
 pub mod gates;
 
 use std::collections::BTreeMap;

@@ -69,6 +69,7 @@ impl Watch {
         mut worker: WorkerCommand,
     ) -> Result<(RunHeader, Watch), Error> {
         let settings = runtime.settings();
+        refuse_shared(settings)?;
         // One time limit: the budget's, which every worker's session enforces on the
         // run's recorded execution time, and the watchdog on its own clock (backoff
         // included), so a worker that overruns it is stopped from outside.
@@ -110,6 +111,7 @@ impl Watch {
         pause: Option<u64>,
         worker: WorkerCommand,
     ) -> Result<(Reopening, Watch), Error> {
+        refuse_shared(settings)?;
         let store = settings.store.existing(run)?;
         store.header(run)?;
         let lock = ProcessLock::acquire(settings.store.path(), run)?;
@@ -191,6 +193,19 @@ impl Watch {
 }
 
 /// Refuses to take over a run a watchdog holds, or one a dead watchdog left locked.
+/// Refuses a watchdog on a store several hosts share: its lock, state and worker are of
+/// one machine, and there the hosts are the watchdogs (`heddle serve` adopts a run whose
+/// process died once its lease expires). Before anything is written.
+fn refuse_shared(settings: &Settings) -> Result<(), Error> {
+    match settings.store.location() {
+        heddle_store::StoreLocation::Sqlite(_) => Ok(()),
+        l @ heddle_store::StoreLocation::Postgres(_) => Err(crate::error::refused!(
+            "run store {l}: the watchdog supervises runs in a store file; on a database several hosts share, `heddle serve` hosts adopt a run whose process died once its lease expires (run without --watchdog, or serve the database); nothing was written"
+        )
+        .into()),
+    }
+}
+
 pub fn refuse_if_locked(settings: &Settings, run: &str) -> Result<(), Error> {
     let path = heddle_store::lock::lock_path(settings.store.path(), run);
     if !path.exists() {

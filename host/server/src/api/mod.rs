@@ -6,7 +6,8 @@
 //! 404 and 405, an extractor's rejection), has a JSON body `{"error": ...}`. A refused
 //! request (400, 401, 404, 405, 409, 413, 422) changes nothing.
 
-mod escalations;
+pub(crate) mod escalations;
+mod hosts;
 mod runs;
 pub(crate) mod state;
 
@@ -48,6 +49,7 @@ pub fn router_bounded(host: Arc<Host>, token: Token, max_json_bytes: usize) -> R
     let routes = Router::new()
         .merge(runs::routes())
         .merge(escalations::routes())
+        .merge(hosts::routes())
         .fallback(unknown)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(

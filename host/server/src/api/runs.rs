@@ -237,10 +237,11 @@ async fn create(
         .create(&name, &req.graph, req.inputs, options)
         .await
     {
-        Ok(run_id) => {
+        Ok(created) => {
+            let run_id = created.run_id;
             let body = json!({
                 "run_id": run_id,
-                "state": "running",
+                "state": if created.queued { "queued" } else { "running" },
                 "events": format!("/api/runs/{run_id}/events"),
             });
             Ok((StatusCode::CREATED, Json(body)).into_response())

@@ -9,6 +9,7 @@ mod support;
 
 mod artifacts;
 mod errors;
+mod hosts;
 mod layers;
 mod runs;
 mod supervise;

@@ -1,10 +1,18 @@
 //! Runs created, listed, shown, cancelled and resumed; the event stream and
-//! `Last-Event-ID`; refused requests; gates.
+//! `Last-Event-ID`; refused requests; gates: on a store file and on a database several
+//! hosts share.
 
 use axum::body::Body;
 use serde_json::{Value, json};
 
 use crate::support::*;
+
+crate::on_both_stores!(
+    a_created_run_finishes_and_its_events_resume_after_last_event_id,
+    a_last_event_id_past_the_end_is_an_empty_stream_and_a_malformed_one_is_refused,
+    refused_requests_get_their_status_and_change_nothing,
+    a_gate_is_approved_or_rejected_through_the_api,
+);
 
 /// Names a node type nothing provides and wires a handle that does not exist.
 const BROKEN: &str = r#"{
@@ -20,9 +28,8 @@ const BROKEN: &str = r#"{
   ]
 }"#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_created_run_finishes_and_its_events_resume_after_last_event_id() {
-    let s = TestServer::start().await;
+async fn a_created_run_finishes_and_its_events_resume_after_last_event_id(store: Store) {
+    let s = TestServer::on(store).await;
     let id = s.create(CHAIN).await;
     let all = s.events(&id, None).await;
     let ids: Vec<u64> = all.iter().map(|e| e.0).collect();
@@ -69,9 +76,8 @@ async fn a_created_run_finishes_and_its_events_resume_after_last_event_id() {
 /// A `Last-Event-ID` past the end of the log, up to the largest number a header can
 /// carry, is an empty stream (nothing follows it), not a panic or a replay of the whole
 /// log; one that is not a record's number is refused.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_last_event_id_past_the_end_is_an_empty_stream_and_a_malformed_one_is_refused() {
-    let s = TestServer::start().await;
+async fn a_last_event_id_past_the_end_is_an_empty_stream_and_a_malformed_one_is_refused(store: Store) {
+    let s = TestServer::on(store).await;
     let id = s.create(CHAIN).await;
     let all = s.events(&id, None).await;
     assert!(!all.is_empty());
@@ -117,9 +123,8 @@ async fn a_last_event_id_past_the_end_is_an_empty_stream_and_a_malformed_one_is_
     assert_eq!(status, 404);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn refused_requests_get_their_status_and_change_nothing() {
-    let s = TestServer::start().await;
+async fn refused_requests_get_their_status_and_change_nothing(store: Store) {
+    let s = TestServer::on(store).await;
     let graph = graph(CHAIN);
     // Wrong and missing tokens: 401, before anything is read or run.
     for token in [Some("wrong"), Some(""), None] {
@@ -191,8 +196,7 @@ async fn refused_requests_get_their_status_and_change_nothing() {
     );
 
     assert_eq!(s.runs().await, Vec::<Value>::new());
-    let store = heddle_store::SqliteStore::open(&s.db()).unwrap();
-    assert!(heddle_store::RunStore::list(&store).unwrap().is_empty());
+    assert!(s.stored_runs().is_empty());
     assert_eq!(s.lines(), Vec::<String>::new());
 }
 
@@ -212,9 +216,8 @@ const GATED: &str = r#"{
   ]
 }"#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gate_is_approved_or_rejected_through_the_api() {
-    let s = TestServer::start().await;
+async fn a_gate_is_approved_or_rejected_through_the_api(store: Store) {
+    let s = TestServer::on(store).await;
     let id = s.create(GATED).await;
     // The stream ends when the run stops here: paused at the gate.
     let show = s.ended(&id).await;

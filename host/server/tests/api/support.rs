@@ -14,6 +14,7 @@ use axum::http::{Request, header};
 use axum::response::Response;
 use heddle_runtime::{Overrides, Runtime, ServeOverrides, Settings, Supervise};
 use heddle_server::Host;
+use heddle_store::RunStore as _;
 use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
@@ -48,9 +49,51 @@ pub const CHAIN: &str = r#"{
   ]
 }"#;
 
+/// The PostgreSQL server of the tests (a database per test), as the store's tests find
+/// it: `HEDDLE_TEST_PG_URL`, else one started for this binary.
+#[path = "../../../store/tests/support/mod.rs"]
+pub mod pg;
+
+/// Which store a test's server keeps its runs in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Store {
+    /// The directory's `runs.db`, owned by this server alone.
+    #[default]
+    File,
+    /// A PostgreSQL database several hosts share (a fresh one).
+    Shared,
+    /// This database, shared with another test server (a second host).
+    Joined(String),
+}
+
+/// One test body, generated as a test per store (`mod sqlite`, `mod postgres`): the
+/// server's semantics hold on both.
+#[macro_export]
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() { super::$name($crate::support::Store::File).await } )*
+        }
+        mod postgres {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() {
+                   if $crate::support::pg::skip_pg() { return; }
+                   super::$name($crate::support::Store::Shared).await
+               } )*
+        }
+    };
+}
+
 /// How a test's server is set up beyond the directory's `heddle.toml`.
 #[derive(Default)]
 pub struct Setup {
+    /// Where its runs are.
+    pub store: Store,
+    /// The API token (another host's), instead of a new one.
+    pub token: Option<String>,
+    /// Runs executing at once (default 4).
+    pub workers: Option<usize>,
     /// Lines appended to `heddle.toml`.
     pub config: &'static str,
     /// `--supervise`.
@@ -67,12 +110,38 @@ pub struct TestServer {
     pub host: Arc<Host>,
     router: Router,
     token: String,
+    database: Option<String>,
 }
 
 impl TestServer {
     /// A server with the directory's defaults.
     pub async fn start() -> TestServer {
         TestServer::with(Setup::default()).await
+    }
+
+    /// A server with the directory's defaults on `store`.
+    pub async fn on(store: Store) -> TestServer {
+        TestServer::with(Setup {
+            store,
+            ..Setup::default()
+        })
+        .await
+    }
+
+    /// Another host on this server's database (a shared store), in a directory of its
+    /// own.
+    pub async fn second_host(&self) -> TestServer {
+        TestServer::with(Setup {
+            store: Store::Joined(self.database().expect("a shared store")),
+            token: Some(self.token.clone()),
+            ..Setup::default()
+        })
+        .await
+    }
+
+    /// The database its runs are in, on a shared store.
+    pub fn database(&self) -> Option<String> {
+        self.database.clone()
     }
 
     pub async fn with(setup: Setup) -> TestServer {
@@ -82,26 +151,67 @@ impl TestServer {
         let data = dir.path().join("data");
         let base = CONFIG.replace("DATA", data.to_str().unwrap());
         std::fs::write(&config, format!("{base}{}", setup.config)).unwrap();
+        let database = match &setup.store {
+            Store::File => None,
+            Store::Shared => Some(pg::fresh_database()),
+            Store::Joined(url) => Some(url.clone()),
+        };
         let settings = Settings::load(&Overrides {
             config: Some(config),
             packages: Some(dir.path().join(".heddle")),
+            store: database.clone(),
             serve: ServeOverrides {
                 supervise: setup.supervise,
                 decision_timeout_ms: setup.decision_timeout_ms,
                 lease_ttl_ms: None,
+                host_id: None,
             },
             ..Overrides::default()
         })
         .unwrap();
         let runtime = Arc::new(Runtime::load(settings, None).await.unwrap());
-        let store = heddle_server::lease::open(&runtime.settings().store).unwrap();
-        let host = Arc::new(Host::new(
-            store.runs,
-            runtime.clone(),
-            4,
-            tokio::runtime::Handle::current(),
-        ));
+        let store = heddle_server::lease::open(runtime.settings()).unwrap();
+        let host = match store.ownership {
+            heddle_server::lease::Ownership::Alone(_) => Arc::new(Host::new(
+                store.runs,
+                runtime.clone(),
+                setup.workers.unwrap_or(4),
+                tokio::runtime::Handle::current(),
+            )),
+            heddle_server::lease::Ownership::Shared(fleet) => {
+                // Registered and claiming, as `Server::activate` makes a host.
+                let f = fleet.clone();
+                tokio::task::spawn_blocking(move || f.register("in-process"))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let host = Arc::new(Host::shared(
+                    store.runs,
+                    fleet,
+                    runtime.clone(),
+                    setup.workers.unwrap_or(4),
+                    tokio::runtime::Handle::current(),
+                ));
+                tokio::spawn(heddle_server::fleet::serve(
+                    host.clone(),
+                    "in-process".into(),
+                    runtime.settings().serve.lease_ttl,
+                ));
+                host
+            }
+        };
         let token_path = heddle_server::token::path_for(runtime.settings().store.path());
+        if let Some(t) = &setup.token {
+            // Hosts of one database answer to one token (an operator copies the file).
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&token_path)
+                .unwrap();
+            std::io::Write::write_all(&mut f, format!("{t}\n").as_bytes()).unwrap();
+        }
         let (token, _) = heddle_server::token::load_or_create(&token_path).unwrap();
         let router = heddle_server::api::router_bounded(
             host.clone(),
@@ -115,7 +225,13 @@ impl TestServer {
             host,
             router,
             token: token.as_str().to_string(),
+            database,
         }
+    }
+
+    /// The runs its store holds (either kind).
+    pub fn stored_runs(&self) -> Vec<heddle_store::RunSummary> {
+        self.host.store.list().unwrap()
     }
 
     /// The file the run store is in.
@@ -211,7 +327,7 @@ impl TestServer {
             let show = self.show(id).await;
             match show["state"].as_str().unwrap() {
                 "completed" | "failed" | "cancelled" | "paused" => return show,
-                "running" => tokio::time::sleep(Duration::from_millis(20)).await,
+                "running" | "queued" => tokio::time::sleep(Duration::from_millis(20)).await,
                 other => panic!("run {id} is {other}: {show:#}"),
             }
         }
@@ -274,3 +390,4 @@ pub fn parse_sse(text: &str) -> Vec<(u64, String, Value)> {
 pub fn graph(text: &str) -> Value {
     serde_json::from_str(text).unwrap()
 }
+

@@ -343,14 +343,25 @@ impl Inner {
                         LIMIT $4 FOR UPDATE SKIP LOCKED)
                      UPDATE leases l SET state = 'running', owner_host = $1,
                          owner_epoch = l.owner_epoch + 1,
-                         expires_at = now() + $3::bigint * interval '1 millisecond'
+                         expires_at = now() + $3::bigint * interval '1 millisecond',
+                         owner_hostname = $5, owner_pid = $6
                      FROM c WHERE l.run_id = c.run_id
                      RETURNING l.run_id, l.owner_epoch, c.was, c.was_host",
                 )
                 .await
                 .map_err(Pg::op(OP))?;
             let rows = c
-                .query(&stmt, &[&self.host_id, &incarnation, &ttl, &limit])
+                .query(
+                    &stmt,
+                    &[
+                        &self.host_id,
+                        &incarnation,
+                        &ttl,
+                        &limit,
+                        &self.hostname,
+                        &self.pid,
+                    ],
+                )
                 .await
                 .map_err(Pg::op(OP))?;
             if rows.is_empty() {
@@ -398,6 +409,15 @@ impl Inner {
     ) -> Result<(), StoreError> {
         const OP: &str = "releasing a run";
         let channel = self.channel("work");
+        // No longer renewed from here on, whatever the database answers: a release that
+        // does not reach it leaves the lease to expire, never one renewed forever for a
+        // run nobody here drives.
+        {
+            let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            if h.get(&run_id) == Some(&epoch) {
+                h.remove(&run_id);
+            }
+        }
         let released = on_conn!(self, OP, |c| {
             c.query_opt(
                 "WITH r AS (
@@ -413,12 +433,6 @@ impl Inner {
             .await
             .map_err(Pg::op(OP))
         })?;
-        {
-            let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
-            if h.get(&run_id) == Some(&epoch) {
-                h.remove(&run_id);
-            }
-        }
         match released {
             Some(_) => Ok(()),
             None => Err(StoreError::RunLeaseLost {
@@ -688,10 +702,11 @@ pub(super) fn wake_of(inner: &Inner, channel: &str, payload: &str) -> Option<Wak
         })
     } else if channel == inner.channel("command") {
         let (id, run) = payload.split_once(' ')?;
-        Some(Wake::Command {
-            run_id: run.to_string(),
-            id: id.parse().ok()?,
-        })
+        let run_id = run.to_string();
+        match id.parse().ok()? {
+            0 => Some(Wake::Cancel { run_id }),
+            id => Some(Wake::Command { run_id, id }),
+        }
     } else if channel == inner.channel("command_done") {
         Some(Wake::CommandDone {
             id: payload.parse().ok()?,

@@ -128,6 +128,9 @@ pub(crate) struct Inner {
     target: String,
     schema: String,
     host_id: String,
+    /// This machine and process, as the leases it takes name them.
+    hostname: String,
+    pid: i64,
     ttl: Duration,
     op_timeout: Duration,
     /// The runs this handle holds, by the epoch it acquired or claimed.
@@ -288,9 +291,10 @@ impl Inner {
             .insert(run.to_string(), epoch);
     }
 
-    /// The refusal of a run whose live lease another host holds.
+    /// The refusal of a run whose live lease another host holds (a lease of a process
+    /// of this machine that died binds nobody: it cannot renew or write).
     fn owned_elsewhere(&self, run: &str, l: &LeaseNow) -> Option<StoreError> {
-        (l.live && l.host.as_deref() != Some(&self.host_id)).then(|| StoreError::RunOwned {
+        (l.binds() && l.host.as_deref() != Some(&self.host_id)).then(|| StoreError::RunOwned {
             run: run.to_string(),
             host: l.host.clone().unwrap_or_default(),
             epoch: l.epoch,
@@ -334,6 +338,24 @@ pub(crate) struct LeaseNow {
     pub(crate) live: bool,
     /// Milliseconds left (0: expired or none).
     pub(crate) left_ms: u64,
+    /// The machine and process holding it (schema 4; none for a lease taken before).
+    pub(crate) hostname: Option<String>,
+    pub(crate) pid: Option<u32>,
+}
+
+impl LeaseNow {
+    /// Whether the lease keeps others out: live, and not held by a process of this
+    /// machine that no longer exists (it can neither renew nor write, so nobody waits
+    /// it out: a resume right after a crash goes ahead).
+    pub(crate) fn binds(&self) -> bool {
+        let dead_here = match (&self.hostname, self.pid) {
+            (Some(h), Some(pid)) => {
+                *h == lease::host_name() && !crate::status::pid_alive(pid)
+            }
+            _ => false,
+        };
+        self.live && !dead_here
+    }
 }
 
 /// Reads `run`'s lease row (locking it, with `lock`, for the rest of the transaction).
@@ -344,7 +366,8 @@ pub(crate) async fn lease_now(
     op: &'static str,
 ) -> Result<LeaseNow, StoreError> {
     const SQL: &str = "SELECT state, owner_host, owner_epoch, coalesce(expires_at > now(), false),
-               coalesce(greatest(0, extract(epoch FROM expires_at - now()) * 1000), 0)::bigint
+               coalesce(greatest(0, extract(epoch FROM expires_at - now()) * 1000), 0)::bigint,
+               owner_hostname, owner_pid
         FROM leases WHERE run_id = $1";
     let row = if lock {
         c.query_opt(&format!("{SQL} FOR UPDATE"), &[&run]).await
@@ -360,6 +383,8 @@ pub(crate) async fn lease_now(
         host: row.get(1),
         epoch: row.get::<_, i64>(2) as u64,
         left_ms: row.get::<_, i64>(4) as u64,
+        hostname: row.get(5),
+        pid: row.get::<_, Option<i64>>(6).map(|p| p as u32),
     })
 }
 
@@ -452,6 +477,10 @@ enum Taken {
     /// Nothing: the owner epoch was this, not the one before the records' epoch.
     Moved(u64),
 }
+
+/// How long a take-over is tried again while the database is out of reach (as long as a
+/// run log retries a batch).
+const TAKE_OVER_RETRY: Duration = Duration::from_secs(30);
 
 /// The lifecycle kinds ([`crate::status::LIFECYCLE`]) as the partial index of schema 1
 /// spells them, so the planner uses it (a test checks both).
@@ -631,6 +660,8 @@ impl PgStore {
             target: target.clone(),
             schema: opts.schema.clone(),
             host_id,
+            hostname: lease::host_name(),
+            pid: i64::from(std::process::id()),
             ttl: opts.lease_ttl,
             op_timeout: opts.op_timeout,
             held: Mutex::new(HashMap::new()),
@@ -798,9 +829,10 @@ impl Inner {
                 .query_one(
                     "UPDATE leases SET state = 'running', owner_host = $2,
                          owner_epoch = owner_epoch + 1,
-                         expires_at = now() + $3::bigint * interval '1 millisecond'
+                         expires_at = now() + $3::bigint * interval '1 millisecond',
+                         owner_hostname = $4, owner_pid = $5
                      WHERE run_id = $1 RETURNING owner_epoch",
-                    &[&run_id, &self.host_id, &self.ttl_ms()],
+                    &[&run_id, &self.host_id, &self.ttl_ms(), &self.hostname, &self.pid],
                 )
                 .await
                 .map_err(Pg::op(OP))?
@@ -905,6 +937,16 @@ impl Inner {
                 .map_err(Pg::op(OP))?
                 .get(0);
             if found as u64 != next {
+                // This very take-over, committed by an earlier attempt whose answer was
+                // lost: the lease is this host's at `epoch` and the log ends with
+                // exactly its opening records.
+                if l.epoch == epoch
+                    && l.host.as_deref() == Some(&self.host_id)
+                    && layout.rows.last().map(|r| r.seq + 1) == Some(found as u64)
+                    && rows_match(&tx, &run, &layout).await?
+                {
+                    return Ok(Taken::At(epoch));
+                }
                 // Another taker's first records are there: it won. Rolled back on drop,
                 // so neither the torn tail's removal nor anything else of this one lands.
                 return Err(StoreError::NotNext {
@@ -921,9 +963,17 @@ impl Inner {
             }
             tx.execute(
                 "UPDATE leases SET state = 'running', owner_host = $2, owner_epoch = $3,
-                     expires_at = now() + $4::bigint * interval '1 millisecond'
+                     expires_at = now() + $4::bigint * interval '1 millisecond',
+                     owner_hostname = $5, owner_pid = $6
                  WHERE run_id = $1",
-                &[&run, &self.host_id, &(epoch as i64), &self.ttl_ms()],
+                &[
+                    &run,
+                    &self.host_id,
+                    &(epoch as i64),
+                    &self.ttl_ms(),
+                    &self.hostname,
+                    &self.pid,
+                ],
             )
             .await
             .map_err(Pg::op(OP))?;
@@ -944,14 +994,17 @@ impl Inner {
     async fn request_cancel(self: Arc<Self>, run: String) -> Result<(), StoreError> {
         const OP: &str = "requesting a run's cancel";
         let pid = i64::from(std::process::id());
+        let channel = self.channel("command");
+        // The owner's host is woken at once (command 0 is a cancel request); a process
+        // that does not listen finds the row when it next looks.
         let known: i64 = on_conn!(self, OP, |c| {
             Ok(c.query_one(
                 "WITH r AS (SELECT run_id FROM runs WHERE run_id = $1),
                       i AS (INSERT INTO cancel_requests (run_id, host_id, pid)
                             SELECT run_id, $2, $3 FROM r
                             ON CONFLICT (run_id) DO NOTHING)
-                 SELECT count(*) FROM r",
-                &[&run, &self.host_id, &pid],
+                 SELECT count(pg_notify($4, '0 ' || run_id)) FROM r",
+                &[&run, &self.host_id, &pid, &channel],
             )
             .await
             .map_err(Pg::op(OP))?
@@ -982,28 +1035,9 @@ impl Inner {
         run: &str,
         layout: &rows::Layout,
     ) -> Result<bool, StoreError> {
-        const OP: &str = "checking an append that lost its answer";
-        let (Some(a), Some(b)) = (layout.rows.first(), layout.rows.last()) else {
-            return Ok(true);
-        };
-        let (a, b) = (a.seq as i64, b.seq as i64);
-        let stored = on_conn!(self, OP, |c| {
-            c.query(
-                "SELECT seq, kind, json, body, crc FROM events
-                 WHERE run_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq",
-                &[&run, &a, &b],
-            )
-            .await
-            .map_err(Pg::op(OP))
-        })?;
-        Ok(stored.len() == layout.rows.len()
-            && stored.iter().zip(&layout.rows).all(|(s, r)| {
-                s.get::<_, i64>(0) == r.seq as i64
-                    && s.get::<_, &str>(1) == r.kind
-                    && s.get::<_, bool>(2) == (r.form == Form::Json)
-                    && s.get::<_, &[u8]>(3) == &layout.buf[r.body.clone()]
-                    && s.get::<_, i64>(4) == i64::from(r.crc)
-            }))
+        on_conn!(self, "checking an append that lost its answer", |c| {
+            rows_match(&*c, run, layout).await
+        })
     }
 
     async fn read(self: Arc<Self>, run_id: String, from: u64) -> Result<LogRead, StoreError> {
@@ -1196,6 +1230,35 @@ impl Inner {
     }
 }
 
+/// Whether `run`'s log holds exactly `layout`'s rows at their keys: a write whose
+/// answer was lost finds its own rows this way, and succeeds without writing them twice.
+async fn rows_match(
+    c: &impl GenericClient,
+    run: &str,
+    layout: &rows::Layout,
+) -> Result<bool, StoreError> {
+    let (Some(a), Some(b)) = (layout.rows.first(), layout.rows.last()) else {
+        return Ok(true);
+    };
+    let (a, b) = (a.seq as i64, b.seq as i64);
+    let stored = c
+        .query(
+            "SELECT seq, kind, json, body, crc FROM events
+             WHERE run_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq",
+            &[&run, &a, &b],
+        )
+        .await
+        .map_err(Pg::op("checking a write that lost its answer"))?;
+    Ok(stored.len() == layout.rows.len()
+        && stored.iter().zip(&layout.rows).all(|(s, r)| {
+            s.get::<_, i64>(0) == r.seq as i64
+                && s.get::<_, &str>(1) == r.kind
+                && s.get::<_, bool>(2) == (r.form == Form::Json)
+                && s.get::<_, &[u8]>(3) == &layout.buf[r.body.clone()]
+                && s.get::<_, i64>(4) == i64::from(r.crc)
+        }))
+}
+
 /// Frees the sequence numbers of a torn tail for the next owner, as the SQLite store
 /// does ([`rows::torn_repair`]). A PostgreSQL transaction is never torn by a crash, so
 /// this only ever finds a row altered at the end of the log.
@@ -1279,13 +1342,26 @@ impl RunStore for PgStore {
             let run = run.clone();
             self.call(|i| i.epoch(run))? + 1
         };
-        for _ in 0..TRIES {
+        let mut tries = 0;
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(10);
+        while tries < TRIES {
             let mut layout = rows::Layout::default();
             rows::lay_out(&Frames::of(run_id, next, &opening(epoch))?, &mut layout);
             let run = run.clone();
-            match self.call(|i| i.take_over(run, next, epoch, layout))? {
-                Taken::At(epoch) => return Ok(epoch),
-                Taken::Moved(current) => epoch = current + 1,
+            match self.call(|i| i.take_over(run, next, epoch, layout)) {
+                Ok(Taken::At(epoch)) => return Ok(epoch),
+                Ok(Taken::Moved(current)) => {
+                    epoch = current + 1;
+                    tries += 1;
+                }
+                // The database out of reach, or the answer lost after it committed: tried
+                // again with the same records, which recognises a commit of its own.
+                Err(e) if e.is_transient() && started.elapsed() + pause < TAKE_OVER_RETRY => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
             }
         }
         Err(StoreError::Fenced {
@@ -1303,6 +1379,23 @@ impl RunStore for PgStore {
     fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError> {
         let run = run_id.to_string();
         self.call(|i| i.cancel_requested(run))
+    }
+
+    fn liveness(&self, run_id: &str) -> Result<crate::status::Liveness, StoreError> {
+        let run = run_id.to_string();
+        let l = self.call(|i| async move {
+            on_conn!(i, "reading a run's lease", |c| {
+                lease_now(&*c, &run, false, "reading a run's lease").await
+            })
+        })?;
+        Ok(crate::status::Liveness::Lease {
+            holder: if l.binds() { l.host.clone() } else { None },
+            queued: l.state == "queued",
+        })
+    }
+
+    fn let_go(&self, run_id: &str, epoch: u64) -> Result<(), StoreError> {
+        crate::Fleet::release(self, run_id, epoch, false)
     }
 
     fn append_frames(&self, epoch: u64, frames: &Frames, _sync: bool) -> Result<(), StoreError> {

@@ -149,6 +149,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         host_id text NOT NULL,
         pid bigint NOT NULL
     );",
+    // 4: which process holds a run's lease (its machine and process id), so a process of
+    // the same machine that died is not waited out (a resume right after a crash, a
+    // host restarted at once) and a run's state is not judged by a process id of
+    // another machine.
+    "ALTER TABLE leases ADD COLUMN owner_hostname text, ADD COLUMN owner_pid bigint;",
 ];
 
 /// The version whose upgrade checksums the run headers already stored.

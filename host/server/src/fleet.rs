@@ -1,0 +1,512 @@
+//! A host among several on one store ([`heddle_store::Fleet`], PostgreSQL): what it
+//! does besides answering requests.
+//!
+//! - **Claims** ([`serve`]): whenever it has free worker slots, it claims that many runs
+//!   from the store's queue (`FOR UPDATE SKIP LOCKED`: hosts claiming at once never get
+//!   the same run) and runs whose lease expired (a dead, paused or partitioned host's),
+//!   each taken over and continued from its log by the crash table: recorded results are
+//!   never run again, uncertain work that is not retry-safe pauses for a person, a
+//!   restart is never an approval. It looks when woken (`LISTEN/NOTIFY`: a run queued, a
+//!   slot freed here) and every [`POLL`] whatever happens, as wake-ups can be lost.
+//! - **Leases** ([`serve`]'s heartbeat): its registration and every run lease it holds are
+//!   renewed every third of the TTL in one statement. A run whose renewal finds it gone
+//!   is stopped here at once (another host may drive it; the store refuses this host's
+//!   writes already). A host that has not renewed for a whole TTL (the database out of
+//!   reach) stops its runs by itself, since their leases have expired for everyone else,
+//!   and claims nothing until it reaches the database again; a registration found gone
+//!   is made again.
+//! - **Requests for its runs** from other hosts: a cancel ([`Wake::Cancel`]) and the
+//!   commands of [`Host::relay`] (escalations listed and answered), carried out and
+//!   answered through the store.
+//! - **Runs other hosts drive** are followed from the store for this host's event
+//!   subscribers ([`Host::subscribe`]), one follower per run.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use heddle_store::fleet::{Claimed, Wake};
+use heddle_store::session::{self, Resumption};
+use heddle_store::status::{Liveness, RunState};
+use heddle_store::{Fleet, StoreError};
+use tokio_util::sync::CancellationToken;
+
+use crate::coding::Coding;
+use crate::feed::{Feed, Subscription};
+use crate::host::{Host, RELAY_WAIT};
+
+/// How often a host looks for work and for requests whatever it was told: the latency
+/// of a run queued while its wake-up was lost.
+pub const POLL: Duration = Duration::from_secs(1);
+
+/// How often the follower of a run another host drives checks whether it still does.
+const WATCH_LOOK: Duration = Duration::from_millis(500);
+
+/// Claims work and keeps this host's leases until `host` shuts down; `api` is where it
+/// answers (what its registration names). The host must be registered already
+/// ([`Fleet::register`]).
+pub async fn serve(host: Arc<Host>, api: String, ttl: Duration) {
+    let Some(fleet) = host.fleet.clone() else {
+        return;
+    };
+    let heartbeat = tokio::spawn(heartbeat(host.clone(), fleet.clone(), api, ttl));
+    claim_loop(host, fleet).await;
+    heartbeat.abort();
+}
+
+/// Whether the database answered the last time this host tried, to say each change
+/// once.
+#[derive(Default)]
+struct Reach {
+    lost_since: Option<Instant>,
+}
+
+impl Reach {
+    fn failed(&mut self, what: &str, e: &StoreError) {
+        if self.lost_since.is_none() {
+            tracing::warn!("{what}: {e}; no runs are claimed until the database answers again");
+            self.lost_since = Some(Instant::now());
+        }
+    }
+
+    fn answered(&mut self) {
+        if let Some(t) = self.lost_since.take() {
+            tracing::info!(
+                "the database answers again (after {} ms); claiming runs",
+                t.elapsed().as_millis()
+            );
+        }
+    }
+}
+
+async fn claim_loop(host: Arc<Host>, fleet: Arc<dyn Fleet>) {
+    let mut wake = match blocking({
+        let f = fleet.clone();
+        move || f.subscribe()
+    })
+    .await
+    {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!("no wake-ups from the store ({e}); looking every {POLL:?}");
+            None
+        }
+    };
+    let mut reach = Reach::default();
+    loop {
+        if host.shutdown.is_cancelled() {
+            return;
+        }
+        claim(&host, &fleet, &mut reach).await;
+        let woken = tokio::select! {
+            w = async {
+                match wake.as_mut() {
+                    Some(w) => w.next().await,
+                    None => std::future::pending().await,
+                }
+            } => match w {
+                Some(w) => w,
+                None => {
+                    // The store's wake-ups ended: poll from now on.
+                    wake = None;
+                    Wake::Missed
+                }
+            },
+            _ = host.freed.notified() => Wake::Missed,
+            _ = tokio::time::sleep(POLL) => Wake::Missed,
+            _ = host.shutdown.cancelled() => return,
+        };
+        match woken {
+            Wake::Cancel { run_id } => cancel_here(&host, &run_id),
+            Wake::Command { run_id, .. } => carry_out(&host, &run_id),
+            Wake::Missed => {
+                // Whatever was missed: the requests for every run driven here.
+                for run in host.driving() {
+                    carry_out(&host, &run);
+                }
+            }
+            Wake::Work { .. } | Wake::CommandDone { .. } => {}
+        }
+    }
+}
+
+/// Claims as many runs as this host has free worker slots, and hands each to a driver.
+async fn claim(host: &Arc<Host>, fleet: &Arc<dyn Fleet>, reach: &mut Reach) {
+    let mut slots = Vec::new();
+    while let Ok(p) = host.workers.clone().try_acquire_owned() {
+        slots.push(p);
+    }
+    if slots.is_empty() {
+        return;
+    }
+    let n = slots.len();
+    let f = fleet.clone();
+    let claimed = match blocking(move || f.claim(n)).await {
+        Ok(c) => {
+            reach.answered();
+            c
+        }
+        Err(e) if e.is_transient() => return reach.failed("claiming runs", &e),
+        // Its registration expired: the heartbeat registers it again.
+        Err(e @ StoreError::HostLost { .. }) => return reach.failed("claiming runs", &e),
+        Err(e) => {
+            tracing::warn!("claiming runs: {e}");
+            return;
+        }
+    };
+    for c in claimed {
+        // As many claimed as there were slots.
+        let slot = slots.pop().expect("a slot per claimed run");
+        take_claimed(host, fleet, c, slot).await;
+    }
+}
+
+/// Drives a run this host just claimed: continued from its log by the crash table
+/// (never a person's decision: no pause reopened, no uncertain work offered again). A
+/// run that needs no driver (paused, ended) or cannot be driven here (a package changed)
+/// is given back idle.
+async fn take_claimed(
+    host: &Arc<Host>,
+    fleet: &Arc<dyn Fleet>,
+    c: Claimed,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) {
+    let id = c.run_id.clone();
+    match &c.adopted_from {
+        Some(from) => tracing::info!("run {id}: adopted from host {from} (its lease expired)"),
+        None => tracing::debug!("run {id}: claimed from the queue"),
+    }
+    let _turn = host.handover(&id).await;
+    let store = host.store.clone();
+    let run_id = id.clone();
+    let taken = async {
+        heddle_runtime::watch::refuse_if_locked(host.runtime().settings(), &id)?;
+        let (header, records, view) =
+            blocking(move || session::inspect(&*store, &run_id)).await?;
+        if !matches!(
+            view.state,
+            RunState::Running | RunState::Interrupted | RunState::Queued
+        ) {
+            // Nothing to drive: a pause waits for a person, an ending is final.
+            return Ok(false);
+        }
+        let r = Resumption {
+            header,
+            records,
+            view,
+            pause: None,
+        };
+        host.reopen_and_spawn(r, None, None, Some(slot)).await?;
+        Ok::<_, heddle_runtime::Error>(true)
+    };
+    match taken.await {
+        Ok(true) => {}
+        Ok(false) => hand_back(fleet, &id, false).await,
+        Err(e) => {
+            tracing::warn!(
+                "run {id} not taken: {}",
+                heddle_core::text::error_chain(&e)
+            );
+            hand_back(fleet, &id, false).await;
+        }
+    }
+}
+
+/// Gives run `id` back (idle, or `requeue`d) if this host holds its lease, at whatever
+/// epoch it holds it now.
+async fn hand_back(fleet: &Arc<dyn Fleet>, id: &str, requeue: bool) {
+    let f = fleet.clone();
+    let run = id.to_string();
+    let r = blocking(move || {
+        let l = f.lease(&run)?;
+        if l.owner_host.as_deref() == Some(f.host_id()) && l.state == "running" {
+            f.release(&run, l.epoch, requeue)?;
+        }
+        Ok::<_, StoreError>(())
+    })
+    .await;
+    if let Err(e) = r {
+        tracing::warn!("run {id}: not handed back ({e}); its lease expires on its own");
+    }
+}
+
+/// Renews this host's registration and leases every third of `ttl`; stops the runs
+/// whose leases were lost; registers again when the registration was.
+async fn heartbeat(host: Arc<Host>, fleet: Arc<dyn Fleet>, api: String, ttl: Duration) {
+    let mut last_ok = Instant::now();
+    let mut fenced = false;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(ttl / 3) => {}
+            _ = host.shutdown.cancelled() => return,
+        }
+        let f = fleet.clone();
+        match blocking(move || f.heartbeat()).await {
+            Ok(hb) => {
+                if fenced {
+                    tracing::info!("leases renewed again; this host claims runs again");
+                    fenced = false;
+                }
+                last_ok = Instant::now();
+                for l in hb.lost {
+                    if host.lose(&l.run_id, l.epoch) {
+                        tracing::warn!(
+                            "run {}: this host lost its lease (epoch {}); another host may drive it now, so it is stopped here and nothing more of it is written",
+                            l.run_id,
+                            l.epoch
+                        );
+                    }
+                }
+            }
+            Err(StoreError::HostLost { why, .. }) => {
+                tracing::warn!(
+                    "this host's registration was lost ({why}): its runs' leases expired, so they are stopped here; registering again"
+                );
+                stop_all(&host);
+                let (f, a) = (fleet.clone(), api.clone());
+                match blocking(move || f.register(&a)).await {
+                    Ok(()) => {
+                        last_ok = Instant::now();
+                        tracing::info!("registered again as host {}", fleet.host_id());
+                    }
+                    Err(e) => tracing::warn!("registering again: {e}"),
+                }
+            }
+            Err(e) => {
+                tracing::warn!("renewing leases: {e}");
+                if !fenced && last_ok.elapsed() >= ttl {
+                    // Every lease this host held has expired for the others: another host
+                    // may take these runs now. Their writes are refused by the store
+                    // anyway; their work stops here too.
+                    tracing::warn!(
+                        "no lease renewed for {} ms (the lease TTL): every run of this host is stopped; claims resume once the database answers",
+                        ttl.as_millis()
+                    );
+                    stop_all(&host);
+                    fenced = true;
+                }
+            }
+        }
+    }
+}
+
+/// Stops every run this host drives as one whose lease was lost.
+fn stop_all(host: &Host) {
+    let held: Vec<(String, u64)> = host
+        .active()
+        .iter()
+        .map(|(r, a)| (r.clone(), a.epoch))
+        .collect();
+    for (run, epoch) in held {
+        host.lose(&run, epoch);
+    }
+}
+
+/// A cancel another host (or a command line) asked for, of a run driven here: the same
+/// cancel as one asked here. (The driver also finds the request by itself.)
+fn cancel_here(host: &Arc<Host>, run: &str) {
+    let active = host.active();
+    if let Some(a) = active.get(run) {
+        a.cancel_asked();
+    }
+}
+
+/// Carries out the pending commands for run `run` if it is driven here, off the claim
+/// loop, and records each one's answer.
+fn carry_out(host: &Arc<Host>, run: &str) {
+    let Some(epoch) = host.active().get(run).map(|a| a.epoch) else {
+        return;
+    };
+    let Some(fleet) = host.fleet.clone() else {
+        return;
+    };
+    let (host, run) = (host.clone(), run.to_string());
+    tokio::spawn(async move {
+        let (f, r) = (fleet.clone(), run.clone());
+        let pending = match blocking(move || f.pending_commands(&r)).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!("run {run}: reading its commands: {e}");
+                return;
+            }
+        };
+        for c in pending {
+            let (status, body) = answer_command(&host, &run, &c.kind, c.body).await;
+            let outcome = serde_json::json!({ "status": status.as_u16(), "body": body });
+            let (f, r) = (fleet.clone(), run.clone());
+            if let Err(e) = blocking(move || f.finish_command(&r, epoch, c.id, &outcome)).await {
+                tracing::warn!("run {run}: answering command {}: {e}", c.id);
+            }
+        }
+    });
+}
+
+/// The answer to a relayed request, as the route would give it here.
+async fn answer_command(
+    host: &Arc<Host>,
+    run: &str,
+    kind: &str,
+    body: serde_json::Value,
+) -> (StatusCode, serde_json::Value) {
+    use crate::api::escalations::{ANSWER, LIST, Relayed, answer_here, list_here};
+    match kind {
+        LIST => list_here(host, run).await,
+        ANSWER => match serde_json::from_value::<Relayed>(body) {
+            Ok(r) => answer_here(host, run, &r.eid, r.request).await,
+            Err(e) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                serde_json::json!({ "error": format!("a relayed answer: {e}") }),
+            ),
+        },
+        other => (
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({ "error": format!("a relayed request this host does not know: {other}") }),
+        ),
+    }
+}
+
+impl Host {
+    /// Relays a request about run `id` (command `kind` with `body`) to the host that
+    /// drives it, when another host does, and returns its answer; `None` when the
+    /// request is answered here (the run is driven here, by nobody, or the store is
+    /// this server's alone). A host that does not answer within [`RELAY_WAIT`] is a 504.
+    pub(crate) async fn relay(
+        self: &Arc<Self>,
+        id: &str,
+        kind: &str,
+        body: serde_json::Value,
+    ) -> Result<Option<Response>, crate::api::state::ApiError> {
+        use crate::api::state::ApiError;
+        let Some(fleet) = self.fleet.clone() else {
+            return Ok(None);
+        };
+        if self.active().contains_key(id) {
+            return Ok(None);
+        }
+        let (store, run) = (self.store.clone(), id.to_string());
+        let owner = match blocking(move || store.liveness(&run)).await? {
+            Liveness::Lease {
+                holder: Some(h), ..
+            } if h != fleet.host_id() => h,
+            _ => return Ok(None),
+        };
+        let (f, run, kind) = (fleet.clone(), id.to_string(), kind.to_string());
+        let answer = blocking(move || ask(&*f, &run, &kind, &body)).await?;
+        match answer {
+            Some(outcome) => {
+                let status = outcome["status"]
+                    .as_u64()
+                    .and_then(|s| StatusCode::from_u16(s as u16).ok())
+                    .unwrap_or(StatusCode::BAD_GATEWAY);
+                Ok(Some(crate::api::escalations::reply((
+                    status,
+                    outcome["body"].clone(),
+                ))))
+            }
+            None => Err(ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "run {id} is driven by host {owner}, which did not answer within {} s; try again",
+                    RELAY_WAIT.as_secs()
+                ),
+            )),
+        }
+    }
+
+    /// A subscription to run `id`'s feed: its driver's when it is driven here, else (on
+    /// a shared store) the one follower of this host for a run another host drives or
+    /// one waiting in the queue; `None` when nobody drives it (its log as it is is all
+    /// there is).
+    pub async fn subscribe(self: &Arc<Self>, id: &str, coding: Coding) -> Option<Subscription> {
+        if let Some(s) = self.feed(id, coding) {
+            return Some(s);
+        }
+        self.fleet.as_ref()?;
+        let (store, run) = (self.store.clone(), id.to_string());
+        let state = blocking(move || heddle_store::status::state_of(&*store, &run))
+            .await
+            .ok()?;
+        if !matches!(state, RunState::Running | RunState::Queued) {
+            return None;
+        }
+        let mut watched = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = watched.get(id) {
+            return Some(f.subscribe(coding));
+        }
+        let feed = Arc::new(Feed::default());
+        let done = CancellationToken::new();
+        self.tasks.spawn(crate::feed::follow(
+            feed.clone(),
+            self.store.clone(),
+            self.mask.clone(),
+            id.to_string(),
+            done.clone(),
+        ));
+        self.tasks
+            .spawn(watch(self.clone(), id.to_string(), feed.clone(), done));
+        let sub = feed.subscribe(coding);
+        watched.insert(id.to_string(), feed);
+        Some(sub)
+    }
+}
+
+/// Keeps the follower of run `id` (driven by another host) going while it is running or
+/// queued and someone subscribes; then ends it (its subscribers get the rest of the log)
+/// and forgets it.
+async fn watch(host: Arc<Host>, id: String, feed: Arc<Feed>, done: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(WATCH_LOOK) => {}
+            _ = host.shutdown.cancelled() => break,
+        }
+        let (store, run) = (host.store.clone(), id.clone());
+        let live = matches!(
+            blocking(move || heddle_store::status::state_of(&*store, &run)).await,
+            Ok(RunState::Running | RunState::Queued)
+        );
+        let mut watched = host.watched.lock().unwrap_or_else(|e| e.into_inner());
+        // Under the lock new subscribers take it: once nobody holds it, nobody will.
+        if !live || feed.subscribers() == 0 {
+            if watched.get(&id).is_some_and(|f| Arc::ptr_eq(f, &feed)) {
+                watched.remove(&id);
+            }
+            break;
+        }
+    }
+    done.cancel();
+}
+
+/// Sends command `kind` for run `id` to its owner and waits up to [`RELAY_WAIT`] for its
+/// answer (`None`: none came).
+fn ask(
+    fleet: &dyn Fleet,
+    id: &str,
+    kind: &str,
+    body: &serde_json::Value,
+) -> Result<Option<serde_json::Value>, StoreError> {
+    let deadline = Instant::now() + RELAY_WAIT;
+    let cmd = fleet.send_command(id, kind, body)?;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if let Some(outcome) = fleet.command_outcome(cmd)? {
+            return Ok(Some(outcome));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// Runs blocking store work off the async threads.
+async fn blocking<T: Send + 'static, E: Send + 'static>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, E> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        // The closure panicked: that is a bug, and the server cannot go on sanely.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}

@@ -1,0 +1,482 @@
+//! Several `heddle serve` hosts on one PostgreSQL database, as real processes in one
+//! directory (one `heddle.toml`, one API token, one data directory where the runs'
+//! effects land): a killed host's runs are adopted and finish without repeating an
+//! effect; a host stopped (SIGSTOP) past its lease writes nothing more once continued;
+//! two hosts racing for 1,000 queued runs claim each exactly once; a host that shuts down
+//! hands its runs back; bad input at start is refused with nothing written.
+//!
+//! Effects are counted where they land: each item of a fan-out run appends its name to
+//! `data/effects.txt` from a bash node (not retry-safe), then waits a little, so a host
+//! killed or stopped now and then dies in the middle of one.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::pg;
+use super::support::serve::{Api, Server, rt};
+use super::support::store::{BAD_STORE, OK, StoreDir};
+use super::support::{code, stderr};
+
+/// Every host's lease TTL here: as short as a server takes, so adoption is quick.
+const TTL_MS: &str = "1000";
+
+/// Hosts sharing a fresh database, in one directory.
+pub struct Hosts {
+    pub env: StoreDir,
+    pub url: String,
+}
+
+impl Hosts {
+    /// `None` when PostgreSQL tests are skipped (`HEDDLE_SKIP_PG=1`, never under CI).
+    pub fn new() -> Option<Hosts> {
+        if pg::skip_pg() {
+            return None;
+        }
+        let url = pg::fresh_database();
+        let env = StoreDir::new();
+        let config = env.path().join("heddle.toml");
+        let mut toml = std::fs::read_to_string(&config).unwrap();
+        // `[store]` is the file's last section.
+        toml.push_str(&format!("url = \"{url}\"\n"));
+        std::fs::write(&config, toml).unwrap();
+        Some(Hosts { env, url })
+    }
+
+    /// Starts host `id` (lease TTL [`TTL_MS`]) and waits until it listens.
+    pub fn start(&self, id: &str, workers: u16) -> Server {
+        let workers = workers.to_string();
+        self.env.serve_with(
+            &[
+                "--host-id",
+                id,
+                "--lease-ttl-ms",
+                TTL_MS,
+                "--workers",
+                &workers,
+            ],
+            &[],
+        )
+    }
+
+    /// The items whose effect landed, with how often.
+    pub fn effects(&self) -> BTreeMap<String, usize> {
+        let text =
+            std::fs::read_to_string(self.env.path().join("data/effects.txt")).unwrap_or_default();
+        let mut out = BTreeMap::new();
+        for l in text.lines() {
+            *out.entry(l.to_string()).or_default() += 1;
+        }
+        out
+    }
+
+    /// How many records run `id`'s log holds, of `kind` (any kind: `None`).
+    pub fn records(&self, id: &str, kind: Option<&str>) -> u64 {
+        let filter = kind.map_or(String::new(), |k| format!(" AND kind = '{k}'"));
+        // Packed rows hold several records: `seq` numbers them (the last row's + 1).
+        let q = match kind {
+            Some(_) => {
+                format!("SELECT count(*) FROM heddle.events WHERE run_id = '{id}'{filter}")
+            }
+            None => format!(
+                "SELECT coalesce(max(seq) + 1, 0) FROM heddle.events WHERE run_id = '{id}'"
+            ),
+        };
+        pg::query(&self.url, &q)[0][0]
+            .as_deref()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+}
+
+/// A fan-out run named `tag`: `items` items, each appending `TAG-N` to `data/effects.txt`
+/// (a bash node, not retry-safe), waiting `pause` seconds, and giving its name as its
+/// result; the results collected are the run's output.
+pub fn fan(data: &Path, tag: &str, items: usize, pause: &str) -> String {
+    let names: Vec<String> = (0..items).map(|i| format!("{tag}-{i}")).collect();
+    let code = format!(
+        "printf '%s\\n' \"$input\" >> {}/effects.txt; sleep {pause}; printf '%s\\n' \"$input\"",
+        data.display()
+    );
+    json!({"format": "heddle.graph", "version": 1,
+      "nodes": [
+        {"id": "c", "type": "heddle.constant", "properties": {"value": names}},
+        {"id": "each", "type": "heddle.foreach"},
+        {"id": "w", "type": "code.bash", "properties": {"mode": "subprocess", "timeout_s": 60, "code": code}},
+        {"id": "all", "type": "heddle.collect"},
+        {"id": "out", "type": "heddle.output"}],
+      "edges": [
+        {"source": "c", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
+        {"source": "each", "sourceHandle": "item", "target": "w", "targetHandle": "input"},
+        {"source": "w", "sourceHandle": "result", "target": "all", "targetHandle": "item"},
+        {"source": "all", "sourceHandle": "list", "target": "out", "targetHandle": "value"}]})
+    .to_string()
+}
+
+/// Checks a finished fan-out run `tag` of `items` items: completed, every result there
+/// (none lost), every effect landed, once each, except for the items a person offered
+/// again after a crash (`reoffers`), which may have landed twice.
+pub fn check_fan(hosts: &Hosts, show: &Value, tag: &str, items: usize, reoffers: usize) {
+    assert_eq!(show["state"], "completed", "{tag}: {show:#}");
+    let out = show["occurrences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["occurrence"]["node"] == "all")
+        .map(|o| o["result"]["outputs"][0][1].clone());
+    let names: Vec<String> = (0..items).map(|i| format!("{tag}-{i}")).collect();
+    if let Some(Value::Array(got)) = out {
+        let mut got: Vec<String> = got
+            .iter()
+            .map(|v| v.as_str().unwrap().trim().to_string())
+            .collect();
+        got.sort();
+        let mut want = names.clone();
+        want.sort();
+        assert_eq!(got, want, "{tag}: a result was lost");
+    }
+    let effects = hosts.effects();
+    let mut extra = 0;
+    for n in &names {
+        let c = effects.get(n).copied().unwrap_or(0);
+        assert!(c >= 1, "{tag}: the effect of {n} never landed: {effects:?}");
+        extra += c - 1;
+    }
+    assert!(
+        extra <= reoffers,
+        "{tag}: {extra} duplicate effects, {reoffers} offered again by a person: {effects:?}"
+    );
+}
+
+/// The runs host `s` drives now (its `GET /api/hosts`).
+pub async fn driving(api: &Api) -> Vec<String> {
+    let (status, body) = api.call("GET", "/api/hosts", None).await;
+    assert_eq!(status, 200, "{body:#}");
+    let me = body["this_host"].clone();
+    body["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["host_id"] == me)
+        .map(|h| {
+            h["driving"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r.as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits (a generous bound; nothing is asserted about the time) until `f` holds.
+pub fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !f() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// The store-clock time of the `n`-th `opened` record of run `id` (from 1).
+fn opened_at(hosts: &Hosts, id: &str, n: usize) -> Option<u64> {
+    let rows = pg::query(
+        &hosts.url,
+        &format!(
+            "SELECT at_ms FROM heddle.events WHERE run_id = '{id}' AND kind = 'opened' ORDER BY seq"
+        ),
+    );
+    rows.get(n - 1)
+        .and_then(|r| r[0].as_deref())
+        .map(|t| t.parse().unwrap())
+}
+
+#[test]
+fn a_killed_hosts_runs_are_adopted_by_the_others_and_finish_without_repeating_an_effect() {
+    let Some(hosts) = Hosts::new() else {
+        return;
+    };
+    let data = hosts.env.path().join("data");
+    let servers: Vec<Server> = ["h1", "h2", "h3"]
+        .iter()
+        .map(|id| hosts.start(id, 2))
+        .collect();
+    let apis: Vec<Api> = servers.iter().map(Api::of).collect();
+    let rt = rt();
+    // Two runs created on each host: each starts where it was created.
+    let mut runs = Vec::new();
+    for (i, api) in apis.iter().enumerate() {
+        for j in 0..2 {
+            let tag = format!("r{i}{j}");
+            let id = rt.block_on(api.create(&fan(&data, &tag, 5, "0.2")));
+            runs.push((tag, id));
+        }
+    }
+    // h1 is killed in the middle of its runs (some of their effects landed).
+    let victim = rt.block_on(driving(&apis[0]));
+    assert_eq!(victim.len(), 2, "h1 drives what it created");
+    until("h1's runs are under way", || {
+        hosts.effects().keys().filter(|k| k.starts_with("r0")).count() >= 2
+    });
+    let mut servers = servers.into_iter();
+    let h1 = servers.next().unwrap();
+    let killed_at = now_ms();
+    h1.kill9();
+    let survivors: Vec<Server> = servers.collect();
+    let api = &apis[1];
+    for (tag, id) in &runs {
+        let (show, reoffers) = rt.block_on(api.drive_to_end(id));
+        check_fan(&hosts, &show, tag, 5, reoffers);
+    }
+    // Each of h1's runs was opened once more, by a host that adopted it after its lease
+    // expired (a figure, not a bound: printed for the README).
+    for id in &victim {
+        assert!(hosts.records(id, Some("opened")) >= 2, "{id} was adopted");
+        let adopted = opened_at(&hosts, id, 2).unwrap();
+        eprintln!(
+            "takeover: run {id} reopened {} ms after the kill (lease TTL {TTL_MS} ms)",
+            adopted.saturating_sub(killed_at)
+        );
+    }
+    // The others' runs were never opened twice.
+    for (_, id) in runs.iter().filter(|(_, id)| !victim.contains(id)) {
+        assert_eq!(hosts.records(id, Some("opened")), 1, "{id}");
+    }
+    drop(survivors);
+}
+
+#[test]
+fn a_host_stopped_past_its_lease_writes_nothing_more_once_continued_and_stops_its_run() {
+    let Some(hosts) = Hosts::new() else {
+        return;
+    };
+    let data = hosts.env.path().join("data");
+    let a = hosts.start("ha", 2);
+    let b = hosts.start("hb", 2);
+    let (api_a, api_b) = (Api::of(&a), Api::of(&b));
+    let rt = rt();
+    let id = rt.block_on(api_a.create(&fan(&data, "s", 6, "0.3")));
+    assert_eq!(rt.block_on(driving(&api_a)), [id.clone()]);
+    until("the run is under way", || !hosts.effects().is_empty());
+    a.signal("-STOP");
+    // Host b adopts the run once host a's lease expired, and takes it to its end (a
+    // person offering again what host a left uncertain).
+    until("host b adopted the run", || {
+        hosts.records(&id, Some("opened")) >= 2
+    });
+    let (show, reoffers) = rt.block_on(api_b.drive_to_end(&id));
+    check_fan(&hosts, &show, "s", 6, reoffers);
+    let records = hosts.records(&id, None);
+    let effects = hosts.effects();
+    a.signal("-CONT");
+    // Host a notices it lost the run (its registration and lease expired) and stops it.
+    until("host a noticed", || {
+        let log = a.log();
+        log.contains("registration was lost") || log.contains("lost its lease")
+    });
+    until("host a stopped driving the run", || {
+        rt.block_on(driving(&api_a)).is_empty()
+    });
+    // Whatever it had in flight was refused: not one record more, no effect more.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(hosts.records(&id, None), records, "host a wrote after it was continued");
+    assert_eq!(hosts.effects(), effects);
+    assert_eq!(rt.block_on(api_a.show(&id))["state"], "completed");
+    drop(b);
+}
+
+/// The 1,000 runs of the claim race: the smallest durable graph (a constant, its output).
+const TINY: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": 1}},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [{"source": "c", "sourceHandle": "value", "target": "out", "targetHandle": "value"}]}"#;
+
+#[test]
+fn two_hosts_racing_for_a_thousand_queued_runs_claim_each_exactly_once() {
+    let Some(hosts) = Hosts::new() else {
+        return;
+    };
+    const RUNS: usize = 1000;
+    {
+        use heddle_store::{Fleet as _, RunStore as _};
+        let store = heddle_store::PgStore::open(&hosts.url).unwrap();
+        let node = |id: &str, t: &str| heddle_core::PlannedNode {
+            id: id.into(),
+            node_type: t.into(),
+            retry_safe: true,
+            origin: heddle_core::Origin::Builtin,
+        };
+        let run = heddle_store::NewRun {
+            graph_name: "tiny.json".into(),
+            graph_bytes: TINY.as_bytes().to_vec(),
+            plan: heddle_core::PlanSummary {
+                nodes: vec![node("c", "heddle.constant"), node("out", "heddle.output")],
+                edges: 1,
+            },
+            inputs: Default::default(),
+            secrets: Vec::new(),
+            packages: Default::default(),
+            limits: Default::default(),
+        };
+        for _ in 0..RUNS {
+            let h = store.create_run(&run).unwrap();
+            store.enqueue(&h.run_id).unwrap();
+        }
+    }
+    let started = Instant::now();
+    let a = hosts.start("race-a", 64);
+    let b = hosts.start("race-b", 64);
+    let finished = || {
+        pg::query(
+            &hosts.url,
+            "SELECT count(*) FROM heddle.events WHERE kind = 'finished'",
+        )[0][0]
+            .as_deref()
+            .unwrap()
+            .parse::<usize>()
+            .unwrap()
+    };
+    until("every run finished", || finished() >= RUNS);
+    let took = started.elapsed();
+    // Each run opened exactly once: claimed by one host, never by both.
+    let opened = pg::query(
+        &hosts.url,
+        "SELECT count(*), min(n), max(n) FROM (SELECT run_id, count(*) AS n FROM heddle.events
+           WHERE kind = 'opened' GROUP BY run_id) o",
+    );
+    assert_eq!(
+        opened[0],
+        [Some(RUNS.to_string()), Some("1".into()), Some("1".into())]
+    );
+    assert_eq!(finished(), RUNS);
+    let by_host = pg::query(
+        &hosts.url,
+        "SELECT count(*) FROM heddle.events e JOIN heddle.leases l USING (run_id)
+         WHERE e.kind = 'finished' AND l.state = 'idle'",
+    );
+    assert_eq!(by_host[0][0].as_deref(), Some(RUNS.to_string().as_str()));
+    eprintln!(
+        "claim race: {RUNS} queued runs claimed and run by 2 hosts in {} ms ({:.0} runs/s, hosts' start included)",
+        took.as_millis(),
+        RUNS as f64 / took.as_secs_f64()
+    );
+    drop((a, b));
+}
+
+#[test]
+fn a_host_that_shuts_down_hands_its_runs_back_and_another_finishes_them() {
+    let Some(hosts) = Hosts::new() else {
+        return;
+    };
+    let data = hosts.env.path().join("data");
+    let a = hosts.start("going", 4);
+    let api_a = Api::of(&a);
+    let rt = rt();
+    let runs: Vec<(String, String)> = (0..3)
+        .map(|i| {
+            let tag = format!("g{i}");
+            let id = rt.block_on(api_a.create(&fan(&data, &tag, 4, "0.2")));
+            (tag, id)
+        })
+        .collect();
+    until("the runs are under way", || hosts.effects().len() >= 2);
+    let b = hosts.start("staying", 4);
+    let (status, log) = a.stop();
+    assert_eq!(status, OK, "{log}");
+    assert!(log.contains("handed back"), "{log}");
+    // Nothing is left held by the host that went away: queued, or another host's.
+    let held = pg::query(
+        &hosts.url,
+        "SELECT count(*) FROM heddle.leases WHERE owner_host = 'going' AND state = 'running'",
+    );
+    assert_eq!(held[0][0].as_deref(), Some("0"));
+    let api_b = Api::of(&b);
+    for (tag, id) in &runs {
+        let (show, reoffers) = rt.block_on(api_b.drive_to_end(id));
+        check_fan(&hosts, &show, tag, 4, reoffers);
+    }
+}
+
+#[test]
+fn bad_input_at_start_is_refused_naming_it_with_nothing_written() {
+    let Some(hosts) = Hosts::new() else {
+        return;
+    };
+    let serve = |store: &str, extra: &[&str]| {
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--store", store];
+        args.extend_from_slice(extra);
+        hosts.env.heddle(&args)
+    };
+    let admin = pg::admin_url();
+    // A malformed URL, nothing listening, no such database.
+    for (store, says) in [
+        ("postgres://", "names no host"),
+        ("postgres://u@h:notaport/db", "invalid"),
+        ("postgres://postgres@127.0.0.1:1/x", "no PostgreSQL server answers"),
+        (
+            &pg::with_db(&admin, "no_such_database_here") as &str,
+            "does not exist",
+        ),
+    ] {
+        let o = serve(store, &[]);
+        assert_eq!(code(&o), BAD_STORE, "{store}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{store}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("hunter2"));
+    }
+    // A newer heddle's store, and another application's tables: refused, unchanged.
+    let newer = pg::fresh_database();
+    drop(heddle_store::PgStore::open(&newer).unwrap());
+    pg::sql(
+        &newer,
+        "UPDATE heddle.meta SET value = '99' WHERE key = 'schema_version'",
+    );
+    let o = serve(&newer, &[]);
+    assert_eq!(code(&o), BAD_STORE, "{}", stderr(&o));
+    assert!(stderr(&o).contains("99"), "{}", stderr(&o));
+    let hosts_rows = pg::query(&newer, "SELECT count(*) FROM heddle.hosts");
+    assert_eq!(hosts_rows[0][0].as_deref(), Some("0"));
+    let foreign = pg::fresh_database();
+    pg::sql(
+        &foreign,
+        "CREATE SCHEMA heddle; CREATE TABLE heddle.orders (id int)",
+    );
+    let o = serve(&foreign, &[]);
+    assert_eq!(code(&o), BAD_STORE, "{}", stderr(&o));
+    assert!(stderr(&o).contains("orders"), "{}", stderr(&o));
+    let tables = pg::query(
+        &foreign,
+        "SELECT count(*) FROM pg_tables WHERE schemaname = 'heddle'",
+    );
+    assert_eq!(tables[0][0].as_deref(), Some("1"));
+    // A host id a live host holds: refused, naming the holder; the holder carries on.
+    let first = hosts.start("twin", 1);
+    let o = serve(&hosts.url, &["--host-id", "twin"]);
+    assert_eq!(code(&o), BAD_STORE, "{}", stderr(&o));
+    assert!(stderr(&o).contains("twin"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&first.pid().to_string()),
+        "the holder is named: {}",
+        stderr(&o)
+    );
+    let row = pg::query(
+        &hosts.url,
+        "SELECT pid FROM heddle.hosts WHERE host_id = 'twin'",
+    );
+    assert_eq!(row[0][0].as_deref(), Some(first.pid().to_string().as_str()));
+    let rt = rt();
+    let api = Api::of(&first);
+    let id = rt.block_on(api.create(TINY));
+    let (show, _) = rt.block_on(api.drive_to_end(&id));
+    assert_eq!(show["state"], "completed");
+}
