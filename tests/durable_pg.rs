@@ -17,6 +17,7 @@ mod pg;
 mod support;
 
 /// Several `heddle serve` hosts on one database.
+#[path = "durable_pg/hosts.rs"]
 mod hosts;
 
 use support::store::{

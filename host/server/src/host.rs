@@ -477,7 +477,7 @@ impl Host {
             // Whoever drives it (another host, a command line) is asked through the store
             // and records the cancel itself; one nobody drives is cancelled here.
             return blocking(move || {
-                durable::cancel::cancel_run(&store, &run_id, &secrets, CANCEL_WAIT, &mut |_| {})
+                durable::cancel::cancel_run(&store, &run_id, &secrets, CANCEL_WAIT, &mut |_: &str| {})
                     .map(|_| ())
             })
             .await;

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use heddle_runtime::Runtime;
-use heddle_store::{RunStore, StoreError};
+use heddle_store::StoreError;
 use tokio_util::sync::CancellationToken;
 
 pub use host::{Created, Host};

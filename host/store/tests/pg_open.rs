@@ -157,6 +157,7 @@ fn a_version_1_store_migrates_and_its_run_headers_are_verified() {
         &url,
         "ALTER TABLE heddle.runs DROP COLUMN header_sums;
          DROP TABLE heddle.cancel_requests;
+         ALTER TABLE heddle.leases DROP COLUMN owner_hostname, DROP COLUMN owner_pid;
          UPDATE heddle.meta SET value = '1' WHERE key = 'schema_version'",
     );
     let s = PgStore::open(&url).unwrap();
@@ -164,7 +165,7 @@ fn a_version_1_store_migrates_and_its_run_headers_are_verified() {
         &url,
         "SELECT value FROM heddle.meta WHERE key = 'schema_version'",
     );
-    assert_eq!(version[0][0].as_deref(), Some("3"));
+    assert_eq!(version[0][0].as_deref(), Some("4"));
     assert_eq!(s.header(&a.run_id).unwrap(), a);
     assert_eq!(s.header(&b.run_id).unwrap(), b);
     support::sql(

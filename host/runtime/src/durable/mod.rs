@@ -327,6 +327,7 @@ pub fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value {
         "plan": header.run.plan,
         "state": view.state,
         "owner_pid": view.owner_pid,
+        "owner_host": view.owner_host,
         "epoch": view.epoch,
         "pause": view.pause,
         "error": view.error,

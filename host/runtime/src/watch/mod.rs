@@ -192,7 +192,6 @@ impl Watch {
     }
 }
 
-/// Refuses to take over a run a watchdog holds, or one a dead watchdog left locked.
 /// Refuses a watchdog on a store several hosts share: its lock, state and worker are of
 /// one machine, and there the hosts are the watchdogs (`heddle serve` adopts a run whose
 /// process died once its lease expires). Before anything is written.
@@ -206,6 +205,7 @@ fn refuse_shared(settings: &Settings) -> Result<(), Error> {
     }
 }
 
+/// Refuses to take over a run a watchdog holds, or one a dead watchdog left locked.
 pub fn refuse_if_locked(settings: &Settings, run: &str) -> Result<(), Error> {
     let path = heddle_store::lock::lock_path(settings.store.path(), run);
     if !path.exists() {

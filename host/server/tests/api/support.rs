@@ -14,7 +14,6 @@ use axum::http::{Request, header};
 use axum::response::Response;
 use heddle_runtime::{Overrides, Runtime, ServeOverrides, Settings, Supervise};
 use heddle_server::Host;
-use heddle_store::RunStore as _;
 use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
@@ -153,7 +152,8 @@ impl TestServer {
         std::fs::write(&config, format!("{base}{}", setup.config)).unwrap();
         let database = match &setup.store {
             Store::File => None,
-            Store::Shared => Some(pg::fresh_database()),
+            // The helper runs a small runtime of its own: off this one's threads.
+            Store::Shared => Some(tokio::task::spawn_blocking(pg::fresh_database).await.unwrap()),
             Store::Joined(url) => Some(url.clone()),
         };
         let settings = Settings::load(&Overrides {
