@@ -80,9 +80,9 @@ impl Hosts {
             Some(_) => {
                 format!("SELECT count(*) FROM heddle.events WHERE run_id = '{id}'{filter}")
             }
-            None => format!(
-                "SELECT coalesce(max(seq) + 1, 0) FROM heddle.events WHERE run_id = '{id}'"
-            ),
+            None => {
+                format!("SELECT coalesce(max(seq) + 1, 0) FROM heddle.events WHERE run_id = '{id}'")
+            }
         };
         pg::query(&self.url, &q)[0][0]
             .as_deref()
@@ -258,7 +258,12 @@ fn a_killed_hosts_runs_are_adopted_by_the_others_and_finish_without_repeating_an
     let victim = rt.block_on(driving(&apis[0]));
     assert_eq!(victim.len(), 2, "h1 drives what it created");
     until("h1's runs are under way", || {
-        hosts.effects().keys().filter(|k| k.starts_with("r0")).count() >= 2
+        hosts
+            .effects()
+            .keys()
+            .filter(|k| k.starts_with("r0"))
+            .count()
+            >= 2
     });
     let mut servers = servers.into_iter();
     let h1 = servers.next().unwrap();
@@ -298,7 +303,7 @@ fn a_host_stopped_past_its_lease_writes_nothing_more_once_continued_and_stops_it
     let (api_a, api_b) = (Api::of(&a), Api::of(&b));
     let rt = rt();
     let id = rt.block_on(api_a.create(&fan(&data, "s", 6, "0.3")));
-    assert_eq!(rt.block_on(driving(&api_a)), [id.clone()]);
+    assert_eq!(rt.block_on(driving(&api_a)), std::slice::from_ref(&id));
     until("the run is under way", || !hosts.effects().is_empty());
     a.signal("-STOP");
     // Host b adopts the run once host a's lease expired, and takes it to its end (a
@@ -321,7 +326,11 @@ fn a_host_stopped_past_its_lease_writes_nothing_more_once_continued_and_stops_it
     });
     // Whatever it had in flight was refused: not one record more, no effect more.
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(hosts.records(&id, None), records, "host a wrote after it was continued");
+    assert_eq!(
+        hosts.records(&id, None),
+        records,
+        "host a wrote after it was continued"
+    );
     assert_eq!(hosts.effects(), effects);
     assert_eq!(rt.block_on(api_a.show(&id))["state"], "completed");
     drop(b);
@@ -455,7 +464,10 @@ fn bad_input_at_start_is_refused_naming_it_with_nothing_written() {
     for (store, says) in [
         ("postgres://", "names no host"),
         ("postgres://u@h:notaport/db", "invalid"),
-        ("postgres://postgres@127.0.0.1:1/x", "no PostgreSQL server answers"),
+        (
+            "postgres://postgres@127.0.0.1:1/x",
+            "no PostgreSQL server answers",
+        ),
         (
             &pg::with_db(&admin, "no_such_database_here") as &str,
             "does not exist",

@@ -182,8 +182,7 @@ async fn take_claimed(
     let run_id = id.clone();
     let taken = async {
         heddle_runtime::watch::refuse_if_locked(host.runtime().settings(), &id)?;
-        let (header, records, view) =
-            blocking(move || session::inspect(&*store, &run_id)).await?;
+        let (header, records, view) = blocking(move || session::inspect(&*store, &run_id)).await?;
         if !matches!(
             view.state,
             RunState::Running | RunState::Interrupted | RunState::Queued
@@ -204,10 +203,7 @@ async fn take_claimed(
         Ok(true) => {}
         Ok(false) => hand_back(fleet, &id, false).await,
         Err(e) => {
-            tracing::warn!(
-                "run {id} not taken: {}",
-                heddle_core::text::error_chain(&e)
-            );
+            tracing::warn!("run {id} not taken: {}", heddle_core::text::error_chain(&e));
             hand_back(fleet, &id, false).await;
         }
     }
@@ -250,13 +246,7 @@ async fn heartbeat(host: Arc<Host>, fleet: Arc<dyn Fleet>, api: String, ttl: Dur
                 }
                 last_ok = Instant::now();
                 for l in hb.lost {
-                    if host.lose(&l.run_id, l.epoch) {
-                        tracing::warn!(
-                            "run {}: this host lost its lease (epoch {}); another host may drive it now, so it is stopped here and nothing more of it is written",
-                            l.run_id,
-                            l.epoch
-                        );
-                    }
+                    host.lose(&l.run_id, l.epoch);
                 }
             }
             Err(StoreError::HostLost { why, .. }) => {

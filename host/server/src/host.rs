@@ -477,8 +477,14 @@ impl Host {
             // Whoever drives it (another host, a command line) is asked through the store
             // and records the cancel itself; one nobody drives is cancelled here.
             return blocking(move || {
-                durable::cancel::cancel_run(&store, &run_id, &secrets, CANCEL_WAIT, &mut |_: &str| {})
-                    .map(|_| ())
+                durable::cancel::cancel_run(
+                    &store,
+                    &run_id,
+                    &secrets,
+                    CANCEL_WAIT,
+                    &mut |_: &str| {},
+                )
+                .map(|_| ())
             })
             .await;
         }
@@ -535,7 +541,12 @@ impl Host {
 
     /// Hands a durable run to a task of its own that drives it to its ending, once
     /// `slot` (when given) or a worker slot.
-    fn spawn(self: &Arc<Self>, drive: Drive, supervise: Supervise, slot: Option<OwnedSemaphorePermit>) {
+    fn spawn(
+        self: &Arc<Self>,
+        drive: Drive,
+        supervise: Supervise,
+        slot: Option<OwnedSemaphorePermit>,
+    ) {
         let mut drive = drive.stopped_by(&self.shutdown);
         // A durable drive always has its session.
         let (run_id, epoch) = match drive.session() {
@@ -584,8 +595,15 @@ impl Host {
                 }
             };
             let outcome = drive.run_when(host.runtime.registry(), slot).await;
-            if let Err(e) = &outcome {
-                tracing::error!("run {run_id}: {}", heddle_core::text::error_chain(e));
+            match &outcome {
+                // Found by its own writes before a renewal found it: the same loss.
+                Err(Error::Store(e)) if e.is_lost_lease() => {
+                    if !lost.swap(true, Ordering::SeqCst) {
+                        tracing::warn!("{}", lost_lease(&run_id, epoch));
+                    }
+                }
+                Err(e) => tracing::error!("run {run_id}: {}", heddle_core::text::error_chain(e)),
+                Ok(_) => {}
             }
             // On a shared store, a run left without an ending (this host shutting down,
             // or its driver failed) goes back to the queue: a host continues it from its
@@ -597,7 +615,9 @@ impl Host {
             {
                 let (f, r) = (fleet.clone(), run_id.clone());
                 if let Err(e) = blocking(move || f.release(&r, epoch, true)).await {
-                    tracing::warn!("run {run_id}: not handed back ({e}); its lease expires on its own");
+                    tracing::warn!(
+                        "run {run_id}: not handed back ({e}); its lease expires on its own"
+                    );
                 }
             }
             if let Some(d) = desk {
@@ -631,15 +651,15 @@ impl Host {
     /// Stops driving run `id` (held at `epoch`) because its lease was lost: another host
     /// may drive it now. Its writes are refused by the store already; this stops its
     /// work and gives nothing back. Whether such a driver was found.
-    pub(crate) fn lose(&self, id: &str, epoch: u64) -> bool {
+    pub(crate) fn lose(&self, id: &str, epoch: u64) {
         let active = self.active();
-        match active.get(id) {
-            Some(a) if a.epoch == epoch => {
-                a.lost.store(true, Ordering::SeqCst);
-                a.control.stop();
-                true
+        if let Some(a) = active.get(id)
+            && a.epoch == epoch
+        {
+            if !a.lost.swap(true, Ordering::SeqCst) {
+                tracing::warn!("{}", lost_lease(id, epoch));
             }
-            _ => false,
+            a.control.stop();
         }
     }
 
@@ -653,6 +673,13 @@ impl Host {
             Err(_) => self.active().len().max(1),
         }
     }
+}
+
+/// What a host says when it lost the lease of run `id` (held at `epoch`).
+fn lost_lease(id: &str, epoch: u64) -> String {
+    format!(
+        "run {id}: this host lost its lease (epoch {epoch}): another host may drive it now, so it is stopped here and nothing more of it is written"
+    )
 }
 
 /// Runs blocking store work (SQLite, waits for synced writes) off the async threads.

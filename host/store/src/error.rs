@@ -276,6 +276,17 @@ impl StoreError {
     /// The store could not be reached for a moment (a dropped connection, a server
     /// restarting, no answer in time): the same call may succeed later. Everything else
     /// is final.
+    /// This process no longer owns the run it was writing: another took it over (a
+    /// higher epoch) or its lease expired unrenewed. Nothing more of the run is written
+    /// by this process; its owner (if any) is someone else.
+    pub fn is_lost_lease(&self) -> bool {
+        match self {
+            StoreError::Fenced { .. } | StoreError::RunLeaseLost { .. } => true,
+            StoreError::WriterStopped(e) => e.is_lost_lease(),
+            _ => false,
+        }
+    }
+
     pub fn is_transient(&self) -> bool {
         matches!(self, StoreError::Unavailable { .. })
     }

@@ -38,7 +38,9 @@ async fn list(State(api): State<Api>) -> Result<Json<serde_json::Value>, ApiErro
     let f = fleet.clone();
     let hosts = tokio::task::spawn_blocking(move || f.hosts())
         .await
-        .map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+        .map_err(|e| {
+            ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        })??;
     let me = fleet.host_id().to_string();
     let list: Vec<_> = hosts
         .iter()
@@ -51,5 +53,7 @@ async fn list(State(api): State<Api>) -> Result<Json<serde_json::Value>, ApiErro
             v
         })
         .collect();
-    Ok(Json(json!({ "shared": true, "this_host": me, "hosts": list })))
+    Ok(Json(
+        json!({ "shared": true, "this_host": me, "hosts": list }),
+    ))
 }

@@ -69,7 +69,7 @@ async fn a_run_one_host_drives_is_listed_shown_streamed_and_cancelled_through_th
     };
     let id = a.create(&waiting(&a)).await;
     until("the run started on host a", async || started(&a) == 1).await;
-    assert_eq!(a.host.driving(), [id.clone()]);
+    assert_eq!(a.host.driving(), std::slice::from_ref(&id));
 
     // Host b lists and shows it: running, driven by host a.
     let list = b.runs().await;
@@ -102,7 +102,10 @@ async fn a_run_one_host_drives_is_listed_shown_streamed_and_cancelled_through_th
     assert_eq!(stream.last().unwrap().2["status"], "cancelled");
     assert!(kinds.contains(&"cancel_requested"), "{kinds:?}");
     // Host a ended it itself (its own driver wrote every record), and let it go.
-    until("host a's driver ended", async || a.host.driving().is_empty()).await;
+    until("host a's driver ended", async || {
+        a.host.driving().is_empty()
+    })
+    .await;
     let show = a.show(&id).await;
     assert_eq!(show["state"], "cancelled", "{show:#}");
     let records = show["records"].as_u64().unwrap();
@@ -144,11 +147,13 @@ async fn an_escalation_of_a_run_one_host_drives_is_listed_and_answered_through_t
     assert_eq!(list[0]["allowed"], json!(["retry", "skip", "fail"]));
     let eid = list[0]["id"].as_str().unwrap().to_string();
     // Refusals come back as host a gave them: a verdict outside the allowed set.
-    let (status, body) = b
-        .answer(&id, &eid, json!({"verdict": "substitute"}))
-        .await;
+    let (status, body) = b.answer(&id, &eid, json!({"verdict": "substitute"})).await;
     assert_eq!(status, 409, "{body:#}");
-    assert_eq!(body["allowed"], json!(["retry", "skip", "fail"]), "{body:#}");
+    assert_eq!(
+        body["allowed"],
+        json!(["retry", "skip", "fail"]),
+        "{body:#}"
+    );
     // The person fixes the cause and says retry through host b.
     std::fs::write(a.dir.path().join("data/ready.txt"), "ready\n").unwrap();
     let (status, body) = b
@@ -193,7 +198,7 @@ async fn a_run_created_while_every_slot_is_taken_is_queued_and_claimed_by_a_free
     .await;
     // It writes to host a's data directory (the graph names it): both started.
     until("the second run started", async || started(&a) == 2).await;
-    assert_eq!(a.host.driving(), [first.clone()]);
+    assert_eq!(a.host.driving(), std::slice::from_ref(&first));
     assert_eq!(b.show(&second).await["owner_host"], host_id(&b));
     // Each cancelled through the host that does not drive it.
     for (id, via) in [(&first, &b), (&second, &a)] {

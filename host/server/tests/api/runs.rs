@@ -76,7 +76,9 @@ async fn a_created_run_finishes_and_its_events_resume_after_last_event_id(store:
 /// A `Last-Event-ID` past the end of the log, up to the largest number a header can
 /// carry, is an empty stream (nothing follows it), not a panic or a replay of the whole
 /// log; one that is not a record's number is refused.
-async fn a_last_event_id_past_the_end_is_an_empty_stream_and_a_malformed_one_is_refused(store: Store) {
+async fn a_last_event_id_past_the_end_is_an_empty_stream_and_a_malformed_one_is_refused(
+    store: Store,
+) {
     let s = TestServer::on(store).await;
     let id = s.create(CHAIN).await;
     let all = s.events(&id, None).await;

@@ -153,7 +153,11 @@ impl TestServer {
         let database = match &setup.store {
             Store::File => None,
             // The helper runs a small runtime of its own: off this one's threads.
-            Store::Shared => Some(tokio::task::spawn_blocking(pg::fresh_database).await.unwrap()),
+            Store::Shared => Some(
+                tokio::task::spawn_blocking(pg::fresh_database)
+                    .await
+                    .unwrap(),
+            ),
             Store::Joined(url) => Some(url.clone()),
         };
         let settings = Settings::load(&Overrides {
@@ -390,4 +394,3 @@ pub fn parse_sse(text: &str) -> Vec<(u64, String, Value)> {
 pub fn graph(text: &str) -> Value {
     serde_json::from_str(text).unwrap()
 }
-

@@ -349,9 +349,7 @@ impl LeaseNow {
     /// it out: a resume right after a crash goes ahead).
     pub(crate) fn binds(&self) -> bool {
         let dead_here = match (&self.hostname, self.pid) {
-            (Some(h), Some(pid)) => {
-                *h == lease::host_name() && !crate::status::pid_alive(pid)
-            }
+            (Some(h), Some(pid)) => *h == lease::host_name() && !crate::status::pid_alive(pid),
             _ => false,
         };
         self.live && !dead_here
@@ -832,7 +830,13 @@ impl Inner {
                          expires_at = now() + $3::bigint * interval '1 millisecond',
                          owner_hostname = $4, owner_pid = $5
                      WHERE run_id = $1 RETURNING owner_epoch",
-                    &[&run_id, &self.host_id, &self.ttl_ms(), &self.hostname, &self.pid],
+                    &[
+                        &run_id,
+                        &self.host_id,
+                        &self.ttl_ms(),
+                        &self.hostname,
+                        &self.pid,
+                    ],
                 )
                 .await
                 .map_err(Pg::op(OP))?
