@@ -551,7 +551,7 @@ fn live(run_id: &str, view: &RunView) -> StoreError {
             run: run_id.to_string(),
             host: host.clone(),
             epoch: view.epoch,
-            left_ms: 0,
+            left_ms: view.lease_left_ms.unwrap_or(0),
         },
         None => StoreError::Live {
             run: run_id.to_string(),

@@ -427,7 +427,12 @@ impl RunStore for SqliteStore {
             params![run_id, now_ms() as i64, std::process::id() as i64],
         )
         .map_err(StoreError::sql(WHAT))?;
-        tx.commit().map_err(StoreError::sql(WHAT))
+        tx.commit().map_err(StoreError::sql(WHAT))?;
+        // This process's subscribers (its one host) hear of it at once.
+        self.hub.send(crate::fleet::Wake::Cancel {
+            run_id: run_id.to_string(),
+        });
+        Ok(())
     }
 
     fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError> {

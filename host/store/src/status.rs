@@ -126,6 +126,8 @@ pub enum Liveness {
         /// The host whose live lease drives the run (none: nobody holds it, or its
         /// holder was a process of this machine that died).
         holder: Option<String>,
+        /// Milliseconds that lease has left without renewal.
+        left_ms: u64,
         /// Waiting for a host to claim it.
         queued: bool,
     },
@@ -139,6 +141,10 @@ pub struct RunView {
     /// The host whose lease drives it, on a store several hosts share.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner_host: Option<String>,
+    /// Milliseconds that host's lease has left without renewal (renewed every third of
+    /// its TTL while the host lives).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_left_ms: Option<u64>,
     pub epoch: u64,
     pub pause: Option<OpenPause>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -164,6 +170,7 @@ impl RunView {
             state: RunState::Interrupted,
             owner_pid: None,
             owner_host: None,
+            lease_left_ms: None,
             epoch: 0,
             pause: None,
             error: None,
@@ -323,7 +330,11 @@ impl RunView {
     pub fn fold_as(records: &[Stored], liveness: &Liveness) -> RunView {
         match liveness {
             Liveness::Process => RunView::fold(records, pid_alive),
-            Liveness::Lease { holder, queued } => {
+            Liveness::Lease {
+                holder,
+                queued,
+                left_ms,
+            } => {
                 let mut v = RunView::fold(records, |_| holder.is_some());
                 if v.state == RunState::Interrupted && v.pause.is_none() {
                     if holder.is_some() {
@@ -332,8 +343,9 @@ impl RunView {
                         v.state = RunState::Queued;
                     }
                 }
-                if v.state == RunState::Running {
+                if v.state == RunState::Running && holder.is_some() {
                     v.owner_host = holder.clone();
+                    v.lease_left_ms = Some(*left_ms);
                 }
                 v
             }

@@ -110,6 +110,9 @@ fn commands_reach_the_owner_and_their_outcomes_the_sender(b: Backend) {
     assert_eq!(next(), Some(Wake::Work { run_id: id.clone() }));
     let claimed = fleet.claim(1).unwrap();
     let epoch = claimed[0].epoch;
+    // A cancel asked for beside the log wakes the owner's host at once.
+    runs.request_cancel(&id).unwrap();
+    assert_eq!(next(), Some(Wake::Cancel { run_id: id.clone() }));
 
     let cancel = fleet
         .send_command(&id, "cancel", &serde_json::json!({"by": "alice"}))

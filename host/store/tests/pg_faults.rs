@@ -141,6 +141,9 @@ struct Proxy {
     requests: Arc<AtomicBool>,
     /// Drop what the server answers.
     answers: Arc<AtomicBool>,
+    /// Drop every answer from the next `COMMIT` a client sends on (the commit reaches
+    /// the server, its answer never reaches the client).
+    cut_at_commit: Arc<AtomicBool>,
 }
 
 impl Proxy {
@@ -149,7 +152,8 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(AtomicBool::new(false));
         let answers = Arc::new(AtomicBool::new(false));
-        let (rq, an) = (requests.clone(), answers.clone());
+        let cut_at_commit = Arc::new(AtomicBool::new(false));
+        let (rq, an, cut) = (requests.clone(), answers.clone(), cut_at_commit.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
@@ -160,19 +164,29 @@ impl Proxy {
                     client.try_clone().unwrap(),
                     server.try_clone().unwrap(),
                     rq.clone(),
+                    Some((cut.clone(), an.clone())),
                 );
-                pipe(server, client, an.clone());
+                pipe(server, client, an.clone(), None);
             }
         });
         Proxy {
             port,
             requests,
             answers,
+            cut_at_commit,
         }
     }
 }
 
-fn pipe(mut from: TcpStream, mut to: TcpStream, drop_all: Arc<AtomicBool>) {
+/// Copies `from` to `to`, dropping everything while `drop_all`; with `at_commit`
+/// (armed, answers), a chunk holding `COMMIT` while armed black-holes the answers before
+/// it goes on.
+fn pipe(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    drop_all: Arc<AtomicBool>,
+    at_commit: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>,
+) {
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 64 << 10];
         loop {
@@ -182,6 +196,12 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, drop_all: Arc<AtomicBool>) {
             };
             if drop_all.load(Ordering::SeqCst) {
                 continue;
+            }
+            if let Some((armed, answers)) = &at_commit
+                && armed.load(Ordering::SeqCst)
+                && buf[..n].windows(6).any(|w| w == b"COMMIT")
+            {
+                answers.store(true, Ordering::SeqCst);
             }
             if to.write_all(&buf[..n]).is_err() {
                 break;
@@ -291,4 +311,50 @@ fn a_black_holed_connection_fails_appends_as_unreachable_and_never_as_written() 
     log.close().unwrap();
     let want: Vec<(String, u32)> = (0..6).map(|i| ("a".to_string(), i)).collect();
     assert_eq!(numbered(&direct, &id), want);
+}
+
+/// A take-over that committed but whose answer was lost (the connection black-holed
+/// right after its `COMMIT` left) is tried again once the database answers, and the
+/// retry recognises the take-over as its own: it succeeds at the epoch it took, with
+/// its opening records written once, instead of reading as another process's.
+#[test]
+fn a_take_over_whose_answer_was_lost_is_recognised_as_its_own_on_retry() {
+    if support::skip_pg() {
+        return;
+    }
+    let url = support::fresh_database();
+    let proxy = Proxy::start(port_of(&url));
+    let opts = PgOptions {
+        op_timeout: Duration::from_millis(800),
+        connect_timeout: Duration::from_millis(800),
+        keep_leases: false,
+        ..PgOptions::default()
+    };
+    let store = PgStore::open_with(&through(&url, &proxy), opts).unwrap();
+    let direct = PgStore::open(&url).unwrap();
+    let id = direct.create_run(&new_run()).unwrap().run_id;
+    proxy.cut_at_commit.store(true, Ordering::SeqCst);
+    let healer = {
+        let (answers, cut) = (proxy.answers.clone(), proxy.cut_at_commit.clone());
+        std::thread::spawn(move || {
+            // Until the first COMMIT went by, then a while longer.
+            while !answers.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            cut.store(false, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_secs(2));
+            answers.store(false, Ordering::SeqCst);
+        })
+    };
+    let opening = |epoch| vec![started("open", epoch as u32)];
+    let epoch = store.take_over(&id, 0, &opening).unwrap();
+    healer.join().unwrap();
+    assert_eq!(
+        numbered(&direct, &id),
+        [("open".to_string(), epoch as u32)],
+        "the opening records once, for the epoch taken"
+    );
+    let lease = direct.lease(&id).unwrap();
+    assert_eq!(lease.epoch, epoch);
+    assert_eq!(lease.owner_host.as_deref(), Some(store.host_id()));
 }

@@ -328,6 +328,7 @@ pub fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value {
         "state": view.state,
         "owner_pid": view.owner_pid,
         "owner_host": view.owner_host,
+        "lease_left_ms": view.lease_left_ms,
         "epoch": view.epoch,
         "pause": view.pause,
         "error": view.error,

@@ -1395,6 +1395,7 @@ impl RunStore for PgStore {
         Ok(crate::status::Liveness::Lease {
             holder: if l.binds() { l.host.clone() } else { None },
             queued: l.state == "queued",
+            left_ms: l.left_ms,
         })
     }
 
