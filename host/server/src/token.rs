@@ -74,54 +74,65 @@ pub const TOKEN_HEX_DIGITS: usize = TOKEN_BYTES * 2;
 #[derive(Clone)]
 pub struct Token(String);
 
-/// Loads the token at `path`, or makes one there. The bool says it is new (the caller
-/// prints it that one time).
+/// Loads the token at `path`, or makes one there (and the directory it is in). The bool
+/// says it is new (the caller prints it that one time). Made whole before it appears
+/// under its name, so hosts starting together (several on one database) all read the
+/// one that won, never a file half written.
 pub fn load_or_create(path: &Path) -> Result<(Token, bool), TokenError> {
     let io = |source| TokenError::Io {
         path: path.to_path_buf(),
         source,
     };
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
-        Ok(mut f) => {
-            let mut bytes = [0u8; TOKEN_BYTES];
-            std::fs::File::open("/dev/urandom")
-                .and_then(|mut r| r.read_exact(&mut bytes))
-                .map_err(io)?;
-            let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            f.write_all(format!("{text}\n").as_bytes()).map_err(io)?;
-            f.sync_all().map_err(io)?;
-            Ok((Token(text), true))
+    if !path.exists() {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let mode = std::fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(TokenError::Exposed {
-                    path: path.to_path_buf(),
-                    mode,
-                });
-            }
-            let text = std::fs::read_to_string(path).map_err(io)?;
-            let text = text.trim();
-            if text.is_empty() || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(TokenError::Malformed {
-                    path: path.to_path_buf(),
-                });
-            }
-            if text.len() < TOKEN_HEX_DIGITS {
-                return Err(TokenError::Short {
-                    path: path.to_path_buf(),
-                    len: text.len(),
-                });
-            }
-            Ok((Token(text.to_string()), false))
+        let mut bytes = [0u8; TOKEN_BYTES];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut r| r.read_exact(&mut bytes))
+            .map_err(io)?;
+        let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let tmp = path.with_extension(format!("token.{}", std::process::id()));
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| {
+                f.write_all(format!("{text}\n").as_bytes())?;
+                f.sync_all()
+            })
+            .and_then(|()| std::fs::hard_link(&tmp, path));
+        let _ = std::fs::remove_file(&tmp);
+        match written {
+            Ok(()) => return Ok((Token(text), true)),
+            // Another process made it first: that one is the token.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(e)),
         }
-        Err(e) => Err(io(e)),
     }
+    let mode = std::fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(TokenError::Exposed {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    let text = std::fs::read_to_string(path).map_err(io)?;
+    let text = text.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(TokenError::Malformed {
+            path: path.to_path_buf(),
+        });
+    }
+    if text.len() < TOKEN_HEX_DIGITS {
+        return Err(TokenError::Short {
+            path: path.to_path_buf(),
+            len: text.len(),
+        });
+    }
+    Ok((Token(text.to_string()), false))
 }
 
 impl Token {
