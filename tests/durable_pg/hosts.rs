@@ -172,38 +172,6 @@ pub async fn driving(api: &Api) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Waits for run `id` to end, through any host's API: a run whose host died is
-/// interrupted until another adopts it (its lease expired), and queued until one has a
-/// slot; a reconcile pause (uncertain work after a crash) is resumed explicitly, which
-/// offers that work again. Returns the run and the number of such re-offers.
-pub async fn to_end(api: &Api, id: &str) -> (Value, usize) {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let mut reoffers = 0;
-    loop {
-        // Follows the log while some host drives the run.
-        let _ = api.events(id, None).await;
-        let show = api.show(id).await;
-        match show["state"].as_str().unwrap() {
-            "completed" | "failed" | "cancelled" => return (show, reoffers),
-            "paused" if show["pause"]["why"] == "reconcile" => {
-                reoffers += 1;
-                let pause = show["pause"]["event"].clone();
-                let (status, body) = api
-                    .call(
-                        "POST",
-                        &format!("/api/runs/{id}/resume"),
-                        Some(json!({ "pause": pause })),
-                    )
-                    .await;
-                assert_eq!(status, 202, "{body:#}");
-            }
-            "paused" => panic!("run {id} paused: {show:#}"),
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-        assert!(Instant::now() < deadline, "run {id} never ended: {show:#}");
-    }
-}
-
 /// Waits (a generous bound; nothing is asserted about the time) until `f` holds.
 pub fn until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -272,7 +240,7 @@ fn a_killed_hosts_runs_are_adopted_by_the_others_and_finish_without_repeating_an
     let survivors: Vec<Server> = servers.collect();
     let api = &apis[1];
     for (tag, id) in &runs {
-        let (show, reoffers) = rt.block_on(to_end(api, id));
+        let (show, reoffers) = rt.block_on(api.drive_to_end(id));
         check_fan(&hosts, &show, tag, 5, reoffers);
     }
     // Each of h1's runs was opened once more, by a host that adopted it after its lease
@@ -311,7 +279,7 @@ fn a_host_stopped_past_its_lease_writes_nothing_more_once_continued_and_stops_it
     until("host b adopted the run", || {
         hosts.records(&id, Some("opened")) >= 2
     });
-    let (show, reoffers) = rt.block_on(to_end(&api_b, &id));
+    let (show, reoffers) = rt.block_on(api_b.drive_to_end(&id));
     check_fan(&hosts, &show, "s", 6, reoffers);
     let records = hosts.records(&id, None);
     let effects = hosts.effects();
@@ -444,7 +412,7 @@ fn a_host_that_shuts_down_hands_its_runs_back_and_another_finishes_them() {
     assert_eq!(held[0][0].as_deref(), Some("0"));
     let api_b = Api::of(&b);
     for (tag, id) in &runs {
-        let (show, reoffers) = rt.block_on(to_end(&api_b, id));
+        let (show, reoffers) = rt.block_on(api_b.drive_to_end(id));
         check_fan(&hosts, &show, tag, 4, reoffers);
     }
 }
@@ -521,6 +489,6 @@ fn bad_input_at_start_is_refused_naming_it_with_nothing_written() {
     let rt = rt();
     let api = Api::of(&first);
     let id = rt.block_on(api.create(TINY));
-    let (show, _) = rt.block_on(to_end(&api, &id));
+    let (show, _) = rt.block_on(api.drive_to_end(&id));
     assert_eq!(show["state"], "completed");
 }

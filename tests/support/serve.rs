@@ -246,11 +246,14 @@ impl Api {
 
     /// Waits for run `id` to finish; a reconcile pause (uncertain work after a crash) is
     /// resumed explicitly, which offers that work again. Returns the number of such
-    /// re-offers.
+    /// re-offers. On a database several hosts share, a run whose host died is
+    /// interrupted until another adopts it (its lease expired) and queued until one has
+    /// a slot: waited for too.
     pub async fn drive_to_end(&self, id: &str) -> (Value, usize) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
         let mut reoffers = 0;
-        for _ in 0..20 {
-            // The stream ends when the run is no longer driven here.
+        loop {
+            // The stream ends when no host drives the run any more.
             let _ = self.events(id, None).await;
             let show = self.show(id).await;
             match show["state"].as_str().unwrap() {
@@ -267,12 +270,17 @@ impl Api {
                         .await;
                     assert_eq!(status, 202, "{body:#}");
                 }
-                // Queued for a worker or between records: read the stream again.
-                "running" => {}
+                // Waiting for a worker, a host, or between records: look again.
+                "running" | "queued" | "interrupted" => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await
+                }
                 other => panic!("run {id} is {other}: {show:#}"),
             }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "run {id} made no progress: {show:#}"
+            );
         }
-        panic!("run {id} made no progress");
     }
 }
 

@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::coding::Coding;
 use crate::feed::{Feed, Subscription};
-use crate::host::{Host, RELAY_WAIT};
+use crate::host::{Host, RELAY_WAIT, blocking};
 
 /// How often a host looks for work and for requests whatever it was told: the latency
 /// of a run queued while its wake-up was lost.
@@ -487,16 +487,5 @@ fn ask(
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(100));
-    }
-}
-
-/// Runs blocking store work off the async threads.
-async fn blocking<T: Send + 'static, E: Send + 'static>(
-    f: impl FnOnce() -> Result<T, E> + Send + 'static,
-) -> Result<T, E> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        // The closure panicked: that is a bug, and the server cannot go on sanely.
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }

@@ -683,7 +683,7 @@ fn lost_lease(id: &str, epoch: u64) -> String {
 }
 
 /// Runs blocking store work (SQLite, waits for synced writes) off the async threads.
-async fn blocking<T: Send + 'static, E: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static, E: Send + 'static>(
     f: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, E> {
     match tokio::task::spawn_blocking(f).await {

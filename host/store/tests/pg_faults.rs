@@ -225,6 +225,20 @@ fn through(url: &str, proxy: &Proxy) -> String {
     )
 }
 
+/// A store at `url` reached through a proxy of its own, with short timeouts (a lost
+/// answer shows within a second), renewing its leases by itself or not.
+fn behind_proxy(url: &str, keep_leases: bool) -> (Proxy, PgStore) {
+    let proxy = Proxy::start(port_of(url));
+    let opts = PgOptions {
+        op_timeout: Duration::from_millis(800),
+        connect_timeout: Duration::from_millis(800),
+        keep_leases,
+        ..PgOptions::default()
+    };
+    let store = PgStore::open_with(&through(url, &proxy), opts).unwrap();
+    (proxy, store)
+}
+
 /// A black-holed connection: an append neither hangs nor reports itself written. It
 /// fails as the store being unreachable within the operation timeout, and the database
 /// holds nothing of it. When only the answer is lost (the append committed), appending
@@ -236,14 +250,8 @@ fn a_black_holed_connection_fails_appends_as_unreachable_and_never_as_written() 
         return;
     }
     let url = support::fresh_database();
-    let proxy = Proxy::start(port_of(&url));
-    let opts = PgOptions {
-        op_timeout: Duration::from_millis(800),
-        connect_timeout: Duration::from_millis(800),
-        ..PgOptions::default()
-    };
-    let store: Arc<dyn RunStore> =
-        Arc::new(PgStore::open_with(&through(&url, &proxy), opts).unwrap());
+    let (proxy, store) = behind_proxy(&url, true);
+    let store: Arc<dyn RunStore> = Arc::new(store);
     let direct = PgStore::open(&url).unwrap();
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
@@ -323,14 +331,7 @@ fn a_take_over_whose_answer_was_lost_is_recognised_as_its_own_on_retry() {
         return;
     }
     let url = support::fresh_database();
-    let proxy = Proxy::start(port_of(&url));
-    let opts = PgOptions {
-        op_timeout: Duration::from_millis(800),
-        connect_timeout: Duration::from_millis(800),
-        keep_leases: false,
-        ..PgOptions::default()
-    };
-    let store = PgStore::open_with(&through(&url, &proxy), opts).unwrap();
+    let (proxy, store) = behind_proxy(&url, false);
     let direct = PgStore::open(&url).unwrap();
     let id = direct.create_run(&new_run()).unwrap().run_id;
     proxy.cut_at_commit.store(true, Ordering::SeqCst);

@@ -119,16 +119,6 @@ async fn a_run_one_host_drives_is_listed_shown_streamed_and_cancelled_through_th
     }
 }
 
-/// Reads `/data/ready.txt` (retry-safe): fails until the file exists.
-const READ: &str = r#"{"format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "p", "type": "heddle.constant", "properties": {"value": "/data/ready.txt"}},
-    {"id": "read", "type": "files.read_text"},
-    {"id": "out", "type": "heddle.output"}],
-  "edges": [
-    {"source": "p", "sourceHandle": "value", "target": "read", "targetHandle": "path"},
-    {"source": "read", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]}"#;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_escalation_of_a_run_one_host_drives_is_listed_and_answered_through_the_other() {
     let Some((a, b)) = two_hosts(Setup {

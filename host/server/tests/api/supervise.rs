@@ -9,16 +9,6 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
-/// Reads `/data/ready.txt` (retry-safe): fails until the file exists.
-const READ: &str = r#"{"format": "heddle.graph", "version": 1,
-  "nodes": [
-    {"id": "p", "type": "heddle.constant", "properties": {"value": "/data/ready.txt"}},
-    {"id": "read", "type": "files.read_text"},
-    {"id": "out", "type": "heddle.output"}],
-  "edges": [
-    {"source": "p", "sourceHandle": "value", "target": "read", "targetHandle": "path"},
-    {"source": "read", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]}"#;
-
 /// Writes into a directory that does not exist (not retry-safe: retry is not allowed).
 const WRITE: &str = r#"{"format": "heddle.graph", "version": 1,
   "nodes": [

@@ -48,6 +48,16 @@ pub const CHAIN: &str = r#"{
   ]
 }"#;
 
+/// Reads `/data/ready.txt` (retry-safe): fails until the file exists.
+pub const READ: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "p", "type": "heddle.constant", "properties": {"value": "/data/ready.txt"}},
+    {"id": "read", "type": "files.read_text"},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [
+    {"source": "p", "sourceHandle": "value", "target": "read", "targetHandle": "path"},
+    {"source": "read", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]}"#;
+
 /// The PostgreSQL server of the tests (a database per test), as the store's tests find
 /// it: `HEDDLE_TEST_PG_URL`, else one started for this binary.
 #[path = "../../../store/tests/support/mod.rs"]
