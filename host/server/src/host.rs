@@ -103,7 +103,7 @@ pub struct Created {
 }
 
 /// How long a host waits for another host to carry out a request about a run that host
-/// drives before it answers that it did not ([`Host::relay`]).
+/// drives before it answers that it did not (a relayed escalation list or answer).
 pub const RELAY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long a cancel of a run another host (or process) drives waits for its owner to

@@ -495,9 +495,9 @@ fn the_lifecycle_records_give_the_state_the_whole_log_gives(b: Backend) {
     let id = store.create_run(&new_run()).unwrap().run_id;
     let epoch = store.acquire(&id).unwrap();
     let whole = |store: &dyn RunStore| {
-        RunView::fold(
+        RunView::fold_as(
             &store.read(&id, 0).unwrap().records,
-            heddle_store::status::pid_alive,
+            &store.liveness(&id).unwrap(),
         )
         .state
     };
@@ -527,12 +527,19 @@ fn the_lifecycle_records_give_the_state_the_whole_log_gives(b: Backend) {
     ]);
     assert_eq!(listed(store), RunState::Paused);
     assert_eq!(listed(store), whole(store));
-    // Resumed by an owner that is gone: interrupted.
+    // Resumed by an owner that is gone: interrupted. (On PostgreSQL the lease says who
+    // holds the run: it names a process of this machine that no longer exists.)
     append(&[
         Record::Resumed { pause: 4 },
         opened(u32::MAX),
         dispatched("c"),
     ]);
+    fresh.tamper(
+        &id,
+        0,
+        "SELECT 1",
+        "UPDATE leases SET owner_pid = 4194305 WHERE run_id = $RUN",
+    );
     assert_eq!(listed(store), RunState::Interrupted);
     assert_eq!(listed(store), whole(store));
     append(&[Record::Finished {
