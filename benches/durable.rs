@@ -65,7 +65,9 @@ fn durable(c: &mut Criterion) {
         .build()
         .expect("tokio runtime");
     let dir = tempfile::tempdir().expect("a scratch directory");
-    let store = dir.path().join("runs.db");
+    let store: Arc<dyn heddle_store::RunStore> = Arc::new(
+        heddle_store::SqliteStore::open(&dir.path().join("runs.db")).expect("the run store"),
+    );
     let effects = dir.path().join("effects");
     std::fs::create_dir_all(&effects).expect("the effects directory");
     let mut reg = Registry::with_builtins();
@@ -93,7 +95,7 @@ fn durable(c: &mut Criterion) {
                 .unwrap_or_else(|e| panic!("{name}: {e}"))
         };
         let durable = || -> BenchRun {
-            heddle_store::bench::timed(&store, |j| bench.run(&rt, &reg, &effects, Some(j)))
+            heddle_store::bench::timed(store.clone(), |j| bench.run(&rt, &reg, &effects, Some(j)))
                 .unwrap_or_else(|e| panic!("{name} durable: {e}"))
                 .run
         };

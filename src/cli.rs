@@ -418,6 +418,10 @@ pub struct BenchArgs {
     /// written ahead); the time includes making the last record durable.
     #[arg(long)]
     pub durable: bool,
+    /// With --durable: measure on this PostgreSQL database (`postgres://…`) instead of a
+    /// scratch SQLite file; the bench's runs are left in it.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
     /// Runtime worker threads (default: one per core); 1 runs everything on a
     /// current-thread runtime. Compare invocations per CPU-second across values to see
     /// how the scheduler scales.

@@ -2,11 +2,13 @@
 //! benches (`heddle_kernel::bench` for native nodes, `heddle_wasm::bench` for WASM
 //! nodes), so figures from either compare.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use heddle_kernel::Registry;
 use heddle_kernel::bench::{self, Shape};
+use heddle_store::RunStore;
 use heddle_wasm::bench::{self as wasm_bench, WasmShape};
 use serde::Serialize;
 
@@ -210,6 +212,28 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     if !args.json {
         println!("{}", threads_line(threads));
     }
+    // The durable runs' store: a scratch file, or (`--store postgres://…`) a database,
+    // where the bench's runs are left.
+    let store: Option<Arc<dyn RunStore>> = match (&args.store, args.durable) {
+        (Some(url), true) => {
+            let loc = heddle_store::StoreLocation::parse(url);
+            if !matches!(loc, heddle_store::StoreLocation::Postgres(_)) {
+                return Err(crate::usage!(
+                    "--store {url}: give a postgres:// URL (without it, --durable measures on a scratch SQLite file)"
+                ));
+            }
+            Some(heddle_store::open(&loc)?.runs())
+        }
+        (Some(_), false) => {
+            return Err(crate::usage!(
+                "--store measures durable runs: add --durable"
+            ));
+        }
+        (None, true) => Some(Arc::new(heddle_store::SqliteStore::open(
+            &scratch_dir().join("runs.db"),
+        )?)),
+        (None, false) => None,
+    };
     let mut all = Vec::new();
     for shape in shapes {
         let size = args.size.unwrap_or_else(|| shape.default_size());
@@ -244,9 +268,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
             if !args.durable {
                 return Ok((run_once(None)?, None));
             }
-            let d = heddle_store::bench::timed(&scratch_dir().join("runs.db"), |journal| {
-                run_once(Some(journal))
-            })?;
+            // Made below whenever --durable is given.
+            let store = store.clone().expect("a run store for --durable");
+            let d = heddle_store::bench::timed(store, |journal| run_once(Some(journal)))?;
             let log = LogFigures::of(d.log, d.run.invocations);
             Ok((d.run, Some(log)))
         };

@@ -393,7 +393,13 @@ pub fn wait_line<T>(rx: &mpsc::Receiver<String>, mut f: impl FnMut(&str) -> Opti
 /// Pseudo-random numbers for kill moments, seeded from the clock, or from
 /// `HEDDLE_TEST_SEED` to replay a failed round; the seed is printed with the test's output.
 pub fn kill_moments() -> impl FnMut() -> u64 {
-    let mut seed: u64 = std::env::var("HEDDLE_TEST_SEED")
+    moments(seed())
+}
+
+/// The seed of a randomized test: `HEDDLE_TEST_SEED` to replay a failed round, else the
+/// clock; printed with the test's output.
+pub fn seed() -> u64 {
+    let seed = std::env::var("HEDDLE_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {
@@ -403,6 +409,12 @@ pub fn kill_moments() -> impl FnMut() -> u64 {
                 .as_nanos() as u64
         });
     eprintln!("seed {seed} (replay with HEDDLE_TEST_SEED={seed})");
+    seed
+}
+
+/// Pseudo-random numbers from `seed` (a linear congruential generator: the same seed,
+/// the same numbers).
+pub fn moments(mut seed: u64) -> impl FnMut() -> u64 {
     move || {
         seed = seed
             .wrapping_mul(6364136223846793005)

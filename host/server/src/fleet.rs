@@ -16,8 +16,8 @@
 //!   and claims nothing until it reaches the database again; a registration found gone
 //!   is made again.
 //! - **Requests for its runs** from other hosts: a cancel ([`Wake::Cancel`]) and the
-//!   commands of [`Host::relay`] (escalations listed and answered), carried out and
-//!   answered through the store.
+//!   commands another host relays to the run's (escalations listed and answered),
+//!   carried out and answered through the store.
 //! - **Runs other hosts drive** are followed from the store for this host's event
 //!   subscribers ([`Host::subscribe`]), one follower per run.
 
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use axum::response::Response;
-use heddle_store::fleet::{Claimed, Wake};
+use heddle_store::fleet::{Claimed, Heartbeat, Wake};
 use heddle_store::session::{self, Resumption};
 use heddle_store::status::{Liveness, RunState};
 use heddle_store::{Fleet, StoreError};
@@ -113,8 +113,9 @@ async fn claim_loop(host: Arc<Host>, fleet: Arc<dyn Fleet>) {
                     Wake::Missed
                 }
             },
-            _ = host.freed.notified() => Wake::Missed,
-            _ = tokio::time::sleep(POLL) => Wake::Missed,
+            // A slot freed, or time to look anyway: claims only.
+            _ = host.freed.notified() => Wake::Work { run_id: String::new() },
+            _ = tokio::time::sleep(POLL) => Wake::Work { run_id: String::new() },
             _ = host.shutdown.cancelled() => return,
         };
         match woken {
@@ -123,6 +124,9 @@ async fn claim_loop(host: Arc<Host>, fleet: Arc<dyn Fleet>) {
             Wake::Missed => {
                 // Whatever was missed: the requests for every run driven here.
                 for run in host.driving() {
+                    if let Ok(true) = cancel_asked(&host, &run).await {
+                        cancel_here(&host, &run);
+                    }
                     carry_out(&host, &run);
                 }
             }
@@ -228,23 +232,54 @@ async fn hand_back(fleet: &Arc<dyn Fleet>, id: &str, requeue: bool) {
 }
 
 /// Renews this host's registration and leases every third of `ttl`; stops the runs
-/// whose leases were lost; registers again when the registration was.
+/// whose leases were lost; registers again when the registration was. A renewal is
+/// waited for a third of the TTL at most (a partition holds a call for the whole
+/// operation timeout): one still without an answer counts as failed, and is not doubled
+/// while it waits. A host that renewed nothing for a whole TTL stops every run by
+/// itself: the others may take them from then on.
 async fn heartbeat(host: Arc<Host>, fleet: Arc<dyn Fleet>, api: String, ttl: Duration) {
-    let mut last_ok = Instant::now();
+    let period = ttl / 3;
+    // When the last renewal that succeeded was sent (its leases last `ttl` from a moment
+    // after that on the database's clock).
+    let mut renewed_at = Instant::now();
     let mut fenced = false;
+    let mut pending: Option<(
+        Instant,
+        tokio::task::JoinHandle<Result<Heartbeat, StoreError>>,
+    )> = None;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(ttl / 3) => {}
+            _ = tokio::time::sleep(period) => {}
             _ = host.shutdown.cancelled() => return,
         }
-        let f = fleet.clone();
-        match blocking(move || f.heartbeat()).await {
+        let (sent, mut renewal) = match pending.take() {
+            Some(p) => p,
+            None => {
+                let f = fleet.clone();
+                (
+                    Instant::now(),
+                    tokio::task::spawn_blocking(move || f.heartbeat()),
+                )
+            }
+        };
+        let answer = match tokio::time::timeout(period, &mut renewal).await {
+            Ok(joined) => joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())),
+            Err(_) => {
+                pending = Some((sent, renewal));
+                Err(StoreError::Unavailable {
+                    target: String::new(),
+                    op: "renewing leases",
+                    source: format!("no answer within {period:?}").into(),
+                })
+            }
+        };
+        match answer {
             Ok(hb) => {
                 if fenced {
                     tracing::info!("leases renewed again; this host claims runs again");
                     fenced = false;
                 }
-                last_ok = Instant::now();
+                renewed_at = sent;
                 for l in hb.lost {
                     host.lose(&l.run_id, l.epoch);
                 }
@@ -255,28 +290,29 @@ async fn heartbeat(host: Arc<Host>, fleet: Arc<dyn Fleet>, api: String, ttl: Dur
                 );
                 stop_all(&host);
                 let (f, a) = (fleet.clone(), api.clone());
+                let now = Instant::now();
                 match blocking(move || f.register(&a)).await {
                     Ok(()) => {
-                        last_ok = Instant::now();
+                        renewed_at = now;
                         tracing::info!("registered again as host {}", fleet.host_id());
                     }
                     Err(e) => tracing::warn!("registering again: {e}"),
                 }
+                // Stopped already; the next renewal says when claims resume.
+                fenced = true;
             }
-            Err(e) => {
-                tracing::warn!("renewing leases: {e}");
-                if !fenced && last_ok.elapsed() >= ttl {
-                    // Every lease this host held has expired for the others: another host
-                    // may take these runs now. Their writes are refused by the store
-                    // anyway; their work stops here too.
-                    tracing::warn!(
-                        "no lease renewed for {} ms (the lease TTL): every run of this host is stopped; claims resume once the database answers",
-                        ttl.as_millis()
-                    );
-                    stop_all(&host);
-                    fenced = true;
-                }
-            }
+            Err(e) => tracing::warn!("renewing leases: {e}"),
+        }
+        if !fenced && renewed_at.elapsed() >= ttl {
+            // Every lease this host held has expired for the others: another host may
+            // take these runs now. Their writes are refused by the store anyway; their
+            // work stops here too.
+            tracing::warn!(
+                "no lease renewed for {} ms (the lease TTL): every run of this host is stopped; claims resume once the database answers",
+                ttl.as_millis()
+            );
+            stop_all(&host);
+            fenced = true;
         }
     }
 }
@@ -300,6 +336,12 @@ fn cancel_here(host: &Arc<Host>, run: &str) {
     if let Some(a) = active.get(run) {
         a.cancel_asked();
     }
+}
+
+/// Whether a cancel of run `run` was asked for through the store.
+async fn cancel_asked(host: &Arc<Host>, run: &str) -> Result<bool, StoreError> {
+    let (store, run) = (host.store.clone(), run.to_string());
+    blocking(move || store.cancel_requested(&run)).await
 }
 
 /// Carries out the pending commands for run `run` if it is driven here, off the claim

@@ -1,8 +1,8 @@
 //! Bench shapes as durable runs, shared by `heddle bench --durable` and the criterion
-//! bench so both measure the same thing: a fresh run in a scratch store, every
-//! invocation written ahead, timed from start to the last record being on disk.
+//! bench so both measure the same thing: a fresh run in a store (a scratch file, or a
+//! PostgreSQL database), every invocation written ahead, timed from start to the last
+//! record being on disk.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,7 +10,7 @@ use heddle_kernel::bench::{BenchError, BenchRun, CpuTime, Shape, run_shape_journ
 use heddle_kernel::{Journal, Registry};
 
 use crate::session::{self, Session};
-use crate::{LogCounters, NewRun, SqliteStore, StoreError};
+use crate::{LogCounters, NewRun, RunStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DurableBenchError {
@@ -27,9 +27,8 @@ pub struct DurableRun {
     pub log: LogCounters,
 }
 
-/// A new run in the store at `path` (created if needed), taken by this process.
-pub fn scratch_session(path: &Path) -> Result<Session, StoreError> {
-    let store = Arc::new(SqliteStore::open(path)?);
+/// A new run in `store`, taken by this process.
+pub fn scratch_session(store: Arc<dyn RunStore>) -> Result<Session, StoreError> {
     let run = NewRun {
         graph_name: "bench".into(),
         graph_bytes: Vec::new(),
@@ -43,14 +42,14 @@ pub fn scratch_session(path: &Path) -> Result<Session, StoreError> {
 }
 
 /// Runs `run` (a bench shape given the journal to write through) as a new durable run
-/// in the store at `path`. Wall and CPU time cover the run and the final sync (a durable
-/// run is not done before its log is), not creating the run, and so do the counters.
-/// Call it outside any runtime: it waits for the disk.
+/// in `store`. Wall and CPU time cover the run and the final sync (a durable run is not
+/// done before its log is), not creating the run, and so do the counters. Call it
+/// outside any runtime: it waits for the disk.
 pub fn timed(
-    path: &Path,
+    store: Arc<dyn RunStore>,
     run: impl FnOnce(Arc<dyn Journal>) -> Result<BenchRun, BenchError>,
 ) -> Result<DurableRun, DurableBenchError> {
-    let session = scratch_session(path)?;
+    let session = scratch_session(store)?;
     let before = session.log.counters();
     let cpu0 = CpuTime::now();
     let t0 = Instant::now();
@@ -63,17 +62,16 @@ pub fn timed(
     Ok(DurableRun { run: r, log })
 }
 
-/// Runs the kernel's `shape` durably on `rt` in a new run of the store at `path`
-/// ([`timed`]).
+/// Runs the kernel's `shape` durably on `rt` in a new run of `store` ([`timed`]).
 pub fn run_shape(
     rt: &tokio::runtime::Runtime,
     registry: &Registry,
     shape: Shape,
     n: usize,
     messages: usize,
-    path: &Path,
+    store: Arc<dyn RunStore>,
 ) -> Result<DurableRun, DurableBenchError> {
-    timed(path, |journal| {
+    timed(store, |journal| {
         rt.block_on(run_shape_journaled(
             registry,
             shape,

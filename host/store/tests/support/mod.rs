@@ -8,7 +8,10 @@
 //! fails; elsewhere it fails too, unless `HEDDLE_SKIP_PG=1` says to skip it.
 #![allow(dead_code)]
 
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use heddle_store::{PgOptions, PgStore, RunStore, SqliteStore};
@@ -375,4 +378,98 @@ impl Fresh {
         let s = "DELETE FROM events WHERE run_id = $RUN AND seq = $SEQ";
         self.tamper(run, seq, s, s);
     }
+}
+
+/// A TCP proxy to `upstream` whose two directions can each be black-holed: bytes are
+/// read and dropped, nothing is closed, as a partition looks to both ends.
+pub struct Proxy {
+    pub port: u16,
+    /// Drop what the client sends.
+    pub requests: Arc<AtomicBool>,
+    /// Drop what the server answers.
+    pub answers: Arc<AtomicBool>,
+    /// Drop every answer from the next `COMMIT` a client sends on (the commit reaches
+    /// the server, its answer never reaches the client).
+    pub cut_at_commit: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    pub fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(AtomicBool::new(false));
+        let answers = Arc::new(AtomicBool::new(false));
+        let cut_at_commit = Arc::new(AtomicBool::new(false));
+        let (rq, an, cut) = (requests.clone(), answers.clone(), cut_at_commit.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                pipe(
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                    rq.clone(),
+                    Some((cut.clone(), an.clone())),
+                );
+                pipe(server, client, an.clone(), None);
+            }
+        });
+        Proxy {
+            port,
+            requests,
+            answers,
+            cut_at_commit,
+        }
+    }
+}
+
+/// Copies `from` to `to`, dropping everything while `drop_all`; with `at_commit`
+/// (armed, answers), a chunk holding `COMMIT` while armed black-holes the answers before
+/// it goes on.
+fn pipe(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    drop_all: Arc<AtomicBool>,
+    at_commit: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>,
+) {
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if drop_all.load(Ordering::SeqCst) {
+                continue;
+            }
+            if let Some((armed, answers)) = &at_commit
+                && armed.load(Ordering::SeqCst)
+                && buf[..n].windows(6).any(|w| w == b"COMMIT")
+            {
+                answers.store(true, Ordering::SeqCst);
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    });
+}
+
+/// The port in `url`.
+pub fn port_of(url: &str) -> u16 {
+    let after = url.rsplit_once('@').map_or(url, |(_, h)| h);
+    let hostport = after.split('/').next().unwrap();
+    hostport.rsplit_once(':').unwrap().1.parse().unwrap()
+}
+
+/// `url` through `proxy`.
+pub fn through(url: &str, proxy: &Proxy) -> String {
+    url.replacen(
+        &format!(":{}/", port_of(url)),
+        &format!(":{}/", proxy.port),
+        1,
+    )
 }

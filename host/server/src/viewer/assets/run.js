@@ -175,7 +175,7 @@ export function showRun(main, id, ctx) {
   // not thrown away by one stray click, and no browser dialog is needed.
   let cancelArmed = 0;
   function cancelButton() {
-    if (model.finished || model.cancelRequested || !["running", "paused", "interrupted"].includes(model.state)) return null;
+    if (model.finished || model.cancelRequested || !["running", "queued", "paused", "interrupted"].includes(model.state)) return null;
     const armed = Date.now() < cancelArmed;
     const b = h("button", { class: "danger", id: "run-cancel", type: "button" }, armed ? "Click again to cancel the run" : "Cancel run");
     b.onclick = async () => {
