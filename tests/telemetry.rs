@@ -218,6 +218,32 @@ fn a_fan_out_sends_one_span_per_attempt_under_its_run_span_with_secrets_masked()
     assert_eq!(printed, ok, "{}", text(&o));
 }
 
+/// The README's example ("Watching Heddle in production"): `examples/documents.json`
+/// run with the receiver, the spans it got printed as a tree with
+/// `cargo test --test telemetry spans_of_an_example -- --nocapture`.
+#[test]
+fn the_spans_of_an_example_print_as_a_tree() {
+    let rx = Receiver::start();
+    let o = support::command(&support::root())
+        .args(["run", "examples/documents.json"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &rx.url)
+        .output()
+        .unwrap();
+    expect(&o, OK);
+    let spans = rx.spans();
+    let tree = otlp::tree(&spans);
+    println!("{tree}");
+    // One run; four documents through three WASM nodes, then the sum: 13 attempts.
+    assert_eq!(named(&spans, "heddle.run").len(), 1, "{tree}");
+    assert_eq!(named(&spans, "heddle.node").len(), 13, "{tree}");
+    assert_eq!(
+        tree.lines()
+            .filter(|l| l.starts_with("    heddle.node"))
+            .count(),
+        13
+    );
+}
+
 /// A durable run under a caller's `TRACEPARENT`, aborted right after the start of its
 /// third write was recorded, and recovered (the recovery pauses on that write, whose
 /// effect is unknown; the user's resume re-offers it): every span is in the caller's trace, the run

@@ -188,3 +188,50 @@ fn value(v: Option<&AnyValue>) -> Value {
         None => Value::Null,
     }
 }
+
+/// `spans` as a tree, children under their parent by start time: one line per span with
+/// its name, duration and `heddle.*` attributes (what a trace viewer shows).
+pub fn tree(spans: &[Span]) -> String {
+    let mut sorted: Vec<&Span> = spans.iter().collect();
+    sorted.sort_by_key(|s| (s.start_ns, s.end_ns));
+    let ids: std::collections::BTreeSet<&str> = sorted.iter().map(|s| s.span_id.as_str()).collect();
+    let mut out = String::new();
+    fn walk(out: &mut String, all: &[&Span], s: &Span, depth: usize) {
+        let attrs: Vec<String> = s
+            .attrs
+            .iter()
+            .filter(|(k, _)| k.starts_with("heddle.") && *k != "heddle.run.id")
+            .map(|(k, v)| match v {
+                Value::String(t) => format!("{k}={t}"),
+                other => format!("{k}={other}"),
+            })
+            .collect();
+        let events: Vec<&str> = s.events.iter().map(|(n, _)| n.as_str()).collect();
+        out.push_str(&format!(
+            "{:indent$}{} {} {:.3} ms{}{}  {}\n",
+            "",
+            s.name,
+            s.span_id,
+            (s.end_ns.saturating_sub(s.start_ns)) as f64 / 1e6,
+            if s.status == 2 { " ERROR" } else { "" },
+            if events.is_empty() {
+                String::new()
+            } else {
+                format!(" events {events:?}")
+            },
+            attrs.join(" "),
+            indent = depth * 2
+        ));
+        for c in all.iter().filter(|c| c.parent == s.span_id) {
+            walk(out, all, c, depth + 1);
+        }
+    }
+    for root in sorted.iter().filter(|s| !ids.contains(s.parent.as_str())) {
+        if !root.parent.is_empty() {
+            out.push_str(&format!("(under the caller's span {})\n", root.parent));
+        }
+        out.push_str(&format!("trace {}\n", root.trace_id));
+        walk(&mut out, &sorted, root, 1);
+    }
+    out
+}
