@@ -39,6 +39,8 @@ pub struct Overrides {
     pub store: Option<String>,
     /// A server's settings (over `[serve]`).
     pub serve: ServeOverrides,
+    /// How the command line writes its log lines (over `[telemetry] log_format`).
+    pub log_format: Option<crate::telemetry::LogFormat>,
 }
 
 /// What a server's caller sets over `[serve]`.
@@ -102,6 +104,8 @@ pub struct Settings {
     pub store: StoreSettings,
     /// A server.
     pub serve: ServeSettings,
+    /// Traces and the log format.
+    pub telemetry: crate::telemetry::TelemetrySettings,
 }
 
 /// Settings of every run.
@@ -146,6 +150,7 @@ impl Settings {
             store.chosen = Some(chosen);
         }
         let serve = ServeSettings::load(&config, &overrides.serve)?;
+        let telemetry = crate::telemetry::TelemetrySettings::load(&config, overrides.log_format)?;
         Ok(Settings {
             config,
             wasm,
@@ -154,6 +159,7 @@ impl Settings {
             run,
             store,
             serve,
+            telemetry,
         })
     }
 
