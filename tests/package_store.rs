@@ -4,6 +4,7 @@
 
 #[path = "../host/wasm/tests/common/mod.rs"]
 mod common;
+mod registry;
 mod support;
 
 use std::path::Path;
@@ -49,7 +50,7 @@ fn concurrent_adds_of_different_packages_keep_both() {
     }
 }
 
-const ECHO: &str = r#"{"format": "heddle.graph", "version": 1, "nodes": [
+pub(crate) const ECHO: &str = r#"{"format": "heddle.graph", "version": 1, "nodes": [
   {"id": "in", "type": "heddle.input", "properties": {"type": "int", "value": 7}},
   {"id": "echo", "type": "hostile.echo"},
   {"id": "out", "type": "heddle.output"}],

@@ -1,10 +1,13 @@
-//! `heddle package add|list|verify|remove`: the package store of heddle-wasm, with what
-//! each package asks for next to what the operator's config grants it.
+//! `heddle package add|build|push|list|verify|remove`: the package store of
+//! heddle-wasm, with what each package asks for next to what the operator's config
+//! grants it; packages fetched from and pushed to OCI registries (heddle-registry);
+//! source folders built with heddle-package-build.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use heddle_core::CapabilityKind;
-use heddle_wasm::{PackageGrant, WasmPackage};
+use heddle_registry::RegistrySettings;
+use heddle_wasm::{PackageGrant, PackageSource, WasmPackage};
 use serde::Serialize;
 
 use crate::cli::{PackageArgs, PackageCommand};
@@ -26,7 +29,11 @@ pub struct CapabilityLine {
 pub struct PackageInfo {
     pub name: String,
     pub version: String,
+    pub description: String,
     pub sha256: String,
+    /// Where it was fetched from, for a package added from a registry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<PackageSource>,
     pub node_types: Vec<String>,
     pub capabilities: Vec<CapabilityLine>,
 }
@@ -56,7 +63,9 @@ pub fn describe(pkg: &WasmPackage, sha256: &str, grant: &PackageGrant) -> Packag
     PackageInfo {
         name: pkg.name().to_string(),
         version: pkg.manifest.version.clone(),
+        description: pkg.manifest.description.clone(),
         sha256: sha256.to_string(),
+        source: None,
         node_types: pkg
             .declarations()
             .iter()
@@ -75,6 +84,20 @@ fn kind_name(k: CapabilityKind) -> String {
 
 fn print_info(info: &PackageInfo, config: &str) {
     println!("{}@{}  sha256 {}", info.name, info.version, info.sha256);
+    if !info.description.is_empty() {
+        println!("  {}", info.description);
+    }
+    if let Some(s) = &info.source {
+        println!(
+            "  from {} (manifest {}){}",
+            s.reference,
+            s.manifest_digest,
+            s.signer
+                .as_deref()
+                .map(|k| format!(", signed by {k}"))
+                .unwrap_or_default()
+        );
+    }
     println!("  node types: {}", info.node_types.join(", "));
     if info.capabilities.is_empty() {
         println!("  requests no capabilities");
@@ -122,16 +145,53 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
         None => heddle_runtime::config::DEFAULT_FILE.to_string(),
     };
     match args.command {
-        PackageCommand::Add { dir, json } => {
+        PackageCommand::Add {
+            source,
+            json,
+            allow_latest,
+        } => {
             let host = settings.wasm_host()?;
-            let pkg = rt.block_on(store.install(&host, Path::new(&dir)))?;
-            let installed = store
-                .list()?
-                .into_iter()
-                .find(|e| e.name == pkg.name())
-                .map(|e| store.entry_dir(&e))
+            let pkg = match registry_reference(&source)? {
+                None => rt.block_on(store.install(&host, Path::new(&source)))?,
+                Some(reference) => {
+                    let registry = registry_settings(&settings)?;
+                    let opts = heddle_registry::FetchOptions {
+                        allow_latest,
+                        max_component_bytes: settings.wasm.wasm.max_component_bytes,
+                    };
+                    rt.block_on(async {
+                        let fetched = heddle_registry::fetch(
+                            &source,
+                            &reference,
+                            &registry,
+                            &opts,
+                            store.root(),
+                        )
+                        .await?;
+                        if !json {
+                            eprintln!(
+                                "fetched {source}: manifest {}, component {}",
+                                fetched.source.manifest_digest, fetched.source.layer_digest
+                            );
+                        }
+                        let origin = fetched.source.clone();
+                        store
+                            .install_from(&host, &fetched.dir, Some(origin))
+                            .await
+                            .map_err(|e| heddle_registry::RegistryError::Package {
+                                reference: source.clone(),
+                                source: e,
+                            })
+                    })?
+                }
+            };
+            let entry = store.list()?.into_iter().find(|e| e.name == pkg.name());
+            let installed = entry
+                .as_ref()
+                .map(|e| store.entry_dir(e))
                 .unwrap_or_default();
-            let info = describe(&pkg, &pkg.digest, &grant_of(&settings, &pkg));
+            let mut info = describe(&pkg, &pkg.digest, &grant_of(&settings, &pkg));
+            info.source = entry.and_then(|e| e.source);
             if json {
                 println!("{}", serde_json::to_string_pretty(&info)?);
             } else {
@@ -156,7 +216,9 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             let mut infos = Vec::new();
             for e in &entries {
                 let pkg = rt.block_on(store.load(&host, &e.name))?;
-                infos.push(describe(&pkg, &e.sha256, &grant_of(&settings, &pkg)));
+                let mut info = describe(&pkg, &e.sha256, &grant_of(&settings, &pkg));
+                info.source = e.source.clone();
+                infos.push(info);
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(&infos)?);
@@ -192,10 +254,94 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             }
             Ok(if bad == 0 { Exit::Ok } else { Exit::Failed })
         }
+        PackageCommand::Build {
+            dir,
+            out,
+            no_install,
+            no_cache,
+        } => build(&dir, out, no_install, no_cache),
+        PackageCommand::Push {
+            dir,
+            reference,
+            allow_latest,
+        } => {
+            let Some(parsed) = registry_reference(&reference)? else {
+                return Err(crate::usage!(
+                    "`{reference}` is not a registry reference: give oci://REGISTRY/NAMESPACE/NAME:VERSION or namespace:name@version"
+                ));
+            };
+            let registry = registry_settings(&settings)?;
+            let host = settings.wasm_host()?;
+            let pushed = rt.block_on(async {
+                // The whole package is checked first: nothing unloadable is published.
+                let pkg = WasmPackage::load_dir(&host, &dir).await?;
+                anyhow::Ok(
+                    heddle_registry::push(&pkg, &dir, &reference, &parsed, &registry, allow_latest)
+                        .await?,
+                )
+            })?;
+            println!("pushed {} to {}", dir.display(), pushed.location);
+            println!("  manifest {}", pushed.manifest_digest);
+            println!("  component {}", pushed.layer_digest);
+            println!(
+                "  install it with: heddle package add {}@{}",
+                pushed.location.split_once('@').map_or(pushed.location.as_str(), |(l, _)| l),
+                pushed.manifest_digest
+            );
+            Ok(Exit::Ok)
+        }
         PackageCommand::Remove { name } => {
             store.remove(&name)?;
             println!("removed {name}");
             Ok(Exit::Ok)
         }
     }
+}
+
+/// `Some` when `text` is a registry reference rather than a directory (an existing
+/// directory always wins).
+fn registry_reference(text: &str) -> anyhow::Result<Option<heddle_registry::PackageRef>> {
+    if Path::new(text).is_dir() {
+        return Ok(None);
+    }
+    match heddle_registry::fetch::parse(text) {
+        None => Ok(None),
+        Some(r) => Ok(Some(r?)),
+    }
+}
+
+/// `[registry]` of heddle.toml (defaults without one).
+fn registry_settings(settings: &heddle_runtime::Settings) -> anyhow::Result<RegistrySettings> {
+    Ok(settings
+        .config
+        .section::<RegistrySettings>("registry")?
+        .unwrap_or_default())
+}
+
+/// `heddle package build DIR`: the builder of scripts/package-build, in the binary.
+fn build(dir: &Path, out: Option<PathBuf>, no_install: bool, no_cache: bool) -> anyhow::Result<Exit> {
+    use heddle_package_build::{BuildOptions, Toolchains, build_package};
+    let mut opts = BuildOptions {
+        out_dir: out,
+        progress: Some(|line| eprintln!("{line}")),
+        ..BuildOptions::default()
+    };
+    if no_cache {
+        opts.cache_dir = None;
+    }
+    opts.toolchains = Toolchains {
+        install_missing: !no_install,
+        ..Toolchains::default()
+    };
+    let p = build_package(dir, &opts)?;
+    println!(
+        "built {} ({}) -> {}{}  [{:.1} s]",
+        p.name,
+        p.language,
+        p.dir.display(),
+        if p.cached { " (cached)" } else { "" },
+        p.elapsed.as_secs_f64()
+    );
+    println!("  install it with: heddle package add {}", p.dir.display());
+    Ok(Exit::Ok)
 }
