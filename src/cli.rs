@@ -280,6 +280,26 @@ pub enum PackageCommand {
         /// Allow pushing to the tag `latest`.
         #[arg(long)]
         allow_latest: bool,
+        /// Sign what was pushed with this private key (see `package keygen`).
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+    },
+    /// Sign a package in a registry with a private key, in cosign's layout (a manifest
+    /// tagged sha256-<digest>.sig beside it); `package add` checks it against [trust].
+    Sign {
+        /// `oci://REGISTRY/NAMESPACE/NAME:VERSION` (or `@sha256:DIGEST`), or
+        /// `namespace:name@version`.
+        reference: String,
+        /// The private key (PKCS#8 PEM, ECDSA P-256).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        #[arg(long)]
+        allow_latest: bool,
+    },
+    /// Make a signing key pair: FILE (private, mode 600) and FILE.pub (for [trust.keys]).
+    Keygen {
+        /// Where the private key is written (never overwritten).
+        file: PathBuf,
     },
     /// List installed packages with requested and granted capabilities.
     List {

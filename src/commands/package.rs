@@ -158,6 +158,7 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
                     let opts = heddle_registry::FetchOptions {
                         allow_latest,
                         max_component_bytes: settings.wasm.wasm.max_component_bytes,
+                        trust: trust(&settings)?,
                     };
                     rt.block_on(async {
                         let fetched = heddle_registry::fetch(
@@ -264,6 +265,7 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             dir,
             reference,
             allow_latest,
+            key,
         } => {
             let Some(parsed) = registry_reference(&reference)? else {
                 return Err(crate::usage!(
@@ -271,18 +273,33 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
                 ));
             };
             let registry = registry_settings(&settings)?;
+            let key = key
+                .as_deref()
+                .map(heddle_registry::SigningKey::read)
+                .transpose()?;
             let host = settings.wasm_host()?;
             let pushed = rt.block_on(async {
                 // The whole package is checked first: nothing unloadable is published.
                 let pkg = WasmPackage::load_dir(&host, &dir).await?;
                 anyhow::Ok(
-                    heddle_registry::push(&pkg, &dir, &reference, &parsed, &registry, allow_latest)
-                        .await?,
+                    heddle_registry::push(
+                        &pkg,
+                        &dir,
+                        &reference,
+                        &parsed,
+                        &registry,
+                        allow_latest,
+                        key.as_ref(),
+                    )
+                    .await?,
                 )
             })?;
             println!("pushed {} to {}", dir.display(), pushed.location);
             println!("  manifest {}", pushed.manifest_digest);
             println!("  component {}", pushed.layer_digest);
+            if let Some(k) = &key {
+                println!("  signed with key {}", k.public.fingerprint());
+            }
             println!(
                 "  install it with: heddle package add {}@{}",
                 pushed.location.split_once('@').map_or(pushed.location.as_str(), |(l, _)| l),
@@ -290,6 +307,34 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             );
             Ok(Exit::Ok)
         }
+        PackageCommand::Sign {
+            reference,
+            key,
+            allow_latest,
+        } => {
+            let Some(parsed) = registry_reference(&reference)? else {
+                return Err(crate::usage!(
+                    "`{reference}` is not a registry reference: give oci://REGISTRY/NAMESPACE/NAME:VERSION or namespace:name@version"
+                ));
+            };
+            let registry = registry_settings(&settings)?;
+            let key = heddle_registry::SigningKey::read(&key)?;
+            let signed = rt.block_on(heddle_registry::sign(
+                &reference,
+                &parsed,
+                &registry,
+                allow_latest,
+                &key,
+            ))?;
+            println!(
+                "signed {} (manifest {}) with key {}",
+                signed.location,
+                signed.manifest_digest,
+                key.public.fingerprint()
+            );
+            Ok(Exit::Ok)
+        }
+        PackageCommand::Keygen { file } => keygen(&file),
         PackageCommand::Remove { name } => {
             store.remove(&name)?;
             println!("removed {name}");
@@ -343,5 +388,48 @@ fn build(dir: &Path, out: Option<PathBuf>, no_install: bool, no_cache: bool) -> 
         p.elapsed.as_secs_f64()
     );
     println!("  install it with: heddle package add {}", p.dir.display());
+    Ok(Exit::Ok)
+}
+
+/// `[trust]` of heddle.toml, its keys read (relative paths from the file's directory).
+fn trust(settings: &heddle_runtime::Settings) -> anyhow::Result<heddle_registry::Trust> {
+    let section = settings
+        .config
+        .section::<heddle_registry::TrustSettings>("trust")?
+        .unwrap_or_default();
+    Ok(heddle_registry::Trust::load(
+        &section,
+        &settings.config.base_dir(),
+    )?)
+}
+
+/// `heddle package keygen FILE`: a P-256 key pair for `package push --key` and
+/// `package sign`, the public half ready for `[trust.keys]`.
+fn keygen(file: &Path) -> anyhow::Result<Exit> {
+    use std::io::Write as _;
+    let public_path = PathBuf::from(format!("{}.pub", file.display()));
+    for p in [file, public_path.as_path()] {
+        if p.exists() {
+            return Err(crate::usage!("{} exists; not overwriting a key", p.display()));
+        }
+    }
+    let (private, public) =
+        heddle_registry::SigningKey::generate().map_err(|e| anyhow::anyhow!("keygen: {e}"))?;
+    let mut f = {
+        let mut o = std::fs::File::options();
+        o.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+        o.open(file)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?
+    };
+    f.write_all(private.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    std::fs::write(&public_path, public.to_pem())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", public_path.display()))?;
+    println!("private key {} (keep it secret)", file.display());
+    println!("public key  {} ({})", public_path.display(), public.fingerprint());
+    println!("to trust it, in heddle.toml:\n  [trust.keys]\n  NAME = \"{}\"", public_path.display());
     Ok(Exit::Ok)
 }

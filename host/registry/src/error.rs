@@ -94,6 +94,34 @@ pub enum RegistryError {
         expected: String,
         actual: String,
     },
+    #[error(
+        "{reference}: unsigned, and heddle.toml has [trust] require_signatures = true; nothing was installed"
+    )]
+    Unsigned { reference: String },
+    #[error(
+        "{reference}: {found} signature(s), but none by a key in [trust] (trusted: {trusted}); nothing was installed"
+    )]
+    UntrustedSigner {
+        reference: String,
+        found: usize,
+        trusted: String,
+    },
+    #[error(
+        "{reference}: the signature by `{signer}` covers manifest {signed}, not this one ({actual}): it belongs to other bytes; nothing was installed"
+    )]
+    SignedOther {
+        reference: String,
+        signer: String,
+        signed: String,
+        actual: String,
+    },
+    #[error("{reference}: {message}")]
+    BadSignature { reference: String, message: String },
+    #[error("{path}: {message}")]
+    Key {
+        path: std::path::PathBuf,
+        message: String,
+    },
     #[error("{reference}: not a Wasm component package: {message}")]
     NotWasm { reference: String, message: String },
     #[error("{reference}: {source}")]
@@ -121,14 +149,19 @@ impl RegistryError {
             | R::UnknownNamespace { .. }
             | R::WkgConfig { .. }
             | R::TooLarge { .. }
-            | R::NotWasm { .. } => ErrorClass::BadRequest,
+            | R::NotWasm { .. }
+            | R::Key { .. } => ErrorClass::BadRequest,
             R::Unreachable { .. }
             | R::Timeout { .. }
             | R::CredentialsRefused { .. }
             | R::CredentialsRequired { .. }
             | R::NotFound { .. }
             | R::Protocol { .. } => ErrorClass::Registry,
-            R::DigestMismatch { .. } => ErrorClass::Integrity,
+            R::DigestMismatch { .. }
+            | R::Unsigned { .. }
+            | R::UntrustedSigner { .. }
+            | R::SignedOther { .. }
+            | R::BadSignature { .. } => ErrorClass::Integrity,
             R::Package { source, .. } => {
                 if source.is_bad_request() {
                     ErrorClass::BadRequest

@@ -19,6 +19,8 @@ pub struct FetchOptions {
     pub allow_latest: bool,
     /// The largest component taken (`[wasm] max_component_bytes`).
     pub max_component_bytes: u64,
+    /// The publishers' keys signatures are checked against (`[trust]`).
+    pub trust: crate::sign::Trust,
 }
 
 /// A fetched package, staged in a directory of its own (removed when this is dropped).
@@ -123,6 +125,8 @@ async fn fetch_target(
         });
     }
     let checked = artifact::check_manifest(typed, &manifest_bytes, opts.max_component_bytes)?;
+    // Who signed it is settled before its bytes are fetched.
+    let signer = crate::sign::verify(&client, &manifest_digest, &opts.trust).await?;
     let config_bytes = client
         .blob("config", &checked.manifest.config.digest, MAX_DOCUMENT_BYTES)
         .await?;
@@ -169,7 +173,7 @@ async fn fetch_target(
             repository: oci.repository.clone(),
             manifest_digest,
             layer_digest: checked.layer.digest.clone(),
-            signer: None,
+            signer,
         },
         annotations,
         had_manifest,
@@ -219,6 +223,7 @@ pub async fn push(
     reference: &PackageRef,
     settings: &RegistrySettings,
     allow_latest: bool,
+    key: Option<&crate::sign::SigningKey>,
 ) -> Result<Pushed, RegistryError> {
     let target = resolve(typed, reference, settings, allow_latest).await?;
     let Some(tag) = target.oci.tag.clone() else {
@@ -272,9 +277,43 @@ pub async fn push(
         .await?;
     client.push_blob("the config", &config_digest, config.into()).await?;
     let manifest_digest = client.push_manifest(&tag, OCI_MANIFEST, manifest).await?;
+    if let Some(key) = key {
+        crate::sign::push_signature(&client, &manifest_digest, key).await?;
+    }
     Ok(Pushed {
         location: target.oci.to_string(),
         manifest_digest,
         layer_digest,
+    })
+}
+
+/// Signs the package `typed` names, as it is in the registry now: its manifest is
+/// fetched and checked to be a Wasm artifact, and its digest signed.
+pub async fn sign(
+    typed: &str,
+    reference: &PackageRef,
+    settings: &RegistrySettings,
+    allow_latest: bool,
+    key: &crate::sign::SigningKey,
+) -> Result<Pushed, RegistryError> {
+    let target = resolve(typed, reference, settings, allow_latest).await?;
+    let client = Client::new(target.endpoint.clone(), settings.timeout(), true)?;
+    let (bytes, manifest_digest) = client.manifest(target.oci.manifest_reference()).await?;
+    if let Some(pinned) = &target.oci.digest
+        && pinned != &manifest_digest
+    {
+        return Err(RegistryError::DigestMismatch {
+            reference: typed.to_string(),
+            what: "manifest".into(),
+            expected: pinned.clone(),
+            actual: manifest_digest,
+        });
+    }
+    let checked = artifact::check_manifest(typed, &bytes, u64::MAX)?;
+    crate::sign::push_signature(&client, &manifest_digest, key).await?;
+    Ok(Pushed {
+        location: target.oci.to_string(),
+        manifest_digest,
+        layer_digest: checked.layer.digest,
     })
 }

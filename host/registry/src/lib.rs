@@ -15,8 +15,10 @@ pub mod error;
 pub mod fetch;
 pub mod reference;
 pub mod resolve;
+pub mod sign;
 
 pub use error::{ErrorClass, RegistryError};
-pub use fetch::{FetchOptions, Fetched, Pushed, fetch, fetch_pinned, push};
+pub use fetch::{FetchOptions, Fetched, Pushed, fetch, fetch_pinned, push, sign};
 pub use reference::{OciRef, PackageRef};
 pub use resolve::RegistrySettings;
+pub use sign::{SigningKey, Trust, TrustSettings};
