@@ -255,6 +255,9 @@ pub enum PackageCommand {
         /// Take the moving tag `latest` (or a wkg package's newest version).
         #[arg(long)]
         allow_latest: bool,
+        /// Accept an update that asks for more capabilities than the installed version.
+        #[arg(long)]
+        yes: bool,
     },
     /// Build a package source folder (Rust, Python, JavaScript or C) into DIR/dist.
     Build {

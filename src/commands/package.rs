@@ -36,6 +36,133 @@ pub struct PackageInfo {
     pub source: Option<PackageSource>,
     pub node_types: Vec<String>,
     pub capabilities: Vec<CapabilityLine>,
+    /// What the operator's config says about this package.
+    pub grant: GrantState,
+    /// What a re-add changed against the installed version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change: Option<Change>,
+}
+
+/// What re-adding a package changes: shown before it takes effect.
+#[derive(Debug, Serialize)]
+pub struct Change {
+    pub name: String,
+    pub version: (String, String),
+    pub sha256: (String, String),
+    pub signer: (Option<String>, Option<String>),
+    pub node_types_added: Vec<String>,
+    pub node_types_removed: Vec<String>,
+    pub capabilities_added: Vec<String>,
+    pub capabilities_removed: Vec<String>,
+    pub description: String,
+}
+
+/// A package's capability requests as `kind `target``, one each.
+fn requests(pkg: &WasmPackage) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for c in &pkg.manifest.capabilities {
+        out.insert(format!("{} `{}`", kind_name(c.kind), c.target));
+    }
+    for d in pkg.declarations() {
+        for c in &d.capabilities {
+            out.insert(format!("{} `{}`", kind_name(c.kind), c.target));
+        }
+    }
+    out
+}
+
+impl Change {
+    /// `old` is the installed package (`None` when it no longer loads: then everything
+    /// the new one asks for counts as added).
+    fn between(
+        old: Option<&WasmPackage>,
+        old_entry: &heddle_wasm::LockEntry,
+        new: &WasmPackage,
+        origin: Option<&PackageSource>,
+    ) -> Change {
+        let old_types: std::collections::BTreeSet<String> =
+            old_entry.node_types.iter().cloned().collect();
+        let new_types: std::collections::BTreeSet<String> = new
+            .declarations()
+            .iter()
+            .map(|d| d.type_name.clone())
+            .collect();
+        let old_caps = old.map(requests).unwrap_or_default();
+        let new_caps = requests(new);
+        Change {
+            name: new.name().to_string(),
+            version: (old_entry.version.clone(), new.manifest.version.clone()),
+            sha256: (old_entry.sha256.clone(), new.digest.clone()),
+            signer: (
+                old_entry.source.as_ref().and_then(|s| s.signer.clone()),
+                origin.and_then(|s| s.signer.clone()),
+            ),
+            node_types_added: new_types.difference(&old_types).cloned().collect(),
+            node_types_removed: old_types.difference(&new_types).cloned().collect(),
+            capabilities_added: new_caps.difference(&old_caps).cloned().collect(),
+            capabilities_removed: old_caps.difference(&new_caps).cloned().collect(),
+            description: new.manifest.description.clone(),
+        }
+    }
+
+    fn print(&self) {
+        let same = |a: &str, b: &str| if a == b { format!("{a} (unchanged)") } else { format!("{a} -> {b}") };
+        let signer = |s: &Option<String>| s.clone().unwrap_or_else(|| "unsigned".into());
+        println!("update of {} already installed:", self.name);
+        println!("  version {}", same(&self.version.0, &self.version.1));
+        println!("  sha256 {}", same(&self.sha256.0, &self.sha256.1));
+        println!("  signer {}", same(&signer(&self.signer.0), &signer(&self.signer.1)));
+        if !self.description.is_empty() {
+            println!("  description: {}", self.description);
+        }
+        for (what, list) in [
+            ("node types added", &self.node_types_added),
+            ("node types removed", &self.node_types_removed),
+            ("capabilities added", &self.capabilities_added),
+            ("capabilities removed", &self.capabilities_removed),
+        ] {
+            if !list.is_empty() {
+                println!("  {what}: {}", list.join(", "));
+            }
+        }
+    }
+}
+
+/// The operator's grant of a package, as the review shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "state")]
+pub enum GrantState {
+    /// No `[packages.NAME]` section: nothing is granted.
+    None,
+    /// A section without `sha256`: any package of that name receives it.
+    Unpinned,
+    /// A section pinned to these bytes.
+    Pinned,
+    /// A section pinned to other bytes: nothing is granted to these.
+    PinMismatch { pinned: String },
+}
+
+/// What the config grants the package `name` whose component is `digest`, and how.
+fn grant_of(settings: &Settings, name: &str, digest: &str) -> (PackageGrant, GrantState) {
+    let Some(g) = settings.wasm.packages.get(name) else {
+        return (PackageGrant::default(), GrantState::None);
+    };
+    match &g.sha256 {
+        None => (g.clone(), GrantState::Unpinned),
+        Some(p) if p.eq_ignore_ascii_case(digest) => (g.clone(), GrantState::Pinned),
+        Some(p) => (
+            PackageGrant::default(),
+            GrantState::PinMismatch { pinned: p.clone() },
+        ),
+    }
+}
+
+/// A package's review: what it asks for against what `settings` grants it.
+fn review(settings: &Settings, pkg: &WasmPackage, sha256: &str) -> PackageInfo {
+    let (grant, state) = grant_of(settings, pkg.name(), sha256);
+    let mut info = describe(pkg, sha256, &grant);
+    info.grant = state;
+    info
 }
 
 pub fn describe(pkg: &WasmPackage, sha256: &str, grant: &PackageGrant) -> PackageInfo {
@@ -72,6 +199,8 @@ pub fn describe(pkg: &WasmPackage, sha256: &str, grant: &PackageGrant) -> Packag
             .map(|d| d.type_name.clone())
             .collect(),
         capabilities: caps,
+        grant: GrantState::None,
+        change: None,
     }
 }
 
@@ -116,24 +245,21 @@ fn print_info(info: &PackageInfo, config: &str) {
             c.reason
         );
     }
-    if info.capabilities.iter().any(|c| !c.granted) {
-        println!(
+    match &info.grant {
+        GrantState::PinMismatch { pinned } => println!(
+            "  [packages.{}] in {config} is pinned to sha256 {pinned}, not to these bytes ({}): nothing is granted; review the package and update the pin",
+            info.name, info.sha256
+        ),
+        GrantState::Unpinned => println!(
+            "  warning: [packages.{0}] in {config} is not pinned by digest: any package named {0} receives it; add sha256 = \"{1}\" to grant it to these reviewed bytes only",
+            info.name, info.sha256
+        ),
+        GrantState::None if info.capabilities.iter().any(|c| !c.granted) => println!(
             "  to grant: add [packages.{}] to {config} (see README, \"Packages and capability grants\")",
             info.name
-        );
+        ),
+        GrantState::None | GrantState::Pinned => {}
     }
-}
-
-/// What the config grants `pkg`: nothing when its grant is pinned to other bytes (said
-/// on stderr, since it is why every capability shows as not granted).
-fn grant_of(settings: &Settings, pkg: &WasmPackage) -> PackageGrant {
-    settings
-        .wasm
-        .grant_for(pkg.name(), &pkg.digest)
-        .unwrap_or_else(|e| {
-            eprintln!("warning: {e}");
-            PackageGrant::default()
-        })
 }
 
 pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
@@ -149,10 +275,12 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             source,
             json,
             allow_latest,
+            yes,
         } => {
             let host = settings.wasm_host()?;
-            let pkg = match registry_reference(&source)? {
-                None => rt.block_on(store.install(&host, Path::new(&source)))?,
+            // The package staged: the directory itself, or a fetch (kept until the end).
+            let fetched = match registry_reference(&source)? {
+                None => None,
                 Some(reference) => {
                     let registry = registry_settings(&settings)?;
                     let opts = heddle_registry::FetchOptions {
@@ -160,39 +288,76 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
                         max_component_bytes: settings.wasm.wasm.max_component_bytes,
                         trust: trust(&settings)?,
                     };
-                    rt.block_on(async {
-                        let fetched = heddle_registry::fetch(
-                            &source,
-                            &reference,
-                            &registry,
-                            &opts,
-                            store.root(),
-                        )
-                        .await?;
-                        if !json {
-                            eprintln!(
-                                "fetched {source}: manifest {}, component {}",
-                                fetched.source.manifest_digest, fetched.source.layer_digest
-                            );
-                        }
-                        let origin = fetched.source.clone();
-                        store
-                            .install_from(&host, &fetched.dir, Some(origin))
-                            .await
-                            .map_err(|e| heddle_registry::RegistryError::Package {
-                                reference: source.clone(),
-                                source: e,
-                            })
-                    })?
+                    let f = rt.block_on(heddle_registry::fetch(
+                        &source,
+                        &reference,
+                        &registry,
+                        &opts,
+                        store.root(),
+                    ))?;
+                    if !json {
+                        eprintln!(
+                            "fetched {source}: manifest {}, component {}",
+                            f.source.manifest_digest, f.source.layer_digest
+                        );
+                    }
+                    Some(f)
                 }
             };
+            let (dir, origin) = match &fetched {
+                Some(f) => (f.dir.clone(), Some(f.source.clone())),
+                None => (PathBuf::from(&source), None),
+            };
+            let in_registry = |e: heddle_wasm::PackageError| -> anyhow::Error {
+                match &fetched {
+                    Some(_) => heddle_registry::RegistryError::Package {
+                        reference: source.clone(),
+                        source: e,
+                    }
+                    .into(),
+                    None => e.into(),
+                }
+            };
+            // An update is shown before it takes effect; more capabilities need --yes.
+            let candidate = rt
+                .block_on(WasmPackage::load_dir(&host, &dir))
+                .map_err(in_registry)?;
+            let previous = store
+                .list()
+                .ok()
+                .and_then(|l| l.into_iter().find(|e| e.name == candidate.name()));
+            let mut change = None;
+            if let Some(old_entry) = previous {
+                let old = rt.block_on(store.load(&host, &old_entry.name)).ok();
+                let c = Change::between(old.as_ref(), &old_entry, &candidate, origin.as_ref());
+                if !json {
+                    c.print();
+                }
+                if !c.capabilities_added.is_empty() && !yes {
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&c)?);
+                    }
+                    return Err(crate::usage!(
+                        "package {}: the update asks for capabilities the installed version did not ({}); nothing was changed; add it again with --yes to accept",
+                        candidate.name(),
+                        c.capabilities_added.join(", ")
+                    ));
+                }
+                change = Some(c);
+            }
+            drop(candidate);
+            let pkg = rt
+                .block_on(store.install_from(&host, &dir, origin))
+                .map_err(in_registry)?;
+            drop(fetched);
             let entry = store.list()?.into_iter().find(|e| e.name == pkg.name());
             let installed = entry
                 .as_ref()
                 .map(|e| store.entry_dir(e))
                 .unwrap_or_default();
-            let mut info = describe(&pkg, &pkg.digest, &grant_of(&settings, &pkg));
+            let mut info = review(&settings, &pkg, &pkg.digest);
             info.source = entry.and_then(|e| e.source);
+            info.change = change;
             if json {
                 println!("{}", serde_json::to_string_pretty(&info)?);
             } else {
@@ -217,7 +382,7 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             let mut infos = Vec::new();
             for e in &entries {
                 let pkg = rt.block_on(store.load(&host, &e.name))?;
-                let mut info = describe(&pkg, &e.sha256, &grant_of(&settings, &pkg));
+                let mut info = review(&settings, &pkg, &e.sha256);
                 info.source = e.source.clone();
                 infos.push(info);
             }
@@ -338,6 +503,12 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
         PackageCommand::Remove { name } => {
             store.remove(&name)?;
             println!("removed {name}");
+            if settings.wasm.packages.contains_key(&name) {
+                println!(
+                    "  the grant [packages.{name}] in {config_name} stays: any package named {name} added later receives it{}; delete the section if none should",
+                    if settings.wasm.packages[&name].sha256.is_some() { " if its bytes match the pinned sha256" } else { "" }
+                );
+            }
             Ok(Exit::Ok)
         }
     }
