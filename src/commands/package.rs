@@ -604,3 +604,72 @@ fn keygen(file: &Path) -> anyhow::Result<Exit> {
     println!("to trust it, in heddle.toml:\n  [trust.keys]\n  NAME = \"{}\"", public_path.display());
     Ok(Exit::Ok)
 }
+
+/// Installs, from their registries, the packages `run` recorded that the package store
+/// lacks: exactly the manifest digest recorded (whose layer must be the recorded
+/// component), checked against `[trust]` as any add is. Packages added from a directory
+/// are left to the refusal at load, which says what to add.
+pub(crate) fn fetch_missing(
+    settings: &Settings,
+    run: &str,
+    recorded: &std::collections::BTreeMap<String, heddle_store::PackagePin>,
+    rt: &tokio::runtime::Runtime,
+) -> anyhow::Result<()> {
+    let store = settings.package_store();
+    let installed: std::collections::BTreeSet<String> = if store.lockfile_path().is_file() {
+        store.list()?.into_iter().map(|e| e.name).collect()
+    } else {
+        Default::default()
+    };
+    let missing: Vec<_> = recorded
+        .iter()
+        .filter(|(name, pin)| !installed.contains(*name) && pin.source.is_some())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let registry = registry_settings(settings)?;
+    let opts = heddle_registry::FetchOptions {
+        allow_latest: false,
+        max_component_bytes: settings.wasm.wasm.max_component_bytes,
+        trust: trust(settings)?,
+    };
+    let host = settings.wasm_host()?;
+    for (name, pin) in missing {
+        // Invariant: filtered on `source.is_some()` above.
+        let o = pin.source.as_ref().expect("filtered");
+        let source = PackageSource {
+            reference: o.reference.clone(),
+            registry: o.registry.clone(),
+            repository: o.repository.clone(),
+            manifest_digest: o.manifest_digest.clone(),
+            layer_digest: o.layer_digest.clone(),
+            signer: o.signer.clone(),
+        };
+        eprintln!(
+            "run {run} uses package {name}, not installed here: fetching {} (manifest {})",
+            o.reference, o.manifest_digest
+        );
+        rt.block_on(async {
+            let fetched =
+                heddle_registry::fetch_pinned(&source, &registry, &opts, store.root()).await?;
+            let pkg = store
+                .install_from(&host, &fetched.dir, Some(fetched.source.clone()))
+                .await
+                .map_err(|e| heddle_registry::RegistryError::Package {
+                    reference: o.reference.clone(),
+                    source: e,
+                })?;
+            if pkg.digest != pin.sha256 {
+                anyhow::bail!(
+                    "run {run}: package {name} fetched from {} is sha256 {}, not the {} the run recorded",
+                    o.reference,
+                    pkg.digest,
+                    pin.sha256
+                );
+            }
+            anyhow::Ok(())
+        })?;
+    }
+    Ok(())
+}

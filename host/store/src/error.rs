@@ -117,6 +117,17 @@ pub enum StoreError {
         recorded: String,
         current: String,
     },
+    #[error(
+        "run {run} uses package {package} (sha256 {sha256}), which the package store {store} lacks; {hint}"
+    )]
+    PackageMissing {
+        run: String,
+        package: String,
+        sha256: String,
+        store: String,
+        /// What installs exactly those bytes.
+        hint: String,
+    },
     #[error("run {run} has already ended ({state}); nothing to cancel")]
     AlreadyEnded { run: String, state: &'static str },
     #[error(
@@ -261,6 +272,7 @@ impl StoreError {
                 | StoreError::PauseMismatch { .. }
                 | StoreError::AlreadyEnded { .. }
                 | StoreError::RunOwned { .. }
+                | StoreError::PackageMissing { .. }
         )
     }
 
