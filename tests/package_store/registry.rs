@@ -169,14 +169,7 @@ pub fn push_hostile(dir: &Path, reference: &str) -> String {
 }
 
 fn hostile_sha256() -> String {
-    let m = std::fs::read_to_string(common::package_dir("hostile").join("heddle-package.toml")).unwrap();
-    let component = m
-        .lines()
-        .find_map(|l| l.strip_prefix("component = "))
-        .unwrap()
-        .trim_matches('"')
-        .to_string();
-    let bytes = std::fs::read(common::package_dir("hostile").join(component)).unwrap();
+    let bytes = std::fs::read(common::package_dir("hostile").join("hostile.wasm")).unwrap();
     heddle_registry::client::sha256_digest(&bytes)
 }
 
@@ -342,18 +335,7 @@ fn wasm_config(layer: &[u8]) -> Vec<u8> {
 fn artifacts_of_another_layout_or_tampered_bytes_are_refused_and_nothing_installed() {
     let Some(reg) = Registry::start() else { return };
     let dir = workdir(&reg.addr, "");
-    let component = std::fs::read(
-        common::package_dir("hostile").join("hostile.wasm"),
-    )
-    .or_else(|_| {
-        std::fs::read_dir(common::package_dir("hostile"))
-            .unwrap()
-            .flatten()
-            .find(|e| e.path().extension().is_some_and(|x| x == "wasm"))
-            .map(|e| std::fs::read(e.path()))
-            .unwrap()
-    })
-    .unwrap();
+    let component = std::fs::read(common::package_dir("hostile").join("hostile.wasm")).unwrap();
     let config_mt = heddle_registry::artifact::CONFIG_MEDIA_TYPE;
     push_raw(&reg, "bad/media", "1.0.0", ("application/vnd.oci.image.config.v1+json", wasm_config(&component)), vec![("application/wasm", component.clone())]);
     push_raw(&reg, "bad/layermedia", "1.0.0", (config_mt, wasm_config(&component)), vec![("application/vnd.oci.image.layer.v1.tar+gzip", component.clone())]);
@@ -539,4 +521,260 @@ fn a_source_folder_is_refused_at_add_with_the_build_command() {
     expect_code(&o, INVALID);
     let e = stderr(&o);
     assert!(e.contains("heddle package build") && e.contains("dist"), "{e}");
+}
+
+/// Runs `heddle` like [`run`], with `env` set.
+fn run_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = command(dir);
+    c.args(args)
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .env("HOME", dir);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("the heddle binary starts")
+}
+
+/// `heddle package keygen NAME.pem` in `dir`.
+fn keygen(dir: &Path, name: &str) -> PathBuf {
+    let key = dir.join(format!("{name}.pem"));
+    let o = run(dir, &["package", "keygen", key.to_str().unwrap()]);
+    expect_code(&o, OK);
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key).unwrap().permissions());
+    assert_eq!(mode & 0o077, 0, "the private key is readable by others");
+    key
+}
+
+/// Copies the manifest tagged `from` onto the tag `to` in `repo` (blobs are shared).
+fn retag(reg: &Registry, repo: &str, from: &str, to: &str) {
+    use heddle_registry::client::{Client, Credentials, Endpoint, OCI_MANIFEST};
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let c = Client::new(
+            Endpoint {
+                registry: reg.addr.clone(),
+                repository: repo.into(),
+                insecure: true,
+                credentials: Credentials::Anonymous,
+                reference: "test".into(),
+            },
+            Duration::from_secs(20),
+            true,
+        )
+        .unwrap();
+        let (bytes, _) = c.manifest(from).await.unwrap();
+        c.push_manifest(to, OCI_MANIFEST, bytes).await.unwrap();
+    });
+}
+
+#[test]
+fn signatures_are_checked_against_the_trusted_keys_offline() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = workdir(&reg.addr, "");
+    let acme = keygen(dir.path(), "acme");
+    let stranger = keygen(dir.path(), "stranger");
+    // A key file is never overwritten.
+    expect_code(&run(dir.path(), &["package", "keygen", acme.to_str().unwrap()]), INVALID);
+    let trusting = workdir(
+        &reg.addr,
+        &format!(
+            "[trust]\nrequire_signatures = true\n[trust.keys]\nacme = \"{}.pub\"\n",
+            acme.display()
+        ),
+    );
+    let pkg = common::package_dir("hostile");
+    let push = |tag: &str, epoch: &str, key: Option<&Path>| -> String {
+        let reference = reg.oci(&format!("acme/hostile:{tag}"));
+        let mut args = vec!["package", "push", pkg.to_str().unwrap(), reference.as_str()];
+        if let Some(k) = key {
+            args.extend(["--key", k.to_str().unwrap()]);
+        }
+        let o = run_env(dir.path(), &args, &[("SOURCE_DATE_EPOCH", epoch)]);
+        expect_code(&o, OK);
+        stdout(&o)
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("manifest ").map(str::to_string))
+            .unwrap()
+    };
+
+    // Unsigned: refused where signatures are required, installed where they are not.
+    push("1.0.0", "1000", None);
+    let o = run(trusting.path(), &["package", "add", &reg.oci("acme/hostile:1.0.0")]);
+    expect_code(&o, INTEGRITY);
+    assert!(stderr(&o).contains("unsigned") && stderr(&o).contains("require_signatures"), "{}", stderr(&o));
+    store_untouched(trusting.path());
+
+    // Signed by a key nobody trusts.
+    let o = run(dir.path(), &["package", "sign", &reg.oci("acme/hostile:1.0.0"), "--key", stranger.to_str().unwrap()]);
+    expect_code(&o, OK);
+    let o = run(trusting.path(), &["package", "add", &reg.oci("acme/hostile:1.0.0")]);
+    expect_code(&o, INTEGRITY);
+    let e = stderr(&o);
+    assert!(e.contains("none by a key in [trust]") && e.contains("acme (sha256:"), "{e}");
+    store_untouched(trusting.path());
+
+    // Signed by acme when pushed: installed, the signer pinned.
+    let signed = push("2.0.0", "2000", Some(&acme));
+    let o = run(trusting.path(), &["package", "add", &reg.oci("acme/hostile:2.0.0"), "--json"]);
+    expect_code(&o, OK);
+    assert_eq!(json(&o)["source"]["signer"], "acme");
+    let lock = std::fs::read_to_string(trusting.path().join(".heddle/heddle.lock")).unwrap();
+    assert!(lock.contains("signer = \"acme\""), "{lock}");
+
+    // acme's signature of 2.0.0 copied onto 3.0.0's signature tag: over another digest.
+    let other = push("3.0.0", "3000", None);
+    assert_ne!(other, signed);
+    let tag = |d: &str| format!("{}.sig", d.replacen(':', "-", 1));
+    retag(&reg, "acme/hostile", &tag(&signed), &tag(&other));
+    let fresh = workdir(
+        &reg.addr,
+        &format!("[trust.keys]\nacme = \"{}.pub\"\n", acme.display()),
+    );
+    let o = run(fresh.path(), &["package", "add", &reg.oci("acme/hostile:3.0.0")]);
+    expect_code(&o, INTEGRITY);
+    let e = stderr(&o);
+    assert!(e.contains(&format!("covers manifest {signed}, not this one ({other})")), "{e}");
+    store_untouched(fresh.path());
+}
+
+/// A copy of the hostile package with `edit` applied to its manifest text.
+fn hostile_variant(root: &Path, name: &str, edit: impl Fn(&str) -> String) -> PathBuf {
+    let src = common::package_dir("hostile");
+    let dst = root.join(name);
+    std::fs::create_dir_all(&dst).unwrap();
+    for e in std::fs::read_dir(&src).unwrap().flatten() {
+        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+    }
+    let m = dst.join("heddle-package.toml");
+    let text = std::fs::read_to_string(&m).unwrap();
+    std::fs::write(&m, edit(&text)).unwrap();
+    dst
+}
+
+#[test]
+fn an_update_is_reviewed_before_it_takes_effect_and_grants_say_what_they_cover() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let v1 = common::package_dir("hostile");
+    expect_code(&run(d, &["package", "add", v1.to_str().unwrap()]), OK);
+    let lock_before = std::fs::read_to_string(d.join(".heddle/heddle.lock")).unwrap();
+    let v2 = hostile_variant(d, "v2", |t| {
+        let kept: Vec<&str> = t
+            .lines()
+            .filter(|l| !l.starts_with("version") && !l.starts_with("description"))
+            .collect();
+        format!(
+            "version = \"9.9.9\"\ndescription = \"Now reads your home directory\"\n{}\n[[capabilities]]\nkind = \"env\"\ntarget = \"HOME\"\nreason = \"to find your files\"\n",
+            kept.join("\n")
+        )
+    });
+    let o = run(d, &["package", "add", v2.to_str().unwrap()]);
+    expect_code(&o, INVALID);
+    let out = stdout(&o);
+    for want in ["version", "-> 9.9.9", "capabilities added: env `HOME`", "Now reads your home directory"] {
+        assert!(out.contains(want), "review lacks {want}:\n{out}");
+    }
+    assert!(stderr(&o).contains("--yes"), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(d.join(".heddle/heddle.lock")).unwrap(),
+        lock_before,
+        "a refused update changed the lockfile"
+    );
+    let o = run(d, &["package", "add", v2.to_str().unwrap(), "--yes"]);
+    expect_code(&o, OK);
+    assert!(stdout(&o).contains("installed hostile@9.9.9"), "{}", stdout(&o));
+
+    // A grant without a pin warns; a pin to other bytes says so instead of "add
+    // [packages.hostile]"; remove names the grant it leaves.
+    write(d, "heddle.toml", "[packages.hostile]\nenv = [\"HOME\"]\n");
+    let o = run(d, &["package", "list"]);
+    expect_code(&o, OK);
+    assert!(stdout(&o).contains("not pinned by digest: any package named hostile receives it"), "{}", stdout(&o));
+    write(d, "heddle.toml", &format!("[packages.hostile]\nenv = [\"HOME\"]\nsha256 = \"{}\"\n", "0".repeat(64)));
+    let o = run(d, &["package", "list"]);
+    let out = stdout(&o);
+    assert!(out.contains(&format!("is pinned to sha256 {}, not to these bytes", "0".repeat(64))), "{out}");
+    assert!(!out.contains("to grant: add [packages.hostile]"), "{out}");
+    let o = run(d, &["package", "remove", "hostile"]);
+    expect_code(&o, OK);
+    assert!(stdout(&o).contains("the grant [packages.hostile] in heddle.toml stays"), "{}", stdout(&o));
+}
+
+const GATED: &str = r#"{"format": "heddle.graph", "version": 1, "nodes": [
+  {"id": "in", "type": "heddle.input", "properties": {"type": "int", "value": 7}},
+  {"id": "ship", "type": "heddle.gate", "properties": {"title": "ship it"}},
+  {"id": "echo", "type": "hostile.echo"},
+  {"id": "out", "type": "heddle.output"}],
+ "edges": [
+  {"source": "in", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
+  {"source": "ship", "sourceHandle": "value", "target": "echo", "targetHandle": "value"},
+  {"source": "echo", "sourceHandle": "value", "target": "out", "targetHandle": "value"}]}"#;
+
+#[test]
+fn a_durable_run_pins_its_registry_packages_and_resumes_where_the_store_lacks_them() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = workdir(&reg.addr, "");
+    let d = dir.path();
+    let reference = reg.oci("acme/hostile:0.1.0");
+    let digest = push_hostile(d, &reference);
+    expect_code(&run(d, &["package", "add", &reference]), OK);
+    let graph = write(d, "g.json", GATED);
+    let o = run(d, &["run", graph.to_str().unwrap(), "--durable"]);
+    expect_code(&o, SUSPENDED);
+    let o = run(d, &["runs", "list", "--json"]);
+    expect_code(&o, OK);
+    let run_id = json(&o)[0]["run_id"].as_str().unwrap().to_string();
+    let o = run(d, &["runs", "show", &run_id, "--json"]);
+    let shown = json(&o);
+    assert_eq!(shown["packages"]["hostile"]["source"]["manifest_digest"], digest.as_str(), "{shown}");
+
+    // Another package store that lacks it: the approval fetches exactly that digest.
+    let o = run(d, &["runs", "approve", &run_id, "ship", "--packages", "elsewhere", "--json"]);
+    expect_code(&o, OK);
+    assert!(stderr(&o).contains(&format!("fetching {reference} (manifest {digest})")), "{}", stderr(&o));
+    let lock = std::fs::read_to_string(d.join("elsewhere/heddle.lock")).unwrap();
+    assert!(lock.contains(&format!("manifest_digest = \"{digest}\"")), "{lock}");
+}
+
+/// The commands of a README section's first `sh` block.
+fn readme_commands(readme: &str, section: &str) -> Vec<String> {
+    let start = readme.find(section).unwrap_or_else(|| panic!("README lacks {section}"));
+    let block = &readme[start..];
+    let open = block.find("```sh\n").unwrap() + 6;
+    let close = open + block[open..].find("```").unwrap();
+    block[open..close]
+        .lines()
+        .map(|l| l.split('#').next().unwrap().trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[test]
+fn the_readme_sections_on_publishing_and_installing_work_as_written() {
+    let Some(reg) = Registry::start() else { return };
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let publish = readme_commands(&readme, "## Publishing a package");
+    let install = readme_commands(&readme, "## Installing packages from a registry");
+    assert!(publish.len() >= 2 && install.len() >= 2, "{publish:?} {install:?}");
+    // Where the author works, and a newcomer's machine that only installs.
+    let author = workdir(&reg.addr, "");
+    let user = workdir(&reg.addr, "");
+    let template = root().join("sdk/c/template");
+    let src = author.path().join("my-nodes");
+    std::fs::create_dir(&src).unwrap();
+    for e in std::fs::read_dir(&template).unwrap().flatten() {
+        std::fs::copy(e.path(), src.join(e.file_name())).unwrap();
+    }
+    for (dir, lines) in [(author.path(), &publish), (user.path(), &install)] {
+        for line in lines {
+            let line = line.replace("localhost:5000", &reg.addr);
+            let words: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(words[0], "heddle", "{line}");
+            let o = run(dir, &words[1..]);
+            expect_code(&o, OK);
+        }
+    }
+    let o = run(user.path(), &["nodes", "myc", "--json"]);
+    expect_code(&o, OK);
+    assert!(stdout(&o).contains("myc.shout"), "{}", stdout(&o));
 }
