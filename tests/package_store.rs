@@ -4,6 +4,7 @@
 
 #[path = "../host/wasm/tests/common/mod.rs"]
 mod common;
+#[path = "package_store/registry.rs"]
 mod registry;
 mod support;
 
@@ -197,7 +198,7 @@ fn package_add_list_verify_remove() {
         let v = json(&o);
         let caps = v[0]["capabilities"].as_array().unwrap().clone();
         let env = caps.iter().find(|c| c["kind"] == "env").unwrap().clone();
-        (env["granted"] == true, stderr(&o))
+        (env["granted"] == true, v[0]["grant"].clone())
     };
     std::fs::write(
         dir.path().join("heddle.toml"),
@@ -214,8 +215,10 @@ fn package_add_list_verify_remove() {
         ),
     )
     .unwrap();
-    let (ok, err) = granted(dir.path());
-    assert!(!ok && err.contains("pinned to sha256 0000"), "{err}");
+    let (ok, grant) = granted(dir.path());
+    assert!(!ok, "{grant}");
+    assert_eq!(grant["state"], "pin-mismatch", "{grant}");
+    assert_eq!(grant["pinned"], "0".repeat(64), "{grant}");
 
     let o = heddle_in(dir.path(), &["package", "verify"]);
     expect_code(&o, OK);

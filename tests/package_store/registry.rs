@@ -199,7 +199,7 @@ fn a_pushed_package_is_added_by_tag_and_by_digest_pinned_and_runs() {
     let graph = write(dir.path(), "g.json", super::ECHO);
     let o = run(dir.path(), &["run", graph.to_str().unwrap(), "--json"]);
     expect_code(&o, OK);
-    assert_eq!(json(&o)["outputs"]["out"], 7);
+    assert_eq!(json(&o)["outputs"]["out"], serde_json::json!([7]));
 
     // The same bytes by digest, in another store: the same pins.
     let other = workdir(&reg.addr, "");
@@ -221,7 +221,13 @@ fn a_pushed_package_is_added_by_tag_and_by_digest_pinned_and_runs() {
 fn latest_is_refused_unless_asked_for() {
     let Some(reg) = Registry::start() else { return };
     let dir = workdir(&reg.addr, "");
-    push_hostile(dir.path(), &reg.oci("acme/hostile:latest"));
+    let pkg = common::package_dir("hostile");
+    let latest = reg.oci("acme/hostile:latest");
+    let o = run(dir.path(), &["package", "push", pkg.to_str().unwrap(), &latest]);
+    expect_code(&o, INVALID);
+    assert!(stderr(&o).contains("--allow-latest"), "{}", stderr(&o));
+    let o = run(dir.path(), &["package", "push", pkg.to_str().unwrap(), &latest, "--allow-latest"]);
+    expect_code(&o, OK);
     for reference in [reg.oci("acme/hostile:latest"), reg.oci("acme/hostile")] {
         let o = run(dir.path(), &["package", "add", &reference]);
         expect_code(&o, INVALID);
