@@ -106,12 +106,21 @@ impl Change {
     }
 
     fn print(&self) {
-        let same = |a: &str, b: &str| if a == b { format!("{a} (unchanged)") } else { format!("{a} -> {b}") };
+        let same = |a: &str, b: &str| {
+            if a == b {
+                format!("{a} (unchanged)")
+            } else {
+                format!("{a} -> {b}")
+            }
+        };
         let signer = |s: &Option<String>| s.clone().unwrap_or_else(|| "unsigned".into());
         println!("update of {} already installed:", self.name);
         println!("  version {}", same(&self.version.0, &self.version.1));
         println!("  sha256 {}", same(&self.sha256.0, &self.sha256.1));
-        println!("  signer {}", same(&signer(&self.signer.0), &signer(&self.signer.1)));
+        println!(
+            "  signer {}",
+            same(&signer(&self.signer.0), &signer(&self.signer.1))
+        );
         if !self.description.is_empty() {
             println!("  description: {}", self.description);
         }
@@ -467,7 +476,10 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             }
             println!(
                 "  install it with: heddle package add {}@{}",
-                pushed.location.split_once('@').map_or(pushed.location.as_str(), |(l, _)| l),
+                pushed
+                    .location
+                    .split_once('@')
+                    .map_or(pushed.location.as_str(), |(l, _)| l),
                 pushed.manifest_digest
             );
             Ok(Exit::Ok)
@@ -506,7 +518,11 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             if settings.wasm.packages.contains_key(&name) {
                 println!(
                     "  the grant [packages.{name}] in {config_name} stays: any package named {name} added later receives it{}; delete the section if none should",
-                    if settings.wasm.packages[&name].sha256.is_some() { " if its bytes match the pinned sha256" } else { "" }
+                    if settings.wasm.packages[&name].sha256.is_some() {
+                        " if its bytes match the pinned sha256"
+                    } else {
+                        ""
+                    }
                 );
             }
             Ok(Exit::Ok)
@@ -535,7 +551,12 @@ fn registry_settings(settings: &heddle_runtime::Settings) -> anyhow::Result<Regi
 }
 
 /// `heddle package build DIR`: the builder of scripts/package-build, in the binary.
-fn build(dir: &Path, out: Option<PathBuf>, no_install: bool, no_cache: bool) -> anyhow::Result<Exit> {
+fn build(
+    dir: &Path,
+    out: Option<PathBuf>,
+    no_install: bool,
+    no_cache: bool,
+) -> anyhow::Result<Exit> {
     use heddle_package_build::{BuildOptions, Toolchains, build_package};
     let mut opts = BuildOptions {
         out_dir: out,
@@ -581,7 +602,10 @@ fn keygen(file: &Path) -> anyhow::Result<Exit> {
     let public_path = PathBuf::from(format!("{}.pub", file.display()));
     for p in [file, public_path.as_path()] {
         if p.exists() {
-            return Err(crate::usage!("{} exists; not overwriting a key", p.display()));
+            return Err(crate::usage!(
+                "{} exists; not overwriting a key",
+                p.display()
+            ));
         }
     }
     let (private, public) =
@@ -600,8 +624,15 @@ fn keygen(file: &Path) -> anyhow::Result<Exit> {
     std::fs::write(&public_path, public.to_pem())
         .map_err(|e| anyhow::anyhow!("{}: {e}", public_path.display()))?;
     println!("private key {} (keep it secret)", file.display());
-    println!("public key  {} ({})", public_path.display(), public.fingerprint());
-    println!("to trust it, in heddle.toml:\n  [trust.keys]\n  NAME = \"{}\"", public_path.display());
+    println!(
+        "public key  {} ({})",
+        public_path.display(),
+        public.fingerprint()
+    );
+    println!(
+        "to trust it, in heddle.toml:\n  [trust.keys]\n  NAME = \"{}\"",
+        public_path.display()
+    );
     Ok(Exit::Ok)
 }
 

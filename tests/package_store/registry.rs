@@ -80,7 +80,10 @@ impl Registry {
             return false;
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        let req = format!("GET /v2/ HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", self.addr);
+        let req = format!(
+            "GET /v2/ HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.addr
+        );
         if s.write_all(req.as_bytes()).is_err() {
             return false;
         }
@@ -140,7 +143,10 @@ pub fn run(dir: &Path, args: &[&str]) -> std::process::Output {
 pub fn store_untouched(dir: &Path) {
     let store = dir.join(".heddle");
     let lock = std::fs::read_to_string(store.join("heddle.lock")).unwrap_or_default();
-    assert!(!lock.contains("[[package]]"), "something was pinned:\n{lock}");
+    assert!(
+        !lock.contains("[[package]]"),
+        "something was pinned:\n{lock}"
+    );
     let leftovers: Vec<_> = std::fs::read_dir(&store)
         .into_iter()
         .flatten()
@@ -149,7 +155,10 @@ pub fn store_untouched(dir: &Path) {
         .filter(|n| n != ".write-lock" && n != "heddle.lock")
         .filter(|n| {
             n != "packages"
-                || std::fs::read_dir(store.join("packages")).unwrap().next().is_some()
+                || std::fs::read_dir(store.join("packages"))
+                    .unwrap()
+                    .next()
+                    .is_some()
         })
         .collect();
     assert!(leftovers.is_empty(), "left in the store: {leftovers:?}");
@@ -213,7 +222,11 @@ fn a_pushed_package_is_added_by_tag_and_by_digest_pinned_and_runs() {
     let wrong = format!("{}@sha256:{}", reg.oci("acme/hostile"), "0".repeat(64));
     let third = workdir(&reg.addr, "");
     let o = run(third.path(), &["package", "add", &wrong]);
-    assert!([REGISTRY_FAILED, INTEGRITY].contains(&code(&o)), "{}", stderr(&o));
+    assert!(
+        [REGISTRY_FAILED, INTEGRITY].contains(&code(&o)),
+        "{}",
+        stderr(&o)
+    );
     store_untouched(third.path());
 }
 
@@ -223,19 +236,42 @@ fn latest_is_refused_unless_asked_for() {
     let dir = workdir(&reg.addr, "");
     let pkg = common::package_dir("hostile");
     let latest = reg.oci("acme/hostile:latest");
-    let o = run(dir.path(), &["package", "push", pkg.to_str().unwrap(), &latest]);
+    let o = run(
+        dir.path(),
+        &["package", "push", pkg.to_str().unwrap(), &latest],
+    );
     expect_code(&o, INVALID);
     assert!(stderr(&o).contains("--allow-latest"), "{}", stderr(&o));
-    let o = run(dir.path(), &["package", "push", pkg.to_str().unwrap(), &latest, "--allow-latest"]);
+    let o = run(
+        dir.path(),
+        &[
+            "package",
+            "push",
+            pkg.to_str().unwrap(),
+            &latest,
+            "--allow-latest",
+        ],
+    );
     expect_code(&o, OK);
     for reference in [reg.oci("acme/hostile:latest"), reg.oci("acme/hostile")] {
         let o = run(dir.path(), &["package", "add", &reference]);
         expect_code(&o, INVALID);
         let e = stderr(&o);
-        assert!(e.contains(&reference) && e.contains("--allow-latest"), "{e}");
+        assert!(
+            e.contains(&reference) && e.contains("--allow-latest"),
+            "{e}"
+        );
         store_untouched(dir.path());
     }
-    let o = run(dir.path(), &["package", "add", &reg.oci("acme/hostile:latest"), "--allow-latest"]);
+    let o = run(
+        dir.path(),
+        &[
+            "package",
+            "add",
+            &reg.oci("acme/hostile:latest"),
+            "--allow-latest",
+        ],
+    );
     expect_code(&o, OK);
 }
 
@@ -248,7 +284,10 @@ fn a_wkg_spec_resolves_through_wkgs_own_config() {
     let o = run(dir.path(), &["package", "add", "acme:hostile@0.2.0"]);
     expect_code(&o, INVALID);
     let e = stderr(&o);
-    assert!(e.contains("acme:hostile@0.2.0") && e.contains("namespace `acme`"), "{e}");
+    assert!(
+        e.contains("acme:hostile@0.2.0") && e.contains("namespace `acme`"),
+        "{e}"
+    );
     store_untouched(dir.path());
 
     let wkg = dir.path().join("xdg/wasm-pkg");
@@ -261,15 +300,24 @@ fn a_wkg_spec_resolves_through_wkgs_own_config() {
         ),
     )
     .unwrap();
-    let o = run(dir.path(), &["package", "add", "acme:hostile@0.2.0", "--json"]);
+    let o = run(
+        dir.path(),
+        &["package", "add", "acme:hostile@0.2.0", "--json"],
+    );
     expect_code(&o, OK);
     let info = json(&o);
     assert_eq!(info["source"]["repository"], "acme/hostile");
     assert_eq!(info["source"]["reference"], "acme:hostile@0.2.0");
     // Without a version: the newest semver tag, only when asked.
     push_hostile(dir.path(), &reg.oci("acme/hostile:0.10.0"));
-    expect_code(&run(dir.path(), &["package", "add", "acme:hostile"]), INVALID);
-    let o = run(dir.path(), &["package", "add", "acme:hostile", "--allow-latest", "--json"]);
+    expect_code(
+        &run(dir.path(), &["package", "add", "acme:hostile"]),
+        INVALID,
+    );
+    let o = run(
+        dir.path(),
+        &["package", "add", "acme:hostile", "--allow-latest", "--json"],
+    );
     expect_code(&o, OK);
     assert!(
         json(&o)["source"]["manifest_digest"].is_string(),
@@ -281,10 +329,19 @@ fn a_wkg_spec_resolves_through_wkgs_own_config() {
 }
 
 /// Pushes a hand-made artifact (config and layers as given) under `repo:tag`.
-fn push_raw(reg: &Registry, repo: &str, tag: &str, config: (&str, Vec<u8>), layers: Vec<(&str, Vec<u8>)>) {
+fn push_raw(
+    reg: &Registry,
+    repo: &str,
+    tag: &str,
+    config: (&str, Vec<u8>),
+    layers: Vec<(&str, Vec<u8>)>,
+) {
     use heddle_registry::artifact::{Descriptor, ImageManifest};
     use heddle_registry::client::{Client, Credentials, Endpoint, sha256_digest};
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let c = Client::new(
             Endpoint {
@@ -301,7 +358,9 @@ fn push_raw(reg: &Registry, repo: &str, tag: &str, config: (&str, Vec<u8>), laye
         let mut descs = Vec::new();
         for (mt, bytes) in &layers {
             let d = sha256_digest(bytes);
-            c.push_blob("layer", &d, bytes.clone().into()).await.unwrap();
+            c.push_blob("layer", &d, bytes.clone().into())
+                .await
+                .unwrap();
             descs.push(Descriptor {
                 media_type: mt.to_string(),
                 digest: d,
@@ -310,7 +369,9 @@ fn push_raw(reg: &Registry, repo: &str, tag: &str, config: (&str, Vec<u8>), laye
             });
         }
         let cd = sha256_digest(&config.1);
-        c.push_blob("config", &cd, config.1.clone().into()).await.unwrap();
+        c.push_blob("config", &cd, config.1.clone().into())
+            .await
+            .unwrap();
         let m = ImageManifest {
             schema_version: 2,
             media_type: Some(heddle_registry::client::OCI_MANIFEST.into()),
@@ -323,9 +384,13 @@ fn push_raw(reg: &Registry, repo: &str, tag: &str, config: (&str, Vec<u8>), laye
             layers: descs,
             annotations: None,
         };
-        c.push_manifest(tag, heddle_registry::client::OCI_MANIFEST, serde_json::to_vec(&m).unwrap())
-            .await
-            .unwrap();
+        c.push_manifest(
+            tag,
+            heddle_registry::client::OCI_MANIFEST,
+            serde_json::to_vec(&m).unwrap(),
+        )
+        .await
+        .unwrap();
     });
 }
 
@@ -343,15 +408,61 @@ fn artifacts_of_another_layout_or_tampered_bytes_are_refused_and_nothing_install
     let dir = workdir(&reg.addr, "");
     let component = std::fs::read(common::package_dir("hostile").join("hostile.wasm")).unwrap();
     let config_mt = heddle_registry::artifact::CONFIG_MEDIA_TYPE;
-    push_raw(&reg, "bad/media", "1.0.0", ("application/vnd.oci.image.config.v1+json", wasm_config(&component)), vec![("application/wasm", component.clone())]);
-    push_raw(&reg, "bad/layermedia", "1.0.0", (config_mt, wasm_config(&component)), vec![("application/vnd.oci.image.layer.v1.tar+gzip", component.clone())]);
-    push_raw(&reg, "bad/two", "1.0.0", (config_mt, wasm_config(&component)), vec![("application/wasm", component.clone()), ("application/wasm", b"more".to_vec())]);
+    push_raw(
+        &reg,
+        "bad/media",
+        "1.0.0",
+        (
+            "application/vnd.oci.image.config.v1+json",
+            wasm_config(&component),
+        ),
+        vec![("application/wasm", component.clone())],
+    );
+    push_raw(
+        &reg,
+        "bad/layermedia",
+        "1.0.0",
+        (config_mt, wasm_config(&component)),
+        vec![(
+            "application/vnd.oci.image.layer.v1.tar+gzip",
+            component.clone(),
+        )],
+    );
+    push_raw(
+        &reg,
+        "bad/two",
+        "1.0.0",
+        (config_mt, wasm_config(&component)),
+        vec![
+            ("application/wasm", component.clone()),
+            ("application/wasm", b"more".to_vec()),
+        ],
+    );
     let module = b"\0asm\x01\0\0\0".to_vec();
-    push_raw(&reg, "bad/module", "1.0.0", (config_mt, serde_json::to_vec(&serde_json::json!({"architecture": "wasm", "os": "wasip1"})).unwrap()), vec![("application/wasm", module.clone())]);
+    push_raw(
+        &reg,
+        "bad/module",
+        "1.0.0",
+        (
+            config_mt,
+            serde_json::to_vec(&serde_json::json!({"architecture": "wasm", "os": "wasip1"}))
+                .unwrap(),
+        ),
+        vec![("application/wasm", module.clone())],
+    );
     let garbage = b"not a component at all".to_vec();
-    push_raw(&reg, "bad/notwasm", "1.0.0", (config_mt, wasm_config(&garbage)), vec![("application/wasm", garbage)]);
+    push_raw(
+        &reg,
+        "bad/notwasm",
+        "1.0.0",
+        (config_mt, wasm_config(&garbage)),
+        vec![("application/wasm", garbage)],
+    );
     for (repo, words) in [
-        ("bad/media", "config media type `application/vnd.oci.image.config.v1+json`"),
+        (
+            "bad/media",
+            "config media type `application/vnd.oci.image.config.v1+json`",
+        ),
         ("bad/layermedia", "layer media type"),
         ("bad/two", "2 layers"),
         ("bad/module", "os `wasip1`"),
@@ -370,7 +481,10 @@ fn artifacts_of_another_layout_or_tampered_bytes_are_refused_and_nothing_install
     let small = workdir(&reg.addr, "[wasm]\n");
     std::fs::write(
         small.path().join("heddle.toml"),
-        format!("[registry]\ninsecure = [\"{}\"]\n[wasm]\nmax_component_bytes = 1000\n", reg.addr),
+        format!(
+            "[registry]\ninsecure = [\"{}\"]\n[wasm]\nmax_component_bytes = 1000\n",
+            reg.addr
+        ),
     )
     .unwrap();
     let reference = reg.oci("acme/hostile:0.1.0");
@@ -378,7 +492,10 @@ fn artifacts_of_another_layout_or_tampered_bytes_are_refused_and_nothing_install
     let o = run(small.path(), &["package", "add", &reference]);
     expect_code(&o, INVALID);
     let e = stderr(&o);
-    assert!(e.contains("max_component_bytes") && e.contains(&reference), "{e}");
+    assert!(
+        e.contains("max_component_bytes") && e.contains(&reference),
+        "{e}"
+    );
     store_untouched(small.path());
 
     // Tampered in the registry's storage: the layer, then the manifest.
@@ -392,7 +509,10 @@ fn artifacts_of_another_layout_or_tampered_bytes_are_refused_and_nothing_install
     let o = run(dir.path(), &["package", "add", &reference]);
     expect_code(&o, INTEGRITY);
     let e = stderr(&o);
-    assert!(e.contains("component layer does not match its digest") && e.contains(&layer), "{e}");
+    assert!(
+        e.contains("component layer does not match its digest") && e.contains(&layer),
+        "{e}"
+    );
     store_untouched(dir.path());
     std::fs::write(&file, &original).unwrap();
 
@@ -402,7 +522,11 @@ fn artifacts_of_another_layout_or_tampered_bytes_are_refused_and_nothing_install
     std::fs::write(&file, text.replacen("0.1", "6.6", 1)).unwrap();
     let o = run(dir.path(), &["package", "add", &reference]);
     expect_code(&o, INTEGRITY);
-    assert!(stderr(&o).contains("manifest does not match its digest"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("manifest does not match its digest"),
+        "{}",
+        stderr(&o)
+    );
     store_untouched(dir.path());
 }
 
@@ -438,8 +562,18 @@ fn tcp_server(max: usize, answer: fn(&str) -> Option<Vec<u8>>) -> String {
 #[test]
 fn misbehaving_registries_are_named_and_time_bounded() {
     let cases: [(&str, fn(&str) -> Option<Vec<u8>>, i32, &str); 4] = [
-        ("slow", |_| None, REGISTRY_FAILED, "did not answer within 1500 ms"),
-        ("garbage", |_| Some(b"this is not HTTP\r\n\r\n".to_vec()), REGISTRY_FAILED, "not the OCI distribution protocol"),
+        (
+            "slow",
+            |_| None,
+            REGISTRY_FAILED,
+            "did not answer within 1500 ms",
+        ),
+        (
+            "garbage",
+            |_| Some(b"this is not HTTP\r\n\r\n".to_vec()),
+            REGISTRY_FAILED,
+            "not the OCI distribution protocol",
+        ),
         (
             "huge manifest",
             |head| {
@@ -456,7 +590,9 @@ fn misbehaving_registries_are_named_and_time_bounded() {
         ),
         (
             "credentials",
-            |_| Some(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"r\"\r\nContent-Length: 0\r\n\r\n".to_vec()),
+            |_| {
+                Some(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"r\"\r\nContent-Length: 0\r\n\r\n".to_vec())
+            },
             REGISTRY_FAILED,
             "requires credentials",
         ),
@@ -487,7 +623,11 @@ fn misbehaving_registries_are_named_and_time_bounded() {
         Some(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"r\"\r\nContent-Length: 0\r\n\r\n".to_vec())
     });
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "heddle.toml", &format!("[registry]\ninsecure = [\"{addr}\"]\n"));
+    write(
+        dir.path(),
+        "heddle.toml",
+        &format!("[registry]\ninsecure = [\"{addr}\"]\n"),
+    );
     let wkg = dir.path().join("xdg/wasm-pkg");
     std::fs::create_dir_all(&wkg).unwrap();
     std::fs::write(
@@ -498,21 +638,43 @@ fn misbehaving_registries_are_named_and_time_bounded() {
     let reference = format!("oci://{addr}/acme/x:1.0.0");
     let o = run(dir.path(), &["package", "add", &reference]);
     expect_code(&o, REGISTRY_FAILED);
-    assert!(stderr(&o).contains("refused the credentials"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("refused the credentials"),
+        "{}",
+        stderr(&o)
+    );
     store_untouched(dir.path());
 
     // Nobody listening, and a host that does not resolve.
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     for (reference, insecure) in [
-        (format!("oci://127.0.0.1:{port}/acme/x:1.0.0"), format!("127.0.0.1:{port}")),
-        ("oci://registry.invalid/acme/x:1.0.0".to_string(), "registry.invalid".to_string()),
+        (
+            format!("oci://127.0.0.1:{port}/acme/x:1.0.0"),
+            format!("127.0.0.1:{port}"),
+        ),
+        (
+            "oci://registry.invalid/acme/x:1.0.0".to_string(),
+            "registry.invalid".to_string(),
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        write(dir.path(), "heddle.toml", &format!("[registry]\ninsecure = [\"{insecure}\"]\ntimeout_ms = 10000\n"));
+        write(
+            dir.path(),
+            "heddle.toml",
+            &format!("[registry]\ninsecure = [\"{insecure}\"]\ntimeout_ms = 10000\n"),
+        );
         let o = run(dir.path(), &["package", "add", &reference]);
         expect_code(&o, REGISTRY_FAILED);
         let e = stderr(&o);
-        assert!(e.contains(&reference) && (e.contains("cannot be reached") || e.contains("did not answer")), "{e}");
+        assert!(
+            e.contains(&reference)
+                && (e.contains("cannot be reached") || e.contains("did not answer")),
+            "{e}"
+        );
         store_untouched(dir.path());
     }
 }
@@ -522,11 +684,18 @@ fn a_source_folder_is_refused_at_add_with_the_build_command() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("my-nodes");
     std::fs::create_dir(&src).unwrap();
-    write(&src, "heddle-package.toml", "name = \"my-nodes\"\nversion = \"0.1.0\"\n[build]\nlanguage = \"c\"\n");
+    write(
+        &src,
+        "heddle-package.toml",
+        "name = \"my-nodes\"\nversion = \"0.1.0\"\n[build]\nlanguage = \"c\"\n",
+    );
     let o = run(dir.path(), &["package", "add", src.to_str().unwrap()]);
     expect_code(&o, INVALID);
     let e = stderr(&o);
-    assert!(e.contains("heddle package build") && e.contains("dist"), "{e}");
+    assert!(
+        e.contains("heddle package build") && e.contains("dist"),
+        "{e}"
+    );
 }
 
 /// Runs `heddle` like [`run`], with `env` set.
@@ -546,7 +715,8 @@ fn keygen(dir: &Path, name: &str) -> PathBuf {
     let key = dir.join(format!("{name}.pem"));
     let o = run(dir, &["package", "keygen", key.to_str().unwrap()]);
     expect_code(&o, OK);
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key).unwrap().permissions());
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key).unwrap().permissions());
     assert_eq!(mode & 0o077, 0, "the private key is readable by others");
     key
 }
@@ -554,7 +724,10 @@ fn keygen(dir: &Path, name: &str) -> PathBuf {
 /// Copies the manifest tagged `from` onto the tag `to` in `repo` (blobs are shared).
 fn retag(reg: &Registry, repo: &str, from: &str, to: &str) {
     use heddle_registry::client::{Client, Credentials, Endpoint, OCI_MANIFEST};
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let c = Client::new(
             Endpoint {
@@ -580,7 +753,10 @@ fn signatures_are_checked_against_the_trusted_keys_offline() {
     let acme = keygen(dir.path(), "acme");
     let stranger = keygen(dir.path(), "stranger");
     // A key file is never overwritten.
-    expect_code(&run(dir.path(), &["package", "keygen", acme.to_str().unwrap()]), INVALID);
+    expect_code(
+        &run(dir.path(), &["package", "keygen", acme.to_str().unwrap()]),
+        INVALID,
+    );
     let trusting = workdir(
         &reg.addr,
         &format!(
@@ -605,23 +781,48 @@ fn signatures_are_checked_against_the_trusted_keys_offline() {
 
     // Unsigned: refused where signatures are required, installed where they are not.
     push("1.0.0", "1000", None);
-    let o = run(trusting.path(), &["package", "add", &reg.oci("acme/hostile:1.0.0")]);
+    let o = run(
+        trusting.path(),
+        &["package", "add", &reg.oci("acme/hostile:1.0.0")],
+    );
     expect_code(&o, INTEGRITY);
-    assert!(stderr(&o).contains("unsigned") && stderr(&o).contains("require_signatures"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unsigned") && stderr(&o).contains("require_signatures"),
+        "{}",
+        stderr(&o)
+    );
     store_untouched(trusting.path());
 
     // Signed by a key nobody trusts.
-    let o = run(dir.path(), &["package", "sign", &reg.oci("acme/hostile:1.0.0"), "--key", stranger.to_str().unwrap()]);
+    let o = run(
+        dir.path(),
+        &[
+            "package",
+            "sign",
+            &reg.oci("acme/hostile:1.0.0"),
+            "--key",
+            stranger.to_str().unwrap(),
+        ],
+    );
     expect_code(&o, OK);
-    let o = run(trusting.path(), &["package", "add", &reg.oci("acme/hostile:1.0.0")]);
+    let o = run(
+        trusting.path(),
+        &["package", "add", &reg.oci("acme/hostile:1.0.0")],
+    );
     expect_code(&o, INTEGRITY);
     let e = stderr(&o);
-    assert!(e.contains("none by a key in [trust]") && e.contains("acme (sha256:"), "{e}");
+    assert!(
+        e.contains("none by a key in [trust]") && e.contains("acme (sha256:"),
+        "{e}"
+    );
     store_untouched(trusting.path());
 
     // Signed by acme when pushed: installed, the signer pinned.
     let signed = push("2.0.0", "2000", Some(&acme));
-    let o = run(trusting.path(), &["package", "add", &reg.oci("acme/hostile:2.0.0"), "--json"]);
+    let o = run(
+        trusting.path(),
+        &["package", "add", &reg.oci("acme/hostile:2.0.0"), "--json"],
+    );
     expect_code(&o, OK);
     assert_eq!(json(&o)["source"]["signer"], "acme");
     let lock = std::fs::read_to_string(trusting.path().join(".heddle/heddle.lock")).unwrap();
@@ -636,10 +837,16 @@ fn signatures_are_checked_against_the_trusted_keys_offline() {
         &reg.addr,
         &format!("[trust.keys]\nacme = \"{}.pub\"\n", acme.display()),
     );
-    let o = run(fresh.path(), &["package", "add", &reg.oci("acme/hostile:3.0.0")]);
+    let o = run(
+        fresh.path(),
+        &["package", "add", &reg.oci("acme/hostile:3.0.0")],
+    );
     expect_code(&o, INTEGRITY);
     let e = stderr(&o);
-    assert!(e.contains(&format!("covers manifest {signed}, not this one ({other})")), "{e}");
+    assert!(
+        e.contains(&format!("covers manifest {signed}, not this one ({other})")),
+        "{e}"
+    );
     store_untouched(fresh.path());
 }
 
@@ -677,7 +884,12 @@ fn an_update_is_reviewed_before_it_takes_effect_and_grants_say_what_they_cover()
     let o = run(d, &["package", "add", v2.to_str().unwrap()]);
     expect_code(&o, INVALID);
     let out = stdout(&o);
-    for want in ["version", "-> 9.9.9", "capabilities added: env `HOME`", "Now reads your home directory"] {
+    for want in [
+        "version",
+        "-> 9.9.9",
+        "capabilities added: env `HOME`",
+        "Now reads your home directory",
+    ] {
         assert!(out.contains(want), "review lacks {want}:\n{out}");
     }
     assert!(stderr(&o).contains("--yes"), "{}", stderr(&o));
@@ -688,22 +900,47 @@ fn an_update_is_reviewed_before_it_takes_effect_and_grants_say_what_they_cover()
     );
     let o = run(d, &["package", "add", v2.to_str().unwrap(), "--yes"]);
     expect_code(&o, OK);
-    assert!(stdout(&o).contains("installed hostile@9.9.9"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("installed hostile@9.9.9"),
+        "{}",
+        stdout(&o)
+    );
 
     // A grant without a pin warns; a pin to other bytes says so instead of "add
     // [packages.hostile]"; remove names the grant it leaves.
     write(d, "heddle.toml", "[packages.hostile]\nenv = [\"HOME\"]\n");
     let o = run(d, &["package", "list"]);
     expect_code(&o, OK);
-    assert!(stdout(&o).contains("not pinned by digest: any package named hostile receives it"), "{}", stdout(&o));
-    write(d, "heddle.toml", &format!("[packages.hostile]\nenv = [\"HOME\"]\nsha256 = \"{}\"\n", "0".repeat(64)));
+    assert!(
+        stdout(&o).contains("not pinned by digest: any package named hostile receives it"),
+        "{}",
+        stdout(&o)
+    );
+    write(
+        d,
+        "heddle.toml",
+        &format!(
+            "[packages.hostile]\nenv = [\"HOME\"]\nsha256 = \"{}\"\n",
+            "0".repeat(64)
+        ),
+    );
     let o = run(d, &["package", "list"]);
     let out = stdout(&o);
-    assert!(out.contains(&format!("is pinned to sha256 {}, not to these bytes", "0".repeat(64))), "{out}");
+    assert!(
+        out.contains(&format!(
+            "is pinned to sha256 {}, not to these bytes",
+            "0".repeat(64)
+        )),
+        "{out}"
+    );
     assert!(!out.contains("to grant: add [packages.hostile]"), "{out}");
     let o = run(d, &["package", "remove", "hostile"]);
     expect_code(&o, OK);
-    assert!(stdout(&o).contains("the grant [packages.hostile] in heddle.toml stays"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("the grant [packages.hostile] in heddle.toml stays"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 const GATED: &str = r#"{"format": "heddle.graph", "version": 1, "nodes": [
@@ -732,19 +969,43 @@ fn a_durable_run_pins_its_registry_packages_and_resumes_where_the_store_lacks_th
     let run_id = json(&o)[0]["run_id"].as_str().unwrap().to_string();
     let o = run(d, &["runs", "show", &run_id, "--json"]);
     let shown = json(&o);
-    assert_eq!(shown["packages"]["hostile"]["source"]["manifest_digest"], digest.as_str(), "{shown}");
+    assert_eq!(
+        shown["packages"]["hostile"]["source"]["manifest_digest"],
+        digest.as_str(),
+        "{shown}"
+    );
 
     // Another package store that lacks it: the approval fetches exactly that digest.
-    let o = run(d, &["runs", "approve", &run_id, "ship", "--packages", "elsewhere", "--json"]);
+    let o = run(
+        d,
+        &[
+            "runs",
+            "approve",
+            &run_id,
+            "ship",
+            "--packages",
+            "elsewhere",
+            "--json",
+        ],
+    );
     expect_code(&o, OK);
-    assert!(stderr(&o).contains(&format!("fetching {reference} (manifest {digest})")), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("fetching {reference} (manifest {digest})")),
+        "{}",
+        stderr(&o)
+    );
     let lock = std::fs::read_to_string(d.join("elsewhere/heddle.lock")).unwrap();
-    assert!(lock.contains(&format!("manifest_digest = \"{digest}\"")), "{lock}");
+    assert!(
+        lock.contains(&format!("manifest_digest = \"{digest}\"")),
+        "{lock}"
+    );
 }
 
 /// The commands of a README section's first `sh` block.
 fn readme_commands(readme: &str, section: &str) -> Vec<String> {
-    let start = readme.find(section).unwrap_or_else(|| panic!("README lacks {section}"));
+    let start = readme
+        .find(section)
+        .unwrap_or_else(|| panic!("README lacks {section}"));
     let block = &readme[start..];
     let open = block.find("```sh\n").unwrap() + 6;
     let close = open + block[open..].find("```").unwrap();
@@ -761,7 +1022,10 @@ fn the_readme_sections_on_publishing_and_installing_work_as_written() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let publish = readme_commands(&readme, "## Publishing a package");
     let install = readme_commands(&readme, "## Installing packages from a registry");
-    assert!(publish.len() >= 2 && install.len() >= 2, "{publish:?} {install:?}");
+    assert!(
+        publish.len() >= 2 && install.len() >= 2,
+        "{publish:?} {install:?}"
+    );
     // Where the author works, and a newcomer's machine that only installs.
     let author = workdir(&reg.addr, "");
     let user = workdir(&reg.addr, "");
@@ -783,4 +1047,148 @@ fn the_readme_sections_on_publishing_and_installing_work_as_written() {
     let o = run(user.path(), &["nodes", "myc", "--json"]);
     expect_code(&o, OK);
     assert!(stdout(&o).contains("myc.shout"), "{}", stdout(&o));
+}
+
+/// `wkg` on PATH (`cargo install wkg`), required when `HEDDLE_REQUIRE_WKG=1`.
+fn wkg() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("wkg"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("HEDDLE_REQUIRE_WKG").as_deref() != Ok("1"),
+            "wkg is not on PATH (cargo install --locked wkg --version 0.16.1)"
+        );
+        eprintln!("wkg not on PATH: its layout is replicated byte for byte instead");
+    }
+    found
+}
+
+#[test]
+fn a_package_pushed_by_wkg_is_added_and_wkg_pulls_what_heddle_pushed() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = workdir(&reg.addr, "");
+    let d = dir.path();
+    let component_path = common::package_dir("hostile").join("hostile.wasm");
+    let component = std::fs::read(&component_path).unwrap();
+    let wkg = wkg();
+    match &wkg {
+        Some(wkg) => {
+            let o = Command::new(wkg)
+                .current_dir(d)
+                .env("XDG_CONFIG_HOME", d.join("xdg"))
+                .args(["oci", "push", "--insecure", &reg.addr])
+                .arg(format!("{}/wkgns/hostile:0.3.0", reg.addr))
+                .arg(&component_path)
+                .args([
+                    "--annotation",
+                    "org.opencontainers.image.version=0.3.0",
+                    "--annotation",
+                    "org.opencontainers.image.description=pushed by wkg",
+                ])
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "wkg push: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        None => {
+            // What wkg 0.16.1 writes (oci-wasm's WasmConfig through oci-client), checked
+            // against a real `wkg oci push` to this registry: config fields in this
+            // order, the layer titled, the annotations given on its command line.
+            let (exports, imports) = {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let host = common::host();
+                    let pkg =
+                        heddle_wasm::WasmPackage::load_dir(&host, &common::package_dir("hostile"))
+                            .await
+                            .unwrap();
+                    pkg.world()
+                })
+            };
+            let layer = heddle_registry::client::sha256_digest(&component);
+            let config = format!(
+                "{{\"created\":\"2026-12-07T00:37:29.452263332Z\",\"author\":null,\"architecture\":\"wasm\",\"os\":\"wasip2\",\"layerDigests\":[\"{layer}\"],\"component\":{{\"exports\":{},\"imports\":{},\"target\":null}}}}",
+                serde_json::to_string(&exports).unwrap(),
+                serde_json::to_string(&imports).unwrap()
+            );
+            push_replica(
+                &reg,
+                "wkgns/hostile",
+                "0.3.0",
+                config.into_bytes(),
+                component.clone(),
+            );
+        }
+    }
+    let reference = reg.oci("wkgns/hostile:0.3.0");
+    let o = run(d, &["package", "add", &reference, "--json"]);
+    expect_code(&o, OK);
+    let info = json(&o);
+    assert_eq!(info["name"], "hostile");
+    assert_eq!(info["version"], "0.3.0");
+    assert_eq!(info["description"], "pushed by wkg");
+    let graph = write(d, "g.json", super::ECHO);
+    let o = run(d, &["run", graph.to_str().unwrap(), "--json"]);
+    expect_code(&o, OK);
+
+    // What Heddle pushes, wkg pulls: the component byte for byte.
+    let Some(wkg) = wkg else { return };
+    push_hostile(d, &reg.oci("heddlens/hostile:0.4.0"));
+    let out = d.join("pulled.wasm");
+    let o = Command::new(&wkg)
+        .current_dir(d)
+        .env("XDG_CONFIG_HOME", d.join("xdg"))
+        .args(["oci", "pull", "--insecure", &reg.addr])
+        .arg(format!("{}/heddlens/hostile:0.4.0", reg.addr))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "wkg pull: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), component);
+}
+
+/// Pushes `config` and `component` as wkg does (manifest as oci-client serializes it).
+fn push_replica(reg: &Registry, repo: &str, tag: &str, config: Vec<u8>, component: Vec<u8>) {
+    use heddle_registry::client::{Client, Credentials, Endpoint, OCI_MANIFEST, sha256_digest};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let c = Client::new(
+            Endpoint {
+                registry: reg.addr.clone(),
+                repository: repo.into(),
+                insecure: true,
+                credentials: Credentials::Anonymous,
+                reference: "test".into(),
+            },
+            Duration::from_secs(20),
+            true,
+        )
+        .unwrap();
+        let (cd, ld) = (sha256_digest(&config), sha256_digest(&component));
+        let manifest = format!(
+            "{{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"config\":{{\"mediaType\":\"application/vnd.wasm.config.v0+json\",\"digest\":\"{cd}\",\"size\":{}}},\"layers\":[{{\"mediaType\":\"application/wasm\",\"digest\":\"{ld}\",\"size\":{},\"annotations\":{{\"org.opencontainers.image.title\":\"hostile.wasm\"}}}}],\"annotations\":{{\"org.opencontainers.image.description\":\"pushed by wkg\",\"org.opencontainers.image.version\":\"0.3.0\"}}}}",
+            config.len(),
+            component.len()
+        );
+        c.push_blob("layer", &ld, component.into()).await.unwrap();
+        c.push_blob("config", &cd, config.into()).await.unwrap();
+        c.push_manifest(tag, OCI_MANIFEST, manifest.into_bytes()).await.unwrap();
+    });
 }

@@ -85,7 +85,11 @@ pub struct Checked {
 
 /// Checks a pulled manifest's layout: one image manifest, the Wasm config media type,
 /// exactly one `application/wasm` layer no larger than `max_layer`.
-pub fn check_manifest(reference: &str, bytes: &[u8], max_layer: u64) -> Result<Checked, RegistryError> {
+pub fn check_manifest(
+    reference: &str,
+    bytes: &[u8],
+    max_layer: u64,
+) -> Result<Checked, RegistryError> {
     let not_wasm = |message: String| RegistryError::NotWasm {
         reference: reference.to_string(),
         message,
@@ -140,9 +144,14 @@ pub fn check_manifest(reference: &str, bytes: &[u8], max_layer: u64) -> Result<C
             layer.media_type
         )));
     }
-    for (what, d) in [("config", &manifest.config.digest), ("layer", &layer.digest)] {
+    for (what, d) in [
+        ("config", &manifest.config.digest),
+        ("layer", &layer.digest),
+    ] {
         if !valid_digest(d) {
-            return Err(not_wasm(format!("{what} digest `{d}` is not a sha256 digest")));
+            return Err(not_wasm(format!(
+                "{what} digest `{d}` is not a sha256 digest"
+            )));
         }
     }
     if layer.size > max_layer {
@@ -157,7 +166,11 @@ pub fn check_manifest(reference: &str, bytes: &[u8], max_layer: u64) -> Result<C
 }
 
 /// Checks a pulled config: a component (`wasip2`) of the layer the manifest names.
-pub fn check_config(reference: &str, bytes: &[u8], layer: &Descriptor) -> Result<WasmConfig, RegistryError> {
+pub fn check_config(
+    reference: &str,
+    bytes: &[u8],
+    layer: &Descriptor,
+) -> Result<WasmConfig, RegistryError> {
     let not_wasm = |message: String| RegistryError::NotWasm {
         reference: reference.to_string(),
         message,
@@ -283,14 +296,20 @@ mod tests {
             rfc3339(0),
         );
         let c = check_manifest("r", &manifest, 1 << 20).unwrap();
-        assert_eq!(c.layer.digest, crate::client::sha256_digest(b"\0asm component"));
+        assert_eq!(
+            c.layer.digest,
+            crate::client::sha256_digest(b"\0asm component")
+        );
         check_config("r", &config, &c.layer).unwrap();
         let e = check_manifest("r", &manifest, 4).unwrap_err().to_string();
         assert!(e.contains("larger than 4 bytes"), "{e}");
-        let two = String::from_utf8(manifest.clone())
-            .unwrap()
-            .replace("\"layers\":[", &format!("\"layers\":[{},", serde_json::to_string(&c.layer).unwrap()));
-        let e = check_manifest("r", two.as_bytes(), 1 << 20).unwrap_err().to_string();
+        let two = String::from_utf8(manifest.clone()).unwrap().replace(
+            "\"layers\":[",
+            &format!("\"layers\":[{},", serde_json::to_string(&c.layer).unwrap()),
+        );
+        let e = check_manifest("r", two.as_bytes(), 1 << 20)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("2 layers"), "{e}");
     }
 }

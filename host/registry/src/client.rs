@@ -252,7 +252,10 @@ impl Client {
         match resp.status() {
             s if s.is_success() => {}
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                return Err(self.refused(what, &format!("the token service answered {}", resp.status())));
+                return Err(self.refused(
+                    what,
+                    &format!("the token service answered {}", resp.status()),
+                ));
             }
             s => return Err(self.protocol(what, format!("the token service answered {s}"))),
         }
@@ -274,7 +277,12 @@ impl Client {
 
     /// Reads a whole body, refusing more than `limit` bytes (counted as they arrive, not
     /// trusted from a header).
-    async fn read(&self, mut resp: Response, what: &str, limit: u64) -> Result<Vec<u8>, RegistryError> {
+    async fn read(
+        &self,
+        mut resp: Response,
+        what: &str,
+        limit: u64,
+    ) -> Result<Vec<u8>, RegistryError> {
         if resp.content_length().is_some_and(|n| n > limit) {
             return Err(self.too_large(what, limit));
         }
@@ -357,7 +365,12 @@ impl Client {
     }
 
     /// Fetches a small blob (a config) whole, checking its digest.
-    pub async fn blob(&self, what: &str, digest: &str, limit: u64) -> Result<Vec<u8>, RegistryError> {
+    pub async fn blob(
+        &self,
+        what: &str,
+        digest: &str,
+        limit: u64,
+    ) -> Result<Vec<u8>, RegistryError> {
         let url = self.url(&format!("blobs/{digest}"));
         let resp = self.send(what, |c| c.get(&url)).await?;
         if !resp.status().is_success() {
@@ -407,7 +420,8 @@ impl Client {
                 ));
             }
             hasher.update(&chunk);
-            file.write_all(&chunk).map_err(|e| RegistryError::io(path, e))?;
+            file.write_all(&chunk)
+                .map_err(|e| RegistryError::io(path, e))?;
         }
         let actual = format!("sha256:{:x}", hasher.finalize());
         if actual != digest {
@@ -449,7 +463,12 @@ impl Client {
 
     /// Uploads `bytes` as the blob `digest` unless the registry has it already
     /// (monolithic upload: POST for a location, PUT with the digest).
-    pub async fn push_blob(&self, what: &str, digest: &str, bytes: bytes::Bytes) -> Result<(), RegistryError> {
+    pub async fn push_blob(
+        &self,
+        what: &str,
+        digest: &str,
+        bytes: bytes::Bytes,
+    ) -> Result<(), RegistryError> {
         let head = self.url(&format!("blobs/{digest}"));
         let resp = self.send(what, |c| c.head(&head)).await?;
         if resp.status().is_success() {

@@ -71,7 +71,9 @@ pub enum RegistryError {
         registry: String,
         what: String,
     },
-    #[error("{reference}: registry {registry} answered {what} with something that is not the OCI distribution protocol: {message}")]
+    #[error(
+        "{reference}: registry {registry} answered {what} with something that is not the OCI distribution protocol: {message}"
+    )]
     Protocol {
         reference: String,
         registry: String,

@@ -128,7 +128,11 @@ async fn fetch_target(
     // Who signed it is settled before its bytes are fetched.
     let signer = crate::sign::verify(&client, &manifest_digest, &opts.trust).await?;
     let config_bytes = client
-        .blob("config", &checked.manifest.config.digest, MAX_DOCUMENT_BYTES)
+        .blob(
+            "config",
+            &checked.manifest.config.digest,
+            MAX_DOCUMENT_BYTES,
+        )
         .await?;
     let config = artifact::check_config(typed, &config_bytes, &checked.layer)?;
     let annotations = checked.manifest.annotations.clone().unwrap_or_default();
@@ -142,7 +146,12 @@ async fn fetch_target(
     std::fs::create_dir(&dir).map_err(|e| RegistryError::io(&dir, e))?;
     let layer_file = staging.path().join("layer.wasm");
     client
-        .blob_to_file("component layer", &checked.layer.digest, checked.layer.size, &layer_file)
+        .blob_to_file(
+            "component layer",
+            &checked.layer.digest,
+            checked.layer.size,
+            &layer_file,
+        )
         .await?;
 
     let had_manifest = config.heddle_package.is_some();
@@ -184,11 +193,20 @@ async fn fetch_target(
 /// The manifest of a component pushed by another tool (wkg): named after the
 /// repository's last component, versioned by its annotation or tag, no capability
 /// requests of its own (its node types still declare theirs).
-fn synthesized_manifest(oci: &crate::reference::OciRef, annotations: &BTreeMap<String, String>) -> String {
+fn synthesized_manifest(
+    oci: &crate::reference::OciRef,
+    annotations: &BTreeMap<String, String>,
+) -> String {
     let last = oci.repository.rsplit('/').next().unwrap_or(&oci.repository);
     let name: String = last
         .chars()
-        .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     let version = annotations
         .get(ANNOTATION_VERSION)
@@ -239,8 +257,8 @@ pub async fn push(
         });
     }
     let manifest_path = dir.join(MANIFEST_FILE);
-    let manifest_text =
-        std::fs::read_to_string(&manifest_path).map_err(|e| RegistryError::io(&manifest_path, e))?;
+    let manifest_text = std::fs::read_to_string(&manifest_path)
+        .map_err(|e| RegistryError::io(&manifest_path, e))?;
     let component_path = pkg.manifest.component_path(dir);
     let component =
         std::fs::read(&component_path).map_err(|e| RegistryError::io(&component_path, e))?;
@@ -275,7 +293,9 @@ pub async fn push(
     client
         .push_blob("the component layer", &layer_digest, component.into())
         .await?;
-    client.push_blob("the config", &config_digest, config.into()).await?;
+    client
+        .push_blob("the config", &config_digest, config.into())
+        .await?;
     let manifest_digest = client.push_manifest(&tag, OCI_MANIFEST, manifest).await?;
     if let Some(key) = key {
         crate::sign::push_signature(&client, &manifest_digest, key).await?;

@@ -179,7 +179,9 @@ pub(crate) fn valid_tag(s: &str) -> bool {
 /// `sha256:` and 64 lowercase hex digits (the only algorithm Heddle pins with).
 pub fn valid_digest(s: &str) -> bool {
     s.strip_prefix("sha256:").is_some_and(|h| {
-        h.len() == 64 && h.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+        h.len() == 64
+            && h.chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
     })
 }
 

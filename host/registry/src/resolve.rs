@@ -92,7 +92,9 @@ async fn wkg_config(typed: &str, settings: &RegistrySettings) -> Result<WkgConfi
             let mut c = WkgConfig::default();
             let text = std::fs::read_to_string(path)
                 .map_err(|e| bad(format!("{}: {e}", path.display())))?;
-            c.merge(WkgConfig::from_toml(&text).map_err(|e| bad(format!("{}: {e}", path.display())))?);
+            c.merge(
+                WkgConfig::from_toml(&text).map_err(|e| bad(format!("{}: {e}", path.display())))?,
+            );
             Ok(c)
         }
         None => WkgConfig::global_defaults().await.map_err(|e| {
@@ -195,7 +197,11 @@ pub async fn resolve(
     }
 }
 
-fn backend(typed: &str, config: &WkgConfig, registry: &Registry) -> Result<OciBackend, RegistryError> {
+fn backend(
+    typed: &str,
+    config: &WkgConfig,
+    registry: &Registry,
+) -> Result<OciBackend, RegistryError> {
     match config.registry_config(registry) {
         Some(rc) => rc
             .backend_config::<OciBackend>("oci")
@@ -231,10 +237,20 @@ fn endpoint(
     })
 }
 
-fn credentials(typed: &str, registry: &str, backend: &OciBackend) -> Result<Credentials, RegistryError> {
+fn credentials(
+    typed: &str,
+    registry: &str,
+    backend: &OciBackend,
+) -> Result<Credentials, RegistryError> {
     let sanitized: String = registry
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
         .collect();
     if let Ok(token) = std::env::var(format!("WKG_REGISTRY_{sanitized}_AUTH_BEARER"))
         && !token.is_empty()
@@ -251,11 +267,16 @@ fn credentials(typed: &str, registry: &str, backend: &OciBackend) -> Result<Cred
             use base64::Engine as _;
             let bad = || RegistryError::WkgConfig {
                 reference: typed.to_string(),
-                message: format!("[registry.\"{registry}\".oci] auth is not base64 of user:password"),
+                message: format!(
+                    "[registry.\"{registry}\".oci] auth is not base64 of user:password"
+                ),
             };
             let raw = base64::engine::general_purpose::STANDARD
                 .decode(b64.trim_end_matches('='))
-                .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(b64.trim_end_matches('=')))
+                .or_else(|_| {
+                    base64::engine::general_purpose::STANDARD_NO_PAD
+                        .decode(b64.trim_end_matches('='))
+                })
                 .map_err(|_| bad())?;
             let text = String::from_utf8(raw).map_err(|_| bad())?;
             let (u, p) = text.split_once(':').ok_or_else(bad)?;
@@ -275,7 +296,11 @@ async fn fetch_metadata(
     settings: &RegistrySettings,
 ) -> Result<RegistryMetadata, RegistryError> {
     let name = registry.to_string();
-    let scheme = if settings.is_insecure(&name) { "http" } else { "https" };
+    let scheme = if settings.is_insecure(&name) {
+        "http"
+    } else {
+        "https"
+    };
     let url = format!("{scheme}://{name}{REGISTRY_METADATA_PATH}");
     let unreachable = |message: String| RegistryError::Unreachable {
         reference: typed.to_string(),
@@ -287,11 +312,10 @@ async fn fetch_metadata(
         .build()
         .map_err(|e| unreachable(e.to_string()))?;
     let get = async {
-        let mut resp = client
-            .get(&url)
-            .send()
-            .await
-            .map_err(|e| unreachable(format!("{url}: {}", heddle_core::text::error_chain(&e))))?;
+        let mut resp =
+            client.get(&url).send().await.map_err(|e| {
+                unreachable(format!("{url}: {}", heddle_core::text::error_chain(&e)))
+            })?;
         if resp.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(RegistryMetadata::default());
         }

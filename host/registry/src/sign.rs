@@ -67,7 +67,10 @@ impl PublicKey {
             Some(point) if point.len() == 65 && point[0] == 4 => Ok(PublicKey {
                 point: point.to_vec(),
             }),
-            _ => Err("not an ECDSA P-256 public key (cosign's and `heddle package keygen`'s kind)".into()),
+            _ => Err(
+                "not an ECDSA P-256 public key (cosign's and `heddle package keygen`'s kind)"
+                    .into(),
+            ),
         }
     }
 
@@ -111,8 +114,9 @@ impl SigningKey {
             ));
         }
         let der = pem_decode(&text, "PRIVATE KEY").map_err(bad)?;
-        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &der, &SystemRandom::new())
-            .map_err(|e| bad(format!("not a PKCS#8 ECDSA P-256 private key ({e})")))?;
+        let pair =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &der, &SystemRandom::new())
+                .map_err(|e| bad(format!("not a PKCS#8 ECDSA P-256 private key ({e})")))?;
         let public = PublicKey {
             point: pair.public_key().as_ref().to_vec(),
         };
@@ -243,7 +247,10 @@ pub async fn push_signature(
         Err(RegistryError::NotFound { .. }) => Vec::new(),
         Err(e) => return Err(e),
     };
-    let body = payload(&format!("{}/{}", ep.registry, ep.repository), manifest_digest);
+    let body = payload(
+        &format!("{}/{}", ep.registry, ep.repository),
+        manifest_digest,
+    );
     let signature = key.sign(&body).map_err(|message| RegistryError::Key {
         path: PathBuf::from("(signing key)"),
         message,
@@ -252,7 +259,13 @@ pub async fn push_signature(
     client
         .push_blob("the signature payload", &body_digest, body.clone().into())
         .await?;
-    layers.retain(|l| l.digest != body_digest || l.annotations.as_ref().and_then(|a| a.get(SIGNATURE_ANNOTATION)).is_none());
+    layers.retain(|l| {
+        l.digest != body_digest
+            || l.annotations
+                .as_ref()
+                .and_then(|a| a.get(SIGNATURE_ANNOTATION))
+                .is_none()
+    });
     layers.push(Descriptor {
         media_type: PAYLOAD_MEDIA_TYPE.into(),
         digest: body_digest,
@@ -274,7 +287,11 @@ pub async fn push_signature(
     .expect("config serializes");
     let config_digest = sha256_digest(&config);
     client
-        .push_blob("the signature config", &config_digest, config.clone().into())
+        .push_blob(
+            "the signature config",
+            &config_digest,
+            config.clone().into(),
+        )
         .await?;
     let manifest = ImageManifest {
         schema_version: 2,
@@ -305,12 +322,14 @@ pub async fn verify(
     let reference = client.endpoint().reference.clone();
     let tag = signature_tag(manifest_digest);
     let layers = match client.manifest(&tag).await {
-        Ok((bytes, _)) => serde_json::from_slice::<ImageManifest>(&bytes)
-            .map_err(|e| RegistryError::BadSignature {
-                reference: reference.clone(),
-                message: format!("the signature manifest {tag} is malformed ({e})"),
-            })?
-            .layers,
+        Ok((bytes, _)) => {
+            serde_json::from_slice::<ImageManifest>(&bytes)
+                .map_err(|e| RegistryError::BadSignature {
+                    reference: reference.clone(),
+                    message: format!("the signature manifest {tag} is malformed ({e})"),
+                })?
+                .layers
+        }
         Err(RegistryError::NotFound { .. }) => Vec::new(),
         Err(e) => return Err(e),
     };
@@ -325,7 +344,11 @@ pub async fn verify(
             .annotations
             .as_ref()
             .and_then(|a| a.get(SIGNATURE_ANNOTATION))
-            .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s.trim()).ok())
+            .and_then(|s| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(s.trim())
+                    .ok()
+            })
         else {
             continue;
         };
@@ -338,10 +361,13 @@ pub async fn verify(
         let Some((name, _)) = trust.keys.iter().find(|(_, k)| k.verifies(&body, &sig)) else {
             continue;
         };
-        let p: Payload = serde_json::from_slice(&body).map_err(|e| RegistryError::BadSignature {
-            reference: reference.clone(),
-            message: format!("a payload signed by `{name}` is not a simple-signing payload ({e})"),
-        })?;
+        let p: Payload =
+            serde_json::from_slice(&body).map_err(|e| RegistryError::BadSignature {
+                reference: reference.clone(),
+                message: format!(
+                    "a payload signed by `{name}` is not a simple-signing payload ({e})"
+                ),
+            })?;
         if p.critical.kind != PAYLOAD_TYPE {
             continue;
         }
@@ -360,9 +386,7 @@ pub async fn verify(
     }
     if !trust.require_signatures {
         if !signed.is_empty() {
-            tracing::warn!(
-                "{reference}: signed, but by no key in [trust]; installed as unsigned"
-            );
+            tracing::warn!("{reference}: signed, but by no key in [trust]; installed as unsigned");
         }
         return Ok(None);
     }

@@ -64,8 +64,14 @@ pub const SECTIONS: &[(&str, &str)] = &[
     ("store", "durable runs"),
     ("serve", "heddle serve"),
     ("supervisor", "the LLM supervisor of --supervise"),
-    ("registry", "OCI registries packages are fetched from and pushed to"),
-    ("trust", "publishers' keys package signatures are checked against"),
+    (
+        "registry",
+        "OCI registries packages are fetched from and pushed to",
+    ),
+    (
+        "trust",
+        "publishers' keys package signatures are checked against",
+    ),
 ];
 
 /// The parsed `heddle.toml` (or the defaults when there is none): each crate's section is

@@ -34,7 +34,11 @@ pub enum PackageError {
     #[error(
         "{path}: the component is {size} bytes, more than [wasm] max_component_bytes = {limit} allows"
     )]
-    ComponentTooLarge { path: PathBuf, size: u64, limit: u64 },
+    ComponentTooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
     #[error("{path}: component file named by the manifest does not exist")]
     MissingComponent { path: PathBuf },
     #[error("{path}: not a valid WebAssembly component")]

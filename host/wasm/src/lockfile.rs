@@ -146,7 +146,9 @@ impl LockEntry {
 /// `sha256:` and 64 lowercase hex digits.
 fn is_sha256_digest(s: &str) -> bool {
     s.strip_prefix("sha256:").is_some_and(|h| {
-        h.len() == 64 && h.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+        h.len() == 64
+            && h.chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
     })
 }
 

@@ -59,12 +59,7 @@ fn main() -> ExitCode {
         }
     }
     if let Some(out) = &args.c_bindings {
-        let wit = match opts
-            .wit
-            .clone()
-            .map(Ok)
-            .unwrap_or_else(default_wit)
-        {
+        let wit = match opts.wit.clone().map(Ok).unwrap_or_else(default_wit) {
             Ok(w) => w,
             Err(e) => {
                 eprintln!("error: {e}");

@@ -283,12 +283,7 @@ fn used_packages(
 
 /// The refusal to resume a run whose package `name` is not installed, saying what
 /// installs exactly the recorded bytes.
-pub fn missing_package(
-    run: &str,
-    name: &str,
-    pin: &PackagePin,
-    packages_dir: &Path,
-) -> StoreError {
+pub fn missing_package(run: &str, name: &str, pin: &PackagePin, packages_dir: &Path) -> StoreError {
     let hint = match &pin.source {
         Some(s) => format!(
             "it was fetched from {} (manifest {}); `heddle package add oci://{}/{}@{}` installs exactly those bytes (`heddle runs resume` does it itself)",
