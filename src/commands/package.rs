@@ -321,7 +321,7 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
                 match &fetched {
                     Some(_) => heddle_registry::RegistryError::Package {
                         reference: source.clone(),
-                        source: e,
+                        source: Box::new(e),
                     }
                     .into(),
                     None => e.into(),
@@ -689,7 +689,7 @@ pub(crate) fn fetch_missing(
                 .await
                 .map_err(|e| heddle_registry::RegistryError::Package {
                     reference: o.reference.clone(),
-                    source: e,
+                    source: Box::new(e),
                 })?;
             if pkg.digest != pin.sha256 {
                 anyhow::bail!(

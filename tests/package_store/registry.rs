@@ -530,9 +530,12 @@ fn artifacts_of_another_layout_or_tampered_bytes_are_refused_and_nothing_install
     store_untouched(dir.path());
 }
 
+/// What a test server answers a request head with (`None`: nothing, ever).
+type Answer = fn(&str) -> Option<Vec<u8>>;
+
 /// A TCP server on loopback answering every connection with `answer(request head)`
 /// (or never, for `None`); serves at most `max` connections.
-fn tcp_server(max: usize, answer: fn(&str) -> Option<Vec<u8>>) -> String {
+fn tcp_server(max: usize, answer: Answer) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     std::thread::spawn(move || {
@@ -561,7 +564,7 @@ fn tcp_server(max: usize, answer: fn(&str) -> Option<Vec<u8>>) -> String {
 
 #[test]
 fn misbehaving_registries_are_named_and_time_bounded() {
-    let cases: [(&str, fn(&str) -> Option<Vec<u8>>, i32, &str); 4] = [
+    let cases: [(&str, Answer, i32, &str); 4] = [
         (
             "slow",
             |_| None,

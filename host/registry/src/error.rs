@@ -130,7 +130,7 @@ pub enum RegistryError {
     Package {
         reference: String,
         #[source]
-        source: PackageError,
+        source: Box<PackageError>,
     },
     #[error("{path}: {source}")]
     Io {

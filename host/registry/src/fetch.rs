@@ -163,7 +163,7 @@ async fn fetch_target(
     let manifest = Manifest::parse(&manifest_text, &manifest_path).map_err(|source| {
         RegistryError::Package {
             reference: typed.to_string(),
-            source,
+            source: Box::new(source),
         }
     })?;
     std::fs::write(&manifest_path, manifest_text.as_bytes())

@@ -117,16 +117,12 @@ pub enum StoreError {
         recorded: String,
         current: String,
     },
-    #[error(
-        "run {run} uses package {package} (sha256 {sha256}), which the package store {store} lacks; {hint}"
-    )]
+    #[error("run {run} uses package {package} {what}")]
     PackageMissing {
         run: String,
         package: String,
-        sha256: String,
-        store: String,
-        /// What installs exactly those bytes.
-        hint: String,
+        /// Its digest, which package store lacks it, and what installs those bytes.
+        what: String,
     },
     #[error("run {run} has already ended ({state}); nothing to cancel")]
     AlreadyEnded { run: String, state: &'static str },

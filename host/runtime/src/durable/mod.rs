@@ -284,21 +284,21 @@ fn used_packages(
 /// The refusal to resume a run whose package `name` is not installed, saying what
 /// installs exactly the recorded bytes.
 pub fn missing_package(run: &str, name: &str, pin: &PackagePin, packages_dir: &Path) -> StoreError {
-    let hint = match &pin.source {
+    let store = packages_dir.display();
+    let sha256 = &pin.sha256;
+    let what = match &pin.source {
         Some(s) => format!(
-            "it was fetched from {} (manifest {}); `heddle package add oci://{}/{}@{}` installs exactly those bytes (`heddle runs resume` does it itself)",
+            "(sha256 {sha256}), which the package store {store} lacks; it was fetched from {} (manifest {}): `heddle package add oci://{}/{}@{}` installs exactly those bytes (`heddle runs resume` does it itself)",
             s.reference, s.manifest_digest, s.registry, s.repository, s.manifest_digest
         ),
         None => format!(
-            "add the package directory whose component has that sha256 (`heddle package add DIR`)"
+            "(sha256 {sha256}), which the package store {store} lacks; add the package directory whose component has that sha256 (`heddle package add DIR`)"
         ),
     };
     StoreError::PackageMissing {
         run: run.to_string(),
         package: name.to_string(),
-        sha256: pin.sha256.clone(),
-        store: packages_dir.display().to_string(),
-        hint,
+        what,
     }
 }
 
