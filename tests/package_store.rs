@@ -4,6 +4,8 @@
 
 #[path = "../host/wasm/tests/common/mod.rs"]
 mod common;
+#[path = "package_store/build.rs"]
+mod build;
 #[path = "package_store/registry.rs"]
 mod registry;
 mod support;

@@ -285,15 +285,19 @@ pub fn build_package(src: &Path, opts: &BuildOptions) -> Result<BuiltPackage, Bu
         }
         let work = scratch_dir(&out_dir)?;
         let built = work.join("component.wasm");
-        match language {
-            Language::Python => python::build(&src, &wit, &work, &built, opts)?,
-            Language::JavaScript => js::build(&src, &wit, &work, &built, opts)?,
-            Language::C => {
-                opts.toolchains.ensure_c()?;
+        let outcome = match language {
+            Language::Python => python::build(&src, &wit, &work, &built, opts),
+            Language::JavaScript => js::build(&src, &wit, &work, &built, opts),
+            Language::C => opts.toolchains.ensure_c().and_then(|()| {
                 let sdk = sdkfiles::write_c(&work)?;
-                c::build(&src, &sdk, &wit, &work, &built)?
-            }
-            Language::Rust => rust::build(&src, &built, opts)?,
+                c::build(&src, &sdk, &wit, &work, &built)
+            }),
+            Language::Rust => rust::build(&src, &built, opts),
+        };
+        if let Err(e) = outcome {
+            // A failed build leaves nothing in the output folder but what was there.
+            let _ = std::fs::remove_dir_all(&work);
+            return Err(e);
         }
         std::fs::copy(&built, &component).map_err(|e| BuildError::io(&built, e))?;
         if let Some(cache_file) = &cached_path {
