@@ -2,10 +2,10 @@
 //! `heddle package add` processes at once, a run during a re-install, reserved names
 //! and node types, and a lockfile that names paths outside the store.
 
-#[path = "../host/wasm/tests/common/mod.rs"]
-mod common;
 #[path = "package_store/build.rs"]
 mod build;
+#[path = "../host/wasm/tests/common/mod.rs"]
+mod common;
 #[path = "package_store/registry.rs"]
 mod registry;
 mod support;
