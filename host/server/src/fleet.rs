@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use axum::response::Response;
-use heddle_store::fleet::{Claimed, Heartbeat, Wake};
+use heddle_store::fleet::{Claimed, Heartbeat, Wake, renewal_retry};
 use heddle_store::session::{self, Resumption};
 use heddle_store::status::{Liveness, RunState};
 use heddle_store::{Fleet, StoreError};
@@ -235,8 +235,9 @@ async fn hand_back(fleet: &Arc<dyn Fleet>, id: &str, requeue: bool) {
 /// whose leases were lost; registers again when the registration was. A renewal is
 /// waited for a third of the TTL at most (a partition holds a call for the whole
 /// operation timeout): one still without an answer counts as failed, and is not doubled
-/// while it waits. A host that renewed nothing for a whole TTL stops every run by
-/// itself: the others may take them from then on.
+/// while it waits. One that failed is tried again soon ([`renewal_retry`]), not a whole
+/// period later. A host that renewed nothing for a whole TTL stops every run by itself:
+/// the others may take them from then on.
 async fn heartbeat(host: Arc<Host>, fleet: Arc<dyn Fleet>, api: String, ttl: Duration) {
     let period = ttl / 3;
     // When the last renewal that succeeded was sent (its leases last `ttl` from a moment
@@ -247,9 +248,11 @@ async fn heartbeat(host: Arc<Host>, fleet: Arc<dyn Fleet>, api: String, ttl: Dur
         Instant,
         tokio::task::JoinHandle<Result<Heartbeat, StoreError>>,
     )> = None;
+    // The pause of the renewal being retried, if one is.
+    let mut retrying: Option<Duration> = None;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(period) => {}
+            _ = tokio::time::sleep(retrying.unwrap_or(period)) => {}
             _ = host.shutdown.cancelled() => return,
         }
         let (sent, mut renewal) = match pending.take() {
@@ -272,6 +275,10 @@ async fn heartbeat(host: Arc<Host>, fleet: Arc<dyn Fleet>, api: String, ttl: Dur
                     source: format!("no answer within {period:?}").into(),
                 })
             }
+        };
+        retrying = match &answer {
+            Err(e) if e.is_transient() => Some(renewal_retry(retrying, period)),
+            _ => None,
         };
         match answer {
             Ok(hb) => {

@@ -13,7 +13,8 @@
 //! - **Renewed every third of the TTL** ([`Fleet::heartbeat`], which the PostgreSQL store
 //!   runs by itself unless told not to), in one statement for all the host's runs. A
 //!   renewal that finds a lease gone reports it lost ([`LostLease`]); the owner stops
-//!   driving that run.
+//!   driving that run. One that could not reach the database is tried again within a
+//!   second ([`renewal_retry`]), and a lease that expired meanwhile says so.
 //! - **Expiry means claimable.** A run whose lease expired is claimed by the next host
 //!   that asks ([`Fleet::claim`]), which continues it from its log; hosts that died are
 //!   found this way, with no detector of their own.
@@ -26,8 +27,27 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use crate::StoreError;
+
+/// The first and the longest pause before a renewal that failed is tried again.
+const RENEWAL_RETRY_FIRST: Duration = Duration::from_millis(100);
+const RENEWAL_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// The pause before the next renewal after one that failed to reach the database:
+/// `last` is the pause before the failed one when it was a retry too (renewals every
+/// `period`). From 100 ms, doubling, at most 1 s (or `period` when shorter). Waiting a
+/// whole period after a failure loses a lease to an outage shorter than its TTL (one
+/// that spans two renewals: a crash recovery under load took 6 s of a 10 s TTL);
+/// retried so, a lease outlives an outage of up to two thirds of its TTL less a second.
+pub fn renewal_retry(last: Option<Duration>, period: Duration) -> Duration {
+    let max = RENEWAL_RETRY_MAX.min(period);
+    match last {
+        None => RENEWAL_RETRY_FIRST.min(max),
+        Some(last) => (last * 2).min(max),
+    }
+}
 
 /// A host as the store knows it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]

@@ -1,11 +1,15 @@
 //! The fleet on PostgreSQL: host registrations, run leases, claims and commands
 //! ([`crate::fleet`] has the rules).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use super::{Inner, Pg, PgStore, on_conn};
 use crate::StoreError;
-use crate::fleet::{Claimed, Command, Fleet, Heartbeat, HostRow, LeaseRow, Wake, Wakeups};
+use crate::fleet::{
+    Claimed, Command, Fleet, Heartbeat, HostRow, LeaseRow, Wake, Wakeups, renewal_retry,
+};
 
 pub use crate::fleet::LostLease;
 
@@ -16,15 +20,19 @@ macro_rules! ms {
     };
 }
 
-/// Renews what `inner` holds every third of its TTL, until the store is dropped.
+/// Renews what `inner` holds every third of its TTL, until the store is dropped. A
+/// renewal that could not reach the database is tried again soon ([`renewal_retry`]),
+/// not a whole period later.
 pub(super) fn keep(rt: &tokio::runtime::Handle, inner: Weak<Inner>) {
     let period = match inner.upgrade() {
         Some(i) => i.ttl / 3,
         None => return,
     };
     rt.spawn(async move {
+        // The pause of the renewal being retried, if one is.
+        let mut retrying: Option<Duration> = None;
         loop {
-            tokio::time::sleep(period).await;
+            tokio::time::sleep(retrying.unwrap_or(period)).await;
             let Some(inner) = inner.upgrade() else {
                 return;
             };
@@ -39,21 +47,89 @@ pub(super) fn keep(rt: &tokio::runtime::Handle, inner: Weak<Inner>) {
                     .unwrap_or_else(|e| e.into_inner())
                     .is_none();
             if idle {
+                retrying = None;
                 continue;
             }
-            // A failed renewal is retried at the next period; leases it could not renew
-            // expire, and their appends are refused by the database.
-            if let Ok(hb) = inner.clone().heartbeat().await
-                && !hb.lost.is_empty()
-            {
-                inner
-                    .lost
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend(hb.lost);
-            }
+            // Leases it could not renew in time expire, and their appends are refused by
+            // the database.
+            retrying = match inner.clone().heartbeat().await {
+                Ok(hb) => {
+                    if !hb.lost.is_empty() {
+                        inner
+                            .lost
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .extend(hb.lost);
+                    }
+                    None
+                }
+                Err(e) if e.is_transient() => Some(renewal_retry(retrying, period)),
+                Err(_) => None,
+            };
         }
     });
+}
+
+/// What the renewals of a handle saw of the database lately, so that a lease found
+/// expired says why: the database away for longer than the TTL is not the same as a
+/// process that stopped renewing.
+#[derive(Default)]
+pub(crate) struct Renewals {
+    /// Since when renewals have failed to reach the database, and the last such failure
+    /// (none once one went through).
+    failing: Option<(Instant, String)>,
+    /// Runs whose lease the first renewal after such an outage found expired, with what
+    /// to say of it.
+    expired_in_outage: HashMap<String, String>,
+}
+
+impl Renewals {
+    /// Notes what a renewal came to.
+    fn saw(&mut self, r: &Result<Heartbeat, StoreError>) {
+        match r {
+            Err(e) if e.is_transient() => {
+                let since = self.failing.as_ref().map_or_else(Instant::now, |f| f.0);
+                self.failing = Some((since, e.to_string()));
+            }
+            Ok(hb) => {
+                if self.failing.is_some() {
+                    let why = self.outage();
+                    for l in &hb.lost {
+                        self.expired_in_outage.insert(l.run_id.clone(), why.clone());
+                    }
+                }
+                self.failing = None;
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// What the current (or last) outage was.
+    fn outage(&self) -> String {
+        match &self.failing {
+            Some((since, last)) => format!(
+                "the database was away: no renewal reached it for {} ms (last: {last})",
+                since.elapsed().as_millis()
+            ),
+            None => "the database was away".into(),
+        }
+    }
+
+    /// Why the lease of `run` this handle held expired.
+    pub(crate) fn why_expired(&self, run: &str) -> String {
+        if let Some(why) = self.expired_in_outage.get(run) {
+            format!("it expired while {why}")
+        } else if self.failing.is_some() {
+            format!("it expired while {}", self.outage())
+        } else {
+            "it expired without renewal (this process renewed nothing for a whole lease TTL: paused or starved)".into()
+        }
+    }
+
+    /// `run` is held again: an old account of it no longer applies.
+    pub(crate) fn forget(&mut self, run: &str) {
+        self.expired_in_outage.remove(run);
+    }
 }
 
 impl Inner {
@@ -154,6 +230,13 @@ impl Inner {
     }
 
     pub(super) async fn heartbeat(self: Arc<Self>) -> Result<Heartbeat, StoreError> {
+        let r = self.clone().renew().await;
+        self.renewals().saw(&r);
+        r
+    }
+
+    /// One renewal of this handle's registration and leases.
+    async fn renew(self: Arc<Self>) -> Result<Heartbeat, StoreError> {
         const OP: &str = "renewing leases";
         let held: Vec<(String, u64)> = self
             .held
@@ -198,10 +281,15 @@ impl Inner {
         })?;
         let Some(renewed) = renewed else {
             *self.registration.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            let why = match self.renewals().failing.is_some() {
+                true => format!("its registration expired while {}", self.renewals().outage()),
+                false => "its registration expired or another process registered the same id"
+                    .into(),
+            };
             return Err(StoreError::HostLost {
                 target: self.target.clone(),
                 host_id: self.host_id.clone(),
-                why: "its registration expired or another process registered the same id".into(),
+                why,
             });
         };
         let renewed: std::collections::HashSet<String> = renewed.into_iter().collect();

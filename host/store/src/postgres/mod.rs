@@ -137,6 +137,8 @@ pub(crate) struct Inner {
     held: Mutex<HashMap<String, u64>>,
     /// Leases the keeper found lost since the last [`PgStore::take_lost`].
     lost: Mutex<Vec<LostLease>>,
+    /// What renewals saw of the database lately: why a lease expired.
+    renewals: Mutex<fleet::Renewals>,
     /// This handle's host registration (its incarnation), once registered.
     registration: Mutex<Option<String>>,
     hub: crate::fleet::Hub,
@@ -276,6 +278,10 @@ impl Inner {
         format!("{}_{what}", self.schema)
     }
 
+    fn renewals(&self) -> std::sync::MutexGuard<'_, fleet::Renewals> {
+        self.renewals.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn held_epoch(&self, run: &str) -> Option<u64> {
         self.held
             .lock()
@@ -285,6 +291,7 @@ impl Inner {
     }
 
     fn hold(&self, run: &str, epoch: u64) {
+        self.renewals().forget(run);
         self.held
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -321,7 +328,7 @@ impl Inner {
             Some(ours) if !l.live => Err(StoreError::RunLeaseLost {
                 run: run.to_string(),
                 epoch: ours,
-                why: "it expired without renewal".into(),
+                why: self.renewals().why_expired(run),
             }),
             Some(_) => Ok(()),
             None => self.owned_elsewhere(run, &l).map_or(Ok(()), Err),
@@ -664,6 +671,7 @@ impl PgStore {
             op_timeout: opts.op_timeout,
             held: Mutex::new(HashMap::new()),
             lost: Mutex::new(Vec::new()),
+            renewals: Mutex::new(fleet::Renewals::default()),
             registration: Mutex::new(None),
             hub: crate::fleet::Hub::new(),
             listening: std::sync::atomic::AtomicBool::new(false),
@@ -882,9 +890,9 @@ impl Inner {
                 ours: epoch,
             }),
             Some(("HDL01", _)) => Err(StoreError::RunLeaseLost {
+                why: self.renewals().why_expired(&run),
                 run,
                 epoch,
-                why: "it expired without renewal".into(),
             }),
             Some(("HDN01", next)) => {
                 let next: u64 = next.parse().unwrap_or(0);
