@@ -110,9 +110,32 @@ impl Hosts {
 /// (a bash node, not retry-safe), waiting `pause` seconds, and giving its name as its
 /// result; the results collected are the run's output.
 pub fn fan(data: &Path, tag: &str, items: usize, pause: &str) -> String {
+    fan_waiting(data, tag, items, &format!("sleep {pause}"))
+}
+
+/// A [`fan`] whose items, once their effect landed, wait until the test lets them end
+/// ([`release`]): a run that cannot finish before the test did to its host what it
+/// does (on a loaded machine a short run can end before the test gets there).
+pub fn held_fan(data: &Path, tag: &str, items: usize) -> String {
+    let go = data.join(format!("{tag}.go"));
+    // Bounded: an item nobody releases ends after 50 s (and its check fails).
+    let wait = format!(
+        "for _ in $(seq 500); do [ -e {} ] && break; sleep 0.1; done",
+        go.display()
+    );
+    fan_waiting(data, tag, items, &wait)
+}
+
+/// Lets the items of [`held_fan`] `tag` end.
+pub fn release(data: &Path, tag: &str) {
+    std::fs::write(data.join(format!("{tag}.go")), "").unwrap();
+}
+
+/// [`fan`] with `wait` (shell) between each item's effect and its result.
+fn fan_waiting(data: &Path, tag: &str, items: usize, wait: &str) -> String {
     let names: Vec<String> = (0..items).map(|i| format!("{tag}-{i}")).collect();
     let code = format!(
-        "printf '%s\\n' \"$input\" >> {}/effects.txt; sleep {pause}; printf '%s\\n' \"$input\"",
+        "printf '%s\\n' \"$input\" >> {}/effects.txt; {wait}; printf '%s\\n' \"$input\"",
         data.display()
     );
     json!({"format": "heddle.graph", "version": 1,
@@ -232,7 +255,7 @@ fn a_killed_hosts_runs_are_adopted_by_the_others_and_finish_without_repeating_an
     for (i, api) in apis.iter().enumerate() {
         for j in 0..2 {
             let tag = format!("r{i}{j}");
-            let id = rt.block_on(api.create(&fan(&data, &tag, 5, "0.2")));
+            let id = rt.block_on(api.create(&held_fan(&data, &tag, 5)));
             runs.push((tag, id));
         }
     }
@@ -251,6 +274,9 @@ fn a_killed_hosts_runs_are_adopted_by_the_others_and_finish_without_repeating_an
     let h1 = servers.next().unwrap();
     let killed_at = now_ms();
     h1.kill9();
+    for (tag, _) in &runs {
+        release(&data, tag);
+    }
     let survivors: Vec<Server> = servers.collect();
     let api = &apis[1];
     for (tag, id) in &runs {
@@ -280,10 +306,11 @@ fn a_host_stopped_past_its_lease_writes_nothing_more_once_continued_and_stops_it
     let b = hosts.start("hb", 2);
     let (api_a, api_b) = (Api::of(&a), Api::of(&b));
     let rt = rt();
-    let id = rt.block_on(api_a.create(&fan(&data, "s", 6, "0.3")));
+    let id = rt.block_on(api_a.create(&held_fan(&data, "s", 6)));
     assert_eq!(rt.block_on(driving(&api_a)), std::slice::from_ref(&id));
     until("the run is under way", || !hosts.effects().is_empty());
     a.signal("-STOP");
+    release(&data, "s");
     // Host b adopts the run once host a's lease expired, and takes it to its end (a
     // person offering again what host a left uncertain).
     until("host b adopted the run", || {
@@ -621,7 +648,7 @@ fn a_host_cut_off_from_the_database_stops_its_run_and_writes_nothing_once_healed
     let b = hosts.start("whole", 2);
     let (api_a, api_b) = (Api::of(&a), Api::of(&b));
     let rt = rt();
-    let id = rt.block_on(api_a.create(&fan(&data, "p", 6, "0.3")));
+    let id = rt.block_on(api_a.create(&held_fan(&data, "p", 6)));
     until("the run is under way", || !hosts.effects().is_empty());
     proxy
         .requests
@@ -629,6 +656,7 @@ fn a_host_cut_off_from_the_database_stops_its_run_and_writes_nothing_once_healed
     proxy
         .answers
         .store(true, std::sync::atomic::Ordering::SeqCst);
+    release(&data, "p");
     until("host a stopped its run by itself", || {
         a.log().contains("no lease renewed for")
     });
