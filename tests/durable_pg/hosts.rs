@@ -571,11 +571,29 @@ fn kill_group(group: usize, trials: usize, seed: u64) -> Vec<u64> {
         // Somewhere in the runs: before the first item, in the middle of one, or after.
         std::thread::sleep(Duration::from_millis(next() % 900));
         let killed_at = now_ms();
-        servers[victim].take().unwrap().kill9();
+        let killed = servers[victim].take().unwrap();
+        let mut said = killed.log();
+        killed.kill9();
         servers[victim] = Some(hosts.start(ids[victim], 2));
         let api = &apis[(victim + 1) % 3];
         for (tag, id) in &runs {
-            let (show, reoffers) = rt.block_on(api.drive_to_end(id));
+            let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rt.block_on(api.drive_to_end(id))
+            }));
+            let (show, reoffers) = ended.unwrap_or_else(|panic| {
+                // What every host (the killed one up to its kill) said about the run.
+                for s in servers.iter().flatten() {
+                    said.push_str(&s.log());
+                }
+                eprintln!(
+                    "group {group} trial {trial}, run {id} ({tag}), victim {}:",
+                    ids[victim]
+                );
+                for line in said.lines().filter(|l| l.contains(id.as_str())) {
+                    eprintln!("  {line}");
+                }
+                std::panic::resume_unwind(panic)
+            });
             check_fan(&hosts, &show, tag, 3, reoffers);
         }
         for id in &driven {

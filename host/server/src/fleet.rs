@@ -206,8 +206,21 @@ async fn take_claimed(
     match taken.await {
         Ok(true) => {}
         Ok(false) => hand_back(fleet, &id, false).await,
+        // Another host has it now: nothing to give back.
+        Err(heddle_runtime::Error::Store(e)) if e.is_lost_lease() => {
+            tracing::info!("run {id} not taken: {e}");
+        }
+        // The database out of reach for a moment: queued again, for whichever host
+        // reaches it next. Given back idle, the run would wait for a person forever.
+        Err(heddle_runtime::Error::Store(e)) if e.is_transient() => {
+            tracing::warn!("run {id} not taken for now ({e}); queued again");
+            hand_back(fleet, &id, true).await;
+        }
         Err(e) => {
-            tracing::warn!("run {id} not taken: {}", heddle_core::text::error_chain(&e));
+            tracing::warn!(
+                "run {id} not taken: {}; it waits for a person (heddle runs resume)",
+                heddle_core::text::error_chain(&e)
+            );
             hand_back(fleet, &id, false).await;
         }
     }

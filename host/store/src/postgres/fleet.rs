@@ -281,10 +281,13 @@ impl Inner {
         })?;
         let Some(renewed) = renewed else {
             *self.registration.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            let why = match self.renewals().failing.is_some() {
-                true => format!("its registration expired while {}", self.renewals().outage()),
-                false => "its registration expired or another process registered the same id"
-                    .into(),
+            let outage = {
+                let r = self.renewals();
+                r.failing.is_some().then(|| r.outage())
+            };
+            let why = match outage {
+                Some(o) => format!("its registration expired while {o}"),
+                None => "its registration expired or another process registered the same id".into(),
             };
             return Err(StoreError::HostLost {
                 target: self.target.clone(),
