@@ -354,3 +354,32 @@ fn a_take_over_whose_answer_was_lost_is_recognised_as_its_own_on_retry() {
     assert_eq!(lease.epoch, epoch);
     assert_eq!(lease.owner_host.as_deref(), Some(store.host_id()));
 }
+
+/// A transaction cut off by a partition before its `COMMIT` (the server keeps it open,
+/// its client silent, the connection looking alive) holds the run's lease row no longer
+/// than the store's operation timeout: the server ends it, and another process takes
+/// the run. Left open, the row stays locked for as long as the connection looks alive,
+/// and claims (`SKIP LOCKED`) pass the run by: nobody adopts it.
+#[test]
+fn a_transaction_cut_off_before_its_commit_holds_no_lease_past_the_operation_timeout() {
+    if support::skip_pg() {
+        return;
+    }
+    let url = support::fresh_database();
+    let (proxy, store) = behind_proxy(&url, false);
+    let direct = PgStore::open(&url).unwrap();
+    let id = direct.create_run(&new_run()).unwrap().run_id;
+    proxy.cut_before_commit.store(true, Ordering::SeqCst);
+    // Its BEGIN, lock and UPDATE reach the server; its COMMIT does not.
+    let e = store.acquire(&id).unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert!(
+        proxy.requests.load(Ordering::SeqCst),
+        "the partition began at the COMMIT"
+    );
+    // Waits on the row lock until the server ends the silent transaction (800 ms),
+    // well within this store's own operation timeout (10 s).
+    let epoch = direct.acquire(&id).unwrap();
+    assert_eq!(epoch, 1, "the cut-off take-over never committed");
+    assert_eq!(direct.lease(&id).unwrap().owner_host.as_deref(), Some(direct.host_id()));
+}

@@ -627,10 +627,19 @@ impl PgStore {
         }
         let target = describe(&config, &opts.schema);
         // Heddle's tables are found in its schema alone (no other application's table of
-        // the same name is ever read), on every connection, at no extra round trip.
+        // the same name is ever read), on every connection, at no extra round trip. And a
+        // transaction whose client went silent for longer than a call may last is ended
+        // by the server: this client gave up on it already, and a partitioned host's open
+        // transaction would otherwise hold its run's lease row locked for as long as the
+        // connection looks open (hours), where claims skip it and nobody adopts the run.
+        let session = format!(
+            "-c search_path={} -c idle_in_transaction_session_timeout={}",
+            opts.schema,
+            opts.op_timeout.as_millis().max(1)
+        );
         let options = match config.get_options() {
-            Some(o) if !o.is_empty() => format!("{o} -c search_path={}", opts.schema),
-            _ => format!("-c search_path={}", opts.schema),
+            Some(o) if !o.is_empty() => format!("{o} {session}"),
+            _ => session,
         };
         config
             .options(options)

@@ -384,7 +384,8 @@ impl Fresh {
 }
 
 /// A TCP proxy to `upstream` whose two directions can each be black-holed: bytes are
-/// read and dropped, nothing is closed, as a partition looks to both ends.
+/// read and dropped, and a close waits for the partition to heal, as a partition looks
+/// to both ends.
 pub struct Proxy {
     pub port: u16,
     /// Drop what the client sends.
@@ -394,6 +395,9 @@ pub struct Proxy {
     /// Drop every answer from the next `COMMIT` a client sends on (the commit reaches
     /// the server, its answer never reaches the client).
     pub cut_at_commit: Arc<AtomicBool>,
+    /// Black-hole both ways from the next `COMMIT` a client sends, that one included
+    /// (the server is left with a transaction open, its client gone silent).
+    pub cut_before_commit: Arc<AtomicBool>,
 }
 
 impl Proxy {
@@ -403,7 +407,9 @@ impl Proxy {
         let requests = Arc::new(AtomicBool::new(false));
         let answers = Arc::new(AtomicBool::new(false));
         let cut_at_commit = Arc::new(AtomicBool::new(false));
-        let (rq, an, cut) = (requests.clone(), answers.clone(), cut_at_commit.clone());
+        let cut_before_commit = Arc::new(AtomicBool::new(false));
+        let (rq, an) = (requests.clone(), answers.clone());
+        let (cut, before) = (cut_at_commit.clone(), cut_before_commit.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
@@ -414,7 +420,11 @@ impl Proxy {
                     client.try_clone().unwrap(),
                     server.try_clone().unwrap(),
                     rq.clone(),
-                    Some((cut.clone(), an.clone())),
+                    Some(AtCommit {
+                        after: cut.clone(),
+                        before: before.clone(),
+                        answers: an.clone(),
+                    }),
                 );
                 pipe(server, client, an.clone(), None);
             }
@@ -424,18 +434,26 @@ impl Proxy {
             requests,
             answers,
             cut_at_commit,
+            cut_before_commit,
         }
     }
 }
 
-/// Copies `from` to `to`, dropping everything while `drop_all`; with `at_commit`
-/// (armed, answers), a chunk holding `COMMIT` while armed black-holes the answers before
-/// it goes on.
+/// What a client's `COMMIT` does to the proxy ([`Proxy::cut_at_commit`],
+/// [`Proxy::cut_before_commit`]); `answers` is the other direction's switch.
+struct AtCommit {
+    after: Arc<AtomicBool>,
+    before: Arc<AtomicBool>,
+    answers: Arc<AtomicBool>,
+}
+
+/// Copies `from` to `to`, dropping everything while `drop_all`; with `at_commit`, a chunk
+/// holding `COMMIT` while one of its switches is armed black-holes what it says.
 fn pipe(
     mut from: TcpStream,
     mut to: TcpStream,
     drop_all: Arc<AtomicBool>,
-    at_commit: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>,
+    at_commit: Option<AtCommit>,
 ) {
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 64 << 10];
@@ -447,15 +465,26 @@ fn pipe(
             if drop_all.load(Ordering::SeqCst) {
                 continue;
             }
-            if let Some((armed, answers)) = &at_commit
-                && armed.load(Ordering::SeqCst)
+            if let Some(c) = &at_commit
                 && buf[..n].windows(6).any(|w| w == b"COMMIT")
             {
-                answers.store(true, Ordering::SeqCst);
+                if c.before.load(Ordering::SeqCst) {
+                    drop_all.store(true, Ordering::SeqCst);
+                    c.answers.store(true, Ordering::SeqCst);
+                    continue;
+                }
+                if c.after.load(Ordering::SeqCst) {
+                    c.answers.store(true, Ordering::SeqCst);
+                }
             }
             if to.write_all(&buf[..n]).is_err() {
                 break;
             }
+        }
+        // A close does not cross a partition either: it reaches the other end once the
+        // partition heals.
+        while drop_all.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
         let _ = to.shutdown(std::net::Shutdown::Write);
     });
