@@ -381,5 +381,8 @@ fn a_transaction_cut_off_before_its_commit_holds_no_lease_past_the_operation_tim
     // well within this store's own operation timeout (10 s).
     let epoch = direct.acquire(&id).unwrap();
     assert_eq!(epoch, 1, "the cut-off take-over never committed");
-    assert_eq!(direct.lease(&id).unwrap().owner_host.as_deref(), Some(direct.host_id()));
+    assert_eq!(
+        direct.lease(&id).unwrap().owner_host.as_deref(),
+        Some(direct.host_id())
+    );
 }
