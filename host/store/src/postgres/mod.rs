@@ -59,7 +59,8 @@ pub struct PgOptions {
     /// How long a lease lasts without renewal (store clock). Renewed every third of it.
     pub lease_ttl: Duration,
     /// How long one store call may wait for the database before it fails as
-    /// [`StoreError::Unavailable`] (a partition shows as this).
+    /// [`StoreError::Unavailable`] (a partition shows as this). Also how long the server
+    /// keeps a transaction of this store's whose client went silent.
     pub op_timeout: Duration,
     /// How long opening a connection may take.
     pub connect_timeout: Duration,
