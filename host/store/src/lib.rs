@@ -44,6 +44,8 @@ use serde::{Deserialize, Serialize};
 pub use budget::{Budget, Exhausted, Spent};
 pub use error::StoreError;
 pub use fleet::Fleet;
+/// Where a run's package came from (see [`PackagePin`]).
+pub use heddle_core::package::PackageSource;
 pub use journal::{DiedAttempt, DurableJournal, died_attempts};
 pub use limits::{RunLimits, SuperviseMode, WatchdogLimits};
 pub use location::{Store, StoreLocation, open};
@@ -89,7 +91,7 @@ pub struct PackagePin {
     /// sha256 (hex) of the component.
     pub sha256: String,
     /// Where it was fetched from, when it came from a registry.
-    pub source: Option<PackageOrigin>,
+    pub source: Option<PackageSource>,
 }
 
 impl PackagePin {
@@ -102,24 +104,6 @@ impl PackagePin {
     }
 }
 
-/// Where a package was fetched from (the lockfile's `[package.source]`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PackageOrigin {
-    /// The reference as the user typed it.
-    pub reference: String,
-    /// `host[:port]` of the OCI registry.
-    pub registry: String,
-    /// The repository in it.
-    pub repository: String,
-    /// `sha256:…` of the OCI manifest fetched: what a re-fetch asks for.
-    pub manifest_digest: String,
-    /// `sha256:…` of the component layer.
-    pub layer_digest: String,
-    /// The trusted publisher whose signature was checked, if one was.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signer: Option<String>,
-}
-
 #[derive(Serialize, Deserialize)]
 #[serde(untagged)]
 enum PinForm {
@@ -127,7 +111,7 @@ enum PinForm {
     Full {
         sha256: String,
         #[serde(default)]
-        source: Option<PackageOrigin>,
+        source: Option<PackageSource>,
     },
 }
 
