@@ -80,12 +80,17 @@ impl Session {
     }
 }
 
+/// Takes the run over after `records` (the log as checked, values read back) with its
+/// `opened` record and `extra` (a resume's `resumed`, a person's answer) in one
+/// transaction. The journal decides from `records` and `answered` (the answer's records
+/// with their values, as recovery reads them back later).
 fn open(
     store: Arc<dyn RunStore>,
     header: &RunHeader,
     records: &[Stored],
     reason: OpenReason,
-    extra: Option<Record>,
+    extra: Vec<Record>,
+    answered: Vec<Record>,
     reoffer: &dyn Fn(&Occurrence) -> bool,
 ) -> Result<Session, StoreError> {
     let run_id = header.run_id.as_str();
@@ -100,10 +105,10 @@ fn open(
             pid: std::process::id(),
         }]
         .into_iter()
-        .chain(extra.clone())
+        .chain(extra.iter().cloned())
         .collect::<Vec<_>>()
     };
-    let written = 1 + extra.is_some() as u64;
+    let written = 1 + extra.len() as u64;
     let epoch = take_over(&*store, run_id, records.len() as u64, &opening)?;
     if !records.is_empty() {
         // Blobs an earlier process stored for a record it never committed: unreadable,
@@ -120,6 +125,22 @@ fn open(
         epoch,
         records.len() as u64 + written,
     ));
+    let decided: Vec<Stored>;
+    let records = if answered.is_empty() {
+        records
+    } else {
+        let next = records.len() as u64;
+        decided = records
+            .iter()
+            .cloned()
+            .chain(answered.into_iter().enumerate().map(|(i, record)| Stored {
+                seq: next + i as u64,
+                at_ms: 0,
+                record,
+            }))
+            .collect();
+        &decided
+    };
     let journal = Arc::new(
         DurableJournal::with_budget(log.clone(), records, reoffer, budget).spilling(spill.clone()),
     );
@@ -162,7 +183,15 @@ fn take_over(
 /// Records a new run and takes it.
 pub fn begin(store: Arc<dyn RunStore>, run: &NewRun) -> Result<(RunHeader, Session), StoreError> {
     let header = store.create_run(run)?;
-    let session = open(store, &header, &[], OpenReason::Start, None, &|_| false)?;
+    let session = open(
+        store,
+        &header,
+        &[],
+        OpenReason::Start,
+        Vec::new(),
+        Vec::new(),
+        &|_| false,
+    )?;
     Ok((header, session))
 }
 
@@ -278,17 +307,49 @@ pub fn check_resume(
 /// Takes the run over and reopens it: a paused run at its pause (the user decided), an
 /// interrupted one by recovery (no decision is implied: uncertain work pauses again).
 pub fn reopen(store: Arc<dyn RunStore>, r: &Resumption) -> Result<Session, StoreError> {
-    let (reason, extra) = match &r.pause {
+    reopen_answered(store, r, Vec::new())
+}
+
+/// [`reopen`] of a reconcile pause with a person's `answer` to it (a
+/// [`Record::Reconciled`], and for a completion the [`Record::Completed`] holding the
+/// outputs they supplied, its large values already stored as artifacts and its text
+/// masked): written with the `opened` and `resumed` records in the take-over's one
+/// transaction, so the answer is on disk exactly when the pause is closed, and every
+/// later recovery carries it out instead of asking again.
+pub fn reopen_answered(
+    store: Arc<dyn RunStore>,
+    r: &Resumption,
+    answer: Vec<Record>,
+) -> Result<Session, StoreError> {
+    let (reason, resumed) = match &r.pause {
         Some(p) => (OpenReason::Resume, Some(Record::Resumed { pause: p.event })),
         None => (OpenReason::Recover, None),
     };
     // Recovery feeds recorded results downstream: their real values, verified.
     let mut records = r.records.clone();
     crate::spill::resolve(&*store, &r.header.run_id, &mut records)?;
+    let mut answered: Vec<Stored> = answer
+        .iter()
+        .cloned()
+        .map(|record| Stored {
+            seq: 0,
+            at_ms: 0,
+            record,
+        })
+        .collect();
+    crate::spill::resolve(&*store, &r.header.run_id, &mut answered)?;
+    let extra = resumed.into_iter().chain(answer).collect();
+    let answered = answered.into_iter().map(|s| s.record).collect();
     // Acquiring drops a torn tail; read again so numbering continues after what counts.
-    let session = open(store.clone(), &r.header, &records, reason, extra, &|occ| {
-        r.reoffers(occ)
-    })?;
+    let session = open(
+        store.clone(),
+        &r.header,
+        &records,
+        reason,
+        extra,
+        answered,
+        &|occ| r.reoffers(occ),
+    )?;
     Ok(session)
 }
 

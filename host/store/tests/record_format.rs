@@ -862,3 +862,54 @@ fn plans_and_limits_are_stored_as_before_and_old_ones_read_back() {
         assert_eq!((h.run.plan, h.run.limits), (plan(), limits));
     }
 }
+
+/// A person's answers to a reconcile pause, as stored: JSON text like every record but
+/// a result, the completion followed by the result holding the outputs they supplied
+/// (a result record, binary, like any other).
+const ANSWERS: &[&str] = &[
+    r#"{"kind":"reconciled","occurrence":{"node":"send","key":"each:item=2"},"answer":"completed","by":"alice","note":"the mail is in the sent folder"}"#,
+    r#"{"kind":"reconciled","occurrence":{"node":"charge","n":1},"answer":"skipped","by":"bob","note":"the payment provider shows no charge"}"#,
+];
+
+#[test]
+fn reconcile_answers_are_json_text_and_read_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let recs = [
+        Record::Reconciled {
+            occurrence: Occurrence::new("send", "each:item=2", 0),
+            answer: heddle_core::ReconcileAnswer::Completed,
+            by: "alice".into(),
+            note: "the mail is in the sent folder".into(),
+        },
+        Record::Reconciled {
+            occurrence: Occurrence::new("charge", "", 1),
+            answer: heddle_core::ReconcileAnswer::Skipped,
+            by: "bob".into(),
+            note: "the payment provider shows no charge".into(),
+        },
+    ];
+    for (seq, r) in recs.iter().enumerate() {
+        store
+            .append(&id, epoch, seq as u64, std::slice::from_ref(r), false)
+            .unwrap();
+    }
+    for (seq, text) in ANSWERS.iter().enumerate() {
+        assert_eq!(&text_body(&path, &id, seq as i64), text, "record {seq}");
+    }
+    assert_eq!(records(&store, &id, 0), recs);
+    // Written together with the result holding the supplied outputs (as a take-over
+    // writes them): one packed row, each record under its own checksum.
+    let result = completed("send", awkward());
+    store
+        .append(&id, epoch, 2, &[recs[0].clone(), result.clone()], true)
+        .unwrap();
+    assert_eq!(
+        records(&store, &id, 2),
+        [recs[0].clone(), result],
+        "an answer and its result read back as written"
+    );
+}

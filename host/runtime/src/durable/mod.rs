@@ -5,6 +5,7 @@
 //! runtime around it (its plan again, its options, its package digests checked).
 
 pub mod gates;
+pub mod reconcile;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -89,13 +90,13 @@ impl Runtime {
     }
 
     /// Plans a stored run again for a resume or an adoption, with its recorded inputs
-    /// and limits and the gates its log (and `approval`) opened; refused when a package
-    /// it used changed since it started.
+    /// and limits and the gates its log (and `decision`, a gate approved now) opened;
+    /// refused when a package it used changed since it started.
     pub fn prepare(
         &self,
         r: &Resumption,
         doc: &GraphDoc,
-        approval: Option<&gates::Approval>,
+        decision: Option<&Decision>,
     ) -> Result<(Plan, RunOptions), Error> {
         let h = &r.header;
         let plan = self.plan(doc, &h.run.graph_name)?;
@@ -115,27 +116,28 @@ impl Runtime {
             secrets: self.secrets(None),
             inputs: h.run.inputs.clone(),
             node_timeout: h.run.limits.node_timeout(),
-            approved_gates: gates::approved(&r.records, approval),
+            approved_gates: gates::approved(&r.records, decision.and_then(Decision::approval)),
             ..RunOptions::default()
         };
         Ok((plan, opts))
     }
 
     /// Takes a checked run over and reopens it from its log ([`Runtime::prepare`], then
-    /// [`session::reopen`]), with `approval` (a gate approved now) recorded before
-    /// anything runs. A run whose time limit was used up before this process took it
-    /// ends at once, failed. The disk is waited for off the async threads.
+    /// [`session::reopen`]), with `decision` (a gate approved now, an answer to a
+    /// reconcile pause) recorded before anything runs. A run whose time limit was used
+    /// up before this process took it ends at once, failed. The disk is waited for off
+    /// the async threads.
     pub async fn reopen(
         &self,
         store: Arc<dyn RunStore>,
         r: Resumption,
         doc: &GraphDoc,
-        approval: Option<gates::Approval>,
+        decision: Option<Decision>,
     ) -> Result<Reopened, Error> {
-        let (plan, opts) = self.prepare(&r, doc, approval.as_ref())?;
+        let (plan, opts) = self.prepare(&r, doc, decision.as_ref())?;
         let settings = self.settings().store.clone();
         crate::driver::blocking(move || {
-            take_over(&settings, store, &r, plan, opts, approval.as_ref())
+            take_over(&settings, store, &r, plan, opts, decision.as_ref())
         })
         .await
     }
@@ -147,10 +149,10 @@ impl Runtime {
         store: Arc<dyn RunStore>,
         r: &Resumption,
         doc: &GraphDoc,
-        approval: Option<&gates::Approval>,
+        decision: Option<&Decision>,
     ) -> Result<Reopened, Error> {
-        let (plan, opts) = self.prepare(r, doc, approval)?;
-        take_over(&self.settings().store, store, r, plan, opts, approval)
+        let (plan, opts) = self.prepare(r, doc, decision)?;
+        take_over(&self.settings().store, store, r, plan, opts, decision)
     }
 }
 
@@ -167,6 +169,25 @@ fn begin(
     Ok((header, Drive::durable(plan, opts, session)))
 }
 
+/// A person's decision a take-over records before anything runs.
+#[derive(Debug)]
+pub enum Decision {
+    /// A gate approved now ([`gates::approval`]).
+    Approve(gates::Approval),
+    /// An answer to the reconcile pause reopened ([`reconcile::reconciliation`]).
+    Reconcile(reconcile::Reconciliation),
+}
+
+impl Decision {
+    /// The gate approved, if that is the decision.
+    pub fn approval(&self) -> Option<&gates::Approval> {
+        match self {
+            Decision::Approve(a) => Some(a),
+            Decision::Reconcile(_) => None,
+        }
+    }
+}
+
 /// Takes `r`'s run over with its plan and options (blocking).
 fn take_over(
     settings: &StoreSettings,
@@ -174,13 +195,19 @@ fn take_over(
     r: &Resumption,
     plan: Plan,
     opts: RunOptions,
-    approval: Option<&gates::Approval>,
+    decision: Option<&Decision>,
 ) -> Result<Reopened, Error> {
     let how = Reopening::of(r);
-    let session = session::reopen(store, r)?;
+    // Checked against the plan (and its large values stored) before the take-over:
+    // an answer that cannot be taken writes nothing.
+    let answer = match decision {
+        Some(Decision::Reconcile(a)) => a.records(&plan, settings, &*store, &opts.secrets)?,
+        _ => Vec::new(),
+    };
+    let session = session::reopen_answered(store, r, answer)?;
     // Before the approval's note is recorded: no record goes in unmasked.
     settings.configure(&session, &opts.secrets);
-    if let Some(a) = approval {
+    if let Some(a) = decision.and_then(Decision::approval) {
         gates::record(&session, a)?;
     }
     if let Some(e) = session.exhausted_at_open() {

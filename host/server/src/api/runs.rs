@@ -15,7 +15,7 @@ use serde_json::json;
 use super::state::{Api, ApiError, body_error, chain, parse, status_of};
 use crate::host::{CreateError, CreateOptions};
 use heddle_runtime::Supervise;
-use heddle_runtime::durable;
+use heddle_runtime::durable::{self, reconcile};
 
 pub fn routes() -> Router<Api> {
     Router::new()
@@ -51,6 +51,14 @@ async fn show(
             .await
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     let mut v = durable::show_json(&header, &view);
+    // What an answer that the uncertain work completed must supply, for the person
+    // answering (the viewer fills its form from it).
+    if let Some(heddle_core::PauseReason::Reconcile { occurrence }) =
+        view.pause.as_ref().map(|p| &p.reason)
+        && let Some(d) = reconcile::declared_outputs(api.host.runtime(), &header, &occurrence.node)
+    {
+        v["pause"]["declared_outputs"] = json!(d);
+    }
     // A value whose artifact is missing or corrupt is a fact about the run, not a
     // failed request: the run is shown with a marker in the value's place, and each
     // such value is listed with where it was and what is wrong with it.
@@ -289,6 +297,54 @@ struct ResumeRequest {
     /// The pause event to reopen; refused when the run holds a different one.
     #[serde(default)]
     pause: Option<u64>,
+    /// An answer to a reconcile pause: the uncertain work completed, with these
+    /// outputs (by output handle).
+    #[serde(default)]
+    completed_with: Option<serde_json::Map<String, serde_json::Value>>,
+    /// An answer to a reconcile pause: skip the uncertain work.
+    #[serde(default)]
+    skip: bool,
+    /// Who answers (default `api`).
+    #[serde(default)]
+    by: Option<String>,
+    /// Why (required with an answer).
+    #[serde(default)]
+    note: Option<String>,
+}
+
+impl ResumeRequest {
+    /// The answer to a reconcile pause the request gives, if any: it names the pause it
+    /// answers, and gives one answer.
+    fn answer(&mut self) -> Result<Option<reconcile::Given>, ApiError> {
+        let refuse = |m: &str| Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, m));
+        let answer = match (self.completed_with.take(), self.skip) {
+            (Some(_), true) => {
+                return refuse(
+                    "`completed_with` and `skip` are two answers to a reconcile pause: give one",
+                );
+            }
+            (Some(outputs), false) => reconcile::Answer::Completed(outputs),
+            (None, true) => reconcile::Answer::Skip,
+            (None, false) => {
+                if self.note.is_some() || self.by.is_some() {
+                    return refuse(
+                        "`note` and `by` go with an answer to a reconcile pause (`completed_with` or `skip`)",
+                    );
+                }
+                return Ok(None);
+            }
+        };
+        if self.pause.is_none() {
+            return refuse(
+                "an answer to a reconcile pause names the pause it answers: {\"pause\": N, ...}",
+            );
+        }
+        Ok(Some(reconcile::Given {
+            answer,
+            by: self.by.take().unwrap_or_else(|| "api".into()),
+            note: self.note.take().unwrap_or_default(),
+        }))
+    }
 }
 
 async fn resume(
@@ -297,17 +353,22 @@ async fn resume(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
-    let req: ResumeRequest = if body.is_empty() {
+    let mut req: ResumeRequest = if body.is_empty() {
         ResumeRequest::default()
     } else {
         parse(Ok(body))?
     };
-    api.host.resume(&id, req.pause).await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({ "run_id": id, "state": "running" })),
-    )
-        .into_response())
+    let given = req.answer()?;
+    let answered = given.as_ref().map(|g| match g.answer {
+        reconcile::Answer::Completed(_) => "completed",
+        reconcile::Answer::Skip => "skipped",
+    });
+    api.host.resume(&id, req.pause, given).await?;
+    let mut body = json!({ "run_id": id, "state": "running" });
+    if let Some(a) = answered {
+        body["reconciled"] = a.into();
+    }
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
 /// The highest record number a run store numbers (its records are numbered with

@@ -88,6 +88,9 @@ impl From<heddle_runtime::Error> for ApiError {
             E::Store(s) => status_of(s),
             // A watchdog holds the run.
             E::Lock(_) => StatusCode::CONFLICT,
+            // An answer to a pause the run does not hold.
+            E::Reconcile(r) if r.is_conflict() => StatusCode::CONFLICT,
+            E::Reconcile(_) => StatusCode::UNPROCESSABLE_ENTITY,
             // The request or the stored run it names cannot be taken as asked.
             E::Refused(_) | E::Config(_) | E::SecretInput(_) | E::Graph(_) | E::Plan { .. } => {
                 StatusCode::UNPROCESSABLE_ENTITY

@@ -43,11 +43,9 @@ impl Actor {
         let (outcome, end, stop) = match res {
             Ok(()) => {
                 let ran = self.invocations > 0 || self.started;
-                if self.sup_skips > 0 && self.last_result.is_none() {
+                if let Some(reason) = self.skipped_by.filter(|_| self.last_result.is_none()) {
                     (
-                        NodeOutcome::Skipped {
-                            reason: SkipReason::Supervisor,
-                        },
+                        NodeOutcome::Skipped { reason },
                         End::Skipped,
                         None,
                     )
