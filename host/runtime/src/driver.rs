@@ -199,7 +199,9 @@ impl Drive {
 
     /// Builds the kernel's run (every executor resolved). A durable run the kernel
     /// refuses is recorded failed (its nodes skipped as upstream-failed, as the kernel
-    /// reports a run that failed before it started) before the error is returned.
+    /// reports a run that failed before it started) before the error is returned; a
+    /// cancel accepted before then is recorded with it (whoever asked was told it
+    /// counts), and later ones are refused.
     pub async fn prepare(self, registry: &Registry) -> Result<Prepared, Error> {
         let Drive {
             plan,
@@ -214,7 +216,11 @@ impl Drive {
                 control,
             }),
             Err(e) => {
+                let cancelled = control.close();
                 if let Some(s) = session {
+                    if cancelled {
+                        s.log.append(Record::CancelRequested);
+                    }
                     let error = heddle_core::text::bounded(&heddle_core::text::error_chain(&e));
                     blocking(move || {
                         session::end_unrun(
@@ -259,7 +265,10 @@ impl Drive {
             None if signals.cancel.is_cancelled() => Outcome {
                 result: None,
                 ending: match self.session {
-                    Some(s) => Some(blocking(move || end_cancelled_unrun(&s)).await?),
+                    Some(s) => Some(
+                        blocking(move || end_cancelled_unrun(&s, "cancelled before it started"))
+                            .await?,
+                    ),
                     None => None,
                 },
             },
@@ -321,13 +330,13 @@ pub struct Outcome {
     pub ending: Option<Ending>,
 }
 
-/// Ends a durable run a user cancelled before it started.
-fn end_cancelled_unrun(s: &Session) -> Result<Ending, StoreError> {
+/// Ends a durable run a user cancelled before it started (here).
+pub(crate) fn end_cancelled_unrun(s: &Session, why: &str) -> Result<Ending, StoreError> {
     s.log.append(Record::CancelRequested);
     session::end_unrun(
         s,
         RunStatus::Cancelled,
-        Some("cancelled before it started".into()),
+        Some(why.into()),
         SkipReason::Cancelled,
     )
 }

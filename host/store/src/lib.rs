@@ -145,6 +145,11 @@ pub trait RunStore: Send + Sync {
     /// get [`StoreError::NotNext`] and change nothing (neither epoch nor log), so a loser
     /// never fences the winner out. Every take-over (resume, approve, cancel, a worker's,
     /// a server's) goes through this one check.
+    ///
+    /// A take-over whose records reopen a pause ([`withdraws_cancel`]: a person resumed
+    /// it) withdraws any cancel request in the same transaction: one made before the
+    /// pause was for the owner that paused, and the person's resume is the later word
+    /// (a `heddle runs cancel` killed after asking once cancelled the resumed run).
     fn take_over(
         &self,
         run_id: &str,
@@ -233,6 +238,14 @@ pub trait RunStore: Send + Sync {
             .into_iter()
             .find_map(|(n, a)| (n == name).then_some(a)))
     }
+}
+
+/// Whether a take-over's `opening` records reopen a pause (a person's resume, approval
+/// or answer): then the cancel requests made before it are withdrawn with it
+/// ([`RunStore::take_over`]). A recovery of a run whose owner died keeps them: the
+/// cancel was asked of a run that was running, and nobody decided anything since.
+pub fn withdraws_cancel(opening: &[Record]) -> bool {
+    opening.iter().any(|r| matches!(r, Record::Resumed { .. }))
 }
 
 /// sha256 of `bytes`, lower-case hex.

@@ -396,9 +396,14 @@ impl RunStore for SqliteStore {
             params![run_id, ours as i64],
         )
         .map_err(StoreError::sql(WHAT))?;
-        let frames = Frames::of(run_id, next, &opening(ours))?;
+        let records = opening(ours);
+        let frames = Frames::of(run_id, next, &records)?;
         if !frames.is_empty() {
             insert_events(&tx, &mut c.layout, &frames, now_ms() as i64)?;
+        }
+        if crate::withdraws_cancel(&records) {
+            tx.execute("DELETE FROM cancel_requests WHERE run_id = ?1", [run_id])
+                .map_err(StoreError::sql(WHAT))?;
         }
         tx.commit().map_err(StoreError::sql(WHAT))?;
         Ok(ours)

@@ -210,6 +210,18 @@ fn take_over(
     if let Some(a) = decision.and_then(Decision::approval) {
         gates::record(&session, a)?;
     }
+    if how == Reopening::Recover && session.cancel_requested()? {
+        // Asked of a run whose owner died before it saw the request (a resume of a
+        // pause withdrew any older one): carried out before anything runs again.
+        let ending = crate::driver::end_cancelled_unrun(
+            &session,
+            "cancelled: asked before its owner died, carried out by the recovery",
+        )?;
+        return Ok(Reopened {
+            how,
+            run: Reopen::Ended(ending),
+        });
+    }
     if let Some(e) = session.exhausted_at_open() {
         // Nothing runs: the time limit was used up before this process took the run.
         let ending = session::end_exhausted(&session, e)?;

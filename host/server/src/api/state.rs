@@ -77,7 +77,18 @@ pub(super) fn status_of(e: &StoreError) -> StatusCode {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
-        ApiError::new(status_of(&e), chain(&e))
+        ApiError::new(status_of(&e), driven_here(&e).unwrap_or_else(|| chain(&e)))
+    }
+}
+
+/// What to say of a run found live in this very process: this server drives it (the
+/// store names its owner by process id, which would be the server's own).
+fn driven_here(e: &StoreError) -> Option<String> {
+    match e {
+        StoreError::Live { run, pid } if *pid == std::process::id() => Some(format!(
+            "run {run} is running: this server drives it; wait for it to pause or end, or cancel it (POST /api/runs/{run}/cancel)"
+        )),
+        _ => None,
     }
 }
 
@@ -97,7 +108,11 @@ impl From<heddle_runtime::Error> for ApiError {
             }
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        ApiError::new(status, chain(&e))
+        let said = match &e {
+            E::Store(s) => driven_here(s),
+            _ => None,
+        };
+        ApiError::new(status, said.unwrap_or_else(|| chain(&e)))
     }
 }
 

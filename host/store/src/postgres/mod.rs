@@ -882,13 +882,15 @@ impl Inner {
     /// written), and refused while another host's lease is live; then the lease is this
     /// host's at `epoch` and the records are appended, all committed together. An epoch
     /// that moved since it was read (an acquire that wrote nothing) is answered with the
-    /// current one, nothing written, for the records to be made again.
+    /// current one, nothing written, for the records to be made again. With `withdraw`
+    /// (the records reopen a pause) the run's cancel requests go with it.
     async fn take_over(
         self: Arc<Self>,
         run: String,
         next: u64,
         epoch: u64,
         layout: rows::Layout,
+        withdraw: bool,
     ) -> Result<Taken, StoreError> {
         const OP: &str = "taking over a run";
         let columns = Columns::new(&run, epoch, next, &layout);
@@ -929,6 +931,11 @@ impl Inner {
             .map_err(Pg::op(OP))?;
             if !layout.rows.is_empty() {
                 tx.execute(APPEND, &columns.params())
+                    .await
+                    .map_err(Pg::op(OP))?;
+            }
+            if withdraw {
+                tx.execute("DELETE FROM cancel_requests WHERE run_id = $1", &[&run])
                     .await
                     .map_err(Pg::op(OP))?;
             }
@@ -1281,9 +1288,11 @@ impl RunStore for PgStore {
         };
         for _ in 0..TRIES {
             let mut layout = rows::Layout::default();
-            rows::lay_out(&Frames::of(run_id, next, &opening(epoch))?, &mut layout);
+            let records = opening(epoch);
+            rows::lay_out(&Frames::of(run_id, next, &records)?, &mut layout);
+            let withdraw = crate::withdraws_cancel(&records);
             let run = run.clone();
-            match self.call(|i| i.take_over(run, next, epoch, layout))? {
+            match self.call(|i| i.take_over(run, next, epoch, layout, withdraw))? {
                 Taken::At(epoch) => return Ok(epoch),
                 Taken::Moved(current) => epoch = current + 1,
             }
