@@ -542,7 +542,8 @@ fn a_recorded_answer_is_carried_out_after_a_later_crash_and_never_asked_again() 
     let report: serde_json::Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", text(&o)));
     assert_eq!(
-        report["nodes"]["w2"]["skipped"], "reconciled",
+        report["nodes"]["w2"]["skip_reason"],
+        "reconciled",
         "{report:#}\n{}",
         text(&o)
     );
@@ -595,7 +596,10 @@ fn a_wrong_answer_to_a_reconcile_pause_is_refused_and_writes_nothing() {
     };
     file("missing.json", r#"{"path": "/data/log.txt"}"#);
     file("typed.json", r#"{"path": 7, "bytes": 4}"#);
-    file("extra.json", r#"{"path": "/data/log.txt", "bytes": 4, "size": 1}"#);
+    file(
+        "extra.json",
+        r#"{"path": "/data/log.txt", "bytes": 4, "size": 1}"#,
+    );
     file("list.json", r#"["/data/log.txt"]"#);
     file("broken.json", "{\"path\": \n");
     file("ok.json", r#"{"path": "/data/log.txt", "bytes": 4}"#);
@@ -604,7 +608,15 @@ fn a_wrong_answer_to_a_reconcile_pause_is_refused_and_writes_nothing() {
         &format!(r#"{{"path": "/data/{SECRET}", "bytes": 4}}"#),
     );
     let answer = |f: &'static str| {
-        ["--pause", pause.as_str(), "--completed-with", f, "--note", "n"].map(String::from)
+        [
+            "--pause",
+            pause.as_str(),
+            "--completed-with",
+            f,
+            "--note",
+            "n",
+        ]
+        .map(String::from)
     };
     let run = |args: [String; 6], says: &[&str]| {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -612,19 +624,43 @@ fn a_wrong_answer_to_a_reconcile_pause_is_refused_and_writes_nothing() {
     };
     run(
         answer("missing.json"),
-        &["node `w`", "output `bytes` (int) is missing", "nothing was written"],
+        &[
+            "node `w`",
+            "output `bytes` (int) is missing",
+            "nothing was written",
+        ],
     );
     run(answer("typed.json"), &["node `w`", "output `path`"]);
-    run(answer("extra.json"), &["`size` is not an output of this node"]);
-    run(answer("list.json"), &["list.json", "expected a JSON object", "a list"]);
-    run(answer("broken.json"), &["broken.json", "not JSON", "line 2"]);
-    run(answer("secret.json"), &["KNOWN_SECRET", "nothing was written"]);
+    run(
+        answer("extra.json"),
+        &["`size` is not an output of this node"],
+    );
+    run(
+        answer("list.json"),
+        &["list.json", "expected a JSON object", "a list"],
+    );
+    run(
+        answer("broken.json"),
+        &["broken.json", "not JSON", "line 2"],
+    );
+    run(
+        answer("secret.json"),
+        &["KNOWN_SECRET", "nothing was written"],
+    );
     assert!(
         !String::from_utf8_lossy(&std::fs::read(env.db()).unwrap()).contains(SECRET),
         "the secret reached the store"
     );
     refused(
-        &["--pause", &pause, "--completed-with", "ok.json", "--skip", "--note", "n"],
+        &[
+            "--pause",
+            &pause,
+            "--completed-with",
+            "ok.json",
+            "--skip",
+            "--note",
+            "n",
+        ],
         &["cannot be used with"],
     );
     refused(&["--pause", &pause, "--skip"], &["--note"]);
@@ -636,7 +672,9 @@ fn a_wrong_answer_to_a_reconcile_pause_is_refused_and_writes_nothing() {
     );
     refused(
         &["--pause", "999", "--skip", "--note", "n"],
-        &[&format!("Resume expected pause event \"999\" but found \"{event}\"")],
+        &[&format!(
+            "Resume expected pause event \"999\" but found \"{event}\""
+        )],
     );
 
     // A pause that is not a reconcile pause: a gate's.
@@ -647,7 +685,14 @@ fn a_wrong_answer_to_a_reconcile_pause_is_refused_and_writes_nothing() {
     let gate_pause = pause_event(&o).to_string();
     let records = gated.show(&gid)["records"].clone();
     let o = gated.heddle(&[
-        "runs", "resume", &gid, "--pause", &gate_pause, "--skip", "--note", "n",
+        "runs",
+        "resume",
+        &gid,
+        "--pause",
+        &gate_pause,
+        "--skip",
+        "--note",
+        "n",
     ]);
     expect(&o, INVALID);
     assert!(

@@ -225,7 +225,20 @@ fn a_cancel_request_left_behind_is_withdrawn_by_a_resume_and_kept_by_a_recovery(
             .unwrap();
     };
 
-    let d = StoreDir::with_graph(GATED_EFFECT);
+    // After the gate, work that takes longer than an owner takes to see a request.
+    let d = StoreDir::new();
+    let shipped = d.path().join("data/log.txt");
+    let graph = serde_json::json!({"format": "heddle.graph", "version": 1, "nodes": [
+        {"id": "c", "type": "heddle.constant", "properties": {"value": "shipped"}},
+        {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it"}},
+        {"id": "slow", "type": "code.bash", "properties": {"mode": "subprocess", "timeout_s": 60,
+         "code": format!("sleep 1; echo \"$value\" >> {}", shipped.display())}},
+        {"id": "out", "type": "heddle.output"}],
+     "edges": [
+        {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
+        {"source": "ship", "sourceHandle": "value", "target": "slow", "targetHandle": "value"},
+        {"source": "slow", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]});
+    std::fs::write(d.path().join("g.json"), graph.to_string()).unwrap();
     let o = d.heddle(&["run", "--durable", "g.json"]);
     expect(&o, SUSPENDED);
     let run = run_id(&o);

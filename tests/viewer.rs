@@ -262,7 +262,12 @@ fn uncertain_work_is_answered_skipped_or_completed_from_the_page() {
     let paused = |dir: &StoreDir| {
         let id = dir.crash("after-start:w", &[]);
         let o = dir.heddle(&["runs", "resume", &id]);
-        assert_eq!(o.status.code(), Some(support::SUSPENDED), "{}", support::stderr(&o));
+        assert_eq!(
+            o.status.code(),
+            Some(support::SUSPENDED),
+            "{}",
+            support::stderr(&o)
+        );
         id
     };
     let (skipped, completed) = (paused(&dir), paused(&dir));
@@ -271,16 +276,22 @@ fn uncertain_work_is_answered_skipped_or_completed_from_the_page() {
     rt().block_on(async {
         let b = Browser::open(&driver).await;
         b.goto(&run_page(&server, &skipped)).await;
-        b.until("the answers", async |b: &Browser| b.has("#reconcile-skip").await)
-            .await;
+        b.until("the answers", async |b: &Browser| {
+            b.has("#reconcile-skip").await
+        })
+        .await;
         // Without a note nothing is sent.
         b.click("#reconcile-skip").await;
         b.until("the note asked for", async |b: &Browser| {
-            b.text("#resume-message").await.unwrap_or_default().contains("note")
+            b.text("#resume-message")
+                .await
+                .unwrap_or_default()
+                .contains("note")
         })
         .await;
         b.type_into("#reconcile-by", "dana").await;
-        b.type_into("#reconcile-note", "the file has no such line").await;
+        b.type_into("#reconcile-note", "the file has no such line")
+            .await;
         b.click("#reconcile-skip").await;
         b.until_node("w", "skipped").await;
         b.until("the run's ending", async |b: &Browser| {
@@ -289,7 +300,12 @@ fn uncertain_work_is_answered_skipped_or_completed_from_the_page() {
         })
         .await;
         let show = api.show(&skipped).await;
-        let w = &show["occurrences"].as_array().unwrap().iter().find(|o| o["occurrence"]["node"] == "w").unwrap()["reconciled"];
+        let w = &show["occurrences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["occurrence"]["node"] == "w")
+            .unwrap()["reconciled"];
         assert_eq!(w["answer"], "skipped", "{show:#}");
         assert_eq!(w["by"], "dana", "{show:#}");
         assert_eq!(w["note"], "the file has no such line", "{show:#}");
@@ -299,18 +315,34 @@ fn uncertain_work_is_answered_skipped_or_completed_from_the_page() {
             b.has("#reconcile-outputs").await
         })
         .await;
-        let form = b.client().find(By::Css("#reconcile-outputs")).await.unwrap();
-        let start: Value = serde_json::from_str(&form.prop("value").await.unwrap().unwrap()).unwrap();
-        assert_eq!(start, json!({"path": null, "bytes": null}), "the form starts from the declaration");
+        let form = b
+            .client()
+            .find(By::Css("#reconcile-outputs"))
+            .await
+            .unwrap();
+        let start: Value =
+            serde_json::from_str(&form.prop("value").await.unwrap().unwrap()).unwrap();
+        assert_eq!(
+            start,
+            json!({"path": null, "bytes": null}),
+            "the form starts from the declaration"
+        );
         form.clear().await.unwrap();
-        form.send_keys(r#"{"path": "/data/log.txt", "bytes": 4}"#).await.unwrap();
+        form.send_keys(r#"{"path": "/data/log.txt", "bytes": 4}"#)
+            .await
+            .unwrap();
         b.type_into("#reconcile-note", "the line is there").await;
         b.click("#reconcile-completed").await;
         b.until_attr("#run-state", "data-state", "completed").await;
         b.until_node("up", "completed").await;
         b.close().await;
         let show = api.show(&completed).await;
-        let w = &show["occurrences"].as_array().unwrap().iter().find(|o| o["occurrence"]["node"] == "w").unwrap()["reconciled"];
+        let w = &show["occurrences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["occurrence"]["node"] == "w")
+            .unwrap()["reconciled"];
         assert_eq!(w["answer"], "completed", "{show:#}");
         assert_eq!(w["by"], "dana", "the name is remembered: {show:#}");
     });

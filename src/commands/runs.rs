@@ -211,7 +211,12 @@ fn login_name() -> String {
     ["USER", "LOGNAME"]
         .iter()
         .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
-        .or_else(|| Some(format!("uid {}", std::fs::metadata("/proc/self").ok()?.uid())))
+        .or_else(|| {
+            Some(format!(
+                "uid {}",
+                std::fs::metadata("/proc/self").ok()?.uid()
+            ))
+        })
         .unwrap_or_else(|| "unknown user".into())
 }
 

@@ -200,7 +200,13 @@ async fn a_cancel_accepted_before_the_kernel_refuses_the_run_is_recorded() {
     let opts = env.runtime.options(BTreeMap::new(), None);
     let run = env
         .runtime
-        .new_run("needs-x.json".into(), NEEDS_X.into(), &plan, &opts, Budget::default())
+        .new_run(
+            "needs-x.json".into(),
+            NEEDS_X.into(),
+            &plan,
+            &opts,
+            Budget::default(),
+        )
         .unwrap();
     let (header, drive) = env
         .runtime
@@ -214,7 +220,13 @@ async fn a_cancel_accepted_before_the_kernel_refuses_the_run_is_recorded() {
     let records = env.records(&header.run_id);
     assert!(records.contains(&Record::CancelRequested), "{records:#?}");
     assert!(
-        matches!(records.last(), Some(Record::Finished { status: RunStatus::Failed, .. })),
+        matches!(
+            records.last(),
+            Some(Record::Finished {
+                status: RunStatus::Failed,
+                ..
+            })
+        ),
         "{records:#?}"
     );
 }

@@ -267,13 +267,15 @@ impl RunView {
                     by,
                     note,
                 } => {
-                    v.occurrences.entry(occurrence.clone()).or_default().reconciled =
-                        Some(Reconciled {
-                            answer: *answer,
-                            by: by.clone(),
-                            note: note.clone(),
-                            event: s.seq,
-                        });
+                    v.occurrences
+                        .entry(occurrence.clone())
+                        .or_default()
+                        .reconciled = Some(Reconciled {
+                        answer: *answer,
+                        by: by.clone(),
+                        note: note.clone(),
+                        event: s.seq,
+                    });
                 }
                 Record::CancelRequested => {}
                 Record::Skipped { node, reason } => {

@@ -27,6 +27,7 @@ both!(
     a_damaged_run_header_is_refused_naming_the_run_and_field,
     one_of_concurrent_takers_wins_and_the_losers_write_nothing,
     a_cancel_request_is_seen_by_another_handle_and_leaves_the_log_alone,
+    a_resume_withdraws_a_cancel_request_a_recovery_keeps,
 );
 
 fn keeps_the_run_exactly_and_lists_it(b: Backend) {
@@ -455,6 +456,29 @@ fn the_journal_applies_the_crash_table_from_the_log(b: Backend) {
                 .with_error("boom"),
             decided_by: heddle_core::Decider::Supervisor,
         },
+        // Uncertain work a person answered: it completed with these outputs, or skip it.
+        disp("answered", false),
+        start("answered"),
+        Record::Reconciled {
+            occurrence: occ("answered"),
+            answer: heddle_core::ReconcileAnswer::Completed,
+            by: "alice".into(),
+            note: "it is done".into(),
+        },
+        Record::Completed {
+            occurrence: occ("answered"),
+            outputs: vec![("out".into(), Value::Int(9))],
+            emitted: Vec::new(),
+            metrics: Default::default(),
+        },
+        disp("dropped", false),
+        start("dropped"),
+        Record::Reconciled {
+            occurrence: occ("dropped"),
+            answer: heddle_core::ReconcileAnswer::Skipped,
+            by: "bob".into(),
+            note: "not needed".into(),
+        },
     ];
     store.append(&id, epoch, 0, &recs, true).unwrap();
     let records = store.read(&id, 0).unwrap().records;
@@ -475,9 +499,33 @@ fn the_journal_applies_the_crash_table_from_the_log(b: Backend) {
     assert_eq!(
         j.prior(&occ("skipped")),
         Prior::Skipped {
-            error: "boom".into()
+            error: "boom".into(),
+            reason: heddle_core::SkipReason::Supervisor,
         }
     );
+    assert!(
+        matches!(j.prior(&occ("answered")), Prior::Completed { outputs, .. } if outputs.get("out") == Some(&Value::Int(9)))
+    );
+    assert!(matches!(
+        j.prior(&occ("dropped")),
+        Prior::Skipped {
+            reason: heddle_core::SkipReason::Reconciled,
+            ..
+        }
+    ));
+    // Answered work is no longer uncertain, even when a resume offers the pause again.
+    let v = RunView::fold(&records, |_| false);
+    let uncertain: Vec<&str> = v.uncertain().map(|(o, _)| o.node.as_str()).collect();
+    assert_eq!(uncertain, ["safe", "skipped", "unsafe"]);
+    assert_eq!(
+        v.occurrences[&occ("dropped")]
+            .reconciled
+            .as_ref()
+            .map(|r| r.by.as_str()),
+        Some("bob")
+    );
+    let j2 = heddle_store::DurableJournal::new(log.clone(), &records, &|o| o.node == "dropped");
+    assert!(matches!(j2.prior(&occ("dropped")), Prior::Skipped { .. }));
     assert_eq!(j.prior(&occ("never")), Prior::Fresh);
     // Only an explicit resume re-offers the uncertain occurrence.
     let j = heddle_store::DurableJournal::new(log, &records, &|o| o.node == "unsafe");
@@ -788,4 +836,28 @@ fn a_cancel_request_is_seen_by_another_handle_and_leaves_the_log_alone(b: Backen
         other.request_cancel("nope"),
         Err(StoreError::UnknownRun(_))
     ));
+}
+
+/// A take-over that reopens a pause (a person's resume) withdraws the cancel requests
+/// made before it; a recovery's keeps them.
+fn a_resume_withdraws_a_cancel_request_a_recovery_keeps(b: Backend) {
+    let fresh = Fresh::new(b);
+    let s = fresh.open();
+    let run = s.create_run(&new_run()).unwrap().run_id;
+    let opened = |reason| Record::Opened {
+        epoch: 0,
+        reason,
+        pid: std::process::id(),
+    };
+    s.take_over(&run, 0, &|_| vec![opened(OpenReason::Start)])
+        .unwrap();
+    s.request_cancel(&run).unwrap();
+    s.take_over(&run, 1, &|_| vec![opened(OpenReason::Recover)])
+        .unwrap();
+    assert!(s.cancel_requested(&run).unwrap(), "a recovery keeps it");
+    s.take_over(&run, 2, &|_| {
+        vec![opened(OpenReason::Resume), Record::Resumed { pause: 1 }]
+    })
+    .unwrap();
+    assert!(!s.cancel_requested(&run).unwrap(), "a resume withdraws it");
 }

@@ -16,9 +16,7 @@
 use std::collections::BTreeMap;
 
 use heddle_core::plan::Plan;
-use heddle_core::{
-    InvocationMetrics, Occurrence, PauseReason, ReconcileAnswer, Record, Value,
-};
+use heddle_core::{InvocationMetrics, Occurrence, PauseReason, ReconcileAnswer, Record, Value};
 use heddle_kernel::SecretRegistry;
 use heddle_store::RunStore;
 use heddle_store::artifacts::ArtifactError;
@@ -117,7 +115,7 @@ pub enum ReconcileError {
         node: String,
         /// Why (KNOWN_SECRET, STORAGE_LIMIT_EXCEEDED).
         #[source]
-        source: ArtifactError,
+        source: Box<ArtifactError>,
     },
 }
 
@@ -216,13 +214,14 @@ impl Reconciliation {
                 // Nothing of the attempt was measured: its usage stays unknown.
                 metrics: InvocationMetrics::default(),
             };
-            let result = heddle_store::spill::spill(store, &self.run, &spill, result).map_err(
-                |source| ReconcileError::Unstorable {
-                    run: self.run.clone(),
-                    node: self.occurrence.node.clone(),
-                    source,
-                },
-            )?;
+            let result =
+                heddle_store::spill::spill(store, &self.run, &spill, result).map_err(|source| {
+                    ReconcileError::Unstorable {
+                        run: self.run.clone(),
+                        node: self.occurrence.node.clone(),
+                        source: Box::new(source),
+                    }
+                })?;
             records.push(result);
         }
         let known = secrets.snapshot();

@@ -44,11 +44,7 @@ impl Actor {
             Ok(()) => {
                 let ran = self.invocations > 0 || self.started;
                 if let Some(reason) = self.skipped_by.filter(|_| self.last_result.is_none()) {
-                    (
-                        NodeOutcome::Skipped { reason },
-                        End::Skipped,
-                        None,
-                    )
+                    (NodeOutcome::Skipped { reason }, End::Skipped, None)
                 } else if ran || matches!(self.spec.role, NodeRole::Input { .. }) {
                     (NodeOutcome::Done, End::Done, None)
                 } else {
