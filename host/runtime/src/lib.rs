@@ -190,6 +190,7 @@ pub mod providers;
 pub mod report;
 pub mod secrets;
 pub mod settings;
+pub mod telemetry;
 pub mod watch;
 
 pub use config::Config;

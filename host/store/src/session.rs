@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use heddle_core::trace::RunTrace;
 use heddle_core::{
     NodeOutcome, Occurrence, OpenReason, PauseReason, Record, RunResult, RunStatus, SkipReason,
     Value,
@@ -92,6 +93,7 @@ fn open(
     extra: Vec<Record>,
     answered: Vec<Record>,
     reoffer: &dyn Fn(&Occurrence) -> bool,
+    trace: Option<RunTrace>,
 ) -> Result<Session, StoreError> {
     let run_id = header.run_id.as_str();
     let budget = header.run.limits.budget;
@@ -103,6 +105,7 @@ fn open(
             epoch,
             reason,
             pid: std::process::id(),
+            trace,
         }]
         .into_iter()
         .chain(extra.iter().cloned())
@@ -182,6 +185,15 @@ fn take_over(
 
 /// Records a new run and takes it.
 pub fn begin(store: Arc<dyn RunStore>, run: &NewRun) -> Result<(RunHeader, Session), StoreError> {
+    begin_traced(store, run, None)
+}
+
+/// [`begin`], recording the run's trace with its first `opened` record.
+pub fn begin_traced(
+    store: Arc<dyn RunStore>,
+    run: &NewRun,
+    trace: Option<RunTrace>,
+) -> Result<(RunHeader, Session), StoreError> {
     let header = store.create_run(run)?;
     let session = open(
         store,
@@ -191,8 +203,18 @@ pub fn begin(store: Arc<dyn RunStore>, run: &NewRun) -> Result<(RunHeader, Sessi
         Vec::new(),
         Vec::new(),
         &|_| false,
+        trace,
     )?;
     Ok((header, session))
+}
+
+/// The trace a run's log records (the first `opened` record that carries one): what
+/// every later owner continues.
+pub fn recorded_trace(records: &[Stored]) -> Option<RunTrace> {
+    records.iter().find_map(|s| match &s.record {
+        Record::Opened { trace, .. } => *trace,
+        _ => None,
+    })
 }
 
 /// What a resume will do, checked without writing anything.
@@ -307,10 +329,20 @@ pub fn check_resume(
 /// Takes the run over and reopens it: a paused run at its pause (the user decided), an
 /// interrupted one by recovery (no decision is implied: uncertain work pauses again).
 pub fn reopen(store: Arc<dyn RunStore>, r: &Resumption) -> Result<Session, StoreError> {
-    reopen_answered(store, r, Vec::new())
+    reopen_traced(store, r, None)
 }
 
-/// [`reopen`] of a reconcile pause with a person's `answer` to it (a
+/// [`reopen`], recording `trace` with this process's `opened` record: for a run whose
+/// log records none yet ([`recorded_trace`]), traced from now on.
+pub fn reopen_traced(
+    store: Arc<dyn RunStore>,
+    r: &Resumption,
+    trace: Option<RunTrace>,
+) -> Result<Session, StoreError> {
+    reopen_answered(store, r, Vec::new(), trace)
+}
+
+/// [`reopen_traced`] of a reconcile pause with a person's `answer` to it (a
 /// [`Record::Reconciled`], and for a completion the [`Record::Completed`] holding the
 /// outputs they supplied, its large values already stored as artifacts and its text
 /// masked): written with the `opened` and `resumed` records in the take-over's one
@@ -320,6 +352,7 @@ pub fn reopen_answered(
     store: Arc<dyn RunStore>,
     r: &Resumption,
     answer: Vec<Record>,
+    trace: Option<RunTrace>,
 ) -> Result<Session, StoreError> {
     let (reason, resumed) = match &r.pause {
         Some(p) => (OpenReason::Resume, Some(Record::Resumed { pause: p.event })),
@@ -349,6 +382,7 @@ pub fn reopen_answered(
         extra,
         answered,
         &|occ| r.reoffers(occ),
+        trace,
     )?;
     Ok(session)
 }

@@ -27,6 +27,7 @@ use crate::driver::Drive;
 use crate::error::{Error, Refused, SecretInput, refused};
 use crate::providers::Runtime;
 use crate::settings::{StoreSettings, Supervise};
+use crate::telemetry::{RunInfo, RunTracing};
 
 /// The bytes of the graph file at `path`, as a durable run records them.
 pub fn read_graph(path: &Path) -> Result<Vec<u8>, Refused> {
@@ -71,10 +72,13 @@ impl Runtime {
         store: Arc<dyn RunStore>,
         run: NewRun,
         plan: Plan,
-        opts: RunOptions,
+        mut opts: RunOptions,
     ) -> Result<(RunHeader, Drive), Error> {
+        self.default_trace(&mut opts);
         let settings = self.settings().store.clone();
-        crate::driver::blocking(move || begin(&settings, store, &run, plan, opts)).await
+        let (header, drive) =
+            crate::driver::blocking(move || begin(&settings, store, &run, plan, opts)).await?;
+        Ok(self.trace_begun(header, drive))
     }
 
     /// [`Runtime::begin`] on this thread: blocks on the disk (call it where blocking is
@@ -84,9 +88,30 @@ impl Runtime {
         store: Arc<dyn RunStore>,
         run: &NewRun,
         plan: Plan,
-        opts: RunOptions,
+        mut opts: RunOptions,
     ) -> Result<(RunHeader, Drive), Error> {
-        begin(&self.settings().store, store, run, plan, opts)
+        self.default_trace(&mut opts);
+        let (header, drive) = begin(&self.settings().store, store, run, plan, opts)?;
+        Ok(self.trace_begun(header, drive))
+    }
+
+    /// Gives a new run without a trace of its own one under the process's `TRACEPARENT`
+    /// (when an exporter is configured).
+    fn default_trace(&self, opts: &mut RunOptions) {
+        if opts.trace.is_none() {
+            opts.trace = self.trace(self.settings().telemetry.parent);
+        }
+    }
+
+    /// Attaches the tracing of a run just begun (its trace recorded with its first
+    /// record).
+    fn trace_begun(&self, header: RunHeader, drive: Drive) -> (RunHeader, Drive) {
+        let tracing = self.run_tracing(
+            drive.options().trace.as_ref(),
+            run_info(&header),
+            &drive.options().secrets,
+        );
+        (header, drive.traced(tracing))
     }
 
     /// Plans a stored run again for a resume or an adoption, with its recorded inputs
@@ -112,11 +137,20 @@ impl Runtime {
                 .into());
             }
         }
+        // The trace its log records (every owner continues it), else a new one.
+        let trace = match (
+            heddle_store::session::recorded_trace(&r.records),
+            self.telemetry(),
+        ) {
+            (Some(run), Some(t)) => Some(Arc::new(heddle_core::trace::Traced::new(run, t.salt()))),
+            _ => self.trace(self.settings().telemetry.parent),
+        };
         let opts = RunOptions {
             secrets: self.secrets(None),
             inputs: h.run.inputs.clone(),
             node_timeout: h.run.limits.node_timeout(),
             approved_gates: gates::approved(&r.records, decision.and_then(Decision::approval)),
+            trace,
             ..RunOptions::default()
         };
         Ok((plan, opts))
@@ -136,8 +170,9 @@ impl Runtime {
     ) -> Result<Reopened, Error> {
         let (plan, opts) = self.prepare(&r, doc, decision.as_ref())?;
         let settings = self.settings().store.clone();
+        let tracing = self.reopen_tracing(&r, &opts, decision.as_ref());
         crate::driver::blocking(move || {
-            take_over(&settings, store, &r, plan, opts, decision.as_ref())
+            take_over(&settings, store, &r, plan, opts, decision.as_ref(), tracing)
         })
         .await
     }
@@ -152,7 +187,72 @@ impl Runtime {
         decision: Option<&Decision>,
     ) -> Result<Reopened, Error> {
         let (plan, opts) = self.prepare(r, doc, decision)?;
-        take_over(&self.settings().store, store, r, plan, opts, decision)
+        let tracing = self.reopen_tracing(r, &opts, decision);
+        take_over(
+            &self.settings().store,
+            store,
+            r,
+            plan,
+            opts,
+            decision,
+            tracing,
+        )
+    }
+
+    /// The tracing of a run taken over by `r`: the run span's events from its log, and
+    /// those of this opening.
+    fn reopen_tracing(
+        &self,
+        r: &Resumption,
+        opts: &RunOptions,
+        decision: Option<&Decision>,
+    ) -> Option<RunTracing> {
+        let mut t = self
+            .run_tracing(opts.trace.as_ref(), run_info(&r.header), &opts.secrets)?
+            .with_history(&r.records);
+        let pid = opentelemetry::KeyValue::new("process.pid", i64::from(std::process::id()));
+        match Reopening::of(r) {
+            Reopening::Start => {}
+            Reopening::Recover => t.event("heddle.run.recovered", vec![pid]),
+            Reopening::Resume { .. } => t.event("heddle.run.resumed", vec![pid]),
+        }
+        if let Some(Decision::Reconcile(a)) = decision {
+            let answer = match a.answer() {
+                reconcile::Answer::Completed(_) => "completed",
+                reconcile::Answer::Skip => "skipped",
+            };
+            t.event(
+                "heddle.run.reconciled",
+                vec![
+                    opentelemetry::KeyValue::new("heddle.node.id", a.occurrence().node.clone()),
+                    opentelemetry::KeyValue::new("heddle.reconcile.answer", answer),
+                ],
+            );
+        }
+        if let Some(a) = decision.and_then(Decision::approval) {
+            let mut attributes = vec![opentelemetry::KeyValue::new(
+                "heddle.node.id",
+                a.gate().to_string(),
+            )];
+            if !a.note().is_empty() {
+                attributes.push(opentelemetry::KeyValue::new(
+                    "heddle.gate.note",
+                    a.note().to_string(),
+                ));
+            }
+            t.event("heddle.gate.approved", attributes);
+        }
+        Some(t)
+    }
+}
+
+/// What a durable run's span says of it.
+fn run_info(h: &RunHeader) -> RunInfo {
+    RunInfo {
+        run_id: Some(h.run_id.clone()),
+        graph_name: h.run.graph_name.clone(),
+        graph_digest: Some(h.graph_sha256.clone()),
+        created: crate::telemetry::at_ms(h.created_ms),
     }
 }
 
@@ -164,7 +264,8 @@ fn begin(
     plan: Plan,
     opts: RunOptions,
 ) -> Result<(RunHeader, Drive), Error> {
-    let (header, session) = session::begin(store, run)?;
+    let trace = opts.trace.as_ref().map(|t| t.run);
+    let (header, session) = session::begin_traced(store, run, trace)?;
     settings.configure(&session, &opts.secrets);
     Ok((header, Drive::durable(plan, opts, session)))
 }
@@ -196,6 +297,7 @@ fn take_over(
     plan: Plan,
     opts: RunOptions,
     decision: Option<&Decision>,
+    tracing: Option<RunTracing>,
 ) -> Result<Reopened, Error> {
     let how = Reopening::of(r);
     // Checked against the plan (and its large values stored) before the take-over:
@@ -204,7 +306,12 @@ fn take_over(
         Some(Decision::Reconcile(a)) => a.records(&plan, settings, &*store, &opts.secrets)?,
         _ => Vec::new(),
     };
-    let session = session::reopen_answered(store, r, answer)?;
+    // Recorded with this opening when the log holds no trace yet.
+    let new_trace = match session::recorded_trace(&r.records) {
+        Some(_) => None,
+        None => opts.trace.as_ref().map(|t| t.run),
+    };
+    let session = session::reopen_answered(store, r, answer, new_trace)?;
     // Before the approval's note is recorded: no record goes in unmasked.
     settings.configure(&session, &opts.secrets);
     if let Some(a) = decision.and_then(Decision::approval) {
@@ -213,10 +320,11 @@ fn take_over(
     if how == Reopening::Recover && session.cancel_requested()? {
         // Asked of a run whose owner died before it saw the request (a resume of a
         // pause withdrew any older one): carried out before anything runs again.
-        let ending = crate::driver::end_cancelled_unrun(
-            &session,
-            "cancelled: asked before its owner died, carried out by the recovery",
-        )?;
+        let why = "cancelled: asked before its owner died, carried out by the recovery";
+        let ending = crate::driver::end_cancelled_unrun(&session, why)?;
+        if let Some(t) = tracing {
+            t.unrun(heddle_core::RunStatus::Cancelled, Some(why.into()));
+        }
         return Ok(Reopened {
             how,
             run: Reopen::Ended(ending),
@@ -224,7 +332,11 @@ fn take_over(
     }
     if let Some(e) = session.exhausted_at_open() {
         // Nothing runs: the time limit was used up before this process took the run.
+        let error = e.to_string();
         let ending = session::end_exhausted(&session, e)?;
+        if let Some(t) = tracing {
+            t.unrun(heddle_core::RunStatus::Failed, Some(error));
+        }
         return Ok(Reopened {
             how,
             run: Reopen::Ended(ending),
@@ -232,7 +344,9 @@ fn take_over(
     }
     Ok(Reopened {
         how,
-        run: Reopen::Ready(Box::new(Drive::durable(plan, opts, session))),
+        run: Reopen::Ready(Box::new(
+            Drive::durable(plan, opts, session).traced(tracing),
+        )),
     })
 }
 
