@@ -287,9 +287,9 @@ impl Drive {
         let outcome = match permit {
             None if signals.cancel.is_cancelled() => {
                 let ending = match self.session {
-                    Some(s) => Some(
-                        blocking(move || end_cancelled_unrun(&s, CANCELLED_UNRUN)).await?,
-                    ),
+                    Some(s) => {
+                        Some(blocking(move || end_cancelled_unrun(&s, CANCELLED_UNRUN)).await?)
+                    }
                     None => None,
                 };
                 if let Some(t) = self.tracing {

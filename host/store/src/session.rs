@@ -81,26 +81,37 @@ impl Session {
     }
 }
 
-/// Takes the run over after `records` (the log as checked, values read back) with its
-/// `opened` record and `extra` (a resume's `resumed`, a person's answer) in one
-/// transaction. The journal decides from `records` and `answered` (the answer's records
-/// with their values, as recovery reads them back later).
+/// What a process writes when it takes a run: its `opened` record (why, and the trace it
+/// continues or starts) and `extra` records in the same transaction (a resume's
+/// `resumed`, a person's answer).
+struct Opening {
+    reason: OpenReason,
+    trace: Option<RunTrace>,
+    extra: Vec<Record>,
+}
+
+/// Takes the run over after `records` (the log as checked, values read back) with
+/// `opening` in one transaction. The journal decides from `records` and `answered` (the
+/// answer's records with their values, as recovery reads them back later).
 fn open(
     store: Arc<dyn RunStore>,
     header: &RunHeader,
     records: &[Stored],
-    reason: OpenReason,
-    extra: Vec<Record>,
+    opening: Opening,
     answered: Vec<Record>,
     reoffer: &dyn Fn(&Occurrence) -> bool,
-    trace: Option<RunTrace>,
 ) -> Result<Session, StoreError> {
+    let Opening {
+        reason,
+        trace,
+        extra,
+    } = opening;
     let run_id = header.run_id.as_str();
     let budget = header.run.limits.budget;
     let spent = RunView::fold(records, |_| false).spent();
     // The one point where a taker wins: the opening records go in with the new epoch,
     // only if nobody took the run since `records` were read.
-    let opening = |epoch| {
+    let opening_records = |epoch| {
         [Record::Opened {
             epoch,
             reason,
@@ -112,7 +123,7 @@ fn open(
         .collect::<Vec<_>>()
     };
     let written = 1 + extra.len() as u64;
-    let epoch = take_over(&*store, run_id, records.len() as u64, &opening)?;
+    let epoch = take_over(&*store, run_id, records.len() as u64, &opening_records)?;
     if !records.is_empty() {
         // Blobs an earlier process stored for a record it never committed: unreadable,
         // and they would count against the run's artifact quota for good. Decided from
@@ -199,11 +210,13 @@ pub fn begin_traced(
         store,
         &header,
         &[],
-        OpenReason::Start,
-        Vec::new(),
+        Opening {
+            reason: OpenReason::Start,
+            trace,
+            extra: Vec::new(),
+        },
         Vec::new(),
         &|_| false,
-        trace,
     )?;
     Ok((header, session))
 }
@@ -378,11 +391,13 @@ pub fn reopen_answered(
         store.clone(),
         &r.header,
         &records,
-        reason,
-        extra,
+        Opening {
+            reason,
+            trace,
+            extra,
+        },
         answered,
         &|occ| r.reoffers(occ),
-        trace,
     )?;
     Ok(session)
 }
