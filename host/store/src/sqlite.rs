@@ -508,12 +508,28 @@ impl RunStore for SqliteStore {
         SqliteStore::put_artifact(self, run_id, name, bytes, policy)
     }
 
-    fn get_artifact(
+    fn artifact_piece(
         &self,
         run_id: &str,
-        artifact: &crate::artifacts::ArtifactRef,
-    ) -> Result<Vec<u8>, crate::artifacts::ArtifactError> {
-        SqliteStore::get_artifact(self, run_id, artifact)
+        sha256: &str,
+        index: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        SqliteStore::artifact_piece(self, run_id, sha256, index)
+    }
+
+    fn stored_artifact(
+        &self,
+        run_id: &str,
+        sha256: &str,
+    ) -> Result<Option<crate::artifacts::StoredArtifact>, StoreError> {
+        Ok(self.stored_artifacts_of(run_id, Some(sha256))?.pop())
+    }
+
+    fn stored_artifacts(
+        &self,
+        run_id: &str,
+    ) -> Result<Vec<crate::artifacts::StoredArtifact>, StoreError> {
+        self.stored_artifacts_of(run_id, None)
     }
 
     fn drop_unreferenced_artifacts(

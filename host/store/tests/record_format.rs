@@ -187,7 +187,7 @@ fn a_version_3_store_with_json_results_migrates_and_reads_back() {
         c.pragma_update(None, "user_version", 3).unwrap();
     }
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(user_version(&path), 7);
+    assert_eq!(user_version(&path), 8);
     let back: Vec<Record> = store
         .read(&id, 0)
         .unwrap()
@@ -461,7 +461,7 @@ fn a_version_4_store_migrates_and_its_rows_read_as_one_record_each() {
     }
     assert_eq!(rows_of(&path, &id).len(), old.len());
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(user_version(&path), 7);
+    assert_eq!(user_version(&path), 8);
     assert_eq!(records(&store, &id, 0), old);
     assert_eq!(records(&store, &id, 3), old[3..]);
     let epoch = store.acquire(&id).unwrap();
@@ -554,9 +554,9 @@ fn a_version_5_store_migrates_and_its_run_headers_are_verified() {
     flip_header_byte(&path, &b.run_id, "graph_bytes", 1);
 
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(user_version(&path), 7);
+    assert_eq!(user_version(&path), 8);
     let up = store.upgrade().expect("the upgrade is reported").clone();
-    assert_eq!((up.from, up.to, up.headers_checksummed), (5, 7, 2));
+    assert_eq!((up.from, up.to, up.headers_checksummed), (5, 8, 2));
     assert!(
         up.to_string()
             .contains("checksummed the stored headers of 2 run(s)"),

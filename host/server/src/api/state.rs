@@ -19,17 +19,7 @@ use crate::token::Token;
 pub struct Api {
     pub host: Arc<Host>,
     pub(super) token: Arc<Token>,
-    /// Artifacts being sent: each is held whole while it is (see
-    /// [`ARTIFACTS_IN_MEMORY`]), so at most that many at once.
-    pub(super) artifacts: Arc<tokio::sync::Semaphore>,
 }
-
-/// How many artifacts the API holds in memory at once while sending them; a download
-/// past that waits for one to finish. The run store reads an artifact whole (SQLite
-/// keeps each as one blob of a table without row ids, which it can only read whole),
-/// so this, times the per-artifact limit (64 MiB by default), bounds what downloads
-/// cost however many clients ask at once.
-pub const ARTIFACTS_IN_MEMORY: usize = 4;
 
 /// A refusal: its status and a JSON body with `error` and whatever else explains it.
 pub struct ApiError {

@@ -1103,8 +1103,17 @@ impl Inner {
                 artifacts::within_quota(&run, used as u64, size, &policy)
                     .map_err(StoreError::from)?;
                 tx.execute(
-                    "INSERT INTO artifacts (run_id, sha256, size, bytes) VALUES ($1, $2, $3, $4)",
-                    &[&run, &sha256, &(size as i64), &bytes],
+                    "INSERT INTO artifacts (run_id, sha256, size) VALUES ($1, $2, $3)",
+                    &[&run, &sha256, &(size as i64)],
+                )
+                .await
+                .map_err(Pg::op(OP))?;
+                let pieces: Vec<&[u8]> = bytes.chunks(artifacts::PIECE_BYTES).collect();
+                let numbers: Vec<i64> = (0..pieces.len() as i64).collect();
+                tx.execute(
+                    "INSERT INTO artifact_pieces (run_id, sha256, n, bytes)
+                     SELECT $1, $2, p.n, p.bytes FROM unnest($3::bigint[], $4::bytea[]) AS p (n, bytes)",
+                    &[&run, &sha256, &numbers, &pieces],
                 )
                 .await
                 .map_err(Pg::op(OP))?;
@@ -1143,7 +1152,10 @@ impl Inner {
                         DELETE FROM artifacts a WHERE a.run_id = $1 AND NOT (a.sha256 = ANY($2))
                         AND NOT EXISTS (SELECT 1 FROM artifact_names n
                                         WHERE n.run_id = a.run_id AND n.sha256 = a.sha256)
-                        RETURNING size)
+                        RETURNING sha256, size),
+                     p AS (
+                        DELETE FROM artifact_pieces p USING d
+                        WHERE p.run_id = $1 AND p.sha256 = d.sha256)
                      SELECT coalesce(sum(size), 0)::bigint FROM d",
                     &[&run, &referenced],
                 )
@@ -1155,22 +1167,52 @@ impl Inner {
         })
     }
 
-    async fn get_artifact(
+    async fn artifact_piece(
         self: Arc<Self>,
         run: String,
-        artifact: ArtifactRef,
-    ) -> Result<Vec<u8>, ArtifactError> {
+        sha256: String,
+        n: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
         const OP: &str = "reading an artifact";
-        let bytes: Option<Vec<u8>> = on_conn!(self, OP, |c| {
+        on_conn!(self, OP, |c| {
             Ok(c.query_opt(
-                "SELECT bytes FROM artifacts WHERE run_id = $1 AND sha256 = $2",
-                &[&run, &artifact.sha256],
+                "SELECT bytes FROM artifact_pieces WHERE run_id = $1 AND sha256 = $2 AND n = $3",
+                &[&run, &sha256, &(n as i64)],
             )
             .await
             .map_err(Pg::op(OP))?
             .map(|r| r.get(0)))
+        })
+    }
+
+    /// The stored artifacts of `run` (only `sha256` with it), without their bytes:
+    /// `octet_length` of a stored value reads its length, not its content.
+    async fn stored_artifacts(
+        self: Arc<Self>,
+        run: String,
+        sha256: Option<String>,
+    ) -> Result<Vec<artifacts::StoredArtifact>, StoreError> {
+        const OP: &str = "reading what artifacts are stored";
+        let rows = on_conn!(self, OP, |c| {
+            c.query(
+                "SELECT a.sha256, a.size,
+                        (SELECT coalesce(sum(octet_length(p.bytes)), 0)::bigint FROM artifact_pieces p
+                         WHERE p.run_id = a.run_id AND p.sha256 = a.sha256)
+                 FROM artifacts a WHERE a.run_id = $1 AND ($2::text IS NULL OR a.sha256 = $2)
+                 ORDER BY a.sha256",
+                &[&run, &sha256],
+            )
+            .await
+            .map_err(Pg::op(OP))
         })?;
-        artifacts::verified(&run, &artifact, bytes)
+        Ok(rows
+            .iter()
+            .map(|r| artifacts::StoredArtifact {
+                sha256: r.get(0),
+                size: r.get::<_, i64>(1) as u64,
+                stored: r.get::<_, i64>(2) as u64,
+            })
+            .collect())
     }
 
     async fn named_artifacts(
@@ -1370,9 +1412,28 @@ impl RunStore for PgStore {
         self.call(|i| i.named_artifacts(run))
     }
 
-    fn get_artifact(&self, run_id: &str, artifact: &ArtifactRef) -> Result<Vec<u8>, ArtifactError> {
-        let (run, artifact) = (run_id.to_string(), artifact.clone());
-        self.call(|i| i.get_artifact(run, artifact))
+    fn artifact_piece(
+        &self,
+        run_id: &str,
+        sha256: &str,
+        index: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let (run, sha256) = (run_id.to_string(), sha256.to_string());
+        self.call(|i| i.artifact_piece(run, sha256, index))
+    }
+
+    fn stored_artifact(
+        &self,
+        run_id: &str,
+        sha256: &str,
+    ) -> Result<Option<artifacts::StoredArtifact>, StoreError> {
+        let (run, sha256) = (run_id.to_string(), sha256.to_string());
+        Ok(self.call(|i| i.stored_artifacts(run, Some(sha256)))?.pop())
+    }
+
+    fn stored_artifacts(&self, run_id: &str) -> Result<Vec<artifacts::StoredArtifact>, StoreError> {
+        let run = run_id.to_string();
+        self.call(|i| i.stored_artifacts(run, None))
     }
 }
 
@@ -1391,6 +1452,14 @@ mod tests {
             format!("kind IN ({})", listed.join(", "))
         );
         assert!(super::schema::MIGRATIONS[0].contains(super::LIFECYCLE_WHERE));
+    }
+
+    /// The migration that cuts stored artifacts into pieces spells the piece size out.
+    #[test]
+    fn the_sql_cuts_artifacts_into_the_pieces_the_store_reads() {
+        let p = crate::artifacts::PIECE_BYTES;
+        assert!(super::schema::MIGRATIONS[4].contains(&format!("(g.n * {p} + 1)::int FOR {p}")));
+        assert!(super::schema::MIGRATIONS[4].contains(&format!("(a.size - 1) / {p}")));
     }
 
     #[test]

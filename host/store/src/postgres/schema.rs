@@ -149,6 +149,32 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         host_id text NOT NULL,
         pid bigint NOT NULL
     );",
+    // 4: which process holds a run's lease (its machine and process id), so a process of
+    // the same machine that died is not waited out (a resume right after a crash, a
+    // host restarted at once) and a run's state is not judged by a process id of
+    // another machine.
+    "ALTER TABLE leases ADD COLUMN owner_hostname text, ADD COLUMN owner_pid bigint;",
+    // 5: an artifact's bytes in pieces of `artifacts::PIECE_BYTES` (262144, spelled out
+    // here; a test holds the two together), a row each, read a piece at a time instead
+    // of whole (as in SQLite's schema 8); the bytes an older store holds are cut into
+    // pieces and the column that held them whole is dropped.
+    "CREATE TABLE IF NOT EXISTS artifact_pieces (
+        run_id text NOT NULL,
+        sha256 text NOT NULL,
+        n bigint NOT NULL,
+        bytes bytea NOT NULL,
+        PRIMARY KEY (run_id, sha256, n)
+    );
+    DO $$ BEGIN
+        IF EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
+                   AND table_name = 'artifacts' AND column_name = 'bytes') THEN
+            INSERT INTO artifact_pieces (run_id, sha256, n, bytes)
+                SELECT a.run_id, a.sha256, g.n, substring(a.bytes FROM (g.n * 262144 + 1)::int FOR 262144)
+                FROM artifacts a, generate_series(0, (a.size - 1) / 262144) AS g (n)
+                WHERE a.size > 0;
+            ALTER TABLE artifacts DROP COLUMN bytes;
+        END IF;
+    END $$;",
 ];
 
 /// The version whose upgrade checksums the run headers already stored.
