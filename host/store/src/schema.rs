@@ -107,7 +107,9 @@ const ARTIFACT_PIECES: i64 = 8;
 
 /// Moves the bytes of every artifact still held whole (`artifacts.bytes`, before
 /// version 8) into pieces of [`crate::artifacts::PIECE_BYTES`], and drops the column.
-/// Nothing to do on a file that has no such column.
+/// Nothing to do on a file that has no such column. One artifact at a time, each read
+/// once: cutting in SQL (`substr` per piece) reads the whole blob again for every piece,
+/// 30 s for one 48 MiB artifact where this takes well under a second.
 fn cut_artifacts(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
     let whole: bool = tx.query_row(
         "SELECT count(*) FROM pragma_table_info('artifacts') WHERE name = 'bytes'",
@@ -117,17 +119,21 @@ fn cut_artifacts(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
     if !whole {
         return Ok(());
     }
-    tx.execute(
-        "WITH RECURSIVE piece(run_id, sha256, n, size) AS (
-             SELECT run_id, sha256, 0, size FROM artifacts WHERE size > 0
-             UNION ALL
-             SELECT run_id, sha256, n + 1, size FROM piece WHERE (n + 1) * ?1 < size
-         )
-         INSERT INTO artifact_pieces (run_id, sha256, n, bytes)
-             SELECT p.run_id, p.sha256, p.n, substr(a.bytes, p.n * ?1 + 1, ?1)
-             FROM piece p JOIN artifacts a ON a.run_id = p.run_id AND a.sha256 = p.sha256",
-        [crate::artifacts::PIECE_BYTES as i64],
+    let keys: Vec<(String, String)> = tx
+        .prepare("SELECT run_id, sha256 FROM artifacts WHERE size > 0")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut read = tx.prepare("SELECT bytes FROM artifacts WHERE run_id = ?1 AND sha256 = ?2")?;
+    let mut piece = tx.prepare(
+        "INSERT INTO artifact_pieces (run_id, sha256, n, bytes) VALUES (?1, ?2, ?3, ?4)",
     )?;
+    for (run, sha256) in &keys {
+        let bytes: Vec<u8> = read.query_row(rusqlite::params![run, sha256], |r| r.get(0))?;
+        for (n, bytes) in bytes.chunks(crate::artifacts::PIECE_BYTES).enumerate() {
+            piece.execute(rusqlite::params![run, sha256, n as i64, bytes])?;
+        }
+    }
+    drop((read, piece));
     tx.execute_batch("ALTER TABLE artifacts DROP COLUMN bytes;")
 }
 

@@ -1108,15 +1108,9 @@ impl Inner {
                 )
                 .await
                 .map_err(Pg::op(OP))?;
-                let pieces: Vec<&[u8]> = bytes.chunks(artifacts::PIECE_BYTES).collect();
-                let numbers: Vec<i64> = (0..pieces.len() as i64).collect();
-                tx.execute(
-                    "INSERT INTO artifact_pieces (run_id, sha256, n, bytes)
-                     SELECT $1, $2, p.n, p.bytes FROM unnest($3::bigint[], $4::bytea[]) AS p (n, bytes)",
-                    &[&run, &sha256, &numbers, &pieces],
-                )
-                .await
-                .map_err(Pg::op(OP))?;
+                insert_pieces(&tx, &run, &sha256, &bytes)
+                    .await
+                    .map_err(Pg::op(OP))?;
             }
             if let Some(name) = &name {
                 tx.execute(
@@ -1248,6 +1242,25 @@ impl Inner {
 /// Frees the sequence numbers of a torn tail for the next owner, as the SQLite store
 /// does ([`rows::torn_repair`]). A PostgreSQL transaction is never torn by a crash, so
 /// this only ever finds a row altered at the end of the log.
+/// Stores `bytes` as the pieces of artifact `sha256` of `run`
+/// ([`artifacts::PIECE_BYTES`] each, numbered from 0), in one statement.
+pub(crate) async fn insert_pieces(
+    client: &tokio_postgres::Transaction<'_>,
+    run: &str,
+    sha256: &str,
+    bytes: &[u8],
+) -> Result<u64, tokio_postgres::Error> {
+    let pieces: Vec<&[u8]> = bytes.chunks(artifacts::PIECE_BYTES).collect();
+    let numbers: Vec<i64> = (0..pieces.len() as i64).collect();
+    client
+        .execute(
+            "INSERT INTO artifact_pieces (run_id, sha256, n, bytes)
+             SELECT $1, $2, p.n, p.bytes FROM unnest($3::bigint[], $4::bytea[]) AS p (n, bytes)",
+            &[&run, &sha256, &numbers, &pieces],
+        )
+        .await
+}
+
 async fn drop_torn_tail(tx: &impl GenericClient, run: &str) -> Result<(), StoreError> {
     const OP: &str = "dropping a torn record";
     let Some(row) = tx
@@ -1452,14 +1465,6 @@ mod tests {
             format!("kind IN ({})", listed.join(", "))
         );
         assert!(super::schema::MIGRATIONS[0].contains(super::LIFECYCLE_WHERE));
-    }
-
-    /// The migration that cuts stored artifacts into pieces spells the piece size out.
-    #[test]
-    fn the_sql_cuts_artifacts_into_the_pieces_the_store_reads() {
-        let p = crate::artifacts::PIECE_BYTES;
-        assert!(super::schema::MIGRATIONS[4].contains(&format!("(g.n * {p} + 1)::int FOR {p}")));
-        assert!(super::schema::MIGRATIONS[4].contains(&format!("(a.size - 1) / {p}")));
     }
 
     #[test]
