@@ -614,7 +614,13 @@ impl Host {
                 // Found by its own writes before a renewal found it: the same loss.
                 Err(Error::Store(e)) if e.is_lost_lease() => {
                     if !lost.swap(true, Ordering::SeqCst) {
-                        tracing::warn!("{}", lost_lease(&run_id, epoch));
+                        // Why it was lost: a database away longer than the TTL reads
+                        // differently from a host that stopped renewing.
+                        tracing::warn!(
+                            "{} ({})",
+                            lost_lease(&run_id, epoch),
+                            heddle_core::text::error_chain(e)
+                        );
                     }
                 }
                 Err(e) => tracing::error!("run {run_id}: {}", heddle_core::text::error_chain(e)),

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use heddle_store::fleet::{Fleet, Wake};
+use heddle_store::fleet::{Fleet, Wake, renewal_retry};
 use heddle_store::{PgOptions, PgStore, RunStore, StoreError};
 use support::{Backend, Fresh, dispatched, new_run};
 
@@ -354,4 +354,27 @@ fn two_hosts_racing_to_claim_a_thousand_runs_claim_each_once() {
         claims[0].len(),
         claims[1].len()
     );
+}
+
+/// A renewal that could not reach the database is tried again soon, and more slowly
+/// while the database stays away, but never as late as a whole period: from 100 ms,
+/// doubling, at most 1 s, or the period when that is shorter.
+#[test]
+fn a_failed_renewal_is_retried_within_a_second() {
+    let ms = Duration::from_millis;
+    let pauses = |period: Duration| {
+        let mut last = None;
+        (0..6)
+            .map(|_| {
+                let p = renewal_retry(last, period);
+                last = Some(p);
+                p.as_millis()
+            })
+            .collect::<Vec<_>>()
+    };
+    // The default TTL of 10 s: renewals every 3.3 s.
+    assert_eq!(pauses(ms(3333)), [100, 200, 400, 800, 1000, 1000]);
+    // A TTL of 1 s: every 333 ms, and never later than that.
+    assert_eq!(pauses(ms(333)), [100, 200, 333, 333, 333, 333]);
+    assert_eq!(pauses(ms(60)), [60, 60, 60, 60, 60, 60]);
 }
