@@ -218,6 +218,37 @@ pub fn until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// [`until`], saying on failure what the hosts logged and how the database stands (the
+/// run's lease, its sessions): a failure under load is read from that.
+pub fn until_told(
+    what: &str,
+    hosts: &Hosts,
+    servers: &[(&str, &Server)],
+    mut f: impl FnMut() -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !f() {
+        if Instant::now() >= deadline {
+            for (name, s) in servers {
+                eprintln!("--- host {name} said:\n{}", s.log());
+            }
+            let leases = pg::query(
+                &hosts.url,
+                "SELECT run_id, state, owner_host, owner_epoch, expires_at - now(), owner_pid FROM heddle.leases",
+            );
+            eprintln!("--- leases: {leases:?}");
+            let sessions = pg::query(
+                &hosts.url,
+                "SELECT application_name, state, now() - xact_start, wait_event_type, wait_event, left(query, 120)
+                 FROM pg_stat_activity WHERE datname = current_database()",
+            );
+            eprintln!("--- sessions: {sessions:#?}");
+            panic!("never: {what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -449,7 +480,16 @@ fn a_host_that_shuts_down_hands_its_runs_back_and_another_finishes_them() {
     assert_eq!(held[0][0].as_deref(), Some("0"));
     let api_b = Api::of(&b);
     for (tag, id) in &runs {
-        let (show, reoffers) = rt.block_on(api_b.drive_to_end(id));
+        let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(api_b.drive_to_end(id))
+        }));
+        let (show, reoffers) = ended.unwrap_or_else(|panic| {
+            eprintln!(
+                "run {id} ({tag}): host going said:\n{log}\nhost staying said:\n{}",
+                b.log()
+            );
+            std::panic::resume_unwind(panic)
+        });
         check_fan(&hosts, &show, tag, 4, reoffers);
     }
 }
@@ -675,10 +715,11 @@ fn a_host_cut_off_from_the_database_stops_its_run_and_writes_nothing_once_healed
         .answers
         .store(true, std::sync::atomic::Ordering::SeqCst);
     release(&data, "p");
-    until("host a stopped its run by itself", || {
+    let told = [("a", &a), ("b", &b)];
+    until_told("host a stopped its run by itself", &hosts, &told, || {
         a.log().contains("no lease renewed for")
     });
-    until("host b adopted the run", || {
+    until_told("host b adopted the run", &hosts, &told, || {
         hosts.records(&id, Some("opened")) >= 2
     });
     let (show, reoffers) = rt.block_on(api_b.drive_to_end(&id));

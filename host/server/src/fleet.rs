@@ -227,18 +227,13 @@ async fn take_claimed(
 }
 
 /// Gives run `id` back (idle, or `requeue`d) if this host holds its lease, at whatever
-/// epoch it holds it now.
+/// epoch it holds it now ([`Fleet::hand_back`]: not renewed from here on, even when the
+/// database cannot be reached now; a lease read first and failing left the run renewed
+/// here forever with nobody driving it).
 async fn hand_back(fleet: &Arc<dyn Fleet>, id: &str, requeue: bool) {
     let f = fleet.clone();
     let run = id.to_string();
-    let r = blocking(move || {
-        let l = f.lease(&run)?;
-        if l.owner_host.as_deref() == Some(f.host_id()) && l.state == "running" {
-            f.release(&run, l.epoch, requeue)?;
-        }
-        Ok::<_, StoreError>(())
-    })
-    .await;
+    let r = blocking(move || f.hand_back(&run, requeue)).await;
     if let Err(e) = r {
         tracing::warn!("run {id}: not handed back ({e}); its lease expires on its own");
     }

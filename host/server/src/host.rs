@@ -613,6 +613,9 @@ impl Host {
             match &outcome {
                 // Found by its own writes before a renewal found it: the same loss.
                 Err(Error::Store(e)) if e.is_lost_lease() => {
+                    if let Some(f) = &host.fleet {
+                        f.stop_renewing(&run_id, epoch);
+                    }
                     if !lost.swap(true, Ordering::SeqCst) {
                         // Why it was lost: a database away longer than the TTL reads
                         // differently from a host that stopped renewing.
@@ -671,8 +674,12 @@ impl Host {
 
     /// Stops driving run `id` (held at `epoch`) because its lease was lost: another host
     /// may drive it now. Its writes are refused by the store already; this stops its
-    /// work and gives nothing back. Whether such a driver was found.
+    /// work and its lease's renewal (renewed on, the lease would keep the run from the
+    /// other hosts with nobody driving it), and gives nothing back.
     pub(crate) fn lose(&self, id: &str, epoch: u64) {
+        if let Some(f) = &self.fleet {
+            f.stop_renewing(id, epoch);
+        }
         let active = self.active();
         if let Some(a) = active.get(id)
             && a.epoch == epoch

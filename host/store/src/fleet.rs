@@ -208,6 +208,19 @@ pub trait Fleet: Send + Sync {
     /// idle (paused or ended). [`StoreError::RunLeaseLost`] when it was not held.
     fn release(&self, run_id: &str, epoch: u64, requeue: bool) -> Result<(), StoreError>;
 
+    /// Gives run `run_id` back ([`Fleet::release`]) at whatever epoch this handle holds
+    /// it now, if it holds it; from here on it is not renewed, whatever the database
+    /// answers (a hand-back that cannot reach it leaves the lease to expire, never one
+    /// renewed for a run nobody here drives).
+    fn hand_back(&self, run_id: &str, requeue: bool) -> Result<(), StoreError>;
+
+    /// Stops renewing run `run_id`'s lease held under `epoch` (the run was stopped here
+    /// as lost: a host that fenced itself after a TTL without renewal, or whose driver
+    /// found its lease gone): it expires, and another host adopts the run. Renewed on,
+    /// a lease the database still counted live would keep the run from everyone with
+    /// nobody driving it. Touches nothing but this handle.
+    fn stop_renewing(&self, run_id: &str, epoch: u64);
+
     /// The run's lease as stored.
     fn lease(&self, run_id: &str) -> Result<LeaseRow, StoreError>;
 
@@ -377,6 +390,21 @@ impl Fleet for crate::SqliteStore {
             s.queue.push_back(run_id.to_string());
         }
         Ok(())
+    }
+
+    fn hand_back(&self, run_id: &str, requeue: bool) -> Result<(), StoreError> {
+        let held = self.local.state().held.get(run_id).copied();
+        match held {
+            Some(epoch) => self.release(run_id, epoch, requeue),
+            None => Ok(()),
+        }
+    }
+
+    fn stop_renewing(&self, run_id: &str, epoch: u64) {
+        let mut s = self.local.state();
+        if s.held.get(run_id) == Some(&epoch) {
+            s.held.remove(run_id);
+        }
     }
 
     fn lease(&self, run_id: &str) -> Result<LeaseRow, StoreError> {

@@ -730,6 +730,20 @@ impl Fleet for PgStore {
         self.call(|i| i.release(run_id, epoch, requeue))
     }
 
+    fn stop_renewing(&self, run_id: &str, epoch: u64) {
+        let mut h = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+        if h.get(run_id) == Some(&epoch) {
+            h.remove(run_id);
+        }
+    }
+
+    fn hand_back(&self, run_id: &str, requeue: bool) -> Result<(), StoreError> {
+        match self.inner.held_epoch(run_id) {
+            Some(epoch) => self.release(run_id, epoch, requeue),
+            None => Ok(()),
+        }
+    }
+
     fn lease(&self, run_id: &str) -> Result<LeaseRow, StoreError> {
         let run_id = run_id.to_string();
         self.call(|i| i.lease(run_id))
