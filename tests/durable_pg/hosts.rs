@@ -226,7 +226,7 @@ pub fn until_told(
     servers: &[(&str, &Server)],
     mut f: impl FnMut() -> bool,
 ) {
-    let deadline = Instant::now() + Duration::from_secs(90);
+    let deadline = Instant::now() + Duration::from_secs(300);
     while !f() {
         if Instant::now() >= deadline {
             for (name, s) in servers {
