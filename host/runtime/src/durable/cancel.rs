@@ -72,6 +72,12 @@ pub fn cancel_run(
             RunState::Paused | RunState::Interrupted | RunState::Queued => {
                 match session::cancel(store.clone(), run, secrets) {
                     Ok(()) => return Ok(Cancelled::Ended),
+                    // The owner asked here ended it cancelled between the two reads
+                    // above (its log read before its ending, its lease after it let go):
+                    // the cancel asked for.
+                    Err(StoreError::AlreadyEnded {
+                        state: "cancelled", ..
+                    }) if owner.is_some() => return Ok(Cancelled::Ended),
                     // Taken by someone else meanwhile: see what it is now.
                     Err(
                         e @ (StoreError::TakenOver { .. }
