@@ -22,6 +22,7 @@ const PACKAGES: &[(&str, &str, &str)] = &[
     // (package name, plugin dir, cargo package)
     ("std", "std", "heddle-std"),
     ("files", "files", "heddle-files"),
+    ("http", "http", "heddle-http"),
 ];
 
 fn main() {

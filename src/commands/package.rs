@@ -29,6 +29,20 @@ pub struct PackageInfo {
     pub sha256: String,
     pub node_types: Vec<String>,
     pub capabilities: Vec<CapabilityLine>,
+    /// The destinations the config grants (`network`), whatever the package asked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network_granted: Vec<String>,
+    /// The headers the host adds per destination (`network_auth`): names, never values.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network_auth: Vec<AuthLine>,
+}
+
+/// A header the host injects for a destination, from a secret.
+#[derive(Debug, Serialize)]
+pub struct AuthLine {
+    pub destination: String,
+    pub header: String,
+    pub secret: String,
 }
 
 pub fn describe(pkg: &WasmPackage, sha256: &str, grant: &PackageGrant) -> PackageInfo {
@@ -63,6 +77,16 @@ pub fn describe(pkg: &WasmPackage, sha256: &str, grant: &PackageGrant) -> Packag
             .map(|d| d.type_name.clone())
             .collect(),
         capabilities: caps,
+        network_granted: grant.network.iter().map(ToString::to_string).collect(),
+        network_auth: grant
+            .network_auth
+            .iter()
+            .map(|(d, a)| AuthLine {
+                destination: d.to_string(),
+                header: a.header.clone(),
+                secret: a.secret.get_ref().clone(),
+            })
+            .collect(),
     }
 }
 
@@ -91,6 +115,15 @@ fn print_info(info: &PackageInfo, config: &str) {
             c.target,
             c.requested_by,
             c.reason
+        );
+    }
+    if !info.network_granted.is_empty() {
+        println!("  network granted: {}", info.network_granted.join(", "));
+    }
+    for a in &info.network_auth {
+        println!(
+            "  header `{}` added to requests to {} from secret `{}` (the package never sees it)",
+            a.header, a.destination, a.secret
         );
     }
     if info.capabilities.iter().any(|c| !c.granted) {
