@@ -548,6 +548,22 @@ pub fn send_all(requests: &[Request]) -> Vec<Result<Response, HttpError>> {
         .collect()
 }
 
+/// What a failed read of a response body was, from the host's text: wasmtime's
+/// `wasi:http` hands body errors to the guest as an `io-error` without an `error-code`,
+/// so its words (fixed by the host's version) are all there is to go by.
+fn body_error_kind(text: &str) -> HttpErrorKind {
+    let t = text.to_ascii_lowercase();
+    if t.contains("body size exceeds limit") {
+        HttpErrorKind::BodyTooLarge
+    } else if t.contains("timeout") {
+        HttpErrorKind::Timeout
+    } else if t.contains("connection terminated") || t.contains("connection error") {
+        HttpErrorKind::Connect
+    } else {
+        HttpErrorKind::Protocol
+    }
+}
+
 /// The host of an absolute URL (lowercase), for comparing redirect targets.
 fn host_of(url: &str) -> String {
     parse_url(url)
@@ -670,10 +686,13 @@ impl StreamingResponse {
                     self.body = None;
                     return Err(match wasip2::http::types::http_error_code(&err) {
                         Some(code) => HttpError::code(&self.url, &code),
-                        None => HttpError::new(
-                            HttpErrorKind::Protocol,
-                            format!("reading the response of {}: {}", shown(&self.url), err.to_debug_string()),
-                        ),
+                        None => {
+                            let text = err.to_debug_string();
+                            HttpError::new(
+                                body_error_kind(&text),
+                                format!("reading the response of {}: {text}", shown(&self.url)),
+                            )
+                        }
                     });
                 }
             }
