@@ -36,9 +36,12 @@ fn request(inputs: &mut Inputs, default_method: &str, safe_only: bool) -> Result
         };
         req = req.header(&name, value);
     }
-    let redirects: i64 = inputs.get_or("redirects", i64::from(heddle_sdk::http::DEFAULT_REDIRECTS))?;
+    let redirects: i64 =
+        inputs.get_or("redirects", i64::from(heddle_sdk::http::DEFAULT_REDIRECTS))?;
     if !(0..=20).contains(&redirects) {
-        return Err(Error::new(format!("redirects = {redirects}: from 0 to 20")).signature("http:request"));
+        return Err(
+            Error::new(format!("redirects = {redirects}: from 0 to 20")).signature("http:request")
+        );
     }
     Ok(req.redirects(redirects as u32))
 }
@@ -91,10 +94,17 @@ fn raw_outputs(resp: Response, fail_on_status: bool) -> Result<Outputs, Error> {
 }
 
 fn common(d: Decl, default_method: &str) -> Decl {
-    d.input::<String>("url", "Absolute URL (http:// or https://); only granted destinations are reachable")
-        .input_default::<String>("method", default_method.to_string(), "HTTP method")
-        .input::<Option<BTreeMap<String, Value>>>("headers", "Request headers (name → value)")
-        .input_default::<i64>("redirects", 5, "Redirects to follow, each a new request the host checks (0 to 20)")
+    d.input::<String>(
+        "url",
+        "Absolute URL (http:// or https://); only granted destinations are reachable",
+    )
+    .input_default::<String>("method", default_method.to_string(), "HTTP method")
+    .input::<Option<BTreeMap<String, Value>>>("headers", "Request headers (name → value)")
+    .input_default::<i64>(
+        "redirects",
+        5,
+        "Redirects to follow, each a new request the host checks (0 to 20)",
+    )
 }
 
 /// Any request, body and status as they are.
@@ -238,7 +248,8 @@ impl Node for HttpStream {
             "chunks" => false,
             "lines" => true,
             other => {
-                return Err(Error::new(format!("mode `{other}`: chunks or lines")).signature("http:request"));
+                return Err(Error::new(format!("mode `{other}`: chunks or lines"))
+                    .signature("http:request"));
             }
         };
         let req = request(inputs, "GET", false)?;

@@ -182,7 +182,8 @@ struct Url {
 }
 
 fn parse_url(url: &str) -> Result<Url, HttpError> {
-    let bad = |why: &str| HttpError::new(HttpErrorKind::Request, format!("URL {}: {why}", shown(url)));
+    let bad =
+        |why: &str| HttpError::new(HttpErrorKind::Request, format!("URL {}: {why}", shown(url)));
     let (scheme, rest) = url
         .split_once("://")
         .ok_or_else(|| bad("not absolute (scheme://host/path)"))?;
@@ -335,7 +336,12 @@ impl Request {
 
     /// Timeouts of this request, in milliseconds; the host's own (`[wasm]`
     /// `http_connect_timeout_ms`, `http_timeout_ms`) and the node's deadline bound them.
-    pub fn timeouts(mut self, connect_ms: Option<u64>, first_byte_ms: Option<u64>, between_bytes_ms: Option<u64>) -> Request {
+    pub fn timeouts(
+        mut self,
+        connect_ms: Option<u64>,
+        first_byte_ms: Option<u64>,
+        between_bytes_ms: Option<u64>,
+    ) -> Request {
         self.connect_timeout_ms = connect_ms;
         self.first_byte_timeout_ms = first_byte_ms;
         self.between_bytes_timeout_ms = between_bytes_ms;
@@ -402,7 +408,10 @@ impl Request {
         let bad_header = |n: &str| {
             HttpError::new(
                 HttpErrorKind::Request,
-                format!("request to {}: header `{n}` refused by the host", shown(&self.url)),
+                format!(
+                    "request to {}: header `{n}` refused by the host",
+                    shown(&self.url)
+                ),
             )
         };
         let fields = Fields::new();
@@ -419,7 +428,12 @@ impl Request {
                 .map_err(|_| bad_header("content-length"))?;
         }
         let request = OutgoingRequest::new(fields);
-        let fail = |what: &str| HttpError::new(HttpErrorKind::Request, format!("request to {}: {what}", shown(&self.url)));
+        let fail = |what: &str| {
+            HttpError::new(
+                HttpErrorKind::Request,
+                format!("request to {}: {what}", shown(&self.url)),
+            )
+        };
         request
             .set_method(&self.method.wasi())
             .map_err(|_| fail("invalid method"))?;
@@ -470,7 +484,11 @@ impl Request {
     }
 
     /// What a failed body write means: the response future usually says why.
-    fn stream_error(&self, e: StreamError, future: &outgoing_handler::FutureIncomingResponse) -> HttpError {
+    fn stream_error(
+        &self,
+        e: StreamError,
+        future: &outgoing_handler::FutureIncomingResponse,
+    ) -> HttpError {
         future.subscribe().block();
         if let Some(Ok(Err(code))) = future.get() {
             return HttpError::code(&self.url, &code);
@@ -521,7 +539,12 @@ impl Pending {
             .headers()
             .entries()
             .into_iter()
-            .map(|(n, v)| (n.to_ascii_lowercase(), String::from_utf8_lossy(&v).into_owned()))
+            .map(|(n, v)| {
+                (
+                    n.to_ascii_lowercase(),
+                    String::from_utf8_lossy(&v).into_owned(),
+                )
+            })
             .collect();
         let body = resp.consume().map_err(|_| fail("the body was taken"))?;
         let stream = body.stream().map_err(|_| fail("no body stream"))?;
@@ -534,7 +557,6 @@ impl Pending {
             _response: resp,
         })
     }
-
 }
 
 /// Sends every request at once (up to the host's `http_max_concurrent` in flight; one
@@ -542,10 +564,7 @@ impl Pending {
 /// Redirects are not followed.
 pub fn send_all(requests: &[Request]) -> Vec<Result<Response, HttpError>> {
     let started: Vec<Result<Pending, HttpError>> = requests.iter().map(Request::start).collect();
-    started
-        .into_iter()
-        .map(|p| p?.wait()?.read_all())
-        .collect()
+    started.into_iter().map(|p| p?.wait()?.read_all()).collect()
 }
 
 /// What a failed read of a response body was, from the host's text: wasmtime's
@@ -628,8 +647,11 @@ impl Response {
     /// The body as JSON.
     pub fn json(&self) -> Result<serde_json::Value, Error> {
         serde_json::from_slice(&self.body).map_err(|e| {
-            Error::new(format!("the response of {} is not JSON: {e}", shown(&self.url)))
-                .signature("json:parse")
+            Error::new(format!(
+                "the response of {} is not JSON: {e}",
+                shown(&self.url)
+            ))
+            .signature("json:parse")
         })
     }
 
@@ -640,7 +662,10 @@ impl Response {
         if self.status < 400 {
             return Ok(self);
         }
-        let excerpt: String = String::from_utf8_lossy(&self.body).chars().take(500).collect();
+        let excerpt: String = String::from_utf8_lossy(&self.body)
+            .chars()
+            .take(500)
+            .collect();
         Err(Error::new(format!(
             "{} answered {}{}",
             shown(&self.url),
@@ -727,5 +752,83 @@ impl Drop for StreamingResponse {
     fn drop(&mut self) {
         self.stream = None;
         self.body = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_into_what_wasi_http_wants() {
+        let u = parse_url("https://API.example.com:8443/v1/items?q=1#frag").unwrap();
+        assert_eq!(u.authority, "API.example.com:8443");
+        assert_eq!(u.path_with_query, "/v1/items?q=1");
+        assert_eq!(parse_url("http://a.com").unwrap().path_with_query, "/");
+        assert_eq!(
+            parse_url("http://a.com?x=1").unwrap().path_with_query,
+            "/?x=1"
+        );
+        for bad in ["a.com/x", "ftp://a.com", "https:///x"] {
+            assert_eq!(
+                parse_url(bad).err().unwrap().kind,
+                HttpErrorKind::Request,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn redirects_resolve_against_the_request_and_drop_credentials_across_hosts() {
+        let base = "https://a.com/v1/items?page=2";
+        assert_eq!(resolve(base, "/login").unwrap(), "https://a.com/login");
+        assert_eq!(resolve(base, "next").unwrap(), "https://a.com/v1/next");
+        assert_eq!(resolve(base, "//b.com/x").unwrap(), "https://b.com/x");
+        assert_eq!(resolve(base, "http://c.com/y").unwrap(), "http://c.com/y");
+        let r = Request::post(base)
+            .header("Authorization", "Bearer mine")
+            .json(&serde_json::json!({"a": 1}))
+            .redirected("https://b.com/z".into(), 303);
+        assert_eq!(r.method, Method::Get);
+        assert!(r.body.is_none());
+        assert!(
+            r.headers.iter().all(|(n, _)| n != "authorization"),
+            "{:?}",
+            r.headers
+        );
+        let r = Request::post(base)
+            .header("Authorization", "Bearer mine")
+            .body("x")
+            .redirected("https://a.com/other".into(), 307);
+        assert_eq!(r.method, Method::Post);
+        assert!(r.headers.iter().any(|(n, _)| n == "authorization"));
+    }
+
+    #[test]
+    fn methods_and_failures_name_themselves() {
+        assert!(Method::parse("get").unwrap().is_safe());
+        assert!(!Method::parse("POST").unwrap().is_safe());
+        assert!(Method::parse("GE T").is_err());
+        assert_eq!(
+            body_error_kind("HTTP response body size exceeds limit: 100001 bytes"),
+            HttpErrorKind::BodyTooLarge
+        );
+        assert_eq!(
+            body_error_kind("HTTP response timeout"),
+            HttpErrorKind::Timeout
+        );
+        for k in [
+            HttpErrorKind::Denied,
+            HttpErrorKind::TooMany,
+            HttpErrorKind::Timeout,
+            HttpErrorKind::Dns,
+            HttpErrorKind::Connect,
+            HttpErrorKind::Tls,
+            HttpErrorKind::BodyTooLarge,
+            HttpErrorKind::Request,
+            HttpErrorKind::Protocol,
+        ] {
+            assert!(crate::check_signature(k.signature()).is_ok(), "{k:?}");
+        }
     }
 }
