@@ -613,6 +613,15 @@ fn resolve(base: &str, location: &str) -> Result<String, HttpError> {
     Ok(format!("{scheme}://{}{dir}{location}", b.authority))
 }
 
+/// The first value of header `name` (any case) among `headers` (names lowercase).
+fn header_in<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    let name = name.to_ascii_lowercase();
+    headers
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.as_str())
+}
+
 /// A response read whole.
 #[derive(Clone, Debug)]
 pub struct Response {
@@ -627,11 +636,7 @@ pub struct Response {
 impl Response {
     /// The first value of header `name` (any case).
     pub fn header(&self, name: &str) -> Option<&str> {
-        let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
+        header_in(&self.headers, name)
     }
 
     /// The body as UTF-8 text.
@@ -726,11 +731,7 @@ impl StreamingResponse {
 
     /// The first value of header `name` (any case).
     pub fn header(&self, name: &str) -> Option<&str> {
-        let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
+        header_in(&self.headers, name)
     }
 
     /// Reads the rest of the body.
