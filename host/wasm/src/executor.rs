@@ -187,6 +187,16 @@ impl WasmExecutor {
                 Err(wasmtime::Error::msg("interrupted while waiting"))
             }
         };
+        // A guest that failed after a request of its was aborted under it by the cancel
+        // or the deadline (it saw a lost connection) was stopped, not at fault.
+        let guest_ok = matches!(result, Ok((_, Ok(_))));
+        if !guest_ok && store.data().interrupt.is_none() && store.data().budget.http.aborted() {
+            if ctx.is_cancelled() {
+                store.data_mut().interrupt = Some(Interrupt::Cancelled);
+            } else if deadline.passed() {
+                store.data_mut().interrupt = Some(Interrupt::Deadline);
+            }
+        }
         // Whatever the guest left in flight ends with the invocation; what its requests
         // moved up to now is paid for below with the other host calls.
         store.data_mut().net.finish();

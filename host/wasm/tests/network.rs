@@ -503,3 +503,65 @@ async fn requests_in_flight_at_once_are_capped() {
     logs_mention(&h, &["2 requests of this invocation are in flight"]);
     assert_eq!(srv.connections(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_streams_downstream_in_pieces() {
+    let lines = Server::http(Behavior::Respond {
+        status: 200,
+        content_type: "application/x-ndjson",
+        body: b"{\"n\": 1}\r\n{\"n\": 2}\n{\"n\": 3}".to_vec(),
+    })
+    .await;
+    let big = Server::http(Behavior::Respond {
+        status: 200,
+        content_type: "application/octet-stream",
+        body: vec![7u8; 300_000],
+    })
+    .await;
+    let grant = format!(
+        "network = [\"http://127.0.0.1:{}\", \"http://127.0.0.1:{}\"]",
+        lines.port, big.port
+    );
+    // Bodies far over the value limit pass, as pieces under it.
+    let p = provider(config("max_value_bytes = 70000", "http", &grant)).await;
+    let run = |u: String, mode: &str| {
+        let exec = create(&p, "s1", "http.stream", BTreeMap::new(), None);
+        let (c, h) = ctx("s1", "http.stream", None, true);
+        let ins = inputs([("url", Value::str(u)), ("mode", Value::str(mode))]);
+        async move {
+            let r = exec
+                .invoke(Call {
+                    inputs: ins,
+                    ctx: c,
+                })
+                .await;
+            (r, h)
+        }
+    };
+    let (r, mut h) = run(lines.url("http", "127.0.0.1", "/"), "lines").await;
+    assert_eq!(r.unwrap().get("bytes"), Some(&Value::Int(27)));
+    let mut rx = h.emitted.take().unwrap();
+    let mut got = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        got.push((e.handle.to_string(), e.value));
+    }
+    assert_eq!(
+        got,
+        ["{\"n\": 1}", "{\"n\": 2}", "{\"n\": 3}"].map(|l| ("line".to_string(), Value::str(l)))
+    );
+
+    let (r, mut h) = run(big.url("http", "127.0.0.1", "/"), "chunks").await;
+    assert_eq!(r.unwrap().get("bytes"), Some(&Value::Int(300_000)));
+    let mut rx = h.emitted.take().unwrap();
+    let (mut total, mut pieces) = (0, 0);
+    while let Ok(e) = rx.try_recv() {
+        let Value::Bytes(b) = e.value else {
+            panic!("{:?}", e.value)
+        };
+        assert!(b.len() <= 64 << 10);
+        total += b.len();
+        pieces += 1;
+    }
+    assert_eq!(total, 300_000);
+    assert!(pieces >= 5, "{pieces}");
+}

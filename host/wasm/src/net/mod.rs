@@ -105,9 +105,21 @@ pub(crate) struct HttpMeter {
     pub requests: AtomicU64,
     pub bytes: AtomicU64,
     refusals: AtomicUsize,
+    /// A request or body was ended by the invocation's token or deadline: a guest that
+    /// fails after it failed because it was stopped (the executor reports the cancel or
+    /// the deadline, not the guest's error about a lost request).
+    aborted: std::sync::atomic::AtomicBool,
 }
 
 impl HttpMeter {
+    pub fn abort(&self) {
+        self.aborted.store(true, Ordering::Relaxed);
+    }
+
+    pub fn aborted(&self) -> bool {
+        self.aborted.load(Ordering::Relaxed)
+    }
+
     pub fn add_bytes(&self, n: usize) {
         self.bytes.fetch_add(n as u64, Ordering::Relaxed);
     }

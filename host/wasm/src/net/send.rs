@@ -105,10 +105,17 @@ impl Job {
     pub async fn run(self, request: http::Request<WasiBody>) -> Result<Response, HttpError> {
         let cancel = self.cancel.clone();
         let deadline = self.deadline;
+        let meter = self.meter.clone();
         tokio::select! {
             biased;
-            _ = cancel.cancelled() => Err(HttpError::ConnectionTerminated),
-            _ = tokio::time::sleep_until(deadline.into()) => Err(HttpError::HttpResponseTimeout),
+            _ = cancel.cancelled() => {
+                meter.abort();
+                Err(HttpError::ConnectionTerminated)
+            }
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                meter.abort();
+                Err(HttpError::HttpResponseTimeout)
+            }
             r = self.exchange(request) => r,
         }
     }
@@ -391,10 +398,12 @@ impl Body for Inbound {
         }
         if this.cancel.as_mut().poll(cx).is_ready() {
             this.done = true;
+            this.job.meter.abort();
             return Poll::Ready(Some(Err(HttpError::ConnectionTerminated)));
         }
         if this.deadline.as_mut().poll(cx).is_ready() {
             this.done = true;
+            this.job.meter.abort();
             return Poll::Ready(Some(Err(HttpError::HttpResponseTimeout)));
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
