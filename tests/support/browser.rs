@@ -1,5 +1,5 @@
 //! A headless Chromium driven through WebDriver for the web viewer's tests: chromedriver
-//! started on a free port in its own process group (killed whole, browser included),
+//! started in its own process group on a port it picks itself (killed whole, browser included),
 //! one session per test with a fresh profile, and waits that end as soon as the page
 //! shows what a test waits for. Without Chromium a test skips with a loud message,
 //! unless `HEDDLE_REQUIRE_BROWSER=1` or `CI=true`, where it fails.
@@ -33,6 +33,17 @@ pub struct Driver {
     child: Child,
     url: String,
     chromium: PathBuf,
+    /// chromedriver's own log: quoted when a session does not start.
+    log: tempfile::NamedTempFile,
+}
+
+impl Driver {
+    /// The last lines of chromedriver's log, for a failure message.
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log.path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
 }
 
 impl Drop for Driver {
@@ -61,31 +72,49 @@ pub fn driver() -> Option<Driver> {
         );
         return None;
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(chromedriver)
-        .arg(format!("--port={port}"))
+    // chromedriver picks its own port (`--port=0`) and says which: a port picked here
+    // and handed over could be picked by a parallel test's chromedriver too, whose
+    // session requests would then reach this one's, and die with it.
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = Command::new(chromedriver)
+        .arg("--port=0")
+        .arg(format!("--log-path={}", log.path().display()))
         .process_group(0)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("chromedriver starts");
-    let d = Driver {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Reads the announced port, then drains the pipe so chromedriver never blocks on it.
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        let mut tx = Some(tx);
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(port) = line
+                .split("started successfully on port ")
+                .nth(1)
+                .and_then(|p| p.trim().trim_end_matches('.').parse::<u16>().ok())
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(port);
+            }
+        }
+    });
+    let mut d = Driver {
         child,
-        url: format!("http://127.0.0.1:{port}"),
+        url: String::new(),
         chromium,
+        log,
     };
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            started.elapsed() < PATIENCE,
-            "chromedriver never listened on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let port = rx.recv_timeout(PATIENCE).unwrap_or_else(|_| {
+        panic!(
+            "chromedriver never said its port; its log:\n{}",
+            d.log_tail()
+        )
+    });
+    d.url = format!("http://127.0.0.1:{port}");
     Some(d)
 }
 
@@ -125,9 +154,13 @@ impl Browser {
         ] {
             caps.add_arg(arg).unwrap();
         }
-        let client = WebDriver::new(d.url.as_str(), caps)
-            .await
-            .expect("a Chromium session starts");
+        let client = match WebDriver::new(d.url.as_str(), caps).await {
+            Ok(c) => c,
+            Err(e) => panic!(
+                "a Chromium session starts: {e:?}\nchromedriver's log ends:\n{}",
+                d.log_tail()
+            ),
+        };
         Browser {
             client: Some(client),
             _profile: profile,
