@@ -195,8 +195,9 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
                 println!("{}", serde_json::to_string_pretty(&infos)?);
             } else if infos.is_empty() {
                 println!(
-                    "no packages installed in {} (std and files are built in)",
-                    settings.packages_dir.display()
+                    "no packages installed in {} ({} are built in)",
+                    settings.packages_dir.display(),
+                    heddle_wasm::FIRST_PARTY.join(", ")
                 );
             } else {
                 for i in &infos {
