@@ -104,6 +104,14 @@ pub enum EventKind {
         /// The attempt reached the node's time limit and its work was cancelled.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         timed_out: bool,
+        /// The failure's signature (`family:code`, what policy rules match), when the
+        /// attempt failed with one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+        /// The attempt's span in the run's trace, when the run is traced (the id its
+        /// code was handed as `TRACEPARENT`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        span_id: Option<crate::trace::SpanId>,
     },
     /// A failed invocation was escalated to the supervisor.
     Escalation {

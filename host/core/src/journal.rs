@@ -108,6 +108,11 @@ pub enum Record {
         reason: OpenReason,
         /// Its process id (a reader checks whether the owner still lives).
         pid: u32,
+        /// The run's trace, on the first `opened` record of a run traced when it started
+        /// (or when a later process first traced it): every later owner continues it.
+        /// Absent in logs written before runs were traced.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<crate::trace::RunTrace>,
     },
     /// An invocation was decided and handed towards its executor.
     Dispatched {

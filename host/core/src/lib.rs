@@ -85,6 +85,7 @@ pub mod plan;
 pub mod ranged;
 pub mod supervise;
 pub mod text;
+pub mod trace;
 pub mod types;
 pub mod value;
 

@@ -64,6 +64,7 @@ pub const SECTIONS: &[(&str, &str)] = &[
     ("store", "durable runs"),
     ("serve", "heddle serve"),
     ("supervisor", "the LLM supervisor of --supervise"),
+    ("telemetry", "traces and the log format"),
 ];
 
 /// The parsed `heddle.toml` (or the defaults when there is none): each crate's section is

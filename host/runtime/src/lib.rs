@@ -187,6 +187,7 @@ pub mod providers;
 pub mod report;
 pub mod secrets;
 pub mod settings;
+pub mod telemetry;
 pub mod watch;
 
 pub use config::Config;

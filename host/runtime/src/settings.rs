@@ -36,6 +36,8 @@ pub struct Overrides {
     pub durable: bool,
     /// A server's settings (over `[serve]`).
     pub serve: ServeOverrides,
+    /// How the command line writes its log lines (over `[telemetry] log_format`).
+    pub log_format: Option<crate::telemetry::LogFormat>,
 }
 
 /// What a server's caller sets over `[serve]`.
@@ -97,6 +99,8 @@ pub struct Settings {
     pub store: StoreSettings,
     /// A server.
     pub serve: ServeSettings,
+    /// Traces and the log format.
+    pub telemetry: crate::telemetry::TelemetrySettings,
 }
 
 /// Settings of every run.
@@ -143,6 +147,7 @@ impl Settings {
         let mut store = StoreSettings::load(&config)?;
         store.durable |= overrides.durable;
         let serve = ServeSettings::load(&config, &overrides.serve)?;
+        let telemetry = crate::telemetry::TelemetrySettings::load(&config, overrides.log_format)?;
         Ok(Settings {
             config,
             wasm,
@@ -151,6 +156,7 @@ impl Settings {
             run,
             store,
             serve,
+            telemetry,
         })
     }
 

@@ -81,6 +81,8 @@ pub struct CreateOptions {
     pub max_dispatches: Option<u64>,
     /// The run's time limit in milliseconds; `[store] time_limit_ms` when absent.
     pub time_limit_ms: Option<u64>,
+    /// The caller's span (a `traceparent` header): the run's span becomes its child.
+    pub trace_parent: Option<heddle_core::trace::TraceParent>,
 }
 
 /// Desks of ended runs kept for late answers.
@@ -213,7 +215,8 @@ impl Host {
             .map(|(k, v)| (k, Value::from_json(v)))
             .collect();
         plan.bind_inputs(&values)?;
-        let opts = self.runtime.options(values, None);
+        let mut opts = self.runtime.options(values, None);
+        opts.trace = self.runtime.trace(options.trace_parent);
         let budget = self
             .runtime
             .settings()

@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 pub use budget::{Budget, Exhausted, Spent};
 pub use error::StoreError;
 pub use fleet::Fleet;
-pub use journal::DurableJournal;
+pub use journal::{DiedAttempt, DurableJournal, died_attempts};
 pub use limits::{RunLimits, SuperviseMode, WatchdogLimits};
 pub use location::{Store, StoreLocation, open};
 pub use log::{LogCounters, RunLog, SyncWait};

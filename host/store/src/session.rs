@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use heddle_core::trace::RunTrace;
 use heddle_core::{
     NodeOutcome, Occurrence, OpenReason, PauseReason, Record, RunResult, RunStatus, SkipReason,
     Value,
@@ -87,6 +88,7 @@ fn open(
     reason: OpenReason,
     extra: Option<Record>,
     reoffer: &dyn Fn(&Occurrence) -> bool,
+    trace: Option<RunTrace>,
 ) -> Result<Session, StoreError> {
     let run_id = header.run_id.as_str();
     let budget = header.run.limits.budget;
@@ -98,6 +100,7 @@ fn open(
             epoch,
             reason,
             pid: std::process::id(),
+            trace,
         }]
         .into_iter()
         .chain(extra.clone())
@@ -161,9 +164,35 @@ fn take_over(
 
 /// Records a new run and takes it.
 pub fn begin(store: Arc<dyn RunStore>, run: &NewRun) -> Result<(RunHeader, Session), StoreError> {
+    begin_traced(store, run, None)
+}
+
+/// [`begin`], recording the run's trace with its first `opened` record.
+pub fn begin_traced(
+    store: Arc<dyn RunStore>,
+    run: &NewRun,
+    trace: Option<RunTrace>,
+) -> Result<(RunHeader, Session), StoreError> {
     let header = store.create_run(run)?;
-    let session = open(store, &header, &[], OpenReason::Start, None, &|_| false)?;
+    let session = open(
+        store,
+        &header,
+        &[],
+        OpenReason::Start,
+        None,
+        &|_| false,
+        trace,
+    )?;
     Ok((header, session))
+}
+
+/// The trace a run's log records (the first `opened` record that carries one): what
+/// every later owner continues.
+pub fn recorded_trace(records: &[Stored]) -> Option<RunTrace> {
+    records.iter().find_map(|s| match &s.record {
+        Record::Opened { trace, .. } => *trace,
+        _ => None,
+    })
 }
 
 /// What a resume will do, checked without writing anything.
@@ -278,6 +307,16 @@ pub fn check_resume(
 /// Takes the run over and reopens it: a paused run at its pause (the user decided), an
 /// interrupted one by recovery (no decision is implied: uncertain work pauses again).
 pub fn reopen(store: Arc<dyn RunStore>, r: &Resumption) -> Result<Session, StoreError> {
+    reopen_traced(store, r, None)
+}
+
+/// [`reopen`], recording `trace` with this process's `opened` record: for a run whose
+/// log records none yet ([`recorded_trace`]), traced from now on.
+pub fn reopen_traced(
+    store: Arc<dyn RunStore>,
+    r: &Resumption,
+    trace: Option<RunTrace>,
+) -> Result<Session, StoreError> {
     let (reason, extra) = match &r.pause {
         Some(p) => (OpenReason::Resume, Some(Record::Resumed { pause: p.event })),
         None => (OpenReason::Recover, None),
@@ -286,9 +325,15 @@ pub fn reopen(store: Arc<dyn RunStore>, r: &Resumption) -> Result<Session, Store
     let mut records = r.records.clone();
     crate::spill::resolve(&*store, &r.header.run_id, &mut records)?;
     // Acquiring drops a torn tail; read again so numbering continues after what counts.
-    let session = open(store.clone(), &r.header, &records, reason, extra, &|occ| {
-        r.reoffers(occ)
-    })?;
+    let session = open(
+        store.clone(),
+        &r.header,
+        &records,
+        reason,
+        extra,
+        &|occ| r.reoffers(occ),
+        trace,
+    )?;
     Ok(session)
 }
 

@@ -173,7 +173,9 @@ impl RunView {
             }
             last_at = s.at_ms;
             match &s.record {
-                Record::Opened { epoch, pid, reason } => {
+                Record::Opened {
+                    epoch, pid, reason, ..
+                } => {
                     v.owner_pid = Some(*pid);
                     v.epoch = *epoch;
                     v.opens += 1;
@@ -372,6 +374,7 @@ mod tests {
             epoch: 1,
             reason,
             pid: u32::MAX,
+            trace: None,
         }
     }
 

@@ -270,6 +270,7 @@ fn opened() -> Record {
         epoch: 1,
         reason: heddle_core::OpenReason::Start,
         pid: 1,
+        trace: None,
     }
 }
 
@@ -863,4 +864,111 @@ fn plans_and_limits_are_stored_as_before_and_old_ones_read_back() {
         let h = SqliteStore::open(&path).unwrap().header(&id).unwrap();
         assert_eq!((h.run.plan, h.run.limits), (plan(), limits));
     }
+}
+
+/// `opened` records as stored: a start by a process that traces nothing (what every
+/// heddle wrote before runs were traced), a traced start under a caller's span, a
+/// traced start of a trace of its own, and a recovery (which records no trace: the
+/// first one recorded is the run's).
+const OPENED: &[&str] = &[
+    r#"{"kind":"opened","epoch":1,"reason":"start","pid":4242}"#,
+    r#"{"kind":"opened","epoch":2,"reason":"start","pid":4242,"trace":{"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","parent":"00f067aa0ba902b7","span":"b7ad6b7169203331","sampled":true}}"#,
+    r#"{"kind":"opened","epoch":3,"reason":"start","pid":7,"trace":{"trace_id":"0af7651916cd43dd8448eb211c80319c","span":"00000000000000ff","sampled":false}}"#,
+    r#"{"kind":"opened","epoch":4,"reason":"recover","pid":8}"#,
+];
+
+/// The records [`OPENED`] holds, built as their writer builds them.
+fn opened_records() -> Vec<Record> {
+    use heddle_core::OpenReason::{Recover, Start};
+    use heddle_core::trace::RunTrace;
+    let trace = |t: &str, parent: Option<&str>, span: &str, sampled| RunTrace {
+        trace_id: t.parse().unwrap(),
+        parent: parent.map(|p| p.parse().unwrap()),
+        span: span.parse().unwrap(),
+        sampled,
+    };
+    vec![
+        Record::Opened {
+            epoch: 1,
+            reason: Start,
+            pid: 4242,
+            trace: None,
+        },
+        Record::Opened {
+            epoch: 2,
+            reason: Start,
+            pid: 4242,
+            trace: Some(trace(
+                "4bf92f3577b34da6a3ce929d0e0e4736",
+                Some("00f067aa0ba902b7"),
+                "b7ad6b7169203331",
+                true,
+            )),
+        },
+        Record::Opened {
+            epoch: 3,
+            reason: Start,
+            pid: 7,
+            trace: Some(trace(
+                "0af7651916cd43dd8448eb211c80319c",
+                None,
+                "00000000000000ff",
+                false,
+            )),
+        },
+        Record::Opened {
+            epoch: 4,
+            reason: Recover,
+            pid: 8,
+            trace: None,
+        },
+    ]
+}
+
+/// A run's trace rides on its `opened` record (JSON, so a heddle from before traces
+/// reads such a record as it always did, the field unknown to it ignored); a record
+/// written before runs were traced reads back as carrying none, and the trace the
+/// log records is the first one carried.
+#[test]
+fn opened_records_carry_the_trace_and_old_ones_read_back_without_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let recs = opened_records();
+    for (seq, r) in recs.iter().enumerate() {
+        store
+            .append(&id, epoch, seq as u64, std::slice::from_ref(r), false)
+            .unwrap();
+    }
+    for (seq, text) in OPENED.iter().enumerate() {
+        assert_eq!(&text_body(&path, &id, seq as i64), text, "record {seq}");
+    }
+    let read = store.read(&id, 0).unwrap().records;
+    assert_eq!(
+        heddle_store::session::recorded_trace(&read),
+        match &recs[1] {
+            Record::Opened { trace, .. } => *trace,
+            _ => unreachable!(),
+        }
+    );
+    assert_eq!(heddle_store::session::recorded_trace(&read[..1]), None);
+
+    let old = store.create_run(&new_run()).unwrap().run_id;
+    drop(store);
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        for (seq, body) in OPENED.iter().enumerate() {
+            let crc = crc(&old, seq as u64, "opened", body.as_bytes());
+            c.execute(
+                "INSERT INTO events (run_id, seq, at_ms, kind, body, crc) VALUES (?1, ?2, 0, 'opened', ?3, ?4)",
+                rusqlite::params![old, seq as i64, body, crc as i64],
+            )
+            .unwrap();
+        }
+        c.pragma_update(None, "user_version", 4).unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(records(&store, &old, 0), recs);
 }

@@ -369,6 +369,7 @@ fn the_fold_reports_state_pause_and_uncertain_work(b: Backend) {
             epoch,
             reason: OpenReason::Start,
             pid: u32::MAX,
+            trace: None,
         },
         // Retry-safe work is recorded by its result alone.
         Record::Completed {
@@ -511,6 +512,7 @@ fn the_lifecycle_records_give_the_state_the_whole_log_gives(b: Backend) {
         epoch,
         reason: OpenReason::Start,
         pid,
+        trace: None,
     };
     // This process owns it: running. Work records in between change nothing.
     append(&[opened(std::process::id()), dispatched("a"), dispatched("b")]);
@@ -605,6 +607,7 @@ fn records_committed_together_read_back_exactly(b: Backend) {
             epoch,
             reason: OpenReason::Start,
             pid: 1,
+            trace: None,
         },
         dispatched("c"),
         completed("c"),
@@ -724,6 +727,7 @@ fn one_of_concurrent_takers_wins_and_the_losers_write_nothing(b: Backend) {
                             epoch,
                             reason: OpenReason::Recover,
                             pid,
+                            trace: None,
                         }]
                     });
                     // Every taker's turn is over before the winner writes on.

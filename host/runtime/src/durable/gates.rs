@@ -30,6 +30,16 @@ impl Approval {
     pub fn title(&self) -> &str {
         &self.title
     }
+
+    /// The gate's node id.
+    pub fn gate(&self) -> &str {
+        &self.gate
+    }
+
+    /// The reviewer's note (maybe empty).
+    pub fn note(&self) -> &str {
+        &self.note
+    }
 }
 
 /// Checks that `run` waits at `gate` and builds its approval (nothing is written).

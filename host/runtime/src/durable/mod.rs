@@ -26,6 +26,7 @@ use crate::driver::Drive;
 use crate::error::{Error, Refused, SecretInput, refused};
 use crate::providers::Runtime;
 use crate::settings::{StoreSettings, Supervise};
+use crate::telemetry::{RunInfo, RunTracing};
 
 /// The bytes of the graph file at `path`, as a durable run records them.
 pub fn read_graph(path: &Path) -> Result<Vec<u8>, Refused> {
@@ -70,10 +71,13 @@ impl Runtime {
         store: Arc<dyn RunStore>,
         run: NewRun,
         plan: Plan,
-        opts: RunOptions,
+        mut opts: RunOptions,
     ) -> Result<(RunHeader, Drive), Error> {
+        self.default_trace(&mut opts);
         let settings = self.settings().store.clone();
-        crate::driver::blocking(move || begin(&settings, store, &run, plan, opts)).await
+        let (header, drive) =
+            crate::driver::blocking(move || begin(&settings, store, &run, plan, opts)).await?;
+        Ok(self.trace_begun(header, drive))
     }
 
     /// [`Runtime::begin`] on this thread: blocks on the disk (call it where blocking is
@@ -83,9 +87,30 @@ impl Runtime {
         store: Arc<dyn RunStore>,
         run: &NewRun,
         plan: Plan,
-        opts: RunOptions,
+        mut opts: RunOptions,
     ) -> Result<(RunHeader, Drive), Error> {
-        begin(&self.settings().store, store, run, plan, opts)
+        self.default_trace(&mut opts);
+        let (header, drive) = begin(&self.settings().store, store, run, plan, opts)?;
+        Ok(self.trace_begun(header, drive))
+    }
+
+    /// Gives a new run without a trace of its own one under the process's `TRACEPARENT`
+    /// (when an exporter is configured).
+    fn default_trace(&self, opts: &mut RunOptions) {
+        if opts.trace.is_none() {
+            opts.trace = self.trace(self.settings().telemetry.parent);
+        }
+    }
+
+    /// Attaches the tracing of a run just begun (its trace recorded with its first
+    /// record).
+    fn trace_begun(&self, header: RunHeader, drive: Drive) -> (RunHeader, Drive) {
+        let tracing = self.run_tracing(
+            drive.options().trace.as_ref(),
+            run_info(&header),
+            &drive.options().secrets,
+        );
+        (header, drive.traced(tracing))
     }
 
     /// Plans a stored run again for a resume or an adoption, with its recorded inputs
@@ -111,11 +136,20 @@ impl Runtime {
                 .into());
             }
         }
+        // The trace its log records (every owner continues it), else a new one.
+        let trace = match (
+            heddle_store::session::recorded_trace(&r.records),
+            self.telemetry(),
+        ) {
+            (Some(run), Some(t)) => Some(Arc::new(heddle_core::trace::Traced::new(run, t.salt()))),
+            _ => self.trace(self.settings().telemetry.parent),
+        };
         let opts = RunOptions {
             secrets: self.secrets(None),
             inputs: h.run.inputs.clone(),
             node_timeout: h.run.limits.node_timeout(),
             approved_gates: gates::approved(&r.records, approval),
+            trace,
             ..RunOptions::default()
         };
         Ok((plan, opts))
@@ -134,8 +168,9 @@ impl Runtime {
     ) -> Result<Reopened, Error> {
         let (plan, opts) = self.prepare(&r, doc, approval.as_ref())?;
         let settings = self.settings().store.clone();
+        let tracing = self.reopen_tracing(&r, &opts, approval.as_ref());
         crate::driver::blocking(move || {
-            take_over(&settings, store, &r, plan, opts, approval.as_ref())
+            take_over(&settings, store, &r, plan, opts, approval.as_ref(), tracing)
         })
         .await
     }
@@ -150,7 +185,59 @@ impl Runtime {
         approval: Option<&gates::Approval>,
     ) -> Result<Reopened, Error> {
         let (plan, opts) = self.prepare(r, doc, approval)?;
-        take_over(&self.settings().store, store, r, plan, opts, approval)
+        let tracing = self.reopen_tracing(r, &opts, approval);
+        take_over(
+            &self.settings().store,
+            store,
+            r,
+            plan,
+            opts,
+            approval,
+            tracing,
+        )
+    }
+
+    /// The tracing of a run taken over by `r`: the run span's events from its log, and
+    /// those of this opening.
+    fn reopen_tracing(
+        &self,
+        r: &Resumption,
+        opts: &RunOptions,
+        approval: Option<&gates::Approval>,
+    ) -> Option<RunTracing> {
+        let mut t = self
+            .run_tracing(opts.trace.as_ref(), run_info(&r.header), &opts.secrets)?
+            .with_history(&r.records);
+        let pid = opentelemetry::KeyValue::new("process.pid", i64::from(std::process::id()));
+        match Reopening::of(r) {
+            Reopening::Start => {}
+            Reopening::Recover => t.event("heddle.run.recovered", vec![pid]),
+            Reopening::Resume { .. } => t.event("heddle.run.resumed", vec![pid]),
+        }
+        if let Some(a) = approval {
+            let mut attributes = vec![opentelemetry::KeyValue::new(
+                "heddle.node.id",
+                a.gate().to_string(),
+            )];
+            if !a.note().is_empty() {
+                attributes.push(opentelemetry::KeyValue::new(
+                    "heddle.gate.note",
+                    a.note().to_string(),
+                ));
+            }
+            t.event("heddle.gate.approved", attributes);
+        }
+        Some(t)
+    }
+}
+
+/// What a durable run's span says of it.
+fn run_info(h: &RunHeader) -> RunInfo {
+    RunInfo {
+        run_id: Some(h.run_id.clone()),
+        graph_name: h.run.graph_name.clone(),
+        graph_digest: Some(h.graph_sha256.clone()),
+        created: crate::telemetry::at_ms(h.created_ms),
     }
 }
 
@@ -162,7 +249,8 @@ fn begin(
     plan: Plan,
     opts: RunOptions,
 ) -> Result<(RunHeader, Drive), Error> {
-    let (header, session) = session::begin(store, run)?;
+    let trace = opts.trace.as_ref().map(|t| t.run);
+    let (header, session) = session::begin_traced(store, run, trace)?;
     settings.configure(&session, &opts.secrets);
     Ok((header, Drive::durable(plan, opts, session)))
 }
@@ -175,9 +263,15 @@ fn take_over(
     plan: Plan,
     opts: RunOptions,
     approval: Option<&gates::Approval>,
+    tracing: Option<RunTracing>,
 ) -> Result<Reopened, Error> {
     let how = Reopening::of(r);
-    let session = session::reopen(store, r)?;
+    // Recorded with this opening when the log holds no trace yet.
+    let new_trace = match session::recorded_trace(&r.records) {
+        Some(_) => None,
+        None => opts.trace.as_ref().map(|t| t.run),
+    };
+    let session = session::reopen_traced(store, r, new_trace)?;
     // Before the approval's note is recorded: no record goes in unmasked.
     settings.configure(&session, &opts.secrets);
     if let Some(a) = approval {
@@ -185,7 +279,11 @@ fn take_over(
     }
     if let Some(e) = session.exhausted_at_open() {
         // Nothing runs: the time limit was used up before this process took the run.
+        let error = e.to_string();
         let ending = session::end_exhausted(&session, e)?;
+        if let Some(t) = tracing {
+            t.unrun(heddle_core::RunStatus::Failed, Some(error));
+        }
         return Ok(Reopened {
             how,
             run: Reopen::Ended(ending),
@@ -193,7 +291,9 @@ fn take_over(
     }
     Ok(Reopened {
         how,
-        run: Reopen::Ready(Box::new(Drive::durable(plan, opts, session))),
+        run: Reopen::Ready(Box::new(
+            Drive::durable(plan, opts, session).traced(tracing),
+        )),
     })
 }
 

@@ -218,9 +218,18 @@ struct CreateRequest {
 
 async fn create(
     State(api): State<Api>,
+    headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let req: CreateRequest = parse(body)?;
+    // A caller's broken tracing never refuses its request: ignored (debug log).
+    let trace_parent = headers.get("traceparent").and_then(|v| match v.to_str() {
+        Ok(text) => heddle_runtime::telemetry::parse_parent(text, "the traceparent header"),
+        Err(_) => {
+            tracing::debug!("the traceparent header ignored: it is not ASCII text");
+            None
+        }
+    });
     let doc_name = req
         .graph
         .get("name")
@@ -231,6 +240,7 @@ async fn create(
         supervise: req.supervise,
         max_dispatches: req.max_dispatches,
         time_limit_ms: req.time_limit_ms,
+        trace_parent,
     };
     match api
         .host

@@ -191,6 +191,10 @@ pub(crate) struct Shared {
     pub outputs_retained: RetainedOutputs,
     /// Present only for a durable run: without one no occurrence is ever built.
     pub journal: Option<Arc<dyn crate::journal::Journal>>,
+    /// Present only for a traced run: without it no span id is minted.
+    pub trace: Option<Arc<heddle_core::trace::Traced>>,
+    /// Every attempt's `invocation` event is published (traced or counted runs).
+    pub every_invocation: bool,
 }
 
 impl Shared {
