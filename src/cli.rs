@@ -244,12 +244,65 @@ pub struct PackageArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum PackageCommand {
-    /// Install a package directory (manifest + component) and pin its sha256.
+    /// Install a package and pin its digests: a built package directory (manifest +
+    /// component), a registry reference `oci://REGISTRY/NAMESPACE/NAME:VERSION` (or
+    /// `@sha256:DIGEST`), or wkg's `namespace:name@version`.
     Add {
-        /// Directory holding heddle-package.toml and the component.
-        dir: PathBuf,
+        /// Directory holding heddle-package.toml and the component, or a reference.
+        source: String,
         #[arg(long)]
         json: bool,
+        /// Take the moving tag `latest` (or a wkg package's newest version).
+        #[arg(long)]
+        allow_latest: bool,
+        /// Accept an update that asks for more capabilities than the installed version.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Build a package source folder (Rust, Python, JavaScript or C) into DIR/dist.
+    Build {
+        /// The source folder: heddle-package.toml and the sources.
+        dir: PathBuf,
+        /// Output folder (default: DIR/dist).
+        #[arg(long, value_name = "OUT")]
+        out: Option<PathBuf>,
+        /// Fail naming what to install instead of installing a missing toolchain.
+        #[arg(long)]
+        no_install: bool,
+        /// Neither use nor fill the build cache (~/.cache/heddle/builds).
+        #[arg(long)]
+        no_cache: bool,
+    },
+    /// Publish a built package directory to an OCI registry in the Wasm OCI artifact
+    /// layout (as `wkg oci push` writes it).
+    Push {
+        /// Directory holding heddle-package.toml and the component (DIR/dist of a build).
+        dir: PathBuf,
+        /// `oci://REGISTRY/NAMESPACE/NAME:VERSION`, or wkg's `namespace:name@version`.
+        reference: String,
+        /// Allow pushing to the tag `latest`.
+        #[arg(long)]
+        allow_latest: bool,
+        /// Sign what was pushed with this private key (see `package keygen`).
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+    },
+    /// Sign a package in a registry with a private key, in cosign's layout (a manifest
+    /// tagged sha256-<digest>.sig beside it); `package add` checks it against [trust].
+    Sign {
+        /// `oci://REGISTRY/NAMESPACE/NAME:VERSION` (or `@sha256:DIGEST`), or
+        /// `namespace:name@version`.
+        reference: String,
+        /// The private key (PKCS#8 PEM, ECDSA P-256).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        #[arg(long)]
+        allow_latest: bool,
+    },
+    /// Make a signing key pair: FILE (private, mode 600) and FILE.pub (for [trust.keys]).
+    Keygen {
+        /// Where the private key is written (never overwritten).
+        file: PathBuf,
     },
     /// List installed packages with requested and granted capabilities.
     List {

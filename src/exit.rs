@@ -83,6 +83,22 @@ fn class_of(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
             Exit::Failed
         });
     }
+    if let Some(r) = cause.downcast_ref::<heddle_registry::RegistryError>() {
+        use heddle_registry::ErrorClass as C;
+        return Some(match r.class() {
+            C::BadRequest => Exit::Invalid,
+            C::Registry => Exit::Registry,
+            C::Integrity => Exit::Integrity,
+            C::Local => Exit::Failed,
+        });
+    }
+    if let Some(b) = cause.downcast_ref::<heddle_package_build::BuildError>() {
+        return Some(if b.is_bad_request() {
+            Exit::Invalid
+        } else {
+            Exit::Failed
+        });
+    }
     if let Some(t) = cause.downcast_ref::<heddle_server::token::TokenError>() {
         // A token file others can read, or that is not a whole token: the operator's
         // to correct before the server starts.

@@ -2,8 +2,12 @@
 //! `heddle package add` processes at once, a run during a re-install, reserved names
 //! and node types, and a lockfile that names paths outside the store.
 
+#[path = "package_store/build.rs"]
+mod build;
 #[path = "../host/wasm/tests/common/mod.rs"]
 mod common;
+#[path = "package_store/registry.rs"]
+mod registry;
 mod support;
 
 use std::path::Path;
@@ -49,7 +53,7 @@ fn concurrent_adds_of_different_packages_keep_both() {
     }
 }
 
-const ECHO: &str = r#"{"format": "heddle.graph", "version": 1, "nodes": [
+pub(crate) const ECHO: &str = r#"{"format": "heddle.graph", "version": 1, "nodes": [
   {"id": "in", "type": "heddle.input", "properties": {"type": "int", "value": 7}},
   {"id": "echo", "type": "hostile.echo"},
   {"id": "out", "type": "heddle.output"}],
@@ -196,7 +200,7 @@ fn package_add_list_verify_remove() {
         let v = json(&o);
         let caps = v[0]["capabilities"].as_array().unwrap().clone();
         let env = caps.iter().find(|c| c["kind"] == "env").unwrap().clone();
-        (env["granted"] == true, stderr(&o))
+        (env["granted"] == true, v[0]["grant"].clone())
     };
     std::fs::write(
         dir.path().join("heddle.toml"),
@@ -213,8 +217,10 @@ fn package_add_list_verify_remove() {
         ),
     )
     .unwrap();
-    let (ok, err) = granted(dir.path());
-    assert!(!ok && err.contains("pinned to sha256 0000"), "{err}");
+    let (ok, grant) = granted(dir.path());
+    assert!(!ok, "{grant}");
+    assert_eq!(grant["state"], "pin-mismatch", "{grant}");
+    assert_eq!(grant["pinned"], "0".repeat(64), "{grant}");
 
     let o = heddle_in(dir.path(), &["package", "verify"]);
     expect_code(&o, OK);

@@ -62,9 +62,31 @@ impl Pipe {
                         .open(&log)
                         .unwrap();
                     opens.write_all(b"open\n").unwrap();
-                    // The reader never reads (it fails first): writes fill the pipe, then
-                    // wait until the reader closes and fail with EPIPE.
-                    while end.write_all(&[0; 4096]).is_ok() {}
+                    // The reader never reads (it fails first): writes fill the pipe until
+                    // the reader closes and they fail with EPIPE. Non-blocking, so a
+                    // full pipe is waited on here, where the stop is seen: the test's own
+                    // open in `opens` is a reader too, and a writer blocked on a full pipe
+                    // that it holds open would wait for it forever (a hang seen under load,
+                    // when the writer had not yet seen the last attempt's close).
+                    use std::os::fd::AsRawFd as _;
+                    // SAFETY: fcntl on a descriptor this thread owns, adding O_NONBLOCK.
+                    unsafe {
+                        let fd = end.as_raw_fd();
+                        let flags = libc::fcntl(fd, libc::F_GETFL);
+                        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+                    }
+                    loop {
+                        match end.write(&[0; 4096]) {
+                            Ok(_) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                                if stop.load(Ordering::SeqCst) {
+                                    return;
+                                }
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
+                            Err(_) => break,
+                        }
+                    }
                 }
             })
         };

@@ -158,6 +158,9 @@ pub(crate) fn continue_run(
         gates::refuse_resume_at_gate(&r, &doc)?;
     }
     let rt = heddle_runtime::tokio_runtime(None)?;
+    // A package the run used that this machine's store lacks, fetched from a registry:
+    // exactly the recorded bytes are fetched again before anything loads.
+    crate::commands::package::fetch_missing(&settings, &run, &r.header.run.packages, &rt)?;
     let runtime = rt.block_on(Runtime::load(settings, Some(&graph_types(&doc))))?;
     let reopened = runtime.blocking_reopen(store.clone(), &r, &doc, approval.as_ref())?;
     if let Some(a) = &approval {

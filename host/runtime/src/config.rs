@@ -65,6 +65,14 @@ pub const SECTIONS: &[(&str, &str)] = &[
     ("serve", "heddle serve"),
     ("supervisor", "the LLM supervisor of --supervise"),
     ("telemetry", "traces and the log format"),
+    (
+        "registry",
+        "OCI registries packages are fetched from and pushed to",
+    ),
+    (
+        "trust",
+        "publishers' keys package signatures are checked against",
+    ),
 ];
 
 /// The parsed `heddle.toml` (or the defaults when there is none): each crate's section is

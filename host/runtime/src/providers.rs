@@ -33,6 +33,8 @@ pub struct Runtime {
     package_digests: BTreeMap<String, String>,
     /// The span exporter, started with the first traced run.
     telemetry: std::sync::OnceLock<Option<Arc<Telemetry>>>,
+    /// Where each installed package was fetched from, for those from a registry.
+    package_sources: BTreeMap<String, heddle_store::PackageOrigin>,
 }
 
 impl Runtime {
@@ -60,6 +62,12 @@ impl Runtime {
             .iter()
             .map(|p| (p.name().to_string(), p.digest.clone()))
             .collect();
+        let package_sources = heddle_wasm::PackageStore::open(&settings.packages_dir)
+            .list()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| Some((e.name, origin(e.source?))))
+            .collect();
         registry.add(Arc::new(wasm))?;
         registry.add(Arc::new(CodeNodes::new(settings.runners.clone())))?;
         registry.set_searched(searched(&settings.packages_dir));
@@ -68,6 +76,7 @@ impl Runtime {
             registry,
             package_digests,
             telemetry: std::sync::OnceLock::new(),
+            package_sources,
         })
     }
 
@@ -85,6 +94,15 @@ impl Runtime {
     /// run records those it uses and refuses to resume on changed bytes.
     pub fn package_digests(&self) -> &BTreeMap<String, String> {
         &self.package_digests
+    }
+
+    /// What a durable run records of the package `name`: its digest and, for a package
+    /// fetched from a registry, where from.
+    pub fn package_pin(&self, name: &str) -> Option<heddle_store::PackagePin> {
+        Some(heddle_store::PackagePin {
+            sha256: self.package_digests.get(name)?.clone(),
+            source: self.package_sources.get(name).cloned(),
+        })
     }
 
     /// Plans `doc` (named `name` in errors), reporting every problem at once.
@@ -191,4 +209,16 @@ fn searched(packages_dir: &std::path::Path) -> String {
 /// The node types a graph uses: what a run or a validation needs loaded.
 pub fn graph_types(doc: &GraphDoc) -> BTreeSet<String> {
     doc.nodes.iter().map(|n| n.node_type.clone()).collect()
+}
+
+/// The lockfile's source of a package, as a run records it.
+pub fn origin(s: heddle_wasm::PackageSource) -> heddle_store::PackageOrigin {
+    heddle_store::PackageOrigin {
+        reference: s.reference,
+        registry: s.registry,
+        repository: s.repository,
+        manifest_digest: s.manifest_digest,
+        layer_digest: s.layer_digest,
+        signer: s.signer,
+    }
 }

@@ -73,10 +73,87 @@ pub struct NewRun {
     pub inputs: BTreeMap<String, Value>,
     /// Names of secrets the run may use; values are looked up again on every start.
     pub secrets: Vec<String>,
-    /// sha256 (hex) of every package the run uses, by package name.
-    pub packages: BTreeMap<String, String>,
+    /// Every package the run uses, by package name: its component's sha256 and, for a
+    /// package fetched from a registry, where exactly (so another machine can fetch the
+    /// same bytes).
+    pub packages: BTreeMap<String, PackagePin>,
     /// Run limits and budgets (node timeout, dispatch budget, run time limit, …).
     pub limits: RunLimits,
+}
+
+/// A package a durable run uses. Stored as the bare sha256 when it did not come from a
+/// registry (the form every run recorded before registries), else as
+/// `{"sha256": …, "source": {…}}`; both are read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackagePin {
+    /// sha256 (hex) of the component.
+    pub sha256: String,
+    /// Where it was fetched from, when it came from a registry.
+    pub source: Option<PackageOrigin>,
+}
+
+impl PackagePin {
+    /// A package added from a directory: its digest only.
+    pub fn digest(sha256: impl Into<String>) -> PackagePin {
+        PackagePin {
+            sha256: sha256.into(),
+            source: None,
+        }
+    }
+}
+
+/// Where a package was fetched from (the lockfile's `[package.source]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackageOrigin {
+    /// The reference as the user typed it.
+    pub reference: String,
+    /// `host[:port]` of the OCI registry.
+    pub registry: String,
+    /// The repository in it.
+    pub repository: String,
+    /// `sha256:…` of the OCI manifest fetched: what a re-fetch asks for.
+    pub manifest_digest: String,
+    /// `sha256:…` of the component layer.
+    pub layer_digest: String,
+    /// The trusted publisher whose signature was checked, if one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum PinForm {
+    Digest(String),
+    Full {
+        sha256: String,
+        #[serde(default)]
+        source: Option<PackageOrigin>,
+    },
+}
+
+impl Serialize for PackagePin {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.source {
+            None => s.serialize_str(&self.sha256),
+            Some(_) => PinForm::Full {
+                sha256: self.sha256.clone(),
+                source: self.source.clone(),
+            }
+            .serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PackagePin {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match PinForm::deserialize(d)? {
+            PinForm::Digest(sha256) => PackagePin {
+                sha256,
+                source: None,
+            },
+            PinForm::Full { sha256, source } => PackagePin { sha256, source },
+        })
+    }
 }
 
 /// A stored run's fixed part, as created.

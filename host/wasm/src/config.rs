@@ -13,6 +13,10 @@ use crate::grants::PackageGrant;
 
 /// Inline value cap per port value (bigger data should travel by reference).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 1 << 20;
+/// Default `[wasm] max_component_bytes`: 256 MiB, ten times the largest interpreter
+/// component measured (sdk/README.md).
+pub const DEFAULT_MAX_COMPONENT_BYTES: u64 = 256 << 20;
+
 /// What a value over [`EngineSettings::max_value_bytes`] tells the operator to do: the
 /// limit is the operator's (it bounds what a guest hands the host in one value), so the
 /// error says where it is set and what it is now, rather than leaving a run to fail or
@@ -85,6 +89,11 @@ pub struct EngineSettings {
     /// (0 = none; at most 604800000, a week). See [`DEFAULT_TIMEOUT_MS`].
     #[serde(deserialize_with = "heddle_core::ranged::int::<_, u64, 0, 604_800_000>")]
     pub default_timeout_ms: u64,
+    /// The largest component a package may have, in bytes (1 to 4294967296): checked
+    /// before a component is read at install, and against a registry layer's size
+    /// before it is fetched. Python and JavaScript components are 12-20 MB.
+    #[serde(deserialize_with = "heddle_core::ranged::int::<_, u64, 1, 4_294_967_296>")]
+    pub max_component_bytes: u64,
     /// Time `describe()` may take at load and install (1 to 604800000).
     #[serde(deserialize_with = "heddle_core::ranged::int::<_, u64, 1, 604_800_000>")]
     pub describe_timeout_ms: u64,
@@ -129,6 +138,7 @@ impl Default for EngineSettings {
             http_connect_timeout_ms: DEFAULT_HTTP_CONNECT_TIMEOUT_MS,
             http_max_concurrent: DEFAULT_HTTP_MAX_CONCURRENT,
             http_ca_files: Vec::new(),
+            max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
         }
     }
 }

@@ -47,7 +47,7 @@ pub use error::PackageError;
 pub use executor::WasmExecutor;
 pub use first_party::{FIRST_PARTY, first_party_packages_dir};
 pub use grants::{DirGrant, DirMode, NetGrant, NetworkAuth, NodeGrant, PackageGrant};
-pub use lockfile::{LOCKFILE, LockEntry, Lockfile};
+pub use lockfile::{LOCKFILE, LockEntry, Lockfile, PackageSource};
 pub use manifest::{MANIFEST_FILE, Manifest};
 pub use package::{WIT_SUPPORTED, WIT_VERSION, WasmPackage, wit_version_supported};
 pub use provider::WasmProvider;

@@ -56,6 +56,31 @@ pub struct LockEntry {
     /// before: the directory is then the package name.
     #[serde(default)]
     pub dir: String,
+    /// Where the package was fetched from, when it came from a registry (absent for a
+    /// directory added from disk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<PackageSource>,
+}
+
+/// What was fetched from a registry, pinned: enough to fetch exactly the same bytes
+/// again (the manifest digest) and to check them (the layer digest is the component's
+/// sha256, the one grants pin with `sha256 = …`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PackageSource {
+    /// The reference as the user typed it (`oci://…:1.0.0`, `acme:text@1.0.0`).
+    pub reference: String,
+    /// The OCI registry it resolved to (`host[:port]`).
+    pub registry: String,
+    /// The repository in that registry.
+    pub repository: String,
+    /// `sha256:…` of the OCI manifest fetched.
+    pub manifest_digest: String,
+    /// `sha256:…` of its one layer: the component bytes.
+    pub layer_digest: String,
+    /// The trusted publisher whose signature was checked, when one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
 }
 
 impl LockEntry {
@@ -98,8 +123,33 @@ impl LockEntry {
                 self.component
             )));
         }
+        if let Some(s) = &self.source {
+            for (what, d) in [
+                ("manifest_digest", &s.manifest_digest),
+                ("layer_digest", &s.layer_digest),
+            ] {
+                if !is_sha256_digest(d) {
+                    return Err(bad(format!("source {what} `{d}` is not sha256:<64 hex>")));
+                }
+            }
+            if s.layer_digest != format!("sha256:{}", self.sha256) {
+                return Err(bad(format!(
+                    "source layer_digest {} is not the component's sha256 {}",
+                    s.layer_digest, self.sha256
+                )));
+            }
+        }
         Ok(())
     }
+}
+
+/// `sha256:` and 64 lowercase hex digits.
+fn is_sha256_digest(s: &str) -> bool {
+    s.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    })
 }
 
 /// One normal path component, not hidden (the store's own files start with `.`).

@@ -16,7 +16,8 @@ use heddle_kernel::runtime::RunOptions;
 use heddle_store::session::{self, Ending};
 use heddle_store::status::RunView;
 use heddle_store::{
-    Budget, NewRun, RunHeader, RunLimits, RunStore, RunSummary, StoreError, SuperviseMode,
+    Budget, NewRun, PackagePin, RunHeader, RunLimits, RunStore, RunSummary, StoreError,
+    SuperviseMode,
 };
 
 pub use heddle_store::RunState;
@@ -54,7 +55,7 @@ impl Runtime {
             // Secrets reach nodes through the operator's grants, by name, on every start;
             // no secret value is ever part of a run.
             secrets: Vec::new(),
-            packages: used_packages(plan, self.package_digests()),
+            packages: used_packages(plan, |name| self.package_pin(name)),
             limits: RunLimits {
                 budget,
                 node_timeout_ms: opts.node_timeout.map(|t| t.as_millis() as u64),
@@ -126,12 +127,21 @@ impl Runtime {
         let plan = self.plan(doc, &h.run.graph_name)?;
         for (name, recorded) in &h.run.packages {
             let current = self.package_digests().get(name);
-            if current != Some(recorded) {
+            if current.is_none() {
+                return Err(missing_package(
+                    &h.run_id,
+                    name,
+                    recorded,
+                    &self.settings().packages_dir,
+                )
+                .into());
+            }
+            if current != Some(&recorded.sha256) {
                 return Err(StoreError::PackageChanged {
                     run: h.run_id.clone(),
                     package: name.clone(),
-                    recorded: recorded.clone(),
-                    current: current.cloned().unwrap_or_else(|| "not installed".into()),
+                    recorded: recorded.sha256.clone(),
+                    current: current.cloned().unwrap_or_default(),
                 }
                 .into());
             }
@@ -357,15 +367,39 @@ fn refuse_secret_inputs(opts: &RunOptions) -> Result<(), SecretInput> {
     }
 }
 
-/// The packages (by name, with their sha256) whose node types the plan uses.
-fn used_packages(plan: &Plan, digests: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+/// The packages (by name, with their pins) whose node types the plan uses.
+fn used_packages(
+    plan: &Plan,
+    pin: impl Fn(&str) -> Option<PackagePin>,
+) -> BTreeMap<String, PackagePin> {
     plan.nodes
         .iter()
         .filter_map(|n| {
             let name = n.decl.origin.package()?;
-            Some((name.to_string(), digests.get(name)?.clone()))
+            Some((name.to_string(), pin(name)?))
         })
         .collect()
+}
+
+/// The refusal to resume a run whose package `name` is not installed, saying what
+/// installs exactly the recorded bytes.
+pub fn missing_package(run: &str, name: &str, pin: &PackagePin, packages_dir: &Path) -> StoreError {
+    let store = packages_dir.display();
+    let sha256 = &pin.sha256;
+    let what = match &pin.source {
+        Some(s) => format!(
+            "(sha256 {sha256}), which the package store {store} lacks; it was fetched from {} (manifest {}): `heddle package add oci://{}/{}@{}` installs exactly those bytes (`heddle runs resume` does it itself)",
+            s.reference, s.manifest_digest, s.registry, s.repository, s.manifest_digest
+        ),
+        None => format!(
+            "(sha256 {sha256}), which the package store {store} lacks; add the package directory whose component has that sha256 (`heddle package add DIR`)"
+        ),
+    };
+    StoreError::PackageMissing {
+        run: run.to_string(),
+        package: name.to_string(),
+        what,
+    }
 }
 
 /// Every run with its state, folded from its lifecycle records.
