@@ -1,4 +1,5 @@
-//! Python nodes: a mixed graph, recoverable errors, fuel and deadline, file grants.
+//! Python nodes: a mixed graph, recoverable errors, fuel and deadline, file grants,
+//! outgoing HTTP (heddle.http).
 
 use super::*;
 
@@ -234,4 +235,76 @@ async fn python_reads_files_only_inside_a_granted_directory() {
             "{path}: {err:?}"
         );
     }
+}
+
+/// `heddle.http` goes out through the host's wasi:http (the build adds its import to the
+/// world): a granted destination answers and sees the request as the guest made it
+/// (method, path, header, body), an error status becomes `http:<status>`, and an
+/// ungranted port is refused before any connection with `http:denied`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_http_reaches_the_granted_destinations_and_nothing_else() {
+    use netserver::{Behavior, Server};
+    let echo = Server::http(Behavior::EchoHeaders).await;
+    let missing = Server::http(Behavior::Respond {
+        status: 503,
+        content_type: "text/plain",
+        body: b"try later".to_vec(),
+    })
+    .await;
+    let ungranted = Server::http(Behavior::EchoHeaders).await;
+    let config = WasmConfig::from_toml_str(&format!(
+        "[packages.pykit]\nnetwork = [\"http://127.0.0.1:{}\", \"http://127.0.0.1:{}\"]\n",
+        echo.port, missing.port
+    ))
+    .unwrap();
+    let (p, _store) = provider(&["sdk/build/tests/fixtures/pykit"], config).await;
+    let url = |s: &Server, path: &str| Value::str(s.url("http", "127.0.0.1", path));
+
+    let out = invoke(
+        &p,
+        "pykit.fetch",
+        &[
+            ("url", url(&echo, "/items?page=2")),
+            ("body", Value::str("hello from python")),
+        ],
+        None,
+    )
+    .await
+    .expect("a granted destination answers");
+    assert_eq!(out.get("status").map(json), Some(serde_json::json!(200)));
+    let body = out
+        .get("body")
+        .and_then(|v| v.as_str())
+        .expect("a text body");
+    let headers: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(headers["x-probe"], "pykit", "{headers}");
+    let got = echo.received();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].method.as_str(), got[0].path.as_str()),
+        ("POST", "/items?page=2")
+    );
+    assert_eq!(got[0].body, b"hello from python");
+
+    let err = invoke(&p, "pykit.fetch", &[("url", url(&missing, "/"))], None)
+        .await
+        .expect_err("503 fails the node");
+    assert_eq!(
+        err.signature.as_deref(),
+        Some("http:503"),
+        "{}",
+        err.message
+    );
+    assert_eq!(missing.received().len(), 1);
+
+    let err = invoke(&p, "pykit.fetch", &[("url", url(&ungranted, "/"))], None)
+        .await
+        .expect_err("an ungranted port is refused");
+    assert_eq!(
+        err.signature.as_deref(),
+        Some("http:denied"),
+        "{}",
+        err.message
+    );
+    assert_eq!(ungranted.connections(), 0, "refused before connecting");
 }
