@@ -181,14 +181,35 @@ pub enum RunsCommand {
         json: bool,
     },
     /// Continue a paused or interrupted run with its stored graph, inputs and package
-    /// digests. Completed work is never repeated; resuming a reconcile pause offers the
-    /// uncertain work again (that is the decision resume records).
+    /// digests. Completed work is never repeated. A reconcile pause (work that started
+    /// and whose result was never recorded) takes one of three answers: `--pause N`
+    /// alone offers the uncertain work again; with `--completed-with OUTPUTS.json` it is
+    /// recorded as completed with those outputs, or with `--skip` as skipped (reason
+    /// `reconciled`), and not run. An answer is recorded with `--by` and `--note`, and
+    /// every later recovery carries it out.
+    #[command(group(clap::ArgGroup::new("answer").args(["completed_with", "skip"]).requires_all(["pause", "note"])))]
     Resume {
         run: String,
         /// The pause event to reopen (as `runs show` prints it); refused if the run
         /// holds a different one.
         #[arg(long, value_name = "EVENT")]
         pause: Option<u64>,
+        /// Answer the reconcile pause: its work completed, and OUTPUTS.json (a JSON
+        /// object, output handle to value) holds its outputs, checked against the
+        /// node's declared outputs and types. The node is not run.
+        #[arg(long, value_name = "OUTPUTS.json", conflicts_with = "watchdog")]
+        completed_with: Option<PathBuf>,
+        /// Answer the reconcile pause: skip its work (reason `reconciled`); what it
+        /// feeds is skipped as after any skip. The node is not run.
+        #[arg(long, conflicts_with = "watchdog")]
+        skip: bool,
+        /// Why (what tells you the work did or did not happen), recorded with the
+        /// answer. Required with --completed-with or --skip.
+        #[arg(long, requires = "answer")]
+        note: Option<String>,
+        /// Who answers, recorded with the answer (default: the login name, $USER).
+        #[arg(long, value_name = "NAME", requires = "answer")]
+        by: Option<String>,
         /// Print the JSON report instead of progress and outputs.
         #[arg(long)]
         json: bool,

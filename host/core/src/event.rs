@@ -249,6 +249,10 @@ pub enum SkipReason {
     Supervisor,
     /// The run was suspended before the node could run.
     Suspended,
+    /// A person answered the reconcile pause of its uncertain invocation with skip
+    /// (`heddle runs resume RUN --pause N --skip`): it is not run again, and what it
+    /// feeds is skipped as after any skip.
+    Reconciled,
 }
 
 /// What one invocation cost.

@@ -34,7 +34,7 @@ pub struct Runtime {
     /// The span exporter, started with the first traced run.
     telemetry: std::sync::OnceLock<Option<Arc<Telemetry>>>,
     /// Where each installed package was fetched from, for those from a registry.
-    package_sources: BTreeMap<String, heddle_store::PackageOrigin>,
+    package_sources: BTreeMap<String, heddle_core::package::PackageSource>,
 }
 
 impl Runtime {
@@ -66,7 +66,7 @@ impl Runtime {
             .list()
             .unwrap_or_default()
             .into_iter()
-            .filter_map(|e| Some((e.name, origin(e.source?))))
+            .filter_map(|e| Some((e.name, e.source?)))
             .collect();
         registry.add(Arc::new(wasm))?;
         registry.add(Arc::new(CodeNodes::new(settings.runners.clone())))?;
@@ -209,16 +209,4 @@ fn searched(packages_dir: &std::path::Path) -> String {
 /// The node types a graph uses: what a run or a validation needs loaded.
 pub fn graph_types(doc: &GraphDoc) -> BTreeSet<String> {
     doc.nodes.iter().map(|n| n.node_type.clone()).collect()
-}
-
-/// The lockfile's source of a package, as a run records it.
-pub fn origin(s: heddle_wasm::PackageSource) -> heddle_store::PackageOrigin {
-    heddle_store::PackageOrigin {
-        reference: s.reference,
-        registry: s.registry,
-        repository: s.repository,
-        manifest_digest: s.manifest_digest,
-        layer_digest: s.layer_digest,
-        signer: s.signer,
-    }
 }

@@ -389,13 +389,19 @@ impl StoreSettings {
     /// artifact limits, and `secrets` (the run's secret values), which no stored value
     /// may hold.
     pub fn configure(&self, session: &Session, secrets: &heddle_kernel::SecretRegistry) {
-        session.configure(heddle_store::spill::Spill {
+        session.configure(self.spill(secrets));
+    }
+
+    /// How a run's values are stored under this store's limits, `secrets` (the run's
+    /// secret values) refused in any of them.
+    pub fn spill(&self, secrets: &heddle_kernel::SecretRegistry) -> heddle_store::spill::Spill {
+        heddle_store::spill::Spill {
             inline_bytes: self.inline_output_bytes,
             policy: ArtifactPolicy {
                 known_secrets: secrets.snapshot(),
                 ..self.artifacts.clone()
             },
-        });
+        }
     }
 }
 

@@ -62,26 +62,7 @@ pub struct LockEntry {
     pub source: Option<PackageSource>,
 }
 
-/// What was fetched from a registry, pinned: enough to fetch exactly the same bytes
-/// again (the manifest digest) and to check them (the layer digest is the component's
-/// sha256, the one grants pin with `sha256 = …`).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct PackageSource {
-    /// The reference as the user typed it (`oci://…:1.0.0`, `acme:text@1.0.0`).
-    pub reference: String,
-    /// The OCI registry it resolved to (`host[:port]`).
-    pub registry: String,
-    /// The repository in that registry.
-    pub repository: String,
-    /// `sha256:…` of the OCI manifest fetched.
-    pub manifest_digest: String,
-    /// `sha256:…` of its one layer: the component bytes.
-    pub layer_digest: String,
-    /// The trusted publisher whose signature was checked, when one was.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signer: Option<String>,
-}
+pub use heddle_core::package::PackageSource;
 
 impl LockEntry {
     /// Whether a graph using `wanted` types may need this package.

@@ -89,14 +89,23 @@ impl Manifest {
             return Err(PackageError::MissingManifest { path });
         }
         let text = std::fs::read_to_string(&path).map_err(|e| PackageError::io(&path, e))?;
-        // A source folder's manifest has `[build]` or no `component` yet: say what to do
-        // instead of "unknown field `build`".
-        if let Ok(table) = text.parse::<toml::Table>()
-            && (table.contains_key("build") || !table.contains_key("component"))
-        {
-            return Err(PackageError::SourceDir {
-                dir: dir.to_path_buf(),
-            });
+        // A source folder's manifest has `[build]`, or no `component` yet and nothing
+        // else wrong: say what to do instead of "unknown field `build`". A manifest that
+        // is wrong in another way too (`version = 3`) is reported as malformed, naming
+        // that, since building would not help.
+        if let Ok(mut table) = text.parse::<toml::Table>() {
+            let source_dir = table.contains_key("build")
+                || (!table.contains_key("component") && {
+                    table.insert("component".into(), "built.wasm".into());
+                    table
+                        .try_into::<Manifest>()
+                        .is_ok_and(|m| m.check(&path).is_ok())
+                });
+            if source_dir {
+                return Err(PackageError::SourceDir {
+                    dir: dir.to_path_buf(),
+                });
+            }
         }
         Manifest::parse(&text, &path)
     }
