@@ -243,28 +243,19 @@ async fn python_reads_files_only_inside_a_granted_directory() {
 /// ungranted port is refused before any connection with `http:denied`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_http_reaches_the_granted_destinations_and_nothing_else() {
-    use netserver::{Behavior, Server};
-    let echo = Server::http(Behavior::EchoHeaders).await;
-    let missing = Server::http(Behavior::Respond {
-        status: 503,
-        content_type: "text/plain",
-        body: b"try later".to_vec(),
-    })
-    .await;
-    let ungranted = Server::http(Behavior::EchoHeaders).await;
-    let config = WasmConfig::from_toml_str(&format!(
-        "[packages.pykit]\nnetwork = [\"http://127.0.0.1:{}\", \"http://127.0.0.1:{}\"]\n",
-        echo.port, missing.port
-    ))
-    .unwrap();
+    let Fetch {
+        echo,
+        failing,
+        ungranted,
+        config,
+    } = Fetch::start("pykit", 503).await;
     let (p, _store) = provider(&["sdk/build/tests/fixtures/pykit"], config).await;
-    let url = |s: &Server, path: &str| Value::str(s.url("http", "127.0.0.1", path));
 
     let out = invoke(
         &p,
         "pykit.fetch",
         &[
-            ("url", url(&echo, "/items?page=2")),
+            ("url", fetch_url(&echo, "/items?page=2")),
             ("body", Value::str("hello from python")),
         ],
         None,
@@ -286,20 +277,30 @@ async fn python_http_reaches_the_granted_destinations_and_nothing_else() {
     );
     assert_eq!(got[0].body, b"hello from python");
 
-    let err = invoke(&p, "pykit.fetch", &[("url", url(&missing, "/"))], None)
-        .await
-        .expect_err("503 fails the node");
+    let err = invoke(
+        &p,
+        "pykit.fetch",
+        &[("url", fetch_url(&failing, "/"))],
+        None,
+    )
+    .await
+    .expect_err("503 fails the node");
     assert_eq!(
         err.signature.as_deref(),
         Some("http:503"),
         "{}",
         err.message
     );
-    assert_eq!(missing.received().len(), 1);
+    assert_eq!(failing.received().len(), 1);
 
-    let err = invoke(&p, "pykit.fetch", &[("url", url(&ungranted, "/"))], None)
-        .await
-        .expect_err("an ungranted port is refused");
+    let err = invoke(
+        &p,
+        "pykit.fetch",
+        &[("url", fetch_url(&ungranted, "/"))],
+        None,
+    )
+    .await
+    .expect_err("an ungranted port is refused");
     assert_eq!(
         err.signature.as_deref(),
         Some("http:denied"),
