@@ -83,13 +83,17 @@ def request(method, url, headers=None, body=None):
     if not parts.hostname or "@" in parts.netloc:
         raise _bad(url, "no host, or a user name in it")
     pairs = list(headers.items()) if isinstance(headers, dict) else list(headers or ())
+    if isinstance(body, str):
+        body = body.encode()
+    if body and not any(str(n).lower() == "content-length" for n, _ in pairs):
+        # Declared, so the body goes out whole rather than chunked, and one over the
+        # host's cap is refused before a byte of it is sent.
+        pairs.append(("content-length", str(len(body))))
     try:
         fields = t.Fields.from_list(
             [(str(n), v.encode() if isinstance(v, str) else bytes(v)) for n, v in pairs])
     except Err as e:
         raise _bad(url, f"a header the host refuses ({type(e.value).__name__})") from None
-    if isinstance(body, str):
-        body = body.encode()
     req = t.OutgoingRequest(fields)
     req.set_method(_method(method))
     req.set_scheme(t.Scheme_Https() if scheme == "https" else t.Scheme_Http())
@@ -113,6 +117,8 @@ def request(method, url, headers=None, body=None):
             answer = _wait(future)
             if isinstance(answer, Err):
                 raise _failed(url, answer.value) from None
+            if type(e.value).__name__.startswith("ErrorCode_"):
+                raise _failed(url, e.value) from None
             raise _protocol(url, e.value) from None
         answer = _wait(future)
     if isinstance(answer, Err):

@@ -269,6 +269,8 @@ async fn python_http_reaches_the_granted_destinations_and_nothing_else() {
         .expect("a text body");
     let headers: serde_json::Value = serde_json::from_str(body).unwrap();
     assert_eq!(headers["x-probe"], "pykit", "{headers}");
+    // Declared, not chunked: the host's body cap refuses a long one before sending it.
+    assert_eq!(headers["content-length"], "17", "{headers}");
     let got = echo.received();
     assert_eq!(got.len(), 1);
     assert_eq!(
