@@ -43,8 +43,9 @@ pub fn build(
         .arg(&wit.dir)
         .arg("--world-name")
         .arg(&wit.world)
-        // wasi:http is not offered by the host; without this the component imports it.
-        .args(["-d", "http", "fetch-event"])
+        // `fetch()` stays (the host offers wasi:http's outgoing handler, and reaches only
+        // what the operator grants); a node package handles no incoming requests.
+        .args(["-d", "fetch-event"])
         .arg("-o")
         .arg(out);
     run_tool("componentize-js", cmd, src)

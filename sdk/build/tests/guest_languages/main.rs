@@ -241,6 +241,10 @@ fn crc32(bytes: &[u8]) -> i64 {
     (!c) as i64
 }
 
+// Loopback HTTP servers that count connections, shared with heddle-wasm's network tests.
+#[path = "../../../../host/wasm/tests/common/netserver.rs"]
+mod netserver;
+
 mod building;
 mod c;
 mod javascript;
