@@ -96,7 +96,7 @@ fn collect_js(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), Build
     Ok(())
 }
 
-fn copy_tree(from: &Path, to: &Path) -> Result<(), BuildError> {
+pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<(), BuildError> {
     std::fs::create_dir_all(to).map_err(|e| BuildError::io(to, e))?;
     for entry in std::fs::read_dir(from).map_err(|e| BuildError::io(from, e))? {
         let entry = entry.map_err(|e| BuildError::io(from, e))?;

@@ -15,6 +15,7 @@ mod python;
 mod rust;
 mod sdkfiles;
 mod toolchains;
+mod wasi_http;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

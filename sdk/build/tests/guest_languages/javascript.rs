@@ -144,26 +144,22 @@ async fn js_infinite_loop_is_stopped_by_fuel_and_by_the_deadline() {
 /// before any connection (its server never sees one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_fetch_reaches_the_granted_destinations_and_nothing_else() {
-    use netserver::{Behavior, Server};
-    let echo = Server::http(Behavior::EchoHeaders).await;
-    let missing = Server::http(Behavior::Respond {
-        status: 404,
-        content_type: "text/plain",
-        body: b"no such thing".to_vec(),
-    })
-    .await;
-    let ungranted = Server::http(Behavior::EchoHeaders).await;
-    let config = WasmConfig::from_toml_str(&format!(
-        "[packages.jskit]\nnetwork = [\"http://127.0.0.1:{}\", \"http://127.0.0.1:{}\"]\n",
-        echo.port, missing.port
-    ))
-    .unwrap();
+    let Fetch {
+        echo,
+        failing,
+        ungranted,
+        config,
+    } = Fetch::start("jskit", 404).await;
     let (p, _store) = provider(&["sdk/build/tests/fixtures/jskit"], config).await;
-    let url = |s: &Server, path: &str| Value::str(s.url("http", "127.0.0.1", path));
 
-    let out = invoke(&p, "jskit.fetch", &[("url", url(&echo, "/hello"))], None)
-        .await
-        .expect("a granted destination answers");
+    let out = invoke(
+        &p,
+        "jskit.fetch",
+        &[("url", fetch_url(&echo, "/hello"))],
+        None,
+    )
+    .await
+    .expect("a granted destination answers");
     assert_eq!(out.get("status").map(json), Some(serde_json::json!(200)));
     let body = out
         .get("body")
@@ -178,20 +174,30 @@ async fn js_fetch_reaches_the_granted_destinations_and_nothing_else() {
         ("GET", "/hello")
     );
 
-    let err = invoke(&p, "jskit.fetch", &[("url", url(&missing, "/nope"))], None)
-        .await
-        .expect_err("404 fails the node");
+    let err = invoke(
+        &p,
+        "jskit.fetch",
+        &[("url", fetch_url(&failing, "/nope"))],
+        None,
+    )
+    .await
+    .expect_err("404 fails the node");
     assert_eq!(
         err.signature.as_deref(),
         Some("http:404"),
         "{}",
         err.message
     );
-    assert_eq!(missing.received().len(), 1);
+    assert_eq!(failing.received().len(), 1);
 
-    let err = invoke(&p, "jskit.fetch", &[("url", url(&ungranted, "/"))], None)
-        .await
-        .expect_err("an ungranted port is refused");
+    let err = invoke(
+        &p,
+        "jskit.fetch",
+        &[("url", fetch_url(&ungranted, "/"))],
+        None,
+    )
+    .await
+    .expect_err("an ungranted port is refused");
     assert_eq!(
         err.signature.as_deref(),
         Some("js:TypeError"),
