@@ -605,14 +605,7 @@ fn build(
         ..Toolchains::default()
     };
     let p = build_package(dir, &opts)?;
-    println!(
-        "built {} ({}) -> {}{}  [{:.1} s]",
-        p.name,
-        p.language,
-        p.dir.display(),
-        if p.cached { " (cached)" } else { "" },
-        p.elapsed.as_secs_f64()
-    );
+    println!("{p}");
     println!("  install it with: heddle package add {}", p.dir.display());
     Ok(Exit::Ok)
 }

@@ -196,6 +196,21 @@ pub struct BuiltPackage {
     pub elapsed: Duration,
 }
 
+/// The one-line summary both `heddle package build` and `heddle-package-build` print.
+impl fmt::Display for BuiltPackage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "built {} ({}) -> {}{}  [{:.1} s]",
+            self.name,
+            self.language,
+            self.dir.display(),
+            if self.cached { " (cached)" } else { "" },
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
 /// The WIT folder of this repository (for tools run from a checkout).
 pub fn repo_wit_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit")
