@@ -702,3 +702,89 @@ fn a_wrong_answer_to_a_reconcile_pause_is_refused_and_writes_nothing() {
     );
     assert_eq!(gated.show(&gid)["records"], records);
 }
+
+/// `order` sent by `node_type` (`method`) to the test server, its answer the output.
+fn http_graph(node_type: &str, method: &str, port: u16) -> String {
+    format!(
+        r#"{{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {{"id": "order", "type": "heddle.constant", "properties": {{"value": {value}}}}},
+    {{"id": "call", "type": "{node_type}", "properties": {{"url": "http://127.0.0.1:{port}/orders", "method": "{method}"}}}},
+    {{"id": "out", "type": "heddle.output"}}
+  ],
+  "edges": [
+    {{"source": "order", "sourceHandle": "value", "target": "call", "targetHandle": "{input}"}},
+    {{"source": "call", "sourceHandle": "value", "target": "out", "targetHandle": "value"}}
+  ]
+}}"#,
+        input = if node_type == "http.json" {
+            "body"
+        } else {
+            "headers"
+        },
+        value = if node_type == "http.json" {
+            r#"{"item": "tea", "qty": 2}"#
+        } else {
+            r#"{"x-item": "tea"}"#
+        }
+    )
+}
+
+/// Kills `heddle run --durable` while its request is at the server (answered only
+/// later), and returns the run id.
+fn kill_mid_request(env: &StoreDir, srv: &support::http::HttpServer) -> String {
+    let (mut child, lines) = env.spawn(&["run", "--durable", "g.json"]);
+    srv.wait_for(1);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    lines
+        .try_iter()
+        .find_map(|l| support::store::run_id_in(&l))
+        .expect("the run id was printed before the node ran")
+}
+
+/// A request that is not retry-safe (a POST, `http.json`) has its start on disk before
+/// it goes out: a crash while it is in flight pauses the run for a person, and the
+/// server, which counts what arrives, never receives it twice unless that person says
+/// so.
+#[test]
+fn a_post_cut_off_by_a_crash_pauses_instead_of_being_sent_again() {
+    let srv = support::http::HttpServer::start(200, r#"{"order": 17}"#, true);
+    let env =
+        StoreDir::with_graph(&http_graph("http.json", "POST", srv.port)).with_config(&format!(
+            "\n[packages.http]\nnetwork = [\"http://127.0.0.1:{}\"]\n",
+            srv.port
+        ));
+    let id = kill_mid_request(&env, &srv);
+    assert_eq!(srv.requests()[0].method, "POST");
+    assert_eq!(srv.requests()[0].body, r#"{"item":"tea","qty":2}"#);
+
+    let o = env.heddle(&["runs", "resume", &id]);
+    expect(&o, PAUSED);
+    assert_eq!(env.show(&id)["pause"]["why"], "reconcile");
+    assert_eq!(srv.count(), 1, "recovery sent the POST again");
+
+    srv.release();
+    let event = pause_event(&o).to_string();
+    let o = env.heddle(&["runs", "resume", &id, "--pause", &event, "--json"]);
+    expect(&o, OK);
+    assert_eq!(outputs(&o)["out"], serde_json::json!([{"order": 17}]));
+    assert_eq!(srv.count(), 2, "the person's resume offers it once more");
+}
+
+/// A GET (`http.get_json`, retry-safe) lost in a crash is simply run again.
+#[test]
+fn a_get_cut_off_by_a_crash_runs_again_on_resume() {
+    let srv = support::http::HttpServer::start(200, r#"{"stock": 3}"#, true);
+    let env =
+        StoreDir::with_graph(&http_graph("http.get_json", "GET", srv.port)).with_config(&format!(
+            "\n[packages.http]\nnetwork = [\"http://127.0.0.1:{}\"]\n",
+            srv.port
+        ));
+    let id = kill_mid_request(&env, &srv);
+    srv.release();
+    let o = env.heddle(&["runs", "resume", &id, "--json"]);
+    expect(&o, OK);
+    assert_eq!(outputs(&o)["out"], serde_json::json!([{"stock": 3}]));
+    assert_eq!(srv.count(), 2);
+}

@@ -36,11 +36,25 @@ pub struct PackageInfo {
     pub source: Option<PackageSource>,
     pub node_types: Vec<String>,
     pub capabilities: Vec<CapabilityLine>,
+    /// The destinations the config grants (`network`), whatever the package asked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network_granted: Vec<String>,
+    /// The headers the host adds per destination (`network_auth`): names, never values.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network_auth: Vec<AuthLine>,
     /// What the operator's config says about this package.
     pub grant: GrantState,
     /// What a re-add changed against the installed version.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub change: Option<Change>,
+}
+
+/// A header the host injects for a destination, from a secret.
+#[derive(Debug, Serialize)]
+pub struct AuthLine {
+    pub destination: String,
+    pub header: String,
+    pub secret: String,
 }
 
 /// What re-adding a package changes: shown before it takes effect.
@@ -208,6 +222,16 @@ pub fn describe(pkg: &WasmPackage, sha256: &str, grant: &PackageGrant) -> Packag
             .map(|d| d.type_name.clone())
             .collect(),
         capabilities: caps,
+        network_granted: grant.network.iter().map(ToString::to_string).collect(),
+        network_auth: grant
+            .network_auth
+            .iter()
+            .map(|(d, a)| AuthLine {
+                destination: d.to_string(),
+                header: a.header.clone(),
+                secret: a.secret.get_ref().clone(),
+            })
+            .collect(),
         grant: GrantState::None,
         change: None,
     }
@@ -252,6 +276,15 @@ fn print_info(info: &PackageInfo, config: &str) {
             c.target,
             c.requested_by,
             c.reason
+        );
+    }
+    if !info.network_granted.is_empty() {
+        println!("  network granted: {}", info.network_granted.join(", "));
+    }
+    for a in &info.network_auth {
+        println!(
+            "  header `{}` added to requests to {} from secret `{}` (the package never sees it)",
+            a.header, a.destination, a.secret
         );
     }
     match &info.grant {
@@ -399,8 +432,9 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
                 println!("{}", serde_json::to_string_pretty(&infos)?);
             } else if infos.is_empty() {
                 println!(
-                    "no packages installed in {} (std and files are built in)",
-                    settings.packages_dir.display()
+                    "no packages installed in {} ({} are built in)",
+                    settings.packages_dir.display(),
+                    heddle_wasm::FIRST_PARTY.join(", ")
                 );
             } else {
                 for i in &infos {
@@ -571,14 +605,7 @@ fn build(
         ..Toolchains::default()
     };
     let p = build_package(dir, &opts)?;
-    println!(
-        "built {} ({}) -> {}{}  [{:.1} s]",
-        p.name,
-        p.language,
-        p.dir.display(),
-        if p.cached { " (cached)" } else { "" },
-        p.elapsed.as_secs_f64()
-    );
+    println!("{p}");
     println!("  install it with: heddle package add {}", p.dir.display());
     Ok(Exit::Ok)
 }

@@ -535,6 +535,9 @@ type Answer = fn(&str) -> Option<Vec<u8>>;
 
 /// A TCP server on loopback answering every connection with `answer(request head)`
 /// (or never, for `None`); serves at most `max` connections.
+// Answers say `Connection: close`: the server drops each connection after one answer,
+// and a client that kept it alive would send its next request (the retry with
+// credentials) into a closed socket and fail with "connection reset", not the answer.
 fn tcp_server(max: usize, answer: Answer) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
@@ -585,7 +588,8 @@ fn misbehaving_registries_are_named_and_time_bounded() {
                     r.extend(std::iter::repeat_n(b'a', 5 << 20));
                     r
                 } else {
-                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec()
+                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        .to_vec()
                 })
             },
             INVALID,
@@ -594,7 +598,7 @@ fn misbehaving_registries_are_named_and_time_bounded() {
         (
             "credentials",
             |_| {
-                Some(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"r\"\r\nContent-Length: 0\r\n\r\n".to_vec())
+                Some(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"r\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec())
             },
             REGISTRY_FAILED,
             "requires credentials",
@@ -623,7 +627,7 @@ fn misbehaving_registries_are_named_and_time_bounded() {
 
     // Credentials configured (wkg's config) and refused.
     let addr = tcp_server(8, |_| {
-        Some(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"r\"\r\nContent-Length: 0\r\n\r\n".to_vec())
+        Some(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"r\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec())
     });
     let dir = tempfile::tempdir().unwrap();
     write(

@@ -80,6 +80,7 @@ pub mod gate;
 pub mod graph;
 pub mod journal;
 pub mod limits;
+pub mod net;
 pub mod package;
 pub mod plan;
 pub mod ranged;

@@ -126,7 +126,16 @@ impl Settings {
 
     /// Resolves every setting from `config` with `overrides` over it.
     pub fn resolve(config: Config, overrides: &Overrides) -> Result<Settings, ConfigError> {
-        let wasm: WasmConfig = config.whole()?;
+        let mut wasm = WasmConfig::from_toml_str(config.text()).map_err(|e| {
+            ConfigError::new(format!(
+                "{}: {}",
+                config.display_path(),
+                heddle_core::text::error_chain(&e)
+            ))
+        })?;
+        for f in &mut wasm.wasm.http_ca_files {
+            *f = config.resolve(f);
+        }
         let runners: RunnersConfig = config.section("runners")?.unwrap_or_default();
         let cli: CliSection = config.section("cli")?.unwrap_or_default();
         let packages_dir = match (&overrides.packages, cli.packages_dir) {

@@ -39,6 +39,8 @@ fn completed(node: &str, v: Value) -> Record {
             cost_usd: 0.5,
             cost_reports: 1,
             assets: vec!["file:/data/a".into()],
+            http_requests: 3,
+            http_bytes: 70_000,
         },
     }
 }

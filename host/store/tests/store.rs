@@ -652,6 +652,7 @@ fn records_committed_together_read_back_exactly(b: Backend) {
             cost_usd: 0.5,
             cost_reports: 1,
             assets: vec!["file:/data/a".into()],
+            ..Default::default()
         },
     };
     let batch = vec![

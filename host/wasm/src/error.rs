@@ -122,6 +122,8 @@ pub enum PackageError {
     },
     #[error("configuration")]
     Config(#[source] toml::de::Error),
+    #[error("line {line}: {message}")]
+    ConfigAt { line: usize, message: String },
     #[error("granting directory {} as {guest}", host.display())]
     GrantDir {
         host: PathBuf,
@@ -183,7 +185,8 @@ impl PackageError {
             | P::TypeClash { .. }
             | P::BadName { .. }
             | P::NotInstalled { .. }
-            | P::Config(_) => true,
+            | P::Config(_)
+            | P::ConfigAt { .. } => true,
             // The guest failed while describing itself (a trap, its deadline): what it
             // would have declared is unknown, as for any run of guest code that fails.
             P::Describe { .. }

@@ -326,7 +326,9 @@ async fn provider_loads_first_party_and_installed_packages() {
         .await
         .unwrap();
     let names: Vec<&str> = p.packages().iter().map(|p| p.name()).collect();
-    assert_eq!(names, vec!["std", "files", "hostile"]);
+    let mut want = heddle_wasm::FIRST_PARTY.to_vec();
+    want.push("hostile");
+    assert_eq!(names, want);
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ mod python;
 mod rust;
 mod sdkfiles;
 mod toolchains;
+mod wasi_http;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -193,6 +194,21 @@ pub struct BuiltPackage {
     /// Served from the cache: nothing was compiled.
     pub cached: bool,
     pub elapsed: Duration,
+}
+
+/// The one-line summary both `heddle package build` and `heddle-package-build` print.
+impl fmt::Display for BuiltPackage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "built {} ({}) -> {}{}  [{:.1} s]",
+            self.name,
+            self.language,
+            self.dir.display(),
+            if self.cached { " (cached)" } else { "" },
+            self.elapsed.as_secs_f64()
+        )
+    }
 }
 
 /// The WIT folder of this repository (for tools run from a checkout).

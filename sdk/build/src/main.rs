@@ -83,14 +83,7 @@ fn main() -> ExitCode {
     let dir = args.dir.expect("DIR is required without --c-bindings");
     match build_package(&dir, &opts) {
         Ok(p) => {
-            println!(
-                "built {} ({}) -> {}{}  [{:.1} s]",
-                p.name,
-                p.language,
-                p.dir.display(),
-                if p.cached { " (cached)" } else { "" },
-                p.elapsed.as_secs_f64()
-            );
+            println!("{p}");
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -229,16 +229,10 @@ impl Runtime {
         }
         if let Some(Decision::Reconcile(a)) = decision {
             let answer = match a.answer() {
-                reconcile::Answer::Completed(_) => "completed",
-                reconcile::Answer::Skip => "skipped",
+                reconcile::Answer::Completed(_) => heddle_core::ReconcileAnswer::Completed,
+                reconcile::Answer::Skip => heddle_core::ReconcileAnswer::Skipped,
             };
-            t.event(
-                "heddle.run.reconciled",
-                vec![
-                    opentelemetry::KeyValue::new("heddle.node.id", a.occurrence().node.clone()),
-                    opentelemetry::KeyValue::new("heddle.reconcile.answer", answer),
-                ],
-            );
+            t.reconciled(a.occurrence(), answer);
         }
         if let Some(a) = decision.and_then(Decision::approval) {
             let mut attributes = vec![opentelemetry::KeyValue::new(
