@@ -166,8 +166,11 @@ impl Api {
         Api {
             // A fresh connection per request: a refused oversized body closes its
             // connection, which a pooled client would try to reuse.
+            // Every read bounded: a server that stops answering fails the test (its
+            // panic names the request) instead of hanging it.
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(0)
+                .read_timeout(std::time::Duration::from_secs(300))
                 .build()
                 .unwrap(),
             url: s.url.clone(),
@@ -253,8 +256,16 @@ impl Api {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
         let mut reoffers = 0;
         loop {
-            // The stream ends when no host drives the run any more.
-            let _ = self.events(id, None).await;
+            // The stream ends when no host drives the run any more; one that never ends
+            // fails the test at the deadline instead of hanging it.
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if tokio::time::timeout(left, self.events(id, None))
+                .await
+                .is_err()
+            {
+                let show = self.show(id).await;
+                panic!("run {id}: its event stream did not end within 300 s: {show:#}");
+            }
             let show = self.show(id).await;
             match show["state"].as_str().unwrap() {
                 "completed" | "failed" | "cancelled" => return (show, reoffers),

@@ -270,7 +270,10 @@ impl TestServer {
 
     /// `req` answered by the router.
     pub async fn send(&self, req: Request<Body>) -> Response {
-        self.router.clone().oneshot(req).await.unwrap()
+        let what = format!("{} {}", req.method(), req.uri());
+        bounded(&what, self.router.clone().oneshot(req))
+            .await
+            .unwrap()
     }
 
     /// The status and body (JSON, else the text as a string) of `method path` with
@@ -378,7 +381,23 @@ impl TestServer {
 
 /// A response's whole body.
 pub async fn body_bytes(resp: Response) -> bytes::Bytes {
-    resp.into_body().collect().await.unwrap().to_bytes()
+    bounded("reading a response's body", resp.into_body().collect())
+        .await
+        .unwrap()
+        .to_bytes()
+}
+
+/// How long a test waits for anything at all (a generous bound; nothing is asserted
+/// about the time): past it, the test fails naming what it waited for instead of
+/// hanging.
+pub const WAIT: Duration = Duration::from_secs(300);
+
+/// `f`, or a panic naming `what` once it took [`WAIT`].
+pub async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(WAIT, f).await {
+        Ok(t) => t,
+        Err(_) => panic!("no answer in {WAIT:?}: {what}"),
+    }
 }
 
 pub fn parse_sse(text: &str) -> Vec<(u64, String, Value)> {
