@@ -722,6 +722,11 @@ fn a_host_cut_off_from_the_database_stops_its_run_and_writes_nothing_once_healed
     until_told("host b adopted the run", &hosts, &told, || {
         hosts.records(&id, Some("opened")) >= 2
     });
+    // How the adoption went (with --nocapture): a take that failed and was queued again
+    // shows here.
+    for line in b.log().lines().filter(|l| l.contains(&id)) {
+        eprintln!("cut-off test, host b: {line}");
+    }
     let (show, reoffers) = rt.block_on(api_b.drive_to_end(&id));
     check_fan(&hosts, &show, "p", 6, reoffers);
     let records = hosts.records(&id, None);

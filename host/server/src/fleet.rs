@@ -18,15 +18,20 @@
 //! - **Requests for its runs** from other hosts: a cancel ([`Wake::Cancel`]) and the
 //!   commands another host relays to the run's (escalations listed and answered),
 //!   carried out and answered through the store.
+//! - **No run stranded.** A claimed run this host could not take (any failure but a lost
+//!   lease or a damaged log) is queued again, claimable after a pause that grows while it
+//!   keeps failing here ([`take_retry`]); the log says why. Given back idle, it would
+//!   never be claimed again: idle is for runs that wait for a person.
 //! - **Runs other hosts drive** are followed from the store for this host's event
 //!   subscribers ([`Host::subscribe`]), one follower per run.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use axum::response::Response;
-use heddle_store::fleet::{Claimed, Heartbeat, Wake, renewal_retry};
+use heddle_store::fleet::{Claimed, GiveBack, Heartbeat, Wake, renewal_retry, take_retry};
 use heddle_store::session::{self, Resumption};
 use heddle_store::status::{Liveness, RunState};
 use heddle_store::{Fleet, StoreError};
@@ -53,6 +58,36 @@ pub async fn serve(host: Arc<Host>, api: String, ttl: Duration) {
     let heartbeat = tokio::spawn(heartbeat(host.clone(), fleet.clone(), api, ttl));
     claim_loop(host, fleet).await;
     heartbeat.abort();
+}
+
+/// How long a run's failures here are remembered after its last one: longer than the
+/// longest pause ([`take_retry`]), so a run failing again is counted on.
+const RETRIES_FORGOTTEN: Duration = Duration::from_secs(600);
+
+/// How many times in a row each run failed here (its take, or its driver), for the pause
+/// before it is claimable again ([`take_retry`]): a run that keeps failing is tried now
+/// and then, neither in a loop nor never.
+#[derive(Default)]
+pub(crate) struct Retries(Mutex<HashMap<String, (u32, Instant)>>);
+
+impl Retries {
+    /// Counts one more failure of `run`: how many in a row, and the pause before the run
+    /// is claimable again.
+    pub(crate) fn failed(&self, run: &str) -> (u32, Duration) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        // Runs that stopped failing here (taken elsewhere since, ended) are forgotten.
+        m.retain(|_, (_, at)| now.duration_since(*at) < RETRIES_FORGOTTEN);
+        let (n, at) = m.entry(run.to_string()).or_insert((0, now));
+        *n += 1;
+        *at = now;
+        (*n, take_retry(*n))
+    }
+
+    /// `run` made progress here: its next failure counts from one.
+    pub(crate) fn forget(&self, run: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(run);
+    }
 }
 
 /// Whether the database answered the last time this host tried, to say each change
@@ -136,15 +171,14 @@ async fn claim_loop(host: Arc<Host>, fleet: Arc<dyn Fleet>) {
 }
 
 /// Claims as many runs as this host has free worker slots, and hands each to a driver.
+/// The slots are taken only once the runs are claimed: held through the claim, they made
+/// a run created here meanwhile find none and queue itself (another host then drove it).
+/// A run claimed for a slot a create took meanwhile is queued again at once.
 async fn claim(host: &Arc<Host>, fleet: &Arc<dyn Fleet>, reach: &mut Reach) {
-    let mut slots = Vec::new();
-    while let Ok(p) = host.workers.clone().try_acquire_owned() {
-        slots.push(p);
-    }
-    if slots.is_empty() {
+    let n = host.workers.available_permits();
+    if n == 0 {
         return;
     }
-    let n = slots.len();
     let f = fleet.clone();
     let claimed = match blocking(move || f.claim(n)).await {
         Ok(c) => {
@@ -160,16 +194,23 @@ async fn claim(host: &Arc<Host>, fleet: &Arc<dyn Fleet>, reach: &mut Reach) {
         }
     };
     for c in claimed {
-        // As many claimed as there were slots.
-        let slot = slots.pop().expect("a slot per claimed run");
-        take_claimed(host, fleet, c, slot).await;
+        match host.workers.clone().try_acquire_owned() {
+            Ok(slot) => take_claimed(host, fleet, c, slot).await,
+            Err(_) => {
+                tracing::debug!("run {}: no slot free any more; queued again", c.run_id);
+                hand_back(fleet, &c.run_id, GiveBack::QUEUED).await;
+            }
+        }
     }
 }
 
 /// Drives a run this host just claimed: continued from its log by the crash table
 /// (never a person's decision: no pause reopened, no uncertain work offered again). A
-/// run that needs no driver (paused, ended) or cannot be driven here (a package changed)
-/// is given back idle.
+/// run that needs no driver (paused, ended) or whose log is damaged is given back idle,
+/// for a person. One that could not be taken for any other reason (a package missing
+/// here, the database away or refusing, another taker's records in between) is queued
+/// again for any host after a pause ([`Retries`]): idle, it would never be claimed again
+/// and wait forever.
 async fn take_claimed(
     host: &Arc<Host>,
     fleet: &Arc<dyn Fleet>,
@@ -205,35 +246,37 @@ async fn take_claimed(
     };
     match taken.await {
         Ok(true) => {}
-        Ok(false) => hand_back(fleet, &id, false).await,
-        // Another host has it now: nothing to give back.
+        Ok(false) => hand_back(fleet, &id, GiveBack::Idle).await,
+        // Its lease expired meanwhile or another host has it now: nothing to give back
+        // (an expired lease is claimable by anyone).
         Err(heddle_runtime::Error::Store(e)) if e.is_lost_lease() => {
             tracing::info!("run {id} not taken: {e}");
         }
-        // The database out of reach for a moment: queued again, for whichever host
-        // reaches it next. Given back idle, the run would wait for a person forever.
-        Err(heddle_runtime::Error::Store(e)) if e.is_transient() => {
-            tracing::warn!("run {id} not taken for now ({e}); queued again");
-            hand_back(fleet, &id, true).await;
+        // Quarantined: nothing of it runs until a person looks.
+        Err(heddle_runtime::Error::Store(e)) if e.is_damaged_run() => {
+            tracing::warn!("run {id} not taken: {e}; it waits for a person");
+            hand_back(fleet, &id, GiveBack::Idle).await;
         }
         Err(e) => {
+            let (n, after) = host.retries.failed(&id);
             tracing::warn!(
-                "run {id} not taken: {}; it waits for a person (heddle runs resume)",
-                heddle_core::text::error_chain(&e)
+                "run {id} not taken ({n} failure(s) in a row here): {}; queued again, claimable in {} ms",
+                heddle_core::text::error_chain(&e),
+                after.as_millis()
             );
-            hand_back(fleet, &id, false).await;
+            hand_back(fleet, &id, GiveBack::Queued { after }).await;
         }
     }
 }
 
-/// Gives run `id` back (idle, or `requeue`d) if this host holds its lease, at whatever
-/// epoch it holds it now ([`Fleet::hand_back`]: not renewed from here on, even when the
-/// database cannot be reached now; a lease read first and failing left the run renewed
-/// here forever with nobody driving it).
-async fn hand_back(fleet: &Arc<dyn Fleet>, id: &str, requeue: bool) {
+/// Gives run `id` back (to wait as `back` says) if this host holds its lease, at
+/// whatever epoch it holds it now ([`Fleet::hand_back`]: not renewed from here on, even
+/// when the database cannot be reached now; a lease read first and failing left the run
+/// renewed here forever with nobody driving it).
+async fn hand_back(fleet: &Arc<dyn Fleet>, id: &str, back: GiveBack) {
     let f = fleet.clone();
     let run = id.to_string();
-    let r = blocking(move || f.hand_back(&run, requeue)).await;
+    let r = blocking(move || f.hand_back(&run, back)).await;
     if let Err(e) = r {
         tracing::warn!("run {id}: not handed back ({e}); its lease expires on its own");
     }

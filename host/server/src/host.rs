@@ -21,6 +21,7 @@ use heddle_core::{GraphDoc, Value};
 use heddle_kernel::supervisor::{Bounds, Verdict};
 use heddle_runtime::durable::{self, Decision, Reopen, gates, reconcile};
 use heddle_runtime::{Control, Drive, Error, Refused, Runtime, SecretInput, Supervise};
+use heddle_store::fleet::GiveBack;
 use heddle_store::session::{self, Resumption};
 use heddle_store::status::RunState;
 use heddle_store::{Fleet, RunStore, StoreError};
@@ -160,6 +161,8 @@ pub struct Host {
     /// adoption) hold from their check to their driver's start: the second of two
     /// answers to one run sees what the first made of it (409) instead of racing it.
     handovers: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Runs that failed here lately, for the pause before they are claimable again.
+    pub(crate) retries: crate::fleet::Retries,
     /// The desks of the last runs that ended here, so a late answer is told what became
     /// of its escalation (withdrawn, timed out) rather than that it never existed.
     ended: Mutex<VecDeque<(String, Arc<Desk>)>>,
@@ -192,6 +195,7 @@ impl Host {
             freed: Notify::new(),
             watched: Mutex::new(HashMap::new()),
             handovers: Mutex::new(HashMap::new()),
+            retries: Default::default(),
             ended: Mutex::new(Default::default()),
             mask,
             tasks: TaskTracker::new(),
@@ -631,18 +635,34 @@ impl Host {
             }
             // On a shared store, a run left without an ending (this host shutting down,
             // or its driver failed) goes back to the queue: a host continues it from its
-            // log. One whose lease was lost is another host's already.
+            // log. One whose lease was lost is another host's already. One whose driver
+            // failed waits a while first, longer each time in a row: a failure that
+            // lasts must not make hosts take the run in a loop.
             let ended = matches!(&outcome, Ok(o) if o.ending.is_some());
             if let Some(fleet) = &host.fleet
                 && !ended
                 && !lost.load(Ordering::SeqCst)
             {
+                let back = match &outcome {
+                    Err(_) => {
+                        let (n, after) = host.retries.failed(&run_id);
+                        tracing::warn!(
+                            "run {run_id}: queued again, claimable in {} ms ({n} failure(s) in a row here)",
+                            after.as_millis()
+                        );
+                        GiveBack::Queued { after }
+                    }
+                    Ok(_) => GiveBack::QUEUED,
+                };
                 let (f, r) = (fleet.clone(), run_id.clone());
-                if let Err(e) = blocking(move || f.release(&r, epoch, true)).await {
+                if let Err(e) = blocking(move || f.release(&r, epoch, back)).await {
                     tracing::warn!(
                         "run {run_id}: not handed back ({e}); its lease expires on its own"
                     );
                 }
+            }
+            if outcome.is_ok() {
+                host.retries.forget(&run_id);
             }
             if let Some(d) = desk {
                 // The server stopping with a decision pending: the next owner asks again.

@@ -20,6 +20,10 @@
 //!   found this way, with no detector of their own.
 //! - **Queued work** is claimed with `FOR UPDATE SKIP LOCKED`, so hosts claiming at once
 //!   never wait for each other and never get the same run.
+//! - **No run is stranded.** A run given back without an ending is queued
+//!   ([`GiveBack::Queued`]), at once or, when taking it failed, after a pause that grows
+//!   while it keeps failing ([`take_retry`]); only one that waits for a person (paused,
+//!   its log damaged) is left idle. An idle run without an ending is never claimed.
 //! - **Commands** (cancel, resume, answers) are rows any host writes without the lease;
 //!   the owner carries each out and records its outcome.
 //! - **Wake-ups** ([`Fleet::subscribe`]) say when to look again; they may be lost (a
@@ -27,7 +31,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::StoreError;
 
@@ -47,6 +51,38 @@ pub fn renewal_retry(last: Option<Duration>, period: Duration) -> Duration {
         None => RENEWAL_RETRY_FIRST.min(max),
         Some(last) => (last * 2).min(max),
     }
+}
+
+/// The first and the longest pause before a run whose take failed is claimable again.
+const TAKE_RETRY_FIRST: Duration = Duration::from_secs(1);
+const TAKE_RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// The pause before a run is claimable again after the `failures`-th take of it failed in
+/// a row (from 1): 1 s, doubling, at most a minute. A failure that lasts (a package this
+/// host lacks, a database refusing a statement) is tried again now and then, never in a
+/// loop; one that passes (a lock wait, a lost answer) costs a second.
+pub fn take_retry(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    (TAKE_RETRY_FIRST * 2u32.pow(doublings)).min(TAKE_RETRY_MAX)
+}
+
+/// Where a run given back ([`Fleet::release`]) waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GiveBack {
+    /// For a person: the run is paused or ended, or no host can drive it as it is (its
+    /// log is damaged). Never claimed again until someone resumes or queues it.
+    Idle,
+    /// For any host, claimable once `after` passed: at once for a run a host stopped
+    /// driving (shutting down, its driver failed), later for one whose take failed
+    /// ([`take_retry`]).
+    Queued { after: Duration },
+}
+
+impl GiveBack {
+    /// Queued for the next host that claims.
+    pub const QUEUED: GiveBack = GiveBack::Queued {
+        after: Duration::ZERO,
+    };
 }
 
 /// A host as the store knows it.
@@ -200,19 +236,20 @@ pub trait Fleet: Send + Sync {
     /// stays as it is.
     fn enqueue(&self, run_id: &str) -> Result<(), StoreError>;
 
-    /// Takes up to `n` runs that need an owner: queued ones, and running ones whose
-    /// lease expired (adopted). Needs a live registration.
+    /// Takes up to `n` runs that need an owner: queued ones whose pause
+    /// ([`GiveBack::Queued`]) passed, and running ones whose lease expired (adopted).
+    /// Needs a live registration.
     fn claim(&self, n: usize) -> Result<Vec<Claimed>, StoreError>;
 
-    /// Gives run `run_id` (held under `epoch`) back: `requeue` for another host, else
-    /// idle (paused or ended). [`StoreError::RunLeaseLost`] when it was not held.
-    fn release(&self, run_id: &str, epoch: u64, requeue: bool) -> Result<(), StoreError>;
+    /// Gives run `run_id` (held under `epoch`) back, to wait as `back` says.
+    /// [`StoreError::RunLeaseLost`] when it was not held.
+    fn release(&self, run_id: &str, epoch: u64, back: GiveBack) -> Result<(), StoreError>;
 
     /// Gives run `run_id` back ([`Fleet::release`]) at whatever epoch this handle holds
     /// it now, if it holds it; from here on it is not renewed, whatever the database
     /// answers (a hand-back that cannot reach it leaves the lease to expire, never one
     /// renewed for a run nobody here drives).
-    fn hand_back(&self, run_id: &str, requeue: bool) -> Result<(), StoreError>;
+    fn hand_back(&self, run_id: &str, back: GiveBack) -> Result<(), StoreError>;
 
     /// Stops renewing run `run_id`'s lease held under `epoch` (the run was stopped here
     /// as lost: a host that fenced itself after a TTL without renewal, or whose driver
@@ -266,7 +303,8 @@ pub(crate) struct Local {
 #[derive(Default)]
 struct LocalState {
     registered: Option<String>,
-    queue: VecDeque<String>,
+    /// Queued runs, each with when it is claimable.
+    queue: VecDeque<(String, Instant)>,
     /// Runs claimed through the queue, by epoch.
     held: HashMap<String, u64>,
     commands: Vec<(Command, Option<serde_json::Value>)>,
@@ -309,7 +347,8 @@ impl Fleet for crate::SqliteStore {
             let mut s = self.local.state();
             let held: Vec<String> = s.held.drain().map(|(r, _)| r).collect();
             if requeue {
-                s.queue.extend(held);
+                let now = Instant::now();
+                s.queue.extend(held.into_iter().map(|r| (r, now)));
             }
             s.registered = None;
         }
@@ -339,8 +378,8 @@ impl Fleet for crate::SqliteStore {
     fn enqueue(&self, run_id: &str) -> Result<(), StoreError> {
         crate::RunStore::header(self, run_id)?;
         let mut s = self.local.state();
-        if !s.queue.iter().any(|r| r == run_id) && !s.held.contains_key(run_id) {
-            s.queue.push_back(run_id.to_string());
+        if !s.queue.iter().any(|(r, _)| r == run_id) && !s.held.contains_key(run_id) {
+            s.queue.push_back((run_id.to_string(), Instant::now()));
         }
         drop(s);
         self.hub.send(Wake::Work {
@@ -362,7 +401,15 @@ impl Fleet for crate::SqliteStore {
             if out.len() >= n {
                 break;
             }
-            let Some(run) = self.local.state().queue.pop_front() else {
+            let run = {
+                let mut s = self.local.state();
+                let now = Instant::now();
+                match s.queue.iter().position(|(_, at)| *at <= now) {
+                    Some(i) => s.queue.remove(i).map(|(r, _)| r),
+                    None => None,
+                }
+            };
+            let Some(run) = run else {
                 break;
             };
             let epoch = crate::RunStore::acquire(self, &run)?;
@@ -376,7 +423,7 @@ impl Fleet for crate::SqliteStore {
         Ok(out)
     }
 
-    fn release(&self, run_id: &str, epoch: u64, requeue: bool) -> Result<(), StoreError> {
+    fn release(&self, run_id: &str, epoch: u64, back: GiveBack) -> Result<(), StoreError> {
         let mut s = self.local.state();
         if s.held.get(run_id) != Some(&epoch) {
             return Err(StoreError::RunLeaseLost {
@@ -386,16 +433,17 @@ impl Fleet for crate::SqliteStore {
             });
         }
         s.held.remove(run_id);
-        if requeue {
-            s.queue.push_back(run_id.to_string());
+        if let GiveBack::Queued { after } = back {
+            s.queue
+                .push_back((run_id.to_string(), Instant::now() + after));
         }
         Ok(())
     }
 
-    fn hand_back(&self, run_id: &str, requeue: bool) -> Result<(), StoreError> {
+    fn hand_back(&self, run_id: &str, back: GiveBack) -> Result<(), StoreError> {
         let held = self.local.state().held.get(run_id).copied();
         match held {
-            Some(epoch) => self.release(run_id, epoch, requeue),
+            Some(epoch) => self.release(run_id, epoch, back),
             None => Ok(()),
         }
     }
@@ -417,7 +465,7 @@ impl Fleet for crate::SqliteStore {
                 epoch: *e,
                 left_ms: crate::lease::TTL.as_millis() as u64,
             });
-        } else if s.queue.iter().any(|r| r == run_id) {
+        } else if s.queue.iter().any(|(r, _)| r == run_id) {
             "queued"
         } else {
             "idle"

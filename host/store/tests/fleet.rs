@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use heddle_store::fleet::{Fleet, Wake, renewal_retry};
+use heddle_store::fleet::{Fleet, GiveBack, Wake, renewal_retry};
 use heddle_store::{PgOptions, PgStore, RunStore, StoreError};
 use support::{Backend, Fresh, dispatched, new_run};
 
@@ -50,7 +50,7 @@ fn queued_runs_are_claimed_once_and_handed_back(b: Backend) {
     runs.append(&c.run_id, c.epoch, 0, &[dispatched("a")], true)
         .unwrap();
     // Handed back for another host, it is claimed again under a higher epoch.
-    fleet.release(&c.run_id, c.epoch, true).unwrap();
+    fleet.release(&c.run_id, c.epoch, GiveBack::QUEUED).unwrap();
     assert_eq!(fleet.lease(&c.run_id).unwrap().state, "queued");
     let again = fleet.claim(10).unwrap();
     assert_eq!(again.len(), 1);
@@ -61,22 +61,52 @@ fn queued_runs_are_claimed_once_and_handed_back(b: Backend) {
         Err(StoreError::Fenced { .. })
     ));
     // Released as ended, it is nobody's work.
-    fleet.release(&c.run_id, again[0].epoch, false).unwrap();
+    fleet
+        .release(&c.run_id, again[0].epoch, GiveBack::Idle)
+        .unwrap();
     assert_eq!(fleet.lease(&c.run_id).unwrap().state, "idle");
     assert!(fleet.claim(10).unwrap().is_empty());
     // Releasing what is not held says so.
     assert!(matches!(
-        fleet.release(&c.run_id, again[0].epoch, false),
+        fleet.release(&c.run_id, again[0].epoch, GiveBack::Idle),
         Err(StoreError::RunLeaseLost { .. })
     ));
     assert!(matches!(
         fleet.enqueue("nope"),
         Err(StoreError::UnknownRun(_))
     ));
-    // A graceful shutdown hands every held run back to the queue.
+    // A run whose take failed is queued for later: queued (not idle, which nobody
+    // claims), and claimed only once its pause passed.
+    let (later, soon) = (&rest[0], &rest[1]);
+    let hour = Duration::from_secs(3600);
+    fleet
+        .release(&later.run_id, later.epoch, GiveBack::Queued { after: hour })
+        .unwrap();
+    fleet
+        .release(
+            &soon.run_id,
+            soon.epoch,
+            GiveBack::Queued {
+                after: Duration::from_millis(200),
+            },
+        )
+        .unwrap();
+    assert_eq!(fleet.lease(&later.run_id).unwrap().state, "queued");
+    let mut claimed = Vec::new();
+    for _ in 0..3000 {
+        claimed = fleet.claim(10).unwrap();
+        if !claimed.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ids: Vec<&str> = claimed.iter().map(|c| c.run_id.as_str()).collect();
+    assert_eq!(ids, [soon.run_id.as_str()]);
+    // A graceful shutdown hands every held run back to the queue (the one queued for
+    // later stays so).
     fleet.deregister(true).unwrap();
     fleet.register("http://127.0.0.1:1").unwrap();
-    assert_eq!(fleet.claim(10).unwrap().len(), 4);
+    assert_eq!(fleet.claim(10).unwrap().len(), 3);
 }
 
 fn commands_reach_the_owner_and_their_outcomes_the_sender(b: Backend) {

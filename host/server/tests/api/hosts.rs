@@ -2,7 +2,8 @@
 //! host drives is listed, shown, streamed and cancelled through the other; its
 //! escalation is listed and answered through the other (relayed through the store); a
 //! run created while every worker slot of its host is taken is queued and claimed by the
-//! host that has one; `GET /api/hosts` lists both.
+//! host that has one, and one whose take failed is queued again and taken later;
+//! `GET /api/hosts` lists both.
 
 use std::time::Duration;
 
@@ -35,13 +36,11 @@ fn started(s: &TestServer) -> usize {
 
 /// Waits (a generous bound; nothing is asserted about the time) until `f` holds.
 async fn until(what: &str, mut f: impl AsyncFnMut() -> bool) {
-    for _ in 0..6000 {
-        if f().await {
-            return;
-        }
+    let deadline = std::time::Instant::now() + WAIT;
+    while !bounded(what, f()).await {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("never: {what}");
 }
 
 /// Two hosts on a fresh database; `None` when PostgreSQL tests are skipped.
@@ -206,4 +205,85 @@ async fn a_run_created_while_every_slot_is_taken_is_queued_and_claimed_by_a_free
         let opened = events.iter().filter(|(_, k, _)| k == "opened").count();
         assert_eq!(opened, 1, "{events:#?}");
     }
+}
+
+/// A queued run whose take fails (the database refuses its opening record once, as it
+/// may refuse a statement for reasons of its own) is queued again and taken on a later
+/// claim. Given back idle, as it was, no host ever claimed it again: it waited forever
+/// (a run cut off from its host under load was lost so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_take_failed_is_queued_again_and_taken_later() {
+    let Some((a, b)) = two_hosts(Setup {
+        workers: Some(1),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let graph = waiting(&a);
+    let first = a.create(&graph).await;
+    until("the first run started", async || started(&a) == 1).await;
+    // From now on the first opening record anyone writes is refused (a sequence counts
+    // the tries: a rollback does not undo it).
+    let url = a.database().unwrap();
+    tokio::task::spawn_blocking(move || {
+        pg::sql(
+            &url,
+            "CREATE SEQUENCE heddle.openings;
+             CREATE FUNCTION heddle.refuse_first_opening() RETURNS trigger
+             LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF NEW.kind = 'opened' AND nextval('heddle.openings') = 1 THEN
+                     RAISE EXCEPTION 'refused by the test';
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER refuse_first_opening BEFORE INSERT ON heddle.events
+                 FOR EACH ROW EXECUTE FUNCTION heddle.refuse_first_opening();",
+        )
+    })
+    .await
+    .unwrap();
+    // Host a's one slot is taken: the run is queued, host b claims it, and its take
+    // is refused.
+    let (status, body) = a
+        .call(
+            "POST",
+            "/api/runs",
+            Some(json!({ "graph": serde_json::from_str::<Value>(&graph).unwrap() })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body:#}");
+    assert_eq!(body["state"], "queued", "{body:#}");
+    let second = body["run_id"].as_str().unwrap().to_string();
+    until("the refused run was taken on a later claim", async || {
+        b.host.driving() == [second.clone()]
+    })
+    .await;
+    until("the second run started", async || started(&a) == 2).await;
+    let url = a.database().unwrap();
+    let tries = tokio::task::spawn_blocking(move || {
+        pg::query(&url, "SELECT last_value FROM heddle.openings")
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        tries,
+        [[Some("2".to_string())]],
+        "one refused take, one taken"
+    );
+    for id in [&first, &second] {
+        let (status, body) = a
+            .call("POST", &format!("/api/runs/{id}/cancel"), None)
+            .await;
+        assert_eq!(status, 202, "{body:#}");
+    }
+    for id in [&first, &second] {
+        assert_eq!(a.ended(id).await["state"], "cancelled");
+    }
+    // Opened once: the refused take wrote nothing.
+    let events = a.events(&second, None).await;
+    let opened = events.iter().filter(|(_, k, _)| k == "opened").count();
+    assert_eq!(opened, 1, "{events:#?}");
 }

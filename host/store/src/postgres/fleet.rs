@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::{Inner, Pg, PgStore, on_conn};
 use crate::StoreError;
 use crate::fleet::{
-    Claimed, Command, Fleet, Heartbeat, HostRow, LeaseRow, Wake, Wakeups, renewal_retry,
+    Claimed, Command, Fleet, GiveBack, Heartbeat, HostRow, LeaseRow, Wake, Wakeups, renewal_retry,
 };
 
 pub use crate::fleet::LostLease;
@@ -428,7 +428,8 @@ impl Inner {
                      c AS (
                         SELECT run_id, state AS was, owner_host AS was_host FROM leases
                         WHERE state <> 'idle'
-                          AND (state = 'queued' OR expires_at <= now())
+                          AND CASE WHEN state = 'queued' THEN coalesce(queued_at <= now(), true)
+                                   ELSE expires_at <= now() END
                           AND EXISTS (SELECT 1 FROM h)
                         ORDER BY queued_at, run_id
                         LIMIT $4 FOR UPDATE SKIP LOCKED)
@@ -496,7 +497,7 @@ impl Inner {
         self: Arc<Self>,
         run_id: String,
         epoch: u64,
-        requeue: bool,
+        back: GiveBack,
     ) -> Result<(), StoreError> {
         const OP: &str = "releasing a run";
         let channel = self.channel("work");
@@ -509,17 +510,25 @@ impl Inner {
                 h.remove(&run_id);
             }
         }
+        let (requeue, after_ms) = match back {
+            GiveBack::Idle => (false, 0),
+            GiveBack::Queued { after } => (true, after.as_millis() as i64),
+        };
         let released = on_conn!(self, OP, |c| {
+            // Hosts are woken for a run claimable at once; one queued for later is found
+            // by their polls.
             c.query_opt(
                 "WITH r AS (
                     UPDATE leases SET state = CASE WHEN $3 THEN 'queued' ELSE 'idle' END,
                         owner_host = NULL, expires_at = NULL,
-                        queued_at = CASE WHEN $3 THEN now() ELSE queued_at END
+                        queued_at = CASE WHEN $3
+                            THEN now() + $5::bigint * interval '1 millisecond'
+                            ELSE queued_at END
                     WHERE run_id = $1 AND owner_epoch = $2 AND state = 'running'
                     RETURNING run_id)
-                 SELECT count(CASE WHEN $3 THEN pg_notify($4, run_id) END) FROM r
+                 SELECT count(CASE WHEN $3 AND $5 = 0 THEN pg_notify($4, run_id) END) FROM r
                  HAVING count(*) > 0",
-                &[&run_id, &(epoch as i64), &requeue, &channel],
+                &[&run_id, &(epoch as i64), &requeue, &channel, &after_ms],
             )
             .await
             .map_err(Pg::op(OP))
@@ -725,9 +734,9 @@ impl Fleet for PgStore {
         self.call(|i| i.claim(n))
     }
 
-    fn release(&self, run_id: &str, epoch: u64, requeue: bool) -> Result<(), StoreError> {
+    fn release(&self, run_id: &str, epoch: u64, back: GiveBack) -> Result<(), StoreError> {
         let run_id = run_id.to_string();
-        self.call(|i| i.release(run_id, epoch, requeue))
+        self.call(|i| i.release(run_id, epoch, back))
     }
 
     fn stop_renewing(&self, run_id: &str, epoch: u64) {
@@ -737,9 +746,9 @@ impl Fleet for PgStore {
         }
     }
 
-    fn hand_back(&self, run_id: &str, requeue: bool) -> Result<(), StoreError> {
+    fn hand_back(&self, run_id: &str, back: GiveBack) -> Result<(), StoreError> {
         match self.inner.held_epoch(run_id) {
-            Some(epoch) => self.release(run_id, epoch, requeue),
+            Some(epoch) => self.release(run_id, epoch, back),
             None => Ok(()),
         }
     }

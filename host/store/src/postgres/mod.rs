@@ -1482,7 +1482,7 @@ impl RunStore for PgStore {
     }
 
     fn let_go(&self, run_id: &str, epoch: u64) -> Result<(), StoreError> {
-        crate::Fleet::release(self, run_id, epoch, false)
+        crate::Fleet::release(self, run_id, epoch, crate::fleet::GiveBack::Idle)
     }
 
     fn append_frames(&self, epoch: u64, frames: &Frames, _sync: bool) -> Result<(), StoreError> {
