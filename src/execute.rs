@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use crate::exit::{Exit, StreamLineError, bounded};
 use crate::inputs;
 use crate::progress::{Mode, Progress};
-use crate::report::{NodeTimes, RunReport, human_summary};
+use heddle_runtime::run_report::{NodeTimes, RunReport, human_summary};
 
 /// One run as the command line drives it, fresh or resumed.
 pub(crate) struct Execution<'a> {

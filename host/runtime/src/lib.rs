@@ -188,6 +188,7 @@ pub mod error;
 pub mod exit;
 pub mod providers;
 pub mod report;
+pub mod run_report;
 pub mod secrets;
 pub mod settings;
 pub mod telemetry;
