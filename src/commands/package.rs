@@ -5,243 +5,44 @@
 
 use std::path::{Path, PathBuf};
 
-use heddle_core::CapabilityKind;
 use heddle_registry::RegistrySettings;
-use heddle_wasm::{PackageGrant, PackageSource, WasmPackage};
-use serde::Serialize;
+use heddle_runtime::Settings;
+use heddle_runtime::package_review::{Change, GrantState, PackageInfo, kind_name, review};
+use heddle_wasm::{PackageSource, WasmPackage};
 
 use crate::cli::{PackageArgs, PackageCommand};
 use crate::exit::Exit;
-use heddle_runtime::Settings;
 
-/// One capability request and whether the config grants it.
-#[derive(Debug, Serialize)]
-pub struct CapabilityLine {
-    pub kind: CapabilityKind,
-    pub target: String,
-    pub reason: String,
-    /// Who asks: the package manifest, or a node type.
-    pub requested_by: String,
-    pub granted: bool,
-}
-
-#[derive(Debug, Serialize)]
-pub struct PackageInfo {
-    pub name: String,
-    pub version: String,
-    pub description: String,
-    pub sha256: String,
-    /// Where it was fetched from, for a package added from a registry.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub source: Option<PackageSource>,
-    pub node_types: Vec<String>,
-    pub capabilities: Vec<CapabilityLine>,
-    /// The destinations the config grants (`network`), whatever the package asked.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub network_granted: Vec<String>,
-    /// The headers the host adds per destination (`network_auth`): names, never values.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub network_auth: Vec<AuthLine>,
-    /// What the operator's config says about this package.
-    pub grant: GrantState,
-    /// What a re-add changed against the installed version.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub change: Option<Change>,
-}
-
-/// A header the host injects for a destination, from a secret.
-#[derive(Debug, Serialize)]
-pub struct AuthLine {
-    pub destination: String,
-    pub header: String,
-    pub secret: String,
-}
-
-/// What re-adding a package changes: shown before it takes effect.
-#[derive(Debug, Serialize)]
-pub struct Change {
-    pub name: String,
-    pub version: (String, String),
-    pub sha256: (String, String),
-    pub signer: (Option<String>, Option<String>),
-    pub node_types_added: Vec<String>,
-    pub node_types_removed: Vec<String>,
-    pub capabilities_added: Vec<String>,
-    pub capabilities_removed: Vec<String>,
-    pub description: String,
-}
-
-/// A package's capability requests as `kind `target``, one each.
-fn requests(pkg: &WasmPackage) -> std::collections::BTreeSet<String> {
-    let mut out = std::collections::BTreeSet::new();
-    for c in &pkg.manifest.capabilities {
-        out.insert(format!("{} `{}`", kind_name(c.kind), c.target));
-    }
-    for d in pkg.declarations() {
-        for c in &d.capabilities {
-            out.insert(format!("{} `{}`", kind_name(c.kind), c.target));
+/// Prints what re-adding a package changes, before it takes effect.
+fn print_change(c: &Change) {
+    let same = |a: &str, b: &str| {
+        if a == b {
+            format!("{a} (unchanged)")
+        } else {
+            format!("{a} -> {b}")
         }
-    }
-    out
-}
-
-impl Change {
-    /// `old` is the installed package (`None` when it no longer loads: then everything
-    /// the new one asks for counts as added).
-    fn between(
-        old: Option<&WasmPackage>,
-        old_entry: &heddle_wasm::LockEntry,
-        new: &WasmPackage,
-        origin: Option<&PackageSource>,
-    ) -> Change {
-        let old_types: std::collections::BTreeSet<String> =
-            old_entry.node_types.iter().cloned().collect();
-        let new_types: std::collections::BTreeSet<String> = new
-            .declarations()
-            .iter()
-            .map(|d| d.type_name.clone())
-            .collect();
-        let old_caps = old.map(requests).unwrap_or_default();
-        let new_caps = requests(new);
-        Change {
-            name: new.name().to_string(),
-            version: (old_entry.version.clone(), new.manifest.version.clone()),
-            sha256: (old_entry.sha256.clone(), new.digest.clone()),
-            signer: (
-                old_entry.source.as_ref().and_then(|s| s.signer.clone()),
-                origin.and_then(|s| s.signer.clone()),
-            ),
-            node_types_added: new_types.difference(&old_types).cloned().collect(),
-            node_types_removed: old_types.difference(&new_types).cloned().collect(),
-            capabilities_added: new_caps.difference(&old_caps).cloned().collect(),
-            capabilities_removed: old_caps.difference(&new_caps).cloned().collect(),
-            description: new.manifest.description.clone(),
-        }
-    }
-
-    fn print(&self) {
-        let same = |a: &str, b: &str| {
-            if a == b {
-                format!("{a} (unchanged)")
-            } else {
-                format!("{a} -> {b}")
-            }
-        };
-        let signer = |s: &Option<String>| s.clone().unwrap_or_else(|| "unsigned".into());
-        println!("update of {} already installed:", self.name);
-        println!("  version {}", same(&self.version.0, &self.version.1));
-        println!("  sha256 {}", same(&self.sha256.0, &self.sha256.1));
-        println!(
-            "  signer {}",
-            same(&signer(&self.signer.0), &signer(&self.signer.1))
-        );
-        if !self.description.is_empty() {
-            println!("  description: {}", self.description);
-        }
-        for (what, list) in [
-            ("node types added", &self.node_types_added),
-            ("node types removed", &self.node_types_removed),
-            ("capabilities added", &self.capabilities_added),
-            ("capabilities removed", &self.capabilities_removed),
-        ] {
-            if !list.is_empty() {
-                println!("  {what}: {}", list.join(", "));
-            }
-        }
-    }
-}
-
-/// The operator's grant of a package, as the review shows it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "state")]
-pub enum GrantState {
-    /// No `[packages.NAME]` section: nothing is granted.
-    None,
-    /// A section without `sha256`: any package of that name receives it.
-    Unpinned,
-    /// A section pinned to these bytes.
-    Pinned,
-    /// A section pinned to other bytes: nothing is granted to these.
-    PinMismatch { pinned: String },
-}
-
-/// What the config grants the package `name` whose component is `digest`, and how.
-fn grant_of(settings: &Settings, name: &str, digest: &str) -> (PackageGrant, GrantState) {
-    let Some(g) = settings.wasm.packages.get(name) else {
-        return (PackageGrant::default(), GrantState::None);
     };
-    match &g.sha256 {
-        None => (g.clone(), GrantState::Unpinned),
-        Some(p) if p.eq_ignore_ascii_case(digest) => (g.clone(), GrantState::Pinned),
-        Some(p) => (
-            PackageGrant::default(),
-            GrantState::PinMismatch { pinned: p.clone() },
-        ),
+    let signer = |s: &Option<String>| s.clone().unwrap_or_else(|| "unsigned".into());
+    println!("update of {} already installed:", c.name);
+    println!("  version {}", same(&c.version.0, &c.version.1));
+    println!("  sha256 {}", same(&c.sha256.0, &c.sha256.1));
+    println!(
+        "  signer {}",
+        same(&signer(&c.signer.0), &signer(&c.signer.1))
+    );
+    if !c.description.is_empty() {
+        println!("  description: {}", c.description);
     }
-}
-
-/// A package's review: what it asks for against what `settings` grants it.
-fn review(settings: &Settings, pkg: &WasmPackage, sha256: &str) -> PackageInfo {
-    let (grant, state) = grant_of(settings, pkg.name(), sha256);
-    let mut info = describe(pkg, sha256, &grant);
-    info.grant = state;
-    info
-}
-
-pub fn describe(pkg: &WasmPackage, sha256: &str, grant: &PackageGrant) -> PackageInfo {
-    let mut caps = Vec::new();
-    for c in &pkg.manifest.capabilities {
-        caps.push(CapabilityLine {
-            kind: c.kind,
-            target: c.target.clone(),
-            reason: c.reason.clone(),
-            requested_by: "manifest".into(),
-            granted: grant.covers(c.kind, &c.target),
-        });
-    }
-    for d in pkg.declarations() {
-        for c in &d.capabilities {
-            caps.push(CapabilityLine {
-                kind: c.kind,
-                target: c.target.clone(),
-                reason: c.reason.clone(),
-                requested_by: d.type_name.clone(),
-                granted: grant.covers(c.kind, &c.target),
-            });
+    for (what, list) in [
+        ("node types added", &c.node_types_added),
+        ("node types removed", &c.node_types_removed),
+        ("capabilities added", &c.capabilities_added),
+        ("capabilities removed", &c.capabilities_removed),
+    ] {
+        if !list.is_empty() {
+            println!("  {what}: {}", list.join(", "));
         }
     }
-    PackageInfo {
-        name: pkg.name().to_string(),
-        version: pkg.manifest.version.clone(),
-        description: pkg.manifest.description.clone(),
-        sha256: sha256.to_string(),
-        source: None,
-        node_types: pkg
-            .declarations()
-            .iter()
-            .map(|d| d.type_name.clone())
-            .collect(),
-        capabilities: caps,
-        network_granted: grant.network.iter().map(ToString::to_string).collect(),
-        network_auth: grant
-            .network_auth
-            .iter()
-            .map(|(d, a)| AuthLine {
-                destination: d.to_string(),
-                header: a.header.clone(),
-                secret: a.secret.get_ref().clone(),
-            })
-            .collect(),
-        grant: GrantState::None,
-        change: None,
-    }
-}
-
-fn kind_name(k: CapabilityKind) -> String {
-    serde_json::to_value(k)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
 }
 
 fn print_info(info: &PackageInfo, config: &str) {
@@ -373,7 +174,7 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
                 let old = rt.block_on(store.load(&host, &old_entry.name)).ok();
                 let c = Change::between(old.as_ref(), &old_entry, &candidate, origin.as_ref());
                 if !json {
-                    c.print();
+                    print_change(&c);
                 }
                 if !c.capabilities_added.is_empty() && !yes {
                     if json {

@@ -186,6 +186,7 @@ pub mod driver;
 pub mod durable;
 pub mod error;
 pub mod exit;
+pub mod package_review;
 pub mod providers;
 pub mod report;
 pub mod run_report;
