@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use heddle_registry::RegistrySettings;
 use heddle_runtime::Settings;
 use heddle_runtime::package_review::{Change, GrantState, PackageInfo, kind_name, review};
-use heddle_wasm::{PackageSource, WasmPackage};
+use heddle_wasm::WasmPackage;
 
 use crate::cli::{PackageArgs, PackageCommand};
 use crate::exit::Exit;
@@ -497,21 +497,13 @@ pub(crate) fn fetch_missing(
     for (name, pin) in missing {
         // Invariant: filtered on `source.is_some()` above.
         let o = pin.source.as_ref().expect("filtered");
-        let source = PackageSource {
-            reference: o.reference.clone(),
-            registry: o.registry.clone(),
-            repository: o.repository.clone(),
-            manifest_digest: o.manifest_digest.clone(),
-            layer_digest: o.layer_digest.clone(),
-            signer: o.signer.clone(),
-        };
         eprintln!(
             "run {run} uses package {name}, not installed here: fetching {} (manifest {})",
             o.reference, o.manifest_digest
         );
         rt.block_on(async {
             let fetched =
-                heddle_registry::fetch_pinned(&source, &registry, &opts, store.root()).await?;
+                heddle_registry::fetch_pinned(o, &registry, &opts, store.root()).await?;
             let pkg = store
                 .install_from(&host, &fetched.dir, Some(fetched.source.clone()))
                 .await
