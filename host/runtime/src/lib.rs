@@ -192,6 +192,7 @@ pub mod report;
 pub mod run_report;
 pub mod secrets;
 pub mod settings;
+pub mod streams;
 pub mod telemetry;
 pub mod watch;
 
