@@ -5,9 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use heddle_registry::RegistrySettings;
-use heddle_runtime::Settings;
 use heddle_runtime::package_review::{Change, GrantState, PackageInfo, kind_name, review};
+use heddle_runtime::packages::{self, AddOptions, Added};
 use heddle_wasm::WasmPackage;
 
 use crate::cli::{PackageArgs, PackageCommand};
@@ -120,100 +119,56 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             allow_latest,
             yes,
         } => {
-            let host = settings.wasm_host()?;
-            // The package staged: the directory itself, or a fetch (kept until the end).
-            let fetched = match registry_reference(&source)? {
-                None => None,
-                Some(reference) => {
-                    let registry = registry_settings(&settings)?;
-                    let opts = heddle_registry::FetchOptions {
-                        allow_latest,
-                        max_component_bytes: settings.wasm.wasm.max_component_bytes,
-                        trust: trust(&settings)?,
-                    };
-                    let f = rt.block_on(heddle_registry::fetch(
-                        &source,
-                        &reference,
-                        &registry,
-                        &opts,
-                        store.root(),
-                    ))?;
-                    if !json {
-                        eprintln!(
-                            "fetched {source}: manifest {}, component {}",
-                            f.source.manifest_digest, f.source.layer_digest
-                        );
-                    }
-                    Some(f)
-                }
+            let opts = AddOptions {
+                allow_latest,
+                accept_new_capabilities: yes,
             };
-            let (dir, origin) = match &fetched {
-                Some(f) => (f.dir.clone(), Some(f.source.clone())),
-                None => (PathBuf::from(&source), None),
+            let added = rt.block_on(packages::add(&settings, &source, opts))?;
+            let fetched = match &added {
+                Added::Installed { fetched, .. } | Added::NeedsConsent { fetched, .. } => fetched,
             };
-            let in_registry = |e: heddle_wasm::PackageError| -> anyhow::Error {
-                match &fetched {
-                    Some(_) => heddle_registry::RegistryError::Package {
-                        reference: source.clone(),
-                        source: Box::new(e),
-                    }
-                    .into(),
-                    None => e.into(),
-                }
-            };
-            // An update is shown before it takes effect; more capabilities need --yes.
-            let candidate = rt
-                .block_on(WasmPackage::load_dir(&host, &dir))
-                .map_err(in_registry)?;
-            let previous = store
-                .list()
-                .ok()
-                .and_then(|l| l.into_iter().find(|e| e.name == candidate.name()));
-            let mut change = None;
-            if let Some(old_entry) = previous {
-                let old = rt.block_on(store.load(&host, &old_entry.name)).ok();
-                let c = Change::between(old.as_ref(), &old_entry, &candidate, origin.as_ref());
-                if !json {
-                    print_change(&c);
-                }
-                if !c.capabilities_added.is_empty() && !yes {
-                    if json {
-                        println!("{}", serde_json::to_string_pretty(&c)?);
-                    }
-                    return Err(crate::usage!(
-                        "package {}: the update asks for capabilities the installed version did not ({}); nothing was changed; add it again with --yes to accept",
-                        candidate.name(),
-                        c.capabilities_added.join(", ")
-                    ));
-                }
-                change = Some(c);
-            }
-            drop(candidate);
-            let pkg = rt
-                .block_on(store.install_from(&host, &dir, origin))
-                .map_err(in_registry)?;
-            drop(fetched);
-            let entry = store.list()?.into_iter().find(|e| e.name == pkg.name());
-            let installed = entry
-                .as_ref()
-                .map(|e| store.entry_dir(e))
-                .unwrap_or_default();
-            let mut info = review(&settings, &pkg, &pkg.digest);
-            info.source = entry.and_then(|e| e.source);
-            info.change = change;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&info)?);
-            } else {
-                println!(
-                    "installed {}@{} into {} (pinned in {})",
-                    info.name,
-                    info.version,
-                    installed.display(),
-                    store.lockfile_path().display()
+            if let (Some(f), false) = (fetched, json) {
+                eprintln!(
+                    "fetched {source}: manifest {}, component {}",
+                    f.manifest_digest, f.layer_digest
                 );
-                print_info(&info, &config_name);
             }
-            Ok(Exit::Ok)
+            match added {
+                Added::NeedsConsent { name, change, .. } => {
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&change)?);
+                    } else {
+                        print_change(&change);
+                    }
+                    Err(crate::usage!(
+                        "package {name}: the update asks for capabilities the installed version did not ({}); nothing was changed; add it again with --yes to accept",
+                        change.capabilities_added.join(", ")
+                    ))
+                }
+                Added::Installed {
+                    info,
+                    dir,
+                    lockfile,
+                    ..
+                } => {
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&info)?);
+                    } else {
+                        if let Some(c) = &info.change {
+                            print_change(c);
+                        }
+                        println!(
+                            "installed {}@{} into {} (pinned in {})",
+                            info.name,
+                            info.version,
+                            dir.display(),
+                            lockfile.display()
+                        );
+                        print_info(&info, &config_name);
+                    }
+                    Ok(Exit::Ok)
+                }
+            }
         }
         PackageCommand::List { json } => {
             let host = settings.wasm_host()?;
@@ -276,12 +231,12 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             allow_latest,
             key,
         } => {
-            let Some(parsed) = registry_reference(&reference)? else {
+            let Some(parsed) = packages::registry_reference(&reference)? else {
                 return Err(crate::usage!(
                     "`{reference}` is not a registry reference: give oci://REGISTRY/NAMESPACE/NAME:VERSION or namespace:name@version"
                 ));
             };
-            let registry = registry_settings(&settings)?;
+            let registry = settings.registry()?;
             let key = key
                 .as_deref()
                 .map(heddle_registry::SigningKey::read)
@@ -324,12 +279,12 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             key,
             allow_latest,
         } => {
-            let Some(parsed) = registry_reference(&reference)? else {
+            let Some(parsed) = packages::registry_reference(&reference)? else {
                 return Err(crate::usage!(
                     "`{reference}` is not a registry reference: give oci://REGISTRY/NAMESPACE/NAME:VERSION or namespace:name@version"
                 ));
             };
-            let registry = registry_settings(&settings)?;
+            let registry = settings.registry()?;
             let key = heddle_registry::SigningKey::read(&key)?;
             let signed = rt.block_on(heddle_registry::sign(
                 &reference,
@@ -346,7 +301,20 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             );
             Ok(Exit::Ok)
         }
-        PackageCommand::Keygen { file } => keygen(&file),
+        PackageCommand::Keygen { file } => {
+            let (public_path, public) = heddle_registry::SigningKey::generate_files(&file)?;
+            println!("private key {} (keep it secret)", file.display());
+            println!(
+                "public key  {} ({})",
+                public_path.display(),
+                public.fingerprint()
+            );
+            println!(
+                "to trust it, in heddle.toml:\n  [trust.keys]\n  NAME = \"{}\"",
+                public_path.display()
+            );
+            Ok(Exit::Ok)
+        }
         PackageCommand::Remove { name } => {
             store.remove(&name)?;
             println!("removed {name}");
@@ -363,26 +331,6 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
             Ok(Exit::Ok)
         }
     }
-}
-
-/// `Some` when `text` is a registry reference rather than a directory (an existing
-/// directory always wins).
-fn registry_reference(text: &str) -> anyhow::Result<Option<heddle_registry::PackageRef>> {
-    if Path::new(text).is_dir() {
-        return Ok(None);
-    }
-    match heddle_registry::fetch::parse(text) {
-        None => Ok(None),
-        Some(r) => Ok(Some(r?)),
-    }
-}
-
-/// `[registry]` of heddle.toml (defaults without one).
-fn registry_settings(settings: &heddle_runtime::Settings) -> anyhow::Result<RegistrySettings> {
-    Ok(settings
-        .config
-        .section::<RegistrySettings>("registry")?
-        .unwrap_or_default())
 }
 
 /// `heddle package build DIR`: the builder of scripts/package-build, in the binary.
@@ -409,118 +357,4 @@ fn build(
     println!("{p}");
     println!("  install it with: heddle package add {}", p.dir.display());
     Ok(Exit::Ok)
-}
-
-/// `[trust]` of heddle.toml, its keys read (relative paths from the file's directory).
-fn trust(settings: &heddle_runtime::Settings) -> anyhow::Result<heddle_registry::Trust> {
-    let section = settings
-        .config
-        .section::<heddle_registry::TrustSettings>("trust")?
-        .unwrap_or_default();
-    Ok(heddle_registry::Trust::load(
-        &section,
-        &settings.config.base_dir(),
-    )?)
-}
-
-/// `heddle package keygen FILE`: a P-256 key pair for `package push --key` and
-/// `package sign`, the public half ready for `[trust.keys]`.
-fn keygen(file: &Path) -> anyhow::Result<Exit> {
-    use std::io::Write as _;
-    let public_path = PathBuf::from(format!("{}.pub", file.display()));
-    for p in [file, public_path.as_path()] {
-        if p.exists() {
-            return Err(crate::usage!(
-                "{} exists; not overwriting a key",
-                p.display()
-            ));
-        }
-    }
-    let (private, public) =
-        heddle_registry::SigningKey::generate().map_err(|e| anyhow::anyhow!("keygen: {e}"))?;
-    let mut f = {
-        let mut o = std::fs::File::options();
-        o.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-        o.open(file)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?
-    };
-    f.write_all(private.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    std::fs::write(&public_path, public.to_pem())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", public_path.display()))?;
-    println!("private key {} (keep it secret)", file.display());
-    println!(
-        "public key  {} ({})",
-        public_path.display(),
-        public.fingerprint()
-    );
-    println!(
-        "to trust it, in heddle.toml:\n  [trust.keys]\n  NAME = \"{}\"",
-        public_path.display()
-    );
-    Ok(Exit::Ok)
-}
-
-/// Installs, from their registries, the packages `run` recorded that the package store
-/// lacks: exactly the manifest digest recorded (whose layer must be the recorded
-/// component), checked against `[trust]` as any add is. Packages added from a directory
-/// are left to the refusal at load, which says what to add.
-pub(crate) fn fetch_missing(
-    settings: &Settings,
-    run: &str,
-    recorded: &std::collections::BTreeMap<String, heddle_store::PackagePin>,
-    rt: &tokio::runtime::Runtime,
-) -> anyhow::Result<()> {
-    let store = settings.package_store();
-    let installed: std::collections::BTreeSet<String> = if store.lockfile_path().is_file() {
-        store.list()?.into_iter().map(|e| e.name).collect()
-    } else {
-        Default::default()
-    };
-    let missing: Vec<_> = recorded
-        .iter()
-        .filter(|(name, pin)| !installed.contains(*name) && pin.source.is_some())
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let registry = registry_settings(settings)?;
-    let opts = heddle_registry::FetchOptions {
-        allow_latest: false,
-        max_component_bytes: settings.wasm.wasm.max_component_bytes,
-        trust: trust(settings)?,
-    };
-    let host = settings.wasm_host()?;
-    for (name, pin) in missing {
-        // Invariant: filtered on `source.is_some()` above.
-        let o = pin.source.as_ref().expect("filtered");
-        eprintln!(
-            "run {run} uses package {name}, not installed here: fetching {} (manifest {})",
-            o.reference, o.manifest_digest
-        );
-        rt.block_on(async {
-            let fetched =
-                heddle_registry::fetch_pinned(o, &registry, &opts, store.root()).await?;
-            let pkg = store
-                .install_from(&host, &fetched.dir, Some(fetched.source.clone()))
-                .await
-                .map_err(|e| heddle_registry::RegistryError::Package {
-                    reference: o.reference.clone(),
-                    source: Box::new(e),
-                })?;
-            if pkg.digest != pin.sha256 {
-                anyhow::bail!(
-                    "run {run}: package {name} fetched from {} is sha256 {}, not the {} the run recorded",
-                    o.reference,
-                    pkg.digest,
-                    pin.sha256
-                );
-            }
-            anyhow::Ok(())
-        })?;
-    }
-    Ok(())
 }

@@ -181,12 +181,16 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "bench")]
+#[doc(hidden)]
+pub mod bench;
 pub mod config;
 pub mod driver;
 pub mod durable;
 pub mod error;
 pub mod exit;
 pub mod package_review;
+pub mod packages;
 pub mod providers;
 pub mod report;
 pub mod run_report;
