@@ -72,6 +72,9 @@ fn recipes(config: &RunnersConfig) -> Vec<(String, Vec<String>)> {
         (&config.images.bash, None),
         (&config.images.python, Some("python3")),
         (&config.images.javascript, Some("nodejs")),
+        (&config.images.ruby, Some("ruby")),
+        (&config.images.lua, Some("lua5.4")),
+        (&config.images.lua, Some("lua-cjson")),
     ];
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
     for (name, pkg) in wanted {
@@ -345,10 +348,21 @@ mod tests {
         c.images.python = "all:1".into();
         c.images.javascript = "all:1".into();
         c.images.bash = "all:1".into();
+        c.images.ruby = "all:1".into();
+        c.images.lua = "all:1".into();
         assert_eq!(
             recipes(&c),
-            vec![("all:1".to_string(), vec!["python3".into(), "nodejs".into()])]
+            vec![(
+                "all:1".to_string(),
+                vec![
+                    "python3".into(),
+                    "nodejs".into(),
+                    "ruby".into(),
+                    "lua5.4".into(),
+                    "lua-cjson".into()
+                ]
+            )]
         );
-        assert_eq!(recipes(&RunnersConfig::default()).len(), 3);
+        assert_eq!(recipes(&RunnersConfig::default()).len(), 5);
     }
 }
