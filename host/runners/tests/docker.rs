@@ -672,7 +672,7 @@ async fn building_images_again_skips_the_present_ones() {
     )
     .await
     .expect("images present");
-    assert_eq!(outcomes.len(), 3);
+    assert_eq!(outcomes.len(), 5);
     assert!(
         outcomes
             .iter()
