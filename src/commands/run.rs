@@ -106,6 +106,7 @@ fn supervisor(
         (None, Some(r)) => Decider::Replay(r.clone()),
         (None, None) if args.supervise => Decider::Llm {
             model: args.supervisor_model.clone(),
+            endpoint: None,
             cost_cap_usd: args.supervisor_cost_cap,
         },
         (None, None) => {

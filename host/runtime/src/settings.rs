@@ -41,7 +41,7 @@ pub struct Overrides {
 }
 
 /// What a server's caller sets over `[serve]`.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct ServeOverrides {
     /// Who decides a failed invocation of a run created without a choice of its own.
     pub supervise: Option<Supervise>,
@@ -53,7 +53,7 @@ pub struct ServeOverrides {
 
 /// Who decides a failed node invocation of a run a server drives. Recorded with the
 /// run, so whoever adopts or resumes it supervises it the same way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Supervise {
     /// Failures fail, as in an unsupervised `heddle run`.
@@ -61,14 +61,32 @@ pub enum Supervise {
     None,
     /// Each failure waits for a person's verdict through the API.
     Interactive,
+    /// The rules of a policy document (TOML), chosen per run (`POST /api/runs`).
+    #[serde(skip_deserializing)]
+    Policy {
+        /// The document.
+        document: String,
+    },
+    /// The LLM agent, chosen per run with the model and endpoint the operator permits
+    /// (`[serve] supervisor_models`, `supervisor_endpoints`); `None` is the configured
+    /// one (`[supervisor]`, `HEDDLE_SUPERVISOR_*`).
+    #[serde(skip_deserializing)]
+    Llm {
+        /// The model.
+        model: Option<String>,
+        /// The endpoint.
+        endpoint: Option<String>,
+    },
 }
 
 impl Supervise {
     /// Its name, as the configuration, the API and the run's record spell it.
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &'static str {
         match self {
             Supervise::None => "none",
             Supervise::Interactive => "interactive",
+            Supervise::Policy { .. } => "policy",
+            Supervise::Llm { .. } => "llm",
         }
     }
 }
@@ -423,13 +441,17 @@ struct ServeSection {
     decision_timeout_ms: Option<u64>,
     #[serde(default)]
     lease_ttl_ms: Option<u64>,
+    #[serde(default)]
+    supervisor_models: Vec<String>,
+    #[serde(default)]
+    supervisor_endpoints: Vec<String>,
 }
 
 const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
 const LEASE_TTL_MS: std::ops::RangeInclusive<u64> = 1000..=600_000;
 
 /// What a server runs with.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ServeSettings {
     /// Who decides the failures of a run created without a choice of its own (default
     /// nobody: they fail).
@@ -438,6 +460,13 @@ pub struct ServeSettings {
     pub decision_timeout: Duration,
     /// The store's owner lease, renewed every third of it (default 10 s).
     pub lease_ttl: Duration,
+    /// The models a run created through the API may ask the LLM supervisor to use
+    /// (`[serve] supervisor_models`); none: a request cannot name one.
+    pub supervisor_models: Vec<String>,
+    /// The endpoints a run created through the API may point the LLM supervisor at
+    /// (`[serve] supervisor_endpoints`): the server's API key goes to them, so a caller
+    /// can never choose another; none: a request cannot name one.
+    pub supervisor_endpoints: Vec<String>,
 }
 
 impl ServeSettings {
@@ -456,7 +485,7 @@ impl ServeSettings {
         }
         let default_decision = heddle_supervisor::interactive::DEFAULT_DECISION_TIMEOUT;
         Ok(ServeSettings {
-            supervise: over.supervise.or(s.supervise).unwrap_or_default(),
+            supervise: over.supervise.clone().or(s.supervise).unwrap_or_default(),
             decision_timeout: over
                 .decision_timeout_ms
                 .or(s.decision_timeout_ms)
@@ -466,6 +495,8 @@ impl ServeSettings {
                     .or(s.lease_ttl_ms)
                     .unwrap_or(DEFAULT_LEASE_TTL_MS),
             ),
+            supervisor_models: s.supervisor_models,
+            supervisor_endpoints: s.supervisor_endpoints,
         })
     }
 }

@@ -14,8 +14,9 @@ use std::sync::Arc;
 use heddle_kernel::supervisor::{Bounded, Bounds, Policy, Replay, Supervisor};
 use heddle_supervisor::{LlmConfig, LlmSupervisor, SupervisorSection};
 
-use crate::Config;
-use crate::error::{ConfigError, Error};
+use crate::error::{ConfigError, Error, Refused, refused};
+use crate::settings::ServeSettings;
+use crate::{Config, Supervise};
 
 /// The decider a run's failures go to.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,6 +37,8 @@ pub enum Decider {
     Llm {
         /// The model, over `HEDDLE_SUPERVISOR_MODEL` and `[supervisor] model`.
         model: Option<String>,
+        /// The endpoint, over `HEDDLE_SUPERVISOR_ENDPOINT` and `[supervisor] endpoint`.
+        endpoint: Option<String>,
         /// The run's spending ceiling in USD, over the environment and the config.
         cost_cap_usd: Option<f64>,
     },
@@ -62,8 +65,14 @@ pub fn supervisor(
         Decider::Replay(path) => Arc::new(Replay::load(path)?),
         Decider::Llm {
             model,
+            endpoint,
             cost_cap_usd,
-        } => Arc::new(llm(config, model.as_deref(), *cost_cap_usd)?),
+        } => Arc::new(llm(
+            config,
+            model.as_deref(),
+            endpoint.as_deref(),
+            *cost_cap_usd,
+        )?),
     };
     let defaults = Bounds::default();
     let bounds = Bounds {
@@ -81,10 +90,16 @@ pub fn supervisor(
 fn llm(
     config: &Config,
     model: Option<&str>,
+    endpoint: Option<&str>,
     cost_cap_usd: Option<f64>,
 ) -> Result<LlmSupervisor, Error> {
     let file: Option<SupervisorSection> = config.section("supervisor")?;
-    let mut cfg = LlmConfig::from_env(model, file.as_ref())
+    // An endpoint asked for stands where the environment's would.
+    let var = |k: &str| match (k, endpoint) {
+        ("HEDDLE_SUPERVISOR_ENDPOINT", Some(e)) => Some(e.to_string()),
+        _ => std::env::var(k).ok(),
+    };
+    let mut cfg = LlmConfig::resolve(model, file.as_ref(), var)
         .map_err(|e| ConfigError::new(format!("the LLM supervisor: {e}")))?;
     if let Some(cap) = cost_cap_usd {
         if !(cap.is_finite() && cap >= 0.0) {
@@ -96,4 +111,60 @@ fn llm(
         cfg.cost_cap_usd = cap;
     }
     LlmSupervisor::new(cfg).map_err(|e| ConfigError::new(format!("the LLM supervisor: {e}")).into())
+}
+
+/// The supervisor a durable run recorded for itself (`Supervise::Policy` or `Llm`,
+/// chosen when it was created through the API), rebuilt by whoever drives it on:
+/// `None` for a run without one, or with a person as its supervisor (the server's
+/// desk). An LLM supervisor is built from this process's own configuration and key.
+pub fn recorded(
+    config: &Config,
+    supervise: &Supervise,
+) -> Result<Option<Arc<dyn Supervisor>>, Error> {
+    let decider = match supervise {
+        Supervise::None | Supervise::Interactive => return Ok(None),
+        Supervise::Policy { document } => Decider::Policy {
+            text: document.clone(),
+            origin: "the run's policy".into(),
+        },
+        Supervise::Llm { model, endpoint } => Decider::Llm {
+            model: model.clone(),
+            endpoint: endpoint.clone(),
+            cost_cap_usd: None,
+        },
+    };
+    supervisor(config, &decider, DeciderBounds::default()).map(Some)
+}
+
+/// Refuses a run's choice of LLM model or endpoint the operator did not permit
+/// (`[serve] supervisor_models`, `supervisor_endpoints`): the server's API key goes to
+/// that endpoint, so a caller may only pick among those listed. Nothing named: the
+/// server's own configured choice, always permitted.
+pub fn permit(serve: &ServeSettings, supervise: &Supervise) -> Result<(), Refused> {
+    let Supervise::Llm { model, endpoint } = supervise else {
+        return Ok(());
+    };
+    let check = |what: &str, asked: &Option<String>, listed: &[String], key: &str| match asked {
+        Some(a) if !listed.iter().any(|l| l == a) => Err(refused!(
+            "the LLM supervisor's {what} `{a}` is not one this server permits ({}); the operator lists them in [serve] {key}",
+            if listed.is_empty() {
+                "it permits none".to_string()
+            } else {
+                listed.join(", ")
+            }
+        )),
+        _ => Ok(()),
+    };
+    check(
+        "model",
+        model,
+        &serve.supervisor_models,
+        "supervisor_models",
+    )?;
+    check(
+        "endpoint",
+        endpoint,
+        &serve.supervisor_endpoints,
+        "supervisor_endpoints",
+    )
 }

@@ -10,5 +10,6 @@ mod support;
 mod artifacts;
 mod errors;
 mod layers;
+mod run_supervisors;
 mod runs;
 mod supervise;
