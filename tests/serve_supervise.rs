@@ -237,3 +237,49 @@ fn an_interactive_run_is_not_resumed_from_the_command_line() {
         "the store changed"
     );
 }
+
+/// A run created through the API with a policy as its supervisor keeps it when the
+/// command line takes it on: approved from `heddle runs approve` after its server
+/// stopped, the node behind the gate fails and the recorded policy skips it (unsupervised,
+/// the run would fail).
+#[test]
+fn a_policy_chosen_through_the_api_supervises_the_run_from_the_command_line_too() {
+    const GATE_THEN_READ: &str = r#"{"format": "heddle.graph", "version": 1,
+      "nodes": [
+        {"id": "p", "type": "heddle.constant", "properties": {"value": "/data/ready.txt"}},
+        {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it"}},
+        {"id": "read", "type": "files.read_text"},
+        {"id": "out", "type": "heddle.output"}],
+      "edges": [
+        {"source": "p", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
+        {"source": "ship", "sourceHandle": "value", "target": "read", "targetHandle": "path"},
+        {"source": "read", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]}"#;
+    const POLICY: &str = "[[rule]]\nnode = \"read\"\nverdict = \"skip\"\n";
+    let env = StoreDir::new();
+    let server = env.serve_with(&[], &[]);
+    let api = Api::of(&server);
+    let id = rt().block_on(async {
+        let graph: Value = serde_json::from_str(GATE_THEN_READ).unwrap();
+        let body = json!({"graph": graph, "supervise": "policy", "policy": POLICY});
+        let (status, created) = api.call("POST", "/api/runs", Some(body)).await;
+        assert_eq!(status, 201, "{created:#}");
+        let id = created["run_id"].as_str().unwrap().to_string();
+        // Waits (bounded in count, nothing asserted about the time) for the gate.
+        for _ in 0..3000 {
+            if api.show(&id).await["state"] == "paused" {
+                return id;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!(
+            "run {id} never paused at its gate: {:#}",
+            api.show(&id).await
+        );
+    });
+    let (code, log) = server.stop();
+    assert_eq!(code, 0, "{log}");
+    let o = env.heddle(&["runs", "approve", &id, "ship"]);
+    expect(&o, support::OK);
+    let show = env.show(&id);
+    assert_eq!(show["state"], "completed", "{show:#}");
+}

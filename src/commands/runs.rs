@@ -201,8 +201,18 @@ pub(crate) fn continue_run(
     let rt = heddle_runtime::tokio_runtime(None)?;
     // A package the run used that this machine's store lacks, fetched from a registry:
     // exactly the recorded bytes are fetched again before anything loads.
-    crate::commands::package::fetch_missing(&settings, &run, &r.header.run.packages, &rt)?;
+    rt.block_on(heddle_runtime::packages::fetch_missing(
+        &settings,
+        &run,
+        &r.header.run.packages,
+    ))?;
     let runtime = rt.block_on(Runtime::load(settings, Some(&graph_types(&doc))))?;
+    // A run created through the API with a policy or the LLM agent as its supervisor
+    // is supervised the same way here; built before anything is written.
+    let recorded = heddle_runtime::supervision::recorded(
+        &runtime.settings().config,
+        &heddle_runtime::durable::supervise_of(&r.header),
+    )?;
     let reopened = runtime.blocking_reopen(store.clone(), &r, &doc, decision.as_ref())?;
     // Only now: a process killed after these lines has the decision in the log.
     match &decision {
@@ -223,17 +233,22 @@ pub(crate) fn continue_run(
     }
     match reopened.run {
         Reopen::Ended(ending) => Ok(report_ending(&run, &ending, None)),
-        Reopen::Ready(drive) => execute(
-            rt,
-            Execution {
-                graph: r.header.run.graph_name.clone(),
-                registry: runtime.registry(),
-                drive: *drive,
-                json,
-                stream: None,
-                worker_store: worker.then_some(store),
-            },
-        ),
+        Reopen::Ready(mut drive) => {
+            if let Some(handle) = recorded {
+                drive.supervise(handle);
+            }
+            execute(
+                rt,
+                Execution {
+                    graph: r.header.run.graph_name.clone(),
+                    registry: runtime.registry(),
+                    drive: *drive,
+                    json,
+                    stream: None,
+                    worker_store: worker.then_some(store),
+                },
+            )
+        }
     }
 }
 

@@ -126,9 +126,22 @@ pub enum Error {
     /// Two providers declare the same node type.
     #[error(transparent)]
     Registry(#[from] heddle_kernel::RegistryError),
+    /// A package registry refused, failed, or sent what its digests or signatures do
+    /// not vouch for; nothing was installed.
+    #[error(transparent)]
+    Fetch(Box<heddle_registry::RegistryError>),
     /// The kernel refused the run.
     #[error(transparent)]
     Kernel(#[from] heddle_kernel::KernelError),
+    /// A policy file for the supervisor cannot be read or is malformed.
+    #[error(transparent)]
+    PolicyFile(#[from] heddle_kernel::supervisor::PolicyLoadError),
+    /// A policy document for the supervisor is malformed.
+    #[error(transparent)]
+    Policy(#[from] heddle_kernel::supervisor::PolicyError),
+    /// A recorded run's decisions cannot be replayed.
+    #[error(transparent)]
+    Replay(#[from] heddle_kernel::supervisor::ReplayError),
     /// A file or process operation of the runtime's own (`what` says which).
     #[error("{what}")]
     Io {
@@ -176,7 +189,11 @@ impl Error {
             Error::Artifact(e) => e,
             Error::Engine(e) | Error::Packages { source: e, .. } | Error::Package(e) => &**e,
             Error::Registry(e) => e,
+            Error::Fetch(e) => &**e,
             Error::Kernel(e) => e,
+            Error::PolicyFile(e) => e,
+            Error::Policy(e) => e,
+            Error::Replay(e) => e,
             Error::Io { .. } | Error::StateFile { .. } | Error::RecordedLimits { .. } => self,
         }
     }
@@ -190,6 +207,12 @@ impl Error {
 impl From<crate::durable::reconcile::ReconcileError> for Error {
     fn from(e: crate::durable::reconcile::ReconcileError) -> Error {
         Error::Reconcile(Box::new(e))
+    }
+}
+
+impl From<heddle_registry::RegistryError> for Error {
+    fn from(e: heddle_registry::RegistryError) -> Error {
+        Error::Fetch(Box::new(e))
     }
 }
 

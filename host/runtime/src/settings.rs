@@ -58,7 +58,7 @@ pub struct ServeOverrides {
 
 /// Who decides a failed node invocation of a run a server drives. Recorded with the
 /// run, so whoever adopts or resumes it supervises it the same way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Supervise {
     /// Failures fail, as in an unsupervised `heddle run`.
@@ -66,14 +66,32 @@ pub enum Supervise {
     None,
     /// Each failure waits for a person's verdict through the API.
     Interactive,
+    /// The rules of a policy document (TOML), chosen per run (`POST /api/runs`).
+    #[serde(skip_deserializing)]
+    Policy {
+        /// The document.
+        document: String,
+    },
+    /// The LLM agent, chosen per run with the model and endpoint the operator permits
+    /// (`[serve] supervisor_models`, `supervisor_endpoints`); `None` is the configured
+    /// one (`[supervisor]`, `HEDDLE_SUPERVISOR_*`).
+    #[serde(skip_deserializing)]
+    Llm {
+        /// The model.
+        model: Option<String>,
+        /// The endpoint.
+        endpoint: Option<String>,
+    },
 }
 
 impl Supervise {
     /// Its name, as the configuration, the API and the run's record spell it.
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &'static str {
         match self {
             Supervise::None => "none",
             Supervise::Interactive => "interactive",
+            Supervise::Policy { .. } => "policy",
+            Supervise::Llm { .. } => "llm",
         }
     }
 }
@@ -443,6 +461,10 @@ struct ServeSection {
     lease_ttl_ms: Option<u64>,
     #[serde(default)]
     host_id: Option<String>,
+    #[serde(default)]
+    supervisor_models: Vec<String>,
+    #[serde(default)]
+    supervisor_endpoints: Vec<String>,
 }
 
 const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
@@ -463,6 +485,13 @@ pub struct ServeSettings {
     /// host_id`); `None`: one made from the machine's name, the process id and random
     /// bits, unique to this start.
     pub host_id: Option<String>,
+    /// The models a run created through the API may ask the LLM supervisor to use
+    /// (`[serve] supervisor_models`); none: a request cannot name one.
+    pub supervisor_models: Vec<String>,
+    /// The endpoints a run created through the API may point the LLM supervisor at
+    /// (`[serve] supervisor_endpoints`): the server's API key goes to them, so a caller
+    /// can never choose another; none: a request cannot name one.
+    pub supervisor_endpoints: Vec<String>,
 }
 
 impl ServeSettings {
@@ -489,7 +518,7 @@ impl ServeSettings {
         }
         let default_decision = heddle_supervisor::interactive::DEFAULT_DECISION_TIMEOUT;
         Ok(ServeSettings {
-            supervise: over.supervise.or(s.supervise).unwrap_or_default(),
+            supervise: over.supervise.clone().or(s.supervise).unwrap_or_default(),
             decision_timeout: over
                 .decision_timeout_ms
                 .or(s.decision_timeout_ms)
@@ -500,6 +529,8 @@ impl ServeSettings {
                     .unwrap_or(DEFAULT_LEASE_TTL_MS),
             ),
             host_id,
+            supervisor_models: s.supervisor_models,
+            supervisor_endpoints: s.supervisor_endpoints,
         })
     }
 }

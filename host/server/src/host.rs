@@ -20,6 +20,7 @@ use heddle_core::plan::{Issue, ValidationError};
 use heddle_core::{GraphDoc, Value};
 use heddle_kernel::supervisor::{Bounds, Verdict};
 use heddle_runtime::durable::{self, Decision, Reopen, gates, reconcile};
+use heddle_runtime::supervision;
 use heddle_runtime::{Control, Drive, Error, Refused, Runtime, SecretInput, Supervise};
 use heddle_store::fleet::GiveBack;
 use heddle_store::session::{self, Resumption};
@@ -80,7 +81,7 @@ impl CreateError {
 }
 
 /// What a create request may set besides the graph and its inputs.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct CreateOptions {
     /// The run's supervisor handle; the server's `--supervise` when absent.
     pub supervise: Option<Supervise>,
@@ -90,6 +91,16 @@ pub struct CreateOptions {
     pub time_limit_ms: Option<u64>,
     /// The caller's span (a `traceparent` header): the run's span becomes its child.
     pub trace_parent: Option<heddle_core::trace::TraceParent>,
+}
+
+/// How a driven run's failures are decided, built before the run is taken.
+enum Supervision {
+    /// Nobody: failures fail.
+    Nobody,
+    /// A person, through this server's desk.
+    Person,
+    /// A policy or the LLM agent, as the run recorded.
+    Handle(Arc<dyn heddle_kernel::supervisor::Supervisor>),
 }
 
 /// Desks of ended runs kept for late answers.
@@ -309,10 +320,13 @@ impl Host {
         let mut run =
             self.runtime
                 .new_run(name.to_string(), text.into_bytes(), &plan, &opts, budget)?;
-        let supervise = options
-            .supervise
-            .unwrap_or(self.runtime.settings().serve.supervise);
-        durable::set_supervise(&mut run, supervise);
+        let serve = &self.runtime.settings().serve;
+        let supervise = options.supervise.unwrap_or_else(|| serve.supervise.clone());
+        // Checked and built before anything is written: a policy that does not parse, a
+        // model or endpoint the operator did not permit, refuse the request.
+        supervision::permit(serve, &supervise).map_err(|e| CreateError::Run(e.into()))?;
+        let supervision = self.supervision(&supervise)?;
+        durable::set_supervise(&mut run, &supervise);
         let mut slot = None;
         if let Some(fleet) = &self.fleet {
             match self.workers.clone().try_acquire_owned() {
@@ -337,7 +351,7 @@ impl Host {
         let (header, drive) = self
             .on_runs(move || runtime.blocking_begin(store, &run, plan, opts))
             .await?;
-        self.spawn(drive, supervise, slot);
+        self.spawn(drive, supervision, slot);
         Ok(Created {
             run_id: header.run_id,
             queued: false,
@@ -449,7 +463,9 @@ impl Host {
             Some(d) => d,
             None => durable::stored_graph(&r.header)?,
         };
-        let supervise = durable::supervise_of(&r.header);
+        // Built before the run is taken over: a run this server cannot supervise as it
+        // was recorded (no key for its LLM supervisor) stays for one that can.
+        let supervision = self.supervision(&durable::supervise_of(&r.header))?;
         let (store, runtime) = (self.store.clone(), self.runtime.clone());
         let reopened = self
             .on_runs(move || runtime.blocking_reopen(store, &r, &doc, decision.as_ref()))
@@ -457,7 +473,7 @@ impl Host {
         match reopened.run {
             // Its time limit was used up before this server took it: nothing runs.
             Reopen::Ended(_) => {}
-            Reopen::Ready(drive) => self.spawn(*drive, supervise, slot),
+            Reopen::Ready(drive) => self.spawn(*drive, supervision, slot),
         }
         Ok(())
     }
@@ -558,12 +574,24 @@ impl Host {
         }
     }
 
+    /// Who decides the failures of a run supervised as `supervise` says.
+    fn supervision(&self, supervise: &Supervise) -> Result<Supervision, Error> {
+        Ok(match supervise {
+            Supervise::None => Supervision::Nobody,
+            Supervise::Interactive => Supervision::Person,
+            recorded => match supervision::recorded(&self.runtime.settings().config, recorded)? {
+                Some(handle) => Supervision::Handle(handle),
+                None => Supervision::Nobody,
+            },
+        })
+    }
+
     /// Hands a durable run to a task of its own that drives it to its ending, once
     /// `slot` (when given) or a worker slot.
     fn spawn(
         self: &Arc<Self>,
         drive: Drive,
-        supervise: Supervise,
+        supervision: Supervision,
         slot: Option<OwnedSemaphorePermit>,
     ) {
         let mut drive = drive.stopped_by(&self.shutdown);
@@ -573,12 +601,16 @@ impl Host {
             None => return,
         };
         let lost = Arc::new(AtomicBool::new(false));
-        let desk = match supervise {
-            Supervise::None => None,
-            Supervise::Interactive => {
+        let desk = match supervision {
+            Supervision::Nobody => None,
+            Supervision::Person => {
                 let desk = Desk::new(self.runtime.settings().serve.decision_timeout);
                 drive.supervise(Interactive::bounded(desk.clone(), Bounds::default()));
                 Some(desk)
+            }
+            Supervision::Handle(handle) => {
+                drive.supervise(handle);
+                None
             }
         };
         let feed = Arc::new(Feed::default());

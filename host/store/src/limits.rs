@@ -37,7 +37,7 @@ impl RunLimits {
 }
 
 /// How a run recorded by `heddle serve` has its failures decided.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SuperviseMode {
     /// No supervisor: a failure fails its node.
@@ -46,6 +46,23 @@ pub enum SuperviseMode {
     /// A person answers each failure through the server's API or viewer; a command-line
     /// process, with nobody to ask, refuses to run such a run.
     Interactive,
+    /// The rules of a policy document, recorded whole: whoever adopts or resumes the
+    /// run decides by the same rules, whatever files its machine has.
+    Policy {
+        /// The document (TOML), as it was given.
+        document: String,
+    },
+    /// The LLM agent. The model and endpoint asked for are recorded (`None`: the
+    /// configured one of whoever drives the run); the API key never is: each process
+    /// reads its own.
+    Llm {
+        /// The model asked for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        /// The endpoint asked for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        endpoint: Option<String>,
+    },
 }
 
 /// A watchdog's limits (restarts, backoff, its own clock's time limit) as it recorded

@@ -748,6 +748,9 @@ const LIMITS: &[&str] = &[
     r#"{"node_timeout_ms":null,"watchdog":{"max_restarts":2,"backoff_initial_ms":100,"backoff_max_ms":5000,"run_time_limit_ms":null,"output_limit_bytes":1000000}}"#,
     r#"{"time_limit_ms":300,"node_timeout_ms":null,"supervise":"interactive"}"#,
     r#"{"node_timeout_ms":null,"supervise":"none"}"#,
+    r#"{"node_timeout_ms":null,"supervise":{"policy":{"document":"[[rule]]\nverdict = \"skip\"\n"}}}"#,
+    r#"{"node_timeout_ms":null,"supervise":{"llm":{"model":"gpt-4o-mini"}}}"#,
+    r#"{"node_timeout_ms":null,"supervise":{"llm":{}}}"#,
 ];
 
 /// The plan [`PLAN`] holds, built as its writer builds it.
@@ -807,6 +810,26 @@ fn limits() -> Vec<RunLimits> {
         },
         RunLimits {
             supervise: Some(SuperviseMode::None),
+            ..RunLimits::default()
+        },
+        RunLimits {
+            supervise: Some(SuperviseMode::Policy {
+                document: "[[rule]]\nverdict = \"skip\"\n".into(),
+            }),
+            ..RunLimits::default()
+        },
+        RunLimits {
+            supervise: Some(SuperviseMode::Llm {
+                model: Some("gpt-4o-mini".into()),
+                endpoint: None,
+            }),
+            ..RunLimits::default()
+        },
+        RunLimits {
+            supervise: Some(SuperviseMode::Llm {
+                model: None,
+                endpoint: None,
+            }),
             ..RunLimits::default()
         },
     ]

@@ -536,18 +536,22 @@ pub fn stored_graph(h: &RunHeader) -> Result<GraphDoc, Error> {
 
 /// Records that `run` is supervised by `supervise`: data of the run, so whoever adopts
 /// or resumes it supervises it the same way.
-pub fn set_supervise(run: &mut NewRun, supervise: Supervise) {
-    run.limits.supervise = Some(match supervise {
+pub fn set_supervise(run: &mut NewRun, supervise: &Supervise) {
+    run.limits.supervise = Some(match supervise.clone() {
         Supervise::None => SuperviseMode::None,
         Supervise::Interactive => SuperviseMode::Interactive,
+        Supervise::Policy { document } => SuperviseMode::Policy { document },
+        Supervise::Llm { model, endpoint } => SuperviseMode::Llm { model, endpoint },
     });
 }
 
 /// Who decides the failed invocations of the stored run `h` (nobody for a run the
 /// command line recorded: its `--policy` or `--supervise` is not kept).
 pub fn supervise_of(h: &RunHeader) -> Supervise {
-    match h.run.limits.supervise {
+    match h.run.limits.supervise.clone() {
         Some(SuperviseMode::Interactive) => Supervise::Interactive,
+        Some(SuperviseMode::Policy { document }) => Supervise::Policy { document },
+        Some(SuperviseMode::Llm { model, endpoint }) => Supervise::Llm { model, endpoint },
         Some(SuperviseMode::None) | None => Supervise::None,
     }
 }

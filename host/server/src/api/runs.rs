@@ -238,10 +238,17 @@ struct CreateRequest {
     /// A name to list the run under (default: the document's `name`, else `api`).
     #[serde(default)]
     name: Option<String>,
-    /// Who decides a failed invocation: `none` or `interactive` (default: the
-    /// server's `--supervise`).
+    /// Who decides a failed invocation: `none`, `interactive`, `policy` (with
+    /// `policy`) or `llm` (with `llm`, optional) (default: the server's `--supervise`).
     #[serde(default)]
-    supervise: Option<Supervise>,
+    supervise: Option<SuperviseKind>,
+    /// With `"supervise": "policy"`: the policy document (TOML text).
+    #[serde(default)]
+    policy: Option<String>,
+    /// With `"supervise": "llm"`: the model and endpoint, among those the operator
+    /// permits (default: the server's configured ones).
+    #[serde(default)]
+    llm: Option<LlmChoice>,
     /// The run's budget (default: `[store]`'s keys of the same names).
     #[serde(default)]
     max_dispatches: Option<u64>,
@@ -249,12 +256,70 @@ struct CreateRequest {
     time_limit_ms: Option<u64>,
 }
 
+/// The `supervise` of a create request: what kind of supervisor, its settings beside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum SuperviseKind {
+    None,
+    Interactive,
+    Policy,
+    Llm,
+}
+
+/// The LLM supervisor a create request asks for.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LlmChoice {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    endpoint: Option<String>,
+}
+
+impl CreateRequest {
+    /// The supervisor asked for, with its settings; a setting given without its kind,
+    /// or a kind without its required setting, refused naming both.
+    fn supervise(&mut self) -> Result<Option<Supervise>, ApiError> {
+        let refuse = |m: &str| {
+            Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                m.to_string(),
+            ))
+        };
+        let kind = self.supervise;
+        if self.policy.is_some() && kind != Some(SuperviseKind::Policy) {
+            return refuse("`policy` is the document of \"supervise\": \"policy\"; give both");
+        }
+        if self.llm.is_some() && kind != Some(SuperviseKind::Llm) {
+            return refuse("`llm` is the setting of \"supervise\": \"llm\"; give both");
+        }
+        Ok(match kind {
+            None => None,
+            Some(SuperviseKind::None) => Some(Supervise::None),
+            Some(SuperviseKind::Interactive) => Some(Supervise::Interactive),
+            Some(SuperviseKind::Policy) => match self.policy.take() {
+                Some(document) => Some(Supervise::Policy { document }),
+                None => {
+                    return refuse(
+                        "\"supervise\": \"policy\" needs `policy`: the policy document (TOML text, as `heddle run --policy` reads it)",
+                    );
+                }
+            },
+            Some(SuperviseKind::Llm) => {
+                let LlmChoice { model, endpoint } = self.llm.take().unwrap_or_default();
+                Some(Supervise::Llm { model, endpoint })
+            }
+        })
+    }
+}
+
 async fn create(
     State(api): State<Api>,
     headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let req: CreateRequest = parse(body)?;
+    let mut req: CreateRequest = parse(body)?;
+    let supervise = req.supervise()?;
     // A caller's broken tracing never refuses its request: ignored (debug log).
     let trace_parent = headers.get("traceparent").and_then(|v| match v.to_str() {
         Ok(text) => heddle_runtime::telemetry::parse_parent(text, "the traceparent header"),
@@ -270,7 +335,7 @@ async fn create(
         .map(str::to_string);
     let name = req.name.or(doc_name).unwrap_or_else(|| "api".into());
     let options = CreateOptions {
-        supervise: req.supervise,
+        supervise,
         max_dispatches: req.max_dispatches,
         time_limit_ms: req.time_limit_ms,
         trace_parent,

@@ -93,9 +93,14 @@ impl From<heddle_runtime::Error> for ApiError {
             E::Reconcile(r) if r.is_conflict() => StatusCode::CONFLICT,
             E::Reconcile(_) => StatusCode::UNPROCESSABLE_ENTITY,
             // The request or the stored run it names cannot be taken as asked.
-            E::Refused(_) | E::Config(_) | E::SecretInput(_) | E::Graph(_) | E::Plan { .. } => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            E::Refused(_)
+            | E::Config(_)
+            | E::SecretInput(_)
+            | E::Graph(_)
+            | E::Plan { .. }
+            | E::Policy(_)
+            | E::PolicyFile(_)
+            | E::Replay(_) => StatusCode::UNPROCESSABLE_ENTITY,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let said = match &e {

@@ -11,5 +11,6 @@ mod artifacts;
 mod errors;
 mod hosts;
 mod layers;
+mod run_supervisors;
 mod runs;
 mod supervise;
