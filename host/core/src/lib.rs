@@ -72,6 +72,7 @@
 #![warn(missing_docs)]
 
 pub mod builder;
+pub mod compose;
 pub mod contract;
 pub mod decl;
 pub mod event;
@@ -80,6 +81,7 @@ pub mod gate;
 pub mod graph;
 pub mod journal;
 pub mod limits;
+pub mod nodetool;
 pub mod plan;
 pub mod ranged;
 pub mod supervise;
