@@ -155,10 +155,12 @@ pub(crate) fn continue_run(
     heddle_runtime::durable::refuse_interactive(&r.header)?;
     let doc = heddle_runtime::durable::stored_graph(&r.header)?;
     if approval.is_none() {
-        gates::refuse_resume_at_gate(&r, &doc)?;
+        gates::refuse_resume_at_gate(&r)?;
     }
     let rt = heddle_runtime::tokio_runtime(None)?;
-    let runtime = rt.block_on(Runtime::load(settings, Some(&graph_types(&doc))))?;
+    let mut types = graph_types(&doc);
+    types.extend(heddle_runtime::durable::recorded_types(&r.header));
+    let runtime = rt.block_on(Runtime::load(settings, Some(&types)))?;
     let reopened = runtime.blocking_reopen(store.clone(), &r, &doc, approval.as_ref())?;
     if let Some(a) = &approval {
         // Only now: a process killed after this line has the approval in the log.
@@ -226,6 +228,9 @@ fn show(settings: &Settings, run: &str, json: bool) -> anyhow::Result<Exit> {
         "graph     {} (sha256 {})",
         header.run.graph_name, header.graph_sha256
     );
+    for g in &header.run.plan.graphs {
+        println!("  graph node {}: {} (sha256 {})", g.id, g.graph, g.sha256);
+    }
     let owner = view
         .owner_pid
         .map(|p| format!(" (owner pid {p}, epoch {})", view.epoch))

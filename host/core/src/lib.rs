@@ -100,8 +100,8 @@ pub use event::{
 };
 pub use graph::{CONTROL_HANDLE, DocError, EdgeDoc, EdgeType, GraphDoc, NodeDoc, NodeLimits};
 pub use journal::{
-    Decider, Occurrence, OpenReason, PauseReason, PlanSummary, PlannedNode, Record, RecordedAction,
-    RecordedVerdict,
+    Decider, Occurrence, OpenReason, PauseReason, PlanSummary, PlannedGraph, PlannedNode, Record,
+    RecordedAction, RecordedVerdict,
 };
 pub use plan::{INPUT_TYPE, OUTPUT_TYPE};
 pub use types::PortType;

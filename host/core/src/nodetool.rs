@@ -142,7 +142,12 @@ pub(crate) fn import(doc: &mut GraphDoc, envelope: bool) {
             let name = n
                 .name
                 .clone()
-                .or_else(|| n.properties.get("name").and_then(|v| v.as_str()).map(Into::into))
+                .or_else(|| {
+                    n.properties
+                        .get("name")
+                        .and_then(|v| v.as_str())
+                        .map(Into::into)
+                })
                 .unwrap_or_else(|| n.id.clone());
             format!(
                 "NodeTool preview read as `{OUTPUT_TYPE}`: what it shows is the run's output `{name}`"

@@ -676,6 +676,7 @@ mod tests {
                         })
                         .collect(),
                     edges: 7,
+                    ..Default::default()
                 },
                 inputs: Default::default(),
                 secrets: Vec::new(),

@@ -2,9 +2,10 @@
 //!
 //! Inner nodes keep their type and settings under a path id (`g/clean`); inner edges
 //! get path ids too (`g/` + the edge's id). An inner `heddle.input` becomes the graph
-//! node's input port and an inner `heddle.output` its output port: each is a
-//! `heddle.passthrough` node at its path (`g/text`), declared with the port's type on
-//! both sides, so an edge into `g.text` is the edge into `g/text` and planning checks its
+//! node's input port and an inner `heddle.output` its output port: each is a port node
+//! at its path (`g/text`, shown as `heddle.graph.input` or `heddle.graph.output`) that
+//! runs as the kernel's `heddle.passthrough`, declared with the port's type on both
+//! sides, so an edge into `g.text` is the edge into `g/text` and planning checks its
 //! type like any edge's. A port nothing feeds takes the graph node's property of that
 //! name, else the inner input's default. Pass-through nodes are the kernel's retry-safe
 //! built-ins: they run inline, are never journaled, and keep an envelope's lineage, so a
@@ -26,8 +27,13 @@ use crate::plan::model::{INPUT_TYPE, OUTPUT_TYPE};
 use crate::types::PortType;
 use crate::value::Value;
 
-/// The node type a port becomes.
-const PORT_TYPE: &str = "heddle.passthrough";
+/// The executor a port runs on: the kernel's pass-through.
+const PORT_EXECUTOR: &str = "heddle.passthrough";
+/// The node types a port node shows (in reports, logs, the viewer), so it reads as a
+/// port rather than as a node someone wrote; its declaration is the pass-through's.
+pub const INPUT_PORT_TYPE: &str = "heddle.graph.input";
+/// See [`INPUT_PORT_TYPE`].
+pub const OUTPUT_PORT_TYPE: &str = "heddle.graph.output";
 /// The handle a port node takes and emits on.
 const PORT_HANDLE: &str = "value";
 
@@ -161,7 +167,7 @@ impl Expander<'_> {
             } else if live && inner && n.node_type == INPUT_TYPE {
                 inputs.push(self.input_port(n, path));
             } else if live && inner && n.node_type == OUTPUT_TYPE {
-                outputs.push(self.port_node(n, path, PortType::Any));
+                outputs.push(self.port_node(n, path, PortType::Any, OUTPUT_PORT_TYPE));
             } else {
                 let mut m = n.clone();
                 m.id = path;
@@ -362,7 +368,7 @@ impl Expander<'_> {
                 }
             },
         };
-        let mut port = self.port_node(n, path, ty);
+        let mut port = self.port_node(n, path, ty, INPUT_PORT_TYPE);
         port.default = props.get("value").filter(|v| !v.is_null()).cloned();
         port.streaming = props
             .get("streaming")
@@ -372,7 +378,7 @@ impl Expander<'_> {
     }
 
     /// The pass-through node that carries a port, typed `ty` on both sides.
-    fn port_node(&mut self, n: &NodeDoc, path: String, ty: PortType) -> Port {
+    fn port_node(&mut self, n: &NodeDoc, path: String, ty: PortType, shown: &str) -> Port {
         let name = n
             .name
             .clone()
@@ -385,7 +391,7 @@ impl Expander<'_> {
             .unwrap_or_else(|| n.id.clone());
         self.nodes.push(NodeDoc {
             id: path.clone(),
-            node_type: PORT_TYPE.to_string(),
+            node_type: shown.to_string(),
             name: None,
             properties: BTreeMap::new(),
             dynamic_properties: BTreeMap::new(),
@@ -456,17 +462,21 @@ impl Expander<'_> {
                     _ => mapped.push((path, handle.to_string())),
                 }
             }
-            let [(source, source_handle), (target, target_handle)] = match <[_; 2]>::try_from(mapped)
-            {
-                Ok(m) => m,
-                Err(_) => continue,
-            };
+            let [(source, source_handle), (target, target_handle)] =
+                match <[_; 2]>::try_from(mapped) {
+                    Ok(m) => m,
+                    Err(_) => continue,
+                };
             if matches!(graphs.get(e.target.as_str()), Some(Boundary::Ports { .. })) {
                 fed.insert((e.target.as_str(), e.target_handle.clone()));
             }
             // The top document's edges keep the id they were written with (derived from
             // their ends as written); inner edges are named under their graph node.
-            let id = if prefix.is_empty() { e.id.clone().or(Some(written)) } else { Some(id) };
+            let id = if prefix.is_empty() {
+                e.id.clone().or(Some(written))
+            } else {
+                Some(id)
+            };
             self.edges.push(EdgeDoc {
                 id,
                 source,
@@ -511,7 +521,11 @@ impl Expander<'_> {
     /// Gives every graph node's unfed inputs their value (the node's property of the
     /// port's name, else the inner default) and reports those with none; declares each
     /// placeholder with the outputs its edges use.
-    fn settle_boundaries(&mut self, graphs: &HashMap<&str, Boundary>, fed: &HashSet<(&str, String)>) {
+    fn settle_boundaries(
+        &mut self,
+        graphs: &HashMap<&str, Boundary>,
+        fed: &HashSet<(&str, String)>,
+    ) {
         let mut ids: Vec<&&str> = graphs.keys().collect();
         ids.sort();
         for &&id in &ids {
@@ -615,7 +629,7 @@ impl Expander<'_> {
 
 /// The declaration of a port node: a retry-safe built-in pass-through typed `ty`.
 fn port_decl(path: &str, name: &str, ty: &PortType) -> NodeDecl {
-    let mut d = NodeDecl::new(PORT_TYPE);
+    let mut d = NodeDecl::new(PORT_EXECUTOR);
     d.title = "Port".into();
     d.description = format!("Port `{name}` of a graph node ({path})");
     d.inputs = vec![PortDecl::new(PORT_HANDLE, ty.clone())];

@@ -34,6 +34,7 @@ use crate::types::PortType;
 use crate::value::Value;
 
 pub(crate) use expand::expand;
+pub use expand::{INPUT_PORT_TYPE, OUTPUT_PORT_TYPE};
 
 /// The node type of a graph used as a node.
 pub const GRAPH_TYPE: &str = "heddle.graph";
@@ -236,13 +237,21 @@ pub struct Bundle {
 }
 
 impl Bundle {
-    /// A bundle of `(key, text)` pairs; a key it lacks is refused with `missing`.
+    /// A bundle of `(path, text)` pairs, each path as a top document's graph node would
+    /// name it (`./graphs/a.json` is `graphs/a.json`); a key it lacks is refused with
+    /// `missing`.
     pub fn new(
         docs: impl IntoIterator<Item = (String, String)>,
         missing: impl Into<String>,
     ) -> Bundle {
         Bundle {
-            docs: docs.into_iter().collect(),
+            docs: docs
+                .into_iter()
+                .map(|(k, t)| {
+                    let key = IncludeKey::resolve(None, &k, None).map_or(k, |k| k.0);
+                    (key, t)
+                })
+                .collect(),
             missing: missing.into(),
         }
     }
@@ -386,6 +395,19 @@ impl Composition {
         &self.issues
     }
 
+    /// `doc` with its graph nodes expanded as planning expands them (inner nodes named by
+    /// path, ports as pass-through nodes), without planning it: for tools that look a
+    /// node up by id, such as a gate inside a graph node.
+    pub fn flatten(&self, doc: &GraphDoc) -> GraphDoc {
+        struct NoDecls;
+        impl crate::DeclLookup for NoDecls {
+            fn decl(&self, _: &str) -> Option<Arc<crate::NodeDecl>> {
+                None
+            }
+        }
+        expand(doc, self, &NoDecls).doc
+    }
+
     pub(crate) fn loaded(&self, path: &str) -> Option<(&IncludeKey, &Loaded)> {
         let key = self.at.get(path)?;
         match self.docs.get(key) {
@@ -417,7 +439,13 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    fn doc(&mut self, c: &mut Composition, doc: &GraphDoc, prefix: &str, base: Option<&IncludeKey>) {
+    fn doc(
+        &mut self,
+        c: &mut Composition,
+        doc: &GraphDoc,
+        prefix: &str,
+        base: Option<&IncludeKey>,
+    ) {
         for n in doc
             .nodes
             .iter()

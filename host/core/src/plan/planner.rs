@@ -13,8 +13,8 @@ use super::model::{EdgeIdx, INPUT_TYPE, NodeIdx, Plan, PlanEdge, PlanNode, input
 use crate::DeclLookup;
 use crate::compose::{self, Bundle, Composition, DEFAULT_MAX_DEPTH};
 use crate::decl::NodeDecl;
-use crate::nodetool;
 use crate::graph::{EdgeType, GraphDoc};
+use crate::nodetool;
 use crate::types::PortType;
 
 /// Plans `doc` against the declarations in `decls`: bypass rewrite, structural checks,
@@ -434,8 +434,13 @@ impl<'a> Planner<'a> {
                         suggest_type(&n.node_type, names)
                     )
                 };
-                self.issues
-                    .push(issue(IssueKind::UnknownNodeType, Some(&n.id), None, None, message));
+                self.issues.push(issue(
+                    IssueKind::UnknownNodeType,
+                    Some(&n.id),
+                    None,
+                    None,
+                    message,
+                ));
             }
         }
         live

@@ -214,6 +214,10 @@ struct CreateRequest {
     max_dispatches: Option<u64>,
     #[serde(default)]
     time_limit_ms: Option<u64>,
+    /// The documents the graph's graph nodes include: path as the node names it → the
+    /// document's exact text (its sha256 is what the node pins).
+    #[serde(default)]
+    graphs: std::collections::BTreeMap<String, String>,
 }
 
 async fn create(
@@ -228,6 +232,7 @@ async fn create(
         .map(str::to_string);
     let name = req.name.or(doc_name).unwrap_or_else(|| "api".into());
     let options = CreateOptions {
+        graphs: req.graphs,
         supervise: req.supervise,
         max_dispatches: req.max_dispatches,
         time_limit_ms: req.time_limit_ms,
