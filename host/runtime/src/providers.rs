@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::path::Path;
 
 use heddle_core::Value;
-use heddle_core::compose::{Composition, FileSource, IncludeKey};
+use heddle_core::compose::{Bounds, Composition, FileSource, IncludeKey};
 use heddle_core::graph::GraphDoc;
 use heddle_core::plan::Plan;
 use heddle_kernel::runtime::RunOptions;
@@ -178,5 +178,10 @@ pub fn compose(settings: &Settings, doc: &GraphDoc, path: Option<&Path>) -> Comp
         source = source.with_package(entry.name, dir);
     }
     let top = path.and_then(IncludeKey::top);
-    Composition::load(doc, top.as_ref(), &source, settings.run.max_graph_depth)
+    Composition::load(
+        doc,
+        top.as_ref(),
+        &source,
+        Bounds::depth(settings.run.max_graph_depth),
+    )
 }

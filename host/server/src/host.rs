@@ -218,9 +218,21 @@ impl Host {
             &doc,
             None,
             &sent,
-            self.runtime.settings().run.max_graph_depth,
+            heddle_core::compose::Bounds {
+                depth: self.runtime.settings().run.max_graph_depth,
+                // What the server plans at most, all documents together.
+                nodes: MAX_GRAPH_ITEMS,
+            },
         );
         let plan = heddle_core::plan::plan_with(&doc, self.runtime.registry(), &comp)?;
+        // Graph nodes bring their inner graphs: the bound holds for the whole.
+        let items = plan.nodes.len() + plan.edges.len();
+        if items > MAX_GRAPH_ITEMS {
+            return Err(CreateError::TooLarge {
+                items,
+                max: MAX_GRAPH_ITEMS,
+            });
+        }
         let values = inputs
             .into_iter()
             .map(|(k, v)| (k, Value::from_json(v)))

@@ -41,6 +41,10 @@ pub const GRAPH_TYPE: &str = "heddle.graph";
 /// How deep graph nodes may nest when the configuration says nothing (`[run]
 /// max_graph_depth`): a graph node inside a graph node inside … eight levels.
 pub const DEFAULT_MAX_DEPTH: usize = 8;
+/// The most nodes the graph nodes of one graph may expand into, unless told otherwise:
+/// a few small documents each including the next several times would otherwise expand
+/// into more nodes than any machine holds.
+pub const DEFAULT_MAX_NODES: usize = 1_000_000;
 /// Separates a graph node's id from its inner nodes' ids in a path.
 pub const PATH_SEP: char = '/';
 /// The graph node's own properties; every other property sets one of its inputs.
@@ -344,6 +348,34 @@ pub(crate) struct Loaded {
     pub origin: String,
 }
 
+/// How far expansion may go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// Levels of graph nodes inside graph nodes.
+    pub depth: usize,
+    /// Nodes the included documents add, counted once per graph node including them.
+    pub nodes: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds {
+            depth: DEFAULT_MAX_DEPTH,
+            nodes: DEFAULT_MAX_NODES,
+        }
+    }
+}
+
+impl Bounds {
+    /// The default node bound with nesting up to `depth` levels.
+    pub fn depth(depth: usize) -> Bounds {
+        Bounds {
+            depth,
+            ..Bounds::default()
+        }
+    }
+}
+
 /// Every document a graph's nodes include (to the depth cap), read and checked once,
 /// with the problems found, each an issue of the graph node at fault.
 #[derive(Clone, Debug, Default)]
@@ -361,19 +393,22 @@ impl Composition {
         Composition::default()
     }
 
-    /// Reads what the graph nodes of `doc` include through `source`, nested up to
-    /// `max_depth` levels. `top` is `doc`'s own key, when it is a file (a reference back
-    /// to it is self-reference).
+    /// Reads what the graph nodes of `doc` include through `source`, within `bounds`.
+    /// `top` is `doc`'s own key, when it is a file (a reference back to it is
+    /// self-reference).
     pub fn load(
         doc: &GraphDoc,
         top: Option<&IncludeKey>,
         source: &dyn GraphSource,
-        max_depth: usize,
+        bounds: Bounds,
     ) -> Composition {
         let mut c = Composition::default();
         let mut walk = Walk {
             source,
-            max_depth,
+            max_depth: bounds.depth,
+            max_nodes: bounds.nodes,
+            nodes: 0,
+            over: false,
             top,
             chain: Vec::new(),
         };
@@ -433,6 +468,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 struct Walk<'a> {
     source: &'a dyn GraphSource,
     max_depth: usize,
+    max_nodes: usize,
+    /// Nodes the documents read so far add, per including node; past `max_nodes` the
+    /// walk stops (`over`).
+    nodes: usize,
+    over: bool,
     top: Option<&'a IncludeKey>,
     /// (graph node path, key) from the top down to the document being walked.
     chain: Vec<(String, IncludeKey)>,
@@ -451,6 +491,9 @@ impl Walk<'_> {
             .iter()
             .filter(|n| n.node_type == GRAPH_TYPE && !n.is_bypassed())
         {
+            if self.over {
+                return;
+            }
             let path = format!("{prefix}{}", n.id);
             let props = n.merged_properties();
             let text = |k: &str| props.get(k).filter(|v| !v.is_null());
@@ -571,6 +614,22 @@ impl Walk<'_> {
                         loaded.origin, loaded.sha256
                     ),
                 )),
+            }
+            self.nodes = self.nodes.saturating_add(loaded.doc.nodes.len());
+            if self.nodes > self.max_nodes {
+                // Said once; the walk reads nothing more.
+                self.over = true;
+                c.issues.push(issue(
+                    IssueKind::GraphDepth,
+                    Some(&path),
+                    None,
+                    Some("graph"),
+                    format!(
+                        "the graph nodes expand into more than {} nodes (here, including {key}); include fewer or smaller graphs",
+                        self.max_nodes
+                    ),
+                ));
+                return;
             }
             c.at.insert(path.clone(), key.clone());
             self.chain.push((path.clone(), key.clone()));

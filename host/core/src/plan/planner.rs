@@ -11,7 +11,7 @@ use super::inputs;
 use super::issues::{Issue, IssueKind, ValidationError, issue, suggest_type};
 use super::model::{EdgeIdx, INPUT_TYPE, NodeIdx, Plan, PlanEdge, PlanNode, input_type};
 use crate::DeclLookup;
-use crate::compose::{self, Bundle, Composition, DEFAULT_MAX_DEPTH};
+use crate::compose::{self, Bounds, Bundle, Composition};
 use crate::decl::NodeDecl;
 use crate::graph::{EdgeType, GraphDoc};
 use crate::nodetool;
@@ -38,7 +38,7 @@ pub fn plan(doc: &GraphDoc, decls: &dyn DeclLookup) -> Result<Plan, ValidationEr
         [],
         "this program plans without reading graph documents (it gives the planner no graph source)",
     );
-    let comp = Composition::load(doc, None, &none, DEFAULT_MAX_DEPTH);
+    let comp = Composition::load(doc, None, &none, Bounds::default());
     plan_with(doc, decls, &comp)
 }
 

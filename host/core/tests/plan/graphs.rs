@@ -2,7 +2,7 @@
 //! self-reference and depth, digests, and every kind of bad inner document as one issue
 //! of the graph node.
 
-use heddle_core::compose::{Bundle, Composition, IncludeKey, sha256_hex};
+use heddle_core::compose::{Bounds, Bundle, Composition, IncludeKey, sha256_hex};
 use heddle_core::plan::plan_with;
 
 use super::*;
@@ -47,7 +47,7 @@ fn composed_at(
         "no such file (test)",
     );
     let main = IncludeKey::top(std::path::Path::new("main.json"));
-    let comp = Composition::load(&top, main.as_ref(), &bundle, depth);
+    let comp = Composition::load(&top, main.as_ref(), &bundle, Bounds::depth(depth));
     plan_with(&top, &decls(), &comp)
 }
 
@@ -525,4 +525,37 @@ fn an_unknown_nodetool_type_names_its_package() {
         "{}",
         found[0].3
     );
+}
+
+#[test]
+fn expansion_stops_at_its_node_bound() {
+    // Each level includes the one below three times: 3 + 9 + 27 inner nodes and more.
+    let mut below = shout_doc();
+    let mut docs: Vec<(String, String)> = vec![("l0.json".into(), below.clone())];
+    for i in 1..4 {
+        let key = format!("l{}.json", i - 1);
+        let nodes: Vec<serde_json::Value> = (0..3)
+            .map(|k| graph_node(&format!("g{k}"), &key, &below, json!({"times": 1})))
+            .chain([n("o", "heddle.output")])
+            .collect();
+        below = json!({"nodes": nodes}).to_string();
+        docs.push((format!("l{i}.json"), below.clone()));
+    }
+    let top = doc(json!({"nodes": [graph_node("g", "l3.json", &below, json!({}))]}));
+    let bundle = Bundle::new(docs, "no such file (test)");
+    let comp = Composition::load(
+        &top,
+        None,
+        &bundle,
+        Bounds {
+            depth: 8,
+            nodes: 50,
+        },
+    );
+    let over: Vec<_> = comp
+        .issues()
+        .iter()
+        .filter(|i| i.message.contains("expand into more than 50 nodes"))
+        .collect();
+    assert_eq!(over.len(), 1, "{:?}", comp.issues());
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use heddle_core::compose::{Bundle, Composition, IncludeKey};
+use heddle_core::compose::{Bounds, Bundle, Composition, IncludeKey};
 use heddle_core::plan::Plan;
 use heddle_core::{GraphDoc, PlanSummary};
 use heddle_kernel::runtime::RunOptions;
@@ -372,7 +372,7 @@ pub fn recorded(h: &RunHeader, doc: &GraphDoc) -> Composition {
         doc,
         top.as_ref(),
         &Bundle::recorded(&h.run.plan.included),
-        crate::config::MAX_GRAPH_DEPTH,
+        Bounds::depth(crate::config::MAX_GRAPH_DEPTH),
     )
 }
 
