@@ -4,7 +4,7 @@
 //! "description", "graph": {"nodes", "edges"}, "input_schema", …}`), and its graphs use
 //! its own structural node types for what Heddle's built-ins do: inputs
 //! (`nodetool.input.StringInput`, …), outputs (`nodetool.output.*`), constants
-//! (`nodetool.constant.*`), and the editor's `Comment` and `Preview`. [`import`] maps
+//! (`nodetool.constant.*`), and the editor's `Comment` and `Preview`. The import maps
 //! those onto `heddle.input`, `heddle.output` and `heddle.constant` (renaming NodeTool's
 //! `output` handle to Heddle's `value`), drops comments and turns a preview into an
 //! output, and says what it did for each node: planning reports it as a warning, so

@@ -70,7 +70,7 @@ pub(crate) fn expand(doc: &GraphDoc, comp: &Composition, decls: &dyn DeclLookup)
         envelope: doc.imported.as_ref().is_some_and(|i| i.envelope),
     };
     x.doc(doc, "");
-    let imported = (doc.imported.is_some() || !x.notes.is_empty()).then(|| Imported {
+    let imported = (doc.imported.is_some() || !x.notes.is_empty()).then_some(Imported {
         envelope: x.envelope,
         notes: x.notes,
     });
@@ -537,7 +537,7 @@ impl Expander<'_> {
                     ..
                 } => {
                     let path = self.graphs[*info].id.clone();
-                    for (k, _) in properties {
+                    for k in properties.keys() {
                         if !inputs.iter().any(|p| &p.name == k) {
                             let names = inputs.iter().map(|p| p.name.as_str());
                             self.issues.push(issue(
