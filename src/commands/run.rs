@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use heddle_kernel::supervisor::{Bounded, Bounds, Policy, Replay, Supervisor};
-use heddle_runtime::{Drive, Overrides, Settings};
+use heddle_runtime::{Overrides, Settings};
 
 use crate::cli::RunArgs;
 use crate::execute::{Execution, execute};
@@ -78,7 +78,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         eprintln!("durable run {} (store {})", header.run_id, store.location());
         drive
     } else {
-        Drive::in_memory(plan, opts)
+        runtime.in_memory(plan, opts, &graph)
     };
     execute(
         rt,

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)] // each test file uses its own subset
 
+pub mod http;
 pub mod serve;
 pub mod store;
 
@@ -34,6 +35,11 @@ pub fn command(dir: &Path) -> Command {
         "OPENAI_API_KEY",
         // A store the test did not choose (every test names its own).
         "HEDDLE_STORE_URL",
+        // Traces the test did not ask for (tests/telemetry.rs sets its own).
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_SERVICE_NAME",
+        "TRACEPARENT",
     ] {
         c.env_remove(k);
     }

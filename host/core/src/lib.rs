@@ -81,11 +81,14 @@ pub mod gate;
 pub mod graph;
 pub mod journal;
 pub mod limits;
+pub mod net;
 pub mod nodetool;
+pub mod package;
 pub mod plan;
 pub mod ranged;
 pub mod supervise;
 pub mod text;
+pub mod trace;
 pub mod types;
 pub mod value;
 
@@ -100,8 +103,8 @@ pub use event::{
 };
 pub use graph::{CONTROL_HANDLE, DocError, EdgeDoc, EdgeType, GraphDoc, NodeDoc, NodeLimits};
 pub use journal::{
-    Decider, Occurrence, OpenReason, PauseReason, PlanSummary, PlannedGraph, PlannedNode, Record,
-    RecordedAction, RecordedVerdict,
+    Decider, Occurrence, OpenReason, PauseReason, PlanSummary, PlannedGraph, PlannedNode,
+    ReconcileAnswer, Record, RecordedAction, RecordedVerdict,
 };
 pub use plan::{INPUT_TYPE, OUTPUT_TYPE};
 pub use types::PortType;

@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use heddle_core::trace::{SpanId, TraceParent, Traced};
 use heddle_core::{ConfigProblem, EventKind, InvocationMetrics, LogLevel, NodeDecl, Value};
 use smallvec::SmallVec;
 use tokio::sync::mpsc;
@@ -213,6 +214,16 @@ impl NodeError {
     pub fn is_suspend(&self) -> bool {
         matches!(self.kind, ErrorKind::Suspend { .. })
     }
+
+    /// The failure's signature as policy rules and reports name it: the host's for a
+    /// failure it detected (`limit:deadline`), else the one the node declared, when it
+    /// is valid.
+    pub fn failure_signature(&self) -> Option<String> {
+        heddle_core::supervise::signatures::signature(
+            &crate::supervisor::failure_kind(&self.kind),
+            self.signature.as_deref(),
+        )
+    }
 }
 
 /// Where a node's events go. The runtime's event bus implements it; executors never
@@ -302,6 +313,8 @@ struct CtxInner {
     emit: Option<mpsc::Sender<Emitted>>,
     secrets: Arc<SecretRegistry>,
     metrics: Mutex<InvocationMetrics>,
+    /// The run's trace and this attempt's span in it, when the run is traced.
+    trace: Option<(Arc<Traced>, SpanId)>,
 }
 
 /// Parts the runtime supplies to build a [`NodeCtx`].
@@ -338,8 +351,19 @@ impl NodeCtx {
                 emit: p.emit,
                 secrets: p.secrets,
                 metrics: Mutex::new(InvocationMetrics::default()),
+                trace: None,
             }),
         }
+    }
+
+    /// Runtime use: this context as the attempt whose span is `span` in `trace` (its
+    /// [`NodeCtx::traceparent`]). Only on a context nobody else holds yet (a fresh one);
+    /// otherwise it is left as it is.
+    pub fn traced(mut self, trace: Arc<Traced>, span: SpanId) -> NodeCtx {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.trace = Some((trace, span));
+        }
+        self
     }
 
     /// Runtime use: re-arms this context for the node's next invocation (same node,
@@ -352,10 +376,14 @@ impl NodeCtx {
         key: Arc<str>,
         deadline: Option<Instant>,
         emit: Option<mpsc::Sender<Emitted>>,
+        span: Option<SpanId>,
     ) -> bool {
         let Some(inner) = Arc::get_mut(&mut self.inner) else {
             return false;
         };
+        if let (Some((_, s)), Some(span)) = (&mut inner.trace, span) {
+            *s = span;
+        }
         inner.key = key;
         inner.deadline = deadline;
         inner.emit = emit;
@@ -376,6 +404,18 @@ impl NodeCtx {
     /// Canonical lineage key of this invocation (`""` at root scope).
     pub fn key(&self) -> &str {
         &self.inner.key
+    }
+
+    /// This attempt's span, when the run is traced.
+    pub fn span_id(&self) -> Option<SpanId> {
+        self.inner.trace.as_ref().map(|(_, s)| *s)
+    }
+
+    /// The W3C `traceparent` of this attempt's span, when the run is traced: what a
+    /// node that starts a process hands it (`TRACEPARENT`), so the spans that process
+    /// makes join the run's trace under this attempt.
+    pub fn traceparent(&self) -> Option<TraceParent> {
+        self.inner.trace.as_ref().map(|(t, s)| t.traceparent(*s))
     }
 
     /// Whether the run was cancelled or the deadline passed: a long-running executor
@@ -454,6 +494,18 @@ impl NodeCtx {
                 m.fuel = Some(m.fuel.unwrap_or(0) + f);
             }
             m.peak_memory_bytes = m.peak_memory_bytes.max(peak_memory_bytes);
+        });
+    }
+
+    /// Records outgoing HTTP requests the invocation made and the bytes they moved
+    /// (headers and bodies, sent and received), reported with its metrics.
+    pub fn record_http(&self, requests: u64, bytes: u64) {
+        if requests == 0 && bytes == 0 {
+            return;
+        }
+        self.metrics_mut(|m| {
+            m.http_requests += requests;
+            m.http_bytes += bytes;
         });
     }
 

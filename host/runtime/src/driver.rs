@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::exit::Exit;
+use crate::telemetry::{RunSpan, RunSpanEnd, RunTracing};
 
 /// How a caller stops a run, from any task, at any stage. Cheap to clone.
 ///
@@ -140,6 +141,8 @@ pub struct Drive {
     opts: RunOptions,
     session: Option<Arc<Session>>,
     control: Control,
+    /// Where its spans go, when it is traced.
+    tracing: Option<RunTracing>,
 }
 
 impl Drive {
@@ -150,6 +153,7 @@ impl Drive {
             opts,
             session: None,
             control: Control::new(CancellationToken::new()),
+            tracing: None,
         }
     }
 
@@ -162,7 +166,15 @@ impl Drive {
             opts,
             session: Some(Arc::new(session)),
             control: Control::new(CancellationToken::new()),
+            tracing: None,
         }
+    }
+
+    /// Sends the run's spans as `tracing` says (the runtime's [`crate::Runtime::begin`],
+    /// [`crate::Runtime::reopen`] and [`crate::Runtime::in_memory`] attach it).
+    pub(crate) fn traced(mut self, tracing: Option<RunTracing>) -> Drive {
+        self.tracing = tracing;
+        self
     }
 
     /// Makes `token` stop the run as [`Control::stop`] does (a server's shutdown stops
@@ -192,6 +204,11 @@ impl Drive {
         &self.plan
     }
 
+    /// Its options.
+    pub(crate) fn options(&self) -> &RunOptions {
+        &self.opts
+    }
+
     /// A durable run's session.
     pub fn session(&self) -> Option<&Session> {
         self.session.as_deref()
@@ -199,23 +216,32 @@ impl Drive {
 
     /// Builds the kernel's run (every executor resolved). A durable run the kernel
     /// refuses is recorded failed (its nodes skipped as upstream-failed, as the kernel
-    /// reports a run that failed before it started) before the error is returned.
+    /// reports a run that failed before it started) before the error is returned; a
+    /// cancel accepted before then is recorded with it (whoever asked was told it
+    /// counts), and later ones are refused.
     pub async fn prepare(self, registry: &Registry) -> Result<Prepared, Error> {
         let Drive {
             plan,
             opts,
             session,
             control,
+            tracing,
         } = self;
         match Run::new(plan, registry, opts) {
             Ok(run) => Ok(Prepared {
                 run,
                 session,
                 control,
+                tracing,
             }),
             Err(e) => {
+                let cancelled = control.close();
+                let error = heddle_core::text::bounded(&heddle_core::text::error_chain(&e));
                 if let Some(s) = session {
-                    let error = heddle_core::text::bounded(&heddle_core::text::error_chain(&e));
+                    if cancelled {
+                        s.log.append(Record::CancelRequested);
+                    }
+                    let error = error.clone();
                     blocking(move || {
                         session::end_unrun(
                             &s,
@@ -226,6 +252,9 @@ impl Drive {
                         .map(|_| ())
                     })
                     .await?;
+                }
+                if let Some(t) = tracing {
+                    t.unrun(RunStatus::Failed, Some(error));
                 }
                 Err(e.into())
             }
@@ -256,13 +285,21 @@ impl Drive {
         };
         let session = self.session.clone();
         let outcome = match permit {
-            None if signals.cancel.is_cancelled() => Outcome {
-                result: None,
-                ending: match self.session {
-                    Some(s) => Some(blocking(move || end_cancelled_unrun(&s)).await?),
+            None if signals.cancel.is_cancelled() => {
+                let ending = match self.session {
+                    Some(s) => {
+                        Some(blocking(move || end_cancelled_unrun(&s, CANCELLED_UNRUN)).await?)
+                    }
                     None => None,
-                },
-            },
+                };
+                if let Some(t) = self.tracing {
+                    t.unrun(RunStatus::Cancelled, Some(CANCELLED_UNRUN.into()));
+                }
+                Outcome {
+                    result: None,
+                    ending,
+                }
+            }
             None => Outcome {
                 result: None,
                 ending: None,
@@ -296,9 +333,10 @@ impl Drive {
                     result,
                     planned,
                     session,
+                    trace,
                 } = running.finish().await;
                 drop(permit);
-                let ending = blocking(move || record_ending(session, planned)).await?;
+                let ending = blocking(move || record_ending(session, planned, trace)).await?;
                 Outcome {
                     result: Some(result),
                     ending,
@@ -321,16 +359,19 @@ pub struct Outcome {
     pub ending: Option<Ending>,
 }
 
-/// Ends a durable run a user cancelled before it started.
-fn end_cancelled_unrun(s: &Session) -> Result<Ending, StoreError> {
+/// Ends a durable run a user cancelled before it started (here).
+pub(crate) fn end_cancelled_unrun(s: &Session, why: &str) -> Result<Ending, StoreError> {
     s.log.append(Record::CancelRequested);
     session::end_unrun(
         s,
         RunStatus::Cancelled,
-        Some("cancelled before it started".into()),
+        Some(why.into()),
         SkipReason::Cancelled,
     )
 }
+
+/// The error of a run cancelled before it started.
+const CANCELLED_UNRUN: &str = "cancelled before it started";
 
 /// Makes what the run wrote durable and stops its log (a no-op once its ending closed
 /// it), off the async threads: closing waits for the log's writer thread. After a
@@ -348,6 +389,7 @@ pub struct Prepared {
     run: Run,
     session: Option<Arc<Session>>,
     control: Control,
+    tracing: Option<RunTracing>,
 }
 
 impl Prepared {
@@ -368,7 +410,10 @@ impl Prepared {
             run,
             session,
             control,
+            tracing,
         } = self;
+        // Subscribed before the start: the spans see every event.
+        let span = tracing.map(|t| t.start(run.subscribe(), run.origin(), run.plan()));
         let handle = run.start();
         let _ = control.0.kernel.set(handle.canceller());
         let timer = session.as_ref().and_then(|s| {
@@ -392,6 +437,7 @@ impl Prepared {
             control,
             timer,
             asked,
+            span,
         }
     }
 }
@@ -422,6 +468,8 @@ pub struct Running {
     timer: Option<tokio::task::JoinHandle<()>>,
     /// Looks for a cancel another process asked for ([`cancel_when_asked`]).
     asked: Option<tokio::task::JoinHandle<()>>,
+    /// Builds its spans from its events, when it is traced.
+    span: Option<RunSpan>,
 }
 
 impl Running {
@@ -444,6 +492,7 @@ impl Running {
             control,
             timer,
             asked,
+            span,
         } = self;
         let kernel = handle.canceller();
         let signals = &control.0;
@@ -493,10 +542,24 @@ impl Running {
             )),
             _ => None,
         };
+        // The run's event stream ended with it: its consumer is done.
+        let trace = match span {
+            Some(s) => Some(s.finish().await),
+            None => None,
+        };
+        let trace = match (trace, &session) {
+            // In memory, the run ended here: nothing else is recorded.
+            (Some((t, end)), None) => {
+                t.ended(end, None);
+                None
+            }
+            (trace, _) => trace,
+        };
         Finished {
             result,
             planned,
             session,
+            trace,
         }
     }
 }
@@ -507,6 +570,8 @@ pub struct Finished {
     pub result: RunResult,
     planned: Option<Planned>,
     session: Option<Arc<Session>>,
+    /// A durable traced run's span, sent once its ending is recorded.
+    trace: Option<(RunTracing, RunSpanEnd)>,
 }
 
 impl Finished {
@@ -539,18 +604,37 @@ impl Finished {
     /// [`Finished::record`] on this thread: blocks on the disk (call it where blocking
     /// is fine, not on an async thread).
     pub fn blocking_record(self) -> Result<Option<Ending>, StoreError> {
-        record_ending(self.session, self.planned)
+        record_ending(self.session, self.planned, self.trace)
     }
 }
 
 /// Records `planned` in `session`'s log (synced) and closes it; without a planned
-/// ending (stopped) only closes it.
+/// ending (stopped) only closes it. A traced run's span is sent once its ending is on
+/// disk, and only for an ending (a paused run's span waits for the process that ends
+/// it: sent now, it would be sent again).
 fn record_ending(
     session: Option<Arc<Session>>,
     planned: Option<Planned>,
+    trace: Option<(RunTracing, RunSpanEnd)>,
 ) -> Result<Option<Ending>, StoreError> {
     match (session, planned) {
-        (Some(s), Some(p)) => Ok(Some(session::record_ending(&s, p)?)),
+        (Some(s), Some(p)) => {
+            let error = match &p {
+                Planned::Finish { error, .. } => error.clone(),
+                _ => None,
+            };
+            let ending = session::record_ending(&s, p)?;
+            if let Some((t, end)) = trace {
+                match &ending {
+                    Ending::Finished(status) => t.ended(end, Some((*status, error))),
+                    Ending::Exhausted(e) => {
+                        t.ended(end, Some((RunStatus::Failed, Some(e.to_string()))))
+                    }
+                    Ending::Paused { .. } => {}
+                }
+            }
+            Ok(Some(ending))
+        }
         (Some(s), None) => {
             s.log.close()?;
             Ok(None)

@@ -19,8 +19,12 @@ use heddle_kernel::{Registry, SecretRegistry};
 use heddle_runners::CodeNodes;
 use heddle_wasm::WasmProvider;
 
+use heddle_core::trace::{RunTrace, TraceParent, Traced};
+
+use crate::driver::Drive;
 use crate::error::Error;
 use crate::settings::Settings;
+use crate::telemetry::{RunTracing, Telemetry};
 
 /// What a program embedding Heddle creates once: the [`Settings`], the node registry
 /// (with its WASM engine and loaded packages) and the digests of the packages loaded.
@@ -30,6 +34,10 @@ pub struct Runtime {
     settings: Settings,
     registry: Registry,
     package_digests: BTreeMap<String, String>,
+    /// The span exporter, started with the first traced run.
+    telemetry: std::sync::OnceLock<Option<Arc<Telemetry>>>,
+    /// Where each installed package was fetched from, for those from a registry.
+    package_sources: BTreeMap<String, heddle_core::package::PackageSource>,
 }
 
 impl Runtime {
@@ -57,6 +65,12 @@ impl Runtime {
             .iter()
             .map(|p| (p.name().to_string(), p.digest.clone()))
             .collect();
+        let package_sources = heddle_wasm::PackageStore::open(&settings.packages_dir)
+            .list()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| Some((e.name, e.source?)))
+            .collect();
         registry.add(Arc::new(wasm))?;
         registry.add(Arc::new(CodeNodes::new(settings.runners.clone())))?;
         registry.set_searched(searched(&settings.packages_dir));
@@ -64,6 +78,8 @@ impl Runtime {
             settings,
             registry,
             package_digests,
+            telemetry: std::sync::OnceLock::new(),
+            package_sources,
         })
     }
 
@@ -81,6 +97,15 @@ impl Runtime {
     /// run records those it uses and refuses to resume on changed bytes.
     pub fn package_digests(&self) -> &BTreeMap<String, String> {
         &self.package_digests
+    }
+
+    /// What a durable run records of the package `name`: its digest and, for a package
+    /// fetched from a registry, where from.
+    pub fn package_pin(&self, name: &str) -> Option<heddle_store::PackagePin> {
+        Some(heddle_store::PackagePin {
+            sha256: self.package_digests.get(name)?.clone(),
+            source: self.package_sources.get(name).cloned(),
+        })
     }
 
     /// Plans `doc` (named `name` in errors), reporting every problem at once. A graph
@@ -105,6 +130,58 @@ impl Runtime {
     /// ([`crate::secrets::run_secrets`]).
     pub fn secrets(&self, supervisor: Option<&dyn Supervisor>) -> Arc<SecretRegistry> {
         crate::secrets::run_secrets(&self.settings.wasm, supervisor)
+    }
+
+    /// Where this process sends its spans (started on first use); `None` when no
+    /// exporter is configured ([`crate::telemetry`]).
+    pub fn telemetry(&self) -> Option<&Arc<Telemetry>> {
+        self.telemetry
+            .get_or_init(|| crate::telemetry::start(&self.settings.telemetry))
+            .as_ref()
+    }
+
+    /// The trace of a new run: under `parent` (a caller's `traceparent`) when given,
+    /// else a trace of its own; `None` when no exporter is configured (nothing is
+    /// traced, and no trace is recorded). Set it as the run's `RunOptions::trace` before
+    /// [`Runtime::begin`] or [`Runtime::in_memory`]; a run that has none gets one under
+    /// the process's `TRACEPARENT`, if any.
+    pub fn trace(&self, parent: Option<TraceParent>) -> Option<Arc<Traced>> {
+        let t = self.telemetry()?;
+        let run = RunTrace {
+            trace_id: parent.map_or_else(|| t.trace_id(), |p| p.trace_id),
+            parent: parent.map(|p| p.span_id),
+            span: t.span_id(),
+            sampled: parent.is_none_or(|p| p.sampled),
+        };
+        Some(Arc::new(Traced::new(run, t.salt())))
+    }
+
+    /// The tracing of `traced`'s run in this process: `None` when nothing is exported.
+    pub(crate) fn run_tracing(
+        &self,
+        traced: Option<&Arc<Traced>>,
+        info: crate::telemetry::RunInfo,
+        secrets: &SecretRegistry,
+    ) -> Option<RunTracing> {
+        let telemetry = self.telemetry()?.clone();
+        let traced = traced?.clone();
+        Some(RunTracing::new(telemetry, traced, info, secrets))
+    }
+
+    /// A run kept in memory only ([`Drive::in_memory`]), traced when an exporter is
+    /// configured (`graph_name` names it in its span).
+    pub fn in_memory(&self, plan: Plan, mut opts: RunOptions, graph_name: &str) -> Drive {
+        if opts.trace.is_none() {
+            opts.trace = self.trace(self.settings.telemetry.parent);
+        }
+        let info = crate::telemetry::RunInfo {
+            run_id: None,
+            graph_name: graph_name.to_string(),
+            graph_digest: None,
+            created: std::time::SystemTime::now(),
+        };
+        let tracing = self.run_tracing(opts.trace.as_ref(), info, &opts.secrets);
+        Drive::in_memory(plan, opts).traced(tracing)
     }
 
     /// The options of a run with `inputs`, supervised by `supervisor`: its secret set

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use heddle_core::{Occurrence, Record, RecordedAction};
+use heddle_core::{Occurrence, ReconcileAnswer, Record, RecordedAction, SkipReason};
 use heddle_kernel::executor::BoxFuture;
 use heddle_kernel::{Journal, JournalError, Outputs, Prior, Refused, SealError, Step};
 
@@ -101,9 +101,87 @@ struct Seen {
 /// The crash table (README, "Durable runs"), per occurrence, from the log alone: nothing
 /// recorded → fresh; dispatched but not started, started and retry-safe, or every
 /// started attempt closed by a retry → redo, numbered after the attempts made; an attempt
-/// started, not retry-safe and never closed (no result, no retry) → reconcile; a result
-/// → replay it.
+/// started, not retry-safe and never closed (no result, no retry) → reconcile, unless a
+/// person answered that (a skip → skipped, reason `reconciled`; a completion is the
+/// result written with the answer); a result → replay it.
 fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<Occurrence, Prior> {
+    fold(records)
+        .into_iter()
+        .map(|(occ, s)| {
+            let retry_safe = !s.dispatched || s.recorded_retry_safe;
+            // Attempts made: each started one, and each one a retry closed (retry-safe
+            // attempts record no start). An attempt is open, its effect unknown, when
+            // more started than retries closed.
+            let begun = s.started.max(s.retried);
+            let open = s.started > s.retried;
+            let prior = match s.settled {
+                Some(p) => p,
+                None if open && !retry_safe && !reoffer(occ) => Prior::Uncertain,
+                None if s.dispatched || begun > 0 => Prior::Redo { started: begun },
+                None => Prior::Fresh,
+            };
+            (occ.clone(), prior)
+        })
+        .collect()
+}
+
+/// An attempt whose process died while it ran: its start is recorded by the run's last
+/// owner, and neither its result nor a retry closing it is ([`died_attempts`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiedAttempt {
+    pub occurrence: Occurrence,
+    /// Its number (1 for the first attempt).
+    pub attempt: u32,
+    /// When its start was recorded.
+    pub started_at_ms: u64,
+}
+
+/// The attempts the run's last owner started and never ended, when that owner died
+/// (its `opened` record is followed by no pause and no ending): what a recovery reports
+/// as died with the process. Attempts of a node that records no start (retry-safe, and
+/// spending nothing outside the process) leave no trace to report. An owner that paused
+/// ended its attempts itself (cancelled), and one that recovered before reported the
+/// attempts of the owner before it, so each died attempt is reported once.
+pub fn died_attempts(records: &[Stored]) -> Vec<DiedAttempt> {
+    let Some(last_open) = records
+        .iter()
+        .rposition(|s| matches!(s.record, Record::Opened { .. }))
+    else {
+        return Vec::new();
+    };
+    let mine = &records[last_open..];
+    if mine
+        .iter()
+        .any(|s| matches!(s.record, Record::Paused { .. } | Record::Finished { .. }))
+    {
+        return Vec::new();
+    }
+    let seen = fold(records);
+    let mut died: Vec<DiedAttempt> = mine
+        .iter()
+        .filter_map(|s| match &s.record {
+            Record::Started { occurrence } => Some((occurrence, s.at_ms)),
+            _ => None,
+        })
+        .filter_map(|(occ, at_ms)| {
+            let s = seen.get(occ)?;
+            (s.settled.is_none() && s.started > s.retried).then(|| DiedAttempt {
+                occurrence: occ.clone(),
+                attempt: s.started,
+                started_at_ms: at_ms,
+            })
+        })
+        .collect();
+    // The last start of each occurrence is its open attempt's.
+    died.reverse();
+    let mut once = std::collections::HashSet::new();
+    died.retain(|d| once.insert(d.occurrence.clone()));
+    died.reverse();
+    died
+}
+
+/// Each occurrence's records, folded.
+fn fold(records: &[Stored]) -> HashMap<&Occurrence, Seen> {
     let mut seen: HashMap<&Occurrence, Seen> = HashMap::new();
     for s in records {
         let Some(occ) = s.record.occurrence() else {
@@ -139,7 +217,12 @@ fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<
             Record::Verdict { verdict, .. } => {
                 let error = || verdict.error.clone().unwrap_or_default();
                 match verdict.action {
-                    RecordedAction::Skip => e.settled = Some(Prior::Skipped { error: error() }),
+                    RecordedAction::Skip => {
+                        e.settled = Some(Prior::Skipped {
+                            error: error(),
+                            reason: SkipReason::Supervisor,
+                        })
+                    }
                     RecordedAction::EndStream => {
                         e.settled = Some(Prior::EndedStream { error: error() })
                     }
@@ -147,26 +230,23 @@ fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<
                     RecordedAction::Approve | RecordedAction::Reject => {}
                 }
             }
+            // A person's answer: a skip settles the invocation here; a completion is the
+            // result record written with it, which settles it above.
+            Record::Reconciled {
+                answer: ReconcileAnswer::Skipped,
+                by,
+                note,
+                ..
+            } => {
+                e.settled = Some(Prior::Skipped {
+                    error: format!("skipped by {by} reconciling it: {note}"),
+                    reason: SkipReason::Reconciled,
+                })
+            }
             _ => {}
         }
     }
-    seen.into_iter()
-        .map(|(occ, s)| {
-            let retry_safe = !s.dispatched || s.recorded_retry_safe;
-            // Attempts made: each started one, and each one a retry closed (retry-safe
-            // attempts record no start). An attempt is open, its effect unknown, when
-            // more started than retries closed.
-            let begun = s.started.max(s.retried);
-            let open = s.started > s.retried;
-            let prior = match s.settled {
-                Some(p) => p,
-                None if open && !retry_safe && !reoffer(occ) => Prior::Uncertain,
-                None if s.dispatched || begun > 0 => Prior::Redo { started: begun },
-                None => Prior::Fresh,
-            };
-            (occ.clone(), prior)
-        })
-        .collect()
+    seen
 }
 
 fn node_of(r: &Record) -> &str {
@@ -328,5 +408,71 @@ mod tests {
         assert_eq!(p[&occ("safe")], Prior::Redo { started: 2 });
         assert_eq!(p[&occ("closed")], Prior::Redo { started: 1 });
         assert_eq!(p[&occ("open")], Prior::Uncertain);
+    }
+
+    fn stored(records: Vec<Record>) -> Vec<Stored> {
+        records
+            .into_iter()
+            .enumerate()
+            .map(|(seq, record)| Stored {
+                seq: seq as u64,
+                at_ms: 100 + seq as u64,
+                record,
+            })
+            .collect()
+    }
+
+    fn opened(reason: heddle_core::OpenReason) -> Record {
+        Record::Opened {
+            epoch: 1,
+            reason,
+            pid: 1,
+            trace: None,
+        }
+    }
+
+    /// Died attempts are the open ones the last owner started, when it ended neither
+    /// paused nor finished; each is reported by the one recovery that follows its death.
+    #[test]
+    fn died_attempts_are_those_the_last_owner_started_and_never_ended() {
+        use heddle_core::OpenReason::{Recover, Start};
+        let completed = |n: &str| Record::Completed {
+            occurrence: occ(n),
+            outputs: Vec::new(),
+            emitted: Vec::new(),
+            metrics: Default::default(),
+        };
+        let first = vec![
+            opened(Start),
+            started("done"),
+            completed("done"),
+            started("retried"),
+            retry("retried", Decider::RetryPolicy),
+            started("retried"),
+            started("lost"),
+        ];
+        let died = died_attempts(&stored(first.clone()));
+        let got: Vec<(&str, u32, u64)> = died
+            .iter()
+            .map(|d| (d.occurrence.node.as_str(), d.attempt, d.started_at_ms))
+            .collect();
+        assert_eq!(got, [("retried", 2, 105), ("lost", 1, 106)]);
+
+        // The owner that recovered it paused (reconcile): what it found died was
+        // reported by it, and nothing it started was left running.
+        let mut paused = first.clone();
+        paused.push(opened(Recover));
+        paused.push(Record::Paused {
+            pause: heddle_core::PauseReason::Interrupted,
+        });
+        assert!(died_attempts(&stored(paused)).is_empty());
+        // The owner that recovered it died too: only its own starts are its dead.
+        let mut again = first;
+        again.push(opened(Recover));
+        again.push(started("later"));
+        let died = died_attempts(&stored(again));
+        assert_eq!(died.len(), 1);
+        assert_eq!(died[0].occurrence, occ("later"));
+        assert!(died_attempts(&[]).is_empty());
     }
 }

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use heddle_core::trace::RunTrace;
 use heddle_core::{
     NodeOutcome, Occurrence, OpenReason, PauseReason, Record, RunResult, RunStatus, SkipReason,
     Value,
@@ -80,31 +81,49 @@ impl Session {
     }
 }
 
+/// What a process writes when it takes a run: its `opened` record (why, and the trace it
+/// continues or starts) and `extra` records in the same transaction (a resume's
+/// `resumed`, a person's answer).
+struct Opening {
+    reason: OpenReason,
+    trace: Option<RunTrace>,
+    extra: Vec<Record>,
+}
+
+/// Takes the run over after `records` (the log as checked, values read back) with
+/// `opening` in one transaction. The journal decides from `records` and `answered` (the
+/// answer's records with their values, as recovery reads them back later).
 fn open(
     store: Arc<dyn RunStore>,
     header: &RunHeader,
     records: &[Stored],
-    reason: OpenReason,
-    extra: Option<Record>,
+    opening: Opening,
+    answered: Vec<Record>,
     reoffer: &dyn Fn(&Occurrence) -> bool,
 ) -> Result<Session, StoreError> {
+    let Opening {
+        reason,
+        trace,
+        extra,
+    } = opening;
     let run_id = header.run_id.as_str();
     let budget = header.run.limits.budget;
     let spent = RunView::fold(records, |_| false).spent();
     // The one point where a taker wins: the opening records go in with the new epoch,
     // only if nobody took the run since `records` were read.
-    let opening = |epoch| {
+    let opening_records = |epoch| {
         [Record::Opened {
             epoch,
             reason,
             pid: std::process::id(),
+            trace,
         }]
         .into_iter()
-        .chain(extra.clone())
+        .chain(extra.iter().cloned())
         .collect::<Vec<_>>()
     };
-    let written = 1 + extra.is_some() as u64;
-    let epoch = take_over(&*store, run_id, records.len() as u64, &opening)?;
+    let written = 1 + extra.len() as u64;
+    let epoch = take_over(&*store, run_id, records.len() as u64, &opening_records)?;
     if !records.is_empty() {
         // Blobs an earlier process stored for a record it never committed: unreadable,
         // and they would count against the run's artifact quota for good. Decided from
@@ -120,6 +139,22 @@ fn open(
         epoch,
         records.len() as u64 + written,
     ));
+    let decided: Vec<Stored>;
+    let records = if answered.is_empty() {
+        records
+    } else {
+        let next = records.len() as u64;
+        decided = records
+            .iter()
+            .cloned()
+            .chain(answered.into_iter().enumerate().map(|(i, record)| Stored {
+                seq: next + i as u64,
+                at_ms: 0,
+                record,
+            }))
+            .collect();
+        &decided
+    };
     let journal = Arc::new(
         DurableJournal::with_budget(log.clone(), records, reoffer, budget).spilling(spill.clone()),
     );
@@ -161,9 +196,38 @@ fn take_over(
 
 /// Records a new run and takes it.
 pub fn begin(store: Arc<dyn RunStore>, run: &NewRun) -> Result<(RunHeader, Session), StoreError> {
+    begin_traced(store, run, None)
+}
+
+/// [`begin`], recording the run's trace with its first `opened` record.
+pub fn begin_traced(
+    store: Arc<dyn RunStore>,
+    run: &NewRun,
+    trace: Option<RunTrace>,
+) -> Result<(RunHeader, Session), StoreError> {
     let header = store.create_run(run)?;
-    let session = open(store, &header, &[], OpenReason::Start, None, &|_| false)?;
+    let session = open(
+        store,
+        &header,
+        &[],
+        Opening {
+            reason: OpenReason::Start,
+            trace,
+            extra: Vec::new(),
+        },
+        Vec::new(),
+        &|_| false,
+    )?;
     Ok((header, session))
+}
+
+/// The trace a run's log records (the first `opened` record that carries one): what
+/// every later owner continues.
+pub fn recorded_trace(records: &[Stored]) -> Option<RunTrace> {
+    records.iter().find_map(|s| match &s.record {
+        Record::Opened { trace, .. } => *trace,
+        _ => None,
+    })
 }
 
 /// What a resume will do, checked without writing anything.
@@ -278,17 +342,63 @@ pub fn check_resume(
 /// Takes the run over and reopens it: a paused run at its pause (the user decided), an
 /// interrupted one by recovery (no decision is implied: uncertain work pauses again).
 pub fn reopen(store: Arc<dyn RunStore>, r: &Resumption) -> Result<Session, StoreError> {
-    let (reason, extra) = match &r.pause {
+    reopen_traced(store, r, None)
+}
+
+/// [`reopen`], recording `trace` with this process's `opened` record: for a run whose
+/// log records none yet ([`recorded_trace`]), traced from now on.
+pub fn reopen_traced(
+    store: Arc<dyn RunStore>,
+    r: &Resumption,
+    trace: Option<RunTrace>,
+) -> Result<Session, StoreError> {
+    reopen_answered(store, r, Vec::new(), trace)
+}
+
+/// [`reopen_traced`] of a reconcile pause with a person's `answer` to it (a
+/// [`Record::Reconciled`], and for a completion the [`Record::Completed`] holding the
+/// outputs they supplied, its large values already stored as artifacts and its text
+/// masked): written with the `opened` and `resumed` records in the take-over's one
+/// transaction, so the answer is on disk exactly when the pause is closed, and every
+/// later recovery carries it out instead of asking again.
+pub fn reopen_answered(
+    store: Arc<dyn RunStore>,
+    r: &Resumption,
+    answer: Vec<Record>,
+    trace: Option<RunTrace>,
+) -> Result<Session, StoreError> {
+    let (reason, resumed) = match &r.pause {
         Some(p) => (OpenReason::Resume, Some(Record::Resumed { pause: p.event })),
         None => (OpenReason::Recover, None),
     };
     // Recovery feeds recorded results downstream: their real values, verified.
     let mut records = r.records.clone();
     crate::spill::resolve(&*store, &r.header.run_id, &mut records)?;
+    let mut answered: Vec<Stored> = answer
+        .iter()
+        .cloned()
+        .map(|record| Stored {
+            seq: 0,
+            at_ms: 0,
+            record,
+        })
+        .collect();
+    crate::spill::resolve(&*store, &r.header.run_id, &mut answered)?;
+    let extra = resumed.into_iter().chain(answer).collect();
+    let answered = answered.into_iter().map(|s| s.record).collect();
     // Acquiring drops a torn tail; read again so numbering continues after what counts.
-    let session = open(store.clone(), &r.header, &records, reason, extra, &|occ| {
-        r.reoffers(occ)
-    })?;
+    let session = open(
+        store.clone(),
+        &r.header,
+        &records,
+        Opening {
+            reason,
+            trace,
+            extra,
+        },
+        answered,
+        &|occ| r.reoffers(occ),
+    )?;
     Ok(session)
 }
 

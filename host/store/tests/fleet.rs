@@ -203,6 +203,7 @@ fn an_expired_lease_fences_its_holder_and_the_run_is_adopted() {
             epoch,
             reason: heddle_core::OpenReason::Recover,
             pid: 2,
+            trace: None,
         }]
     };
     assert!(matches!(

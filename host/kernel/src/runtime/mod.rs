@@ -93,6 +93,15 @@ pub struct RunOptions {
     /// Gate nodes a person approved (gate id → the reviewer's note, maybe empty): they
     /// pass their value on instead of suspending the run.
     pub approved_gates: BTreeMap<String, String>,
+    /// Makes the run traced: every invocation attempt (but the native built-ins') gets a
+    /// span id, handed to its code ([`crate::NodeCtx::traceparent`]) and carried by its
+    /// `invocation` event, which is then published for every attempt, not only those
+    /// that measured something. `None` (the default): nothing of the kind is done.
+    pub trace: Option<Arc<heddle_core::trace::Traced>>,
+    /// Publishes an `invocation` event for every attempt (but the native built-ins'),
+    /// not only for those that measured something: what a consumer counting
+    /// invocations (metrics) needs. A traced run always does.
+    pub every_invocation: bool,
 }
 
 impl Default for RunOptions {
@@ -107,6 +116,8 @@ impl Default for RunOptions {
             supervisor: None,
             journal: None,
             approved_gates: BTreeMap::new(),
+            trace: None,
+            every_invocation: false,
         }
     }
 }
@@ -215,6 +226,11 @@ impl Run {
         &self.plan
     }
 
+    /// The wall-clock time its events' `at_us` count from.
+    pub fn origin(&self) -> std::time::SystemTime {
+        self.bus.origin()
+    }
+
     /// Subscribes to the run's events before it starts, so nothing is missed (a later
     /// subscriber also gets the retained events first).
     pub fn subscribe(&self) -> EventStream {
@@ -267,6 +283,8 @@ impl Run {
             escalator,
             outputs_retained: actor::RetainedOutputs::new(self.opts.output_cap_bytes),
             journal: self.opts.journal.clone(),
+            every_invocation: self.opts.every_invocation || self.opts.trace.is_some(),
+            trace: self.opts.trace.clone(),
         });
 
         let controlled = plan

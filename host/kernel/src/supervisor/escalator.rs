@@ -307,7 +307,7 @@ impl Escalator {
     }
 }
 
-fn failure_kind(k: &ErrorKind) -> FailureKind {
+pub(crate) fn failure_kind(k: &ErrorKind) -> FailureKind {
     match k {
         ErrorKind::Node => FailureKind::Node,
         ErrorKind::FuelExhausted => FailureKind::FuelExhausted,

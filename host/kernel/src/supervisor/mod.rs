@@ -27,6 +27,7 @@ use crate::executor::{BoxFuture, SecretRegistry};
 
 pub use allowed::{InvocationFacts, allowed_actions, declared_outputs, enforce};
 pub use bounded::{Bounded, Bounds};
+pub(crate) use escalator::failure_kind;
 pub use escalator::{Escalator, FailedInvocation, MAX_REPAIR_ROUNDS, Resolution, escalates};
 pub use heddle_core::supervise::{
     AllowedSet, ApplyTo, DecidedBy, Intervention, LineageStep, Verdict, VerdictAction,

@@ -181,6 +181,12 @@ impl CodeExecutor {
             ctx.log(LogLevel::Warn, n.clone());
         }
         let mut spec = self.spec(&call.inputs)?;
+        if let Some(parent) = ctx.traceparent() {
+            // Last, over an input of the same name: the code's own spans join the run's
+            // trace under this attempt's span (W3C Trace Context, as OTel SDKs read it).
+            spec.env
+                .push(("TRACEPARENT".to_string(), parent.to_string()));
+        }
         // The run's own deadline (a node timeout set by the workflow) can only shorten ours.
         if let Some(deadline) = ctx.deadline() {
             let left = deadline.saturating_duration_since(std::time::Instant::now());

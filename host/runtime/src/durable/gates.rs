@@ -14,6 +14,7 @@ use heddle_store::{RunStore, StoreError, Stored};
 use crate::error::{Error, Refused, refused};
 
 /// A gate approved now: recorded once the run is taken over, then run on from.
+#[derive(Debug)]
 pub struct Approval {
     gate: String,
     title: String,
@@ -27,6 +28,16 @@ impl Approval {
     /// a process killed after saying so would leave the run waiting at the gate).
     pub fn title(&self) -> &str {
         &self.title
+    }
+
+    /// The gate's node id.
+    pub fn gate(&self) -> &str {
+        &self.gate
+    }
+
+    /// The reviewer's note (maybe empty).
+    pub fn note(&self) -> &str {
+        &self.note
     }
 }
 

@@ -81,11 +81,13 @@ impl WatchLimits {
     }
 }
 
-/// The worker's environment: the base variables and the named ones that are set here.
-/// Read at each start or resume, never stored.
+/// The worker's environment: the base variables, the standard OpenTelemetry ones (so a
+/// worker exports where its watchdog would, under the same `TRACEPARENT`) and the named
+/// ones that are set here. Read at each start or resume, never stored.
 pub fn worker_env(named: &[String]) -> Vec<(String, std::ffi::OsString)> {
     BASE_ENV
         .iter()
+        .chain(crate::telemetry::PASSED_TO_WORKERS)
         .map(|s| s.to_string())
         .chain(named.iter().cloned())
         .filter_map(|k| std::env::var_os(&k).map(|v| (k, v)))

@@ -489,16 +489,22 @@ impl Actor {
         deadline: Option<Instant>,
         emit: Option<mpsc::Sender<Emitted>>,
     ) -> NodeCtx {
+        // A traced run's attempts each get a span (native built-ins get none: they are
+        // not reported one by one).
+        let span = match &self.shared.trace {
+            Some(t) if !self.native => Some(t.mint()),
+            _ => None,
+        };
         // Without a deadline the token is the node's own: the last context can be
         // re-armed instead of rebuilt (no allocation, no token clone).
         let reusable = deadline.is_none();
         if reusable
             && let Some(spare) = &mut self.spare_ctx
-            && spare.try_rearm(key.clone(), None, emit.clone())
+            && spare.try_rearm(key.clone(), None, emit.clone(), span)
         {
             return spare.clone();
         }
-        let ctx = NodeCtx::new(CtxParts {
+        let mut ctx = NodeCtx::new(CtxParts {
             node_id: self.spec.id.clone(),
             node_type: self.spec.node_type.clone(),
             key,
@@ -508,6 +514,9 @@ impl Actor {
             emit,
             secrets: self.shared.secrets.clone(),
         });
+        if let (Some(t), Some(span)) = (&self.shared.trace, span) {
+            ctx = ctx.traced(t.clone(), span);
+        }
         if reusable {
             self.spare_ctx = Some(ctx.clone());
         }
@@ -542,8 +551,10 @@ impl Actor {
         let mut m = ctx.metrics();
         m.wall_us = t0.elapsed().as_micros() as u64;
         // A failed attempt is always reported (failures are off the hot path), so every
-        // retry and every time limit shows with its attempt number.
+        // retry and every time limit shows with its attempt number; in a traced run every
+        // attempt is (its span is built from it), and in a counted one.
         if err.is_some()
+            || self.shared.every_invocation
             || m.fuel.is_some()
             || m.peak_memory_bytes.is_some()
             || m.cost_usd > 0.0
@@ -556,6 +567,8 @@ impl Actor {
                 error: err.map(|e| self.shared.secrets.mask(&e.message)),
                 attempt,
                 timed_out,
+                signature: err.and_then(|e| e.failure_signature()),
+                span_id: ctx.span_id(),
             });
         }
         self.metrics.accumulate(&m);

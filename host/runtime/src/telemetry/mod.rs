@@ -1,0 +1,318 @@
+//! What an operator's monitoring sees of the runs: OpenTelemetry traces over OTLP/HTTP
+//! (one `heddle.run` span per run, one `heddle.node` span per invocation attempt under
+//! it), and the log format the command line's server and watchdog write.
+//!
+//! Spans are built from the run's typed event stream, one consumer among the others
+//! (the progress view, the report, the log), never by timing code inside the kernel: a
+//! run without an exporter configured mints no ids, builds no span and publishes no
+//! extra event. With one, the kernel gives every attempt a span id when it starts (a
+//! code node is handed it as `TRACEPARENT`) and reports the attempt when it ends; the
+//! span is built from that report, with the attempt's own start and end times.
+//!
+//! A durable run records its trace with its first `opened` record, so every process
+//! that drives it later (a resume, a watchdog's replacement worker, a server's
+//! adoption) continues the same trace under the same run span. Results recorded by an
+//! earlier process and fed downstream on recovery are not invocations: they get no
+//! span. Attempts an owner started and never ended because it died are reported by the
+//! process that recovers the run, as died (`heddle.node.outcome = died`). The run span
+//! is sent once, by the process that records the run's ending (a paused run's spans
+//! wait for it).
+//!
+//! Export never holds a run up: spans go to a bounded queue that one thread of this
+//! process sends in batches (every 200 ms, or 512 spans); when the queue is full or the
+//! endpoint does not take them, they are dropped, counted ([`Telemetry::dropped`]) and
+//! the first such loss is logged, once.
+
+mod export;
+mod spans;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use heddle_core::trace::TraceParent;
+use serde::Deserialize;
+
+use crate::config::Config;
+use crate::error::ConfigError;
+
+pub use export::Telemetry;
+pub(crate) use spans::{RunInfo, RunSpan, RunSpanEnd, RunTracing, at_ms};
+
+/// How the command line writes its log lines (`[telemetry] log_format`, `--log-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// One line of text per event, as a person reads it (the default).
+    #[default]
+    Human,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `message`, and `run_id`
+    /// and `node_id` where the event is about one.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<LogFormat, String> {
+        match s {
+            "human" => Ok(LogFormat::Human),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("`{other}` is not a log format (human or json)")),
+        }
+    }
+}
+
+/// `[telemetry]` in `heddle.toml`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TelemetrySection {
+    /// Base URL of an OTLP/HTTP receiver (`/v1/traces` is added), as
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` gives it.
+    #[serde(default)]
+    otlp_endpoint: Option<String>,
+    /// The `service.name` spans are sent under (default `heddle`).
+    #[serde(default)]
+    service_name: Option<String>,
+    #[serde(default)]
+    log_format: Option<LogFormat>,
+}
+
+/// Where a process sends its spans.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceExport {
+    /// The OTLP/HTTP traces URL (`…/v1/traces`).
+    pub endpoint: String,
+    /// The `service.name` resource attribute.
+    pub service_name: String,
+}
+
+/// Telemetry settings, checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TelemetrySettings {
+    /// Where spans go; `None`: runs are not traced.
+    pub traces: Option<TraceExport>,
+    /// How the command line writes its log lines.
+    pub log_format: LogFormat,
+    /// The caller's span this process's runs go under (`TRACEPARENT` in its
+    /// environment, as `heddle run` and a watchdog's workers get it); one that is not a
+    /// valid `traceparent` is ignored (logged at debug level).
+    pub parent: Option<TraceParent>,
+}
+
+/// The variables read, standard ones first (OpenTelemetry's SDK specification).
+const TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+const SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+const SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
+const TRACES_EXPORTER: &str = "OTEL_TRACES_EXPORTER";
+/// The W3C name, as Windmill and OpenTelemetry's environment carriers spell it.
+pub const TRACEPARENT: &str = "TRACEPARENT";
+const PROTOCOLS: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+];
+
+/// What a worker process of a watchdog needs to export as its watchdog does: the
+/// standard OpenTelemetry variables (the watchdog passes each one that is set).
+pub const PASSED_TO_WORKERS: &[&str] = &[
+    TRACEPARENT,
+    TRACES_ENDPOINT,
+    ENDPOINT,
+    SERVICE_NAME,
+    SDK_DISABLED,
+    TRACES_EXPORTER,
+    PROTOCOLS[0],
+    PROTOCOLS[1],
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+    "OTEL_RESOURCE_ATTRIBUTES",
+];
+
+impl TelemetrySettings {
+    /// `[telemetry]` of `config` under the process's environment, with `log_format`
+    /// (a flag) over the file's.
+    pub(crate) fn load(
+        config: &Config,
+        log_format: Option<LogFormat>,
+    ) -> Result<TelemetrySettings, ConfigError> {
+        let s: TelemetrySection = config.section("telemetry")?.unwrap_or_default();
+        let mut t = resolve(&s, &config.display_path(), &|name| {
+            std::env::var(name).ok().filter(|v| !v.is_empty())
+        })?;
+        if let Some(f) = log_format {
+            t.log_format = f;
+        }
+        Ok(t)
+    }
+}
+
+/// The settings from the section and the variables `env` reads (a variable over the
+/// file, the file over the default, as every other setting).
+fn resolve(
+    s: &TelemetrySection,
+    file: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<TelemetrySettings, ConfigError> {
+    let log_format = s.log_format.unwrap_or_default();
+    let parent = env(TRACEPARENT).and_then(|t| parse_parent(&t, TRACEPARENT));
+    let off = env(SDK_DISABLED).is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        || env(TRACES_EXPORTER).is_some_and(|v| v.eq_ignore_ascii_case("none"));
+    let endpoint = if let Some(url) = env(TRACES_ENDPOINT) {
+        Some(check_url(&url, TRACES_ENDPOINT)?)
+    } else if let Some(base) = env(ENDPOINT) {
+        Some(traces_url(&check_url(&base, ENDPOINT)?))
+    } else if let Some(base) = s.otlp_endpoint.as_deref().filter(|b| !b.is_empty()) {
+        let what = format!("{file}: section [telemetry]: otlp_endpoint");
+        Some(traces_url(&check_url(base, &what)?))
+    } else {
+        None
+    };
+    let Some(endpoint) = endpoint.filter(|_| !off) else {
+        return Ok(TelemetrySettings {
+            traces: None,
+            log_format,
+            parent,
+        });
+    };
+    for var in PROTOCOLS {
+        if let Some(p) = env(var).filter(|p| p != "http/protobuf") {
+            return Err(ConfigError::new(format!(
+                "{var} = {p:?}: heddle sends traces over OTLP/HTTP with protobuf (http/protobuf); point the endpoint at the collector's HTTP port (4318) and unset {var}"
+            )));
+        }
+    }
+    let service_name = env(SERVICE_NAME)
+        .or_else(|| s.service_name.clone())
+        .unwrap_or_else(|| "heddle".into());
+    Ok(TelemetrySettings {
+        traces: Some(TraceExport {
+            endpoint,
+            service_name,
+        }),
+        log_format,
+        parent,
+    })
+}
+
+/// `text` as a caller's `traceparent` (from `what`); one that is not valid is ignored,
+/// with a debug log line, never refused: a caller's broken tracing must not stop a run.
+pub fn parse_parent(text: &str, what: &str) -> Option<TraceParent> {
+    match TraceParent::parse(text) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            tracing::debug!("{what} ignored: {e}");
+            None
+        }
+    }
+}
+
+/// `url` when it is an absolute http(s) URL with a host; refused naming `what`.
+fn check_url(url: &str, what: &str) -> Result<String, ConfigError> {
+    let bad = |why: String| {
+        ConfigError::new(format!(
+            "{what} = {:?}: {why}",
+            heddle_core::text::clip(url, heddle_core::text::ECHO_MAX_CHARS)
+        ))
+    };
+    let uri: http::Uri = url.parse().map_err(|e| {
+        bad(format!(
+            "not a URL ({e}); expected e.g. http://collector:4318"
+        ))
+    })?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => {
+            return Err(bad(
+                "expected an http:// or https:// URL, e.g. http://collector:4318".into(),
+            ));
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(bad("the URL names no host".into()));
+    }
+    Ok(url.to_string())
+}
+
+/// The traces URL under a base endpoint, as the OTLP specification builds it.
+fn traces_url(base: &str) -> String {
+    format!("{}/v1/traces", base.trim_end_matches('/'))
+}
+
+/// How long a process that ends waits for its last spans to be sent.
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
+
+/// Starts the exporter of `settings`, when there is one.
+pub(crate) fn start(settings: &TelemetrySettings) -> Option<Arc<Telemetry>> {
+    settings
+        .traces
+        .as_ref()
+        .map(|t| Arc::new(Telemetry::start(t)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(section: &str, vars: &[(&str, &str)]) -> Result<TelemetrySettings, ConfigError> {
+        let s: TelemetrySection = toml::from_str(section).unwrap();
+        resolve(&s, "heddle.toml", &|name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    fn endpoint(t: TelemetrySettings) -> Option<String> {
+        t.traces.map(|t| t.endpoint)
+    }
+
+    #[test]
+    fn the_variables_win_over_the_file_and_bad_endpoints_are_refused_naming_them() {
+        assert_eq!(endpoint(with("", &[]).unwrap()), None);
+        let file = "otlp_endpoint = \"http://file:4318/\"";
+        assert_eq!(
+            endpoint(with(file, &[]).unwrap()).as_deref(),
+            Some("http://file:4318/v1/traces")
+        );
+        assert_eq!(
+            endpoint(with(file, &[(ENDPOINT, "https://env:4318")]).unwrap()).as_deref(),
+            Some("https://env:4318/v1/traces")
+        );
+        assert_eq!(
+            endpoint(
+                with(
+                    file,
+                    &[(ENDPOINT, "http://env"), (TRACES_ENDPOINT, "http://t/x")]
+                )
+                .unwrap()
+            )
+            .as_deref(),
+            Some("http://t/x")
+        );
+        assert_eq!(
+            endpoint(with(file, &[(SDK_DISABLED, "true")]).unwrap()),
+            None
+        );
+        let t = with(file, &[(SERVICE_NAME, "billing")]).unwrap();
+        assert_eq!(t.traces.unwrap().service_name, "billing");
+        for (section, vars, named) in [
+            (
+                "otlp_endpoint = \"collector:4318\"",
+                &[][..],
+                "otlp_endpoint",
+            ),
+            ("", &[(ENDPOINT, "ftp://x")][..], ENDPOINT),
+            ("", &[(TRACES_ENDPOINT, "http://")][..], TRACES_ENDPOINT),
+            ("", &[(ENDPOINT, "http://a b")][..], ENDPOINT),
+            (file, &[(PROTOCOLS[1], "grpc")][..], PROTOCOLS[1]),
+        ] {
+            let e = with(section, vars).unwrap_err().to_string();
+            assert!(e.contains(named), "{e}");
+        }
+        let e = with("otlp_endpoint = \"x\"", &[]).unwrap_err().to_string();
+        assert!(e.starts_with("heddle.toml: section [telemetry]"), "{e}");
+        let json = with("log_format = \"json\"", &[]).unwrap();
+        assert_eq!(json.log_format, LogFormat::Json);
+    }
+}

@@ -1,0 +1,715 @@
+//! One run's spans, built from its events: a `heddle.node` span per invocation attempt
+//! the kernel reports (every attempt of a traced run but the native built-ins'), one
+//! per node that never ran (outcome `skipped`, with why), one per attempt a dead owner
+//! left (outcome `died`), all children of the run's `heddle.run` span, which is sent
+//! when the run's ending is recorded.
+//!
+//! Every text an attribute or an event carries (ids, keys, errors, notes) is masked
+//! against the run's secret values, as the server's event feed masks what it sends.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use heddle_core::supervise::{RedactLimits, Redactor};
+use heddle_core::trace::{RunTrace, SpanId, Traced};
+use heddle_core::{
+    Decider, EventKind, NodeStatus, Occurrence, OpenReason, PauseReason, ReconcileAnswer, Record,
+    RecordedAction, RunStatus,
+};
+use heddle_kernel::EventStream;
+use heddle_store::{DiedAttempt, Stored};
+use opentelemetry::trace::{Event, SpanContext, SpanKind, Status, TraceFlags, TraceState};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+
+use super::Telemetry;
+
+/// Span and attribute names (the README's "Watching Heddle in production" lists them).
+pub(crate) mod names {
+    pub const RUN: &str = "heddle.run";
+    pub const NODE: &str = "heddle.node";
+    pub const RUN_ID: &str = "heddle.run.id";
+    pub const GRAPH_NAME: &str = "heddle.graph.name";
+    pub const GRAPH_DIGEST: &str = "heddle.graph.digest";
+    pub const RUN_OUTCOME: &str = "heddle.run.outcome";
+    pub const RUN_DURABLE: &str = "heddle.run.durable";
+    pub const NODE_ID: &str = "heddle.node.id";
+    pub const NODE_TYPE: &str = "heddle.node.type";
+    pub const ATTEMPT: &str = "heddle.node.attempt";
+    pub const KEY: &str = "heddle.node.key";
+    pub const FUEL: &str = "heddle.node.fuel";
+    pub const MEMORY: &str = "heddle.node.memory_bytes";
+    pub const COST: &str = "heddle.node.cost_usd";
+    pub const OUTCOME: &str = "heddle.node.outcome";
+    pub const SIGNATURE: &str = "heddle.node.signature";
+    pub const SKIP_REASON: &str = "heddle.node.skip_reason";
+    pub const ERROR: &str = "heddle.node.error";
+}
+
+/// What a run's span says about it besides its outcome.
+#[derive(Clone, Debug)]
+pub(crate) struct RunInfo {
+    /// A durable run's id (an in-memory run has none).
+    pub run_id: Option<String>,
+    pub graph_name: String,
+    /// The sha256 of the graph's bytes, when known (a durable run records it).
+    pub graph_digest: Option<String>,
+    /// When the run was created: its span's start.
+    pub created: SystemTime,
+}
+
+/// How a run is traced in this process: given to its driver by the runtime.
+pub(crate) struct RunTracing {
+    pub telemetry: Arc<Telemetry>,
+    pub traced: Arc<Traced>,
+    pub info: RunInfo,
+    /// The run span's events from its log (what earlier processes and this one's
+    /// opening recorded: recoveries, resumes, pauses, gate answers, cancels).
+    pub history: Vec<Event>,
+    /// Attempts the previous owner started and died with, and when it was last heard
+    /// of (the last record it wrote): reported as died under the run span.
+    pub died: Vec<DiedAttempt>,
+    pub died_until: SystemTime,
+    /// Masks every text the spans carry.
+    pub redactor: Arc<Redactor>,
+}
+
+/// A run being traced: its consumer of the event stream runs beside it.
+pub(crate) struct RunSpan {
+    tracing: RunTracing,
+    consumer: tokio::task::JoinHandle<RunSpanEnd>,
+}
+
+/// What the consumer saw of the run: its final status and the run span's events.
+pub(crate) struct RunSpanEnd {
+    events: Vec<Event>,
+    status: Option<(RunStatus, Option<String>)>,
+}
+
+/// A time `ms` milliseconds after the epoch.
+pub(crate) fn at_ms(ms: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+impl RunTracing {
+    /// The tracing of a run whose span parts are `trace`, for `telemetry`.
+    pub fn new(
+        telemetry: Arc<Telemetry>,
+        traced: Arc<Traced>,
+        info: RunInfo,
+        secrets: &heddle_kernel::SecretRegistry,
+    ) -> RunTracing {
+        RunTracing {
+            telemetry,
+            traced,
+            info,
+            history: Vec::new(),
+            died: Vec::new(),
+            died_until: SystemTime::now(),
+            redactor: Arc::new(Redactor::new(secrets.snapshot(), RedactLimits::default())),
+        }
+    }
+
+    /// Adds what `records` (the log before this process took the run) say to the run
+    /// span, and the attempts the owner before died with.
+    pub fn with_history(mut self, records: &[Stored]) -> RunTracing {
+        self.history = history(records, &self.redactor);
+        self.died = heddle_store::died_attempts(records);
+        if let Some(last) = records.last() {
+            self.died_until = at_ms(last.at_ms);
+        }
+        self
+    }
+
+    /// Adds an event of this process's opening (its resume, its recovery, the gate
+    /// answer it recorded) to the run span; its texts are masked.
+    pub fn event(&mut self, name: &'static str, attributes: Vec<KeyValue>) {
+        let attributes = attributes
+            .into_iter()
+            .map(|kv| match &kv.value {
+                opentelemetry::Value::String(s) => {
+                    KeyValue::new(kv.key, self.redactor.mask(s.as_str()))
+                }
+                _ => kv,
+            })
+            .collect();
+        self.history
+            .push(Event::new(name, SystemTime::now(), attributes, 0));
+    }
+
+    /// Adds the answer this process records to a reconcile pause to the run span (as
+    /// [`RunTracing::with_history`] adds those an earlier owner recorded).
+    pub fn reconciled(&mut self, occurrence: &Occurrence, answer: ReconcileAnswer) {
+        let attributes = reconciled_attributes(occurrence, answer, &self.redactor);
+        self.history
+            .push(Event::new(RECONCILED, SystemTime::now(), attributes, 0));
+    }
+
+    /// Starts consuming `events` (subscribed before the run starts) of a run whose
+    /// event clock started at `origin`, over `plan`.
+    pub fn start(
+        self,
+        events: EventStream,
+        origin: SystemTime,
+        plan: &heddle_core::plan::Plan,
+    ) -> RunSpan {
+        let types = plan
+            .nodes
+            .iter()
+            .map(|n| (n.id.clone(), n.node_type.clone()))
+            .collect();
+        let c = Consumer {
+            telemetry: self.telemetry.clone(),
+            trace: self.traced.run,
+            run_id: self.info.run_id.as_deref().map(|r| self.redactor.mask(r)),
+            origin,
+            types,
+            redactor: self.redactor.clone(),
+            pending: HashMap::new(),
+            events: Vec::new(),
+            status: None,
+        };
+        for d in &self.died {
+            c.died(d, self.died_until);
+        }
+        let consumer = tokio::spawn(c.consume(events));
+        RunSpan {
+            tracing: self,
+            consumer,
+        }
+    }
+
+    /// Sends the span of a run that never started (refused, or cancelled before its
+    /// turn), with `status` and `error`.
+    pub fn unrun(self, status: RunStatus, error: Option<String>) {
+        self.send(RunSpanEnd {
+            events: Vec::new(),
+            status: Some((status, error)),
+        });
+    }
+
+    /// Sends the run span, ended now.
+    fn send(self, end: RunSpanEnd) {
+        if !self.traced.run.sampled {
+            return;
+        }
+        let m = |s: &str| self.redactor.mask(s);
+        let mut attributes = vec![
+            KeyValue::new(names::GRAPH_NAME, m(&self.info.graph_name)),
+            KeyValue::new(names::RUN_DURABLE, self.info.run_id.is_some()),
+        ];
+        if let Some(id) = &self.info.run_id {
+            attributes.push(KeyValue::new(names::RUN_ID, m(id)));
+        }
+        if let Some(d) = &self.info.graph_digest {
+            attributes.push(KeyValue::new(names::GRAPH_DIGEST, d.clone()));
+        }
+        let mut status = Status::Unset;
+        if let Some((s, error)) = &end.status {
+            attributes.push(KeyValue::new(names::RUN_OUTCOME, s.as_str()));
+            if let Some(e) = error {
+                status = Status::error(m(e));
+            } else if *s == RunStatus::Failed {
+                status = Status::error("failed");
+            }
+        }
+        let mut events: Vec<Event> = self.history.into_iter().chain(end.events).collect();
+        events.sort_by_key(|e| e.timestamp);
+        let trace = self.traced.run;
+        let span = span(SpanParts {
+            trace: &trace,
+            span_id: trace.span,
+            parent: trace.parent,
+            name: names::RUN,
+            start: self.info.created,
+            end: SystemTime::now(),
+            attributes,
+            events,
+            status,
+        });
+        self.telemetry.send(span);
+    }
+}
+
+impl RunSpan {
+    /// Waits for the consumer (the run's event stream has ended: the run did) and
+    /// keeps what it saw until the ending is known.
+    pub async fn finish(self) -> (RunTracing, RunSpanEnd) {
+        let end = match self.consumer.await {
+            Ok(end) => end,
+            // It panicked (a bug): the run span goes without what it saw.
+            Err(_) => RunSpanEnd {
+                events: Vec::new(),
+                status: None,
+            },
+        };
+        (self.tracing, end)
+    }
+}
+
+impl RunTracing {
+    /// Sends the run span of a run that ended with `status` (`None`: with what the
+    /// kernel reported), `error` over the kernel's.
+    pub fn ended(self, mut end: RunSpanEnd, status: Option<(RunStatus, Option<String>)>) {
+        if status.is_some() {
+            end.status = status;
+        }
+        self.send(end);
+    }
+}
+
+/// The run span's events in `records`.
+fn history(records: &[Stored], r: &Redactor) -> Vec<Event> {
+    records
+        .iter()
+        .filter_map(|s| {
+            let (name, attributes) = match &s.record {
+                Record::Opened {
+                    reason: OpenReason::Recover,
+                    epoch,
+                    pid,
+                    ..
+                } => (
+                    "heddle.run.recovered",
+                    vec![
+                        KeyValue::new("heddle.run.epoch", *epoch as i64),
+                        KeyValue::new("process.pid", i64::from(*pid)),
+                    ],
+                ),
+                Record::Opened {
+                    reason: OpenReason::Resume,
+                    epoch,
+                    pid,
+                    ..
+                } => (
+                    "heddle.run.resumed",
+                    vec![
+                        KeyValue::new("heddle.run.epoch", *epoch as i64),
+                        KeyValue::new("process.pid", i64::from(*pid)),
+                    ],
+                ),
+                Record::Paused { pause } => {
+                    ("heddle.run.paused", pause_attributes(pause, r, s.seq))
+                }
+                Record::Verdict {
+                    occurrence,
+                    verdict,
+                    decided_by: Decider::User,
+                } => {
+                    let name = match verdict.action {
+                        RecordedAction::Approve => "heddle.gate.approved",
+                        RecordedAction::Reject => "heddle.gate.rejected",
+                        _ => return None,
+                    };
+                    let mut a = vec![KeyValue::new(names::NODE_ID, r.mask(&occurrence.node))];
+                    if let Some(n) = verdict.note.as_deref().filter(|n| !n.is_empty()) {
+                        a.push(KeyValue::new("heddle.gate.note", r.mask(n)));
+                    }
+                    (name, a)
+                }
+                Record::Reconciled {
+                    occurrence, answer, ..
+                } => (RECONCILED, reconciled_attributes(occurrence, *answer, r)),
+                Record::CancelRequested => ("heddle.run.cancel_requested", Vec::new()),
+                _ => return None,
+            };
+            Some(Event::new(name, at_ms(s.at_ms), attributes, 0))
+        })
+        .collect()
+}
+
+/// The run span's event for a person's answer to a reconcile pause.
+const RECONCILED: &str = "heddle.run.reconciled";
+
+/// What [`RECONCILED`] says: the invocation answered for and the answer.
+fn reconciled_attributes(
+    occurrence: &Occurrence,
+    answer: ReconcileAnswer,
+    r: &Redactor,
+) -> Vec<KeyValue> {
+    let answer = match answer {
+        ReconcileAnswer::Completed => "completed",
+        ReconcileAnswer::Skipped => "skipped",
+    };
+    vec![
+        KeyValue::new(names::NODE_ID, r.mask(&occurrence.node)),
+        KeyValue::new(names::KEY, r.mask(&occurrence.key)),
+        KeyValue::new("heddle.reconcile.answer", answer),
+    ]
+}
+
+fn pause_attributes(pause: &PauseReason, r: &Redactor, seq: u64) -> Vec<KeyValue> {
+    let mut a = vec![KeyValue::new("heddle.pause.event", seq as i64)];
+    match pause {
+        PauseReason::Interrupted => a.push(KeyValue::new("heddle.pause.reason", "interrupted")),
+        PauseReason::Reconcile { occurrence } => {
+            a.push(KeyValue::new("heddle.pause.reason", "reconcile"));
+            a.push(KeyValue::new(names::NODE_ID, r.mask(&occurrence.node)));
+            a.push(KeyValue::new(names::KEY, r.mask(&occurrence.key)));
+        }
+        PauseReason::Suspend { node, reason } => {
+            a.push(KeyValue::new("heddle.pause.reason", "suspend"));
+            a.push(KeyValue::new(names::NODE_ID, r.mask(node)));
+            a.push(KeyValue::new("heddle.pause.detail", r.mask(reason)));
+        }
+        PauseReason::Budget { detail } => {
+            a.push(KeyValue::new("heddle.pause.reason", "budget"));
+            a.push(KeyValue::new("heddle.pause.detail", r.mask(detail)));
+        }
+    }
+    a
+}
+
+/// A span's parts.
+struct SpanParts<'a> {
+    trace: &'a RunTrace,
+    span_id: SpanId,
+    parent: Option<SpanId>,
+    name: &'static str,
+    start: SystemTime,
+    end: SystemTime,
+    attributes: Vec<KeyValue>,
+    events: Vec<Event>,
+    status: Status,
+}
+
+fn span(p: SpanParts<'_>) -> SpanData {
+    let flags = if p.trace.sampled {
+        TraceFlags::SAMPLED
+    } else {
+        TraceFlags::default()
+    };
+    let mut events = SpanEvents::default();
+    events.events = p.events;
+    // The run span's parent is the caller's (remote); a node span's is the run span.
+    let remote_parent = p.parent.is_some() && p.name == names::RUN;
+    SpanData {
+        span_context: SpanContext::new(
+            opentelemetry::TraceId::from_bytes(p.trace.trace_id.0),
+            opentelemetry::SpanId::from_bytes(p.span_id.0),
+            flags,
+            false,
+            TraceState::default(),
+        ),
+        parent_span_id: p.parent.map_or(opentelemetry::SpanId::INVALID, |s| {
+            opentelemetry::SpanId::from_bytes(s.0)
+        }),
+        parent_span_is_remote: remote_parent,
+        span_kind: SpanKind::Internal,
+        name: Cow::Borrowed(p.name),
+        start_time: p.start,
+        end_time: p.end.max(p.start),
+        attributes: p.attributes,
+        dropped_attributes_count: 0,
+        events,
+        links: SpanLinks::default(),
+        status: p.status,
+        instrumentation_scope: scope(),
+    }
+}
+
+fn scope() -> InstrumentationScope {
+    static SCOPE: std::sync::OnceLock<InstrumentationScope> = std::sync::OnceLock::new();
+    SCOPE
+        .get_or_init(|| {
+            InstrumentationScope::builder("heddle")
+                .with_version(env!("CARGO_PKG_VERSION"))
+                .build()
+        })
+        .clone()
+}
+
+/// Reads a run's events and sends its node spans as they end.
+struct Consumer {
+    telemetry: Arc<Telemetry>,
+    trace: RunTrace,
+    /// Masked.
+    run_id: Option<String>,
+    origin: SystemTime,
+    types: HashMap<Arc<str>, Arc<str>>,
+    redactor: Arc<Redactor>,
+    /// Failed attempts' spans held for the escalation and verdict that may follow, by
+    /// node: sent once decided, or when the node moves on.
+    pending: HashMap<String, Vec<Pending>>,
+    /// The run span's events seen in the stream.
+    events: Vec<Event>,
+    status: Option<(RunStatus, Option<String>)>,
+}
+
+struct Pending {
+    key: String,
+    span: SpanData,
+    escalated: bool,
+}
+
+impl Consumer {
+    async fn consume(mut self, mut events: EventStream) -> RunSpanEnd {
+        while let Some(e) = events.next().await {
+            let at = self.origin + Duration::from_micros(e.at_us);
+            self.on(&e.kind, at);
+        }
+        let pending: Vec<Pending> = self.pending.drain().flat_map(|(_, v)| v).collect();
+        for p in pending {
+            self.telemetry.send(p.span);
+        }
+        RunSpanEnd {
+            events: self.events,
+            status: self.status,
+        }
+    }
+
+    fn m(&self, s: &str) -> String {
+        self.redactor.mask(s)
+    }
+
+    fn base(&self, node: &str) -> Vec<KeyValue> {
+        let mut a = Vec::with_capacity(12);
+        if let Some(r) = &self.run_id {
+            a.push(KeyValue::new(names::RUN_ID, r.clone()));
+        }
+        a.push(KeyValue::new(names::NODE_ID, self.m(node)));
+        if let Some(t) = self.types.get(node) {
+            a.push(KeyValue::new(names::NODE_TYPE, self.m(t)));
+        }
+        a
+    }
+
+    fn on(&mut self, kind: &EventKind, at: SystemTime) {
+        if !self.trace.sampled {
+            if let EventKind::Run { status, error } = kind
+                && *status != RunStatus::Running
+            {
+                self.status = Some((*status, error.clone()));
+            }
+            return;
+        }
+        match kind {
+            EventKind::Invocation {
+                node_id,
+                key,
+                metrics,
+                error,
+                attempt,
+                timed_out,
+                signature,
+                span_id,
+            } => {
+                self.flush(node_id, Some(key));
+                let mut a = self.base(node_id);
+                a.push(KeyValue::new(names::ATTEMPT, i64::from(*attempt)));
+                a.push(KeyValue::new(names::KEY, self.m(key)));
+                if let Some(f) = metrics.fuel {
+                    a.push(KeyValue::new(names::FUEL, f as i64));
+                }
+                if let Some(b) = metrics.peak_memory_bytes {
+                    a.push(KeyValue::new(names::MEMORY, b as i64));
+                }
+                if metrics.cost_reports > 0 {
+                    a.push(KeyValue::new(names::COST, metrics.cost_usd));
+                }
+                let outcome = match (error, timed_out) {
+                    (None, _) => "ok",
+                    (Some(_), true) => "timed_out",
+                    (Some(_), false) => "error",
+                };
+                a.push(KeyValue::new(names::OUTCOME, outcome));
+                if let Some(s) = signature {
+                    a.push(KeyValue::new(names::SIGNATURE, self.m(s)));
+                }
+                let status = match error {
+                    Some(e) => {
+                        let e = self.m(e);
+                        a.push(KeyValue::new(names::ERROR, e.clone()));
+                        Status::error(e)
+                    }
+                    None => Status::Unset,
+                };
+                let span_id = span_id.unwrap_or_else(|| self.telemetry.span_id());
+                let span = span(SpanParts {
+                    trace: &self.trace,
+                    span_id,
+                    parent: Some(self.trace.span),
+                    name: names::NODE,
+                    start: at
+                        .checked_sub(Duration::from_micros(metrics.wall_us))
+                        .unwrap_or(at),
+                    end: at,
+                    attributes: a,
+                    events: Vec::new(),
+                    status,
+                });
+                if error.is_some() {
+                    self.pending
+                        .entry(node_id.clone())
+                        .or_default()
+                        .push(Pending {
+                            key: key.clone(),
+                            span,
+                            escalated: false,
+                        });
+                } else {
+                    self.telemetry.send(span);
+                }
+            }
+            EventKind::Escalation {
+                node_id,
+                escalation,
+            } => {
+                let key = escalation
+                    .get("invocation_key")
+                    .and_then(|k| k.as_str())
+                    .unwrap_or("");
+                let mut a = Vec::new();
+                if let Some(sig) = escalation.get("failure_signature").and_then(|s| s.as_str()) {
+                    a.push(KeyValue::new(names::SIGNATURE, self.m(sig)));
+                }
+                if let Some(allowed) = escalation.get("allowed_actions") {
+                    a.push(KeyValue::new(
+                        "heddle.escalation.allowed",
+                        self.m(&allowed.to_string()),
+                    ));
+                }
+                let event = Event::new("heddle.escalation", at, a, 0);
+                match self
+                    .pending
+                    .get_mut(node_id)
+                    .and_then(|v| v.iter_mut().rev().find(|p| p.key == key))
+                {
+                    Some(p) => {
+                        p.escalated = true;
+                        p.span.events.events.push(event);
+                    }
+                    None => self.run_event(node_id, event),
+                }
+            }
+            EventKind::Decision {
+                node_id,
+                verdict,
+                decided_by,
+                cost_usd,
+            } => {
+                let mut a = vec![KeyValue::new("heddle.decided_by", self.m(decided_by))];
+                if let Some(action) = verdict.get("action").and_then(|v| v.as_str()) {
+                    a.push(KeyValue::new("heddle.verdict", action.to_string()));
+                }
+                if let Some(reason) = verdict.get("reason").and_then(|v| v.as_str()) {
+                    a.push(KeyValue::new("heddle.verdict.reason", self.m(reason)));
+                }
+                if *cost_usd > 0.0 {
+                    a.push(KeyValue::new("heddle.decision.cost_usd", *cost_usd));
+                }
+                let event = Event::new("heddle.verdict", at, a, 0);
+                let decided = self.pending.get_mut(node_id).and_then(|v| {
+                    let i = v.iter().rposition(|p| p.escalated)?;
+                    Some(v.remove(i))
+                });
+                match decided {
+                    Some(mut p) => {
+                        p.span.events.events.push(event);
+                        self.telemetry.send(p.span);
+                    }
+                    None => self.run_event(node_id, event),
+                }
+            }
+            EventKind::Node {
+                node_id,
+                status,
+                skip_reason,
+                ..
+            } => match status {
+                NodeStatus::Running | NodeStatus::Warning => {}
+                NodeStatus::Suspended => {
+                    self.flush(node_id, None);
+                    let event = Event::new("heddle.node.suspended", at, Vec::new(), 0);
+                    self.run_event(node_id, event);
+                }
+                NodeStatus::Completed | NodeStatus::Failed => self.flush(node_id, None),
+                NodeStatus::Skipped => {
+                    self.flush(node_id, None);
+                    let mut a = self.base(node_id);
+                    a.push(KeyValue::new(names::OUTCOME, "skipped"));
+                    if let Some(r) = skip_reason {
+                        let r = serde_json::to_value(r).unwrap_or_default();
+                        a.push(KeyValue::new(
+                            names::SKIP_REASON,
+                            r.as_str().unwrap_or_default().to_string(),
+                        ));
+                    }
+                    let span = span(SpanParts {
+                        trace: &self.trace,
+                        span_id: self.telemetry.span_id(),
+                        parent: Some(self.trace.span),
+                        name: names::NODE,
+                        start: at,
+                        end: at,
+                        attributes: a,
+                        events: Vec::new(),
+                        status: Status::Unset,
+                    });
+                    self.telemetry.send(span);
+                }
+            },
+            EventKind::Run { status, error } if *status != RunStatus::Running => {
+                self.status = Some((*status, error.clone()));
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends the held spans of `node` (those at `key` only, when given).
+    fn flush(&mut self, node: &str, key: Option<&str>) {
+        let Some(held) = self.pending.get_mut(node) else {
+            return;
+        };
+        let mut keep = Vec::new();
+        for p in held.drain(..) {
+            if key.is_none_or(|k| k == p.key) {
+                self.telemetry.send(p.span);
+            } else {
+                keep.push(p);
+            }
+        }
+        if keep.is_empty() {
+            self.pending.remove(node);
+        } else {
+            self.pending.insert(node.to_string(), keep);
+        }
+    }
+
+    /// An event about `node` on the run span.
+    fn run_event(&mut self, node: &str, mut event: Event) {
+        event
+            .attributes
+            .push(KeyValue::new(names::NODE_ID, self.m(node)));
+        self.events.push(event);
+    }
+
+    /// The span of an attempt the previous owner died with: from its recorded start to
+    /// the last thing its owner recorded.
+    fn died(&self, d: &DiedAttempt, until: SystemTime) {
+        if !self.trace.sampled {
+            return;
+        }
+        let occ = &d.occurrence;
+        let mut a = self.base(&occ.node);
+        a.push(KeyValue::new(names::ATTEMPT, i64::from(d.attempt)));
+        a.push(KeyValue::new(names::KEY, self.m(&occ.key)));
+        a.push(KeyValue::new(names::OUTCOME, "died"));
+        let why = "the process running this attempt died before it ended";
+        a.push(KeyValue::new(names::ERROR, why));
+        let span = span(SpanParts {
+            trace: &self.trace,
+            span_id: self.telemetry.span_id(),
+            parent: Some(self.trace.span),
+            name: names::NODE,
+            start: at_ms(d.started_at_ms),
+            end: until,
+            attributes: a,
+            events: Vec::new(),
+            status: Status::error(why),
+        });
+        self.telemetry.send(span);
+    }
+}
