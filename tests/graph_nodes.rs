@@ -359,6 +359,17 @@ fn a_gate_inside_a_graph_node_pauses_the_run() {
         show["plan"]["included"][0].get("text").is_none(),
         "{show:#}"
     );
+    // `runs show` names the graph node with what it includes, and the gate by its path.
+    let o = env.heddle(&["runs", "show", &id]);
+    expect(&o, OK);
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        shown.contains(&format!(
+            "graph node g: graphs/inner.json (sha256 {})",
+            sha256_hex(inner.as_bytes())
+        )) && shown.contains("g/ship"),
+        "{shown}"
+    );
     // A plain resume is refused: the gate is answered.
     let o = env.heddle(&["runs", "resume", &id]);
     expect(&o, INVALID);

@@ -79,6 +79,13 @@ async fn show(
     // The document as submitted, for the viewer to draw (its nodes' UI positions
     // included); stored bytes that are not JSON are left out, not an error.
     v["document"] = serde_json::from_slice(&header.run.graph_bytes).unwrap_or_default();
+    // The graph as the run planned it, which is what the viewer draws and what the
+    // records name: a NodeTool workflow read as Heddle's, and every graph node expanded
+    // with its inner nodes at their paths (`plan.graphs` lists the graph nodes), from
+    // the documents the run recorded.
+    v["expanded"] = durable::stored_flat(&header)
+        .map(|d| json!(d))
+        .unwrap_or_default();
     link_artifacts(&mut v["occurrences"], &header.run_id, 0);
     Ok(Json(v))
 }
