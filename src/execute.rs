@@ -58,6 +58,9 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
         }
     }
     let total_nodes = drive.plan().nodes.len();
+    // What the report adds from the plan, kept before the driver takes it.
+    let graphs = drive.plan().graphs.clone();
+    let warnings = drive.plan().warnings.clone();
     let durable = drive.session().is_some();
     // Built from the plan before the driver takes it: it orders lines by the edges.
     let progress = Progress::new(mode, drive.plan());
@@ -145,7 +148,7 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
     rt.shutdown_background();
 
     let result = &finished.result;
-    let mut report = RunReport::build(&graph, result, &times);
+    let mut report = RunReport::build(&graph, result, &times).with_plan(&graphs, warnings);
     let gate = report
         .suspend
         .as_ref()

@@ -299,6 +299,13 @@ fn mutated_examples_never_panic_hang_or_exit_off_the_table() {
     examples.sort();
     let mut rng = Rng(seed | 1);
     let dir = tempfile::tempdir().unwrap();
+    // The documents the examples' graph nodes include, beside them as in examples/, so a
+    // mutated graph node example can get as far as running.
+    std::fs::create_dir(dir.path().join("graphs")).unwrap();
+    for e in std::fs::read_dir(root().join("examples/graphs")).unwrap() {
+        let e = e.unwrap().path();
+        std::fs::copy(&e, dir.path().join("graphs").join(e.file_name().unwrap())).unwrap();
+    }
     // Exit codes of `run` per code: a fuzz run that never gets past the parser (or never
     // fails it) would test much less than it claims.
     let mut run_codes = std::collections::BTreeMap::<i32, usize>::new();

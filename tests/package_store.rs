@@ -253,6 +253,74 @@ fn package_add_list_verify_remove() {
     assert!(stderr(&o).contains("heddle-package.toml"), "{}", stderr(&o));
 }
 
+/// A copy of the `hostile` package that provides the graph `graphs/echo.json` (its
+/// `hostile.echo` between an input and an output), listed in its manifest.
+fn package_with_graph(dir: &Path, graph: &str) -> std::path::PathBuf {
+    let src = common::package_dir("hostile");
+    let pkg = dir.join("pkg");
+    std::fs::create_dir_all(pkg.join("graphs")).unwrap();
+    for f in ["heddle-package.toml", "hostile.wasm"] {
+        std::fs::copy(src.join(f), pkg.join(f)).unwrap();
+    }
+    let manifest = std::fs::read_to_string(pkg.join("heddle-package.toml")).unwrap();
+    write(
+        &pkg,
+        "heddle-package.toml",
+        &format!("{manifest}graphs = [\"graphs/echo.json\"]\n"),
+    );
+    write(&pkg, "graphs/echo.json", graph);
+    pkg
+}
+
+const ECHO_GRAPH: &str = r#"{"nodes": [
+  {"id": "value", "type": "heddle.input", "properties": {"type": "int"}},
+  {"id": "echo", "type": "hostile.echo"},
+  {"id": "echoed", "type": "heddle.output"}],
+ "edges": [
+  {"source": "value", "sourceHandle": "value", "target": "echo", "targetHandle": "value"},
+  {"source": "echo", "sourceHandle": "value", "target": "echoed", "targetHandle": "value"}]}"#;
+
+#[test]
+fn a_package_provides_graphs_that_graph_nodes_include() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pkg = package_with_graph(d, ECHO_GRAPH);
+    let o = heddle_in(d, &["package", "add", pkg.to_str().unwrap()]);
+    expect_code(&o, OK);
+    // The package's copy is what is read: the source directory can go.
+    std::fs::remove_dir_all(&pkg).unwrap();
+    let sha = heddle_core::compose::sha256_hex(ECHO_GRAPH.as_bytes());
+    let graph = format!(
+        r#"{{"nodes": [
+          {{"id": "n", "type": "heddle.constant", "properties": {{"value": 41}}}},
+          {{"id": "g", "type": "heddle.graph", "properties": {{"package": "hostile", "graph": "graphs/echo.json", "sha256": "{sha}"}}}},
+          {{"id": "out", "type": "heddle.output"}}],
+         "edges": [
+          {{"source": "n", "sourceHandle": "value", "target": "g", "targetHandle": "value"}},
+          {{"source": "g", "sourceHandle": "echoed", "target": "out", "targetHandle": "value"}}]}}"#
+    );
+    write(d, "g.json", &graph);
+    let o = heddle_in(d, &["run", "--json", "g.json"]);
+    expect_code(&o, OK);
+    let r = json(&o);
+    assert_eq!(r["outputs"]["out"], serde_json::json!([41]), "{r:#}");
+    assert_eq!(
+        r["graph_nodes"]["g"]["graph"],
+        "package:hostile/graphs/echo.json"
+    );
+
+    // A package naming a graph that is not one is refused at install, naming the file.
+    let bad = package_with_graph(&d.join("bad"), "{ not json");
+    let o = heddle_in(d, &["package", "add", bad.to_str().unwrap()]);
+    expect_code(&o, INVALID);
+    assert!(stderr(&o).contains("graphs/echo.json"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not a graph document"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// The capability review shows a `network` request as granted or not, then the
 /// destinations granted and the headers the host adds (the secret's name, never its
 /// value).

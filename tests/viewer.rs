@@ -2,7 +2,8 @@
 //! is `support/browser.rs`) against the real `heddle serve`: the page follows a running
 //! fan-out, a gate is approved and another rejected by clicking, an escalation is
 //! answered, uncertain work is offered again, a run is cancelled, large values link to
-//! all of them, and a wrong token gets nothing. Without Chromium these tests skip with a
+//! all of them, a graph node is opened to its inner nodes, and a wrong token gets
+//! nothing. Without Chromium these tests skip with a
 //! loud message, unless `HEDDLE_REQUIRE_BROWSER=1` or `CI=true`, where they fail
 //! (`scripts/test` installs Debian's `chromium` and `chromium-driver`).
 
@@ -846,4 +847,202 @@ fn an_artifact_is_served_by_its_digest() {
         .await;
         assert_eq!(refused.status().as_u16(), 401);
     });
+}
+
+/// The innermost graph: its text shouted.
+const SHOUT_GRAPH: &str = r#"{"nodes": [
+  {"id": "text", "type": "heddle.input", "properties": {"type": "str"}},
+  {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
+  {"id": "out", "type": "heddle.output"}],
+ "edges": [
+  {"source": "text", "sourceHandle": "value", "target": "up", "targetHandle": "text"},
+  {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]}"#;
+
+/// A page fetched (a host bash process that waits for a file named after its item in
+/// `release`, and fails for `beta`), then shouted by the graph node `h` of `SHOUT_GRAPH`.
+fn fetch_graph(release: &Path) -> String {
+    let shout = heddle_core::compose::sha256_hex(SHOUT_GRAPH.as_bytes());
+    json!({"nodes": [
+        {"id": "item", "type": "heddle.input", "properties": {"type": "str"}},
+        {"id": "fetch", "type": "code.bash", "properties": {
+            "mode": "subprocess", "timeout_s": 600, "release": release,
+            "code": "while [ ! -e \"$release/$item\" ]; do sleep 0.02; done; if [ \"$item\" = beta ]; then echo \"no such page: $item\" >&2; exit 3; fi; echo \"page $item\""}},
+        {"id": "h", "type": "heddle.graph", "properties": {"graph": "shout.json", "sha256": shout}},
+        {"id": "out", "type": "heddle.output"}
+    ], "edges": [
+        {"source": "item", "sourceHandle": "value", "target": "fetch", "targetHandle": "item"},
+        {"source": "fetch", "sourceHandle": "result", "target": "h", "targetHandle": "text"},
+        {"source": "h", "sourceHandle": "out", "target": "out", "targetHandle": "value"}
+    ]})
+    .to_string()
+}
+
+/// A graph node is drawn as one box (a stack) with the state of what runs inside it;
+/// clicked, it opens in place to its inner nodes by path, with their live states (a
+/// graph node inside it opens the same way), each inner node's invocations and errors
+/// one click away; clicked again it closes. A NodeTool workflow is drawn as Heddle
+/// reads it.
+#[test]
+fn a_graph_node_opens_to_its_inner_nodes_and_their_live_states() {
+    let Some(driver) = driver() else { return };
+    let dir = StoreDir::new();
+    let release = dir.path().join("release");
+    std::fs::create_dir(&release).unwrap();
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    let fetch = fetch_graph(&release);
+    let outer = json!({"format": "heddle.graph", "version": 1, "name": "pages", "nodes": [
+        {"id": "pages", "type": "heddle.input", "properties": {"type": "list[str]", "value": ["alpha", "beta"]}},
+        {"id": "each", "type": "heddle.foreach"},
+        {"id": "g", "type": "heddle.graph", "properties": {"graph": "graphs/fetch.json",
+            "sha256": heddle_core::compose::sha256_hex(fetch.as_bytes())}},
+        {"id": "all", "type": "heddle.collect"},
+        {"id": "report", "type": "heddle.output"}
+    ], "edges": [
+        {"source": "pages", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
+        {"source": "each", "sourceHandle": "item", "target": "g", "targetHandle": "item"},
+        {"source": "g", "sourceHandle": "out", "target": "all", "targetHandle": "item"},
+        {"source": "all", "sourceHandle": "list", "target": "report", "targetHandle": "value"}
+    ]});
+    rt().block_on(async {
+        let (status, body) = api
+            .call(
+                "POST",
+                "/api/runs",
+                Some(json!({"graph": outer, "graphs": {
+                    "graphs/fetch.json": fetch, "graphs/shout.json": SHOUT_GRAPH}})),
+            )
+            .await;
+        assert_eq!(status, 201, "{body:#}");
+        let id = body["run_id"].as_str().unwrap().to_string();
+        // What the page draws: the graph as planned, every node at its path.
+        let show = api.show(&id).await;
+        let expanded: Vec<&str> = show["expanded"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["id"].as_str().unwrap())
+            .collect();
+        for want in ["g/fetch", "g/h/up", "g/item", "g/out"] {
+            assert!(expanded.contains(&want), "{want} not in {expanded:?}");
+        }
+        assert_eq!(show["plan"]["graphs"].as_array().unwrap().len(), 2);
+
+        let b = Browser::open(&driver).await;
+        b.goto(&run_page(&server, &id)).await;
+        // Closed: one box, running while its fetches wait; nothing inside drawn.
+        b.until_node("g", "running").await;
+        assert_eq!(
+            b.attr("g.node[data-node='g']", "data-open")
+                .await
+                .as_deref(),
+            Some("false")
+        );
+        assert!(!b.has("g.node[data-node='g/fetch']").await);
+        assert_eq!(b.node_state("report").await.as_deref(), Some("pending"));
+
+        // Opened in place: its inner nodes, live; the graph node inside it closed.
+        b.click("g.node[data-node='g']").await;
+        b.until_node("g/fetch", "running").await;
+        assert_eq!(
+            b.attr("g.node[data-node='g']", "data-open")
+                .await
+                .as_deref(),
+            Some("true")
+        );
+        assert_eq!(
+            b.attr("g.node[data-node='g/h']", "data-open")
+                .await
+                .as_deref(),
+            Some("false")
+        );
+        assert!(!b.has("g.node[data-node='g/h/up']").await);
+        assert_eq!(b.overlapping_nodes().await, Vec::<Value>::new());
+        b.until("the graph node's panel", async |b: &Browser| {
+            b.text("#detail").await.is_some_and(|t| {
+                t.contains("graphs/fetch.json") && t.contains("g/fetch") && t.contains("g/h/up")
+            })
+        })
+        .await;
+
+        std::fs::write(release.join("alpha"), "").unwrap();
+        b.until("g/fetch at 1 of its 2 invocations", async |b: &Browser| {
+            b.attr("g.node[data-node='g/fetch']", "data-label")
+                .await
+                .is_some_and(|l| l.starts_with("running 1/2"))
+        })
+        .await;
+        b.click("g.node[data-node='g/h']").await;
+        b.until_node("g/h/up", "completed").await;
+        assert_eq!(b.overlapping_nodes().await, Vec::<Value>::new());
+        assert_eq!(b.node_state("g").await.as_deref(), Some("running"));
+
+        // beta fails inside: the inner node, the graph node and the run say so, and the
+        // error is one click away.
+        std::fs::write(release.join("beta"), "").unwrap();
+        b.until_attr("#run-state", "data-state", "failed").await;
+        b.until_node("g/fetch", "failed").await;
+        b.until_node("g", "failed").await;
+        b.click("g.node[data-node='g/fetch']").await;
+        b.until("g/fetch's invocations and error", async |b: &Browser| {
+            b.text("#detail").await.is_some_and(|t| {
+                t.contains("g/fetch[each:item=0]")
+                    && t.contains("page alpha")
+                    && t.contains("g/fetch[each:item=1]")
+                    && t.contains("no such page: beta")
+            })
+        })
+        .await;
+        save_graph_screenshot(&b.client().screenshot_as_png().await.unwrap());
+
+        // Clicked on its title, the opened graph node closes, the one inside it too.
+        b.click("g.node[data-node='g'] > text.title").await;
+        b.until("g closed", async |b: &Browser| {
+            b.attr("g.node[data-node='g']", "data-open")
+                .await
+                .as_deref()
+                == Some("false")
+        })
+        .await;
+        assert!(!b.has("g.node[data-node='g/fetch']").await);
+        assert!(!b.has("g.node[data-node='g/h/up']").await);
+        // Its panel lists the inner nodes; one click reaches an inner node's invocations,
+        // opening what is around it.
+        b.until("the failed node in the panel", async |b: &Browser| {
+            b.text("#group-nodes")
+                .await
+                .is_some_and(|t| t.contains("no such page: beta"))
+        })
+        .await;
+        b.click("li[data-inner='g/h/up'] a.inner-link").await;
+        b.until_node("g/h/up", "completed").await;
+        b.until("g/h/up's invocation", async |b: &Browser| {
+            b.text("#detail")
+                .await
+                .is_some_and(|t| t.contains("g/h/up[each:item=0]") && t.contains("PAGE ALPHA"))
+        })
+        .await;
+
+        // A NodeTool workflow, drawn with Heddle's types.
+        let nodetool =
+            std::fs::read_to_string(support::root().join("tests/fixtures/nodetool/greeting.json"))
+                .unwrap();
+        let nt = api.create(&nodetool).await;
+        b.goto(&run_page(&server, &nt)).await;
+        b.until_attr("#run-state", "data-state", "completed").await;
+        b.until_node("card", "completed").await;
+        let shown = b
+            .text("g.node[data-node='name_in']")
+            .await
+            .unwrap_or_default();
+        assert!(shown.contains("heddle.input"), "{shown}");
+        b.close().await;
+    });
+}
+
+/// Where the test run keeps the page of an opened graph node.
+fn save_graph_screenshot(png: &[u8]) {
+    let dir = support::root().join("target/viewer-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("graph-node.png"), png).unwrap();
 }

@@ -28,7 +28,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         durable: args.durable,
         ..args.env.overrides()
     })?;
-    let (runtime, planned) = super::load_and_plan(&rt, settings, &doc)?;
+    let (runtime, planned) = super::load_and_plan(&rt, settings, &doc, &args.graph)?;
     let graph = args.graph.display().to_string();
     let plan = match planned {
         Ok(plan) => plan,

@@ -196,7 +196,7 @@ pub(crate) fn continue_run(
     heddle_runtime::durable::refuse_interactive(&r.header)?;
     let doc = heddle_runtime::durable::stored_graph(&r.header)?;
     if decision.is_none() {
-        gates::refuse_resume_at_gate(&r, &doc)?;
+        gates::refuse_resume_at_gate(&r)?;
     }
     let rt = heddle_runtime::tokio_runtime(None)?;
     // A package the run used that this machine's store lacks, fetched from a registry:
@@ -206,7 +206,9 @@ pub(crate) fn continue_run(
         &run,
         &r.header.run.packages,
     ))?;
-    let runtime = rt.block_on(Runtime::load(settings, Some(&graph_types(&doc))))?;
+    let mut types = graph_types(&doc);
+    types.extend(heddle_runtime::durable::recorded_types(&r.header));
+    let runtime = rt.block_on(Runtime::load(settings, Some(&types)))?;
     // A run created through the API with a policy or the LLM agent as its supervisor
     // is supervised the same way here; built before anything is written.
     let recorded = heddle_runtime::supervision::recorded(
@@ -293,6 +295,9 @@ fn show(settings: &Settings, run: &str, json: bool) -> anyhow::Result<Exit> {
         "graph     {} (sha256 {})",
         header.run.graph_name, header.graph_sha256
     );
+    for g in &header.run.plan.graphs {
+        println!("  graph node {}: {} (sha256 {})", g.id, g.graph, g.sha256);
+    }
     let owner = view
         .owner_pid
         .map(|p| format!(" (owner pid {p}, epoch {})", view.epoch))

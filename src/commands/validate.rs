@@ -9,6 +9,11 @@ use crate::exit::{Exit, classify};
 #[derive(Serialize)]
 struct Verdict<'a> {
     graph: String,
+    /// The document's `name` and `description` (a NodeTool workflow's are kept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
     valid: bool,
     /// Set when the file could not be read or parsed at all.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -25,6 +30,10 @@ struct Verdict<'a> {
     /// Each edge's condition and field narrowing.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     edge_rules: Vec<EdgeRuleView<'a>>,
+    /// Each graph node as expanded: the document it includes with its sha256 (what
+    /// `sha256` pins), its ports and the plan nodes inside it, by path.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    graph_nodes: &'a [heddle_core::compose::GraphNodeInfo],
 }
 
 #[derive(Serialize)]
@@ -80,6 +89,8 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
         Err(e) if args.json => {
             let v = Verdict {
                 graph,
+                name: None,
+                description: None,
                 valid: false,
                 error: Some(crate::exit::bounded(&format!("{e:#}"))),
                 issues: &[],
@@ -88,18 +99,21 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
                 edges: None,
                 declared_fields: Vec::new(),
                 edge_rules: Vec::new(),
+                graph_nodes: &[],
             };
             println!("{}", serde_json::to_string_pretty(&v)?);
             return Ok(classify(&e));
         }
         Err(e) => return Err(e),
     };
-    let (_runtime, planned) = super::load_and_plan(&rt, args.env.settings()?, &doc)?;
+    let (_runtime, planned) = super::load_and_plan(&rt, args.env.settings()?, &doc, &args.graph)?;
     match planned {
         Ok(plan) => {
             if args.json {
                 let v = Verdict {
                     graph,
+                    name: doc.name.as_deref(),
+                    description: doc.description.as_deref(),
                     valid: true,
                     error: None,
                     issues: &[],
@@ -108,6 +122,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
                     edges: Some(plan.edges.len()),
                     declared_fields: Vec::new(),
                     edge_rules: Vec::new(),
+                    graph_nodes: &plan.graphs,
                 }
                 .declarations(&plan);
                 println!("{}", serde_json::to_string_pretty(&v)?);
@@ -120,6 +135,9 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
                     plan.nodes.len(),
                     plan.edges.len()
                 );
+                for g in &plan.graphs {
+                    println!("{}", graph_line(g));
+                }
             }
             Ok(Exit::Ok)
         }
@@ -127,6 +145,8 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
             if args.json {
                 let v = Verdict {
                     graph,
+                    name: doc.name.as_deref(),
+                    description: doc.description.as_deref(),
                     valid: false,
                     error: None,
                     issues: &err.issues,
@@ -135,6 +155,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
                     edges: None,
                     declared_fields: Vec::new(),
                     edge_rules: Vec::new(),
+                    graph_nodes: &[],
                 };
                 println!("{}", serde_json::to_string_pretty(&v)?);
                 Ok(Exit::Invalid)
@@ -143,4 +164,33 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
             }
         }
     }
+}
+
+/// One graph node as `validate` prints it: what it includes, pinned by which digest, and
+/// its ports.
+fn graph_line(g: &heddle_core::compose::GraphNodeInfo) -> String {
+    let port = |p: &heddle_core::compose::GraphPort| {
+        let default = p
+            .default
+            .as_ref()
+            .map(|v| format!(" = {}", serde_json::to_string(v).unwrap_or_default()))
+            .unwrap_or_default();
+        format!("{} ({}{default})", p.name, p.ty)
+    };
+    let list = |ps: &[heddle_core::compose::GraphPort]| {
+        if ps.is_empty() {
+            "none".to_string()
+        } else {
+            ps.iter().map(port).collect::<Vec<_>>().join(", ")
+        }
+    };
+    format!(
+        "  graph node {}: {} (sha256 {}), {} nodes inside; in: {}; out: {}",
+        g.id,
+        g.key,
+        g.sha256,
+        g.nodes.len(),
+        list(&g.inputs),
+        list(&g.outputs)
+    )
 }

@@ -242,11 +242,13 @@ impl Browser {
     pub async fn overlapping_nodes(&self) -> Vec<Value> {
         let script = r#"
             const boxes = [...document.querySelectorAll("g.node")]
-                .map((g) => [g.dataset.node, g.getBoundingClientRect()]);
+                .map((g) => [g.dataset.node, g.getBoundingClientRect(), g]);
             const out = [];
             for (let i = 0; i < boxes.length; i++)
                 for (let j = i + 1; j < boxes.length; j++) {
-                    const [a, p] = boxes[i], [b, q] = boxes[j];
+                    const [a, p, x] = boxes[i], [b, q, y] = boxes[j];
+                    // An opened graph node holds its inner nodes: not an overlap.
+                    if (x.contains(y) || y.contains(x)) continue;
                     if (p.left < q.right && q.left < p.right && p.top < q.bottom && q.top < p.bottom)
                         out.push([a, b]);
                 }

@@ -39,6 +39,7 @@ impl Default for GraphBuilder {
                 description: None,
                 nodes: Vec::new(),
                 edges: Vec::new(),
+                imported: None,
             },
         }
     }

@@ -41,6 +41,11 @@ pub struct GraphDoc {
     #[serde(default)]
     /// Every edge, data and control.
     pub edges: Vec<EdgeDoc>,
+    /// Set when the document was read as a NodeTool workflow: what its NodeTool types
+    /// became ([`crate::nodetool`]). Not part of the document: the same bytes read again
+    /// give the same translation.
+    #[serde(skip)]
+    pub imported: Option<crate::nodetool::Imported>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -199,23 +204,23 @@ pub enum DocError {
 
 impl GraphDoc {
     /// Parses a document; `origin` names it in errors (a path, or `<stdin>`).
+    ///
+    /// A saved NodeTool workflow (the graph inside an envelope with its `name`,
+    /// `description` and NodeTool's bookkeeping) is read as its graph, keeping the name
+    /// and description, and NodeTool's structural node types are translated
+    /// ([`crate::nodetool`]).
     pub fn parse(text: &str, origin: &str) -> Result<Self, DocError> {
-        let doc: GraphDoc = serde_json::from_str(text).map_err(|e| {
-            // serde_json reports "... at line L column C"; keep the message without it,
-            // since line and column are shown in front.
-            let full = e.to_string();
-            let message = match full.rfind(" at line ") {
-                Some(i) => full[..i].to_string(),
-                None => full,
-            };
-            let (line, column) = token_position(text, &e);
-            DocError::Parse {
-                path: origin.to_string(),
-                line,
-                column,
-                message,
+        let envelope = crate::nodetool::is_envelope(text);
+        let mut doc = if envelope {
+            let w: crate::nodetool::Envelope = from_json(text, origin)?;
+            GraphDoc {
+                name: w.name.or(w.graph.name),
+                description: w.description.or(w.graph.description),
+                ..w.graph
             }
-        })?;
+        } else {
+            from_json(text, origin)?
+        };
         if let Some(f) = &doc.format
             && f != FORMAT
         {
@@ -232,6 +237,7 @@ impl GraphDoc {
                 found: v,
             });
         }
+        crate::nodetool::import(&mut doc, envelope);
         Ok(doc)
     }
 
@@ -251,6 +257,26 @@ impl GraphDoc {
         // Serializing a tree of plain data cannot fail.
         serde_json::to_string_pretty(self).expect("graph documents always serialize")
     }
+}
+
+/// `text` as a `T`, a malformed document an error naming `origin`, line and column.
+fn from_json<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result<T, DocError> {
+    serde_json::from_str(text).map_err(|e| {
+        // serde_json reports "... at line L column C"; keep the message without it,
+        // since line and column are shown in front.
+        let full = e.to_string();
+        let message = match full.rfind(" at line ") {
+            Some(i) => full[..i].to_string(),
+            None => full,
+        };
+        let (line, column) = token_position(text, &e);
+        DocError::Parse {
+            path: origin.to_string(),
+            line,
+            column,
+            message,
+        }
+    })
 }
 
 /// Where a parse error's offending token starts (1-based line and byte column).

@@ -341,6 +341,25 @@ pub struct PlanSummary {
     pub nodes: Vec<PlannedNode>,
     /// How many edges the plan kept (after bypassed nodes were rewritten).
     pub edges: usize,
+    /// Every graph node the plan expanded (its inner nodes are in `nodes`, by path).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub graphs: Vec<PlannedGraph>,
+    /// The documents the graph nodes include, exactly as read: a resume plans from
+    /// these (checked against the digests the graph nodes pin), never from files that
+    /// may have changed since.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub included: Vec<crate::compose::IncludedDoc>,
+}
+
+/// One graph node of a [`PlanSummary`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedGraph {
+    /// Its path.
+    pub id: String,
+    /// The document it includes, by key ([`crate::compose::IncludeKey`]).
+    pub graph: String,
+    /// That document's sha256.
+    pub sha256: String,
 }
 
 /// One node of a [`PlanSummary`].
@@ -372,6 +391,16 @@ impl PlanSummary {
                 })
                 .collect(),
             edges: plan.edges.len(),
+            graphs: plan
+                .graphs
+                .iter()
+                .map(|g| PlannedGraph {
+                    id: g.id.clone(),
+                    graph: g.key.to_string(),
+                    sha256: g.sha256.clone(),
+                })
+                .collect(),
+            included: plan.included.clone(),
         }
     }
 

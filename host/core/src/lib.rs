@@ -72,6 +72,7 @@
 #![warn(missing_docs)]
 
 pub mod builder;
+pub mod compose;
 pub mod contract;
 pub mod decl;
 pub mod event;
@@ -81,6 +82,7 @@ pub mod graph;
 pub mod journal;
 pub mod limits;
 pub mod net;
+pub mod nodetool;
 pub mod package;
 pub mod plan;
 pub mod ranged;
@@ -101,8 +103,8 @@ pub use event::{
 };
 pub use graph::{CONTROL_HANDLE, DocError, EdgeDoc, EdgeType, GraphDoc, NodeDoc, NodeLimits};
 pub use journal::{
-    Decider, Occurrence, OpenReason, PauseReason, PlanSummary, PlannedNode, ReconcileAnswer,
-    Record, RecordedAction, RecordedVerdict,
+    Decider, Occurrence, OpenReason, PauseReason, PlanSummary, PlannedGraph, PlannedNode,
+    ReconcileAnswer, Record, RecordedAction, RecordedVerdict,
 };
 pub use plan::{INPUT_TYPE, OUTPUT_TYPE};
 pub use types::PortType;

@@ -22,7 +22,14 @@ pub struct RunSection {
     /// Wall-clock limit per node invocation, in milliseconds; reaching it cancels the work.
     #[serde(default)]
     pub node_timeout_ms: Option<u64>,
+    /// How deep graph nodes may nest (a graph node in a graph node in …); default 8.
+    #[serde(default)]
+    pub max_graph_depth: Option<usize>,
 }
+
+/// The deepest nesting of graph nodes taken from `[run] max_graph_depth`: past it a
+/// setting is a typo, and every level is a document read and expanded.
+pub const MAX_GRAPH_DEPTH: usize = 64;
 
 /// The longest run time limit taken (30 days), from `--time-limit-ms` or `[store]
 /// time_limit_ms`: beyond it a limit is a typo, and the watchdog's clock arithmetic stays
@@ -40,7 +47,21 @@ impl RunSection {
         self.node_timeout_ms.map(Duration::from_millis)
     }
 
+    /// How deep graph nodes may nest ([`heddle_core::compose::DEFAULT_MAX_DEPTH`] unless
+    /// set).
+    pub fn max_graph_depth(&self) -> usize {
+        self.max_graph_depth
+            .unwrap_or(heddle_core::compose::DEFAULT_MAX_DEPTH)
+    }
+
     fn check(&self) -> Result<(), String> {
+        if let Some(d) = self.max_graph_depth
+            && !(1..=MAX_GRAPH_DEPTH).contains(&d)
+        {
+            return Err(format!(
+                "max_graph_depth = {d} is out of range (1..={MAX_GRAPH_DEPTH})"
+            ));
+        }
         match self.node_timeout_ms {
             Some(ms) if !NODE_TIMEOUT_MS.contains(&ms) => Err(format!(
                 "node_timeout_ms = {ms} is out of range ({}..={} milliseconds)",

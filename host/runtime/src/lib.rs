@@ -208,7 +208,7 @@ pub use exit::Exit;
 pub use heddle_core::text::error_chain;
 pub use heddle_core::{EventKind, GraphDoc, NodeStatus, RunResult, RunStatus, Value};
 pub use heddle_store::session::Ending;
-pub use providers::{Runtime, graph_types};
+pub use providers::{Runtime, compose, composed_types, graph_types};
 pub use settings::{Overrides, ServeOverrides, Settings, StoreSettings, Supervise};
 
 /// The tokio runtime runs are driven on: `threads` workers (`None`: one per core); 1 is

@@ -7,7 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use std::path::Path;
+
 use heddle_core::Value;
+use heddle_core::compose::{Bounds, Composition, FileSource, IncludeKey};
 use heddle_core::graph::GraphDoc;
 use heddle_core::plan::Plan;
 use heddle_kernel::runtime::RunOptions;
@@ -112,9 +115,19 @@ impl Runtime {
         })
     }
 
-    /// Plans `doc` (named `name` in errors), reporting every problem at once.
+    /// Plans `doc` (named `name` in errors), reporting every problem at once. A graph
+    /// node is refused here (no document is read): plan such a graph with
+    /// [`Runtime::plan_with`].
     pub fn plan(&self, doc: &GraphDoc, name: &str) -> Result<Plan, Error> {
         heddle_core::plan::plan(doc, &self.registry).map_err(|source| Error::Plan {
+            graph: name.to_string(),
+            source,
+        })
+    }
+
+    /// Plans `doc` with the documents its graph nodes include ([`compose`]).
+    pub fn plan_with(&self, doc: &GraphDoc, name: &str, comp: &Composition) -> Result<Plan, Error> {
+        heddle_core::plan::plan_with(doc, &self.registry, comp).map_err(|source| Error::Plan {
             graph: name.to_string(),
             source,
         })
@@ -216,4 +229,43 @@ fn searched(packages_dir: &std::path::Path) -> String {
 /// The node types a graph uses: what a run or a validation needs loaded.
 pub fn graph_types(doc: &GraphDoc) -> BTreeSet<String> {
     doc.nodes.iter().map(|n| n.node_type.clone()).collect()
+}
+
+/// The node types a graph and the documents its graph nodes include use.
+pub fn composed_types(doc: &GraphDoc, comp: &Composition) -> BTreeSet<String> {
+    let mut types = graph_types(doc);
+    types.extend(comp.node_types().map(str::to_string));
+    types
+}
+
+/// Reads what the graph nodes of `doc` include, nested up to `[run] max_graph_depth`:
+/// documents relative to the file `path` (the top document's; the working directory
+/// when it was not read from a file), and `package:` documents from the installed
+/// packages' directories. Reads nothing for a graph without graph nodes.
+pub fn compose(settings: &Settings, doc: &GraphDoc, path: Option<&Path>) -> Composition {
+    if !doc
+        .nodes
+        .iter()
+        .any(|n| n.node_type == heddle_core::compose::GRAPH_TYPE)
+    {
+        return Composition::none();
+    }
+    let mut source = match path {
+        Some(p) => FileSource::beside(p),
+        None => FileSource::new("."),
+    };
+    let store = heddle_wasm::PackageStore::open(&settings.packages_dir);
+    // An unreadable lockfile leaves package documents unreadable, each said by the node
+    // naming one; the packages' own loading reports the lockfile.
+    for entry in store.list().unwrap_or_default() {
+        let dir = store.entry_dir(&entry);
+        source = source.with_package(entry.name, dir);
+    }
+    let top = path.and_then(IncludeKey::top);
+    Composition::load(
+        doc,
+        top.as_ref(),
+        &source,
+        Bounds::depth(settings.run.max_graph_depth),
+    )
 }

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use heddle_core::compose::GraphNodeInfo;
 use heddle_core::{
     Event, EventKind, NodeOutcome, NodeStatus, RunResult, SkipReason, UsageState, Value,
 };
@@ -48,6 +49,36 @@ pub struct RunReport {
     pub wall_us: u64,
     /// Totals over every node.
     pub totals: Totals,
+    /// Each graph node, by path: the document it includes and how its inner nodes (in
+    /// `nodes` by path) ended, taken together.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub graph_nodes: BTreeMap<String, GraphEntry>,
+    /// What planning noted without refusing the graph (a NodeTool type read as a Heddle
+    /// one, a bypassed edge dropped, …).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<heddle_core::plan::Issue>,
+}
+
+/// A graph node in the report: its inner nodes' endings taken together.
+#[derive(Debug, Serialize)]
+pub struct GraphEntry {
+    /// The document it includes (its key).
+    pub graph: String,
+    /// That document's sha256.
+    pub sha256: String,
+    /// `failed` when an inner node failed, `suspended` when one waits, `skipped` when
+    /// none ran, else `done`.
+    pub status: &'static str,
+    /// Its inner nodes, by path, at any depth.
+    pub nodes: Vec<String>,
+    /// How many of them completed.
+    pub done: usize,
+    /// How many of them failed.
+    pub failed: usize,
+    /// How many of them never ran.
+    pub skipped: usize,
+    /// Never: a graph node's inner graph can hold anything (its nodes keep their own).
+    pub retry_safe: bool,
 }
 
 /// The report of a run that never started because planning refused the graph: outcome
@@ -314,7 +345,52 @@ impl RunReport {
             suspend: result.suspend.clone(),
             wall_us: result.wall_us,
             totals,
+            graph_nodes: BTreeMap::new(),
+            warnings: Vec::new(),
         }
+    }
+
+    /// Adds what the plan knew and the kernel's result does not say: its graph nodes
+    /// (their inner nodes' endings taken together) and its warnings.
+    pub fn with_plan(
+        mut self,
+        graphs: &[GraphNodeInfo],
+        warnings: Vec<heddle_core::plan::Issue>,
+    ) -> Self {
+        self.warnings = warnings;
+        self.graph_nodes = graphs
+            .iter()
+            .map(|g| {
+                let count = |status: &str| {
+                    g.nodes
+                        .iter()
+                        .filter(|n| self.nodes.get(*n).is_some_and(|e| e.status == status))
+                        .count()
+                };
+                let (done, failed, skipped) = (count("done"), count("failed"), count("skipped"));
+                let status = if failed > 0 {
+                    "failed"
+                } else if count("suspended") > 0 {
+                    "suspended"
+                } else if done == 0 && skipped > 0 {
+                    "skipped"
+                } else {
+                    "done"
+                };
+                let entry = GraphEntry {
+                    graph: g.key.to_string(),
+                    sha256: g.sha256.clone(),
+                    status,
+                    nodes: g.nodes.clone(),
+                    done,
+                    failed,
+                    skipped,
+                    retry_safe: g.retry_safe,
+                };
+                (g.id.clone(), entry)
+            })
+            .collect();
+        self
     }
 }
 

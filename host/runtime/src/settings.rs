@@ -127,11 +127,22 @@ pub struct Settings {
 }
 
 /// Settings of every run.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RunSettings {
     /// Wall-clock limit per node invocation; reaching it cancels the work. `None`: only
     /// the nodes' own limits.
     pub node_timeout: Option<Duration>,
+    /// How deep graph nodes may nest (`[run] max_graph_depth`, default 8).
+    pub max_graph_depth: usize,
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        RunSettings {
+            node_timeout: None,
+            max_graph_depth: heddle_core::compose::DEFAULT_MAX_DEPTH,
+        }
+    }
 }
 
 impl Settings {
@@ -166,6 +177,7 @@ impl Settings {
                 .node_timeout_ms
                 .map(Duration::from_millis)
                 .or(config.run.node_timeout()),
+            max_graph_depth: config.run.max_graph_depth(),
         };
         let mut store = StoreSettings::load(&config)?;
         store.durable |= overrides.durable;

@@ -83,6 +83,9 @@ impl CreateError {
 /// What a create request may set besides the graph and its inputs.
 #[derive(Debug, Default, Clone)]
 pub struct CreateOptions {
+    /// The documents the graph's graph nodes include, by the path they name (relative
+    /// to the graph): the server reads no files for a graph sent to it.
+    pub graphs: std::collections::BTreeMap<String, String>,
     /// The run's supervisor handle; the server's `--supervise` when absent.
     pub supervise: Option<Supervise>,
     /// The run's budget; `[store]`'s keys of the same names when absent.
@@ -304,7 +307,29 @@ impl Host {
                 max: MAX_GRAPH_ITEMS,
             });
         }
-        let plan = heddle_core::plan::plan(&doc, self.runtime.registry())?;
+        let sent = heddle_core::compose::Bundle::new(
+            options.graphs,
+            "not sent: a graph sent to the server brings the documents its graph nodes include in `graphs`, by the path they name",
+        );
+        let comp = heddle_core::compose::Composition::load(
+            &doc,
+            None,
+            &sent,
+            heddle_core::compose::Bounds {
+                depth: self.runtime.settings().run.max_graph_depth,
+                // What the server plans at most, all documents together.
+                nodes: MAX_GRAPH_ITEMS,
+            },
+        );
+        let plan = heddle_core::plan::plan_with(&doc, self.runtime.registry(), &comp)?;
+        // Graph nodes bring their inner graphs: the bound holds for the whole.
+        let items = plan.nodes.len() + plan.edges.len();
+        if items > MAX_GRAPH_ITEMS {
+            return Err(CreateError::TooLarge {
+                items,
+                max: MAX_GRAPH_ITEMS,
+            });
+        }
         let values = inputs
             .into_iter()
             .map(|(k, v)| (k, Value::from_json(v)))
@@ -419,7 +444,7 @@ impl Host {
         };
         let doc = durable::stored_graph(&r.header)?;
         // A run waiting at a gate is answered (approve/reject), not resumed.
-        gates::refuse_resume_at_gate(&r, &doc)?;
+        gates::refuse_resume_at_gate(&r)?;
         self.reopen_and_spawn(r, Some(doc), decision, None).await
     }
 

@@ -809,6 +809,7 @@ mod tests {
                         })
                         .collect(),
                     edges: 7,
+                    ..Default::default()
                 },
                 inputs: Default::default(),
                 secrets: Vec::new(),

@@ -777,6 +777,7 @@ fn plan() -> PlanSummary {
             node("numbers", "heddle.output", false, Origin::Builtin),
         ],
         edges: 3,
+        ..PlanSummary::default()
     }
 }
 

@@ -32,6 +32,11 @@ pub struct Manifest {
     /// (`NodeDecl::concurrency`). A type not listed runs one invocation at a time.
     #[serde(default)]
     pub concurrency: std::collections::BTreeMap<String, u32>,
+    /// Graph documents the package provides, relative to its directory: a graph node
+    /// names one with `"package": NAME, "graph": PATH`. Each must parse as a graph;
+    /// `package add` copies them with the component.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub graphs: Vec<String>,
 }
 
 /// The most invocations of one node a manifest may let run at once: each holds a WASM
@@ -45,6 +50,15 @@ pub struct ManifestCapability {
     #[serde(default)]
     pub target: String,
     pub reason: String,
+}
+
+/// A path that stays inside the package directory: relative, with plain parts only.
+fn inside(path: &str) -> bool {
+    let p = Path::new(path);
+    !path.is_empty()
+        && !p.is_absolute()
+        && p.components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
 /// Package names: what grants are keyed by and what the store's directories are named
@@ -134,16 +148,18 @@ impl Manifest {
         if self.version.trim().is_empty() {
             return Err(bad("version is empty".into()));
         }
-        let c = Path::new(&self.component);
-        if self.component.is_empty()
-            || c.is_absolute()
-            || c.components()
-                .any(|p| !matches!(p, std::path::Component::Normal(_)))
-        {
+        if !inside(&self.component) {
             return Err(bad(format!(
                 "component `{}` must be a relative path inside the package directory",
                 self.component
             )));
+        }
+        for g in &self.graphs {
+            if !inside(g) {
+                return Err(bad(format!(
+                    "graph `{g}` must be a relative path inside the package directory"
+                )));
+            }
         }
         for c in &self.capabilities {
             check_target(&c.target).map_err(bad)?;
@@ -170,6 +186,29 @@ impl Manifest {
             }
         }
         Ok(())
+    }
+
+    /// Reads and checks each graph the manifest lists in the package directory `dir`:
+    /// its path and exact bytes, refused naming the file when it is missing or not a
+    /// graph document.
+    pub(crate) fn read_graphs(&self, dir: &Path) -> Result<Vec<(String, Vec<u8>)>, PackageError> {
+        let mut out = Vec::with_capacity(self.graphs.len());
+        for g in &self.graphs {
+            let path = dir.join(g);
+            let bytes = std::fs::read(&path).map_err(|e| PackageError::io(&path, e))?;
+            let text = std::str::from_utf8(&bytes).map_err(|e| PackageError::BadManifest {
+                path: path.clone(),
+                message: format!("graph `{g}` is not UTF-8 text: {e}"),
+            })?;
+            heddle_core::GraphDoc::parse(text, &path.display().to_string()).map_err(|e| {
+                PackageError::BadManifest {
+                    path: path.clone(),
+                    message: format!("graph `{g}` is not a graph document: {e}"),
+                }
+            })?;
+            out.push((g.clone(), bytes));
+        }
+        Ok(out)
     }
 
     pub fn component_path(&self, dir: &Path) -> PathBuf {

@@ -97,6 +97,7 @@ impl PackageStore {
         let component_src = m.component_path(src);
         let component_bytes =
             std::fs::read(&component_src).map_err(|e| PackageError::io(&component_src, e))?;
+        let graphs = m.read_graphs(src)?;
         let entry = LockEntry {
             name: m.name.clone(),
             version: m.version.clone(),
@@ -127,7 +128,7 @@ impl PackageStore {
         let packages = self.packages_root();
         std::fs::create_dir_all(&packages).map_err(|e| PackageError::io(&packages, e))?;
         let staged = packages.join(format!(".staging-{}", lockfile::unique_suffix()));
-        let written = stage(&staged, m, &manifest_bytes, &component_bytes);
+        let written = stage(&staged, m, &manifest_bytes, &component_bytes, &graphs);
         if let Err(e) = written {
             let _ = std::fs::remove_dir_all(&staged);
             return Err(e);
@@ -346,13 +347,18 @@ fn stage(
     m: &Manifest,
     manifest_bytes: &[u8],
     component_bytes: &[u8],
+    graphs: &[(String, Vec<u8>)],
 ) -> Result<(), PackageError> {
     std::fs::create_dir_all(dir).map_err(|e| PackageError::io(dir, e))?;
     lockfile::write_synced(&dir.join(MANIFEST_FILE), manifest_bytes)?;
-    let component = m.component_path(dir);
-    if let Some(parent) = component.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| PackageError::io(parent, e))?;
+    let files = std::iter::once((m.component.as_str(), component_bytes))
+        .chain(graphs.iter().map(|(p, b)| (p.as_str(), b.as_slice())));
+    for (rel, bytes) in files {
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| PackageError::io(parent, e))?;
+        }
+        lockfile::write_synced(&path, bytes)?;
     }
-    lockfile::write_synced(&component, component_bytes)?;
     lockfile::sync_dir(dir)
 }

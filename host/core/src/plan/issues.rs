@@ -68,6 +68,17 @@ pub enum IssueKind {
     InvalidEdgeRule,
     /// A node's `output` field declaration cannot be kept.
     InvalidOutputContract,
+    /// A graph node's document cannot be used: its reference, the file (unreadable,
+    /// malformed), or its ports (none out, two of one name).
+    InvalidGraphNode,
+    /// A graph node's document is not pinned, or not the one its `sha256` pins.
+    GraphDigest,
+    /// A graph node includes, directly or through others, the graph it is in.
+    GraphCycle,
+    /// Graph nodes nest deeper than the depth cap.
+    GraphDepth,
+    /// Warning: a NodeTool node type read as a Heddle one (or left out).
+    Imported,
     /// Warning: an edge was dropped while rewriting around a bypassed node.
     BypassDroppedEdge,
     /// Warning (review): a condition, narrowing or assertion reads output fields the
@@ -129,7 +140,7 @@ impl std::fmt::Display for ValidationError {
     }
 }
 
-pub(super) fn issue(
+pub(crate) fn issue(
     kind: IssueKind,
     node: Option<&str>,
     edge: Option<&str>,
@@ -145,7 +156,7 @@ pub(super) fn issue(
     }
 }
 
-pub(super) fn list_names<'a>(names: impl Iterator<Item = &'a str>) -> String {
+pub(crate) fn list_names<'a>(names: impl Iterator<Item = &'a str>) -> String {
     let v: Vec<String> = names.map(|n| format!("`{n}`")).collect();
     if v.is_empty() {
         "none".to_string()
@@ -155,7 +166,7 @@ pub(super) fn list_names<'a>(names: impl Iterator<Item = &'a str>) -> String {
 }
 
 /// `" (did you mean `x`?)"` for the closest candidate within a small edit distance.
-pub(super) fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> String {
+pub(crate) fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> String {
     let limit = (name.chars().count() / 3).max(2);
     let lower = name.to_lowercase();
     candidates

@@ -48,4 +48,4 @@ pub use model::{
     NodeIdx, NodeScope, OUTPUT_TYPE, OutputScope, Plan, PlanEdge, PlanNode, RootIdx, RootInfo,
     input_type,
 };
-pub use planner::plan;
+pub use planner::{plan, plan_with};

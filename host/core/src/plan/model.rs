@@ -49,6 +49,12 @@ pub struct Plan {
     pub(super) inputs: Vec<GraphInput>,
     /// Node indices in the order of their ids ([`Plan::by_id`]).
     pub(super) by_id: Box<[NodeIdx]>,
+    /// The graph nodes expanded into this plan, outermost first (their inner nodes are
+    /// plan nodes named by path).
+    pub graphs: Vec<crate::compose::GraphNodeInfo>,
+    /// Every document the graph nodes include, by key: what a durable run records to
+    /// resume the same plan.
+    pub included: Vec<crate::compose::IncludedDoc>,
 }
 
 impl Plan {

@@ -11,8 +11,10 @@ use super::inputs;
 use super::issues::{Issue, IssueKind, ValidationError, issue, suggest_type};
 use super::model::{EdgeIdx, INPUT_TYPE, NodeIdx, Plan, PlanEdge, PlanNode, input_type};
 use crate::DeclLookup;
+use crate::compose::{self, Bounds, Bundle, Composition};
 use crate::decl::NodeDecl;
 use crate::graph::{EdgeType, GraphDoc};
+use crate::nodetool;
 use crate::types::PortType;
 
 /// Plans `doc` against the declarations in `decls`: bypass rewrite, structural checks,
@@ -25,20 +27,90 @@ use crate::types::PortType;
 /// A property whose value is `null` counts as unset (NodeTool documents save `null` for
 /// untouched fields): it is not type-checked, does not satisfy a required input, and is
 /// left out of [`PlanNode::properties`].
+///
+/// A graph with graph nodes (`heddle.graph`) needs its documents read: plan it with
+/// [`plan_with`]. Here each graph node is refused, naming the document it wants.
 pub fn plan(doc: &GraphDoc, decls: &dyn DeclLookup) -> Result<Plan, ValidationError> {
-    Planner {
-        doc,
-        decls,
-        issues: Vec::new(),
-        warnings: Vec::new(),
-        input_types: HashMap::new(),
+    if !has_graph_nodes(doc) {
+        return Planner::new(doc, decls, &HashMap::new()).run();
     }
-    .run()
+    let none = Bundle::new(
+        [],
+        "this program plans without reading graph documents (it gives the planner no graph source)",
+    );
+    let comp = Composition::load(doc, None, &none, Bounds::default());
+    plan_with(doc, decls, &comp)
+}
+
+/// [`plan`] for a graph whose graph nodes include the documents `comp` read
+/// ([`Composition::load`]): each graph node is expanded inline, its inner nodes named by
+/// path (`outer/inner`), and the whole is planned as one graph. A problem reading or
+/// expanding a document is an issue of the graph node at fault, reported with every
+/// other problem.
+pub fn plan_with(
+    doc: &GraphDoc,
+    decls: &dyn DeclLookup,
+    comp: &Composition,
+) -> Result<Plan, ValidationError> {
+    if !has_graph_nodes(doc) {
+        return Planner::new(doc, decls, &HashMap::new()).run();
+    }
+    let ex = compose::expand(doc, comp, decls);
+    let planned = Planner::new(&ex.doc, decls, &ex.overrides).run();
+    let mut issues = ex.issues;
+    match planned {
+        Ok(mut plan) if issues.is_empty() => {
+            let mut graphs = ex.graphs;
+            for g in &mut graphs {
+                let prefix = format!("{}{}", g.id, compose::PATH_SEP);
+                g.nodes = plan
+                    .by_id
+                    .iter()
+                    .map(|&i| &plan.nodes[i as usize].id)
+                    .filter(|id| id.starts_with(&prefix))
+                    .map(|id| id.to_string())
+                    .collect();
+            }
+            plan.graphs = graphs;
+            plan.included = ex.included.into_values().collect();
+            Ok(plan)
+        }
+        Ok(_) => Err(ValidationError { issues }),
+        Err(e) => {
+            issues.extend(e.issues.into_iter().map(|i| at_port(i, &ex.ports)));
+            Err(ValidationError { issues })
+        }
+    }
+}
+
+fn has_graph_nodes(doc: &GraphDoc) -> bool {
+    doc.nodes
+        .iter()
+        .any(|n| n.node_type == compose::GRAPH_TYPE && !n.is_bypassed())
+}
+
+/// An issue about a port node told as one of its graph node's handle: `g.text` rather
+/// than the pass-through `g/text` that carries it.
+fn at_port(mut i: Issue, ports: &HashMap<String, (String, String)>) -> Issue {
+    let Some((graph, port)) = i.node.as_deref().and_then(|n| ports.get(n)) else {
+        return i;
+    };
+    let node = i.node.take().unwrap_or_default();
+    i.message = i
+        .message
+        .replace(&format!("{node}.value"), &format!("{graph}.{port}"));
+    if i.handle.as_deref().is_none_or(|h| h == "value") {
+        i.handle = Some(port.clone());
+    }
+    i.node = Some(graph.clone());
+    i
 }
 
 pub(super) struct Planner<'a> {
     pub(super) doc: &'a GraphDoc,
     pub(super) decls: &'a dyn DeclLookup,
+    /// Declarations by node id that replace the type's (a graph node's typed ports).
+    overrides: &'a HashMap<String, Arc<NodeDecl>>,
     pub(super) issues: Vec<Issue>,
     pub(super) warnings: Vec<Issue>,
     /// Output type of each `heddle.input` node that sets its `type` property: the
@@ -52,13 +124,45 @@ type ById<'a> = HashMap<&'a str, usize>;
 pub(super) type DeclOf<'a> = HashMap<&'a str, Option<Arc<NodeDecl>>>;
 
 impl<'a> Planner<'a> {
+    fn new(
+        doc: &'a GraphDoc,
+        decls: &'a dyn DeclLookup,
+        overrides: &'a HashMap<String, Arc<NodeDecl>>,
+    ) -> Self {
+        Planner {
+            doc,
+            decls,
+            overrides,
+            issues: Vec::new(),
+            warnings: Vec::new(),
+            input_types: HashMap::new(),
+        }
+    }
+
     /// The pass, phase by phase; each phase reports into `issues` and keeps going.
     fn run(mut self) -> Result<Plan, ValidationError> {
         let doc = self.doc;
+        if let Some(imported) = &doc.imported {
+            for (node, note) in &imported.notes {
+                self.warnings.push(issue(
+                    IssueKind::Imported,
+                    Some(node),
+                    None,
+                    None,
+                    note.clone(),
+                ));
+            }
+        }
         let by_id = self.index_nodes();
         let decl_of: DeclOf<'a> = by_id
             .iter()
-            .map(|(&id, &i)| (id, self.decls.decl(&doc.nodes[i].node_type)))
+            .map(|(&id, &i)| {
+                let decl = match self.overrides.get(id) {
+                    Some(d) => Some(d.clone()),
+                    None => self.decls.decl(&doc.nodes[i].node_type),
+                };
+                (id, decl)
+            })
             .collect();
         self.narrow_input_types(&by_id);
         let work = self.work_edges(&by_id);
@@ -98,6 +202,8 @@ impl<'a> Planner<'a> {
             Ok(Plan {
                 inputs: inputs::collect(&nodes, &self.input_types),
                 by_id: super::model::order_by_id(&nodes),
+                graphs: Vec::new(),
+                included: Vec::new(),
                 nodes,
                 edges,
                 correlation,
@@ -312,16 +418,28 @@ impl<'a> Planner<'a> {
                     .searched()
                     .map(|s| format!("; {s}"))
                     .unwrap_or_default();
+                let message = if nodetool::is_nodetool(doc)
+                    || n.node_type.starts_with(nodetool::PREFIX)
+                {
+                    format!(
+                        "node type `{}` comes from NodeTool's package `{}`; Heddle has no such node{}: replace it with a Heddle node type (`heddle nodes` lists them){searched}",
+                        n.node_type,
+                        nodetool::package_of(&n.node_type),
+                        suggest_type(&n.node_type, names)
+                    )
+                } else {
+                    format!(
+                        "unknown node type `{}`{}{searched}",
+                        n.node_type,
+                        suggest_type(&n.node_type, names)
+                    )
+                };
                 self.issues.push(issue(
                     IssueKind::UnknownNodeType,
                     Some(&n.id),
                     None,
                     None,
-                    format!(
-                        "unknown node type `{}`{}{searched}",
-                        n.node_type,
-                        suggest_type(&n.node_type, names)
-                    ),
+                    message,
                 ));
             }
         }

@@ -307,6 +307,7 @@ fn ctl(id: &str, s: &str, tg: &str) -> serde_json::Value {
 
 mod bypass;
 mod correlation;
+mod graphs;
 mod inputs;
 mod issues;
 mod larger;

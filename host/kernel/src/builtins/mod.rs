@@ -127,11 +127,31 @@ pub fn declarations() -> Vec<Arc<NodeDecl>> {
     check.outputs = vec![OutputDecl::new("output", PortType::Object)];
     check.retry_safe = true;
 
-    [input, output, constant, foreach, collect, pass, check]
-        .into_iter()
-        .chain([crate::gate::declaration()])
-        .map(Arc::new)
-        .collect()
+    let mut graph = decl(
+        heddle_core::compose::GRAPH_TYPE,
+        "Graph",
+        "Another graph used as a node: its `heddle.input` nodes are this node's inputs, its `heddle.output` nodes its outputs. Expanded inline when the graph is planned, its nodes named by path (`this-id/inner-id`); never retry-safe as a whole.",
+    );
+    graph.properties = vec![
+        PortDecl::new("graph", PortType::Str)
+            .required()
+            .describe("Path of the graph document, relative to this one (or inside `package`)"),
+        PortDecl::new("sha256", PortType::Str).describe(
+            "The document's sha256: a changed document is refused (`heddle validate` prints it)",
+        ),
+        PortDecl::new("package", PortType::Str)
+            .describe("An installed package whose graph `graph` names"),
+    ];
+    // Properties named after the inner graph's inputs set them.
+    graph.dynamic_inputs = true;
+
+    [
+        input, output, constant, foreach, collect, pass, check, graph,
+    ]
+    .into_iter()
+    .chain([crate::gate::declaration()])
+    .map(Arc::new)
+    .collect()
 }
 
 impl NodeProvider for Builtins {
@@ -160,6 +180,12 @@ impl NodeProvider for Builtins {
             "heddle.collect" => Arc::new(Collect),
             heddle_core::gate::GATE_TYPE => crate::gate::Gate::executor(spec, None),
             CHECK_TYPE => Arc::new(check::Check::new(spec)?),
+            heddle_core::compose::GRAPH_TYPE => {
+                return Err(NodeError::host(format!(
+                    "node {}: a graph node is expanded when its graph is planned (plan it with its documents: `heddle_core::plan::plan_with`)",
+                    spec.id
+                )));
+            }
             other => return Err(NodeError::host(format!("unknown built-in `{other}`"))),
         })
     }

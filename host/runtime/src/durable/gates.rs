@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use heddle_core::gate::{GATE_TYPE, GateAsk};
-use heddle_core::{
-    Decider, GraphDoc, Occurrence, PauseReason, Record, RecordedAction, RecordedVerdict,
-};
+use heddle_core::{Decider, Occurrence, PauseReason, Record, RecordedAction, RecordedVerdict};
 use heddle_store::session::{self, Resumption, Session};
 use heddle_store::{RunStore, StoreError, Stored};
 
@@ -123,11 +121,15 @@ pub fn record(session: &Session, a: &Approval) -> Result<(), StoreError> {
 
 /// Refuses a plain resume of a run waiting at a gate: it would only pause there again.
 /// A gate is answered (approve or reject), which is what the refusal says to do.
-pub fn refuse_resume_at_gate(r: &Resumption, doc: &GraphDoc) -> Result<(), Refused> {
+pub fn refuse_resume_at_gate(r: &Resumption) -> Result<(), Refused> {
     let Some(PauseReason::Suspend { node, .. }) = r.pause.as_ref().map(|p| &p.reason) else {
         return Ok(());
     };
-    if !doc
+    // The plan as recorded names every node, inside graph nodes too, by path.
+    if !r
+        .header
+        .run
+        .plan
         .nodes
         .iter()
         .any(|n| &n.id == node && n.node_type == GATE_TYPE)
@@ -148,7 +150,8 @@ fn waiting_gate(
     gate: &str,
 ) -> Result<(Resumption, GateAsk, Vec<Occurrence>), Error> {
     let r = session::check_resume(store, run, None)?;
-    let doc = super::stored_graph(&r.header)?;
+    // Inside graph nodes too: a gate there is named by its path.
+    let doc = super::stored_flat(&r.header)?;
     let gates: Vec<&str> = doc
         .nodes
         .iter()

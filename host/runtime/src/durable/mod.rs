@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use heddle_core::compose::{Bounds, Bundle, Composition, IncludeKey};
 use heddle_core::plan::Plan;
 use heddle_core::{GraphDoc, PlanSummary};
 use heddle_kernel::runtime::RunOptions;
@@ -126,7 +127,7 @@ impl Runtime {
         decision: Option<&Decision>,
     ) -> Result<(Plan, RunOptions), Error> {
         let h = &r.header;
-        let plan = self.plan(doc, &h.run.graph_name)?;
+        let plan = self.plan_with(doc, &h.run.graph_name, &recorded(h, doc))?;
         for (name, recorded) in &h.run.packages {
             let current = self.package_digests().get(name);
             if current.is_none() {
@@ -505,7 +506,7 @@ pub fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value {
         "inputs": header.run.inputs,
         "packages": header.run.packages,
         "limits": header.run.limits,
-        "plan": header.run.plan,
+        "plan": plan_json(&header.run.plan),
         "state": view.state,
         "owner_pid": view.owner_pid,
         "owner_host": view.owner_host,
@@ -527,11 +528,57 @@ pub fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value {
     })
 }
 
+/// A run's plan as `runs show` gives it: the documents its graph nodes include by key
+/// and digest, without their text (the run keeps that to resume from).
+fn plan_json(plan: &PlanSummary) -> serde_json::Value {
+    let mut v = serde_json::to_value(plan).unwrap_or_default();
+    if let Some(docs) = v.get_mut("included").and_then(|d| d.as_array_mut()) {
+        for d in docs.iter_mut().filter_map(|d| d.as_object_mut()) {
+            d.remove("text");
+        }
+    }
+    v
+}
+
 /// The graph document a run was started from, exactly as stored.
 pub fn stored_graph(h: &RunHeader) -> Result<GraphDoc, Error> {
     let text = String::from_utf8(h.run.graph_bytes.clone())
         .map_err(|e| refused!("run {}: the stored graph is not UTF-8: {e}", h.run_id))?;
     Ok(GraphDoc::parse(&text, &h.run.graph_name)?)
+}
+
+/// What the graph nodes of a stored run's graph `doc` include, from the documents the
+/// run recorded (never from files, which may have changed since it started); each is
+/// checked again against the digest its graph node pins.
+pub fn recorded(h: &RunHeader, doc: &GraphDoc) -> Composition {
+    let top = IncludeKey::top(Path::new(&h.run.graph_name));
+    Composition::load(
+        doc,
+        top.as_ref(),
+        &Bundle::recorded(&h.run.plan.included),
+        Bounds::depth(crate::config::MAX_GRAPH_DEPTH),
+    )
+}
+
+/// A stored run's graph with its graph nodes expanded ([`Composition::flatten`]): every
+/// node at its path, as the run's records name them.
+pub fn stored_flat(h: &RunHeader) -> Result<GraphDoc, Error> {
+    let doc = stored_graph(h)?;
+    if h.run.plan.graphs.is_empty() {
+        return Ok(doc);
+    }
+    Ok(recorded(h, &doc).flatten(&doc))
+}
+
+/// Every node type a stored run's plan uses, inside its graph nodes too: what resuming
+/// it needs loaded.
+pub fn recorded_types(h: &RunHeader) -> std::collections::BTreeSet<String> {
+    h.run
+        .plan
+        .nodes
+        .iter()
+        .map(|n| n.node_type.clone())
+        .collect()
 }
 
 /// Records that `run` is supervised by `supervise`: data of the run, so whoever adopts

@@ -277,7 +277,11 @@ pub fn declared_outputs(
     node: &str,
 ) -> Option<BTreeMap<String, heddle_core::supervise::DeclaredOutput>> {
     let doc = super::stored_graph(header).ok()?;
-    let plan = runtime.plan(&doc, &header.run.graph_name).ok()?;
+    // A node inside a graph node too: planned from the documents the run recorded.
+    let comp = super::recorded(header, &doc);
+    let plan = runtime
+        .plan_with(&doc, &header.run.graph_name, &comp)
+        .ok()?;
     let planned = plan.nodes.iter().find(|n| &*n.id == node)?;
     Some(heddle_kernel::supervisor::declared_outputs(
         &planned.decl,

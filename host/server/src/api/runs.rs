@@ -79,6 +79,13 @@ async fn show(
     // The document as submitted, for the viewer to draw (its nodes' UI positions
     // included); stored bytes that are not JSON are left out, not an error.
     v["document"] = serde_json::from_slice(&header.run.graph_bytes).unwrap_or_default();
+    // The graph as the run planned it, which is what the viewer draws and what the
+    // records name: a NodeTool workflow read as Heddle's, and every graph node expanded
+    // with its inner nodes at their paths (`plan.graphs` lists the graph nodes), from
+    // the documents the run recorded.
+    v["expanded"] = durable::stored_flat(&header)
+        .map(|d| json!(d))
+        .unwrap_or_default();
     link_artifacts(&mut v["occurrences"], &header.run_id, 0);
     Ok(Json(v))
 }
@@ -254,6 +261,10 @@ struct CreateRequest {
     max_dispatches: Option<u64>,
     #[serde(default)]
     time_limit_ms: Option<u64>,
+    /// The documents the graph's graph nodes include: path as the node names it → the
+    /// document's exact text (its sha256 is what the node pins).
+    #[serde(default)]
+    graphs: std::collections::BTreeMap<String, String>,
 }
 
 /// The `supervise` of a create request: what kind of supervisor, its settings beside.
@@ -335,6 +346,7 @@ async fn create(
         .map(str::to_string);
     let name = req.name.or(doc_name).unwrap_or_else(|| "api".into());
     let options = CreateOptions {
+        graphs: req.graphs,
         supervise,
         max_dispatches: req.max_dispatches,
         time_limit_ms: req.time_limit_ms,

@@ -279,6 +279,87 @@ async fn a_gate_is_approved_or_rejected_through_the_api(store: Store) {
     assert_eq!(s.lines(), ["shipped"]);
 }
 
+/// A graph node whose inner graph writes a line, waits at a gate, then upper-cases it.
+const INNER_GATED: &str = r#"{"nodes": [
+  {"id": "text", "type": "heddle.input", "properties": {"type": "str"}},
+  {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
+  {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it"}},
+  {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
+  {"id": "out", "type": "heddle.output"}],
+ "edges": [
+  {"source": "text", "sourceHandle": "value", "target": "w", "targetHandle": "text"},
+  {"source": "w", "sourceHandle": "path", "target": "ship", "targetHandle": "value"},
+  {"source": "ship", "sourceHandle": "value", "target": "up", "targetHandle": "text"},
+  {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graph_node_runs_from_the_documents_sent_with_it_and_its_gate_is_answered_by_path() {
+    let s = TestServer::start().await;
+    let sha = heddle_core::compose::sha256_hex(INNER_GATED.as_bytes());
+    let outer = json!({"nodes": [
+        {"id": "c", "type": "heddle.constant", "properties": {"value": "one\n"}},
+        {"id": "g", "type": "heddle.graph", "properties": {"graph": "./graphs/inner.json", "sha256": sha}},
+        {"id": "o", "type": "heddle.output"}
+    ], "edges": [
+        {"source": "c", "sourceHandle": "value", "target": "g", "targetHandle": "text"},
+        {"source": "g", "sourceHandle": "out", "target": "o", "targetHandle": "value"}
+    ]});
+
+    // Without the document: refused naming the graph node, nothing recorded.
+    let (status, body) = s
+        .call("POST", "/api/runs", Some(json!({ "graph": outer })))
+        .await;
+    assert_eq!(status, 422, "{body:#}");
+    assert_eq!(body["issues"][0]["node"], "g", "{body:#}");
+    assert!(
+        body["issues"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not sent"),
+        "{body:#}"
+    );
+    assert!(s.runs().await.is_empty());
+
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/runs",
+            Some(json!({ "graph": outer, "graphs": {"graphs/inner.json": INNER_GATED} })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body:#}");
+    let id = body["run_id"].as_str().unwrap().to_string();
+    let show = s.ended(&id).await;
+    assert_eq!(show["state"], "paused", "{show:#}");
+    assert_eq!(s.lines(), ["one"]);
+    assert_eq!(show["plan"]["graphs"][0]["graph"], "graphs/inner.json");
+
+    // The gate inside is named by its path (its `/` escaped in the URL).
+    let (status, body) = s
+        .call("POST", &format!("/api/runs/{id}/gates/ship/approve"), None)
+        .await;
+    assert_eq!(status, 409, "{body:#}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("its gates: g/ship"),
+        "{body:#}"
+    );
+    let (status, body) = s
+        .call(
+            "POST",
+            &format!("/api/runs/{id}/gates/g%2Fship/approve"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 202, "{body:#}");
+    let show = s.ended(&id).await;
+    assert_eq!(show["state"], "completed", "{show:#}");
+    // The write inside the graph node ran once.
+    assert_eq!(s.lines(), ["one"]);
+}
+
 /// A request to take over a run this server drives is refused saying so, never naming
 /// the server's own process as if it were another owner; the refusal writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

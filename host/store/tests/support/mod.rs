@@ -222,6 +222,7 @@ pub fn new_run() -> heddle_store::NewRun {
                 },
             }],
             edges: 0,
+            ..Default::default()
         },
         inputs: std::collections::BTreeMap::from([("n".to_string(), heddle_core::Value::Int(3))]),
         secrets: vec!["API_KEY".into()],

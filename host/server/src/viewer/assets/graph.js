@@ -20,8 +20,11 @@ function uiPosition(n) {
   return p && Number.isFinite(p.x) && Number.isFinite(p.y) ? p : null;
 }
 
+/** Every box's size unless told otherwise (an opened graph node's is its drawing's). */
+const UNIT = { w: NODE_W, h: NODE_H };
+
 /** Layers by longest path from the sources, ordered to reduce crossings. */
-function layered(doc) {
+function layered(doc, size) {
   const ids = doc.nodes.map((n) => n.id);
   const known = new Set(ids);
   const preds = new Map(ids.map((id) => [id, []]));
@@ -59,13 +62,19 @@ function layered(doc) {
       l.forEach((id, i) => order.set(id, i));
     }
   }
-  const tallest = Math.max(...layers.map((l) => l.length));
+  const extent = (l) => l.reduce((s, id) => s + size(id).h + GAP_Y, 0);
+  const tallest = Math.max(...layers.map(extent));
   const pos = new Map();
-  layers.forEach((l, li) => {
+  let x = MARGIN;
+  for (const l of layers) {
     // Centre each layer against the tallest one.
-    const offset = ((tallest - l.length) * (NODE_H + GAP_Y)) / 2;
-    l.forEach((id, i) => pos.set(id, { x: MARGIN + li * (NODE_W + GAP_X), y: MARGIN + offset + i * (NODE_H + GAP_Y) }));
-  });
+    let y = MARGIN + (tallest - extent(l)) / 2;
+    for (const id of l) {
+      pos.set(id, { x, y });
+      y += size(id).h + GAP_Y;
+    }
+    x += Math.max(...l.map((id) => size(id).w)) + GAP_X;
+  }
   return pos;
 }
 
@@ -88,10 +97,16 @@ function spread(ps) {
   return factor <= 6 ? factor : null;
 }
 
-export function layout(doc) {
+/**
+ * Where each node of `doc` goes and the size of the whole. `size(id)` is a node's box;
+ * the document's own positions are used only while every box has the usual size (an
+ * opened graph node needs room its author's positions did not leave).
+ */
+export function layout(doc, size = () => UNIT) {
   let pos;
   const ps = doc.nodes.map(uiPosition);
-  const factor = doc.nodes.length && ps.every(Boolean) ? spread(ps) : null;
+  const uniform = doc.nodes.every((n) => size(n.id) === UNIT);
+  const factor = doc.nodes.length && uniform && ps.every(Boolean) ? spread(ps) : null;
   if (factor) {
     const minX = Math.min(...ps.map((p) => p.x));
     const minY = Math.min(...ps.map((p) => p.y));
@@ -100,70 +115,164 @@ export function layout(doc) {
       y: Math.round((ps[i].y - minY) * factor) + MARGIN,
     }]));
   } else {
-    pos = layered(doc);
+    pos = layered(doc, size);
   }
   let w = 0, h = 0;
-  for (const p of pos.values()) {
-    w = Math.max(w, p.x + NODE_W + MARGIN);
-    h = Math.max(h, p.y + NODE_H + MARGIN);
+  for (const [id, p] of pos) {
+    w = Math.max(w, p.x + size(id).w + MARGIN);
+    h = Math.max(h, p.y + size(id).h + MARGIN);
   }
   return { pos, width: w, height: h };
 }
+
+/**
+ * One level of a run's graph. `flat` is the graph as the run planned it (every node of
+ * a graph node's inner graph at its path, `g/inner`), `groups` the graph nodes' paths.
+ * The level `prefix` ("" for the top, else a graph node's path) holds the nodes whose
+ * innermost graph node is `prefix`, and each graph node directly inside it as one node
+ * (`group: true`); an edge into or out of a graph node is drawn to or from it, named
+ * by its port.
+ */
+export function levelDoc(flat, groups, prefix) {
+  const paths = [...groups].sort((a, b) => b.length - a.length); // innermost first
+  const owner = (id) => paths.find((p) => id.startsWith(`${p}/`)) ?? "";
+  // The node of this level that `id` is or is inside; null for a node elsewhere.
+  const at = (id) => {
+    for (let o = id; ; ) {
+      const up = owner(o);
+      if (up === prefix) return o;
+      if (up === "") return null;
+      o = up;
+    }
+  };
+  const nodes = [];
+  const seen = new Set();
+  const add = (id, n) => {
+    if (seen.has(id)) return;
+    seen.add(id);
+    nodes.push(n || { id, type: GROUP_TYPE, group: true });
+  };
+  for (const n of flat.nodes) {
+    const m = at(n.id);
+    if (m !== null) add(m, m === n.id && !groups.has(m) ? n : null);
+  }
+  for (const g of groups) if (owner(g) === prefix) add(g, null);
+  const edges = [];
+  const keys = new Set();
+  for (const e of flat.edges) {
+    const s = at(e.source), t = at(e.target);
+    if (s === null || t === null || s === t) continue;
+    const sourceHandle = s === e.source ? e.sourceHandle : e.source.slice(s.length + 1);
+    const targetHandle = t === e.target ? e.targetHandle : e.target.slice(t.length + 1);
+    const key = [s, sourceHandle, t, targetHandle].join("\u0000");
+    if (keys.has(key)) continue;
+    keys.add(key);
+    edges.push({ ...e, source: s, sourceHandle, target: t, targetHandle });
+  }
+  return { nodes, edges };
+}
+
+/** The node type a graph node is written with. */
+export const GROUP_TYPE = "heddle.graph";
 
 function shorten(text, max) {
   return text.length > max ? `${text.slice(0, max - 1)}…` : text;
 }
 
+/** Room above an opened graph node's inner drawing, for its own title and state. */
+const GROUP_HEAD = NODE_H - 12;
+
 /**
- * Renders `doc` into `container`; returns update(stateOf) that restyles each node from
- * stateOf(id) → {state, label, detail}. `onSelect(id)` is called on a click.
+ * Renders the run's graph into `container`: `flat` as the run planned it, `groups` its
+ * graph nodes (path → what `plan.graphs` says of each), `open` the paths of those drawn
+ * opened (a box holding their inner graph, itself drawn the same way), the others one
+ * box each. Returns update(stateOf, selected) that restyles each node (graph nodes
+ * included) from stateOf(id) → {state, label, detail}. `onSelect(id)` is called on a
+ * click on a node, `onToggle(path)` on a click on a graph node.
  */
-export function draw(container, doc, onSelect) {
-  const { pos, width, height } = layout(doc);
-  const svg = el("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": "run graph" });
+export function draw(container, flat, groups, open, onSelect, onToggle) {
+  const paths = new Set(groups.keys());
+  const level = (prefix) => {
+    const doc = levelDoc(flat, paths, prefix);
+    const inner = new Map();
+    for (const n of doc.nodes) if (n.group && open.has(n.id)) inner.set(n.id, level(n.id));
+    const size = (id) => {
+      const l = inner.get(id);
+      return l ? { w: Math.max(l.width, NODE_W), h: l.height + GROUP_HEAD } : UNIT;
+    };
+    return { doc, inner, size, ...layout(doc, size) };
+  };
+  const top = level("");
+  const svg = el("svg", { viewBox: `0 0 ${top.width} ${top.height}`, width: top.width, height: top.height, role: "img", "aria-label": "run graph" });
   const defs = el("defs", {}, svg);
   const marker = el("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "7", markerHeight: "7", orient: "auto-start-reverse" }, defs);
   el("path", { d: "M0,0 L10,5 L0,10 z", fill: "#9aa3b1" }, marker);
-  const edges = el("g", {}, svg);
   const edgeEls = [];
-  for (const e of doc.edges) {
-    const a = pos.get(e.source), b = pos.get(e.target);
-    if (!a || !b) continue;
-    const x1 = a.x + NODE_W, y1 = a.y + NODE_H / 2, x2 = b.x - 2, y2 = b.y + NODE_H / 2;
-    const dx = Math.max(30, (x2 - x1) / 2);
-    const cls = ["edge", e.edge_type === "control" ? "control" : "", e.when ? "conditional" : ""].join(" ");
-    const path = el("path", { class: cls, d: `M${x1},${y1} C${x1 + dx},${y1} ${x2 - dx},${y2} ${x2},${y2}`, "marker-end": "url(#arrow)" }, edges);
-    el("title", {}, path).textContent = `${e.source}.${e.sourceHandle} → ${e.target}.${e.targetHandle}${e.when ? ` when ${e.when}` : ""}`;
-    edgeEls.push({ e, path });
-  }
-  const nodes = el("g", {}, svg);
   const nodeEls = new Map();
-  for (const n of doc.nodes) {
-    const p = pos.get(n.id);
-    const g = el("g", { class: "node st-pending", transform: `translate(${p.x},${p.y})`, "data-node": n.id, tabindex: "0" }, nodes);
-    el("rect", { class: "box", width: NODE_W, height: NODE_H, rx: 8 }, g);
-    el("rect", { class: "bar", width: 6, height: NODE_H - 2, x: 1, y: 1, rx: 3 }, g);
-    const title = el("text", { class: "title", x: 16, y: 21 }, g);
-    title.textContent = shorten(n.name || n.id, 22);
-    const type = el("text", { class: "type", x: 16, y: 37 }, g);
-    type.textContent = shorten(n.type, 28);
-    const status = el("text", { class: "status", x: 16, y: 55 }, g);
-    status.textContent = "pending";
-    const tip = el("title", {}, g);
-    tip.textContent = `${n.id} (${n.type})`;
-    g.addEventListener("click", () => onSelect(n.id));
-    g.addEventListener("keydown", (ev) => { if (ev.key === "Enter") onSelect(n.id); });
-    nodeEls.set(n.id, { g, status, tip, node: n });
-  }
+
+  const render = (parent, lv, prefix) => {
+    const edges = el("g", {}, parent);
+    for (const e of lv.doc.edges) {
+      const a = lv.pos.get(e.source), b = lv.pos.get(e.target);
+      if (!a || !b) continue;
+      // Edges meet a box at the height of its title row, an opened graph node's too.
+      const x1 = a.x + lv.size(e.source).w, y1 = a.y + NODE_H / 2, x2 = b.x - 2, y2 = b.y + NODE_H / 2;
+      const dx = Math.max(30, (x2 - x1) / 2);
+      const cls = ["edge", e.edge_type === "control" ? "control" : "", e.when ? "conditional" : ""].join(" ");
+      const path = el("path", { class: cls, d: `M${x1},${y1} C${x1 + dx},${y1} ${x2 - dx},${y2} ${x2},${y2}`, "marker-end": "url(#arrow)" }, edges);
+      el("title", {}, path).textContent = `${e.source}.${e.sourceHandle} → ${e.target}.${e.targetHandle}${e.when ? ` when ${e.when}` : ""}`;
+      edgeEls.push({ e, path });
+    }
+    const nodes = el("g", {}, parent);
+    for (const n of lv.doc.nodes) {
+      const p = lv.pos.get(n.id);
+      const { w, h } = lv.size(n.id);
+      const opened = lv.inner.get(n.id);
+      const info = n.group ? groups.get(n.id) || {} : null;
+      const g = el("g", { class: "node st-pending", transform: `translate(${p.x},${p.y})`, "data-node": n.id, tabindex: "0" }, nodes);
+      if (n.group) {
+        g.classList.add("group");
+        g.dataset.open = opened ? "true" : "false";
+        // A closed graph node is drawn as a stack: more than one node inside.
+        if (!opened) el("rect", { class: "stack", width: w, height: h, x: 4, y: 4, rx: 8 }, g);
+      }
+      el("rect", { class: "box", width: w, height: h, rx: 8 }, g);
+      el("rect", { class: "bar", width: 6, height: h - 2, x: 1, y: 1, rx: 3 }, g);
+      const title = el("text", { class: "title", x: 16, y: 21 }, g);
+      // Inside a graph node, its own id (the whole path is in the tooltip and the panel).
+      const own = n.name || (prefix ? n.id.slice(prefix.length + 1) : n.id);
+      title.textContent = n.group ? `${opened ? "▾" : "▸"} ${shorten(own, 20)}` : shorten(own, 22);
+      const type = el("text", { class: "type", x: 16, y: 37 }, g);
+      type.textContent = n.group ? shorten(`graph ${info.graph || ""}`, opened ? 60 : 28) : shorten(n.type, 28);
+      const status = el("text", { class: "status", x: 16, y: 55 }, g);
+      status.textContent = "pending";
+      const tip = el("title", {}, g);
+      const what = n.group ? `graph node, ${info.graph || "?"}; click to ${opened ? "close" : "open"}` : n.type;
+      tip.textContent = `${n.id} (${what})`;
+      const act = (ev) => {
+        // A node inside an opened graph node is inside its element too.
+        ev.stopPropagation();
+        if (n.group) onToggle(n.id);
+        else onSelect(n.id);
+      };
+      g.addEventListener("click", act);
+      g.addEventListener("keydown", (ev) => { if (ev.key === "Enter") act(ev); });
+      nodeEls.set(n.id, { g, status, tip, what });
+      if (opened) render(el("g", { class: "inner", transform: `translate(0,${GROUP_HEAD})` }, g), opened, n.id);
+    }
+  };
+  render(svg, top, "");
   container.replaceChildren(svg);
   return (stateOf, selected) => {
-    for (const [id, { g, status, tip, node }] of nodeEls) {
+    for (const [id, { g, status, tip, what }] of nodeEls) {
       const s = stateOf(id);
-      g.setAttribute("class", `node st-${s.state}${id === selected ? " selected" : ""}`);
+      g.classList.remove(...[...g.classList].filter((c) => c.startsWith("st-") || c === "selected"));
+      g.classList.add(`st-${s.state}`);
+      if (id === selected) g.classList.add("selected");
       g.dataset.state = s.state;
       g.dataset.label = s.label;
       status.textContent = shorten(s.detail ? `${s.label} · ${s.detail}` : s.label, 30);
-      tip.textContent = `${node.id} (${node.type}): ${s.label}${s.reason ? ` — ${s.reason}` : ""}`;
+      tip.textContent = `${id} (${what}): ${s.label}${s.reason ? ` — ${s.reason}` : ""}`;
     }
     for (const { e, path } of edgeEls) {
       path.classList.toggle("hot", stateOf(e.target).state === "running");

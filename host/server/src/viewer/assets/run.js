@@ -155,6 +155,30 @@ export function showRun(main, id, ctx) {
   };
 
   const select = (nodeId) => { selected = selected === nodeId ? null : nodeId; render(); };
+  // Graph nodes drawn opened, by path. Opening one also selects it (its panel lists
+  // its inner nodes); closing one closes those inside it too.
+  const open = new Set();
+  const redraw = () => { update = draw(graphBox, model.doc, model.groups, open, select, toggle); };
+  const toggle = (path) => {
+    if (open.has(path)) {
+      for (const p of [...open]) if (p === path || p.startsWith(`${path}/`)) open.delete(p);
+    } else {
+      open.add(path);
+    }
+    selected = path;
+    redraw();
+    render();
+  };
+  // Selects a node inside graph nodes, opening each around it so it is drawn.
+  const reveal = (nodeId) => {
+    let grew = false;
+    for (const p of model.groups.keys()) {
+      if (nodeId.startsWith(`${p}/`) && !open.has(p)) { open.add(p); grew = true; }
+    }
+    if (grew) redraw();
+    selected = nodeId;
+    render();
+  };
   const schedule = () => { if (!frame) frame = requestAnimationFrame(() => { frame = 0; render(); }); };
 
   function renderHead() {
@@ -360,7 +384,9 @@ export function showRun(main, id, ctx) {
           : h("p", { class: "muted" }, model.finished ? "None." : "Not yet."));
       return;
     }
+    if (model.groups.has(selected)) return renderGroup();
     const node = model.byId.get(selected);
+    if (!node) { selected = null; return renderDetail(); }
     const s = model.nodeState(selected);
     const t = model.totals(selected);
     const occs = model.occurrencesOf(selected);
@@ -385,6 +411,40 @@ export function showRun(main, id, ctx) {
         ...(o.outputs || []).map(([k, v]) => h("div", {}, h("span", { class: "muted" }, k), valueView(id, `${occLabel(o)}.${k}`, v))),
         ...o.verdicts.map((v) => h("div", { class: "muted" }, `verdict: ${verdictText(v)}`))))),
       occs.length > 50 ? h("p", { class: "muted" }, `…and ${occs.length - 50} more invocations`) : null);
+  }
+
+  /**
+   * A graph node: what it includes, and each node inside it with its state, its
+   * invocations and their errors one click away.
+   */
+  function renderGroup() {
+    const g = model.groups.get(selected);
+    const s = model.nodeState(selected);
+    const memo = new Map();
+    const kv = (k, v) => [h("span", { class: "k" }, k), h("span", {}, v)];
+    const rows = model.inside(selected).map((nid) => {
+      const st = model.nodeState(nid, memo);
+      const node = model.byId.get(nid);
+      const occs = model.occurrencesOf(nid);
+      const failed = occs.filter((o) => o.state === "failed" && o.error);
+      return h("li", { "data-inner": nid },
+        h("div", { class: "occ head" },
+          link(nid, "mono inner-link", () => reveal(nid)),
+          h("span", { class: "muted" }, node.type),
+          badge(st.state)),
+        occs.length ? h("div", { class: "muted" }, `${number(occs.length)} invocation${occs.length > 1 ? "s" : ""} · ${st.label}`) : null,
+        ...failed.slice(0, 3).map((o) => h("div", { class: "value" }, h("pre", { class: "error-text" }, `${occLabel(o)}: ${o.error}`))));
+    });
+    fill(detail,
+      h("h2", {}, "Graph node"),
+      h("div", { class: "run-head" }, h("strong", { class: "mono" }, selected), badge(s.state, "node-state")),
+      h("div", { class: "kv mt" },
+        kv("graph", g.graph),
+        kv("sha256", h("span", { class: "mono" }, g.sha256)),
+        kv("state", s.label)),
+      h("p", { class: "muted" }, open.has(selected) ? "Drawn opened above; click it to close it." : "Click it above to open it."),
+      h("label", {}, "Inside"),
+      h("ul", { class: "list", id: "group-nodes" }, rows));
   }
 
   function renderInterventions() {
@@ -490,7 +550,7 @@ export function showRun(main, id, ctx) {
     try {
       const run = await call(`/api/runs/${encodeURIComponent(id)}`);
       model = new RunModel(run);
-      update = draw(graphBox, model.doc, select);
+      redraw();
       render();
       refetchEscalations();
       await follow();

@@ -26,12 +26,26 @@ export function pauseOf(p) {
   return p.reason && typeof p.reason === "object" ? p : { event: p.event, reason: p };
 }
 
+/** A document's graph, or null: a NodeTool workflow holds it under `graph`. */
+function graphOf(d) {
+  if (d && Array.isArray(d.nodes)) return { nodes: d.nodes, edges: d.edges || [] };
+  if (d && d.graph && Array.isArray(d.graph.nodes)) return graphOf(d.graph);
+  return null;
+}
+
+/** The node types of a graph node's ports (pass-through nodes at their paths). */
+const PORT_TYPES = new Set(["heddle.graph.input", "heddle.graph.output"]);
+
 export class RunModel {
   constructor(run) {
     this.id = run.run_id;
     this.graph = run.graph;
     this.created = run.created_ms;
-    this.doc = run.document || { nodes: [], edges: [] };
+    // The graph as the run planned it (every node of a graph node at its path, as the
+    // records name it); the submitted document only from a server that does not say.
+    this.doc = graphOf(run.expanded) || graphOf(run.document) || { nodes: [], edges: [] };
+    /** The graph nodes, by path: what they include ({graph, sha256}). */
+    this.groups = new Map(((run.plan && run.plan.graphs) || []).map((g) => [g.id, g]));
     this.limits = run.limits;
     this.inputs = run.inputs || {};
     this.state = run.state;
@@ -193,7 +207,7 @@ export class RunModel {
   nodeState(id, memo = new Map()) {
     if (memo.has(id)) return memo.get(id);
     memo.set(id, { state: "pending", label: "pending" }); // cycles: treat as pending
-    const s = this.computeState(id, memo);
+    const s = this.groups.has(id) ? this.groupState(id, memo) : this.computeState(id, memo);
     memo.set(id, s);
     return s;
   }
@@ -231,6 +245,32 @@ export class RunModel {
     if (!this.finished) return { state: "pending", label: "pending" };
     const reason = this.skipReason(id, memo);
     return { state: "skipped", label: "skipped", reason };
+  }
+
+  /** The nodes inside graph node `path`, however deep, in the document's order. */
+  inside(path) {
+    return this.doc.nodes.filter((n) => n.id.startsWith(`${path}/`)).map((n) => n.id);
+  }
+
+  /**
+   * A graph node's state, from its inner nodes': waiting or running while any of them
+   * is, failed when one failed, completed once each completed or was skipped; the
+   * label counts the inner nodes done.
+   */
+  groupState(path, memo) {
+    const states = this.inside(path).map((id) => this.nodeState(id, memo).state);
+    const n = (st) => states.filter((s) => s === st).length;
+    const done = n("completed");
+    const of = `${done}/${states.length} done`;
+    if (n("waiting")) return { state: "waiting", label: `waiting inside · ${of}` };
+    if (n("running")) return { state: "running", label: `running · ${of}` };
+    if (n("failed")) return { state: "failed", label: `failed inside · ${of}` };
+    if (n("cancelled")) return { state: "cancelled", label: `cancelled · ${of}` };
+    if (n("interrupted")) return { state: "interrupted", label: `stopped · ${of}` };
+    if (states.length && n("skipped") === states.length) return { state: "skipped", label: "skipped" };
+    if (states.length && done + n("skipped") === states.length) return { state: "completed", label: `completed · ${of}` };
+    if (done && !this.finished) return { state: "running", label: `running · ${of}` };
+    return { state: "pending", label: `pending · ${of}` };
   }
 
   /**
@@ -356,6 +396,11 @@ export class RunModel {
       return name in this.inputs ? this.inputs[name] : props.value;
     }
     if (node.type === "heddle.constant") return props.value;
+    // A graph node's port passes on what reaches it.
+    if (PORT_TYPES.has(node.type)) {
+      const up = this.upstream(id)[0];
+      return up ? this.valueAt(up.source, up.sourceHandle, seen) : props.value;
+    }
     // Only a collect is followed further back (once the run completed, it gathered
     // every item); any other node's value is what its own records say, or unknown.
     const e = this.upstream(id)[0];
