@@ -187,6 +187,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
             .collect(),
     };
     let rt = heddle_runtime::tokio_runtime(args.threads)?;
+    // With an OTLP endpoint in the environment every run is traced, and timed so.
+    let settings = heddle_runtime::telemetry::TelemetrySettings::from_env()?;
+    if let Some(t) = heddle_runtime::telemetry::KernelTracer::new(&settings, "bench") {
+        if !args.json {
+            println!(
+                "traced: spans go to {}",
+                settings.traces.as_ref().map_or("", |t| t.endpoint.as_str())
+            );
+        }
+        bench::observe(Box::new(Traced(t)));
+    }
     let mut registry = Registry::with_builtins();
     let effects = shapes
         .iter()
@@ -296,6 +307,22 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         println!("{}", serde_json::to_string_pretty(&all)?);
     }
     Ok(Exit::Ok)
+}
+
+/// Every bench run traced ([`heddle_runtime::telemetry::KernelTracer`]).
+struct Traced(heddle_runtime::telemetry::KernelTracer);
+
+impl bench::Observer for Traced {
+    fn options(&self, opts: &mut heddle_kernel::runtime::RunOptions) {
+        self.0.prepare(opts);
+    }
+
+    fn started(
+        &self,
+        run: &heddle_kernel::runtime::Run,
+    ) -> Option<heddle_kernel::BoxFuture<'static, ()>> {
+        self.0.start(run)
+    }
 }
 
 /// The WASM provider with the first-party packages (the shapes use `std`), on the

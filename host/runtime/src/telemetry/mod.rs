@@ -147,6 +147,79 @@ impl TelemetrySettings {
     }
 }
 
+impl TelemetrySettings {
+    /// The settings the OpenTelemetry variables alone give (no configuration file):
+    /// what a program that reads none (`heddle bench`) exports with.
+    pub fn from_env() -> Result<TelemetrySettings, ConfigError> {
+        resolve(&TelemetrySection::default(), "", &|name| {
+            std::env::var(name).ok().filter(|v| !v.is_empty())
+        })
+    }
+}
+
+/// Traces runs a program builds and starts with the kernel itself (`heddle bench`
+/// times kernel runs), as the driver traces its own: one trace of its own per run, its
+/// spans built from its events and sent to this process's exporter. Runs one after
+/// another: [`KernelTracer::prepare`] a run's options, then [`KernelTracer::start`] it.
+pub struct KernelTracer {
+    telemetry: Arc<Telemetry>,
+    graph_name: String,
+    next: std::sync::Mutex<Option<Arc<heddle_core::trace::Traced>>>,
+}
+
+impl KernelTracer {
+    /// A tracer sending to the exporter `settings` configure, naming runs
+    /// `graph_name`; `None` when none is configured.
+    pub fn new(settings: &TelemetrySettings, graph_name: &str) -> Option<KernelTracer> {
+        Some(KernelTracer {
+            telemetry: start(settings)?,
+            graph_name: graph_name.to_string(),
+            next: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Gives the next run a trace of its own.
+    pub fn prepare(&self, opts: &mut heddle_kernel::runtime::RunOptions) {
+        let t = &self.telemetry;
+        let run = heddle_core::trace::RunTrace {
+            trace_id: t.trace_id(),
+            parent: None,
+            span: t.span_id(),
+            sampled: true,
+        };
+        let traced = Arc::new(heddle_core::trace::Traced::new(run, t.salt()));
+        opts.trace = Some(traced.clone());
+        *self.next.lock().unwrap_or_else(|e| e.into_inner()) = Some(traced);
+    }
+
+    /// Starts building the spans of `run` (built with options [`KernelTracer::prepare`]
+    /// made, not started); the future ends once its last span is queued (after the
+    /// run's result is in).
+    pub fn start(
+        &self,
+        run: &heddle_kernel::runtime::Run,
+    ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
+        let traced = self.next.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        let info = RunInfo {
+            run_id: None,
+            graph_name: self.graph_name.clone(),
+            graph_digest: None,
+            created: std::time::SystemTime::now(),
+        };
+        let tracing = RunTracing::new(
+            self.telemetry.clone(),
+            traced,
+            info,
+            &heddle_kernel::SecretRegistry::default(),
+        );
+        let span = tracing.start(run.subscribe(), run.origin(), run.plan());
+        Some(Box::pin(async move {
+            let (t, end) = span.finish().await;
+            t.ended(end, None);
+        }))
+    }
+}
+
 /// The settings from the section and the variables `env` reads (a variable over the
 /// file, the file over the default, as every other setting).
 fn resolve(
