@@ -226,6 +226,11 @@ impl Feed {
         self.history.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// How many subscribers it has now.
+    pub fn subscribers(&self) -> usize {
+        self.subscribers.load(Ordering::Relaxed)
+    }
+
     /// A new subscriber taking `coding`, counted until it is dropped.
     pub fn subscribe(self: &Arc<Self>, coding: Coding) -> Subscription {
         self.by_coding[coding as usize].fetch_add(1, Ordering::SeqCst);

@@ -85,6 +85,17 @@ pub struct CreateOptions {
     pub trace_parent: Option<heddle_core::trace::TraceParent>,
 }
 
+/// How busy a [`Host`] is ([`Host::load`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Load {
+    /// Runs holding a worker slot.
+    pub running: usize,
+    /// Runs driven here waiting for a slot.
+    pub queued: usize,
+    /// Clients reading a run's event stream.
+    pub subscribers: usize,
+}
+
 /// Desks of ended runs kept for late answers.
 const ENDED_DESKS: usize = 64;
 
@@ -107,6 +118,10 @@ pub struct Host {
     pub store: Arc<dyn RunStore>,
     runtime: Arc<Runtime>,
     workers: Arc<Semaphore>,
+    /// How many worker slots there are.
+    slots: usize,
+    /// What `GET /metrics` reports.
+    pub metrics: Arc<crate::metrics::ServerMetrics>,
     active: Mutex<HashMap<String, Active>>,
     /// One lock per run that requests about it (resume, approve, reject, cancel,
     /// adoption) hold from their check to their driver's start: the second of two
@@ -135,10 +150,14 @@ impl Host {
         runs: tokio::runtime::Handle,
     ) -> Host {
         let mask = Arc::new(Mask::new(runtime.secrets(None).snapshot()));
+        // Asked for before any run is taken: every run of this server is counted.
+        let metrics = Arc::new(crate::metrics::ServerMetrics::new(runtime.metrics().clone()));
         Host {
             store,
             runtime,
             workers: Arc::new(Semaphore::new(workers)),
+            slots: workers,
+            metrics,
             active: Mutex::new(HashMap::new()),
             handovers: Mutex::new(HashMap::new()),
             ended: Mutex::new(Default::default()),
@@ -152,6 +171,18 @@ impl Host {
     /// The runtime the runs run on.
     pub fn runtime(&self) -> &Runtime {
         &self.runtime
+    }
+
+    /// How busy it is now: runs holding a worker slot, runs waiting for one, and
+    /// clients reading a run's event stream.
+    pub fn load(&self) -> Load {
+        let active = self.active();
+        let running = self.slots - self.workers.available_permits().min(self.slots);
+        Load {
+            running,
+            queued: active.len().saturating_sub(running),
+            subscribers: active.values().map(|a| a.feed.subscribers()).sum(),
+        }
     }
 
     /// [`blocking`] on the runs' own threads: a run's log writer, started by opening

@@ -24,6 +24,7 @@
 //! the first such loss is logged, once.
 
 mod export;
+mod metrics;
 mod spans;
 
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use crate::config::Config;
 use crate::error::ConfigError;
 
 pub use export::Telemetry;
+pub use metrics::{MetricLabel, Metrics};
 pub(crate) use spans::{RunInfo, RunSpan, RunSpanEnd, RunTracing, at_ms};
 
 /// How the command line writes its log lines (`[telemetry] log_format`, `--log-format`).
@@ -74,6 +76,10 @@ struct TelemetrySection {
     service_name: Option<String>,
     #[serde(default)]
     log_format: Option<LogFormat>,
+    /// Labels the invocation metrics carry besides the outcome (`node_type`, `node`,
+    /// `graph`); none by default (each multiplies the series stored).
+    #[serde(default)]
+    metric_labels: Vec<MetricLabel>,
 }
 
 /// Where a process sends its spans.
@@ -96,6 +102,8 @@ pub struct TelemetrySettings {
     /// environment, as `heddle run` and a watchdog's workers get it); one that is not a
     /// valid `traceparent` is ignored (logged at debug level).
     pub parent: Option<TraceParent>,
+    /// Labels the invocation metrics carry besides the outcome.
+    pub metric_labels: Vec<MetricLabel>,
 }
 
 /// The variables read, standard ones first (OpenTelemetry's SDK specification).
@@ -207,11 +215,11 @@ impl KernelTracer {
             created: std::time::SystemTime::now(),
         };
         let tracing = RunTracing::new(
-            self.telemetry.clone(),
-            traced,
+            Some((self.telemetry.clone(), traced)),
+            None,
             info,
             &heddle_kernel::SecretRegistry::default(),
-        );
+        )?;
         let span = tracing.start(run.subscribe(), run.origin(), run.plan());
         Some(Box::pin(async move {
             let (t, end) = span.finish().await;
@@ -246,6 +254,7 @@ fn resolve(
             traces: None,
             log_format,
             parent,
+            metric_labels: s.metric_labels.clone(),
         });
     };
     for var in PROTOCOLS {
@@ -265,6 +274,7 @@ fn resolve(
         }),
         log_format,
         parent,
+        metric_labels: s.metric_labels.clone(),
     })
 }
 

@@ -48,6 +48,12 @@ pub fn router_bounded(host: Arc<Host>, token: Token, max_json_bytes: usize) -> R
     let routes = Router::new()
         .merge(runs::routes())
         .merge(escalations::routes())
+        .route(
+            "/metrics",
+            axum::routing::get(|State(api): State<Api>| {
+                crate::metrics::scrape(State(api.host.clone()))
+            }),
+        )
         .fallback(unknown)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(
