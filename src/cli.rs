@@ -181,14 +181,35 @@ pub enum RunsCommand {
         json: bool,
     },
     /// Continue a paused or interrupted run with its stored graph, inputs and package
-    /// digests. Completed work is never repeated; resuming a reconcile pause offers the
-    /// uncertain work again (that is the decision resume records).
+    /// digests. Completed work is never repeated. A reconcile pause (work that started
+    /// and whose result was never recorded) takes one of three answers: `--pause N`
+    /// alone offers the uncertain work again; with `--completed-with OUTPUTS.json` it is
+    /// recorded as completed with those outputs, or with `--skip` as skipped (reason
+    /// `reconciled`), and not run. An answer is recorded with `--by` and `--note`, and
+    /// every later recovery carries it out.
+    #[command(group(clap::ArgGroup::new("answer").args(["completed_with", "skip"]).requires_all(["pause", "note"])))]
     Resume {
         run: String,
         /// The pause event to reopen (as `runs show` prints it); refused if the run
         /// holds a different one.
         #[arg(long, value_name = "EVENT")]
         pause: Option<u64>,
+        /// Answer the reconcile pause: its work completed, and OUTPUTS.json (a JSON
+        /// object, output handle to value) holds its outputs, checked against the
+        /// node's declared outputs and types. The node is not run.
+        #[arg(long, value_name = "OUTPUTS.json", conflicts_with = "watchdog")]
+        completed_with: Option<PathBuf>,
+        /// Answer the reconcile pause: skip its work (reason `reconciled`); what it
+        /// feeds is skipped as after any skip. The node is not run.
+        #[arg(long, conflicts_with = "watchdog")]
+        skip: bool,
+        /// Why (what tells you the work did or did not happen), recorded with the
+        /// answer. Required with --completed-with or --skip.
+        #[arg(long, requires = "answer")]
+        note: Option<String>,
+        /// Who answers, recorded with the answer (default: the login name, $USER).
+        #[arg(long, value_name = "NAME", requires = "answer")]
+        by: Option<String>,
         /// Print the JSON report instead of progress and outputs.
         #[arg(long)]
         json: bool,
@@ -244,12 +265,65 @@ pub struct PackageArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum PackageCommand {
-    /// Install a package directory (manifest + component) and pin its sha256.
+    /// Install a package and pin its digests: a built package directory (manifest +
+    /// component), a registry reference `oci://REGISTRY/NAMESPACE/NAME:VERSION` (or
+    /// `@sha256:DIGEST`), or wkg's `namespace:name@version`.
     Add {
-        /// Directory holding heddle-package.toml and the component.
-        dir: PathBuf,
+        /// Directory holding heddle-package.toml and the component, or a reference.
+        source: String,
         #[arg(long)]
         json: bool,
+        /// Take the moving tag `latest` (or a wkg package's newest version).
+        #[arg(long)]
+        allow_latest: bool,
+        /// Accept an update that asks for more capabilities than the installed version.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Build a package source folder (Rust, Python, JavaScript or C) into DIR/dist.
+    Build {
+        /// The source folder: heddle-package.toml and the sources.
+        dir: PathBuf,
+        /// Output folder (default: DIR/dist).
+        #[arg(long, value_name = "OUT")]
+        out: Option<PathBuf>,
+        /// Fail naming what to install instead of installing a missing toolchain.
+        #[arg(long)]
+        no_install: bool,
+        /// Neither use nor fill the build cache (~/.cache/heddle/builds).
+        #[arg(long)]
+        no_cache: bool,
+    },
+    /// Publish a built package directory to an OCI registry in the Wasm OCI artifact
+    /// layout (as `wkg oci push` writes it).
+    Push {
+        /// Directory holding heddle-package.toml and the component (DIR/dist of a build).
+        dir: PathBuf,
+        /// `oci://REGISTRY/NAMESPACE/NAME:VERSION`, or wkg's `namespace:name@version`.
+        reference: String,
+        /// Allow pushing to the tag `latest`.
+        #[arg(long)]
+        allow_latest: bool,
+        /// Sign what was pushed with this private key (see `package keygen`).
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+    },
+    /// Sign a package in a registry with a private key, in cosign's layout (a manifest
+    /// tagged sha256-<digest>.sig beside it); `package add` checks it against [trust].
+    Sign {
+        /// `oci://REGISTRY/NAMESPACE/NAME:VERSION` (or `@sha256:DIGEST`), or
+        /// `namespace:name@version`.
+        reference: String,
+        /// The private key (PKCS#8 PEM, ECDSA P-256).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        #[arg(long)]
+        allow_latest: bool,
+    },
+    /// Make a signing key pair: FILE (private, mode 600) and FILE.pub (for [trust.keys]).
+    Keygen {
+        /// Where the private key is written (never overwritten).
+        file: PathBuf,
     },
     /// List installed packages with requested and granted capabilities.
     List {

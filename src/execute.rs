@@ -332,6 +332,9 @@ pub fn report_ending(run_id: &str, ending: &Ending, gate: Option<&str>) -> Exit 
                 Some(g) => eprintln!(
                     "run {run_id} paused at event {event} ({why}); approve with: heddle runs approve {run_id} {g} [--note TEXT], or reject with: heddle runs reject {run_id} {g} --note TEXT"
                 ),
+                None if matches!(reason, PauseReason::Reconcile { .. }) => eprintln!(
+                    "run {run_id} paused at event {event} ({why}); resume with: heddle runs resume {run_id} --pause {event} (offers the work again), or say what became of it: --completed-with OUTPUTS.json --note WHY, or --skip --note WHY"
+                ),
                 None => eprintln!(
                     "run {run_id} paused at event {event} ({why}); resume with: heddle runs resume {run_id}"
                 ),

@@ -69,6 +69,7 @@ fn class_of(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
         || cause.is::<heddle_runtime::ConfigError>()
         || cause.is::<heddle_runtime::Refused>()
         || cause.is::<heddle_runtime::SecretInput>()
+        || cause.is::<heddle_runtime::durable::reconcile::ReconcileError>()
     {
         return Some(Exit::Invalid);
     }
@@ -78,6 +79,22 @@ fn class_of(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
         // decided here whatever their causes are (a malformed lockfile's TOML error
         // does not make it the user's request).
         return Some(if p.is_bad_request() {
+            Exit::Invalid
+        } else {
+            Exit::Failed
+        });
+    }
+    if let Some(r) = cause.downcast_ref::<heddle_registry::RegistryError>() {
+        use heddle_registry::ErrorClass as C;
+        return Some(match r.class() {
+            C::BadRequest => Exit::Invalid,
+            C::Registry => Exit::Registry,
+            C::Integrity => Exit::Integrity,
+            C::Local => Exit::Failed,
+        });
+    }
+    if let Some(b) = cause.downcast_ref::<heddle_package_build::BuildError>() {
+        return Some(if b.is_bad_request() {
             Exit::Invalid
         } else {
             Exit::Failed

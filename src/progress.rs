@@ -390,6 +390,7 @@ pub fn skip_reason_text(r: heddle_core::SkipReason) -> &'static str {
         Cancelled => "run cancelled",
         Supervisor => "supervisor chose skip",
         Suspended => "run suspended",
+        Reconciled => "skipped by a person reconciling it",
     }
 }
 

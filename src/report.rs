@@ -97,6 +97,12 @@ pub struct NodeEntry {
     pub peak_memory_bytes: Option<u64>,
     #[serde(skip_serializing_if = "is_zero")]
     pub cost_usd: f64,
+    /// Outgoing HTTP requests over all invocations (WASM nodes granted a network).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub http_requests: u64,
+    /// Bytes those requests moved: headers and bodies, sent and received.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub http_bytes: u64,
     /// Whether `cost_usd` is the node's whole provider usage: `reported` (every
     /// invocation reported its cost), `partial` (a lower bound) or `unknown` (none did;
     /// not zero). `null` for nodes that cannot spend (native built-ins and package
@@ -113,6 +119,10 @@ fn is_zero(f: &f64) -> bool {
     *f == 0.0
 }
 
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
 #[derive(Debug, Default, Serialize)]
 pub struct Totals {
     pub nodes: usize,
@@ -121,6 +131,11 @@ pub struct Totals {
     pub skipped: usize,
     pub invocations: u64,
     pub fuel: u64,
+    /// Outgoing HTTP requests of every node, and the bytes they moved.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub http_requests: u64,
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub http_bytes: u64,
     /// Everything the run spent: `nodes_cost_usd + supervisor_cost_usd`.
     pub cost_usd: f64,
     /// What the nodes reported spending (model calls made by nodes, ...).
@@ -196,6 +211,8 @@ impl RunReport {
                 };
                 totals.invocations += n.invocations;
                 totals.fuel += n.metrics.fuel.unwrap_or(0);
+                totals.http_requests += n.metrics.http_requests;
+                totals.http_bytes += n.metrics.http_bytes;
                 totals.nodes_cost_usd += n.metrics.cost_usd;
                 let (started, finished) = times.get(id);
                 let measured = n.metrics.wall_us > 0 || n.metrics.fuel.is_some();
@@ -216,6 +233,8 @@ impl RunReport {
                     fuel: n.metrics.fuel,
                     peak_memory_bytes: n.metrics.peak_memory_bytes,
                     cost_usd: n.metrics.cost_usd,
+                    http_requests: n.metrics.http_requests,
+                    http_bytes: n.metrics.http_bytes,
                     started_at_us: started,
                     finished_at_us: finished,
                 };

@@ -416,6 +416,28 @@ fn orders_example_transforms_json() {
     assert_eq!(top3.as_array().unwrap().len(), 3);
 }
 
+/// The example's own script starts its pricing service on a free loopback port, grants
+/// exactly that destination and runs the graph against it.
+#[test]
+fn http_json_example_calls_its_local_service() {
+    let o = std::process::Command::new("bash")
+        .arg(root().join("examples/http-json/run.sh"))
+        .arg("--json")
+        .env("HEDDLE", env!("CARGO_BIN_EXE_heddle"))
+        .output()
+        .unwrap();
+    expect_code(&o, OK);
+    let v = json(&o);
+    assert_eq!(v["outputs"]["total"], serde_json::json!([10.5]));
+    assert_eq!(v["outputs"]["code"], serde_json::json!(["GBP"]));
+    assert_eq!(v["nodes"]["quote"]["http_requests"], 1);
+    assert!(
+        v["nodes"]["quote"]["http_bytes"].as_u64().unwrap() > 100,
+        "{v:#}"
+    );
+    assert_eq!(v["totals"]["http_requests"], 2);
+}
+
 #[test]
 fn a_failing_node_fails_the_run_with_exit_1() {
     let o = heddle(&["run", "examples/orders.json", "--input", "orders=not json"]);

@@ -380,3 +380,411 @@ fn a_recorded_verdict_is_carried_out_on_recovery_never_asked_again() {
         .unwrap_or_else(|| panic!("no verdict recorded: {show:#}"));
     assert_eq!(skipped["verdicts"][0]["verdict"], "skip", "{show:#}");
 }
+
+/// `w1` then `w2` append to the log file (neither retry-safe); `w2` appends what `w1`
+/// said it wrote (its `path`), and `up` upper-cases where `w2` wrote.
+const TWO_EFFECTS: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "one\n"}},
+    {"id": "w1", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
+    {"id": "w2", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
+    {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
+    {"id": "out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "w1", "targetHandle": "text"},
+    {"source": "w1", "sourceHandle": "path", "target": "w2", "targetHandle": "text"},
+    {"source": "w2", "sourceHandle": "path", "target": "up", "targetHandle": "text"},
+    {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}
+  ]
+}"#;
+
+/// The run crashed after `node` recorded its start, then a plain resume paused it for
+/// reconciliation: returns the run and the pause's event.
+fn reconcile_pause(env: &StoreDir, node: &str) -> (String, u64) {
+    let id = env.crash(&format!("after-start:{node}"), &[]);
+    let o = env.heddle(&["runs", "resume", &id]);
+    expect(&o, PAUSED);
+    let show = env.show(&id);
+    assert_eq!(show["pause"]["why"], "reconcile", "{show:#}");
+    assert_eq!(show["pause"]["occurrence"]["node"], node, "{show:#}");
+    (id, pause_event(&o))
+}
+
+/// A person who knows the uncertain work happened says so with its outputs: they are
+/// checked against the node's declaration, recorded with who and why, fed downstream,
+/// and the node is not run.
+#[test]
+fn a_reconcile_pause_answered_completed_runs_on_without_running_the_node() {
+    let reference = reference_outputs(CHAIN);
+    let env = StoreDir::with_graph(CHAIN);
+    let (id, event) = reconcile_pause(&env, "w");
+    assert_eq!(env.lines(), Vec::<String>::new());
+    // What `w` would have answered had its result been recorded (an int given as 4).
+    std::fs::write(
+        env.path().join("outputs.json"),
+        r#"{"path": "/data/log.txt", "bytes": 4}"#,
+    )
+    .unwrap();
+    let o = env.heddle(&[
+        "runs",
+        "resume",
+        &id,
+        "--pause",
+        &event.to_string(),
+        "--completed-with",
+        "outputs.json",
+        "--by",
+        "alice",
+        "--note",
+        "the line is in the file",
+        "--json",
+    ]);
+    expect(&o, OK);
+    assert!(
+        stderr(&o).contains(&format!("recorded: w of run {id} completed")),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(outputs(&o), reference);
+    assert_eq!(env.lines(), Vec::<String>::new(), "w ran after all");
+    let show = env.show(&id);
+    assert_eq!(show["state"], "completed", "{show:#}");
+    let w = occurrence(&show, "w");
+    assert_eq!(w["started"], 1, "{show:#}");
+    assert_eq!(
+        w["result"]["outputs"],
+        serde_json::json!([["path", "/data/log.txt"], ["bytes", 4]])
+    );
+    assert_eq!(w["reconciled"]["answer"], "completed");
+    assert_eq!(w["reconciled"]["by"], "alice");
+    assert_eq!(w["reconciled"]["note"], "the line is in the file");
+    let human = env.heddle(&["runs", "show", &id]);
+    expect(&human, OK);
+    assert!(
+        support::stdout(&human).contains("completed (reconciled by alice)"),
+        "{}",
+        text(&human)
+    );
+}
+
+/// An answer is on disk with the take-over that closes the pause: a crash later in the
+/// same process, and a recovery, carry it out (the node is never run, never asked
+/// about again), large supplied values included; a skip drops what the node feeds, with
+/// reason `reconciled`.
+#[test]
+fn a_recorded_answer_is_carried_out_after_a_later_crash_and_never_asked_again() {
+    let env = StoreDir::with_graph(TWO_EFFECTS);
+    // Small inline values: the supplied path is stored as an artifact of the run.
+    let config = std::fs::read_to_string(env.path().join("heddle.toml")).unwrap();
+    std::fs::write(
+        env.path().join("heddle.toml"),
+        config.replace("[store]\n", "[store]\ninline_output_bytes = 64\n"),
+    )
+    .unwrap();
+    let (id, event) = reconcile_pause(&env, "w1");
+    let long = format!("/data/{}", "x".repeat(200));
+    std::fs::write(
+        env.path().join("outputs.json"),
+        serde_json::json!({"path": long, "bytes": 4}).to_string(),
+    )
+    .unwrap();
+    // The answer is recorded, then the process dies after `w2` recorded its start.
+    let o = env
+        .cmd(&[
+            "runs",
+            "resume",
+            &id,
+            "--pause",
+            &event.to_string(),
+            "--completed-with",
+            "outputs.json",
+            "--note",
+            "one line is there",
+        ])
+        .env("HEDDLE_FAULT", "after-start:w2")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "not aborted:\n{}", text(&o));
+    assert_eq!(env.lines(), Vec::<String>::new());
+    let show = env.show(&id);
+    assert_eq!(show["state"], "interrupted", "{show:#}");
+    assert_eq!(occurrence(&show, "w1")["reconciled"]["answer"], "completed");
+
+    // Recovery carries the answer out: it pauses at `w2`, never at `w1` again, and the
+    // value it feeds `w2` is the one supplied (read back from its artifact).
+    let o = env.heddle(&["runs", "resume", &id]);
+    expect(&o, PAUSED);
+    let second = pause_event(&o);
+    let show = env.show(&id);
+    assert_eq!(show["pause"]["occurrence"]["node"], "w2", "{show:#}");
+    assert_eq!(
+        occurrence(&show, "w1")["result"]["outputs"][0][1],
+        serde_json::json!(long)
+    );
+    assert_eq!(env.lines(), Vec::<String>::new());
+
+    // Skipped: `w2` does not run, what it feeds is skipped, the run ends.
+    let o = env.heddle(&[
+        "runs",
+        "resume",
+        &id,
+        "--pause",
+        &second.to_string(),
+        "--skip",
+        "--by",
+        "bob",
+        "--note",
+        "the second line must not be written",
+        "--json",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", text(&o)));
+    assert_eq!(
+        report["nodes"]["w2"]["skip_reason"],
+        "reconciled",
+        "{report:#}\n{}",
+        text(&o)
+    );
+    assert_eq!(env.lines(), Vec::<String>::new(), "an answered node ran");
+    let show = env.show(&id);
+    assert!(
+        ["completed", "failed"].contains(&show["state"].as_str().unwrap()),
+        "{show:#}"
+    );
+    let w2 = occurrence(&show, "w2");
+    assert_eq!(w2["reconciled"]["answer"], "skipped", "{show:#}");
+    assert_eq!(w2["reconciled"]["by"], "bob");
+    assert_eq!(show["skipped"]["w2"], "reconciled", "{show:#}");
+    assert_eq!(show["skipped"]["up"], "upstream_skipped", "{show:#}");
+    // Each answer is one record; nothing asked or ran twice.
+    let answers = env.records_of("reconciled");
+    assert_eq!(answers.len(), 2, "{answers:#?}");
+}
+
+/// A wrong answer names what is wrong, exits 2 and writes nothing: outputs that are not
+/// the node's declared outputs and types, a file that is not an outputs object, both
+/// answers at once, no note, no pause named, a value holding a known secret, a pause
+/// that is not a reconcile pause.
+#[test]
+fn a_wrong_answer_to_a_reconcile_pause_is_refused_and_writes_nothing() {
+    const SECRET: &str = "s3cr3t-reconcile-value";
+    let env = StoreDir::with_graph(CHAIN);
+    let config = std::fs::read_to_string(env.path().join("heddle.toml")).unwrap();
+    std::fs::write(
+        env.path().join("heddle.toml"),
+        format!("{config}\n[secrets]\nvalues = {{ TOKEN = \"{SECRET}\" }}\n"),
+    )
+    .unwrap();
+    let (id, event) = reconcile_pause(&env, "w");
+    let pause = event.to_string();
+    let before = env.show(&id)["records"].clone();
+    let refused = |args: &[&str], says: &[&str]| {
+        let mut all = vec!["runs", "resume", id.as_str()];
+        all.extend_from_slice(args);
+        let o = env.heddle(&all);
+        expect(&o, INVALID);
+        for s in says {
+            assert!(stderr(&o).contains(s), "expected `{s}`:\n{}", text(&o));
+        }
+        assert_eq!(env.show(&id)["records"], before, "{args:?} wrote");
+        assert_eq!(env.lines(), Vec::<String>::new());
+    };
+    let file = |name: &str, body: &str| {
+        std::fs::write(env.path().join(name), body).unwrap();
+    };
+    file("missing.json", r#"{"path": "/data/log.txt"}"#);
+    file("typed.json", r#"{"path": 7, "bytes": 4}"#);
+    file(
+        "extra.json",
+        r#"{"path": "/data/log.txt", "bytes": 4, "size": 1}"#,
+    );
+    file("list.json", r#"["/data/log.txt"]"#);
+    file("broken.json", "{\"path\": \n");
+    file("ok.json", r#"{"path": "/data/log.txt", "bytes": 4}"#);
+    file(
+        "secret.json",
+        &format!(r#"{{"path": "/data/{SECRET}", "bytes": 4}}"#),
+    );
+    let answer = |f: &'static str| {
+        [
+            "--pause",
+            pause.as_str(),
+            "--completed-with",
+            f,
+            "--note",
+            "n",
+        ]
+        .map(String::from)
+    };
+    let run = |args: [String; 6], says: &[&str]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        refused(&args, says)
+    };
+    run(
+        answer("missing.json"),
+        &[
+            "node `w`",
+            "output `bytes` (int) is missing",
+            "nothing was written",
+        ],
+    );
+    run(answer("typed.json"), &["node `w`", "output `path`"]);
+    run(
+        answer("extra.json"),
+        &["`size` is not an output of this node"],
+    );
+    run(
+        answer("list.json"),
+        &["list.json", "expected a JSON object", "a list"],
+    );
+    run(
+        answer("broken.json"),
+        &["broken.json", "not JSON", "line 2"],
+    );
+    run(
+        answer("secret.json"),
+        &["KNOWN_SECRET", "nothing was written"],
+    );
+    assert!(
+        !String::from_utf8_lossy(&std::fs::read(env.db()).unwrap()).contains(SECRET),
+        "the secret reached the store"
+    );
+    refused(
+        &[
+            "--pause",
+            &pause,
+            "--completed-with",
+            "ok.json",
+            "--skip",
+            "--note",
+            "n",
+        ],
+        &["cannot be used with"],
+    );
+    refused(&["--pause", &pause, "--skip"], &["--note"]);
+    refused(&["--skip", "--note", "n"], &["--pause"]);
+    refused(&["--pause", &pause, "--note", "n"], &["--completed-with"]);
+    refused(
+        &["--pause", &pause, "--skip", "--note", "   "],
+        &["a note saying why"],
+    );
+    refused(
+        &["--pause", "999", "--skip", "--note", "n"],
+        &[&format!(
+            "Resume expected pause event \"999\" but found \"{event}\""
+        )],
+    );
+
+    // A pause that is not a reconcile pause: a gate's.
+    let gated = StoreDir::with_graph(support::store::GATED);
+    let o = gated.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, PAUSED);
+    let gid = run_id(&o);
+    let gate_pause = pause_event(&o).to_string();
+    let records = gated.show(&gid)["records"].clone();
+    let o = gated.heddle(&[
+        "runs",
+        "resume",
+        &gid,
+        "--pause",
+        &gate_pause,
+        "--skip",
+        "--note",
+        "n",
+    ]);
+    expect(&o, INVALID);
+    assert!(
+        stderr(&o).contains(&format!("run {gid} is not paused for reconciliation")),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(gated.show(&gid)["records"], records);
+}
+
+/// `order` sent by `node_type` (`method`) to the test server, its answer the output.
+fn http_graph(node_type: &str, method: &str, port: u16) -> String {
+    format!(
+        r#"{{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {{"id": "order", "type": "heddle.constant", "properties": {{"value": {value}}}}},
+    {{"id": "call", "type": "{node_type}", "properties": {{"url": "http://127.0.0.1:{port}/orders", "method": "{method}"}}}},
+    {{"id": "out", "type": "heddle.output"}}
+  ],
+  "edges": [
+    {{"source": "order", "sourceHandle": "value", "target": "call", "targetHandle": "{input}"}},
+    {{"source": "call", "sourceHandle": "value", "target": "out", "targetHandle": "value"}}
+  ]
+}}"#,
+        input = if node_type == "http.json" {
+            "body"
+        } else {
+            "headers"
+        },
+        value = if node_type == "http.json" {
+            r#"{"item": "tea", "qty": 2}"#
+        } else {
+            r#"{"x-item": "tea"}"#
+        }
+    )
+}
+
+/// Kills `heddle run --durable` while its request is at the server (answered only
+/// later), and returns the run id.
+fn kill_mid_request(env: &StoreDir, srv: &support::http::HttpServer) -> String {
+    let (mut child, lines) = env.spawn(&["run", "--durable", "g.json"]);
+    srv.wait_for(1);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    lines
+        .try_iter()
+        .find_map(|l| support::store::run_id_in(&l))
+        .expect("the run id was printed before the node ran")
+}
+
+/// A request that is not retry-safe (a POST, `http.json`) has its start on disk before
+/// it goes out: a crash while it is in flight pauses the run for a person, and the
+/// server, which counts what arrives, never receives it twice unless that person says
+/// so.
+#[test]
+fn a_post_cut_off_by_a_crash_pauses_instead_of_being_sent_again() {
+    let srv = support::http::HttpServer::start(200, r#"{"order": 17}"#, true);
+    let env =
+        StoreDir::with_graph(&http_graph("http.json", "POST", srv.port)).with_config(&format!(
+            "\n[packages.http]\nnetwork = [\"http://127.0.0.1:{}\"]\n",
+            srv.port
+        ));
+    let id = kill_mid_request(&env, &srv);
+    assert_eq!(srv.requests()[0].method, "POST");
+    assert_eq!(srv.requests()[0].body, r#"{"item":"tea","qty":2}"#);
+
+    let o = env.heddle(&["runs", "resume", &id]);
+    expect(&o, PAUSED);
+    assert_eq!(env.show(&id)["pause"]["why"], "reconcile");
+    assert_eq!(srv.count(), 1, "recovery sent the POST again");
+
+    srv.release();
+    let event = pause_event(&o).to_string();
+    let o = env.heddle(&["runs", "resume", &id, "--pause", &event, "--json"]);
+    expect(&o, OK);
+    assert_eq!(outputs(&o)["out"], serde_json::json!([{"order": 17}]));
+    assert_eq!(srv.count(), 2, "the person's resume offers it once more");
+}
+
+/// A GET (`http.get_json`, retry-safe) lost in a crash is simply run again.
+#[test]
+fn a_get_cut_off_by_a_crash_runs_again_on_resume() {
+    let srv = support::http::HttpServer::start(200, r#"{"stock": 3}"#, true);
+    let env =
+        StoreDir::with_graph(&http_graph("http.get_json", "GET", srv.port)).with_config(&format!(
+            "\n[packages.http]\nnetwork = [\"http://127.0.0.1:{}\"]\n",
+            srv.port
+        ));
+    let id = kill_mid_request(&env, &srv);
+    srv.release();
+    let o = env.heddle(&["runs", "resume", &id, "--json"]);
+    expect(&o, OK);
+    assert_eq!(outputs(&o)["out"], serde_json::json!([{"stock": 3}]));
+    assert_eq!(srv.count(), 2);
+}

@@ -209,3 +209,56 @@ fn cancelling_a_run_a_live_process_owns_asks_the_owner_which_ends_it_cancelled()
         assert_eq!(opened(&d), 1, "trial {trial}");
     }
 }
+
+/// A cancel request is for the owner it asked: left behind by a `heddle runs cancel`
+/// killed right after asking (the request row, written here as that process writes
+/// it) while the owner paused at a gate, it does not cancel the run a person later
+/// approves; left behind on a run whose owner died running, the recovery carries it
+/// out (nobody decided anything since it was asked).
+#[test]
+fn a_cancel_request_left_behind_is_withdrawn_by_a_resume_and_kept_by_a_recovery() {
+    use heddle_store::RunStore as _;
+    let ask = |d: &StoreDir, run: &str| {
+        heddle_store::SqliteStore::open(&d.db())
+            .unwrap()
+            .request_cancel(run)
+            .unwrap();
+    };
+
+    // After the gate, work that takes longer than an owner takes to see a request.
+    let d = StoreDir::new();
+    let shipped = d.path().join("data/log.txt");
+    let graph = serde_json::json!({"format": "heddle.graph", "version": 1, "nodes": [
+        {"id": "c", "type": "heddle.constant", "properties": {"value": "shipped"}},
+        {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it"}},
+        {"id": "slow", "type": "code.bash", "properties": {"mode": "subprocess", "timeout_s": 60,
+         "code": format!("sleep 1; echo \"$value\" >> {}", shipped.display())}},
+        {"id": "out", "type": "heddle.output"}],
+     "edges": [
+        {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
+        {"source": "ship", "sourceHandle": "value", "target": "slow", "targetHandle": "value"},
+        {"source": "slow", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]});
+    std::fs::write(d.path().join("g.json"), graph.to_string()).unwrap();
+    let o = d.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, SUSPENDED);
+    let run = run_id(&o);
+    ask(&d, &run);
+    let o = d.heddle(&["runs", "approve", &run, "ship"]);
+    expect(&o, OK);
+    assert_eq!(d.lines(), ["shipped"], "the approved run ran on");
+    assert!(d.records_of("cancel_requested").is_empty());
+    // And it stays withdrawn: nothing of it is left to a later owner.
+    let left: i64 = rusqlite::Connection::open(d.db())
+        .unwrap()
+        .query_row("SELECT count(*) FROM cancel_requests", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(left, 0);
+
+    let d = StoreDir::with_graph(CHAIN);
+    let run = d.crash("after-dispatch:w", &[]);
+    ask(&d, &run);
+    let o = d.heddle(&["runs", "resume", &run]);
+    expect(&o, CANCELLED);
+    assert_eq!(d.lines(), Vec::<String>::new(), "the cancelled run ran on");
+    assert_eq!(d.records_of("cancel_requested").len(), 1);
+}

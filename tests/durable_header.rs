@@ -137,7 +137,7 @@ fn a_store_from_before_the_checksums_is_upgraded_and_says_so() {
     expect(&o, OK);
     assert!(
         support::stderr(&o).contains(
-            "upgraded from schema version 5 to 7; checksummed the stored headers of 1 run(s)"
+            "upgraded from schema version 5 to 8; checksummed the stored headers of 1 run(s)"
         ),
         "{}",
         text(&o)

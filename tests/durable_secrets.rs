@@ -211,3 +211,55 @@ fn an_input_holding_a_known_secret_is_refused_and_nothing_is_recorded() {
     assert_eq!(code, 0, "{log}");
     assert!(!store_holds_secret(&d), "the secret reached the store");
 }
+
+/// A secret the operator attaches to a destination (`network_auth`) reaches that server
+/// as a header, and nothing of the run holds it: not the output, not the events and
+/// report printed, not the store (file and write-ahead log), not `runs show`.
+#[test]
+fn an_injected_network_secret_reaches_the_server_and_nothing_else() {
+    let srv = support::http::HttpServer::start(200, r#"{"authorized": true}"#, false);
+    let dest = format!("http://127.0.0.1:{}", srv.port);
+    let d = StoreDir::with_graph(&format!(
+        r#"{{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {{"id": "me", "type": "http.get_json", "properties": {{"url": "{dest}/me"}}}},
+    {{"id": "out", "type": "heddle.output"}}
+  ],
+  "edges": [{{"source": "me", "sourceHandle": "value", "target": "out", "targetHandle": "value"}}]
+}}"#
+    ));
+    support::write(
+        d.path(),
+        "heddle.toml",
+        &format!(
+            "{}\n[packages.http]\nnetwork = [\"{dest}\"]\n[packages.http.network_auth]\n\"{dest}\" = {{ header = \"Authorization\", secret = \"TOKEN\", format = \"Bearer {{}}\" }}\n[secrets]\nvalues = {{ TOKEN = \"{SECRET}\" }}\n",
+            support::store::CONFIG
+        ),
+    );
+    let o = d.heddle(&["--verbose", "run", "--durable", "--json", "g.json"]);
+    expect(&o, support::OK);
+    assert!(!store_holds_secret(&d), "the secret reached the store");
+    assert_eq!(
+        srv.requests()[0]
+            .headers
+            .iter()
+            .find(|(n, _)| n == "authorization")
+            .map(|(_, v)| v.as_str()),
+        Some(format!("Bearer {SECRET}").as_str())
+    );
+    let r = report(&o);
+    assert_eq!(
+        r["outputs"]["out"],
+        serde_json::json!([{"authorized": true}])
+    );
+    assert_eq!(r["nodes"]["me"]["http_requests"], 1);
+    let id = support::store::run_id(&o);
+    let show = d.heddle(&["runs", "show", &id, "--json"]);
+    for (what, text) in [
+        ("stdout", String::from_utf8_lossy(&o.stdout)),
+        ("stderr", String::from_utf8_lossy(&o.stderr)),
+        ("runs show", String::from_utf8_lossy(&show.stdout)),
+    ] {
+        assert!(!text.contains(SECRET), "{what} holds the secret:\n{text}");
+    }
+}

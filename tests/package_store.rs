@@ -2,8 +2,12 @@
 //! `heddle package add` processes at once, a run during a re-install, reserved names
 //! and node types, and a lockfile that names paths outside the store.
 
+#[path = "package_store/build.rs"]
+mod build;
 #[path = "../host/wasm/tests/common/mod.rs"]
 mod common;
+#[path = "package_store/registry.rs"]
+mod registry;
 mod support;
 
 use std::path::Path;
@@ -49,7 +53,7 @@ fn concurrent_adds_of_different_packages_keep_both() {
     }
 }
 
-const ECHO: &str = r#"{"format": "heddle.graph", "version": 1, "nodes": [
+pub(crate) const ECHO: &str = r#"{"format": "heddle.graph", "version": 1, "nodes": [
   {"id": "in", "type": "heddle.input", "properties": {"type": "int", "value": 7}},
   {"id": "echo", "type": "hostile.echo"},
   {"id": "out", "type": "heddle.output"}],
@@ -196,7 +200,7 @@ fn package_add_list_verify_remove() {
         let v = json(&o);
         let caps = v[0]["capabilities"].as_array().unwrap().clone();
         let env = caps.iter().find(|c| c["kind"] == "env").unwrap().clone();
-        (env["granted"] == true, stderr(&o))
+        (env["granted"] == true, v[0]["grant"].clone())
     };
     std::fs::write(
         dir.path().join("heddle.toml"),
@@ -213,8 +217,10 @@ fn package_add_list_verify_remove() {
         ),
     )
     .unwrap();
-    let (ok, err) = granted(dir.path());
-    assert!(!ok && err.contains("pinned to sha256 0000"), "{err}");
+    let (ok, grant) = granted(dir.path());
+    assert!(!ok, "{grant}");
+    assert_eq!(grant["state"], "pin-mismatch", "{grant}");
+    assert_eq!(grant["pinned"], "0".repeat(64), "{grant}");
 
     let o = heddle_in(dir.path(), &["package", "verify"]);
     expect_code(&o, OK);
@@ -245,4 +251,65 @@ fn package_add_list_verify_remove() {
     let o = heddle_in(dir.path(), &["package", "add", "empty"]);
     expect_code(&o, INVALID);
     assert!(stderr(&o).contains("heddle-package.toml"), "{}", stderr(&o));
+}
+
+/// The capability review shows a `network` request as granted or not, then the
+/// destinations granted and the headers the host adds (the secret's name, never its
+/// value).
+#[test]
+fn package_review_shows_requested_and_granted_destinations() {
+    let dir = tempfile::tempdir().unwrap();
+    let pkg = dir.path().join("netpkg");
+    std::fs::create_dir(&pkg).unwrap();
+    let spoof = common::package_dir("spoof");
+    std::fs::copy(spoof.join("spoof.wasm"), pkg.join("spoof.wasm")).unwrap();
+    std::fs::write(
+        pkg.join("heddle-package.toml"),
+        "name = \"spoof\"\nversion = \"0.1.0\"\ncomponent = \"spoof.wasm\"\n\n[[capabilities]]\nkind = \"network\"\ntarget = \"https://api.example.com\"\nreason = \"calls the example API\"\n",
+    )
+    .unwrap();
+    let o = heddle_in(dir.path(), &["package", "add", pkg.to_str().unwrap()]);
+    expect_code(&o, OK);
+    let out = stdout(&o);
+    assert!(
+        out.contains("NOT granted network `https://api.example.com`"),
+        "{out}"
+    );
+
+    std::fs::write(
+        dir.path().join("heddle.toml"),
+        "[packages.spoof]\nnetwork = [\"https://*.example.com\", \"http://127.0.0.1:8080\"]\n[packages.spoof.network_auth]\n\"https://*.example.com\" = { header = \"X-Api-Key\", secret = \"EXAMPLE_KEY\" }\n[secrets.values]\nEXAMPLE_KEY = \"k-93f1-not-shown\"\n",
+    )
+    .unwrap();
+    let o = heddle_in(dir.path(), &["package", "list"]);
+    expect_code(&o, OK);
+    let out = stdout(&o);
+    for want in [
+        "granted     network `https://api.example.com`",
+        "network granted: https://*.example.com, http://127.0.0.1:8080",
+        "header `x-api-key` added to requests to https://*.example.com from secret `EXAMPLE_KEY`",
+    ] {
+        assert!(out.contains(want), "`{want}` missing:\n{out}");
+    }
+    assert!(!out.contains("k-93f1-not-shown"), "{out}");
+    let v = json(&heddle_in(dir.path(), &["package", "list", "--json"]));
+    assert_eq!(
+        v[0]["network_granted"],
+        serde_json::json!(["https://*.example.com", "http://127.0.0.1:8080"])
+    );
+
+    // A graph of that config cannot even load with a secret that is not set: refused
+    // naming the line.
+    std::fs::write(
+        dir.path().join("heddle.toml"),
+        "[packages.spoof]\nnetwork = [\"https://*.example.com\"]\n[packages.spoof.network_auth]\n\"https://*.example.com\" = { header = \"X-Api-Key\", secret = \"NOT_SET_ANYWHERE\" }\n",
+    )
+    .unwrap();
+    let o = heddle_in(dir.path(), &["package", "list"]);
+    expect_code(&o, INVALID);
+    let err = stderr(&o);
+    assert!(
+        err.contains("line 4") && err.contains("NOT_SET_ANYWHERE"),
+        "{err}"
+    );
 }

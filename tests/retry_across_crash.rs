@@ -1,15 +1,14 @@
 //! A node's own `retry` allowance is exact across a crash: the attempts an earlier
 //! process made count, so a recovery runs only the attempts left. The node reads a named
 //! pipe (`files.read_text`, retry-safe, so it may retry): every attempt opens the pipe,
-//! and the test's end of it counts the opens in a file, outside heddle; reading a pipe at
-//! an offset then fails (`ESPIPE`), so every attempt fails.
+//! and the kernel's inotify counts the opens, outside heddle; reading a pipe at an
+//! offset then fails (`ESPIPE`), so every attempt fails.
 
 mod support;
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::fs::File;
+use std::io::Read as _;
+use std::os::fd::{AsRawFd as _, FromRawFd as _};
 use std::time::Duration;
 
 use support::FAILED;
@@ -26,14 +25,15 @@ fn graph(backoff_ms: u64) -> String {
     )
 }
 
-/// The writing end of `data/pipe`: each open by a reader (one attempt of `read`) is a
-/// line in `opens.txt`. The writer keeps its end open until the reader closes (a write
-/// then fails), so one reader is one open however long it keeps the pipe.
+/// `data/pipe`, held open read-write by the test so that an attempt's open never waits
+/// for a writer, and watched by inotify: every open and close of it is an event the
+/// kernel queues before the process can exit, so counting opens after the run counts
+/// the attempts exactly, however close together they came (a writer seeing readers come
+/// and go could merge two).
 struct Pipe {
-    fifo: PathBuf,
-    log: PathBuf,
-    stop: Arc<AtomicBool>,
-    writer: Option<std::thread::JoinHandle<()>>,
+    /// Keeps a writer on the pipe; opened before the watch, so not counted.
+    _held: File,
+    events: File,
 }
 
 impl Pipe {
@@ -44,52 +44,65 @@ impl Pipe {
             .status()
             .unwrap();
         assert!(made.success(), "mkfifo failed");
-        let log = env.path().join("opens.txt");
-        let stop = Arc::new(AtomicBool::new(false));
-        let writer = {
-            let (fifo, log, stop) = (fifo.clone(), log.clone(), stop.clone());
-            std::thread::spawn(move || {
-                loop {
-                    // Blocks until a reader opens the other end.
-                    let end = std::fs::OpenOptions::new().write(true).open(&fifo);
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let mut end = end.unwrap();
-                    let mut opens = std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&log)
-                        .unwrap();
-                    opens.write_all(b"open\n").unwrap();
-                    // The reader never reads (it fails first): writes fill the pipe, then
-                    // wait until the reader closes and fail with EPIPE.
-                    while end.write_all(&[0; 4096]).is_ok() {}
-                }
-            })
+        // Read-write: a FIFO opened so never blocks, and it is a writer for every reader.
+        let held = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&fifo)
+            .unwrap();
+        // SAFETY: plain syscalls; the descriptor returned is owned by `events` below.
+        let events = unsafe {
+            let fd = libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC);
+            assert!(
+                fd >= 0,
+                "inotify_init1: {}",
+                std::io::Error::last_os_error()
+            );
+            let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+            // Closes are watched only so that two opens are never queued back to back:
+            // inotify merges an event identical to the one queued before it.
+            let wd =
+                libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_OPEN | libc::IN_CLOSE_NOWRITE);
+            assert!(
+                wd >= 0,
+                "inotify_add_watch: {}",
+                std::io::Error::last_os_error()
+            );
+            File::from_raw_fd(fd)
         };
         Pipe {
-            fifo,
-            log,
-            stop,
-            writer: Some(writer),
+            _held: held,
+            events,
         }
     }
 
-    /// How many attempts opened the pipe, once nothing reads it any more.
+    /// How many times the pipe was opened since the watch began.
     fn opens(mut self) -> usize {
-        self.stop.store(true, Ordering::SeqCst);
-        // Our own open releases the writer waiting for a reader; it sees the stop.
-        let _release = std::fs::File::open(&self.fifo).unwrap();
-        self.writer.take().unwrap().join().unwrap();
-        count(&self.log)
+        let mut buf = [0u8; 4096];
+        let mut opens = 0;
+        loop {
+            match self.events.read(&mut buf) {
+                Ok(n) => {
+                    // struct inotify_event: wd i32, mask u32, cookie u32, len u32, name.
+                    let mut at = 0;
+                    while at + 16 <= n {
+                        let mask = u32::from_ne_bytes(buf[at + 4..at + 8].try_into().unwrap());
+                        let len = u32::from_ne_bytes(buf[at + 12..at + 16].try_into().unwrap());
+                        assert_eq!(mask & libc::IN_Q_OVERFLOW, 0, "inotify queue overflowed");
+                        if mask & libc::IN_OPEN != 0 {
+                            opens += 1;
+                        }
+                        at += 16 + len as usize;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return opens,
+                Err(e) => panic!(
+                    "reading inotify events from fd {}: {e}",
+                    self.events.as_raw_fd()
+                ),
+            }
+        }
     }
-}
-
-fn count(log: &Path) -> usize {
-    std::fs::read_to_string(log)
-        .map(|s| s.lines().count())
-        .unwrap_or(0)
 }
 
 /// The run's retry verdicts and dispatches, as `runs show` reports them.

@@ -211,3 +211,99 @@ fn a_server_whose_lease_is_taken_stops_writing_at_once_and_exits() {
     );
     assert_eq!(dir.lines(), Vec::<String>::new());
 }
+
+/// A reconcile pause answered through the API: what the node declares is shown with
+/// the pause, a wrong answer is refused (422; 409 for a pause that is not a reconcile
+/// pause) and writes nothing, and an answer that it completed runs the rest of the
+/// graph on the outputs given, the node never run.
+#[test]
+fn a_reconcile_pause_is_answered_through_the_api_and_a_wrong_answer_writes_nothing() {
+    let dir = StoreDir::with_graph(CHAIN);
+    let id = dir.crash("after-start:w", &[]);
+    let o = dir.heddle(&["runs", "resume", &id]);
+    assert_eq!(o.status.code(), Some(support::SUSPENDED), "{}", stderr(&o));
+    let gated = {
+        std::fs::write(dir.path().join("gate.json"), support::store::GATED).unwrap();
+        let o = dir.heddle(&["run", "--durable", "gate.json"]);
+        assert_eq!(o.status.code(), Some(support::SUSPENDED), "{}", stderr(&o));
+        support::store::run_id(&o)
+    };
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let show = api.show(&id).await;
+        assert_eq!(show["pause"]["why"], "reconcile", "{show:#}");
+        assert_eq!(
+            show["pause"]["declared_outputs"],
+            json!({"path": "str", "bytes": "int"}),
+            "{show:#}"
+        );
+        let pause = show["pause"]["event"].clone();
+        let records = show["records"].clone();
+        let resume = |body: Value| {
+            let api = &api;
+            let id = id.clone();
+            async move {
+                api.call("POST", &format!("/api/runs/{id}/resume"), Some(body))
+                    .await
+            }
+        };
+        for (body, status, says) in [
+            (
+                json!({"pause": pause, "completed_with": {"path": "/data/log.txt"}, "note": "n"}),
+                422,
+                "output `bytes` (int) is missing",
+            ),
+            (
+                json!({"pause": pause, "completed_with": {"path": "/data/log.txt", "bytes": 4}, "skip": true, "note": "n"}),
+                422,
+                "give one",
+            ),
+            (json!({"skip": true, "note": "n"}), 422, "names the pause"),
+            (json!({"pause": pause, "skip": true}), 422, "a note saying why"),
+            (json!({"pause": pause, "note": "n"}), 422, "go with an answer"),
+        ] {
+            let (s, b) = resume(body.clone()).await;
+            assert_eq!(s, status, "{body}: {b:#}");
+            assert!(b["error"].as_str().unwrap().contains(says), "{body}: {b:#}");
+            assert_eq!(api.show(&id).await["records"], records, "{body} wrote");
+        }
+        // Not a reconcile pause: the run's state refuses it.
+        let gate_pause = api.show(&gated).await["pause"]["event"].clone();
+        let (s, b) = api
+            .call(
+                "POST",
+                &format!("/api/runs/{gated}/resume"),
+                Some(json!({"pause": gate_pause, "skip": true, "note": "n"})),
+            )
+            .await;
+        assert_eq!(s, 409, "{b:#}");
+        assert!(
+            b["error"].as_str().unwrap().contains("not paused for reconciliation"),
+            "{b:#}"
+        );
+
+        let (s, b) = resume(json!({
+            "pause": pause,
+            "completed_with": {"path": "/data/log.txt", "bytes": 4},
+            "by": "carol",
+            "note": "the line is in the file",
+        }))
+        .await;
+        assert_eq!(s, 202, "{b:#}");
+        assert_eq!(b["reconciled"], "completed");
+        let (show, reoffers) = api.drive_to_end(&id).await;
+        assert_eq!(reoffers, 0, "asked again: {show:#}");
+        assert_eq!(show["state"], "completed", "{show:#}");
+        let w = show["occurrences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["occurrence"]["node"] == "w")
+            .unwrap()
+            .clone();
+        assert_eq!(w["reconciled"]["by"], "carol", "{show:#}");
+        assert_eq!(w["reconciled"]["answer"], "completed", "{show:#}");
+    });
+    assert_eq!(dir.lines(), Vec::<String>::new(), "w ran after all");
+}

@@ -392,6 +392,80 @@ fn a_crashed_and_recovered_run_stays_one_trace_and_repeats_no_recorded_work() {
     );
 }
 
+/// A person's answers to reconcile pauses are events of the run span, each once, also
+/// one recorded by a process that died before the run ended: the process that ends it
+/// reads that one back from the log.
+#[test]
+fn every_answer_to_a_reconcile_pause_is_a_run_span_event_whoever_ends_the_run() {
+    let rx = Receiver::start();
+    let dir = StoreDir::with_graph(FANOUT).one_at_a_time();
+    let traced = |args: &[&str], fault: Option<&str>| {
+        let mut c = dir.cmd(args);
+        c.env("OTEL_EXPORTER_OTLP_ENDPOINT", &rx.url);
+        if let Some(f) = fault {
+            c.env("HEDDLE_FAULT", f);
+        }
+        c.output().unwrap()
+    };
+    let aborted = |o: &std::process::Output| assert_eq!(o.status.code(), None, "{}", text(o));
+    let paused = |o: &std::process::Output| {
+        expect(o, PAUSED);
+        pause_event(o).to_string()
+    };
+    // Killed on its second write, which the recovery pauses on.
+    let o = traced(&["run", "--durable", "g.json"], Some("after-start:w:2"));
+    aborted(&o);
+    let id = run_id(&o);
+    let p = paused(&traced(&["runs", "resume", &id], None));
+    // Skipped by a process killed on its own second write: its answer is in the log.
+    let skip = [
+        "runs", "resume", &id, "--pause", &p, "--skip", "--note", "not sent",
+    ];
+    aborted(&traced(&skip, Some("after-start:w:2")));
+    let p = paused(&traced(&["runs", "resume", &id], None));
+    std::fs::write(
+        dir.path().join("outputs.json"),
+        r#"{"path": "/data/log.txt", "bytes": 2}"#,
+    )
+    .unwrap();
+    let done = [
+        "runs",
+        "resume",
+        &id,
+        "--pause",
+        &p,
+        "--completed-with",
+        "outputs.json",
+        "--note",
+        "it is in the file",
+    ];
+    expect(&traced(&done, None), OK);
+
+    let spans = rx.spans();
+    let runs = named(&spans, "heddle.run");
+    assert_eq!(runs.len(), 1, "the run span is sent once: {spans:#?}");
+    let answers: Vec<(&str, &str)> = runs[0]
+        .events
+        .iter()
+        .filter(|(name, _)| name == "heddle.run.reconciled")
+        .map(|(_, a)| {
+            let get = |k: &str| a.get(k).and_then(Value::as_str).unwrap_or_default();
+            assert_eq!(get("heddle.node.id"), "w", "{a:?}");
+            (get("heddle.node.key"), get("heddle.reconcile.answer"))
+        })
+        .collect();
+    assert_eq!(
+        answers.iter().map(|(_, a)| *a).collect::<Vec<_>>(),
+        ["skipped", "completed"],
+        "{:#?}",
+        runs[0].events
+    );
+    assert_ne!(
+        answers[0].0, answers[1].0,
+        "two items answered: {answers:?}"
+    );
+}
+
 /// `POST /api/runs` with a `traceparent` header: the run's span is the caller's
 /// span's child, in its trace; one that is not valid is ignored, never refused.
 #[test]

@@ -252,6 +252,103 @@ fn uncertain_work_is_offered_again_from_the_page() {
     );
 }
 
+/// The other two answers to uncertain work, from the page: one run's `w` skipped, another's
+/// recorded as completed with the outputs typed in (the form starts from what `w`
+/// declares). Neither runs `w`; each answer is recorded with the name and note given.
+#[test]
+fn uncertain_work_is_answered_skipped_or_completed_from_the_page() {
+    let Some(driver) = driver() else { return };
+    let dir = StoreDir::with_graph(support::store::CHAIN);
+    let paused = |dir: &StoreDir| {
+        let id = dir.crash("after-start:w", &[]);
+        let o = dir.heddle(&["runs", "resume", &id]);
+        assert_eq!(
+            o.status.code(),
+            Some(support::SUSPENDED),
+            "{}",
+            support::stderr(&o)
+        );
+        id
+    };
+    let (skipped, completed) = (paused(&dir), paused(&dir));
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    rt().block_on(async {
+        let b = Browser::open(&driver).await;
+        b.goto(&run_page(&server, &skipped)).await;
+        b.until("the answers", async |b: &Browser| {
+            b.has("#reconcile-skip").await
+        })
+        .await;
+        // Without a note nothing is sent.
+        b.click("#reconcile-skip").await;
+        b.until("the note asked for", async |b: &Browser| {
+            b.text("#resume-message")
+                .await
+                .unwrap_or_default()
+                .contains("note")
+        })
+        .await;
+        b.type_into("#reconcile-by", "dana").await;
+        b.type_into("#reconcile-note", "the file has no such line")
+            .await;
+        b.click("#reconcile-skip").await;
+        b.until_node("w", "skipped").await;
+        b.until("the run's ending", async |b: &Browser| {
+            let s = b.attr("#run-state", "data-state").await.unwrap_or_default();
+            s == "completed" || s == "failed"
+        })
+        .await;
+        let show = api.show(&skipped).await;
+        let w = &show["occurrences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["occurrence"]["node"] == "w")
+            .unwrap()["reconciled"];
+        assert_eq!(w["answer"], "skipped", "{show:#}");
+        assert_eq!(w["by"], "dana", "{show:#}");
+        assert_eq!(w["note"], "the file has no such line", "{show:#}");
+
+        b.goto(&run_page(&server, &completed)).await;
+        b.until("the outputs form", async |b: &Browser| {
+            b.has("#reconcile-outputs").await
+        })
+        .await;
+        let form = b
+            .client()
+            .find(By::Css("#reconcile-outputs"))
+            .await
+            .unwrap();
+        let start: Value =
+            serde_json::from_str(&form.prop("value").await.unwrap().unwrap()).unwrap();
+        assert_eq!(
+            start,
+            json!({"path": null, "bytes": null}),
+            "the form starts from the declaration"
+        );
+        form.clear().await.unwrap();
+        form.send_keys(r#"{"path": "/data/log.txt", "bytes": 4}"#)
+            .await
+            .unwrap();
+        b.type_into("#reconcile-note", "the line is there").await;
+        b.click("#reconcile-completed").await;
+        b.until_attr("#run-state", "data-state", "completed").await;
+        b.until_node("up", "completed").await;
+        b.close().await;
+        let show = api.show(&completed).await;
+        let w = &show["occurrences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["occurrence"]["node"] == "w")
+            .unwrap()["reconciled"];
+        assert_eq!(w["answer"], "completed", "{show:#}");
+        assert_eq!(w["by"], "dana", "the name is remembered: {show:#}");
+    });
+    assert_eq!(dir.lines(), Vec::<String>::new(), "an answered node ran");
+}
+
 /// The page's model against real summaries of one run: a summary made from fewer records
 /// than the page applied (one read while the stream ran on, answered after it delivered
 /// the ending) must not put the ended run back to an older state. Taken as is, the page

@@ -540,8 +540,8 @@ fn the_final_report_is_verified_against_its_digest_before_it_is_reported() {
 
     let db = rusqlite::Connection::open(env.db()).unwrap();
     db.execute_batch(
-        "CREATE TRIGGER corrupt AFTER INSERT ON artifacts BEGIN
-           UPDATE artifacts SET bytes = x'7b7d' WHERE run_id = NEW.run_id AND sha256 = NEW.sha256;
+        "CREATE TRIGGER corrupt AFTER INSERT ON artifact_pieces BEGIN
+           UPDATE artifact_pieces SET bytes = x'7b7d' WHERE rowid = NEW.rowid;
          END;",
     )
     .unwrap();

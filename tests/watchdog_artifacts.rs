@@ -90,6 +90,19 @@ fn copy(d: &StoreDir) -> StoreDir {
     c
 }
 
+/// The bytes stored for artifact `sha256`, its pieces in order.
+fn stored_bytes(d: &StoreDir, sha256: &str) -> Vec<u8> {
+    let c = db(d);
+    let mut q = c
+        .prepare("SELECT bytes FROM artifact_pieces WHERE sha256 = ?1 ORDER BY n")
+        .unwrap();
+    q.query_map([sha256], |r| r.get::<_, Vec<u8>>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect::<Vec<_>>()
+        .concat()
+}
+
 fn db(d: &StoreDir) -> rusqlite::Connection {
     let db = rusqlite::Connection::open(d.db()).unwrap();
     db.busy_timeout(Duration::from_secs(10)).unwrap();
@@ -166,15 +179,18 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
         .expect("a reference")
         .to_string();
     assert_eq!(reference["size"], BIG + 2, "{body:#}");
-    let (size, bytes): (i64, Vec<u8>) = db(&env)
+    let size: i64 = db(&env)
         .query_row(
-            "SELECT size, bytes FROM artifacts WHERE sha256 = ?1",
+            "SELECT size FROM artifacts WHERE sha256 = ?1",
             [&sha],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            |r| r.get(0),
         )
         .unwrap();
     assert_eq!(size as usize, BIG + 2);
-    assert_eq!(bytes, serde_json::to_vec(&big_value()).unwrap());
+    assert_eq!(
+        stored_bytes(&env, &sha),
+        serde_json::to_vec(&big_value()).unwrap()
+    );
 
     // `runs show` reads the value back.
     let show = env.heddle(&["runs", "show", &id, "--json"]);
@@ -206,15 +222,15 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
         "big never ran again"
     );
     // The stored final report refers to the artifact big's result already is.
-    let stored: Vec<u8> = db(&env)
+    let report_sha: String = db(&env)
         .query_row(
-            "SELECT a.bytes FROM artifact_names n JOIN artifacts a
-               ON a.run_id = n.run_id AND a.sha256 = n.sha256 WHERE n.name = 'final-report'",
+            "SELECT sha256 FROM artifact_names WHERE name = 'final-report'",
             [],
             |r| r.get(0),
         )
         .unwrap();
-    let stored: serde_json::Value = serde_json::from_slice(&stored).unwrap();
+    let stored: serde_json::Value =
+        serde_json::from_slice(&stored_bytes(&env, &report_sha)).unwrap();
     assert_eq!(
         stored["outputs"]["out_big"][0]["$artifact"]["sha256"], sha,
         "{stored:#}"
@@ -222,7 +238,7 @@ fn a_large_output_travels_as_a_reference_and_comes_back_verified_after_a_sigkill
 
     db(&corrupt)
         .execute(
-            "UPDATE artifacts SET bytes = CAST('\"x\"' AS BLOB) WHERE sha256 = ?1",
+            "UPDATE artifact_pieces SET bytes = CAST('\"x\"' AS BLOB) WHERE sha256 = ?1",
             [&sha],
         )
         .unwrap();

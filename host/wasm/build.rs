@@ -1,4 +1,4 @@
-//! Builds the first-party node packages (`plugins/std`, `plugins/files`) for
+//! Builds the first-party node packages (`plugins/std`, `plugins/files`, `plugins/http`) for
 //! wasm32-wasip2, assembles their package directories under `$OUT_DIR/packages` and
 //! writes `$OUT_DIR/packages/embedded.rs`, which embeds them in the host: a plain
 //! `cargo build` produces a host that has them, with no manual step, and the binary
@@ -22,6 +22,7 @@ const PACKAGES: &[(&str, &str, &str)] = &[
     // (package name, plugin dir, cargo package)
     ("std", "std", "heddle-std"),
     ("files", "files", "heddle-files"),
+    ("http", "http", "heddle-http"),
 ];
 
 fn main() {

@@ -113,7 +113,8 @@ function capabilityDecl(c) {
  * `inputs`/`outputs`/`properties` are `{ name: "type" }` maps (inputs required) or lists
  * of `{ name, type, required, default, description, correlation }`. `run(args)` gets the
  * inputs and properties by name and returns an object of outputs, a bare value when
- * there is exactly one output, or undefined.
+ * there is exactly one output, or undefined; or a Promise of one of those (an `async
+ * run` that awaits `fetch()`): componentize-js runs the event loop until it settles.
  */
 export function definePackage(defs) {
   const byType = new Map();
@@ -150,6 +151,7 @@ export function definePackage(defs) {
       if (!entry) {
         throw guestError(`this package has no node type ${typeName}`, "heddle:unknown-type");
       }
+      let result;
       try {
         const args = {};
         for (const p of [...entry.inputs, ...entry.properties]) {
@@ -158,19 +160,37 @@ export function definePackage(defs) {
         }
         for (const [name, v] of properties) args[name] = fromValue(v);
         for (const [name, v] of inputs) args[name] = fromValue(v); // edge values win
-        const result = entry.def.run(args);
-        if (result && typeof result.then === "function") {
-          throw new Error(`${typeName}: run returned a Promise; node functions must be synchronous`);
-        }
-        return toOutputs(entry, result);
+        result = entry.def.run(args);
       } catch (e) {
-        if (e instanceof NodeError) throw guestError(e.message, e.signature, e.candidate);
-        const name = e?.constructor?.name ?? "Error";
-        if (e?.stack) log(String(e.stack), "debug");
-        throw guestError(`${name}: ${e?.message ?? String(e)}`, `js:${name}`);
+        throw failure(e);
       }
+      if (result && typeof result.then === "function") {
+        return result.then(
+          (r) => outputsOrFailure(entry, r),
+          (e) => {
+            throw failure(e);
+          },
+        );
+      }
+      return outputsOrFailure(entry, result);
     },
   };
+}
+
+function outputsOrFailure(entry, result) {
+  try {
+    return toOutputs(entry, result);
+  } catch (e) {
+    throw failure(e);
+  }
+}
+
+/** A thrown value as the guest error the host reads. */
+function failure(e) {
+  if (e instanceof NodeError) return guestError(e.message, e.signature, e.candidate);
+  const name = e?.constructor?.name ?? "Error";
+  if (e?.stack) log(String(e.stack), "debug");
+  return guestError(`${name}: ${e?.message ?? String(e)}`, `js:${name}`);
 }
 
 function toOutputs(entry, result) {

@@ -5,7 +5,12 @@
 
 use std::sync::Arc;
 
-use heddle_runtime::durable::{Reopen, Reopening, gates, list_json, list_states, show_json, usage};
+use std::path::Path;
+
+use heddle_runtime::durable::reconcile::{self, Answer, Given};
+use heddle_runtime::durable::{
+    Decision, Reopen, Reopening, gates, list_json, list_states, show_json, usage,
+};
 use heddle_runtime::watch::refuse_if_locked;
 use heddle_runtime::{Runtime, Settings, graph_types};
 use heddle_store::RunStore;
@@ -25,6 +30,10 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
         RunsCommand::Resume {
             run,
             pause,
+            completed_with,
+            skip,
+            note,
+            by,
             json,
             watchdog,
         } => {
@@ -33,13 +42,31 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
                     &settings, &args.env, &run, pause, json, &watchdog,
                 );
             }
+            // Read before anything else: a file that is not an outputs object is the
+            // command line's mistake, whatever the run's state.
+            let answer = match (completed_with, skip) {
+                (Some(path), _) => Some(Answer::Completed(read_outputs(&path)?)),
+                (None, true) => Some(Answer::Skip),
+                (None, false) => None,
+            };
             // A run a watchdog watches (or a dead one left locked) is not taken over.
             refuse_if_locked(&settings, &run)?;
             let store = section.existing(&run)?;
             // Everything is checked before the run is taken over, so a refused resume
             // writes nothing.
             let r = session::check_resume(&*store, &run, pause)?;
-            continue_run(settings, store, r, json, None, false)
+            let decision = match answer {
+                Some(answer) => {
+                    let given = Given {
+                        answer,
+                        by: by.unwrap_or_else(login_name),
+                        note: note.unwrap_or_default(),
+                    };
+                    Some(Decision::Reconcile(reconcile::reconciliation(&r, given)?))
+                }
+                None => None,
+            };
+            continue_run(settings, store, r, json, decision, false)
         }
         RunsCommand::Status { run, json } => crate::commands::watch::status(&settings, &run, json),
         RunsCommand::Unlock { run } => {
@@ -59,7 +86,14 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
             let store = section.existing(&run)?;
             let (r, _, approval) = gates::approval(&*store, &run, &gate, note)?;
             // Said by `continue_run` once the approval is on disk, not before.
-            continue_run(settings, store, r, json, Some(approval), false)
+            continue_run(
+                settings,
+                store,
+                r,
+                json,
+                Some(Decision::Approve(approval)),
+                false,
+            )
         }
         RunsCommand::Reject { run, gate, note } => {
             let store = section.existing(&run)?;
@@ -140,29 +174,87 @@ fn known_secrets(settings: &Settings) -> Vec<String> {
     heddle_runtime::secrets::known_secrets(&settings.wasm).snapshot()
 }
 
+/// The outputs a person supplies with `--completed-with`: a JSON object, output handle
+/// to value (checked against the node's declaration once the run's graph is planned).
+fn read_outputs(path: &Path) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| crate::usage!("--completed-with {}: {e}", path.display()))?;
+    match serde_json::from_str(&text) {
+        Ok(serde_json::Value::Object(outputs)) => Ok(outputs),
+        Ok(other) => Err(crate::usage!(
+            "--completed-with {}: expected a JSON object of the node's outputs (output handle to value), found {}",
+            path.display(),
+            json_kind(&other)
+        )),
+        Err(e) => Err(crate::usage!(
+            "--completed-with {}: not JSON: {e}",
+            path.display()
+        )),
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Who answers when `--by` does not say: the login name, else the user id this
+/// process runs as.
+fn login_name() -> String {
+    use std::os::unix::fs::MetadataExt as _;
+    ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+        .or_else(|| {
+            Some(format!(
+                "uid {}",
+                std::fs::metadata("/proc/self").ok()?.uid()
+            ))
+        })
+        .unwrap_or_else(|| "unknown user".into())
+}
+
 /// Takes a checked run over and runs it on from its log, with the gates its log
-/// approved open, and `approval` (a gate approved now) recorded first; a watchdog's
-/// `worker` leaves its final report in the run's store.
+/// approved open, and `decision` (a gate approved now, an answer to its reconcile
+/// pause) recorded first; a watchdog's `worker` leaves its final report in the run's
+/// store.
 pub(crate) fn continue_run(
     settings: Settings,
     store: Arc<dyn RunStore>,
     r: Resumption,
     json: bool,
-    approval: Option<gates::Approval>,
+    decision: Option<Decision>,
     worker: bool,
 ) -> anyhow::Result<Exit> {
     let run = r.header.run_id.clone();
     heddle_runtime::durable::refuse_interactive(&r.header)?;
     let doc = heddle_runtime::durable::stored_graph(&r.header)?;
-    if approval.is_none() {
+    if decision.is_none() {
         gates::refuse_resume_at_gate(&r, &doc)?;
     }
     let rt = heddle_runtime::tokio_runtime(None)?;
+    // A package the run used that this machine's store lacks, fetched from a registry:
+    // exactly the recorded bytes are fetched again before anything loads.
+    crate::commands::package::fetch_missing(&settings, &run, &r.header.run.packages, &rt)?;
     let runtime = rt.block_on(Runtime::load(settings, Some(&graph_types(&doc))))?;
-    let reopened = runtime.blocking_reopen(store.clone(), &r, &doc, approval.as_ref())?;
-    if let Some(a) = &approval {
-        // Only now: a process killed after this line has the approval in the log.
-        eprintln!("gate \"{}\" of run {run} approved", a.title());
+    let reopened = runtime.blocking_reopen(store.clone(), &r, &doc, decision.as_ref())?;
+    // Only now: a process killed after these lines has the decision in the log.
+    match &decision {
+        Some(Decision::Approve(a)) => eprintln!("gate \"{}\" of run {run} approved", a.title()),
+        Some(Decision::Reconcile(a)) => {
+            let said = match a.answer() {
+                Answer::Completed(_) => "completed with the outputs given",
+                Answer::Skip => "skipped",
+            };
+            eprintln!("recorded: {} of run {run} {said}", a.occurrence());
+        }
+        None => {}
     }
     match reopened.how {
         Reopening::Resume { pause } => eprintln!("resuming run {run} at pause event {pause}"),
@@ -265,7 +357,15 @@ fn show(settings: &Settings, run: &str, json: bool) -> anyhow::Result<Exit> {
     for (occ, o) in &view.occurrences {
         let answered =
             |action: heddle_core::RecordedAction| o.verdicts.iter().any(|v| v.action == action);
+        let reconciled = o.reconciled.as_ref().map(|a| {
+            let said = match a.answer {
+                heddle_core::ReconcileAnswer::Completed => "completed",
+                heddle_core::ReconcileAnswer::Skipped => "skipped",
+            };
+            format!("{said} (reconciled by {})", a.by)
+        });
         let result = match &o.result {
+            _ if reconciled.is_some() => reconciled.as_deref().unwrap_or_default(),
             Some(Outcome::Completed { .. }) => "completed",
             Some(Outcome::Failed { .. }) => "failed",
             None if answered(heddle_core::RecordedAction::Reject) => "cancelled (gate rejected)",

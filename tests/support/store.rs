@@ -148,6 +148,15 @@ impl StoreDir {
         self
     }
 
+    /// The same directory with `text` added to its heddle.toml (another grant).
+    pub fn with_config(self, text: &str) -> StoreDir {
+        let path = self.path().join("heddle.toml");
+        let mut config = std::fs::read_to_string(&path).unwrap();
+        config.push_str(text);
+        std::fs::write(path, config).unwrap();
+        self
+    }
+
     /// `heddle ARGS` here, with no fault armed.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = super::command(self.path());

@@ -98,11 +98,13 @@ impl Origin {
         }
     }
 
-    /// Whether a node of this origin can reach a paid service, so that what it spent is
-    /// a question (its usage `reported`, `partial` or `unknown`). A native built-in
-    /// cannot, nor can a package node: its sandbox has no network, and no grant gives a
-    /// WASM package one (`heddle-wasm`'s grants). A code node may (it runs any program,
-    /// and its sandbox may be given a network), and so may any other provider's.
+    /// Whether what a node of this origin spent is a question (its usage `reported`,
+    /// `partial` or `unknown`) even when it reported nothing. A native built-in cannot
+    /// spend. A package node is treated alike: its sandbox reaches only the destinations
+    /// the operator granted (`heddle-wasm`'s grants), and a package that calls a paid
+    /// service says what it cost with `report-cost` (then its usage shows). A code node
+    /// may spend unseen (it runs any program, and its sandbox may be given a network),
+    /// and so may any other provider's.
     pub fn may_spend(&self) -> bool {
         match self {
             Origin::Builtin | Origin::Package { .. } => false,

@@ -249,6 +249,10 @@ pub enum SkipReason {
     Supervisor,
     /// The run was suspended before the node could run.
     Suspended,
+    /// A person answered the reconcile pause of its uncertain invocation with skip
+    /// (`heddle runs resume RUN --pause N --skip`): it is not run again, and what it
+    /// feeds is skipped as after any skip.
+    Reconciled,
 }
 
 /// What one invocation cost.
@@ -272,6 +276,16 @@ pub struct InvocationMetrics {
     /// Assets the invocation created (ids reported through `record-asset`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub assets: Vec<String>,
+    /// Outgoing HTTP requests made (WASM nodes granted a network).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub http_requests: u64,
+    /// Bytes those requests moved: headers and bodies, sent and received.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub http_bytes: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 fn is_zero(f: &f64) -> bool {
@@ -317,6 +331,8 @@ impl InvocationMetrics {
         self.cost_usd += other.cost_usd;
         self.cost_reports += other.cost_reports;
         self.assets.extend(other.assets.iter().cloned());
+        self.http_requests += other.http_requests;
+        self.http_bytes += other.http_bytes;
     }
 }
 

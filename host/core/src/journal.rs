@@ -168,6 +168,20 @@ pub enum Record {
         /// Who decided it.
         decided_by: Decider,
     },
+    /// A person's answer to a reconcile pause: the uncertain invocation is settled
+    /// without running it, never asked about again. A `completed` answer is followed,
+    /// in the same transaction, by the [`Record::Completed`] holding the outputs the
+    /// person supplied; a `skipped` one settles the invocation by itself.
+    Reconciled {
+        /// The uncertain invocation.
+        occurrence: Occurrence,
+        /// What the person said became of it.
+        answer: ReconcileAnswer,
+        /// Who answered (a login name, or what an API client gave).
+        by: String,
+        /// Why (masked, like all text a record carries).
+        note: String,
+    },
     /// The run paused; the record's sequence number is the pause event id a resume names.
     Paused {
         /// Why.
@@ -209,6 +223,7 @@ impl Record {
             Record::Failed { .. } => "failed",
             Record::Escalated { .. } => "escalated",
             Record::Verdict { .. } => "verdict",
+            Record::Reconciled { .. } => "reconciled",
             Record::Paused { .. } => "paused",
             Record::Resumed { .. } => "resumed",
             Record::Skipped { .. } => "skipped",
@@ -225,10 +240,23 @@ impl Record {
             | Record::Completed { occurrence, .. }
             | Record::Failed { occurrence, .. }
             | Record::Escalated { occurrence, .. }
-            | Record::Verdict { occurrence, .. } => Some(occurrence),
+            | Record::Verdict { occurrence, .. }
+            | Record::Reconciled { occurrence, .. } => Some(occurrence),
             _ => None,
         }
     }
+}
+
+/// What a person said became of an uncertain invocation ([`Record::Reconciled`]). The
+/// third answer the seed's model allows, running it again, is a plain resume of the
+/// pause and records no answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReconcileAnswer {
+    /// Its effect happened; its outputs are the ones supplied.
+    Completed,
+    /// Leave it undone: skipped with reason `reconciled`.
+    Skipped,
 }
 
 /// A decision as a durable run records it. Stored as the JSON object

@@ -80,6 +80,8 @@ pub mod gate;
 pub mod graph;
 pub mod journal;
 pub mod limits;
+pub mod net;
+pub mod package;
 pub mod plan;
 pub mod ranged;
 pub mod supervise;
@@ -99,8 +101,8 @@ pub use event::{
 };
 pub use graph::{CONTROL_HANDLE, DocError, EdgeDoc, EdgeType, GraphDoc, NodeDoc, NodeLimits};
 pub use journal::{
-    Decider, Occurrence, OpenReason, PauseReason, PlanSummary, PlannedNode, Record, RecordedAction,
-    RecordedVerdict,
+    Decider, Occurrence, OpenReason, PauseReason, PlanSummary, PlannedNode, ReconcileAnswer,
+    Record, RecordedAction, RecordedVerdict,
 };
 pub use plan::{INPUT_TYPE, OUTPUT_TYPE};
 pub use types::PortType;

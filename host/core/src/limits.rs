@@ -43,6 +43,11 @@ pub struct NodeLimits {
     /// Narrowing of granted environment variables to this subset of names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<String>>,
+    /// Narrowing of the granted network destinations (`https://api.example.com`, see
+    /// [`crate::net`]): a node reaches only those of them that lie inside a destination
+    /// its package was granted; `[]` takes every destination away.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Vec<crate::net::Destination>>,
     /// How often a failed invocation is tried again before the node fails (or a
     /// supervisor is asked). The node's top-level `retry` is the same setting.
     #[serde(default, skip_serializing_if = "Option::is_none")]

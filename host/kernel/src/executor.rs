@@ -497,6 +497,18 @@ impl NodeCtx {
         });
     }
 
+    /// Records outgoing HTTP requests the invocation made and the bytes they moved
+    /// (headers and bodies, sent and received), reported with its metrics.
+    pub fn record_http(&self, requests: u64, bytes: u64) {
+        if requests == 0 && bytes == 0 {
+            return;
+        }
+        self.metrics_mut(|m| {
+            m.http_requests += requests;
+            m.http_bytes += bytes;
+        });
+    }
+
     /// What the invocation has reported so far (cost, assets, fuel, memory).
     pub fn metrics(&self) -> InvocationMetrics {
         self.inner

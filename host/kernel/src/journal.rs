@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use heddle_core::{InvocationMetrics, Occurrence, Record, Value};
+use heddle_core::{InvocationMetrics, Occurrence, Record, SkipReason, Value};
 
 use crate::executor::{BoxFuture, Outputs};
 
@@ -39,11 +39,13 @@ pub enum Prior {
         /// The recorded error.
         error: String,
     },
-    /// The supervisor's recorded verdict dropped the invocation (skip); carried out,
-    /// never asked again.
+    /// A recorded decision dropped the invocation (a supervisor's skip verdict, or a
+    /// person's skip answer to a reconcile pause); carried out, never asked again.
     Skipped {
-        /// The failure skipped.
+        /// The failure skipped, or the person's answer.
         error: String,
+        /// Who skipped it: [`SkipReason::Supervisor`] or [`SkipReason::Reconciled`].
+        reason: SkipReason,
     },
     /// The supervisor's recorded verdict ended the invocation's stream; carried out,
     /// never asked again.

@@ -65,6 +65,14 @@ pub const SECTIONS: &[(&str, &str)] = &[
     ("serve", "heddle serve"),
     ("supervisor", "the LLM supervisor of --supervise"),
     ("telemetry", "traces and the log format"),
+    (
+        "registry",
+        "OCI registries packages are fetched from and pushed to",
+    ),
+    (
+        "trust",
+        "publishers' keys package signatures are checked against",
+    ),
 ];
 
 /// The parsed `heddle.toml` (or the defaults when there is none): each crate's section is
@@ -74,6 +82,8 @@ pub struct Config {
     /// Where it was read from; `None` when no file was found (all defaults).
     pub path: Option<PathBuf>,
     table: toml::Table,
+    /// The file's text: sections read from it whole keep their line numbers for errors.
+    text: String,
     /// `[run]`, checked.
     pub run: RunSection,
 }
@@ -139,6 +149,7 @@ impl Config {
         let mut cfg = Config {
             path: Some(path.to_path_buf()),
             table,
+            text: text.to_string(),
             run: RunSection::default(),
         };
         cfg.run = cfg.section("run")?.unwrap_or_default();
@@ -162,11 +173,16 @@ impl Config {
     }
 
     /// Deserializes the whole file, for crates whose sections sit at the top level
-    /// (`[wasm]`, `[packages.<name>]`, `[secrets]`) and ignore the others.
+    /// (`[wasm]`, `[packages.<name>]`, `[secrets]`) and ignore the others. Read from the
+    /// text, so an error names the line.
     pub fn whole<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
-        toml::Value::Table(self.table.clone())
-            .try_into()
+        toml::from_str(&self.text)
             .map_err(|e: toml::de::Error| ConfigError::new(format!("{}: {e}", self.display_path())))
+    }
+
+    /// The file's text (empty without a file).
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
     /// A path from the file, relative to the file's directory.

@@ -216,7 +216,9 @@ impl Drive {
 
     /// Builds the kernel's run (every executor resolved). A durable run the kernel
     /// refuses is recorded failed (its nodes skipped as upstream-failed, as the kernel
-    /// reports a run that failed before it started) before the error is returned.
+    /// reports a run that failed before it started) before the error is returned; a
+    /// cancel accepted before then is recorded with it (whoever asked was told it
+    /// counts), and later ones are refused.
     pub async fn prepare(self, registry: &Registry) -> Result<Prepared, Error> {
         let Drive {
             plan,
@@ -233,8 +235,12 @@ impl Drive {
                 tracing,
             }),
             Err(e) => {
+                let cancelled = control.close();
                 let error = heddle_core::text::bounded(&heddle_core::text::error_chain(&e));
                 if let Some(s) = session {
+                    if cancelled {
+                        s.log.append(Record::CancelRequested);
+                    }
                     let error = error.clone();
                     blocking(move || {
                         session::end_unrun(
@@ -281,7 +287,9 @@ impl Drive {
         let outcome = match permit {
             None if signals.cancel.is_cancelled() => {
                 let ending = match self.session {
-                    Some(s) => Some(blocking(move || end_cancelled_unrun(&s)).await?),
+                    Some(s) => {
+                        Some(blocking(move || end_cancelled_unrun(&s, CANCELLED_UNRUN)).await?)
+                    }
                     None => None,
                 };
                 if let Some(t) = self.tracing {
@@ -351,13 +359,13 @@ pub struct Outcome {
     pub ending: Option<Ending>,
 }
 
-/// Ends a durable run a user cancelled before it started.
-fn end_cancelled_unrun(s: &Session) -> Result<Ending, StoreError> {
+/// Ends a durable run a user cancelled before it started (here).
+pub(crate) fn end_cancelled_unrun(s: &Session, why: &str) -> Result<Ending, StoreError> {
     s.log.append(Record::CancelRequested);
     session::end_unrun(
         s,
         RunStatus::Cancelled,
-        Some(CANCELLED_UNRUN.into()),
+        Some(why.into()),
         SkipReason::Cancelled,
     )
 }

@@ -75,6 +75,9 @@ pub enum Error {
     /// A new durable run's input holds a secret; nothing was recorded.
     #[error(transparent)]
     SecretInput(#[from] SecretInput),
+    /// A person's answer to a reconcile pause cannot be taken; nothing was written.
+    #[error(transparent)]
+    Reconcile(Box<crate::durable::reconcile::ReconcileError>),
     /// The graph document is unreadable or malformed.
     #[error(transparent)]
     Graph(#[from] heddle_core::graph::DocError),
@@ -165,6 +168,7 @@ impl Error {
             Error::Config(e) => e,
             Error::Refused(e) => e,
             Error::SecretInput(e) => e,
+            Error::Reconcile(e) => &**e,
             Error::Graph(e) => e,
             Error::Plan { source, .. } => source,
             Error::Store(e) | Error::NoStore { source: e, .. } => e,
@@ -180,6 +184,12 @@ impl Error {
     pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
         let what = what.into();
         move |source| Error::Io { what, source }
+    }
+}
+
+impl From<crate::durable::reconcile::ReconcileError> for Error {
+    fn from(e: crate::durable::reconcile::ReconcileError) -> Error {
+        Error::Reconcile(Box::new(e))
     }
 }
 

@@ -41,6 +41,14 @@ pub enum Exit {
     /// has a gap (`RUN_DAMAGED`). The run is quarantined: nothing of it was run, nothing
     /// was changed.
     Damaged = 9,
+    /// A package registry could not be used: unreachable, too slow, credentials
+    /// refused, the package not there, or an answer that is not the OCI distribution
+    /// protocol. Nothing was installed.
+    Registry = 10,
+    /// A fetched package is not what it claims to be: a digest that does not match its
+    /// bytes, or a signature missing, untrusted or over other bytes. Nothing was
+    /// installed.
+    Integrity = 11,
 }
 
 impl Exit {
@@ -75,6 +83,8 @@ impl Exit {
             7 => Exit::Locked,
             8 => Exit::Teardown,
             9 => Exit::Damaged,
+            10 => Exit::Registry,
+            11 => Exit::Integrity,
             _ => Exit::Failed,
         }
     }

@@ -51,7 +51,7 @@
 //! ```
 //! use std::collections::BTreeMap;
 //!
-//! use heddle_runtime::durable::{Reopen, gates, stored_graph};
+//! use heddle_runtime::durable::{Decision, Reopen, gates, stored_graph};
 //! use heddle_runtime::{Ending, GraphDoc, Overrides, Runtime, RunStatus, Settings};
 //!
 //! const REVIEWED: &str = r#"{"format": "heddle.graph", "version": 1,
@@ -85,7 +85,7 @@
 //! let run = header.run_id.as_str();
 //! let (resumption, _, approval) = gates::approval(&*store, run, "review", Some("ok".into()))?;
 //! let doc = stored_graph(&resumption.header)?;
-//! let reopened = runtime.reopen(store, resumption, &doc, Some(approval)).await?;
+//! let reopened = runtime.reopen(store, resumption, &doc, Some(Decision::Approve(approval))).await?;
 //! let Reopen::Ready(drive) = reopened.run else { unreachable!("no budget was spent") };
 //! let outcome = drive.run(runtime.registry()).await?;
 //! assert!(matches!(outcome.ending, Some(Ending::Finished(RunStatus::Completed))));
@@ -97,7 +97,10 @@
 //! (or, for a server's adoption, [`heddle_store::session::inspect`]) reads it, and
 //! [`Runtime::reopen`] recovers it by the crash table: recorded results are fed
 //! downstream, never run again; a started invocation runs again only when its node is
-//! retry-safe, else the run pauses for a person to reconcile.
+//! retry-safe, else the run pauses for a person to reconcile: a resume of that pause
+//! offers the work again, or records their answer instead
+//! ([`durable::reconcile::reconciliation`]: it completed with the outputs they supply,
+//! or it is skipped) and runs on without running it.
 //!
 //! # Watching a run
 //!

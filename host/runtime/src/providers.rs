@@ -35,6 +35,8 @@ pub struct Runtime {
     telemetry: std::sync::OnceLock<Option<Arc<Telemetry>>>,
     /// The metrics, kept once someone asked for them (a server).
     metrics: std::sync::OnceLock<Arc<Metrics>>,
+    /// Where each installed package was fetched from, for those from a registry.
+    package_sources: BTreeMap<String, heddle_core::package::PackageSource>,
 }
 
 impl Runtime {
@@ -62,6 +64,12 @@ impl Runtime {
             .iter()
             .map(|p| (p.name().to_string(), p.digest.clone()))
             .collect();
+        let package_sources = heddle_wasm::PackageStore::open(&settings.packages_dir)
+            .list()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| Some((e.name, e.source?)))
+            .collect();
         registry.add(Arc::new(wasm))?;
         registry.add(Arc::new(CodeNodes::new(settings.runners.clone())))?;
         registry.set_searched(searched(&settings.packages_dir));
@@ -71,6 +79,7 @@ impl Runtime {
             package_digests,
             telemetry: std::sync::OnceLock::new(),
             metrics: std::sync::OnceLock::new(),
+            package_sources,
         })
     }
 
@@ -88,6 +97,15 @@ impl Runtime {
     /// run records those it uses and refuses to resume on changed bytes.
     pub fn package_digests(&self) -> &BTreeMap<String, String> {
         &self.package_digests
+    }
+
+    /// What a durable run records of the package `name`: its digest and, for a package
+    /// fetched from a registry, where from.
+    pub fn package_pin(&self, name: &str) -> Option<heddle_store::PackagePin> {
+        Some(heddle_store::PackagePin {
+            sha256: self.package_digests.get(name)?.clone(),
+            source: self.package_sources.get(name).cloned(),
+        })
     }
 
     /// Plans `doc` (named `name` in errors), reporting every problem at once.

@@ -34,6 +34,14 @@ pub fn known_secrets(wasm: &WasmConfig) -> Arc<SecretRegistry> {
                 registry.register(&v);
             }
         }
+        // The host's own headers (`network_auth`): the secret, and the header value it
+        // makes, never the guest's to see, never anywhere in a run.
+        for auth in grant.network_auth.values() {
+            if let Some(v) = source.lookup(auth.secret.get_ref()) {
+                registry.register(&auth.value(&v));
+                registry.register(&v);
+            }
+        }
     }
     if !source.env_prefix.is_empty() {
         for (k, v) in std::env::vars_os() {

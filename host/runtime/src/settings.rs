@@ -121,7 +121,16 @@ impl Settings {
 
     /// Resolves every setting from `config` with `overrides` over it.
     pub fn resolve(config: Config, overrides: &Overrides) -> Result<Settings, ConfigError> {
-        let wasm: WasmConfig = config.whole()?;
+        let mut wasm = WasmConfig::from_toml_str(config.text()).map_err(|e| {
+            ConfigError::new(format!(
+                "{}: {}",
+                config.display_path(),
+                heddle_core::text::error_chain(&e)
+            ))
+        })?;
+        for f in &mut wasm.wasm.http_ca_files {
+            *f = config.resolve(f);
+        }
         let runners: RunnersConfig = config.section("runners")?.unwrap_or_default();
         let cli: CliSection = config.section("cli")?.unwrap_or_default();
         let packages_dir = match (&overrides.packages, cli.packages_dir) {
@@ -380,13 +389,19 @@ impl StoreSettings {
     /// artifact limits, and `secrets` (the run's secret values), which no stored value
     /// may hold.
     pub fn configure(&self, session: &Session, secrets: &heddle_kernel::SecretRegistry) {
-        session.configure(heddle_store::spill::Spill {
+        session.configure(self.spill(secrets));
+    }
+
+    /// How a run's values are stored under this store's limits, `secrets` (the run's
+    /// secret values) refused in any of them.
+    pub fn spill(&self, secrets: &heddle_kernel::SecretRegistry) -> heddle_store::spill::Spill {
+        heddle_store::spill::Spill {
             inline_bytes: self.inline_output_bytes,
             policy: ArtifactPolicy {
                 known_secrets: secrets.snapshot(),
                 ..self.artifacts.clone()
             },
-        });
+        }
     }
 }
 

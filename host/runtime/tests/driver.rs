@@ -182,3 +182,51 @@ async fn a_run_in_memory_has_no_ending_to_record() {
     assert_eq!(finished.exit(), Exit::Cancelled);
     assert!(finished.record().await.unwrap().is_none());
 }
+
+/// A cancel accepted before the kernel refused the run (a server's 202 to a client) is
+/// recorded with the failed ending, and one after it is refused: an acknowledged cancel
+/// is never lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_accepted_before_the_kernel_refuses_the_run_is_recorded() {
+    const NEEDS_X: &str = r#"{"format": "heddle.graph", "version": 1,
+      "nodes": [
+        {"id": "in", "type": "heddle.input", "properties": {"name": "x", "type": "int"}},
+        {"id": "out", "type": "heddle.output"}],
+      "edges": [{"source": "in", "sourceHandle": "value", "target": "out", "targetHandle": "value"}]}"#;
+    let env = env().await;
+    let doc = GraphDoc::parse(NEEDS_X, "needs-x.json").unwrap();
+    let plan = env.runtime.plan(&doc, "needs-x.json").unwrap();
+    // Recorded without the value `x` needs: the kernel refuses to build the run.
+    let opts = env.runtime.options(BTreeMap::new(), None);
+    let run = env
+        .runtime
+        .new_run(
+            "needs-x.json".into(),
+            NEEDS_X.into(),
+            &plan,
+            &opts,
+            Budget::default(),
+        )
+        .unwrap();
+    let (header, drive) = env
+        .runtime
+        .begin(env.store.clone(), run, plan, opts)
+        .await
+        .unwrap();
+    let control = drive.control();
+    assert!(control.request_cancel(), "a cancel before the start counts");
+    assert!(drive.prepare(env.runtime.registry()).await.is_err());
+    assert!(!control.request_cancel(), "the ending is decided");
+    let records = env.records(&header.run_id);
+    assert!(records.contains(&Record::CancelRequested), "{records:#?}");
+    assert!(
+        matches!(
+            records.last(),
+            Some(Record::Finished {
+                status: RunStatus::Failed,
+                ..
+            })
+        ),
+        "{records:#?}"
+    );
+}

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use heddle_core::plan::{Issue, ValidationError};
 use heddle_core::{GraphDoc, Value};
 use heddle_kernel::supervisor::{Bounds, Verdict};
-use heddle_runtime::durable::{self, Reopen, gates};
+use heddle_runtime::durable::{self, Decision, Reopen, gates, reconcile};
 use heddle_runtime::{Control, Drive, Error, Refused, Runtime, SecretInput, Supervise};
 use heddle_store::session::{self, Resumption};
 use heddle_store::status::RunState;
@@ -309,17 +309,28 @@ impl Host {
         self.reopen_and_spawn(r, None, None).await
     }
 
-    /// A user's resume of a paused or interrupted run (at `pause` when given).
-    pub async fn resume(self: &Arc<Self>, id: &str, pause: Option<u64>) -> Result<(), Error> {
+    /// A user's resume of a paused or interrupted run (at `pause` when given), with
+    /// their answer to its reconcile pause when `given` (recorded with the take-over,
+    /// then the run goes on without running the uncertain work).
+    pub async fn resume(
+        self: &Arc<Self>,
+        id: &str,
+        pause: Option<u64>,
+        given: Option<reconcile::Given>,
+    ) -> Result<(), Error> {
         let _turn = self.handover(id).await;
         heddle_runtime::watch::refuse_if_locked(self.runtime.settings(), id)?;
         let store = self.store.clone();
         let run_id = id.to_string();
         let r = blocking(move || session::check_resume(&*store, &run_id, pause)).await?;
+        let decision = match given {
+            Some(g) => Some(Decision::Reconcile(reconcile::reconciliation(&r, g)?)),
+            None => None,
+        };
         let doc = durable::stored_graph(&r.header)?;
         // A run waiting at a gate is answered (approve/reject), not resumed.
         gates::refuse_resume_at_gate(&r, &doc)?;
-        self.reopen_and_spawn(r, Some(doc), None).await
+        self.reopen_and_spawn(r, Some(doc), decision).await
     }
 
     /// A person approves `gate` of a run waiting there: recorded, then the run goes on.
@@ -335,7 +346,8 @@ impl Host {
         let (run_id, gate_id) = (id.to_string(), gate.to_string());
         let (r, _, approval) =
             blocking(move || gates::approval(&*store, &run_id, &gate_id, note)).await?;
-        self.reopen_and_spawn(r, None, Some(approval)).await
+        self.reopen_and_spawn(r, None, Some(Decision::Approve(approval)))
+            .await
     }
 
     /// A person rejects `gate`: the run ends cancelled with the gate's title and `note`.
@@ -352,7 +364,7 @@ impl Host {
         self: &Arc<Self>,
         r: Resumption,
         doc: Option<GraphDoc>,
-        approval: Option<gates::Approval>,
+        decision: Option<Decision>,
     ) -> Result<(), Error> {
         let doc = match doc {
             Some(d) => d,
@@ -361,7 +373,7 @@ impl Host {
         let supervise = durable::supervise_of(&r.header);
         let (store, runtime) = (self.store.clone(), self.runtime.clone());
         let reopened = self
-            .on_runs(move || runtime.blocking_reopen(store, &r, &doc, approval.as_ref()))
+            .on_runs(move || runtime.blocking_reopen(store, &r, &doc, decision.as_ref()))
             .await?;
         match reopened.run {
             // Its time limit was used up before this server took it: nothing runs.

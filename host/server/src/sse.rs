@@ -192,6 +192,9 @@ impl Subscriber {
                 return Some(c);
             }
             if self.ended {
+                if self.drain_notices() {
+                    continue;
+                }
                 return self.wire.finish();
             }
             if self.follow().await.is_err() {
@@ -200,6 +203,32 @@ impl Subscriber {
                 self.ended = true;
             }
         }
+    }
+
+    /// Puts the notices already sent on the wire before the stream ends, and says
+    /// whether there were any. A notice is sent before what it causes is recorded (a
+    /// decision that timed out, then the run's failure), but the feed's end can be taken
+    /// before the notice is: without this a client that saw an escalation pending would
+    /// never see it close.
+    fn drain_notices(&mut self) -> bool {
+        let Some(rx) = self.notices.as_mut() else {
+            return false;
+        };
+        let mut any = false;
+        loop {
+            match rx.try_recv() {
+                Ok(n) => {
+                    let text = notice_text(&n, &self.mask);
+                    self.out.push_back(self.wire.text(text));
+                    any = true;
+                }
+                Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
+                Err(_) => break,
+            }
+        }
+        // Drained once: what is sent after the end belongs to no stream of this run.
+        self.notices = None;
+        any
     }
 
     /// Fills `out` from the feed, or waits for something to send.
@@ -227,12 +256,14 @@ impl Subscriber {
             }
             Take::Wait => {}
         }
+        // Notices first: a notice goes out before the records of what it caused.
         tokio::select! {
-            _ = sub.changed() => {}
+            biased;
             Some(n) = next_notice(&mut self.notices) => {
                 let text = notice_text(&n, &self.mask);
                 self.out.push_back(self.wire.text(text));
             }
+            _ = sub.changed() => {}
             _ = tokio::time::sleep(KEEP_ALIVE) => self.out.push_back(self.wire.keep_alive()),
             _ = self.host.shutdown.cancelled() => self.ended = true,
         }

@@ -6,6 +6,17 @@
 //! content holding a known secret value is refused, not redacted (`KNOWN_SECRET`): a
 //! redacted copy would be stored as if it were the real bytes. Reading verifies the
 //! bytes against their digest (`TERMINAL_ARTIFACT` when missing or corrupt).
+//!
+//! The bytes are stored in pieces of [`PIECE_BYTES`] (a row each, numbered from 0),
+//! beside one row per artifact with its digest and size. A reader
+//! ([`ArtifactReader`]) takes one piece at a time, each with a short statement of its
+//! own, and hashes as it goes: a download of a 64 MiB value holds one piece, not the
+//! value, and no transaction or connection stays open while a slow client reads. The
+//! digest is checked before the last piece is handed out, so damaged bytes never reach
+//! anyone as a whole. Pieces rather than SQLite's incremental blob I/O (which needs a
+//! rowid table and keeps a read transaction open while the blob handle lives, pinning
+//! the WAL for as long as a client takes) because the same layout serves PostgreSQL,
+//! whose `bytea` is read whole.
 
 use rusqlite::{OptionalExtension as _, params};
 
@@ -28,6 +39,128 @@ impl Default for ArtifactPolicy {
             known_secrets: Vec::new(),
         }
     }
+}
+
+/// How many bytes of an artifact one stored piece holds (the last one of an artifact
+/// holds the rest): what a reader holds in memory at a time.
+pub const PIECE_BYTES: usize = 256 << 10;
+
+/// An artifact as its store holds it, read without its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredArtifact {
+    pub sha256: String,
+    /// The size recorded when it was stored.
+    pub size: u64,
+    /// The length of the pieces stored now (the size, unless pieces were lost or cut).
+    pub stored: u64,
+}
+
+/// Reads one artifact piece by piece ([`crate::RunStore::artifact_piece`]), hashing as it
+/// goes, and refuses to hand out the last piece unless the whole matches the digest:
+/// a reader that sends pieces on (the server's artifact route) never completes a
+/// damaged artifact.
+#[derive(Debug)]
+pub struct ArtifactReader {
+    run: String,
+    artifact: ArtifactRef,
+    next: u64,
+    read: u64,
+    hash: sha2::Sha256,
+    done: bool,
+}
+
+impl ArtifactReader {
+    /// A reader of artifact `sha256` of `run`: `Missing` when it is not stored, `Cut`
+    /// when what is stored is not its recorded size (no byte is read to find either).
+    pub fn open<S: crate::RunStore + ?Sized>(
+        store: &S,
+        run: &str,
+        sha256: &str,
+    ) -> Result<ArtifactReader, ArtifactError> {
+        let Some(found) = store.stored_artifact(run, sha256)? else {
+            return Err(ArtifactError::Missing {
+                run: run.to_string(),
+                sha256: sha256.to_string(),
+            });
+        };
+        if found.stored != found.size {
+            return Err(ArtifactError::Cut {
+                run: run.to_string(),
+                sha256: sha256.to_string(),
+                size: found.size,
+                stored: found.stored,
+            });
+        }
+        Ok(ArtifactReader {
+            run: run.to_string(),
+            artifact: ArtifactRef {
+                sha256: sha256.to_string(),
+                size: found.size,
+            },
+            next: 0,
+            read: 0,
+            hash: Default::default(),
+            done: false,
+        })
+    }
+
+    /// The artifact read: its digest and size (what a response declares as its length).
+    pub fn artifact(&self) -> &ArtifactRef {
+        &self.artifact
+    }
+
+    /// The next piece, `None` after the last. The last is handed out only once every
+    /// byte matched the digest (`Corrupt` otherwise); pieces missing or longer than the
+    /// size say `Cut`.
+    pub fn next_piece<S: crate::RunStore + ?Sized>(
+        &mut self,
+        store: &S,
+    ) -> Result<Option<Vec<u8>>, ArtifactError> {
+        use sha2::Digest as _;
+        if self.done {
+            return Ok(None);
+        }
+        let size = self.artifact.size;
+        let piece = if self.read < size {
+            let found = store.artifact_piece(&self.run, &self.artifact.sha256, self.next)?;
+            let piece = found
+                .filter(|p| !p.is_empty() && self.read + p.len() as u64 <= size)
+                .ok_or_else(|| ArtifactError::Cut {
+                    run: self.run.clone(),
+                    sha256: self.artifact.sha256.clone(),
+                    size,
+                    stored: self.read,
+                })?;
+            self.next += 1;
+            self.read += piece.len() as u64;
+            self.hash.update(&piece);
+            Some(piece)
+        } else {
+            None
+        };
+        if self.read == size {
+            self.done = true;
+            let found = hex(&std::mem::take(&mut self.hash).finalize());
+            if found != self.artifact.sha256 {
+                return Err(ArtifactError::Corrupt {
+                    run: self.run.clone(),
+                    sha256: self.artifact.sha256.clone(),
+                    found,
+                });
+            }
+        }
+        Ok(piece)
+    }
+}
+
+/// `bytes` as lower-case hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
 }
 
 /// Where an artifact is: its digest and size.
@@ -66,6 +199,16 @@ pub enum ArtifactError {
     },
     #[error("run {run}: artifact {sha256} is missing; TERMINAL_ARTIFACT")]
     Missing { run: String, sha256: String },
+    /// Stored pieces that do not add up to the artifact's size (lost, cut or added).
+    #[error(
+        "run {run}: artifact {sha256} is corrupt: {stored} of its {size} bytes are stored; TERMINAL_ARTIFACT"
+    )]
+    Cut {
+        run: String,
+        sha256: String,
+        size: u64,
+        stored: u64,
+    },
     #[error(
         "run {run}: artifact {sha256} is corrupt (its bytes hash to {found}); TERMINAL_ARTIFACT"
     )]
@@ -97,7 +240,9 @@ impl ArtifactError {
             ArtifactError::KnownSecret { .. } | ArtifactError::SecretInValue { .. } => {
                 "KNOWN_SECRET"
             }
-            ArtifactError::Missing { .. } | ArtifactError::Corrupt { .. } => "TERMINAL_ARTIFACT",
+            ArtifactError::Missing { .. }
+            | ArtifactError::Cut { .. }
+            | ArtifactError::Corrupt { .. } => "TERMINAL_ARTIFACT",
             ArtifactError::Store(_) => "RUN_STORAGE",
             ArtifactError::InValue { source, .. } => source.code(),
         }
@@ -162,29 +307,6 @@ pub(crate) fn within_quota(
     Ok(())
 }
 
-/// The bytes found for `artifact` (`None`: nothing stored), verified against its digest.
-pub(crate) fn verified(
-    run: &str,
-    artifact: &ArtifactRef,
-    bytes: Option<Vec<u8>>,
-) -> Result<Vec<u8>, ArtifactError> {
-    let Some(bytes) = bytes else {
-        return Err(ArtifactError::Missing {
-            run: run.to_string(),
-            sha256: artifact.sha256.clone(),
-        });
-    };
-    let found = crate::sha256_hex(&bytes);
-    if found != artifact.sha256 {
-        return Err(ArtifactError::Corrupt {
-            run: run.to_string(),
-            sha256: artifact.sha256.clone(),
-            found,
-        });
-    }
-    Ok(bytes)
-}
-
 impl SqliteStore {
     /// Stores `bytes` for `run` under the policy (once: the same bytes again cost
     /// nothing) and, with `name`, points that name at them.
@@ -223,10 +345,20 @@ impl SqliteStore {
                     .map_err(StoreError::sql("storing an artifact"))?;
                 within_quota(run, used as u64, size, policy)?;
                 tx.execute(
-                    "INSERT INTO artifacts (run_id, sha256, size, bytes) VALUES (?1, ?2, ?3, ?4)",
-                    params![run, sha256, size as i64, bytes],
+                    "INSERT INTO artifacts (run_id, sha256, size) VALUES (?1, ?2, ?3)",
+                    params![run, sha256, size as i64],
                 )
                 .map_err(StoreError::sql("storing an artifact"))?;
+                let mut piece = tx
+                    .prepare_cached(
+                        "INSERT INTO artifact_pieces (run_id, sha256, n, bytes) VALUES (?1, ?2, ?3, ?4)",
+                    )
+                    .map_err(StoreError::sql("storing an artifact"))?;
+                for (n, bytes) in bytes.chunks(PIECE_BYTES).enumerate() {
+                    piece
+                        .execute(params![run, sha256, n as i64, bytes])
+                        .map_err(StoreError::sql("storing an artifact"))?;
+                }
             }
             if let Some(name) = name {
                 tx.execute(
@@ -274,6 +406,11 @@ impl SqliteStore {
                 }
                 tx.execute(
                     "DELETE FROM artifacts WHERE run_id = ?1 AND sha256 = ?2",
+                    params![run, sha256],
+                )
+                .map_err(StoreError::sql(what))?;
+                tx.execute(
+                    "DELETE FROM artifact_pieces WHERE run_id = ?1 AND sha256 = ?2",
                     params![run, sha256],
                 )
                 .map_err(StoreError::sql(what))?;
@@ -333,22 +470,52 @@ impl SqliteStore {
         }))
     }
 
-    /// The bytes of `artifact`, verified against its digest.
-    pub fn get_artifact(
+    /// Piece `n` of artifact `sha256` of `run` ([`crate::RunStore::artifact_piece`]).
+    pub fn artifact_piece(
         &self,
         run: &str,
-        artifact: &ArtifactRef,
-    ) -> Result<Vec<u8>, ArtifactError> {
-        let bytes: Option<Vec<u8>> = self.with_reader(|db| {
-            db.query_row(
-                "SELECT bytes FROM artifacts WHERE run_id = ?1 AND sha256 = ?2",
-                params![run, artifact.sha256],
-                |r| r.get(0),
+        sha256: &str,
+        n: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.with_reader(|db| {
+            db.prepare_cached(
+                "SELECT bytes FROM artifact_pieces WHERE run_id = ?1 AND sha256 = ?2 AND n = ?3",
             )
-            .optional()
+            .and_then(|mut q| {
+                q.query_row(params![run, sha256, n as i64], |r| r.get(0))
+                    .optional()
+            })
             .map_err(StoreError::sql("reading an artifact"))
-        })?;
-        verified(run, artifact, bytes)
+        })
+    }
+
+    /// The stored artifacts of `run` (only `sha256` with it), without their bytes:
+    /// `length` reads a blob's length from its row's header, not its content.
+    pub fn stored_artifacts_of(
+        &self,
+        run: &str,
+        sha256: Option<&str>,
+    ) -> Result<Vec<StoredArtifact>, StoreError> {
+        self.with_reader(|db| {
+            db.prepare_cached(
+                "SELECT a.sha256, a.size,
+                        (SELECT coalesce(sum(length(p.bytes)), 0) FROM artifact_pieces p
+                         WHERE p.run_id = a.run_id AND p.sha256 = a.sha256)
+                 FROM artifacts a WHERE a.run_id = ?1 AND (?2 IS NULL OR a.sha256 = ?2)
+                 ORDER BY a.sha256",
+            )
+            .and_then(|mut q| {
+                q.query_map(params![run, sha256], |r| {
+                    Ok(StoredArtifact {
+                        sha256: r.get(0)?,
+                        size: r.get::<_, i64>(1)? as u64,
+                        stored: r.get::<_, i64>(2)? as u64,
+                    })
+                })?
+                .collect()
+            })
+            .map_err(StoreError::sql("reading what artifacts are stored"))
+        })
     }
 }
 

@@ -149,6 +149,8 @@ fn put_metrics(out: &mut Vec<u8>, m: &InvocationMetrics) {
         cost_usd,
         cost_reports,
         assets,
+        http_requests,
+        http_bytes,
     } = m;
     put_uvarint(out, *wall_us);
     put_option(out, *fuel);
@@ -158,6 +160,12 @@ fn put_metrics(out: &mut Vec<u8>, m: &InvocationMetrics) {
     put_uvarint(out, assets.len() as u64);
     for a in assets {
         put_str(out, a);
+    }
+    // An optional tail, last in the body: a result without outgoing HTTP (every result
+    // written before it existed) ends above, byte for byte as before.
+    if *http_requests > 0 || *http_bytes > 0 {
+        put_uvarint(out, *http_requests);
+        put_uvarint(out, *http_bytes);
     }
 }
 
@@ -301,6 +309,11 @@ impl<'a> Reader<'a> {
         for _ in 0..n {
             assets.push(self.str()?.to_string());
         }
+        let (http_requests, http_bytes) = if self.at < self.buf.len() {
+            (self.uvarint()?, self.uvarint()?)
+        } else {
+            (0, 0)
+        };
         Ok(InvocationMetrics {
             wall_us,
             fuel,
@@ -308,6 +321,8 @@ impl<'a> Reader<'a> {
             cost_usd,
             cost_reports,
             assets,
+            http_requests,
+            http_bytes,
         })
     }
 
@@ -368,6 +383,7 @@ mod tests {
                 cost_usd: 0.25,
                 cost_reports: 1,
                 assets: vec!["file:/data/a".into()],
+                ..Default::default()
             },
         }
     }
@@ -397,6 +413,37 @@ mod tests {
             ),
         ]);
         assert_eq!(round_trip(&r), r);
+    }
+
+    /// The HTTP figures are an optional tail: a result without them is byte for byte
+    /// what was written before they existed, and one with them reads back whole.
+    #[test]
+    fn http_figures_are_an_optional_tail() {
+        let plain = completed(vec![("x".into(), Value::Int(1))]);
+        let mut before = Vec::new();
+        encode(&plain, &mut before).unwrap();
+        assert_eq!(round_trip(&plain), plain);
+        let Record::Completed {
+            occurrence,
+            outputs,
+            emitted,
+            mut metrics,
+        } = plain
+        else {
+            unreachable!()
+        };
+        metrics.http_requests = 2;
+        metrics.http_bytes = 1 << 40;
+        let with = Record::Completed {
+            occurrence,
+            outputs,
+            emitted,
+            metrics,
+        };
+        let mut after = Vec::new();
+        encode(&with, &mut after).unwrap();
+        assert!(after.starts_with(&before) && after.len() > before.len());
+        assert_eq!(round_trip(&with), with);
     }
 
     #[test]

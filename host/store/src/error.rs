@@ -117,6 +117,13 @@ pub enum StoreError {
         recorded: String,
         current: String,
     },
+    #[error("run {run} uses package {package} {what}")]
+    PackageMissing {
+        run: String,
+        package: String,
+        /// Its digest, which package store lacks it, and what installs those bytes.
+        what: String,
+    },
     #[error("run {run} has already ended ({state}); nothing to cancel")]
     AlreadyEnded { run: String, state: &'static str },
     #[error(
@@ -261,6 +268,7 @@ impl StoreError {
                 | StoreError::PauseMismatch { .. }
                 | StoreError::AlreadyEnded { .. }
                 | StoreError::RunOwned { .. }
+                | StoreError::PackageMissing { .. }
         )
     }
 

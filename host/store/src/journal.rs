@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use heddle_core::{Occurrence, Record, RecordedAction};
+use heddle_core::{Occurrence, ReconcileAnswer, Record, RecordedAction, SkipReason};
 use heddle_kernel::executor::BoxFuture;
 use heddle_kernel::{Journal, JournalError, Outputs, Prior, Refused, SealError, Step};
 
@@ -101,8 +101,9 @@ struct Seen {
 /// The crash table (README, "Durable runs"), per occurrence, from the log alone: nothing
 /// recorded → fresh; dispatched but not started, started and retry-safe, or every
 /// started attempt closed by a retry → redo, numbered after the attempts made; an attempt
-/// started, not retry-safe and never closed (no result, no retry) → reconcile; a result
-/// → replay it.
+/// started, not retry-safe and never closed (no result, no retry) → reconcile, unless a
+/// person answered that (a skip → skipped, reason `reconciled`; a completion is the
+/// result written with the answer); a result → replay it.
 fn decide(records: &[Stored], reoffer: &dyn Fn(&Occurrence) -> bool) -> HashMap<Occurrence, Prior> {
     fold(records)
         .into_iter()
@@ -216,13 +217,31 @@ fn fold(records: &[Stored]) -> HashMap<&Occurrence, Seen> {
             Record::Verdict { verdict, .. } => {
                 let error = || verdict.error.clone().unwrap_or_default();
                 match verdict.action {
-                    RecordedAction::Skip => e.settled = Some(Prior::Skipped { error: error() }),
+                    RecordedAction::Skip => {
+                        e.settled = Some(Prior::Skipped {
+                            error: error(),
+                            reason: SkipReason::Supervisor,
+                        })
+                    }
                     RecordedAction::EndStream => {
                         e.settled = Some(Prior::EndedStream { error: error() })
                     }
                     RecordedAction::Retry => e.retried += 1,
                     RecordedAction::Approve | RecordedAction::Reject => {}
                 }
+            }
+            // A person's answer: a skip settles the invocation here; a completion is the
+            // result record written with it, which settles it above.
+            Record::Reconciled {
+                answer: ReconcileAnswer::Skipped,
+                by,
+                note,
+                ..
+            } => {
+                e.settled = Some(Prior::Skipped {
+                    error: format!("skipped by {by} reconciling it: {note}"),
+                    reason: SkipReason::Reconciled,
+                })
             }
             _ => {}
         }

@@ -44,6 +44,8 @@ use serde::{Deserialize, Serialize};
 pub use budget::{Budget, Exhausted, Spent};
 pub use error::StoreError;
 pub use fleet::Fleet;
+/// Where a run's package came from (see [`PackagePin`]).
+pub use heddle_core::package::PackageSource;
 pub use journal::{DiedAttempt, DurableJournal, died_attempts};
 pub use limits::{RunLimits, SuperviseMode, WatchdogLimits};
 pub use location::{Store, StoreLocation, open};
@@ -73,10 +75,69 @@ pub struct NewRun {
     pub inputs: BTreeMap<String, Value>,
     /// Names of secrets the run may use; values are looked up again on every start.
     pub secrets: Vec<String>,
-    /// sha256 (hex) of every package the run uses, by package name.
-    pub packages: BTreeMap<String, String>,
+    /// Every package the run uses, by package name: its component's sha256 and, for a
+    /// package fetched from a registry, where exactly (so another machine can fetch the
+    /// same bytes).
+    pub packages: BTreeMap<String, PackagePin>,
     /// Run limits and budgets (node timeout, dispatch budget, run time limit, …).
     pub limits: RunLimits,
+}
+
+/// A package a durable run uses. Stored as the bare sha256 when it did not come from a
+/// registry (the form every run recorded before registries), else as
+/// `{"sha256": …, "source": {…}}`; both are read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackagePin {
+    /// sha256 (hex) of the component.
+    pub sha256: String,
+    /// Where it was fetched from, when it came from a registry.
+    pub source: Option<PackageSource>,
+}
+
+impl PackagePin {
+    /// A package added from a directory: its digest only.
+    pub fn digest(sha256: impl Into<String>) -> PackagePin {
+        PackagePin {
+            sha256: sha256.into(),
+            source: None,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum PinForm {
+    Digest(String),
+    Full {
+        sha256: String,
+        #[serde(default)]
+        source: Option<PackageSource>,
+    },
+}
+
+impl Serialize for PackagePin {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.source {
+            None => s.serialize_str(&self.sha256),
+            Some(_) => PinForm::Full {
+                sha256: self.sha256.clone(),
+                source: self.source.clone(),
+            }
+            .serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PackagePin {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match PinForm::deserialize(d)? {
+            PinForm::Digest(sha256) => PackagePin {
+                sha256,
+                source: None,
+            },
+            PinForm::Full { sha256, source } => PackagePin { sha256, source },
+        })
+    }
 }
 
 /// A stored run's fixed part, as created.
@@ -145,6 +206,11 @@ pub trait RunStore: Send + Sync {
     /// get [`StoreError::NotNext`] and change nothing (neither epoch nor log), so a loser
     /// never fences the winner out. Every take-over (resume, approve, cancel, a worker's,
     /// a server's) goes through this one check.
+    ///
+    /// A take-over whose records reopen a pause ([`withdraws_cancel`]: a person resumed
+    /// it) withdraws any cancel request in the same transaction: one made before the
+    /// pause was for the owner that paused, and the person's resume is the later word
+    /// (a `heddle runs cancel` killed after asking once cancelled the resumed run).
     fn take_over(
         &self,
         run_id: &str,
@@ -215,12 +281,47 @@ pub trait RunStore: Send + Sync {
         run_id: &str,
     ) -> Result<Vec<(String, artifacts::ArtifactRef)>, StoreError>;
 
-    /// The bytes of an artifact of `run_id`, verified against its digest.
+    /// Piece `index` (from 0) of an artifact of `run_id` as stored: its bytes are kept
+    /// in pieces of [`artifacts::PIECE_BYTES`] (the last one shorter), so a reader holds
+    /// one piece at a time and no statement or transaction stays open between pieces.
+    /// Not verified: [`artifacts::ArtifactReader`] reads the pieces in order and checks
+    /// the digest before it hands out the last. `None` past the end, or for an artifact
+    /// that is not stored.
+    fn artifact_piece(
+        &self,
+        run_id: &str,
+        sha256: &str,
+        index: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// What is stored of artifact `sha256` of `run_id` (its recorded size, and the
+    /// length of its stored pieces), read without its bytes; `None` when it is not
+    /// stored.
+    fn stored_artifact(
+        &self,
+        run_id: &str,
+        sha256: &str,
+    ) -> Result<Option<artifacts::StoredArtifact>, StoreError>;
+
+    /// [`RunStore::stored_artifact`] of every artifact of `run_id`, read without their
+    /// bytes: what a display checks to list missing or damaged values without reading
+    /// them back.
+    fn stored_artifacts(&self, run_id: &str) -> Result<Vec<artifacts::StoredArtifact>, StoreError>;
+
+    /// The bytes of an artifact of `run_id`, verified against its digest: every piece,
+    /// in order ([`artifacts::ArtifactReader`]).
     fn get_artifact(
         &self,
         run_id: &str,
         artifact: &artifacts::ArtifactRef,
-    ) -> Result<Vec<u8>, artifacts::ArtifactError>;
+    ) -> Result<Vec<u8>, artifacts::ArtifactError> {
+        let mut reader = artifacts::ArtifactReader::open(self, run_id, &artifact.sha256)?;
+        let mut out = Vec::with_capacity(reader.artifact().size.min(1 << 30) as usize);
+        while let Some(piece) = reader.next_piece(self)? {
+            out.extend_from_slice(&piece);
+        }
+        Ok(out)
+    }
 
     /// The artifact `name` of `run_id` points at, if any.
     fn named_artifact(
@@ -235,14 +336,16 @@ pub trait RunStore: Send + Sync {
     }
 }
 
+/// Whether a take-over's `opening` records reopen a pause (a person's resume, approval
+/// or answer): then the cancel requests made before it are withdrawn with it
+/// ([`RunStore::take_over`]). A recovery of a run whose owner died keeps them: the
+/// cancel was asked of a run that was running, and nobody decided anything since.
+pub fn withdraws_cancel(opening: &[Record]) -> bool {
+    opening.iter().any(|r| matches!(r, Record::Resumed { .. }))
+}
+
 /// sha256 of `bytes`, lower-case hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest as _;
-    use std::fmt::Write as _;
-    let digest = sha2::Sha256::digest(bytes);
-    let mut s = String::with_capacity(64);
-    for b in digest {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
+    artifacts::hex(&sha2::Sha256::digest(bytes))
 }

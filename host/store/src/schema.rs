@@ -86,10 +86,56 @@ const MIGRATIONS: &[&str] = &[
         requested_ms INTEGER NOT NULL,
         pid INTEGER NOT NULL
     ) WITHOUT ROWID;",
+    // 8: an artifact's bytes in pieces of `artifacts::PIECE_BYTES`, a row each (a rowid
+    // table: large rows belong in one, and its key index stays small), read a piece at
+    // a time instead of whole; the bytes a version 7 store holds are cut into pieces and
+    // the column that held them whole is dropped by [`cut_artifacts`], in Rust.
+    "CREATE TABLE IF NOT EXISTS artifact_pieces (
+        run_id TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        bytes BLOB NOT NULL,
+        PRIMARY KEY (run_id, sha256, n)
+    );",
 ];
 
 /// The version whose upgrade checksums the run headers already stored.
 const HEADER_SUMS: i64 = 6;
+
+/// The version whose upgrade cuts the artifacts already stored into pieces.
+const ARTIFACT_PIECES: i64 = 8;
+
+/// Moves the bytes of every artifact still held whole (`artifacts.bytes`, before
+/// version 8) into pieces of [`crate::artifacts::PIECE_BYTES`], and drops the column.
+/// Nothing to do on a file that has no such column. One artifact at a time, each read
+/// once: cutting in SQL (`substr` per piece) reads the whole blob again for every piece,
+/// 30 s for one 48 MiB artifact where this takes well under a second.
+fn cut_artifacts(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    let whole: bool = tx.query_row(
+        "SELECT count(*) FROM pragma_table_info('artifacts') WHERE name = 'bytes'",
+        [],
+        |r| r.get::<_, i64>(0).map(|n| n > 0),
+    )?;
+    if !whole {
+        return Ok(());
+    }
+    let keys: Vec<(String, String)> = tx
+        .prepare("SELECT run_id, sha256 FROM artifacts WHERE size > 0")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut read = tx.prepare("SELECT bytes FROM artifacts WHERE run_id = ?1 AND sha256 = ?2")?;
+    let mut piece = tx.prepare(
+        "INSERT INTO artifact_pieces (run_id, sha256, n, bytes) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for (run, sha256) in &keys {
+        let bytes: Vec<u8> = read.query_row(rusqlite::params![run, sha256], |r| r.get(0))?;
+        for (n, bytes) in bytes.chunks(crate::artifacts::PIECE_BYTES).enumerate() {
+            piece.execute(rusqlite::params![run, sha256, n as i64, bytes])?;
+        }
+    }
+    drop((read, piece));
+    tx.execute_batch("ALTER TABLE artifacts DROP COLUMN bytes;")
+}
 
 /// What opening a store changed in it: it was brought from schema `from` to `to`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,6 +250,9 @@ fn prepare_with(
         if i as i64 + 1 == HEADER_SUMS {
             headers_checksummed = checksum_headers(&tx).map_err(open)?;
         }
+        if i as i64 + 1 == ARTIFACT_PIECES {
+            cut_artifacts(&tx).map_err(open)?;
+        }
     }
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(open)?;
@@ -241,5 +290,57 @@ mod tests {
         }
         drop(c);
         assert_eq!(std::fs::read(&path).unwrap(), before);
+    }
+
+    /// A version 7 store kept each artifact whole in `artifacts.bytes`: opened by this
+    /// build, its artifacts are cut into pieces that read back whole and one at a
+    /// time (an empty one, a one-piece one and one of three pieces), and the column
+    /// that held them whole is gone.
+    #[test]
+    fn a_version_7_store_migrates_its_artifacts_into_pieces() {
+        use crate::RunStore as _;
+        use crate::artifacts::{ArtifactReader, ArtifactRef, PIECE_BYTES};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        let big: Vec<u8> = (0..2 * PIECE_BYTES + 9).map(|i| (i % 241) as u8).collect();
+        let all: [&[u8]; 3] = [&big, b"{\"a\":1}", b""];
+        {
+            let mut c = Connection::open(&path).unwrap();
+            prepare_with(&mut c, &path, &MIGRATIONS[..7]).unwrap();
+            // The artifacts alone: their run's row is not what this is about.
+            c.pragma_update(None, "foreign_keys", false).unwrap();
+            for bytes in all {
+                c.execute(
+                    "INSERT INTO artifacts (run_id, sha256, size, bytes) VALUES ('r', ?1, ?2, ?3)",
+                    rusqlite::params![crate::sha256_hex(bytes), bytes.len() as i64, bytes],
+                )
+                .unwrap();
+            }
+        }
+        let store = crate::SqliteStore::open(&path).unwrap();
+        assert_eq!(store.upgrade().map(|u| (u.from, u.to)), Some((7, 8)));
+        for bytes in all {
+            let a = ArtifactRef {
+                sha256: crate::sha256_hex(bytes),
+                size: bytes.len() as u64,
+            };
+            assert!(store.get_artifact("r", &a).unwrap() == bytes);
+            let mut r = ArtifactReader::open(&store, "r", &a.sha256).unwrap();
+            let mut sizes = Vec::new();
+            while let Some(p) = r.next_piece(&store).unwrap() {
+                sizes.push(p.len());
+            }
+            let want: Vec<usize> = bytes.chunks(PIECE_BYTES).map(<[u8]>::len).collect();
+            assert_eq!(sizes, want);
+        }
+        let c = Connection::open(&path).unwrap();
+        let has_bytes: i64 = c
+            .query_row(
+                "SELECT count(*) FROM pragma_table_info('artifacts') WHERE name = 'bytes'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(has_bytes, 0);
     }
 }

@@ -147,6 +147,17 @@ pub fn mask_record(r: &Redactor, record: Record) -> Record {
             },
             decided_by,
         },
+        Record::Reconciled {
+            occurrence,
+            answer,
+            by,
+            note,
+        } => Record::Reconciled {
+            occurrence,
+            answer,
+            by: text(by),
+            note: text(note),
+        },
         Record::Paused {
             pause: PauseReason::Suspend { node, reason },
         } => Record::Paused {

@@ -81,21 +81,37 @@ impl Session {
     }
 }
 
+/// What a process writes when it takes a run: its `opened` record (why, and the trace it
+/// continues or starts) and `extra` records in the same transaction (a resume's
+/// `resumed`, a person's answer).
+struct Opening {
+    reason: OpenReason,
+    trace: Option<RunTrace>,
+    extra: Vec<Record>,
+}
+
+/// Takes the run over after `records` (the log as checked, values read back) with
+/// `opening` in one transaction. The journal decides from `records` and `answered` (the
+/// answer's records with their values, as recovery reads them back later).
 fn open(
     store: Arc<dyn RunStore>,
     header: &RunHeader,
     records: &[Stored],
-    reason: OpenReason,
-    extra: Option<Record>,
+    opening: Opening,
+    answered: Vec<Record>,
     reoffer: &dyn Fn(&Occurrence) -> bool,
-    trace: Option<RunTrace>,
 ) -> Result<Session, StoreError> {
+    let Opening {
+        reason,
+        trace,
+        extra,
+    } = opening;
     let run_id = header.run_id.as_str();
     let budget = header.run.limits.budget;
     let spent = RunView::fold(records, |_| false).spent();
     // The one point where a taker wins: the opening records go in with the new epoch,
     // only if nobody took the run since `records` were read.
-    let opening = |epoch| {
+    let opening_records = |epoch| {
         [Record::Opened {
             epoch,
             reason,
@@ -103,11 +119,11 @@ fn open(
             trace,
         }]
         .into_iter()
-        .chain(extra.clone())
+        .chain(extra.iter().cloned())
         .collect::<Vec<_>>()
     };
-    let written = 1 + extra.is_some() as u64;
-    let epoch = take_over(&*store, run_id, records.len() as u64, &opening)?;
+    let written = 1 + extra.len() as u64;
+    let epoch = take_over(&*store, run_id, records.len() as u64, &opening_records)?;
     if !records.is_empty() {
         // Blobs an earlier process stored for a record it never committed: unreadable,
         // and they would count against the run's artifact quota for good. Decided from
@@ -123,6 +139,22 @@ fn open(
         epoch,
         records.len() as u64 + written,
     ));
+    let decided: Vec<Stored>;
+    let records = if answered.is_empty() {
+        records
+    } else {
+        let next = records.len() as u64;
+        decided = records
+            .iter()
+            .cloned()
+            .chain(answered.into_iter().enumerate().map(|(i, record)| Stored {
+                seq: next + i as u64,
+                at_ms: 0,
+                record,
+            }))
+            .collect();
+        &decided
+    };
     let journal = Arc::new(
         DurableJournal::with_budget(log.clone(), records, reoffer, budget).spilling(spill.clone()),
     );
@@ -178,10 +210,13 @@ pub fn begin_traced(
         store,
         &header,
         &[],
-        OpenReason::Start,
-        None,
+        Opening {
+            reason: OpenReason::Start,
+            trace,
+            extra: Vec::new(),
+        },
+        Vec::new(),
         &|_| false,
-        trace,
     )?;
     Ok((header, session))
 }
@@ -317,22 +352,52 @@ pub fn reopen_traced(
     r: &Resumption,
     trace: Option<RunTrace>,
 ) -> Result<Session, StoreError> {
-    let (reason, extra) = match &r.pause {
+    reopen_answered(store, r, Vec::new(), trace)
+}
+
+/// [`reopen_traced`] of a reconcile pause with a person's `answer` to it (a
+/// [`Record::Reconciled`], and for a completion the [`Record::Completed`] holding the
+/// outputs they supplied, its large values already stored as artifacts and its text
+/// masked): written with the `opened` and `resumed` records in the take-over's one
+/// transaction, so the answer is on disk exactly when the pause is closed, and every
+/// later recovery carries it out instead of asking again.
+pub fn reopen_answered(
+    store: Arc<dyn RunStore>,
+    r: &Resumption,
+    answer: Vec<Record>,
+    trace: Option<RunTrace>,
+) -> Result<Session, StoreError> {
+    let (reason, resumed) = match &r.pause {
         Some(p) => (OpenReason::Resume, Some(Record::Resumed { pause: p.event })),
         None => (OpenReason::Recover, None),
     };
     // Recovery feeds recorded results downstream: their real values, verified.
     let mut records = r.records.clone();
     crate::spill::resolve(&*store, &r.header.run_id, &mut records)?;
+    let mut answered: Vec<Stored> = answer
+        .iter()
+        .cloned()
+        .map(|record| Stored {
+            seq: 0,
+            at_ms: 0,
+            record,
+        })
+        .collect();
+    crate::spill::resolve(&*store, &r.header.run_id, &mut answered)?;
+    let extra = resumed.into_iter().chain(answer).collect();
+    let answered = answered.into_iter().map(|s| s.record).collect();
     // Acquiring drops a torn tail; read again so numbering continues after what counts.
     let session = open(
         store.clone(),
         &r.header,
         &records,
-        reason,
-        extra,
+        Opening {
+            reason,
+            trace,
+            extra,
+        },
+        answered,
         &|occ| r.reoffers(occ),
-        trace,
     )?;
     Ok(session)
 }

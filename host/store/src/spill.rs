@@ -368,13 +368,14 @@ impl Unreadable {
     }
 }
 
-/// What [`resolve_with`] does with a reference whose artifact reads back intact.
+/// What [`resolve_with`] does with a reference.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Readable {
-    /// Replaces it by the value.
+    /// Reads it back verified and replaces it by the value.
     Inline,
-    /// Leaves it as it is (the bytes were read only to verify them, then dropped: at
-    /// most one artifact is held at a time).
+    /// Leaves it as it is, once the store says its artifact is there whole (its size
+    /// and the length of its stored pieces, no byte read: a run with many large values
+    /// is shown without reading them; the digest is checked whenever they are read).
     Keep,
 }
 
@@ -391,6 +392,16 @@ fn resolve_with(
 ) -> Result<(), ArtifactError> {
     // Per digest read intact: its value (`None` when it is kept as a reference).
     let mut loaded: std::collections::HashMap<String, Option<Value>> = Default::default();
+    // What the store holds, by digest, for references kept as they are.
+    let listed: std::collections::HashMap<String, crate::artifacts::StoredArtifact> = match readable
+    {
+        Readable::Keep => store
+            .stored_artifacts(run)?
+            .into_iter()
+            .map(|a| (a.sha256.clone(), a))
+            .collect(),
+        Readable::Inline => Default::default(),
+    };
     for s in records.iter_mut() {
         let Record::Completed {
             occurrence,
@@ -411,28 +422,56 @@ fn resolve_with(
                 }
                 continue;
             }
-            *v = match load_value(store, run, &r) {
-                Ok(_) if readable == Readable::Keep => {
+            let found = match readable {
+                Readable::Keep => whole(&listed, run, &r.sha256).map(|()| None),
+                Readable::Inline => load_value(store, run, &r).map(Some),
+            };
+            *v = match found {
+                Ok(None) => {
                     loaded.insert(r.sha256, None);
                     continue;
                 }
-                Ok(found) => {
+                Ok(Some(found)) => {
                     loaded.insert(r.sha256, Some(found.clone()));
                     found
                 }
-                Err(e @ (ArtifactError::Missing { .. } | ArtifactError::Corrupt { .. })) => {
-                    unreadable(Unreadable {
-                        occurrence: occurrence.clone(),
-                        handle: handle.clone(),
-                        artifact: r,
-                        error: e,
-                    })?
-                }
+                Err(
+                    e @ (ArtifactError::Missing { .. }
+                    | ArtifactError::Cut { .. }
+                    | ArtifactError::Corrupt { .. }),
+                ) => unreadable(Unreadable {
+                    occurrence: occurrence.clone(),
+                    handle: handle.clone(),
+                    artifact: r,
+                    error: e,
+                })?,
                 Err(e) => return Err(e),
             };
         }
     }
     Ok(())
+}
+
+/// Whether `listed` (a run's stored artifacts) holds `sha256` whole: stored, its pieces
+/// adding up to its size.
+fn whole(
+    listed: &std::collections::HashMap<String, crate::artifacts::StoredArtifact>,
+    run: &str,
+    sha256: &str,
+) -> Result<(), ArtifactError> {
+    match listed.get(sha256) {
+        None => Err(ArtifactError::Missing {
+            run: run.to_string(),
+            sha256: sha256.to_string(),
+        }),
+        Some(a) if a.stored != a.size => Err(ArtifactError::Cut {
+            run: run.to_string(),
+            sha256: sha256.to_string(),
+            size: a.size,
+            stored: a.stored,
+        }),
+        Some(_) => Ok(()),
+    }
 }
 
 /// Replaces every reference in `records`' results by the value it refers to; a
@@ -452,10 +491,11 @@ pub fn resolve(
     })
 }
 
-/// For a reader that shows a run rather than running it on: every reference is
-/// verified and left a reference (the values are fetched by whoever shows them, so
-/// the run's shown size does not grow with its values); a missing or corrupt one is
-/// replaced by a marker (`{"$unreadable":{"sha256","size","problem"}}`) and listed,
+/// For a reader that shows a run rather than running it on: every reference is left a
+/// reference (the values are fetched by whoever shows them, so the run's shown size
+/// does not grow with its values) once the store says its artifact is there whole,
+/// without reading it (the digest is checked when it is fetched); a missing or cut one
+/// is replaced by a marker (`{"$unreadable":{"sha256","size","problem"}}`) and listed,
 /// so the rest of the run can still be shown. Store errors still fail.
 pub fn check_marking(
     store: &dyn RunStore,
@@ -645,7 +685,7 @@ mod tests {
         let orphan = store_value(&store, &run, &policy, &Value::str("another orphan")).unwrap();
         store.with_db(|db| {
             db.execute(
-                "UPDATE artifacts SET bytes = x'00' WHERE sha256 =
+                "UPDATE artifact_pieces SET bytes = x'00' WHERE sha256 =
                  (SELECT sha256 FROM artifact_names WHERE name = 'final-report')",
                 [],
             )

@@ -396,9 +396,14 @@ impl RunStore for SqliteStore {
             params![run_id, ours as i64],
         )
         .map_err(StoreError::sql(WHAT))?;
-        let frames = Frames::of(run_id, next, &opening(ours))?;
+        let records = opening(ours);
+        let frames = Frames::of(run_id, next, &records)?;
         if !frames.is_empty() {
             insert_events(&tx, &mut c.layout, &frames, now_ms() as i64)?;
+        }
+        if crate::withdraws_cancel(&records) {
+            tx.execute("DELETE FROM cancel_requests WHERE run_id = ?1", [run_id])
+                .map_err(StoreError::sql(WHAT))?;
         }
         tx.commit().map_err(StoreError::sql(WHAT))?;
         Ok(ours)
@@ -503,12 +508,28 @@ impl RunStore for SqliteStore {
         SqliteStore::put_artifact(self, run_id, name, bytes, policy)
     }
 
-    fn get_artifact(
+    fn artifact_piece(
         &self,
         run_id: &str,
-        artifact: &crate::artifacts::ArtifactRef,
-    ) -> Result<Vec<u8>, crate::artifacts::ArtifactError> {
-        SqliteStore::get_artifact(self, run_id, artifact)
+        sha256: &str,
+        index: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        SqliteStore::artifact_piece(self, run_id, sha256, index)
+    }
+
+    fn stored_artifact(
+        &self,
+        run_id: &str,
+        sha256: &str,
+    ) -> Result<Option<crate::artifacts::StoredArtifact>, StoreError> {
+        Ok(self.stored_artifacts_of(run_id, Some(sha256))?.pop())
+    }
+
+    fn stored_artifacts(
+        &self,
+        run_id: &str,
+    ) -> Result<Vec<crate::artifacts::StoredArtifact>, StoreError> {
+        self.stored_artifacts_of(run_id, None)
     }
 
     fn drop_unreferenced_artifacts(

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use heddle_core::{
-    InvocationMetrics, Occurrence, OpenReason, PauseReason, Record, RecordedAction,
-    RecordedVerdict, RunStatus, UsageState, Value,
+    InvocationMetrics, Occurrence, OpenReason, PauseReason, ReconcileAnswer, Record,
+    RecordedAction, RecordedVerdict, RunStatus, UsageState, Value,
 };
 use serde::Serialize;
 
@@ -77,6 +77,23 @@ pub struct OccurrenceView {
     /// Supervisor verdicts in order (carried out on recovery, never asked again).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub verdicts: Vec<RecordedVerdict>,
+    /// A person's answer to the reconcile pause of this invocation (it was not run
+    /// again: its result is the outputs they supplied, or it was skipped).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reconciled: Option<Reconciled>,
+}
+
+/// A person's answer to a reconcile pause, as [`RunView`] shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Reconciled {
+    /// What they said became of the invocation.
+    pub answer: ReconcileAnswer,
+    /// Who answered.
+    pub by: String,
+    /// Why.
+    pub note: String,
+    /// The record holding the answer.
+    pub event: u64,
 }
 
 /// One node's provider usage as far as the log knows it.
@@ -246,6 +263,22 @@ impl RunView {
                     }
                     ended = None;
                 }
+                Record::Reconciled {
+                    occurrence,
+                    answer,
+                    by,
+                    note,
+                } => {
+                    v.occurrences
+                        .entry(occurrence.clone())
+                        .or_default()
+                        .reconciled = Some(Reconciled {
+                        answer: *answer,
+                        by: by.clone(),
+                        note: note.clone(),
+                        event: s.seq,
+                    });
+                }
                 Record::CancelRequested => {}
                 Record::Skipped { node, reason } => {
                     v.skipped.insert(node.clone(), *reason);
@@ -326,11 +359,12 @@ impl RunView {
         }
     }
 
-    /// Occurrences that started and have no recorded result, with their retry safety.
+    /// Occurrences that started and have no recorded result nor a person's answer,
+    /// with their retry safety.
     pub fn uncertain(&self) -> impl Iterator<Item = (&Occurrence, &OccurrenceView)> {
         self.occurrences
             .iter()
-            .filter(|(_, o)| o.started > 0 && o.result.is_none())
+            .filter(|(_, o)| o.started > 0 && o.result.is_none() && o.reconciled.is_none())
     }
 }
 

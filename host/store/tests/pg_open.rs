@@ -157,6 +157,9 @@ fn a_version_1_store_migrates_and_its_run_headers_are_verified() {
         &url,
         "ALTER TABLE heddle.runs DROP COLUMN header_sums;
          DROP TABLE heddle.cancel_requests;
+         ALTER TABLE heddle.leases DROP COLUMN owner_hostname, DROP COLUMN owner_pid;
+         DROP TABLE heddle.artifact_pieces;
+         ALTER TABLE heddle.artifacts ADD COLUMN bytes bytea NOT NULL DEFAULT '';
          UPDATE heddle.meta SET value = '1' WHERE key = 'schema_version'",
     );
     let s = PgStore::open(&url).unwrap();
@@ -164,7 +167,7 @@ fn a_version_1_store_migrates_and_its_run_headers_are_verified() {
         &url,
         "SELECT value FROM heddle.meta WHERE key = 'schema_version'",
     );
-    assert_eq!(version[0][0].as_deref(), Some("3"));
+    assert_eq!(version[0][0].as_deref(), Some("5"));
     assert_eq!(s.header(&a.run_id).unwrap(), a);
     assert_eq!(s.header(&b.run_id).unwrap(), b);
     support::sql(
@@ -260,4 +263,53 @@ fn a_database_shared_with_another_application_is_used_beside_its_tables() {
     // Opening again (another host) finds the store as it is.
     drop(s);
     assert_eq!(PgStore::open(&url).unwrap().list().unwrap().len(), 1);
+}
+
+/// A store written when an artifact was one `bytea` value (schema 4) migrates on open:
+/// each artifact's bytes are cut into pieces, read back whole and a piece at a time,
+/// and the column that held them is gone.
+#[test]
+fn a_version_4_store_migrates_its_artifacts_into_pieces() {
+    use heddle_store::artifacts::{ArtifactPolicy, ArtifactReader, PIECE_BYTES};
+    if support::skip_pg() {
+        return;
+    }
+    let url = support::fresh_database();
+    let bytes: Vec<u8> = (0..2 * PIECE_BYTES + 5).map(|i| (i % 253) as u8).collect();
+    let (run, big, small, empty) = {
+        let s = PgStore::open(&url).unwrap();
+        let run = s.create_run(&support::new_run()).unwrap().run_id;
+        let p = ArtifactPolicy::default();
+        let big = s.put_artifact(&run, None, &bytes, &p).unwrap();
+        let small = s.put_artifact(&run, Some("report"), b"{}", &p).unwrap();
+        let empty = s.put_artifact(&run, None, b"", &p).unwrap();
+        (run, big, small, empty)
+    };
+    // As schema 4 kept them: the bytes whole in `artifacts`.
+    support::sql(
+        &url,
+        "ALTER TABLE heddle.artifacts ADD COLUMN bytes bytea;
+         UPDATE heddle.artifacts a SET bytes = coalesce((SELECT string_agg(p.bytes, ''::bytea ORDER BY p.n)
+             FROM heddle.artifact_pieces p WHERE p.run_id = a.run_id AND p.sha256 = a.sha256), ''::bytea);
+         ALTER TABLE heddle.artifacts ALTER COLUMN bytes SET NOT NULL;
+         DROP TABLE heddle.artifact_pieces;
+         UPDATE heddle.meta SET value = '4' WHERE key = 'schema_version'",
+    );
+    let s = PgStore::open(&url).unwrap();
+    assert!(s.get_artifact(&run, &big).unwrap() == bytes);
+    assert_eq!(s.get_artifact(&run, &small).unwrap(), b"{}");
+    assert_eq!(s.get_artifact(&run, &empty).unwrap(), b"");
+    let mut r = ArtifactReader::open(&s, &run, &big.sha256).unwrap();
+    let mut sizes = Vec::new();
+    while let Some(p) = r.next_piece(&s).unwrap() {
+        sizes.push(p.len());
+    }
+    assert_eq!(sizes, [PIECE_BYTES, PIECE_BYTES, 5]);
+    let columns = support::query(
+        &url,
+        "SELECT column_name FROM information_schema.columns
+         WHERE table_schema = 'heddle' AND table_name = 'artifacts' ORDER BY column_name",
+    );
+    let columns: Vec<_> = columns.into_iter().map(|r| r[0].clone().unwrap()).collect();
+    assert_eq!(columns, ["run_id", "sha256", "size"]);
 }

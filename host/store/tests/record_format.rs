@@ -39,6 +39,8 @@ fn completed(node: &str, v: Value) -> Record {
             cost_usd: 0.5,
             cost_reports: 1,
             assets: vec!["file:/data/a".into()],
+            http_requests: 3,
+            http_bytes: 70_000,
         },
     }
 }
@@ -187,7 +189,7 @@ fn a_version_3_store_with_json_results_migrates_and_reads_back() {
         c.pragma_update(None, "user_version", 3).unwrap();
     }
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(user_version(&path), 7);
+    assert_eq!(user_version(&path), 8);
     let back: Vec<Record> = store
         .read(&id, 0)
         .unwrap()
@@ -461,7 +463,7 @@ fn a_version_4_store_migrates_and_its_rows_read_as_one_record_each() {
     }
     assert_eq!(rows_of(&path, &id).len(), old.len());
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(user_version(&path), 7);
+    assert_eq!(user_version(&path), 8);
     assert_eq!(records(&store, &id, 0), old);
     assert_eq!(records(&store, &id, 3), old[3..]);
     let epoch = store.acquire(&id).unwrap();
@@ -554,9 +556,9 @@ fn a_version_5_store_migrates_and_its_run_headers_are_verified() {
     flip_header_byte(&path, &b.run_id, "graph_bytes", 1);
 
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(user_version(&path), 7);
+    assert_eq!(user_version(&path), 8);
     let up = store.upgrade().expect("the upgrade is reported").clone();
-    assert_eq!((up.from, up.to, up.headers_checksummed), (5, 7, 2));
+    assert_eq!((up.from, up.to, up.headers_checksummed), (5, 8, 2));
     assert!(
         up.to_string()
             .contains("checksummed the stored headers of 2 run(s)"),
@@ -862,6 +864,57 @@ fn plans_and_limits_are_stored_as_before_and_old_ones_read_back() {
         let h = SqliteStore::open(&path).unwrap().header(&id).unwrap();
         assert_eq!((h.run.plan, h.run.limits), (plan(), limits));
     }
+}
+
+/// A person's answers to a reconcile pause, as stored: JSON text like every record but
+/// a result, the completion followed by the result holding the outputs they supplied
+/// (a result record, binary, like any other).
+const ANSWERS: &[&str] = &[
+    r#"{"kind":"reconciled","occurrence":{"node":"send","key":"each:item=2"},"answer":"completed","by":"alice","note":"the mail is in the sent folder"}"#,
+    r#"{"kind":"reconciled","occurrence":{"node":"charge","n":1},"answer":"skipped","by":"bob","note":"the payment provider shows no charge"}"#,
+];
+
+#[test]
+fn reconcile_answers_are_json_text_and_read_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = store.create_run(&new_run()).unwrap().run_id;
+    let epoch = store.acquire(&id).unwrap();
+    let recs = [
+        Record::Reconciled {
+            occurrence: Occurrence::new("send", "each:item=2", 0),
+            answer: heddle_core::ReconcileAnswer::Completed,
+            by: "alice".into(),
+            note: "the mail is in the sent folder".into(),
+        },
+        Record::Reconciled {
+            occurrence: Occurrence::new("charge", "", 1),
+            answer: heddle_core::ReconcileAnswer::Skipped,
+            by: "bob".into(),
+            note: "the payment provider shows no charge".into(),
+        },
+    ];
+    for (seq, r) in recs.iter().enumerate() {
+        store
+            .append(&id, epoch, seq as u64, std::slice::from_ref(r), false)
+            .unwrap();
+    }
+    for (seq, text) in ANSWERS.iter().enumerate() {
+        assert_eq!(&text_body(&path, &id, seq as i64), text, "record {seq}");
+    }
+    assert_eq!(records(&store, &id, 0), recs);
+    // Written together with the result holding the supplied outputs (as a take-over
+    // writes them): one packed row, each record under its own checksum.
+    let result = completed("send", awkward());
+    store
+        .append(&id, epoch, 2, &[recs[0].clone(), result.clone()], true)
+        .unwrap();
+    assert_eq!(
+        records(&store, &id, 2),
+        [recs[0].clone(), result],
+        "an answer and its result read back as written"
+    );
 }
 
 /// `opened` records as stored: a start by a process that traces nothing (what every

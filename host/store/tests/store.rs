@@ -27,6 +27,8 @@ both!(
     a_damaged_run_header_is_refused_naming_the_run_and_field,
     one_of_concurrent_takers_wins_and_the_losers_write_nothing,
     a_cancel_request_is_seen_by_another_handle_and_leaves_the_log_alone,
+    a_large_artifact_is_read_a_piece_at_a_time_and_never_completed_when_damaged,
+    a_resume_withdraws_a_cancel_request_a_recovery_keeps,
 );
 
 fn keeps_the_run_exactly_and_lists_it(b: Backend) {
@@ -456,6 +458,29 @@ fn the_journal_applies_the_crash_table_from_the_log(b: Backend) {
                 .with_error("boom"),
             decided_by: heddle_core::Decider::Supervisor,
         },
+        // Uncertain work a person answered: it completed with these outputs, or skip it.
+        disp("answered", false),
+        start("answered"),
+        Record::Reconciled {
+            occurrence: occ("answered"),
+            answer: heddle_core::ReconcileAnswer::Completed,
+            by: "alice".into(),
+            note: "it is done".into(),
+        },
+        Record::Completed {
+            occurrence: occ("answered"),
+            outputs: vec![("out".into(), Value::Int(9))],
+            emitted: Vec::new(),
+            metrics: Default::default(),
+        },
+        disp("dropped", false),
+        start("dropped"),
+        Record::Reconciled {
+            occurrence: occ("dropped"),
+            answer: heddle_core::ReconcileAnswer::Skipped,
+            by: "bob".into(),
+            note: "not needed".into(),
+        },
     ];
     store.append(&id, epoch, 0, &recs, true).unwrap();
     let records = store.read(&id, 0).unwrap().records;
@@ -476,9 +501,33 @@ fn the_journal_applies_the_crash_table_from_the_log(b: Backend) {
     assert_eq!(
         j.prior(&occ("skipped")),
         Prior::Skipped {
-            error: "boom".into()
+            error: "boom".into(),
+            reason: heddle_core::SkipReason::Supervisor,
         }
     );
+    assert!(
+        matches!(j.prior(&occ("answered")), Prior::Completed { outputs, .. } if outputs.get("out") == Some(&Value::Int(9)))
+    );
+    assert!(matches!(
+        j.prior(&occ("dropped")),
+        Prior::Skipped {
+            reason: heddle_core::SkipReason::Reconciled,
+            ..
+        }
+    ));
+    // Answered work is no longer uncertain, even when a resume offers the pause again.
+    let v = RunView::fold(&records, |_| false);
+    let uncertain: Vec<&str> = v.uncertain().map(|(o, _)| o.node.as_str()).collect();
+    assert_eq!(uncertain, ["safe", "skipped", "unsafe"]);
+    assert_eq!(
+        v.occurrences[&occ("dropped")]
+            .reconciled
+            .as_ref()
+            .map(|r| r.by.as_str()),
+        Some("bob")
+    );
+    let j2 = heddle_store::DurableJournal::new(log.clone(), &records, &|o| o.node == "dropped");
+    assert!(matches!(j2.prior(&occ("dropped")), Prior::Skipped { .. }));
     assert_eq!(j.prior(&occ("never")), Prior::Fresh);
     // Only an explicit resume re-offers the uncertain occurrence.
     let j = heddle_store::DurableJournal::new(log, &records, &|o| o.node == "unsafe");
@@ -596,6 +645,7 @@ fn records_committed_together_read_back_exactly(b: Backend) {
             cost_usd: 0.5,
             cost_reports: 1,
             assets: vec!["file:/data/a".into()],
+            ..Default::default()
         },
     };
     let batch = vec![
@@ -677,15 +727,24 @@ fn artifacts_are_stored_once_verified_on_read_and_bounded(b: Backend) {
         ArtifactError::Missing { .. }
     ));
     assert_eq!(s.get_artifact(&run, &a).unwrap(), b"0123456789");
-    // Bytes changed in the store are caught on read.
+    // Bytes changed in the store are caught on read: cut short, or the same length.
     fresh.tamper(
         &run,
         0,
-        "UPDATE artifacts SET bytes = x'00'",
-        "UPDATE artifacts SET bytes = '\\x00'::bytea",
+        "UPDATE artifact_pieces SET bytes = x'00'",
+        "UPDATE artifact_pieces SET bytes = '\\x00'::bytea",
     );
     let e = s.get_artifact(&run, &a).unwrap_err();
+    assert!(matches!(e, ArtifactError::Cut { .. }), "{e}");
     assert_eq!(e.code(), "TERMINAL_ARTIFACT", "{e}");
+    fresh.tamper(
+        &run,
+        0,
+        "UPDATE artifact_pieces SET bytes = CAST('012345678:' AS BLOB)",
+        "UPDATE artifact_pieces SET bytes = '012345678:'::bytea",
+    );
+    let e = s.get_artifact(&run, &a).unwrap_err();
+    assert!(matches!(e, ArtifactError::Corrupt { .. }), "{e}");
     let gone = ArtifactRef {
         sha256: "00".into(),
         size: 0,
@@ -792,4 +851,113 @@ fn a_cancel_request_is_seen_by_another_handle_and_leaves_the_log_alone(b: Backen
         other.request_cancel("nope"),
         Err(StoreError::UnknownRun(_))
     ));
+}
+
+/// An artifact larger than a piece is stored in pieces and read one at a time (never
+/// whole), its digest checked as they are read: damaged bytes in a piece before the
+/// last are found before the last piece is handed out, so a reader that passes pieces
+/// on (the server's download) never completes a damaged artifact; a lost piece is found
+/// from the sizes alone, without reading a byte.
+fn a_large_artifact_is_read_a_piece_at_a_time_and_never_completed_when_damaged(b: Backend) {
+    use heddle_store::artifacts::{ArtifactError, ArtifactPolicy, ArtifactReader, PIECE_BYTES};
+    let fresh = Fresh::new(b);
+    let s = fresh.open();
+    let run = s.create_run(&new_run()).unwrap().run_id;
+    let bytes: Vec<u8> = (0..2 * PIECE_BYTES + 17)
+        .map(|i| (i * 7 % 251) as u8)
+        .collect();
+    let a = s
+        .put_artifact(&run, None, &bytes, &ArtifactPolicy::default())
+        .unwrap();
+    let small = s
+        .put_artifact(&run, None, b"tiny", &ArtifactPolicy::default())
+        .unwrap();
+    let listed = s.stored_artifacts(&run).unwrap();
+    assert_eq!(listed.len(), 2);
+    for l in &listed {
+        let want = if l.sha256 == a.sha256 { &a } else { &small };
+        assert_eq!((l.size, l.stored), (want.size, want.size), "{l:?}");
+    }
+    let read = |s: &dyn RunStore| {
+        let mut r = ArtifactReader::open(s, &run, &a.sha256).map_err(|e| (Vec::new(), e))?;
+        assert_eq!(r.artifact(), &a);
+        let mut pieces = Vec::new();
+        loop {
+            match r.next_piece(s) {
+                Ok(Some(p)) => pieces.push(p),
+                Ok(None) => return Ok(pieces),
+                Err(e) => return Err((pieces, e)),
+            }
+        }
+    };
+    let pieces = read(&*s).map_err(|(_, e)| e).unwrap();
+    assert_eq!(
+        pieces.iter().map(Vec::len).collect::<Vec<_>>(),
+        [PIECE_BYTES, PIECE_BYTES, 17]
+    );
+    assert!(pieces.concat() == bytes);
+    assert!(s.get_artifact(&run, &a).unwrap() == bytes);
+
+    // The middle piece changed, its length kept: the last piece is withheld.
+    fresh.tamper(
+        &run,
+        0,
+        &format!("UPDATE artifact_pieces SET bytes = zeroblob({PIECE_BYTES}) WHERE n = 1"),
+        &format!(
+            "UPDATE artifact_pieces SET bytes = decode(repeat('00', {PIECE_BYTES}), 'hex') WHERE n = 1"
+        ),
+    );
+    let Err((handed, e)) = read(&*s) else {
+        panic!("a damaged artifact read whole")
+    };
+    assert!(matches!(e, ArtifactError::Corrupt { .. }), "{e}");
+    assert_eq!(handed.len(), 2, "the last piece was handed out");
+    // A lost piece shows in the sizes: refused before a byte is read.
+    fresh.tamper(
+        &run,
+        0,
+        "DELETE FROM artifact_pieces WHERE n = 2",
+        "DELETE FROM artifact_pieces WHERE n = 2",
+    );
+    let l = s
+        .stored_artifact(&run, &a.sha256)
+        .unwrap()
+        .expect("still listed");
+    assert_eq!(l.stored, 2 * PIECE_BYTES as u64);
+    assert!(matches!(
+        ArtifactReader::open(&*s, &run, &a.sha256).unwrap_err(),
+        ArtifactError::Cut { .. }
+    ));
+    // Dropping it drops its pieces.
+    let freed = s
+        .drop_unreferenced_artifacts(&run, &Default::default())
+        .unwrap();
+    assert_eq!(freed, a.size + small.size);
+    assert!(s.stored_artifacts(&run).unwrap().is_empty());
+    assert_eq!(s.artifact_piece(&run, &a.sha256, 0).unwrap(), None);
+}
+
+/// A take-over that reopens a pause (a person's resume) withdraws the cancel requests
+/// made before it; a recovery's keeps them.
+fn a_resume_withdraws_a_cancel_request_a_recovery_keeps(b: Backend) {
+    let fresh = Fresh::new(b);
+    let s = fresh.open();
+    let run = s.create_run(&new_run()).unwrap().run_id;
+    let opened = |reason| Record::Opened {
+        epoch: 0,
+        reason,
+        pid: std::process::id(),
+        trace: None,
+    };
+    s.take_over(&run, 0, &|_| vec![opened(OpenReason::Start)])
+        .unwrap();
+    s.request_cancel(&run).unwrap();
+    s.take_over(&run, 1, &|_| vec![opened(OpenReason::Recover)])
+        .unwrap();
+    assert!(s.cancel_requested(&run).unwrap(), "a recovery keeps it");
+    s.take_over(&run, 2, &|_| {
+        vec![opened(OpenReason::Resume), Record::Resumed { pause: 1 }]
+    })
+    .unwrap();
+    assert!(!s.cancel_requested(&run).unwrap(), "a resume withdraws it");
 }

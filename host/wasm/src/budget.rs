@@ -6,7 +6,11 @@
 //! guest hands the host to keep (asset ids, refused secret names that get logged) is
 //! bounded in size and count, so host memory cannot be filled through the imports.
 
+use std::sync::Arc;
+
 use heddle_kernel::NodeError;
+
+use crate::net::HttpMeter;
 
 /// Fuel charged per host call: about what a microsecond of guest compute burns (the
 /// default budget of 1e10 is about a second), roughly what a call costs the host.
@@ -35,6 +39,10 @@ pub(crate) struct HostBudget {
     /// A host-side rule the guest broke (a limit, a lie on `emit`): it fails the
     /// invocation whatever the guest does next. Complete, naming node and port.
     pub violation: Option<NodeError>,
+    /// Outgoing HTTP requests and the bytes they moved (counted where the bytes flow,
+    /// outside the store): each request is charged as a host call, each byte as a
+    /// copied one.
+    pub http: Arc<HttpMeter>,
 }
 
 impl HostBudget {
@@ -46,7 +54,12 @@ impl HostBudget {
     }
 
     pub fn charged(&self) -> u64 {
-        self.charged
+        let http = self
+            .http
+            .requests()
+            .saturating_mul(CALL_FUEL)
+            .saturating_add(self.http.bytes().saturating_mul(BYTE_FUEL));
+        self.charged.saturating_add(http)
     }
 
     /// Records the first violation (later ones follow from it).

@@ -13,6 +13,10 @@ use crate::grants::PackageGrant;
 
 /// Inline value cap per port value (bigger data should travel by reference).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 1 << 20;
+/// Default `[wasm] max_component_bytes`: 256 MiB, ten times the largest interpreter
+/// component measured (sdk/README.md).
+pub const DEFAULT_MAX_COMPONENT_BYTES: u64 = 256 << 20;
+
 /// What a value over [`EngineSettings::max_value_bytes`] tells the operator to do: the
 /// limit is the operator's (it bounds what a guest hands the host in one value), so the
 /// error says where it is set and what it is now, rather than leaving a run to fail or
@@ -31,6 +35,17 @@ pub const DEFAULT_LOG_CAP_BYTES: usize = 64 << 10;
 pub const DEFAULT_TIMEOUT_MS: u64 = 60_000;
 /// Time `describe()` may take when a package is loaded or installed.
 pub const DEFAULT_DESCRIBE_TIMEOUT_MS: u64 = 10_000;
+
+/// Largest body of an outgoing HTTP request, and of its response (16 MiB): larger data
+/// should be streamed (`http.stream`) or travel by reference.
+pub const DEFAULT_MAX_HTTP_BODY_BYTES: u64 = 16 << 20;
+/// Time an outgoing HTTP request may take, connection to last byte (never past the
+/// invocation's own deadline).
+pub const DEFAULT_HTTP_TIMEOUT_MS: u64 = 30_000;
+/// Time resolving and connecting (TLS included) may take.
+pub const DEFAULT_HTTP_CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// Requests one invocation may have in flight at once.
+pub const DEFAULT_HTTP_MAX_CONCURRENT: usize = 16;
 
 /// The WASM sections of `heddle.toml`. Unknown top-level sections are ignored so the
 /// same file can be handed over whole.
@@ -74,9 +89,35 @@ pub struct EngineSettings {
     /// (0 = none; at most 604800000, a week). See [`DEFAULT_TIMEOUT_MS`].
     #[serde(deserialize_with = "heddle_core::ranged::int::<_, u64, 0, 604_800_000>")]
     pub default_timeout_ms: u64,
+    /// The largest component a package may have, in bytes (1 to 4294967296): checked
+    /// before a component is read at install, and against a registry layer's size
+    /// before it is fetched. Python and JavaScript components are 12-20 MB.
+    #[serde(deserialize_with = "heddle_core::ranged::int::<_, u64, 1, 4_294_967_296>")]
+    pub max_component_bytes: u64,
     /// Time `describe()` may take at load and install (1 to 604800000).
     #[serde(deserialize_with = "heddle_core::ranged::int::<_, u64, 1, 604_800_000>")]
     pub describe_timeout_ms: u64,
+    /// Largest body of an outgoing HTTP request and of its response, in bytes (0 to
+    /// 4 GiB); past it the request fails (`HTTP-request-body-size`,
+    /// `HTTP-response-body-size`).
+    #[serde(deserialize_with = "heddle_core::ranged::int::<_, u64, 0, 4_294_967_296>")]
+    pub max_http_body_bytes: u64,
+    /// Time one outgoing HTTP request may take, in ms, from resolving its host to the
+    /// last byte of its response (1 to 604800000); the invocation's deadline ends it
+    /// sooner.
+    #[serde(deserialize_with = "heddle_core::ranged::int::<_, u64, 1, 604_800_000>")]
+    pub http_timeout_ms: u64,
+    /// Time resolving, connecting and the TLS handshake may take, in ms (1 to
+    /// 604800000).
+    #[serde(deserialize_with = "heddle_core::ranged::int::<_, u64, 1, 604_800_000>")]
+    pub http_connect_timeout_ms: u64,
+    /// Requests one invocation may have in flight at once (1 to 1024); one more is
+    /// refused (`connection-limit-reached`).
+    #[serde(deserialize_with = "heddle_core::ranged::int::<_, usize, 1, 1024>")]
+    pub http_max_concurrent: usize,
+    /// PEM files of certificate authorities trusted for HTTPS besides the system's
+    /// roots (a private CA; tests' own).
+    pub http_ca_files: Vec<PathBuf>,
 }
 
 /// The defaults of every `[wasm]` key (serde fills absent keys from here).
@@ -92,6 +133,12 @@ impl Default for EngineSettings {
             log_cap_bytes: DEFAULT_LOG_CAP_BYTES,
             default_timeout_ms: DEFAULT_TIMEOUT_MS,
             describe_timeout_ms: DEFAULT_DESCRIBE_TIMEOUT_MS,
+            max_http_body_bytes: DEFAULT_MAX_HTTP_BODY_BYTES,
+            http_timeout_ms: DEFAULT_HTTP_TIMEOUT_MS,
+            http_connect_timeout_ms: DEFAULT_HTTP_CONNECT_TIMEOUT_MS,
+            http_max_concurrent: DEFAULT_HTTP_MAX_CONCURRENT,
+            http_ca_files: Vec::new(),
+            max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
         }
     }
 }
@@ -125,9 +172,53 @@ impl SecretsConfig {
 }
 
 impl WasmConfig {
-    /// Parses the WASM sections out of a whole `heddle.toml` text.
+    /// Parses the WASM sections out of a whole `heddle.toml` text and checks what one
+    /// key cannot check alone ([`WasmConfig::check`]), naming the line.
     pub fn from_toml_str(text: &str) -> Result<Self, PackageError> {
-        toml::from_str(text).map_err(PackageError::Config)
+        let config: WasmConfig = toml::from_str(text).map_err(PackageError::Config)?;
+        config.check(text)?;
+        Ok(config)
+    }
+
+    /// What holds across keys of the grants: each `network_auth` destination lies inside
+    /// the package's `network`, no two of them overlap (one request gets one injected
+    /// header), and each names a secret that is set and fits in a header. `text` is the
+    /// file the config was read from, to name the line.
+    pub fn check(&self, text: &str) -> Result<(), PackageError> {
+        for (package, grant) in &self.packages {
+            let auths: Vec<_> = grant.network_auth.iter().collect();
+            for (i, (dest, auth)) in auths.iter().enumerate() {
+                let line = line_of(text, auth.secret.span().start);
+                let bad = |message: String| PackageError::ConfigAt { line, message };
+                let here = format!("[packages.{package}.network_auth] \"{dest}\"");
+                if !grant.network.iter().any(|d| d.covers(dest)) {
+                    return Err(bad(format!(
+                        "{here}: the destination is not inside the package's `network` grant; add it there first"
+                    )));
+                }
+                if let Some((other, _)) = auths[..i]
+                    .iter()
+                    .find(|(o, _)| o.covers(dest) || dest.covers(o))
+                {
+                    return Err(bad(format!(
+                        "{here} overlaps \"{other}\": a request would match both; grant headers to destinations that do not overlap"
+                    )));
+                }
+                let name = auth.secret.get_ref();
+                let Some(value) = self.secrets.lookup(name) else {
+                    return Err(bad(format!(
+                        "{here}: the secret `{name}` is not set (neither in [secrets] values nor as the environment variable {}{name})",
+                        self.secrets.env_prefix
+                    )));
+                };
+                if http::HeaderValue::from_str(&auth.value(&value)).is_err() {
+                    return Err(bad(format!(
+                        "{here}: the value of secret `{name}` cannot be sent in a header (it holds a control character)"
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The grant of `package`, or the empty (deny-everything) grant.
@@ -150,6 +241,11 @@ impl WasmConfig {
             _ => Ok(grant),
         }
     }
+}
+
+/// The 1-based line of byte `at` of `text`.
+fn line_of(text: &str, at: usize) -> usize {
+    text.get(..at).map_or(0, |t| t.matches('\n').count()) + 1
 }
 
 #[cfg(test)]
@@ -185,6 +281,92 @@ mod tests {
         assert_eq!(
             ok.wasm.max_memory_mb,
             EngineSettings::default().max_memory_mb
+        );
+    }
+
+    fn message(e: &PackageError) -> String {
+        let source = std::error::Error::source(e).map(ToString::to_string);
+        format!("{e}: {}", source.unwrap_or_default())
+    }
+
+    /// A bad network grant is refused when heddle.toml is read, naming the line.
+    #[test]
+    fn bad_network_grants_are_refused_naming_the_line() {
+        let auth = |dest: &str, rest: &str| {
+            format!(
+                "[packages.p]\nnetwork = [\"https://a.com\"]\n[packages.p.network_auth]\n\"{dest}\" = {{ {rest} }}\n"
+            )
+        };
+        for (text, line, needle) in [
+            (
+                "[packages.p]\nnetwork = [\"ftp://x.com\"]\n".to_string(),
+                2,
+                "scheme",
+            ),
+            (
+                "[packages.p]\n\nnetwork = [\"https://api.*.example.com\"]\n".into(),
+                3,
+                "first label",
+            ),
+            (
+                "[packages.p]\nnetwork = [\"https://a.com:70000\"]\n".into(),
+                2,
+                "out of range",
+            ),
+            (
+                "[packages.p]\nnetwork = [\"a.com\"]\n".into(),
+                2,
+                "no scheme",
+            ),
+            (
+                auth(
+                    "https://a.com",
+                    "header = \"Authorization\", secret = \"NET_TEST_UNSET\"",
+                ),
+                4,
+                "secret `NET_TEST_UNSET` is not set",
+            ),
+            (
+                auth("https://b.com", "header = \"x-key\", secret = \"K\""),
+                4,
+                "not inside the package's `network`",
+            ),
+            (
+                auth("https://a.com", "header = \"Host\", secret = \"K\""),
+                4,
+                "sets this header itself",
+            ),
+            (
+                auth(
+                    "https://a.com",
+                    "header = \"x-key\", secret = \"K\", format = \"Bearer\"",
+                ),
+                4,
+                "exactly once",
+            ),
+            (
+                auth("https://a.com:99999", "header = \"x-key\", secret = \"K\""),
+                4,
+                "out of range",
+            ),
+        ] {
+            let e = WasmConfig::from_toml_str(&text).unwrap_err();
+            let m = message(&e);
+            assert!(
+                m.contains(&format!("line {line}")) && m.contains(needle),
+                "{text}\n=> {m}"
+            );
+        }
+        let good = auth(
+            "https://a.com",
+            "header = \"x-key\", secret = \"K\", format = \"key={}\"",
+        ) + "[secrets.values]\nK = \"v\"\n";
+        let c = WasmConfig::from_toml_str(&good).unwrap();
+        let (dest, a) = c.grant("p").network_auth.into_iter().next().unwrap();
+        assert_eq!(dest.to_string(), "https://a.com");
+        assert_eq!(
+            (a.header.as_str(), a.value("v").as_str()),
+            ("x-key", "key=v")
         );
     }
 

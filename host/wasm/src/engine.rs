@@ -17,6 +17,7 @@ use crate::config::EngineSettings;
 use crate::error::PackageError;
 use crate::grants::NodeGrant;
 use crate::host_state::State;
+use crate::net::NetShared;
 
 /// How often the ticker advances the epoch: the granularity of deadlines, cancellation
 /// and of yielding a CPU-bound guest back to tokio.
@@ -71,6 +72,7 @@ pub(crate) struct HostInner {
     config_hash: String,
     stop: Arc<AtomicBool>,
     compile_notice: OnceLock<CompileNotice>,
+    pub(crate) net: Arc<NetShared>,
 }
 
 /// Told the package name before a compile the cache cannot serve.
@@ -90,6 +92,13 @@ impl WasmHost {
             .map_err(|e| PackageError::engine("linking WASI", e))?;
         crate::fs_quota::add_to_linker(&mut linker)
             .map_err(|e| PackageError::engine("linking the write quota", e))?;
+        // Linked for every store; what a request may reach is the node's grant, judged
+        // by `net::Outgoing` before any connection.
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+            .map_err(|e| PackageError::engine("linking wasi:http", e))?;
+        // An unreadable CA file is the operator's mistake: said now, not at the first
+        // HTTPS request of some run.
+        crate::net::check_ca_files(&settings.http_ca_files)?;
         NodePackage::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
             .map_err(|e| PackageError::engine("linking the heddle:node host", e))?;
 
@@ -115,6 +124,7 @@ impl WasmHost {
                 .map_err(|e| PackageError::engine("starting the epoch ticker", e))?;
         }
 
+        let net = Arc::new(NetShared::new(&settings));
         Ok(WasmHost {
             inner: Arc::new(HostInner {
                 engine,
@@ -130,6 +140,7 @@ impl WasmHost {
                 config_hash,
                 stop,
                 compile_notice: OnceLock::new(),
+                net,
             }),
         })
     }
@@ -147,6 +158,18 @@ impl WasmHost {
     /// later calls are ignored.
     pub fn on_compile(&self, notice: impl Fn(&str) + Send + Sync + 'static) {
         let _ = self.inner.compile_notice.set(Box::new(notice));
+    }
+
+    /// Answers host names before the system resolver does, for outgoing HTTP: `f`
+    /// returns the addresses of a name, or `None` to leave it to the system. What it
+    /// answers is checked like any DNS answer (a name never reaches a loopback or
+    /// private address its grant does not name), which is what tests pin a name to
+    /// 127.0.0.1 to show. Set once; later calls are ignored.
+    pub fn on_resolve(
+        &self,
+        f: impl Fn(&str) -> Option<Vec<std::net::IpAddr>> + Send + Sync + 'static,
+    ) {
+        let _ = self.inner.net.resolve.set(Box::new(f));
     }
 
     pub(crate) fn notify_compile(&self, package: &str) {
@@ -176,7 +199,7 @@ impl WasmHost {
     /// yields to tokio, and is stopped at once when its deadline passes or the run is
     /// cancelled.
     pub(crate) fn new_store(&self, grant: &NodeGrant) -> Result<Store<State>, PackageError> {
-        let state = State::new(grant, self.settings().log_cap_bytes)?;
+        let state = State::new(grant, self.settings().log_cap_bytes, self.inner.net.clone())?;
         let mut store = Store::new(self.engine(), state);
         store.limiter(|s| &mut s.limiter);
         // Bounds what one host call (log, emit) may make the host copy out of the guest;

@@ -26,6 +26,19 @@ pub enum PackageError {
     },
     #[error("{path}: malformed package manifest: {message}")]
     BadManifest { path: PathBuf, message: String },
+    #[error(
+        "{}: a package source folder, not a built package (its manifest has [build] or no `component`); build it first: `heddle package build {}`, then `heddle package add {}`",
+        dir.display(), dir.display(), dir.join("dist").display()
+    )]
+    SourceDir { dir: PathBuf },
+    #[error(
+        "{path}: the component is {size} bytes, more than [wasm] max_component_bytes = {limit} allows"
+    )]
+    ComponentTooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
     #[error("{path}: component file named by the manifest does not exist")]
     MissingComponent { path: PathBuf },
     #[error("{path}: not a valid WebAssembly component")]
@@ -109,6 +122,8 @@ pub enum PackageError {
     },
     #[error("configuration")]
     Config(#[source] toml::de::Error),
+    #[error("line {line}: {message}")]
+    ConfigAt { line: usize, message: String },
     #[error("granting directory {} as {guest}", host.display())]
     GrantDir {
         host: PathBuf,
@@ -158,6 +173,8 @@ impl PackageError {
             P::MissingManifest { .. }
             | P::ManifestSyntax { .. }
             | P::BadManifest { .. }
+            | P::SourceDir { .. }
+            | P::ComponentTooLarge { .. }
             | P::MissingComponent { .. }
             | P::BadComponent { .. }
             | P::WitMismatch { .. }
@@ -168,7 +185,8 @@ impl PackageError {
             | P::TypeClash { .. }
             | P::BadName { .. }
             | P::NotInstalled { .. }
-            | P::Config(_) => true,
+            | P::Config(_)
+            | P::ConfigAt { .. } => true,
             // The guest failed while describing itself (a trap, its deadline): what it
             // would have declared is unknown, as for any run of guest code that fails.
             P::Describe { .. }

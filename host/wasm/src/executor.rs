@@ -19,6 +19,7 @@ use crate::error::chain;
 use crate::failure::{self, Failure};
 use crate::grants::NodeGrant;
 use crate::host_state::{Invocation, State};
+use crate::net::Caller;
 use crate::package::{TypeInfo, WasmPackage};
 use crate::text;
 use crate::value::{from_wit, to_wit};
@@ -47,6 +48,8 @@ pub struct WasmExecutor {
     secrets: Arc<SecretsConfig>,
     properties: Vec<(String, WitValue)>,
     warm: Mutex<Vec<Warm>>,
+    /// Who makes this node's outgoing requests, for their log lines.
+    caller: Arc<Caller>,
 }
 
 impl WasmExecutor {
@@ -61,7 +64,13 @@ impl WasmExecutor {
         // `info` and the provider's type index are filled together when the package is
         // added, so a type the provider routed here is in `info`.
         let info = pkg.info[&type_name].clone();
+        let caller = Arc::new(Caller {
+            package: pkg.name().to_string(),
+            node_id: node_id.clone(),
+            node_type: type_name.clone(),
+        });
         WasmExecutor {
+            caller,
             node_id,
             type_name,
             pkg,
@@ -128,6 +137,15 @@ impl WasmExecutor {
             if let Some(q) = &st.quota {
                 q.reset();
             }
+            let meter = st.budget.http.clone();
+            st.net.start(
+                self.caller.clone(),
+                ctx.cancel_token(),
+                deadline.at(),
+                meter,
+                self.secrets.clone(),
+                ctx.secrets().clone(),
+            );
             st.inv = Some(Invocation {
                 ctx: ctx.clone(),
                 streaming: self.info.streaming_output || self.info.streaming_input,
@@ -169,6 +187,19 @@ impl WasmExecutor {
                 Err(wasmtime::Error::msg("interrupted while waiting"))
             }
         };
+        // A guest that failed after a request of its was aborted under it by the cancel
+        // or the deadline (it saw a lost connection) was stopped, not at fault.
+        let guest_ok = matches!(result, Ok((_, Ok(_))));
+        if !guest_ok && store.data().interrupt.is_none() && store.data().budget.http.aborted() {
+            if ctx.is_cancelled() {
+                store.data_mut().interrupt = Some(Interrupt::Cancelled);
+            } else if deadline.passed() {
+                store.data_mut().interrupt = Some(Interrupt::Deadline);
+            }
+        }
+        // Whatever the guest left in flight ends with the invocation; what its requests
+        // moved up to now is paid for below with the other host calls.
+        store.data_mut().net.finish();
         // Host calls made since the last epoch tick are paid for too.
         let unpaid = check_host_call_fuel(&mut store.as_context_mut()).err();
 
@@ -184,6 +215,8 @@ impl WasmExecutor {
         };
         let peak = store.data().limiter.peak_memory as u64;
         ctx.record_usage(fuel_used, Some(peak));
+        let http = &store.data().budget.http;
+        ctx.record_http(http.requests(), http.bytes());
         // Only a host-side failure reports the guest's last stderr lines.
         let host_failed = result.is_err() || unpaid.is_some() || store.data().interrupt.is_some();
         let (lines, stderr_tail) = {
@@ -418,10 +451,11 @@ impl Executor for WasmExecutor {
         })
     }
 
-    /// The store has no network and no process of its own (see `State::new`): what a
-    /// guest does stays on this machine, inside its grant, so a lost attempt spent
-    /// nothing a durable run must account.
+    /// The store has no sockets and no process of its own (see `State::new`): without a
+    /// network grant what a guest does stays on this machine, so a lost attempt spent
+    /// nothing a durable run must account. A node that may call out may have spent (a
+    /// paid API), so its retry-safe starts are recorded too.
     fn spends_outside(&self) -> bool {
-        false
+        !self.grant.network.allowed.is_empty()
     }
 }

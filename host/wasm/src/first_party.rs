@@ -1,4 +1,4 @@
-//! The first-party packages (`std`, `files`), embedded in the host at build time: an
+//! The first-party packages (`std`, `files`, `http`), embedded in the host at build time: an
 //! installed or copied binary has them without the build tree it came from.
 
 use std::collections::BTreeSet;
@@ -10,7 +10,7 @@ use crate::package::WasmPackage;
 
 /// Names of the first-party packages built with the host. Reserved: no installed
 /// package may take one (its grants would be the first-party package's).
-pub const FIRST_PARTY: &[&str] = &["std", "files"];
+pub const FIRST_PARTY: &[&str] = &["std", "files", "http"];
 
 /// One embedded package: its manifest text and component bytes.
 pub(crate) struct Embedded {

@@ -5,10 +5,12 @@
 //!
 //! A package's manifest only *asks*; a graph can only *narrow* what is granted here.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use heddle_core::graph::AccessLevel;
+use heddle_core::net::Destination;
 use heddle_core::{CapabilityKind, NodeLimits};
 use serde::{Deserialize, Serialize};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
@@ -48,10 +50,82 @@ pub struct PackageGrant {
     /// one at a time (1 to 128). Absent: as declared.
     #[serde(deserialize_with = "heddle_core::ranged::opt_int::<_, u32, 1, 128>")]
     pub concurrency: Option<u32>,
+    /// Destinations the package may call over HTTP (`scheme://host[:port]`, a host
+    /// name, a `*.` suffix wildcard or an IP address; see `heddle_core::net`). Absent:
+    /// none. A host name never reaches a loopback, private, link-local or metadata
+    /// address, whatever it resolves to; only a destination naming the address (or
+    /// `localhost`) does.
+    pub network: Vec<Destination>,
+    /// A header the host adds to every request to a destination, its value made from a
+    /// secret (`[packages.X.network_auth] "https://api.example.com" = { header =
+    /// "Authorization", secret = "TOKEN", format = "Bearer {}" }`): the guest never sees
+    /// the secret, and a request that sets the header itself is refused. Each key is a
+    /// destination inside `network`.
+    pub network_auth: BTreeMap<Destination, NetworkAuth>,
     /// The sha256 of the component this grant was reviewed for (as `package add`
     /// prints it). When set, a package of that name with other bytes gets nothing:
     /// the grant belongs to what was reviewed, not to whatever takes the name.
     pub sha256: Option<String>,
+}
+
+/// A header the host adds to requests to one destination, from a secret.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(try_from = "RawAuth")]
+pub struct NetworkAuth {
+    /// The header's name, lowercase (`authorization`).
+    pub header: String,
+    /// The secret's name (`[secrets]`); its place in heddle.toml names the line of a
+    /// secret that is not set.
+    pub secret: toml::Spanned<String>,
+    /// The header's value, `{}` standing for the secret (default `{}`).
+    pub format: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    header: String,
+    secret: toml::Spanned<String>,
+    #[serde(default)]
+    format: Option<String>,
+}
+
+impl TryFrom<RawAuth> for NetworkAuth {
+    type Error = String;
+
+    fn try_from(raw: RawAuth) -> Result<NetworkAuth, String> {
+        let header = raw.header.to_ascii_lowercase();
+        if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+            return Err(format!("`header = {:?}` is not a header name", raw.header));
+        }
+        if crate::net::RESERVED_HEADERS.contains(&header.as_str()) {
+            return Err(format!(
+                "`header = {:?}`: the host sets this header itself (it frames or routes the request)",
+                raw.header
+            ));
+        }
+        let format = raw.format.unwrap_or_else(|| "{}".into());
+        if format.matches("{}").count() != 1 {
+            return Err(format!(
+                "`format = {format:?}` must hold `{{}}` exactly once, where the secret goes"
+            ));
+        }
+        if raw.secret.get_ref().is_empty() {
+            return Err("`secret` names no secret".into());
+        }
+        Ok(NetworkAuth {
+            header,
+            secret: raw.secret,
+            format,
+        })
+    }
+}
+
+impl NetworkAuth {
+    /// The header's value with `secret` in its place.
+    pub fn value(&self, secret: &str) -> String {
+        self.format.replacen("{}", secret, 1)
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -75,8 +149,9 @@ pub enum DirMode {
 
 impl PackageGrant {
     /// Whether this grant covers one capability request, for the operator's review.
-    /// Directories are matched by the guest path the package asks for; network access
-    /// is never granted to WASM packages.
+    /// Directories are matched by the guest path the package asks for; a network request
+    /// (`https://api.example.com`, a bare host meaning https) by a granted destination
+    /// that holds all of it.
     pub fn covers(&self, kind: CapabilityKind, target: &str) -> bool {
         match kind {
             CapabilityKind::FilesRead => self.dirs.iter().any(|d| d.guest == target),
@@ -86,8 +161,60 @@ impl PackageGrant {
                 .any(|d| d.guest == target && d.mode == DirMode::Rw),
             CapabilityKind::Env => self.env.iter().any(|e| e == target),
             CapabilityKind::Secret => self.secrets.iter().any(|s| s == target),
-            CapabilityKind::Network => false,
+            // `*` asks for whatever destinations the operator grants (a generic client
+            // such as the first-party `http`): covered by any.
+            CapabilityKind::Network if target == "*" => !self.network.is_empty(),
+            CapabilityKind::Network => Destination::parse_request(target)
+                .is_ok_and(|want| self.network.iter().any(|d| d.covers(&want))),
         }
+    }
+}
+
+/// What a node may reach over the network: its package's destinations narrowed by the
+/// graph, and the headers the host adds per destination.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NetGrant {
+    /// What the package's grant names (a refused request says which grant to add, or
+    /// that the graph narrowed it away).
+    pub granted: Vec<Destination>,
+    /// What this node may reach.
+    pub allowed: Vec<Destination>,
+    /// The headers the host adds, per destination.
+    pub auth: Vec<(Destination, NetworkAuth)>,
+}
+
+impl NetGrant {
+    fn new(grant: &PackageGrant) -> NetGrant {
+        NetGrant {
+            granted: grant.network.clone(),
+            allowed: grant.network.clone(),
+            auth: grant
+                .network_auth
+                .iter()
+                .map(|(d, a)| (d.clone(), a.clone()))
+                .collect(),
+        }
+    }
+
+    /// Keeps what lies inside both the grant and the graph's list: of each overlapping
+    /// pair, the narrower destination.
+    fn narrow(&mut self, to: &[Destination]) {
+        let mut kept = Vec::new();
+        for g in &self.granted {
+            for l in to {
+                let inside = if g.covers(l) {
+                    l
+                } else if l.covers(g) {
+                    g
+                } else {
+                    continue;
+                };
+                if !kept.contains(inside) {
+                    kept.push(inside.clone());
+                }
+            }
+        }
+        self.allowed = kept;
     }
 }
 
@@ -102,6 +229,7 @@ pub struct NodeGrant {
     pub files_write_quota: Option<u64>,
     pub env: BTreeSet<String>,
     pub secrets: BTreeSet<String>,
+    pub network: Arc<NetGrant>,
 }
 
 impl NodeGrant {
@@ -118,6 +246,7 @@ impl NodeGrant {
             files_write_quota: grant.files_write_quota,
             env: grant.env.iter().cloned().collect(),
             secrets: grant.secrets.iter().cloned().collect(),
+            network: Arc::new(NetGrant::new(grant)),
         };
         let Some(l) = limits else { return g };
         if let Some(f) = l.fuel {
@@ -142,6 +271,9 @@ impl NodeGrant {
         if let Some(sec) = &l.secrets {
             let keep: BTreeSet<&String> = sec.iter().collect();
             g.secrets.retain(|s| keep.contains(s));
+        }
+        if let Some(net) = &l.network {
+            Arc::make_mut(&mut g.network).narrow(net);
         }
         g
     }
@@ -204,6 +336,7 @@ mod tests {
             secrets: Some(vec!["T".into()]),
             timeout_ms: Some(10),
             retry: None,
+            network: None,
         };
         let g = NodeGrant::new(&grant, Some(&limits), 1024);
         assert_eq!(g.fuel, 1000, "fuel can only be lowered");
@@ -247,5 +380,58 @@ mod tests {
         assert!(!grant.covers(CapabilityKind::Env, "HOME"));
         assert!(grant.covers(CapabilityKind::Secret, "KEY"));
         assert!(!grant.covers(CapabilityKind::Network, ""));
+        assert!(!grant.covers(CapabilityKind::Network, "*"));
+        let net = PackageGrant {
+            network: vec![
+                "https://*.example.com".parse().unwrap(),
+                "http://127.0.0.1:8080".parse().unwrap(),
+            ],
+            ..Default::default()
+        };
+        assert!(net.covers(CapabilityKind::Network, "https://api.example.com"));
+        assert!(net.covers(CapabilityKind::Network, "api.example.com"));
+        assert!(net.covers(CapabilityKind::Network, "*"));
+        assert!(!net.covers(CapabilityKind::Network, "http://api.example.com"));
+        assert!(!net.covers(CapabilityKind::Network, "https://example.com"));
+        assert!(!net.covers(CapabilityKind::Network, "http://127.0.0.1:8081"));
+    }
+
+    #[test]
+    fn a_graph_narrows_destinations_to_what_both_hold() {
+        let d = |s: &str| s.parse::<Destination>().unwrap();
+        let grant = PackageGrant {
+            network: vec![d("https://*.example.com"), d("https://api.other.net")],
+            ..Default::default()
+        };
+        let limits = |l: Vec<Destination>| NodeLimits {
+            network: Some(l),
+            ..Default::default()
+        };
+        let g = NodeGrant::new(
+            &grant,
+            Some(&limits(vec![d("https://api.example.com")])),
+            1024,
+        );
+        assert_eq!(g.network.allowed, [d("https://api.example.com")]);
+        // A wider limit keeps the grant as it is; one outside it keeps nothing.
+        let g = NodeGrant::new(
+            &grant,
+            Some(&limits(vec![
+                d("https://*.other.net"),
+                d("https://evil.com"),
+            ])),
+            1024,
+        );
+        assert_eq!(g.network.allowed, [d("https://api.other.net")]);
+        assert!(
+            NodeGrant::new(&grant, Some(&limits(vec![])), 1024)
+                .network
+                .allowed
+                .is_empty()
+        );
+        assert_eq!(
+            NodeGrant::new(&grant, None, 1024).network.allowed,
+            grant.network
+        );
     }
 }

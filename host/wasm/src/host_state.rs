@@ -12,6 +12,7 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::heddle::node::{host, types};
 use crate::bindings::{WitLogLevel, WitValue};
@@ -21,6 +22,7 @@ use crate::config::SecretsConfig;
 use crate::deadline::{Deadline, Interrupt, WaitClock, until};
 use crate::error::PackageError;
 use crate::grants::NodeGrant;
+use crate::net::{NetShared, Outgoing};
 use crate::quota::WriteQuota;
 use crate::text;
 use crate::value::{to_wit, wit_size};
@@ -247,6 +249,9 @@ pub(crate) struct State {
     pub budget: HostBudget,
     /// The grant's write quota, when it has one (charged by `quota`'s functions).
     pub quota: Option<Arc<WriteQuota>>,
+    http: WasiHttpCtx,
+    /// Outgoing HTTP under the node's network grant (`net`).
+    pub net: Outgoing,
 }
 
 impl WasiView for State {
@@ -258,10 +263,25 @@ impl WasiView for State {
     }
 }
 
+impl WasiHttpView for State {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.net,
+        }
+    }
+}
+
 impl State {
-    /// A store state with exactly the authority in `grant`: no network, no inherited
-    /// stdio, only the granted directories and env vars.
-    pub fn new(grant: &NodeGrant, log_cap: usize) -> Result<State, PackageError> {
+    /// A store state with exactly the authority in `grant`: no sockets, no inherited
+    /// stdio, only the granted directories and env vars, and HTTP only to the granted
+    /// destinations (`net`).
+    pub fn new(
+        grant: &NodeGrant,
+        log_cap: usize,
+        net_shared: Arc<NetShared>,
+    ) -> Result<State, PackageError> {
         let log = Arc::new(Mutex::new(LogBuf::new(log_cap)));
         let mut b = WasiCtxBuilder::new();
         b.stdout(CaptureStream {
@@ -278,6 +298,7 @@ impl State {
         b.max_random_size(1 << 20);
         let mut table = ResourceTable::new();
         table.set_max_capacity(10_000);
+        let net = Outgoing::new(net_shared, grant.network.clone(), log.clone());
         Ok(State {
             wasi: b.build(),
             table,
@@ -293,6 +314,8 @@ impl State {
             waits: WaitClock::default(),
             budget: HostBudget::default(),
             quota: grant.files_write_quota.map(WriteQuota::new),
+            http: WasiHttpCtx::new(),
+            net,
         })
     }
 

@@ -56,7 +56,13 @@ pub struct LockEntry {
     /// before: the directory is then the package name.
     #[serde(default)]
     pub dir: String,
+    /// Where the package was fetched from, when it came from a registry (absent for a
+    /// directory added from disk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<PackageSource>,
 }
+
+pub use heddle_core::package::PackageSource;
 
 impl LockEntry {
     /// Whether a graph using `wanted` types may need this package.
@@ -98,8 +104,33 @@ impl LockEntry {
                 self.component
             )));
         }
+        if let Some(s) = &self.source {
+            for (what, d) in [
+                ("manifest_digest", &s.manifest_digest),
+                ("layer_digest", &s.layer_digest),
+            ] {
+                if !is_sha256_digest(d) {
+                    return Err(bad(format!("source {what} `{d}` is not sha256:<64 hex>")));
+                }
+            }
+            if s.layer_digest != format!("sha256:{}", self.sha256) {
+                return Err(bad(format!(
+                    "source layer_digest {} is not the component's sha256 {}",
+                    s.layer_digest, self.sha256
+                )));
+            }
+        }
         Ok(())
     }
+}
+
+/// `sha256:` and 64 lowercase hex digits.
+fn is_sha256_digest(s: &str) -> bool {
+    s.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    })
 }
 
 /// One normal path component, not hidden (the store's own files start with `.`).

@@ -17,6 +17,10 @@ pub struct Manifest {
     pub version: String,
     #[serde(default)]
     pub description: String,
+    /// Where the package's sources are (a URL), shown at install and published as the
+    /// `org.opencontainers.image.source` annotation.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
     /// The component file, relative to the package directory.
     pub component: String,
     /// Capabilities the package asks for, with reasons (shown at install; granting is
@@ -85,6 +89,24 @@ impl Manifest {
             return Err(PackageError::MissingManifest { path });
         }
         let text = std::fs::read_to_string(&path).map_err(|e| PackageError::io(&path, e))?;
+        // A source folder's manifest has `[build]`, or no `component` yet and nothing
+        // else wrong: say what to do instead of "unknown field `build`". A manifest that
+        // is wrong in another way too (`version = 3`) is reported as malformed, naming
+        // that, since building would not help.
+        if let Ok(mut table) = text.parse::<toml::Table>() {
+            let source_dir = table.contains_key("build")
+                || (!table.contains_key("component") && {
+                    table.insert("component".into(), "built.wasm".into());
+                    table
+                        .try_into::<Manifest>()
+                        .is_ok_and(|m| m.check(&path).is_ok())
+                });
+            if source_dir {
+                return Err(PackageError::SourceDir {
+                    dir: dir.to_path_buf(),
+                });
+            }
+        }
         Manifest::parse(&text, &path)
     }
 

@@ -121,6 +121,13 @@ impl WasmPackage {
         if !path.is_file() {
             return Err(PackageError::MissingComponent { path });
         }
+        let limit = host.settings().max_component_bytes;
+        let size = std::fs::metadata(&path)
+            .map_err(|e| PackageError::io(&path, e))?
+            .len();
+        if size > limit {
+            return Err(PackageError::ComponentTooLarge { path, size, limit });
+        }
         let bytes = std::fs::read(&path).map_err(|e| PackageError::io(&path, e))?;
         let digest = sha256_hex(&bytes);
         check(&path, &digest)?;
@@ -428,6 +435,16 @@ impl WasmPackage {
             .await
             .map(drop)
             .map_err(|e| PackageError::engine("instantiating", e))
+    }
+
+    /// The names of the component's exports and imports (`heddle:node/node@0.1.0`,
+    /// `wasi:io/streams@0.2.6`, …): the world a registry artifact's config records.
+    pub fn world(&self) -> (Vec<String>, Vec<String>) {
+        let ty = self.pre.instance_pre().component().component_type();
+        let engine = self.host.engine();
+        let exports = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
+        let imports = ty.imports(engine).map(|(n, _)| n.to_string()).collect();
+        (exports, imports)
     }
 
     pub fn declarations(&self) -> &[Arc<NodeDecl>] {

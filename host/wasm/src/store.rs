@@ -68,6 +68,17 @@ impl PackageStore {
     /// Validates the package in `src` completely, copies it into the store and pins its
     /// digests. Reinstalling a name replaces the previous version atomically.
     pub async fn install(&self, host: &WasmHost, src: &Path) -> Result<WasmPackage, PackageError> {
+        self.install_from(host, src, None).await
+    }
+
+    /// [`PackageStore::install`] of a package fetched from a registry: the lock entry
+    /// also pins `source` (whose layer digest must be the component's sha256).
+    pub async fn install_from(
+        &self,
+        host: &WasmHost,
+        src: &Path,
+        source: Option<crate::lockfile::PackageSource>,
+    ) -> Result<WasmPackage, PackageError> {
         // Full load first: a bad manifest, a component that does not match the WIT or an
         // unsupported version is refused naming the source file, before any copy. It
         // also compiles the package into the cache, so runs start at once.
@@ -98,7 +109,19 @@ impl PackageStore {
                 .map(|d| d.type_name.clone())
                 .collect(),
             dir: format!("{}-{}", m.name, lockfile::unique_suffix()),
+            source,
         };
+        if let Some(s) = &entry.source
+            && s.layer_digest != format!("sha256:{}", entry.sha256)
+        {
+            return Err(PackageError::Changed {
+                name: entry.name.clone(),
+                path: component_src,
+                lockfile: self.lockfile_path(),
+                expected: s.layer_digest.clone(),
+                actual: entry.sha256.clone(),
+            });
+        }
 
         // Staged whole and synced before anything points at it.
         let packages = self.packages_root();

@@ -124,6 +124,17 @@ async fn bad_packages_are_refused_at_install_naming_file_and_problem() {
         "{msg}"
     );
 
+    // No `component` and nothing else wrong: a source folder, told how to build it.
+    std::fs::write(
+        bad.path().join("heddle-package.toml"),
+        "name = \"x\"\nversion = \"1\"\n",
+    )
+    .unwrap();
+    let e = store.install(&host, bad.path()).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, PackageError::SourceDir { .. }), "{msg}");
+    assert!(msg.contains("heddle package build"), "{msg}");
+
     // Component path escaping the package directory.
     std::fs::write(
         bad.path().join("heddle-package.toml"),
@@ -315,7 +326,9 @@ async fn provider_loads_first_party_and_installed_packages() {
         .await
         .unwrap();
     let names: Vec<&str> = p.packages().iter().map(|p| p.name()).collect();
-    assert_eq!(names, vec!["std", "files", "hostile"]);
+    let mut want = heddle_wasm::FIRST_PARTY.to_vec();
+    want.push("hostile");
+    assert_eq!(names, want);
 }
 
 #[tokio::test]

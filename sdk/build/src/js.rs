@@ -43,8 +43,9 @@ pub fn build(
         .arg(&wit.dir)
         .arg("--world-name")
         .arg(&wit.world)
-        // wasi:http is not offered by the host; without this the component imports it.
-        .args(["-d", "http", "fetch-event"])
+        // `fetch()` stays (the host offers wasi:http's outgoing handler, and reaches only
+        // what the operator grants); a node package handles no incoming requests.
+        .args(["-d", "fetch-event"])
         .arg("-o")
         .arg(out);
     run_tool("componentize-js", cmd, src)
@@ -95,7 +96,7 @@ fn collect_js(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), Build
     Ok(())
 }
 
-fn copy_tree(from: &Path, to: &Path) -> Result<(), BuildError> {
+pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<(), BuildError> {
     std::fs::create_dir_all(to).map_err(|e| BuildError::io(to, e))?;
     for entry in std::fs::read_dir(from).map_err(|e| BuildError::io(from, e))? {
         let entry = entry.map_err(|e| BuildError::io(from, e))?;

@@ -15,6 +15,7 @@ mod python;
 mod rust;
 mod sdkfiles;
 mod toolchains;
+mod wasi_http;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -108,6 +109,20 @@ pub enum BuildError {
 }
 
 impl BuildError {
+    /// Whether the folder or the machine must be fixed before a build can work (a
+    /// manifest, a language, an entry point, a toolchain to install), as opposed to a
+    /// build that ran and failed.
+    pub fn is_bad_request(&self) -> bool {
+        matches!(
+            self,
+            BuildError::Manifest { .. }
+                | BuildError::UnknownLanguage { .. }
+                | BuildError::NoEntry { .. }
+                | BuildError::Wit { .. }
+                | BuildError::MissingTool { .. }
+        )
+    }
+
     fn io(path: &Path, source: std::io::Error) -> BuildError {
         BuildError::Io {
             path: path.to_path_buf(),
@@ -181,9 +196,49 @@ pub struct BuiltPackage {
     pub elapsed: Duration,
 }
 
-/// The WIT folder of this repository, used when the options name none.
+/// The one-line summary both `heddle package build` and `heddle-package-build` print.
+impl fmt::Display for BuiltPackage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "built {} ({}) -> {}{}  [{:.1} s]",
+            self.name,
+            self.language,
+            self.dir.display(),
+            if self.cached { " (cached)" } else { "" },
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+/// The WIT folder of this repository (for tools run from a checkout).
 pub fn repo_wit_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit")
+}
+
+/// The `heddle:node` WIT this crate was built with, embedded so a build needs no
+/// checkout: written once to a folder named by its hash (in the temp dir) and read
+/// from there.
+const NODE_WIT: &str = include_str!("../../../wit/node.wit");
+
+/// The world to build against when the options name none: the embedded WIT.
+pub fn default_wit() -> Result<Wit, BuildError> {
+    use sha2::{Digest, Sha256};
+    let hash: String = Sha256::digest(NODE_WIT.as_bytes())
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let dir = std::env::temp_dir().join(format!("heddle-wit-{hash}"));
+    let file = dir.join("node.wit");
+    if std::fs::read_to_string(&file).ok().as_deref() != Some(NODE_WIT) {
+        std::fs::create_dir_all(&dir).map_err(|e| BuildError::io(&dir, e))?;
+        // Through a unique temporary name, so a build running at once never reads half.
+        let tmp = dir.join(format!(".node.wit.{}", std::process::id()));
+        std::fs::write(&tmp, NODE_WIT).map_err(|e| BuildError::io(&tmp, e))?;
+        std::fs::rename(&tmp, &file).map_err(|e| BuildError::io(&file, e))?;
+    }
+    wit_in(&dir)
 }
 
 /// Reads the world to build against: the only world of the main package in `dir`.
@@ -219,7 +274,7 @@ pub fn build_package(src: &Path, opts: &BuildOptions) -> Result<BuiltPackage, Bu
     let language = detect_language(&src, manifest.language.as_deref(), &manifest_path)?;
     let wit = match &opts.wit {
         Some(w) => w.clone(),
-        None => wit_in(&repo_wit_dir())?,
+        None => default_wit()?,
     };
     let out_dir = opts.out_dir.clone().unwrap_or_else(|| src.join("dist"));
     std::fs::create_dir_all(&out_dir).map_err(|e| BuildError::io(&out_dir, e))?;
@@ -246,15 +301,19 @@ pub fn build_package(src: &Path, opts: &BuildOptions) -> Result<BuiltPackage, Bu
         }
         let work = scratch_dir(&out_dir)?;
         let built = work.join("component.wasm");
-        match language {
-            Language::Python => python::build(&src, &wit, &work, &built, opts)?,
-            Language::JavaScript => js::build(&src, &wit, &work, &built, opts)?,
-            Language::C => {
-                opts.toolchains.ensure_c()?;
+        let outcome = match language {
+            Language::Python => python::build(&src, &wit, &work, &built, opts),
+            Language::JavaScript => js::build(&src, &wit, &work, &built, opts),
+            Language::C => opts.toolchains.ensure_c().and_then(|()| {
                 let sdk = sdkfiles::write_c(&work)?;
-                c::build(&src, &sdk, &wit, &work, &built)?
-            }
-            Language::Rust => rust::build(&src, &built, opts)?,
+                c::build(&src, &sdk, &wit, &work, &built)
+            }),
+            Language::Rust => rust::build(&src, &built, opts),
+        };
+        if let Err(e) = outcome {
+            // A failed build leaves nothing in the output folder but what was there.
+            let _ = std::fs::remove_dir_all(&work);
+            return Err(e);
         }
         std::fs::copy(&built, &component).map_err(|e| BuildError::io(&built, e))?;
         if let Some(cache_file) = &cached_path {
@@ -349,7 +408,7 @@ fn run_tool(tool: &str, mut cmd: Command, dir: &Path) -> Result<(), BuildError> 
     let output = cmd.output().map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => BuildError::MissingTool {
             tool: tool.to_string(),
-            hint: "run scripts/install-guest-toolchains".into(),
+            hint: install_hint(tool),
         },
         _ => BuildError::Tool {
             tool: tool.to_string(),
@@ -370,6 +429,18 @@ fn run_tool(tool: &str, mut cmd: Command, dir: &Path) -> Result<(), BuildError> 
         dir: dir.to_path_buf(),
         output: text.trim_end().to_string(),
     })
+}
+
+/// What to install when `tool` is not found.
+fn install_hint(tool: &str) -> String {
+    match tool {
+        "cargo" => "Rust packages need Rust: install it with rustup (https://rustup.rs), then `rustup target add wasm32-wasip2`".into(),
+        "clang" => "C packages need clang and wasi-libc: `apt-get install clang lld wasi-libc libclang-rt-14-dev-wasm32`".into(),
+        "install-guest-toolchains" => "installing a toolchain needs bash".into(),
+        other => format!(
+            "`heddle package build` installs {other} unless --no-install is given; or install it yourself with scripts/install-guest-toolchains"
+        ),
+    }
 }
 
 /// A command, lowered in priority when asked so heavy builds don't starve others.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use heddle_package_build::{
-    BuildOptions, Toolchains, build_package, generate_c_bindings, repo_wit_dir, wit_in,
+    BuildOptions, Toolchains, build_package, default_wit, generate_c_bindings, wit_in,
 };
 
 #[derive(Parser)]
@@ -24,7 +24,7 @@ struct Args {
     /// Output folder for the package (default: DIR/dist).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// The heddle:node WIT folder (default: the repository's wit/).
+    /// The heddle:node WIT folder (default: the one built into this tool).
     #[arg(long)]
     wit: Option<PathBuf>,
     /// Do not use or fill the build cache.
@@ -59,12 +59,7 @@ fn main() -> ExitCode {
         }
     }
     if let Some(out) = &args.c_bindings {
-        let wit = match opts
-            .wit
-            .clone()
-            .map(Ok)
-            .unwrap_or_else(|| wit_in(&repo_wit_dir()))
-        {
+        let wit = match opts.wit.clone().map(Ok).unwrap_or_else(default_wit) {
             Ok(w) => w,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -88,14 +83,7 @@ fn main() -> ExitCode {
     let dir = args.dir.expect("DIR is required without --c-bindings");
     match build_package(&dir, &opts) {
         Ok(p) => {
-            println!(
-                "built {} ({}) -> {}{}  [{:.1} s]",
-                p.name,
-                p.language,
-                p.dir.display(),
-                if p.cached { " (cached)" } else { "" },
-                p.elapsed.as_secs_f64()
-            );
+            println!("{p}");
             ExitCode::SUCCESS
         }
         Err(e) => {

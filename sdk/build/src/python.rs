@@ -32,6 +32,8 @@ pub fn build(
         });
     }
     let sdk = crate::sdkfiles::write_python(work, &entry)?;
+    // The node world plus outgoing HTTP, so `heddle.http` has bindings to call.
+    let wit = crate::wasi_http::with_outgoing_http(wit, work)?;
     let mut cmd = command(&tool, opts.nice);
     cmd.arg("-d")
         .arg(&wit.dir)

@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 use crate::{BuildError, Language};
 
 const PYTHON_INIT: &str = include_str!("../../python/heddle/__init__.py");
+const PYTHON_HTTP: &str = include_str!("../../python/heddle/http.py");
 /// The module componentize-py is pointed at: it imports the author's entry module (whose
 /// `@node` functions register themselves) and supplies the `Node` export itself, so an
 /// author who never imports `Node` still gets a package rather than an `AttributeError`.
@@ -26,11 +27,14 @@ const C_JSON: &str = include_str!("../../c/heddle_json.c");
 const C_HEADER: &str = include_str!("../../c/heddle.h");
 
 pub fn fingerprint(language: Language) -> String {
-    let parts: &[&str] = match language {
-        Language::Python => &[PYTHON_INIT, PYTHON_MAIN],
-        Language::JavaScript => &[JS_HELPER],
-        Language::C => &[C_SOURCE, C_JSON, C_HEADER],
-        Language::Rust => &[],
+    let parts: Vec<&str> = match language {
+        Language::Python => [PYTHON_INIT, PYTHON_HTTP, PYTHON_MAIN]
+            .into_iter()
+            .chain(crate::wasi_http::fingerprint_parts())
+            .collect(),
+        Language::JavaScript => vec![JS_HELPER],
+        Language::C => vec![C_SOURCE, C_JSON, C_HEADER],
+        Language::Rust => vec![],
     };
     let mut h = Sha256::new();
     for p in parts {
@@ -56,6 +60,7 @@ fn write(path: &Path, text: &str) -> Result<(), BuildError> {
 pub fn write_python(work: &Path, entry: &str) -> Result<PathBuf, BuildError> {
     let root = work.join("sdk-python");
     write(&root.join("heddle/__init__.py"), PYTHON_INIT)?;
+    write(&root.join("heddle/http.py"), PYTHON_HTTP)?;
     let main = PYTHON_MAIN.replace("ENTRY", &format!("{entry:?}"));
     write(&root.join(format!("{PYTHON_MAIN_MODULE}.py")), &main)?;
     Ok(root)

@@ -85,12 +85,22 @@ impl Toolchains {
         if path.is_file() {
             Ok(path)
         } else {
+            let by_hand = match language {
+                Language::Python => format!(
+                    "python3 -m venv {0}/python && {0}/python/bin/pip install componentize-py=={COMPONENTIZE_PY_VERSION} (needs python3 with venv)",
+                    self.root.display()
+                ),
+                Language::JavaScript => format!(
+                    "mkdir -p {0}/js && cd {0}/js && npm install @bytecodealliance/componentize-js@{COMPONENTIZE_JS_VERSION} (needs node and npm)",
+                    self.root.display()
+                ),
+                Language::C | Language::Rust => "scripts/install-guest-toolchains".into(),
+            };
             Err(BuildError::MissingTool {
                 tool: name.into(),
                 hint: format!(
-                    "expected at {}; run scripts/install-guest-toolchains {}",
+                    "expected at {}; `heddle package build` installs it when run without --no-install, or by hand: {by_hand}",
                     path.display(),
-                    installer_arg(language)
                 ),
             })
         }

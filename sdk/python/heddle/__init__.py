@@ -26,7 +26,11 @@ import traceback
 from componentize_py_types import Err
 from wit_world import exports
 from wit_world.imports import host
-from wit_world.imports import types as wit
+try:
+    # The build adds wasi:http to the world, whose `types` interface then shares the name.
+    from wit_world.imports import heddle_node_types as wit
+except ImportError:
+    from wit_world.imports import types as wit
 
 __all__ = [
     "node", "port", "output", "capability", "Node", "NodeError", "EmitError",

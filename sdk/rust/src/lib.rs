@@ -34,6 +34,8 @@ pub mod bindings {
 use bindings::heddle::node::host;
 use bindings::heddle::node::types as wire;
 
+#[cfg(feature = "http")]
+pub mod http;
 mod signature;
 mod value;
 pub use signature::check as check_signature;

@@ -16,6 +16,7 @@ use heddle_store::{RunStore, StoreError, Stored};
 use crate::error::{Error, Refused, refused};
 
 /// A gate approved now: recorded once the run is taken over, then run on from.
+#[derive(Debug)]
 pub struct Approval {
     gate: String,
     title: String,

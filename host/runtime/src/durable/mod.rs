@@ -5,6 +5,7 @@
 //! runtime around it (its plan again, its options, its package digests checked).
 
 pub mod gates;
+pub mod reconcile;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,7 +17,8 @@ use heddle_kernel::runtime::RunOptions;
 use heddle_store::session::{self, Ending};
 use heddle_store::status::RunView;
 use heddle_store::{
-    Budget, NewRun, RunHeader, RunLimits, RunStore, RunSummary, StoreError, SuperviseMode,
+    Budget, NewRun, PackagePin, RunHeader, RunLimits, RunStore, RunSummary, StoreError,
+    SuperviseMode,
 };
 
 pub use heddle_store::RunState;
@@ -54,7 +56,7 @@ impl Runtime {
             // Secrets reach nodes through the operator's grants, by name, on every start;
             // no secret value is ever part of a run.
             secrets: Vec::new(),
-            packages: used_packages(plan, self.package_digests()),
+            packages: used_packages(plan, |name| self.package_pin(name)),
             limits: RunLimits {
                 budget,
                 node_timeout_ms: opts.node_timeout.map(|t| t.as_millis() as u64),
@@ -115,24 +117,33 @@ impl Runtime {
     }
 
     /// Plans a stored run again for a resume or an adoption, with its recorded inputs
-    /// and limits and the gates its log (and `approval`) opened; refused when a package
-    /// it used changed since it started.
+    /// and limits and the gates its log (and `decision`, a gate approved now) opened;
+    /// refused when a package it used changed since it started.
     pub fn prepare(
         &self,
         r: &Resumption,
         doc: &GraphDoc,
-        approval: Option<&gates::Approval>,
+        decision: Option<&Decision>,
     ) -> Result<(Plan, RunOptions), Error> {
         let h = &r.header;
         let plan = self.plan(doc, &h.run.graph_name)?;
         for (name, recorded) in &h.run.packages {
             let current = self.package_digests().get(name);
-            if current != Some(recorded) {
+            if current.is_none() {
+                return Err(missing_package(
+                    &h.run_id,
+                    name,
+                    recorded,
+                    &self.settings().packages_dir,
+                )
+                .into());
+            }
+            if current != Some(&recorded.sha256) {
                 return Err(StoreError::PackageChanged {
                     run: h.run_id.clone(),
                     package: name.clone(),
-                    recorded: recorded.clone(),
-                    current: current.cloned().unwrap_or_else(|| "not installed".into()),
+                    recorded: recorded.sha256.clone(),
+                    current: current.cloned().unwrap_or_default(),
                 }
                 .into());
             }
@@ -149,7 +160,7 @@ impl Runtime {
             secrets: self.secrets(None),
             inputs: h.run.inputs.clone(),
             node_timeout: h.run.limits.node_timeout(),
-            approved_gates: gates::approved(&r.records, approval),
+            approved_gates: gates::approved(&r.records, decision.and_then(Decision::approval)),
             trace,
             every_invocation: self.metrics_kept(),
             ..RunOptions::default()
@@ -158,21 +169,22 @@ impl Runtime {
     }
 
     /// Takes a checked run over and reopens it from its log ([`Runtime::prepare`], then
-    /// [`session::reopen`]), with `approval` (a gate approved now) recorded before
-    /// anything runs. A run whose time limit was used up before this process took it
-    /// ends at once, failed. The disk is waited for off the async threads.
+    /// [`session::reopen`]), with `decision` (a gate approved now, an answer to a
+    /// reconcile pause) recorded before anything runs. A run whose time limit was used
+    /// up before this process took it ends at once, failed. The disk is waited for off
+    /// the async threads.
     pub async fn reopen(
         &self,
         store: Arc<dyn RunStore>,
         r: Resumption,
         doc: &GraphDoc,
-        approval: Option<gates::Approval>,
+        decision: Option<Decision>,
     ) -> Result<Reopened, Error> {
-        let (plan, opts) = self.prepare(&r, doc, approval.as_ref())?;
+        let (plan, opts) = self.prepare(&r, doc, decision.as_ref())?;
         let settings = self.settings().store.clone();
-        let tracing = self.reopen_tracing(&r, &opts, approval.as_ref());
+        let tracing = self.reopen_tracing(&r, &opts, decision.as_ref());
         crate::driver::blocking(move || {
-            take_over(&settings, store, &r, plan, opts, approval.as_ref(), tracing)
+            take_over(&settings, store, &r, plan, opts, decision.as_ref(), tracing)
         })
         .await
     }
@@ -184,17 +196,17 @@ impl Runtime {
         store: Arc<dyn RunStore>,
         r: &Resumption,
         doc: &GraphDoc,
-        approval: Option<&gates::Approval>,
+        decision: Option<&Decision>,
     ) -> Result<Reopened, Error> {
-        let (plan, opts) = self.prepare(r, doc, approval)?;
-        let tracing = self.reopen_tracing(r, &opts, approval);
+        let (plan, opts) = self.prepare(r, doc, decision)?;
+        let tracing = self.reopen_tracing(r, &opts, decision);
         take_over(
             &self.settings().store,
             store,
             r,
             plan,
             opts,
-            approval,
+            decision,
             tracing,
         )
     }
@@ -205,7 +217,7 @@ impl Runtime {
         &self,
         r: &Resumption,
         opts: &RunOptions,
-        approval: Option<&gates::Approval>,
+        decision: Option<&Decision>,
     ) -> Option<RunTracing> {
         let mut t = self
             .run_tracing(opts.trace.as_ref(), run_info(&r.header), &opts.secrets)?
@@ -225,7 +237,14 @@ impl Runtime {
         if let Some(m) = t.metrics() {
             m.runs_taken_over.with_label_values(&[how]).inc();
         }
-        if let Some(a) = approval {
+        if let Some(Decision::Reconcile(a)) = decision {
+            let answer = match a.answer() {
+                reconcile::Answer::Completed(_) => heddle_core::ReconcileAnswer::Completed,
+                reconcile::Answer::Skip => heddle_core::ReconcileAnswer::Skipped,
+            };
+            t.reconciled(a.occurrence(), answer);
+        }
+        if let Some(a) = decision.and_then(Decision::approval) {
             let mut attributes = vec![opentelemetry::KeyValue::new(
                 "heddle.node.id",
                 a.gate().to_string(),
@@ -266,6 +285,25 @@ fn begin(
     Ok((header, Drive::durable(plan, opts, session)))
 }
 
+/// A person's decision a take-over records before anything runs.
+#[derive(Debug)]
+pub enum Decision {
+    /// A gate approved now ([`gates::approval`]).
+    Approve(gates::Approval),
+    /// An answer to the reconcile pause reopened ([`reconcile::reconciliation`]).
+    Reconcile(reconcile::Reconciliation),
+}
+
+impl Decision {
+    /// The gate approved, if that is the decision.
+    pub fn approval(&self) -> Option<&gates::Approval> {
+        match self {
+            Decision::Approve(a) => Some(a),
+            Decision::Reconcile(_) => None,
+        }
+    }
+}
+
 /// Takes `r`'s run over with its plan and options (blocking).
 fn take_over(
     settings: &StoreSettings,
@@ -273,20 +311,39 @@ fn take_over(
     r: &Resumption,
     plan: Plan,
     opts: RunOptions,
-    approval: Option<&gates::Approval>,
+    decision: Option<&Decision>,
     tracing: Option<RunTracing>,
 ) -> Result<Reopened, Error> {
     let how = Reopening::of(r);
+    // Checked against the plan (and its large values stored) before the take-over:
+    // an answer that cannot be taken writes nothing.
+    let answer = match decision {
+        Some(Decision::Reconcile(a)) => a.records(&plan, settings, &*store, &opts.secrets)?,
+        _ => Vec::new(),
+    };
     // Recorded with this opening when the log holds no trace yet.
     let new_trace = match session::recorded_trace(&r.records) {
         Some(_) => None,
         None => opts.trace.as_ref().map(|t| t.run),
     };
-    let session = session::reopen_traced(store, r, new_trace)?;
+    let session = session::reopen_answered(store, r, answer, new_trace)?;
     // Before the approval's note is recorded: no record goes in unmasked.
     settings.configure(&session, &opts.secrets);
-    if let Some(a) = approval {
+    if let Some(a) = decision.and_then(Decision::approval) {
         gates::record(&session, a)?;
+    }
+    if how == Reopening::Recover && session.cancel_requested()? {
+        // Asked of a run whose owner died before it saw the request (a resume of a
+        // pause withdrew any older one): carried out before anything runs again.
+        let why = "cancelled: asked before its owner died, carried out by the recovery";
+        let ending = crate::driver::end_cancelled_unrun(&session, why)?;
+        if let Some(t) = tracing {
+            t.unrun(heddle_core::RunStatus::Cancelled, Some(why.into()));
+        }
+        return Ok(Reopened {
+            how,
+            run: Reopen::Ended(ending),
+        });
     }
     if let Some(e) = session.exhausted_at_open() {
         // Nothing runs: the time limit was used up before this process took the run.
@@ -368,15 +425,39 @@ fn refuse_secret_inputs(opts: &RunOptions) -> Result<(), SecretInput> {
     }
 }
 
-/// The packages (by name, with their sha256) whose node types the plan uses.
-fn used_packages(plan: &Plan, digests: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+/// The packages (by name, with their pins) whose node types the plan uses.
+fn used_packages(
+    plan: &Plan,
+    pin: impl Fn(&str) -> Option<PackagePin>,
+) -> BTreeMap<String, PackagePin> {
     plan.nodes
         .iter()
         .filter_map(|n| {
             let name = n.decl.origin.package()?;
-            Some((name.to_string(), digests.get(name)?.clone()))
+            Some((name.to_string(), pin(name)?))
         })
         .collect()
+}
+
+/// The refusal to resume a run whose package `name` is not installed, saying what
+/// installs exactly the recorded bytes.
+pub fn missing_package(run: &str, name: &str, pin: &PackagePin, packages_dir: &Path) -> StoreError {
+    let store = packages_dir.display();
+    let sha256 = &pin.sha256;
+    let what = match &pin.source {
+        Some(s) => format!(
+            "(sha256 {sha256}), which the package store {store} lacks; it was fetched from {} (manifest {}): `heddle package add oci://{}/{}@{}` installs exactly those bytes (`heddle runs resume` does it itself)",
+            s.reference, s.manifest_digest, s.registry, s.repository, s.manifest_digest
+        ),
+        None => format!(
+            "(sha256 {sha256}), which the package store {store} lacks; add the package directory whose component has that sha256 (`heddle package add DIR`)"
+        ),
+    };
+    StoreError::PackageMissing {
+        run: run.to_string(),
+        package: name.to_string(),
+        what,
+    }
 }
 
 /// Every run with its state, folded from its lifecycle records.

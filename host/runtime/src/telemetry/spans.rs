@@ -18,7 +18,8 @@ use std::time::{Duration, SystemTime};
 use heddle_core::supervise::{RedactLimits, Redactor};
 use heddle_core::trace::{RunTrace, SpanId, Traced};
 use heddle_core::{
-    Decider, EventKind, NodeStatus, OpenReason, PauseReason, Record, RecordedAction, RunStatus,
+    Decider, EventKind, NodeStatus, Occurrence, OpenReason, PauseReason, ReconcileAnswer, Record,
+    RecordedAction, RunStatus,
 };
 use heddle_kernel::EventStream;
 use heddle_store::{DiedAttempt, Stored};
@@ -150,6 +151,14 @@ impl RunTracing {
             .collect();
         self.history
             .push(Event::new(name, SystemTime::now(), attributes, 0));
+    }
+
+    /// Adds the answer this process records to a reconcile pause to the run span (as
+    /// [`RunTracing::with_history`] adds those an earlier owner recorded).
+    pub fn reconciled(&mut self, occurrence: &Occurrence, answer: ReconcileAnswer) {
+        let attributes = reconciled_attributes(occurrence, answer, &self.redactor);
+        self.history
+            .push(Event::new(RECONCILED, SystemTime::now(), attributes, 0));
     }
 
     /// Starts consuming `events` (subscribed before the run starts) of a run whose
@@ -331,12 +340,35 @@ fn history(records: &[Stored], r: &Redactor) -> Vec<Event> {
                     }
                     (name, a)
                 }
+                Record::Reconciled {
+                    occurrence, answer, ..
+                } => (RECONCILED, reconciled_attributes(occurrence, *answer, r)),
                 Record::CancelRequested => ("heddle.run.cancel_requested", Vec::new()),
                 _ => return None,
             };
             Some(Event::new(name, at_ms(s.at_ms), attributes, 0))
         })
         .collect()
+}
+
+/// The run span's event for a person's answer to a reconcile pause.
+const RECONCILED: &str = "heddle.run.reconciled";
+
+/// What [`RECONCILED`] says: the invocation answered for and the answer.
+fn reconciled_attributes(
+    occurrence: &Occurrence,
+    answer: ReconcileAnswer,
+    r: &Redactor,
+) -> Vec<KeyValue> {
+    let answer = match answer {
+        ReconcileAnswer::Completed => "completed",
+        ReconcileAnswer::Skipped => "skipped",
+    };
+    vec![
+        KeyValue::new(names::NODE_ID, r.mask(&occurrence.node)),
+        KeyValue::new(names::KEY, r.mask(&occurrence.key)),
+        KeyValue::new("heddle.reconcile.answer", answer),
+    ]
 }
 
 fn pause_attributes(pause: &PauseReason, r: &Redactor, seq: u64) -> Vec<KeyValue> {

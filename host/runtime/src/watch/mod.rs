@@ -215,7 +215,7 @@ struct Target {
     containers: Option<Containers>,
     worker: WorkerCommand,
     /// The package digests the run was recorded with, and where packages are installed.
-    packages: BTreeMap<String, String>,
+    packages: BTreeMap<String, heddle_store::PackagePin>,
     package_store: PackageStore,
 }
 

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use heddle_store::StoreError;
+use heddle_store::{PackagePin, StoreError};
 use heddle_wasm::PackageStore;
 
 use crate::error::Error;
@@ -16,7 +16,7 @@ use crate::error::Error;
 /// ones built into heddle) are left to the check at load.
 pub fn changed(
     run: &str,
-    recorded: &BTreeMap<String, String>,
+    recorded: &BTreeMap<String, PackagePin>,
     store: &PackageStore,
 ) -> Result<Option<StoreError>, Error> {
     if recorded.is_empty() || !store.lockfile_path().is_file() {
@@ -31,11 +31,11 @@ pub fn changed(
             Ok(bytes) => heddle_store::sha256_hex(&bytes),
             Err(e) => format!("unreadable ({e})"),
         };
-        if &current != want {
+        if current != want.sha256 {
             return Ok(Some(StoreError::PackageChanged {
                 run: run.to_string(),
                 package: entry.name.clone(),
-                recorded: want.clone(),
+                recorded: want.sha256.clone(),
                 current,
             }));
         }
@@ -62,7 +62,7 @@ mod tests {
         )
         .unwrap();
         let env = PackageStore::open(dir.path());
-        let recorded = BTreeMap::from([("echo".to_string(), digest.clone())]);
+        let recorded = BTreeMap::from([("echo".to_string(), PackagePin::digest(digest.clone()))]);
         assert!(changed("r", &recorded, &env).unwrap().is_none());
         // A package the run does not use is not looked at.
         assert!(changed("r", &BTreeMap::new(), &env).unwrap().is_none());

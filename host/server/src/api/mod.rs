@@ -43,7 +43,6 @@ pub fn router_bounded(host: Arc<Host>, token: Token, max_json_bytes: usize) -> R
     let api = Api {
         host,
         token: Arc::new(token),
-        artifacts: Arc::new(tokio::sync::Semaphore::new(state::ARTIFACTS_IN_MEMORY)),
     };
     let routes = Router::new()
         .merge(runs::routes())

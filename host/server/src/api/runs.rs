@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use heddle_store::artifacts::{ArtifactError, ArtifactReader};
 use heddle_store::session;
 use serde::Deserialize;
 use serde_json::json;
@@ -15,7 +16,7 @@ use serde_json::json;
 use super::state::{Api, ApiError, body_error, chain, parse, status_of};
 use crate::host::{CreateError, CreateOptions};
 use heddle_runtime::Supervise;
-use heddle_runtime::durable;
+use heddle_runtime::durable::{self, reconcile};
 
 pub fn routes() -> Router<Api> {
     Router::new()
@@ -51,6 +52,14 @@ async fn show(
             .await
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     let mut v = durable::show_json(&header, &view);
+    // What an answer that the uncertain work completed must supply, for the person
+    // answering (the viewer fills its form from it).
+    if let Some(heddle_core::PauseReason::Reconcile { occurrence }) =
+        view.pause.as_ref().map(|p| &p.reason)
+        && let Some(d) = reconcile::declared_outputs(api.host.runtime(), &header, &occurrence.node)
+    {
+        v["pause"]["declared_outputs"] = json!(d);
+    }
     // A value whose artifact is missing or corrupt is a fact about the run, not a
     // failed request: the run is shown with a marker in the value's place, and each
     // such value is listed with where it was and what is wrong with it.
@@ -115,14 +124,17 @@ fn link_artifacts(v: &mut serde_json::Value, run_id: &str, depth: usize) {
 }
 
 /// How much of an artifact goes out in one piece of the response body (what the
-/// compression layer takes at a time).
+/// compression layer takes at a time); a stored piece
+/// ([`heddle_store::artifacts::PIECE_BYTES`]) goes out as several.
 pub const ARTIFACT_CHUNK: usize = 64 << 10;
 
-/// A stored artifact's bytes (the viewer links large values to them), verified against
-/// the digest before the answer starts (a missing or damaged one is a JSON error, never
-/// a 200 with wrong bytes), then sent in pieces of [`ARTIFACT_CHUNK`] from the one copy
-/// read, which is held (one of [`super::state::ARTIFACTS_IN_MEMORY`]) until the last
-/// piece left or the client went away.
+/// A stored artifact's bytes (the viewer links large values to them), streamed from the
+/// store a piece at a time ([`ArtifactReader`]: one piece in memory per download) with
+/// the digest checked as they go. A missing artifact is a 404, one whose stored pieces
+/// do not add up to its size (or a one-piece artifact whose bytes do not match) a JSON
+/// error before the answer starts; a larger one that turns out not to match its digest
+/// ends the body before its last piece, so a client never reads damaged bytes as a
+/// complete answer (the declared length is never reached).
 async fn artifact(
     State(api): State<Api>,
     Path((id, sha256)): Path<(String, String)>,
@@ -134,64 +146,85 @@ async fn artifact(
         ));
     }
     let store = api.host.store.clone();
-    let want = heddle_store::artifacts::ArtifactRef {
-        sha256: sha256.to_ascii_lowercase(),
-        size: 0,
+    let sha256 = sha256.to_ascii_lowercase();
+    let refused = |e: ArtifactError| {
+        let status = match &e {
+            ArtifactError::Missing { .. } => StatusCode::NOT_FOUND,
+            ArtifactError::Store(s) => status_of(s),
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, chain(&e))
     };
-    let held = api
-        .artifacts
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
-    let bytes = tokio::task::spawn_blocking(move || store.get_artifact(&id, &want))
+    // Opened, and its first piece read, before the answer starts: what can be refused
+    // cleanly is refused with a status.
+    let (reader, first) = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut reader = ArtifactReader::open(&*store, &id, &sha256)?;
+            let first = reader.next_piece(&*store)?;
+            Ok::<_, ArtifactError>((reader, first))
+        })
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(|e| {
-            let status = match &e {
-                heddle_store::artifacts::ArtifactError::Missing { .. } => StatusCode::NOT_FOUND,
-                heddle_store::artifacts::ArtifactError::Store(s) => status_of(s),
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            ApiError::new(status, chain(&e))
-        })?;
-    let length = bytes.len();
-    let pieces = Pieces {
-        rest: Bytes::from(bytes),
-        held: Some(held),
+        .map_err(refused)?
     };
+    let length = reader.artifact().size;
+    let pieces = Pieces {
+        store,
+        reader: Some(reader),
+        rest: Bytes::from(first.unwrap_or_default()),
+    };
+    let body = futures_util::stream::try_unfold(pieces, Pieces::next);
     let headers = [
         (header::CONTENT_TYPE, "application/octet-stream"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
     ];
-    let mut resp = (headers, axum::body::Body::from_stream(pieces)).into_response();
+    let mut resp = (headers, axum::body::Body::from_stream(body)).into_response();
     resp.headers_mut()
         .insert(header::CONTENT_LENGTH, header::HeaderValue::from(length));
     Ok(resp)
 }
 
-/// An artifact's bytes as the pieces of a response body, holding its place among
-/// those in memory until the last piece is taken (or the body is dropped: the client
-/// went away).
+/// An artifact's bytes as the pieces of a response body: what is left of the piece
+/// read last, sent in [`ARTIFACT_CHUNK`]s, then the next piece read off the async
+/// threads.
 struct Pieces {
+    store: std::sync::Arc<dyn heddle_store::RunStore>,
+    /// `None` once the last piece was read (and the digest matched).
+    reader: Option<ArtifactReader>,
     rest: Bytes,
-    held: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
-impl futures_util::Stream for Pieces {
-    type Item = Result<Bytes, std::convert::Infallible>;
-
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        if self.rest.is_empty() {
-            // Sent whole: another download may read its artifact now.
-            self.held.take();
-            return std::task::Poll::Ready(None);
+impl Pieces {
+    async fn next(mut self) -> Result<Option<(Bytes, Pieces)>, std::io::Error> {
+        while self.rest.is_empty() {
+            let Some(mut reader) = self.reader.take() else {
+                return Ok(None);
+            };
+            let store = self.store.clone();
+            let (reader, piece) = tokio::task::spawn_blocking(move || {
+                let piece = reader.next_piece(&*store);
+                (reader, piece)
+            })
+            .await
+            .map_err(std::io::Error::other)?;
+            match piece {
+                Ok(Some(p)) => {
+                    self.rest = Bytes::from(p);
+                    self.reader = Some(reader);
+                }
+                Ok(None) => return Ok(None),
+                // The body ends short of its declared length: the client sees a broken
+                // answer, never a complete one.
+                Err(e) => {
+                    tracing::warn!("artifact download stopped: {}", chain(&e));
+                    return Err(std::io::Error::other(e));
+                }
+            }
         }
         let n = self.rest.len().min(ARTIFACT_CHUNK);
-        std::task::Poll::Ready(Some(Ok(self.rest.split_to(n))))
+        let chunk = self.rest.split_to(n);
+        Ok(Some((chunk, self)))
     }
 }
 
@@ -299,6 +332,54 @@ struct ResumeRequest {
     /// The pause event to reopen; refused when the run holds a different one.
     #[serde(default)]
     pause: Option<u64>,
+    /// An answer to a reconcile pause: the uncertain work completed, with these
+    /// outputs (by output handle).
+    #[serde(default)]
+    completed_with: Option<serde_json::Map<String, serde_json::Value>>,
+    /// An answer to a reconcile pause: skip the uncertain work.
+    #[serde(default)]
+    skip: bool,
+    /// Who answers (default `api`).
+    #[serde(default)]
+    by: Option<String>,
+    /// Why (required with an answer).
+    #[serde(default)]
+    note: Option<String>,
+}
+
+impl ResumeRequest {
+    /// The answer to a reconcile pause the request gives, if any: it names the pause it
+    /// answers, and gives one answer.
+    fn answer(&mut self) -> Result<Option<reconcile::Given>, ApiError> {
+        let refuse = |m: &str| Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, m));
+        let answer = match (self.completed_with.take(), self.skip) {
+            (Some(_), true) => {
+                return refuse(
+                    "`completed_with` and `skip` are two answers to a reconcile pause: give one",
+                );
+            }
+            (Some(outputs), false) => reconcile::Answer::Completed(outputs),
+            (None, true) => reconcile::Answer::Skip,
+            (None, false) => {
+                if self.note.is_some() || self.by.is_some() {
+                    return refuse(
+                        "`note` and `by` go with an answer to a reconcile pause (`completed_with` or `skip`)",
+                    );
+                }
+                return Ok(None);
+            }
+        };
+        if self.pause.is_none() {
+            return refuse(
+                "an answer to a reconcile pause names the pause it answers: {\"pause\": N, ...}",
+            );
+        }
+        Ok(Some(reconcile::Given {
+            answer,
+            by: self.by.take().unwrap_or_else(|| "api".into()),
+            note: self.note.take().unwrap_or_default(),
+        }))
+    }
 }
 
 async fn resume(
@@ -307,17 +388,22 @@ async fn resume(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
-    let req: ResumeRequest = if body.is_empty() {
+    let mut req: ResumeRequest = if body.is_empty() {
         ResumeRequest::default()
     } else {
         parse(Ok(body))?
     };
-    api.host.resume(&id, req.pause).await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({ "run_id": id, "state": "running" })),
-    )
-        .into_response())
+    let given = req.answer()?;
+    let answered = given.as_ref().map(|g| match g.answer {
+        reconcile::Answer::Completed(_) => "completed",
+        reconcile::Answer::Skip => "skipped",
+    });
+    api.host.resume(&id, req.pause, given).await?;
+    let mut body = json!({ "run_id": id, "state": "running" });
+    if let Some(a) = answered {
+        body["reconciled"] = a.into();
+    }
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
 /// The highest record number a run store numbers (its records are numbered with

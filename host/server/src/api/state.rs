@@ -19,17 +19,7 @@ use crate::token::Token;
 pub struct Api {
     pub host: Arc<Host>,
     pub(super) token: Arc<Token>,
-    /// Artifacts being sent: each is held whole while it is (see
-    /// [`ARTIFACTS_IN_MEMORY`]), so at most that many at once.
-    pub(super) artifacts: Arc<tokio::sync::Semaphore>,
 }
-
-/// How many artifacts the API holds in memory at once while sending them; a download
-/// past that waits for one to finish. The run store reads an artifact whole (SQLite
-/// keeps each as one blob of a table without row ids, which it can only read whole),
-/// so this, times the per-artifact limit (64 MiB by default), bounds what downloads
-/// cost however many clients ask at once.
-pub const ARTIFACTS_IN_MEMORY: usize = 4;
 
 /// A refusal: its status and a JSON body with `error` and whatever else explains it.
 pub struct ApiError {
@@ -77,7 +67,18 @@ pub(super) fn status_of(e: &StoreError) -> StatusCode {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
-        ApiError::new(status_of(&e), chain(&e))
+        ApiError::new(status_of(&e), driven_here(&e).unwrap_or_else(|| chain(&e)))
+    }
+}
+
+/// What to say of a run found live in this very process: this server drives it (the
+/// store names its owner by process id, which would be the server's own).
+fn driven_here(e: &StoreError) -> Option<String> {
+    match e {
+        StoreError::Live { run, pid } if *pid == std::process::id() => Some(format!(
+            "run {run} is running: this server drives it; wait for it to pause or end, or cancel it (POST /api/runs/{run}/cancel)"
+        )),
+        _ => None,
     }
 }
 
@@ -88,13 +89,20 @@ impl From<heddle_runtime::Error> for ApiError {
             E::Store(s) => status_of(s),
             // A watchdog holds the run.
             E::Lock(_) => StatusCode::CONFLICT,
+            // An answer to a pause the run does not hold.
+            E::Reconcile(r) if r.is_conflict() => StatusCode::CONFLICT,
+            E::Reconcile(_) => StatusCode::UNPROCESSABLE_ENTITY,
             // The request or the stored run it names cannot be taken as asked.
             E::Refused(_) | E::Config(_) | E::SecretInput(_) | E::Graph(_) | E::Plan { .. } => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        ApiError::new(status, chain(&e))
+        let said = match &e {
+            E::Store(s) => driven_here(s),
+            _ => None,
+        };
+        ApiError::new(status, said.unwrap_or_else(|| chain(&e)))
     }
 }
 

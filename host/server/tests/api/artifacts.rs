@@ -154,7 +154,7 @@ async fn an_unreadable_artifact_is_named_by_the_api_and_by_a_whole_read() {
     db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
     for (change, problem) in [
         (
-            "UPDATE artifacts SET bytes = x'00' WHERE sha256 = ?1",
+            "UPDATE artifact_pieces SET bytes = x'00' WHERE sha256 = ?1",
             "corrupt",
         ),
         ("DELETE FROM artifacts WHERE sha256 = ?1", "missing"),
@@ -274,4 +274,82 @@ async fn a_large_artifact_downloads_byte_identical_in_pieces() {
     )
     .unwrap();
     assert!(out == bytes, "byte-identical through gzip");
+}
+
+/// An artifact streamed from the store whose bytes were changed on disk (same length,
+/// so nothing shows until they are read): the answer stops before its declared length,
+/// the last piece withheld, so no client reads it as a complete 200. A one-piece
+/// artifact damaged so is refused with a JSON error before the answer starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_artifact_never_reaches_a_client_as_a_complete_answer() {
+    use heddle_store::artifacts::PIECE_BYTES;
+    use http_body_util::BodyExt as _;
+    let s = server().await;
+    let id = s.create(CHAIN).await;
+    assert_eq!(s.ended(&id).await["state"], "completed");
+    let bytes: Vec<u8> = (0..6 * PIECE_BYTES + 3).map(|i| (i % 239) as u8).collect();
+    let big = s
+        .host
+        .store
+        .put_artifact(&id, Some("big"), &bytes, &Default::default())
+        .unwrap();
+    let small = s
+        .host
+        .store
+        .put_artifact(&id, Some("small"), b"0123456789", &Default::default())
+        .unwrap();
+    let db = rusqlite::Connection::open(s.db()).unwrap();
+    db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+    db.execute(
+        &format!(
+            "UPDATE artifact_pieces SET bytes = zeroblob({PIECE_BYTES}) WHERE sha256 = ?1 AND n = 4"
+        ),
+        [&big.sha256],
+    )
+    .unwrap();
+    db.execute(
+        "UPDATE artifact_pieces SET bytes = CAST('012345678:' AS BLOB) WHERE sha256 = ?1",
+        [&small.sha256],
+    )
+    .unwrap();
+
+    let get = |sha: &str| {
+        s.request("GET", &format!("/api/runs/{id}/artifacts/{sha}"))
+            .body(axum::body::Body::empty())
+            .unwrap()
+    };
+    let resp = s.send(get(&big.sha256)).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        resp.headers()[axum::http::header::CONTENT_LENGTH],
+        bytes.len().to_string()
+    );
+    let mut body = resp.into_body();
+    let (mut got, mut broke) = (0, false);
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(f) => got += f.into_data().map(|d| d.len()).unwrap_or(0),
+            Err(_) => {
+                broke = true;
+                break;
+            }
+        }
+    }
+    assert!(broke, "the body ended as if whole");
+    assert!(got < bytes.len(), "{got} of {} bytes sent", bytes.len());
+    assert!(got <= 6 * PIECE_BYTES, "the last piece went out");
+
+    let (status, body) = s
+        .call(
+            "GET",
+            &format!("/api/runs/{id}/artifacts/{}", small.sha256),
+            None,
+        )
+        .await;
+    assert_eq!(status, 500, "{body:#}");
+    let e = body["error"].as_str().unwrap();
+    assert!(
+        e.contains("corrupt") && e.contains("TERMINAL_ARTIFACT"),
+        "{e}"
+    );
 }

@@ -1,6 +1,8 @@
 //! Runs created, listed, shown, cancelled and resumed; the event stream and
 //! `Last-Event-ID`; refused requests; gates.
 
+use std::time::Duration;
+
 use axum::body::Body;
 use serde_json::{Value, json};
 
@@ -270,4 +272,41 @@ async fn a_gate_is_approved_or_rejected_through_the_api() {
     assert!(error.contains("not yet"), "{show:#}");
     assert!(error.contains("Ship it"), "{show:#}");
     assert_eq!(s.lines(), ["shipped"]);
+}
+
+/// A request to take over a run this server drives is refused saying so, never naming
+/// the server's own process as if it were another owner; the refusal writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_this_server_drives_is_refused_as_driven_here() {
+    let s = TestServer::start().await;
+    let release = s.dir.path().join("release");
+    let started = s.dir.path().join("started");
+    let graph = json!({"format": "heddle.graph", "version": 1, "nodes": [
+        {"id": "wait", "type": "code.bash", "properties": {"mode": "subprocess", "timeout_s": 600,
+         "code": format!("touch {0}; while [ ! -e {1} ]; do sleep 0.02; done; echo done",
+                         started.display(), release.display())}},
+        {"id": "out", "type": "heddle.output"}],
+     "edges": [{"source": "wait", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]});
+    let id = s.create(&graph.to_string()).await;
+    for _ in 0..3000 {
+        if started.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(started.exists(), "the node never started");
+    let records = s.show(&id).await["records"].clone();
+    let (status, body) = s
+        .call("POST", &format!("/api/runs/{id}/resume"), None)
+        .await;
+    assert_eq!(status, 409, "{body:#}");
+    let e = body["error"].as_str().unwrap();
+    assert!(e.contains("this server drives it"), "{e}");
+    assert!(
+        !e.contains(&std::process::id().to_string()),
+        "names the server's own process: {e}"
+    );
+    assert_eq!(s.show(&id).await["records"], records);
+    std::fs::write(&release, "").unwrap();
+    assert_eq!(s.ended(&id).await["state"], "completed");
 }

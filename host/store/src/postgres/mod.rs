@@ -882,13 +882,15 @@ impl Inner {
     /// written), and refused while another host's lease is live; then the lease is this
     /// host's at `epoch` and the records are appended, all committed together. An epoch
     /// that moved since it was read (an acquire that wrote nothing) is answered with the
-    /// current one, nothing written, for the records to be made again.
+    /// current one, nothing written, for the records to be made again. With `withdraw`
+    /// (the records reopen a pause) the run's cancel requests go with it.
     async fn take_over(
         self: Arc<Self>,
         run: String,
         next: u64,
         epoch: u64,
         layout: rows::Layout,
+        withdraw: bool,
     ) -> Result<Taken, StoreError> {
         const OP: &str = "taking over a run";
         let columns = Columns::new(&run, epoch, next, &layout);
@@ -929,6 +931,11 @@ impl Inner {
             .map_err(Pg::op(OP))?;
             if !layout.rows.is_empty() {
                 tx.execute(APPEND, &columns.params())
+                    .await
+                    .map_err(Pg::op(OP))?;
+            }
+            if withdraw {
+                tx.execute("DELETE FROM cancel_requests WHERE run_id = $1", &[&run])
                     .await
                     .map_err(Pg::op(OP))?;
             }
@@ -1096,11 +1103,14 @@ impl Inner {
                 artifacts::within_quota(&run, used as u64, size, &policy)
                     .map_err(StoreError::from)?;
                 tx.execute(
-                    "INSERT INTO artifacts (run_id, sha256, size, bytes) VALUES ($1, $2, $3, $4)",
-                    &[&run, &sha256, &(size as i64), &bytes],
+                    "INSERT INTO artifacts (run_id, sha256, size) VALUES ($1, $2, $3)",
+                    &[&run, &sha256, &(size as i64)],
                 )
                 .await
                 .map_err(Pg::op(OP))?;
+                insert_pieces(&tx, &run, &sha256, &bytes)
+                    .await
+                    .map_err(Pg::op(OP))?;
             }
             if let Some(name) = &name {
                 tx.execute(
@@ -1136,7 +1146,10 @@ impl Inner {
                         DELETE FROM artifacts a WHERE a.run_id = $1 AND NOT (a.sha256 = ANY($2))
                         AND NOT EXISTS (SELECT 1 FROM artifact_names n
                                         WHERE n.run_id = a.run_id AND n.sha256 = a.sha256)
-                        RETURNING size)
+                        RETURNING sha256, size),
+                     p AS (
+                        DELETE FROM artifact_pieces p USING d
+                        WHERE p.run_id = $1 AND p.sha256 = d.sha256)
                      SELECT coalesce(sum(size), 0)::bigint FROM d",
                     &[&run, &referenced],
                 )
@@ -1148,22 +1161,52 @@ impl Inner {
         })
     }
 
-    async fn get_artifact(
+    async fn artifact_piece(
         self: Arc<Self>,
         run: String,
-        artifact: ArtifactRef,
-    ) -> Result<Vec<u8>, ArtifactError> {
+        sha256: String,
+        n: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
         const OP: &str = "reading an artifact";
-        let bytes: Option<Vec<u8>> = on_conn!(self, OP, |c| {
+        on_conn!(self, OP, |c| {
             Ok(c.query_opt(
-                "SELECT bytes FROM artifacts WHERE run_id = $1 AND sha256 = $2",
-                &[&run, &artifact.sha256],
+                "SELECT bytes FROM artifact_pieces WHERE run_id = $1 AND sha256 = $2 AND n = $3",
+                &[&run, &sha256, &(n as i64)],
             )
             .await
             .map_err(Pg::op(OP))?
             .map(|r| r.get(0)))
+        })
+    }
+
+    /// The stored artifacts of `run` (only `sha256` with it), without their bytes:
+    /// `octet_length` of a stored value reads its length, not its content.
+    async fn stored_artifacts(
+        self: Arc<Self>,
+        run: String,
+        sha256: Option<String>,
+    ) -> Result<Vec<artifacts::StoredArtifact>, StoreError> {
+        const OP: &str = "reading what artifacts are stored";
+        let rows = on_conn!(self, OP, |c| {
+            c.query(
+                "SELECT a.sha256, a.size,
+                        (SELECT coalesce(sum(octet_length(p.bytes)), 0)::bigint FROM artifact_pieces p
+                         WHERE p.run_id = a.run_id AND p.sha256 = a.sha256)
+                 FROM artifacts a WHERE a.run_id = $1 AND ($2::text IS NULL OR a.sha256 = $2)
+                 ORDER BY a.sha256",
+                &[&run, &sha256],
+            )
+            .await
+            .map_err(Pg::op(OP))
         })?;
-        artifacts::verified(&run, &artifact, bytes)
+        Ok(rows
+            .iter()
+            .map(|r| artifacts::StoredArtifact {
+                sha256: r.get(0),
+                size: r.get::<_, i64>(1) as u64,
+                stored: r.get::<_, i64>(2) as u64,
+            })
+            .collect())
     }
 
     async fn named_artifacts(
@@ -1199,6 +1242,25 @@ impl Inner {
 /// Frees the sequence numbers of a torn tail for the next owner, as the SQLite store
 /// does ([`rows::torn_repair`]). A PostgreSQL transaction is never torn by a crash, so
 /// this only ever finds a row altered at the end of the log.
+/// Stores `bytes` as the pieces of artifact `sha256` of `run`
+/// ([`artifacts::PIECE_BYTES`] each, numbered from 0), in one statement.
+pub(crate) async fn insert_pieces(
+    client: &tokio_postgres::Transaction<'_>,
+    run: &str,
+    sha256: &str,
+    bytes: &[u8],
+) -> Result<u64, tokio_postgres::Error> {
+    let pieces: Vec<&[u8]> = bytes.chunks(artifacts::PIECE_BYTES).collect();
+    let numbers: Vec<i64> = (0..pieces.len() as i64).collect();
+    client
+        .execute(
+            "INSERT INTO artifact_pieces (run_id, sha256, n, bytes)
+             SELECT $1, $2, p.n, p.bytes FROM unnest($3::bigint[], $4::bytea[]) AS p (n, bytes)",
+            &[&run, &sha256, &numbers, &pieces],
+        )
+        .await
+}
+
 async fn drop_torn_tail(tx: &impl GenericClient, run: &str) -> Result<(), StoreError> {
     const OP: &str = "dropping a torn record";
     let Some(row) = tx
@@ -1281,9 +1343,11 @@ impl RunStore for PgStore {
         };
         for _ in 0..TRIES {
             let mut layout = rows::Layout::default();
-            rows::lay_out(&Frames::of(run_id, next, &opening(epoch))?, &mut layout);
+            let records = opening(epoch);
+            rows::lay_out(&Frames::of(run_id, next, &records)?, &mut layout);
+            let withdraw = crate::withdraws_cancel(&records);
             let run = run.clone();
-            match self.call(|i| i.take_over(run, next, epoch, layout))? {
+            match self.call(|i| i.take_over(run, next, epoch, layout, withdraw))? {
                 Taken::At(epoch) => return Ok(epoch),
                 Taken::Moved(current) => epoch = current + 1,
             }
@@ -1361,9 +1425,28 @@ impl RunStore for PgStore {
         self.call(|i| i.named_artifacts(run))
     }
 
-    fn get_artifact(&self, run_id: &str, artifact: &ArtifactRef) -> Result<Vec<u8>, ArtifactError> {
-        let (run, artifact) = (run_id.to_string(), artifact.clone());
-        self.call(|i| i.get_artifact(run, artifact))
+    fn artifact_piece(
+        &self,
+        run_id: &str,
+        sha256: &str,
+        index: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let (run, sha256) = (run_id.to_string(), sha256.to_string());
+        self.call(|i| i.artifact_piece(run, sha256, index))
+    }
+
+    fn stored_artifact(
+        &self,
+        run_id: &str,
+        sha256: &str,
+    ) -> Result<Option<artifacts::StoredArtifact>, StoreError> {
+        let (run, sha256) = (run_id.to_string(), sha256.to_string());
+        Ok(self.call(|i| i.stored_artifacts(run, Some(sha256)))?.pop())
+    }
+
+    fn stored_artifacts(&self, run_id: &str) -> Result<Vec<artifacts::StoredArtifact>, StoreError> {
+        let run = run_id.to_string();
+        self.call(|i| i.stored_artifacts(run, None))
     }
 }
 

@@ -149,6 +149,22 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         host_id text NOT NULL,
         pid bigint NOT NULL
     );",
+    // 4: which process holds a run's lease (its machine and process id), so a process of
+    // the same machine that died is not waited out (a resume right after a crash, a
+    // host restarted at once) and a run's state is not judged by a process id of
+    // another machine.
+    "ALTER TABLE leases ADD COLUMN owner_hostname text, ADD COLUMN owner_pid bigint;",
+    // 5: an artifact's bytes in pieces of `artifacts::PIECE_BYTES`, a row each, read a
+    // piece at a time instead of whole (as in SQLite's schema 8); the bytes an older
+    // store holds are cut into pieces and the column that held them whole is dropped by
+    // [`cut_artifacts`].
+    "CREATE TABLE IF NOT EXISTS artifact_pieces (
+        run_id text NOT NULL,
+        sha256 text NOT NULL,
+        n bigint NOT NULL,
+        bytes bytea NOT NULL,
+        PRIMARY KEY (run_id, sha256, n)
+    );",
 ];
 
 /// The version whose upgrade checksums the run headers already stored.
@@ -180,6 +196,52 @@ async fn checksum_headers<C: GenericClient + Sync>(client: &C) -> Result<u64, St
             .map_err(Pg::op(WHAT))?;
     }
     Ok(rows.len() as u64)
+}
+
+/// The version whose upgrade cuts the artifacts already stored into pieces.
+const ARTIFACT_PIECES: i64 = 5;
+
+/// Moves the bytes of every artifact still held whole (`artifacts.bytes`, before
+/// version [`ARTIFACT_PIECES`]) into pieces of [`crate::artifacts::PIECE_BYTES`], and
+/// drops the column; nothing to do when there is no such column. One artifact at a time,
+/// each read once: cutting in SQL (`substring` per piece) would fetch and decompress the
+/// whole value again for every piece.
+async fn cut_artifacts(client: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
+    const WHAT: &str = "cutting the stored artifacts into pieces";
+    let whole = client
+        .query_opt(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
+             AND table_name = 'artifacts' AND column_name = 'bytes'",
+            &[],
+        )
+        .await
+        .map_err(Pg::op(WHAT))?
+        .is_some();
+    if !whole {
+        return Ok(());
+    }
+    let keys = client
+        .query("SELECT run_id, sha256 FROM artifacts WHERE size > 0", &[])
+        .await
+        .map_err(Pg::op(WHAT))?;
+    for key in &keys {
+        let (run, sha256): (String, String) = (key.get(0), key.get(1));
+        let bytes: Vec<u8> = client
+            .query_one(
+                "SELECT bytes FROM artifacts WHERE run_id = $1 AND sha256 = $2",
+                &[&run, &sha256],
+            )
+            .await
+            .map_err(Pg::op(WHAT))?
+            .get(0);
+        super::insert_pieces(client, &run, &sha256, &bytes)
+            .await
+            .map_err(Pg::op(WHAT))?;
+    }
+    client
+        .batch_execute("ALTER TABLE artifacts DROP COLUMN bytes")
+        .await
+        .map_err(Pg::op(WHAT))
 }
 
 /// A stable key for the advisory lock the migrations of `schema` take.
@@ -321,6 +383,9 @@ pub(crate) async fn prepare_with(
         tx.batch_execute(m).await.map_err(Pg::op(WHAT))?;
         if i as i64 + 1 == HEADER_SUMS {
             checksum_headers(&tx).await?;
+        }
+        if i as i64 + 1 == ARTIFACT_PIECES {
+            cut_artifacts(&tx).await?;
         }
     }
     tx.execute(

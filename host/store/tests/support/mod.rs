@@ -222,7 +222,10 @@ pub fn new_run() -> heddle_store::NewRun {
         },
         inputs: std::collections::BTreeMap::from([("n".to_string(), heddle_core::Value::Int(3))]),
         secrets: vec!["API_KEY".into()],
-        packages: std::collections::BTreeMap::from([("std".to_string(), "ab".repeat(32))]),
+        packages: std::collections::BTreeMap::from([(
+            "std".to_string(),
+            heddle_store::PackagePin::digest("ab".repeat(32)),
+        )]),
         limits: heddle_store::RunLimits {
             budget: heddle_store::Budget {
                 max_dispatches: Some(10),

@@ -5,10 +5,12 @@ use heddle_sdk::{Decl, Error, Inputs, Node, Outputs, Value, node};
 
 mod files;
 mod lies;
+mod net;
 mod waits;
 
 pub use files::*;
 pub use lies::*;
+pub use net::*;
 pub use waits::*;
 
 node! {
@@ -217,5 +219,8 @@ heddle_sdk::export_nodes!(
     big_error,
     spoofed_error,
     spoofed_log,
-    bad_cost
+    bad_cost,
+    http_burst,
+    http_leak,
+    http_upload
 );

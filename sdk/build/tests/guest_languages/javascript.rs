@@ -1,4 +1,4 @@
-//! JavaScript nodes: a mixed graph, recoverable errors, fuel and deadline.
+//! JavaScript nodes: a mixed graph, recoverable errors, fuel and deadline, fetch().
 
 use super::*;
 
@@ -136,4 +136,74 @@ async fn js_infinite_loop_is_stopped_by_fuel_and_by_the_deadline() {
     .await
     .unwrap();
     assert_eq!(ok.get("value"), Some(&Value::str("still alive")));
+}
+
+/// `fetch()` in an async `run` goes out through the host's wasi:http: a granted
+/// destination answers (the request's headers arrive as the guest set them), an error
+/// status becomes the guest's `http:<status>` failure, and an ungranted port is refused
+/// before any connection (its server never sees one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_fetch_reaches_the_granted_destinations_and_nothing_else() {
+    let Fetch {
+        echo,
+        failing,
+        ungranted,
+        config,
+    } = Fetch::start("jskit", 404).await;
+    let (p, _store) = provider(&["sdk/build/tests/fixtures/jskit"], config).await;
+
+    let out = invoke(
+        &p,
+        "jskit.fetch",
+        &[("url", fetch_url(&echo, "/hello"))],
+        None,
+    )
+    .await
+    .expect("a granted destination answers");
+    assert_eq!(out.get("status").map(json), Some(serde_json::json!(200)));
+    let body = out
+        .get("body")
+        .and_then(|v| v.as_str())
+        .expect("a text body");
+    let headers: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(headers["x-probe"], "jskit", "{headers}");
+    let got = echo.received();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].method.as_str(), got[0].path.as_str()),
+        ("GET", "/hello")
+    );
+
+    let err = invoke(
+        &p,
+        "jskit.fetch",
+        &[("url", fetch_url(&failing, "/nope"))],
+        None,
+    )
+    .await
+    .expect_err("404 fails the node");
+    assert_eq!(
+        err.signature.as_deref(),
+        Some("http:404"),
+        "{}",
+        err.message
+    );
+    assert_eq!(failing.received().len(), 1);
+
+    let err = invoke(
+        &p,
+        "jskit.fetch",
+        &[("url", fetch_url(&ungranted, "/"))],
+        None,
+    )
+    .await
+    .expect_err("an ungranted port is refused");
+    assert_eq!(
+        err.signature.as_deref(),
+        Some("js:TypeError"),
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains("NetworkError"), "{}", err.message);
+    assert_eq!(ungranted.connections(), 0, "refused before connecting");
 }

@@ -241,6 +241,50 @@ fn crc32(bytes: &[u8]) -> i64 {
     (!c) as i64
 }
 
+// Loopback HTTP servers that count connections, shared with heddle-wasm's network tests.
+#[path = "../../../../host/wasm/tests/common/netserver.rs"]
+mod netserver;
+
+/// Loopback servers for a kit's fetch node: `echo` answers with the request's headers
+/// as JSON and `failing` with `status`, both granted to `package` in `config`;
+/// `ungranted` is not.
+struct Fetch {
+    echo: netserver::Server,
+    failing: netserver::Server,
+    ungranted: netserver::Server,
+    config: WasmConfig,
+}
+
+impl Fetch {
+    async fn start(package: &str, status: u16) -> Fetch {
+        use netserver::{Behavior, Server};
+        let echo = Server::http(Behavior::EchoHeaders).await;
+        let failing = Server::http(Behavior::Respond {
+            status,
+            content_type: "text/plain",
+            body: b"not today".to_vec(),
+        })
+        .await;
+        let ungranted = Server::http(Behavior::EchoHeaders).await;
+        let config = WasmConfig::from_toml_str(&format!(
+            "[packages.{package}]\nnetwork = [\"http://127.0.0.1:{}\", \"http://127.0.0.1:{}\"]\n",
+            echo.port, failing.port
+        ))
+        .unwrap();
+        Fetch {
+            echo,
+            failing,
+            ungranted,
+            config,
+        }
+    }
+}
+
+/// `path` on `server` as a node's `url` input.
+fn fetch_url(server: &netserver::Server, path: &str) -> Value {
+    Value::str(server.url("http", "127.0.0.1", path))
+}
+
 mod building;
 mod c;
 mod javascript;

@@ -1,4 +1,5 @@
-//! Python nodes: a mixed graph, recoverable errors, fuel and deadline, file grants.
+//! Python nodes: a mixed graph, recoverable errors, fuel and deadline, file grants,
+//! outgoing HTTP (heddle.http).
 
 use super::*;
 
@@ -234,4 +235,79 @@ async fn python_reads_files_only_inside_a_granted_directory() {
             "{path}: {err:?}"
         );
     }
+}
+
+/// `heddle.http` goes out through the host's wasi:http (the build adds its import to the
+/// world): a granted destination answers and sees the request as the guest made it
+/// (method, path, header, body), an error status becomes `http:<status>`, and an
+/// ungranted port is refused before any connection with `http:denied`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_http_reaches_the_granted_destinations_and_nothing_else() {
+    let Fetch {
+        echo,
+        failing,
+        ungranted,
+        config,
+    } = Fetch::start("pykit", 503).await;
+    let (p, _store) = provider(&["sdk/build/tests/fixtures/pykit"], config).await;
+
+    let out = invoke(
+        &p,
+        "pykit.fetch",
+        &[
+            ("url", fetch_url(&echo, "/items?page=2")),
+            ("body", Value::str("hello from python")),
+        ],
+        None,
+    )
+    .await
+    .expect("a granted destination answers");
+    assert_eq!(out.get("status").map(json), Some(serde_json::json!(200)));
+    let body = out
+        .get("body")
+        .and_then(|v| v.as_str())
+        .expect("a text body");
+    let headers: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(headers["x-probe"], "pykit", "{headers}");
+    // Declared, not chunked: the host's body cap refuses a long one before sending it.
+    assert_eq!(headers["content-length"], "17", "{headers}");
+    let got = echo.received();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].method.as_str(), got[0].path.as_str()),
+        ("POST", "/items?page=2")
+    );
+    assert_eq!(got[0].body, b"hello from python");
+
+    let err = invoke(
+        &p,
+        "pykit.fetch",
+        &[("url", fetch_url(&failing, "/"))],
+        None,
+    )
+    .await
+    .expect_err("503 fails the node");
+    assert_eq!(
+        err.signature.as_deref(),
+        Some("http:503"),
+        "{}",
+        err.message
+    );
+    assert_eq!(failing.received().len(), 1);
+
+    let err = invoke(
+        &p,
+        "pykit.fetch",
+        &[("url", fetch_url(&ungranted, "/"))],
+        None,
+    )
+    .await
+    .expect_err("an ungranted port is refused");
+    assert_eq!(
+        err.signature.as_deref(),
+        Some("http:denied"),
+        "{}",
+        err.message
+    );
+    assert_eq!(ungranted.connections(), 0, "refused before connecting");
 }

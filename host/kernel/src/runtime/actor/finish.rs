@@ -43,14 +43,8 @@ impl Actor {
         let (outcome, end, stop) = match res {
             Ok(()) => {
                 let ran = self.invocations > 0 || self.started;
-                if self.sup_skips > 0 && self.last_result.is_none() {
-                    (
-                        NodeOutcome::Skipped {
-                            reason: SkipReason::Supervisor,
-                        },
-                        End::Skipped,
-                        None,
-                    )
+                if let Some(reason) = self.skipped_by.filter(|_| self.last_result.is_none()) {
+                    (NodeOutcome::Skipped { reason }, End::Skipped, None)
                 } else if ran || matches!(self.spec.role, NodeRole::Input { .. }) {
                     (NodeOutcome::Done, End::Done, None)
                 } else {

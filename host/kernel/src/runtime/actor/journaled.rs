@@ -62,8 +62,8 @@ impl Actor {
                 return Ok(Ahead::Settled(Settled::Produced(outputs)));
             }
             Prior::Failed { error } => return Err(Stop::Failed(error)),
-            Prior::Skipped { error } => {
-                self.sup_skips += 1;
+            Prior::Skipped { error, reason } => {
+                self.skipped_by.get_or_insert(reason);
                 return Ok(Ahead::Settled(Settled::Skipped { error }));
             }
             Prior::EndedStream { error } => return Ok(Ahead::Settled(Settled::Ended { error })),

@@ -405,9 +405,10 @@ pub(crate) struct Actor {
     /// Incoming edges whose end-of-stream was consumed.
     ended_in: Vec<u32>,
     eos_sent: bool,
-    /// Invocations the supervisor skipped (a node whose every invocation was skipped
-    /// ends skipped, reason supervisor).
-    sup_skips: u64,
+    /// Why its invocations were skipped, when one was: by the supervisor's verdict, or
+    /// by a person's answer to a reconcile pause (a node whose every invocation was
+    /// skipped ends skipped with that reason; the first skip's, should they differ).
+    skipped_by: Option<SkipReason>,
     /// Durable runs only: invocations so far per lineage key (an occurrence's `n`).
     occurrences: HashMap<Arc<str>, u32>,
     /// Durable runs only: what the current attempt emitted, for its result record.
@@ -461,7 +462,7 @@ impl Actor {
             open,
             ended_in: Vec::new(),
             eos_sent: false,
-            sup_skips: 0,
+            skipped_by: None,
             occurrences: HashMap::new(),
             emitted: None,
             decision_note: None,

@@ -1,6 +1,6 @@
 //! The one place an invocation failure is decided and its resolution applied.
 
-use heddle_core::SuspendInfo;
+use heddle_core::{SkipReason, SuspendInfo};
 
 use super::invoke::{InvocationRecord, Settled};
 use super::{Actor, Stop};
@@ -58,7 +58,7 @@ impl Actor {
                 // included, before it was accepted.
                 Resolution::Substitute(o) => return Ok(Some(Settled::Produced(o))),
                 Resolution::Skip => {
-                    self.sup_skips += 1;
+                    self.skipped_by.get_or_insert(SkipReason::Supervisor);
                     return Ok(Some(Settled::Skipped { error: err.message }));
                 }
                 Resolution::EndStream => return Ok(Some(Settled::Ended { error: err.message })),

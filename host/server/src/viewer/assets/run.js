@@ -240,33 +240,67 @@ export function showRun(main, id, ctx) {
       note, h("div", { class: "row mt" }, approve, reject), msg);
   }
 
-  /** A pause other than a gate's: why, and a resume of exactly that pause. */
+  /**
+   * A pause other than a gate's: why, and a resume of exactly that pause. A reconcile
+   * pause takes one of three answers: run the uncertain work again, record that it
+   * completed (with the outputs given), or skip it; the last two say who and why.
+   */
   function pausePanel(p) {
     const why = p.reason || {};
+    const reconcile = why.why === "reconcile";
     const text = {
-      reconcile: () => `Node ${occLabel(why.occurrence)} started and its result was never recorded, so whether its effect happened is unknown. Resume offers that work again; cancel leaves it undone.`,
+      reconcile: () => `Node ${occLabel(why.occurrence)} started and its result was never recorded, so whether its effect happened is unknown. If you know, say so: record that it completed (with its outputs) or skip it; neither runs it. Or run it again.`,
       suspend: () => `Node ${why.node} suspended the run: ${why.reason}`,
       interrupted: () => "The run was interrupted; nothing is uncertain. Resume runs it on.",
       budget: () => `The run's budget ran out: ${why.detail}`,
     }[why.why];
     const msg = h("p", { class: "error-text", id: "resume-message" });
-    const resume = h("button", { class: "primary", id: "run-resume", type: "button" }, "Resume");
-    resume.onclick = async () => {
-      resume.disabled = true;
+    const send = async (btn, extra) => {
+      btn.disabled = true;
       try {
-        await call(`/api/runs/${encodeURIComponent(id)}/resume`, { method: "POST", body: { pause: p.event } });
+        await call(`/api/runs/${encodeURIComponent(id)}/resume`, { method: "POST", body: { pause: p.event, ...extra } });
         msg.textContent = "";
         actionSig = null;
         reload();
       } catch (e) {
-        resume.disabled = false;
+        btn.disabled = false;
         msg.textContent = e.message;
       }
     };
+    const resume = h("button", { class: "primary", id: "run-resume", type: "button" }, reconcile ? "Run it again" : "Resume");
+    resume.onclick = () => send(resume, {});
+    if (!reconcile) {
+      return h("div", { class: "pause", "data-pause": p.event },
+        h("div", { class: "title" }, "Paused"),
+        h("p", { class: "prompt" }, text ? text() : JSON.stringify(why)),
+        h("div", { class: "row mt" }, resume), msg);
+    }
+    const declared = why.declared_outputs || {};
+    const outputs = h("textarea", { id: "reconcile-outputs", class: "mono" });
+    outputs.value = JSON.stringify(Object.fromEntries(Object.keys(declared).map((k) => [k, null])), null, 2);
+    const types = Object.entries(declared).map(([k, d]) => `${k}: ${typeof d === "string" ? d : JSON.stringify(d)}`).join(", ");
+    const by = h("input", { type: "text", id: "reconcile-by", placeholder: "Your name (recorded with the answer)" });
+    by.value = sessionStorage.getItem("heddle.by") || "";
+    const note = h("textarea", { id: "reconcile-note", placeholder: "Why: what tells you whether it happened (recorded with the answer)" });
+    const answer = (btn, extra) => {
+      if (!note.value.trim()) { msg.textContent = "Say why in the note: an answer is recorded with it."; return; }
+      if (by.value.trim()) sessionStorage.setItem("heddle.by", by.value.trim());
+      send(btn, { ...extra, note: note.value.trim(), ...(by.value.trim() ? { by: by.value.trim() } : {}) });
+    };
+    const completed = h("button", { id: "reconcile-completed", type: "button" }, "It completed: record these outputs");
+    completed.onclick = () => {
+      let given;
+      try { given = JSON.parse(outputs.value || "{}"); } catch (err) { msg.textContent = `outputs: ${err.message}`; return; }
+      answer(completed, { completed_with: given });
+    };
+    const skip = h("button", { id: "reconcile-skip", type: "button" }, "Skip it");
+    skip.onclick = () => answer(skip, { skip: true });
     return h("div", { class: "pause", "data-pause": p.event },
-      h("div", { class: "title" }, "Paused"),
-      h("p", { class: "prompt" }, text ? text() : JSON.stringify(why)),
-      h("div", { class: "row mt" }, resume), msg);
+      h("div", { class: "title" }, "Paused: uncertain work"),
+      h("p", { class: "prompt" }, text()),
+      h("label", {}, `Its outputs, if it completed${types ? ` (${types})` : ""}`), outputs,
+      by, note,
+      h("div", { class: "row mt" }, resume, completed, skip), msg);
   }
 
   function escalationPanel(e) {

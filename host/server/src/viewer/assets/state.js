@@ -115,6 +115,17 @@ export class RunModel {
         this.interventions.push(v);
         break;
       }
+      case "reconciled": {
+        // A person's answer to a reconcile pause: the work is settled without running it.
+        const o = this.occurrence(r.occurrence);
+        o.reconciled = { answer: r.answer, by: r.by, note: r.note };
+        if (r.answer === "skipped") o.state = "skipped";
+        const said = r.answer === "completed" ? "completed with the outputs given (reconciled)" : "skipped (reconciled)";
+        const v = { at: r.at_ms, occurrence: r.occurrence, verdict: { verdict: said, note: r.note }, by: r.by };
+        o.verdicts.push(v);
+        this.interventions.push(v);
+        break;
+      }
       case "paused":
         this.pause = { event: r.seq, reason: r.pause };
         this.state = "paused";
@@ -201,6 +212,8 @@ export class RunModel {
     const recorded = this.finished && this.skipped.get(id);
     if (recorded) return { state: "skipped", label: "skipped", reason: this.recordedSkip(id, recorded, memo) };
     const skippedBySupervisor = occs.some((o) => o.verdicts.some((v) => v.verdict && v.verdict.verdict === "skip"));
+    const reconciledSkip = occs.length && occs.every((o) => o.state === "skipped" || o.state === "completed") && occs.some((o) => o.state === "skipped");
+    if (reconciledSkip) return { state: "skipped", label: "skipped", reason: "skipped by a person reconciling its uncertain work" };
     if (open.length && !this.finished && this.state !== "paused" && this.state !== "interrupted") {
       return { state: "running", label: `running${count}` };
     }
@@ -276,6 +289,7 @@ export class RunModel {
       case "condition": return "an edge's condition (when) chose another branch";
       case "no_input": return "its inputs received nothing (an untaken branch)";
       case "supervisor": return "skipped by a supervisor verdict";
+      case "reconciled": return "skipped by a person reconciling its uncertain work";
       default: return String(reason);
     }
   }
