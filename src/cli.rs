@@ -28,6 +28,12 @@ pub struct EnvArgs {
     /// Directory of installed node packages (overrides the config file).
     #[arg(long, value_name = "DIR", global = true)]
     pub packages: Option<PathBuf>,
+    /// How log lines on stderr are written: `human` (one line of text each, the
+    /// default) or `json` (one JSON object per line: `timestamp`, `level`, `target`,
+    /// `message`, and `run_id` and `node_id` where known), for a log shipper. Default:
+    /// `[telemetry] log_format`, else `human`.
+    #[arg(long, value_name = "FORMAT", global = true)]
+    pub log_format: Option<heddle_runtime::telemetry::LogFormat>,
 }
 
 impl EnvArgs {
@@ -36,6 +42,7 @@ impl EnvArgs {
         heddle_runtime::Overrides {
             config: self.config.clone(),
             packages: self.packages.clone(),
+            log_format: self.log_format,
             ..Default::default()
         }
     }
@@ -98,6 +105,11 @@ pub struct ServeArgs {
     /// Default: `[serve] lease_ttl_ms`, else 10000.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1000..=600_000))]
     pub lease_ttl_ms: Option<u64>,
+    /// Also answer `GET /metrics` (Prometheus's text format) on this address, WITHOUT
+    /// the API token: for a scraper on a private network. Without it the metrics are
+    /// on the API's address, behind the token like the rest of the API.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub env: EnvArgs,
 }

@@ -5,29 +5,29 @@
 //! before the libraries logged through `tracing`.
 //!
 //! With the JSON log format (`--log-format json`, `[telemetry] log_format = "json"`)
-//! each line is one JSON object instead: `timestamp` (RFC 3339, UTC), `level`,
-//! `target`, `message`, the event's other fields, and `run_id` and `node_id` when the
-//! event, or a span it happened in, names them. The command line's own lines of a
-//! server and a watchdog ([`say`]) take the same form, so a log shipper reads one
-//! format.
+//! the same events are one JSON object per line instead (tracing-subscriber's JSON
+//! formatter, fields flattened): `timestamp` (RFC 3339, UTC), `level`, `target`,
+//! `message`, and the event's fields (`run_id`, `node_id` where the event is about
+//! one). The command line's own lines of a server and a watchdog ([`say`]) and its
+//! final error take that form too (target `heddle::cli`), so a log shipper reads one
+//! format. The format is chosen after the settings are read, so both layers are
+//! installed and a switch picks one.
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use heddle_runtime::telemetry::LogFormat;
-use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id};
 use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::filter::Targets;
-use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::time::FormatTime as _;
+use tracing_subscriber::filter::{DynFilterFn, FilterExt as _, Targets};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt as _};
-use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// Whether lines are JSON (set once the settings are read).
 static JSON: AtomicBool = AtomicBool::new(false);
+
+/// The target of the command line's own lines in the JSON format.
+const CLI: &str = "heddle::cli";
 
 /// Installs the console as the process's `tracing` subscriber (once; later calls, and a
 /// subscriber already installed, leave it as it is).
@@ -35,9 +35,20 @@ pub fn install() {
     let targets = Targets::new()
         .with_target("heddle_runtime", Level::INFO)
         .with_target("heddle_server", Level::INFO)
-        .with_target("heddle", Level::INFO);
+        .with_target(CLI, Level::INFO);
+    // Asked at every event (a dynamic filter is not cached per call site): the format
+    // is set after the first events may have been seen.
+    let human = targets.clone().and(DynFilterFn::new(|_, _| !json()));
+    let as_json = targets.and(DynFilterFn::new(|_, _| json()));
+    let json_lines = tracing_subscriber::fmt::layer()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_writer(std::io::stderr);
     let _ = tracing_subscriber::registry()
-        .with(Console.with_filter(targets))
+        .with(Console.with_filter(human))
+        .with(json_lines.with_filter(as_json))
         .try_init();
 }
 
@@ -52,144 +63,40 @@ pub fn json() -> bool {
 }
 
 /// One of the command line's own lines of a server or a watchdog (what it says at its
-/// start and stop): as it is in the human format, a JSON object (level info, target
-/// `heddle`, `run_id` when it is about one) in the JSON one.
-pub fn say(line: &str, run_id: Option<&str>) {
-    if !json() {
+/// start and stop): as it is in the human format, an info event of target
+/// `heddle::cli` in the JSON one.
+pub fn say(line: &str) {
+    if json() {
+        tracing::info!(target: CLI, "{line}");
+    } else {
         let _ = writeln!(std::io::stderr().lock(), "{line}");
-        return;
-    }
-    let mut fields = Map::new();
-    fields.insert("message".into(), line.into());
-    if let Some(r) = run_id {
-        fields.insert("run_id".into(), r.into());
-    }
-    write_json("INFO", "heddle", fields);
-}
-
-/// A writer that turns each line written to it into a JSON object (level info, target
-/// `target`, `run_id`): a watchdog's worker's stderr, passed on in a JSON log.
-pub struct JsonLines {
-    target: &'static str,
-    run_id: String,
-    pending: Vec<u8>,
-}
-
-impl JsonLines {
-    pub fn new(target: &'static str, run_id: &str) -> JsonLines {
-        JsonLines {
-            target,
-            run_id: run_id.to_string(),
-            pending: Vec::new(),
-        }
-    }
-
-    fn line(&self, bytes: &[u8]) {
-        let text = String::from_utf8_lossy(bytes);
-        let mut fields = Map::new();
-        fields.insert("message".into(), text.trim_end_matches('\r').into());
-        fields.insert("run_id".into(), self.run_id.clone().into());
-        write_json("INFO", self.target, fields);
     }
 }
 
-impl std::io::Write for JsonLines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.pending.extend_from_slice(buf);
-        while let Some(i) = self.pending.iter().position(|&b| b == b'\n') {
-            let rest = self.pending.split_off(i + 1);
-            let line = std::mem::replace(&mut self.pending, rest);
-            self.line(&line[..line.len() - 1]);
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+/// [`say`] about run `run`: its JSON object names it (`run_id`).
+pub fn say_run(line: &str, run: &str) {
+    if json() {
+        tracing::info!(target: CLI, run_id = run, "{line}");
+    } else {
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
     }
 }
 
-impl Drop for JsonLines {
-    fn drop(&mut self) {
-        if !self.pending.is_empty() {
-            let last = std::mem::take(&mut self.pending);
-            self.line(&last);
-        }
+/// The command's final error: `error: TEXT` in the human format, an error event of
+/// target `heddle::cli` in the JSON one.
+pub fn error(text: &str) {
+    if json() {
+        tracing::error!(target: CLI, "{text}");
+    } else {
+        let _ = writeln!(std::io::stderr().lock(), "error: {text}");
     }
 }
 
-fn write_json(level: &str, target: &str, fields: Map<String, Value>) {
-    let mut timestamp = String::new();
-    let _ = tracing_subscriber::fmt::time::SystemTime.format_time(&mut Writer::new(&mut timestamp));
-    let mut line = Map::new();
-    line.insert("timestamp".into(), timestamp.into());
-    line.insert("level".into(), level.into());
-    line.insert("target".into(), target.into());
-    line.extend(fields);
-    let mut text = Value::Object(line).to_string();
-    text.push('\n');
-    // One write per line, so lines of two threads never interleave.
-    let _ = std::io::stderr().lock().write_all(text.as_bytes());
-}
-
-/// Writes each event as a line of stderr.
+/// Writes each event's message as a line of stderr.
 struct Console;
 
-/// The ids a span names (`run_id`, `node_id`), kept with it for the events inside.
-#[derive(Default)]
-struct Ids {
-    run_id: Option<String>,
-    node_id: Option<String>,
-}
-
-impl Visit for Ids {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.record_str(field, &format!("{value:?}"));
-    }
-
-    fn record_str(&mut self, field: &Field, value: &str) {
-        match field.name() {
-            "run_id" => self.run_id = Some(value.to_string()),
-            "node_id" => self.node_id = Some(value.to_string()),
-            _ => {}
-        }
-    }
-}
-
-impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Console {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        let mut ids = Ids::default();
-        attrs.record(&mut ids);
-        if (ids.run_id.is_some() || ids.node_id.is_some())
-            && let Some(span) = ctx.span(id)
-        {
-            span.extensions_mut().insert(ids);
-        }
-    }
-
-    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
-        if json() {
-            let mut fields = Fields(Map::new());
-            event.record(&mut fields);
-            let mut fields = fields.0;
-            // The innermost span naming an id, where the event names none itself.
-            if let Some(scope) = ctx.event_scope(event) {
-                for span in scope {
-                    if let Some(ids) = span.extensions().get::<Ids>() {
-                        for (k, v) in [("run_id", &ids.run_id), ("node_id", &ids.node_id)] {
-                            if let Some(v) = v
-                                && !fields.contains_key(k)
-                            {
-                                fields.insert(k.into(), v.clone().into());
-                            }
-                        }
-                    }
-                }
-            }
-            let meta = event.metadata();
-            write_json(meta.level().as_str(), meta.target(), fields);
-            return;
-        }
+impl<S: Subscriber> Layer<S> for Console {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
         let mut message = Message(String::new());
         event.record(&mut message);
         let prefix = match *event.metadata().level() {
@@ -217,35 +124,5 @@ impl Visit for Message {
         if field.name() == "message" {
             self.0 = value.to_string();
         }
-    }
-}
-
-/// An event's fields as JSON (numbers and booleans as such, the rest as text).
-struct Fields(Map<String, Value>);
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0
-            .insert(field.name().into(), format!("{value:?}").into());
-    }
-
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().into(), value.into());
-    }
-
-    fn record_i64(&mut self, field: &Field, value: i64) {
-        self.0.insert(field.name().into(), value.into());
-    }
-
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        self.0.insert(field.name().into(), value.into());
-    }
-
-    fn record_bool(&mut self, field: &Field, value: bool) {
-        self.0.insert(field.name().into(), value.into());
-    }
-
-    fn record_f64(&mut self, field: &Field, value: f64) {
-        self.0.insert(field.name().into(), value.into());
     }
 }

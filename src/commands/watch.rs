@@ -12,6 +12,7 @@ use heddle_runtime::{Runtime, Settings};
 use heddle_store::lock::LockState;
 
 use crate::cli::{EnvArgs, RunArgs, WatchdogArgs};
+use crate::console::say_run;
 use crate::exit::Exit;
 
 /// `heddle run --watchdog GRAPH`: records the run with its limits and watches it.
@@ -48,10 +49,9 @@ pub fn start(
         limits,
         worker,
     )?;
-    eprintln!(
-        "durable run {} (store {})",
-        header.run_id,
-        store.path().display()
+    say_run(
+        &format!("durable run {} (store {})", header.run_id, store.path().display()),
+        &header.run_id,
     );
     let run = header.run_id.clone();
     report(watch.run()?, &run, args.json)
@@ -82,8 +82,12 @@ pub fn resume(
     let worker = worker_command(Some(run), json, env, wd)?;
     let (how, watch) = Watch::resume(settings, run, pause, worker)?;
     match how {
-        Reopening::Resume { pause } => eprintln!("resuming run {run} at pause event {pause}"),
-        Reopening::Start | Reopening::Recover => eprintln!("recovering interrupted run {run}"),
+        Reopening::Resume { pause } => {
+            say_run(&format!("resuming run {run} at pause event {pause}"), run)
+        }
+        Reopening::Start | Reopening::Recover => {
+            say_run(&format!("recovering interrupted run {run}"), run)
+        }
     }
     report(watch.run()?, run, json)
 }
@@ -141,6 +145,7 @@ fn worker_command(
         json,
         config: env.config.clone(),
         packages: env.packages.clone(),
+        log_format: env.log_format,
         env: worker_env(&wd.env_vars),
     })
 }
@@ -174,23 +179,35 @@ fn report(r: WatchReport, run: &str, json: bool) -> anyhow::Result<Exit> {
         None => "no worker ran",
     };
     match &r.ending {
-        WatchEnding::Recorded(state) => eprintln!(
-            "watchdog: run {run} {} ({} launches, {} restarts, {verified})",
-            state.as_str(),
-            s.launches,
-            s.restarts
+        WatchEnding::Recorded(state) => say_run(
+            &format!(
+                "watchdog: run {run} {} ({} launches, {} restarts, {verified})",
+                state.as_str(),
+                s.launches,
+                s.restarts
+            ),
+            run,
         ),
-        WatchEnding::Stopped { code, detail, .. } => eprintln!(
-            "watchdog: run {run} stopped: {code}: {detail} ({} launches, {} restarts, {verified})",
-            s.launches, s.restarts
+        WatchEnding::Stopped { code, detail, .. } => say_run(
+            &format!(
+                "watchdog: run {run} stopped: {code}: {detail} ({} launches, {} restarts, {verified})",
+                s.launches, s.restarts
+            ),
+            run,
         ),
     }
     if r.exit == Exit::Suspended {
         match &r.gate {
-            Some(g) => eprintln!(
-                "run {run} waits at gate {g}; approve with: heddle runs approve {run} {g} [--note TEXT], or reject with: heddle runs reject {run} {g} --note TEXT"
+            Some(g) => say_run(
+                &format!(
+                    "run {run} waits at gate {g}; approve with: heddle runs approve {run} {g} [--note TEXT], or reject with: heddle runs reject {run} {g} --note TEXT"
+                ),
+                run,
             ),
-            None => eprintln!("run {run} paused; resume with: heddle runs resume --watchdog {run}"),
+            None => say_run(
+                &format!("run {run} paused; resume with: heddle runs resume --watchdog {run}"),
+                run,
+            ),
         }
     }
     Ok(r.exit)

@@ -356,7 +356,7 @@ pub async fn follow(
         let records = match read(&store, &run_id, next).await {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!("run {run_id}: the event feed stopped: {e}");
+                tracing::warn!(run_id = %run_id, "run {run_id}: the event feed stopped: {e}");
                 break false;
             }
         };

@@ -283,6 +283,7 @@ impl Host {
             match self.adopt(&id).await {
                 Ok(()) => adopted.push(id),
                 Err(e) => tracing::warn!(
+                    run_id = %id,
                     "run {id} not adopted: {}",
                     heddle_core::text::error_chain(&e)
                 ),
@@ -504,7 +505,11 @@ impl Host {
         let task = async move {
             let slot = host.workers.clone().acquire_owned();
             if let Err(e) = drive.run_when(host.runtime.registry(), slot).await {
-                tracing::error!("run {run_id}: {}", heddle_core::text::error_chain(&e));
+                tracing::error!(
+                    run_id = %run_id,
+                    "run {run_id}: {}",
+                    heddle_core::text::error_chain(&e)
+                );
             }
             if let Some(d) = desk {
                 // The server stopping with a decision pending: the next owner asks again.

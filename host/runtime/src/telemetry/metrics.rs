@@ -65,6 +65,8 @@ pub struct Metrics {
     invocation_seconds: HistogramVec,
     escalations: IntCounterVec,
     verdicts: IntCounterVec,
+    http_requests: IntCounter,
+    http_bytes: IntCounter,
     commit_seconds: HistogramVec,
     spans_sent: IntCounter,
     spans_dropped: IntCounter,
@@ -146,6 +148,14 @@ impl Metrics {
                 "heddle_verdicts_total",
                 "Supervisor decisions, by verdict and who decided.",
                 &["verdict", "decided_by"],
+            ),
+            http_requests: counter(
+                "heddle_http_requests_total",
+                "Outgoing HTTP requests of WASM nodes granted a network.",
+            ),
+            http_bytes: counter(
+                "heddle_http_bytes_total",
+                "Bytes those requests moved: headers and bodies, sent and received.",
             ),
             commit_seconds: histograms(
                 "heddle_store_commit_seconds",
@@ -246,6 +256,12 @@ impl Metrics {
                 .with_label_values(extra)
                 .observe(wall.as_secs_f64());
         }
+    }
+
+    /// Outgoing HTTP requests an invocation made, and the bytes they moved.
+    pub(crate) fn http(&self, requests: u64, bytes: u64) {
+        self.http_requests.inc_by(requests);
+        self.http_bytes.inc_by(bytes);
     }
 
     /// A failure of kind `kind` handed to a supervisor.

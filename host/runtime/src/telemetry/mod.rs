@@ -52,6 +52,16 @@ pub enum LogFormat {
     Json,
 }
 
+impl LogFormat {
+    /// Its name, as `--log-format` and `[telemetry] log_format` take it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Human => "human",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
 impl std::str::FromStr for LogFormat {
     type Err = String;
     fn from_str(s: &str) -> Result<LogFormat, String> {

@@ -525,6 +525,9 @@ impl Consumer {
             } => {
                 let wall = Duration::from_micros(metrics.wall_us);
                 let outcome = outcome(error.is_some(), *timed_out);
+                if metrics.http_requests > 0 {
+                    m.http(metrics.http_requests, metrics.http_bytes);
+                }
                 if m.labelled() {
                     let (node, ty) = (
                         self.m(node_id),
@@ -753,20 +756,18 @@ impl Consumer {
 
     /// Sends the held spans of `node` (those at `key` only, when given).
     fn flush(&mut self, node: &str, key: Option<&str>) {
-        let Some(held) = self.pending.get_mut(node) else {
+        let Some(held) = self.pending.remove(node) else {
             return;
         };
         let mut keep = Vec::new();
-        for p in held.drain(..) {
+        for p in held {
             if key.is_none_or(|k| k == p.key) {
                 self.send(p.span);
             } else {
                 keep.push(p);
             }
         }
-        if keep.is_empty() {
-            self.pending.remove(node);
-        } else {
+        if !keep.is_empty() {
             self.pending.insert(node.to_string(), keep);
         }
     }

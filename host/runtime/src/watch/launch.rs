@@ -25,6 +25,9 @@ pub struct WorkerCommand {
     pub config: Option<PathBuf>,
     /// The package store it loads from (`--packages`).
     pub packages: Option<PathBuf>,
+    /// The log format given on the watchdog's command line (`--log-format`), passed
+    /// on so the worker's lines, which the watchdog passes on, are in the same format.
+    pub log_format: Option<crate::telemetry::LogFormat>,
     /// Its whole environment ([`super::limits::worker_env`]).
     pub env: Vec<(String, std::ffi::OsString)>,
 }
@@ -113,6 +116,9 @@ impl WorkerCommand {
         }
         if let Some(p) = &self.packages {
             cmd.arg("--packages").arg(p);
+        }
+        if let Some(f) = self.log_format {
+            cmd.arg("--log-format").arg(f.as_str());
         }
         cmd.env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))

@@ -461,6 +461,7 @@ impl Watcher<'_> {
         sup.phase = WatchPhase::Running;
         sup.save(&target.store)?;
         tracing::info!(
+            run_id = %target.run,
             "watchdog: worker {} running run {} (pid {pid})",
             sup.launches,
             target.run
@@ -495,6 +496,7 @@ impl Watcher<'_> {
         )))?;
         let sup = &mut self.state;
         tracing::info!(
+            run_id = %target.run,
             "watchdog: worker {} ({}) ended: {}",
             sup.launches,
             l.group,
@@ -541,6 +543,7 @@ impl Watcher<'_> {
         sup.last_cleanup = Some(t.clone());
         if !t.unchecked.is_empty() {
             tracing::info!(
+                run_id = %target.run,
                 "watchdog: cleanup could not check: {}",
                 t.unchecked.join("; ")
             );
@@ -617,6 +620,7 @@ impl Watcher<'_> {
         sup.backoff_ms = Some(wait.as_millis() as u64);
         sup.save(&target.store)?;
         tracing::info!(
+            run_id = %target.run,
             "watchdog: worker {} died ({}); replacement {} of {} in {} ms",
             sup.launches,
             ended.describe(),

@@ -69,6 +69,7 @@ async fn answer(
     })?;
     if let Some(n) = &note {
         tracing::info!(
+            run_id = %id,
             "run {id}: escalation {eid} answered {}: {}",
             verdict.action(),
             heddle_core::text::bounded(&api.host.mask.text(n))
