@@ -10,21 +10,17 @@
 use std::io::IsTerminal as _;
 use std::sync::Arc;
 
-use heddle_core::plan::InputError;
 use heddle_core::{Event, EventKind, PauseReason, RunStatus};
-use heddle_kernel::KernelError;
-use heddle_kernel::runtime::RunHandle;
 use heddle_runtime::Drive;
 use heddle_store::RunStore;
 use heddle_store::session::Ending;
-use tokio::io::AsyncBufReadExt as _;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use crate::exit::{Exit, StreamLineError, bounded};
-use crate::inputs;
+use crate::exit::{Exit, bounded};
 use crate::progress::{Mode, Progress};
-use crate::report::{NodeTimes, RunReport, human_summary};
+use heddle_runtime::run_report::{NodeTimes, RunReport, human_summary};
+use heddle_runtime::streams::feed_streams;
 
 /// One run as the command line drives it, fresh or resumed.
 pub(crate) struct Execution<'a> {
@@ -119,7 +115,13 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
             })
         };
 
-        let stream_error = feed_streams(running.handle(), stream, ended_rx).await.err();
+        let stream_error = feed_streams(
+            running.handle(),
+            stream.map(|name| (name, tokio::io::BufReader::new(tokio::io::stdin()))),
+            ended_rx,
+        )
+        .await
+        .err();
         if stream_error.is_some() {
             // Cancelled, not interrupted: the input was wrong, the run is over.
             running.handle().cancel();
@@ -236,81 +238,6 @@ async fn watch_events(
         }
     }
     (progress, times)
-}
-
-/// Streaming inputs stay open while the run is live. The one named by `--stream` is
-/// fed from stdin line by line; every other one is closed at once (after the value given
-/// with `--input`, which the kernel already pushed), so the run can finish.
-///
-/// A line that is not UTF-8 or does not fit the input's type is never dropped: the
-/// stream stops there and the error names the line, so a total computed from half the
-/// input cannot pass for the real one.
-async fn feed_streams(
-    handle: &RunHandle,
-    from_stdin: Option<&str>,
-    mut ended: watch::Receiver<bool>,
-) -> Result<(), StreamLineError> {
-    let plan = handle.plan();
-    for s in plan.inputs().iter().filter(|s| s.streaming) {
-        if Some(&*s.name) == from_stdin {
-            continue;
-        }
-        let _ = handle.finish_input(&s.name).await;
-    }
-    let Some(name) = from_stdin else {
-        return Ok(());
-    };
-    let ty = plan.input(name).map(|s| s.ty.clone()).unwrap_or_default();
-    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
-    let mut buf = Vec::new();
-    let mut line_no = 0u64;
-    let outcome = loop {
-        buf.clear();
-        let read = tokio::select! {
-            r = stdin.read_until(b'\n', &mut buf) => r,
-            _ = ended.wait_for(|e| *e) => break Ok(()),
-        };
-        match read {
-            Ok(0) => break Ok(()),
-            Ok(_) => {}
-            Err(e) => {
-                break Err(StreamLineError {
-                    name: name.to_string(),
-                    line: line_no + 1,
-                    problem: format!("standard input could not be read: {e}"),
-                });
-            }
-        }
-        line_no += 1;
-        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let fail = |problem: String| StreamLineError {
-            name: name.to_string(),
-            line: line_no,
-            problem,
-        };
-        let Ok(text) = std::str::from_utf8(line) else {
-            break Err(fail("the line is not valid UTF-8".into()));
-        };
-        let v = inputs::interpret(text, &ty, false);
-        match handle.push_input(name, v).await {
-            Ok(()) => {}
-            Err(KernelError::Input(InputError::Type { reason, .. })) => {
-                break Err(fail(format!(
-                    "`{}` does not fit the input's type {ty}: {reason}",
-                    heddle_core::text::clip(text, heddle_core::text::ECHO_MAX_CHARS)
-                )));
-            }
-            // The run is over (completed, failed or cancelled): nobody reads further.
-            Err(_) => break Ok(()),
-        }
-    };
-    // A bad line must not end the stream normally: downstream would take what came
-    // before it for the whole input. The caller cancels the run instead.
-    if outcome.is_ok() {
-        let _ = handle.finish_input(name).await;
-    }
-    outcome
 }
 
 /// Says how a durable run ended and what to do next; the exit code of the README

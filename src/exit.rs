@@ -25,14 +25,7 @@ impl UsageError {
     }
 }
 
-/// A line of `--stream` input the run could not take; the run is stopped (exit 2).
-#[derive(Debug, thiserror::Error)]
-#[error("--stream {name}: line {line}: {problem}; the run was stopped")]
-pub struct StreamLineError {
-    pub(crate) name: String,
-    pub(crate) line: u64,
-    pub(crate) problem: String,
-}
+pub use heddle_runtime::streams::StreamLineError;
 
 pub use heddle_core::text::{ERROR_LINE_MAX_CHARS, bounded};
 

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use heddle_core::Value;
 use heddle_core::plan::{InputError, Plan};
-use heddle_core::{PortType, Value};
 
 use crate::exit::UsageError;
 
@@ -55,30 +55,7 @@ pub fn parse_arg(arg: &str) -> Result<RawInput, UsageError> {
     })
 }
 
-/// Turns the text of one value into a [`Value`]: text for a `str` input (so `007` stays
-/// `"007"`), else JSON when it parses, else the text itself.
-pub fn interpret(text: &str, ty: &PortType, from_file: bool) -> Value {
-    // A file's final newline ends its last line; it is not part of the value (as with
-    // the shell's `$(cat file)`).
-    let text = if from_file {
-        text.strip_suffix('\n')
-            .map(|t| t.strip_suffix('\r').unwrap_or(t))
-            .unwrap_or(text)
-    } else {
-        text
-    };
-    if *ty == PortType::Str {
-        // A JSON string literal on the command line (`name='"x"'`) still means `x`.
-        if !from_file && let Ok(serde_json::Value::String(s)) = serde_json::from_str(text) {
-            return Value::str(s);
-        }
-        return Value::str(text);
-    }
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(j) => Value::from_json(j),
-        Err(_) => Value::str(text),
-    }
-}
+pub use heddle_runtime::streams::interpret;
 
 /// Reads each `--input` as a value of its input's type and binds them all through the
 /// plan, which checks names, types and missing values as the kernel does. Every problem
@@ -137,24 +114,6 @@ mod tests {
         assert_eq!(parse_arg("x=@@y").unwrap().text, "@y");
         let e = parse_arg("x=@/nonexistent/file").unwrap_err();
         assert!(e.message.contains("/nonexistent/file"), "{e}");
-    }
-
-    #[test]
-    fn values_are_json_else_text() {
-        let any = PortType::Any;
-        assert_eq!(interpret("42", &any, false), Value::Int(42));
-        assert_eq!(interpret("[1,2]", &any, false).kind(), "list");
-        assert_eq!(
-            interpret("hello world", &any, false),
-            Value::str("hello world")
-        );
-        assert_eq!(interpret("007", &PortType::Str, false), Value::str("007"));
-        assert_eq!(interpret("\"q\"", &PortType::Str, false), Value::str("q"));
-        assert_eq!(interpret("text\n", &any, true), Value::str("text"));
-        assert_eq!(
-            interpret("a\nb\n\n", &PortType::Str, true),
-            Value::str("a\nb\n")
-        );
     }
 
     #[test]

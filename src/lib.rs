@@ -1,6 +1,6 @@
 //! The `heddle` command line as a library: each command is a function over the library
 //! crates, so the binary stays a thin `main` and the pieces (input parsing, config
-//! loading, the report, the progress view) can be tested on their own.
+//! loading, the progress view) can be tested on their own.
 
 pub mod app;
 pub mod cli;
@@ -10,4 +10,3 @@ pub mod execute;
 pub mod exit;
 pub mod inputs;
 pub mod progress;
-pub mod report;

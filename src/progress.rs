@@ -19,6 +19,7 @@ use std::time::Duration;
 use heddle_core::supervise::Escalation;
 use heddle_core::text::{ECHO_MAX_CHARS, clip};
 use heddle_core::{Event, EventKind, LogLevel, NodeStatus, RunStatus};
+use heddle_runtime::run_report::skip_reason_text;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Above this many nodes, only failures get a line of their own.
@@ -377,20 +378,6 @@ pub fn escalation_summary(escalation: &serde_json::Value) -> String {
     match e.failure_signature {
         Some(sig) => format!("[{sig}] {detail}"),
         None => detail.to_string(),
-    }
-}
-
-pub fn skip_reason_text(r: heddle_core::SkipReason) -> &'static str {
-    use heddle_core::SkipReason::*;
-    match r {
-        NoInput => "no input arrived",
-        Condition => "an edge's condition chose another branch",
-        UpstreamSkipped => "upstream skipped",
-        UpstreamFailed => "upstream failed",
-        Cancelled => "run cancelled",
-        Supervisor => "supervisor chose skip",
-        Suspended => "run suspended",
-        Reconciled => "skipped by a person reconciling it",
     }
 }
 

@@ -36,7 +36,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         // problem as data, instead of nothing on stdout.
         Err(err) if args.json => {
             let summary = crate::exit::bounded(&format!("{graph}: {err}"));
-            let report = crate::report::InvalidReport::new(&graph, summary, &err.issues);
+            let report =
+                heddle_runtime::run_report::InvalidReport::new(&graph, summary, &err.issues);
             println!("{}", serde_json::to_string_pretty(&report)?);
             return Ok(Exit::Invalid);
         }

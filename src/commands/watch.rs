@@ -162,15 +162,15 @@ fn report(r: WatchReport, run: &str, json: bool) -> anyhow::Result<Exit> {
         .and_then(|w| serde_json::from_value(w["outputs"].clone()).ok())
     {
         // The summary an unwatched run prints, from the verified report.
-        let skipped: Vec<crate::report::SkippedNode> = r
+        let skipped: Vec<heddle_runtime::run_report::SkippedNode> = r
             .worker_report
             .as_ref()
             .and_then(|w| serde_json::from_value(w["skipped"].clone()).ok())
             .unwrap_or_default();
         print!(
             "{}{}",
-            crate::report::outputs_summary(&outputs),
-            crate::report::skipped_summary(&skipped)
+            heddle_runtime::run_report::outputs_summary(&outputs),
+            heddle_runtime::run_report::skipped_summary(&skipped)
         );
     }
     let verified = match s.cleanup_verified {

@@ -123,6 +123,40 @@ impl SigningKey {
         Ok(SigningKey { pair, public })
     }
 
+    /// A new key pair written to files: the private key to `path` (created with mode
+    /// 0600; an existing file is never overwritten), the public key to `path.pub`, ready
+    /// for `[trust.keys]`. Returns the public key's path and the key.
+    pub fn generate_files(path: &Path) -> Result<(PathBuf, PublicKey), RegistryError> {
+        use std::io::Write as _;
+        let public_path = PathBuf::from(format!("{}.pub", path.display()));
+        for p in [path, public_path.as_path()] {
+            if p.exists() {
+                return Err(RegistryError::Key {
+                    path: p.to_path_buf(),
+                    message: "exists; not overwriting a key".into(),
+                });
+            }
+        }
+        let (private, public) = SigningKey::generate().map_err(|message| RegistryError::Key {
+            path: path.to_path_buf(),
+            message,
+        })?;
+        let mut options = std::fs::File::options();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        options
+            .open(path)
+            .and_then(|mut f| {
+                f.write_all(private.as_bytes())?;
+                f.sync_all()
+            })
+            .map_err(|e| RegistryError::io(path, e))?;
+        std::fs::write(&public_path, public.to_pem())
+            .map_err(|e| RegistryError::io(&public_path, e))?;
+        Ok((public_path, public))
+    }
+
     /// A new key pair: `(private PEM, public key)`.
     pub fn generate() -> Result<(String, PublicKey), String> {
         let rng = SystemRandom::new();

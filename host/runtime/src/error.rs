@@ -126,6 +126,10 @@ pub enum Error {
     /// Two providers declare the same node type.
     #[error(transparent)]
     Registry(#[from] heddle_kernel::RegistryError),
+    /// A package registry refused, failed, or sent what its digests or signatures do
+    /// not vouch for; nothing was installed.
+    #[error(transparent)]
+    Fetch(Box<heddle_registry::RegistryError>),
     /// The kernel refused the run.
     #[error(transparent)]
     Kernel(#[from] heddle_kernel::KernelError),
@@ -176,6 +180,7 @@ impl Error {
             Error::Artifact(e) => e,
             Error::Engine(e) | Error::Packages { source: e, .. } | Error::Package(e) => &**e,
             Error::Registry(e) => e,
+            Error::Fetch(e) => &**e,
             Error::Kernel(e) => e,
             Error::Io { .. } | Error::StateFile { .. } | Error::RecordedLimits { .. } => self,
         }
@@ -190,6 +195,12 @@ impl Error {
 impl From<crate::durable::reconcile::ReconcileError> for Error {
     fn from(e: crate::durable::reconcile::ReconcileError) -> Error {
         Error::Reconcile(Box::new(e))
+    }
+}
+
+impl From<heddle_registry::RegistryError> for Error {
+    fn from(e: heddle_registry::RegistryError) -> Error {
+        Error::Fetch(Box::new(e))
     }
 }
 

@@ -181,15 +181,22 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "bench")]
+#[doc(hidden)]
+pub mod bench;
 pub mod config;
 pub mod driver;
 pub mod durable;
 pub mod error;
 pub mod exit;
+pub mod package_review;
+pub mod packages;
 pub mod providers;
 pub mod report;
+pub mod run_report;
 pub mod secrets;
 pub mod settings;
+pub mod streams;
 pub mod telemetry;
 pub mod watch;
 

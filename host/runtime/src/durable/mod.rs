@@ -575,3 +575,68 @@ pub fn refuse_interactive(h: &RunHeader) -> Result<(), Refused> {
          (a gate: POST /api/runs/{id}/gates/GATE/approve); nothing was changed"
     ))
 }
+
+/// What [`cancel`] achieved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cancelled {
+    /// The run is recorded cancelled: by this call (no live process owned it), or by
+    /// its owner, which carried the request out within the wait.
+    Ended,
+    /// A live owner (process `pid`) was asked and has not ended the run within the
+    /// wait; the request is recorded and it ends the run when it sees it.
+    Requested {
+        /// The owner's process id, as its lease records it.
+        pid: u32,
+    },
+}
+
+/// How often [`cancel`] looks again while a live owner carries its request out.
+const CANCEL_LOOK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Cancels `run` from outside the process that drives it: a run no live process owns
+/// is taken over and recorded cancelled; a live owner is asked through the store
+/// ([`RunStore::request_cancel`]) and cancels the run itself, so its writes are never
+/// cut off. This waits up to `wait` for that. A run that changes hands meanwhile
+/// (resumed, paused by its owner) is looked at again. Blocks the calling thread.
+pub fn cancel(
+    store: Arc<dyn RunStore>,
+    run: &str,
+    secrets: &[String],
+    wait: std::time::Duration,
+) -> Result<Cancelled, Error> {
+    let deadline = std::time::Instant::now() + wait;
+    let mut asked = false;
+    loop {
+        let (_, _, view) = session::inspect_progress(&*store, run)?;
+        match view.state {
+            RunState::Cancelled if asked => return Ok(Cancelled::Ended),
+            RunState::Running => {
+                let pid = view.owner_pid.unwrap_or(0);
+                if !asked {
+                    store.request_cancel(run)?;
+                    tracing::info!("asked the owner of run {run} (process {pid}) to cancel it");
+                    asked = true;
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Ok(Cancelled::Requested { pid });
+                }
+                std::thread::sleep(CANCEL_LOOK);
+            }
+            RunState::Paused | RunState::Interrupted => {
+                match session::cancel(store.clone(), run, secrets) {
+                    Ok(()) => return Ok(Cancelled::Ended),
+                    // Taken by someone else meanwhile: see what it is now.
+                    Err(StoreError::TakenOver { .. } | StoreError::Live { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            state => {
+                return Err(StoreError::AlreadyEnded {
+                    run: run.to_string(),
+                    state: state.as_str(),
+                }
+                .into());
+            }
+        }
+    }
+}

@@ -238,6 +238,20 @@ impl KernelTracer {
     }
 }
 
+/// `heddle bench` adds it to every bench run ([`heddle_kernel::bench::observe`]).
+impl heddle_kernel::bench::Observer for KernelTracer {
+    fn options(&self, opts: &mut heddle_kernel::runtime::RunOptions) {
+        self.prepare(opts);
+    }
+
+    fn started(
+        &self,
+        run: &heddle_kernel::runtime::Run,
+    ) -> Option<heddle_kernel::BoxFuture<'static, ()>> {
+        self.start(run)
+    }
+}
+
 /// The settings from the section and the variables `env` reads (a variable over the
 /// file, the file over the default, as every other setting).
 fn resolve(

@@ -1,4 +1,6 @@
-//! The machine-readable report of a run (`heddle run --json`) and the human summary.
+//! The machine-readable report of a run (`heddle run --json`, and the final report a
+//! watchdog's worker stores: [`crate::report`]) and the human summary printed after a
+//! run.
 //!
 //! Built from the kernel's [`RunResult`] plus what the event stream adds (when each node
 //! started and ended), so it says nothing the events did not say.
@@ -13,26 +15,36 @@ use serde::Serialize;
 /// Version of the report's shape; bumped on incompatible changes.
 pub const REPORT_VERSION: u32 = 1;
 
+/// The report of a run that ran: what the kernel's [`RunResult`] says, with when each
+/// node started and ended.
 #[derive(Debug, Serialize)]
 pub struct RunReport {
+    /// [`REPORT_VERSION`].
     pub report_version: u32,
+    /// The graph's path or name.
     pub graph: String,
     /// `completed`, `failed`, `cancelled` or `suspended`.
     pub outcome: String,
     /// True when the supervisor intervened and the run still completed.
     pub supervised: bool,
+    /// The exit code the command ends with ([`crate::Exit`]).
     pub exit_code: u8,
+    /// What went wrong, when the run did not complete.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Every value that reached each output, in arrival order.
     pub outputs: BTreeMap<String, Vec<Value>>,
+    /// Each node's outcome and figures, by node id.
     pub nodes: BTreeMap<String, NodeEntry>,
     /// Every node that did not run, with why: a run never reads as complete while part
     /// of the graph silently did not run.
     pub skipped: Vec<SkippedNode>,
+    /// The supervisor's decisions, as the kernel reports them.
     pub interventions: Vec<serde_json::Value>,
+    /// Why and where the run suspended, when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub suspend: Option<heddle_core::SuspendInfo>,
+    /// The run's wall time, in microseconds.
     pub wall_us: u64,
     /// Totals over every node.
     pub totals: Totals,
@@ -42,16 +54,22 @@ pub struct RunReport {
 /// `invalid`, exit code 2, and every problem as `validate --json` lists it.
 #[derive(Debug, Serialize)]
 pub struct InvalidReport<'a> {
+    /// [`REPORT_VERSION`].
     pub report_version: u32,
+    /// The graph's path or name.
     pub graph: &'a str,
     /// Always `invalid`.
     pub outcome: &'static str,
+    /// [`crate::Exit::Invalid`].
     pub exit_code: u8,
+    /// The problems in one line.
     pub error: String,
+    /// Every problem, as `heddle validate --json` lists them.
     pub issues: &'a [heddle_core::plan::Issue],
 }
 
 impl<'a> InvalidReport<'a> {
+    /// The report of `graph`, refused for `issues` (summed up in `error`).
     pub fn new(graph: &'a str, error: String, issues: &'a [heddle_core::plan::Issue]) -> Self {
         InvalidReport {
             report_version: REPORT_VERSION,
@@ -64,21 +82,28 @@ impl<'a> InvalidReport<'a> {
     }
 }
 
-/// Read back too: a supervised run's watchdog prints the list from the stored report.
+/// A node that did not run, and why. Read back too: a supervised run's watchdog prints
+/// the list from the stored report.
 #[derive(Debug, Serialize, serde::Deserialize)]
 pub struct SkippedNode {
+    /// Its id.
     pub node: String,
+    /// Why it did not run.
     pub reason: SkipReason,
 }
 
+/// One node of a [`RunReport`]: its outcome and figures over all its invocations.
 #[derive(Debug, Serialize)]
 pub struct NodeEntry {
+    /// Its type (`std.json.parse`, `code.python`…).
     #[serde(rename = "type")]
     pub node_type: String,
     /// `done`, `failed`, `skipped` or `suspended`.
     pub status: &'static str,
+    /// Why it was skipped, when it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skip_reason: Option<SkipReason>,
+    /// Why it failed, when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The failure signature a failed node named (the one `error` ends with), for
@@ -87,14 +112,17 @@ pub struct NodeEntry {
     pub signature: Option<String>,
     /// An attempt reached the node's time limit and its work was cancelled.
     pub timed_out: bool,
+    /// How many times it was invoked (every attempt counts).
     pub invocations: u64,
     /// Wall time summed over the invocations that reported metrics (WASM and code
     /// nodes); `null` for nodes that report none (native built-ins).
     pub wall_us: Option<u64>,
     /// WASM fuel consumed over all invocations; `null` for non-WASM nodes.
     pub fuel: Option<u64>,
+    /// The largest memory an invocation used (WASM nodes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peak_memory_bytes: Option<u64>,
+    /// What its invocations reported spending, in US dollars.
     #[serde(skip_serializing_if = "is_zero")]
     pub cost_usd: f64,
     /// Outgoing HTTP requests over all invocations (WASM nodes granted a network).
@@ -108,9 +136,10 @@ pub struct NodeEntry {
     /// not zero). `null` for nodes that cannot spend (native built-ins and package
     /// nodes: `Origin::may_spend`) unless they reported a cost anyway.
     pub usage: Option<UsageState>,
-    /// Microseconds since the run started when the node first ran, and when it ended.
+    /// Microseconds since the run started when the node first ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at_us: Option<u64>,
+    /// Microseconds since the run started when the node ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finished_at_us: Option<u64>,
 }
@@ -123,17 +152,25 @@ fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 
+/// The sums over every node of a [`RunReport`].
 #[derive(Debug, Default, Serialize)]
 pub struct Totals {
+    /// Nodes in the graph.
     pub nodes: usize,
+    /// Nodes that ended done.
     pub done: usize,
+    /// Nodes that failed.
     pub failed: usize,
+    /// Nodes that were skipped.
     pub skipped: usize,
+    /// Invocations of every node.
     pub invocations: u64,
+    /// WASM fuel of every invocation.
     pub fuel: u64,
     /// Outgoing HTTP requests of every node, and the bytes they moved.
     #[serde(skip_serializing_if = "is_zero_u64")]
     pub http_requests: u64,
+    /// The bytes those requests moved.
     #[serde(skip_serializing_if = "is_zero_u64")]
     pub http_bytes: u64,
     /// Everything the run spent: `nodes_cost_usd + supervisor_cost_usd`.
@@ -151,6 +188,7 @@ pub struct NodeTimes {
 }
 
 impl NodeTimes {
+    /// Notes when `ev` says a node started or ended (a run's events, in order).
     pub fn observe(&mut self, ev: &Event) {
         if let EventKind::Node {
             node_id, status, ..
@@ -175,6 +213,7 @@ impl NodeTimes {
     }
 }
 
+/// How a report names a node's outcome: `done`, `failed`, `skipped` or `suspended`.
 pub fn outcome_name(o: &NodeOutcome) -> &'static str {
     match o {
         NodeOutcome::Done => "done",
@@ -185,6 +224,8 @@ pub fn outcome_name(o: &NodeOutcome) -> &'static str {
 }
 
 impl RunReport {
+    /// The report of the run of `graph` that ended with `result`, with the node times
+    /// its event stream gave.
     pub fn build(graph: &str, result: &RunResult, times: &NodeTimes) -> RunReport {
         let mut totals = Totals {
             nodes: result.nodes.len(),
@@ -335,12 +376,22 @@ pub fn skipped_summary(skipped: &[SkippedNode]) -> String {
     let n = skipped.len();
     let _ = writeln!(s, "skipped {n} node{}:", if n == 1 { "" } else { "s" });
     for k in skipped {
-        let _ = writeln!(
-            s,
-            "  - {} ({})",
-            k.node,
-            crate::progress::skip_reason_text(k.reason)
-        );
+        let _ = writeln!(s, "  - {} ({})", k.node, skip_reason_text(k.reason));
     }
     s
+}
+
+/// Why a node was skipped, in words for a person.
+pub fn skip_reason_text(r: SkipReason) -> &'static str {
+    use SkipReason::*;
+    match r {
+        NoInput => "no input arrived",
+        Condition => "an edge's condition chose another branch",
+        UpstreamSkipped => "upstream skipped",
+        UpstreamFailed => "upstream failed",
+        Cancelled => "run cancelled",
+        Supervisor => "supervisor chose skip",
+        Suspended => "run suspended",
+        Reconciled => "skipped by a person reconciling it",
+    }
 }
