@@ -38,7 +38,13 @@ pub fn start(
     let budget = store.budget(args.max_dispatches, args.time_limit_ms)?;
     let limits = limits(&args.watchdog)?;
     let bytes = heddle_runtime::durable::read_graph(&args.graph)?;
-    let worker = worker_command(None, args.json, &args.env, &args.watchdog)?;
+    let worker = worker_command(
+        None,
+        args.json,
+        &args.env,
+        &args.watchdog,
+        runtime.settings().telemetry.log_format,
+    )?;
     let (header, watch) = Watch::create(
         runtime,
         args.graph.display().to_string(),
@@ -50,7 +56,11 @@ pub fn start(
         worker,
     )?;
     say_run(
-        &format!("durable run {} (store {})", header.run_id, store.path().display()),
+        &format!(
+            "durable run {} (store {})",
+            header.run_id,
+            store.path().display()
+        ),
         &header.run_id,
     );
     let run = header.run_id.clone();
@@ -79,7 +89,7 @@ pub fn resume(
         }
     }
     env_names(&wd.env_vars)?;
-    let worker = worker_command(Some(run), json, env, wd)?;
+    let worker = worker_command(Some(run), json, env, wd, settings.telemetry.log_format)?;
     let (how, watch) = Watch::resume(settings, run, pause, worker)?;
     match how {
         Reopening::Resume { pause } => {
@@ -132,12 +142,13 @@ fn env_names(names: &[String]) -> anyhow::Result<()> {
 }
 
 /// `heddle worker RUN` of this binary, with the flags that find the same configuration
-/// and packages; `run` is filled in once the run has an id.
+/// and packages and the watchdog's log format; `run` is filled in once the run has an id.
 fn worker_command(
     run: Option<&str>,
     json: bool,
     env: &EnvArgs,
     wd: &WatchdogArgs,
+    log_format: heddle_runtime::telemetry::LogFormat,
 ) -> anyhow::Result<WorkerCommand> {
     Ok(WorkerCommand {
         exe: std::env::current_exe()?,
@@ -145,7 +156,7 @@ fn worker_command(
         json,
         config: env.config.clone(),
         packages: env.packages.clone(),
-        log_format: env.log_format,
+        log_format,
         env: worker_env(&wd.env_vars),
     })
 }

@@ -151,7 +151,9 @@ impl Host {
     ) -> Host {
         let mask = Arc::new(Mask::new(runtime.secrets(None).snapshot()));
         // Asked for before any run is taken: every run of this server is counted.
-        let metrics = Arc::new(crate::metrics::ServerMetrics::new(runtime.metrics().clone()));
+        let metrics = Arc::new(crate::metrics::ServerMetrics::new(
+            runtime.metrics().clone(),
+        ));
         Host {
             store,
             runtime,

@@ -105,5 +105,9 @@ pub(crate) async fn scrape(State(host): State<Arc<Host>>) -> Response {
 
 /// The router of `--metrics-listen`: `GET /metrics` and nothing else, without a token.
 pub fn router(host: Arc<Host>) -> Router {
-    crate::api::guard(Router::new().route("/metrics", get(scrape)).with_state(host))
+    crate::api::guard(
+        Router::new()
+            .route("/metrics", get(scrape))
+            .with_state(host),
+    )
 }

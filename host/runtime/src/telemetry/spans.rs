@@ -222,8 +222,7 @@ impl RunTracing {
         if let (Some(m), Some((status, _))) = (&self.metrics, &end.status) {
             m.runs_ended.with_label_values(&[status.as_str()]).inc();
         }
-        let Some((telemetry, traced)) = self.spans.as_ref().filter(|(_, t)| t.run.sampled)
-        else {
+        let Some((telemetry, traced)) = self.spans.as_ref().filter(|(_, t)| t.run.sampled) else {
             return;
         };
         let m = |s: &str| self.redactor.mask(s);

@@ -481,19 +481,24 @@ impl Watcher<'_> {
             .state
             .remaining_at(now_ms())
             .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+        let mut console: Box<dyn std::io::Write + Send> = match target.worker.log_format {
+            crate::telemetry::LogFormat::Human => Box::new(std::io::stderr()),
+            crate::telemetry::LogFormat::Json => Box::new(launch::WorkerLines::new(&target.run)),
+        };
         let ended = launch::watch(
             l.child,
             self.state.limits.output_limit_bytes,
             deadline,
             &mut self.signals,
             target.ended_elsewhere()?,
-            &mut std::io::stderr(),
+            &mut *console,
         )
         .await
         .map_err(Error::io(format!(
             "watching the worker of run {}",
             target.run
         )))?;
+        drop(console);
         let sup = &mut self.state;
         tracing::info!(
             run_id = %target.run,
