@@ -863,11 +863,10 @@ fn metrics_count_what_the_runs_did_and_the_log_is_json_lines() {
         "{log}"
     );
     assert!(
-        lines
-            .iter()
-            .any(|l| l["run_id"].is_string()
-                && l["message"].as_str().unwrap().contains("answered fail")),
-        "the answer's line names its run: {log}"
+        lines.iter().any(|l| l["run_id"].is_string()
+            && l["node_id"] == "parse"
+            && l["message"].as_str().unwrap().contains("answered fail")),
+        "the answer's line names its run and node: {log}"
     );
 }
 

@@ -282,3 +282,43 @@ fn mirror(c: &IntCounter, value: u64) {
         c.inc_by(value - now);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without labels asked for, an invocation is counted by outcome alone; with
+    /// `node_type`, `node` and `graph` it carries them, in the text a scraper reads.
+    #[test]
+    fn the_graph_labels_are_off_unless_asked_for() {
+        let plain = Metrics::new(&[], None);
+        plain.invocation("ok", Duration::from_millis(3), &[]);
+        let text = plain.render();
+        assert!(
+            text.contains("heddle_invocations_total{outcome=\"ok\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("node="), "{text}");
+
+        let labelled = Metrics::new(
+            &[MetricLabel::Graph, MetricLabel::Node, MetricLabel::NodeType],
+            None,
+        );
+        assert!(labelled.labelled());
+        let values = labelled.label_values("parse", "std.json.parse", "g.json");
+        labelled.invocation("error", Duration::from_millis(3), &values);
+        let text = labelled.render();
+        assert!(
+            text.contains(
+                "heddle_invocations_total{graph=\"g.json\",node=\"parse\",node_type=\"std.json.parse\",outcome=\"error\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "heddle_invocation_duration_seconds_count{graph=\"g.json\",node=\"parse\",node_type=\"std.json.parse\"} 1"
+            ),
+            "{text}"
+        );
+    }
+}

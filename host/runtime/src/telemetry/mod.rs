@@ -422,4 +422,11 @@ mod tests {
         let json = with("log_format = \"json\"", &[]).unwrap();
         assert_eq!(json.log_format, LogFormat::Json);
     }
+
+    #[test]
+    fn metric_labels_are_read_and_an_unknown_one_is_refused() {
+        let s = with("metric_labels = [\"node_type\", \"graph\"]", &[]).unwrap();
+        assert_eq!(s.metric_labels, [MetricLabel::NodeType, MetricLabel::Graph]);
+        assert!(toml::from_str::<TelemetrySection>("metric_labels = [\"pod\"]").is_err());
+    }
 }

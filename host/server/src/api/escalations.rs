@@ -46,6 +46,17 @@ async fn answer(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let req: VerdictRequest = parse(body)?;
     let note = req.note.clone();
+    // The node it is about, for the log line of an answer with a note.
+    let node = match &note {
+        Some(_) => api
+            .host
+            .escalations(&id)
+            .await
+            .ok()
+            .and_then(|v| v.into_iter().find(|p| p.id == eid))
+            .map(|p| p.escalation.node_id),
+        None => None,
+    };
     let answer = Answer {
         verdict: req.verdict,
         outputs: req.outputs,
@@ -70,6 +81,7 @@ async fn answer(
     if let Some(n) = &note {
         tracing::info!(
             run_id = %id,
+            node_id = node.as_deref(),
             "run {id}: escalation {eid} answered {}: {}",
             verdict.action(),
             heddle_core::text::bounded(&api.host.mask.text(n))
