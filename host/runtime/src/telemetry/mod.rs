@@ -238,7 +238,8 @@ impl KernelTracer {
     }
 }
 
-/// `heddle bench` adds it to every bench run ([`heddle_kernel::bench::observe`]).
+/// `heddle bench` adds it to every bench run (`heddle_kernel::bench::observe`).
+#[cfg(feature = "bench")]
 impl heddle_kernel::bench::Observer for KernelTracer {
     fn options(&self, opts: &mut heddle_kernel::runtime::RunOptions) {
         self.prepare(opts);
