@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use heddle_kernel::supervisor::{Bounded, Bounds, Policy, Replay, Supervisor};
+use heddle_kernel::supervisor::Supervisor;
+use heddle_runtime::supervision::{self, Decider, DeciderBounds};
 use heddle_runtime::{Overrides, Settings};
 
 use crate::cli::RunArgs;
@@ -101,10 +102,13 @@ fn supervisor(
     args: &RunArgs,
     config: &heddle_runtime::Config,
 ) -> anyhow::Result<Option<Arc<dyn Supervisor>>> {
-    let inner: Arc<dyn Supervisor> = match (&args.policy, &args.replay) {
-        (Some(p), _) => Arc::new(Policy::load(p)?),
-        (None, Some(r)) => Arc::new(Replay::load(r)?),
-        (None, None) if args.supervise => Arc::new(llm_supervisor(args, config)?),
+    let decider = match (&args.policy, &args.replay) {
+        (Some(p), _) => Decider::PolicyFile(p.clone()),
+        (None, Some(r)) => Decider::Replay(r.clone()),
+        (None, None) if args.supervise => Decider::Llm {
+            model: args.supervisor_model.clone(),
+            cost_cap_usd: args.supervisor_cost_cap,
+        },
         (None, None) => {
             if args.max_decisions.is_some() || args.max_retries.is_some() {
                 return Err(crate::usage!(
@@ -114,34 +118,9 @@ fn supervisor(
             return Ok(None);
         }
     };
-    let defaults = Bounds::default();
-    let bounds = Bounds {
-        max_decisions: args.max_decisions.unwrap_or(defaults.max_decisions),
-        max_retries_per_node: args.max_retries.unwrap_or(defaults.max_retries_per_node),
-        ..defaults
+    let bounds = DeciderBounds {
+        max_decisions: args.max_decisions,
+        max_retries_per_node: args.max_retries,
     };
-    Ok(Some(Arc::new(Bounded::new(inner, bounds))))
-}
-
-/// The LLM agent from the flags, the environment and `[supervisor]` in the config, in
-/// that order. Every configuration problem (no endpoint, a model without a price, a bad
-/// ceiling) refuses the run before it starts: an unpriced model cannot be held to the
-/// cost ceiling.
-fn llm_supervisor(
-    args: &RunArgs,
-    config: &heddle_runtime::Config,
-) -> anyhow::Result<heddle_supervisor::LlmSupervisor> {
-    let file: Option<heddle_supervisor::SupervisorSection> = config.section("supervisor")?;
-    let mut cfg =
-        heddle_supervisor::LlmConfig::from_env(args.supervisor_model.as_deref(), file.as_ref())
-            .map_err(|e| crate::usage!("--supervise: {e}"))?;
-    if let Some(cap) = args.supervisor_cost_cap {
-        if !(cap.is_finite() && cap >= 0.0) {
-            return Err(crate::usage!(
-                "--supervisor-cost-cap: `{cap}` is not a non-negative number of USD"
-            ));
-        }
-        cfg.cost_cap_usd = cap;
-    }
-    heddle_supervisor::LlmSupervisor::new(cfg).map_err(|e| crate::usage!("--supervise: {e}"))
+    Ok(Some(supervision::supervisor(config, &decider, bounds)?))
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use heddle_runtime::durable::reconcile::{self, Answer, Given};
 use heddle_runtime::durable::{
-    self, Cancelled, Decision, Reopen, Reopening, gates, list_json, list_states, show_json, usage,
+    Decision, Reopen, Reopening, gates, list_json, list_states, show_json, usage,
 };
 use heddle_runtime::watch::refuse_if_locked;
 use heddle_runtime::{Runtime, Settings, graph_types};
@@ -112,15 +112,61 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
 /// says the request is recorded and leaves the owner to it.
 const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How often `runs cancel` looks again while a live owner carries its request out.
+const CANCEL_LOOK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Cancels `run`: one no live process owns is taken over and recorded cancelled; a live
+/// owner is asked through the store ([`RunStore::request_cancel`]) and cancels the run
+/// itself (its writes are never cut off), which this waits for, up to [`CANCEL_WAIT`].
+/// A run that changes hands meanwhile (resumed, paused by its owner) is looked at again.
 fn cancel(settings: &Settings, run: &str) -> anyhow::Result<Exit> {
+    use heddle_store::{RunState, StoreError};
     let store = settings.store.existing(run)?;
-    match durable::cancel(store, run, &known_secrets(settings), CANCEL_WAIT)? {
-        Cancelled::Ended => eprintln!("run {run} cancelled"),
-        Cancelled::Requested { pid } => eprintln!(
-            "the cancel of run {run} is recorded; its owner (process {pid}) has not ended the run yet and will when it sees the request"
-        ),
+    let secrets = known_secrets(settings);
+    let deadline = std::time::Instant::now() + CANCEL_WAIT;
+    let mut asked: Option<u32> = None;
+    loop {
+        let (_, _, view) = session::inspect_progress(&*store, run)?;
+        match view.state {
+            RunState::Cancelled if asked.is_some() => {
+                eprintln!("run {run} cancelled");
+                return Ok(Exit::Ok);
+            }
+            RunState::Running => {
+                let pid = view.owner_pid.unwrap_or(0);
+                if asked.is_none() {
+                    store.request_cancel(run)?;
+                    eprintln!("asked the owner of run {run} (process {pid}) to cancel it");
+                    asked = Some(pid);
+                }
+                if std::time::Instant::now() >= deadline {
+                    eprintln!(
+                        "the cancel of run {run} is recorded; its owner (process {pid}) has not ended the run yet and will when it sees the request"
+                    );
+                    return Ok(Exit::Ok);
+                }
+                std::thread::sleep(CANCEL_LOOK);
+            }
+            RunState::Paused | RunState::Interrupted => {
+                match session::cancel(store.clone(), run, &secrets) {
+                    Ok(()) => {
+                        eprintln!("run {run} cancelled");
+                        return Ok(Exit::Ok);
+                    }
+                    // Taken by someone else meanwhile: see what it is now.
+                    Err(StoreError::TakenOver { .. } | StoreError::Live { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            state => {
+                return Err(StoreError::AlreadyEnded {
+                    run: run.to_string(),
+                    state: state.as_str(),
+                }
+                .into());
+            }
+        }
     }
-    Ok(Exit::Ok)
 }
 
 /// The secret values the configuration knows of: a command that ends a run without

@@ -26,7 +26,7 @@ pub struct RunnersConfig {
 }
 
 /// Image names per language. Stock images work too (`python:3.12-slim`, `node:22-slim`,
-/// `bash:5.2`) for an operator with a registry; the defaults are the ones
+/// `bash:5.2`, `ruby:3.3-slim`) for an operator with a registry; the defaults are the ones
 /// `heddle images build` makes locally.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -35,6 +35,9 @@ pub struct ImageNames {
     pub javascript: String,
     /// Used by `code.bash` and `code.shell`.
     pub bash: String,
+    pub ruby: String,
+    /// Needs `lua` and the `cjson` module (Debian: `lua5.4`, `lua-cjson`).
+    pub lua: String,
 }
 
 impl Default for ImageNames {
@@ -43,6 +46,8 @@ impl Default for ImageNames {
             python: "heddle/python:1".into(),
             javascript: "heddle/node:1".into(),
             bash: "heddle/bash:1".into(),
+            ruby: "heddle/ruby:1".into(),
+            lua: "heddle/lua:1".into(),
         }
     }
 }

@@ -72,6 +72,9 @@ fn recipes(config: &RunnersConfig) -> Vec<(String, Vec<String>)> {
         (&config.images.bash, None),
         (&config.images.python, Some("python3")),
         (&config.images.javascript, Some("nodejs")),
+        (&config.images.ruby, Some("ruby")),
+        (&config.images.lua, Some("lua5.4")),
+        (&config.images.lua, Some("lua-cjson")),
     ];
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
     for (name, pkg) in wanted {
@@ -92,40 +95,73 @@ fn recipes(config: &RunnersConfig) -> Vec<(String, Vec<String>)> {
 /// Builds the runner images named in `config` that the engine does not have yet
 /// (all of them with `force`). Idempotent: a second call finds them present and does
 /// nothing. `progress` receives one line per step, for the CLI to print.
+///
+/// The missing images are built at once: a build waits on the mirror and on dpkg far
+/// more than on the CPU, so five images take little longer than one. Each keeps its
+/// downloads in its own subdirectory of the cache (concurrent debootstraps must not
+/// write one file), so a rebuild of an image needs no network.
 pub async fn build_images(
     config: &RunnersConfig,
     opts: &BuildOptions,
     progress: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<Vec<ImageOutcome>, ImagesError> {
     let docker = crate::docker::connect_docker(config.docker_host.as_deref()).await?;
-    let mut outcomes = Vec::new();
+    let mut plan = Vec::new();
     for (image, packages) in recipes(config) {
         if !opts.force && docker.inspect_image(&image).await.is_ok() {
             progress(&format!("{image}: present, skipped"));
-            outcomes.push(ImageOutcome::Present { image });
-            continue;
+            plan.push(Err(ImageOutcome::Present { image }));
+        } else {
+            plan.push(Ok((image, packages)));
         }
-        let t0 = Instant::now();
-        check_prerequisites().await?;
-        progress(&format!(
-            "{image}: debootstrap minbase{}{} …",
-            if packages.is_empty() { "" } else { " + " },
-            packages.join(", ")
-        ));
-        let rootfs = bootstrap(&config.build, &image, &packages).await?;
-        progress(&format!("{image}: importing into Docker …"));
-        let imported = import(&docker, rootfs.path(), &image, &packages).await;
-        drop(rootfs);
-        imported?;
-        let took = t0.elapsed();
-        progress(&format!("{image}: built in {:.0} s", took.as_secs_f64()));
-        outcomes.push(ImageOutcome::Built {
-            image,
-            packages,
-            took,
-        });
     }
-    Ok(outcomes)
+    if plan.iter().any(Result::is_ok) {
+        check_prerequisites().await?;
+    }
+    let builds = plan.into_iter().map(|wanted| {
+        let docker = &docker;
+        async move {
+            match wanted {
+                Err(present) => Ok(present),
+                Ok((image, packages)) => {
+                    build_one(docker, &config.build, image, packages, progress).await
+                }
+            }
+        }
+    });
+    // Every build runs to its end before an error is returned: none is left half done.
+    futures_util::future::join_all(builds)
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// One image: a root filesystem bootstrapped with `packages`, imported, tagged.
+async fn build_one(
+    docker: &bollard::Docker,
+    build: &ImageBuildConfig,
+    image: String,
+    packages: Vec<String>,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> Result<ImageOutcome, ImagesError> {
+    let t0 = Instant::now();
+    progress(&format!(
+        "{image}: debootstrap minbase{}{} …",
+        if packages.is_empty() { "" } else { " + " },
+        packages.join(", ")
+    ));
+    let rootfs = bootstrap(build, &image, &packages).await?;
+    progress(&format!("{image}: importing into Docker …"));
+    let imported = import(docker, rootfs.path(), &image, &packages).await;
+    drop(rootfs);
+    imported?;
+    let took = t0.elapsed();
+    progress(&format!("{image}: built in {:.0} s", took.as_secs_f64()));
+    Ok(ImageOutcome::Built {
+        image,
+        packages,
+        took,
+    })
 }
 
 async fn check_prerequisites() -> Result<(), ImagesError> {
@@ -195,7 +231,9 @@ async fn bootstrap(
     packages: &[String],
 ) -> Result<tempfile::TempDir, ImagesError> {
     let io = |action: String| move |source| ImagesError::Io { action, source };
-    for d in [&build.cache_dir, &build.work_dir] {
+    // One download cache per image: concurrent builds never share a file.
+    let cache_dir = build.cache_dir.join(image.replace(['/', ':'], "_"));
+    for d in [&cache_dir, &build.work_dir] {
         std::fs::create_dir_all(d).map_err(io(format!("creating {}", d.display())))?;
     }
     let rootfs = tempfile::Builder::new()
@@ -212,7 +250,7 @@ async fn bootstrap(
         .unwrap_or_else(|| "bookworm".into());
     let mut cmd = Command::new("debootstrap");
     cmd.arg("--variant=minbase")
-        .arg(format!("--cache-dir={}", build.cache_dir.display()));
+        .arg(format!("--cache-dir={}", cache_dir.display()));
     if !packages.is_empty() {
         cmd.arg(format!("--include={}", packages.join(",")));
     }
@@ -345,10 +383,21 @@ mod tests {
         c.images.python = "all:1".into();
         c.images.javascript = "all:1".into();
         c.images.bash = "all:1".into();
+        c.images.ruby = "all:1".into();
+        c.images.lua = "all:1".into();
         assert_eq!(
             recipes(&c),
-            vec![("all:1".to_string(), vec!["python3".into(), "nodejs".into()])]
+            vec![(
+                "all:1".to_string(),
+                vec![
+                    "python3".into(),
+                    "nodejs".into(),
+                    "ruby".into(),
+                    "lua5.4".into(),
+                    "lua-cjson".into()
+                ]
+            )]
         );
-        assert_eq!(recipes(&RunnersConfig::default()).len(), 3);
+        assert_eq!(recipes(&RunnersConfig::default()).len(), 5);
     }
 }

@@ -8,7 +8,8 @@
 //!   sandbox (only the time limit, output cap and group kill apply), so the operator must
 //!   allow it explicitly (`[runners] allow_subprocess = true`).
 //!
-//! The nodes (`code.python`, `code.javascript`, `code.bash`, `code.shell`) come from
+//! The nodes (`code.python`, `code.javascript`, `code.bash`, `code.shell`, `code.ruby`,
+//! `code.lua`) come from
 //! [`CodeNodes`], a [`heddle_kernel::NodeProvider`]. Images are built without a registry
 //! by [`build_images`]. User documentation: `host/runners/README.md`.
 

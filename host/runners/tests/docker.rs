@@ -113,6 +113,81 @@ async fn bash_round_trip_with_inputs_and_structured_result() {
     assert_no_leftovers(&id).await;
 }
 
+/// Ruby and Lua run in their images under the same defaults as the other languages:
+/// no network (only loopback), uid 1000, and the memory limit enforced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ruby_and_lua_run_sandboxed_with_inputs_and_structured_results() {
+    require_docker!();
+    let cases = [
+        (
+            "code.ruby",
+            "puts 'hello from ruby'\n\
+             uid = File.read('/proc/self/status')[/^Uid:\\s+(\\d+)/, 1].to_i\n\
+             set_result({ 'sum' => a + b['xs'].sum, 'uid' => uid, 'ifaces' => Dir.children('/sys/class/net').sort })",
+            "x = 'x' * (300 * 1024 * 1024)\nputs x.size",
+            "x = 'x' * (30 * 1024 * 1024)\nputs x.size",
+            "hello from ruby",
+        ),
+        (
+            "code.lua",
+            "print('hello from lua')\n\
+             local uid\n\
+             for l in io.lines('/proc/self/status') do uid = uid or tonumber(l:match('^Uid:%s+(%d+)')) end\n\
+             local ifaces = {}\n\
+             for l in io.lines('/proc/net/dev') do local n = l:match('^%s*([%w]+):'); if n then ifaces[#ifaces + 1] = n end end\n\
+             table.sort(ifaces)\n\
+             local sum = a\n\
+             for _, x in ipairs(b.xs) do sum = sum + x end\n\
+             set_result({ sum = sum, uid = uid, ifaces = ifaces })",
+            "local x = string.rep('x', 300 * 1024 * 1024)\nprint(#x)",
+            "local x = string.rep('x', 30 * 1024 * 1024)\nprint(#x)",
+            "hello from lua",
+        ),
+    ];
+    for (ty, code, too_big, fits, said) in cases {
+        let id = node_id(&ty.replace('.', "-"));
+        let r = run_node(
+            &code_nodes(),
+            &id,
+            ty,
+            props(&[
+                ("code", Value::str(code)),
+                ("a", Value::Int(39)),
+                ("b", json(json!({"xs": [1, 2]}))),
+            ]),
+        )
+        .await;
+        assert_eq!(
+            r.value(),
+            json!({"sum": 42, "uid": 1000, "ifaces": ["lo"]}),
+            "{ty}"
+        );
+        assert_eq!(r.stdout, vec![said], "{ty}");
+        assert_no_leftovers(&id).await;
+        let r = run_node(
+            &code_nodes(),
+            &id,
+            ty,
+            props(&[("code", Value::str(too_big)), ("memory_mb", Value::Int(64))]),
+        )
+        .await;
+        let e = r.error();
+        assert_eq!(e.kind, ErrorKind::MemoryLimit, "{ty}: {e:?}");
+        assert!(e.message.contains("64 MiB"), "{ty}: {}", e.message);
+        assert_no_leftovers(&id).await;
+        // The same allocation, smaller, fits: the failure above is the limit's.
+        let r = run_node(
+            &code_nodes(),
+            &id,
+            ty,
+            props(&[("code", Value::str(fits)), ("memory_mb", Value::Int(256))]),
+        )
+        .await;
+        assert_eq!(r.value(), json!(30 * 1024 * 1024), "{ty}");
+        assert_no_leftovers(&id).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shell_command_result_is_the_last_stdout_line() {
     require_docker!();
@@ -597,7 +672,7 @@ async fn building_images_again_skips_the_present_ones() {
     )
     .await
     .expect("images present");
-    assert_eq!(outcomes.len(), 3);
+    assert_eq!(outcomes.len(), 5);
     assert!(
         outcomes
             .iter()

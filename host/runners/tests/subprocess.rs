@@ -1,4 +1,5 @@
-//! Subprocess mode: host interpreters (python3, node, bash, sh must be on PATH).
+//! Subprocess mode: host interpreters (python3, node, bash, sh, ruby, and lua with the
+//! cjson module must be on PATH; `scripts/test` installs them from Debian's packages).
 
 mod common;
 
@@ -64,6 +65,80 @@ async fn javascript_round_trip() {
     .await;
     assert_eq!(r.value(), json!({"keys": ["a", "b"], "n": 42}));
     assert_eq!(r.stderr, vec!["warn"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ruby_round_trip() {
+    let r = run_node(
+        &subprocess_nodes(),
+        "rb",
+        "code.ruby",
+        props(&with(
+            sub(
+                "code",
+                "puts \"hi #{who}\"\n$stderr.puts 'warn'\nset_result({ 'double' => xs.map { |v| v * 2 }, 'n' => n + 1, 'keys' => inputs.keys.sort, 'none' => nothing })",
+            ),
+            &[
+                ("xs", json(json!([1, 2]))),
+                ("who", Value::str("rb")),
+                ("n", Value::Int(41)),
+                ("nothing", Value::Null),
+            ],
+        )),
+    )
+    .await;
+    assert_eq!(
+        r.value(),
+        json!({"double": [2, 4], "n": 42, "keys": ["n", "nothing", "who", "xs"], "none": null})
+    );
+    assert_eq!(r.stdout, vec!["hi rb"]);
+    assert_eq!(r.stderr, vec!["warn"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lua_round_trip() {
+    let r = run_node(
+        &subprocess_nodes(),
+        "lua",
+        "code.lua",
+        props(&with(
+            sub(
+                "code",
+                "print('hi ' .. who)\nio.stderr:write('warn\\n')\nlocal d = {}\nfor i, v in ipairs(xs) do d[i] = v * 2 end\nset_result({ double = d, n = n + 1, half = n / 2, none = nothing == require('cjson').null })",
+            ),
+            &[
+                ("xs", json(json!([1, 2]))),
+                ("who", Value::str("lua")),
+                ("n", Value::Int(41)),
+                ("nothing", Value::Null),
+            ],
+        )),
+    )
+    .await;
+    // Whole numbers stay integers (`n + 1` is 42, not 42.0); `null` is cjson.null, not nil.
+    assert_eq!(
+        r.value(),
+        json!({"double": [2, 4], "n": 42, "half": 20.5, "none": true})
+    );
+    assert_eq!(r.stdout, vec!["hi lua"]);
+    assert_eq!(r.stderr, vec!["warn"]);
+}
+
+/// An error in Ruby or Lua code fails the node with the interpreter's message, which
+/// names the line of the user's code (not of the prelude around it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ruby_and_lua_errors_name_the_line_of_the_code() {
+    for (ty, code, line) in [
+        ("code.ruby", "x = 1\nraise 'boom'", "<code>:2"),
+        ("code.lua", "local x = 1\nerror('boom')", "code:2"),
+        ("code.lua", "local x = = 1", "code:1"),
+    ] {
+        let r = run_node(&subprocess_nodes(), "bad", ty, props(&sub("code", code))).await;
+        let m = &r.error().message;
+        assert!(m.starts_with("node bad: "), "{ty}: {m}");
+        assert!(m.contains("exited with code 1"), "{ty}: {m}");
+        assert!(m.contains(line), "{ty} names {line}: {m}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,6 +316,14 @@ async fn non_json_numbers_in_set_result_are_errors_naming_the_node() {
         ("code.javascript", "code", "set_result(NaN)"),
         ("code.javascript", "code", "set_result({ x: [Infinity] })"),
         ("code.bash", "code", "set_result NaN"),
+        ("code.ruby", "code", "set_result(0.0 / 0)"),
+        (
+            "code.ruby",
+            "code",
+            "set_result({ 'x' => [Float::INFINITY] })",
+        ),
+        ("code.lua", "code", "set_result(0/0)"),
+        ("code.lua", "code", "set_result({ x = { math.huge } })"),
     ] {
         let r = run_node(&subprocess_nodes(), "nan", ty, props(&sub(key, code))).await;
         let m = &r.error().message;

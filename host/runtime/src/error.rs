@@ -133,6 +133,15 @@ pub enum Error {
     /// The kernel refused the run.
     #[error(transparent)]
     Kernel(#[from] heddle_kernel::KernelError),
+    /// A policy file for the supervisor cannot be read or is malformed.
+    #[error(transparent)]
+    PolicyFile(#[from] heddle_kernel::supervisor::PolicyLoadError),
+    /// A policy document for the supervisor is malformed.
+    #[error(transparent)]
+    Policy(#[from] heddle_kernel::supervisor::PolicyError),
+    /// A recorded run's decisions cannot be replayed.
+    #[error(transparent)]
+    Replay(#[from] heddle_kernel::supervisor::ReplayError),
     /// A file or process operation of the runtime's own (`what` says which).
     #[error("{what}")]
     Io {
@@ -182,6 +191,9 @@ impl Error {
             Error::Registry(e) => e,
             Error::Fetch(e) => &**e,
             Error::Kernel(e) => e,
+            Error::PolicyFile(e) => e,
+            Error::Policy(e) => e,
+            Error::Replay(e) => e,
             Error::Io { .. } | Error::StateFile { .. } | Error::RecordedLimits { .. } => self,
         }
     }

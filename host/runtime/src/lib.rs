@@ -197,6 +197,7 @@ pub mod run_report;
 pub mod secrets;
 pub mod settings;
 pub mod streams;
+pub mod supervision;
 pub mod telemetry;
 pub mod watch;
 

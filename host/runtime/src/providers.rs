@@ -64,12 +64,19 @@ impl Runtime {
             .iter()
             .map(|p| (p.name().to_string(), p.digest.clone()))
             .collect();
-        let package_sources = heddle_wasm::PackageStore::open(&settings.packages_dir)
-            .list()
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|e| Some((e.name, e.source?)))
-            .collect();
+        // Where registry packages came from, for a durable run to record: no lockfile
+        // is no package; one that cannot be read is an error, not "no sources" (a run
+        // recorded without them could not fetch its packages again elsewhere).
+        let store = heddle_wasm::PackageStore::open(&settings.packages_dir);
+        let package_sources = if store.lockfile_path().is_file() {
+            store
+                .list()?
+                .into_iter()
+                .filter_map(|e| Some((e.name, e.source?)))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
         registry.add(Arc::new(wasm))?;
         registry.add(Arc::new(CodeNodes::new(settings.runners.clone())))?;
         registry.set_searched(searched(&settings.packages_dir));

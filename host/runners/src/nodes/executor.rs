@@ -123,6 +123,7 @@ impl CodeExecutor {
             env.push(("HEDDLE_CODE".to_string(), code));
         }
         env.push(("HEDDLE_NODE_ID".to_string(), self.node_id.clone()));
+        let mut names = Vec::new();
         for (name, value) in inputs {
             if self.props.contains(&name.as_str()) {
                 continue;
@@ -157,7 +158,10 @@ impl CodeExecutor {
                 env.push((name.clone(), plain));
             }
             env.push((format!("HEDDLE_IN_{name}"), json));
+            names.push(name.as_str());
         }
+        // For languages that cannot list their environment (Lua).
+        env.push(("HEDDLE_INPUTS".to_string(), names.join(" ")));
         let mut argv = argv;
         if self.settings.mode == Mode::Subprocess && self.lang == Language::Shell {
             // The host's sh; same as in the image.

@@ -1,4 +1,5 @@
-//! The code nodes: `code.python`, `code.javascript`, `code.bash` and `code.shell`.
+//! The code nodes: `code.python`, `code.javascript`, `code.bash`, `code.shell`,
+//! `code.ruby` and `code.lua`.
 //!
 //! Conventions (also in the README):
 //! - every input (edge or property not listed below) becomes a variable: a native value
