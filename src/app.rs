@@ -1,7 +1,6 @@
 //! Dispatch and the error edge: every command returns `anyhow::Result<Exit>`, and an
 //! error is printed once here and turned into an exit code by [`crate::exit::classify`].
 
-use std::io::Write as _;
 use std::process::ExitCode;
 
 use crate::cli::{Cli, Command};
@@ -38,11 +37,10 @@ pub fn dispatch(command: Command) -> anyhow::Result<Exit> {
 /// for Rust work exports it, and a user's mistake (a bad graph, a missing input) is not
 /// a program fault to trace.
 fn print_error(err: &anyhow::Error, verbose: bool) {
-    let mut out = std::io::stderr().lock();
     let text = if verbose {
         format!("{err:?}")
     } else {
         format!("{err:#}")
     };
-    let _ = writeln!(out, "error: {}", bounded(&text));
+    crate::console::error(&bounded(&text));
 }

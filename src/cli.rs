@@ -32,6 +32,12 @@ pub struct EnvArgs {
     /// several hosts share (over HEDDLE_STORE_URL, `[store] url` and `[store] path`).
     #[arg(long, value_name = "PATH|URL", global = true)]
     pub store: Option<String>,
+    /// How log lines on stderr are written: `human` (one line of text each, the
+    /// default) or `json` (one JSON object per line: `timestamp`, `level`, `target`,
+    /// `message`, and `run_id` and `node_id` where known), for a log shipper. Default:
+    /// `[telemetry] log_format`, else `human`.
+    #[arg(long, value_name = "FORMAT", global = true)]
+    pub log_format: Option<heddle_runtime::telemetry::LogFormat>,
 }
 
 impl EnvArgs {
@@ -41,6 +47,7 @@ impl EnvArgs {
             config: self.config.clone(),
             packages: self.packages.clone(),
             store: self.store.clone(),
+            log_format: self.log_format,
             ..Default::default()
         }
     }
@@ -108,6 +115,11 @@ pub struct ServeArgs {
     /// Default: `[serve] host_id`, else MACHINE-PID-RANDOM.
     #[arg(long, value_name = "ID")]
     pub host_id: Option<String>,
+    /// Also answer `GET /metrics` (Prometheus's text format) on this address, WITHOUT
+    /// the API token: for a scraper on a private network. Without it the metrics are
+    /// on the API's address, behind the token like the rest of the API.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub env: EnvArgs,
 }

@@ -15,7 +15,9 @@ mod support;
 
 use otlp::{Receiver, Span};
 use support::serve::{Api, rt};
-use support::store::{FANOUT, PAUSED, StoreDir, expect, pause_event, report, run_id, text};
+use support::store::{
+    FANOUT, PAUSED, StoreDir, expect, pause_event, report, run_id, run_id_in, text,
+};
 use support::{INVALID, OK};
 
 const SECRET: &str = "hunter2-tok3n";
@@ -570,4 +572,322 @@ fn a_bad_endpoint_is_refused_and_one_down_or_slow_never_holds_a_run_up() {
     assert!(slow.requests() >= 1, "the spans were offered");
     assert!(support::stderr(&o).contains("left unsent"), "{}", text(&o));
     assert_eq!(dir.lines(), ["one", "one"]);
+}
+
+/// The metrics `GET /metrics` answered with, as (name with labels) -> value.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Sums the samples of metric `name` whose labels include every one of `labels`.
+fn sum(s: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
+    s.iter()
+        .filter(|(k, _)| {
+            let (n, l) = k.split_once('{').unwrap_or((k.as_str(), ""));
+            n == name && labels.iter().all(|want| l.contains(want))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// `promtool check metrics` (Prometheus's own linter) on `text`: no problem found.
+/// Without promtool the check is skipped, except under CI=true, where it fails
+/// (`scripts/test` installs Debian's `prometheus` package, which has it).
+fn promtool_accepts(text: &str) {
+    use std::io::Write as _;
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!(
+                "promtool cannot start ({e}); scripts/test installs it (apt-get install prometheus)"
+            )
+        }
+        Err(e) => {
+            eprintln!("promtool cannot start ({e}): the metrics' text was not linted");
+            return;
+        }
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics: {said}\n{text}"
+    );
+}
+
+/// Every stderr line of a process run with `--log-format json` is one JSON object
+/// with a timestamp, a level, a target and a message; returns them.
+fn json_lines(log: &str) -> Vec<Value> {
+    log.lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}\n{log}"));
+            for key in ["timestamp", "level", "target", "message"] {
+                assert!(v[key].is_string(), "no {key}: {l}");
+            }
+            v
+        })
+        .collect()
+}
+
+/// `heddle serve --metrics-listen ADDR --log-format json` after three real runs (one
+/// completed fan-out, one failed after a person's retry, one cancelled while it waited
+/// for a person): `/metrics` counts exactly what their reports say, is refused
+/// without the token on the API's address and served without one on the metrics
+/// address, and promtool finds nothing wrong with it; every line the server wrote is a
+/// JSON object, those about a run naming it.
+#[test]
+fn metrics_count_what_the_runs_did_and_the_log_is_json_lines() {
+    let dir = StoreDir::new();
+    let server = dir.serve_with(
+        &[
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--supervise",
+            "interactive",
+            "--log-format",
+            "json",
+        ],
+        &[],
+    );
+    // Said right after the line the server's start waits for (a bounded wait).
+    let metrics_url = (0..1000)
+        .find_map(|_| {
+            let log = server.log();
+            let url = log
+                .split("metrics at ")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .map(str::to_string);
+            if url.is_none() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            url
+        })
+        .unwrap_or_else(|| panic!("no metrics address said:\n{}", server.log()));
+    let api = Api::of(&server);
+    let (shows, with_token, without_token, refused) = rt().block_on(async {
+        let fan = api.create(support::store::FANOUT).await;
+        api.drive_to_end(&fan).await;
+        // Fails, is retried by a person, fails again, and the person lets it fail.
+        let failing = api.create(support::store::FAILING_PARSE).await;
+        let eid = api.first_escalation(&failing).await;
+        api.retry(&failing, &eid).await;
+        let eid = loop {
+            let list = api.pending_escalations(&failing).await;
+            let id = list[0]["id"].as_str().unwrap().to_string();
+            if id != eid {
+                break id;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let (status, body) = api
+            .call(
+                "POST",
+                &format!("/api/runs/{failing}/escalations/{eid}"),
+                Some(serde_json::json!({"verdict": "fail", "note": "not JSON, twice"})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body:#}");
+        api.drive_to_end(&failing).await;
+        // Cancelled while it waits for a person.
+        let cancelled = api.create(support::store::FAILING_PARSE).await;
+        api.first_escalation(&cancelled).await;
+        let (status, body) = api
+            .call("POST", &format!("/api/runs/{cancelled}/cancel"), None)
+            .await;
+        assert!(status < 300, "{status} {body:#}");
+        api.drive_to_end(&cancelled).await;
+        let mut shows = Vec::new();
+        for id in [&fan, &failing, &cancelled] {
+            shows.push(api.show(id).await);
+        }
+        let scrape = |auth: bool, url: String| {
+            let mut r = api.http.get(url);
+            if auth {
+                r = r.bearer_auth(&api.token);
+            }
+            async move {
+                let resp = r.send().await.unwrap();
+                let status = resp.status().as_u16();
+                let ty = resp
+                    .headers()
+                    .get("content-type")
+                    .map(|v| v.to_str().unwrap().to_string());
+                (status, ty, resp.text().await.unwrap())
+            }
+        };
+        let refused = scrape(false, format!("{}/metrics", api.url)).await;
+        let with_token = scrape(true, format!("{}/metrics", api.url)).await;
+        let without_token = scrape(false, metrics_url.clone()).await;
+        (shows, with_token, without_token, refused)
+    });
+    assert_eq!(refused.0, 401, "the API's /metrics wants the token");
+    assert_eq!(with_token.0, 200, "{}", with_token.2);
+    assert_eq!(without_token.0, 200, "{}", without_token.2);
+    assert_eq!(
+        with_token.1.as_deref(),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    let text = without_token.2;
+    let m = samples(&text);
+
+    // What the runs' reports say.
+    let states: Vec<&str> = shows.iter().map(|s| s["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["completed", "failed", "cancelled"]);
+    // Nodes that are not native built-ins (those get no invocation metrics).
+    let invoked = |show: &Value, node: &str| {
+        show["document"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["id"] == node && !n["type"].as_str().unwrap().starts_with("heddle."))
+    };
+    let (mut ok, mut errors) = (0.0, 0.0);
+    for show in &shows {
+        for o in show["occurrences"].as_array().unwrap() {
+            if !invoked(show, o["occurrence"]["node"].as_str().unwrap()) {
+                continue;
+            }
+            // Each verdict sent it back once more.
+            let again = o["verdicts"].as_array().map_or(0, Vec::len) as f64;
+            match o["result"]["outcome"].as_str() {
+                Some("completed") => {
+                    ok += 1.0;
+                    errors += again;
+                }
+                Some("failed") => errors += 1.0 + again,
+                other => panic!("{other:?}: {o:#}"),
+            }
+        }
+    }
+    assert_eq!(
+        (ok, errors),
+        (6.0, 2.0),
+        "the fan-out's six writes; parse failed twice"
+    );
+    // The cancelled run's one attempt failed too; its run ended before anything was
+    // recorded of it.
+    errors += 1.0;
+
+    assert_eq!(sum(&m, "heddle_runs_created_total", &[]), 3.0, "{text}");
+    for (outcome, n) in [("completed", 1.0), ("failed", 1.0), ("cancelled", 1.0)] {
+        let label = format!("outcome=\"{outcome}\"");
+        assert_eq!(sum(&m, "heddle_runs_ended_total", &[&label]), n, "{text}");
+    }
+    assert_eq!(
+        sum(&m, "heddle_invocations_total", &["outcome=\"ok\""]),
+        ok,
+        "{text}"
+    );
+    assert_eq!(
+        sum(&m, "heddle_invocations_total", &["outcome=\"error\""]),
+        errors,
+        "{text}"
+    );
+    assert_eq!(
+        sum(&m, "heddle_invocation_duration_seconds_count", &[]),
+        ok + errors,
+        "{text}"
+    );
+    // Every failed attempt went to the person (`--supervise interactive`).
+    assert_eq!(
+        sum(&m, "heddle_escalations_total", &["kind=\"node\""]),
+        errors,
+        "{text}"
+    );
+    assert_eq!(
+        sum(
+            &m,
+            "heddle_verdicts_total",
+            &["verdict=\"retry\"", "decided_by=\"agent\""]
+        ),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sum(
+            &m,
+            "heddle_verdicts_total",
+            &["verdict=\"fail\"", "decided_by=\"agent\""]
+        ),
+        1.0,
+        "{text}"
+    );
+    // Every escalation was decided: the cancelled run's by the bounds, failing it.
+    assert_eq!(sum(&m, "heddle_verdicts_total", &[]), errors, "{text}");
+    assert_eq!(sum(&m, "heddle_runs_running", &[]), 0.0);
+    assert_eq!(sum(&m, "heddle_runs_queued", &[]), 0.0);
+    assert_eq!(sum(&m, "heddle_lease_held", &[]), 1.0);
+    assert!(
+        sum(&m, "heddle_store_commit_seconds_count", &[]) > 0.0,
+        "{text}"
+    );
+    // High-cardinality labels are off unless asked for.
+    assert!(
+        !text.contains("node=") && !text.contains("graph="),
+        "{text}"
+    );
+    promtool_accepts(&text);
+
+    let (code, log) = server.stop();
+    assert_eq!(code, OK, "{log}");
+    let lines = json_lines(&log);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["message"].as_str().unwrap().contains("listening on")
+                && l["target"] == "heddle::cli"),
+        "{log}"
+    );
+    assert!(
+        lines.iter().any(|l| l["run_id"].is_string()
+            && l["node_id"] == "parse"
+            && l["message"].as_str().unwrap().contains("answered fail")),
+        "the answer's line names its run and node: {log}"
+    );
+}
+
+/// `heddle run --watchdog --log-format json`: the watchdog's lines and its worker's
+/// are JSON objects, one per line, those about the run naming it.
+#[test]
+fn a_watchdogs_log_is_json_lines_naming_the_run() {
+    let dir = StoreDir::with_graph(support::store::CHAIN);
+    let out = dir.heddle(&["run", "--watchdog", "--log-format", "json", "g.json"]);
+    expect(&out, OK);
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    let lines = json_lines(&log);
+    let id = lines
+        .iter()
+        .find_map(|l| run_id_in(l["message"].as_str().unwrap()))
+        .unwrap_or_else(|| panic!("no run id said: {log}"));
+    let about_run = |target: &str| {
+        lines.iter().any(|l| {
+            l["target"].as_str().unwrap().starts_with(target) && l["run_id"] == id.as_str()
+        })
+    };
+    assert!(about_run("heddle_runtime::watch"), "{log}");
+    assert!(about_run("heddle::cli"), "{log}");
 }

@@ -56,6 +56,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     if let Some(store) = store {
         bench.durable_on(store);
     }
+    // With an OTLP endpoint in the environment every run is traced, and timed so.
+    let telemetry = heddle_runtime::telemetry::TelemetrySettings::from_env()?;
+    if let Some(t) = heddle_runtime::telemetry::KernelTracer::new(&telemetry, "bench") {
+        if let (false, Some(to)) = (args.json, &telemetry.traces) {
+            println!("traced: spans go to {}", to.endpoint);
+        }
+        heddle_kernel::bench::observe(Box::new(t));
+    }
     if BUILD == "debug" {
         eprintln!(
             "warning: this heddle is a debug build; its figures are many times slower than a release build's (`cargo run --release -- bench`)"

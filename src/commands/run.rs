@@ -28,6 +28,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         durable: args.durable,
         ..args.env.overrides()
     })?;
+    crate::console::set_format(settings.telemetry.log_format);
     let (runtime, planned) = super::load_and_plan(&rt, settings, &doc, &args.graph)?;
     let graph = args.graph.display().to_string();
     let plan = match planned {

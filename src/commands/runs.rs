@@ -18,11 +18,13 @@ use heddle_store::session::{self, Resumption};
 use heddle_store::status::Outcome;
 
 use crate::cli::{RunsArgs, RunsCommand};
+use crate::console::say_run;
 use crate::execute::{Execution, execute, report_ending};
 use crate::exit::Exit;
 
 pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
     let settings = args.env.settings()?;
+    crate::console::set_format(settings.telemetry.log_format);
     let section = &settings.store;
     match args.command {
         RunsCommand::List { json } => list(&settings, json),
@@ -218,20 +220,28 @@ pub(crate) fn continue_run(
     let reopened = runtime.blocking_reopen(store.clone(), &r, &doc, decision.as_ref())?;
     // Only now: a process killed after these lines has the decision in the log.
     match &decision {
-        Some(Decision::Approve(a)) => eprintln!("gate \"{}\" of run {run} approved", a.title()),
+        Some(Decision::Approve(a)) => say_run(
+            &format!("gate \"{}\" of run {run} approved", a.title()),
+            &run,
+        ),
         Some(Decision::Reconcile(a)) => {
             let said = match a.answer() {
                 Answer::Completed(_) => "completed with the outputs given",
                 Answer::Skip => "skipped",
             };
-            eprintln!("recorded: {} of run {run} {said}", a.occurrence());
+            say_run(
+                &format!("recorded: {} of run {run} {said}", a.occurrence()),
+                &run,
+            );
         }
         None => {}
     }
     match reopened.how {
-        Reopening::Resume { pause } => eprintln!("resuming run {run} at pause event {pause}"),
-        Reopening::Start => eprintln!("starting run {run}"),
-        Reopening::Recover => eprintln!("recovering interrupted run {run}"),
+        Reopening::Resume { pause } => {
+            say_run(&format!("resuming run {run} at pause event {pause}"), &run)
+        }
+        Reopening::Start => say_run(&format!("starting run {run}"), &run),
+        Reopening::Recover => say_run(&format!("recovering interrupted run {run}"), &run),
     }
     match reopened.run {
         Reopen::Ended(ending) => Ok(report_ending(&run, &ending, None)),

@@ -9,6 +9,7 @@ use heddle_runtime::{Overrides, Runtime, ServeOverrides, Settings};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::ServeArgs;
+use crate::console::say;
 use crate::exit::Exit;
 
 pub fn run(args: ServeArgs) -> anyhow::Result<Exit> {
@@ -43,11 +44,20 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
         },
         ..args.env.overrides()
     })?;
+    crate::console::set_format(settings.telemetry.log_format);
     let runtime = Arc::new(Runtime::load(settings, None).await?);
     let store = heddle_server::lease::open(runtime.settings())?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("--listen {}: cannot listen there", args.listen))?;
+    let metrics_listener = match args.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--metrics-listen {addr}: cannot listen there"))?,
+        ),
+        None => None,
+    };
     // Lets a user's signal during activation take the same orderly path.
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
@@ -60,40 +70,49 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
     )
     .await
     .map_err(server_error)?;
+    let metrics_at = match metrics_listener {
+        Some(l) => {
+            let at = format!("http://{}/metrics, no token", l.local_addr()?);
+            server.serve_metrics(l);
+            at
+        }
+        None => format!("{}/metrics, with the token", server.url()),
+    };
 
     let url = server.url().to_string();
     let (token_path, new_token) = server.token_file();
     if new_token {
-        eprintln!(
+        say(&format!(
             "API token (shown once; kept in {}): {}",
             token_path.display(),
             server.token().as_str()
-        );
+        ));
     } else {
-        eprintln!("API token in {}", token_path.display());
+        say(&format!("API token in {}", token_path.display()));
     }
     let s = runtime.settings();
     match (server.lease_epoch(), server.shared()) {
-        (Some(epoch), _) => eprintln!(
+        (Some(epoch), _) => say(&format!(
             "heddle serve: listening on {url} (store {}, {} workers, supervise {}, lease epoch {epoch}, {} runs adopted)",
             server.store_target(),
             args.workers,
             s.serve.supervise.as_str(),
             server.adopted().len()
-        ),
-        (None, Some((host_id, ttl))) => eprintln!(
+        )),
+        (None, Some((host_id, ttl))) => say(&format!(
             "heddle serve: listening on {url} (store {}, host {host_id}, {} workers, supervise {}, run leases of {} ms renewed every {} ms; claiming queued runs and those whose lease expired)",
             server.store_target(),
             args.workers,
             s.serve.supervise.as_str(),
             ttl.as_millis(),
             (ttl / 3).as_millis()
-        ),
+        )),
         (None, None) => {}
     }
-    eprintln!(
+    say(&format!(
         "heddle serve: run viewer at {url}/ (it asks for the token; {url}/#token=TOKEN signs in without sending it to the server)"
-    );
+    ));
+    say(&format!("heddle serve: metrics at {metrics_at}"));
 
     let why = server
         .wait(async {
@@ -103,23 +122,23 @@ async fn serve(args: ServeArgs, runs: tokio::runtime::Handle) -> anyhow::Result<
             }
         })
         .await;
-    eprintln!("heddle serve: {why}; stopping");
+    say(&format!("heddle serve: {why}; stopping"));
     let server_shared = server.shared().is_some();
     let left = server
         .shutdown(Duration::from_millis(args.shutdown_timeout_ms))
         .await
         .map_err(server_error)?;
     if left > 0 {
-        eprintln!(
-            "error: shutdown timed out after {} ms with {left} run(s) still stopping; they are adopted by the next owner",
+        crate::console::error(&format!(
+            "shutdown timed out after {} ms with {left} run(s) still stopping; they are adopted by the next owner",
             args.shutdown_timeout_ms
-        );
+        ));
         return Ok(Exit::Failed);
     }
     if server_shared {
-        eprintln!("heddle serve: stopped; its runs handed back to the queue");
+        say("heddle serve: stopped; its runs handed back to the queue");
     } else {
-        eprintln!("heddle serve: stopped; lease released");
+        say("heddle serve: stopped; lease released");
     }
     Ok(Exit::Ok)
 }

@@ -12,6 +12,7 @@ use heddle_runtime::{Runtime, Settings};
 use heddle_store::lock::LockState;
 
 use crate::cli::{EnvArgs, RunArgs, WatchdogArgs};
+use crate::console::say_run;
 use crate::exit::Exit;
 
 /// `heddle run --watchdog GRAPH`: records the run with its limits and watches it.
@@ -37,7 +38,13 @@ pub fn start(
     let budget = store.budget(args.max_dispatches, args.time_limit_ms)?;
     let limits = limits(&args.watchdog)?;
     let bytes = heddle_runtime::durable::read_graph(&args.graph)?;
-    let worker = worker_command(None, args.json, &args.env, &args.watchdog)?;
+    let worker = worker_command(
+        None,
+        args.json,
+        &args.env,
+        &args.watchdog,
+        runtime.settings().telemetry.log_format,
+    )?;
     let (header, watch) = Watch::create(
         runtime,
         args.graph.display().to_string(),
@@ -48,10 +55,13 @@ pub fn start(
         limits,
         worker,
     )?;
-    eprintln!(
-        "durable run {} (store {})",
-        header.run_id,
-        store.path().display()
+    say_run(
+        &format!(
+            "durable run {} (store {})",
+            header.run_id,
+            store.path().display()
+        ),
+        &header.run_id,
     );
     let run = header.run_id.clone();
     report(watch.run()?, &run, args.json)
@@ -79,11 +89,15 @@ pub fn resume(
         }
     }
     env_names(&wd.env_vars)?;
-    let worker = worker_command(Some(run), json, env, wd)?;
+    let worker = worker_command(Some(run), json, env, wd, settings.telemetry.log_format)?;
     let (how, watch) = Watch::resume(settings, run, pause, worker)?;
     match how {
-        Reopening::Resume { pause } => eprintln!("resuming run {run} at pause event {pause}"),
-        Reopening::Start | Reopening::Recover => eprintln!("recovering interrupted run {run}"),
+        Reopening::Resume { pause } => {
+            say_run(&format!("resuming run {run} at pause event {pause}"), run)
+        }
+        Reopening::Start | Reopening::Recover => {
+            say_run(&format!("recovering interrupted run {run}"), run)
+        }
     }
     report(watch.run()?, run, json)
 }
@@ -128,12 +142,13 @@ fn env_names(names: &[String]) -> anyhow::Result<()> {
 }
 
 /// `heddle worker RUN` of this binary, with the flags that find the same configuration
-/// and packages; `run` is filled in once the run has an id.
+/// and packages and the watchdog's log format; `run` is filled in once the run has an id.
 fn worker_command(
     run: Option<&str>,
     json: bool,
     env: &EnvArgs,
     wd: &WatchdogArgs,
+    log_format: heddle_runtime::telemetry::LogFormat,
 ) -> anyhow::Result<WorkerCommand> {
     Ok(WorkerCommand {
         exe: std::env::current_exe()?,
@@ -141,6 +156,7 @@ fn worker_command(
         json,
         config: env.config.clone(),
         packages: env.packages.clone(),
+        log_format,
         env: worker_env(&wd.env_vars),
     })
 }
@@ -174,23 +190,35 @@ fn report(r: WatchReport, run: &str, json: bool) -> anyhow::Result<Exit> {
         None => "no worker ran",
     };
     match &r.ending {
-        WatchEnding::Recorded(state) => eprintln!(
-            "watchdog: run {run} {} ({} launches, {} restarts, {verified})",
-            state.as_str(),
-            s.launches,
-            s.restarts
+        WatchEnding::Recorded(state) => say_run(
+            &format!(
+                "watchdog: run {run} {} ({} launches, {} restarts, {verified})",
+                state.as_str(),
+                s.launches,
+                s.restarts
+            ),
+            run,
         ),
-        WatchEnding::Stopped { code, detail, .. } => eprintln!(
-            "watchdog: run {run} stopped: {code}: {detail} ({} launches, {} restarts, {verified})",
-            s.launches, s.restarts
+        WatchEnding::Stopped { code, detail, .. } => say_run(
+            &format!(
+                "watchdog: run {run} stopped: {code}: {detail} ({} launches, {} restarts, {verified})",
+                s.launches, s.restarts
+            ),
+            run,
         ),
     }
     if r.exit == Exit::Suspended {
         match &r.gate {
-            Some(g) => eprintln!(
-                "run {run} waits at gate {g}; approve with: heddle runs approve {run} {g} [--note TEXT], or reject with: heddle runs reject {run} {g} --note TEXT"
+            Some(g) => say_run(
+                &format!(
+                    "run {run} waits at gate {g}; approve with: heddle runs approve {run} {g} [--note TEXT], or reject with: heddle runs reject {run} {g} --note TEXT"
+                ),
+                run,
             ),
-            None => eprintln!("run {run} paused; resume with: heddle runs resume --watchdog {run}"),
+            None => say_run(
+                &format!("run {run} paused; resume with: heddle runs resume --watchdog {run}"),
+                run,
+            ),
         }
     }
     Ok(r.exit)

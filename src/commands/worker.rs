@@ -13,6 +13,7 @@ use crate::exit::Exit;
 pub fn run(args: WorkerArgs) -> anyhow::Result<Exit> {
     heddle_runners::label_run(&args.run);
     let settings = args.env.settings()?;
+    crate::console::set_format(settings.telemetry.log_format);
     // Before anything is loaded: the installed bytes must still be the recorded ones.
     let store = settings.store.existing(&args.run)?;
     let header = store.header(&args.run)?;

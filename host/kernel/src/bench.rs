@@ -11,8 +11,28 @@ use std::time::{Duration, Instant};
 
 use heddle_core::{GraphBuilder, GraphDoc, INPUT_TYPE, OUTPUT_TYPE, RunResult, RunStatus, Value};
 
+use crate::executor::BoxFuture;
 use crate::registry::Registry;
 use crate::runtime::{KernelError, Run, RunHandle, RunOptions};
+
+/// What a program timing bench runs adds to every one of them, in the timed span:
+/// `heddle bench` traces its runs this way when an exporter is configured, so the
+/// figures say what tracing costs.
+pub trait Observer: Send + Sync {
+    /// Adjusts a run's options before it is built (its trace).
+    fn options(&self, opts: &mut RunOptions);
+    /// The run, built and not started (subscribe to its events here). What it returns
+    /// is awaited once the run's result is in, before the clocks stop.
+    fn started(&self, run: &Run) -> Option<BoxFuture<'static, ()>>;
+}
+
+static OBSERVER: std::sync::OnceLock<Box<dyn Observer>> = std::sync::OnceLock::new();
+
+/// Adds `observer` to every bench run of this process from now on (the first call
+/// only).
+pub fn observe(observer: Box<dyn Observer>) {
+    let _ = OBSERVER.set(observer);
+}
 
 /// A synthetic graph shape of pass-through nodes, measured by `heddle bench` and the
 /// criterion benches alike.
@@ -334,6 +354,8 @@ pub struct TimedRun {
     pub handle: RunHandle,
     cpu0: Option<CpuTime>,
     t0: Instant,
+    /// The [`Observer`]'s work, done once the result is in.
+    observed: Option<BoxFuture<'static, ()>>,
 }
 
 impl TimedRun {
@@ -349,21 +371,23 @@ impl TimedRun {
     ) -> Result<TimedRun, BenchError> {
         let plan = heddle_core::plan::plan(&doc, registry).map_err(KernelError::from)?;
         drop(doc);
-        let run = Run::new(
-            plan,
-            registry,
-            RunOptions {
-                event_cap: 1_000,
-                journal,
-                ..RunOptions::default()
-            },
-        )?;
+        let mut opts = RunOptions {
+            event_cap: 1_000,
+            journal,
+            ..RunOptions::default()
+        };
+        if let Some(o) = OBSERVER.get() {
+            o.options(&mut opts);
+        }
+        let run = Run::new(plan, registry, opts)?;
+        let observed = OBSERVER.get().and_then(|o| o.started(&run));
         let cpu0 = CpuTime::now();
         let t0 = Instant::now();
         Ok(TimedRun {
             handle: run.start(),
             cpu0,
             t0,
+            observed,
         })
     }
 
@@ -377,6 +401,9 @@ impl TimedRun {
         expect: u64,
     ) -> Result<(RunResult, BenchRun), BenchError> {
         let r = self.handle.wait().await;
+        if let Some(o) = self.observed {
+            o.await;
+        }
         let elapsed = self.t0.elapsed();
         let cpu = CpuTime::used_since(self.cpu0);
         if r.status != RunStatus::Completed {

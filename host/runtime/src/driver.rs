@@ -630,7 +630,7 @@ fn record_ending(
                     Ending::Exhausted(e) => {
                         t.ended(end, Some((RunStatus::Failed, Some(e.to_string()))))
                     }
-                    Ending::Paused { .. } => {}
+                    Ending::Paused { .. } => t.paused(),
                 }
             }
             Ok(Some(ending))

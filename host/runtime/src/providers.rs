@@ -24,7 +24,7 @@ use heddle_core::trace::{RunTrace, TraceParent, Traced};
 use crate::driver::Drive;
 use crate::error::Error;
 use crate::settings::Settings;
-use crate::telemetry::{RunTracing, Telemetry};
+use crate::telemetry::{Metrics, RunTracing, Telemetry};
 
 /// What a program embedding Heddle creates once: the [`Settings`], the node registry
 /// (with its WASM engine and loaded packages) and the digests of the packages loaded.
@@ -36,6 +36,8 @@ pub struct Runtime {
     package_digests: BTreeMap<String, String>,
     /// The span exporter, started with the first traced run.
     telemetry: std::sync::OnceLock<Option<Arc<Telemetry>>>,
+    /// The metrics, kept once someone asked for them (a server).
+    metrics: std::sync::OnceLock<Arc<Metrics>>,
     /// Where each installed package was fetched from, for those from a registry.
     package_sources: BTreeMap<String, heddle_core::package::PackageSource>,
 }
@@ -86,6 +88,7 @@ impl Runtime {
             registry,
             package_digests,
             telemetry: std::sync::OnceLock::new(),
+            metrics: std::sync::OnceLock::new(),
             package_sources,
         })
     }
@@ -147,6 +150,33 @@ impl Runtime {
             .as_ref()
     }
 
+    /// This process's metrics ([`crate::telemetry::Metrics`]), kept from the first call
+    /// on: runs taken from then on are counted (a server asks before it adopts any).
+    /// A process that never asks (the command line) counts nothing.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        self.metrics.get_or_init(|| {
+            Arc::new(Metrics::new(
+                &self.settings.telemetry.metric_labels,
+                self.telemetry().cloned(),
+            ))
+        })
+    }
+
+    /// Whether this process keeps metrics (someone asked for them).
+    pub(crate) fn metrics_kept(&self) -> bool {
+        self.metrics.get().is_some()
+    }
+
+    /// Makes a new run's options say what this process watches: an exporter traces it
+    /// (under the process's `TRACEPARENT`, unless it has a trace of its own), metrics
+    /// count every invocation.
+    pub(crate) fn watch_options(&self, opts: &mut RunOptions) {
+        if opts.trace.is_none() {
+            opts.trace = self.trace(self.settings.telemetry.parent);
+        }
+        opts.every_invocation |= self.metrics_kept();
+    }
+
     /// The trace of a new run: under `parent` (a caller's `traceparent`) when given,
     /// else a trace of its own; `None` when no exporter is configured (nothing is
     /// traced, and no trace is recorded). Set it as the run's `RunOptions::trace` before
@@ -163,24 +193,22 @@ impl Runtime {
         Some(Arc::new(Traced::new(run, t.salt())))
     }
 
-    /// The tracing of `traced`'s run in this process: `None` when nothing is exported.
+    /// The watching of a run traced as `traced` in this process (its spans, its
+    /// metrics): `None` when nothing is exported or counted.
     pub(crate) fn run_tracing(
         &self,
         traced: Option<&Arc<Traced>>,
         info: crate::telemetry::RunInfo,
         secrets: &SecretRegistry,
     ) -> Option<RunTracing> {
-        let telemetry = self.telemetry()?.clone();
-        let traced = traced?.clone();
-        Some(RunTracing::new(telemetry, traced, info, secrets))
+        let spans = self.telemetry().cloned().zip(traced.cloned());
+        RunTracing::new(spans, self.metrics.get().cloned(), info, secrets)
     }
 
     /// A run kept in memory only ([`Drive::in_memory`]), traced when an exporter is
     /// configured (`graph_name` names it in its span).
     pub fn in_memory(&self, plan: Plan, mut opts: RunOptions, graph_name: &str) -> Drive {
-        if opts.trace.is_none() {
-            opts.trace = self.trace(self.settings.telemetry.parent);
-        }
+        self.watch_options(&mut opts);
         let info = crate::telemetry::RunInfo {
             run_id: None,
             graph_name: graph_name.to_string(),

@@ -226,9 +226,9 @@ impl Feed {
         self.history.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// How many subscribe now.
-    pub(crate) fn subscribers(&self) -> usize {
-        self.subscribers.load(Ordering::SeqCst)
+    /// How many subscribers it has now.
+    pub fn subscribers(&self) -> usize {
+        self.subscribers.load(Ordering::Relaxed)
     }
 
     /// A new subscriber taking `coding`, counted until it is dropped.
@@ -356,7 +356,7 @@ pub async fn follow(
         let records = match read(&store, &run_id, next).await {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!("run {run_id}: the event feed stopped: {e}");
+                tracing::warn!(run_id = %run_id, "run {run_id}: the event feed stopped: {e}");
                 break false;
             }
         };

@@ -333,6 +333,8 @@ async fn heartbeat(host: Arc<Host>, fleet: Arc<dyn Fleet>, api: String, ttl: Dur
         };
         match answer {
             Ok(hb) => {
+                host.metrics.lease_renewed(true);
+                host.metrics.lease_held(true);
                 if fenced {
                     tracing::info!("leases renewed again; this host claims runs again");
                     fenced = false;
@@ -346,6 +348,7 @@ async fn heartbeat(host: Arc<Host>, fleet: Arc<dyn Fleet>, api: String, ttl: Dur
                 tracing::warn!(
                     "this host's registration was lost ({why}): its runs' leases expired, so they are stopped here; registering again"
                 );
+                host.metrics.lease_renewed(false);
                 stop_all(&host);
                 let (f, a) = (fleet.clone(), api.clone());
                 let now = Instant::now();
@@ -369,6 +372,7 @@ async fn heartbeat(host: Arc<Host>, fleet: Arc<dyn Fleet>, api: String, ttl: Dur
                 "no lease renewed for {} ms (the lease TTL): every run of this host is stopped; claims resume once the database answers",
                 ttl.as_millis()
             );
+            host.metrics.lease_held(false);
             stop_all(&host);
             fenced = true;
         }

@@ -106,6 +106,17 @@ enum Supervision {
     Handle(Arc<dyn heddle_kernel::supervisor::Supervisor>),
 }
 
+/// How busy a [`Host`] is ([`Host::load`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Load {
+    /// Runs holding a worker slot.
+    pub running: usize,
+    /// Runs driven here waiting for a slot.
+    pub queued: usize,
+    /// Clients reading a run's event stream.
+    pub subscribers: usize,
+}
+
 /// Desks of ended runs kept for late answers.
 const ENDED_DESKS: usize = 64;
 
@@ -166,6 +177,10 @@ pub struct Host {
     pub(crate) fleet: Option<Arc<dyn Fleet>>,
     runtime: Arc<Runtime>,
     pub(crate) workers: Arc<Semaphore>,
+    /// How many worker slots there are.
+    slots: usize,
+    /// What `GET /metrics` reports.
+    pub metrics: Arc<crate::metrics::ServerMetrics>,
     active: Mutex<HashMap<String, Active>>,
     /// Told when a run's worker slot is free again (the claim loop takes more work).
     pub(crate) freed: Notify,
@@ -200,11 +215,17 @@ impl Host {
         runs: tokio::runtime::Handle,
     ) -> Host {
         let mask = Arc::new(Mask::new(runtime.secrets(None).snapshot()));
+        // Asked for before any run is taken: every run of this server is counted.
+        let metrics = Arc::new(crate::metrics::ServerMetrics::new(
+            runtime.metrics().clone(),
+        ));
         Host {
             store,
             fleet: None,
             runtime,
             workers: Arc::new(Semaphore::new(workers)),
+            slots: workers,
+            metrics,
             active: Mutex::new(HashMap::new()),
             freed: Notify::new(),
             watched: Mutex::new(HashMap::new()),
@@ -248,6 +269,18 @@ impl Host {
     /// The runs this server drives now.
     pub fn driving(&self) -> Vec<String> {
         self.active().keys().cloned().collect()
+    }
+
+    /// How busy it is now: runs holding a worker slot, runs waiting for one, and
+    /// clients reading a run's event stream.
+    pub fn load(&self) -> Load {
+        let active = self.active();
+        let running = self.slots - self.workers.available_permits().min(self.slots);
+        Load {
+            running,
+            queued: active.len().saturating_sub(running),
+            subscribers: active.values().map(|a| a.feed.subscribers()).sum(),
+        }
     }
 
     /// [`blocking`] on the runs' own threads: a run's log writer, started by opening
@@ -398,6 +431,7 @@ impl Host {
             match self.adopt(&id).await {
                 Ok(()) => adopted.push(id),
                 Err(e) => tracing::warn!(
+                    run_id = %id,
                     "run {id} not adopted: {}",
                     heddle_core::text::error_chain(&e)
                 ),
@@ -681,13 +715,18 @@ impl Host {
                         // Why it was lost: a database away longer than the TTL reads
                         // differently from a host that stopped renewing.
                         tracing::warn!(
+                            run_id = %run_id,
                             "{} ({})",
                             lost_lease(&run_id, epoch),
                             heddle_core::text::error_chain(e)
                         );
                     }
                 }
-                Err(e) => tracing::error!("run {run_id}: {}", heddle_core::text::error_chain(e)),
+                Err(e) => tracing::error!(
+                    run_id = %run_id,
+                    "run {run_id}: {}",
+                    heddle_core::text::error_chain(e)
+                ),
                 Ok(_) => {}
             }
             // On a shared store, a run left without an ending (this host shutting down,

@@ -30,6 +30,7 @@ mod gzip;
 pub mod host;
 pub mod lease;
 pub mod mask;
+pub mod metrics;
 pub mod sse;
 pub mod token;
 mod viewer;
@@ -123,12 +124,18 @@ impl Server {
                 // The lease: a second owner is refused here, naming the first.
                 let owner = lease.acquire(&url, ttl)?;
 
+                let host = Arc::new(Host::new(store.runs, runtime, workers, runs));
+                host.metrics.lease_held(true);
                 // Watch for its loss: the heartbeat failing means another owner may
                 // write now.
-                let heartbeat = tokio::spawn(heartbeat(lease.clone(), ttl, lost.clone()));
+                let heartbeat = tokio::spawn(heartbeat(
+                    lease.clone(),
+                    ttl,
+                    lost.clone(),
+                    host.metrics.clone(),
+                ));
 
                 // Adopt what a previous owner left running.
-                let host = Arc::new(Host::new(store.runs, runtime, workers, runs));
                 let adopted = match host.adopt_all().await {
                     Ok(a) => a,
                     Err(e) => {
@@ -159,6 +166,7 @@ impl Server {
                 // Claims (the runs dead hosts left, once their leases expire, among
                 // them) and the heartbeat of its leases.
                 let heartbeat = tokio::spawn(fleet::serve(host.clone(), url.clone(), ttl));
+                host.metrics.lease_held(true);
                 (host, Hold::Shared { fleet, ttl }, heartbeat, Vec::new())
             }
         };
@@ -235,6 +243,18 @@ impl Server {
         &self.host
     }
 
+    /// Answers `GET /metrics` on `listener` too, without a token (see
+    /// [`metrics`]), until the server stops serving.
+    pub fn serve_metrics(&self, listener: tokio::net::TcpListener) {
+        let app = metrics::router(self.host.clone());
+        let stop = self.stop.clone();
+        tokio::spawn(
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .into_future(),
+        );
+    }
+
     /// Serves until `stop` completes (with why: a signal's name) or the lease is lost
     /// (`lease lost`); returns why.
     pub async fn wait(&self, stop: impl Future<Output = &'static str>) -> &'static str {
@@ -267,6 +287,7 @@ impl Server {
                     .map_err(|e| std::io::Error::other(e.to_string()))??;
             }
         }
+        self.host.metrics.lease_held(false);
         Ok(left)
     }
 }
@@ -295,11 +316,17 @@ fn yield_to_runs() {
 
 /// Renews the lease every third of its length; on the first failure reports it and
 /// cancels `lost` (the store already refuses this process's writes by then).
-async fn heartbeat(lease: Arc<dyn Lease>, ttl: Duration, lost: CancellationToken) {
+async fn heartbeat(
+    lease: Arc<dyn Lease>,
+    ttl: Duration,
+    lost: CancellationToken,
+    metrics: Arc<metrics::ServerMetrics>,
+) {
     loop {
         tokio::time::sleep(ttl / 3).await;
         let l = lease.clone();
         let r = tokio::task::spawn_blocking(move || l.renew(ttl)).await;
+        metrics.lease_renewed(matches!(r, Ok(Ok(_))));
         match r {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {

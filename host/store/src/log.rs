@@ -354,6 +354,18 @@ fn append_retrying(
     }
 }
 
+/// Told of every commit of every run log of this process: how long it took (retries
+/// included) and whether it waited for stable storage. A server's metrics set it.
+type CommitObserver = Box<dyn Fn(std::time::Duration, bool) + Send + Sync>;
+
+static COMMITS: std::sync::OnceLock<CommitObserver> = std::sync::OnceLock::new();
+
+/// Has `f` told of every commit of every run log of this process from now on (the
+/// first call only): its duration and whether it was synced.
+pub fn observe_commits(f: impl Fn(std::time::Duration, bool) + Send + Sync + 'static) {
+    let _ = COMMITS.set(Box::new(f));
+}
+
 /// The writer thread: waits for a batch to be due, takes it (leaving `spare`, emptied, in
 /// its place) and commits it, until the log is closed or fails.
 fn write_loop(store: Arc<dyn RunStore>, epoch: u64, shared: &Shared, mut spare: Frames) {
@@ -387,9 +399,13 @@ fn write_loop(store: Arc<dyn RunStore>, epoch: u64, shared: &Shared, mut spare: 
         q.since = None;
         let ending = q.closed || q.failed.is_some();
         drop(q);
+        let timed = COMMITS.get().map(|f| (f, std::time::Instant::now()));
         let result = append_retrying(&*store, epoch, &batch, sync);
         match result {
             Ok(()) => {
+                if let Some((f, t0)) = timed.filter(|_| !batch.is_empty()) {
+                    f(t0.elapsed(), sync);
+                }
                 let c = &shared.counting;
                 c.records.fetch_add(batch.len() as u64, Ordering::Relaxed);
                 // A flush with nothing queued commits nothing (the store skips it).

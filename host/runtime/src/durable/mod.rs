@@ -99,11 +99,9 @@ impl Runtime {
     }
 
     /// Gives a new run without a trace of its own one under the process's `TRACEPARENT`
-    /// (when an exporter is configured).
+    /// (when an exporter is configured), and what the metrics need.
     fn default_trace(&self, opts: &mut RunOptions) {
-        if opts.trace.is_none() {
-            opts.trace = self.trace(self.settings().telemetry.parent);
-        }
+        self.watch_options(opts);
     }
 
     /// Attaches the tracing of a run just begun (its trace recorded with its first
@@ -114,6 +112,9 @@ impl Runtime {
             run_info(&header),
             &drive.options().secrets,
         );
+        if let Some(m) = tracing.as_ref().and_then(|t| t.metrics()) {
+            m.runs_created.inc();
+        }
         (header, drive.traced(tracing))
     }
 
@@ -163,6 +164,7 @@ impl Runtime {
             node_timeout: h.run.limits.node_timeout(),
             approved_gates: gates::approved(&r.records, decision.and_then(Decision::approval)),
             trace,
+            every_invocation: self.metrics_kept(),
             ..RunOptions::default()
         };
         Ok((plan, opts))
@@ -223,10 +225,19 @@ impl Runtime {
             .run_tracing(opts.trace.as_ref(), run_info(&r.header), &opts.secrets)?
             .with_history(&r.records);
         let pid = opentelemetry::KeyValue::new("process.pid", i64::from(std::process::id()));
-        match Reopening::of(r) {
-            Reopening::Start => {}
-            Reopening::Recover => t.event("heddle.run.recovered", vec![pid]),
-            Reopening::Resume { .. } => t.event("heddle.run.resumed", vec![pid]),
+        let how = match Reopening::of(r) {
+            Reopening::Start => "start",
+            Reopening::Recover => {
+                t.event("heddle.run.recovered", vec![pid]);
+                "recover"
+            }
+            Reopening::Resume { .. } => {
+                t.event("heddle.run.resumed", vec![pid]);
+                "resume"
+            }
+        };
+        if let Some(m) = t.metrics() {
+            m.runs_taken_over.with_label_values(&[how]).inc();
         }
         if let Some(Decision::Reconcile(a)) = decision {
             let answer = match a.answer() {

@@ -24,6 +24,7 @@
 //! the first such loss is logged, once.
 
 mod export;
+mod metrics;
 mod spans;
 
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use crate::config::Config;
 use crate::error::ConfigError;
 
 pub use export::Telemetry;
+pub use metrics::{MetricLabel, Metrics};
 pub(crate) use spans::{RunInfo, RunSpan, RunSpanEnd, RunTracing, at_ms};
 
 /// How the command line writes its log lines (`[telemetry] log_format`, `--log-format`).
@@ -48,6 +50,16 @@ pub enum LogFormat {
     /// One JSON object per line: `timestamp`, `level`, `target`, `message`, and `run_id`
     /// and `node_id` where the event is about one.
     Json,
+}
+
+impl LogFormat {
+    /// Its name, as `--log-format` and `[telemetry] log_format` take it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Human => "human",
+            LogFormat::Json => "json",
+        }
+    }
 }
 
 impl std::str::FromStr for LogFormat {
@@ -74,6 +86,10 @@ struct TelemetrySection {
     service_name: Option<String>,
     #[serde(default)]
     log_format: Option<LogFormat>,
+    /// Labels the invocation metrics carry besides the outcome (`node_type`, `node`,
+    /// `graph`); none by default (each multiplies the series stored).
+    #[serde(default)]
+    metric_labels: Vec<MetricLabel>,
 }
 
 /// Where a process sends its spans.
@@ -96,6 +112,8 @@ pub struct TelemetrySettings {
     /// environment, as `heddle run` and a watchdog's workers get it); one that is not a
     /// valid `traceparent` is ignored (logged at debug level).
     pub parent: Option<TraceParent>,
+    /// Labels the invocation metrics carry besides the outcome.
+    pub metric_labels: Vec<MetricLabel>,
 }
 
 /// The variables read, standard ones first (OpenTelemetry's SDK specification).
@@ -147,6 +165,94 @@ impl TelemetrySettings {
     }
 }
 
+impl TelemetrySettings {
+    /// The settings the OpenTelemetry variables alone give (no configuration file):
+    /// what a program that reads none (`heddle bench`) exports with.
+    pub fn from_env() -> Result<TelemetrySettings, ConfigError> {
+        resolve(&TelemetrySection::default(), "", &|name| {
+            std::env::var(name).ok().filter(|v| !v.is_empty())
+        })
+    }
+}
+
+/// Traces runs a program builds and starts with the kernel itself (`heddle bench`
+/// times kernel runs), as the driver traces its own: one trace of its own per run, its
+/// spans built from its events and sent to this process's exporter. Runs one after
+/// another: [`KernelTracer::prepare`] a run's options, then [`KernelTracer::start`] it.
+pub struct KernelTracer {
+    telemetry: Arc<Telemetry>,
+    graph_name: String,
+    next: std::sync::Mutex<Option<Arc<heddle_core::trace::Traced>>>,
+}
+
+impl KernelTracer {
+    /// A tracer sending to the exporter `settings` configure, naming runs
+    /// `graph_name`; `None` when none is configured.
+    pub fn new(settings: &TelemetrySettings, graph_name: &str) -> Option<KernelTracer> {
+        Some(KernelTracer {
+            telemetry: start(settings)?,
+            graph_name: graph_name.to_string(),
+            next: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Gives the next run a trace of its own.
+    pub fn prepare(&self, opts: &mut heddle_kernel::runtime::RunOptions) {
+        let t = &self.telemetry;
+        let run = heddle_core::trace::RunTrace {
+            trace_id: t.trace_id(),
+            parent: None,
+            span: t.span_id(),
+            sampled: true,
+        };
+        let traced = Arc::new(heddle_core::trace::Traced::new(run, t.salt()));
+        opts.trace = Some(traced.clone());
+        *self.next.lock().unwrap_or_else(|e| e.into_inner()) = Some(traced);
+    }
+
+    /// Starts building the spans of `run` (built with options [`KernelTracer::prepare`]
+    /// made, not started); the future ends once its last span is queued (after the
+    /// run's result is in).
+    pub fn start(
+        &self,
+        run: &heddle_kernel::runtime::Run,
+    ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
+        let traced = self.next.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        let info = RunInfo {
+            run_id: None,
+            graph_name: self.graph_name.clone(),
+            graph_digest: None,
+            created: std::time::SystemTime::now(),
+        };
+        let tracing = RunTracing::new(
+            Some((self.telemetry.clone(), traced)),
+            None,
+            info,
+            &heddle_kernel::SecretRegistry::default(),
+        )?;
+        let span = tracing.start(run.subscribe(), run.origin(), run.plan());
+        Some(Box::pin(async move {
+            let (t, end) = span.finish().await;
+            t.ended(end, None);
+        }))
+    }
+}
+
+/// `heddle bench` adds it to every bench run (`heddle_kernel::bench::observe`).
+#[cfg(feature = "bench")]
+impl heddle_kernel::bench::Observer for KernelTracer {
+    fn options(&self, opts: &mut heddle_kernel::runtime::RunOptions) {
+        self.prepare(opts);
+    }
+
+    fn started(
+        &self,
+        run: &heddle_kernel::runtime::Run,
+    ) -> Option<heddle_kernel::BoxFuture<'static, ()>> {
+        self.start(run)
+    }
+}
+
 /// The settings from the section and the variables `env` reads (a variable over the
 /// file, the file over the default, as every other setting).
 fn resolve(
@@ -173,6 +279,7 @@ fn resolve(
             traces: None,
             log_format,
             parent,
+            metric_labels: s.metric_labels.clone(),
         });
     };
     for var in PROTOCOLS {
@@ -192,6 +299,7 @@ fn resolve(
         }),
         log_format,
         parent,
+        metric_labels: s.metric_labels.clone(),
     })
 }
 
@@ -314,5 +422,12 @@ mod tests {
         assert!(e.starts_with("heddle.toml: section [telemetry]"), "{e}");
         let json = with("log_format = \"json\"", &[]).unwrap();
         assert_eq!(json.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn metric_labels_are_read_and_an_unknown_one_is_refused() {
+        let s = with("metric_labels = [\"node_type\", \"graph\"]", &[]).unwrap();
+        assert_eq!(s.metric_labels, [MetricLabel::NodeType, MetricLabel::Graph]);
+        assert!(toml::from_str::<TelemetrySection>("metric_labels = [\"pod\"]").is_err());
     }
 }

@@ -6,6 +6,9 @@
 //!
 //! Every text an attribute or an event carries (ids, keys, errors, notes) is masked
 //! against the run's secret values, as the server's event feed masks what it sends.
+//!
+//! The same consumer counts the run's invocations, escalations and verdicts when the
+//! process keeps metrics ([`super::Metrics`]); a run is watched when either is on.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -24,7 +27,7 @@ use opentelemetry::trace::{Event, SpanContext, SpanKind, Status, TraceFlags, Tra
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
-use super::Telemetry;
+use super::{Metrics, Telemetry};
 
 /// Span and attribute names (the README's "Watching Heddle in production" lists them).
 pub(crate) mod names {
@@ -60,20 +63,22 @@ pub(crate) struct RunInfo {
     pub created: SystemTime,
 }
 
-/// How a run is traced in this process: given to its driver by the runtime.
+/// How a run is watched in this process (its spans, its metrics): given to its driver
+/// by the runtime.
 pub(crate) struct RunTracing {
-    pub telemetry: Arc<Telemetry>,
-    pub traced: Arc<Traced>,
-    pub info: RunInfo,
+    /// Where its spans go, and their ids; `None` when nothing is exported.
+    spans: Option<(Arc<Telemetry>, Arc<Traced>)>,
+    metrics: Option<Arc<Metrics>>,
+    info: RunInfo,
     /// The run span's events from its log (what earlier processes and this one's
     /// opening recorded: recoveries, resumes, pauses, gate answers, cancels).
-    pub history: Vec<Event>,
+    history: Vec<Event>,
     /// Attempts the previous owner started and died with, and when it was last heard
     /// of (the last record it wrote): reported as died under the run span.
-    pub died: Vec<DiedAttempt>,
-    pub died_until: SystemTime,
-    /// Masks every text the spans carry.
-    pub redactor: Arc<Redactor>,
+    died: Vec<DiedAttempt>,
+    died_until: SystemTime,
+    /// Masks every text the spans and labels carry.
+    redactor: Arc<Redactor>,
 }
 
 /// A run being traced: its consumer of the event stream runs beside it.
@@ -94,22 +99,31 @@ pub(crate) fn at_ms(ms: u64) -> SystemTime {
 }
 
 impl RunTracing {
-    /// The tracing of a run whose span parts are `trace`, for `telemetry`.
+    /// The watching of a run: its spans sent to `spans` (the exporter and the run's
+    /// ids), counted in `metrics`; `None` when neither is on.
     pub fn new(
-        telemetry: Arc<Telemetry>,
-        traced: Arc<Traced>,
+        spans: Option<(Arc<Telemetry>, Arc<Traced>)>,
+        metrics: Option<Arc<Metrics>>,
         info: RunInfo,
         secrets: &heddle_kernel::SecretRegistry,
-    ) -> RunTracing {
-        RunTracing {
-            telemetry,
-            traced,
+    ) -> Option<RunTracing> {
+        if spans.is_none() && metrics.is_none() {
+            return None;
+        }
+        Some(RunTracing {
+            spans,
+            metrics,
             info,
             history: Vec::new(),
             died: Vec::new(),
             died_until: SystemTime::now(),
             redactor: Arc::new(Redactor::new(secrets.snapshot(), RedactLimits::default())),
-        }
+        })
+    }
+
+    /// The metrics it counts in, if any.
+    pub fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.metrics.as_ref()
     }
 
     /// Adds what `records` (the log before this process took the run) say to the run
@@ -161,8 +175,13 @@ impl RunTracing {
             .map(|n| (n.id.clone(), n.node_type.clone()))
             .collect();
         let c = Consumer {
-            telemetry: self.telemetry.clone(),
-            trace: self.traced.run,
+            spans: self
+                .spans
+                .as_ref()
+                .filter(|(_, t)| t.run.sampled)
+                .map(|(tel, t)| (tel.clone(), t.run)),
+            metrics: self.metrics.clone(),
+            graph: self.redactor.mask(&self.info.graph_name),
             run_id: self.info.run_id.as_deref().map(|r| self.redactor.mask(r)),
             origin,
             types,
@@ -190,11 +209,22 @@ impl RunTracing {
         });
     }
 
-    /// Sends the run span, ended now.
-    fn send(self, end: RunSpanEnd) {
-        if !self.traced.run.sampled {
-            return;
+    /// Counts a durable run that stopped resumable (paused): its span waits for the
+    /// process that ends it.
+    pub fn paused(self) {
+        if let Some(m) = &self.metrics {
+            m.runs_ended.with_label_values(&["paused"]).inc();
         }
+    }
+
+    /// Sends the run span, ended now, and counts the run's ending.
+    fn send(self, end: RunSpanEnd) {
+        if let (Some(m), Some((status, _))) = (&self.metrics, &end.status) {
+            m.runs_ended.with_label_values(&[status.as_str()]).inc();
+        }
+        let Some((telemetry, traced)) = self.spans.as_ref().filter(|(_, t)| t.run.sampled) else {
+            return;
+        };
         let m = |s: &str| self.redactor.mask(s);
         let mut attributes = vec![
             KeyValue::new(names::GRAPH_NAME, m(&self.info.graph_name)),
@@ -217,7 +247,7 @@ impl RunTracing {
         }
         let mut events: Vec<Event> = self.history.into_iter().chain(end.events).collect();
         events.sort_by_key(|e| e.timestamp);
-        let trace = self.traced.run;
+        let trace = traced.run;
         let span = span(SpanParts {
             trace: &trace,
             span_id: trace.span,
@@ -229,7 +259,7 @@ impl RunTracing {
             events,
             status,
         });
-        self.telemetry.send(span);
+        telemetry.send(span);
     }
 }
 
@@ -423,8 +453,12 @@ fn scope() -> InstrumentationScope {
 
 /// Reads a run's events and sends its node spans as they end.
 struct Consumer {
-    telemetry: Arc<Telemetry>,
-    trace: RunTrace,
+    /// Where spans go and the run's trace; `None`: nothing is sent (no exporter, or
+    /// the caller's trace is not sampled).
+    spans: Option<(Arc<Telemetry>, RunTrace)>,
+    metrics: Option<Arc<Metrics>>,
+    /// The graph's name, masked (a label, when asked for).
+    graph: String,
     /// Masked.
     run_id: Option<String>,
     origin: SystemTime,
@@ -452,7 +486,7 @@ impl Consumer {
         }
         let pending: Vec<Pending> = self.pending.drain().flat_map(|(_, v)| v).collect();
         for p in pending {
-            self.telemetry.send(p.span);
+            self.send(p.span);
         }
         RunSpanEnd {
             events: self.events,
@@ -462,6 +496,68 @@ impl Consumer {
 
     fn m(&self, s: &str) -> String {
         self.redactor.mask(s)
+    }
+
+    fn send(&self, span: SpanData) {
+        if let Some((t, _)) = &self.spans {
+            t.send(span);
+        }
+    }
+
+    /// A span id of this process's (spans only).
+    fn new_span_id(&self) -> SpanId {
+        self.spans
+            .as_ref()
+            .map_or(SpanId([1; 8]), |(t, _)| t.span_id())
+    }
+
+    /// Counts what `kind` says in the metrics.
+    fn count(&self, kind: &EventKind) {
+        let Some(m) = &self.metrics else { return };
+        match kind {
+            EventKind::Invocation {
+                node_id,
+                metrics,
+                error,
+                timed_out,
+                ..
+            } => {
+                let wall = Duration::from_micros(metrics.wall_us);
+                let outcome = outcome(error.is_some(), *timed_out);
+                if metrics.http_requests > 0 {
+                    m.http(metrics.http_requests, metrics.http_bytes);
+                }
+                if m.labelled() {
+                    let (node, ty) = (
+                        self.m(node_id),
+                        self.types.get(node_id.as_str()).map(|t| self.m(t)),
+                    );
+                    let values = m.label_values(&node, ty.as_deref().unwrap_or(""), &self.graph);
+                    m.invocation(outcome, wall, &values);
+                } else {
+                    m.invocation(outcome, wall, &[]);
+                }
+            }
+            EventKind::Escalation { escalation, .. } => {
+                let kind = escalation
+                    .pointer("/failure/kind")
+                    .and_then(|k| k.as_str())
+                    .unwrap_or("unknown");
+                m.escalation(kind);
+            }
+            EventKind::Decision {
+                verdict,
+                decided_by,
+                ..
+            } => {
+                let action = verdict
+                    .get("action")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("unknown");
+                m.verdict(action, decided_by);
+            }
+            _ => {}
+        }
     }
 
     fn base(&self, node: &str) -> Vec<KeyValue> {
@@ -477,14 +573,15 @@ impl Consumer {
     }
 
     fn on(&mut self, kind: &EventKind, at: SystemTime) {
-        if !self.trace.sampled {
+        self.count(kind);
+        let Some(trace) = self.spans.as_ref().map(|(_, t)| *t) else {
             if let EventKind::Run { status, error } = kind
                 && *status != RunStatus::Running
             {
                 self.status = Some((*status, error.clone()));
             }
             return;
-        }
+        };
         match kind {
             EventKind::Invocation {
                 node_id,
@@ -509,12 +606,10 @@ impl Consumer {
                 if metrics.cost_reports > 0 {
                     a.push(KeyValue::new(names::COST, metrics.cost_usd));
                 }
-                let outcome = match (error, timed_out) {
-                    (None, _) => "ok",
-                    (Some(_), true) => "timed_out",
-                    (Some(_), false) => "error",
-                };
-                a.push(KeyValue::new(names::OUTCOME, outcome));
+                a.push(KeyValue::new(
+                    names::OUTCOME,
+                    outcome(error.is_some(), *timed_out),
+                ));
                 if let Some(s) = signature {
                     a.push(KeyValue::new(names::SIGNATURE, self.m(s)));
                 }
@@ -526,11 +621,11 @@ impl Consumer {
                     }
                     None => Status::Unset,
                 };
-                let span_id = span_id.unwrap_or_else(|| self.telemetry.span_id());
+                let span_id = span_id.unwrap_or_else(|| self.new_span_id());
                 let span = span(SpanParts {
-                    trace: &self.trace,
+                    trace: &trace,
                     span_id,
-                    parent: Some(self.trace.span),
+                    parent: Some(trace.span),
                     name: names::NODE,
                     start: at
                         .checked_sub(Duration::from_micros(metrics.wall_us))
@@ -550,7 +645,7 @@ impl Consumer {
                             escalated: false,
                         });
                 } else {
-                    self.telemetry.send(span);
+                    self.send(span);
                 }
             }
             EventKind::Escalation {
@@ -608,7 +703,7 @@ impl Consumer {
                 match decided {
                     Some(mut p) => {
                         p.span.events.events.push(event);
-                        self.telemetry.send(p.span);
+                        self.send(p.span);
                     }
                     None => self.run_event(node_id, event),
                 }
@@ -638,9 +733,9 @@ impl Consumer {
                         ));
                     }
                     let span = span(SpanParts {
-                        trace: &self.trace,
-                        span_id: self.telemetry.span_id(),
-                        parent: Some(self.trace.span),
+                        trace: &trace,
+                        span_id: self.new_span_id(),
+                        parent: Some(trace.span),
                         name: names::NODE,
                         start: at,
                         end: at,
@@ -648,7 +743,7 @@ impl Consumer {
                         events: Vec::new(),
                         status: Status::Unset,
                     });
-                    self.telemetry.send(span);
+                    self.send(span);
                 }
             },
             EventKind::Run { status, error } if *status != RunStatus::Running => {
@@ -660,20 +755,18 @@ impl Consumer {
 
     /// Sends the held spans of `node` (those at `key` only, when given).
     fn flush(&mut self, node: &str, key: Option<&str>) {
-        let Some(held) = self.pending.get_mut(node) else {
+        let Some(held) = self.pending.remove(node) else {
             return;
         };
         let mut keep = Vec::new();
-        for p in held.drain(..) {
+        for p in held {
             if key.is_none_or(|k| k == p.key) {
-                self.telemetry.send(p.span);
+                self.send(p.span);
             } else {
                 keep.push(p);
             }
         }
-        if keep.is_empty() {
-            self.pending.remove(node);
-        } else {
+        if !keep.is_empty() {
             self.pending.insert(node.to_string(), keep);
         }
     }
@@ -689,9 +782,9 @@ impl Consumer {
     /// The span of an attempt the previous owner died with: from its recorded start to
     /// the last thing its owner recorded.
     fn died(&self, d: &DiedAttempt, until: SystemTime) {
-        if !self.trace.sampled {
+        let Some((_, trace)) = &self.spans else {
             return;
-        }
+        };
         let occ = &d.occurrence;
         let mut a = self.base(&occ.node);
         a.push(KeyValue::new(names::ATTEMPT, i64::from(d.attempt)));
@@ -700,9 +793,9 @@ impl Consumer {
         let why = "the process running this attempt died before it ended";
         a.push(KeyValue::new(names::ERROR, why));
         let span = span(SpanParts {
-            trace: &self.trace,
-            span_id: self.telemetry.span_id(),
-            parent: Some(self.trace.span),
+            trace,
+            span_id: self.new_span_id(),
+            parent: Some(trace.span),
             name: names::NODE,
             start: at_ms(d.started_at_ms),
             end: until,
@@ -710,6 +803,15 @@ impl Consumer {
             events: Vec::new(),
             status: Status::error(why),
         });
-        self.telemetry.send(span);
+        self.send(span);
+    }
+}
+
+/// An attempt's outcome, as spans and metrics name it.
+fn outcome(failed: bool, timed_out: bool) -> &'static str {
+    match (failed, timed_out) {
+        (false, _) => "ok",
+        (true, true) => "timed_out",
+        (true, false) => "error",
     }
 }

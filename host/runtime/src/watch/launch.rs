@@ -25,8 +25,71 @@ pub struct WorkerCommand {
     pub config: Option<PathBuf>,
     /// The package store it loads from (`--packages`).
     pub packages: Option<PathBuf>,
+    /// The watchdog's log format, passed on (`--log-format`) so the worker logs as it
+    /// does; in the JSON one, the worker's other lines (its progress, a panic) are
+    /// passed on as JSON objects too ([`WorkerLines`]).
+    pub log_format: crate::telemetry::LogFormat,
     /// Its whole environment ([`super::limits::worker_env`]).
     pub env: Vec<(String, std::ffi::OsString)>,
+}
+
+/// A worker's stderr as the watchdog passes it on in the JSON log format: a line that is
+/// a JSON object already (the worker's own log lines) as it is, any other (its
+/// progress, a panic's message) as an info event of target
+/// `heddle_runtime::watch::worker` naming the run, so every line of the log is one
+/// object.
+pub struct WorkerLines {
+    run: String,
+    pending: Vec<u8>,
+}
+
+impl WorkerLines {
+    /// The lines of run `run`'s worker.
+    pub fn new(run: &str) -> WorkerLines {
+        WorkerLines {
+            run: run.to_string(),
+            pending: Vec::new(),
+        }
+    }
+
+    fn line(&self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        if bytes.starts_with(b"{") && bytes.ends_with(b"}") {
+            let mut line = bytes.to_vec();
+            line.push(b'\n');
+            // One write per line, so lines of two threads never interleave.
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), &line);
+            return;
+        }
+        let text = String::from_utf8_lossy(bytes);
+        tracing::info!(target: "heddle_runtime::watch::worker", run_id = %self.run, "{text}");
+    }
+}
+
+impl std::io::Write for WorkerLines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        while let Some(i) = self.pending.iter().position(|&b| b == b'\n') {
+            let rest = self.pending.split_off(i + 1);
+            let line = std::mem::replace(&mut self.pending, rest);
+            self.line(line[..i].strip_suffix(b"\r").unwrap_or(&line[..i]));
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for WorkerLines {
+    /// A last line without its newline (the worker died mid-line) is passed on too.
+    fn drop(&mut self) {
+        let last = std::mem::take(&mut self.pending);
+        self.line(&last);
+    }
 }
 
 /// Why the watchdog stopped a worker itself.
@@ -114,6 +177,7 @@ impl WorkerCommand {
         if let Some(p) = &self.packages {
             cmd.arg("--packages").arg(p);
         }
+        cmd.arg("--log-format").arg(self.log_format.as_str());
         cmd.env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())

@@ -476,6 +476,7 @@ impl Watcher<'_> {
         sup.phase = WatchPhase::Running;
         sup.save(&target.store)?;
         tracing::info!(
+            run_id = %target.run,
             "watchdog: worker {} running run {} (pid {pid})",
             sup.launches,
             target.run
@@ -495,21 +496,27 @@ impl Watcher<'_> {
             .state
             .remaining_at(now_ms())
             .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+        let mut console: Box<dyn std::io::Write + Send> = match target.worker.log_format {
+            crate::telemetry::LogFormat::Human => Box::new(std::io::stderr()),
+            crate::telemetry::LogFormat::Json => Box::new(launch::WorkerLines::new(&target.run)),
+        };
         let ended = launch::watch(
             l.child,
             self.state.limits.output_limit_bytes,
             deadline,
             &mut self.signals,
             target.ended_elsewhere()?,
-            &mut std::io::stderr(),
+            &mut *console,
         )
         .await
         .map_err(Error::io(format!(
             "watching the worker of run {}",
             target.run
         )))?;
+        drop(console);
         let sup = &mut self.state;
         tracing::info!(
+            run_id = %target.run,
             "watchdog: worker {} ({}) ended: {}",
             sup.launches,
             l.group,
@@ -556,6 +563,7 @@ impl Watcher<'_> {
         sup.last_cleanup = Some(t.clone());
         if !t.unchecked.is_empty() {
             tracing::info!(
+                run_id = %target.run,
                 "watchdog: cleanup could not check: {}",
                 t.unchecked.join("; ")
             );
@@ -632,6 +640,7 @@ impl Watcher<'_> {
         sup.backoff_ms = Some(wait.as_millis() as u64);
         sup.save(&target.store)?;
         tracing::info!(
+            run_id = %target.run,
             "watchdog: worker {} died ({}); replacement {} of {} in {} ms",
             sup.launches,
             ended.describe(),

@@ -100,6 +100,17 @@ pub(crate) async fn answer_here(
     req: VerdictRequest,
 ) -> (StatusCode, serde_json::Value) {
     let note = req.note.clone();
+    // The node it is about, for the log line of an answer with a note.
+    let node = match &note {
+        Some(_) => api
+            .host
+            .escalations(&id)
+            .await
+            .ok()
+            .and_then(|v| v.into_iter().find(|p| p.id == eid))
+            .map(|p| p.escalation.node_id),
+        None => None,
+    };
     let answer = Answer {
         verdict: req.verdict,
         outputs: req.outputs,
@@ -126,6 +137,8 @@ pub(crate) async fn answer_here(
     };
     if let Some(n) = &note {
         tracing::info!(
+            run_id = %id,
+            node_id = node.as_deref(),
             "run {id}: escalation {eid} answered {}: {}",
             verdict.action(),
             heddle_core::text::bounded(&host.mask.text(n))

@@ -49,6 +49,12 @@ pub fn router_bounded(host: Arc<Host>, token: Token, max_json_bytes: usize) -> R
         .merge(runs::routes())
         .merge(escalations::routes())
         .merge(hosts::routes())
+        .route(
+            "/metrics",
+            axum::routing::get(|State(api): State<Api>| {
+                crate::metrics::scrape(State(api.host.clone()))
+            }),
+        )
         .fallback(unknown)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(
