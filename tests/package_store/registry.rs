@@ -686,6 +686,61 @@ fn misbehaving_registries_are_named_and_time_bounded() {
     }
 }
 
+/// With no credentials in wkg's config, those `docker login` keeps in docker's
+/// `config.json` are sent, as wkg sends them: a registry that answers 401 without them
+/// then answers the manifest request (here: not found), and one whose kept credentials
+/// it refuses says so.
+#[test]
+fn credentials_docker_login_keeps_are_used_when_wkg_has_none() {
+    use base64::Engine as _;
+    // Answers 404 to a request carrying `Basic base64(u:p)`, 401 to any other.
+    let addr = tcp_server(16, |head| {
+        let good = format!(
+            "authorization: basic {}",
+            base64::engine::general_purpose::STANDARD.encode("u:p")
+        );
+        Some(
+            if head
+                .to_ascii_lowercase()
+                .contains(&good.to_ascii_lowercase())
+            {
+                b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec()
+            } else {
+                b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"r\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec()
+            },
+        )
+    });
+    let reference = format!("oci://{addr}/acme/x:1.0.0");
+    for (password, code, said) in [
+        ("p", REGISTRY_FAILED, "not found in registry"),
+        ("wrong", REGISTRY_FAILED, "refused the credentials"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "heddle.toml",
+            &format!("[registry]\ninsecure = [\"{addr}\"]\ntimeout_ms = 10000\n"),
+        );
+        let docker = dir.path().join("docker");
+        std::fs::create_dir_all(&docker).unwrap();
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("u:{password}"));
+        std::fs::write(
+            docker.join("config.json"),
+            serde_json::json!({"auths": {addr.clone(): {"auth": auth}}}).to_string(),
+        )
+        .unwrap();
+        let o = run_env(
+            dir.path(),
+            &["package", "add", &reference],
+            &[("DOCKER_CONFIG", docker.to_str().unwrap())],
+        );
+        expect_code(&o, code);
+        let e = stderr(&o);
+        assert!(e.contains(said), "password {password}: {e}");
+        store_untouched(dir.path());
+    }
+}
+
 #[test]
 fn a_source_folder_is_refused_at_add_with_the_build_command() {
     let dir = tempfile::tempdir().unwrap();

@@ -62,9 +62,15 @@ pub enum RegistryError {
         message: String,
     },
     #[error(
-        "{reference}: registry {registry} requires credentials and none are configured (wkg's config.toml [registry.\"{registry}\".oci] auth, or WKG_REGISTRY_<REGISTRY>_AUTH_BEARER)"
+        "{reference}: registry {registry} requires credentials and none are configured (wkg's config.toml [registry.\"{registry}\".oci] auth, WKG_REGISTRY_<REGISTRY>_AUTH_BEARER, or `docker login {registry}`)"
     )]
     CredentialsRequired { reference: String, registry: String },
+    #[error("{reference}: docker's credentials for registry {registry}: {message}")]
+    DockerCredentials {
+        reference: String,
+        registry: String,
+        message: String,
+    },
     #[error("{reference}: not found in registry {registry} ({what})")]
     NotFound {
         reference: String,
@@ -150,6 +156,7 @@ impl RegistryError {
             | R::Insecure { .. }
             | R::UnknownNamespace { .. }
             | R::WkgConfig { .. }
+            | R::DockerCredentials { .. }
             | R::TooLarge { .. }
             | R::NotWasm { .. }
             | R::Key { .. } => ErrorClass::BadRequest,

@@ -3,8 +3,9 @@
 //! it (its `config.toml`: package overrides, namespace registries, the default
 //! registry, the built-in `wasi` and `ba` fallbacks; then the registry's
 //! `/.well-known/wasm-pkg/registry.json`, or metadata inlined in the config), so one
-//! setup serves both tools. Credentials come from the same config
-//! (`[registry."R".oci] auth`) or `WKG_REGISTRY_<REGISTRY>_AUTH_BEARER`.
+//! setup serves both tools. Credentials come from the same places, in wkg's order:
+//! `WKG_REGISTRY_<REGISTRY>_AUTH_BEARER`, the config's `[registry."R".oci] auth`, then
+//! what `docker login` keeps in docker's `config.json` (or its credential helper).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -258,7 +259,7 @@ fn credentials(
         return Ok(Credentials::Bearer(token));
     }
     match &backend.auth {
-        None => Ok(Credentials::Anonymous),
+        None => docker_credentials(typed, registry),
         Some(Auth::UsernamePassword { username, password }) => Ok(Credentials::Basic {
             username: username.clone(),
             password: password.clone(),
@@ -286,6 +287,38 @@ fn credentials(
             })
         }
     }
+}
+
+/// What `docker login` (or a credential helper it names) keeps for `registry` in
+/// docker's `config.json` (`$DOCKER_CONFIG`, else `~/.docker`): wkg's own fallback when
+/// its config has no credentials, looked up by the registry's name and then by its
+/// `https://` URL, as wkg does. None kept (or no docker config): anonymous.
+fn docker_credentials(typed: &str, registry: &str) -> Result<Credentials, RegistryError> {
+    use docker_credential::{CredentialRetrievalError as E, DockerCredential};
+    for server in [registry.to_string(), format!("https://{registry}")] {
+        match docker_credential::get_credential(&server) {
+            Ok(DockerCredential::UsernamePassword(username, password)) => {
+                return Ok(Credentials::Basic { username, password });
+            }
+            Ok(DockerCredential::IdentityToken(_)) => {
+                return Err(RegistryError::DockerCredentials {
+                    reference: typed.to_string(),
+                    registry: registry.to_string(),
+                    message: "docker's config.json holds an identity token for it, which heddle cannot exchange; log in with a username and password (or a token as the password), or set WKG_REGISTRY_<REGISTRY>_AUTH_BEARER".into(),
+                });
+            }
+            // Nothing kept for this name: the next, or anonymous.
+            Err(E::ConfigNotFound | E::ConfigReadError | E::NoCredentialConfigured) => {}
+            Err(e) => {
+                return Err(RegistryError::DockerCredentials {
+                    reference: typed.to_string(),
+                    registry: registry.to_string(),
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok(Credentials::Anonymous)
 }
 
 /// `https://R/.well-known/wasm-pkg/registry.json` (plain HTTP for a registry listed
