@@ -272,6 +272,21 @@ fn package_with_graph(dir: &Path, graph: &str) -> std::path::PathBuf {
     pkg
 }
 
+/// A graph whose graph node `g` includes the `hostile` package's `graphs/echo.json`
+/// ([`ECHO_GRAPH`], pinned), fed 41; its output `out`.
+fn graph_of_package_graph() -> String {
+    let sha = heddle_core::compose::sha256_hex(ECHO_GRAPH.as_bytes());
+    format!(
+        r#"{{"nodes": [
+          {{"id": "n", "type": "heddle.constant", "properties": {{"value": 41}}}},
+          {{"id": "g", "type": "heddle.graph", "properties": {{"package": "hostile", "graph": "graphs/echo.json", "sha256": "{sha}"}}}},
+          {{"id": "out", "type": "heddle.output"}}],
+         "edges": [
+          {{"source": "n", "sourceHandle": "value", "target": "g", "targetHandle": "value"}},
+          {{"source": "g", "sourceHandle": "echoed", "target": "out", "targetHandle": "value"}}]}}"#
+    )
+}
+
 const ECHO_GRAPH: &str = r#"{"nodes": [
   {"id": "value", "type": "heddle.input", "properties": {"type": "int"}},
   {"id": "echo", "type": "hostile.echo"},
@@ -289,17 +304,7 @@ fn a_package_provides_graphs_that_graph_nodes_include() {
     expect_code(&o, OK);
     // The package's copy is what is read: the source directory can go.
     std::fs::remove_dir_all(&pkg).unwrap();
-    let sha = heddle_core::compose::sha256_hex(ECHO_GRAPH.as_bytes());
-    let graph = format!(
-        r#"{{"nodes": [
-          {{"id": "n", "type": "heddle.constant", "properties": {{"value": 41}}}},
-          {{"id": "g", "type": "heddle.graph", "properties": {{"package": "hostile", "graph": "graphs/echo.json", "sha256": "{sha}"}}}},
-          {{"id": "out", "type": "heddle.output"}}],
-         "edges": [
-          {{"source": "n", "sourceHandle": "value", "target": "g", "targetHandle": "value"}},
-          {{"source": "g", "sourceHandle": "echoed", "target": "out", "targetHandle": "value"}}]}}"#
-    );
-    write(d, "g.json", &graph);
+    write(d, "g.json", &graph_of_package_graph());
     let o = heddle_in(d, &["run", "--json", "g.json"]);
     expect_code(&o, OK);
     let r = json(&o);
@@ -319,6 +324,54 @@ fn a_package_provides_graphs_that_graph_nodes_include() {
         "{}",
         stderr(&o)
     );
+}
+
+/// `heddle serve` reads the documents its installed packages provide: a request whose
+/// graph node names one need not send it. Any other document is still read only from
+/// the request, never from the server's files.
+#[test]
+fn the_server_reads_the_graphs_its_installed_packages_provide() {
+    let env = support::store::StoreDir::new();
+    let d = env.path();
+    let pkg = package_with_graph(d, ECHO_GRAPH);
+    expect_code(&env.heddle(&["package", "add", pkg.to_str().unwrap()]), OK);
+    write(d, "graphs/local.json", ECHO_GRAPH);
+    let server = env.serve(None);
+    let api = support::serve::Api::of(&server);
+    support::serve::rt().block_on(async {
+        let id = api.create(&graph_of_package_graph()).await;
+        let (show, _) = api.drive_to_end(&id).await;
+        assert_eq!(show["state"], "completed", "{show:#}");
+        let events = api.events(&id, None).await;
+        let echoed = events
+            .iter()
+            .find(|(_, k, e)| k == "completed" && e["occurrence"]["node"] == "g/echo")
+            .unwrap_or_else(|| panic!("g/echo did not complete: {events:#?}"));
+        assert_eq!(echoed.2["outputs"][0][1], 41, "{echoed:?}");
+
+        let local = graph_of_package_graph().replace(
+            r#""package": "hostile", "graph": "graphs/echo.json""#,
+            r#""graph": "graphs/local.json""#,
+        );
+        assert!(local.contains("graphs/local.json"));
+        let graph: serde_json::Value = serde_json::from_str(&local).unwrap();
+        let (status, body) = api
+            .call(
+                "POST",
+                "/api/runs",
+                Some(serde_json::json!({ "graph": graph })),
+            )
+            .await;
+        assert_eq!(status, 422, "{body:#}");
+        assert_eq!(body["issues"][0]["node"], "g", "{body:#}");
+        assert!(
+            body["issues"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not sent"),
+            "{body:#}"
+        );
+    });
 }
 
 /// The capability review shows a `network` request as granted or not, then the

@@ -1254,3 +1254,70 @@ fn push_replica(reg: &Registry, repo: &str, tag: &str, config: Vec<u8>, componen
         c.push_manifest(tag, OCI_MANIFEST, manifest.into_bytes()).await.unwrap();
     });
 }
+
+/// A package that provides graphs carries them through `package push`: another store
+/// that adds it by reference gets each graph byte for byte and runs it as a graph node.
+/// An artifact whose manifest lists a graph it does not carry is refused naming it, and
+/// nothing is installed.
+#[test]
+fn a_pushed_package_carries_its_graphs_to_the_store_that_pulls_it() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = workdir(&reg.addr, "");
+    let pkg = super::package_with_graph(dir.path(), super::ECHO_GRAPH);
+    let reference = reg.oci("acme/hostile:0.5.0");
+    let o = run(
+        dir.path(),
+        &["package", "push", pkg.to_str().unwrap(), &reference],
+    );
+    expect_code(&o, OK);
+
+    let other = workdir(&reg.addr, "");
+    let d = other.path();
+    let o = run(d, &["package", "add", &reference]);
+    expect_code(&o, OK);
+    let installed: Vec<std::path::PathBuf> = std::fs::read_dir(d.join(".heddle/packages"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("graphs/echo.json"))
+        .collect();
+    assert_eq!(installed.len(), 1, "{installed:?}");
+    assert_eq!(
+        std::fs::read_to_string(&installed[0]).unwrap(),
+        super::ECHO_GRAPH
+    );
+    write(d, "g.json", &super::graph_of_package_graph());
+    let o = run(d, &["run", "--json", "g.json"]);
+    expect_code(&o, OK);
+    assert_eq!(
+        json(&o)["outputs"]["out"],
+        serde_json::json!([41]),
+        "{}",
+        stdout(&o)
+    );
+    expect_code(&run(d, &["package", "verify"]), OK);
+
+    // The manifest lists the graph, the config does not carry it.
+    let component = std::fs::read(pkg.join("hostile.wasm")).unwrap();
+    let manifest = std::fs::read_to_string(pkg.join("heddle-package.toml")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_slice(&wasm_config(&component)).unwrap();
+    config["heddlePackage"] = manifest.into();
+    push_raw(
+        &reg,
+        "bad/graphless",
+        "1.0.0",
+        (
+            heddle_registry::artifact::CONFIG_MEDIA_TYPE,
+            serde_json::to_vec(&config).unwrap(),
+        ),
+        vec![("application/wasm", component)],
+    );
+    let third = workdir(&reg.addr, "");
+    let o = run(third.path(), &["package", "add", &reg.oci("bad/graphless:1.0.0")]);
+    expect_code(&o, INVALID);
+    no_panic(&o);
+    let e = stderr(&o);
+    assert!(
+        e.contains("lists the graph `graphs/echo.json`, which the artifact does not carry"),
+        "{e}"
+    );
+    store_untouched(third.path());
+}

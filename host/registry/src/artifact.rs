@@ -3,8 +3,16 @@
 //! (`architecture = "wasm"`, `os = "wasip2"`, the layer digests, the component's world)
 //! and exactly one `application/wasm` layer holding the component bytes, so the layer
 //! digest is the component's sha256. Heddle adds one config field, `heddlePackage`,
-//! holding the package manifest (`heddle-package.toml`) byte for byte; a component
-//! pushed by another tool has none, and its manifest is made from the annotations.
+//! holding the package manifest (`heddle-package.toml`) byte for byte, and, for a package
+//! whose manifest lists `graphs`, one more, `heddleGraphs`, holding each graph document's
+//! text by its path. A component pushed by another tool has neither, and its manifest is
+//! made from the annotations.
+//!
+//! The graphs travel in the config rather than as layers of their own: oci-wasm (what
+//! `wkg oci pull` uses) refuses an artifact with more than one layer, so extra layers
+//! would make every package providing graphs unpullable by wkg. The config is fetched
+//! whole and checked against its digest like any blob, and a signature covers it
+//! through the manifest's digest.
 
 use std::collections::BTreeMap;
 
@@ -74,6 +82,11 @@ pub struct WasmConfig {
     /// The Heddle package manifest, byte for byte.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heddle_package: Option<String>,
+    /// The graph documents the manifest lists (`graphs`), each's exact text by its path
+    /// inside the package. Absent when it lists none, so such a package's config is
+    /// what it was before graphs existed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub heddle_graphs: BTreeMap<String, String>,
 }
 
 /// A pulled manifest that passed the layout checks.
@@ -199,10 +212,12 @@ pub fn check_config(
 }
 
 /// The config and manifest of a package being pushed: `(config bytes, manifest bytes)`.
+/// `graphs`: the graph documents the package provides, by path.
 pub fn build(
     component: &[u8],
     world: ComponentWorld,
     manifest_text: &str,
+    graphs: BTreeMap<String, String>,
     title: &str,
     annotations: BTreeMap<String, String>,
     created: String,
@@ -216,6 +231,7 @@ pub fn build(
         layer_digests: vec![layer_digest.clone()],
         component: Some(world),
         heddle_package: Some(manifest_text.to_string()),
+        heddle_graphs: graphs,
     };
     // Invariant: plain structs of strings serialize.
     let config_bytes = serde_json::to_vec(&config).expect("config serializes");
@@ -291,6 +307,7 @@ mod tests {
             b"\0asm component",
             ComponentWorld::default(),
             "name = \"x\"\n",
+            BTreeMap::new(),
             "x.wasm",
             BTreeMap::new(),
             rfc3339(0),

@@ -168,6 +168,7 @@ async fn fetch_target(
     })?;
     std::fs::write(&manifest_path, manifest_text.as_bytes())
         .map_err(|e| RegistryError::io(&manifest_path, e))?;
+    stage_graphs(typed, &manifest, config.heddle_graphs, &dir)?;
     let component = manifest.component_path(&dir);
     if let Some(parent) = component.parent() {
         std::fs::create_dir_all(parent).map_err(|e| RegistryError::io(parent, e))?;
@@ -188,6 +189,40 @@ async fn fetch_target(
         had_manifest,
         _staging: staging,
     })
+}
+
+/// Writes the graph documents the config carries into the staged package `dir`: exactly
+/// those the manifest lists, each at its path (the manifest's check keeps it inside the
+/// package). One listed but not carried, or carried but not listed, refuses the artifact;
+/// the install that follows parses each as a graph.
+fn stage_graphs(
+    typed: &str,
+    manifest: &Manifest,
+    mut carried: BTreeMap<String, String>,
+    dir: &Path,
+) -> Result<(), RegistryError> {
+    let incomplete = |message: String| RegistryError::NotWasm {
+        reference: typed.to_string(),
+        message,
+    };
+    for g in &manifest.graphs {
+        let Some(text) = carried.remove(g) else {
+            return Err(incomplete(format!(
+                "its manifest lists the graph `{g}`, which the artifact does not carry (config `heddleGraphs`); push it again with a Heddle that carries graphs"
+            )));
+        };
+        let path = dir.join(g);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| RegistryError::io(parent, e))?;
+        }
+        std::fs::write(&path, text.as_bytes()).map_err(|e| RegistryError::io(&path, e))?;
+    }
+    if let Some(extra) = carried.keys().next() {
+        return Err(incomplete(format!(
+            "it carries the graph `{extra}`, which its manifest does not list"
+        )));
+    }
+    Ok(())
 }
 
 /// The manifest of a component pushed by another tool (wkg): named after the
@@ -264,6 +299,19 @@ pub async fn push(
         std::fs::read(&component_path).map_err(|e| RegistryError::io(&component_path, e))?;
     let (exports, imports) = pkg.world();
     let m = &pkg.manifest;
+    // The graphs the package provides travel with it, checked as `install` checks them.
+    let graphs = m
+        .read_graphs(dir)
+        .map_err(|source| RegistryError::Package {
+            reference: typed.to_string(),
+            source: Box::new(source),
+        })?
+        .into_iter()
+        .map(|(path, bytes)| {
+            // Invariant: `read_graphs` refuses a document that is not UTF-8.
+            (path, String::from_utf8_lossy(&bytes).into_owned())
+        })
+        .collect();
     let mut annotations = BTreeMap::from([(ANNOTATION_VERSION.to_string(), m.version.clone())]);
     if !m.description.is_empty() {
         annotations.insert(ANNOTATION_DESCRIPTION.into(), m.description.clone());
@@ -283,10 +331,23 @@ pub async fn push(
             target: None,
         },
         &manifest_text,
+        graphs,
         &title,
         annotations,
         artifact::created_now(),
     );
+    if config.len() as u64 > MAX_DOCUMENT_BYTES {
+        // A puller reads no larger config: refused here, before anything is pushed.
+        return Err(RegistryError::TooLarge {
+            reference: typed.to_string(),
+            what: format!(
+                "config ({} bytes: the package manifest and its graph documents)",
+                config.len()
+            ),
+            limit: MAX_DOCUMENT_BYTES,
+            hint: "; a package's graphs travel in its config, which a registry client reads whole",
+        });
+    }
     let layer_digest = crate::client::sha256_digest(&component);
     let config_digest = crate::client::sha256_digest(&config);
     let client = Client::new(target.endpoint.clone(), settings.timeout(), true)?;

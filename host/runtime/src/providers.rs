@@ -266,6 +266,20 @@ pub fn composed_types(doc: &GraphDoc, comp: &Composition) -> BTreeSet<String> {
     types
 }
 
+/// `source`, reading `package:NAME/…` documents in the installed packages' directories
+/// (what `heddle serve` reads for a request that does not send them, and `run` and
+/// `validate` for every graph node naming a `package`).
+pub fn with_package_graphs(settings: &Settings, mut source: FileSource) -> FileSource {
+    let store = heddle_wasm::PackageStore::open(&settings.packages_dir);
+    // An unreadable lockfile leaves package documents unreadable, each said by the node
+    // naming one; the packages' own loading reports the lockfile.
+    for entry in store.list().unwrap_or_default() {
+        let dir = store.entry_dir(&entry);
+        source = source.with_package(entry.name, dir);
+    }
+    source
+}
+
 /// Reads what the graph nodes of `doc` include, nested up to `[run] max_graph_depth`:
 /// documents relative to the file `path` (the top document's; the working directory
 /// when it was not read from a file), and `package:` documents from the installed
@@ -278,17 +292,13 @@ pub fn compose(settings: &Settings, doc: &GraphDoc, path: Option<&Path>) -> Comp
     {
         return Composition::none();
     }
-    let mut source = match path {
-        Some(p) => FileSource::beside(p),
-        None => FileSource::new("."),
-    };
-    let store = heddle_wasm::PackageStore::open(&settings.packages_dir);
-    // An unreadable lockfile leaves package documents unreadable, each said by the node
-    // naming one; the packages' own loading reports the lockfile.
-    for entry in store.list().unwrap_or_default() {
-        let dir = store.entry_dir(&entry);
-        source = source.with_package(entry.name, dir);
-    }
+    let source = with_package_graphs(
+        settings,
+        match path {
+            Some(p) => FileSource::beside(p),
+            None => FileSource::new("."),
+        },
+    );
     let top = path.and_then(IncludeKey::top);
     Composition::load(
         doc,

@@ -343,7 +343,13 @@ impl Host {
         let sent = heddle_core::compose::Bundle::new(
             options.graphs,
             "not sent: a graph sent to the server brings the documents its graph nodes include in `graphs`, by the path they name",
-        );
+        )
+        // An installed package's documents are the server's own: read from its store
+        // unless the request sends them; no other file is read for a request.
+        .or_packages(heddle_runtime::providers::with_package_graphs(
+            self.runtime.settings(),
+            heddle_core::compose::FileSource::packages_only(),
+        ));
         let comp = heddle_core::compose::Composition::load(
             &doc,
             None,

@@ -191,7 +191,7 @@ impl Manifest {
     /// Reads and checks each graph the manifest lists in the package directory `dir`:
     /// its path and exact bytes, refused naming the file when it is missing or not a
     /// graph document.
-    pub(crate) fn read_graphs(&self, dir: &Path) -> Result<Vec<(String, Vec<u8>)>, PackageError> {
+    pub fn read_graphs(&self, dir: &Path) -> Result<Vec<(String, Vec<u8>)>, PackageError> {
         let mut out = Vec::with_capacity(self.graphs.len());
         for g in &self.graphs {
             let path = dir.join(g);

@@ -272,6 +272,16 @@ pub fn build_package(src: &Path, opts: &BuildOptions) -> Result<BuiltPackage, Bu
     let manifest_path = src.join(MANIFEST_FILE);
     let manifest = manifest::SourceManifest::load(&manifest_path)?;
     let language = detect_language(&src, manifest.language.as_deref(), &manifest_path)?;
+    // A graph the manifest lists but the folder lacks is said before a long build.
+    if let Some(g) = manifest.graphs.iter().find(|g| !src.join(g).is_file()) {
+        return Err(BuildError::Manifest {
+            path: manifest_path.clone(),
+            message: format!(
+                "`graphs` lists `{g}`, which is not a file in {}",
+                src.display()
+            ),
+        });
+    }
     let wit = match &opts.wit {
         Some(w) => w.clone(),
         None => default_wit()?,
@@ -320,6 +330,15 @@ pub fn build_package(src: &Path, opts: &BuildOptions) -> Result<BuiltPackage, Bu
             cache::store(&built, cache_file)?;
         }
         let _ = std::fs::remove_dir_all(&work);
+    }
+    // The graphs the manifest lists go with it: the output folder is the package.
+    for g in &manifest.graphs {
+        let from = src.join(g);
+        let to = out_dir.join(g);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| BuildError::io(parent, e))?;
+        }
+        std::fs::copy(&from, &to).map_err(|e| BuildError::io(&from, e))?;
     }
     let manifest_out = out_dir.join(MANIFEST_FILE);
     manifest.write_package_manifest(&manifest_path, &manifest_out, &component_name)?;

@@ -15,6 +15,10 @@ pub struct SourceManifest {
     pub language: Option<String>,
     /// `[build] entry`: the module (Python) or file (JavaScript) to build from.
     pub entry: Option<String>,
+    /// `graphs`: graph documents the package provides, relative to its folder; a build
+    /// copies each into the output folder, where `heddle package add` and `push` read
+    /// them.
+    pub graphs: Vec<String>,
     doc: toml::Table,
 }
 
@@ -55,10 +59,30 @@ impl SourceManifest {
         };
         let language = string_field("language")?;
         let entry = string_field("entry")?;
+        let graphs = match doc.get("graphs") {
+            None => Vec::new(),
+            Some(toml::Value::Array(items)) => {
+                let mut graphs = Vec::with_capacity(items.len());
+                for item in items {
+                    match item {
+                        toml::Value::String(g) if inside(g) => graphs.push(g.clone()),
+                        toml::Value::String(g) => {
+                            return Err(bad(format!(
+                                "graph `{g}` must be a relative path inside the package folder"
+                            )));
+                        }
+                        _ => return Err(bad("`graphs` must list paths (strings)".into())),
+                    }
+                }
+                graphs
+            }
+            Some(_) => return Err(bad("`graphs` must be a list of paths".into())),
+        };
         Ok(SourceManifest {
             name,
             language,
             entry,
+            graphs,
             doc,
         })
     }
@@ -82,6 +106,16 @@ impl SourceManifest {
         })?;
         std::fs::write(out, text).map_err(|e| BuildError::io(out, e))
     }
+}
+
+/// A path that stays inside the package folder: relative, with plain parts only (what
+/// `heddle-wasm` requires of the built manifest's `graphs`).
+fn inside(path: &str) -> bool {
+    let p = Path::new(path);
+    !path.is_empty()
+        && !p.is_absolute()
+        && p.components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
 fn valid_name(s: &str) -> bool {
