@@ -176,13 +176,23 @@ pub trait GraphSource {
     fn origin(&self, key: &IncludeKey) -> String {
         key.to_string()
     }
+
+    /// What `key` is on disk, when it is a file: its canonical path. Two keys spelt
+    /// differently (`g.json` and `../dir/g.json`, or through a symbolic link) that name
+    /// one file are one document, so a loop back through another spelling is still
+    /// named as a cycle. `None` (the default) compares keys as written.
+    fn identity(&self, _key: &IncludeKey) -> Option<PathBuf> {
+        None
+    }
 }
 
 /// Documents in files: relative keys under the top document's directory, package keys
 /// in the installed packages' directories.
 #[derive(Clone, Debug, Default)]
 pub struct FileSource {
-    root: PathBuf,
+    /// `None`: relative keys are not read from files at all (a server reads only the
+    /// installed packages' documents; the rest come with the request).
+    root: Option<PathBuf>,
     packages: BTreeMap<String, PathBuf>,
 }
 
@@ -190,7 +200,16 @@ impl FileSource {
     /// Reads relative keys under `root` (the top document's directory).
     pub fn new(root: impl Into<PathBuf>) -> FileSource {
         FileSource {
-            root: root.into(),
+            root: Some(root.into()),
+            packages: BTreeMap::new(),
+        }
+    }
+
+    /// Reads only `package:` keys (add the packages with [`FileSource::with_package`]);
+    /// a relative key is refused.
+    pub fn packages_only() -> FileSource {
+        FileSource {
+            root: None,
             packages: BTreeMap::new(),
         }
     }
@@ -214,7 +233,12 @@ impl FileSource {
                     "no installed package `{pkg}` (install it with `heddle package add DIR`)"
                 )),
             },
-            None => Ok(self.root.join(&key.0)),
+            None => match &self.root {
+                Some(root) => Ok(root.join(&key.0)),
+                None => Err(
+                    "only an installed package's documents are read from files here".into(),
+                ),
+            },
         }
     }
 }
@@ -229,15 +253,22 @@ impl GraphSource for FileSource {
         self.path(key)
             .map_or_else(|_| key.to_string(), |p| p.display().to_string())
     }
+
+    fn identity(&self, key: &IncludeKey) -> Option<PathBuf> {
+        std::fs::canonicalize(self.path(key).ok()?).ok()
+    }
 }
 
 /// Documents given with the top one, by key: what a durable run recorded, or what an API
-/// request sent along. Nothing is read from files.
+/// request sent along. Nothing is read from files, unless [`Bundle::or_packages`] says
+/// where the installed packages' documents are.
 #[derive(Clone, Debug, Default)]
 pub struct Bundle {
     docs: BTreeMap<String, String>,
     /// What to say about a key the bundle lacks (where it would have to come from).
     missing: String,
+    /// Where a `package:` key the bundle lacks is read.
+    packages: Option<FileSource>,
 }
 
 impl Bundle {
@@ -257,7 +288,16 @@ impl Bundle {
                 })
                 .collect(),
             missing: missing.into(),
+            packages: None,
         }
+    }
+
+    /// The same bundle, reading a `package:` key it lacks through `packages` (the
+    /// installed packages' directories): a request sent to a server need not carry the
+    /// documents the server's own packages provide.
+    pub fn or_packages(mut self, packages: FileSource) -> Bundle {
+        self.packages = Some(packages);
+        self
     }
 
     /// The documents a durable run recorded.
@@ -269,13 +309,29 @@ impl Bundle {
     }
 }
 
+impl Bundle {
+    /// The packages' source, when `key` is a package's document the bundle lacks.
+    fn package_source(&self, key: &IncludeKey) -> Option<&FileSource> {
+        if self.docs.contains_key(&key.0) || key.package().is_none() {
+            return None;
+        }
+        self.packages.as_ref()
+    }
+}
+
 impl GraphSource for Bundle {
     fn read(&self, key: &IncludeKey) -> Result<Vec<u8>, String> {
+        if let Some(packages) = self.package_source(key) {
+            return packages.read(key);
+        }
         self.docs
             .get(&key.0)
             .map(|t| t.clone().into_bytes())
             .ok_or_else(|| self.missing.clone())
     }
+
+    // The origin stays the key, also for a package's document: a server's answer names
+    // `package:NAME/PATH`, not where its packages are on its disk.
 }
 
 /// One document a plan expanded, as a durable run records it: resumed from these bytes,
@@ -410,6 +466,7 @@ impl Composition {
             nodes: 0,
             over: false,
             top,
+            top_identity: top.and_then(|t| source.identity(t)),
             chain: Vec::new(),
         };
         walk.doc(&mut c, doc, "", None);
@@ -474,8 +531,10 @@ struct Walk<'a> {
     nodes: usize,
     over: bool,
     top: Option<&'a IncludeKey>,
-    /// (graph node path, key) from the top down to the document being walked.
-    chain: Vec<(String, IncludeKey)>,
+    /// The top document's file, canonical (see [`GraphSource::identity`]).
+    top_identity: Option<PathBuf>,
+    /// (graph node path, key, its file) from the top down to the document being walked.
+    chain: Vec<(String, IncludeKey, Option<PathBuf>)>,
 }
 
 impl Walk<'_> {
@@ -547,7 +606,8 @@ impl Walk<'_> {
                     continue;
                 }
             };
-            if let Some(cycle) = self.cycle(&path, &key) {
+            let identity = self.source.identity(&key);
+            if let Some(cycle) = self.cycle(&path, &key, identity.as_ref()) {
                 c.issues.push(issue(
                     IssueKind::GraphCycle,
                     Some(&path),
@@ -632,16 +692,21 @@ impl Walk<'_> {
                 return;
             }
             c.at.insert(path.clone(), key.clone());
-            self.chain.push((path.clone(), key.clone()));
+            self.chain.push((path.clone(), key.clone(), identity));
             let inner_prefix = format!("{path}{PATH_SEP}");
             self.doc(c, &loaded.doc, &inner_prefix, Some(&key));
             self.chain.pop();
         }
     }
 
-    /// The chain from the top to `key` when `key` is already on it (or is the top).
-    fn cycle(&self, path: &str, key: &IncludeKey) -> Option<String> {
-        let on_chain = self.top == Some(key) || self.chain.iter().any(|(_, k)| k == key);
+    /// The chain from the top to `key` when `key` is already on it (or is the top): the
+    /// same key, or another spelling of the same file (`identity`).
+    fn cycle(&self, path: &str, key: &IncludeKey, identity: Option<&PathBuf>) -> Option<String> {
+        let same = |k: &IncludeKey, i: Option<&PathBuf>| {
+            k == key || identity.is_some_and(|id| i == Some(id))
+        };
+        let on_chain = self.top.is_some_and(|t| same(t, self.top_identity.as_ref()))
+            || self.chain.iter().any(|(_, k, i)| same(k, i.as_ref()));
         on_chain.then(|| self.trail(path, key))
     }
 
@@ -652,7 +717,7 @@ impl Walk<'_> {
             self.top
                 .map_or_else(|| "the graph".to_string(), |t| t.to_string()),
         ];
-        for (p, k) in &self.chain {
+        for (p, k, _) in &self.chain {
             parts.push(format!("{p} ({k})"));
         }
         parts.push(format!("{path} ({key})"));
