@@ -19,7 +19,8 @@ use super::{
     PATH_SEP,
 };
 use crate::DeclLookup;
-use crate::decl::{NodeDecl, Origin, OutputDecl, PortDecl};
+use crate::contract::OutputContract;
+use crate::decl::{NodeDecl, Origin, OutputCorrelation, OutputDecl, PortDecl};
 use crate::graph::{CONTROL_HANDLE, EdgeDoc, EdgeType, GraphDoc, NodeDoc};
 use crate::nodetool::Imported;
 use crate::plan::issues::{Issue, IssueKind, issue, list_names, suggest};
@@ -374,6 +375,15 @@ impl Expander<'_> {
             .get("streaming")
             .and_then(Value::as_bool)
             .unwrap_or(false);
+        if port.streaming {
+            // Planned as the inner graph plans its streaming input: several values per
+            // key, whatever feeds the port outside, so the inner graph is checked (a
+            // node driven by it, two streams needing a join) as it was written.
+            self.overrides.insert(
+                port.path.clone(),
+                Arc::new(port_decl(&port.path, &port.name, &port.ty, true)),
+            );
+        }
         port
     }
 
@@ -403,7 +413,7 @@ impl Expander<'_> {
             output: None,
         });
         self.overrides
-            .insert(path.clone(), Arc::new(port_decl(&path, &name, &ty)));
+            .insert(path.clone(), Arc::new(port_decl(&path, &name, &ty, false)));
         Port {
             name,
             path,
@@ -570,8 +580,14 @@ impl Expander<'_> {
                                 None,
                                 Some(&p.name),
                                 format!(
-                                    "input `{}` ({}) of the graph node has no edge, no value and no default",
-                                    p.name, p.ty
+                                    "input `{}` ({}) of the graph node has no edge, no value and no default{}",
+                                    p.name,
+                                    p.ty,
+                                    if p.streaming {
+                                        " (it is a streaming input: inside a graph node nobody pushes values into it, so an edge into the graph node's handle must feed it)"
+                                    } else {
+                                        ""
+                                    }
                                 ),
                             )),
                         }
@@ -595,21 +611,60 @@ impl Expander<'_> {
     }
 
     /// Each output port's type: the type of the one edge that feeds it inside (`any`
-    /// when several do, or none).
+    /// when several do, or none); and the fields that edge's source declares on it.
     fn type_outputs(&mut self, outputs: &mut [Port]) {
         for p in outputs.iter_mut() {
             let mut feeding = self
                 .edges
                 .iter()
                 .filter(|e| e.target == p.path && e.edge_type == EdgeType::Data);
-            let ty = match (feeding.next(), feeding.next()) {
-                (Some(e), None) => self.output_type(&e.source, &e.source_handle),
-                _ => PortType::Any,
+            let source = match (feeding.next(), feeding.next()) {
+                (Some(e), None) => Some((e.source.clone(), e.source_handle.clone())),
+                _ => None,
             };
+            let ty = source
+                .as_ref()
+                .map_or(PortType::Any, |(s, h)| self.output_type(s, h));
             p.ty = ty.clone();
             self.overrides
-                .insert(p.path.clone(), Arc::new(port_decl(&p.path, &p.name, &ty)));
+                .insert(p.path.clone(), Arc::new(port_decl(&p.path, &p.name, &ty, false)));
+            self.nodes[p.at].output = source
+                .as_ref()
+                .and_then(|(s, h)| self.declared_fields(s, h));
         }
+    }
+
+    /// The fields node `path` declares on its output `handle` (its `output`), as the
+    /// port it feeds declares them: an edge leaving the graph node is then checked
+    /// against them (`fields` naming a key the producer does not promise is refused, a
+    /// `when` may read `fields.<key>`), as an edge leaving the producer would be.
+    fn declared_fields(&self, path: &str, handle: &str) -> Option<OutputContract> {
+        let node = self.nodes.iter().rev().find(|n| n.id == path)?;
+        let c = node.output.as_ref()?;
+        let on_handle = match &c.handle {
+            Some(h) => h == handle,
+            None => {
+                let outputs = match self.overrides.get(path) {
+                    Some(d) => d.outputs.len(),
+                    None => self.decls.decl(&node.node_type)?.outputs.len(),
+                };
+                outputs == 1
+            }
+        };
+        // A declaration the planner refuses on the producer is not repeated on the port.
+        let mut seen = HashSet::new();
+        let well_formed = c
+            .fields
+            .iter()
+            .all(|f| !f.key.is_empty() && seen.insert(f.key.as_str()))
+            && matches!(
+                self.output_type(path, handle),
+                PortType::Any | PortType::Json | PortType::Object
+            );
+        (on_handle && well_formed).then(|| OutputContract {
+            handle: None,
+            fields: c.fields.clone(),
+        })
     }
 
     /// The type of output `handle` of the flat node `path`, as far as it is known here.
@@ -627,13 +682,19 @@ impl Expander<'_> {
     }
 }
 
-/// The declaration of a port node: a retry-safe built-in pass-through typed `ty`.
-fn port_decl(path: &str, name: &str, ty: &PortType) -> NodeDecl {
+/// The declaration of a port node: a retry-safe built-in pass-through typed `ty`. A
+/// `streaming` port's output repeats per key (`chunk`), as a streaming `heddle.input`'s
+/// does: planning gives the inner graph the stream it was written for.
+fn port_decl(path: &str, name: &str, ty: &PortType, streaming: bool) -> NodeDecl {
     let mut d = NodeDecl::new(PORT_EXECUTOR);
     d.title = "Port".into();
     d.description = format!("Port `{name}` of a graph node ({path})");
     d.inputs = vec![PortDecl::new(PORT_HANDLE, ty.clone())];
-    d.outputs = vec![OutputDecl::new(PORT_HANDLE, ty.clone())];
+    let mut out = OutputDecl::new(PORT_HANDLE, ty.clone());
+    if streaming {
+        out = out.correlated(OutputCorrelation::Chunk);
+    }
+    d.outputs = vec![out];
     d.retry_safe = true;
     d.origin = Origin::Builtin;
     d
