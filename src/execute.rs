@@ -61,6 +61,20 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
     // What the report adds from the plan, kept before the driver takes it.
     let graphs = drive.plan().graphs.clone();
     let warnings = drive.plan().warnings.clone();
+    // Where a skip from upstream began is found along the data edges.
+    let feeds: Vec<(String, String)> = {
+        let plan = drive.plan();
+        plan.edges
+            .iter()
+            .filter(|e| e.edge_type == heddle_core::EdgeType::Data)
+            .map(|e| {
+                (
+                    plan.nodes[e.source as usize].id.to_string(),
+                    plan.nodes[e.target as usize].id.to_string(),
+                )
+            })
+            .collect()
+    };
     let durable = drive.session().is_some();
     // Built from the plan before the driver takes it: it orders lines by the edges.
     let progress = Progress::new(mode, drive.plan());
@@ -148,7 +162,7 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
     rt.shutdown_background();
 
     let result = &finished.result;
-    let mut report = RunReport::build(&graph, result, &times).with_plan(&graphs, warnings);
+    let mut report = RunReport::build(&graph, result, &times).with_plan(&graphs, warnings, &feeds);
     let gate = report
         .suspend
         .as_ref()

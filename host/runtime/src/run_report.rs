@@ -121,6 +121,11 @@ pub struct SkippedNode {
     pub node: String,
     /// Why it did not run.
     pub reason: SkipReason,
+    /// Where an `upstream_failed` or `upstream_skipped` skip began, by path: the failed
+    /// nodes above it, or the nodes above it skipped for a reason of their own (a
+    /// supervisor's skip, a condition). Empty for other reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub because: Vec<String>,
 }
 
 /// One node of a [`RunReport`]: its outcome and figures over all its invocations.
@@ -336,6 +341,7 @@ impl RunReport {
                     NodeOutcome::Skipped { reason } => Some(SkippedNode {
                         node: id.clone(),
                         reason,
+                        because: Vec::new(),
                     }),
                     _ => None,
                 })
@@ -351,13 +357,24 @@ impl RunReport {
     }
 
     /// Adds what the plan knew and the kernel's result does not say: its graph nodes
-    /// (their inner nodes' endings taken together) and its warnings.
+    /// (their inner nodes' endings taken together), its warnings, and where each skip
+    /// that came from upstream began (`feeds`: the plan's data edges as (source,
+    /// target) node ids).
     pub fn with_plan(
         mut self,
         graphs: &[GraphNodeInfo],
         warnings: Vec<heddle_core::plan::Issue>,
+        feeds: &[(String, String)],
     ) -> Self {
         self.warnings = warnings;
+        let because: Vec<Vec<String>> = self
+            .skipped
+            .iter()
+            .map(|k| self.skip_cause(&k.node, k.reason, feeds))
+            .collect();
+        for (k, b) in self.skipped.iter_mut().zip(because) {
+            k.because = b;
+        }
         self.graph_nodes = graphs
             .iter()
             .map(|g| {
@@ -391,6 +408,50 @@ impl RunReport {
             })
             .collect();
         self
+    }
+}
+
+impl RunReport {
+    /// The nodes where the skip of `node` began: walking up its feeders through nodes
+    /// skipped for the same upstream reason, the failed ones (`upstream_failed`) or the
+    /// ones skipped for a reason of their own (`upstream_skipped`). A failure inside a
+    /// graph node is so named by its path (`g/parse`) at every node it cut off.
+    fn skip_cause(&self, node: &str, reason: SkipReason, feeds: &[(String, String)]) -> Vec<String> {
+        let is_cause = |id: &str| -> bool {
+            match (reason, self.nodes.get(id)) {
+                (SkipReason::UpstreamFailed, Some(e)) => e.status == "failed",
+                (SkipReason::UpstreamSkipped, Some(e)) => {
+                    e.status == "skipped" && e.skip_reason != Some(SkipReason::UpstreamSkipped)
+                }
+                _ => false,
+            }
+        };
+        if !matches!(
+            reason,
+            SkipReason::UpstreamFailed | SkipReason::UpstreamSkipped
+        ) {
+            return Vec::new();
+        }
+        let mut seen = std::collections::BTreeSet::from([node.to_string()]);
+        let mut todo = vec![node.to_string()];
+        let mut found = std::collections::BTreeSet::new();
+        while let Some(at) = todo.pop() {
+            for (source, _) in feeds.iter().filter(|(_, t)| *t == at) {
+                if !seen.insert(source.clone()) {
+                    continue;
+                }
+                if is_cause(source) {
+                    found.insert(source.clone());
+                } else if self
+                    .nodes
+                    .get(source)
+                    .is_some_and(|e| e.skip_reason == Some(reason))
+                {
+                    todo.push(source.clone());
+                }
+            }
+        }
+        found.into_iter().collect()
     }
 }
 
@@ -452,7 +513,17 @@ pub fn skipped_summary(skipped: &[SkippedNode]) -> String {
     let n = skipped.len();
     let _ = writeln!(s, "skipped {n} node{}:", if n == 1 { "" } else { "s" });
     for k in skipped {
-        let _ = writeln!(s, "  - {} ({})", k.node, skip_reason_text(k.reason));
+        let because = if k.because.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", k.because.join(", "))
+        };
+        let _ = writeln!(
+            s,
+            "  - {} ({}{because})",
+            k.node,
+            skip_reason_text(k.reason)
+        );
     }
     s
 }
