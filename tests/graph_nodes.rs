@@ -220,6 +220,11 @@ fn a_bad_inner_document_is_one_issue_naming_the_graph_node() {
     assert!(m.contains("cannot read graph document"), "{m}");
     std::fs::remove_dir(d.join("graphs/inner.json")).unwrap();
 
+    // Not UTF-8 text.
+    std::fs::write(d.join("graphs/inner.json"), b"{\"nodes\": [\xff]}").unwrap();
+    let m = one("not UTF-8");
+    assert!(m.contains("graphs/inner.json is not UTF-8 text"), "{m}");
+
     // Malformed: file, line and column.
     let bad = "{\n  \"nodes\": [\n    {\"id\": }\n  ]\n}";
     write(d, "graphs/inner.json", bad);
@@ -311,15 +316,40 @@ fn a_failing_inner_node_is_escalated_and_skipped_by_a_policy() {
     assert_eq!(r["nodes"]["g/parse"]["status"], "failed", "{r:#}");
     assert!(r["error"].as_str().unwrap().contains("g/parse"), "{r:#}");
     assert_eq!(r["graph_nodes"]["g"]["status"], "failed");
-    let skipped: Vec<&str> = r["skipped"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["node"].as_str().unwrap())
-        .collect();
     assert!(
-        skipped.contains(&"g/out") || skipped.contains(&"all"),
-        "{r:#}"
+        !r["skipped"].as_array().unwrap().is_empty(),
+        "the failure cut something off: {r:#}"
+    );
+
+    // One value, no fan-out: what the failure cut off is skipped, inside the graph node
+    // and outside it, each naming the failed inner node by its path.
+    let single = json!({"nodes": [
+        {"id": "c", "type": "heddle.constant", "properties": {"value": "x"}},
+        {"id": "g", "type": "heddle.graph", "properties": {"graph": "graphs/inner.json", "sha256": sha256_hex(inner.as_bytes())}},
+        {"id": "o", "type": "heddle.output"}
+    ], "edges": [
+        {"source": "c", "sourceHandle": "value", "target": "g", "targetHandle": "text"},
+        {"source": "g", "sourceHandle": "out", "target": "o", "targetHandle": "value"}
+    ]});
+    write(d, "one.json", &single.to_string());
+    let o = heddle_in(d, &["run", "--json", "one.json"]);
+    expect_code(&o, FAILED);
+    let r = json(&o);
+    let skipped = r["skipped"].as_array().unwrap();
+    for node in ["g/out", "o"] {
+        let k = skipped
+            .iter()
+            .find(|k| k["node"] == node)
+            .unwrap_or_else(|| panic!("{node} is not skipped: {r:#}"));
+        assert_eq!(k["reason"], "upstream_failed", "{r:#}");
+        assert_eq!(k["because"], json!(["g/parse"]), "{r:#}");
+    }
+    let o = heddle_in(d, &["run", "one.json"]);
+    expect_code(&o, FAILED);
+    let said = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(
+        said.contains("- g/out (upstream failed: g/parse)"),
+        "{said}"
     );
 }
 
@@ -435,6 +465,284 @@ fn a_durable_run_killed_inside_a_graph_node_resumes_without_repeating_inner_resu
         assert_eq!(outputs, reference);
         env.assert_fanout_effects(reoffers, "sigkill");
     }
+}
+
+/// A chain of `levels` graph nodes, each including the next document: `top.json`
+/// includes `l1.json`, which includes `l2.json`, … down to `l{levels}.json`, which
+/// upper-cases its text. Each pinned.
+fn nested(d: &std::path::Path, levels: usize) {
+    let mut below = json!({"nodes": [
+        {"id": "text", "type": "heddle.input", "properties": {"type": "str"}},
+        {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
+        {"id": "out", "type": "heddle.output"}
+    ], "edges": [
+        {"source": "text", "sourceHandle": "value", "target": "up", "targetHandle": "text"},
+        {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}
+    ]})
+    .to_string();
+    write(d, &format!("l{levels}.json"), &below);
+    for level in (0..levels).rev() {
+        let name = if level == 0 {
+            "top.json".to_string()
+        } else {
+            format!("l{level}.json")
+        };
+        let input = if level == 0 {
+            json!({"id": "text", "type": "heddle.constant", "properties": {"value": "deep"}})
+        } else {
+            json!({"id": "text", "type": "heddle.input", "properties": {"type": "str"}})
+        };
+        let text = json!({"nodes": [
+            input,
+            {"id": "n", "type": "heddle.graph", "properties": {
+                "graph": format!("l{}.json", level + 1), "sha256": sha256_hex(below.as_bytes())}},
+            {"id": "out", "type": "heddle.output"}
+        ], "edges": [
+            {"source": "text", "sourceHandle": "value", "target": "n", "targetHandle": "text"},
+            {"source": "n", "sourceHandle": "out", "target": "out", "targetHandle": "value"}
+        ]})
+        .to_string();
+        write(d, &name, &text);
+        below = text;
+    }
+}
+
+/// `[run] max_graph_depth`: eight levels by default, nine refused naming the setting,
+/// which widens the cap when raised and is refused outside 1 to 64.
+#[test]
+fn the_depth_cap_is_eight_by_default_and_set_in_heddle_toml() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    nested(d, 8);
+    let o = heddle_in(d, &["run", "--json", "top.json"]);
+    expect_code(&o, OK);
+    assert_eq!(json(&o)["outputs"]["out"], json!(["DEEP"]));
+    assert!(
+        json(&o)["nodes"]["n/n/n/n/n/n/n/n/up"].is_object(),
+        "{}",
+        stdout(&o)
+    );
+
+    let deeper = tempfile::tempdir().unwrap();
+    let d = deeper.path();
+    nested(d, 9);
+    let o = heddle_in(d, &["validate", "--json", "top.json"]);
+    expect_code(&o, INVALID);
+    let v = json(&o);
+    let issues = v["issues"].as_array().unwrap();
+    assert_eq!(issues.len(), 1, "{v:#}");
+    assert_eq!(issues[0]["kind"], "graph_depth");
+    assert_eq!(issues[0]["node"], "n/n/n/n/n/n/n/n/n");
+    let m = issues[0]["message"].as_str().unwrap();
+    assert!(
+        m.contains("deeper than 8 levels") && m.contains("[run] max_graph_depth"),
+        "{m}"
+    );
+
+    // Raised to nine, the same chain runs; lowered to two, two levels are all it takes.
+    write(d, "heddle.toml", "[run]\nmax_graph_depth = 9\n");
+    let o = heddle_in(d, &["run", "--json", "top.json"]);
+    expect_code(&o, OK);
+    assert_eq!(json(&o)["outputs"]["out"], json!(["DEEP"]));
+    write(d, "heddle.toml", "[run]\nmax_graph_depth = 2\n");
+    let o = heddle_in(d, &["validate", "--json", "top.json"]);
+    expect_code(&o, INVALID);
+    let v = json(&o);
+    assert_eq!(v["issues"][0]["node"], "n/n/n", "{v:#}");
+    assert!(
+        v["issues"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("deeper than 2 levels"),
+        "{v:#}"
+    );
+
+    // Out of range: the file is refused naming the key, before any graph is read.
+    for bad in ["0", "65"] {
+        write(d, "heddle.toml", &format!("[run]\nmax_graph_depth = {bad}\n"));
+        let o = heddle_in(d, &["validate", "top.json"]);
+        expect_code(&o, INVALID);
+        no_panic(&o);
+        let e = stderr(&o);
+        assert!(
+            e.contains(&format!("max_graph_depth = {bad} is out of range (1..=64)")),
+            "{e}"
+        );
+    }
+}
+
+/// The declarations example's triage as a graph node: each order promises its fields,
+/// conditions inside send it to one branch carrying only some fields, a check inside
+/// holds the result back; and the fields the inner `order` promises reach the edge
+/// leaving the graph node, whose condition reads them.
+const TRIAGE: &str = r#"{"name": "triage", "nodes": [
+    {"id": "orders", "type": "heddle.input", "properties": {"type": "list[object]"}},
+    {"id": "each", "type": "heddle.foreach"},
+    {"id": "order", "type": "heddle.passthrough", "output": {"fields": [
+      {"key": "id", "type": "string"}, {"key": "amount", "type": "number"}]}},
+    {"id": "urgent", "type": "heddle.passthrough"},
+    {"id": "routine", "type": "heddle.passthrough"},
+    {"id": "join", "type": "heddle.passthrough"},
+    {"id": "all", "type": "heddle.collect"},
+    {"id": "complete", "type": "heddle.check", "properties": {
+      "assert": "$count(upstream.all.output) = 3",
+      "message": "an order went missing between triage and the result"}},
+    {"id": "triaged", "type": "heddle.output"},
+    {"id": "each_order", "type": "heddle.output"}
+  ], "edges": [
+    {"source": "orders", "sourceHandle": "value", "target": "each", "targetHandle": "list"},
+    {"source": "each", "sourceHandle": "item", "target": "order", "targetHandle": "value"},
+    {"id": "to-urgent", "source": "order", "sourceHandle": "value", "target": "urgent", "targetHandle": "value",
+     "when": "fields.amount >= 100", "fields": ["id", "amount"]},
+    {"id": "to-routine", "source": "order", "sourceHandle": "value", "target": "routine", "targetHandle": "value",
+     "when": "fields.amount < 100", "fields": ["id", "amount"]},
+    {"source": "urgent", "sourceHandle": "value", "target": "join", "targetHandle": "value"},
+    {"source": "routine", "sourceHandle": "value", "target": "join", "targetHandle": "value"},
+    {"source": "join", "sourceHandle": "value", "target": "all", "targetHandle": "item"},
+    {"source": "all", "sourceHandle": "list", "target": "complete", "targetHandle": "all"},
+    {"source": "complete", "sourceHandle": "output", "target": "triaged", "targetHandle": "value"},
+    {"source": "order", "sourceHandle": "value", "target": "each_order", "targetHandle": "value"}
+  ]}"#;
+
+#[test]
+fn conditions_fields_and_checks_apply_inside_a_graph_node_and_its_fields_cross_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("graphs")).unwrap();
+    write(d, "graphs/triage.json", TRIAGE);
+    let outer = |orders: serde_json::Value| {
+        json!({"nodes": [
+            {"id": "orders", "type": "heddle.constant", "properties": {"value": orders}},
+            {"id": "g", "type": "heddle.graph", "properties": {"graph": "graphs/triage.json", "sha256": sha256_hex(TRIAGE.as_bytes())}},
+            {"id": "result", "type": "heddle.output", "properties": {"name": "triaged"}},
+            {"id": "big", "type": "heddle.passthrough"},
+            {"id": "bigs", "type": "heddle.collect"},
+            {"id": "big_ids", "type": "heddle.output"}
+        ], "edges": [
+            {"source": "orders", "sourceHandle": "value", "target": "g", "targetHandle": "orders"},
+            {"source": "g", "sourceHandle": "triaged", "target": "result", "targetHandle": "value"},
+            {"id": "only-big", "source": "g", "sourceHandle": "each_order", "target": "big", "targetHandle": "value",
+             "when": "fields.amount >= 100", "fields": ["id"]},
+            {"source": "big", "sourceHandle": "value", "target": "bigs", "targetHandle": "item"},
+            {"source": "bigs", "sourceHandle": "list", "target": "big_ids", "targetHandle": "value"}
+        ]})
+        .to_string()
+    };
+    let three = json!([
+        {"id": "a1", "amount": 250, "note": "rush"},
+        {"id": "a2", "amount": 40},
+        {"id": "a3", "amount": 120}
+    ]);
+    write(d, "g.json", &outer(three));
+    let o = heddle_in(d, &["validate", "--json", "g.json"]);
+    expect_code(&o, OK);
+    let o = heddle_in(d, &["run", "--json", "g.json"]);
+    expect_code(&o, OK);
+    let r = json(&o);
+    assert_eq!(
+        r["outputs"]["triaged"],
+        json!([{"all": [{"id": "a1", "amount": 250}, {"id": "a2", "amount": 40}, {"id": "a3", "amount": 120}]}]),
+        "{r:#}"
+    );
+    assert_eq!(r["outputs"]["big_ids"], json!([[{"id": "a1"}, {"id": "a3"}]]), "{r:#}");
+    assert_eq!(r["nodes"]["g/urgent"]["invocations"], 2, "{r:#}");
+    assert_eq!(r["nodes"]["g/routine"]["invocations"], 1, "{r:#}");
+    assert_eq!(r["nodes"]["g/complete"]["status"], "done", "{r:#}");
+
+    // A promise broken inside fails the inner node that made it, by its path.
+    write(d, "g.json", &outer(json!([{"id": "a1"}, {"id": "a2", "amount": 40}, {"id": "a3", "amount": 120}])));
+    let o = heddle_in(d, &["run", "--json", "g.json"]);
+    expect_code(&o, FAILED);
+    let r = json(&o);
+    assert_eq!(r["nodes"]["g/order"]["status"], "failed", "{r:#}");
+    assert!(
+        r["nodes"]["g/order"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("output contract"),
+        "{r:#}"
+    );
+    assert_eq!(r["nodes"]["g/each_order"]["status"], "skipped", "{r:#}");
+
+    // The check inside holds the result back, named by its path.
+    write(d, "g.json", &outer(json!([{"id": "a1", "amount": 250}, {"id": "a2", "amount": 40}])));
+    let o = heddle_in(d, &["run", "--json", "g.json"]);
+    expect_code(&o, FAILED);
+    let r = json(&o);
+    assert_eq!(r["nodes"]["g/complete"]["status"], "failed", "{r:#}");
+    assert!(
+        r["error"].as_str().unwrap().contains("g/complete")
+            && r["error"].as_str().unwrap().contains("an order went missing"),
+        "{r:#}"
+    );
+
+    // An edge leaving the graph node may select only what the inner producer declares.
+    let wrong = outer(json!([])).replace(r#""fields":["id"]"#, r#""fields":["sku"]"#);
+    assert!(wrong.contains("sku"));
+    write(d, "g.json", &wrong);
+    let o = heddle_in(d, &["validate", "--json", "g.json"]);
+    expect_code(&o, INVALID);
+    let v = json(&o);
+    assert_eq!(v["issues"][0]["kind"], "invalid_edge_rule", "{v:#}");
+    assert_eq!(v["issues"][0]["edge"], "only-big", "{v:#}");
+}
+
+/// `retry` and time limits written on inner nodes apply to them, reported by path.
+#[test]
+fn retry_and_time_limits_apply_to_inner_nodes() {
+    let env = StoreDir::new();
+    let d = env.path();
+    std::fs::create_dir(d.join("graphs")).unwrap();
+    let run_inner = |inner: &str| -> serde_json::Value {
+        write(d, "graphs/inner.json", inner);
+        let outer = json!({"nodes": [
+            {"id": "c", "type": "heddle.constant", "properties": {"value": "x"}},
+            {"id": "g", "type": "heddle.graph", "properties": {"graph": "graphs/inner.json", "sha256": sha256_hex(inner.as_bytes())}},
+            {"id": "o", "type": "heddle.output"}
+        ], "edges": [
+            {"source": "c", "sourceHandle": "value", "target": "g", "targetHandle": "text"},
+            {"source": "g", "sourceHandle": "out", "target": "o", "targetHandle": "value"}
+        ]});
+        write(d, "g.json", &outer.to_string());
+        let o = env.heddle(&["run", "--json", "g.json"]);
+        expect_code(&o, FAILED);
+        json(&o)
+    };
+    // Read access only: every attempt's write is refused, and each is retried.
+    let retried = r#"{"nodes": [
+        {"id": "text", "type": "heddle.input", "properties": {"type": "str"}},
+        {"id": "w", "type": "files.write_text", "properties": {"path": "/data/f.txt"},
+         "access": "read", "retry": {"attempts": 3}},
+        {"id": "out", "type": "heddle.output"}],
+      "edges": [
+        {"source": "text", "sourceHandle": "value", "target": "w", "targetHandle": "text"},
+        {"source": "w", "sourceHandle": "path", "target": "out", "targetHandle": "value"}]}"#;
+    let r = run_inner(retried);
+    assert_eq!(r["nodes"]["g/w"]["status"], "failed", "{r:#}");
+    assert_eq!(r["nodes"]["g/w"]["invocations"], 3, "{r:#}");
+    assert!(!d.join("data/f.txt").exists());
+
+    let slow = |limit: &str| {
+        format!(
+            r#"{{"nodes": [
+        {{"id": "text", "type": "heddle.input", "properties": {{"type": "str"}}}},
+        {{"id": "slow", "type": "code.bash", {limit}"properties": {{"code": "sleep 60", "mode": "subprocess"}}}},
+        {{"id": "out", "type": "heddle.output"}}],
+      "edges": [
+        {{"source": "text", "sourceHandle": "value", "target": "slow", "targetHandle": "text"}},
+        {{"source": "slow", "sourceHandle": "result", "target": "out", "targetHandle": "value"}}]}}"#
+        )
+    };
+    let r = run_inner(&slow(r#""timeout_ms": 200, "#));
+    assert_eq!(r["nodes"]["g/slow"]["status"], "failed", "{r:#}");
+    assert_eq!(r["nodes"]["g/slow"]["timed_out"], true, "{r:#}");
+
+    // The run's own limit, `[run] node_timeout_ms`, reaches inner nodes too.
+    let mut config = std::fs::read_to_string(d.join("heddle.toml")).unwrap();
+    config.push_str("\n[run]\nnode_timeout_ms = 200\n");
+    write(d, "heddle.toml", &config);
+    let r = run_inner(&slow(""));
+    assert_eq!(r["nodes"]["g/slow"]["timed_out"], true, "{r:#}");
 }
 
 fn fixture(name: &str) -> String {

@@ -559,3 +559,264 @@ fn expansion_stops_at_its_node_bound() {
         .collect();
     assert_eq!(over.len(), 1, "{:?}", comp.issues());
 }
+
+/// An inner graph whose input `s` takes a stream (`streaming: true`) into `up`.
+fn streaming_doc() -> String {
+    json!({"nodes": [
+        np("s", "heddle.input", json!({"type": "str", "streaming": true})),
+        n("up", "test.upper"),
+        n("o", "heddle.output")
+    ], "edges": [
+        ed("a", "s", "value", "up", "text"),
+        ed("b", "up", "text", "o", "value")
+    ]})
+    .to_string()
+}
+
+#[test]
+fn a_streaming_inner_input_is_planned_as_a_stream_whatever_feeds_it() {
+    let inner = streaming_doc();
+    let through = |source: serde_json::Value| {
+        composed(
+            json!({"nodes": [
+                source,
+                graph_node("g", "s.json", &inner, json!({})),
+                n("out", "heddle.output")
+            ], "edges": [
+                ed("in", "src", "value", "g", "s"),
+                ed("x", "g", "o", "out", "value")
+            ]}),
+            &[("s.json", &inner)],
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    };
+    // Fed by a stream outside, or by one value: inside, `up` is driven by a stream as
+    // it is when the inner graph runs on its own.
+    for source in [
+        np("src", "heddle.input", json!({"streaming": true})),
+        np("src", "heddle.constant", json!({"value": "one"})),
+    ] {
+        let p = through(source);
+        assert!(p.graphs[0].inputs[0].streaming);
+        let port = &p.correlation.nodes[node_idx(&p, "g/s")];
+        assert!(port.outputs["value"].repeats_per_key);
+        let up = &p.correlation.nodes[node_idx(&p, "g/up")];
+        assert_eq!(up.repeating_driver.as_deref(), Some("text"));
+        assert!(
+            p.correlation.nodes[node_idx(&p, "g/o")].outputs["value"].repeats_per_key,
+            "the stream leaves the graph node as one"
+        );
+    }
+
+    // What the inner graph may not do on its own, it may not do inside a graph node: a
+    // plain node combining the stream with itself needs a join.
+    let diamond = json!({"nodes": [
+        np("s", "heddle.input", json!({"streaming": true})),
+        n("a", "heddle.passthrough"), n("b", "heddle.passthrough"),
+        n("c", "test.pair"), n("o", "heddle.output")
+    ], "edges": [
+        ed("sa", "s", "value", "a", "value"), ed("sb", "s", "value", "b", "value"),
+        ed("ac", "a", "value", "c", "a"), ed("bc", "b", "value", "c", "b"),
+        ed("co", "c", "pair", "o", "value")
+    ]})
+    .to_string();
+    let alone = err(serde_json::from_str(&diamond).unwrap());
+    assert_eq!(of_kind(&alone, IssueKind::Correlation).len(), 1, "{alone}");
+    let e = composed_err(
+        json!({"nodes": [
+            np("src", "heddle.constant", json!({"value": 1})),
+            graph_node("g", "d.json", &diamond, json!({}))
+        ], "edges": [ed("in", "src", "value", "g", "s")]}),
+        &[("d.json", &diamond)],
+    );
+    let found = of_kind(&e, IssueKind::Correlation);
+    assert_eq!(found.len(), 1, "{e}");
+    assert_eq!(found[0].0, Some("g/c"), "{e}");
+
+    // Nothing pushes into a graph node's streaming input: unfed, it is refused saying so.
+    let e = composed_err(
+        json!({"nodes": [graph_node("g", "s.json", &inner, json!({}))]}),
+        &[("s.json", &inner)],
+    );
+    let found = of_kind(&e, IssueKind::MissingRequiredInput);
+    assert_eq!(found.len(), 1, "{e}");
+    assert!(found[0].3.contains("streaming input"), "{}", found[0].3);
+}
+
+/// An inner graph whose `parse` declares the fields of its result and whose edge to the
+/// output keeps only `ok` results and their `status` and `n`.
+fn declared_doc() -> String {
+    json!({"nodes": [
+        np("text", "heddle.input", json!({"type": "str"})),
+        {"id": "parse", "type": "test.code", "properties": {"code": "parse"},
+         "output": {"fields": [{"key": "status", "type": "string"}, {"key": "n", "type": "integer"}]}},
+        n("o", "heddle.output")
+    ], "edges": [
+        ed("a", "text", "value", "parse", "text"),
+        {"id": "keep", "source": "parse", "sourceHandle": "result", "target": "o",
+         "targetHandle": "value", "when": "fields.status = \"ok\"", "fields": ["status", "n"]}
+    ]})
+    .to_string()
+}
+
+#[test]
+fn declarations_inside_a_graph_node_apply_and_its_outputs_carry_the_declared_fields() {
+    let inner = declared_doc();
+    let top = |edge: serde_json::Value| {
+        json!({"nodes": [
+            n("src", "test.text"),
+            graph_node("g", "d.json", &inner, json!({})),
+            np("after", "test.code", json!({"code": "after"}))
+        ], "edges": [
+            ed("in", "src", "text", "g", "text"),
+            edge
+        ]})
+    };
+    let leave = |rule: serde_json::Value| {
+        let mut e = json!({"id": "out", "source": "g", "sourceHandle": "o",
+                           "target": "after", "targetHandle": "x"});
+        e.as_object_mut()
+            .unwrap()
+            .extend(rule.as_object().unwrap().clone());
+        e
+    };
+    let p = composed(
+        top(leave(json!({"when": "fields.n > 1", "fields": ["n"]}))),
+        &[("d.json", &inner)],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    // The inner edge keeps its rule under the graph node's path.
+    let keep = p.edges.iter().find(|e| &*e.id == "g/keep").unwrap();
+    let rule = keep.rule.as_deref().expect("the inner edge's rule");
+    assert!(rule.when.is_some() && rule.source_fields);
+    assert_eq!(
+        rule.fields.as_deref().map(|f| f.len()),
+        Some(2),
+        "{:?}",
+        rule.fields
+    );
+    // The inner producer's contract is kept, and its output port carries its fields.
+    let parse = &p.nodes[node_idx(&p, "g/parse")];
+    assert_eq!(parse.contract.as_ref().unwrap().contract.fields.len(), 2);
+    let port = &p.nodes[node_idx(&p, "g/o")];
+    let forwarded = port.contract.as_ref().expect("the port's fields");
+    assert_eq!(&*forwarded.handle, "value");
+    let keys: Vec<&str> = forwarded
+        .contract
+        .fields
+        .iter()
+        .map(|f| f.key.as_str())
+        .collect();
+    assert_eq!(keys, ["status", "n"]);
+    // So an edge leaving the graph node reads `fields.…` and selects declared keys...
+    let out = p.edges.iter().find(|e| &*e.id == "out").unwrap();
+    assert!(out.rule.as_deref().unwrap().source_fields);
+
+    // ...and one selecting a key the producer does not declare is refused, as it would
+    // be on an edge leaving the producer itself.
+    let e = composed_err(
+        top(leave(json!({"fields": ["nope"]}))),
+        &[("d.json", &inner)],
+    );
+    let found = of_kind(&e, IssueKind::InvalidEdgeRule);
+    assert_eq!(found.len(), 1, "{e}");
+    assert_eq!(found[0].1, Some("out"), "{e}");
+    assert!(
+        found[0].3.contains("nope") && found[0].3.contains("does not declare"),
+        "{}",
+        found[0].3
+    );
+
+    // A condition inside that cannot be evaluated is refused under its path.
+    let broken = inner.replace("fields.status = \\\"ok\\\"", "fields.status = = 1");
+    assert_ne!(broken, inner);
+    let e = composed_err(
+        json!({"nodes": [n("src", "test.text"), graph_node("g", "d.json", &broken, json!({}))],
+               "edges": [ed("in", "src", "text", "g", "text")]}),
+        &[("d.json", &broken)],
+    );
+    let found = of_kind(&e, IssueKind::InvalidEdgeRule);
+    assert_eq!(found.len(), 1, "{e}");
+    assert_eq!(found[0].1, Some("g/keep"), "{e}");
+}
+
+#[test]
+fn an_inner_id_with_a_slash_and_an_input_named_like_a_property_are_refused() {
+    let slash = json!({"nodes": [
+        np("text", "heddle.input", json!({"type": "str"})),
+        n("a/b", "test.upper"),
+        n("o", "heddle.output")
+    ], "edges": [
+        ed("x", "text", "value", "a/b", "text"),
+        ed("y", "a/b", "text", "o", "value")
+    ]})
+    .to_string();
+    let e = composed_err(
+        json!({"nodes": [n("src", "test.text"), graph_node("g", "s.json", &slash, json!({}))],
+               "edges": [ed("in", "src", "text", "g", "text")]}),
+        &[("s.json", &slash)],
+    );
+    let found = of_kind(&e, IssueKind::InvalidGraphNode);
+    assert_eq!(found.len(), 1, "{e}");
+    assert_eq!(found[0].0, Some("g/a/b"), "{e}");
+    assert!(found[0].3.contains("node id contains `/`"), "{}", found[0].3);
+
+    let named = json!({"nodes": [
+        np("graph", "heddle.input", json!({"type": "str", "value": "x"})),
+        n("up", "test.upper"),
+        n("o", "heddle.output")
+    ], "edges": [
+        ed("x", "graph", "value", "up", "text"),
+        ed("y", "up", "text", "o", "value")
+    ]})
+    .to_string();
+    let e = composed_err(
+        json!({"nodes": [graph_node("g", "n.json", &named, json!({}))]}),
+        &[("n.json", &named)],
+    );
+    let found = of_kind(&e, IssueKind::InvalidGraphNode);
+    assert_eq!(found.len(), 1, "{e}");
+    assert_eq!(found[0].0, Some("g"), "{e}");
+    assert_eq!(found[0].2, Some("graph"), "{e}");
+    assert!(
+        found[0].3.contains("name of a graph node's own property"),
+        "{}",
+        found[0].3
+    );
+}
+
+#[test]
+fn a_loop_back_to_the_top_through_another_spelling_is_a_cycle() {
+    use heddle_core::compose::FileSource;
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("dir");
+    std::fs::create_dir(&sub).unwrap();
+    // dir/g.json includes ../dir/g.json: itself, spelt through its parent.
+    let text = json!({"nodes": [
+        np("again", "heddle.graph", json!({"graph": "../dir/g.json", "sha256": "00"})),
+        n("o", "heddle.output")
+    ]})
+    .to_string();
+    let path = sub.join("g.json");
+    std::fs::write(&path, &text).unwrap();
+    let top = doc(serde_json::from_str(&text).unwrap());
+    let comp = Composition::load(
+        &top,
+        IncludeKey::top(&path).as_ref(),
+        &FileSource::beside(&path),
+        Bounds::default(),
+    );
+    let cycles: Vec<_> = comp
+        .issues()
+        .iter()
+        .filter(|i| i.kind == IssueKind::GraphCycle)
+        .collect();
+    assert_eq!(cycles.len(), 1, "{:?}", comp.issues());
+    assert_eq!(cycles[0].node.as_deref(), Some("again"));
+    assert!(
+        cycles[0].message.contains("g.json → again (../dir/g.json)"),
+        "{}",
+        cycles[0].message
+    );
+    assert_eq!(comp.issues().len(), 1, "{:?}", comp.issues());
+}
