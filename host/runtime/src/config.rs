@@ -254,6 +254,32 @@ mod tests {
     }
 
     #[test]
+    fn max_graph_depth_defaults_to_eight_and_is_refused_outside_one_to_sixty_four() {
+        let cfg = Config::parse("[run]\n", Path::new("h.toml")).unwrap();
+        assert_eq!(cfg.run.max_graph_depth(), 8);
+        for ok in [1, 9, 64] {
+            let cfg = Config::parse(
+                &format!("[run]\nmax_graph_depth = {ok}\n"),
+                Path::new("h.toml"),
+            )
+            .unwrap();
+            assert_eq!(cfg.run.max_graph_depth(), ok);
+        }
+        for bad in [0, 65] {
+            let err = Config::parse(
+                &format!("[run]\nmax_graph_depth = {bad}\n"),
+                Path::new("h.toml"),
+            )
+            .unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains(&format!("max_graph_depth = {bad} is out of range (1..=64)")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
     fn unknown_sections_are_refused_by_name() {
         // `[package.files]` for `[packages.files]`: the grant must not vanish silently.
         let err = Config::parse(
