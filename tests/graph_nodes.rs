@@ -559,7 +559,11 @@ fn the_depth_cap_is_eight_by_default_and_set_in_heddle_toml() {
 
     // Out of range: the file is refused naming the key, before any graph is read.
     for bad in ["0", "65"] {
-        write(d, "heddle.toml", &format!("[run]\nmax_graph_depth = {bad}\n"));
+        write(
+            d,
+            "heddle.toml",
+            &format!("[run]\nmax_graph_depth = {bad}\n"),
+        );
         let o = heddle_in(d, &["validate", "top.json"]);
         expect_code(&o, INVALID);
         no_panic(&o);
@@ -644,13 +648,21 @@ fn conditions_fields_and_checks_apply_inside_a_graph_node_and_its_fields_cross_i
         json!([{"all": [{"id": "a1", "amount": 250}, {"id": "a2", "amount": 40}, {"id": "a3", "amount": 120}]}]),
         "{r:#}"
     );
-    assert_eq!(r["outputs"]["big_ids"], json!([[{"id": "a1"}, {"id": "a3"}]]), "{r:#}");
+    assert_eq!(
+        r["outputs"]["big_ids"],
+        json!([[{"id": "a1"}, {"id": "a3"}]]),
+        "{r:#}"
+    );
     assert_eq!(r["nodes"]["g/urgent"]["invocations"], 2, "{r:#}");
     assert_eq!(r["nodes"]["g/routine"]["invocations"], 1, "{r:#}");
     assert_eq!(r["nodes"]["g/complete"]["status"], "done", "{r:#}");
 
     // A promise broken inside fails the inner node that made it, by its path.
-    write(d, "g.json", &outer(json!([{"id": "a1"}, {"id": "a2", "amount": 40}, {"id": "a3", "amount": 120}])));
+    write(
+        d,
+        "g.json",
+        &outer(json!([{"id": "a1"}, {"id": "a2", "amount": 40}, {"id": "a3", "amount": 120}])),
+    );
     let o = heddle_in(d, &["run", "--json", "g.json"]);
     expect_code(&o, FAILED);
     let r = json(&o);
@@ -665,14 +677,21 @@ fn conditions_fields_and_checks_apply_inside_a_graph_node_and_its_fields_cross_i
     assert_eq!(r["nodes"]["g/each_order"]["status"], "skipped", "{r:#}");
 
     // The check inside holds the result back, named by its path.
-    write(d, "g.json", &outer(json!([{"id": "a1", "amount": 250}, {"id": "a2", "amount": 40}])));
+    write(
+        d,
+        "g.json",
+        &outer(json!([{"id": "a1", "amount": 250}, {"id": "a2", "amount": 40}])),
+    );
     let o = heddle_in(d, &["run", "--json", "g.json"]);
     expect_code(&o, FAILED);
     let r = json(&o);
     assert_eq!(r["nodes"]["g/complete"]["status"], "failed", "{r:#}");
     assert!(
         r["error"].as_str().unwrap().contains("g/complete")
-            && r["error"].as_str().unwrap().contains("an order went missing"),
+            && r["error"]
+                .as_str()
+                .unwrap()
+                .contains("an order went missing"),
         "{r:#}"
     );
 

@@ -58,11 +58,7 @@ fn a_build_carries_the_graphs_its_manifest_lists() {
     let d = dir.path();
     let src = d.join("shouty");
     std::fs::create_dir_all(src.join("graphs")).unwrap();
-    std::fs::copy(
-        root().join("sdk/c/template/nodes.c"),
-        src.join("nodes.c"),
-    )
-    .unwrap();
+    std::fs::copy(root().join("sdk/c/template/nodes.c"), src.join("nodes.c")).unwrap();
     write(
         &src,
         "heddle-package.toml",

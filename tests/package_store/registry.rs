@@ -1311,7 +1311,10 @@ fn a_pushed_package_carries_its_graphs_to_the_store_that_pulls_it() {
         vec![("application/wasm", component)],
     );
     let third = workdir(&reg.addr, "");
-    let o = run(third.path(), &["package", "add", &reg.oci("bad/graphless:1.0.0")]);
+    let o = run(
+        third.path(),
+        &["package", "add", &reg.oci("bad/graphless:1.0.0")],
+    );
     expect_code(&o, INVALID);
     no_panic(&o);
     let e = stderr(&o);

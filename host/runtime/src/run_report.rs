@@ -416,7 +416,12 @@ impl RunReport {
     /// skipped for the same upstream reason, the failed ones (`upstream_failed`) or the
     /// ones skipped for a reason of their own (`upstream_skipped`). A failure inside a
     /// graph node is so named by its path (`g/parse`) at every node it cut off.
-    fn skip_cause(&self, node: &str, reason: SkipReason, feeds: &[(String, String)]) -> Vec<String> {
+    fn skip_cause(
+        &self,
+        node: &str,
+        reason: SkipReason,
+        feeds: &[(String, String)],
+    ) -> Vec<String> {
         let is_cause = |id: &str| -> bool {
             match (reason, self.nodes.get(id)) {
                 (SkipReason::UpstreamFailed, Some(e)) => e.status == "failed",

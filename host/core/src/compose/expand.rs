@@ -626,8 +626,10 @@ impl Expander<'_> {
                 .as_ref()
                 .map_or(PortType::Any, |(s, h)| self.output_type(s, h));
             p.ty = ty.clone();
-            self.overrides
-                .insert(p.path.clone(), Arc::new(port_decl(&p.path, &p.name, &ty, false)));
+            self.overrides.insert(
+                p.path.clone(),
+                Arc::new(port_decl(&p.path, &p.name, &ty, false)),
+            );
             self.nodes[p.at].output = source
                 .as_ref()
                 .and_then(|(s, h)| self.declared_fields(s, h));

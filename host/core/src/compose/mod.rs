@@ -235,9 +235,9 @@ impl FileSource {
             },
             None => match &self.root {
                 Some(root) => Ok(root.join(&key.0)),
-                None => Err(
-                    "only an installed package's documents are read from files here".into(),
-                ),
+                None => {
+                    Err("only an installed package's documents are read from files here".into())
+                }
             },
         }
     }
@@ -705,7 +705,9 @@ impl Walk<'_> {
         let same = |k: &IncludeKey, i: Option<&PathBuf>| {
             k == key || identity.is_some_and(|id| i == Some(id))
         };
-        let on_chain = self.top.is_some_and(|t| same(t, self.top_identity.as_ref()))
+        let on_chain = self
+            .top
+            .is_some_and(|t| same(t, self.top_identity.as_ref()))
             || self.chain.iter().any(|(_, k, i)| same(k, i.as_ref()));
         on_chain.then(|| self.trail(path, key))
     }

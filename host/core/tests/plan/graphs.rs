@@ -759,7 +759,11 @@ fn an_inner_id_with_a_slash_and_an_input_named_like_a_property_are_refused() {
     let found = of_kind(&e, IssueKind::InvalidGraphNode);
     assert_eq!(found.len(), 1, "{e}");
     assert_eq!(found[0].0, Some("g/a/b"), "{e}");
-    assert!(found[0].3.contains("node id contains `/`"), "{}", found[0].3);
+    assert!(
+        found[0].3.contains("node id contains `/`"),
+        "{}",
+        found[0].3
+    );
 
     let named = json!({"nodes": [
         np("graph", "heddle.input", json!({"type": "str", "value": "x"})),
