@@ -11,9 +11,21 @@ use super::declared::{EdgeRule, NodeContract};
 use super::issues::{IssueKind, issue};
 use super::model::{CHECK_TYPE, PlanNode};
 use super::planner::{DeclOf, Planner};
+use crate::compose::PATH_SEP;
 use crate::expr::{Expr, ExprError};
 use crate::graph::EdgeType;
 use crate::types::PortType;
+
+/// The name the document holding node `target` gives its feeder `source`, in a graph
+/// whose graph nodes were expanded into paths: relative to `target`'s own graph node
+/// (`g/all` feeding `g/complete` is `all`), and a graph node's port by the graph node
+/// (`g/out` feeding `complete` is `g`). A check inside a graph node names its inputs as
+/// its document wrote them.
+pub(super) fn written_name<'a>(source: &'a str, target: &str) -> &'a str {
+    let prefix = target.rfind(PATH_SEP).map_or("", |i| &target[..=i]);
+    let local = source.strip_prefix(prefix).unwrap_or(source);
+    local.split(PATH_SEP).next().unwrap_or(local)
+}
 
 /// Whether values of this port type may be objects (what fields need).
 fn may_be_object(ty: &PortType) -> bool {
@@ -121,15 +133,15 @@ impl Planner<'_> {
                 .get(e.target.as_str())
                 .and_then(|d| d.as_ref())
                 .is_some_and(|d| d.type_name == CHECK_TYPE);
-            if into_check && e.target_handle != e.source {
+            let written = written_name(&e.source, &e.target);
+            if into_check && e.target_handle != e.source && e.target_handle != written {
                 self.issues.push(issue(
                     IssueKind::InvalidEdgeRule,
                     Some(&e.target),
                     Some(&e.id),
                     Some(&e.target_handle),
                     format!(
-                        "an edge into a check targets the handle named after its source node: use `\"targetHandle\": \"{}\"` (the assertion reads `upstream.{}`)",
-                        e.source, e.source
+                        "an edge into a check targets the handle named after its source node: use `\"targetHandle\": \"{written}\"` (the assertion reads `upstream.{written}`)"
                     ),
                 ));
             }

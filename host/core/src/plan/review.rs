@@ -263,9 +263,11 @@ fn review_check(
         // No assertion, or one the check's own declaration check refuses.
         return;
     };
+    // By the handle each feeder arrives on: what the check's scope names it by (the
+    // feeding node's id as its document wrote it, also inside a graph node).
     let fed: Vec<(&str, &PlanEdge)> = data_in
         .iter()
-        .map(|e| (&*nodes[e.source as usize].id, *e))
+        .map(|e| (&*e.target_handle, *e))
         .collect();
     let mut seen = HashSet::new();
     for path in expr.reads() {
