@@ -265,10 +265,7 @@ fn review_check(
     };
     // By the handle each feeder arrives on: what the check's scope names it by (the
     // feeding node's id as its document wrote it, also inside a graph node).
-    let fed: Vec<(&str, &PlanEdge)> = data_in
-        .iter()
-        .map(|e| (&*e.target_handle, *e))
-        .collect();
+    let fed: Vec<(&str, &PlanEdge)> = data_in.iter().map(|e| (&*e.target_handle, *e)).collect();
     let mut seen = HashSet::new();
     for path in expr.reads() {
         if path.first().map(String::as_str) != Some("upstream") {
