@@ -335,6 +335,7 @@ fn the_server_reads_the_graphs_its_installed_packages_provide() {
     let d = env.path();
     let pkg = package_with_graph(d, ECHO_GRAPH);
     expect_code(&env.heddle(&["package", "add", pkg.to_str().unwrap()]), OK);
+    std::fs::create_dir(d.join("graphs")).unwrap();
     write(d, "graphs/local.json", ECHO_GRAPH);
     let server = env.serve(None);
     let api = support::serve::Api::of(&server);
