@@ -512,12 +512,12 @@ fn a_code_node_that_cannot_start_is_the_failed_node_and_the_given_input_is_done(
     assert_eq!(v["nodes"]["out"]["skip_reason"], "upstream_failed", "{v}");
     assert_eq!(
         v["skipped"],
-        serde_json::json!([{"node": "out", "reason": "upstream_failed"}])
+        serde_json::json!([{"node": "out", "reason": "upstream_failed", "because": ["double"]}])
     );
     let o = heddle_in(dir.path(), &["run", "g.json"]);
     expect_code(&o, FAILED);
     assert!(
-        stdout(&o).ends_with("skipped 1 node:\n  - out (upstream failed)\n"),
+        stdout(&o).ends_with("skipped 1 node:\n  - out (upstream failed: double)\n"),
         "{}",
         stdout(&o)
     );
