@@ -318,7 +318,7 @@ pub(super) fn decl() -> NodeDecl {
             .with_default(i64::from(PORT))
             .describe("Docker mode: the port the server listens on in its container ($PORT)"),
         PortDecl::new("host_port", PortType::Int)
-            .with_default(0)
+            .with_default(0i64)
             .describe("The port on 127.0.0.1 the endpoint uses; 0 picks a free one"),
         PortDecl::new("probe", PortType::Str)
             .with_default("http")
