@@ -203,10 +203,13 @@ impl Runtime {
             .nodes
             .iter()
             .any(|n| matches!(n.decl.origin, heddle_core::Origin::Code));
-        code.then(|| Leftovers {
-            docker_host: self.settings().runners.docker_host.clone(),
-            run: r.header.run_id.clone(),
-        })
+        code.then(|| self.run_leftovers(&r.header.run_id))
+    }
+
+    /// The containers an earlier owner of run `run` left on the engine the code nodes
+    /// use ([`Leftovers`]): what a cancel that ends a run nobody drives removes too.
+    pub fn run_leftovers(&self, run: &str) -> Leftovers {
+        Leftovers::new(self.settings().runners.docker_host.clone(), run)
     }
 
     /// [`Runtime::reopen`] on this thread: blocks on the disk (call it where blocking
@@ -293,7 +296,8 @@ impl Runtime {
 /// (a resume, a recovery, a watchdog's next worker, another host's adoption) removes
 /// them once the run is its own, before anything of the run runs again; a server the
 /// run still needs is started afresh (the kernel never replays a run-scoped result).
-struct Leftovers {
+/// A cancel that ends a run nobody drives removes them as well.
+pub struct Leftovers {
     docker_host: Option<String>,
     run: String,
 }
@@ -303,7 +307,18 @@ impl Leftovers {
     /// down (its Docker nodes then fail on their own, naming it).
     const CONNECT: std::time::Duration = std::time::Duration::from_secs(5);
 
-    async fn remove(self) {
+    /// Run `run`'s containers on the engine at `docker_host` (`[runners] docker_host`;
+    /// `None`: `DOCKER_HOST` or the local socket).
+    pub fn new(docker_host: Option<String>, run: &str) -> Leftovers {
+        Leftovers {
+            docker_host,
+            run: run.to_string(),
+        }
+    }
+
+    /// Removes them (an engine that does not answer is logged, never an error: the run
+    /// goes on, and its Docker nodes report the engine themselves).
+    pub async fn remove(self) {
         let run = &self.run;
         let docker = match tokio::time::timeout(
             Self::CONNECT,
@@ -341,7 +356,7 @@ impl Leftovers {
     /// [`Leftovers::remove`] from a thread that may block (not an async one): on a
     /// thread and a runtime of its own, so it works whether or not the caller is
     /// inside one.
-    fn blocking_remove(self) {
+    pub fn blocking_remove(self) {
         std::thread::scope(|s| {
             s.spawn(move || {
                 match tokio::runtime::Builder::new_current_thread()
