@@ -126,10 +126,17 @@ fn a_docker_servers_endpoint_is_called_downstream_and_the_server_is_removed_when
     let o = d.heddle(&["run", "--durable", "--json", "g.json"]);
     expect(&o, OK);
     let r = report(&o);
-    let answer = r["outputs"]["out"][0].as_str().unwrap_or_default().to_string();
+    let answer = r["outputs"]["out"][0]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(answer.starts_with("hello from "), "{r:#}");
     let run = support::store::run_id(&o);
-    assert_eq!(containers_of(&run), Vec::<String>::new(), "left after the run");
+    assert_eq!(
+        containers_of(&run),
+        Vec::<String>::new(),
+        "left after the run"
+    );
 }
 
 #[test]
@@ -148,7 +155,11 @@ fn a_cancelled_runs_server_is_removed() {
     expect(&o, OK);
     let status = live.wait().unwrap();
     assert_eq!(status.code(), Some(CANCELLED));
-    assert_eq!(containers_of(&run), Vec::<String>::new(), "left after the cancel");
+    assert_eq!(
+        containers_of(&run),
+        Vec::<String>::new(),
+        "left after the cancel"
+    );
 }
 
 #[test]
@@ -170,11 +181,19 @@ fn a_killed_hosts_server_is_removed_when_the_run_is_resumed_and_started_again() 
     // A container another host left for the run: its owner cannot be judged from
     // here, so only the run's label finds it.
     let theirs = docker(&[
-        "run", "-d", "--network", "none",
-        "--label", "heddle.runner=1",
-        "--label", &format!("heddle.run={run}"),
-        "--label", "heddle.owner=0123456789abcdef-0123456789ab-1-1",
-        "heddle/python:1", "sleep", "600",
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "--label",
+        "heddle.runner=1",
+        "--label",
+        &format!("heddle.run={run}"),
+        "--label",
+        "heddle.owner=0123456789abcdef-0123456789ab-1-1",
+        "heddle/python:1",
+        "sleep",
+        "600",
     ])
     .expect("a container starts");
     assert_eq!(containers_of(&run).len(), 2);
@@ -189,7 +208,11 @@ fn a_killed_hosts_server_is_removed_when_the_run_is_resumed_and_started_again() 
         first,
         "the run called a new server, not the killed host's"
     );
-    assert_eq!(containers_of(&run), Vec::<String>::new(), "left after the resumed run");
+    assert_eq!(
+        containers_of(&run),
+        Vec::<String>::new(),
+        "left after the resumed run"
+    );
     assert!(
         docker(&["inspect", theirs.trim()]).is_none(),
         "the other host's container for the run was not removed"
@@ -208,10 +231,17 @@ fn a_docker_server_that_never_answers_fails_its_node_by_name_within_its_wait() {
     let o = d.heddle(&["run", "--durable", "--json", "g.json"]);
     expect(&o, FAILED);
     let all = text(&o);
-    assert!(all.contains("node srv: the server did not answer at http://127.0.0.1:"), "{all}");
+    assert!(
+        all.contains("node srv: the server did not answer at http://127.0.0.1:"),
+        "{all}"
+    );
     assert!(all.contains("within 2s"), "{all}");
     let run = support::store::run_id(&o);
-    assert_eq!(containers_of(&run), Vec::<String>::new(), "left after the failure");
+    assert_eq!(
+        containers_of(&run),
+        Vec::<String>::new(),
+        "left after the failure"
+    );
 }
 
 /// Subprocess mode: the same endpoint, no engine needed.
@@ -232,8 +262,14 @@ fn a_subprocess_servers_endpoint_is_called_downstream() {
 fn a_subprocess_server_that_never_answers_or_exits_first_fails_its_node_by_name() {
     let d = StoreDir::new();
     for (code, want) in [
-        ("sleep 600", "node srv: the server did not answer at http://127.0.0.1:"),
-        ("echo broken >&2; exit 3", "node srv: the server exited with code 3 before it answered"),
+        (
+            "sleep 600",
+            "node srv: the server did not answer at http://127.0.0.1:",
+        ),
+        (
+            "echo broken >&2; exit 3",
+            "node srv: the server exited with code 3 before it answered",
+        ),
     ] {
         let server = serde_json::json!({"mode": "subprocess", "ready_timeout_s": 1, "code": code});
         std::fs::write(d.path().join("g.json"), graph(d.path(), server)).unwrap();
@@ -242,7 +278,10 @@ fn a_subprocess_server_that_never_answers_or_exits_first_fails_its_node_by_name(
         let all = text(&o);
         assert!(all.contains(want), "{all}");
         if code.contains("broken") {
-            assert!(all.contains("broken"), "the server's stderr is shown: {all}");
+            assert!(
+                all.contains("broken"),
+                "the server's stderr is shown: {all}"
+            );
         }
     }
 }
@@ -257,7 +296,10 @@ fn bad_server_settings_are_refused_while_planning_naming_node_and_property() {
     expect(&o, support::INVALID);
     let all = text(&o);
     for property in ["language", "probe", "ready_timeout_s", "network", "port"] {
-        assert!(all.contains(&format!("property `{property}`")), "{property}: {all}");
+        assert!(
+            all.contains(&format!("property `{property}`")),
+            "{property}: {all}"
+        );
     }
     assert!(all.contains("srv"), "{all}");
 }

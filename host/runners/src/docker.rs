@@ -66,7 +66,10 @@ pub async fn server_network(docker: &Docker) -> Result<String, RunnerError> {
                 "false".to_string(),
             ),
         ])),
-        labels: Some(HashMap::from([(LABEL_NETWORK.to_string(), "servers".to_string())])),
+        labels: Some(HashMap::from([(
+            LABEL_NETWORK.to_string(),
+            "servers".to_string(),
+        )])),
         ..Default::default()
     };
     match docker.create_network(request).await {

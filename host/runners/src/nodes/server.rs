@@ -322,7 +322,9 @@ pub(super) fn decl() -> NodeDecl {
             .describe("The port on 127.0.0.1 the endpoint uses; 0 picks a free one"),
         PortDecl::new("probe", PortType::Str)
             .with_default("http")
-            .describe("`http`: a GET of ready_path gets any answer; `tcp`: a connection stays open"),
+            .describe(
+                "`http`: a GET of ready_path gets any answer; `tcp`: a connection stays open",
+            ),
         PortDecl::new("ready_path", PortType::Str).with_default("/"),
         PortDecl::new("ready_timeout_s", PortType::Number)
             .with_default(READY_TIMEOUT_S)
@@ -346,8 +348,7 @@ pub(super) fn decl() -> NodeDecl {
         PortDecl::new("output_limit_bytes", PortType::Int)
             .with_default(d.output_limit as i64)
             .describe("The server's output logged before the rest is dropped"),
-        PortDecl::new("kill_grace_ms", PortType::Int)
-            .with_default(d.kill_grace.as_millis() as i64),
+        PortDecl::new("kill_grace_ms", PortType::Int).with_default(d.kill_grace.as_millis() as i64),
     ];
     decl
 }
@@ -490,7 +491,11 @@ impl ServerExecutor {
     /// The port on 127.0.0.1 the engine published the server's port on.
     async fn published(&self, running: &Running) -> Result<u16, NodeError> {
         let code = &self.code;
-        let docker = code.runner.docker().await.map_err(|e| code.start_error(e))?;
+        let docker = code
+            .runner
+            .docker()
+            .await
+            .map_err(|e| code.start_error(e))?;
         match crate::docker::published_port(docker, &running.id, self.server.port).await {
             Ok(Some(p)) => Ok(p),
             Ok(None) => Err(NodeError::host(format!(
@@ -751,9 +756,14 @@ mod tests {
             let (mut c, _) = listener.accept().await.unwrap();
             let mut buf = [0u8; 512];
             let _ = c.read(&mut buf).await;
-            c.write_all(b"HTTP/1.0 404 Not Found\r\n\r\n").await.unwrap();
+            c.write_all(b"HTTP/1.0 404 Not Found\r\n\r\n")
+                .await
+                .unwrap();
         });
-        assert!(answers(Probe::Http, port, "/", false).await, "any status answers");
+        assert!(
+            answers(Probe::Http, port, "/", false).await,
+            "any status answers"
+        );
         serve.await.unwrap();
     }
 }

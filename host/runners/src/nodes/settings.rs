@@ -190,7 +190,13 @@ pub(super) fn read(
     spec: &NodeSpec<'_>,
     config: &RunnersConfig,
 ) -> Result<Settings, Vec<ConfigProblem>> {
-    read_as(lang, lang.code_property(), &Sandbox::default(), spec, config)
+    read_as(
+        lang,
+        lang.code_property(),
+        &Sandbox::default(),
+        spec,
+        config,
+    )
 }
 
 /// [`read`] with the code in property `code_prop` and `base` as the defaults (and the
