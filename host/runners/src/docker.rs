@@ -46,13 +46,33 @@ pub const SERVER_NETWORK: &str = "heddle-servers";
 /// one name).
 const LABEL_NETWORK: &str = "heddle.network";
 
-/// The id of the engine's [`SERVER_NETWORK`], made if it is missing. When concurrent
-/// creations made more than one, every caller picks the same one (the oldest, then the
-/// smallest id), so containers of one engine always share it.
+/// The id of the engine's [`SERVER_NETWORK`], made if it is missing.
+///
+/// An engine of API 1.41 makes a second network of the same name when asked (and then
+/// refuses to start a container on either, the name being ambiguous), so creations in
+/// this process take turns, and a creation that raced another process's removes every
+/// network of the name but the one all callers agree on (the oldest, then the smallest
+/// id) while nothing uses them yet.
 pub async fn server_network(docker: &Docker) -> Result<String, RunnerError> {
-    if let Some(id) = find_server_network(docker).await? {
-        return Ok(id);
+    static CREATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _turn = CREATING.lock().await;
+    let mut all = server_networks(docker).await?;
+    if all.is_empty() {
+        create_server_network(docker).await?;
+        all = server_networks(docker).await?;
     }
+    let Some(keep) = all.first().cloned() else {
+        return Err(RunnerError::NoServerNetwork);
+    };
+    for extra in &all[1..] {
+        // In use by another process's server already, or removed by that process
+        // meanwhile: either way not ours to insist on.
+        let _ = docker.remove_network(extra).await;
+    }
+    Ok(keep)
+}
+
+async fn create_server_network(docker: &Docker) -> Result<(), RunnerError> {
     let request = bollard::models::NetworkCreateRequest {
         name: SERVER_NETWORK.to_string(),
         driver: Some("bridge".into()),
@@ -73,24 +93,21 @@ pub async fn server_network(docker: &Docker) -> Result<String, RunnerError> {
         ..Default::default()
     };
     match docker.create_network(request).await {
-        Ok(_) => {}
+        Ok(_) => Ok(()),
         // Made meanwhile by another process (an engine that refuses duplicate names).
         Err(DockerError::DockerResponseServerError {
             status_code: 409, ..
-        }) => {}
-        Err(source) => {
-            return Err(RunnerError::Docker {
-                action: "creating the server network",
-                source,
-            });
-        }
+        }) => Ok(()),
+        Err(source) => Err(RunnerError::Docker {
+            action: "creating the server network",
+            source,
+        }),
     }
-    find_server_network(docker)
-        .await?
-        .ok_or(RunnerError::NoServerNetwork)
 }
 
-async fn find_server_network(docker: &Docker) -> Result<Option<String>, RunnerError> {
+/// The ids of every network named [`SERVER_NETWORK`] with its label, the one to use
+/// first.
+async fn server_networks(docker: &Docker) -> Result<Vec<String>, RunnerError> {
     let filters = HashMap::from([(
         "label".to_string(),
         vec![format!("{LABEL_NETWORK}=servers")],
@@ -111,7 +128,7 @@ async fn find_server_network(docker: &Docker) -> Result<Option<String>, RunnerEr
         .filter_map(|n| Some((n.created.map(|c| c.to_string()), n.id?)))
         .collect::<Vec<_>>();
     found.sort();
-    Ok(found.into_iter().next().map(|(_, id)| id))
+    Ok(found.into_iter().map(|(_, id)| id).collect())
 }
 
 /// The port on 127.0.0.1 that the engine published `container_port` of container `id`

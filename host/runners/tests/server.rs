@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 const PY_SERVER: &str = r#"import http.server, os
 class Hello(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = b"hello " + os.environ["HEDDLE_IN_who"].encode()
+        body = ("hello " + who).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
