@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use support::store::{StoreDir, expect, report, run_id_in, sigkill, text, wait_line};
-use support::{CANCELLED, FAILED, OK};
+use support::{CANCELLED, FAILED, OK, SUSPENDED};
 
 /// A Python server answering every GET with `hello from HOSTNAME` (a container's
 /// hostname is its id), listening where heddle says ($HOST, $PORT).
@@ -32,14 +32,15 @@ http.server.HTTPServer((os.environ["HOST"], int(os.environ["PORT"])), Hello).ser
 "#;
 
 /// A bash node (subprocess: the host side, where the endpoint is) that GETs `/` from
-/// the endpoint with bash's own /dev/tcp, appends the body to `calls.txt`, then waits
-/// for the file `go` before it hands the body on.
+/// the endpoint with bash's own /dev/tcp, appends the endpoint to `endpoints.txt` and
+/// the body to `calls.txt`, then waits for the file `go` before it hands the body on.
 fn caller(dir: &Path) -> String {
     format!(
         r#"port="${{endpoint##*:}}"
 exec 3<>"/dev/tcp/127.0.0.1/$port"
 printf 'GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
 body="$(cat <&3 | tail -n 1)"
+echo "$endpoint" >> {d}/endpoints.txt
 echo "$body" >> {d}/calls.txt
 while [ ! -e {d}/go ]; do sleep 0.05; done
 set_result "\"$body\"""#,
@@ -302,4 +303,117 @@ fn bad_server_settings_are_refused_while_planning_naming_node_and_property() {
         );
     }
     assert!(all.contains("srv"), "{all}");
+}
+
+/// A port on 127.0.0.1 free now, for a server the operator grants by address.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The `http` package's `http.get` calls the endpoint: the operator grants exactly the
+/// address the server is given (`host_port`).
+#[test]
+fn an_http_node_calls_a_docker_servers_endpoint_at_the_granted_address() {
+    if !docker_ready() {
+        return;
+    }
+    let port = free_port();
+    let d = StoreDir::new().with_config(&format!(
+        "\n[packages.http]\nnetwork = [\"http://127.0.0.1:{port}\"]\n"
+    ));
+    let g = serde_json::json!({"format": "heddle.graph", "version": 1, "nodes": [
+        {"id": "srv", "type": "code.server",
+         "properties": {"language": "python", "host_port": port, "code": PY_SERVER}},
+        {"id": "get", "type": "http.get"},
+        {"id": "out", "type": "heddle.output"}],
+     "edges": [
+        {"source": "srv", "sourceHandle": "endpoint", "target": "get", "targetHandle": "url"},
+        {"source": "get", "sourceHandle": "body", "target": "out", "targetHandle": "value"}]});
+    std::fs::write(d.path().join("g.json"), g.to_string()).unwrap();
+    let o = d.heddle(&["run", "--durable", "--json", "g.json"]);
+    expect(&o, OK);
+    let r = report(&o);
+    let body = r["outputs"]["out"][0].as_str().unwrap_or_default();
+    assert!(body.starts_with("hello from "), "{r:#}");
+    let run = support::store::run_id(&o);
+    assert_eq!(
+        containers_of(&run),
+        Vec::<String>::new(),
+        "left after the run"
+    );
+}
+
+/// A run paused at a gate after the server stopped it with the run; approving the gate
+/// starts it again and the node after the gate calls the new one.
+#[test]
+fn a_server_stops_when_its_run_pauses_at_a_gate_and_starts_again_when_approved() {
+    if !docker_ready() {
+        return;
+    }
+    let d = StoreDir::new();
+    let g = serde_json::json!({"format": "heddle.graph", "version": 1, "nodes": [
+        {"id": "srv", "type": "code.server", "properties": docker_server()},
+        {"id": "ship", "type": "heddle.gate", "properties": {"title": "Call it"}},
+        {"id": "call", "type": "code.bash",
+         "properties": {"mode": "subprocess", "timeout_s": 600, "code": caller(d.path())}},
+        {"id": "out", "type": "heddle.output"}],
+     "edges": [
+        {"source": "srv", "sourceHandle": "endpoint", "target": "ship", "targetHandle": "value"},
+        {"source": "ship", "sourceHandle": "value", "target": "call", "targetHandle": "endpoint"},
+        {"source": "call", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]});
+    std::fs::write(d.path().join("g.json"), g.to_string()).unwrap();
+    allow_go(d.path());
+    let o = d.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, SUSPENDED);
+    let run = support::store::run_id(&o);
+    assert_eq!(
+        containers_of(&run),
+        Vec::<String>::new(),
+        "left while paused"
+    );
+    let o = d.heddle(&["runs", "approve", &run, "ship", "--json"]);
+    expect(&o, OK);
+    let r = report(&o);
+    let answer = r["outputs"]["out"][0].as_str().unwrap_or_default();
+    assert!(answer.starts_with("hello from "), "{r:#}");
+    assert_eq!(
+        containers_of(&run),
+        Vec::<String>::new(),
+        "left after the run"
+    );
+}
+
+/// A subprocess server dies with its host (its process group's guard); the resumed run
+/// starts another on a port of its own.
+#[test]
+fn a_subprocess_server_dies_with_its_killed_host_and_the_resumed_run_starts_another() {
+    let d = StoreDir::new();
+    let server = serde_json::json!({"language": "python", "mode": "subprocess", "code": PY_SERVER});
+    std::fs::write(d.path().join("g.json"), graph(d.path(), server)).unwrap();
+    let (mut live, rx) = d.spawn(&["run", "--durable", "g.json"]);
+    let run = wait_line(&rx, run_id_in);
+    wait_called(d.path());
+    let endpoint = std::fs::read_to_string(d.path().join("endpoints.txt")).unwrap();
+    let port: u16 = endpoint.trim().rsplit(':').next().unwrap().parse().unwrap();
+    sigkill(live.id() as i32);
+    live.wait().unwrap();
+    // The guard kills the group as soon as it sees its parent die; bounded so a server
+    // that survives fails the test instead of hanging it.
+    let mut gone = false;
+    for _ in 0..3000 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gone, "the server outlived its killed host on port {port}");
+    allow_go(d.path());
+    let (outputs, _) = d.resume_until_done(&run, &serde_json::Value::Null, "resumed");
+    let answer = outputs["out"][0].as_str().unwrap_or_default();
+    assert!(answer.starts_with("hello from "), "{outputs:#}");
 }
