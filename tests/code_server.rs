@@ -173,12 +173,13 @@ fn a_killed_hosts_server_is_removed_when_the_run_is_resumed_and_started_again() 
     let (mut live, rx) = d.spawn(&["run", "--durable", "g.json"]);
     let run = wait_line(&rx, run_id_in);
     let first = wait_called(d.path());
-    let before = containers_of(&run);
-    assert_eq!(before.len(), 1, "the server runs meanwhile");
+    assert_eq!(containers_of(&run).len(), 1, "the server runs meanwhile");
     sigkill(live.id() as i32);
     live.wait().unwrap();
-    // Nothing ran a finalize: the server is still there.
-    assert_eq!(containers_of(&run), before, "the kill removed nothing");
+    // Nothing ran a finalize, so the server stays until someone removes it: the run's
+    // next owner, or sooner any heddle of this host that connects to the engine for the
+    // first time (its owner is gone), which a test running beside this one may be. So
+    // only its end is asserted, below.
     // A container another host left for the run: its owner cannot be judged from
     // here, so only the run's label finds it.
     let theirs = docker(&[
@@ -197,7 +198,8 @@ fn a_killed_hosts_server_is_removed_when_the_run_is_resumed_and_started_again() 
         "600",
     ])
     .expect("a container starts");
-    assert_eq!(containers_of(&run).len(), 2);
+    let theirs = theirs.trim().to_string();
+    assert!(containers_of(&run).contains(&theirs));
 
     allow_go(d.path());
     let reference = serde_json::Value::Null;
@@ -215,7 +217,7 @@ fn a_killed_hosts_server_is_removed_when_the_run_is_resumed_and_started_again() 
         "left after the resumed run"
     );
     assert!(
-        docker(&["inspect", theirs.trim()]).is_none(),
+        docker(&["inspect", &theirs]).is_none(),
         "the other host's container for the run was not removed"
     );
 }
