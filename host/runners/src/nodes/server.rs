@@ -468,9 +468,10 @@ impl ServerExecutor {
                 Err(code
                     .fail(format!(
                         "the server did not answer at {endpoint} within {:?} ({}); it was \
-                         stopped and removed; {}",
+                         stopped and removed. {}; {}",
                         self.server.ready_timeout,
                         self.probe_text(),
+                        self.unready_hint(docker),
                         tail(&exit)
                     ))
                     .with_signature(signature::SERVER_UNREADY))
@@ -503,6 +504,26 @@ impl ServerExecutor {
                 code.node_id, self.server.port
             ))),
             Err(e) => Err(code.start_error(e)),
+        }
+    }
+
+    /// What usually keeps a server from answering, for the failure.
+    fn unready_hint(&self, docker: bool) -> String {
+        let listen = if docker {
+            format!(
+                "It must listen on $HOST:$PORT (0.0.0.0:{}): in a container 127.0.0.1 is \
+                 unreachable from outside",
+                self.server.port
+            )
+        } else {
+            "It must listen on $HOST:$PORT".to_string()
+        };
+        match self.server.probe {
+            Probe::Http => format!(
+                "{listen}; a server that does not speak HTTP needs `probe: \"tcp\"`; a slow \
+                 one a longer `ready_timeout_s`"
+            ),
+            Probe::Tcp => format!("{listen}; a slow one needs a longer `ready_timeout_s`"),
         }
     }
 
