@@ -112,6 +112,15 @@ fn wait_called(dir: &Path) -> String {
     panic!("the downstream node never called the server");
 }
 
+/// A container the test made itself, removed however the test ends.
+struct RemovedOnDrop(String);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = docker(&["rm", "-f", &self.0]);
+    }
+}
+
 fn allow_go(dir: &Path) {
     std::fs::write(dir.join("go"), "").unwrap();
 }
@@ -199,6 +208,7 @@ fn a_killed_hosts_server_is_removed_when_the_run_is_resumed_and_started_again() 
     ])
     .expect("a container starts");
     let theirs = theirs.trim().to_string();
+    let _cleanup = RemovedOnDrop(theirs.clone());
     assert!(containers_of(&run).contains(&theirs));
 
     allow_go(d.path());
