@@ -121,7 +121,13 @@ fn cancel(settings: &Settings, run: &str) -> anyhow::Result<Exit> {
     let secrets = known_secrets(settings);
     let mut asked = |owner: &str| eprintln!("asked the owner of run {run} ({owner}) to cancel it");
     match cancel_run(&store, run, &secrets, CANCEL_WAIT, &mut asked)? {
-        Cancelled::Ended => eprintln!("run {run} cancelled"),
+        Cancelled::Ended => {
+            // A run whose host was killed outright leaves its containers (a server's)
+            // behind; its owner, when it ended the run itself, left none.
+            heddle_runtime::durable::Leftovers::new(settings.runners.docker_host.clone(), run)
+                .blocking_remove();
+            eprintln!("run {run} cancelled")
+        }
         Cancelled::Asked { owner } => eprintln!(
             "the cancel of run {run} is recorded; its owner ({owner}) has not ended the run yet and will when it sees the request"
         ),

@@ -315,6 +315,8 @@ struct CtxInner {
     metrics: Mutex<InvocationMetrics>,
     /// The run's trace and this attempt's span in it, when the run is traced.
     trace: Option<(Arc<Traced>, SpanId)>,
+    /// The durable run's id, when the run is durable.
+    run_id: Option<Arc<str>>,
 }
 
 /// Parts the runtime supplies to build a [`NodeCtx`].
@@ -352,6 +354,7 @@ impl NodeCtx {
                 secrets: p.secrets,
                 metrics: Mutex::new(InvocationMetrics::default()),
                 trace: None,
+                run_id: None,
             }),
         }
     }
@@ -364,6 +367,24 @@ impl NodeCtx {
             inner.trace = Some((trace, span));
         }
         self
+    }
+
+    /// Runtime use: this context as an invocation of the durable run `run` (its
+    /// [`NodeCtx::run_id`]). Only on a context nobody else holds yet, like
+    /// [`NodeCtx::traced`].
+    pub fn in_run(mut self, run: Arc<str>) -> NodeCtx {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.run_id = Some(run);
+        }
+        self
+    }
+
+    /// The durable run this invocation belongs to (`None` for a run kept in memory):
+    /// what a node labels what it starts outside this process with (a container), so
+    /// that whoever takes the run over after this process was killed can find it by the
+    /// run and remove it.
+    pub fn run_id(&self) -> Option<&str> {
+        self.inner.run_id.as_deref()
     }
 
     /// Runtime use: re-arms this context for the node's next invocation (same node,
@@ -680,6 +701,19 @@ pub trait Executor: Send + Sync + 'static {
     /// attempt spent nothing to account, and its start record would be pure cost.
     fn spends_outside(&self) -> bool {
         true
+    }
+
+    /// Whether an invocation leaves something running for the rest of the run (a
+    /// server whose address it returns): a run-scoped resource. The executor keeps it
+    /// and stops it in [`Executor::finalize`], which the kernel calls on every ending
+    /// of the run (completed, failed, cancelled, suspended at a gate). A durable run
+    /// never journals such an invocation: what it returned (an endpoint) names
+    /// something that died with the process that held it, so recovery invokes it again
+    /// (as it recomputes the deterministic built-ins), and the nodes that had not run
+    /// yet get the new value. A supervisor's verdict about its failure is therefore not
+    /// recorded either: recovery starts it afresh and asks again if it fails again.
+    fn run_scoped(&self) -> bool {
+        false
     }
 }
 

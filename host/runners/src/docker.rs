@@ -35,6 +35,127 @@ pub const LABEL_OWNER: &str = "heddle.owner";
 /// workers created them.
 pub const LABEL_RUN: &str = "heddle.run";
 
+/// The network server containers (`code.server`) join, made once per engine by the
+/// first server that needs it and kept (like an image): a bridge whose containers
+/// cannot reach one another (`enable_icc=false`) and whose traffic is not translated to
+/// the host's address (`enable_ip_masquerade=false`), so a server has no way out; it is
+/// reached through its port published on 127.0.0.1 ([`crate::sandbox::Publish`]).
+pub const SERVER_NETWORK: &str = "heddle-servers";
+/// Label on the server network, by which it is found (a name filter matches parts of
+/// names, and an engine of API 1.41 lets two concurrent creations make two networks of
+/// one name).
+const LABEL_NETWORK: &str = "heddle.network";
+
+/// The id of the engine's [`SERVER_NETWORK`], made if it is missing.
+///
+/// An engine of API 1.41 makes a second network of the same name when asked (and then
+/// refuses to start a container on either, the name being ambiguous), so creations in
+/// this process take turns, and a creation that raced another process's removes every
+/// network of the name but the one all callers agree on (the oldest, then the smallest
+/// id) while nothing uses them yet.
+pub async fn server_network(docker: &Docker) -> Result<String, RunnerError> {
+    static CREATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _turn = CREATING.lock().await;
+    let mut all = server_networks(docker).await?;
+    if all.is_empty() {
+        create_server_network(docker).await?;
+        all = server_networks(docker).await?;
+    }
+    let Some(keep) = all.first().cloned() else {
+        return Err(RunnerError::NoServerNetwork);
+    };
+    for extra in &all[1..] {
+        // In use by another process's server already, or removed by that process
+        // meanwhile: either way not ours to insist on.
+        let _ = docker.remove_network(extra).await;
+    }
+    Ok(keep)
+}
+
+async fn create_server_network(docker: &Docker) -> Result<(), RunnerError> {
+    let request = bollard::models::NetworkCreateRequest {
+        name: SERVER_NETWORK.to_string(),
+        driver: Some("bridge".into()),
+        options: Some(HashMap::from([
+            (
+                "com.docker.network.bridge.enable_icc".to_string(),
+                "false".to_string(),
+            ),
+            (
+                "com.docker.network.bridge.enable_ip_masquerade".to_string(),
+                "false".to_string(),
+            ),
+        ])),
+        labels: Some(HashMap::from([(
+            LABEL_NETWORK.to_string(),
+            "servers".to_string(),
+        )])),
+        ..Default::default()
+    };
+    match docker.create_network(request).await {
+        Ok(_) => Ok(()),
+        // Made meanwhile by another process (an engine that refuses duplicate names).
+        Err(DockerError::DockerResponseServerError {
+            status_code: 409, ..
+        }) => Ok(()),
+        Err(source) => Err(RunnerError::Docker {
+            action: "creating the server network",
+            source,
+        }),
+    }
+}
+
+/// The ids of every network named [`SERVER_NETWORK`] with its label, the one to use
+/// first.
+async fn server_networks(docker: &Docker) -> Result<Vec<String>, RunnerError> {
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![format!("{LABEL_NETWORK}=servers")],
+    )]);
+    let mut found = docker
+        .list_networks(Some(
+            bollard::query_parameters::ListNetworksOptionsBuilder::default()
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .map_err(|source| RunnerError::Docker {
+            action: "listing networks",
+            source,
+        })?
+        .into_iter()
+        .filter(|n| n.name.as_deref() == Some(SERVER_NETWORK))
+        .filter_map(|n| Some((n.created.map(|c| c.to_string()), n.id?)))
+        .collect::<Vec<_>>();
+    found.sort();
+    Ok(found.into_iter().map(|(_, id)| id).collect())
+}
+
+/// The port on 127.0.0.1 that the engine published `container_port` of container `id`
+/// on (it picks one when asked for port 0).
+pub(crate) async fn published_port(
+    docker: &Docker,
+    id: &str,
+    container_port: u16,
+) -> Result<Option<u16>, RunnerError> {
+    let info = docker
+        .inspect_container(id, None)
+        .await
+        .map_err(|source| RunnerError::Docker {
+            action: "reading the server's published port",
+            source,
+        })?;
+    let key = format!("{container_port}/tcp");
+    Ok(info
+        .network_settings
+        .and_then(|n| n.ports)
+        .and_then(|mut ports| ports.remove(&key))
+        .flatten()
+        .into_iter()
+        .flatten()
+        .find_map(|b| b.host_port?.parse().ok()))
+}
+
 static RUN_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Labels every container this process creates from now on with [`LABEL_RUN`] = `run`.
@@ -185,8 +306,11 @@ fn create_body(spec: &RunSpec) -> ContainerCreateBody {
     let mut labels: HashMap<String, String> = spec.labels.iter().cloned().collect();
     labels.insert(LABEL_RUNNER.into(), "1".into());
     labels.insert(LABEL_OWNER.into(), ProcessOwner::current().token());
+    // The run the node said it works for (a durable run's id), else the process's.
     if let Some(run) = RUN_ID.get() {
-        labels.insert(LABEL_RUN.into(), run.clone());
+        labels
+            .entry(LABEL_RUN.into())
+            .or_insert_with(|| run.clone());
     }
     labels
         .entry(LABEL_NODE.into())

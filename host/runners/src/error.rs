@@ -52,6 +52,8 @@ pub enum RunnerError {
     DriverGone,
     #[error("the run's start task ended without reporting (runtime shutting down?)")]
     StartGone,
+    #[error("the Docker engine made the server network `heddle-servers` but does not list it")]
+    NoServerNetwork,
     #[error("the run was already waited for")]
     AlreadyWaited,
 }

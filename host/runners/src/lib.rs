@@ -9,7 +9,8 @@
 //!   allow it explicitly (`[runners] allow_subprocess = true`).
 //!
 //! The nodes (`code.python`, `code.javascript`, `code.bash`, `code.shell`, `code.ruby`,
-//! `code.lua`) come from
+//! `code.lua`, and `code.server`, which keeps a server running for the rest of the run
+//! and hands on its endpoint) come from
 //! [`CodeNodes`], a [`heddle_kernel::NodeProvider`]. Images are built without a registry
 //! by [`build_images`]. User documentation: `host/runners/README.md`.
 
@@ -29,8 +30,8 @@ mod subprocess;
 
 pub use config::{ImageBuildConfig, ImageNames, RunnersConfig};
 pub use docker::{
-    LABEL_NODE, LABEL_OWNER, LABEL_RUN, LABEL_RUNNER, connect_docker, label_run, remove_leftovers,
-    remove_orphans, remove_run_containers, run_containers,
+    LABEL_NODE, LABEL_OWNER, LABEL_RUN, LABEL_RUNNER, SERVER_NETWORK, connect_docker, label_run,
+    remove_leftovers, remove_orphans, remove_run_containers, run_containers, server_network,
 };
 pub use error::RunnerError;
 pub use images::{BuildOptions, ImageOutcome, ImagesError, build_images};
@@ -39,6 +40,6 @@ pub use owner::ProcessOwner;
 pub use process::{ProcessGroup, die_with_parent, group_dies_with_parent, kill_process};
 pub use runner::{Runner, start};
 pub use running::Running;
-pub use sandbox::{Sandbox, Workspace};
+pub use sandbox::{Publish, Sandbox, Workspace};
 pub use spec::{Exit, Line, Mode, RunSpec, Stream};
 pub use subprocess::{OrphanSweep, owned_processes, remove_orphan_processes, sweep_owner};

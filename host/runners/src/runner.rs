@@ -18,6 +18,8 @@ pub struct Runner {
     docker_host: Option<String>,
     docker: Arc<OnceCell<bollard::Docker>>,
     swept: Arc<OnceCell<()>>,
+    /// The id of the engine's server network, once a server needed it.
+    server_network: Arc<OnceCell<String>>,
 }
 
 impl Runner {
@@ -26,7 +28,18 @@ impl Runner {
             docker_host,
             docker: Arc::new(OnceCell::new()),
             swept: Arc::new(OnceCell::new()),
+            server_network: Arc::new(OnceCell::new()),
         }
+    }
+
+    /// The id of the network server containers join ([`crate::SERVER_NETWORK`]), made
+    /// on the engine by the first server that needs it.
+    pub async fn server_network(&self) -> Result<String, RunnerError> {
+        let docker = self.docker().await?;
+        self.server_network
+            .get_or_try_init(|| crate::docker::server_network(docker))
+            .await
+            .cloned()
     }
 
     /// The Docker client, connecting (and negotiating the API version) on first use.

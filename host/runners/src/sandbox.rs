@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 
 /// Limits and isolation for one run. [`Sandbox::default`] is the security-first
 /// baseline for untrusted code; a node may change any field, and every change that
@@ -40,6 +40,28 @@ pub struct Sandbox {
     pub max_line: usize,
     /// Subprocess mode: time between SIGTERM and SIGKILL when stopping.
     pub kill_grace: Duration,
+    /// A server's port, published on this host's loopback (`code.server`): the one
+    /// network a container gets besides `network`. `None` for every other run.
+    pub publish: Option<Publish>,
+}
+
+/// How a server container is reached: it joins the engine's server network (see
+/// [`crate::SERVER_NETWORK`]: no traffic between its containers, no address
+/// translation out of it) and its one port is published on 127.0.0.1 only.
+///
+/// Why a loopback port rather than a network shared with the nodes that call it: the
+/// callers are on the host side (the readiness probe, `http` nodes, subprocess-mode code
+/// nodes), which a published port reaches and a container name does not; a port bound
+/// to 127.0.0.1 is reachable from nothing off this machine and from no other container,
+/// and the container needs no route out, so none is given.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Publish {
+    /// The id of the network the container joins.
+    pub network: String,
+    /// The port the server listens on inside the container.
+    pub container_port: u16,
+    /// The port on 127.0.0.1; 0 lets the engine pick a free one.
+    pub host_port: u16,
 }
 
 /// A host directory bind-mounted at [`Workspace::MOUNT_PATH`].
@@ -75,6 +97,7 @@ impl Default for Sandbox {
             output_limit: 1024 * 1024,
             max_line: 64 * 1024,
             kill_grace: Duration::from_secs(1),
+            publish: None,
         }
     }
 }
@@ -83,7 +106,12 @@ impl Sandbox {
     /// Human-readable list of the ways this sandbox is looser than the default, for the
     /// warning logged at each run.
     pub fn weakenings(&self) -> Vec<String> {
-        let d = Sandbox::default();
+        self.weakenings_from(&Sandbox::default())
+    }
+
+    /// [`Sandbox::weakenings`] against the baseline `d` (a server's has a longer time
+    /// limit: it lives as long as the run).
+    pub fn weakenings_from(&self, d: &Sandbox) -> Vec<String> {
         let mut w = Vec::new();
         if self.network {
             w.push("network enabled".to_string());
@@ -124,7 +152,9 @@ impl Sandbox {
     /// Whether re-running is harmless as far as the sandbox can tell: nothing leaves the
     /// container (no network) and nothing it writes survives it (no writable mount).
     pub fn is_hermetic(&self) -> bool {
-        !self.network && self.workspace.as_ref().is_none_or(|w| w.read_only)
+        !self.network
+            && self.publish.is_none()
+            && self.workspace.as_ref().is_none_or(|w| w.read_only)
     }
 }
 
@@ -141,6 +171,24 @@ impl Sandbox {
                 if w.read_only { "ro" } else { "rw" }
             )]
         });
+        // A server: its network and its one port on loopback (see `Publish`).
+        let (network_mode, port_bindings) = match &self.publish {
+            Some(p) => (
+                p.network.clone(),
+                Some(HashMap::from([(
+                    format!("{}/tcp", p.container_port),
+                    Some(vec![PortBinding {
+                        host_ip: Some("127.0.0.1".into()),
+                        host_port: Some(match p.host_port {
+                            0 => String::new(),
+                            n => n.to_string(),
+                        }),
+                    }]),
+                )])),
+            ),
+            None if self.network => ("bridge".to_string(), None),
+            None => ("none".to_string(), None),
+        };
         let tmpfs = self.read_only_root.then(|| {
             HashMap::from([(
                 "/tmp".to_string(),
@@ -153,7 +201,8 @@ impl Sandbox {
             memory_swap: Some(self.memory_bytes),
             nano_cpus: Some(self.nano_cpus),
             pids_limit: Some(self.pids_limit),
-            network_mode: Some(if self.network { "bridge" } else { "none" }.into()),
+            network_mode: Some(network_mode),
+            port_bindings,
             ipc_mode: Some(self.ipc_mode.clone()),
             cap_drop: Some(self.cap_drop.clone()),
             security_opt: self
@@ -167,7 +216,11 @@ impl Sandbox {
             ..Default::default()
         });
         body.user = self.user.clone();
-        body.network_disabled = Some(!self.network);
+        body.network_disabled = Some(!self.network && self.publish.is_none());
+        body.exposed_ports = self
+            .publish
+            .as_ref()
+            .map(|p| vec![format!("{}/tcp", p.container_port)]);
         body.working_dir = Some(if self.workspace.is_some() {
             Workspace::MOUNT_PATH.into()
         } else {

@@ -64,6 +64,16 @@ pub struct RunSpec {
 }
 
 impl RunSpec {
+    /// Labels the container with the durable run `ctx` belongs to, when it does
+    /// ([`crate::LABEL_RUN`]): whoever takes the run over after this process was killed
+    /// finds and removes it by the run.
+    pub fn label_run(&mut self, ctx: &heddle_kernel::NodeCtx) {
+        if let Some(run) = ctx.run_id() {
+            self.labels
+                .push((crate::LABEL_RUN.to_string(), run.to_string()));
+        }
+    }
+
     pub fn new(mode: Mode, image: impl Into<String>, argv: Vec<String>) -> Self {
         RunSpec {
             mode,

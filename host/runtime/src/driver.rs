@@ -161,6 +161,9 @@ impl Drive {
     /// journal, and its ending is recorded in its log.
     pub fn durable(plan: Plan, mut opts: RunOptions, session: Session) -> Drive {
         opts.journal = Some(session.journal.clone());
+        // What nodes label the containers they start with, so the run's next owner finds
+        // them should this process be killed outright.
+        opts.run_id = Some(session.run_id.as_str().into());
         Drive {
             plan,
             opts,

@@ -573,10 +573,13 @@ impl Host {
         let store = self.store.clone();
         let run_id = id.to_string();
         let secrets = self.known_secrets();
+        // What a host killed outright left for the run (a server's container): its
+        // owner, when it ended the run itself, left nothing.
+        let leftovers = self.runtime.run_leftovers(id);
         if self.fleet.is_some() {
             // Whoever drives it (another host, a command line) is asked through the store
             // and records the cancel itself; one nobody drives is cancelled here.
-            return blocking(move || {
+            let ended = blocking(move || {
                 durable::cancel::cancel_run(
                     &store,
                     &run_id,
@@ -584,11 +587,16 @@ impl Host {
                     CANCEL_WAIT,
                     &mut |_: &str| {},
                 )
-                .map(|_| ())
             })
-            .await;
+            .await?;
+            if ended == durable::cancel::Cancelled::Ended {
+                leftovers.remove().await;
+            }
+            return Ok(());
         }
-        blocking(move || session::cancel(store, &run_id, &secrets)).await
+        blocking(move || session::cancel(store, &run_id, &secrets)).await?;
+        leftovers.remove().await;
+        Ok(())
     }
 
     /// Whether a driver of this server drives `id`, and a subscription to its feed.

@@ -102,6 +102,12 @@ pub struct RunOptions {
     /// not only for those that measured something: what a consumer counting
     /// invocations (metrics) needs. A traced run always does.
     pub every_invocation: bool,
+    /// The durable run's id, handed to every invocation ([`crate::NodeCtx::run_id`]):
+    /// what a node that starts something outside this process (a container, a server)
+    /// labels it with, so that the run's next owner finds and removes what this process
+    /// left should it be killed outright (no `finalize` runs then). `None`: a run kept
+    /// in memory, whose leftovers only the owner label finds.
+    pub run_id: Option<Arc<str>>,
 }
 
 impl Default for RunOptions {
@@ -118,6 +124,7 @@ impl Default for RunOptions {
             approved_gates: BTreeMap::new(),
             trace: None,
             every_invocation: false,
+            run_id: None,
         }
     }
 }
@@ -285,6 +292,7 @@ impl Run {
             journal: self.opts.journal.clone(),
             every_invocation: self.opts.every_invocation || self.opts.trace.is_some(),
             trace: self.opts.trace.clone(),
+            run_id: self.opts.run_id.clone(),
         });
 
         let controlled = plan

@@ -21,7 +21,7 @@ use crate::spec::{Exit, Mode, RunSpec, Stream};
 
 /// The failure signatures of code nodes, all in the `code` family (the grammar every
 /// signature keeps: `heddle_core::supervise::signatures`).
-mod signature {
+pub(super) mod signature {
     pub const DEADLINE: &str = "code:deadline";
     pub const NO_ENGINE: &str = "code:no-engine";
     pub const MISSING_IMAGE: &str = "code:missing-image";
@@ -30,8 +30,14 @@ mod signature {
     pub const TIMEOUT: &str = "code:timeout";
     pub const OOM: &str = "code:oom";
     pub const BAD_RESULT: &str = "code:bad-result";
+    /// A server (`code.server`) did not answer within its wait.
+    pub const SERVER_UNREADY: &str = "code:server-unready";
+    /// A server exited before it answered.
+    pub const SERVER_EXITED: &str = "code:server-exited";
     #[cfg(test)]
     pub const ALL: &[&str] = &[
+        SERVER_UNREADY,
+        SERVER_EXITED,
         DEADLINE,
         NO_ENGINE,
         MISSING_IMAGE,
@@ -59,16 +65,16 @@ mod signature {
 const MAX_ARG: usize = 128 * 1024 - 1;
 
 pub(super) struct CodeExecutor {
-    node_id: String,
+    pub(super) node_id: String,
     lang: Language,
-    settings: Settings,
+    pub(super) settings: Settings,
     /// Names that are configuration, not inputs.
     props: Vec<&'static str>,
-    runner: Runner,
+    pub(super) runner: Runner,
     /// The driver tasks of this node's runs. The kernel drops an invocation's future on
     /// cancel; the driver then still stops and removes the container (or kills the
     /// process group), and `finalize` waits for it, so a finished run leaves nothing.
-    drivers: TaskTracker,
+    pub(super) drivers: TaskTracker,
 }
 
 /// At most 80 characters of `text`, for an error message.
@@ -99,11 +105,18 @@ impl CodeExecutor {
         }
     }
 
-    fn fail(&self, msg: String) -> NodeError {
+    /// Names that are the node's configuration, not inputs, besides the code node's
+    /// own (a server's `port`, …).
+    pub(super) fn also_properties(mut self, names: &[&'static str]) -> Self {
+        self.props.extend_from_slice(names);
+        self
+    }
+
+    pub(super) fn fail(&self, msg: String) -> NodeError {
         NodeError::msg(format!("node {}: {msg}", self.node_id))
     }
 
-    fn spec(&self, inputs: &BTreeMap<String, Value>) -> Result<RunSpec, NodeError> {
+    pub(super) fn spec(&self, inputs: &BTreeMap<String, Value>) -> Result<RunSpec, NodeError> {
         let (argv, code_env) = self.lang.argv(&self.settings.code);
         if let Some(long) = argv.iter().find(|a| a.len() > MAX_ARG) {
             return Err(self.fail(format!(
@@ -185,6 +198,7 @@ impl CodeExecutor {
             ctx.log(LogLevel::Warn, n.clone());
         }
         let mut spec = self.spec(&call.inputs)?;
+        spec.label_run(&ctx);
         if let Some(parent) = ctx.traceparent() {
             // Last, over an input of the same name: the code's own spans join the run's
             // trace under this attempt's span (W3C Trace Context, as OTel SDKs read it).
@@ -250,7 +264,7 @@ impl CodeExecutor {
         self.outcome(exit)
     }
 
-    fn cancelled(&self, ctx: &NodeCtx) -> NodeError {
+    pub(super) fn cancelled(&self, ctx: &NodeCtx) -> NodeError {
         match ctx.deadline() {
             Some(d) if std::time::Instant::now() >= d => NodeError::new(
                 ErrorKind::Deadline,
@@ -264,7 +278,7 @@ impl CodeExecutor {
         }
     }
 
-    fn start_error(&self, e: RunnerError) -> NodeError {
+    pub(super) fn start_error(&self, e: RunnerError) -> NodeError {
         let sig = match &e {
             RunnerError::NoEngine { .. } => signature::NO_ENGINE,
             RunnerError::MissingImage { .. } => signature::MISSING_IMAGE,
@@ -358,37 +372,47 @@ impl Executor for CodeExecutor {
     /// Checks the engine and the image before any node of the run starts, so a graph
     /// whose code cannot run fails at once instead of after its upstream work.
     fn initialize(&self) -> BoxFuture<'_, Result<(), NodeError>> {
-        Box::pin(async {
-            self.runner.sweep_orphan_processes().await;
-            if self.settings.mode != Mode::Docker {
-                return Ok(());
-            }
-            let docker = self
-                .runner
-                .docker()
-                .await
-                .map_err(|e| self.start_error(e))?;
-            match docker.inspect_image(&self.settings.image).await {
-                Ok(_) => Ok(()),
-                Err(bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404, ..
-                }) => Err(self.start_error(RunnerError::MissingImage {
-                    image: self.settings.image.clone(),
-                })),
-                Err(source) => Err(self.start_error(RunnerError::Docker {
-                    action: "looking up the image",
-                    source,
-                })),
-            }
-        })
+        Box::pin(self.check_ready())
     }
 
     fn finalize(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async {
-            self.drivers.close();
-            self.drivers.wait().await;
-            self.drivers.reopen();
-        })
+        Box::pin(self.wait_drivers())
+    }
+}
+
+impl CodeExecutor {
+    /// What [`Executor::initialize`] checks: leftovers swept, and in Docker mode the
+    /// engine answering and the image present.
+    pub(super) async fn check_ready(&self) -> Result<(), NodeError> {
+        self.runner.sweep_orphan_processes().await;
+        if self.settings.mode != Mode::Docker {
+            return Ok(());
+        }
+        let docker = self
+            .runner
+            .docker()
+            .await
+            .map_err(|e| self.start_error(e))?;
+        match docker.inspect_image(&self.settings.image).await {
+            Ok(_) => Ok(()),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Err(self.start_error(RunnerError::MissingImage {
+                image: self.settings.image.clone(),
+            })),
+            Err(source) => Err(self.start_error(RunnerError::Docker {
+                action: "looking up the image",
+                source,
+            })),
+        }
+    }
+
+    /// Waits until every container and process this node started is gone (what
+    /// [`Executor::finalize`] does).
+    pub(super) async fn wait_drivers(&self) {
+        self.drivers.close();
+        self.drivers.wait().await;
+        self.drivers.reopen();
     }
 }
 

@@ -16,6 +16,7 @@
 
 mod executor;
 mod language;
+mod server;
 mod settings;
 
 use std::sync::Arc;
@@ -146,10 +147,18 @@ impl NodeProvider for CodeNodes {
         Language::ALL
             .into_iter()
             .map(|l| Arc::new(self.decl(l)))
+            .chain([Arc::new(server::decl())])
             .collect()
     }
 
     fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {
+        if spec.decl.type_name == server::TYPE {
+            return Ok(Arc::new(server::create(
+                spec,
+                &self.config,
+                self.runner.clone(),
+            )?));
+        }
         let lang = Language::from_type(&spec.decl.type_name).ok_or_else(|| {
             NodeError::host(format!(
                 "node {}: `{}` is not a code node type",
@@ -169,6 +178,9 @@ impl NodeProvider for CodeNodes {
     }
 
     fn check(&self, spec: &NodeSpec<'_>) -> Vec<ConfigProblem> {
+        if spec.decl.type_name == server::TYPE {
+            return server::check(spec, &self.config);
+        }
         match Language::from_type(&spec.decl.type_name) {
             Some(lang) => settings::read(lang, spec, &self.config)
                 .err()

@@ -190,18 +190,36 @@ pub(super) fn read(
     spec: &NodeSpec<'_>,
     config: &RunnersConfig,
 ) -> Result<Settings, Vec<ConfigProblem>> {
+    read_as(
+        lang,
+        lang.code_property(),
+        &Sandbox::default(),
+        spec,
+        config,
+    )
+}
+
+/// [`read`] with the code in property `code_prop` and `base` as the defaults (and the
+/// baseline the loosened settings are listed against): a server's differ.
+pub(super) fn read_as(
+    lang: Language,
+    code_prop: &str,
+    base: &Sandbox,
+    spec: &NodeSpec<'_>,
+    config: &RunnersConfig,
+) -> Result<Settings, Vec<ConfigProblem>> {
     let mut p = Props {
         map: spec.properties,
         problems: Vec::new(),
     };
-    let code = p.str(lang.code_property());
-    if code.is_none() && p.get(lang.code_property()).is_none() {
+    let code = p.str(code_prop);
+    if code.is_none() && p.get(code_prop).is_none() {
         let what = match lang {
             Language::Shell => "command line",
             _ => "code",
         };
         p.problem(
-            lang.code_property(),
+            code_prop,
             format!("is required (the {what} to run, as a property: an edge cannot supply it)"),
         );
     }
@@ -241,7 +259,7 @@ pub(super) fn read(
         }
     }
 
-    let d = Sandbox::default();
+    let d = base.clone();
     let timeout = p.number("timeout_s", d.timeout.as_secs_f64(), TIMEOUT_S);
     let cpus = p.number("cpus", d.nano_cpus as f64 / 1e9, CPUS);
     let user = match p.str("user") {
@@ -314,6 +332,7 @@ pub(super) fn read(
             OUTPUT_LIMIT_BYTES,
         ) as usize,
         max_line: d.max_line,
+        publish: None,
         kill_grace: Duration::from_millis(p.int(
             "kill_grace_ms",
             d.kill_grace.as_millis() as i64,
@@ -334,7 +353,7 @@ pub(super) fn read(
                 .to_string(),
         );
     } else {
-        let w = sandbox.weakenings();
+        let w = sandbox.weakenings_from(base);
         if !w.is_empty() {
             notes.push(format!(
                 "sandbox loosened by node properties: {}",

@@ -185,10 +185,31 @@ impl Runtime {
         let (plan, opts) = self.prepare(&r, doc, decision.as_ref())?;
         let settings = self.settings().store.clone();
         let tracing = self.reopen_tracing(&r, &opts, decision.as_ref());
-        crate::driver::blocking(move || {
+        let leftovers = self.leftovers(&r, &plan);
+        let reopened = crate::driver::blocking(move || {
             take_over(&settings, store, &r, plan, opts, decision.as_ref(), tracing)
         })
-        .await
+        .await?;
+        if let Some(l) = leftovers {
+            l.remove().await;
+        }
+        Ok(reopened)
+    }
+
+    /// What [`Leftovers::remove`] removes once this process took `r`'s run over: only
+    /// when its graph has code nodes (no engine is asked otherwise).
+    fn leftovers(&self, r: &Resumption, plan: &Plan) -> Option<Leftovers> {
+        let code = plan
+            .nodes
+            .iter()
+            .any(|n| matches!(n.decl.origin, heddle_core::Origin::Code));
+        code.then(|| self.run_leftovers(&r.header.run_id))
+    }
+
+    /// The containers an earlier owner of run `run` left on the engine the code nodes
+    /// use ([`Leftovers`]): what a cancel that ends a run nobody drives removes too.
+    pub fn run_leftovers(&self, run: &str) -> Leftovers {
+        Leftovers::new(self.settings().runners.docker_host.clone(), run)
     }
 
     /// [`Runtime::reopen`] on this thread: blocks on the disk (call it where blocking
@@ -202,7 +223,8 @@ impl Runtime {
     ) -> Result<Reopened, Error> {
         let (plan, opts) = self.prepare(r, doc, decision)?;
         let tracing = self.reopen_tracing(r, &opts, decision);
-        take_over(
+        let leftovers = self.leftovers(r, &plan);
+        let reopened = take_over(
             &self.settings().store,
             store,
             r,
@@ -210,7 +232,11 @@ impl Runtime {
             opts,
             decision,
             tracing,
-        )
+        )?;
+        if let Some(l) = leftovers {
+            l.blocking_remove();
+        }
+        Ok(reopened)
     }
 
     /// The tracing of a run taken over by `r`: the run span's events from its log, and
@@ -260,6 +286,88 @@ impl Runtime {
             t.event("heddle.gate.approved", attributes);
         }
         Some(t)
+    }
+}
+
+/// The containers an earlier owner of a run left: a host killed outright (SIGKILL, a
+/// crash, the OOM killer) runs no `finalize`, so a server it started for the run
+/// (`code.server`), or a code node's container in flight, is still on the engine,
+/// labelled with the run ([`heddle_runners::LABEL_RUN`]). Whoever takes the run over
+/// (a resume, a recovery, a watchdog's next worker, another host's adoption) removes
+/// them once the run is its own, before anything of the run runs again; a server the
+/// run still needs is started afresh (the kernel never replays a run-scoped result).
+/// A cancel that ends a run nobody drives removes them as well.
+pub struct Leftovers {
+    docker_host: Option<String>,
+    run: String,
+}
+
+impl Leftovers {
+    /// How long the engine gets to answer: a run is not held up by an engine that is
+    /// down (its Docker nodes then fail on their own, naming it).
+    const CONNECT: std::time::Duration = std::time::Duration::from_secs(5);
+
+    /// Run `run`'s containers on the engine at `docker_host` (`[runners] docker_host`;
+    /// `None`: `DOCKER_HOST` or the local socket).
+    pub fn new(docker_host: Option<String>, run: &str) -> Leftovers {
+        Leftovers {
+            docker_host,
+            run: run.to_string(),
+        }
+    }
+
+    /// Removes them (an engine that does not answer is logged, never an error: the run
+    /// goes on, and its Docker nodes report the engine themselves).
+    pub async fn remove(self) {
+        let run = &self.run;
+        let docker = match tokio::time::timeout(
+            Self::CONNECT,
+            heddle_runners::connect_docker(self.docker_host.as_deref()),
+        )
+        .await
+        {
+            Ok(Ok(d)) => d,
+            // No engine: no container can have been left on it (subprocess nodes die
+            // with their host).
+            Ok(Err(e)) => {
+                tracing::debug!(run_id = %run, error = %e, "no Docker engine to look for the run's containers in");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(run_id = %run, "the Docker engine did not answer within 5 s: containers an earlier owner of the run left may remain");
+                return;
+            }
+        };
+        match heddle_runners::remove_run_containers(&docker, run).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                run_id = %run,
+                removed = n,
+                "removed the containers an earlier owner of the run left"
+            ),
+            Err(e) => tracing::warn!(
+                run_id = %run,
+                error = %e,
+                "could not remove the containers an earlier owner of the run left"
+            ),
+        }
+    }
+
+    /// [`Leftovers::remove`] from a thread that may block (not an async one): on a
+    /// thread and a runtime of its own, so it works whether or not the caller is
+    /// inside one.
+    pub fn blocking_remove(self) {
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt.block_on(self.remove()),
+                    Err(e) => tracing::warn!(error = %e, "no runtime to remove the run's leftover containers with"),
+                }
+            });
+        });
     }
 }
 

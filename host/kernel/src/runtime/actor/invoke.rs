@@ -517,6 +517,9 @@ impl Actor {
         if let (Some(t), Some(span)) = (&self.shared.trace, span) {
             ctx = ctx.traced(t.clone(), span);
         }
+        if let Some(run) = &self.shared.run_id {
+            ctx = ctx.in_run(run.clone());
+        }
         if reusable {
             self.spare_ctx = Some(ctx.clone());
         }

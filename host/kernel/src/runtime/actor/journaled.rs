@@ -28,8 +28,13 @@ impl Actor {
     /// results recorded upstream for less than recording them would cost, and they
     /// report no usage. Under a supervisor they are journaled like any node, so a
     /// verdict about one is never asked again.
+    ///
+    /// A run-scoped resource ([`crate::Executor::run_scoped`], a server) is recomputed
+    /// too, supervised or not: its recorded result would name a resource that died with
+    /// the process that started it.
     pub(super) fn recomputed(&self) -> bool {
-        self.native && self.spec.decl.retry_safe && self.shared.escalator.is_none()
+        (self.native && self.spec.decl.retry_safe && self.shared.escalator.is_none())
+            || self.spec.exec.run_scoped()
     }
 
     /// A durable run's side of [`Actor::invoke`] before the attempts: what an earlier

@@ -195,6 +195,8 @@ pub(crate) struct Shared {
     pub trace: Option<Arc<heddle_core::trace::Traced>>,
     /// Every attempt's `invocation` event is published (traced or counted runs).
     pub every_invocation: bool,
+    /// The durable run's id, given to every invocation's context.
+    pub run_id: Option<Arc<str>>,
 }
 
 impl Shared {
