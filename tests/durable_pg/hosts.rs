@@ -456,6 +456,7 @@ fn two_hosts_racing_for_a_thousand_queued_runs_claim_each_exactly_once() {
             plan: heddle_core::PlanSummary {
                 nodes: vec![node("c", "heddle.constant"), node("out", "heddle.output")],
                 edges: 1,
+                ..Default::default()
             },
             inputs: Default::default(),
             secrets: Vec::new(),
@@ -1020,6 +1021,7 @@ fn figures_of_several_hosts() {
             plan: heddle_core::PlanSummary {
                 nodes: vec![node("c", "heddle.constant"), node("out", "heddle.output")],
                 edges: 1,
+                ..Default::default()
             },
             inputs: Default::default(),
             secrets: Vec::new(),

@@ -102,9 +102,8 @@ pub(crate) async fn answer_here(
     let note = req.note.clone();
     // The node it is about, for the log line of an answer with a note.
     let node = match &note {
-        Some(_) => api
-            .host
-            .escalations(&id)
+        Some(_) => host
+            .escalations(id)
             .await
             .ok()
             .and_then(|v| v.into_iter().find(|p| p.id == eid))
