@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::Json;
 use axum::extract::State;
-use heddle_store::{RunStore as _, SuperviseMode};
+use heddle_store::SuperviseMode;
 use serde_json::{Value, json};
 
 use crate::support::*;

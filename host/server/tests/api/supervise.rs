@@ -47,7 +47,6 @@ async fn interactive(store: Store) -> TestServer {
 
 /// Whether run `id`'s log holds its escalation yet (read as `heddle runs show` reads).
 fn escalated(s: &TestServer, id: &str) -> bool {
-    use heddle_store::RunStore as _;
     let read = s.store().read(id, 0).unwrap();
     read.records.iter().any(|r| r.record.kind() == "escalated")
 }
