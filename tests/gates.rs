@@ -33,7 +33,6 @@ crate::both!(
     rejecting_a_gate_cancels_the_run_with_its_title_and_note,
     an_unknown_gate_is_refused_naming_it_and_nothing_is_written,
     one_approval_opens_a_gate_for_every_item_of_a_fan_out,
-    a_supervised_run_at_a_gate_says_to_answer_it_not_to_resume_it,
 );
 
 /// [`CONFIG`] with the runs on `b`: on PostgreSQL a fresh database (`[store] url`).
@@ -306,8 +305,10 @@ fn one_approval_opens_a_gate_for_every_item_of_a_fan_out(b: Backend) {
     );
 }
 
-fn a_supervised_run_at_a_gate_says_to_answer_it_not_to_resume_it(b: Backend) {
-    let dir = setup(b);
+/// On a store file only: it uses the watchdog, which supervises runs in a store file.
+#[test]
+fn a_supervised_run_at_a_gate_says_to_answer_it_not_to_resume_it() {
+    let dir = setup(Backend::Sqlite);
     let o = heddle_in(dir.path(), &["run", "--watchdog", "g.json"]);
     expect_code(&o, SUSPENDED);
     let e = stderr(&o);

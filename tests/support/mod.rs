@@ -11,6 +11,7 @@ pub mod store;
 /// by scripts/pg-up. Its `both!` macro makes a test of each [`Backend`] from one body.
 #[path = "../../host/store/tests/support/mod.rs"]
 pub mod pg;
+#[allow(unused_imports)] // each test file takes what it uses
 pub use pg::{Backend, skip_pg};
 
 use std::io::Write as _;
