@@ -241,7 +241,11 @@ fn an_interactive_run_is_not_resumed_from_the_command_line() {
         assert!(e.contains(&format!("POST /api/runs/{id}/resume")), "{e}");
     }
     assert_eq!(env.show(&id)["records"], records);
-    assert_eq!(std::fs::read(env.db()).unwrap(), before, "the store changed");
+    assert_eq!(
+        std::fs::read(env.db()).unwrap(),
+        before,
+        "the store changed"
+    );
 }
 
 /// A run created through the API with a policy as its supervisor keeps it when the
