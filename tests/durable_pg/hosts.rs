@@ -1070,6 +1070,25 @@ fn a_dead_command_lines_run_is_adopted_by_a_host_and_resumed_through_another() {
     std::fs::write(hosts.env.path().join("g.json"), CHAIN).unwrap();
     let a = hosts.start("adopt-a", 2);
     let b = hosts.start("adopt-b", 2);
+    // Each says at start which host it is, the database (never a password) and its
+    // lease.
+    let db = hosts.url.rsplit_once('/').unwrap().1;
+    for (s, id) in [(&a, "adopt-a"), (&b, "adopt-b")] {
+        let start = s
+            .log()
+            .lines()
+            .find(|l| l.contains("listening on"))
+            .unwrap_or_default()
+            .to_string();
+        for part in [
+            format!("host {id}"),
+            format!("/{db} (schema heddle)"),
+            format!("run leases of {TTL_MS} ms renewed every 333 ms"),
+        ] {
+            assert!(start.contains(&part), "`{part}` not in {start}");
+        }
+        assert!(!start.contains('@'), "{start}");
+    }
     let id = hosts.env.crash("after-start:w", &[]);
     assert!(hosts.env.lines().is_empty());
     let rt = rt();
