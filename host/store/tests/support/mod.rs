@@ -220,9 +220,10 @@ pub fn connects(url: &str) -> Result<(), String> {
 }
 
 /// A login role of the shared server that must give its password (`scram-sha-256`),
-/// where every other role is trusted (scripts/pg-up makes a trust cluster): its line is
-/// put first in the server's `pg_hba.conf` (once; the tests own the throwaway cluster)
-/// and the configuration reloaded, waited for until a wrong password is refused.
+/// where every other role is trusted: scripts/pg-up writes its line first in
+/// `pg_hba.conf`; on a cluster started without it the line is put there here (once; the
+/// tests own the throwaway cluster) and the configuration reloaded, waited for until a
+/// wrong password is refused.
 /// Returns the role and its password, for tests of a refused password.
 pub fn password_role() -> (String, String) {
     const ROLE: &str = "heddle_pw";
