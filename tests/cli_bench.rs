@@ -136,3 +136,51 @@ fn wasm_shapes_run_std_nodes_and_report_cost_per_invocation() {
         );
     }
 }
+
+/// `--durable --store postgres://…` measures durable runs on that database: the bench's
+/// runs are recorded there (the figures come from real commits, not a scratch file);
+/// `--store` without `--durable` is refused saying to add it.
+#[test]
+fn durable_runs_are_measured_on_the_database_store_names() {
+    if skip_pg() {
+        return;
+    }
+    let url = pg::fresh_database();
+    let o = heddle(&[
+        "bench",
+        "--shape",
+        "wasm-chain",
+        "--size",
+        "3",
+        "--messages",
+        "20",
+        "--runs",
+        "1",
+        "--durable",
+        "--store",
+        &url,
+        "--json",
+    ]);
+    expect_code(&o, OK);
+    let v = json(&o);
+    assert_eq!(v[0]["invocations"], 60, "{v}");
+    let runs = pg::query(&url, "SELECT count(*) FROM heddle.runs");
+    assert_ne!(
+        runs[0][0].as_deref(),
+        Some("0"),
+        "no run was recorded there"
+    );
+    let records = pg::query(&url, "SELECT count(*) FROM heddle.events");
+    assert_ne!(
+        records[0][0].as_deref(),
+        Some("0"),
+        "no record was written there"
+    );
+
+    let o = heddle(&[
+        "bench", "--shape", "wide", "--size", "5", "--runs", "1", "--store", &url,
+    ]);
+    assert_ne!(code(&o), OK, "{}", stderr(&o));
+    assert!(stderr(&o).contains("add --durable"), "{}", stderr(&o));
+    no_panic(&o);
+}

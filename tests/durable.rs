@@ -9,9 +9,29 @@ mod support;
 
 use support::stderr;
 use support::store::{
-    BAD_STORE, CHAIN, FANOUT, INVALID, LIMIT as BUDGET, OK, PAUSED, StoreDir, expect, kill_moments,
-    pause_event, reference_outputs, run_id, text,
+    BAD_STORE, Backend, CHAIN, FANOUT, INVALID, LIMIT as BUDGET, OK, PAUSED, StoreDir, expect,
+    kill_moments, pause_event, reference_outputs, run_id, text,
 };
+
+// Each as a test on a store file and on PostgreSQL (`mod sqlite`, `mod postgres`): the
+// crash table, the answers and the budgets do not depend on the store.
+crate::both!(
+    an_uninterrupted_durable_run_is_recorded_and_cannot_be_resumed,
+    a_started_non_retry_safe_node_pauses_until_an_explicit_resume,
+    a_recorded_result_is_never_repeated,
+    work_that_never_started_is_started_on_recovery,
+    a_crash_in_a_fan_out_repeats_no_completed_item,
+    random_sigkills_of_a_fan_out_lose_nothing_and_repeat_only_reoffered_work,
+    a_spent_dispatch_budget_ends_the_run_with_its_own_exit_code,
+    recovered_dispatches_count_once_against_the_budget,
+    the_run_time_limit_ends_a_run_that_outlives_it,
+    a_recorded_verdict_is_carried_out_on_recovery_never_asked_again,
+    a_reconcile_pause_answered_completed_runs_on_without_running_the_node,
+    a_recorded_answer_is_carried_out_after_a_later_crash_and_never_asked_again,
+    a_wrong_answer_to_a_reconcile_pause_is_refused_and_writes_nothing,
+    a_post_cut_off_by_a_crash_pauses_instead_of_being_sent_again,
+    a_get_cut_off_by_a_crash_runs_again_on_resume,
+);
 
 fn outputs(o: &Output) -> serde_json::Value {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
@@ -28,9 +48,8 @@ fn occurrence<'a>(show: &'a serde_json::Value, node: &str) -> &'a serde_json::Va
         .unwrap_or_else(|| panic!("no occurrence of {node}: {show:#}"))
 }
 
-#[test]
-fn an_uninterrupted_durable_run_is_recorded_and_cannot_be_resumed() {
-    let env = StoreDir::with_graph(CHAIN);
+fn an_uninterrupted_durable_run_is_recorded_and_cannot_be_resumed(b: Backend) {
+    let env = StoreDir::with_graph_on(b, CHAIN);
     let o = env.heddle(&["run", "--durable", "--json", "g.json"]);
     expect(&o, OK);
     let id = run_id(&o);
@@ -56,10 +75,9 @@ fn an_uninterrupted_durable_run_is_recorded_and_cannot_be_resumed() {
     assert_eq!(env.lines(), ["one"]);
 }
 
-#[test]
-fn a_started_non_retry_safe_node_pauses_until_an_explicit_resume() {
+fn a_started_non_retry_safe_node_pauses_until_an_explicit_resume(b: Backend) {
     let reference = reference_outputs(CHAIN);
-    let env = StoreDir::with_graph(CHAIN);
+    let env = StoreDir::with_graph_on(b, CHAIN);
     let id = env.crash("after-start:w", &[]);
     // The start record is on disk and node code never ran.
     assert_eq!(env.lines(), Vec::<String>::new());
@@ -103,11 +121,10 @@ fn a_started_non_retry_safe_node_pauses_until_an_explicit_resume() {
     assert_eq!(env.show(&id)["state"], "completed");
 }
 
-#[test]
-fn a_recorded_result_is_never_repeated() {
+fn a_recorded_result_is_never_repeated(b: Backend) {
     for fault in ["after-result:w", "after-start:up", "after-result:up"] {
         let reference = reference_outputs(CHAIN);
-        let env = StoreDir::with_graph(CHAIN);
+        let env = StoreDir::with_graph_on(b, CHAIN);
         let id = env.crash(fault, &[]);
         assert_eq!(env.lines(), ["one"], "{fault}");
         let o = env.heddle(&["runs", "resume", &id, "--json"]);
@@ -127,11 +144,10 @@ fn a_recorded_result_is_never_repeated() {
     }
 }
 
-#[test]
-fn work_that_never_started_is_started_on_recovery() {
+fn work_that_never_started_is_started_on_recovery(b: Backend) {
     for fault in ["before-dispatch:w", "after-dispatch:w", "mid-commit:w"] {
         let reference = reference_outputs(CHAIN);
-        let env = StoreDir::with_graph(CHAIN);
+        let env = StoreDir::with_graph_on(b, CHAIN);
         let id = env.crash(fault, &[]);
         assert_eq!(env.lines(), Vec::<String>::new(), "{fault}");
         let o = env.heddle(&["runs", "resume", &id, "--json"]);
@@ -143,11 +159,10 @@ fn work_that_never_started_is_started_on_recovery() {
     }
 }
 
-#[test]
-fn a_crash_in_a_fan_out_repeats_no_completed_item() {
+fn a_crash_in_a_fan_out_repeats_no_completed_item(b: Backend) {
     let reference = reference_outputs(FANOUT);
     // One item at a time (the items running together: `tests/durable_group.rs`).
-    let env = StoreDir::with_graph(FANOUT).one_at_a_time();
+    let env = StoreDir::with_graph_on(b, FANOUT).one_at_a_time();
     // The third item's write completes, then the process dies.
     let id = env.crash("after-result:w:3", &[]);
     assert_eq!(env.lines().len(), 3);
@@ -161,8 +176,7 @@ fn a_crash_in_a_fan_out_repeats_no_completed_item() {
 
 /// Many runs of the fan-out graph killed with SIGKILL after a pseudo-random delay, then
 /// resumed (explicitly re-offering any reconcile pause) until they complete.
-#[test]
-fn random_sigkills_of_a_fan_out_lose_nothing_and_repeat_only_reoffered_work() {
+fn random_sigkills_of_a_fan_out_lose_nothing_and_repeat_only_reoffered_work(b: Backend) {
     // Kill moments are drawn over the length of an uninterrupted run, so most rounds die
     // somewhere inside it (the length only scales the randomness; nothing asserts on it).
     let t0 = std::time::Instant::now();
@@ -170,7 +184,7 @@ fn random_sigkills_of_a_fan_out_lose_nothing_and_repeat_only_reoffered_work() {
     let span_ms = t0.elapsed().as_millis() as u64 + 1;
     let mut next = kill_moments();
     for round in 0..12 {
-        let env = StoreDir::with_graph(FANOUT);
+        let env = StoreDir::with_graph_on(b, FANOUT);
         let delay = std::time::Duration::from_millis(next() % span_ms);
         let Some(id) = env.run_killed_after(delay) else {
             eprintln!("round {round}: killed before the run was recorded");
@@ -223,10 +237,9 @@ fn reference_dispatches(graph: &str) -> u64 {
     env.show(&run_id(&o))["dispatches"].as_u64().unwrap()
 }
 
-#[test]
-fn a_spent_dispatch_budget_ends_the_run_with_its_own_exit_code() {
+fn a_spent_dispatch_budget_ends_the_run_with_its_own_exit_code(b: Backend) {
     let d = reference_dispatches(CHAIN);
-    let env = StoreDir::with_graph(CHAIN);
+    let env = StoreDir::with_graph_on(b, CHAIN);
     let budget = (d - 1).to_string();
     let o = env.heddle(&[
         "run",
@@ -260,14 +273,13 @@ fn a_spent_dispatch_budget_ends_the_run_with_its_own_exit_code() {
     assert!(stderr(&o).contains("--durable"), "{}", text(&o));
 }
 
-#[test]
-fn recovered_dispatches_count_once_against_the_budget() {
+fn recovered_dispatches_count_once_against_the_budget(b: Backend) {
     let reference = reference_outputs(FANOUT);
     let d = reference_dispatches(FANOUT);
     // Exactly the budget an uninterrupted run needs: a crash and resume fit in it,
     // because what was recorded before the crash is not dispatched again. One item at
     // a time, so the crash comes with half of them run.
-    let env = StoreDir::with_graph(FANOUT).one_at_a_time();
+    let env = StoreDir::with_graph_on(b, FANOUT).one_at_a_time();
     let id = env.crash("after-result:w:3", &["--max-dispatches", &d.to_string()]);
     assert_eq!(env.lines().len(), 3);
     let o = env.heddle(&["runs", "resume", &id, "--json"]);
@@ -277,7 +289,7 @@ fn recovered_dispatches_count_once_against_the_budget() {
     assert_eq!(env.show(&id)["dispatches"], d);
 
     // One less, and the resumed run (which keeps the recorded budget) runs out.
-    let env = StoreDir::with_graph(FANOUT).one_at_a_time();
+    let env = StoreDir::with_graph_on(b, FANOUT).one_at_a_time();
     let id = env.crash(
         "after-result:w:3",
         &["--max-dispatches", &(d - 1).to_string()],
@@ -299,9 +311,8 @@ const WAITING: &str = r#"{
   "edges": [{"source": "in", "sourceHandle": "value", "target": "out", "targetHandle": "value"}]
 }"#;
 
-#[test]
-fn the_run_time_limit_ends_a_run_that_outlives_it() {
-    let env = StoreDir::with_graph(WAITING);
+fn the_run_time_limit_ends_a_run_that_outlives_it(b: Backend) {
+    let env = StoreDir::with_graph_on(b, WAITING);
     let mut child = env
         .cmd(&[
             "run",
@@ -335,10 +346,9 @@ fn the_run_time_limit_ends_a_run_that_outlives_it() {
 
 /// A supervisor's verdict is on disk before it is carried out; a crash right after it
 /// and a resume carry it out from the log, and the supervisor is asked once in all.
-#[test]
-fn a_recorded_verdict_is_carried_out_on_recovery_never_asked_again() {
+fn a_recorded_verdict_is_carried_out_on_recovery_never_asked_again(b: Backend) {
     use support::{PARSE_EACH, chat_server, tool_call};
-    let env = StoreDir::with_graph(PARSE_EACH);
+    let env = StoreDir::with_graph_on(b, PARSE_EACH);
     let (url, requests) = chat_server(vec![
         tool_call(
             "submit_verdict",
@@ -415,10 +425,9 @@ fn reconcile_pause(env: &StoreDir, node: &str) -> (String, u64) {
 /// A person who knows the uncertain work happened says so with its outputs: they are
 /// checked against the node's declaration, recorded with who and why, fed downstream,
 /// and the node is not run.
-#[test]
-fn a_reconcile_pause_answered_completed_runs_on_without_running_the_node() {
+fn a_reconcile_pause_answered_completed_runs_on_without_running_the_node(b: Backend) {
     let reference = reference_outputs(CHAIN);
-    let env = StoreDir::with_graph(CHAIN);
+    let env = StoreDir::with_graph_on(b, CHAIN);
     let (id, event) = reconcile_pause(&env, "w");
     assert_eq!(env.lines(), Vec::<String>::new());
     // What `w` would have answered had its result been recorded (an int given as 4).
@@ -473,9 +482,8 @@ fn a_reconcile_pause_answered_completed_runs_on_without_running_the_node() {
 /// same process, and a recovery, carry it out (the node is never run, never asked
 /// about again), large supplied values included; a skip drops what the node feeds, with
 /// reason `reconciled`.
-#[test]
-fn a_recorded_answer_is_carried_out_after_a_later_crash_and_never_asked_again() {
-    let env = StoreDir::with_graph(TWO_EFFECTS);
+fn a_recorded_answer_is_carried_out_after_a_later_crash_and_never_asked_again(b: Backend) {
+    let env = StoreDir::with_graph_on(b, TWO_EFFECTS);
     // Small inline values: the supplied path is stored as an artifact of the run.
     let config = std::fs::read_to_string(env.path().join("heddle.toml")).unwrap();
     std::fs::write(
@@ -567,10 +575,9 @@ fn a_recorded_answer_is_carried_out_after_a_later_crash_and_never_asked_again() 
 /// the node's declared outputs and types, a file that is not an outputs object, both
 /// answers at once, no note, no pause named, a value holding a known secret, a pause
 /// that is not a reconcile pause.
-#[test]
-fn a_wrong_answer_to_a_reconcile_pause_is_refused_and_writes_nothing() {
+fn a_wrong_answer_to_a_reconcile_pause_is_refused_and_writes_nothing(b: Backend) {
     const SECRET: &str = "s3cr3t-reconcile-value";
-    let env = StoreDir::with_graph(CHAIN);
+    let env = StoreDir::with_graph_on(b, CHAIN);
     let config = std::fs::read_to_string(env.path().join("heddle.toml")).unwrap();
     std::fs::write(
         env.path().join("heddle.toml"),
@@ -647,10 +654,7 @@ fn a_wrong_answer_to_a_reconcile_pause_is_refused_and_writes_nothing() {
         answer("secret.json"),
         &["KNOWN_SECRET", "nothing was written"],
     );
-    assert!(
-        !String::from_utf8_lossy(&std::fs::read(env.db()).unwrap()).contains(SECRET),
-        "the secret reached the store"
-    );
+    assert!(!env.store_holds(SECRET), "the secret reached the store");
     refused(
         &[
             "--pause",
@@ -678,7 +682,7 @@ fn a_wrong_answer_to_a_reconcile_pause_is_refused_and_writes_nothing() {
     );
 
     // A pause that is not a reconcile pause: a gate's.
-    let gated = StoreDir::with_graph(support::store::GATED);
+    let gated = StoreDir::with_graph_on(b, support::store::GATED);
     let o = gated.heddle(&["run", "--durable", "g.json"]);
     expect(&o, PAUSED);
     let gid = run_id(&o);
@@ -747,14 +751,14 @@ fn kill_mid_request(env: &StoreDir, srv: &support::http::HttpServer) -> String {
 /// it goes out: a crash while it is in flight pauses the run for a person, and the
 /// server, which counts what arrives, never receives it twice unless that person says
 /// so.
-#[test]
-fn a_post_cut_off_by_a_crash_pauses_instead_of_being_sent_again() {
+fn a_post_cut_off_by_a_crash_pauses_instead_of_being_sent_again(b: Backend) {
     let srv = support::http::HttpServer::start(200, r#"{"order": 17}"#, true);
-    let env =
-        StoreDir::with_graph(&http_graph("http.json", "POST", srv.port)).with_config(&format!(
+    let env = StoreDir::with_graph_on(b, &http_graph("http.json", "POST", srv.port)).with_config(
+        &format!(
             "\n[packages.http]\nnetwork = [\"http://127.0.0.1:{}\"]\n",
             srv.port
-        ));
+        ),
+    );
     let id = kill_mid_request(&env, &srv);
     assert_eq!(srv.requests()[0].method, "POST");
     assert_eq!(srv.requests()[0].body, r#"{"item":"tea","qty":2}"#);
@@ -773,11 +777,10 @@ fn a_post_cut_off_by_a_crash_pauses_instead_of_being_sent_again() {
 }
 
 /// A GET (`http.get_json`, retry-safe) lost in a crash is simply run again.
-#[test]
-fn a_get_cut_off_by_a_crash_runs_again_on_resume() {
+fn a_get_cut_off_by_a_crash_runs_again_on_resume(b: Backend) {
     let srv = support::http::HttpServer::start(200, r#"{"stock": 3}"#, true);
-    let env =
-        StoreDir::with_graph(&http_graph("http.get_json", "GET", srv.port)).with_config(&format!(
+    let env = StoreDir::with_graph_on(b, &http_graph("http.get_json", "GET", srv.port))
+        .with_config(&format!(
             "\n[packages.http]\nnetwork = [\"http://127.0.0.1:{}\"]\n",
             srv.port
         ));

@@ -5,12 +5,14 @@
 
 mod support;
 
-use support::store::{GATED, StoreDir, expect, report, run_id, sigkill, wait_line};
+use support::store::{Backend, GATED, StoreDir, expect, report, run_id, sigkill, wait_line};
 use support::{OK, SUSPENDED};
 
-#[test]
-fn an_approval_announced_is_on_disk_when_the_process_is_killed_right_after() {
-    let d = StoreDir::with_graph(GATED);
+// On a store file and on PostgreSQL.
+crate::both!(an_approval_announced_is_on_disk_when_the_process_is_killed_right_after,);
+
+fn an_approval_announced_is_on_disk_when_the_process_is_killed_right_after(b: Backend) {
+    let d = StoreDir::with_graph_on(b, GATED);
     let o = d.heddle(&["run", "--durable", "g.json"]);
     expect(&o, SUSPENDED);
     let run = run_id(&o);

@@ -16,8 +16,16 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use support::store::{PAUSED, StoreDir, expect, kill_moments, pause_event, report, text};
+use support::store::{Backend, PAUSED, StoreDir, expect, kill_moments, pause_event, report, text};
 use support::{OK, stderr};
+
+// On a store file and on PostgreSQL (whose group commit is its own).
+crate::both!(
+    a_fan_out_of_effects_runs_together_and_writes_each_item_once,
+    aborts_inside_a_group_keep_the_crash_table,
+    random_sigkills_inside_groups_lose_nothing_and_rerun_no_recorded_result,
+    a_dispatch_budget_stops_a_group_at_the_item_it_cannot_admit,
+);
 
 fn item_line(i: usize) -> String {
     format!("item-{i}")
@@ -166,9 +174,8 @@ fn e_contains(o: &std::process::Output, s: &str) -> bool {
 
 /// An uninterrupted run writes every item once, in far fewer synced commits than
 /// invocations (the starts of those that ran together shared one).
-#[test]
-fn a_fan_out_of_effects_runs_together_and_writes_each_item_once() {
-    let d = StoreDir::with_graph(&graph(120));
+fn a_fan_out_of_effects_runs_together_and_writes_each_item_once(b: Backend) {
+    let d = StoreDir::with_graph_on(b, &graph(120));
     let o = d.heddle(&["run", "--durable", "--json", "g.json"]);
     expect(&o, OK);
     assert_eq!(effects(&d).len(), 120);
@@ -180,8 +187,7 @@ fn a_fan_out_of_effects_runs_together_and_writes_each_item_once() {
 /// Aborted at the named boundaries inside a group: after the group's starts are on disk
 /// (no code ran), inside the commit of a start (it never committed), after a result was
 /// appended (the others of the group ran too).
-#[test]
-fn aborts_inside_a_group_keep_the_crash_table() {
+fn aborts_inside_a_group_keep_the_crash_table(b: Backend) {
     for fault in [
         "after-start:w",
         "after-start:w:3",
@@ -189,7 +195,7 @@ fn aborts_inside_a_group_keep_the_crash_table() {
         "after-result:w:2",
         "after-result:w:20",
     ] {
-        let d = StoreDir::with_graph(&graph(24));
+        let d = StoreDir::with_graph_on(b, &graph(24));
         let run = d.crash(fault, &[]);
         check_after_crash(&d, &run, 24, fault);
     }
@@ -197,16 +203,15 @@ fn aborts_inside_a_group_keep_the_crash_table() {
 
 /// SIGKILL at random moments over the run's length, so rounds die before, between and
 /// in the middle of groups.
-#[test]
-fn random_sigkills_inside_groups_lose_nothing_and_rerun_no_recorded_result() {
+fn random_sigkills_inside_groups_lose_nothing_and_rerun_no_recorded_result(b: Backend) {
     let t0 = std::time::Instant::now();
     const ITEMS: usize = 60;
-    let probe = StoreDir::with_graph(&graph(ITEMS));
+    let probe = StoreDir::with_graph_on(b, &graph(ITEMS));
     expect(&probe.heddle(&["run", "--durable", "g.json"]), OK);
     let span_ms = t0.elapsed().as_millis() as u64 + 1;
     let mut next = kill_moments();
     for round in 0..8 {
-        let d = StoreDir::with_graph(&graph(ITEMS));
+        let d = StoreDir::with_graph_on(b, &graph(ITEMS));
         let what = format!("round {round}");
         let delay = std::time::Duration::from_millis(next() % span_ms);
         let Some(run) = d.run_killed_after(delay) else {
@@ -220,9 +225,8 @@ fn random_sigkills_inside_groups_lose_nothing_and_rerun_no_recorded_result() {
 /// The dispatch budget holds inside a group: items past it are refused before they
 /// start (the run ends failed, exit 6), and every item written was admitted and
 /// started.
-#[test]
-fn a_dispatch_budget_stops_a_group_at_the_item_it_cannot_admit() {
-    let d = StoreDir::with_graph(&graph(24));
+fn a_dispatch_budget_stops_a_group_at_the_item_it_cannot_admit(b: Backend) {
+    let d = StoreDir::with_graph_on(b, &graph(24));
     let o = d.heddle(&["run", "--durable", "--max-dispatches", "10", "g.json"]);
     expect(&o, support::store::LIMIT);
     let (started, completed) = logged(&d);

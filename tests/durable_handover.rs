@@ -10,8 +10,18 @@ mod support;
 
 use std::process::{Child, Output, Stdio};
 
-use support::store::{CHAIN, GATED, StoreDir, expect, run_id, run_id_in, wait_line};
+use support::store::{Backend, CHAIN, GATED, StoreDir, expect, run_id, run_id_in, wait_line};
 use support::{CANCELLED, INVALID, OK, SUSPENDED};
+
+// On a store file and on PostgreSQL (where a run's lease row is what the takers race
+// for).
+crate::both!(
+    of_concurrent_resumes_one_recovers_the_run_and_the_others_exit_2_writing_nothing,
+    of_concurrent_approvals_one_runs_on_from_the_gate_and_the_others_exit_2_writing_nothing,
+    a_resume_racing_an_approval_never_leaves_the_run_interrupted,
+    cancelling_a_run_a_live_process_owns_asks_the_owner_which_ends_it_cancelled,
+    a_cancel_request_left_behind_is_withdrawn_by_a_resume_and_kept_by_a_recovery,
+);
 
 /// Concurrent takers per trial, and trials (each on a store of its own).
 const TAKERS: usize = 4;
@@ -54,6 +64,10 @@ fn one_won(outs: &[Output], won: i32, trial: usize) {
         assert!(
             e.contains("was taken over by another process")
                 || e.contains("is live (owner process")
+                || e.contains("is owned by host")
+                // Read as the winner took it (PostgreSQL: between its `opened` record
+                // and its lease showing as live).
+                || e.contains("is not waiting at gate")
                 || e.contains("is completed"),
             "trial {trial}: a loser must say what won: {e}"
         );
@@ -69,10 +83,9 @@ fn opened(d: &StoreDir) -> usize {
     d.records_of("opened").len()
 }
 
-#[test]
-fn of_concurrent_resumes_one_recovers_the_run_and_the_others_exit_2_writing_nothing() {
+fn of_concurrent_resumes_one_recovers_the_run_and_the_others_exit_2_writing_nothing(b: Backend) {
     for trial in 0..TRIALS {
-        let d = StoreDir::with_graph(CHAIN);
+        let d = StoreDir::with_graph_on(b, CHAIN);
         // Interrupted before `w` was dispatched: recovery runs it (its effect once).
         let run = d.crash("before-dispatch:w", &[]);
         assert_eq!(opened(&d), 1);
@@ -102,10 +115,11 @@ const GATED_EFFECT: &str = r#"{"format": "heddle.graph", "version": 1,
   ]
 }"#;
 
-#[test]
-fn of_concurrent_approvals_one_runs_on_from_the_gate_and_the_others_exit_2_writing_nothing() {
+fn of_concurrent_approvals_one_runs_on_from_the_gate_and_the_others_exit_2_writing_nothing(
+    b: Backend,
+) {
     for trial in 0..TRIALS {
-        let d = StoreDir::with_graph(GATED_EFFECT);
+        let d = StoreDir::with_graph_on(b, GATED_EFFECT);
         let o = d.heddle(&["run", "--durable", "g.json"]);
         expect(&o, SUSPENDED);
         let run = run_id(&o);
@@ -123,10 +137,9 @@ fn of_concurrent_approvals_one_runs_on_from_the_gate_and_the_others_exit_2_writi
 
 /// A gated run approved and resumed at once: one of the two kinds wins; a plain resume
 /// at a gate is refused anyway, so the approval is the one that may win.
-#[test]
-fn a_resume_racing_an_approval_never_leaves_the_run_interrupted() {
+fn a_resume_racing_an_approval_never_leaves_the_run_interrupted(b: Backend) {
     for trial in 0..TRIALS {
-        let d = StoreDir::with_graph(GATED);
+        let d = StoreDir::with_graph_on(b, GATED);
         let o = d.heddle(&["run", "--durable", "g.json"]);
         expect(&o, SUSPENDED);
         let run = run_id(&o);
@@ -171,10 +184,9 @@ fn waiting_graph(d: &StoreDir) -> String {
     .to_string()
 }
 
-#[test]
-fn cancelling_a_run_a_live_process_owns_asks_the_owner_which_ends_it_cancelled() {
+fn cancelling_a_run_a_live_process_owns_asks_the_owner_which_ends_it_cancelled(b: Backend) {
     for trial in 0..TRIALS {
-        let d = StoreDir::new();
+        let d = StoreDir::on(b);
         std::fs::write(d.path().join("g.json"), waiting_graph(&d)).unwrap();
         let (mut live, rx) = d.spawn(&["run", "--durable", "g.json"]);
         let run = wait_line(&rx, run_id_in);
@@ -215,18 +227,13 @@ fn cancelling_a_run_a_live_process_owns_asks_the_owner_which_ends_it_cancelled()
 /// it) while the owner paused at a gate, it does not cancel the run a person later
 /// approves; left behind on a run whose owner died running, the recovery carries it
 /// out (nobody decided anything since it was asked).
-#[test]
-fn a_cancel_request_left_behind_is_withdrawn_by_a_resume_and_kept_by_a_recovery() {
-    use heddle_store::RunStore as _;
+fn a_cancel_request_left_behind_is_withdrawn_by_a_resume_and_kept_by_a_recovery(b: Backend) {
     let ask = |d: &StoreDir, run: &str| {
-        heddle_store::SqliteStore::open(&d.db())
-            .unwrap()
-            .request_cancel(run)
-            .unwrap();
+        d.open_store().request_cancel(run).unwrap();
     };
 
     // After the gate, work that takes longer than an owner takes to see a request.
-    let d = StoreDir::new();
+    let d = StoreDir::on(b);
     let shipped = d.path().join("data/log.txt");
     let graph = serde_json::json!({"format": "heddle.graph", "version": 1, "nodes": [
         {"id": "c", "type": "heddle.constant", "properties": {"value": "shipped"}},
@@ -248,13 +255,20 @@ fn a_cancel_request_left_behind_is_withdrawn_by_a_resume_and_kept_by_a_recovery(
     assert_eq!(d.lines(), ["shipped"], "the approved run ran on");
     assert!(d.records_of("cancel_requested").is_empty());
     // And it stays withdrawn: nothing of it is left to a later owner.
-    let left: i64 = rusqlite::Connection::open(d.db())
-        .unwrap()
-        .query_row("SELECT count(*) FROM cancel_requests", [], |r| r.get(0))
-        .unwrap();
+    let left: i64 = match d.url() {
+        None => rusqlite::Connection::open(d.db())
+            .unwrap()
+            .query_row("SELECT count(*) FROM cancel_requests", [], |r| r.get(0))
+            .unwrap(),
+        Some(url) => support::pg::query(url, "SELECT count(*) FROM heddle.cancel_requests")[0][0]
+            .as_deref()
+            .unwrap()
+            .parse()
+            .unwrap(),
+    };
     assert_eq!(left, 0);
 
-    let d = StoreDir::with_graph(CHAIN);
+    let d = StoreDir::with_graph_on(b, CHAIN);
     let run = d.crash("after-dispatch:w", &[]);
     ask(&d, &run);
     let o = d.heddle(&["runs", "resume", &run]);

@@ -12,9 +12,8 @@
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-#[path = "../host/store/tests/support/mod.rs"]
-mod pg;
 mod support;
+use support::pg;
 
 /// Several `heddle serve` hosts on one database.
 #[path = "durable_pg/hosts.rs"]
@@ -327,4 +326,79 @@ fn the_watchdog_refuses_a_shared_store_saying_who_watches_runs_there() {
         "the store was not even made"
     );
     assert!(!env.db().exists());
+}
+
+/// `HEDDLE_STORE_URL` alone (no `[store] url`) puts the runs in that database, as the
+/// README's recipe uses it: the run is recorded there, listed and shown through it, and
+/// no store file is made; without it the same directory's store file knows nothing.
+#[test]
+fn heddle_store_url_alone_puts_the_runs_in_the_database() {
+    if pg::skip_pg() {
+        return;
+    }
+    let url = pg::fresh_database();
+    let env = StoreDir::with_graph(CHAIN);
+    let with_url = |args: &[&str]| {
+        env.cmd(args)
+            .env("HEDDLE_STORE_URL", &url)
+            .output()
+            .expect("heddle starts")
+    };
+    let o = with_url(&["run", "--durable", "--json", "g.json"]);
+    expect(&o, OK);
+    let id = support::store::run_id(&o);
+    assert_eq!(env.lines(), ["one"]);
+    assert_ne!(rows_of(&url, &id, "opened"), 0, "not in the database");
+    assert!(!env.db().exists(), "a store file was created");
+    let o = with_url(&["runs", "list"]);
+    expect(&o, OK);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&id),
+        "{}",
+        text(&o)
+    );
+    let o = with_url(&["runs", "show", &id, "--json"]);
+    expect(&o, OK);
+    let show: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(show["state"], "completed", "{show:#}");
+    // Without it, the directory's own store (the file) is used: the run is not there.
+    let o = env.heddle(&["runs", "show", &id]);
+    expect(&o, INVALID);
+}
+
+/// `heddle runs status` reads a run on PostgreSQL from any process, never taking it:
+/// a run a live command line drives is `running` with its owner host (the lease, as
+/// there is no watchdog there), and once cancelled it says so, the owner gone.
+#[test]
+fn runs_status_on_postgres_names_the_runs_state_and_owner_host() {
+    let Some((env, _)) = on_postgres(CHAIN, false) else {
+        return;
+    };
+    let started = env.path().join("started.txt");
+    let code = format!("echo started >> {}; sleep 600", started.display());
+    let graph = serde_json::json!({"format": "heddle.graph", "version": 1, "nodes": [
+        {"id": "wait", "type": "code.bash",
+         "properties": {"mode": "subprocess", "timeout_s": 600, "code": code}},
+        {"id": "out", "type": "heddle.output"}],
+     "edges": [{"source": "wait", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]});
+    std::fs::write(env.path().join("g.json"), graph.to_string()).unwrap();
+    let (mut live, rx) = env.spawn(&["run", "--durable", "g.json"]);
+    let id = wait_line(&rx, run_id_in);
+    while !started.exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = env.status(&id);
+    assert_eq!(status["run_id"], id.as_str(), "{status:#}");
+    assert_eq!(status["state"], "running", "{status:#}");
+    assert_eq!(status["supervised"], false, "{status:#}");
+    let owner = status["owner_host"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(!owner.is_empty(), "no owner host: {status:#}");
+    assert_eq!(env.show(&id)["owner_host"], owner.as_str());
+    expect(&env.heddle(&["runs", "cancel", &id]), OK);
+    assert_eq!(live.wait().unwrap().code(), Some(CANCELLED));
+    let status = env.status(&id);
+    assert_eq!(status["state"], "cancelled", "{status:#}");
 }

@@ -1,5 +1,6 @@
 //! Known secret values never reach the durable store, with the real binary and the
-//! SQLite file read byte by byte (its write-ahead log included): a node value holding
+//! SQLite file read byte by byte (its write-ahead log included), or every row of the
+//! PostgreSQL database's tables: a node value holding
 //! one is refused however small (its node fails with `KNOWN_SECRET`), and an error
 //! message quoting one is stored masked. (The code assembles the secret at run time, so
 //! the stored graph does not hold it either.)
@@ -7,7 +8,18 @@
 mod support;
 
 use support::FAILED;
-use support::store::{GATED, StoreDir, expect, report};
+use support::store::{Backend, GATED, StoreDir, expect, report};
+
+// On a store file (read byte by byte) and on PostgreSQL (every row of its tables).
+crate::both!(
+    a_small_output_holding_a_known_secret_is_refused_and_never_stored,
+    an_error_quoting_a_known_secret_is_stored_masked,
+    a_gate_note_quoting_a_known_secret_is_stored_masked,
+    a_rejection_note_quoting_a_known_secret_is_stored_masked,
+    a_rejection_note_typed_at_the_command_line_is_stored_masked,
+    an_input_holding_a_known_secret_is_refused_and_nothing_is_recorded,
+    an_injected_network_secret_reaches_the_server_and_nothing_else,
+);
 
 const SECRET: &str = "s3cr3t-value-42";
 
@@ -15,39 +27,33 @@ const SECRET: &str = "s3cr3t-value-42";
 const ASSEMBLE: &str = "a=s3cr3t; b=-value-42";
 
 /// A store directory with `graph` as `g.json` and a configuration knowing the secret.
-fn with_secret(graph: &str) -> StoreDir {
-    let d = StoreDir::with_graph(graph);
-    support::write(
-        d.path(),
-        "heddle.toml",
-        &format!(
-            "{}\n[secrets]\nvalues = {{ TOKEN = \"{SECRET}\" }}\n",
-            support::store::CONFIG
-        ),
-    );
-    d
+fn with_secret(b: Backend, graph: &str) -> StoreDir {
+    StoreDir::with_graph_on(b, graph).with_config(&format!(
+        "\n[secrets]\nvalues = {{ TOKEN = \"{SECRET}\" }}\n"
+    ))
 }
 
 /// `leak` (a real bash process running `code`) feeding an output.
-fn store_dir(code: &str) -> StoreDir {
+fn store_dir(b: Backend, code: &str) -> StoreDir {
     let code = serde_json::to_string(code).unwrap();
-    with_secret(&format!(
-        r#"{{"format": "heddle.graph", "version": 1,
+    with_secret(
+        b,
+        &format!(
+            r#"{{"format": "heddle.graph", "version": 1,
   "nodes": [
     {{"id": "leak", "type": "code.bash", "properties": {{"code": {code}, "mode": "subprocess"}}}},
     {{"id": "out", "type": "heddle.output"}}
   ],
   "edges": [{{"source": "leak", "sourceHandle": "result", "target": "out", "targetHandle": "value"}}]
 }}"#
-    ))
+        ),
+    )
 }
 
-/// Whether any byte of the store (its file and write-ahead log) spells the secret.
+/// Whether any byte of the store (its file and write-ahead log, or its database's
+/// rows) spells the secret.
 fn store_holds_secret(d: &StoreDir) -> bool {
-    ["runs.db", "runs.db-wal"].iter().any(|f| {
-        std::fs::read(d.path().join(f))
-            .is_ok_and(|b| b.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()))
-    })
+    d.store_holds(SECRET)
 }
 
 /// The bodies of `kind` records about node `leak`, as stored.
@@ -55,9 +61,8 @@ fn bodies(d: &StoreDir, kind: &str) -> Vec<String> {
     d.records(kind, "leak")
 }
 
-#[test]
-fn a_small_output_holding_a_known_secret_is_refused_and_never_stored() {
-    let d = store_dir(&format!("{ASSEMBLE}; echo \"token=$a$b\""));
+fn a_small_output_holding_a_known_secret_is_refused_and_never_stored(b: Backend) {
+    let d = store_dir(b, &format!("{ASSEMBLE}; echo \"token=$a$b\""));
     let o = d.heddle(&["run", "--durable", "--json", "g.json"]);
     expect(&o, FAILED);
     // Before anything else opens the store (closing a connection may checkpoint it).
@@ -73,11 +78,11 @@ fn a_small_output_holding_a_known_secret_is_refused_and_never_stored() {
     assert!(bodies(&d, "completed").is_empty());
 }
 
-#[test]
-fn an_error_quoting_a_known_secret_is_stored_masked() {
-    let d = store_dir(&format!(
-        "{ASSEMBLE}; echo \"login refused for $a$b\" >&2; exit 3"
-    ));
+fn an_error_quoting_a_known_secret_is_stored_masked(b: Backend) {
+    let d = store_dir(
+        b,
+        &format!("{ASSEMBLE}; echo \"login refused for $a$b\" >&2; exit 3"),
+    );
     let o = d.heddle(&["run", "--durable", "--json", "g.json"]);
     expect(&o, FAILED);
     // Before anything else opens the store (closing a connection may checkpoint it).
@@ -94,9 +99,8 @@ fn an_error_quoting_a_known_secret_is_stored_masked() {
 
 /// A person's note that quotes a secret (pasted by mistake) is recorded masked: the
 /// log masks every record's text, whoever wrote it.
-#[test]
-fn a_gate_note_quoting_a_known_secret_is_stored_masked() {
-    let d = with_secret(GATED);
+fn a_gate_note_quoting_a_known_secret_is_stored_masked(b: Backend) {
+    let d = with_secret(b, GATED);
     let o = d.heddle(&["run", "--durable", "g.json"]);
     expect(&o, support::SUSPENDED);
     let run = support::store::run_id(&o);
@@ -115,10 +119,9 @@ fn a_gate_note_quoting_a_known_secret_is_stored_masked() {
 
 /// A rejection's note through the server is recorded masked too (the server ends the
 /// run itself, without a run log).
-#[test]
-fn a_rejection_note_quoting_a_known_secret_is_stored_masked() {
+fn a_rejection_note_quoting_a_known_secret_is_stored_masked(b: Backend) {
     use support::serve::{Api, rt};
-    let d = with_secret(GATED);
+    let d = with_secret(b, GATED);
     let graph = std::fs::read_to_string(d.path().join("g.json")).unwrap();
     let server = d.serve(None);
     let api = Api::of(&server);
@@ -147,9 +150,8 @@ fn a_rejection_note_quoting_a_known_secret_is_stored_masked() {
 /// The same note typed at the command line (`heddle runs reject --note`), which ends
 /// the run without a run log of its own: the verdict and the ending's reason (which
 /// quotes the note) are stored masked, as through the server.
-#[test]
-fn a_rejection_note_typed_at_the_command_line_is_stored_masked() {
-    let d = with_secret(GATED);
+fn a_rejection_note_typed_at_the_command_line_is_stored_masked(b: Backend) {
+    let d = with_secret(b, GATED);
     let o = d.heddle(&["run", "--durable", "g.json"]);
     expect(&o, support::SUSPENDED);
     let run = support::store::run_id(&o);
@@ -170,14 +172,13 @@ fn a_rejection_note_typed_at_the_command_line_is_stored_masked() {
 /// An input a person types is recorded with the run and fed to its nodes again on every
 /// resume, so one holding a known secret is refused before anything is recorded, from
 /// the command line and through the API alike (pass secrets by name, through grants).
-#[test]
-fn an_input_holding_a_known_secret_is_refused_and_nothing_is_recorded() {
+fn an_input_holding_a_known_secret_is_refused_and_nothing_is_recorded(b: Backend) {
     use support::serve::{Api, rt};
     const ECHO: &str = r#"{"format": "heddle.graph", "version": 1, "nodes": [
       {"id": "in", "type": "heddle.input", "properties": {"name": "text", "type": "str"}},
       {"id": "out", "type": "heddle.output"}],
       "edges": [{"source": "in", "sourceHandle": "value", "target": "out", "targetHandle": "value"}]}"#;
-    let d = with_secret(ECHO);
+    let d = with_secret(b, ECHO);
     let input = format!("text=token {SECRET}");
     let o = d.heddle(&["run", "--durable", "g.json", "--input", &input]);
     expect(&o, support::INVALID);
@@ -215,27 +216,24 @@ fn an_input_holding_a_known_secret_is_refused_and_nothing_is_recorded() {
 /// A secret the operator attaches to a destination (`network_auth`) reaches that server
 /// as a header, and nothing of the run holds it: not the output, not the events and
 /// report printed, not the store (file and write-ahead log), not `runs show`.
-#[test]
-fn an_injected_network_secret_reaches_the_server_and_nothing_else() {
+fn an_injected_network_secret_reaches_the_server_and_nothing_else(b: Backend) {
     let srv = support::http::HttpServer::start(200, r#"{"authorized": true}"#, false);
     let dest = format!("http://127.0.0.1:{}", srv.port);
-    let d = StoreDir::with_graph(&format!(
-        r#"{{"format": "heddle.graph", "version": 1,
+    let d = StoreDir::with_graph_on(
+        b,
+        &format!(
+            r#"{{"format": "heddle.graph", "version": 1,
   "nodes": [
     {{"id": "me", "type": "http.get_json", "properties": {{"url": "{dest}/me"}}}},
     {{"id": "out", "type": "heddle.output"}}
   ],
   "edges": [{{"source": "me", "sourceHandle": "value", "target": "out", "targetHandle": "value"}}]
 }}"#
-    ));
-    support::write(
-        d.path(),
-        "heddle.toml",
-        &format!(
-            "{}\n[packages.http]\nnetwork = [\"{dest}\"]\n[packages.http.network_auth]\n\"{dest}\" = {{ header = \"Authorization\", secret = \"TOKEN\", format = \"Bearer {{}}\" }}\n[secrets]\nvalues = {{ TOKEN = \"{SECRET}\" }}\n",
-            support::store::CONFIG
         ),
     );
+    let d = d.with_config(&format!(
+        "\n[packages.http]\nnetwork = [\"{dest}\"]\n[packages.http.network_auth]\n\"{dest}\" = {{ header = \"Authorization\", secret = \"TOKEN\", format = \"Bearer {{}}\" }}\n[secrets]\nvalues = {{ TOKEN = \"{SECRET}\" }}\n"
+    ));
     let o = d.heddle(&["--verbose", "run", "--durable", "--json", "g.json"]);
     expect(&o, support::OK);
     assert!(!store_holds_secret(&d), "the secret reached the store");

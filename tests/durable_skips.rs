@@ -5,8 +5,17 @@
 
 mod support;
 
-use support::store::{FAILING_PARSE, GATED, StoreDir, expect};
+use support::store::{Backend, FAILING_PARSE, GATED, StoreDir, expect};
 use support::{FAILED, SUSPENDED};
+
+// On a store file and on PostgreSQL.
+crate::both!(
+    a_finished_run_records_why_its_nodes_never_ran,
+    a_paused_run_records_no_skips,
+    a_run_rejected_through_the_server_records_why_its_nodes_never_ran,
+    a_paused_run_rejected_or_cancelled_from_the_command_line_records_its_skips,
+    a_run_cancelled_before_a_worker_took_it_skips_every_node,
+);
 
 /// The `skipped` records in the store, read through it: (node, reason).
 fn skipped_records(d: &StoreDir) -> Vec<(String, String)> {
@@ -22,9 +31,8 @@ fn skipped_records(d: &StoreDir) -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn a_finished_run_records_why_its_nodes_never_ran() {
-    let d = StoreDir::with_graph(FAILING_PARSE);
+fn a_finished_run_records_why_its_nodes_never_ran(b: Backend) {
+    let d = StoreDir::with_graph_on(b, FAILING_PARSE);
     let o = d.heddle(&["run", "--durable", "g.json"]);
     expect(&o, FAILED);
     let run = support::store::run_id(&o);
@@ -42,9 +50,8 @@ fn a_finished_run_records_why_its_nodes_never_ran() {
     assert!(show["skipped"].get("parse").is_none(), "{show:#}");
 }
 
-#[test]
-fn a_paused_run_records_no_skips() {
-    let d = StoreDir::with_graph(GATED);
+fn a_paused_run_records_no_skips(b: Backend) {
+    let d = StoreDir::with_graph_on(b, GATED);
     let o = d.heddle(&["run", "--durable", "g.json"]);
     expect(&o, SUSPENDED);
     let run = support::store::run_id(&o);
@@ -55,10 +62,9 @@ fn a_paused_run_records_no_skips() {
 /// Every way a run ends writes the same `skipped` records. A gate rejected through the
 /// server (which ends the run without running it) skips the gate and what is below
 /// it, as cancelled; the constant above it ran.
-#[test]
-fn a_run_rejected_through_the_server_records_why_its_nodes_never_ran() {
+fn a_run_rejected_through_the_server_records_why_its_nodes_never_ran(b: Backend) {
     use support::serve::{Api, rt};
-    let d = StoreDir::with_graph(GATED);
+    let d = StoreDir::with_graph_on(b, GATED);
     let graph = std::fs::read_to_string(d.path().join("g.json")).unwrap();
     let server = d.serve(None);
     let api = Api::of(&server);
@@ -98,13 +104,12 @@ fn a_run_rejected_through_the_server_records_why_its_nodes_never_ran() {
 
 /// The command line's ways to end a paused run record the same skips: a rejection
 /// and a cancel.
-#[test]
-fn a_paused_run_rejected_or_cancelled_from_the_command_line_records_its_skips() {
+fn a_paused_run_rejected_or_cancelled_from_the_command_line_records_its_skips(b: Backend) {
     for end in [
         &["reject", "RUN", "ship", "--note", "not today"][..],
         &["cancel", "RUN"][..],
     ] {
-        let d = StoreDir::with_graph(GATED);
+        let d = StoreDir::with_graph_on(b, GATED);
         let o = d.heddle(&["run", "--durable", "g.json"]);
         expect(&o, SUSPENDED);
         let run = support::store::run_id(&o);
@@ -126,15 +131,14 @@ fn a_paused_run_rejected_or_cancelled_from_the_command_line_records_its_skips() 
 
 /// A run cancelled while it waits for a worker never ran at all: every node is skipped
 /// as cancelled (the server ends it without the kernel).
-#[test]
-fn a_run_cancelled_before_a_worker_took_it_skips_every_node() {
+fn a_run_cancelled_before_a_worker_took_it_skips_every_node(b: Backend) {
     use support::serve::{Api, rt};
     const SLOW: &str = r#"{"format": "heddle.graph", "version": 1,
   "nodes": [
     {"id": "wait", "type": "code.bash", "properties": {"code": "sleep 60", "mode": "subprocess"}},
     {"id": "out", "type": "heddle.output"}],
   "edges": [{"source": "wait", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]}"#;
-    let d = StoreDir::new();
+    let d = StoreDir::on(b);
     let server = d.serve_with(&["--workers", "1"], &[]);
     let api = Api::of(&server);
     let show = rt().block_on(async {
@@ -157,7 +161,8 @@ fn a_run_cancelled_before_a_worker_took_it_skips_every_node() {
         assert_eq!(status, 202, "{body:#}");
         let show = loop {
             let s = api.show(&queued).await;
-            if s["state"] != "running" {
+            // Waiting for a worker: `running` on a store file, `queued` on a database.
+            if s["state"] != "running" && s["state"] != "queued" {
                 break s;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;

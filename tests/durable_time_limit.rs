@@ -10,7 +10,28 @@ mod support;
 
 use std::process::{Command, Output, Stdio};
 
-use support::{INVALID, code, expect_code, stderr};
+use support::{Backend, INVALID, code, expect_code, stderr};
+
+// On a store file and on PostgreSQL (the budget is recorded with the run in either).
+crate::both!(a_run_whose_time_is_used_up_ends_and_a_resume_reruns_nothing);
+
+/// `config` with its runs on `b`: on PostgreSQL a fresh database (`[store] url`) beside
+/// the path, which is then never created.
+fn on(b: Backend, config: &str) -> String {
+    match b {
+        Backend::Sqlite => config.to_string(),
+        Backend::Postgres => {
+            let url = support::pg::fresh_database();
+            let c = config.replacen(
+                "path = \"runs.db\"\n",
+                &format!("path = \"runs.db\"\nurl = \"{url}\"\n"),
+                1,
+            );
+            assert!(c.contains(&url));
+            c
+        }
+    }
+}
 
 /// Exit code of a spent budget (README exit code table).
 const LIMIT: i32 = 6;
@@ -66,12 +87,11 @@ fn run_id(o: &Output) -> String {
         .to_string()
 }
 
-#[test]
-fn a_run_whose_time_is_used_up_ends_and_a_resume_reruns_nothing() {
+fn a_run_whose_time_is_used_up_ends_and_a_resume_reruns_nothing(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir(d.join("data")).unwrap();
-    std::fs::write(d.join("heddle.toml"), CONFIG).unwrap();
+    std::fs::write(d.join("heddle.toml"), on(b, CONFIG)).unwrap();
     std::fs::write(d.join("g.json"), GRAPH).unwrap();
 
     let mut child = cmd(

@@ -27,9 +27,25 @@ const GATED: &str = r#"{
   ]
 }"#;
 
-fn setup() -> tempfile::TempDir {
+// On a store file and on PostgreSQL.
+crate::both!(
+    approving_a_gate_runs_on_from_it_with_its_value,
+    rejecting_a_gate_cancels_the_run_with_its_title_and_note,
+    an_unknown_gate_is_refused_naming_it_and_nothing_is_written,
+    one_approval_opens_a_gate_for_every_item_of_a_fan_out,
+);
+
+/// [`CONFIG`] with the runs on `b`: on PostgreSQL a fresh database (`[store] url`).
+fn config(b: Backend) -> String {
+    match b {
+        Backend::Sqlite => CONFIG.to_string(),
+        Backend::Postgres => format!("{CONFIG}url = \"{}\"\n", pg::fresh_database()),
+    }
+}
+
+fn setup(b: Backend) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "heddle.toml", CONFIG);
+    write(dir.path(), "heddle.toml", &config(b));
     write(dir.path(), "g.json", GATED);
     dir
 }
@@ -69,9 +85,8 @@ fn paused_at_gate(dir: &Path) -> String {
     run
 }
 
-#[test]
-fn approving_a_gate_runs_on_from_it_with_its_value() {
-    let dir = setup();
+fn approving_a_gate_runs_on_from_it_with_its_value(b: Backend) {
+    let dir = setup(b);
     let run = paused_at_gate(dir.path());
     let view = show(dir.path(), &run);
     assert_eq!(view["state"], "paused");
@@ -135,9 +150,8 @@ fn approving_a_gate_runs_on_from_it_with_its_value() {
     no_panic(&o);
 }
 
-#[test]
-fn rejecting_a_gate_cancels_the_run_with_its_title_and_note() {
-    let dir = setup();
+fn rejecting_a_gate_cancels_the_run_with_its_title_and_note(b: Backend) {
+    let dir = setup(b);
     let run = paused_at_gate(dir.path());
     // The note is required: a rejection is a decision someone reads.
     let o = heddle_in(dir.path(), &["runs", "reject", &run, "ship"]);
@@ -175,9 +189,8 @@ fn rejecting_a_gate_cancels_the_run_with_its_title_and_note() {
     expect_code(&o, INVALID);
 }
 
-#[test]
-fn an_unknown_gate_is_refused_naming_it_and_nothing_is_written() {
-    let dir = setup();
+fn an_unknown_gate_is_refused_naming_it_and_nothing_is_written(b: Backend) {
+    let dir = setup(b);
     let run = paused_at_gate(dir.path());
     let before = show(dir.path(), &run)["records"].clone();
     for (gate, says) in [("nope", "no gate `nope`"), ("up", "no gate `up`")] {
@@ -196,7 +209,7 @@ fn an_unknown_gate_is_refused_naming_it_and_nothing_is_written() {
 
 #[test]
 fn a_gate_in_a_run_that_is_not_durable_suspends_saying_answering_needs_one() {
-    let dir = setup();
+    let dir = setup(Backend::Sqlite);
     let o = heddle_in(dir.path(), &["run", "g.json"]);
     expect_code(&o, SUSPENDED);
     let e = stderr(&o);
@@ -260,10 +273,9 @@ fn the_review_example_runs_diamond_fields_and_check_then_waits_at_its_gate() {
     );
 }
 
-#[test]
-fn one_approval_opens_a_gate_for_every_item_of_a_fan_out() {
+fn one_approval_opens_a_gate_for_every_item_of_a_fan_out(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "heddle.toml", CONFIG);
+    write(dir.path(), "heddle.toml", &config(b));
     write(
         dir.path(),
         "g.json",
@@ -293,9 +305,10 @@ fn one_approval_opens_a_gate_for_every_item_of_a_fan_out() {
     );
 }
 
+/// On a store file only: it uses the watchdog, which supervises runs in a store file.
 #[test]
 fn a_supervised_run_at_a_gate_says_to_answer_it_not_to_resume_it() {
-    let dir = setup();
+    let dir = setup(Backend::Sqlite);
     let o = heddle_in(dir.path(), &["run", "--watchdog", "g.json"]);
     expect_code(&o, SUSPENDED);
     let e = stderr(&o);

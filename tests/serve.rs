@@ -11,7 +11,11 @@ mod support;
 
 use support::serve::{Api, rt};
 use support::stderr;
-use support::store::{CHAIN, FANOUT, INVALID, OK, StoreDir, kill_moments};
+use support::store::{Backend, CHAIN, FANOUT, INVALID, OK, StoreDir, kill_moments};
+
+// On a store file and on PostgreSQL (a host of a shared database). The process-level
+// tests of a server replaced on a shared database are in tests/durable_pg/hosts.rs.
+crate::both!(a_reconcile_pause_is_answered_through_the_api_and_a_wrong_answer_writes_nothing,);
 
 #[test]
 fn a_second_owner_is_refused_naming_the_first_and_the_store_is_free_after_shutdown() {
@@ -216,9 +220,8 @@ fn a_server_whose_lease_is_taken_stops_writing_at_once_and_exits() {
 /// the pause, a wrong answer is refused (422; 409 for a pause that is not a reconcile
 /// pause) and writes nothing, and an answer that it completed runs the rest of the
 /// graph on the outputs given, the node never run.
-#[test]
-fn a_reconcile_pause_is_answered_through_the_api_and_a_wrong_answer_writes_nothing() {
-    let dir = StoreDir::with_graph(CHAIN);
+fn a_reconcile_pause_is_answered_through_the_api_and_a_wrong_answer_writes_nothing(b: Backend) {
+    let dir = StoreDir::with_graph_on(b, CHAIN);
     let id = dir.crash("after-start:w", &[]);
     let o = dir.heddle(&["runs", "resume", &id]);
     assert_eq!(o.status.code(), Some(support::SUSPENDED), "{}", stderr(&o));

@@ -9,7 +9,13 @@ mod support;
 
 use serde_json::Value;
 use support::serve::{Api, rt};
-use support::store::StoreDir;
+use support::store::{Backend, StoreDir};
+
+// On a store file and on PostgreSQL (a host of a shared database).
+crate::both!(
+    of_concurrent_approvals_one_wins_the_others_get_409_and_nothing_of_theirs_is_written,
+    an_approval_racing_a_cancel_never_loses_an_acknowledged_cancel_or_orphans_the_run,
+);
 
 const TRIALS: usize = 8;
 
@@ -61,9 +67,10 @@ fn count(records: &[Value], kind: &str) -> usize {
     records.iter().filter(|r| r["kind"] == kind).count()
 }
 
-#[test]
-fn of_concurrent_approvals_one_wins_the_others_get_409_and_nothing_of_theirs_is_written() {
-    let d = StoreDir::new();
+fn of_concurrent_approvals_one_wins_the_others_get_409_and_nothing_of_theirs_is_written(
+    b: Backend,
+) {
+    let d = StoreDir::on(b);
     let server = d.serve(None);
     let api = Api::of(&server);
     rt().block_on(async {
@@ -109,9 +116,8 @@ fn of_concurrent_approvals_one_wins_the_others_get_409_and_nothing_of_theirs_is_
     assert_eq!(code, 0, "{log}");
 }
 
-#[test]
-fn an_approval_racing_a_cancel_never_loses_an_acknowledged_cancel_or_orphans_the_run() {
-    let d = StoreDir::new();
+fn an_approval_racing_a_cancel_never_loses_an_acknowledged_cancel_or_orphans_the_run(b: Backend) {
+    let d = StoreDir::on(b);
     let server = d.serve(None);
     let api = Api::of(&server);
     rt().block_on(async {

@@ -10,7 +10,14 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::serve::{Api, gunzip, parse_sse, rt, split_response, unzstd};
-use support::store::StoreDir;
+use support::store::{Backend, StoreDir};
+
+// On a store file and on PostgreSQL (a host of a shared database, whose subscribers
+// read the history from the database).
+crate::both!(
+    subscribers_joining_late_get_the_history_in_order_then_the_live_records_once,
+    compressed_and_plain_subscribers_of_one_run_get_the_same_records_resuming_anywhere,
+);
 
 /// Two fan-outs: `a` over `/data/a.txt`, there from the start, and `b` over
 /// `/data/b.txt`, missing at first, so the run waits for a person's retry with `a`'s
@@ -109,9 +116,8 @@ fn ids(events: &[(u64, String, Value)]) -> Vec<u64> {
     events.iter().map(|e| e.0).collect()
 }
 
-#[test]
-fn subscribers_joining_late_get_the_history_in_order_then_the_live_records_once() {
-    let dir = StoreDir::new();
+fn subscribers_joining_late_get_the_history_in_order_then_the_live_records_once(b: Backend) {
+    let dir = StoreDir::on(b);
     std::fs::write(dir.path().join("data/a.txt"), lines(300, 8)).unwrap();
     let server = dir.serve_with(&["--supervise", "interactive"], &[]);
     let api = Api::of(&server);
@@ -168,9 +174,8 @@ fn subscribers_joining_late_get_the_history_in_order_then_the_live_records_once(
     });
 }
 
-#[test]
-fn compressed_and_plain_subscribers_of_one_run_get_the_same_records_resuming_anywhere() {
-    let dir = StoreDir::new();
+fn compressed_and_plain_subscribers_of_one_run_get_the_same_records_resuming_anywhere(b: Backend) {
+    let dir = StoreDir::on(b);
     std::fs::write(dir.path().join("data/a.txt"), lines(300, 8)).unwrap();
     let server = dir.serve_with(&["--supervise", "interactive"], &[]);
     let api = Api::of(&server);

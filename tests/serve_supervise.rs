@@ -11,6 +11,13 @@ use serde_json::{Value, json};
 use support::serve::*;
 use support::store::*;
 
+// On a store file and on PostgreSQL (a host of a shared database). A server replaced
+// on a shared database is tested in tests/durable_pg/hosts.rs.
+crate::both!(
+    a_known_secret_never_leaves_the_server,
+    a_policy_chosen_through_the_api_supervises_the_run_from_the_command_line_too,
+);
+
 /// Reads `/data/ready.txt` (retry-safe): fails until the file exists.
 const READ: &str = r#"{"format": "heddle.graph", "version": 1,
   "nodes": [
@@ -55,10 +62,9 @@ async fn ended(api: &Api, id: &str) -> Value {
     show
 }
 
-#[test]
-fn a_known_secret_never_leaves_the_server() {
+fn a_known_secret_never_leaves_the_server(b: Backend) {
     const SECRET: &str = "hunter2-serve-TOKEN-0042";
-    let env = StoreDir::new();
+    let env = StoreDir::on(b);
     let server = env.serve_with(INTERACTIVE, &[("HEDDLE_SECRET_UPSTREAM_TOKEN", SECRET)]);
     let api = Api::of(&server);
     // A failure quoting the secret (assembled at run time, so no value along an edge
@@ -205,6 +211,10 @@ fn serve_settings_come_from_the_config_file_too() {
 /// A run a person supervises through the server is not run on from the command line,
 /// where nobody could decide its failures: `heddle runs resume` (plain or with the
 /// watchdog) is refused with exit 2, pointing at the server, and changes nothing.
+///
+/// On a store file only: a host of a shared database that stops hands its runs back
+/// to the queue for the other hosts (whose person decides), so the command line finds
+/// the run queued, not interrupted, and refuses it as such.
 #[test]
 fn an_interactive_run_is_not_resumed_from_the_command_line() {
     let env = StoreDir::new();
@@ -242,8 +252,7 @@ fn an_interactive_run_is_not_resumed_from_the_command_line() {
 /// command line takes it on: approved from `heddle runs approve` after its server
 /// stopped, the node behind the gate fails and the recorded policy skips it (unsupervised,
 /// the run would fail).
-#[test]
-fn a_policy_chosen_through_the_api_supervises_the_run_from_the_command_line_too() {
+fn a_policy_chosen_through_the_api_supervises_the_run_from_the_command_line_too(b: Backend) {
     const GATE_THEN_READ: &str = r#"{"format": "heddle.graph", "version": 1,
       "nodes": [
         {"id": "p", "type": "heddle.constant", "properties": {"value": "/data/ready.txt"}},
@@ -255,7 +264,7 @@ fn a_policy_chosen_through_the_api_supervises_the_run_from_the_command_line_too(
         {"source": "ship", "sourceHandle": "value", "target": "read", "targetHandle": "path"},
         {"source": "read", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]}"#;
     const POLICY: &str = "[[rule]]\nnode = \"read\"\nverdict = \"skip\"\n";
-    let env = StoreDir::new();
+    let env = StoreDir::on(b);
     let server = env.serve_with(&[], &[]);
     let api = Api::of(&server);
     let id = rt().block_on(async {

@@ -1046,3 +1046,53 @@ fn save_graph_screenshot(png: &[u8]) {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("graph-node.png"), png).unwrap();
 }
+
+/// On a database several hosts share, the page served by one host works unchanged for
+/// runs another host drives: it follows one to its end (the events read from the
+/// database as the driving host writes them) and cancels another with its button (the
+/// driving host asked through the database, which records it).
+#[test]
+fn the_page_of_one_host_follows_and_cancels_runs_another_host_drives() {
+    let Some(driver) = driver() else { return };
+    if support::skip_pg() {
+        return;
+    }
+    let dir = StoreDir::on(support::Backend::Postgres);
+    let release = dir.path().join("release");
+    let held = dir.path().join("held");
+    std::fs::create_dir(&release).unwrap();
+    std::fs::create_dir(&held).unwrap();
+    let a = dir.serve_with(&["--host-id", "view-a"], &[]);
+    let b = dir.serve_with(&["--host-id", "view-b"], &[]);
+    let api_a = Api::of(&a);
+    rt().block_on(async {
+        let id = api_a.create(&fanout(&release)).await;
+        let page = Browser::open(&driver).await;
+        page.goto(&run_page(&b, &id)).await;
+        page.until_node("fetch", "running").await;
+        let show = api_a.show(&id).await;
+        assert_eq!(show["owner_host"], "view-a", "{show:#}");
+        for item in ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"] {
+            std::fs::write(release.join(item), "").unwrap();
+        }
+        page.until_attr("#run-state", "data-state", "completed")
+            .await;
+        page.until_node("report", "completed").await;
+
+        let other = api_a.create(&fanout(&held)).await;
+        page.goto(&run_page(&b, &other)).await;
+        page.until_node("fetch", "running").await;
+        page.click("#run-cancel").await;
+        page.until("the button asking again", async |p: &Browser| {
+            p.text("#run-cancel")
+                .await
+                .is_some_and(|t| t.contains("Click again"))
+        })
+        .await;
+        page.click("#run-cancel").await;
+        page.until_attr("#run-state", "data-state", "cancelled")
+            .await;
+        assert_eq!(api_a.show(&other).await["state"], "cancelled");
+        page.close().await;
+    });
+}

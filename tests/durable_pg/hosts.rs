@@ -4,8 +4,10 @@
 //! effect, also with hosts killed at random moments (50 trials, seeded); a host stopped
 //! (SIGSTOP) past its lease, or cut off from the database by a proxy that black-holes
 //! its connections, writes nothing more once back; runs finish across a database
-//! restart; two hosts racing for 1,000 queued runs claim each exactly once; a host that
-//! shuts down hands its runs back; bad input at start is refused with nothing written.
+//! restart; two hosts racing for 1,000 queued runs claim each exactly once (both claim
+//! some); a host that shuts down hands its runs back; a dead command line's run is
+//! adopted by a host and resumed through another; bad input at start (a wrong password
+//! among it) is refused with nothing written.
 //!
 //! Effects are counted where they land: each item of a fan-out run appends its name to
 //! `data/effects.txt` from a bash node (not retry-safe), then waits a little, so a host
@@ -19,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::pg;
 use super::support::serve::{Api, Server, rt};
-use super::support::store::{BAD_STORE, OK, StoreDir};
+use super::support::store::{BAD_STORE, CHAIN, OK, StoreDir};
 use super::support::{code, stderr};
 
 /// Every host's lease TTL here: as short as a server takes, so adoption is quick.
@@ -155,8 +157,9 @@ fn fan_waiting(data: &Path, tag: &str, items: usize, wait: &str) -> String {
 
 /// Checks a finished fan-out run `tag` of `items` items: completed, every result there
 /// (none lost), every effect landed, once each, except for the items a person offered
-/// again after a crash (`reoffers`), which may have landed twice.
-pub fn check_fan(hosts: &Hosts, show: &Value, tag: &str, items: usize, reoffers: usize) {
+/// again after a crash (`reoffered`: the occurrences the reconcile pauses named), each
+/// of which may have landed once more per offer, and no other.
+pub fn check_fan(hosts: &Hosts, show: &Value, tag: &str, items: usize, reoffered: &[Value]) {
     assert_eq!(show["state"], "completed", "{tag}: {show:#}");
     let out = show["occurrences"]
         .as_array()
@@ -175,16 +178,33 @@ pub fn check_fan(hosts: &Hosts, show: &Value, tag: &str, items: usize, reoffers:
         want.sort();
         assert_eq!(got, want, "{tag}: a result was lost");
     }
+    // The item each re-offered occurrence of `w` is (its key ends `=N`).
+    let offers_of = |i: usize| {
+        reoffered
+            .iter()
+            .filter(|o| {
+                o["node"] == "w"
+                    && o["key"]
+                        .as_str()
+                        .and_then(|k| k.rsplit('=').next())
+                        .and_then(|n| n.parse::<usize>().ok())
+                        == Some(i)
+            })
+            .count()
+    };
     let effects = hosts.effects();
-    let mut extra = 0;
-    for n in &names {
+    for (i, n) in names.iter().enumerate() {
         let c = effects.get(n).copied().unwrap_or(0);
         assert!(c >= 1, "{tag}: the effect of {n} never landed: {effects:?}");
-        extra += c - 1;
+        assert!(
+            c - 1 <= offers_of(i),
+            "{tag}: {n} landed {c} times, offered again {} times by a person: {effects:?}, offered {reoffered:?}",
+            offers_of(i)
+        );
     }
     assert!(
-        extra <= reoffers,
-        "{tag}: {extra} duplicate effects, {reoffers} offered again by a person: {effects:?}"
+        reoffered.iter().all(|o| o["node"] == "w"),
+        "{tag}: a reconcile pause at another node than `w`: {reoffered:?}"
     );
 }
 
@@ -256,6 +276,39 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// How many `opened` records each process wrote, over every run of the database: a
+/// host's claims and take-overs (an `opened` record names its writer's pid).
+fn claims_by_pid(hosts: &Hosts) -> BTreeMap<u32, usize> {
+    let rows = pg::query(
+        &hosts.url,
+        "SELECT convert_from(body, 'UTF8')::json->>'pid', count(*) FROM heddle.events
+         WHERE kind = 'opened' GROUP BY 1",
+    );
+    rows.into_iter()
+        .map(|r| {
+            let pid = r[0].as_deref().expect("an opened record names its pid");
+            (
+                pid.parse().unwrap(),
+                r[1].as_deref().unwrap().parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The pid each `opened` record of run `id` names, in order: who took the run each time.
+fn openers(hosts: &Hosts, id: &str) -> Vec<u32> {
+    let rows = pg::query(
+        &hosts.url,
+        &format!(
+            "SELECT convert_from(body, 'UTF8')::json->>'pid' FROM heddle.events
+             WHERE run_id = '{id}' AND kind = 'opened' ORDER BY seq"
+        ),
+    );
+    rows.into_iter()
+        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+        .collect()
+}
+
 /// The store-clock time of the `n`-th `opened` record of run `id` (from 1).
 fn opened_at(hosts: &Hosts, id: &str, n: usize) -> Option<u64> {
     let rows = pg::query(
@@ -311,8 +364,8 @@ fn a_killed_hosts_runs_are_adopted_by_the_others_and_finish_without_repeating_an
     let survivors: Vec<Server> = servers.collect();
     let api = &apis[1];
     for (tag, id) in &runs {
-        let (show, reoffers) = rt.block_on(api.drive_to_end(id));
-        check_fan(&hosts, &show, tag, 5, reoffers);
+        let (show, reoffers) = rt.block_on(api.drive_to_end_offered(id));
+        check_fan(&hosts, &show, tag, 5, &reoffers);
     }
     // Each of h1's runs was opened once more, by a host that adopted it after its lease
     // expired (a figure, not a bound: printed for the README).
@@ -347,8 +400,8 @@ fn a_host_stopped_past_its_lease_writes_nothing_more_once_continued_and_stops_it
     until("host b adopted the run", || {
         hosts.records(&id, Some("opened")) >= 2
     });
-    let (show, reoffers) = rt.block_on(api_b.drive_to_end(&id));
-    check_fan(&hosts, &show, "s", 6, reoffers);
+    let (show, reoffers) = rt.block_on(api_b.drive_to_end_offered(&id));
+    check_fan(&hosts, &show, "s", 6, &reoffers);
     let records = hosts.records(&id, None);
     let effects = hosts.effects();
     a.signal("-CONT");
@@ -385,8 +438,11 @@ fn two_hosts_racing_for_a_thousand_queued_runs_claim_each_exactly_once() {
         return;
     };
     const RUNS: usize = 1000;
+    // Both hosts wait for work before any is queued, so neither has a head start.
+    let a = hosts.start("race-a", 64);
+    let b = hosts.start("race-b", 64);
     {
-        use heddle_store::{Fleet as _, RunStore as _};
+        use heddle_store::RunStore as _;
         let store = heddle_store::PgStore::open(&hosts.url).unwrap();
         let node = |id: &str, t: &str| heddle_core::PlannedNode {
             id: id.into(),
@@ -407,14 +463,17 @@ fn two_hosts_racing_for_a_thousand_queued_runs_claim_each_exactly_once() {
             packages: Default::default(),
             limits: Default::default(),
         };
+        // Created idle (no host claims an idle run), then queued at once below.
         for _ in 0..RUNS {
-            let h = store.create_run(&run).unwrap();
-            store.enqueue(&h.run_id).unwrap();
+            store.create_run(&run).unwrap();
         }
     }
     let started = Instant::now();
-    let a = hosts.start("race-a", 64);
-    let b = hosts.start("race-b", 64);
+    pg::sql(
+        &hosts.url,
+        "UPDATE heddle.leases SET state = 'queued', queued_at = now();
+         SELECT pg_notify('heddle_work', 'all')",
+    );
     let finished = || {
         pg::query(
             &hosts.url,
@@ -444,8 +503,18 @@ fn two_hosts_racing_for_a_thousand_queued_runs_claim_each_exactly_once() {
          WHERE e.kind = 'finished' AND l.state = 'idle'",
     );
     assert_eq!(by_host[0][0].as_deref(), Some(RUNS.to_string().as_str()));
+    // Who claimed each: the process id its `opened` record names. Both hosts raced
+    // (each claimed some), and the claims add up to the runs.
+    let claims = claims_by_pid(&hosts);
+    let of = |pid: u32| claims.get(&pid).copied().unwrap_or(0);
+    let (by_a, by_b) = (of(a.pid()), of(b.pid()));
+    assert_eq!(by_a + by_b, RUNS, "claims by others: {claims:?}");
+    assert!(
+        by_a > 0 && by_b > 0,
+        "one host claimed every run: {claims:?}"
+    );
     eprintln!(
-        "claim race: {RUNS} queued runs claimed and run by 2 hosts in {} ms ({:.0} runs/s, hosts' start included)",
+        "claim race: {RUNS} runs queued in one statement, claimed ({by_a} by a, {by_b} by b) and run in {} ms ({:.0} runs/s)",
         took.as_millis(),
         RUNS as f64 / took.as_secs_f64()
     );
@@ -482,7 +551,7 @@ fn a_host_that_shuts_down_hands_its_runs_back_and_another_finishes_them() {
     let api_b = Api::of(&b);
     for (tag, id) in &runs {
         let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            rt.block_on(api_b.drive_to_end(id))
+            rt.block_on(api_b.drive_to_end_offered(id))
         }));
         let (show, reoffers) = ended.unwrap_or_else(|panic| {
             eprintln!(
@@ -491,7 +560,7 @@ fn a_host_that_shuts_down_hands_its_runs_back_and_another_finishes_them() {
             );
             std::panic::resume_unwind(panic)
         });
-        check_fan(&hosts, &show, tag, 4, reoffers);
+        check_fan(&hosts, &show, tag, 4, &reoffers);
     }
 }
 
@@ -522,8 +591,45 @@ fn bad_input_at_start_is_refused_naming_it_with_nothing_written() {
         let o = serve(store, &[]);
         assert_eq!(code(&o), BAD_STORE, "{store}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{store}: {}", stderr(&o));
-        assert!(!stderr(&o).contains("hunter2"));
     }
+    // Credentials: a user the server does not know, a wrong password (a role that must
+    // give one: the cluster trusts every other), and a password sent nowhere: refused
+    // naming that, and the password is never printed.
+    let (role, _) = pg::password_role();
+    let server = admin
+        .rsplit_once('/')
+        .and_then(|(base, _)| base.rsplit_once('@'))
+        .unwrap()
+        .1;
+    let db = hosts.url.rsplit_once('/').unwrap().1;
+    for (store, says) in [
+        (
+            format!("postgres://no_such_role:hunter2@{server}/{db}"),
+            "the server refused the user or password",
+        ),
+        (
+            format!("postgres://{role}:hunter2-wrong@{server}/{db}"),
+            "the server refused the user or password",
+        ),
+        (
+            "postgres://postgres:hunter2@127.0.0.1:1/x".to_string(),
+            "no PostgreSQL server answers",
+        ),
+    ] {
+        let o = serve(&store, &[]);
+        assert_eq!(code(&o), BAD_STORE, "{store}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{store}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("hunter2"),
+            "the password was printed: {}",
+            stderr(&o)
+        );
+    }
+    let tables = pg::query(
+        &hosts.url,
+        "SELECT count(*) FROM pg_tables WHERE schemaname = 'heddle'",
+    );
+    assert_eq!(tables[0][0].as_deref(), Some("0"), "a refused start wrote");
     // A newer heddle's store, and another application's tables: refused, unchanged.
     let newer = pg::fresh_database();
     drop(heddle_store::PgStore::open(&newer).unwrap());
@@ -567,7 +673,7 @@ fn bad_input_at_start_is_refused_naming_it_with_nothing_written() {
     let rt = rt();
     let api = Api::of(&first);
     let id = rt.block_on(api.create(TINY));
-    let (show, _) = rt.block_on(api.drive_to_end(&id));
+    let (show, _) = rt.block_on(api.drive_to_end_offered(&id));
     assert_eq!(show["state"], "completed");
 }
 
@@ -579,12 +685,15 @@ const KILL_GROUPS: usize = 5;
 /// One group of the kill trials: three hosts on a fresh database; each trial creates a
 /// fan-out run on each host, kills a host picked at random at a moment picked at
 /// random, starts it again (the same host id: a dead process of this machine is
-/// replaced at once) and takes every run to its end through a host that lived. Returns
-/// the takeover times seen (ms from the kill to the adopter's `opened` record).
-fn kill_group(group: usize, trials: usize, seed: u64) -> Vec<u64> {
+/// replaced at once; every other trial only once the trial's runs ended, so that the
+/// others must adopt) and takes every run to its end through a host that lived. Returns
+/// the takeover times seen (ms from the kill to the adopter's `opened` record) and the
+/// trials in which a host other than the killed one adopted a run the victim drove.
+fn kill_group(group: usize, trials: usize, seed: u64) -> (Vec<u64>, usize) {
     let Some(hosts) = Hosts::new() else {
-        return Vec::new();
+        return (Vec::new(), 0);
     };
+    let mut adopted_by_others = 0;
     let data = hosts.env.path().join("data");
     let mut next = super::support::store::moments(seed);
     let ids = ["k1", "k2", "k3"];
@@ -612,14 +721,26 @@ fn kill_group(group: usize, trials: usize, seed: u64) -> Vec<u64> {
         // Somewhere in the runs: before the first item, in the middle of one, or after.
         std::thread::sleep(Duration::from_millis(next() % 900));
         let killed_at = now_ms();
+        // The hosts that live through the trial (the victim comes back as another
+        // process under its id, which may adopt its own runs too).
+        let survivors: Vec<u32> = (0..3)
+            .filter(|h| *h != victim)
+            .map(|h| servers[h].as_ref().unwrap().pid())
+            .collect();
         let killed = servers[victim].take().unwrap();
         let mut said = killed.log();
         killed.kill9();
-        servers[victim] = Some(hosts.start(ids[victim], 2));
+        // Every other trial the victim comes back at once (its next process may adopt
+        // its own runs); in the others only once the trial's runs ended, so whatever was
+        // adopted was adopted by a host that lived through the kill.
+        let back_at_once = trial % 2 == 0;
+        if back_at_once {
+            servers[victim] = Some(hosts.start(ids[victim], 2));
+        }
         let api = &apis[(victim + 1) % 3];
         for (tag, id) in &runs {
             let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                rt.block_on(api.drive_to_end(id))
+                rt.block_on(api.drive_to_end_offered(id))
             }));
             let (show, reoffers) = ended.unwrap_or_else(|panic| {
                 // What every host (the killed one up to its kill) said about the run.
@@ -635,16 +756,27 @@ fn kill_group(group: usize, trials: usize, seed: u64) -> Vec<u64> {
                 }
                 std::panic::resume_unwind(panic)
             });
-            check_fan(&hosts, &show, tag, 3, reoffers);
+            check_fan(&hosts, &show, tag, 3, &reoffers);
         }
+        let mut by_another = false;
         for id in &driven {
             // A run the victim drove and had not ended before it died was adopted.
             if let Some(at) = opened_at(&hosts, id, 2) {
                 takeovers.push(at.saturating_sub(killed_at));
+                let adopter = openers(&hosts, id)[1];
+                assert!(
+                    back_at_once || survivors.contains(&adopter),
+                    "group {group} trial {trial}: run {id} adopted by pid {adopter}, not a host that lived ({survivors:?})"
+                );
+                by_another |= survivors.contains(&adopter);
             }
         }
+        adopted_by_others += usize::from(by_another);
+        if !back_at_once {
+            servers[victim] = Some(hosts.start(ids[victim], 2));
+        }
     }
-    takeovers
+    (takeovers, adopted_by_others)
 }
 
 /// Three hosts, SIGKILLed at random moments (a random host each time, seeded: the seed
@@ -668,11 +800,23 @@ fn randomly_killed_hosts_lose_no_result_and_repeat_no_effect() {
             std::thread::spawn(move || kill_group(g, trials, seed.wrapping_add(g as u64)))
         })
         .collect();
-    let mut takeovers: Vec<u64> = groups
-        .into_iter()
-        .flat_map(|g| g.join().expect("a group of trials passed"))
-        .collect();
+    let mut takeovers: Vec<u64> = Vec::new();
+    let mut adopted_by_others = 0;
+    for g in groups {
+        let (t, a) = g.join().expect("a group of trials passed");
+        takeovers.extend(t);
+        adopted_by_others += a;
+    }
     takeovers.sort_unstable();
+    // The trials tested adoption: in some of them a host that lived through the kill
+    // took over a run the victim drove (in the trials where the victim came back only
+    // later, every adoption was by such a host: checked above). About a third of the
+    // trials kill a host mid-run; a fleet that never adopts gives none.
+    eprintln!("{adopted_by_others} of {total} trials: a run adopted by a surviving host");
+    assert!(
+        adopted_by_others >= 1,
+        "no trial had a run adopted by a host that lived: the kills did not test adoption"
+    );
     if let (Some(min), Some(max)) = (takeovers.first(), takeovers.last()) {
         eprintln!(
             "takeover after a kill: median {} ms, min {min} ms, max {max} ms over {} adopted runs (lease TTL {TTL_MS} ms, {total} trials)",
@@ -728,8 +872,8 @@ fn a_host_cut_off_from_the_database_stops_its_run_and_writes_nothing_once_healed
     for line in b.log().lines().filter(|l| l.contains(&id)) {
         eprintln!("cut-off test, host b: {line}");
     }
-    let (show, reoffers) = rt.block_on(api_b.drive_to_end(&id));
-    check_fan(&hosts, &show, "p", 6, reoffers);
+    let (show, reoffers) = rt.block_on(api_b.drive_to_end_offered(&id));
+    check_fan(&hosts, &show, "p", 6, &reoffers);
     let records = hosts.records(&id, None);
     let effects = hosts.effects();
     proxy
@@ -786,8 +930,8 @@ fn runs_finish_across_a_database_restart() {
     std::thread::sleep(Duration::from_millis(500));
     cluster.start_again();
     for (tag, id) in &runs {
-        let (show, reoffers) = rt.block_on(api_a.drive_to_end(id));
-        check_fan(&hosts, &show, tag, 5, reoffers);
+        let (show, reoffers) = rt.block_on(api_a.drive_to_end_offered(id));
+        check_fan(&hosts, &show, tag, 5, &reoffers);
     }
 }
 
@@ -923,4 +1067,78 @@ fn figures_of_several_hosts() {
         opened[0][1]
     );
     drop(servers);
+}
+
+/// A `heddle run --durable` that died on the shared database (aborted right after its
+/// node that is not retry-safe recorded its start) is adopted by a `heddle serve` host
+/// once its lease expired, as the README says; the uncertain work pauses the run there
+/// (a restart is never an approval), and a person's resume sent to the other host takes
+/// it over from the adopter and ends it, the effect landed once.
+#[test]
+fn a_dead_command_lines_run_is_adopted_by_a_host_and_resumed_through_another() {
+    let Some(hosts) = Hosts::new() else {
+        return;
+    };
+    std::fs::write(hosts.env.path().join("g.json"), CHAIN).unwrap();
+    let a = hosts.start("adopt-a", 2);
+    let b = hosts.start("adopt-b", 2);
+    // Each says at start which host it is, the database (never a password) and its
+    // lease.
+    let db = hosts.url.rsplit_once('/').unwrap().1;
+    for (s, id) in [(&a, "adopt-a"), (&b, "adopt-b")] {
+        let start = s
+            .log()
+            .lines()
+            .find(|l| l.contains("listening on"))
+            .unwrap_or_default()
+            .to_string();
+        for part in [
+            format!("host {id}"),
+            format!("/{db} (schema heddle)"),
+            format!("run leases of {TTL_MS} ms renewed every 333 ms"),
+        ] {
+            assert!(start.contains(&part), "`{part}` not in {start}");
+        }
+        assert!(!start.contains('@'), "{start}");
+    }
+    let id = hosts.env.crash("after-start:w", &[]);
+    assert!(hosts.env.lines().is_empty());
+    let rt = rt();
+    let (api_a, api_b) = (Api::of(&a), Api::of(&b));
+    until("a host adopted the run and paused it for a person", || {
+        rt.block_on(api_a.show(&id))["state"] == "paused"
+    });
+    let show = rt.block_on(api_b.show(&id));
+    assert_eq!(show["pause"]["why"], "reconcile", "{show:#}");
+    assert_eq!(show["pause"]["occurrence"]["node"], "w", "{show:#}");
+    assert!(hosts.env.lines().is_empty(), "uncertain work ran by itself");
+    let took = openers(&hosts, &id);
+    assert_eq!(took.len(), 2, "the command line's, the adopter's: {took:?}");
+    let adopter = took[1];
+    assert!(adopter == a.pid() || adopter == b.pid(), "{took:?}");
+    let (other, other_pid) = if adopter == a.pid() {
+        (&api_b, b.pid())
+    } else {
+        (&api_a, a.pid())
+    };
+    let (status, body) = rt.block_on(other.call(
+        "POST",
+        &format!("/api/runs/{id}/resume"),
+        Some(json!({ "pause": show["pause"]["event"] })),
+    ));
+    assert_eq!(status, 202, "{body:#}");
+    let (show, offered) = rt.block_on(other.drive_to_end_offered(&id));
+    assert_eq!(show["state"], "completed", "{show:#}");
+    assert!(offered.is_empty(), "asked again: {offered:?}");
+    assert_eq!(
+        hosts.env.lines(),
+        ["one"],
+        "the re-offered write landed once"
+    );
+    let took = openers(&hosts, &id);
+    assert_eq!(took.len(), 3, "{took:?}");
+    assert_eq!(
+        took[2], other_pid,
+        "the host asked took the run over: {took:?}"
+    );
 }

@@ -6,6 +6,14 @@ pub mod http;
 pub mod serve;
 pub mod store;
 
+/// The PostgreSQL server of the tests (a database per test), as the store's tests find
+/// it: `HEDDLE_TEST_PG_URL` (scripts/test starts one), else one started for this binary
+/// by scripts/pg-up. Its `both!` macro makes a test of each [`Backend`] from one body.
+#[path = "../../host/store/tests/support/mod.rs"]
+pub mod pg;
+#[allow(unused_imports)] // each test file takes what it uses
+pub use pg::{Backend, skip_pg};
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

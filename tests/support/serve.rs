@@ -253,8 +253,16 @@ impl Api {
     /// interrupted until another adopts it (its lease expired) and queued until one has
     /// a slot: waited for too.
     pub async fn drive_to_end(&self, id: &str) -> (Value, usize) {
+        let (show, offered) = self.drive_to_end_offered(id).await;
+        (show, offered.len())
+    }
+
+    /// [`Api::drive_to_end`], returning the occurrences offered again (each reconcile
+    /// pause's), so a test bounds an item's repeated effects by that item's own
+    /// re-offers, not by how many there were in all.
+    pub async fn drive_to_end_offered(&self, id: &str) -> (Value, Vec<Value>) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
-        let mut reoffers = 0;
+        let mut reoffers = Vec::new();
         loop {
             // The stream ends when no host drives the run any more; one that never ends
             // fails the test at the deadline instead of hanging it.
@@ -270,7 +278,7 @@ impl Api {
             match show["state"].as_str().unwrap() {
                 "completed" | "failed" | "cancelled" => return (show, reoffers),
                 "paused" if show["pause"]["why"] == "reconcile" => {
-                    reoffers += 1;
+                    reoffers.push(show["pause"]["occurrence"].clone());
                     let pause = show["pause"]["event"].clone();
                     let (status, body) = self
                         .call(

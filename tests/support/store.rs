@@ -10,6 +10,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+#[allow(unused_imports)]
+pub use super::pg::Backend;
 #[allow(unused_imports)] // each test file takes the codes it checks
 pub use super::{INVALID, OK, SUSPENDED as PAUSED};
 pub const BAD_STORE: i32 = 5;
@@ -113,6 +115,8 @@ pub const GATED: &str = r#"{"format": "heddle.graph", "version": 1,
 
 pub struct StoreDir {
     dir: tempfile::TempDir,
+    /// The database its runs are in (`[store] url`), on PostgreSQL; else `runs.db`.
+    url: Option<String>,
 }
 
 impl StoreDir {
@@ -121,14 +125,61 @@ impl StoreDir {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("data")).unwrap();
         std::fs::write(dir.path().join("heddle.toml"), CONFIG).unwrap();
-        StoreDir { dir }
+        StoreDir { dir, url: None }
     }
 
     /// The directory with `graph` as `g.json`.
     pub fn with_graph(graph: &str) -> StoreDir {
-        let d = StoreDir::new();
+        StoreDir::with_graph_on(Backend::Sqlite, graph)
+    }
+
+    /// The directory with its runs on `backend`: `runs.db`, or a fresh database on the
+    /// tests' PostgreSQL server (`[store] url`; the `[store] path` it also names is then
+    /// never created). One test body, run on each store by `both!`, checks that the
+    /// semantics do not depend on the store.
+    pub fn on(backend: Backend) -> StoreDir {
+        let mut d = StoreDir::new();
+        if backend == Backend::Postgres {
+            d.use_database(super::pg::fresh_database());
+        }
+        d
+    }
+
+    /// [`StoreDir::on`] with `graph` as `g.json`.
+    pub fn with_graph_on(backend: Backend, graph: &str) -> StoreDir {
+        let d = StoreDir::on(backend);
         std::fs::write(d.path().join("g.json"), graph).unwrap();
         d
+    }
+
+    /// Puts the runs in the database at `url` (`[store] url`, beside the path).
+    pub fn use_database(&mut self, url: String) {
+        let config = self.path().join("heddle.toml");
+        let toml = std::fs::read_to_string(&config).unwrap();
+        let toml = toml.replacen(
+            "path = \"runs.db\"\n",
+            &format!("path = \"runs.db\"\nurl = \"{url}\"\n"),
+            1,
+        );
+        assert!(
+            toml.contains(&url),
+            "no `[store] path` to put the URL beside"
+        );
+        std::fs::write(config, toml).unwrap();
+        self.url = Some(url);
+    }
+
+    /// Which store its runs are in.
+    pub fn backend(&self) -> Backend {
+        match self.url {
+            Some(_) => Backend::Postgres,
+            None => Backend::Sqlite,
+        }
+    }
+
+    /// The database its runs are in, on PostgreSQL.
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
     }
 
     pub fn path(&self) -> &Path {
@@ -139,12 +190,13 @@ impl StoreDir {
     /// `files` package: a fan-out into `files.write_text` runs its items one after
     /// another, as a node that declares nothing does.
     pub fn one_at_a_time(self) -> StoreDir {
-        let config = CONFIG.replacen(
+        let path = self.path().join("heddle.toml");
+        let config = std::fs::read_to_string(&path).unwrap().replacen(
             "[packages.files]\n",
             "[packages.files]\nconcurrency = 1\n",
             1,
         );
-        std::fs::write(self.path().join("heddle.toml"), config).unwrap();
+        std::fs::write(path, config).unwrap();
         self
     }
 
@@ -256,8 +308,7 @@ impl StoreDir {
     /// process would (a result's stored body is binary, and records committed together
     /// share a row), large values left as the references the log holds.
     pub fn records_of(&self, kind: &str) -> Vec<heddle_core::Record> {
-        use heddle_store::RunStore as _;
-        let store = heddle_store::SqliteStore::open(&self.db()).unwrap();
+        let store = self.open_store();
         let mut out = Vec::new();
         for run in store.list().unwrap() {
             for s in store.read(&run.run_id, 0).unwrap().records {
@@ -267,6 +318,43 @@ impl StoreDir {
             }
         }
         out
+    }
+
+    /// The run store, opened as another process would (either kind).
+    pub fn open_store(&self) -> std::sync::Arc<dyn heddle_store::RunStore> {
+        match &self.url {
+            None => std::sync::Arc::new(heddle_store::SqliteStore::open(&self.db()).unwrap()),
+            Some(url) => heddle_store::location::open(&heddle_store::StoreLocation::parse(url))
+                .unwrap()
+                .runs(),
+        }
+    }
+
+    /// Whether the store holds `needle` anywhere, as bytes: the SQLite file and its
+    /// write-ahead log, or every row of the database's tables (as text), so a test can
+    /// check that a secret never reached it.
+    pub fn store_holds(&self, needle: &str) -> bool {
+        match &self.url {
+            None => ["runs.db", "runs.db-wal"].iter().any(|f| {
+                std::fs::read(self.path().join(f))
+                    .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            }),
+            Some(url) => {
+                let tables = super::pg::query(
+                    url,
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'heddle'",
+                );
+                tables.iter().any(|t| {
+                    let t = t[0].as_deref().unwrap();
+                    // Bytes as text and as hex, so a bytea column is searched too.
+                    let hex: String = needle.bytes().map(|b| format!("{b:02x}")).collect();
+                    let q = format!(
+                        "SELECT count(*) FROM heddle.{t} r WHERE strpos(r::text, '{needle}') > 0 OR strpos(r::text, '{hex}') > 0"
+                    );
+                    super::pg::query(url, &q)[0][0].as_deref() != Some("0")
+                })
+            }
+        }
     }
 
     /// The `kind` records about `node` in every run of the store ([`Self::records_of`]),

@@ -1,6 +1,41 @@
-//! The run driver on real durable runs (a SQLite store on disk): how each way of
-//! stopping a run ends it, as its log records it. The run is held open by a streaming
-//! input nobody feeds, so only the stop under test can end it.
+//! The run driver on real durable runs (a SQLite store on disk, and a PostgreSQL
+//! database): how each way of stopping a run ends it, as its log records it. The run is
+//! held open by a streaming input nobody feeds, so only the stop under test can end it.
+
+/// The store tests' support: a fresh database per test on the tests' PostgreSQL server
+/// (`HEDDLE_TEST_PG_URL`, else one started for this binary by scripts/pg-up).
+#[path = "../../store/tests/support/mod.rs"]
+mod support;
+
+use support::Backend;
+
+/// One async test body per store (`mod sqlite`, `mod postgres`): the driver's endings do
+/// not depend on the store.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() { super::$name(super::Backend::Sqlite).await } )*
+        }
+        mod postgres {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() {
+                   if super::support::skip_pg() { return; }
+                   super::$name(super::Backend::Postgres).await
+               } )*
+        }
+    };
+}
+
+on_both_stores!(
+    an_interrupt_pauses_a_durable_run_and_it_can_be_resumed,
+    a_cancel_ends_a_durable_run_cancelled_and_records_the_request,
+    a_stop_records_no_ending_so_the_next_owner_adopts_the_run,
+    the_time_limit_ends_a_durable_run_and_says_so,
+    a_run_cancelled_before_its_slot_ends_unrun_and_one_stopped_is_left_as_it_is,
+    a_run_in_memory_has_no_ending_to_record,
+    a_cancel_accepted_before_the_kernel_refuses_the_run_is_recorded,
+);
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,10 +58,17 @@ struct Env {
     store: Arc<dyn RunStore>,
 }
 
-async fn env() -> Env {
+async fn env(backend: Backend) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let mut settings = Settings::load(&Overrides::default()).unwrap();
     settings.store.path = dir.path().join("runs.db");
+    if backend == Backend::Postgres {
+        // The helper runs a small runtime of its own: off this one's threads.
+        let url = tokio::task::spawn_blocking(support::fresh_database)
+            .await
+            .unwrap();
+        settings.store.url = Some(url);
+    }
     let runtime = Runtime::load(settings, None).await.unwrap();
     let store = runtime.settings().store.open().unwrap();
     Env {
@@ -60,9 +102,8 @@ impl Env {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_interrupt_pauses_a_durable_run_and_it_can_be_resumed() {
-    let env = env().await;
+async fn an_interrupt_pauses_a_durable_run_and_it_can_be_resumed(backend: Backend) {
+    let env = env(backend).await;
     let (run, drive) = env.begin(Budget::default()).await;
     let running = drive.prepare(env.runtime.registry()).await.unwrap().start();
     running.control().interrupt();
@@ -83,9 +124,8 @@ async fn an_interrupt_pauses_a_durable_run_and_it_can_be_resumed() {
     check_resume(&*env.store, &run, None).expect("a paused run is resumable");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancel_ends_a_durable_run_cancelled_and_records_the_request() {
-    let env = env().await;
+async fn a_cancel_ends_a_durable_run_cancelled_and_records_the_request(backend: Backend) {
+    let env = env(backend).await;
     let (run, drive) = env.begin(Budget::default()).await;
     let running = drive.prepare(env.runtime.registry()).await.unwrap().start();
     running.control().cancel();
@@ -103,9 +143,8 @@ async fn a_cancel_ends_a_durable_run_cancelled_and_records_the_request() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stop_records_no_ending_so_the_next_owner_adopts_the_run() {
-    let env = env().await;
+async fn a_stop_records_no_ending_so_the_next_owner_adopts_the_run(backend: Backend) {
+    let env = env(backend).await;
     let (run, drive) = env.begin(Budget::default()).await;
     let running = drive.prepare(env.runtime.registry()).await.unwrap().start();
     running.control().stop();
@@ -121,9 +160,8 @@ async fn a_stop_records_no_ending_so_the_next_owner_adopts_the_run() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_time_limit_ends_a_durable_run_and_says_so() {
-    let env = env().await;
+async fn the_time_limit_ends_a_durable_run_and_says_so(backend: Backend) {
+    let env = env(backend).await;
     let budget = Budget {
         time_limit_ms: Some(50),
         ..Budget::default()
@@ -138,9 +176,10 @@ async fn the_time_limit_ends_a_durable_run_and_says_so() {
     assert!(matches!(ending, Some(Ending::Exhausted(_))), "{ending:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_cancelled_before_its_slot_ends_unrun_and_one_stopped_is_left_as_it_is() {
-    let env = env().await;
+async fn a_run_cancelled_before_its_slot_ends_unrun_and_one_stopped_is_left_as_it_is(
+    backend: Backend,
+) {
+    let env = env(backend).await;
     let (run, drive) = env.begin(Budget::default()).await;
     drive.control().cancel();
     let outcome = drive
@@ -169,9 +208,8 @@ async fn a_run_cancelled_before_its_slot_ends_unrun_and_one_stopped_is_left_as_i
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_in_memory_has_no_ending_to_record() {
-    let env = env().await;
+async fn a_run_in_memory_has_no_ending_to_record(backend: Backend) {
+    let env = env(backend).await;
     let doc = GraphDoc::parse(OPEN, "open.json").unwrap();
     let plan = env.runtime.plan(&doc, "open.json").unwrap();
     let drive = Drive::in_memory(plan, env.runtime.options(BTreeMap::new(), None));
@@ -186,14 +224,13 @@ async fn a_run_in_memory_has_no_ending_to_record() {
 /// A cancel accepted before the kernel refused the run (a server's 202 to a client) is
 /// recorded with the failed ending, and one after it is refused: an acknowledged cancel
 /// is never lost.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancel_accepted_before_the_kernel_refuses_the_run_is_recorded() {
+async fn a_cancel_accepted_before_the_kernel_refuses_the_run_is_recorded(backend: Backend) {
     const NEEDS_X: &str = r#"{"format": "heddle.graph", "version": 1,
       "nodes": [
         {"id": "in", "type": "heddle.input", "properties": {"name": "x", "type": "int"}},
         {"id": "out", "type": "heddle.output"}],
       "edges": [{"source": "in", "sourceHandle": "value", "target": "out", "targetHandle": "value"}]}"#;
-    let env = env().await;
+    let env = env(backend).await;
     let doc = GraphDoc::parse(NEEDS_X, "needs-x.json").unwrap();
     let plan = env.runtime.plan(&doc, "needs-x.json").unwrap();
     // Recorded without the value `x` needs: the kernel refuses to build the run.

@@ -52,11 +52,18 @@ const WATCH_LOOK: Duration = Duration::from_millis(500);
 /// answers (what its registration names). The host must be registered already
 /// ([`Fleet::register`]).
 pub async fn serve(host: Arc<Host>, api: String, ttl: Duration) {
+    serve_polling(host, api, ttl, POLL).await
+}
+
+/// [`serve`], looking for work every `poll` whatever it was told instead of every
+/// [`POLL`]: a test that makes `poll` longer than it waits tells a claim the store's
+/// wake-up (`LISTEN/NOTIFY`) brought from one the poll found.
+pub async fn serve_polling(host: Arc<Host>, api: String, ttl: Duration, poll: Duration) {
     let Some(fleet) = host.fleet.clone() else {
         return;
     };
     let heartbeat = tokio::spawn(heartbeat(host.clone(), fleet.clone(), api, ttl));
-    claim_loop(host, fleet).await;
+    claim_loop(host, fleet, poll).await;
     heartbeat.abort();
 }
 
@@ -115,7 +122,7 @@ impl Reach {
     }
 }
 
-async fn claim_loop(host: Arc<Host>, fleet: Arc<dyn Fleet>) {
+async fn claim_loop(host: Arc<Host>, fleet: Arc<dyn Fleet>, poll: Duration) {
     let mut wake = match blocking({
         let f = fleet.clone();
         move || f.subscribe()
@@ -124,7 +131,7 @@ async fn claim_loop(host: Arc<Host>, fleet: Arc<dyn Fleet>) {
     {
         Ok(w) => Some(w),
         Err(e) => {
-            tracing::warn!("no wake-ups from the store ({e}); looking every {POLL:?}");
+            tracing::warn!("no wake-ups from the store ({e}); looking every {poll:?}");
             None
         }
     };
@@ -150,7 +157,7 @@ async fn claim_loop(host: Arc<Host>, fleet: Arc<dyn Fleet>) {
             },
             // A slot freed, or time to look anyway: claims only.
             _ = host.freed.notified() => Wake::Work { run_id: String::new() },
-            _ = tokio::time::sleep(POLL) => Wake::Work { run_id: String::new() },
+            _ = tokio::time::sleep(poll) => Wake::Work { run_id: String::new() },
             _ = host.shutdown.cancelled() => return,
         };
         match woken {

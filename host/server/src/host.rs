@@ -477,7 +477,9 @@ impl Host {
         heddle_runtime::watch::refuse_if_locked(self.runtime.settings(), id)?;
         let store = self.store.clone();
         let run_id = id.to_string();
-        let r = blocking(move || session::check_resume(&*store, &run_id, pause)).await?;
+        let r = blocking(move || session::check_resume(&*store, &run_id, pause))
+            .await
+            .map_err(|e| self.driven_here(e))?;
         let decision = match given {
             Some(g) => Some(Decision::Reconcile(reconcile::reconciliation(&r, g)?)),
             None => None,
@@ -499,8 +501,9 @@ impl Host {
         heddle_runtime::watch::refuse_if_locked(self.runtime.settings(), id)?;
         let store = self.store.clone();
         let (run_id, gate_id) = (id.to_string(), gate.to_string());
-        let (r, _, approval) =
-            blocking(move || gates::approval(&*store, &run_id, &gate_id, note)).await?;
+        let (r, _, approval) = blocking(move || gates::approval(&*store, &run_id, &gate_id, note))
+            .await
+            .map_err(|e| self.driven_here_runtime(e))?;
         self.reopen_and_spawn(r, None, Some(Decision::Approve(approval)), None)
             .await
     }
@@ -512,7 +515,36 @@ impl Host {
         let store = self.store.clone();
         let (run_id, gate_id) = (id.to_string(), gate.to_string());
         let secrets = self.known_secrets();
-        blocking(move || gates::record_rejection(store, &run_id, &gate_id, &note, &secrets)).await
+        blocking(move || gates::record_rejection(store, &run_id, &gate_id, &note, &secrets))
+            .await
+            .map_err(|e| self.driven_here_runtime(e))
+    }
+
+    /// On a store several hosts share, a run this host drives is refused by the store
+    /// as owned by a host, its lease naming this one: said as a store file says a run
+    /// live in this very process, so the answer is "this server drives it", never this
+    /// host named as if it were another owner.
+    fn driven_here(&self, e: StoreError) -> StoreError {
+        match e {
+            StoreError::RunOwned { run, host, .. }
+                if self.fleet.as_ref().is_some_and(|f| f.host_id() == host)
+                    && self.driving().contains(&run) =>
+            {
+                StoreError::Live {
+                    run,
+                    pid: std::process::id(),
+                }
+            }
+            e => e,
+        }
+    }
+
+    /// [`Host::driven_here`] for the runtime's errors.
+    fn driven_here_runtime(&self, e: Error) -> Error {
+        match e {
+            Error::Store(s) => Error::Store(self.driven_here(s)),
+            e => e,
+        }
     }
 
     /// Takes `r`'s run over and hands it to a driver, which runs it once `slot` (when

@@ -100,6 +100,9 @@ pub struct HostRow {
     pub alive: bool,
     /// Runs whose live lease it holds.
     pub runs: u64,
+    /// Their ids, so an operator sees which runs a host drives (and which a dead
+    /// host's expired leases left for adoption are no longer among them).
+    pub run_ids: Vec<String>,
 }
 
 /// A run this host now owns.
@@ -232,6 +235,10 @@ pub trait Fleet: Send + Sync {
     /// Every host the store knows, alive or not.
     fn hosts(&self) -> Result<Vec<HostRow>, StoreError>;
 
+    /// Where the store is, for operators (a file, or server, database and schema; never
+    /// a password).
+    fn target(&self) -> String;
+
     /// Queues `run_id` for any host (wakes them). A run already queued or running
     /// stays as it is.
     fn enqueue(&self, run_id: &str) -> Result<(), StoreError>;
@@ -322,6 +329,10 @@ impl Fleet for crate::SqliteStore {
         "local"
     }
 
+    fn target(&self) -> String {
+        self.path().display().to_string()
+    }
+
     fn register(&self, api: &str) -> Result<(), StoreError> {
         let owner = self.acquire_lease(api, crate::lease::TTL)?;
         self.local.state().registered = Some(owner.owner_id);
@@ -356,7 +367,9 @@ impl Fleet for crate::SqliteStore {
     }
 
     fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
-        let runs = self.local.state().held.len() as u64;
+        let mut run_ids: Vec<String> = self.local.state().held.keys().cloned().collect();
+        run_ids.sort();
+        let runs = run_ids.len() as u64;
         Ok(self
             .owner()?
             .map(|o| HostRow {
@@ -370,6 +383,7 @@ impl Fleet for crate::SqliteStore {
                     .saturating_sub(crate::lease::TTL.as_millis() as u64),
                 alive: true,
                 runs,
+                run_ids,
             })
             .into_iter()
             .collect())

@@ -133,6 +133,9 @@ pub fn inspect(settings: &Settings, run: &str) -> Result<WatchStatus, Error> {
         "phase": phase,
         "state": view.state,
         "supervised": sup.is_some(),
+        // On a store several hosts share: the host whose live lease drives the run (no
+        // watchdog or file lock there: the lease is what says who has it).
+        "owner_host": view.owner_host,
         "watchdog": sup.as_ref().map(|s| json!({"pid": s.watchdog_pid, "alive": watchdog_alive})),
         "lock": lock,
         "worker": worker.map(|w| json!({

@@ -7,6 +7,14 @@ use serde_json::Value;
 
 use crate::support::*;
 
+crate::on_both_stores!(
+    the_api_shows_the_reference_and_the_artifact_route_serves_the_value,
+    a_run_whose_values_exceed_what_the_server_masks_is_shown_and_an_answer_over_it_is_an_error,
+    an_unreadable_artifact_is_named_by_the_api_and_by_a_whole_read,
+    a_large_artifact_downloads_byte_identical_in_pieces,
+    a_damaged_artifact_never_reaches_a_client_as_a_complete_answer,
+);
+
 const BIG: usize = 20_000;
 
 /// A code node whose result is a line of `BIG` x's: over the 4 KiB inline limit set.
@@ -22,13 +30,14 @@ fn big_graph() -> String {
     )
 }
 
-async fn server() -> TestServer {
-    bounded(None).await
+async fn server(store: Store) -> TestServer {
+    bounded(store, None).await
 }
 
 /// [`server`] masking JSON answers up to `max_json_bytes`.
-async fn bounded(max_json_bytes: Option<usize>) -> TestServer {
+async fn bounded(store: Store, max_json_bytes: Option<usize>) -> TestServer {
     TestServer::with(Setup {
+        store,
         config: "inline_output_bytes = 4096\n",
         max_json_bytes,
         ..Setup::default()
@@ -73,9 +82,8 @@ fn references(show: &Value) -> Vec<(String, u64, String)> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_shows_the_reference_and_the_artifact_route_serves_the_value() {
-    let s = server().await;
+async fn the_api_shows_the_reference_and_the_artifact_route_serves_the_value(store: Store) {
+    let s = server(store).await;
     let big = "x".repeat(BIG);
     let id = s.create(&big_graph()).await;
     let show = s.ended(&id).await;
@@ -115,11 +123,11 @@ async fn the_api_shows_the_reference_and_the_artifact_route_serves_the_value() {
 /// bound anyway is a 500 with a JSON error saying so, never a 200 with an empty body
 /// (before: the masking layer dropped the body and kept the 200, and the viewer showed
 /// "Cannot read properties of null").
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_whose_values_exceed_what_the_server_masks_is_shown_and_an_answer_over_it_is_an_error()
- {
+async fn a_run_whose_values_exceed_what_the_server_masks_is_shown_and_an_answer_over_it_is_an_error(
+    store: Store,
+) {
     // Two values of BIG bytes (big's result, what `out` received): over the bound.
-    let s = bounded(Some(BIG + BIG / 2)).await;
+    let s = bounded(store.clone(), Some(BIG + BIG / 2)).await;
     let id = s.create(&big_graph()).await;
     let show = s.ended(&id).await;
     assert_eq!(show["state"], "completed", "{show:#}");
@@ -128,7 +136,7 @@ async fn a_run_whose_values_exceed_what_the_server_masks_is_shown_and_an_answer_
 
     // A bound the shown run itself is over.
     let tiny = 256;
-    let s = bounded(Some(tiny)).await;
+    let s = bounded(store, Some(tiny)).await;
     let id = s.create(&big_graph()).await;
     let _ = s.stream(&id, None).await;
     let (status, body) = s.call("GET", &format!("/api/runs/{id}"), None).await;
@@ -144,22 +152,24 @@ async fn a_run_whose_values_exceed_what_the_server_masks_is_shown_and_an_answer_
 /// shows the run (200) with a marker where the value was and the value listed under
 /// `unreadable` (node, output, digest, what is wrong); reading the run whole (what
 /// `heddle runs show` does) refuses with `TERMINAL_ARTIFACT`, naming the same.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreadable_artifact_is_named_by_the_api_and_by_a_whole_read() {
-    let s = server().await;
+async fn an_unreadable_artifact_is_named_by_the_api_and_by_a_whole_read(store: Store) {
+    let s = server(store).await;
     let id = s.create(&big_graph()).await;
     assert_eq!(s.ended(&id).await["state"], "completed");
     let (_, sha) = big_result(&s, &id).await;
-    let db = rusqlite::Connection::open(s.db()).unwrap();
-    db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
-    for (change, problem) in [
+    for (sqlite, postgres, problem) in [
         (
-            "UPDATE artifact_pieces SET bytes = x'00' WHERE sha256 = ?1",
+            "UPDATE artifact_pieces SET bytes = x'00' WHERE sha256 = $SHA",
+            "UPDATE artifact_pieces SET bytes = '\\x00'::bytea WHERE sha256 = $SHA",
             "corrupt",
         ),
-        ("DELETE FROM artifacts WHERE sha256 = ?1", "missing"),
+        (
+            "DELETE FROM artifacts WHERE sha256 = $SHA",
+            "DELETE FROM artifacts WHERE sha256 = $SHA",
+            "missing",
+        ),
     ] {
-        db.execute(change, [&sha]).unwrap();
+        s.tamper(&sha, sqlite, postgres).await;
         let (status, show) = s.call("GET", &format!("/api/runs/{id}"), None).await;
         assert_eq!(status, 200, "{show:#}");
         assert_eq!(show["state"], "completed", "{show:#}");
@@ -189,8 +199,8 @@ async fn an_unreadable_artifact_is_named_by_the_api_and_by_a_whole_read() {
             .await;
         assert_ne!(status, 200, "{body:#}");
     }
-    let store = heddle_store::SqliteStore::open(&s.db()).unwrap();
-    let Err(e) = heddle_store::session::inspect(&store, &id) else {
+    let store = s.store();
+    let Err(e) = heddle_store::session::inspect(&*store, &id) else {
         panic!("a whole read refuses");
     };
     let e = heddle_core::text::error_chain(&e);
@@ -202,10 +212,9 @@ async fn an_unreadable_artifact_is_named_by_the_api_and_by_a_whole_read() {
 /// A large artifact (bytes that do not compress, so a compressed answer is as large)
 /// comes back byte for byte, as is and gzip-compressed, in pieces of at most
 /// `ARTIFACT_CHUNK` with its length declared up front.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_large_artifact_downloads_byte_identical_in_pieces() {
+async fn a_large_artifact_downloads_byte_identical_in_pieces(store: Store) {
     use http_body_util::BodyExt as _;
-    let s = server().await;
+    let s = server(store).await;
     let id = s.create(CHAIN).await;
     assert_eq!(s.ended(&id).await["state"], "completed");
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -280,11 +289,10 @@ async fn a_large_artifact_downloads_byte_identical_in_pieces() {
 /// so nothing shows until they are read): the answer stops before its declared length,
 /// the last piece withheld, so no client reads it as a complete 200. A one-piece
 /// artifact damaged so is refused with a JSON error before the answer starts.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_damaged_artifact_never_reaches_a_client_as_a_complete_answer() {
+async fn a_damaged_artifact_never_reaches_a_client_as_a_complete_answer(store: Store) {
     use heddle_store::artifacts::PIECE_BYTES;
     use http_body_util::BodyExt as _;
-    let s = server().await;
+    let s = server(store).await;
     let id = s.create(CHAIN).await;
     assert_eq!(s.ended(&id).await["state"], "completed");
     let bytes: Vec<u8> = (0..6 * PIECE_BYTES + 3).map(|i| (i % 239) as u8).collect();
@@ -298,20 +306,18 @@ async fn a_damaged_artifact_never_reaches_a_client_as_a_complete_answer() {
         .store
         .put_artifact(&id, Some("small"), b"0123456789", &Default::default())
         .unwrap();
-    let db = rusqlite::Connection::open(s.db()).unwrap();
-    db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
-    db.execute(
-        &format!(
-            "UPDATE artifact_pieces SET bytes = zeroblob({PIECE_BYTES}) WHERE sha256 = ?1 AND n = 4"
-        ),
-        [&big.sha256],
+    s.tamper(
+        &big.sha256,
+        &format!("UPDATE artifact_pieces SET bytes = zeroblob({PIECE_BYTES}) WHERE sha256 = $SHA AND n = 4"),
+        &format!("UPDATE artifact_pieces SET bytes = decode(repeat('00', {PIECE_BYTES}), 'hex') WHERE sha256 = $SHA AND n = 4"),
     )
-    .unwrap();
-    db.execute(
-        "UPDATE artifact_pieces SET bytes = CAST('012345678:' AS BLOB) WHERE sha256 = ?1",
-        [&small.sha256],
+    .await;
+    s.tamper(
+        &small.sha256,
+        "UPDATE artifact_pieces SET bytes = CAST('012345678:' AS BLOB) WHERE sha256 = $SHA",
+        "UPDATE artifact_pieces SET bytes = '012345678:'::bytea WHERE sha256 = $SHA",
     )
-    .unwrap();
+    .await;
 
     let get = |sha: &str| {
         s.request("GET", &format!("/api/runs/{id}/artifacts/{sha}"))

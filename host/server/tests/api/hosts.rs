@@ -1,9 +1,13 @@
 //! Two hosts on one database, in this process: any host answers for any run. A run one
 //! host drives is listed, shown, streamed and cancelled through the other; its
 //! escalation is listed and answered through the other (relayed through the store); a
-//! run created while every worker slot of its host is taken is queued and claimed by the
-//! host that has one, and one whose take failed is queued again and taken later;
-//! `GET /api/hosts` lists both.
+//! resume sent to the other is refused naming its owner; gates of runs one host paused
+//! are approved and rejected through the other (which takes the run over), concurrent
+//! approvals through both won by one; a run created while every worker slot of its host
+//! is taken is queued and claimed by the host that has one (woken by the store, not by
+//! its poll), and one whose take failed is queued again and taken later;
+//! `GET /api/hosts` lists both with the database, the lease, each host's runs and last
+//! heartbeat, and a dead host as not alive.
 
 use std::time::Duration;
 
@@ -286,4 +290,289 @@ async fn a_run_whose_take_failed_is_queued_again_and_taken_later() {
     let events = a.events(&second, None).await;
     let opened = events.iter().filter(|(_, k, _)| k == "opened").count();
     assert_eq!(opened, 1, "{events:#?}");
+}
+
+/// A gate, then an effect: the approved run appends `shipped` to /data/log.txt (in the
+/// data directory of the host that runs on from the gate).
+const GATED_EFFECT: &str = r#"{"format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "c", "type": "heddle.constant", "properties": {"value": "shipped\n"}},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "Ship it"}},
+    {"id": "w", "type": "files.write_text", "properties": {"path": "/data/log.txt", "append": true}},
+    {"id": "out", "type": "heddle.output"}],
+  "edges": [
+    {"source": "c", "sourceHandle": "value", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "w", "targetHandle": "text"},
+    {"source": "w", "sourceHandle": "bytes", "target": "out", "targetHandle": "value"}]}"#;
+
+/// The kinds of run `id`'s records, as `s` streams them.
+async fn kinds(s: &TestServer, id: &str) -> Vec<String> {
+    s.events(id, None).await.into_iter().map(|e| e.1).collect()
+}
+
+fn count(kinds: &[String], kind: &str) -> usize {
+    kinds.iter().filter(|k| *k == kind).count()
+}
+
+/// Runs host a drove to their gate are answered through host b: an approval takes the
+/// paused run over on host b, which runs on from the gate (the effect lands once, in
+/// its data directory; one verdict, one take-over); a rejection ends the other run
+/// cancelled with nothing below the gate run; and of approvals sent at once through
+/// both hosts, exactly one wins (the other is refused, writing nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_of_a_run_host_a_paused_is_approved_or_rejected_through_host_b() {
+    let Some((a, b)) = two_hosts(Setup::default()).await else {
+        return;
+    };
+    let approved = a.create(GATED_EFFECT).await;
+    let rejected = a.create(GATED_EFFECT).await;
+    let raced = a.create(GATED_EFFECT).await;
+    for id in [&approved, &rejected, &raced] {
+        let show = a.ended(id).await;
+        assert_eq!(show["state"], "paused", "{show:#}");
+        assert_eq!(show["pause"]["node"], "ship", "{show:#}");
+    }
+    assert!(a.lines().is_empty() && b.lines().is_empty());
+
+    let (status, body) = b
+        .call(
+            "POST",
+            &format!("/api/runs/{approved}/gates/ship/approve"),
+            Some(json!({ "note": "through b" })),
+        )
+        .await;
+    assert_eq!(status, 202, "{body:#}");
+    let show = b.ended(&approved).await;
+    assert_eq!(show["state"], "completed", "{show:#}");
+    assert_eq!(b.lines(), ["shipped"], "host b ran on from the gate");
+    assert!(a.lines().is_empty(), "host a ran it too: {:?}", a.lines());
+    let k = kinds(&a, &approved).await;
+    assert_eq!(count(&k, "opened"), 2, "one take-over: {k:?}");
+    assert_eq!(count(&k, "verdict"), 1, "{k:?}");
+
+    let (status, body) = b
+        .call(
+            "POST",
+            &format!("/api/runs/{rejected}/gates/ship/reject"),
+            Some(json!({ "note": "not today" })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body:#}");
+    let show = a.ended(&rejected).await;
+    assert_eq!(show["state"], "cancelled", "{show:#}");
+    assert_eq!(show["skipped"]["w"], "cancelled", "{show:#}");
+    assert_eq!(
+        b.lines(),
+        ["shipped"],
+        "nothing below the rejected gate ran"
+    );
+
+    let path = format!("/api/runs/{raced}/gates/ship/approve");
+    let (via_a, via_b) = tokio::join!(a.call("POST", &path, None), b.call("POST", &path, None));
+    let answers = [via_a, via_b];
+    assert_eq!(
+        answers.iter().filter(|(s, _)| *s == 202).count(),
+        1,
+        "{answers:#?}"
+    );
+    let (status, refused) = answers.iter().find(|(s, _)| *s != 202).unwrap();
+    assert_eq!(*status, 409, "{answers:#?}");
+    let e = refused["error"].as_str().unwrap_or_default();
+    assert!(
+        e.contains("is owned by host")
+            || e.contains("this server drives it")
+            || e.contains("is not waiting at gate")
+            || e.contains("taken over")
+            || e.contains("is completed"),
+        "a loser says what won: {e}"
+    );
+    assert_eq!(a.ended(&raced).await["state"], "completed");
+    let k = kinds(&b, &raced).await;
+    assert_eq!(count(&k, "opened"), 2, "one take-over: {k:?}");
+    assert_eq!(count(&k, "verdict"), 1, "{k:?}");
+    let mut all = a.lines();
+    all.extend(b.lines());
+    assert_eq!(
+        all,
+        ["shipped", "shipped"],
+        "each approved run's effect once"
+    );
+}
+
+/// A resume sent to host b for a run host a drives live is refused (409) naming host a
+/// as its owner, and writes nothing; host a drives it on undisturbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_through_host_b_of_a_run_host_a_drives_is_refused_naming_host_a() {
+    let Some((a, b)) = two_hosts(Setup::default()).await else {
+        return;
+    };
+    let id = a.create(&waiting(&a)).await;
+    until("the run started on host a", async || started(&a) == 1).await;
+    let records = b.show(&id).await["records"].clone();
+    let (status, body) = b
+        .call("POST", &format!("/api/runs/{id}/resume"), None)
+        .await;
+    assert_eq!(status, 409, "{body:#}");
+    let e = body["error"].as_str().unwrap_or_default();
+    assert!(
+        e.contains("is owned by host") && e.contains(&host_id(&a)),
+        "{e}"
+    );
+    assert_eq!(b.show(&id).await["records"], records, "the refusal wrote");
+    assert_eq!(a.host.driving(), std::slice::from_ref(&id));
+    assert!(b.host.driving().is_empty());
+    let (status, body) = b
+        .call("POST", &format!("/api/runs/{id}/cancel"), None)
+        .await;
+    assert_eq!(status, 202, "{body:#}");
+    assert_eq!(a.ended(&id).await["state"], "cancelled");
+}
+
+/// `GET /api/hosts` as `s` answers it.
+async fn hosts(s: &TestServer) -> Value {
+    let (status, body) = s.call("GET", "/api/hosts", None).await;
+    assert_eq!(status, 200, "{body:#}");
+    body
+}
+
+/// Host `id`'s row in a `GET /api/hosts` answer.
+fn of(list: &Value, id: &str) -> Value {
+    list["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["host_id"] == id)
+        .unwrap_or_else(|| panic!("no host {id}: {list:#}"))
+        .clone()
+}
+
+/// `GET /api/hosts` names the database (never a password) and the lease TTL and
+/// renewal period; per host its last heartbeat (which advances while it lives) and the
+/// ids of the runs it holds; and a host that died (its handle dropped without handing
+/// anything back, as a killed process leaves it) is listed not alive once its
+/// registration expired, holding nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_list_names_the_database_the_lease_each_hosts_runs_and_a_dead_host() {
+    let Some((a, b)) = two_hosts(Setup {
+        lease_ttl_ms: Some(1000),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let id = a.create(&waiting(&a)).await;
+    until("the run started on host a", async || started(&a) == 1).await;
+
+    // A third host that registers, then dies: nothing handed back, nothing renewed.
+    let url = a.database().unwrap();
+    tokio::task::spawn_blocking(move || {
+        use heddle_store::Fleet as _;
+        let ghost = heddle_store::PgStore::open_with(
+            &url,
+            heddle_store::PgOptions {
+                host_id: Some("ghost".into()),
+                lease_ttl: Duration::from_millis(1000),
+                ..pg::pg_options()
+            },
+        )
+        .unwrap();
+        ghost.register("http://127.0.0.1:9").unwrap();
+        ghost.forsake();
+    })
+    .await
+    .unwrap();
+
+    // Host a answers with its own lease (host b's is the default).
+    let first = hosts(&a).await;
+    assert_eq!(first["shared"], true);
+    let store = first["store"].as_str().unwrap();
+    assert!(store.starts_with("postgres://"), "{first:#}");
+    assert!(store.contains("schema heddle"), "{first:#}");
+    assert!(
+        !store.contains('@'),
+        "the database names no user or password: {store}"
+    );
+    assert_eq!(first["lease"]["ttl_ms"], 1000, "{first:#}");
+    assert_eq!(first["lease"]["renew_every_ms"], 333, "{first:#}");
+    let a_row = of(&first, &host_id(&a));
+    assert_eq!(a_row["alive"], true, "{first:#}");
+    assert_eq!(a_row["run_ids"], json!([id]), "{first:#}");
+    assert_eq!(a_row["runs"], 1, "{first:#}");
+    assert_eq!(of(&first, &host_id(&b))["run_ids"], json!([]), "{first:#}");
+    let seen = a_row["last_seen_ms"].as_u64().unwrap();
+    assert!(seen >= a_row["started_ms"].as_u64().unwrap(), "{a_row:#}");
+
+    // Host a's heartbeat advances; the ghost's registration expires.
+    until("host a renewed its registration", async || {
+        of(&hosts(&b).await, &host_id(&a))["last_seen_ms"]
+            .as_u64()
+            .unwrap()
+            > seen
+    })
+    .await;
+    until("the dead host is listed not alive", async || {
+        of(&hosts(&a).await, "ghost")["alive"] == false
+    })
+    .await;
+    let last = hosts(&a).await;
+    let ghost = of(&last, "ghost");
+    assert_eq!(ghost["runs"], 0, "{last:#}");
+    assert_eq!(ghost["run_ids"], json!([]), "{last:#}");
+    assert_eq!(of(&last, &host_id(&a))["alive"], true, "{last:#}");
+    assert_eq!(of(&last, &host_id(&b))["alive"], true, "{last:#}");
+
+    let (status, body) = b
+        .call("POST", &format!("/api/runs/{id}/cancel"), None)
+        .await;
+    assert_eq!(status, 202, "{body:#}");
+    assert_eq!(a.ended(&id).await["state"], "cancelled");
+}
+
+/// A run queued while its host's slots are taken is claimed by an idle host that the
+/// store wakes (`LISTEN/NOTIFY`): host b here looks for work by itself only once an
+/// hour, so its claim can only come from the wake-up, never from its poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_host_is_woken_by_the_store_to_claim_a_queued_run() {
+    if pg::skip_pg() {
+        return;
+    }
+    let a = TestServer::with(Setup {
+        store: Store::Shared,
+        workers: Some(1),
+        ..Setup::default()
+    })
+    .await;
+    let b = a
+        .second_host_with(Setup {
+            claim_poll: Some(Duration::from_secs(3600)),
+            ..Setup::default()
+        })
+        .await;
+    let graph = waiting(&a);
+    let first = a.create(&graph).await;
+    until("the first run started", async || started(&a) == 1).await;
+    let (status, body) = a
+        .call(
+            "POST",
+            "/api/runs",
+            Some(json!({ "graph": serde_json::from_str::<Value>(&graph).unwrap() })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body:#}");
+    assert_eq!(body["state"], "queued", "{body:#}");
+    let second = body["run_id"].as_str().unwrap().to_string();
+    until("host b, woken, claimed the queued run", async || {
+        b.host.driving() == [second.clone()]
+    })
+    .await;
+    for (id, via) in [(&first, &b), (&second, &a)] {
+        let (status, body) = via
+            .call("POST", &format!("/api/runs/{id}/cancel"), None)
+            .await;
+        assert_eq!(status, 202, "{body:#}");
+    }
+    for id in [&first, &second] {
+        assert_eq!(a.ended(id).await["state"], "cancelled");
+    }
 }

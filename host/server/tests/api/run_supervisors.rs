@@ -8,10 +8,16 @@ use std::sync::{Arc, Mutex};
 
 use axum::Json;
 use axum::extract::State;
-use heddle_store::{RunStore as _, SuperviseMode};
+use heddle_store::SuperviseMode;
 use serde_json::{Value, json};
 
 use crate::support::*;
+
+crate::on_both_stores!(
+    a_run_created_with_a_policy_is_decided_by_it_and_records_it,
+    a_run_created_with_the_llm_agent_asks_the_permitted_model_and_records_it,
+    a_supervisor_the_operator_did_not_permit_or_given_half_is_refused_writing_nothing,
+);
 
 /// Reads `/data/ready.txt`, which no test writes: `read` fails every time.
 const READ: &str = r#"{"format": "heddle.graph", "version": 1,
@@ -27,8 +33,7 @@ const SKIP_READ: &str = "[[rule]]\nname = \"no file yet\"\nnode = \"read\"\nverd
 
 /// What the run recorded as its supervisor.
 fn recorded(s: &TestServer, id: &str) -> Option<SuperviseMode> {
-    let store = heddle_store::SqliteStore::open(&s.db()).unwrap();
-    store.header(id).unwrap().run.limits.supervise
+    s.store().header(id).unwrap().run.limits.supervise
 }
 
 /// The run's verdict records (`verdict` events), as the event stream gives them.
@@ -41,10 +46,9 @@ async fn verdicts(s: &TestServer, id: &str) -> Vec<Value> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_created_with_a_policy_is_decided_by_it_and_records_it() {
+async fn a_run_created_with_a_policy_is_decided_by_it_and_records_it(store: Store) {
     // The server's own default is no supervision: the request's choice wins.
-    let s = TestServer::start().await;
+    let s = TestServer::on(store).await;
     let body = json!({"graph": graph(READ), "supervise": "policy", "policy": SKIP_READ});
     let (status, created) = s.call("POST", "/api/runs", Some(body)).await;
     assert_eq!(status, 201, "{created:#}");
@@ -140,10 +144,10 @@ supervisor_endpoints = ["{endpoint}"]
     Box::leak(text.into_boxed_str())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_created_with_the_llm_agent_asks_the_permitted_model_and_records_it() {
+async fn a_run_created_with_the_llm_agent_asks_the_permitted_model_and_records_it(store: Store) {
     let (url, seen) = chat_endpoint().await;
     let s = TestServer::with(Setup {
+        store,
         config: llm_config(&url),
         ..Setup::default()
     })
@@ -179,10 +183,12 @@ async fn a_run_created_with_the_llm_agent_asks_the_permitted_model_and_records_i
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_supervisor_the_operator_did_not_permit_or_given_half_is_refused_writing_nothing() {
+async fn a_supervisor_the_operator_did_not_permit_or_given_half_is_refused_writing_nothing(
+    store: Store,
+) {
     let (url, seen) = chat_endpoint().await;
     let s = TestServer::with(Setup {
+        store,
         config: llm_config(&url),
         ..Setup::default()
     })

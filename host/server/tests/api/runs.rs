@@ -14,6 +14,8 @@ crate::on_both_stores!(
     a_last_event_id_past_the_end_is_an_empty_stream_and_a_malformed_one_is_refused,
     refused_requests_get_their_status_and_change_nothing,
     a_gate_is_approved_or_rejected_through_the_api,
+    a_graph_node_runs_from_the_documents_sent_with_it_and_its_gate_is_answered_by_path,
+    a_run_this_server_drives_is_refused_as_driven_here,
 );
 
 /// Names a node type nothing provides and wires a handle that does not exist.
@@ -292,9 +294,10 @@ const INNER_GATED: &str = r#"{"nodes": [
   {"source": "ship", "sourceHandle": "value", "target": "up", "targetHandle": "text"},
   {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]}"#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graph_node_runs_from_the_documents_sent_with_it_and_its_gate_is_answered_by_path() {
-    let s = TestServer::start().await;
+async fn a_graph_node_runs_from_the_documents_sent_with_it_and_its_gate_is_answered_by_path(
+    store: Store,
+) {
+    let s = TestServer::on(store).await;
     let sha = heddle_core::compose::sha256_hex(INNER_GATED.as_bytes());
     let outer = json!({"nodes": [
         {"id": "c", "type": "heddle.constant", "properties": {"value": "one\n"}},
@@ -362,9 +365,8 @@ async fn a_graph_node_runs_from_the_documents_sent_with_it_and_its_gate_is_answe
 
 /// A request to take over a run this server drives is refused saying so, never naming
 /// the server's own process as if it were another owner; the refusal writes nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_this_server_drives_is_refused_as_driven_here() {
-    let s = TestServer::start().await;
+async fn a_run_this_server_drives_is_refused_as_driven_here(store: Store) {
+    let s = TestServer::on(store).await;
     let release = s.dir.path().join("release");
     let started = s.dir.path().join("started");
     let graph = json!({"format": "heddle.graph", "version": 1, "nodes": [

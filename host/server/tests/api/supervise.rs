@@ -9,6 +9,16 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
+crate::on_both_stores!(
+    a_failure_waits_for_a_person_and_their_retry_completes_the_run,
+    a_verdict_outside_the_allowed_set_is_refused_and_changes_nothing,
+    a_decision_nobody_makes_fails_closed_at_the_timeout,
+    cancelling_the_run_withdraws_its_pending_decision,
+    a_skip_is_recorded_with_the_persons_note,
+    the_server_holds_a_run_to_its_time_limit,
+    an_api_runs_streaming_input_ends_so_the_run_completes,
+);
+
 /// Writes into a directory that does not exist (not retry-safe: retry is not allowed).
 const WRITE: &str = r#"{"format": "heddle.graph", "version": 1,
   "nodes": [
@@ -26,8 +36,9 @@ const SLOW: &str = r#"{"format": "heddle.graph", "version": 1,
     {"id": "out", "type": "heddle.output"}],
   "edges": [{"source": "slow", "sourceHandle": "result", "target": "out", "targetHandle": "value"}]}"#;
 
-async fn interactive() -> TestServer {
+async fn interactive(store: Store) -> TestServer {
     TestServer::with(Setup {
+        store,
         supervise: Some(Supervise::Interactive),
         ..Setup::default()
     })
@@ -36,9 +47,7 @@ async fn interactive() -> TestServer {
 
 /// Whether run `id`'s log holds its escalation yet (read as `heddle runs show` reads).
 fn escalated(s: &TestServer, id: &str) -> bool {
-    use heddle_store::RunStore as _;
-    let store = heddle_store::SqliteStore::open(&s.db()).unwrap();
-    let read = store.read(id, 0).unwrap();
+    let read = s.store().read(id, 0).unwrap();
     read.records.iter().any(|r| r.record.kind() == "escalated")
 }
 
@@ -85,9 +94,8 @@ async fn notice(s: &TestServer, id: &str, state: &str) -> Value {
         .expect("the notice arrived")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failure_waits_for_a_person_and_their_retry_completes_the_run() {
-    let s = interactive().await;
+async fn a_failure_waits_for_a_person_and_their_retry_completes_the_run(store: Store) {
+    let s = interactive(store).await;
     let id = s.create(READ).await;
     let n = notice(&s, &id, "pending").await;
     let list = s.pending_escalations(&id).await;
@@ -142,10 +150,9 @@ async fn a_failure_waits_for_a_person_and_their_retry_completes_the_run() {
     assert_eq!(status, 404, "{body:#}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_verdict_outside_the_allowed_set_is_refused_and_changes_nothing() {
+async fn a_verdict_outside_the_allowed_set_is_refused_and_changes_nothing(store: Store) {
     // The server's default is no supervision; the run asks for a person itself.
-    let s = TestServer::start().await;
+    let s = TestServer::on(store).await;
     let body = json!({"graph": graph(WRITE), "supervise": "interactive"});
     let (status, created) = s.call("POST", "/api/runs", Some(body)).await;
     assert_eq!(status, 201, "{created:#}");
@@ -210,9 +217,9 @@ async fn a_verdict_outside_the_allowed_set_is_refused_and_changes_nothing() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_decision_nobody_makes_fails_closed_at_the_timeout() {
+async fn a_decision_nobody_makes_fails_closed_at_the_timeout(store: Store) {
     let s = TestServer::with(Setup {
+        store,
         supervise: Some(Supervise::Interactive),
         decision_timeout_ms: Some(1000),
         ..Setup::default()
@@ -244,9 +251,8 @@ async fn a_decision_nobody_makes_fails_closed_at_the_timeout() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancelling_the_run_withdraws_its_pending_decision() {
-    let s = interactive().await;
+async fn cancelling_the_run_withdraws_its_pending_decision(store: Store) {
+    let s = interactive(store).await;
     let id = s.create(READ).await;
     let eid = s.pending_escalations(&id).await[0]["id"]
         .as_str()
@@ -270,9 +276,8 @@ async fn cancelling_the_run_withdraws_its_pending_decision() {
 
 /// A skip is recorded with the person's note too, and the run as shown reads it back
 /// from the log like any verdict's.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_skip_is_recorded_with_the_persons_note() {
-    let s = interactive().await;
+async fn a_skip_is_recorded_with_the_persons_note(store: Store) {
+    let s = interactive(store).await;
     let id = s.create(READ).await;
     let e = s.pending_escalations(&id).await.remove(0);
     let eid = e["id"].as_str().unwrap();
@@ -297,9 +302,8 @@ async fn a_skip_is_recorded_with_the_persons_note() {
     assert_eq!(verdicts[0]["note"], "not needed this week", "{show:#}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_server_holds_a_run_to_its_time_limit() {
-    let s = TestServer::start().await;
+async fn the_server_holds_a_run_to_its_time_limit(store: Store) {
+    let s = TestServer::on(store).await;
     let body = json!({"graph": graph(SLOW), "time_limit_ms": 300});
     let (status, created) = s.call("POST", "/api/runs", Some(body)).await;
     assert_eq!(status, 201, "{created:#}");
@@ -323,9 +327,8 @@ async fn the_server_holds_a_run_to_its_time_limit() {
 /// The API has no live feed into a run: a streaming input gets the value its request
 /// gave (if any) as its only item and ends, so the run completes instead of waiting for
 /// a stream nobody feeds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_api_runs_streaming_input_ends_so_the_run_completes() {
-    let s = TestServer::start().await;
+async fn an_api_runs_streaming_input_ends_so_the_run_completes(store: Store) {
+    let s = TestServer::on(store).await;
     let doc = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/running-sum.json"),
     )

@@ -111,6 +111,11 @@ pub struct Setup {
     pub decision_timeout_ms: Option<u64>,
     /// The largest JSON answer the router masks (default: the server's).
     pub max_json_bytes: Option<usize>,
+    /// `--lease-ttl-ms` (default: the server's).
+    pub lease_ttl_ms: Option<u64>,
+    /// How often a host of a shared store looks for work whatever it was told (default:
+    /// the server's, [`heddle_server::fleet::POLL`]).
+    pub claim_poll: Option<Duration>,
 }
 
 /// One server's directory, runtime, host and router.
@@ -140,10 +145,15 @@ impl TestServer {
     /// Another host on this server's database (a shared store), in a directory of its
     /// own.
     pub async fn second_host(&self) -> TestServer {
+        self.second_host_with(Setup::default()).await
+    }
+
+    /// [`TestServer::second_host`] set up as `setup` says otherwise.
+    pub async fn second_host_with(&self, setup: Setup) -> TestServer {
         TestServer::with(Setup {
             store: Store::Joined(self.database().expect("a shared store")),
             token: Some(self.token.clone()),
-            ..Setup::default()
+            ..setup
         })
         .await
     }
@@ -177,7 +187,7 @@ impl TestServer {
             serve: ServeOverrides {
                 supervise: setup.supervise,
                 decision_timeout_ms: setup.decision_timeout_ms,
-                lease_ttl_ms: None,
+                lease_ttl_ms: setup.lease_ttl_ms,
                 host_id: None,
             },
             ..Overrides::default()
@@ -206,10 +216,11 @@ impl TestServer {
                     setup.workers.unwrap_or(4),
                     tokio::runtime::Handle::current(),
                 ));
-                tokio::spawn(heddle_server::fleet::serve(
+                tokio::spawn(heddle_server::fleet::serve_polling(
                     host.clone(),
                     "in-process".into(),
                     runtime.settings().serve.lease_ttl,
+                    setup.claim_poll.unwrap_or(heddle_server::fleet::POLL),
                 ));
                 host
             }
@@ -251,6 +262,34 @@ impl TestServer {
     /// The file the run store is in.
     pub fn db(&self) -> std::path::PathBuf {
         self.dir.path().join("runs.db")
+    }
+
+    /// The run store, as another reader of it would use it (either kind).
+    pub fn store(&self) -> Arc<dyn heddle_store::RunStore> {
+        self.host.store.clone()
+    }
+
+    /// Runs `sqlite` on the store file or `postgres` on the database (schema `heddle`),
+    /// with `$SHA` replaced by `sha` quoted: how a test damages what the store holds,
+    /// on either kind of store.
+    pub async fn tamper(&self, sha: &str, sqlite: &str, postgres: &str) {
+        let quoted = format!("'{sha}'");
+        match &self.database {
+            None => {
+                let db = rusqlite::Connection::open(self.db()).unwrap();
+                db.busy_timeout(Duration::from_secs(10)).unwrap();
+                db.execute_batch(&sqlite.replace("$SHA", &quoted)).unwrap();
+            }
+            Some(url) => {
+                let (url, s) = (url.clone(), postgres.replace("$SHA", &quoted));
+                // The helper runs a small runtime of its own: off this one's threads.
+                tokio::task::spawn_blocking(move || {
+                    pg::sql(&url, &format!("SET search_path = heddle; {s}"))
+                })
+                .await
+                .unwrap();
+            }
+        }
     }
 
     /// Lines the provider side wrote.

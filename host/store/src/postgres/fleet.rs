@@ -364,8 +364,8 @@ impl Inner {
                     ", ",
                     ms!("h.last_seen"),
                     ", h.expires_at > now(),
-                        (SELECT count(*) FROM leases l WHERE l.owner_host = h.host_id
-                           AND l.state = 'running' AND l.expires_at > now())
+                        array(SELECT l.run_id FROM leases l WHERE l.owner_host = h.host_id
+                           AND l.state = 'running' AND l.expires_at > now() ORDER BY l.run_id)
                      FROM hosts h ORDER BY h.host_id"
                 ),
                 &[],
@@ -383,7 +383,8 @@ impl Inner {
                 started_ms: r.get::<_, i64>(4) as u64,
                 last_seen_ms: r.get::<_, i64>(5) as u64,
                 alive: r.get(6),
-                runs: r.get::<_, i64>(7) as u64,
+                runs: r.get::<_, Vec<String>>(7).len() as u64,
+                run_ids: r.get(7),
             })
             .collect())
     }
@@ -702,6 +703,10 @@ impl PgStore {
 impl Fleet for PgStore {
     fn host_id(&self) -> &str {
         &self.inner.host_id
+    }
+
+    fn target(&self) -> String {
+        PgStore::target(self).to_string()
     }
 
     fn register(&self, api: &str) -> Result<(), StoreError> {

@@ -206,6 +206,66 @@ pub fn query(url: &str, q: &str) -> Vec<Vec<Option<String>>> {
     })
 }
 
+/// Whether a client can connect to `url` (the server's refusal, else).
+pub fn connects(url: &str) -> Result<(), String> {
+    rt().block_on(async move {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+        let driver = tokio::spawn(conn);
+        drop(client);
+        let _ = driver.await;
+        Ok(())
+    })
+}
+
+/// A login role of the shared server that must give its password (`scram-sha-256`),
+/// where every other role is trusted: scripts/pg-up writes its line first in
+/// `pg_hba.conf`; on a cluster started without it the line is put there here (once; the
+/// tests own the throwaway cluster) and the configuration reloaded, waited for until a
+/// wrong password is refused.
+/// Returns the role and its password, for tests of a refused password.
+pub fn password_role() -> (String, String) {
+    const ROLE: &str = "heddle_pw";
+    const PASSWORD: &str = "right-horse-battery";
+    let admin = admin_url();
+    sql(
+        &admin,
+        &format!(
+            "DO $$ BEGIN CREATE ROLE {ROLE} LOGIN PASSWORD '{PASSWORD}';
+             EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        ),
+    );
+    let rules = query(
+        &admin,
+        &format!("SELECT count(*) FROM pg_hba_file_rules WHERE '{ROLE}' = ANY(user_name)"),
+    );
+    if rules[0][0].as_deref() == Some("0") {
+        let file = query(&admin, "SHOW hba_file")[0][0].clone().unwrap();
+        let old = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file}: {e}"));
+        // Written in place: the file keeps its owner (the server's user) and mode.
+        std::fs::write(
+            &file,
+            format!("host all {ROLE} 127.0.0.1/32 scram-sha-256\n{old}"),
+        )
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
+        sql(&admin, "SELECT pg_reload_conf()");
+    }
+    // The reload is a signal: wait (bounded) until the server asks for the password.
+    let (base, db) = admin.rsplit_once('/').unwrap();
+    let after = base.rsplit_once('@').map_or(base, |(_, h)| h);
+    let wrong = format!("postgres://{ROLE}:not-it@{after}/{db}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while connects(&wrong).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never asked {ROLE} for a password"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    (ROLE.into(), PASSWORD.into())
+}
+
 /// A run to create in a test: every part of the header holds something.
 pub fn new_run() -> heddle_store::NewRun {
     heddle_store::NewRun {
