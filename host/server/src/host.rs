@@ -523,12 +523,13 @@ impl Host {
     /// On a store several hosts share, a run this host drives is refused by the store
     /// as owned by a host, its lease naming this one: said as a store file says a run
     /// live in this very process, so the answer is "this server drives it", never this
-    /// host named as if it were another owner.
+    /// host named as if it were another owner. The lease decides, not the map of runs
+    /// driven here: a driver that just ended (or not yet started) is out of the map while
+    /// this host still holds the run's lease.
     fn driven_here(&self, e: StoreError) -> StoreError {
         match e {
             StoreError::RunOwned { run, host, .. }
-                if self.fleet.as_ref().is_some_and(|f| f.host_id() == host)
-                    && self.driving().contains(&run) =>
+                if self.fleet.as_ref().is_some_and(|f| f.host_id() == host) =>
             {
                 StoreError::Live {
                     run,
