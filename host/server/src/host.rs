@@ -506,7 +506,9 @@ impl Host {
         let store = self.store.clone();
         let (run_id, gate_id) = (id.to_string(), gate.to_string());
         let secrets = self.known_secrets();
-        blocking(move || gates::record_rejection(store, &run_id, &gate_id, &note, &secrets)).await
+        let watch = self.runtime.watch();
+        blocking(move || gates::record_rejection(store, &run_id, &gate_id, &note, &secrets, &watch))
+            .await
     }
 
     /// Takes `r`'s run over and hands it to a driver, which runs it once `slot` (when
@@ -567,6 +569,7 @@ impl Host {
         let store = self.store.clone();
         let run_id = id.to_string();
         let secrets = self.known_secrets();
+        let watch = self.runtime.watch();
         if self.fleet.is_some() {
             // Whoever drives it (another host, a command line) is asked through the store
             // and records the cancel itself; one nobody drives is cancelled here.
@@ -577,12 +580,13 @@ impl Host {
                     &secrets,
                     CANCEL_WAIT,
                     &mut |_: &str| {},
+                    &watch,
                 )
                 .map(|_| ())
             })
             .await;
         }
-        blocking(move || session::cancel(store, &run_id, &secrets)).await
+        blocking(move || durable::cancel::cancel_unowned(&store, &run_id, &secrets, &watch)).await
     }
 
     /// Whether a driver of this server drives `id`, and a subscription to its feed.
@@ -743,6 +747,7 @@ impl Host {
                     Err(_) => {
                         let (n, after) = host.retries.failed(&run_id);
                         tracing::warn!(
+                            run_id = %run_id,
                             "run {run_id}: queued again, claimable in {} ms ({n} failure(s) in a row here)",
                             after.as_millis()
                         );
@@ -753,6 +758,7 @@ impl Host {
                 let (f, r) = (fleet.clone(), run_id.clone());
                 if let Err(e) = blocking(move || f.release(&r, epoch, back)).await {
                     tracing::warn!(
+                        run_id = %run_id,
                         "run {run_id}: not handed back ({e}); its lease expires on its own"
                     );
                 }
@@ -801,7 +807,7 @@ impl Host {
             && a.epoch == epoch
         {
             if !a.lost.swap(true, Ordering::SeqCst) {
-                tracing::warn!("{}", lost_lease(id, epoch));
+                tracing::warn!(run_id = %id, "{}", lost_lease(id, epoch));
             }
             a.control.stop();
         }
