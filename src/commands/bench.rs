@@ -94,8 +94,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         all.push(figures);
     }
     // The last runs' spans, still queued, go before the process ends (untimed).
+    // What the exporter took and dropped (a queue that overflows drops, never waits):
+    // traced figures are only comparable alongside it.
     if let Some(e) = exporter {
         e.shutdown();
+        eprintln!(
+            "traced: {} spans sent to {}, {} dropped",
+            e.sent(),
+            e.endpoint(),
+            e.dropped()
+        );
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&all)?);
