@@ -518,6 +518,10 @@ pub struct BenchArgs {
     /// that declares nothing runs. Default: as the package declares (128).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=128))]
     pub concurrency: Option<u32>,
+    /// Count every run in metrics as `heddle serve` does for all its runs (every
+    /// invocation reported and counted): what the server's always-on metrics cost.
+    #[arg(long)]
+    pub metrics: bool,
     /// Print the figures as JSON.
     #[arg(long)]
     pub json: bool,

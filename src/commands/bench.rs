@@ -56,12 +56,19 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     if let Some(store) = store {
         bench.durable_on(store);
     }
-    // With an OTLP endpoint in the environment every run is traced, and timed so.
+    // With an OTLP endpoint in the environment every run is traced, and timed so; with
+    // --metrics every run is counted as `heddle serve` counts its runs.
     let telemetry = heddle_runtime::telemetry::TelemetrySettings::from_env()?;
-    if let Some(t) = heddle_runtime::telemetry::KernelTracer::new(&telemetry, "bench") {
+    let mut exporter = None;
+    if let Some(t) = heddle_runtime::telemetry::KernelTracer::new(&telemetry, "bench", args.metrics)
+    {
         if let (false, Some(to)) = (args.json, &telemetry.traces) {
             println!("traced: spans go to {}", to.endpoint);
         }
+        if !args.json && args.metrics {
+            println!("metrics: every run counted, as heddle serve counts them");
+        }
+        exporter = t.exporter();
         heddle_kernel::bench::observe(Box::new(t));
     }
     if BUILD == "debug" {
@@ -85,6 +92,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
             print_human(&figures);
         }
         all.push(figures);
+    }
+    // The last runs' spans, still queued, go before the process ends (untimed).
+    // What the exporter took and dropped (a queue that overflows drops, never waits):
+    // traced figures are only comparable alongside it.
+    if let Some(e) = exporter {
+        e.shutdown();
+        eprintln!(
+            "traced: {} spans sent to {}, {} dropped",
+            e.sent(),
+            e.endpoint(),
+            e.dropped()
+        );
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&all)?);

@@ -81,7 +81,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         eprintln!("durable run {} (store {})", header.run_id, store.location());
         drive
     } else {
-        runtime.in_memory(plan, opts, &graph)
+        // A traced run's span names the graph's digest, as a durable run's does.
+        let bytes = runtime
+            .telemetry()
+            .and_then(|_| heddle_runtime::durable::read_graph(&args.graph).ok());
+        runtime.in_memory(plan, opts, &graph, bytes.as_deref())
     };
     execute(
         rt,

@@ -99,8 +99,16 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
         }
         RunsCommand::Reject { run, gate, note } => {
             let store = section.existing(&run)?;
-            let reason =
-                gates::record_rejection(store, &run, &gate, &note, &known_secrets(&settings))?;
+            // The run's span is sent from here: this process records its ending.
+            let watch = heddle_runtime::telemetry::Watch::exporting(&settings.telemetry);
+            let reason = gates::record_rejection(
+                store,
+                &run,
+                &gate,
+                &note,
+                &known_secrets(&settings),
+                &watch,
+            )?;
             eprintln!("run {run} cancelled: {reason}");
             Ok(Exit::Ok)
         }
@@ -120,7 +128,9 @@ fn cancel(settings: &Settings, run: &str) -> anyhow::Result<Exit> {
     let store = settings.store.existing(run)?;
     let secrets = known_secrets(settings);
     let mut asked = |owner: &str| eprintln!("asked the owner of run {run} ({owner}) to cancel it");
-    match cancel_run(&store, run, &secrets, CANCEL_WAIT, &mut asked)? {
+    // A run nobody drives is ended here, and its span sent from here.
+    let watch = heddle_runtime::telemetry::Watch::exporting(&settings.telemetry);
+    match cancel_run(&store, run, &secrets, CANCEL_WAIT, &mut asked, &watch)? {
         Cancelled::Ended => {
             // A run whose host was killed outright leaves its containers (a server's)
             // behind; its owner, when it ended the run itself, left none.

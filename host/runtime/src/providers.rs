@@ -162,6 +162,12 @@ impl Runtime {
         })
     }
 
+    /// What watches this process's runs, for code that ends a run without driving it
+    /// ([`crate::telemetry::Watch`]): its exporter, and its metrics once kept.
+    pub fn watch(&self) -> crate::telemetry::Watch {
+        crate::telemetry::Watch::of(self.telemetry().cloned(), self.metrics.get().cloned())
+    }
+
     /// Whether this process keeps metrics (someone asked for them).
     pub(crate) fn metrics_kept(&self) -> bool {
         self.metrics.get().is_some()
@@ -206,13 +212,24 @@ impl Runtime {
     }
 
     /// A run kept in memory only ([`Drive::in_memory`]), traced when an exporter is
-    /// configured (`graph_name` names it in its span).
-    pub fn in_memory(&self, plan: Plan, mut opts: RunOptions, graph_name: &str) -> Drive {
+    /// configured (`graph_name` names it in its span, with the sha256 of `graph_bytes`,
+    /// the graph file's bytes, when given: the digest a durable run of the same file
+    /// records, so a trace tells which version of a graph ran).
+    pub fn in_memory(
+        &self,
+        plan: Plan,
+        mut opts: RunOptions,
+        graph_name: &str,
+        graph_bytes: Option<&[u8]>,
+    ) -> Drive {
         self.watch_options(&mut opts);
         let info = crate::telemetry::RunInfo {
             run_id: None,
             graph_name: graph_name.to_string(),
-            graph_digest: None,
+            // Only when the run is watched: hashing is the one cost it would add.
+            graph_digest: graph_bytes
+                .filter(|_| opts.trace.is_some())
+                .map(heddle_store::sha256_hex),
             created: std::time::SystemTime::now(),
         };
         let tracing = self.run_tracing(opts.trace.as_ref(), info, &opts.secrets);

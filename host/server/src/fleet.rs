@@ -204,7 +204,7 @@ async fn claim(host: &Arc<Host>, fleet: &Arc<dyn Fleet>, reach: &mut Reach) {
         match host.workers.clone().try_acquire_owned() {
             Ok(slot) => take_claimed(host, fleet, c, slot).await,
             Err(_) => {
-                tracing::debug!("run {}: no slot free any more; queued again", c.run_id);
+                tracing::debug!(run_id = %c.run_id, "run {}: no slot free any more; queued again", c.run_id);
                 hand_back(fleet, &c.run_id, GiveBack::QUEUED).await;
             }
         }
@@ -226,8 +226,10 @@ async fn take_claimed(
 ) {
     let id = c.run_id.clone();
     match &c.adopted_from {
-        Some(from) => tracing::info!("run {id}: adopted from host {from} (its lease expired)"),
-        None => tracing::debug!("run {id}: claimed from the queue"),
+        Some(from) => {
+            tracing::info!(run_id = %id, "run {id}: adopted from host {from} (its lease expired)")
+        }
+        None => tracing::debug!(run_id = %id, "run {id}: claimed from the queue"),
     }
     let _turn = host.handover(&id).await;
     let store = host.store.clone();
@@ -257,16 +259,17 @@ async fn take_claimed(
         // Its lease expired meanwhile or another host has it now: nothing to give back
         // (an expired lease is claimable by anyone).
         Err(heddle_runtime::Error::Store(e)) if e.is_lost_lease() => {
-            tracing::info!("run {id} not taken: {e}");
+            tracing::info!(run_id = %id, "run {id} not taken: {e}");
         }
         // Quarantined: nothing of it runs until a person looks.
         Err(heddle_runtime::Error::Store(e)) if e.is_damaged_run() => {
-            tracing::warn!("run {id} not taken: {e}; it waits for a person");
+            tracing::warn!(run_id = %id, "run {id} not taken: {e}; it waits for a person");
             hand_back(fleet, &id, GiveBack::Idle).await;
         }
         Err(e) => {
             let (n, after) = host.retries.failed(&id);
             tracing::warn!(
+                run_id = %id,
                 "run {id} not taken ({n} failure(s) in a row here): {}; queued again, claimable in {} ms",
                 heddle_core::text::error_chain(&e),
                 after.as_millis()
@@ -285,7 +288,7 @@ async fn hand_back(fleet: &Arc<dyn Fleet>, id: &str, back: GiveBack) {
     let run = id.to_string();
     let r = blocking(move || f.hand_back(&run, back)).await;
     if let Err(e) = r {
-        tracing::warn!("run {id}: not handed back ({e}); its lease expires on its own");
+        tracing::warn!(run_id = %id, "run {id}: not handed back ({e}); its lease expires on its own");
     }
 }
 
@@ -428,7 +431,7 @@ fn carry_out(host: &Arc<Host>, run: &str) {
         let pending = match blocking(move || f.pending_commands(&r)).await {
             Ok(p) => p,
             Err(e) => {
-                tracing::warn!("run {run}: reading its commands: {e}");
+                tracing::warn!(run_id = %run, "run {run}: reading its commands: {e}");
                 return;
             }
         };
@@ -437,7 +440,7 @@ fn carry_out(host: &Arc<Host>, run: &str) {
             let outcome = serde_json::json!({ "status": status.as_u16(), "body": body });
             let (f, r) = (fleet.clone(), run.clone());
             if let Err(e) = blocking(move || f.finish_command(&r, epoch, c.id, &outcome)).await {
-                tracing::warn!("run {run}: answering command {}: {e}", c.id);
+                tracing::warn!(run_id = %run, "run {run}: answering command {}: {e}", c.id);
             }
         }
     });

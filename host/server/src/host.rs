@@ -515,7 +515,8 @@ impl Host {
         let store = self.store.clone();
         let (run_id, gate_id) = (id.to_string(), gate.to_string());
         let secrets = self.known_secrets();
-        blocking(move || gates::record_rejection(store, &run_id, &gate_id, &note, &secrets))
+        let watch = self.runtime.watch();
+        blocking(move || gates::record_rejection(store, &run_id, &gate_id, &note, &secrets, &watch))
             .await
             .map_err(|e| self.driven_here_runtime(e))
     }
@@ -609,6 +610,7 @@ impl Host {
         // What a host killed outright left for the run (a server's container): its
         // owner, when it ended the run itself, left nothing.
         let leftovers = self.runtime.run_leftovers(id);
+        let watch = self.runtime.watch();
         if self.fleet.is_some() {
             // Whoever drives it (another host, a command line) is asked through the store
             // and records the cancel itself; one nobody drives is cancelled here.
@@ -619,6 +621,7 @@ impl Host {
                     &secrets,
                     CANCEL_WAIT,
                     &mut |_: &str| {},
+                    &watch,
                 )
             })
             .await?;
@@ -627,7 +630,8 @@ impl Host {
             }
             return Ok(());
         }
-        blocking(move || session::cancel(store, &run_id, &secrets)).await?;
+        blocking(move || durable::cancel::cancel_unowned(&store, &run_id, &secrets, &watch))
+            .await?;
         leftovers.remove().await;
         Ok(())
     }
@@ -790,6 +794,7 @@ impl Host {
                     Err(_) => {
                         let (n, after) = host.retries.failed(&run_id);
                         tracing::warn!(
+                            run_id = %run_id,
                             "run {run_id}: queued again, claimable in {} ms ({n} failure(s) in a row here)",
                             after.as_millis()
                         );
@@ -800,6 +805,7 @@ impl Host {
                 let (f, r) = (fleet.clone(), run_id.clone());
                 if let Err(e) = blocking(move || f.release(&r, epoch, back)).await {
                     tracing::warn!(
+                        run_id = %run_id,
                         "run {run_id}: not handed back ({e}); its lease expires on its own"
                     );
                 }
@@ -848,7 +854,7 @@ impl Host {
             && a.epoch == epoch
         {
             if !a.lost.swap(true, Ordering::SeqCst) {
-                tracing::warn!("{}", lost_lease(id, epoch));
+                tracing::warn!(run_id = %id, "{}", lost_lease(id, epoch));
             }
             a.control.stop();
         }

@@ -2,7 +2,9 @@
 //! server's API for a run it does not drive): a run nobody drives is taken over and
 //! recorded cancelled here; a run a live process or another host drives is asked through
 //! the store ([`RunStore::request_cancel`]), and its owner cancels it itself (its writes
-//! are never cut off), which this waits for.
+//! are never cut off), which this waits for. A run ended here has its span sent and
+//! its ending counted by what watches this process ([`Watch::ended`]); one its owner
+//! ended, by its owner.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +12,8 @@ use std::time::{Duration, Instant};
 use heddle_store::session;
 use heddle_store::status::RunView;
 use heddle_store::{RunState, RunStore, StoreError};
+
+use crate::telemetry::Watch;
 
 /// How often the state of a run whose owner was asked to cancel it is looked at.
 const LOOK: Duration = Duration::from_millis(100);
@@ -42,13 +46,15 @@ pub fn owner_of(view: &RunView) -> String {
 /// `wait` (`asked` is told whom, once). A run that changes hands meanwhile is looked at
 /// again. An ended run is refused ([`StoreError::AlreadyEnded`]), unless it is the
 /// cancel asked for here. `secrets` are the known secret values, masked out of what is
-/// written here (see [`session::end_cancelled`]). Blocks (the store, the wait).
+/// written here (see [`session::end_cancelled`]); `watch` sends the span of a run
+/// ended here and counts it. Blocks (the store, the wait).
 pub fn cancel_run(
     store: &Arc<dyn RunStore>,
     run: &str,
     secrets: &[String],
     wait: Duration,
     asked: &mut dyn FnMut(&str),
+    watch: &Watch,
 ) -> Result<Cancelled, StoreError> {
     let deadline = Instant::now() + wait;
     let mut owner: Option<String> = None;
@@ -70,7 +76,7 @@ pub fn cancel_run(
                 std::thread::sleep(LOOK);
             }
             RunState::Paused | RunState::Interrupted | RunState::Queued => {
-                match session::cancel(store.clone(), run, secrets) {
+                match cancel_unowned(store, run, secrets, watch) {
                     Ok(()) => return Ok(Cancelled::Ended),
                     // The owner asked here ended it cancelled between the two reads
                     // above (its log read before its ending, its lease after it let go):
@@ -100,4 +106,19 @@ pub fn cancel_run(
             }
         }
     }
+}
+
+/// Cancels `run`, which nobody drives (paused, interrupted, queued), here
+/// ([`session::cancel`]), then sends its span and counts its ending (`watch`): the one
+/// way a run nobody drives is cancelled, so none ends without its span. A run someone
+/// drives is refused ([`StoreError::Live`], [`StoreError::RunOwned`]). Blocks.
+pub fn cancel_unowned(
+    store: &Arc<dyn RunStore>,
+    run: &str,
+    secrets: &[String],
+    watch: &Watch,
+) -> Result<(), StoreError> {
+    session::cancel(store.clone(), run, secrets)?;
+    watch.ended(&**store, run, secrets);
+    Ok(())
 }

@@ -59,13 +59,16 @@ pub fn approval(
 }
 
 /// Records the rejection of `gate` and the run's cancelled ending, with `secrets` (the
-/// known secret values) masked out of what is written; returns the reason as recorded.
+/// known secret values) masked out of what is written, then sends the run's span (its
+/// `heddle.gate.rejected` event) and counts its ending (`watch`); returns the reason as
+/// recorded.
 pub fn record_rejection(
     store: Arc<dyn RunStore>,
     run: &str,
     gate: &str,
     note: &str,
     secrets: &[String],
+    watch: &crate::telemetry::Watch,
 ) -> Result<String, Error> {
     let (_, ask, occurrences) = waiting_gate(&*store, run, gate)?;
     let decisions = occurrences
@@ -77,7 +80,8 @@ pub fn record_rejection(
         })
         .collect();
     let reason = format!("gate \"{}\" rejected: {note}", ask.title);
-    session::end_cancelled(store, run, decisions, reason.clone(), secrets)?;
+    session::end_cancelled(store.clone(), run, decisions, reason.clone(), secrets)?;
+    watch.ended(&*store, run, secrets);
     // As recorded: the note masked.
     Ok(match heddle_store::secrets::redactor(secrets) {
         Some(r) => r.mask(&reason),

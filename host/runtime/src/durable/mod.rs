@@ -372,7 +372,7 @@ impl Leftovers {
 }
 
 /// What a durable run's span says of it.
-fn run_info(h: &RunHeader) -> RunInfo {
+pub(crate) fn run_info(h: &RunHeader) -> RunInfo {
     RunInfo {
         run_id: Some(h.run_id.clone()),
         graph_name: h.run.graph_name.clone(),

@@ -24,13 +24,13 @@ const QUEUE: usize = 8192;
 const MAX_BATCH: usize = 512;
 /// How long the first span of a batch waits for others.
 const BATCH_DELAY: Duration = Duration::from_millis(200);
-/// The longest wait for one export (connecting, retries and the answer).
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest answer an endpoint may send (it is read only for partial successes).
 const MAX_ANSWER: usize = 4 << 20;
 
 enum Msg {
     Span(Box<SpanData>),
+    /// Send what came before, then stop ([`Telemetry::shutdown`]).
+    Close,
 }
 
 /// What the exporter counts, shared with its thread.
@@ -150,14 +150,33 @@ impl Telemetry {
     }
 }
 
-impl Drop for Telemetry {
-    fn drop(&mut self) {
-        // Closing the queue tells the thread to send what is left and stop.
-        drop(self.tx.take());
+impl Telemetry {
+    /// Sends what is queued and stops, waiting at most [`SHUTDOWN_WAIT`]: what dropping
+    /// it does, for an exporter that is never dropped (`heddle bench` hands it to a
+    /// process-wide observer). A span queued afterwards is dropped (counted).
+    pub fn shutdown(&self) {
+        let Some(tx) = &self.tx else { return };
+        let deadline = std::time::Instant::now() + SHUTDOWN_WAIT;
+        let mut msg = Msg::Close;
+        // A full queue is being emptied by the thread: the close goes in behind it.
+        loop {
+            match tx.try_send(msg) {
+                Ok(()) => break,
+                Err(mpsc::error::TrySendError::Full(m)) if std::time::Instant::now() < deadline => {
+                    msg = m;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(_) => break,
+            }
+        }
+        self.wait_done(deadline.saturating_duration_since(std::time::Instant::now()));
+    }
+
+    /// Waits at most `wait` for the sending thread to end (once); says what was left.
+    fn wait_done(&self, wait: Duration) {
         let done = self.done.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(done) = done
-            && let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                done.recv_timeout(SHUTDOWN_WAIT)
+            && let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = done.recv_timeout(wait)
         {
             tracing::warn!(
                 "spans still being sent to {} after {} ms were left unsent",
@@ -165,6 +184,14 @@ impl Drop for Telemetry {
                 SHUTDOWN_WAIT.as_millis()
             );
         }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        // Closing the queue tells the thread to send what is left and stop.
+        drop(self.tx.take());
+        self.wait_done(SHUTDOWN_WAIT);
     }
 }
 
@@ -182,6 +209,7 @@ fn send_all(mut rx: mpsc::Receiver<Msg>, export: &TraceExport, stats: &Stats) {
             while let Some(Msg::Span(_)) = rx.blocking_recv() {
                 stats.lost(1, &"the exporter is not running");
             }
+            // (A close ends the loop too: nothing more is taken.)
             return;
         }
     };
@@ -192,21 +220,21 @@ fn send_all(mut rx: mpsc::Receiver<Msg>, export: &TraceExport, stats: &Stats) {
         while open {
             match rx.recv().await {
                 Some(Msg::Span(s)) => batch.push(*s),
-                None => break,
+                Some(Msg::Close) | None => break,
             }
             let deadline = tokio::time::Instant::now() + BATCH_DELAY;
             while batch.len() < MAX_BATCH {
                 tokio::select! {
                     m = rx.recv() => match m {
                         Some(Msg::Span(s)) => batch.push(*s),
-                        None => { open = false; break; }
+                        Some(Msg::Close) | None => { open = false; break; }
                     },
                     _ = tokio::time::sleep_until(deadline) => break,
                 }
             }
             let n = batch.len() as u64;
             let spans = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
-            match tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(spans)).await {
+            match tokio::time::timeout(export.timeout, exporter.export(spans)).await {
                 Ok(Ok(())) => {
                     stats.sent.fetch_add(n, Ordering::Relaxed);
                 }
@@ -214,8 +242,8 @@ fn send_all(mut rx: mpsc::Receiver<Msg>, export: &TraceExport, stats: &Stats) {
                 Err(_) => stats.lost(
                     n,
                     &format!(
-                        "the endpoint did not answer within {} s",
-                        EXPORT_TIMEOUT.as_secs()
+                        "the endpoint did not answer within {} ms",
+                        export.timeout.as_millis()
                     ),
                 ),
             }
@@ -226,13 +254,13 @@ fn send_all(mut rx: mpsc::Receiver<Msg>, export: &TraceExport, stats: &Stats) {
 
 fn exporter(export: &TraceExport) -> Result<opentelemetry_otlp::SpanExporter, String> {
     let client = reqwest::Client::builder()
-        .timeout(EXPORT_TIMEOUT)
+        .timeout(export.timeout)
         .build()
         .map_err(|e| e.to_string())?;
     opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_endpoint(export.endpoint.clone())
-        .with_timeout(EXPORT_TIMEOUT)
+        .with_timeout(export.timeout)
         .with_http_client(Client(client))
         .build()
         .map_err(|e| e.to_string())

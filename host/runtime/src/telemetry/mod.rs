@@ -99,7 +99,19 @@ pub struct TraceExport {
     pub endpoint: String,
     /// The `service.name` resource attribute.
     pub service_name: String,
+    /// The longest wait for one export request (connecting, retries and the answer):
+    /// `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` or `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds),
+    /// else [`DEFAULT_EXPORT_TIMEOUT`].
+    pub timeout: Duration,
 }
+
+/// How long one export request may take unless a variable says otherwise (the
+/// OpenTelemetry specification's default).
+pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest export timeout taken: past it a request that never answers would keep
+/// the exporter's one thread from sending anything else for longer than a scraper
+/// waits to notice.
+const MAX_EXPORT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Telemetry settings, checked.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -124,6 +136,11 @@ const SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
 const TRACES_EXPORTER: &str = "OTEL_TRACES_EXPORTER";
 /// The W3C name, as Windmill and OpenTelemetry's environment carriers spell it.
 pub const TRACEPARENT: &str = "TRACEPARENT";
+/// The export timeouts, in milliseconds, the traces' own first.
+const TIMEOUTS: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+];
 const PROTOCOLS: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
     "OTEL_EXPORTER_OTLP_PROTOCOL",
@@ -175,30 +192,138 @@ impl TelemetrySettings {
     }
 }
 
+/// What watches the runs of a process (its span exporter, its metrics), handed to the
+/// code that ends a durable run without driving it: a cancel of a run nobody drives
+/// (`heddle runs cancel`, the server's cancel), a rejected gate. The run's span is then
+/// sent, and its ending counted, by [`Watch::ended`], read back from the run's log, as
+/// a driver sends and counts the runs it ends: whoever writes an ending, the trace has
+/// its root.
+#[derive(Clone, Debug, Default)]
+pub struct Watch {
+    telemetry: Option<Arc<Telemetry>>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Watch {
+    /// Nothing watches: nothing is sent or counted.
+    pub fn none() -> Watch {
+        Watch::default()
+    }
+
+    /// A process that keeps no metrics (the command line): the exporter `settings`
+    /// configure, started now when there is one. Dropping the last clone sends what is
+    /// queued (waiting at most [`SHUTDOWN_WAIT`]).
+    pub fn exporting(settings: &TelemetrySettings) -> Watch {
+        Watch {
+            telemetry: start(settings),
+            metrics: None,
+        }
+    }
+
+    /// With `telemetry` (the exporter) and `metrics`, either maybe absent.
+    pub(crate) fn of(telemetry: Option<Arc<Telemetry>>, metrics: Option<Arc<Metrics>>) -> Watch {
+        Watch { telemetry, metrics }
+    }
+
+    /// Sends the spans of durable run `run`, whose ending was just recorded in `store`
+    /// by this process without a driver, and counts its ending: the run span (in the
+    /// trace its log records, with every event of the log), the nodes its ending
+    /// skipped, the attempts an owner that died left. `secrets` (the known secret
+    /// values) are masked out of what is sent. Nothing is sent for a run recorded
+    /// without a trace, nor counted without metrics. A log that cannot be read back is
+    /// logged, never an error: the ending is recorded, only its span is lost.
+    pub fn ended(&self, store: &dyn heddle_store::RunStore, run: &str, secrets: &[String]) {
+        if self.telemetry.is_none() && self.metrics.is_none() {
+            return;
+        }
+        let read = store
+            .header(run)
+            .and_then(|h| Ok((h, store.read(run, 0)?.records)));
+        let (header, records) = match read {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(
+                    run_id = %run,
+                    "run {run}: its ending is recorded, but its span was not sent (its log could not be read back: {e})"
+                );
+                return;
+            }
+        };
+        let spans = match (
+            self.telemetry.as_ref(),
+            heddle_store::session::recorded_trace(&records),
+        ) {
+            (Some(t), Some(trace)) => Some((
+                t.clone(),
+                Arc::new(heddle_core::trace::Traced::new(trace, t.salt())),
+            )),
+            _ => None,
+        };
+        let registry = heddle_kernel::SecretRegistry::default();
+        for s in secrets {
+            registry.register(s);
+        }
+        let types = header
+            .run
+            .plan
+            .nodes
+            .iter()
+            .map(|n| (Arc::from(n.id.as_str()), Arc::from(n.node_type.as_str())))
+            .collect();
+        let info = crate::durable::run_info(&header);
+        if let Some(t) = RunTracing::new(spans, self.metrics.clone(), info, &registry) {
+            t.ended_in_log(&records, types);
+        }
+    }
+}
+
 /// Traces runs a program builds and starts with the kernel itself (`heddle bench`
 /// times kernel runs), as the driver traces its own: one trace of its own per run, its
-/// spans built from its events and sent to this process's exporter. Runs one after
-/// another: [`KernelTracer::prepare`] a run's options, then [`KernelTracer::start`] it.
+/// spans built from its events and sent to this process's exporter; and, when asked,
+/// counts them in metrics as `heddle serve` counts every run (what always-on metrics
+/// cost). Runs one after another: [`KernelTracer::prepare`] a run's options, then
+/// [`KernelTracer::start`] it.
 pub struct KernelTracer {
-    telemetry: Arc<Telemetry>,
+    telemetry: Option<Arc<Telemetry>>,
+    metrics: Option<Arc<Metrics>>,
     graph_name: String,
     next: std::sync::Mutex<Option<Arc<heddle_core::trace::Traced>>>,
 }
 
 impl KernelTracer {
     /// A tracer sending to the exporter `settings` configure, naming runs
-    /// `graph_name`; `None` when none is configured.
-    pub fn new(settings: &TelemetrySettings, graph_name: &str) -> Option<KernelTracer> {
+    /// `graph_name`, and counting them in metrics of its own when `metrics`; `None`
+    /// when neither is on.
+    pub fn new(
+        settings: &TelemetrySettings,
+        graph_name: &str,
+        metrics: bool,
+    ) -> Option<KernelTracer> {
+        let telemetry = start(settings);
+        let metrics = metrics.then(|| Arc::new(Metrics::new(&settings.metric_labels, None)));
+        if telemetry.is_none() && metrics.is_none() {
+            return None;
+        }
         Some(KernelTracer {
-            telemetry: start(settings)?,
+            telemetry,
+            metrics,
             graph_name: graph_name.to_string(),
             next: std::sync::Mutex::new(None),
         })
     }
 
-    /// Gives the next run a trace of its own.
+    /// The exporter its spans go to, if any: the program keeps it to send the last
+    /// spans before it exits ([`Telemetry::shutdown`]), as the tracer itself is handed
+    /// to a process-wide observer and never dropped.
+    pub fn exporter(&self) -> Option<Arc<Telemetry>> {
+        self.telemetry.clone()
+    }
+
+    /// Gives the next run a trace of its own (with an exporter), and has every
+    /// invocation reported (with metrics, as a server's runs are).
     pub fn prepare(&self, opts: &mut heddle_kernel::runtime::RunOptions) {
-        let t = &self.telemetry;
+        opts.every_invocation |= self.metrics.is_some();
+        let Some(t) = &self.telemetry else { return };
         let run = heddle_core::trace::RunTrace {
             trace_id: t.trace_id(),
             parent: None,
@@ -211,13 +336,14 @@ impl KernelTracer {
     }
 
     /// Starts building the spans of `run` (built with options [`KernelTracer::prepare`]
-    /// made, not started); the future ends once its last span is queued (after the
-    /// run's result is in).
+    /// made, not started) and counting it; the future ends once its last span is
+    /// queued (after the run's result is in).
     pub fn start(
         &self,
         run: &heddle_kernel::runtime::Run,
     ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
-        let traced = self.next.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        let traced = self.next.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let spans = self.telemetry.clone().zip(traced);
         let info = RunInfo {
             run_id: None,
             graph_name: self.graph_name.clone(),
@@ -225,8 +351,8 @@ impl KernelTracer {
             created: std::time::SystemTime::now(),
         };
         let tracing = RunTracing::new(
-            Some((self.telemetry.clone(), traced)),
-            None,
+            spans,
+            self.metrics.clone(),
             info,
             &heddle_kernel::SecretRegistry::default(),
         )?;
@@ -292,10 +418,27 @@ fn resolve(
     let service_name = env(SERVICE_NAME)
         .or_else(|| s.service_name.clone())
         .unwrap_or_else(|| "heddle".into());
+    let mut timeout = DEFAULT_EXPORT_TIMEOUT;
+    if let Some((var, ms)) = TIMEOUTS.iter().find_map(|v| Some((*v, env(v)?))) {
+        timeout = ms
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .map(Duration::from_millis)
+            .filter(|t| !t.is_zero() && *t <= MAX_EXPORT_TIMEOUT)
+            .ok_or_else(|| {
+                ConfigError::new(format!(
+                    "{var} = {:?}: expected a whole number of milliseconds from 1 to {}",
+                    heddle_core::text::clip(&ms, heddle_core::text::ECHO_MAX_CHARS),
+                    MAX_EXPORT_TIMEOUT.as_millis()
+                ))
+            })?;
+    }
     Ok(TelemetrySettings {
         traces: Some(TraceExport {
             endpoint,
             service_name,
+            timeout,
         }),
         log_format,
         parent,
@@ -420,6 +563,20 @@ mod tests {
         }
         let e = with("otlp_endpoint = \"x\"", &[]).unwrap_err().to_string();
         assert!(e.starts_with("heddle.toml: section [telemetry]"), "{e}");
+        let t = |vars: &[(&str, &str)]| with(file, vars).map(|t| t.traces.unwrap().timeout);
+        assert_eq!(t(&[]).unwrap(), DEFAULT_EXPORT_TIMEOUT);
+        assert_eq!(
+            t(&[(TIMEOUTS[1], "2500")]).unwrap(),
+            Duration::from_millis(2500)
+        );
+        assert_eq!(
+            t(&[(TIMEOUTS[1], "2500"), (TIMEOUTS[0], "30000")]).unwrap(),
+            Duration::from_secs(30)
+        );
+        for bad in ["0", "10s", "-1", "600001"] {
+            let e = t(&[(TIMEOUTS[1], bad)]).unwrap_err().to_string();
+            assert!(e.contains(TIMEOUTS[1]), "{e}");
+        }
         let json = with("log_format = \"json\"", &[]).unwrap();
         assert_eq!(json.log_format, LogFormat::Json);
     }

@@ -19,7 +19,7 @@ use heddle_core::supervise::{RedactLimits, Redactor};
 use heddle_core::trace::{RunTrace, SpanId, Traced};
 use heddle_core::{
     Decider, EventKind, NodeStatus, Occurrence, OpenReason, PauseReason, ReconcileAnswer, Record,
-    RecordedAction, RunStatus,
+    RecordedAction, RunStatus, SkipReason,
 };
 use heddle_kernel::EventStream;
 use heddle_store::{DiedAttempt, Stored};
@@ -174,7 +174,20 @@ impl RunTracing {
             .iter()
             .map(|n| (n.id.clone(), n.node_type.clone()))
             .collect();
-        let c = Consumer {
+        let c = self.consumer(types, origin);
+        for d in &self.died {
+            c.died(d, self.died_until);
+        }
+        let consumer = tokio::spawn(c.consume(events));
+        RunSpan {
+            tracing: self,
+            consumer,
+        }
+    }
+
+    /// The consumer of the run's events, for nodes of `types` (id to type).
+    fn consumer(&self, types: HashMap<Arc<str>, Arc<str>>, origin: SystemTime) -> Consumer {
+        Consumer {
             spans: self
                 .spans
                 .as_ref()
@@ -189,15 +202,47 @@ impl RunTracing {
             pending: HashMap::new(),
             events: Vec::new(),
             status: None,
+        }
+    }
+
+    /// Sends what is left to send of a durable run whose ending was recorded without a
+    /// driver (a cancel or a rejected gate of a run nobody drove), read back from its
+    /// whole log `records`, and counts its ending: the attempts an owner that died
+    /// left (died), the nodes the ending skipped, and the run span with every event of
+    /// the log (the rejection, the cancel). A log without an ending sends nothing.
+    /// `types` are the run's node types by id (from its recorded plan).
+    pub fn ended_in_log(self, records: &[Stored], types: HashMap<Arc<str>, Arc<str>>) {
+        let Some(end) = records
+            .iter()
+            .rposition(|s| matches!(s.record, Record::Finished { .. }))
+        else {
+            return;
         };
-        for d in &self.died {
-            c.died(d, self.died_until);
+        let Record::Finished { status, error } = &records[end].record else {
+            return;
+        };
+        // The records written with the ending, in the same batch: a person's decision,
+        // the cancel, the nodes it skipped. What is before is the run as its last owner
+        // left it.
+        let batch = records[..end]
+            .iter()
+            .rposition(|s| !ending_batch(&s.record))
+            .map_or(0, |i| i + 1);
+        let mut t = self.with_history(&records[..batch]);
+        t.history = history(&records[..end], &t.redactor);
+        let c = t.consumer(types, SystemTime::now());
+        for d in &t.died {
+            c.died(d, t.died_until);
         }
-        let consumer = tokio::spawn(c.consume(events));
-        RunSpan {
-            tracing: self,
-            consumer,
+        for s in &records[batch..end] {
+            if let Record::Skipped { node, reason } = &s.record {
+                c.skipped(node, Some(reason), at_ms(s.at_ms));
+            }
         }
+        t.send(RunSpanEnd {
+            events: Vec::new(),
+            status: Some((*status, error.clone())),
+        });
     }
 
     /// Sends the span of a run that never started (refused, or cancelled before its
@@ -288,6 +333,21 @@ impl RunTracing {
         }
         self.send(end);
     }
+}
+
+/// Whether `record` is one a cancel or a rejection of a run nobody drives writes with
+/// its ending ([`heddle_store::session::end_cancelled`]): a person's decision, the
+/// cancel, a node skipped.
+fn ending_batch(record: &Record) -> bool {
+    matches!(
+        record,
+        Record::Skipped { .. }
+            | Record::CancelRequested
+            | Record::Verdict {
+                decided_by: Decider::User,
+                ..
+            }
+    )
 }
 
 /// The run span's events in `records`.
@@ -721,29 +781,17 @@ impl Consumer {
                     self.run_event(node_id, event);
                 }
                 NodeStatus::Completed | NodeStatus::Failed => self.flush(node_id, None),
+                // A durable run that suspended is paused, not over: what it has not run
+                // yet may run once it is resumed, or is reported skipped (with why) by
+                // the process that ends it.
+                NodeStatus::Skipped
+                    if self.run_id.is_some() && *skip_reason == Some(SkipReason::Suspended) =>
+                {
+                    self.flush(node_id, None)
+                }
                 NodeStatus::Skipped => {
                     self.flush(node_id, None);
-                    let mut a = self.base(node_id);
-                    a.push(KeyValue::new(names::OUTCOME, "skipped"));
-                    if let Some(r) = skip_reason {
-                        let r = serde_json::to_value(r).unwrap_or_default();
-                        a.push(KeyValue::new(
-                            names::SKIP_REASON,
-                            r.as_str().unwrap_or_default().to_string(),
-                        ));
-                    }
-                    let span = span(SpanParts {
-                        trace: &trace,
-                        span_id: self.new_span_id(),
-                        parent: Some(trace.span),
-                        name: names::NODE,
-                        start: at,
-                        end: at,
-                        attributes: a,
-                        events: Vec::new(),
-                        status: Status::Unset,
-                    });
-                    self.send(span);
+                    self.skipped(node_id, skip_reason.as_ref(), at);
                 }
             },
             EventKind::Run { status, error } if *status != RunStatus::Running => {
@@ -777,6 +825,34 @@ impl Consumer {
             .attributes
             .push(KeyValue::new(names::NODE_ID, self.m(node)));
         self.events.push(event);
+    }
+
+    /// The span of a node that never ran, at `at`, with why.
+    fn skipped(&self, node: &str, reason: Option<&SkipReason>, at: SystemTime) {
+        let Some((_, trace)) = &self.spans else {
+            return;
+        };
+        let mut a = self.base(node);
+        a.push(KeyValue::new(names::OUTCOME, "skipped"));
+        if let Some(r) = reason {
+            let r = serde_json::to_value(r).unwrap_or_default();
+            a.push(KeyValue::new(
+                names::SKIP_REASON,
+                r.as_str().unwrap_or_default().to_string(),
+            ));
+        }
+        let span = span(SpanParts {
+            trace,
+            span_id: self.new_span_id(),
+            parent: Some(trace.span),
+            name: names::NODE,
+            start: at,
+            end: at,
+            attributes: a,
+            events: Vec::new(),
+            status: Status::Unset,
+        });
+        self.send(span);
     }
 
     /// The span of an attempt the previous owner died with: from its recorded start to

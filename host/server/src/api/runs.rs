@@ -165,7 +165,7 @@ async fn artifact(
     // Opened, and its first piece read, before the answer starts: what can be refused
     // cleanly is refused with a status.
     let (reader, first) = {
-        let store = store.clone();
+        let (store, id) = (store.clone(), id.clone());
         tokio::task::spawn_blocking(move || {
             let mut reader = ArtifactReader::open(&*store, &id, &sha256)?;
             let first = reader.next_piece(&*store)?;
@@ -178,6 +178,7 @@ async fn artifact(
     let length = reader.artifact().size;
     let pieces = Pieces {
         store,
+        run_id: id,
         reader: Some(reader),
         rest: Bytes::from(first.unwrap_or_default()),
     };
@@ -197,6 +198,8 @@ async fn artifact(
 /// threads.
 struct Pieces {
     store: std::sync::Arc<dyn heddle_store::RunStore>,
+    /// The run the artifact is of, named on the log line of a download cut short.
+    run_id: String,
     /// `None` once the last piece was read (and the digest matched).
     reader: Option<ArtifactReader>,
     rest: Bytes,
@@ -224,7 +227,12 @@ impl Pieces {
                 // The body ends short of its declared length: the client sees a broken
                 // answer, never a complete one.
                 Err(e) => {
-                    tracing::warn!("artifact download stopped: {}", chain(&e));
+                    tracing::warn!(
+                        run_id = %self.run_id,
+                        "run {}: artifact download stopped: {}",
+                        self.run_id,
+                        chain(&e)
+                    );
                     return Err(std::io::Error::other(e));
                 }
             }
