@@ -12,7 +12,7 @@ use heddle_runtime::durable::{
     Decision, Reopen, Reopening, gates, list_json, list_states, show_json, usage,
 };
 use heddle_runtime::watch::refuse_if_locked;
-use heddle_runtime::{Runtime, Settings, graph_types};
+use heddle_runtime::{Runtime, Settings};
 use heddle_store::RunStore;
 use heddle_store::session::{self, Resumption};
 use heddle_store::status::Outcome;
@@ -219,14 +219,7 @@ pub(crate) fn continue_run(
     let rt = heddle_runtime::tokio_runtime(None)?;
     // A package the run used that this machine's store lacks, fetched from a registry:
     // exactly the recorded bytes are fetched again before anything loads.
-    rt.block_on(heddle_runtime::packages::fetch_missing(
-        &settings,
-        &run,
-        &r.header.run.packages,
-    ))?;
-    let mut types = graph_types(&doc);
-    types.extend(heddle_runtime::durable::recorded_types(&r.header));
-    let runtime = rt.block_on(Runtime::load(settings, Some(&types)))?;
+    let runtime = rt.block_on(Runtime::load_for_run(settings, &r.header, &doc))?;
     // A run created through the API with a policy or the LLM agent as its supervisor
     // is supervised the same way here; built before anything is written.
     let recorded = heddle_runtime::supervision::recorded(

@@ -11,6 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::common;
+use crate::support::serve::{Api, Server, rt};
+use crate::support::store::StoreDir;
 use crate::support::*;
 
 const REGISTRY_FAILED: i32 = 10;
@@ -1323,4 +1325,151 @@ fn a_pushed_package_carries_its_graphs_to_the_store_that_pulls_it() {
         "{e}"
     );
     store_untouched(third.path());
+}
+
+/// `hostile.echo` between an input and the output, no gate: killed before `echo` is
+/// dispatched, the run is interrupted and a server adopts it at start.
+const ECHOED: &str = r#"{"format": "heddle.graph", "version": 1, "nodes": [
+  {"id": "in", "type": "heddle.input", "properties": {"type": "int", "value": 7}},
+  {"id": "echo", "type": "hostile.echo"},
+  {"id": "out", "type": "heddle.output"}],
+ "edges": [
+  {"source": "in", "sourceHandle": "value", "target": "echo", "targetHandle": "value"},
+  {"source": "echo", "sourceHandle": "value", "target": "out", "targetHandle": "value"}]}"#;
+
+/// A run store whose runs use `hostile`, pushed to `reg` and installed from it in the
+/// directory's own package store: one run interrupted before `echo` (`g.json`, killed)
+/// and one waiting at gate `ship` (`gated.json`). Returns the directory, the reference,
+/// the manifest digest and the two run ids.
+fn runs_pinning_hostile(reg: &Registry) -> (StoreDir, String, String, String, String) {
+    let sd = StoreDir::with_graph(ECHOED).with_config(&format!(
+        "[registry]\ninsecure = [\"{}\"]\ntimeout_ms = 20000\n[wasm]\ncache_dir = \"{}\"\n",
+        reg.addr,
+        common::tmp_root().join("cache").display()
+    ));
+    let d = sd.path();
+    let reference = reg.oci("acme/hostile:0.1.0");
+    let digest = push_hostile(d, &reference);
+    expect_code(&run(d, &["package", "add", &reference]), OK);
+    let killed = sd.crash("before-dispatch:echo", &[]);
+    let gated = write(d, "gated.json", GATED);
+    expect_code(
+        &run(d, &["run", gated.to_str().unwrap(), "--durable"]),
+        SUSPENDED,
+    );
+    let o = run(d, &["runs", "list", "--json"]);
+    expect_code(&o, OK);
+    let waiting = json(&o)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap().to_string())
+        .find(|id| *id != killed)
+        .expect("the gated run");
+    (sd, reference, digest, killed, waiting)
+}
+
+/// `heddle serve` in `sd` on the package store `packages` (relative to it), which lacks
+/// what the runs use; wkg's config looked up as [`run`] does.
+fn serve_on(sd: &StoreDir, packages: &str) -> Server {
+    let xdg = sd.path().join("xdg");
+    let home = sd.path().to_str().unwrap().to_string();
+    sd.serve_with(
+        &["--packages", packages],
+        &[("XDG_CONFIG_HOME", xdg.to_str().unwrap()), ("HOME", &home)],
+    )
+}
+
+#[test]
+fn a_server_fetches_the_packages_a_run_it_adopts_or_approves_pinned_where_its_store_lacks_them() {
+    let Some(reg) = Registry::start() else { return };
+    let (sd, reference, digest, killed, waiting) = runs_pinning_hostile(&reg);
+    let server = serve_on(&sd, "elsewhere");
+    let api = Api::of(&server);
+    let rt = rt();
+
+    // Adopted at start: fetched by the pinned digest, then driven to its end.
+    let (show, _) = rt.block_on(api.drive_to_end(&killed));
+    assert_eq!(show["state"], "completed", "{show:#}\n{}", server.log());
+    // Approved through the API: the package is there now, and the run goes on.
+    let (status, body) = rt.block_on(api.call(
+        "POST",
+        &format!("/api/runs/{waiting}/gates/ship/approve"),
+        Some(serde_json::json!({})),
+    ));
+    assert_eq!(status, 202, "{body:#}\n{}", server.log());
+    let (show, _) = rt.block_on(api.drive_to_end(&waiting));
+    assert_eq!(show["state"], "completed", "{show:#}\n{}", server.log());
+    let log = server.log();
+    assert!(
+        log.contains(&format!("fetching {reference} (manifest {digest})")),
+        "{log}"
+    );
+
+    // The package is in the server's store with the digests the runs pinned.
+    let lock = std::fs::read_to_string(sd.path().join("elsewhere/heddle.lock")).unwrap();
+    assert!(
+        lock.contains(&format!("manifest_digest = \"{digest}\"")),
+        "{lock}"
+    );
+    let o = run(
+        sd.path(),
+        &["package", "list", "--json", "--packages", "elsewhere"],
+    );
+    expect_code(&o, OK);
+    let listed = json(&o);
+    let hostile = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "hostile")
+        .unwrap_or_else(|| panic!("hostile not installed: {listed:#}"));
+    assert!(
+        hostile.to_string().contains(&hostile_sha256()),
+        "{hostile:#}"
+    );
+}
+
+#[test]
+fn a_server_whose_registry_is_gone_says_which_run_waits_for_which_package() {
+    let Some(reg) = Registry::start() else { return };
+    let (sd, reference, _digest, killed, waiting) = runs_pinning_hostile(&reg);
+    drop(reg);
+    let server = serve_on(&sd, "elsewhere");
+    let api = Api::of(&server);
+    let rt = rt();
+
+    // The interrupted run is not adopted, and the log says why.
+    let log = server.log();
+    assert!(
+        log.contains(&format!("run {killed} uses package hostile ({reference})")),
+        "{log}"
+    );
+    // The approval is refused saying why; the run still waits at its gate.
+    let before = rt.block_on(api.show(&waiting));
+    let (status, body) = rt.block_on(api.call(
+        "POST",
+        &format!("/api/runs/{waiting}/gates/ship/approve"),
+        Some(serde_json::json!({})),
+    ));
+    assert_eq!(status, 502, "{body:#}");
+    let said = body.to_string();
+    assert!(
+        said.contains(&format!("run {waiting} uses package hostile ({reference})")),
+        "{said}"
+    );
+    let after = rt.block_on(api.show(&waiting));
+    assert_eq!(after["state"], before["state"], "{after:#}");
+    assert_eq!(after["pause"], before["pause"], "{after:#}");
+    let shown = rt.block_on(api.show(&killed));
+    assert_eq!(shown["state"], "interrupted", "{shown:#}");
+    assert!(
+        !sd.path().join("elsewhere/heddle.lock").is_file() || {
+            let lock = std::fs::read_to_string(sd.path().join("elsewhere/heddle.lock")).unwrap();
+            !lock.contains("hostile")
+        }
+    );
+    let (code, log) = server.stop();
+    assert_eq!(code, 0, "{log}");
+    assert!(!log.contains("panicked"), "{log}");
 }

@@ -160,6 +160,25 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// A package a durable run recorded, missing from this machine's package store,
+    /// could not be fetched again from its registry (registry away, digest mismatch,
+    /// untrusted): said with the run and the package, since whoever reads it (a person
+    /// resuming, a server's log) must know which run waits for which package. Nothing
+    /// of the run was taken over or written.
+    #[error(
+        "run {run} uses package {package} ({reference}), which is not installed here and could not be fetched again; the run is left as it was"
+    )]
+    RunPackage {
+        /// The run.
+        run: String,
+        /// The package's name.
+        package: String,
+        /// The registry reference it was recorded with.
+        reference: String,
+        /// Why the fetch failed.
+        #[source]
+        source: Box<Error>,
+    },
     /// A watched run's recorded watchdog limits are unreadable.
     #[error("run {run}: its recorded watchdog limits are unreadable")]
     RecordedLimits {
@@ -190,6 +209,7 @@ impl Error {
             Error::Engine(e) | Error::Packages { source: e, .. } | Error::Package(e) => &**e,
             Error::Registry(e) => e,
             Error::Fetch(e) => &**e,
+            Error::RunPackage { source, .. } => source.cause(),
             Error::Kernel(e) => e,
             Error::PolicyFile(e) => e,
             Error::Policy(e) => e,

@@ -208,35 +208,61 @@ pub async fn fetch_missing(
     let mut fetched_names = Vec::new();
     for (name, source, sha256) in missing {
         tracing::info!(
+            run_id = %run,
             "run {run} uses package {name}, not installed here: fetching {} (manifest {})",
             source.reference,
             source.manifest_digest
         );
-        let fetched = heddle_registry::fetch_pinned(source, &registry, &opts, store.root()).await?;
-        let in_registry = |e: PackageError| RegistryError::Package {
-            reference: source.reference.clone(),
-            source: Box::new(e),
-        };
-        // Checked before it is installed: a package that is not the recorded bytes
-        // would make the resumed run a different run.
-        let digest = WasmPackage::load_dir(&host, &fetched.dir)
+        fetch_one(settings, run, name, source, sha256, &registry, &opts, &host)
             .await
-            .map_err(in_registry)?
-            .digest;
-        if digest != sha256 {
-            return Err(RegistryError::DigestMismatch {
+            .map_err(|e| Error::RunPackage {
+                run: run.to_string(),
+                package: name.clone(),
                 reference: source.reference.clone(),
-                what: format!("component of package {name} that run {run} recorded"),
-                expected: sha256.to_string(),
-                actual: digest,
-            }
-            .into());
-        }
-        store
-            .install_from(&host, &fetched.dir, Some(fetched.source.clone()))
-            .await
-            .map_err(in_registry)?;
+                source: Box::new(e),
+            })?;
         fetched_names.push(name.clone());
     }
     Ok(fetched_names)
+}
+
+/// Fetches package `name` of run `run` by the manifest digest it recorded, checks that
+/// its component is the recorded `sha256`, and installs it.
+#[allow(clippy::too_many_arguments)] // One package of fetch_missing's loop, its context.
+async fn fetch_one(
+    settings: &Settings,
+    run: &str,
+    name: &str,
+    source: &PackageSource,
+    sha256: &str,
+    registry: &RegistrySettings,
+    opts: &FetchOptions,
+    host: &heddle_wasm::WasmHost,
+) -> Result<(), Error> {
+    let store = settings.package_store();
+    let fetched = heddle_registry::fetch_pinned(source, registry, opts, store.root()).await?;
+    let in_registry = |e: PackageError| RegistryError::Package {
+        reference: source.reference.clone(),
+        source: Box::new(e),
+    };
+    // Checked before it is installed: a package that is not the recorded bytes
+    // would make the resumed run a different run.
+    let digest = WasmPackage::load_dir(host, &fetched.dir)
+        .await
+        .map_err(in_registry)?
+        .digest;
+    if digest != sha256 {
+        return Err(RegistryError::DigestMismatch {
+            reference: source.reference.clone(),
+            what: format!("component of package {name} that run {run} recorded"),
+            expected: sha256.to_string(),
+            actual: digest,
+        }
+        .into());
+    }
+    store
+        .install_from(host, &fetched.dir, Some(fetched.source.clone()))
+        .await
+        .map_err(in_registry)?;
+    Ok(())
 }

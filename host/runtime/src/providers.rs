@@ -93,6 +93,52 @@ impl Runtime {
         })
     }
 
+    /// Loads a runtime that can continue the stored durable run `h` (its graph `doc`):
+    /// the registry packages it recorded that this machine's package store lacks are
+    /// fetched again first, by the digests it pinned ([`crate::packages::fetch_missing`]),
+    /// then the packages its node types need are loaded. What `heddle runs resume` does;
+    /// a server goes through [`Runtime::for_stored_run`], so a run moves between
+    /// machines the same way whoever continues it.
+    pub async fn load_for_run(
+        settings: Settings,
+        h: &heddle_store::RunHeader,
+        doc: &GraphDoc,
+    ) -> Result<Runtime, Error> {
+        crate::packages::fetch_missing(&settings, &h.run_id, &h.run.packages).await?;
+        Runtime::load(settings, Some(&stored_run_types(h, doc))).await
+    }
+
+    /// The runtime that drives the stored durable run `h` (its graph `doc`) in a process
+    /// that loaded `self` once at start (a server): the packages the run pinned that the
+    /// store lacks are fetched first, as [`Runtime::load_for_run`] does. `self` itself
+    /// when nothing was fetched and it knows every type the run uses; else a runtime
+    /// loaded for the run, sharing this one's exporter and metrics (one process, one
+    /// set of counters). Without it, a run created on another machine with a package
+    /// this one never installed could not run here, and on a shared store would be
+    /// queued again forever.
+    pub async fn for_stored_run(
+        self: &Arc<Self>,
+        h: &heddle_store::RunHeader,
+        doc: &GraphDoc,
+    ) -> Result<Arc<Runtime>, Error> {
+        let fetched =
+            crate::packages::fetch_missing(&self.settings, &h.run_id, &h.run.packages).await?;
+        let types = stored_run_types(h, doc);
+        if fetched.is_empty()
+            && types
+                .iter()
+                .all(|t| heddle_core::DeclLookup::decl(&self.registry, t).is_some())
+        {
+            return Ok(self.clone());
+        }
+        let runtime = Runtime::load(self.settings.clone(), Some(&types)).await?;
+        let _ = runtime.telemetry.set(self.telemetry().cloned());
+        if let Some(m) = self.metrics.get() {
+            let _ = runtime.metrics.set(m.clone());
+        }
+        Ok(Arc::new(runtime))
+    }
+
     /// The settings it was loaded with.
     pub fn settings(&self) -> &Settings {
         &self.settings
@@ -274,6 +320,14 @@ fn searched(packages_dir: &std::path::Path) -> String {
 /// The node types a graph uses: what a run or a validation needs loaded.
 pub fn graph_types(doc: &GraphDoc) -> BTreeSet<String> {
     doc.nodes.iter().map(|n| n.node_type.clone()).collect()
+}
+
+/// The node types continuing the stored run `h` needs: its graph's and those its plan
+/// recorded (inside its graph nodes too).
+fn stored_run_types(h: &heddle_store::RunHeader, doc: &GraphDoc) -> BTreeSet<String> {
+    let mut types = graph_types(doc);
+    types.extend(crate::durable::recorded_types(h));
+    types
 }
 
 /// The node types a graph and the documents its graph nodes include use.

@@ -415,7 +415,7 @@ impl Host {
         let (header, drive) = self
             .on_runs(move || runtime.blocking_begin(store, &run, plan, opts))
             .await?;
-        self.spawn(drive, supervision, slot);
+        self.spawn(drive, self.runtime.clone(), supervision, slot);
         Ok(Created {
             run_id: header.run_id,
             queued: false,
@@ -565,14 +565,20 @@ impl Host {
         // Built before the run is taken over: a run this server cannot supervise as it
         // was recorded (no key for its LLM supervisor) stays for one that can.
         let supervision = self.supervision(&durable::supervise_of(&r.header))?;
-        let (store, runtime) = (self.store.clone(), self.runtime.clone());
+        // A run created elsewhere (another host on the shared store, a command line on
+        // another machine) may use a registry package this machine never installed:
+        // fetched by the digest the run pinned before anything is taken over, and the
+        // run driven by a runtime that knows it. A fetch that fails leaves the run as it
+        // was (queued again by the fleet, or the request refused saying why).
+        let runtime = self.runtime.for_stored_run(&r.header, &doc).await?;
+        let (store, rt) = (self.store.clone(), runtime.clone());
         let reopened = self
-            .on_runs(move || runtime.blocking_reopen(store, &r, &doc, decision.as_ref()))
+            .on_runs(move || rt.blocking_reopen(store, &r, &doc, decision.as_ref()))
             .await?;
         match reopened.run {
             // Its time limit was used up before this server took it: nothing runs.
             Reopen::Ended(_) => {}
-            Reopen::Ready(drive) => self.spawn(*drive, supervision, slot),
+            Reopen::Ready(drive) => self.spawn(*drive, runtime, supervision, slot),
         }
         Ok(())
     }
@@ -696,11 +702,13 @@ impl Host {
         })
     }
 
-    /// Hands a durable run to a task of its own that drives it to its ending, once
-    /// `slot` (when given) or a worker slot.
+    /// Hands a durable run to a task of its own that drives it to its ending with
+    /// `runtime`'s node types (the server's, or one loaded for this run), once `slot`
+    /// (when given) or a worker slot.
     fn spawn(
         self: &Arc<Self>,
         drive: Drive,
+        runtime: Arc<Runtime>,
         supervision: Supervision,
         slot: Option<OwnedSemaphorePermit>,
     ) {
@@ -755,7 +763,7 @@ impl Host {
                     None => workers.acquire_owned().await.expect("the worker slots"),
                 }
             };
-            let outcome = drive.run_when(host.runtime.registry(), slot).await;
+            let outcome = drive.run_when(runtime.registry(), slot).await;
             match &outcome {
                 // Found by its own writes before a renewal found it: the same loss.
                 Err(Error::Store(e)) if e.is_lost_lease() => {

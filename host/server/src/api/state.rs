@@ -101,6 +101,9 @@ impl From<heddle_runtime::Error> for ApiError {
             | E::Policy(_)
             | E::PolicyFile(_)
             | E::Replay(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            // A package the run pinned could not be fetched from its registry: the
+            // upstream failed, not this server nor the request.
+            E::RunPackage { .. } => StatusCode::BAD_GATEWAY,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let said = match &e {
