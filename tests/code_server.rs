@@ -12,11 +12,10 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use support::store::{StoreDir, expect, report, run_id_in, sigkill, text, wait_line};
-use support::{CANCELLED, FAILED, OK, SUSPENDED};
+use support::{CANCELLED, FAILED, OK, SUSPENDED, docker};
 
 /// A Python server answering every GET with `hello from HOSTNAME` (a container's
 /// hostname is its id), listening where heddle says ($HOST, $PORT).
@@ -66,25 +65,9 @@ fn docker_server() -> serde_json::Value {
     serde_json::json!({"language": "python", "code": PY_SERVER})
 }
 
-fn docker(args: &[&str]) -> Option<String> {
-    let o = Command::new("docker").args(args).output().ok()?;
-    o.status
-        .success()
-        .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
-/// Whether the Docker tests can run here; without an engine or image they skip loudly
-/// (or fail, with `HEDDLE_REQUIRE_DOCKER=1`).
+/// Whether the Docker tests can run here (the server image built).
 fn docker_ready() -> bool {
-    if docker(&["image", "inspect", "heddle/python:1"]).is_some() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("HEDDLE_REQUIRE_DOCKER").is_none(),
-        "no Docker engine or no heddle/python:1 image (scripts/docker-up, heddle images build)"
-    );
-    eprintln!("SKIPPED: no Docker engine or image (HEDDLE_REQUIRE_DOCKER=1 fails instead)");
-    false
+    support::docker_image_ready("heddle/python:1")
 }
 
 /// Ids of the containers, running or not, labelled with run `run`.

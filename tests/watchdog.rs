@@ -3,17 +3,16 @@
 //! effects are counted on the provider side (lines a `files.write_text` node appended
 //! to a granted file), as in tests/durable.rs.
 
-use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
 mod support;
 
-use support::stderr;
 use support::store::{
     FANOUT, INVALID, LIMIT, LOCKED, OK, PAUSED, StoreDir, expect, kill_moments, reference_outputs,
     report, run_id_in, sigkill, text, wait_line,
 };
+use support::{docker, docker_image_ready, stderr};
 
 /// A code node that takes its time, so the run is live while a test looks at it.
 fn slow_graph(mode: &str, code: &str) -> String {
@@ -367,23 +366,11 @@ fn a_killed_workers_code_node_processes_are_stopped_before_the_replacement() {
     );
 }
 
-fn docker(args: &[&str]) -> Option<String> {
-    let o = Command::new("docker").args(args).output().ok()?;
-    o.status
-        .success()
-        .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
 /// A worker killed while its code node's container runs: the watchdog removes the
 /// run's containers (found by the run id label) before the replacement.
 #[test]
 fn a_killed_workers_containers_are_removed_by_the_watchdog() {
-    if docker(&["image", "inspect", "heddle/bash:1"]).is_none() {
-        assert!(
-            std::env::var_os("HEDDLE_REQUIRE_DOCKER").is_none(),
-            "no Docker engine or no heddle/bash:1 image (scripts/docker-up, scripts/build-images)"
-        );
-        eprintln!("SKIPPED: no Docker engine or image (HEDDLE_REQUIRE_DOCKER=1 fails instead)");
+    if !docker_image_ready("heddle/bash:1") {
         return;
     }
     let env = StoreDir::with_graph(&slow_graph("docker", "sleep 60"));

@@ -215,3 +215,25 @@ pub fn supervised(dir: &Path, url: &str, key: &str, args: &[&str]) -> Output {
         .output()
         .expect("the heddle binary starts")
 }
+
+/// The `docker` command line with `args`: its stdout when it succeeded.
+pub fn docker(args: &[&str]) -> Option<String> {
+    let o = Command::new("docker").args(args).output().ok()?;
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// Whether the Docker tests can run here: an engine with `image` built. Without them a
+/// test skips loudly, or fails with `HEDDLE_REQUIRE_DOCKER` set (as CI sets it).
+pub fn docker_image_ready(image: &str) -> bool {
+    if docker(&["image", "inspect", image]).is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("HEDDLE_REQUIRE_DOCKER").is_none(),
+        "no Docker engine or no {image} image (scripts/docker-up, scripts/build-images)"
+    );
+    eprintln!("SKIPPED: no Docker engine or image (HEDDLE_REQUIRE_DOCKER=1 fails instead)");
+    false
+}
