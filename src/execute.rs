@@ -10,7 +10,7 @@
 use std::io::IsTerminal as _;
 use std::sync::Arc;
 
-use heddle_core::{Event, EventKind, PauseReason, RunStatus};
+use heddle_core::{Event, EventKind, RunStatus};
 use heddle_runtime::Drive;
 use heddle_store::RunStore;
 use heddle_store::session::Ending;
@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::exit::{Exit, bounded};
 use crate::progress::{Mode, Progress};
-use heddle_runtime::run_report::{NodeTimes, RunReport, human_summary};
+use heddle_runtime::run_report::{NodeTimes, PlanFacts, RunReport, human_summary};
 use heddle_runtime::streams::feed_streams;
 
 /// One run as the command line drives it, fresh or resumed.
@@ -59,22 +59,7 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
     }
     let total_nodes = drive.plan().nodes.len();
     // What the report adds from the plan, kept before the driver takes it.
-    let graphs = drive.plan().graphs.clone();
-    let warnings = drive.plan().warnings.clone();
-    // Where a skip from upstream began is found along the data edges.
-    let feeds: Vec<(String, String)> = {
-        let plan = drive.plan();
-        plan.edges
-            .iter()
-            .filter(|e| e.edge_type == heddle_core::EdgeType::Data)
-            .map(|e| {
-                (
-                    plan.nodes[e.source as usize].id.to_string(),
-                    plan.nodes[e.target as usize].id.to_string(),
-                )
-            })
-            .collect()
-    };
+    let facts = PlanFacts::of(drive.plan());
     let durable = drive.session().is_some();
     // Built from the plan before the driver takes it: it orders lines by the edges.
     let progress = Progress::new(mode, drive.plan());
@@ -162,12 +147,8 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
     rt.shutdown_background();
 
     let result = &finished.result;
-    let mut report = RunReport::build(&graph, result, &times).with_plan(&graphs, warnings, &feeds);
-    let gate = report
-        .suspend
-        .as_ref()
-        .filter(|s| heddle_core::gate::GateAsk::from_state(&s.state).is_some())
-        .map(|s| s.node_id.clone());
+    let mut report = RunReport::finished(&graph, &finished, &times, &facts);
+    let gate = report.gate().map(str::to_string);
     let status = result.status;
     let run_id = finished.session().map(|s| s.run_id.clone());
     // A durable run's ending was decided when it ended and is recorded after the
@@ -194,13 +175,6 @@ pub(crate) fn execute(rt: tokio::runtime::Runtime, x: Execution<'_>) -> anyhow::
         return Err(e.into());
     }
     let exit = finished.exit();
-    report.exit_code = exit.code();
-    if let Some(heddle_store::session::Planned::Exhausted { exhausted, .. }) = finished.planned() {
-        // The kernel saw a cancel; the run ends failed because a budget ran out, and
-        // says which, as the stored ending and `runs show` do.
-        report.outcome = "failed".to_string();
-        report.error = Some(exhausted.to_string());
-    }
     let worker = worker_store.is_some();
     if let (Some(store), Some(session)) = (&worker_store, finished.session()) {
         // A watchdog's worker leaves its report in the run store.
@@ -257,34 +231,12 @@ async fn watch_events(
     (progress, times)
 }
 
-/// Says how a durable run ended and what to do next; the exit code of the README
-/// (paused = suspended, 4). A run paused at gate `gate` is answered, not resumed: the
-/// message says how.
+/// Says how a durable run ended and what to do next
+/// ([`heddle_runtime::driver::ending_advice`]); the exit code of the README (paused =
+/// suspended, 4).
 pub fn report_ending(run_id: &str, ending: &Ending, gate: Option<&str>) -> Exit {
-    match ending {
-        Ending::Finished(_) => {}
-        Ending::Paused { event, reason } => {
-            let why = match reason {
-                PauseReason::Interrupted => "interrupted".to_string(),
-                PauseReason::Reconcile { occurrence } => format!(
-                    "node {occurrence} started and its result was never recorded; it is not retry-safe, so whether its effect happened is unknown"
-                ),
-                PauseReason::Suspend { node, reason } => format!("node {node} suspended: {reason}"),
-                PauseReason::Budget { detail } => detail.clone(),
-            };
-            match gate {
-                Some(g) => eprintln!(
-                    "run {run_id} paused at event {event} ({why}); approve with: heddle runs approve {run_id} {g} [--note TEXT], or reject with: heddle runs reject {run_id} {g} --note TEXT"
-                ),
-                None if matches!(reason, PauseReason::Reconcile { .. }) => eprintln!(
-                    "run {run_id} paused at event {event} ({why}); resume with: heddle runs resume {run_id} --pause {event} (offers the work again), or say what became of it: --completed-with OUTPUTS.json --note WHY, or --skip --note WHY"
-                ),
-                None => eprintln!(
-                    "run {run_id} paused at event {event} ({why}); resume with: heddle runs resume {run_id}"
-                ),
-            }
-        }
-        Ending::Exhausted(e) => eprintln!("run {run_id} ended: {e}"),
+    if let Some(advice) = heddle_runtime::driver::ending_advice(run_id, ending, gate) {
+        eprintln!("{advice}");
     }
     heddle_runtime::driver::ending_exit(ending)
 }

@@ -62,6 +62,7 @@ fn class_of(cause: &(dyn std::error::Error + 'static)) -> Option<Exit> {
         || cause.is::<heddle_runtime::ConfigError>()
         || cause.is::<heddle_runtime::Refused>()
         || cause.is::<heddle_runtime::SecretInput>()
+        || cause.is::<heddle_runtime::inputs::InputArgError>()
         || cause.is::<heddle_runtime::durable::reconcile::ReconcileError>()
     {
         return Some(Exit::Invalid);

@@ -5,104 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use heddle_runtime::package_review::{Change, GrantState, PackageInfo, kind_name, review};
+use heddle_runtime::package_review::review;
 use heddle_runtime::packages::{self, AddOptions, Added};
 use heddle_wasm::WasmPackage;
 
 use crate::cli::{PackageArgs, PackageCommand};
 use crate::exit::Exit;
-
-/// Prints what re-adding a package changes, before it takes effect.
-fn print_change(c: &Change) {
-    let same = |a: &str, b: &str| {
-        if a == b {
-            format!("{a} (unchanged)")
-        } else {
-            format!("{a} -> {b}")
-        }
-    };
-    let signer = |s: &Option<String>| s.clone().unwrap_or_else(|| "unsigned".into());
-    println!("update of {} already installed:", c.name);
-    println!("  version {}", same(&c.version.0, &c.version.1));
-    println!("  sha256 {}", same(&c.sha256.0, &c.sha256.1));
-    println!(
-        "  signer {}",
-        same(&signer(&c.signer.0), &signer(&c.signer.1))
-    );
-    if !c.description.is_empty() {
-        println!("  description: {}", c.description);
-    }
-    for (what, list) in [
-        ("node types added", &c.node_types_added),
-        ("node types removed", &c.node_types_removed),
-        ("capabilities added", &c.capabilities_added),
-        ("capabilities removed", &c.capabilities_removed),
-    ] {
-        if !list.is_empty() {
-            println!("  {what}: {}", list.join(", "));
-        }
-    }
-}
-
-fn print_info(info: &PackageInfo, config: &str) {
-    println!("{}@{}  sha256 {}", info.name, info.version, info.sha256);
-    if !info.description.is_empty() {
-        println!("  {}", info.description);
-    }
-    if let Some(s) = &info.source {
-        println!(
-            "  from {} (manifest {}){}",
-            s.reference,
-            s.manifest_digest,
-            s.signer
-                .as_deref()
-                .map(|k| format!(", signed by {k}"))
-                .unwrap_or_default()
-        );
-    }
-    println!("  node types: {}", info.node_types.join(", "));
-    if info.capabilities.is_empty() {
-        println!("  requests no capabilities");
-    }
-    for c in &info.capabilities {
-        println!(
-            "  {} {} `{}` ({}): {}",
-            if c.granted {
-                "granted    "
-            } else {
-                "NOT granted"
-            },
-            kind_name(c.kind),
-            c.target,
-            c.requested_by,
-            c.reason
-        );
-    }
-    if !info.network_granted.is_empty() {
-        println!("  network granted: {}", info.network_granted.join(", "));
-    }
-    for a in &info.network_auth {
-        println!(
-            "  header `{}` added to requests to {} from secret `{}` (the package never sees it)",
-            a.header, a.destination, a.secret
-        );
-    }
-    match &info.grant {
-        GrantState::PinMismatch { pinned } => println!(
-            "  [packages.{}] in {config} is pinned to sha256 {pinned}, not to these bytes ({}): nothing is granted; review the package and update the pin",
-            info.name, info.sha256
-        ),
-        GrantState::Unpinned => println!(
-            "  warning: [packages.{0}] in {config} is not pinned by digest: any package named {0} receives it; add sha256 = \"{1}\" to grant it to these reviewed bytes only",
-            info.name, info.sha256
-        ),
-        GrantState::None if info.capabilities.iter().any(|c| !c.granted) => println!(
-            "  to grant: add [packages.{}] to {config} (see README, \"Packages and capability grants\")",
-            info.name
-        ),
-        GrantState::None | GrantState::Pinned => {}
-    }
-}
 
 pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
     let settings = args.env.settings()?;
@@ -138,7 +46,7 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
                     if json {
                         println!("{}", serde_json::to_string_pretty(&change)?);
                     } else {
-                        print_change(&change);
+                        print!("{}", change.text());
                     }
                     Err(crate::usage!(
                         "package {name}: the update asks for capabilities the installed version did not ({}); nothing was changed; add it again with --yes to accept",
@@ -155,7 +63,7 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
                         println!("{}", serde_json::to_string_pretty(&info)?);
                     } else {
                         if let Some(c) = &info.change {
-                            print_change(c);
+                            print!("{}", c.text());
                         }
                         println!(
                             "installed {}@{} into {} (pinned in {})",
@@ -164,7 +72,7 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
                             dir.display(),
                             lockfile.display()
                         );
-                        print_info(&info, &config_name);
+                        print!("{}", info.text(&config_name));
                     }
                     Ok(Exit::Ok)
                 }
@@ -194,7 +102,7 @@ pub fn run(args: PackageArgs) -> anyhow::Result<Exit> {
                 );
             } else {
                 for i in &infos {
-                    print_info(i, &config_name);
+                    print!("{}", i.text(&config_name));
                 }
             }
             Ok(Exit::Ok)

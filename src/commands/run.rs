@@ -11,7 +11,7 @@ use heddle_runtime::{Overrides, Settings};
 use crate::cli::RunArgs;
 use crate::execute::{Execution, execute};
 use crate::exit::Exit;
-use crate::inputs;
+use heddle_runtime::inputs;
 
 pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     // Everything that can be wrong with the request is checked before anything runs, so

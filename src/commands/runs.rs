@@ -5,17 +5,14 @@
 
 use std::sync::Arc;
 
-use std::path::Path;
-
 use heddle_runtime::durable::reconcile::{self, Answer, Given};
 use heddle_runtime::durable::{
-    Decision, Reopen, Reopening, gates, list_json, list_states, show_json, usage,
+    Decision, Reopen, Reopening, gates, list_json, list_line, list_states, show_json, show_text,
 };
 use heddle_runtime::watch::refuse_if_locked;
 use heddle_runtime::{Runtime, Settings};
 use heddle_store::RunStore;
 use heddle_store::session::{self, Resumption};
-use heddle_store::status::Outcome;
 
 use crate::cli::{RunsArgs, RunsCommand};
 use crate::console::say_run;
@@ -47,7 +44,7 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
             // Read before anything else: a file that is not an outputs object is the
             // command line's mistake, whatever the run's state.
             let answer = match (completed_with, skip) {
-                (Some(path), _) => Some(Answer::Completed(read_outputs(&path)?)),
+                (Some(path), _) => Some(Answer::Completed(reconcile::read_outputs(&path)?)),
                 (None, true) => Some(Answer::Skip),
                 (None, false) => None,
             };
@@ -61,7 +58,7 @@ pub fn run(args: RunsArgs) -> anyhow::Result<Exit> {
                 Some(answer) => {
                     let given = Given {
                         answer,
-                        by: by.unwrap_or_else(login_name),
+                        by: by.unwrap_or_else(reconcile::login_name),
                         note: note.unwrap_or_default(),
                     };
                     Some(Decision::Reconcile(reconcile::reconciliation(&r, given)?))
@@ -150,52 +147,6 @@ fn cancel(settings: &Settings, run: &str) -> anyhow::Result<Exit> {
 /// person's note may quote one).
 fn known_secrets(settings: &Settings) -> Vec<String> {
     heddle_runtime::secrets::known_secrets(&settings.wasm).snapshot()
-}
-
-/// The outputs a person supplies with `--completed-with`: a JSON object, output handle
-/// to value (checked against the node's declaration once the run's graph is planned).
-fn read_outputs(path: &Path) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| crate::usage!("--completed-with {}: {e}", path.display()))?;
-    match serde_json::from_str(&text) {
-        Ok(serde_json::Value::Object(outputs)) => Ok(outputs),
-        Ok(other) => Err(crate::usage!(
-            "--completed-with {}: expected a JSON object of the node's outputs (output handle to value), found {}",
-            path.display(),
-            json_kind(&other)
-        )),
-        Err(e) => Err(crate::usage!(
-            "--completed-with {}: not JSON: {e}",
-            path.display()
-        )),
-    }
-}
-
-fn json_kind(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "a list",
-        serde_json::Value::Object(_) => "an object",
-    }
-}
-
-/// Who answers when `--by` does not say: the login name, else the user id this
-/// process runs as.
-fn login_name() -> String {
-    use std::os::unix::fs::MetadataExt as _;
-    ["USER", "LOGNAME"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
-        .or_else(|| {
-            Some(format!(
-                "uid {}",
-                std::fs::metadata("/proc/self").ok()?.uid()
-            ))
-        })
-        .unwrap_or_else(|| "unknown user".into())
 }
 
 /// Takes a checked run over and runs it on from its log, with the gates its log
@@ -289,13 +240,7 @@ fn list(settings: &Settings, json: bool) -> anyhow::Result<Exit> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         for (s, state) in rows {
-            println!(
-                "{}  {:<11}  {:>6} records  {}",
-                s.run_id,
-                state.as_str(),
-                s.records,
-                s.graph_name
-            );
+            println!("{}", list_line(&s, state));
         }
     }
     Ok(Exit::Ok)
@@ -307,84 +252,8 @@ fn show(settings: &Settings, run: &str, json: bool) -> anyhow::Result<Exit> {
     if json {
         let v = show_json(&header, &view);
         println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(Exit::Ok);
-    }
-    println!("run       {}", header.run_id);
-    println!(
-        "graph     {} (sha256 {})",
-        header.run.graph_name, header.graph_sha256
-    );
-    for g in &header.run.plan.graphs {
-        println!("  graph node {}: {} (sha256 {})", g.id, g.graph, g.sha256);
-    }
-    let owner = view
-        .owner_pid
-        .map(|p| format!(" (owner pid {p}, epoch {})", view.epoch))
-        .unwrap_or_default();
-    println!("state     {}{owner}", view.state.as_str());
-    if let Some(p) = &view.pause {
-        println!(
-            "pause     event {}: {}",
-            p.event,
-            serde_json::to_string(&p.reason)?
-        );
-    }
-    if let Some(e) = &view.error {
-        println!("error     {e}");
-    }
-    let budget = header.run.limits.budget;
-    let of = |limit: Option<u64>| limit.map(|l| format!(" of {l}")).unwrap_or_default();
-    println!(
-        "progress  {} dispatches{}, {} ms executed{}, {} records, opened {} times",
-        view.dispatches,
-        of(budget.max_dispatches),
-        view.execution_ms,
-        of(budget.time_limit_ms),
-        view.records,
-        view.opens
-    );
-    for (node, u) in usage(&header, &view) {
-        let state = serde_json::to_value(u.state)?;
-        println!(
-            "usage     {node}: {} (${:.6} from {} of {} calls)",
-            state.as_str().unwrap_or_default(),
-            u.cost_usd,
-            u.receipts,
-            u.calls
-        );
-    }
-    for (occ, o) in &view.occurrences {
-        let answered =
-            |action: heddle_core::RecordedAction| o.verdicts.iter().any(|v| v.action == action);
-        let reconciled = o.reconciled.as_ref().map(|a| {
-            let said = match a.answer {
-                heddle_core::ReconcileAnswer::Completed => "completed",
-                heddle_core::ReconcileAnswer::Skipped => "skipped",
-            };
-            format!("{said} (reconciled by {})", a.by)
-        });
-        let result = match &o.result {
-            _ if reconciled.is_some() => reconciled.as_deref().unwrap_or_default(),
-            Some(Outcome::Completed { .. }) => "completed",
-            Some(Outcome::Failed { .. }) => "failed",
-            None if answered(heddle_core::RecordedAction::Reject) => "cancelled (gate rejected)",
-            // An approved gate passes its value on and records no result of its own.
-            None if answered(heddle_core::RecordedAction::Approve) => "approved (gate)",
-            None if o.started > 0 => "started, no result",
-            None => "dispatched",
-        };
-        // Starts are recorded for work that is not retry-safe (what a crash leaves
-        // uncertain); retry-safe work is recomputed and its starts are not counted.
-        let starts = if o.retry_safe && o.started == 0 {
-            "retry-safe".to_string()
-        } else if o.retry_safe {
-            format!("starts {}, retry-safe", o.started)
-        } else {
-            format!("starts {}, not retry-safe", o.started)
-        };
-        // Padded as text: an occurrence's `Display` writes its parts and ignores width.
-        let occ = occ.to_string();
-        println!("  {occ:<30} {result:<26} ({starts})");
+    } else {
+        print!("{}", show_text(&header, &view));
     }
     Ok(Exit::Ok)
 }

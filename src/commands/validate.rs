@@ -1,85 +1,10 @@
-//! `heddle validate GRAPH`: plans the graph and reports every problem at once.
+//! `heddle validate GRAPH`: plans the graph and reports every problem at once
+//! ([`heddle_runtime::validation`]).
 
-use heddle_core::plan::Issue;
-use serde::Serialize;
+use heddle_runtime::validation::{Verdict, graph_node_line};
 
 use crate::cli::ValidateArgs;
 use crate::exit::{Exit, classify};
-
-#[derive(Serialize)]
-struct Verdict<'a> {
-    graph: String,
-    /// The document's `name` and `description` (a NodeTool workflow's are kept).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    name: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    description: Option<&'a str>,
-    valid: bool,
-    /// Set when the file could not be read or parsed at all.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-    issues: &'a [Issue],
-    warnings: &'a [Issue],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    nodes: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    edges: Option<usize>,
-    /// Each node's declared output fields, as the planner resolved them.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    declared_fields: Vec<DeclaredFields<'a>>,
-    /// Each edge's condition and field narrowing.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    edge_rules: Vec<EdgeRuleView<'a>>,
-    /// Each graph node as expanded: the document it includes with its sha256 (what
-    /// `sha256` pins), its ports and the plan nodes inside it, by path.
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    graph_nodes: &'a [heddle_core::compose::GraphNodeInfo],
-}
-
-#[derive(Serialize)]
-struct DeclaredFields<'a> {
-    node: &'a str,
-    handle: &'a str,
-    fields: &'a [heddle_core::contract::FieldDecl],
-}
-
-#[derive(Serialize)]
-struct EdgeRuleView<'a> {
-    edge: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    when: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    fields: Option<Vec<&'a str>>,
-}
-
-impl<'a> Verdict<'a> {
-    /// The declarations of a planned graph.
-    fn declarations(mut self, plan: &'a heddle_core::plan::Plan) -> Self {
-        self.declared_fields = plan
-            .nodes
-            .iter()
-            .filter_map(|n| {
-                n.contract.as_deref().map(|c| DeclaredFields {
-                    node: &n.id,
-                    handle: &c.handle,
-                    fields: &c.contract.fields,
-                })
-            })
-            .collect();
-        self.edge_rules = plan
-            .edges
-            .iter()
-            .filter_map(|e| {
-                e.rule.as_deref().map(|r| EdgeRuleView {
-                    edge: &e.id,
-                    when: r.when.as_ref().map(|w| w.text()),
-                    fields: r.fields.as_ref().map(|f| f.iter().map(|k| &**k).collect()),
-                })
-            })
-            .collect();
-        self
-    }
-}
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
     let rt = heddle_runtime::tokio_runtime(None)?;
@@ -87,20 +12,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
     let doc = match heddle_core::GraphDoc::load(&args.graph).map_err(anyhow::Error::from) {
         Ok(doc) => doc,
         Err(e) if args.json => {
-            let v = Verdict {
-                graph,
-                name: None,
-                description: None,
-                valid: false,
-                error: Some(crate::exit::bounded(&format!("{e:#}"))),
-                issues: &[],
-                warnings: &[],
-                nodes: None,
-                edges: None,
-                declared_fields: Vec::new(),
-                edge_rules: Vec::new(),
-                graph_nodes: &[],
-            };
+            let v = Verdict::unreadable(graph, crate::exit::bounded(&format!("{e:#}")));
             println!("{}", serde_json::to_string_pretty(&v)?);
             return Ok(classify(&e));
         }
@@ -108,89 +20,30 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<Exit> {
     };
     let (_runtime, planned) = super::load_and_plan(&rt, args.env.settings()?, &doc, &args.graph)?;
     match planned {
+        Ok(plan) if args.json => {
+            let v = Verdict::valid(graph, &doc, &plan);
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            Ok(Exit::Ok)
+        }
         Ok(plan) => {
-            if args.json {
-                let v = Verdict {
-                    graph,
-                    name: doc.name.as_deref(),
-                    description: doc.description.as_deref(),
-                    valid: true,
-                    error: None,
-                    issues: &[],
-                    warnings: &plan.warnings,
-                    nodes: Some(plan.nodes.len()),
-                    edges: Some(plan.edges.len()),
-                    declared_fields: Vec::new(),
-                    edge_rules: Vec::new(),
-                    graph_nodes: &plan.graphs,
-                }
-                .declarations(&plan);
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                for w in &plan.warnings {
-                    eprintln!("warning: {w}");
-                }
-                println!(
-                    "{graph}: valid ({} nodes, {} edges)",
-                    plan.nodes.len(),
-                    plan.edges.len()
-                );
-                for g in &plan.graphs {
-                    println!("{}", graph_line(g));
-                }
+            for w in &plan.warnings {
+                eprintln!("warning: {w}");
+            }
+            println!(
+                "{graph}: valid ({} nodes, {} edges)",
+                plan.nodes.len(),
+                plan.edges.len()
+            );
+            for g in &plan.graphs {
+                println!("{}", graph_node_line(g));
             }
             Ok(Exit::Ok)
         }
-        Err(err) => {
-            if args.json {
-                let v = Verdict {
-                    graph,
-                    name: doc.name.as_deref(),
-                    description: doc.description.as_deref(),
-                    valid: false,
-                    error: None,
-                    issues: &err.issues,
-                    warnings: &[],
-                    nodes: None,
-                    edges: None,
-                    declared_fields: Vec::new(),
-                    edge_rules: Vec::new(),
-                    graph_nodes: &[],
-                };
-                println!("{}", serde_json::to_string_pretty(&v)?);
-                Ok(Exit::Invalid)
-            } else {
-                Err(anyhow::Error::from(err).context(graph))
-            }
+        Err(err) if args.json => {
+            let v = Verdict::invalid(graph, &doc, &err.issues);
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            Ok(Exit::Invalid)
         }
+        Err(err) => Err(anyhow::Error::from(err).context(graph)),
     }
-}
-
-/// One graph node as `validate` prints it: what it includes, pinned by which digest, and
-/// its ports.
-fn graph_line(g: &heddle_core::compose::GraphNodeInfo) -> String {
-    let port = |p: &heddle_core::compose::GraphPort| {
-        let default = p
-            .default
-            .as_ref()
-            .map(|v| format!(" = {}", serde_json::to_string(v).unwrap_or_default()))
-            .unwrap_or_default();
-        format!("{} ({}{default})", p.name, p.ty)
-    };
-    let list = |ps: &[heddle_core::compose::GraphPort]| {
-        if ps.is_empty() {
-            "none".to_string()
-        } else {
-            ps.iter().map(port).collect::<Vec<_>>().join(", ")
-        }
-    };
-    format!(
-        "  graph node {}: {} (sha256 {}), {} nodes inside; in: {}; out: {}",
-        g.id,
-        g.key,
-        g.sha256,
-        g.nodes.len(),
-        list(&g.inputs),
-        list(&g.outputs)
-    )
 }

@@ -24,7 +24,7 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use heddle_core::plan::Plan;
-use heddle_core::{Record, RunResult, RunStatus, SkipReason};
+use heddle_core::{PauseReason, Record, RunResult, RunStatus, SkipReason};
 use heddle_kernel::runtime::{Run, RunCanceller, RunHandle, RunOptions};
 use heddle_kernel::{EventStream, Registry};
 use heddle_store::StoreError;
@@ -662,6 +662,37 @@ pub fn ending_exit(ending: &Ending) -> Exit {
         Ending::Finished(status) => Exit::for_status(*status),
         Ending::Paused { .. } => Exit::Suspended,
         Ending::Exhausted(_) => Exit::Limit,
+    }
+}
+
+/// What a person reads when a durable run `run_id` stops: how it ended and what to do
+/// next (resume it, answer its gate `gate`, or say what became of uncertain work); `None`
+/// for a run that finished, whose report says everything.
+pub fn ending_advice(run_id: &str, ending: &Ending, gate: Option<&str>) -> Option<String> {
+    match ending {
+        Ending::Finished(_) => None,
+        Ending::Paused { event, reason } => {
+            let why = match reason {
+                PauseReason::Interrupted => "interrupted".to_string(),
+                PauseReason::Reconcile { occurrence } => format!(
+                    "node {occurrence} started and its result was never recorded; it is not retry-safe, so whether its effect happened is unknown"
+                ),
+                PauseReason::Suspend { node, reason } => format!("node {node} suspended: {reason}"),
+                PauseReason::Budget { detail } => detail.clone(),
+            };
+            Some(match gate {
+                Some(g) => format!(
+                    "run {run_id} paused at event {event} ({why}); approve with: heddle runs approve {run_id} {g} [--note TEXT], or reject with: heddle runs reject {run_id} {g} --note TEXT"
+                ),
+                None if matches!(reason, PauseReason::Reconcile { .. }) => format!(
+                    "run {run_id} paused at event {event} ({why}); resume with: heddle runs resume {run_id} --pause {event} (offers the work again), or say what became of it: --completed-with OUTPUTS.json --note WHY, or --skip --note WHY"
+                ),
+                None => format!(
+                    "run {run_id} paused at event {event} ({why}); resume with: heddle runs resume {run_id}"
+                ),
+            })
+        }
+        Ending::Exhausted(e) => Some(format!("run {run_id} ended: {e}")),
     }
 }
 

@@ -160,6 +160,12 @@
 //!   reopen, end, the crash table).
 //! - [`watch`]: the watchdog, which runs a durable run in a worker process and replaces
 //!   a worker that dies, within limits.
+//! - What a front end shows, as JSON and as text, so another front end says what
+//!   `heddle` says: inputs given as text, `NAME=VALUE` ([`inputs`]), a graph checked
+//!   without running it ([`validation`]), node types ([`node_types`]), a run's report
+//!   ([`run_report`]), a stored run ([`durable::show_json`], [`durable::show_text`]),
+//!   what to do next after a durable run stopped ([`driver::ending_advice`]) and a
+//!   watched run ([`watch::status`]).
 //!
 //! # What to create once, and what per run
 //!
@@ -189,6 +195,8 @@ pub mod driver;
 pub mod durable;
 pub mod error;
 pub mod exit;
+pub mod inputs;
+pub mod node_types;
 pub mod package_review;
 pub mod packages;
 pub mod providers;
@@ -199,6 +207,7 @@ pub mod settings;
 pub mod streams;
 pub mod supervision;
 pub mod telemetry;
+pub mod validation;
 pub mod watch;
 
 pub use config::Config;

@@ -3,6 +3,8 @@
 //! package add|list|verify` shows (and prints as JSON), here so any front end shows the
 //! same review.
 
+use std::fmt::Write as _;
+
 use heddle_core::CapabilityKind;
 use heddle_wasm::{PackageGrant, PackageSource, WasmPackage};
 use serde::Serialize;
@@ -236,4 +238,126 @@ pub fn kind_name(k: CapabilityKind) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
+}
+
+impl Change {
+    /// What re-adding a package changes, as `heddle package add` shows it before it
+    /// takes effect.
+    pub fn text(&self) -> String {
+        let c = self;
+        // Writing to a String cannot fail.
+        let mut out = String::new();
+        let same = |a: &str, b: &str| {
+            if a == b {
+                format!("{a} (unchanged)")
+            } else {
+                format!("{a} -> {b}")
+            }
+        };
+        let signer = |s: &Option<String>| s.clone().unwrap_or_else(|| "unsigned".into());
+        let _ = writeln!(out, "update of {} already installed:", c.name);
+        let _ = writeln!(out, "  version {}", same(&c.version.0, &c.version.1));
+        let _ = writeln!(out, "  sha256 {}", same(&c.sha256.0, &c.sha256.1));
+        let _ = writeln!(
+            out,
+            "  signer {}",
+            same(&signer(&c.signer.0), &signer(&c.signer.1))
+        );
+        if !c.description.is_empty() {
+            let _ = writeln!(out, "  description: {}", c.description);
+        }
+        for (what, list) in [
+            ("node types added", &c.node_types_added),
+            ("node types removed", &c.node_types_removed),
+            ("capabilities added", &c.capabilities_added),
+            ("capabilities removed", &c.capabilities_removed),
+        ] {
+            if !list.is_empty() {
+                let _ = writeln!(out, "  {what}: {}", list.join(", "));
+            }
+        }
+        out
+    }
+}
+
+impl PackageInfo {
+    /// An installed package as `heddle package list` shows it: what it asks for next to
+    /// what the operator's configuration file `config` grants it, and how to grant the rest.
+    pub fn text(&self, config: &str) -> String {
+        let info = self;
+        // Writing to a String cannot fail.
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{}@{}  sha256 {}",
+            info.name, info.version, info.sha256
+        );
+        if !info.description.is_empty() {
+            let _ = writeln!(out, "  {}", info.description);
+        }
+        if let Some(s) = &info.source {
+            let _ = writeln!(
+                out,
+                "  from {} (manifest {}){}",
+                s.reference,
+                s.manifest_digest,
+                s.signer
+                    .as_deref()
+                    .map(|k| format!(", signed by {k}"))
+                    .unwrap_or_default()
+            );
+        }
+        let _ = writeln!(out, "  node types: {}", info.node_types.join(", "));
+        if info.capabilities.is_empty() {
+            let _ = writeln!(out, "  requests no capabilities");
+        }
+        for c in &info.capabilities {
+            let _ = writeln!(
+                out,
+                "  {} {} `{}` ({}): {}",
+                if c.granted {
+                    "granted    "
+                } else {
+                    "NOT granted"
+                },
+                kind_name(c.kind),
+                c.target,
+                c.requested_by,
+                c.reason
+            );
+        }
+        if !info.network_granted.is_empty() {
+            let _ = writeln!(
+                out,
+                "  network granted: {}",
+                info.network_granted.join(", ")
+            );
+        }
+        for a in &info.network_auth {
+            let _ = writeln!(
+                out,
+                "  header `{}` added to requests to {} from secret `{}` (the package never sees it)",
+                a.header, a.destination, a.secret
+            );
+        }
+        let _ = match &info.grant {
+            GrantState::PinMismatch { pinned } => writeln!(
+                out,
+                "  [packages.{}] in {config} is pinned to sha256 {pinned}, not to these bytes ({}): nothing is granted; review the package and update the pin",
+                info.name, info.sha256
+            ),
+            GrantState::Unpinned => writeln!(
+                out,
+                "  warning: [packages.{0}] in {config} is not pinned by digest: any package named {0} receives it; add sha256 = \"{1}\" to grant it to these reviewed bytes only",
+                info.name, info.sha256
+            ),
+            GrantState::None if info.capabilities.iter().any(|c| !c.granted) => writeln!(
+                out,
+                "  to grant: add [packages.{}] to {config} (see README, \"Packages and capability grants\")",
+                info.name
+            ),
+            GrantState::None | GrantState::Pinned => Ok(()),
+        };
+        out
+    }
 }

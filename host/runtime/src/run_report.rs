@@ -411,6 +411,74 @@ impl RunReport {
     }
 }
 
+/// What a run's report takes from its plan, kept before the driver takes the plan:
+/// its graph nodes, its warnings, and its data edges (where a skip began is found along
+/// them). See [`RunReport::finished`].
+#[derive(Clone, Debug, Default)]
+pub struct PlanFacts {
+    graphs: Vec<GraphNodeInfo>,
+    warnings: Vec<heddle_core::plan::Issue>,
+    feeds: Vec<(String, String)>,
+}
+
+impl PlanFacts {
+    /// Taken from `plan`.
+    pub fn of(plan: &heddle_core::plan::Plan) -> PlanFacts {
+        let feeds = plan
+            .edges
+            .iter()
+            .filter(|e| e.edge_type == heddle_core::EdgeType::Data)
+            .map(|e| {
+                (
+                    plan.nodes[e.source as usize].id.to_string(),
+                    plan.nodes[e.target as usize].id.to_string(),
+                )
+            })
+            .collect();
+        PlanFacts {
+            graphs: plan.graphs.clone(),
+            warnings: plan.warnings.clone(),
+            feeds,
+        }
+    }
+}
+
+impl RunReport {
+    /// The report of a run the driver finished: the kernel's result with the node
+    /// timings `times` and what the plan knew, the exit code the run ends with, and a
+    /// budget that ran out named as the run's error (the kernel saw a cancel; the run
+    /// ends failed, as its stored ending and `runs show` say).
+    pub fn finished(
+        graph: &str,
+        finished: &crate::Finished,
+        times: &NodeTimes,
+        plan: &PlanFacts,
+    ) -> RunReport {
+        let mut report = RunReport::build(graph, &finished.result, times).with_plan(
+            &plan.graphs,
+            plan.warnings.clone(),
+            &plan.feeds,
+        );
+        report.exit_code = finished.exit().code();
+        if let Some(heddle_store::session::Planned::Exhausted { exhausted, .. }) =
+            finished.planned()
+        {
+            report.outcome = "failed".to_string();
+            report.error = Some(exhausted.to_string());
+        }
+        report
+    }
+
+    /// The gate the run waits at, when it suspended at one: a gate is answered
+    /// (approved or rejected), not resumed.
+    pub fn gate(&self) -> Option<&str> {
+        self.suspend
+            .as_ref()
+            .filter(|s| heddle_core::gate::GateAsk::from_state(&s.state).is_some())
+            .map(|s| s.node_id.as_str())
+    }
+}
+
 impl RunReport {
     /// The nodes where the skip of `node` began: walking up its feeders through nodes
     /// skipped for the same upstream reason, the failed ones (`upstream_failed`) or the

@@ -7,6 +7,9 @@
 pub mod cancel;
 pub mod gates;
 pub mod reconcile;
+mod view;
+
+pub use view::{cannot_spend, list_json, list_line, list_states, show_json, show_text, usage};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,10 +20,8 @@ use heddle_core::plan::Plan;
 use heddle_core::{GraphDoc, PlanSummary};
 use heddle_kernel::runtime::RunOptions;
 use heddle_store::session::{self, Ending};
-use heddle_store::status::RunView;
 use heddle_store::{
-    Budget, NewRun, PackagePin, RunHeader, RunLimits, RunStore, RunSummary, StoreError,
-    SuperviseMode,
+    Budget, NewRun, PackagePin, RunHeader, RunLimits, RunStore, StoreError, SuperviseMode,
 };
 
 pub use heddle_store::RunState;
@@ -568,95 +569,6 @@ pub fn missing_package(run: &str, name: &str, pin: &PackagePin, packages_dir: &P
         package: name.to_string(),
         what,
     }
-}
-
-/// Every run with its state, folded from its lifecycle records.
-pub fn list_states(store: &dyn RunStore) -> Result<Vec<(RunSummary, RunState)>, StoreError> {
-    let mut rows = Vec::new();
-    for s in store.list()? {
-        let state = heddle_store::status::state_of(store, &s.run_id)?;
-        rows.push((s, state));
-    }
-    Ok(rows)
-}
-
-/// A run in a listing, as `runs list --json` and the server's API give it.
-pub fn list_json(s: &RunSummary, state: RunState) -> serde_json::Value {
-    serde_json::json!({
-        "run_id": s.run_id, "created_ms": s.created_ms, "graph": s.graph_name,
-        "state": state, "records": s.records,
-    })
-}
-
-/// Provider usage per node as the log knows it, without the nodes that cannot spend (by
-/// their origin in the run's plan: native built-ins and package nodes, see
-/// [`heddle_core::Origin::may_spend`]), which have no usage to speak of unless they
-/// reported a cost anyway.
-pub fn usage(
-    header: &RunHeader,
-    view: &RunView,
-) -> BTreeMap<String, heddle_store::status::NodeUsage> {
-    let cannot = cannot_spend(header);
-    view.usage()
-        .into_iter()
-        .filter(|(node, u)| u.receipts > 0 || !cannot.contains(node.as_str()))
-        .collect()
-}
-
-/// The nodes of a run's plan that cannot spend (see [`usage`]).
-pub fn cannot_spend(header: &RunHeader) -> std::collections::BTreeSet<&str> {
-    header
-        .run
-        .plan
-        .nodes
-        .iter()
-        .filter(|n| !n.origin.may_spend())
-        .map(|n| n.id.as_str())
-        .collect()
-}
-
-/// One run in full, as `runs show --json` and the server's API give it.
-pub fn show_json(header: &RunHeader, view: &RunView) -> serde_json::Value {
-    serde_json::json!({
-        "run_id": header.run_id,
-        "created_ms": header.created_ms,
-        "graph": header.run.graph_name,
-        "graph_sha256": header.graph_sha256,
-        "inputs": header.run.inputs,
-        "packages": header.run.packages,
-        "limits": header.run.limits,
-        "plan": plan_json(&header.run.plan),
-        "state": view.state,
-        "owner_pid": view.owner_pid,
-        "owner_host": view.owner_host,
-        "lease_left_ms": view.lease_left_ms,
-        "epoch": view.epoch,
-        "pause": view.pause,
-        "error": view.error,
-        "dispatches": view.dispatches,
-        "execution_ms": view.execution_ms,
-        "budget": header.run.limits.budget,
-        "usage": usage(header, view),
-        "records": view.records,
-        "skipped": view.skipped,
-        "occurrences": view.occurrences.iter().map(|(o, v)| {
-            let mut e = serde_json::to_value(v).unwrap_or_default();
-            e["occurrence"] = serde_json::to_value(o).unwrap_or_default();
-            e
-        }).collect::<Vec<_>>(),
-    })
-}
-
-/// A run's plan as `runs show` gives it: the documents its graph nodes include by key
-/// and digest, without their text (the run keeps that to resume from).
-fn plan_json(plan: &PlanSummary) -> serde_json::Value {
-    let mut v = serde_json::to_value(plan).unwrap_or_default();
-    if let Some(docs) = v.get_mut("included").and_then(|d| d.as_array_mut()) {
-        for d in docs.iter_mut().filter_map(|d| d.as_object_mut()) {
-            d.remove("text");
-        }
-    }
-    v
 }
 
 /// The graph document a run was started from, exactly as stored.

@@ -69,6 +69,15 @@ pub struct Reconciliation {
 /// A person's answer that cannot be taken; nothing was written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
+    /// The file of outputs a person supplies (`--completed-with`) cannot be read, is not
+    /// JSON, or is not an object of output handle to value.
+    #[error("--completed-with {path}: {problem}")]
+    OutputsFile {
+        /// The file as given.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// The run's open pause is not a reconcile pause (or it has none).
     #[error(
         "run {run} is not paused for reconciliation ({found}): only the pause of uncertain work (`heddle runs show {run}` says `reconcile`) is answered with a completion or a skip; nothing was written"
@@ -287,4 +296,52 @@ pub fn declared_outputs(
         &planned.decl,
         planned.contract.as_deref(),
     ))
+}
+
+/// The outputs a person supplies in a file (`heddle runs resume --completed-with`): a
+/// JSON object, output handle to value, checked against the node's declaration once the
+/// run's graph is planned ([`reconciliation`] and the reopening).
+pub fn read_outputs(
+    path: &std::path::Path,
+) -> Result<serde_json::Map<String, serde_json::Value>, ReconcileError> {
+    let problem = |problem: String| ReconcileError::OutputsFile {
+        path: path.display().to_string(),
+        problem,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| problem(e.to_string()))?;
+    match serde_json::from_str(&text) {
+        Ok(serde_json::Value::Object(outputs)) => Ok(outputs),
+        Ok(other) => Err(problem(format!(
+            "expected a JSON object of the node's outputs (output handle to value), found {}",
+            json_kind(&other)
+        ))),
+        Err(e) => Err(problem(format!("not JSON: {e}"))),
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Who answers when nobody says ([`Given::by`] from a command line without `--by`): the
+/// login name, else the user id this process runs as.
+pub fn login_name() -> String {
+    use std::os::unix::fs::MetadataExt as _;
+    ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+        .or_else(|| {
+            Some(format!(
+                "uid {}",
+                std::fs::metadata("/proc/self").ok()?.uid()
+            ))
+        })
+        .unwrap_or_else(|| "unknown user".into())
 }

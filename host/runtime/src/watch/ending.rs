@@ -54,6 +54,56 @@ impl WatchReport {
         })
     }
 
+    /// The outputs summary an unwatched run prints, from the worker's verified report
+    /// (empty when the run recorded no outputs).
+    pub fn outputs_text(&self) -> String {
+        let Some(w) = &self.worker_report else {
+            return String::new();
+        };
+        let Ok(outputs) = serde_json::from_value(w["outputs"].clone()) else {
+            return String::new();
+        };
+        let skipped: Vec<crate::run_report::SkippedNode> =
+            serde_json::from_value(w["skipped"].clone()).unwrap_or_default();
+        format!(
+            "{}{}",
+            crate::run_report::outputs_summary(&outputs),
+            crate::run_report::skipped_summary(&skipped)
+        )
+    }
+
+    /// The watchdog's last word on run `run`: how it ended (launches, restarts, cleanup)
+    /// and, for a paused run, how to go on.
+    pub fn ending_lines(&self, run: &str) -> Vec<String> {
+        let s = &self.state;
+        let verified = match s.cleanup_verified {
+            Some(true) => "cleanup verified",
+            Some(false) => "cleanup NOT verified",
+            None => "no worker ran",
+        };
+        let mut lines = vec![match &self.ending {
+            WatchEnding::Recorded(state) => format!(
+                "watchdog: run {run} {} ({} launches, {} restarts, {verified})",
+                state.as_str(),
+                s.launches,
+                s.restarts
+            ),
+            WatchEnding::Stopped { code, detail, .. } => format!(
+                "watchdog: run {run} stopped: {code}: {detail} ({} launches, {} restarts, {verified})",
+                s.launches, s.restarts
+            ),
+        }];
+        if self.exit == Exit::Suspended {
+            lines.push(match &self.gate {
+                Some(g) => format!(
+                    "run {run} waits at gate {g}; approve with: heddle runs approve {run} {g} [--note TEXT], or reject with: heddle runs reject {run} {g} --note TEXT"
+                ),
+                None => format!("run {run} paused; resume with: heddle runs resume --watchdog {run}"),
+            });
+        }
+        lines
+    }
+
     /// The run's JSON report: the worker's own when the run recorded its ending, with
     /// the watchdog's view (`supervision`) and the exit code this process ends with;
     /// only a report read back verified from the store, never a worker's console bytes.

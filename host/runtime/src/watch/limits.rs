@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Refused, refused};
+
 /// Combined stdout and stderr one worker launch may write; over it the worker is
 /// stopped and not replaced (`OUTPUT_LIMIT`). Fixed: a worker's console is for people,
 /// results travel through the run store.
@@ -55,6 +57,32 @@ impl Default for WatchLimits {
 }
 
 impl WatchLimits {
+    /// The limits asked for (`--max-restarts`, `--backoff-initial-ms`,
+    /// `--backoff-max-ms`) over the defaults. An initial wait above the default
+    /// maximum raises the maximum; a maximum given below the initial wait is refused.
+    pub fn asked(
+        max_restarts: Option<u32>,
+        backoff_initial_ms: Option<u64>,
+        backoff_max_ms: Option<u64>,
+    ) -> Result<WatchLimits, Refused> {
+        let d = WatchLimits::default();
+        let l = WatchLimits {
+            max_restarts: max_restarts.unwrap_or(d.max_restarts),
+            backoff_initial_ms: backoff_initial_ms.unwrap_or(d.backoff_initial_ms),
+            backoff_max_ms: backoff_max_ms
+                .unwrap_or(d.backoff_max_ms.max(backoff_initial_ms.unwrap_or(0))),
+            ..d
+        };
+        if l.backoff_max_ms < l.backoff_initial_ms {
+            return Err(refused!(
+                "--backoff-max-ms {} is below --backoff-initial-ms {}: the longest wait cannot be shorter than the first",
+                l.backoff_max_ms,
+                l.backoff_initial_ms
+            ));
+        }
+        Ok(l)
+    }
+
     /// The limits a stored run was recorded with (the defaults for a run recorded
     /// without a watchdog).
     pub fn stored(limits: &heddle_store::RunLimits) -> Result<WatchLimits, serde_json::Error> {
@@ -81,6 +109,21 @@ impl WatchLimits {
     }
 }
 
+/// Refuses names passed on to the worker (`--env NAME`) that cannot be environment
+/// variables. Only what precedes a `=` is echoed: what follows may be the secret itself.
+pub fn check_env_names(names: &[String]) -> Result<(), Refused> {
+    for n in names {
+        if n.is_empty() || n.contains('=') || n.contains('\0') {
+            let name = n.split(['=', '\0']).next().unwrap_or_default();
+            return Err(refused!(
+                "--env `{}`: not an environment variable name (give the name only, no `=VALUE`; the value is read from this environment)",
+                heddle_core::text::clip(name, heddle_core::text::ECHO_MAX_CHARS)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The worker's environment: the base variables, the standard OpenTelemetry ones (so a
 /// worker exports where its watchdog would, under the same `TRACEPARENT`) and the named
 /// ones that are set here. Read at each start or resume, never stored.
@@ -97,6 +140,22 @@ pub fn worker_env(named: &[String]) -> Vec<(String, std::ffi::OsString)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_maximum_below_the_initial_wait_and_a_bad_env_name_are_refused() {
+        let e = WatchLimits::asked(None, Some(500), Some(100))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--backoff-max-ms 100"), "{e}");
+        // An initial wait above the default maximum raises the default maximum.
+        let l = WatchLimits::asked(None, Some(9_000), None).unwrap();
+        assert_eq!(l.backoff_max_ms, 9_000);
+        let e = check_env_names(&["KEY=secret".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--env `KEY`"), "{e}");
+        assert!(!e.contains("secret"), "the value is never echoed: {e}");
+    }
 
     #[test]
     fn backoff_doubles_from_the_initial_wait_up_to_the_maximum() {

@@ -183,3 +183,83 @@ pub fn inspect(settings: &Settings, run: &str) -> Result<WatchStatus, Error> {
         dispatches: view.dispatches,
     })
 }
+
+impl WatchStatus {
+    /// As `heddle runs status RUN` prints it for a person: the watchdog's side, then the
+    /// run's progress and its active work.
+    pub fn text(&self, run: &str) -> String {
+        let mut out = Vec::new();
+        let v = &self.json;
+        let alive = |a: bool| if a { "alive" } else { "gone" };
+        out.push(format!("run        {run}"));
+        out.push(format!("phase      {}", self.phase));
+        out.push(format!("lock       {}", describe_lock(self.lock)));
+        if let Some(s) = &self.state {
+            out.push(format!(
+                "watchdog   pid {} ({})",
+                s.watchdog_pid,
+                alive(self.watchdog_alive)
+            ));
+            out.push(match &s.worker {
+                Some(w) => format!(
+                    "worker     pid {} ({}), launch {}",
+                    w.pid,
+                    alive(self.worker_alive),
+                    w.launch
+                ),
+                None => "worker     none".to_string(),
+            });
+            out.push(format!(
+                "restarts   {} of {} ({} launches){}",
+                s.restarts,
+                s.limits.max_restarts,
+                s.launches,
+                s.backoff_ms
+                    .map(|b| format!(", backing off {b} ms"))
+                    .unwrap_or_default()
+            ));
+            out.push(format!(
+                "time       {} ms used, {}",
+                self.elapsed_ms.unwrap_or(0),
+                self.remaining_ms
+                    .map_or("no limit".to_string(), |r| format!("{r} ms left"))
+            ));
+            out.push(format!(
+                "cleanup    {}",
+                match s.cleanup_verified {
+                    None => "not yet".to_string(),
+                    Some(true) => "verified".to_string(),
+                    Some(false) => format!("NOT verified: {}", s.survivors.join(", ")),
+                }
+            ));
+            if let (Some(c), Some(d)) = (&s.code, &s.detail) {
+                out.push(format!("ended      {c}: {d}"));
+            }
+        }
+        out.push(format!(
+            "progress   {} dispatches, {} active, {} uncertain",
+            self.dispatches,
+            v["active"].as_array().map_or(0, Vec::len),
+            v["uncertain"].as_array().map_or(0, Vec::len)
+        ));
+        for a in v["active"].as_array().into_iter().flatten() {
+            out.push(format!(
+                "  active   {} {} ({} ms)",
+                a["node"].as_str().unwrap_or_default(),
+                a["position"].as_str().unwrap_or_default(),
+                a["elapsed_ms"]
+            ));
+        }
+        out.iter().map(|l| format!("{l}\n")).collect()
+    }
+}
+
+fn describe_lock(l: LockState) -> String {
+    match l {
+        LockState::Free => "free".into(),
+        LockState::Held { pid } => format!("held by pid {pid}"),
+        LockState::Stale { pid } => {
+            format!("STALE: pid {pid} died holding it; check, then `heddle runs unlock`")
+        }
+    }
+}
