@@ -518,6 +518,72 @@ fn the_api_takes_a_callers_traceparent_and_ignores_a_bad_one() {
     assert_eq!(code, OK, "{log}");
 }
 
+/// A run the API queues on a shared database (`--workers 1`, the slot held by a run
+/// whose failure waits for a person) keeps its caller's `traceparent`: the host that
+/// takes it from the queue, later, continues the caller's trace instead of starting one
+/// (the trace is recorded with the queued run, before any process opened it).
+#[test]
+fn a_queued_run_keeps_its_callers_trace_until_a_host_takes_it() {
+    let rx = Receiver::start();
+    let dir = StoreDir::on(support::store::Backend::Postgres);
+    let server = dir.serve_with(
+        &["--workers", "1", "--supervise", "interactive"],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", rx.url.as_str())],
+    );
+    let api = Api::of(&server);
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let queued = rt().block_on(async {
+        let held = api.create(support::store::FAILING_PARSE).await;
+        let eid = api.first_escalation(&held).await;
+        let graph: Value = serde_json::from_str(support::store::CHAIN).unwrap();
+        let r = api
+            .http
+            .post(format!("{}/api/runs", server.url))
+            .bearer_auth(&api.token)
+            .header("traceparent", caller)
+            .json(&serde_json::json!({"graph": graph}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["state"], "queued", "{body:#}");
+        let queued = body["run_id"].as_str().unwrap().to_string();
+        let (status, body) = api
+            .call(
+                "POST",
+                &format!("/api/runs/{held}/escalations/{eid}"),
+                Some(serde_json::json!({"verdict": "fail"})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body:#}");
+        assert_eq!(api.drive_to_end(&held).await.0["state"], "failed");
+        assert_eq!(api.drive_to_end(&queued).await.0["state"], "completed");
+        queued
+    });
+    let spans = rx.wait_for("the queued run's span", |s| {
+        named(s, "heddle.run")
+            .iter()
+            .any(|r| r.str("heddle.run.id") == queued)
+    });
+    let run = *named(&spans, "heddle.run")
+        .iter()
+        .find(|s| s.str("heddle.run.id") == queued)
+        .unwrap();
+    assert_eq!(run.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736", "{run:#?}");
+    assert_eq!(run.parent, "00f067aa0ba902b7", "{run:#?}");
+    let nodes: Vec<_> = named(&spans, "heddle.node")
+        .into_iter()
+        .filter(|s| s.trace_id == run.trace_id)
+        .collect();
+    assert!(!nodes.is_empty(), "{spans:#?}");
+    for s in nodes {
+        assert_eq!(s.parent, run.span_id, "{s:#?}");
+    }
+    let (code, log) = server.stop();
+    assert_eq!(code, OK, "{log}");
+}
+
 /// A malformed endpoint is refused before anything runs, naming the variable; an
 /// endpoint that is down, or too slow to answer, never holds a run up: the run ends
 /// as it would, and the loss is said once.

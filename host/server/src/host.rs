@@ -396,6 +396,8 @@ impl Host {
             match self.workers.clone().try_acquire_owned() {
                 Ok(p) => slot = Some(p),
                 Err(_) => {
+                    // Whichever host claims it continues the caller's trace.
+                    run.limits.trace = opts.trace.as_ref().map(|t| t.run);
                     let (store, fleet) = (self.store.clone(), fleet.clone());
                     let run_id = blocking(move || {
                         let h = store.create_run(&run)?;

@@ -12,7 +12,8 @@ use crate::Budget;
 /// A run's recorded limits. Stored as one JSON object with the keys
 /// `max_dispatches`, `time_limit_ms` (the budget, each only when set),
 /// `node_timeout_ms` (always, `null` for none), then `supervise` (a run created through
-/// `heddle serve`) or `watchdog` (a supervised run): the text earlier runs wrote.
+/// `heddle serve`) or `watchdog` (a supervised run), and `trace` (a run queued traced):
+/// the text earlier runs wrote.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunLimits {
     #[serde(flatten)]
@@ -28,6 +29,13 @@ pub struct RunLimits {
     /// The watchdog's own limits of a supervised run (`heddle run --watchdog`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watchdog: Option<WatchdogLimits>,
+    /// The trace a run was created under when it is recorded before any process takes
+    /// it (queued on a shared store): the host that claims it continues its creator's
+    /// trace (a caller's `traceparent`) instead of starting one. A run taken at once
+    /// records its trace with its first `opened` record instead
+    /// ([`crate::session::recorded_trace`] reads both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<heddle_core::trace::RunTrace>,
 }
 
 impl RunLimits {

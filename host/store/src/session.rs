@@ -227,13 +227,16 @@ pub fn begin_traced(
     Ok((header, session))
 }
 
-/// The trace a run's log records (the first `opened` record that carries one): what
-/// every later owner continues.
-pub fn recorded_trace(records: &[Stored]) -> Option<RunTrace> {
-    records.iter().find_map(|s| match &s.record {
-        Record::Opened { trace, .. } => *trace,
-        _ => None,
-    })
+/// The trace a run records (the first `opened` record that carries one, else the one
+/// it was queued under, [`crate::RunLimits::trace`]): what every later owner continues.
+pub fn recorded_trace(header: &RunHeader, records: &[Stored]) -> Option<RunTrace> {
+    records
+        .iter()
+        .find_map(|s| match &s.record {
+            Record::Opened { trace, .. } => *trace,
+            _ => None,
+        })
+        .or(header.run.limits.trace)
 }
 
 /// What a resume will do, checked without writing anything.

@@ -741,7 +741,8 @@ fn verdicts_are_stored_as_before_and_old_ones_read_back() {
 const PLAN: &str = r#"{"nodes":[{"id":"items","type":"heddle.input","retry_safe":false,"origin":"builtin"},{"id":"parse","type":"std.json.parse","retry_safe":true,"origin":"package:std@0.1.0"},{"id":"sh","type":"code.bash","retry_safe":false,"origin":"code"},{"id":"numbers","type":"heddle.output","retry_safe":false,"origin":"builtin"}],"edges":3}"#;
 
 /// Limits as stored: a budget and a node timeout (`heddle run --durable`), none of
-/// them, the watchdog's (`heddle run --watchdog`), and the server's supervision.
+/// them, the watchdog's (`heddle run --watchdog`), the server's supervision, and the
+/// trace of a run the server queued under a caller's `traceparent`.
 const LIMITS: &[&str] = &[
     r#"{"max_dispatches":10,"time_limit_ms":60000,"node_timeout_ms":5000}"#,
     r#"{"node_timeout_ms":null}"#,
@@ -751,6 +752,7 @@ const LIMITS: &[&str] = &[
     r#"{"node_timeout_ms":null,"supervise":{"policy":{"document":"[[rule]]\nverdict = \"skip\"\n"}}}"#,
     r#"{"node_timeout_ms":null,"supervise":{"llm":{"model":"gpt-4o-mini"}}}"#,
     r#"{"node_timeout_ms":null,"supervise":{"llm":{}}}"#,
+    r#"{"node_timeout_ms":null,"supervise":"none","trace":{"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","parent":"00f067aa0ba902b7","span":"b7ad6b7169203331","sampled":true}}"#,
 ];
 
 /// The plan [`PLAN`] holds, built as its writer builds it.
@@ -833,7 +835,49 @@ fn limits() -> Vec<RunLimits> {
             }),
             ..RunLimits::default()
         },
+        RunLimits {
+            supervise: Some(SuperviseMode::None),
+            trace: Some(queued_trace()),
+            ..RunLimits::default()
+        },
     ]
+}
+
+/// The trace of the queued run in [`LIMITS`].
+fn queued_trace() -> heddle_core::trace::RunTrace {
+    heddle_core::trace::RunTrace {
+        trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".parse().unwrap(),
+        parent: Some("00f067aa0ba902b7".parse().unwrap()),
+        span: "b7ad6b7169203331".parse().unwrap(),
+        sampled: true,
+    }
+}
+
+/// A run queued on a shared store is recorded with the trace it was created under, and
+/// no process has opened it yet: that trace is the one its first owner continues; once
+/// an `opened` record carries a trace, that one is.
+#[test]
+fn a_queued_runs_trace_is_found_before_any_process_opened_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("runs.db")).unwrap();
+    let run = NewRun {
+        limits: RunLimits {
+            trace: Some(queued_trace()),
+            ..RunLimits::default()
+        },
+        ..new_run()
+    };
+    let id = store.create_run(&run).unwrap().run_id;
+    let header = store.header(&id).unwrap();
+    let read = store.read(&id, 0).unwrap().records;
+    assert!(read.is_empty());
+    assert_eq!(
+        heddle_store::session::recorded_trace(&header, &read),
+        Some(queued_trace())
+    );
+    let plain = store.create_run(&new_run()).unwrap().run_id;
+    let header = store.header(&plain).unwrap();
+    assert_eq!(heddle_store::session::recorded_trace(&header, &[]), None);
 }
 
 /// A run header's text columns as stored.
@@ -1021,14 +1065,18 @@ fn opened_records_carry_the_trace_and_old_ones_read_back_without_one() {
         assert_eq!(&text_body(&path, &id, seq as i64), text, "record {seq}");
     }
     let read = store.read(&id, 0).unwrap().records;
+    let header = store.header(&id).unwrap();
     assert_eq!(
-        heddle_store::session::recorded_trace(&read),
+        heddle_store::session::recorded_trace(&header, &read),
         match &recs[1] {
             Record::Opened { trace, .. } => *trace,
             _ => unreachable!(),
         }
     );
-    assert_eq!(heddle_store::session::recorded_trace(&read[..1]), None);
+    assert_eq!(
+        heddle_store::session::recorded_trace(&header, &read[..1]),
+        None
+    );
 
     let old = store.create_run(&new_run()).unwrap().run_id;
     drop(store);

@@ -153,7 +153,7 @@ impl Runtime {
         }
         // The trace its log records (every owner continues it), else a new one.
         let trace = match (
-            heddle_store::session::recorded_trace(&r.records),
+            heddle_store::session::recorded_trace(&r.header, &r.records),
             self.telemetry(),
         ) {
             (Some(run), Some(t)) => Some(Arc::new(heddle_core::trace::Traced::new(run, t.salt()))),
@@ -433,7 +433,7 @@ fn take_over(
         _ => Vec::new(),
     };
     // Recorded with this opening when the log holds no trace yet.
-    let new_trace = match session::recorded_trace(&r.records) {
+    let new_trace = match session::recorded_trace(&r.header, &r.records) {
         Some(_) => None,
         None => opts.trace.as_ref().map(|t| t.run),
     };

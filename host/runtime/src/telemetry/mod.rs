@@ -251,7 +251,7 @@ impl Watch {
         };
         let spans = match (
             self.telemetry.as_ref(),
-            heddle_store::session::recorded_trace(&records),
+            heddle_store::session::recorded_trace(&header, &records),
         ) {
             (Some(t), Some(trace)) => Some((
                 t.clone(),
