@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use heddle_core::{
     Decider, EventKind, InvocationMetrics, Occurrence, Record, RecordedAction, RecordedVerdict,
+    Value,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -352,10 +353,21 @@ impl Actor {
         {
             return Box::pin(std::future::ready(Err(e)));
         }
+        self.control_context(&mut inputs);
         exec.invoke(Call {
             inputs,
             ctx: ctx.clone(),
         })
+    }
+
+    /// A controller's invocation gets `_control_context`: what it may drive (seed 002).
+    pub(super) fn control_context(&self, inputs: &mut Inputs) {
+        if let Some(c) = &self.spec.controls {
+            inputs.insert(
+                crate::runtime::CONTROL_CONTEXT_INPUT.to_string(),
+                c.context().clone(),
+            );
+        }
     }
 
     /// Records an attempt's outputs (a durable run's result record) and keeps them for
@@ -374,6 +386,18 @@ impl Actor {
         self.refuse_known_secrets(out.iter())?;
         let mut wait = None;
         if let Some((j, occ)) = journal {
+            let sent = ctx.take_sent();
+            if !sent.is_empty() {
+                let rec = self.emitted.get_or_insert_with(Vec::new);
+                let handle: Arc<str> = Arc::from(crate::runtime::control::CONTROL_SENT);
+                for (target, properties) in sent {
+                    let v = Value::from_json(serde_json::json!({
+                        "target": &*target,
+                        "properties": Value::object(properties).to_json(),
+                    }));
+                    rec.push((handle.clone(), v));
+                }
+            }
             let mut m = ctx.metrics();
             m.wall_us = t0.elapsed().as_micros() as u64;
             wait = self.record_result(j, occ, out, m)?;
@@ -519,6 +543,9 @@ impl Actor {
         }
         if let Some(run) = &self.shared.run_id {
             ctx = ctx.in_run(run.clone());
+        }
+        if let Some(controls) = &self.spec.controls {
+            ctx = ctx.controlling(controls.clone());
         }
         if reusable {
             self.spare_ctx = Some(ctx.clone());

@@ -290,6 +290,9 @@ pub(crate) struct ActorSpec {
     pub driver: Option<usize>,
     pub ports: Vec<OutPort>,
     pub control_targets: Vec<Link>,
+    /// What this node's invocations may drive: the controlled nodes its control edges
+    /// reach (`None`: it controls nothing).
+    pub controls: Option<crate::runtime::Controls>,
     pub controllers: usize,
     pub root_contrib: HashMap<RootIdx, u32>,
     pub timeout: Option<Duration>,

@@ -1,0 +1,120 @@
+//! Controllers and controlled nodes through the real binary (seed 002, "Control
+//! events"): `heddle.run_each` runs a controlled node once per item with every event in
+//! flight at once and gets the replies back in order; bad wiring is refused before the
+//! run and bad overrides fail by name; a durable run killed while the controller waits
+//! for replies resumes with the replies recorded before the crash, not run again.
+
+mod support;
+
+use support::store::{OK, PAUSED, StoreDir, expect, report, text};
+use support::{INVALID, heddle_in, stderr, write};
+
+/// Five items; `e` (controlled, `heddle.eval`) multiplies each by ten; its replies are
+/// collected by `each`, and each value it produces also goes to output `seen`.
+const RUN_EACH: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "items", "type": "heddle.constant", "properties": {"value": [1, 2, 3, 4, 5]}},
+    {"id": "each", "type": "heddle.run_each", "properties": {"property": "value"}},
+    {"id": "e", "type": "heddle.eval", "properties": {"expression": "value * 10"}},
+    {"id": "results", "type": "heddle.output"},
+    {"id": "seen", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "items", "sourceHandle": "value", "target": "each", "targetHandle": "items"},
+    {"source": "each", "sourceHandle": "__control__", "target": "e", "targetHandle": "__control__", "edge_type": "control"},
+    {"source": "each", "sourceHandle": "results", "target": "results", "targetHandle": "value"},
+    {"source": "e", "sourceHandle": "result", "target": "seen", "targetHandle": "value"}
+  ]
+}"#;
+
+#[test]
+fn run_each_gets_every_reply_in_order_through_the_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "g.json", RUN_EACH);
+    let o = heddle_in(dir.path(), &["run", "--json", "g.json"]);
+    expect(&o, OK);
+    let r = report(&o);
+    assert_eq!(
+        r["outputs"]["results"],
+        serde_json::json!([[10, 20, 30, 40, 50]])
+    );
+    assert_eq!(
+        r["outputs"]["seen"],
+        serde_json::json!([10, 20, 30, 40, 50])
+    );
+}
+
+#[test]
+fn a_control_edge_into_a_node_that_is_not_controlled_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "g.json",
+        &RUN_EACH.replace(
+            "\"heddle.eval\", \"properties\": {\"expression\": \"value * 10\"}",
+            "\"heddle.passthrough\", \"properties\": {}",
+        ),
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json"]);
+    expect(&o, INVALID);
+    let err = stderr(&o);
+    assert!(
+        err.contains("not a controlled node") && err.contains("__control__") && err.contains('e'),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_override_of_a_property_the_target_lacks_fails_the_run_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "g.json",
+        &RUN_EACH.replace("{\"property\": \"value\"}", "{\"property\": \"colour\"}"),
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json"]);
+    expect(&o, support::FAILED);
+    let err = format!("{}{}", support::stdout(&o), stderr(&o));
+    assert!(
+        err.contains("`colour`") && err.contains("node e") && err.contains("__control__"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_recovered_controller_gets_the_recorded_replies_and_the_target_runs_no_event_again() {
+    // The run pauses at a gate after `each` collected its replies; approving it runs on
+    // in a new process, which recomputes `each` (a deterministic built-in): it sends
+    // its five events again, and the journal answers each with the reply recorded
+    // before the pause, without `e` running again.
+    let graph = RUN_EACH
+        .replace(
+            r#"{"id": "results", "type": "heddle.output"},"#,
+            r#"{"id": "results", "type": "heddle.output"},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "ship"}},"#,
+        )
+        .replace(
+            r#"{"source": "each", "sourceHandle": "results", "target": "results", "targetHandle": "value"}"#,
+            r#"{"source": "each", "sourceHandle": "results", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "results", "targetHandle": "value"}"#,
+        );
+    let env = StoreDir::with_graph(&graph);
+    let o = env.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, PAUSED);
+    let id = support::store::run_id(&o);
+    assert_eq!(env.records("completed", "e").len(), 5, "{}", text(&o));
+    let o = env.heddle(&["runs", "approve", &id, "ship", "--json"]);
+    expect(&o, OK);
+    assert_eq!(
+        report(&o)["outputs"]["results"],
+        serde_json::json!([[10, 20, 30, 40, 50]]),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        env.records("completed", "e").len(),
+        5,
+        "a recorded reply was run again"
+    );
+}
