@@ -118,3 +118,86 @@ fn a_recovered_controller_gets_the_recorded_replies_and_the_target_runs_no_event
         "a recorded reply was run again"
     );
 }
+
+// ----- a WASM controller driving a WASM controlled node (heddle:node 0.2) ----------
+
+/// `examples/control-nodes` built as a user builds it (`heddle package build`), once
+/// per test process; its `dist` folder.
+fn control_nodes() -> &'static std::path::Path {
+    static DIST: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIST.get_or_init(|| {
+        let src = support::root().join("examples/control-nodes");
+        let o = support::heddle(&["package", "build", src.to_str().unwrap()]);
+        expect(&o, OK);
+        src.join("dist")
+    })
+}
+
+/// A directory with the example package installed and its graph as `g.json`.
+fn with_control_nodes() -> StoreDir {
+    let graph =
+        std::fs::read_to_string(support::root().join("examples/control-nodes/graph.json")).unwrap();
+    let env = StoreDir::with_graph(&graph);
+    let o = env.heddle(&["package", "add", control_nodes().to_str().unwrap()]);
+    expect(&o, OK);
+    env
+}
+
+#[test]
+fn a_wasm_controller_drives_a_wasm_controlled_node_and_gets_its_replies_in_order() {
+    let env = with_control_nodes();
+    let o = env.heddle(&["nodes", "demo"]);
+    expect(&o, OK);
+    let listing = support::stdout(&o);
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with("demo.shout") && l.contains("controlled")),
+        "{listing}"
+    );
+    let o = env.heddle(&["run", "--json", "g.json"]);
+    expect(&o, OK);
+    let r = report(&o);
+    let want = serde_json::json!(["HELLO?", "CONTROLLED?", "NODES?"]);
+    assert_eq!(r["outputs"]["words"], serde_json::json!([want]));
+    assert_eq!(r["outputs"]["shouted"], want);
+    // The controller got its context: the one node it drives.
+    let o = env.heddle(&[
+        "run",
+        "--json",
+        "g.json",
+        "--input",
+        "sentence=one two three four five six seven eight",
+    ]);
+    expect(&o, OK);
+    assert_eq!(
+        report(&o)["outputs"]["words"],
+        serde_json::json!([[
+            "ONE?", "TWO?", "THREE?", "FOUR?", "FIVE?", "SIX?", "SEVEN?", "EIGHT?"
+        ]])
+    );
+}
+
+#[test]
+fn a_wasm_controller_killed_mid_run_resumes_with_the_recorded_replies() {
+    let env = with_control_nodes();
+    // `shout` is not retry-safe: each reply is on disk before the controller sees it.
+    // The process dies right after the second, while `each` waits for the third.
+    let id = env.crash("after-result:shout:2", &[]);
+    assert_eq!(env.records("completed", "shout").len(), 2);
+    assert!(env.records("completed", "each").is_empty());
+    let o = env.heddle(&["runs", "resume", &id, "--json"]);
+    expect(&o, OK);
+    let want = serde_json::json!(["HELLO?", "CONTROLLED?", "NODES?"]);
+    assert_eq!(
+        report(&o)["outputs"]["words"],
+        serde_json::json!([want]),
+        "{}",
+        text(&o)
+    );
+    // `each` ran again and sent its three events; the first two were answered from the
+    // journal, only the third ran.
+    let shout = env.records("completed", "shout");
+    assert_eq!(shout.len(), 3, "{shout:#?}");
+    assert_eq!(env.records("started", "shout").len(), 3);
+}
