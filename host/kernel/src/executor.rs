@@ -297,6 +297,9 @@ impl SecretRegistry {
     }
 }
 
+/// A `run` event a controller's invocation sent: its target and property overrides.
+pub(crate) type SentEvent = (Arc<str>, BTreeMap<String, Value>);
+
 /// The context of one invocation (or one streaming-input run). Cheap to clone.
 #[derive(Clone)]
 pub struct NodeCtx {
@@ -322,7 +325,7 @@ struct CtxInner {
     /// The `run` events this invocation sent (target, properties), in order: a durable
     /// run records them with its result, so a recovery that carries the result out
     /// sends them again and the targets replay their recorded replies.
-    sent: Mutex<Vec<(Arc<str>, BTreeMap<String, Value>)>>,
+    sent: Mutex<Vec<SentEvent>>,
 }
 
 /// Parts the runtime supplies to build a [`NodeCtx`].
@@ -448,7 +451,7 @@ impl NodeCtx {
 
     /// Runtime use: the `run` events this invocation sent so far, taken (for its
     /// result record).
-    pub(crate) fn take_sent(&self) -> Vec<(Arc<str>, BTreeMap<String, Value>)> {
+    pub(crate) fn take_sent(&self) -> Vec<SentEvent> {
         std::mem::take(&mut *self.inner.sent.lock().unwrap_or_else(|e| e.into_inner()))
     }
 

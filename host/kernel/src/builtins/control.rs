@@ -163,7 +163,7 @@ pub(super) struct Eval;
 
 impl Executor for Eval {
     fn invoke(&self, call: Call) -> BoxFuture<'_, Result<Outputs, NodeError>> {
-        let r = (|| {
+        Box::pin(async move {
             let me = call.ctx.node_id();
             let text = call
                 .inputs
@@ -185,8 +185,7 @@ impl Executor for Eval {
                 .eval(&scope)
                 .map_err(|e| NodeError::msg(format!("node {me}: {e}")))?;
             Ok(Outputs::one("result", v.unwrap_or_default()))
-        })();
-        Box::pin(std::future::ready(r))
+        })
     }
 }
 

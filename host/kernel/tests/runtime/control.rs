@@ -49,6 +49,9 @@ async fn a_controller_gets_replies_in_the_order_it_sent_its_events_and_the_contr
         vec![10, 20, 30, 40, 50, 60, 70, 80]
     );
     assert_eq!(r.nodes["s"].invocations, 8);
+    // `test.scale` is not retry-safe: each event counts as an asset of the controller's
+    // invocation, so a supervisor would not offer to retry it (and run `s` again).
+    assert_eq!(r.nodes["ctl"].metrics.assets, vec!["control:s"; 8]);
     let ctx = r.outputs["context"][0].to_json();
     assert_eq!(ctx["s"]["node_type"], "test.scale");
     assert_eq!(ctx["s"]["properties"]["factor"]["type"], "int");
