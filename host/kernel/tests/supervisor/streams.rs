@@ -101,10 +101,12 @@ async fn a_controller_is_offered_a_retry_only_when_the_node_it_ran_may_run_again
             ],
             &[("d", "__control__", "t", "__control__")],
         );
-        let mut opts = RunOptions::default();
-        opts.supervisor = Some(Always::new(Verdict::Skip {
-            apply_to: ApplyTo::Invocation,
-        }));
+        let opts = RunOptions {
+            supervisor: Some(Always::new(Verdict::Skip {
+                apply_to: ApplyTo::Invocation,
+            })),
+            ..RunOptions::default()
+        };
         let r = run(&doc, opts).await;
         let i = interventions(&r);
         let d = i
