@@ -201,3 +201,57 @@ fn a_wasm_controller_killed_mid_run_resumes_with_the_recorded_replies() {
     assert_eq!(shout.len(), 3, "{shout:#?}");
     assert_eq!(env.records("started", "shout").len(), 3);
 }
+
+#[test]
+fn two_controllers_of_one_node_each_get_their_own_recorded_replies_on_recovery() {
+    // Both controllers run again after the gate; their events reach `e` interleaved in
+    // whatever order the two tasks run, and each still gets the replies recorded for its
+    // own events (a controlled node's invocations are numbered per controller).
+    let graph = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "small", "type": "heddle.constant", "properties": {"value": [1, 2, 3, 4]}},
+    {"id": "large", "type": "heddle.constant", "properties": {"value": [100, 200, 300, 400]}},
+    {"id": "a", "type": "heddle.run_each", "properties": {"property": "value"}},
+    {"id": "b", "type": "heddle.run_each", "properties": {"property": "value"}},
+    {"id": "e", "type": "heddle.eval", "properties": {"expression": "value * 10"}},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "ship"}},
+    {"id": "a_out", "type": "heddle.output"},
+    {"id": "b_out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "small", "sourceHandle": "value", "target": "a", "targetHandle": "items"},
+    {"source": "large", "sourceHandle": "value", "target": "b", "targetHandle": "items"},
+    {"source": "a", "sourceHandle": "__control__", "target": "e", "targetHandle": "__control__", "edge_type": "control"},
+    {"source": "b", "sourceHandle": "__control__", "target": "e", "targetHandle": "__control__", "edge_type": "control"},
+    {"source": "a", "sourceHandle": "results", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "a_out", "targetHandle": "value"},
+    {"source": "b", "sourceHandle": "results", "target": "b_out", "targetHandle": "value"}
+  ]
+}"#;
+    let env = StoreDir::with_graph(graph);
+    let o = env.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, PAUSED);
+    let id = support::store::run_id(&o);
+    assert_eq!(env.records("completed", "e").len(), 8, "{}", text(&o));
+    let o = env.heddle(&["runs", "approve", &id, "ship", "--json"]);
+    expect(&o, OK);
+    let r = report(&o);
+    assert_eq!(
+        r["outputs"]["a_out"],
+        serde_json::json!([[10, 20, 30, 40]]),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        r["outputs"]["b_out"],
+        serde_json::json!([[1000, 2000, 3000, 4000]]),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        env.records("completed", "e").len(),
+        8,
+        "a recorded reply was run again"
+    );
+}

@@ -1130,8 +1130,8 @@ fn a_controlled_node_shows_its_controller_and_one_invocation_per_run_event() {
         b.until("e's controller and its invocations", async |b: &Browser| {
             b.text("#detail").await.is_some_and(|t| {
                 t.contains("control events from each")
-                    && t.contains("e#1")
-                    && t.contains("e#2")
+                    && t.contains("e[control:each]#1")
+                    && t.contains("e[control:each]#2")
                     && t.contains("30")
             })
         })

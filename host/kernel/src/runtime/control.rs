@@ -150,6 +150,7 @@ impl Controls {
         let ev = ControlEvent {
             event_type: "run".into(),
             properties,
+            origin: Some(self.inner.controller.clone()),
             reply: Some(tx),
         };
         if t.tx.send(Msg::Control(Box::new(ev))).await.is_err() {
@@ -183,6 +184,7 @@ impl Controls {
             let ev = ControlEvent {
                 event_type: "run".into(),
                 properties,
+                origin: Some(self.inner.controller.clone()),
                 reply: None,
             };
             let _ = t.tx.send(Msg::Control(Box::new(ev))).await;

@@ -425,6 +425,7 @@ impl RunHandle {
             .send(Msg::Control(Box::new(ControlEvent {
                 event_type: "run".into(),
                 properties,
+                origin: None,
                 reply: Some(tx),
             })))
             .await

@@ -73,6 +73,11 @@ pub(crate) enum End {
 pub(crate) struct ControlEvent {
     pub event_type: String,
     pub properties: BTreeMap<String, Value>,
+    /// The controller that sent it (`None`: the caller, through `RunHandle::send_control`).
+    /// A durable run numbers a controlled node's invocations per controller, so a
+    /// recovery pairs each controller's events with its recorded replies in that
+    /// controller's own order, however the events of several controllers interleaved.
+    pub origin: Option<Arc<str>>,
     /// Answered with the outputs of the invocation this event causes (FIFO by
     /// construction: events are handled in arrival order).
     pub reply: Option<oneshot::Sender<Result<Outputs, String>>>,
