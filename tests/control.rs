@@ -255,3 +255,44 @@ fn two_controllers_of_one_node_each_get_their_own_recorded_replies_on_recovery()
         "a recorded reply was run again"
     );
 }
+
+#[test]
+fn a_recorded_wasm_controller_sends_its_recorded_events_again_and_the_target_replays_them() {
+    // A gate after the controller: when the run pauses, `each` (journaled, a WASM node)
+    // has its result on disk with the three events it sent. Approved, the run goes on
+    // in a new process that carries that result out instead of running `each`: the
+    // recorded events go to `shout` again, which replays its recorded replies, so its
+    // values reach `shouted` without running again.
+    let env = with_control_nodes();
+    let graph = std::fs::read_to_string(env.path().join("g.json"))
+        .unwrap()
+        .replace(
+            r#"{"id": "words", "type": "heddle.output"},"#,
+            r#"{"id": "words", "type": "heddle.output"},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "ship"}},"#,
+        )
+        .replace(
+            r#"{"source": "each", "sourceHandle": "words", "target": "words", "targetHandle": "value"}"#,
+            r#"{"source": "each", "sourceHandle": "words", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "words", "targetHandle": "value"}"#,
+        );
+    std::fs::write(env.path().join("g.json"), graph).unwrap();
+    let o = env.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, PAUSED);
+    let id = support::store::run_id(&o);
+    assert_eq!(env.records("completed", "each").len(), 1, "{}", text(&o));
+    assert_eq!(env.records("completed", "shout").len(), 3);
+    let o = env.heddle(&["runs", "approve", &id, "ship", "--json"]);
+    expect(&o, OK);
+    let r = report(&o);
+    let want = serde_json::json!(["HELLO?", "CONTROLLED?", "NODES?"]);
+    assert_eq!(
+        r["outputs"]["words"],
+        serde_json::json!([want]),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(r["outputs"]["shouted"], want, "{}", text(&o));
+    assert_eq!(env.records("started", "shout").len(), 3, "shout ran again");
+    assert_eq!(env.records("completed", "shout").len(), 3);
+}

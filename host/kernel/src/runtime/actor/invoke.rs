@@ -315,6 +315,7 @@ impl Actor {
                             // A substitute is the occurrence's result from now on, on
                             // disk before it goes downstream.
                             if let Some((j, occ)) = journal {
+                                self.keep_sent(&ctx);
                                 let record = self.result_record(occ, &out, ctx.metrics());
                                 let record = self.sealed(j, record)?;
                                 Box::pin(self.append_synced(j, record)).await?;
@@ -360,6 +361,24 @@ impl Actor {
         })
     }
 
+    /// The run events a controller's attempt sent, kept with what it emitted for its
+    /// result record, so a recovery that carries the result out sends them again.
+    pub(super) fn keep_sent(&mut self, ctx: &NodeCtx) {
+        let sent = ctx.take_sent();
+        if sent.is_empty() {
+            return;
+        }
+        let rec = self.emitted.get_or_insert_with(Vec::new);
+        let handle: Arc<str> = Arc::from(crate::runtime::control::CONTROL_SENT);
+        for (target, properties) in sent {
+            let v = Value::from_json(serde_json::json!({
+                "target": &*target,
+                "properties": Value::object(properties).to_json(),
+            }));
+            rec.push((handle.clone(), v));
+        }
+    }
+
     /// A controller's invocation gets `_control_context`: what it may drive (seed 002).
     pub(super) fn control_context(&self, inputs: &mut Inputs) {
         if let Some(c) = &self.spec.controls {
@@ -386,18 +405,7 @@ impl Actor {
         self.refuse_known_secrets(out.iter())?;
         let mut wait = None;
         if let Some((j, occ)) = journal {
-            let sent = ctx.take_sent();
-            if !sent.is_empty() {
-                let rec = self.emitted.get_or_insert_with(Vec::new);
-                let handle: Arc<str> = Arc::from(crate::runtime::control::CONTROL_SENT);
-                for (target, properties) in sent {
-                    let v = Value::from_json(serde_json::json!({
-                        "target": &*target,
-                        "properties": Value::object(properties).to_json(),
-                    }));
-                    rec.push((handle.clone(), v));
-                }
-            }
+            self.keep_sent(ctx);
             let mut m = ctx.metrics();
             m.wall_us = t0.elapsed().as_micros() as u64;
             wait = self.record_result(j, occ, out, m)?;
