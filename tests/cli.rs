@@ -352,6 +352,16 @@ fn run_example(name: &str, extra: &[&str]) -> serde_json::Value {
 }
 
 #[test]
+fn run_each_example_collects_one_reply_per_item() {
+    let v = run_example("run-each.json", &[]);
+    assert_eq!(
+        v["outputs"]["results"],
+        serde_json::json!([[10, 20, 30, 40, 50]])
+    );
+    assert_eq!(v["nodes"]["e"]["invocations"], 5);
+}
+
+#[test]
 fn quickstart_example_outputs() {
     let v = run_example("quickstart.json", &[]);
     assert_eq!(v["outcome"], "completed");

@@ -1096,3 +1096,52 @@ fn the_page_of_one_host_follows_and_cancels_runs_another_host_drives() {
         page.close().await;
     });
 }
+
+#[test]
+fn a_controlled_node_shows_its_controller_and_one_invocation_per_run_event() {
+    let Some(driver) = driver() else { return };
+    let dir = StoreDir::new();
+    let server = dir.serve(None);
+    let api = Api::of(&server);
+    let graph = json!({
+        "format": "heddle.graph", "version": 1, "name": "run-each",
+        "nodes": [
+            {"id": "items", "type": "heddle.constant", "properties": {"value": [1, 2, 3]}},
+            {"id": "each", "type": "heddle.run_each", "properties": {"property": "value"}},
+            {"id": "e", "type": "heddle.eval", "properties": {"expression": "value * 10"}},
+            {"id": "out", "type": "heddle.output"}
+        ],
+        "edges": [
+            {"source": "items", "sourceHandle": "value", "target": "each", "targetHandle": "items"},
+            {"source": "each", "sourceHandle": "__control__", "target": "e",
+             "targetHandle": "__control__", "edge_type": "control"},
+            {"source": "each", "sourceHandle": "results", "target": "out", "targetHandle": "value"}
+        ]
+    })
+    .to_string();
+    rt().block_on(async {
+        let id = api.create(&graph).await;
+        let b = Browser::open(&driver).await;
+        b.goto(&run_page(&server, &id)).await;
+        b.until_attr("#run-state", "data-state", "completed").await;
+        b.until_node("e", "completed").await;
+        // Each run event is one recorded invocation of the controlled node.
+        b.click("g.node[data-node='e']").await;
+        b.until("e's controller and its invocations", async |b: &Browser| {
+            b.text("#detail").await.is_some_and(|t| {
+                t.contains("control events from each")
+                    && t.contains("e[control:each]#1")
+                    && t.contains("e[control:each]#2")
+                    && t.contains("30")
+            })
+        })
+        .await;
+        b.click("g.node[data-node='each']").await;
+        b.until("what each controls", async |b: &Browser| {
+            b.text("#detail")
+                .await
+                .is_some_and(|t| t.contains("controls") && t.contains("run_each"))
+        })
+        .await;
+    });
+}

@@ -297,6 +297,9 @@ impl SecretRegistry {
     }
 }
 
+/// A `run` event a controller's invocation sent: its target and property overrides.
+pub(crate) type SentEvent = (Arc<str>, BTreeMap<String, Value>);
+
 /// The context of one invocation (or one streaming-input run). Cheap to clone.
 #[derive(Clone)]
 pub struct NodeCtx {
@@ -317,6 +320,12 @@ struct CtxInner {
     trace: Option<(Arc<Traced>, SpanId)>,
     /// The durable run's id, when the run is durable.
     run_id: Option<Arc<str>>,
+    /// The controlled nodes this invocation may drive, when the node is a controller.
+    controls: Option<crate::runtime::Controls>,
+    /// The `run` events this invocation sent (target, properties), in order: a durable
+    /// run records them with its result, so a recovery that carries the result out
+    /// sends them again and the targets replay their recorded replies.
+    sent: Mutex<Vec<SentEvent>>,
 }
 
 /// Parts the runtime supplies to build a [`NodeCtx`].
@@ -355,6 +364,8 @@ impl NodeCtx {
                 metrics: Mutex::new(InvocationMetrics::default()),
                 trace: None,
                 run_id: None,
+                controls: None,
+                sent: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -377,6 +388,71 @@ impl NodeCtx {
             inner.run_id = Some(run);
         }
         self
+    }
+
+    /// Runtime use: this context as an invocation of a controller, which may drive the
+    /// controlled nodes of `controls`. Only on a context nobody else holds yet, like
+    /// [`NodeCtx::traced`].
+    pub fn controlling(mut self, controls: crate::runtime::Controls) -> NodeCtx {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.controls = Some(controls);
+        }
+        self
+    }
+
+    /// The controlled nodes this invocation may drive (`None`: the node is wired to
+    /// none by a control edge).
+    pub fn controls(&self) -> Option<&crate::runtime::Controls> {
+        self.inner.controls.as_ref()
+    }
+
+    /// Sends a `run` event with property overrides to the controlled node `target` and
+    /// resolves once it is queued there; the reply resolves with that node's outputs.
+    /// Events sent before any reply is awaited are in flight together and answered in
+    /// the order sent. Fails, naming both nodes, when no control edge from this node
+    /// reaches `target` or the target has no such property.
+    pub async fn dispatch_control(
+        &self,
+        target: &str,
+        properties: BTreeMap<String, Value>,
+    ) -> Result<crate::runtime::ControlReply, NodeError> {
+        let Some(controls) = &self.inner.controls else {
+            return Err(NodeError::msg(format!(
+                "node {} sent a control event to node {target}, but no control edge leaves it",
+                self.inner.node_id
+            ))
+            .with_signature("control:target"));
+        };
+        let reply = controls.dispatch(target, properties.clone()).await?;
+        self.inner
+            .sent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((Arc::from(target), properties));
+        // The event runs the target whatever becomes of this invocation: a retry of it
+        // would run the target again, which only a retry-safe target allows.
+        if !controls.retry_safe(target) {
+            self.record_asset(format!("control:{target}"));
+        }
+        Ok(reply)
+    }
+
+    /// [`NodeCtx::dispatch_control`], then its reply: the target's outputs.
+    pub async fn send_control(
+        &self,
+        target: &str,
+        properties: BTreeMap<String, Value>,
+    ) -> Result<Outputs, NodeError> {
+        self.dispatch_control(target, properties)
+            .await?
+            .outputs()
+            .await
+    }
+
+    /// Runtime use: the `run` events this invocation sent so far, taken (for its
+    /// result record).
+    pub(crate) fn take_sent(&self) -> Vec<SentEvent> {
+        std::mem::take(&mut *self.inner.sent.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The durable run this invocation belongs to (`None` for a run kept in memory):
@@ -409,6 +485,11 @@ impl NodeCtx {
         inner.deadline = deadline;
         inner.emit = emit;
         *inner.metrics.get_mut().unwrap_or_else(|e| e.into_inner()) = InvocationMetrics::default();
+        inner
+            .sent
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         true
     }
 

@@ -101,6 +101,13 @@ impl WasmHost {
         crate::net::check_ca_files(&settings.http_ca_files)?;
         NodePackage::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
             .map_err(|e| PackageError::engine("linking the heddle:node host", e))?;
+        // 0.2 packages (controlled nodes and controllers) beside 0.1 ones: each imports
+        // its own version of `host`.
+        crate::bindings::v0_2::NodePackage::add_to_linker::<State, HasSelf<State>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| PackageError::engine("linking the heddle:node 0.2 host", e))?;
 
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);

@@ -10,7 +10,7 @@ use heddle_kernel::{
 };
 use wasmtime::{AsContextMut, Store, Trap};
 
-use crate::bindings::{NodePackage, WitNodeError, WitValue};
+use crate::bindings::{Instance, WitNodeError, WitValue};
 use crate::boundary::{Via, check_output};
 use crate::config::SecretsConfig;
 use crate::deadline::{Deadline, Interrupt, race};
@@ -34,7 +34,7 @@ const WARM_MAX_USES: u32 = 4096;
 const WARM_POOL: usize = 4;
 struct Warm {
     store: Store<State>,
-    instance: NodePackage,
+    instance: Instance,
     uses: u32,
 }
 
@@ -155,6 +155,7 @@ impl WasmExecutor {
                 grant: self.grant.clone(),
                 secret_source: self.secrets.clone(),
                 max_value_bytes: host.settings().max_value_bytes,
+                replies: Vec::new(),
             });
         }
         if fuel_on {
@@ -172,7 +173,6 @@ impl WasmExecutor {
                     None => self.pkg.pre.instantiate_async(&mut store).await?,
                 };
                 let r = instance
-                    .heddle_node_node()
                     .call_invoke(&mut store, &self.type_name, &inputs, &self.properties)
                     .await?;
                 Ok::<_, wasmtime::Error>((instance, r))

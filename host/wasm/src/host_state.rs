@@ -233,6 +233,8 @@ pub(crate) struct Invocation {
     pub grant: Arc<NodeGrant>,
     pub secret_source: Arc<SecretsConfig>,
     pub max_value_bytes: usize,
+    /// A controller's events awaiting their reply, by ticket (0.2 `control-send`).
+    pub replies: Vec<Option<heddle_kernel::runtime::ControlReply>>,
 }
 
 pub(crate) struct State {
@@ -319,7 +321,7 @@ impl State {
         })
     }
 
-    fn inv(&self) -> Option<&Invocation> {
+    pub(crate) fn inv(&self) -> Option<&Invocation> {
         self.inv.as_ref()
     }
 

@@ -30,6 +30,7 @@ mod first_party;
 mod fs_quota;
 pub mod grants;
 mod host_state;
+mod host_v0_2;
 mod lockfile;
 pub mod manifest;
 mod net;

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::types::ComponentItem;
 
 use crate::bindings::{
-    NodePackagePre, WitCapabilityKind, WitCorrelation, WitNodeDecl, WitPortDecl,
+    NodePackagePre, Pre, WitCapabilityKind, WitCorrelation, WitNodeDecl, WitPortDecl,
 };
 use crate::deadline::{Deadline, race};
 use crate::engine::WasmHost;
@@ -30,7 +30,7 @@ pub const WIT_INTERFACE: &str = "heddle:node/node";
 /// The WIT version this host implements.
 pub const WIT_VERSION: &str = "0.1.0";
 /// Human form of the supported range, for refusal messages.
-pub const WIT_SUPPORTED: &str = "0.1.x";
+pub const WIT_SUPPORTED: &str = "0.1.x, 0.2.x";
 
 /// The manifest's free text is the package's own words, shown at `package add`.
 fn escape_manifest_text(m: &mut Manifest) {
@@ -65,7 +65,13 @@ fn check_name(name: &str) -> Result<(), &'static str> {
 /// minor line (0.x minors are breaking by semver convention).
 pub fn wit_version_supported(version: &str) -> bool {
     let mut it = version.split('.');
-    matches!((it.next(), it.next()), (Some("0"), Some("1")))
+    matches!((it.next(), it.next()), (Some("0"), Some("1" | "2")))
+}
+
+/// Whether a package built against `version` (one [`wit_version_supported`] accepts)
+/// is bound with the 0.2 bindings.
+fn is_v0_2(version: &str) -> bool {
+    version.starts_with("0.2.")
 }
 
 /// What the executor needs per node type beyond the public declaration.
@@ -83,7 +89,7 @@ pub struct WasmPackage {
     /// sha256 of the component bytes, hex.
     pub digest: String,
     pub(crate) host: WasmHost,
-    pub(crate) pre: NodePackagePre<State>,
+    pub(crate) pre: Pre,
     decls: Vec<Arc<NodeDecl>>,
     pub(crate) info: HashMap<String, TypeInfo>,
 }
@@ -208,7 +214,11 @@ impl WasmPackage {
             .linker
             .instantiate_pre(&component)
             .map_err(link)?;
-        let pre = NodePackagePre::new(pre).map_err(link)?;
+        let pre = if is_v0_2(&version) {
+            Pre::V0_2(crate::bindings::v0_2::NodePackagePre::new(pre).map_err(link)?)
+        } else {
+            Pre::V0_1(NodePackagePre::new(pre).map_err(link)?)
+        };
 
         let mut pkg = WasmPackage {
             manifest,
@@ -219,8 +229,8 @@ impl WasmPackage {
             decls: Vec::new(),
             info: HashMap::new(),
         };
-        let raw = pkg.describe(&path).await?;
-        pkg.set_decls(raw, &path)?;
+        let (raw, controlled) = pkg.describe(&path).await?;
+        pkg.set_decls(raw, &controlled, &path)?;
         pkg.manifest
             .check_concurrency(&pkg.dir.join(crate::manifest::MANIFEST_FILE), |t| {
                 pkg.info.contains_key(t)
@@ -228,7 +238,8 @@ impl WasmPackage {
         Ok(pkg)
     }
 
-    async fn describe(&self, path: &Path) -> Result<Vec<WitNodeDecl>, PackageError> {
+    /// The declarations, and the type names a 0.2 package declares controlled.
+    async fn describe(&self, path: &Path) -> Result<(Vec<WitNodeDecl>, Vec<String>), PackageError> {
         let fail = |message: String| PackageError::Describe {
             path: path.to_path_buf(),
             message,
@@ -243,10 +254,12 @@ impl WasmPackage {
                 .instantiate_async(&mut store)
                 .await
                 .map_err(|e| ("instantiation failed: ", e))?;
-            inst.heddle_node_node()
-                .call_describe(&mut store)
+            let decls = inst.call_describe(&mut store).await.map_err(|e| ("", e))?;
+            let controlled = inst
+                .call_controlled(&mut store)
                 .await
-                .map_err(|e| ("", e))
+                .map_err(|e| ("controlled(): ", e))?;
+            Ok((decls, controlled))
         };
         // Raced, so a describe() waiting in WASI cannot hang `package add` or a load.
         let outcome = race(call, &deadline, None).await;
@@ -288,7 +301,22 @@ impl WasmPackage {
         Ok(store)
     }
 
-    fn set_decls(&mut self, raw: Vec<WitNodeDecl>, path: &Path) -> Result<(), PackageError> {
+    fn set_decls(
+        &mut self,
+        raw: Vec<WitNodeDecl>,
+        controlled: &[String],
+        path: &Path,
+    ) -> Result<(), PackageError> {
+        if let Some(unknown) = controlled
+            .iter()
+            .find(|c| !raw.iter().any(|d| &d.type_name == *c))
+        {
+            return Err(PackageError::BadDecl {
+                path: path.to_path_buf(),
+                type_name: text::line(unknown, text::SHORT),
+                message: "is listed by controlled() but not described".into(),
+            });
+        }
         let origin = heddle_core::Origin::Package {
             name: self.manifest.name.clone(),
             version: self.manifest.version.clone(),
@@ -379,10 +407,18 @@ impl WasmPackage {
                     })
                 })
                 .collect::<Result<Vec<_>, PackageError>>()?;
+            let is_controlled = controlled.contains(&d.type_name);
+            if is_controlled && (d.streaming_input || d.streaming_output) {
+                return Err(bad(
+                    "a controlled node runs once per control event and cannot also stream".into(),
+                ));
+            }
             let mode = if d.streaming_input {
                 NodeMode::StreamingInput
             } else if d.streaming_output {
                 NodeMode::StreamingOutput
+            } else if is_controlled {
+                NodeMode::Controlled
             } else {
                 NodeMode::Buffered
             };

@@ -304,10 +304,11 @@ async fn engine_falls_back_when_the_pool_cannot_be_reserved() {
 }
 
 #[test]
-fn wit_versions_outside_0_1_are_unsupported() {
+fn wit_versions_outside_0_1_and_0_2_are_unsupported() {
     assert!(heddle_wasm::wit_version_supported("0.1.0"));
     assert!(heddle_wasm::wit_version_supported("0.1.7"));
-    assert!(!heddle_wasm::wit_version_supported("0.2.0"));
+    assert!(heddle_wasm::wit_version_supported("0.2.0"));
+    assert!(!heddle_wasm::wit_version_supported("0.3.0"));
     assert!(!heddle_wasm::wit_version_supported("1.1.0"));
 }
 

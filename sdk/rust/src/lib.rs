@@ -24,7 +24,9 @@ use std::collections::BTreeMap;
 pub mod bindings {
     wit_bindgen::generate!({
         world: "node-package",
-        path: "../../wit",
+        // The newest contract: 0.2 (controlled nodes and controllers). The host loads
+        // packages built against 0.1 beside these.
+        path: "../../wit/v0.2",
         pub_export_macro: true,
         export_macro_name: "__heddle_export_world",
         default_bindings_module: "heddle_sdk::bindings",
@@ -250,6 +252,7 @@ impl Capability {
 #[derive(Clone, Debug)]
 pub struct Decl {
     d: wire::NodeDecl,
+    controlled: bool,
 }
 
 fn port(
@@ -284,6 +287,7 @@ impl Decl {
                 reuse_instance: false,
                 capabilities: Vec::new(),
             },
+            controlled: false,
         }
     }
 
@@ -412,6 +416,19 @@ impl Decl {
             reason: c.reason,
         });
         self
+    }
+
+    /// Makes the node controlled: it runs once per `run` event a controller sends it
+    /// (over a control edge into its `__control__` handle), with its latest inputs and
+    /// the event's property overrides, and its outputs are the event's reply.
+    pub fn controlled(mut self) -> Self {
+        self.controlled = true;
+        self
+    }
+
+    /// Whether [`Decl::controlled`] was set.
+    pub fn is_controlled(&self) -> bool {
+        self.controlled
     }
 
     #[doc(hidden)]
@@ -621,6 +638,64 @@ pub fn record_asset(id: &str) {
     host::record_asset(id);
 }
 
+/// Controllers: driving the controlled nodes a control edge from this node reaches.
+///
+/// The node's `_control_context` input (read it with [`Inputs::raw`] or
+/// [`context`]) describes them, by node id: `node_type`, `properties` (each with its
+/// `type`, `default`, configured `value`) and the `run` action's schema. [`send`]
+/// queues a `run` event with property overrides and returns a [`Ticket`]; events sent
+/// before any reply is awaited are in flight together and answered in the order sent.
+pub mod control {
+    use std::collections::BTreeMap;
+
+    use super::{Error, Inputs, Value, host};
+
+    /// The input the host gives a controller its context on.
+    pub const CONTEXT_INPUT: &str = "_control_context";
+
+    /// The control context of this invocation (an object by controlled node id);
+    /// `None` when no control edge leaves the node.
+    pub fn context(inputs: &Inputs) -> Option<&Value> {
+        inputs.raw(CONTEXT_INPUT)
+    }
+
+    /// A `run` event on its way; [`Ticket::reply`] waits for the target's outputs.
+    #[must_use = "a ticket's reply should be awaited"]
+    pub struct Ticket(u64);
+
+    impl Ticket {
+        /// The outputs of the invocation the event caused, by output name.
+        pub fn reply(self) -> Result<BTreeMap<String, Value>, Error> {
+            host::control_reply(self.0)
+                .map(|entries| {
+                    entries
+                        .into_iter()
+                        .map(|(k, v)| (k, Value::from_wire(v)))
+                        .collect()
+                })
+                .map_err(|e| Error::new(e).signature("control:failed"))
+        }
+    }
+
+    /// Sends a `run` event with `properties` (overrides for that run only) to the
+    /// controlled node `target`. Refused, naming the nodes and the property, when no
+    /// control edge from this node reaches `target` or the target has no such property.
+    pub fn send(target: &str, properties: &[(&str, Value)]) -> Result<Ticket, Error> {
+        let wire: Vec<(String, super::wire::Value)> = properties
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_wire()))
+            .collect();
+        host::control_send(target, &wire)
+            .map(Ticket)
+            .map_err(|e| Error::new(e).signature("control:refused"))
+    }
+
+    /// [`send`], then its [`Ticket::reply`].
+    pub fn run(target: &str, properties: &[(&str, Value)]) -> Result<BTreeMap<String, Value>, Error> {
+        send(target, properties)?.reply()
+    }
+}
+
 // ----- export glue ----------------------------------------------------------------
 
 #[doc(hidden)]
@@ -667,6 +742,16 @@ macro_rules! export_nodes {
                 ::std::vec![$( <$node as $crate::Node>::declare().into_wire() ),+]
             }
 
+            fn controlled() -> ::std::vec::Vec<::std::string::String> {
+                let mut v = ::std::vec::Vec::new();
+                $(
+                    if <$node as $crate::Node>::declare().is_controlled() {
+                        v.push(::std::string::String::from(<$node as $crate::Node>::TYPE));
+                    }
+                )+
+                v
+            }
+
             fn invoke(
                 type_name: ::std::string::String,
                 inputs: ::std::vec::Vec<(::std::string::String, $crate::__private::WireValue)>,
@@ -697,11 +782,14 @@ macro_rules! __node_flag {
     ($d:ident, reuse_instance) => {
         $d = $d.reuse_instance()
     };
+    ($d:ident, controlled) => {
+        $d = $d.controlled()
+    };
     ($d:ident, $other:ident) => {
         compile_error!(concat!(
             "unknown node flag `",
             stringify!($other),
-            "` (expected retry_safe or reuse_instance)"
+            "` (expected retry_safe, reuse_instance or controlled)"
         ))
     };
 }
@@ -730,8 +818,8 @@ macro_rules! __node_get {
 
 /// Declares a node from a function: typed arguments become inputs (`Option<T>` is
 /// optional, `= expr` sets a default), the named return becomes the output(s), the doc
-/// comment becomes title and description, and flags (`retry_safe`, `reuse_instance`)
-/// follow the type name. The body returns `Result<_, heddle_sdk::Error>`.
+/// comment becomes title and description, and flags (`retry_safe`, `reuse_instance`,
+/// `controlled`) follow the type name. The body returns `Result<_, heddle_sdk::Error>`.
 #[macro_export]
 macro_rules! node {
     (

@@ -13,7 +13,7 @@ use super::model::{EdgeIdx, INPUT_TYPE, NodeIdx, Plan, PlanEdge, PlanNode, input
 use crate::DeclLookup;
 use crate::compose::{self, Bounds, Bundle, Composition};
 use crate::decl::NodeDecl;
-use crate::graph::{EdgeType, GraphDoc};
+use crate::graph::{CONTROL_HANDLE, EdgeType, GraphDoc};
 use crate::nodetool;
 use crate::types::PortType;
 
@@ -179,6 +179,7 @@ impl<'a> Planner<'a> {
         let data_adj = adjacency(&work, &index_of, live.len(), EdgeType::Data);
         let control_adj = adjacency(&work, &index_of, live.len(), EdgeType::Control);
         self.report_cycles(&data_adj, &control_adj, &live);
+        self.report_control_waits(&work, &data_adj, &index_of);
         let order = topo_order(&data_adj);
 
         let fed: HashSet<(&str, &str)> = work
@@ -477,6 +478,50 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// A controller waits for its controlled node's replies while its invocation runs,
+    /// and a controlled node runs an event only once its data inputs are there: a data
+    /// path between the two, either way, is a wait that never ends (the controller's
+    /// outputs come after the replies, or the controller's inputs after the node ran).
+    /// Refused at planning, naming both nodes and the control edge, instead of a hang.
+    fn report_control_waits(
+        &mut self,
+        work: &[WorkEdge],
+        data: &[Vec<usize>],
+        index_of: &HashMap<&str, usize>,
+    ) {
+        for e in work
+            .iter()
+            .filter(|e| e.edge_type == EdgeType::Control && e.source != e.target)
+        {
+            let (Some(&c), Some(&t)) = (
+                index_of.get(e.source.as_str()),
+                index_of.get(e.target.as_str()),
+            ) else {
+                continue;
+            };
+            let message = if reaches(data, c, t) {
+                format!(
+                    "node {} is controlled by node {} and also waits for its outputs through data edges: the controller waits for the node's replies, the node for the controller's outputs",
+                    e.target, e.source
+                )
+            } else if reaches(data, t, c) {
+                format!(
+                    "node {} controls node {} and also waits for its outputs through data edges: the controlled node runs only on the controller's events",
+                    e.source, e.target
+                )
+            } else {
+                continue;
+            };
+            self.issues.push(issue(
+                IssueKind::ControlCycle,
+                Some(&e.target),
+                Some(&e.id),
+                Some(CONTROL_HANDLE),
+                message,
+            ));
+        }
+    }
+
     /// The plan's nodes in topological order, with checked properties and no edges yet.
     fn plan_nodes(
         &mut self,
@@ -576,6 +621,22 @@ fn plan_edges(
         });
     }
     edges
+}
+
+/// Whether a path of `adj` edges leads from `from` to `to`.
+fn reaches(adj: &[Vec<usize>], from: usize, to: usize) -> bool {
+    let mut seen = vec![false; adj.len()];
+    let mut stack = vec![from];
+    while let Some(n) = stack.pop() {
+        if n == to {
+            return true;
+        }
+        if std::mem::replace(&mut seen[n], true) {
+            continue;
+        }
+        stack.extend(adj[n].iter().copied().filter(|&m| !seen[m]));
+    }
+    false
 }
 
 /// Successors per node position, for edges of one type between surviving nodes.

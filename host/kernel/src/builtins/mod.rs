@@ -18,6 +18,9 @@ use crate::executor::{
 };
 
 mod check;
+mod control;
+
+pub use control::{EVAL_TYPE, RUN_EACH_TYPE};
 
 /// Provider of the built-in node types (`heddle.*`).
 #[derive(Default)]
@@ -150,6 +153,7 @@ pub fn declarations() -> Vec<Arc<NodeDecl>> {
     ]
     .into_iter()
     .chain([crate::gate::declaration()])
+    .chain(control::declarations())
     .map(Arc::new)
     .collect()
 }
@@ -167,6 +171,9 @@ impl NodeProvider for Builtins {
         if spec.decl.type_name == CHECK_TYPE {
             return check::problems(spec);
         }
+        if spec.decl.type_name == EVAL_TYPE {
+            return control::check_eval(spec);
+        }
         Vec::new()
     }
 
@@ -180,6 +187,8 @@ impl NodeProvider for Builtins {
             "heddle.collect" => Arc::new(Collect),
             heddle_core::gate::GATE_TYPE => crate::gate::Gate::executor(spec, None),
             CHECK_TYPE => Arc::new(check::Check::new(spec)?),
+            RUN_EACH_TYPE => Arc::new(control::RunEach),
+            EVAL_TYPE => Arc::new(control::Eval),
             heddle_core::compose::GRAPH_TYPE => {
                 return Err(NodeError::host(format!(
                     "node {}: a graph node is expanded when its graph is planned (plan it with its documents: `heddle_core::plan::plan_with`)",

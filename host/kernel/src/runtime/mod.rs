@@ -11,6 +11,7 @@
 
 mod actor;
 pub mod bus;
+pub mod control;
 mod inbox;
 mod inline;
 pub mod lineage;
@@ -32,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 pub use actor::InvocationRecord;
 use actor::{ControlEvent, Msg, Shared};
 pub use bus::{EventBus, EventStream};
+pub use control::{CONTROL_CONTEXT_INPUT, ControlReply, Controls};
 use inbox::{Inbox, InboxTx};
 pub use lineage::Lineage;
 
@@ -423,6 +425,7 @@ impl RunHandle {
             .send(Msg::Control(Box::new(ControlEvent {
                 event_type: "run".into(),
                 properties,
+                origin: None,
                 reply: Some(tx),
             })))
             .await

@@ -209,6 +209,25 @@ impl Run {
             .or(self.opts.node_timeout);
         let retry = node.limits.as_ref().and_then(|l| l.retry.clone());
         let controllers = node.controllers.len().max(control_in.len());
+        // Only controlled targets take events: a control edge into anything else was
+        // refused at planning.
+        let controls = (!control_targets.is_empty()).then(|| {
+            super::Controls::new(
+                node.id.clone(),
+                control_targets
+                    .iter()
+                    .map(|&t| {
+                        let tn = &plan.nodes[t];
+                        (
+                            tn.id.clone(),
+                            tn.decl.clone(),
+                            &tn.properties,
+                            inbox_of(txs, t),
+                        )
+                    })
+                    .collect(),
+            )
+        });
         let driver = scope
             .repeating_driver
             .as_ref()
@@ -228,6 +247,7 @@ impl Run {
                 .iter()
                 .map(|t| inbox_of(txs, *t).into())
                 .collect(),
+            controls,
             controllers,
             root_contrib,
             timeout,

@@ -183,6 +183,24 @@ impl NodeProvider for TestNodes {
                     vec![OutputDecl::new("out", t("int"))],
                 )
             },
+            // A controller: sends one `run` event per item of `factors` (property
+            // `factor`) to `target` before awaiting any reply, awaits them last first,
+            // and outputs the replies' `out` in send order and its `_control_context`.
+            NodeDecl {
+                properties: vec![
+                    PortDecl::new("target", t("str")),
+                    PortDecl::new("factors", t("list[any]")),
+                    PortDecl::new("property", t("str")).with_default(Value::str("factor")),
+                ],
+                ..d(
+                    "test.drive",
+                    vec![],
+                    vec![
+                        OutputDecl::new("replies", t("list[any]")),
+                        OutputDecl::new("context", any()),
+                    ],
+                )
+            },
             // Emits its `events` property (a list) as control events.
             NodeDecl {
                 properties: vec![PortDecl::new("events", t("list[any]"))],
@@ -375,6 +393,32 @@ impl Executor for TestExec {
                     "out",
                     Value::Int(int(i, "x")? * int(i, "factor")?),
                 )),
+                "test.drive" => {
+                    let target = i.get("target").and_then(|v| v.as_str()).unwrap_or("");
+                    let property = i.get("property").and_then(|v| v.as_str()).unwrap_or("");
+                    let factors = i
+                        .get("factors")
+                        .and_then(|v| v.as_list())
+                        .unwrap_or(&[])
+                        .to_vec();
+                    let mut pending = Vec::new();
+                    for f in factors {
+                        let props = BTreeMap::from([(property.to_string(), f)]);
+                        pending.push(call.ctx.dispatch_control(target, props).await?);
+                    }
+                    let mut replies = Vec::new();
+                    while let Some(r) = pending.pop() {
+                        let out = r.outputs().await?;
+                        replies.push(out.get("out").cloned().unwrap_or_default());
+                    }
+                    replies.reverse();
+                    let mut o = Outputs::one("replies", Value::list(replies));
+                    o.push(
+                        "context",
+                        i.get("_control_context").cloned().unwrap_or_default(),
+                    );
+                    Ok(o)
+                }
                 "test.controller" => {
                     let mut o = Outputs::new();
                     for ev in self

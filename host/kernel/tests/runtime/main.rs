@@ -33,6 +33,7 @@ fn skipped(reason: SkipReason) -> NodeOutcome {
     NodeOutcome::Skipped { reason }
 }
 
+mod control;
 mod endings;
 mod flow;
 mod fused;

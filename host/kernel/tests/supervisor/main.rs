@@ -107,6 +107,22 @@ impl NodeProvider for SupNodes {
                 retry_safe: true,
                 ..decl("sup.ctl", &[("x", "int")], &[("out", "int")])
             },
+            // A retry-safe controller: runs its `target` once, then fails.
+            NodeDecl {
+                retry_safe: true,
+                properties: vec![PortDecl::new("target", t("str"))],
+                ..decl("sup.drive", &[], &[("out", "int")])
+            },
+            // Controlled nodes answering 1: one retry-safe, one not.
+            NodeDecl {
+                mode: NodeMode::Controlled,
+                retry_safe: true,
+                ..decl("sup.safe_target", &[], &[("out", "int")])
+            },
+            NodeDecl {
+                mode: NodeMode::Controlled,
+                ..decl("sup.unsafe_target", &[], &[("out", "int")])
+            },
         ]
         .into_iter()
         .map(Arc::new)
@@ -221,6 +237,12 @@ impl Executor for SupExec {
                     }
                     Err(NodeError::msg("stream broke"))
                 }
+                "sup.drive" => {
+                    let target = v("target").as_str().unwrap_or("").to_string();
+                    ctx.send_control(&target, BTreeMap::new()).await?;
+                    Err(NodeError::msg("failed after its run event").with_signature("drive:after"))
+                }
+                "sup.safe_target" | "sup.unsafe_target" => Ok(Outputs::one("out", Value::Int(1))),
                 "sup.ctl" => {
                     let x = v("x").as_i64().unwrap_or(0);
                     if self.count(&Value::Null) == 1 {

@@ -89,3 +89,36 @@ async fn controlled_node_retry_reruns_the_control_event() {
     assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
     assert_eq!(interventions(&r)[0].verdict, Verdict::Retry);
 }
+
+#[tokio::test]
+async fn a_controller_is_offered_a_retry_only_when_the_node_it_ran_may_run_again() {
+    use heddle_core::supervise::VerdictAction;
+    for (target, retry) in [("sup.safe_target", true), ("sup.unsafe_target", false)] {
+        let doc = graph(
+            &[
+                ("d", "sup.drive", json!({"target": "t"})),
+                ("t", target, json!({})),
+            ],
+            &[("d", "__control__", "t", "__control__")],
+        );
+        let opts = RunOptions {
+            supervisor: Some(Always::new(Verdict::Skip {
+                apply_to: ApplyTo::Invocation,
+            })),
+            ..RunOptions::default()
+        };
+        let r = run(&doc, opts).await;
+        let i = interventions(&r);
+        let d = i
+            .iter()
+            .find(|v| v.escalation.node_id == "d")
+            .unwrap_or_else(|| panic!("no escalation of d: {i:?}"));
+        assert_eq!(
+            d.escalation.allowed_actions.contains(VerdictAction::Retry),
+            retry,
+            "{target}: {:?}",
+            d.escalation.allowed_actions
+        );
+        assert_eq!(r.nodes["t"].invocations, 1, "{target}");
+    }
+}

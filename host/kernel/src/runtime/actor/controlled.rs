@@ -4,6 +4,7 @@
 //! The node ends when every controller has ended.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use heddle_core::Value;
 
@@ -102,9 +103,14 @@ impl Actor {
         }
         self.mark_started();
         let mut mint = MintedTokens::default();
+        // Keyed by the controller: a durable run counts its occurrences per controller.
+        let key = match &ev.origin {
+            Some(c) => Arc::from(format!("control:{c}")),
+            None => self.root_key.clone(),
+        };
         let inv = Invocation {
             lineage: &Lineage::ROOT,
-            key: self.root_key.clone(),
+            key,
             work: Work::Inputs(inputs),
             emits: true,
             feed: None,

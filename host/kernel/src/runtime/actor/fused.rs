@@ -130,7 +130,9 @@ impl Fusion {
                     && edge.source as usize != i
                     && native(node)
                     && node.decl.mode == NodeMode::Buffered
-                    && native(src);
+                    && native(src)
+                    && !controls(plan, node)
+                    && !controls(plan, src);
                 joins.then_some(e)
             })
             .collect();
@@ -321,4 +323,12 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
             None => "a panic without a message".to_string(),
         },
     }
+}
+
+/// Whether `node` is a controller: its invocations wait for the replies of the nodes it
+/// controls, which a fused group's one-at-a-time driver must not do.
+fn controls(plan: &heddle_core::plan::Plan, node: &heddle_core::plan::PlanNode) -> bool {
+    node.out_edges
+        .iter()
+        .any(|&e| plan.edges[e as usize].edge_type == EdgeType::Control)
 }

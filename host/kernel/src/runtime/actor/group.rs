@@ -255,6 +255,7 @@ impl Actor {
             } else {
                 self.check_inputs(&mut inputs).err()
             };
+            self.control_context(&mut inputs);
             let call = Call {
                 inputs,
                 ctx: ctx.clone(),

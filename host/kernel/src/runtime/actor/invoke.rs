@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use heddle_core::{
     Decider, EventKind, InvocationMetrics, Occurrence, Record, RecordedAction, RecordedVerdict,
+    Value,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -314,6 +315,7 @@ impl Actor {
                             // A substitute is the occurrence's result from now on, on
                             // disk before it goes downstream.
                             if let Some((j, occ)) = journal {
+                                self.keep_sent(&ctx);
                                 let record = self.result_record(occ, &out, ctx.metrics());
                                 let record = self.sealed(j, record)?;
                                 Box::pin(self.append_synced(j, record)).await?;
@@ -352,10 +354,39 @@ impl Actor {
         {
             return Box::pin(std::future::ready(Err(e)));
         }
+        self.control_context(&mut inputs);
         exec.invoke(Call {
             inputs,
             ctx: ctx.clone(),
         })
+    }
+
+    /// The run events a controller's attempt sent, kept with what it emitted for its
+    /// result record, so a recovery that carries the result out sends them again.
+    pub(super) fn keep_sent(&mut self, ctx: &NodeCtx) {
+        let sent = ctx.take_sent();
+        if sent.is_empty() {
+            return;
+        }
+        let rec = self.emitted.get_or_insert_with(Vec::new);
+        let handle: Arc<str> = Arc::from(crate::runtime::control::CONTROL_SENT);
+        for (target, properties) in sent {
+            let v = Value::from_json(serde_json::json!({
+                "target": &*target,
+                "properties": Value::object(properties).to_json(),
+            }));
+            rec.push((handle.clone(), v));
+        }
+    }
+
+    /// A controller's invocation gets `_control_context`: what it may drive (seed 002).
+    pub(super) fn control_context(&self, inputs: &mut Inputs) {
+        if let Some(c) = &self.spec.controls {
+            inputs.insert(
+                crate::runtime::CONTROL_CONTEXT_INPUT.to_string(),
+                c.context().clone(),
+            );
+        }
     }
 
     /// Records an attempt's outputs (a durable run's result record) and keeps them for
@@ -374,6 +405,7 @@ impl Actor {
         self.refuse_known_secrets(out.iter())?;
         let mut wait = None;
         if let Some((j, occ)) = journal {
+            self.keep_sent(ctx);
             let mut m = ctx.metrics();
             m.wall_us = t0.elapsed().as_micros() as u64;
             wait = self.record_result(j, occ, out, m)?;
@@ -519,6 +551,9 @@ impl Actor {
         }
         if let Some(run) = &self.shared.run_id {
             ctx = ctx.in_run(run.clone());
+        }
+        if let Some(controls) = &self.spec.controls {
+            ctx = ctx.controlling(controls.clone());
         }
         if reusable {
             self.spare_ctx = Some(ctx.clone());

@@ -32,8 +32,15 @@ impl Actor {
     /// A run-scoped resource ([`crate::Executor::run_scoped`], a server) is recomputed
     /// too, supervised or not: its recorded result would name a resource that died with
     /// the process that started it.
+    ///
+    /// A controlled node driven by controllers is journaled even then: its replies are
+    /// what a controller that runs again on recovery must get back, the recorded ones.
     pub(super) fn recomputed(&self) -> bool {
-        (self.native && self.spec.decl.retry_safe && self.shared.escalator.is_none())
+        (self.native
+            && self.spec.decl.retry_safe
+            && self.shared.escalator.is_none()
+            && !(self.spec.decl.mode == heddle_core::NodeMode::Controlled
+                && self.spec.controllers > 0))
             || self.spec.exec.run_scoped()
     }
 
@@ -61,6 +68,12 @@ impl Actor {
                 }
                 *mint = MintedTokens::default();
                 for (handle, value) in emitted {
+                    if handle.as_ref() == crate::runtime::control::CONTROL_SENT {
+                        if let Some(c) = &self.spec.controls {
+                            c.resend(&value).await;
+                        }
+                        continue;
+                    }
                     self.route_emitted(Emitted { handle, value }, inv.lineage, mint)
                         .await?;
                 }

@@ -73,6 +73,11 @@ pub(crate) enum End {
 pub(crate) struct ControlEvent {
     pub event_type: String,
     pub properties: BTreeMap<String, Value>,
+    /// The controller that sent it (`None`: the caller, through `RunHandle::send_control`).
+    /// A durable run numbers a controlled node's invocations per controller, so a
+    /// recovery pairs each controller's events with its recorded replies in that
+    /// controller's own order, however the events of several controllers interleaved.
+    pub origin: Option<Arc<str>>,
     /// Answered with the outputs of the invocation this event causes (FIFO by
     /// construction: events are handled in arrival order).
     pub reply: Option<oneshot::Sender<Result<Outputs, String>>>,
@@ -290,6 +295,9 @@ pub(crate) struct ActorSpec {
     pub driver: Option<usize>,
     pub ports: Vec<OutPort>,
     pub control_targets: Vec<Link>,
+    /// What this node's invocations may drive: the controlled nodes its control edges
+    /// reach (`None`: it controls nothing).
+    pub controls: Option<crate::runtime::Controls>,
     pub controllers: usize,
     pub root_contrib: HashMap<RootIdx, u32>,
     pub timeout: Option<Duration>,

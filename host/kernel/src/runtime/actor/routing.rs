@@ -186,6 +186,7 @@ impl Actor {
                 let ev = ControlEvent {
                     event_type: ev.0.clone(),
                     properties: ev.1.clone(),
+                    origin: Some(self.spec.id.clone()),
                     reply: None,
                 };
                 self.offer(p, i, Msg::Control(Box::new(ev)), true, waiting);

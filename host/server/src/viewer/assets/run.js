@@ -392,11 +392,16 @@ export function showRun(main, id, ctx) {
     const occs = model.occurrencesOf(selected);
     const props = node.properties || node.data || {};
     const kv = (k, v) => [h("span", { class: "k" }, k), h("span", {}, v)];
+    // Control edges: a controlled node runs once per `run` event of its controllers.
+    const controlled = model.doc.edges.filter((e) => (e.edge_type === "control" || e.targetHandle === "__control__") && e.target === selected).map((e) => e.source);
+    const controls = model.doc.edges.filter((e) => (e.edge_type === "control" || e.targetHandle === "__control__") && e.source === selected).map((e) => e.target);
     fill(detail, 
       h("h2", {}, "Node"),
       h("div", { class: "run-head" }, h("strong", { class: "mono" }, selected), badge(s.state, "node-state")),
       h("div", { class: "kv mt" },
         kv("type", node.type),
+        controlled.length ? kv("runs on", `control events from ${[...new Set(controlled)].join(", ")}`) : null,
+        controls.length ? kv("controls", [...new Set(controls)].join(", ")) : null,
         kv("invocations", number(t.calls)),
         kv("wall time", duration(t.wallMs)),
         kv("fuel", t.fuel == null ? "—" : number(t.fuel)),
@@ -409,6 +414,9 @@ export function showRun(main, id, ctx) {
         o.started > 1 ? h("div", { class: "muted" }, `started ${o.started} times (offered again after an interruption)`) : null,
         o.error ? h("div", { class: "value" }, h("pre", { class: "error-text" }, o.error)) : null,
         ...(o.outputs || []).map(([k, v]) => h("div", {}, h("span", { class: "muted" }, k), valueView(id, `${occLabel(o)}.${k}`, v))),
+        // The run events a controller's invocation sent, as its result recorded them.
+        ...(o.emitted || []).filter(([k]) => k === "__control_sent__").map(([, v], i) => h("div", { class: "control-sent" },
+          h("span", { class: "muted" }, `run event ${i + 1} → ${v && v.target}`), valueView(id, `${occLabel(o)} event ${i + 1}`, v && v.properties))),
         ...o.verdicts.map((v) => h("div", { class: "muted" }, `verdict: ${verdictText(v)}`))))),
       occs.length > 50 ? h("p", { class: "muted" }, `…and ${occs.length - 50} more invocations`) : null);
   }

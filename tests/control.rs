@@ -1,0 +1,298 @@
+//! Controllers and controlled nodes through the real binary (seed 002, "Control
+//! events"): `heddle.run_each` runs a controlled node once per item with every event in
+//! flight at once and gets the replies back in order; bad wiring is refused before the
+//! run and bad overrides fail by name; a durable run killed while the controller waits
+//! for replies resumes with the replies recorded before the crash, not run again.
+
+mod support;
+
+use support::store::{OK, PAUSED, StoreDir, expect, report, text};
+use support::{INVALID, heddle_in, stderr, write};
+
+/// Five items; `e` (controlled, `heddle.eval`) multiplies each by ten; its replies are
+/// collected by `each`, and each value it produces also goes to output `seen`.
+const RUN_EACH: &str = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "items", "type": "heddle.constant", "properties": {"value": [1, 2, 3, 4, 5]}},
+    {"id": "each", "type": "heddle.run_each", "properties": {"property": "value"}},
+    {"id": "e", "type": "heddle.eval", "properties": {"expression": "value * 10"}},
+    {"id": "results", "type": "heddle.output"},
+    {"id": "seen", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "items", "sourceHandle": "value", "target": "each", "targetHandle": "items"},
+    {"source": "each", "sourceHandle": "__control__", "target": "e", "targetHandle": "__control__", "edge_type": "control"},
+    {"source": "each", "sourceHandle": "results", "target": "results", "targetHandle": "value"},
+    {"source": "e", "sourceHandle": "result", "target": "seen", "targetHandle": "value"}
+  ]
+}"#;
+
+#[test]
+fn run_each_gets_every_reply_in_order_through_the_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "g.json", RUN_EACH);
+    let o = heddle_in(dir.path(), &["run", "--json", "g.json"]);
+    expect(&o, OK);
+    let r = report(&o);
+    assert_eq!(
+        r["outputs"]["results"],
+        serde_json::json!([[10, 20, 30, 40, 50]])
+    );
+    assert_eq!(
+        r["outputs"]["seen"],
+        serde_json::json!([10, 20, 30, 40, 50])
+    );
+}
+
+#[test]
+fn a_control_edge_into_a_node_that_is_not_controlled_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "g.json",
+        &RUN_EACH.replace(
+            "\"heddle.eval\", \"properties\": {\"expression\": \"value * 10\"}",
+            "\"heddle.passthrough\", \"properties\": {}",
+        ),
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json"]);
+    expect(&o, INVALID);
+    let err = stderr(&o);
+    assert!(
+        err.contains("not a controlled node") && err.contains("__control__") && err.contains('e'),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_override_of_a_property_the_target_lacks_fails_the_run_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "g.json",
+        &RUN_EACH.replace("{\"property\": \"value\"}", "{\"property\": \"colour\"}"),
+    );
+    let o = heddle_in(dir.path(), &["run", "g.json"]);
+    expect(&o, support::FAILED);
+    let err = format!("{}{}", support::stdout(&o), stderr(&o));
+    assert!(
+        err.contains("`colour`") && err.contains("node e") && err.contains("__control__"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_recovered_controller_gets_the_recorded_replies_and_the_target_runs_no_event_again() {
+    // The run pauses at a gate after `each` collected its replies; approving it runs on
+    // in a new process, which recomputes `each` (a deterministic built-in): it sends
+    // its five events again, and the journal answers each with the reply recorded
+    // before the pause, without `e` running again.
+    let graph = RUN_EACH
+        .replace(
+            r#"{"id": "results", "type": "heddle.output"},"#,
+            r#"{"id": "results", "type": "heddle.output"},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "ship"}},"#,
+        )
+        .replace(
+            r#"{"source": "each", "sourceHandle": "results", "target": "results", "targetHandle": "value"}"#,
+            r#"{"source": "each", "sourceHandle": "results", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "results", "targetHandle": "value"}"#,
+        );
+    let env = StoreDir::with_graph(&graph);
+    let o = env.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, PAUSED);
+    let id = support::store::run_id(&o);
+    assert_eq!(env.records("completed", "e").len(), 5, "{}", text(&o));
+    let o = env.heddle(&["runs", "approve", &id, "ship", "--json"]);
+    expect(&o, OK);
+    assert_eq!(
+        report(&o)["outputs"]["results"],
+        serde_json::json!([[10, 20, 30, 40, 50]]),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        env.records("completed", "e").len(),
+        5,
+        "a recorded reply was run again"
+    );
+}
+
+// ----- a WASM controller driving a WASM controlled node (heddle:node 0.2) ----------
+
+/// `examples/control-nodes` built as a user builds it (`heddle package build`), once
+/// per test process; its `dist` folder.
+fn control_nodes() -> &'static std::path::Path {
+    static DIST: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIST.get_or_init(|| {
+        let src = support::root().join("examples/control-nodes");
+        let o = support::heddle(&["package", "build", src.to_str().unwrap()]);
+        expect(&o, OK);
+        src.join("dist")
+    })
+}
+
+/// A directory with the example package installed and its graph as `g.json`.
+fn with_control_nodes() -> StoreDir {
+    let graph =
+        std::fs::read_to_string(support::root().join("examples/control-nodes/graph.json")).unwrap();
+    let env = StoreDir::with_graph(&graph);
+    let o = env.heddle(&["package", "add", control_nodes().to_str().unwrap()]);
+    expect(&o, OK);
+    env
+}
+
+#[test]
+fn a_wasm_controller_drives_a_wasm_controlled_node_and_gets_its_replies_in_order() {
+    let env = with_control_nodes();
+    let o = env.heddle(&["nodes", "demo"]);
+    expect(&o, OK);
+    let listing = support::stdout(&o);
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with("demo.shout") && l.contains("controlled")),
+        "{listing}"
+    );
+    let o = env.heddle(&["run", "--json", "g.json"]);
+    expect(&o, OK);
+    let r = report(&o);
+    let want = serde_json::json!(["HELLO?", "CONTROLLED?", "NODES?"]);
+    assert_eq!(r["outputs"]["words"], serde_json::json!([want]));
+    assert_eq!(r["outputs"]["shouted"], want);
+    // The controller got its context: the one node it drives.
+    let o = env.heddle(&[
+        "run",
+        "--json",
+        "g.json",
+        "--input",
+        "sentence=one two three four five six seven eight",
+    ]);
+    expect(&o, OK);
+    assert_eq!(
+        report(&o)["outputs"]["words"],
+        serde_json::json!([[
+            "ONE?", "TWO?", "THREE?", "FOUR?", "FIVE?", "SIX?", "SEVEN?", "EIGHT?"
+        ]])
+    );
+}
+
+#[test]
+fn a_wasm_controller_killed_mid_run_resumes_with_the_recorded_replies() {
+    let env = with_control_nodes();
+    // `shout` is not retry-safe: each reply is on disk before the controller sees it.
+    // The process dies right after the second, while `each` waits for the third.
+    let id = env.crash("after-result:shout:2", &[]);
+    assert_eq!(env.records("completed", "shout").len(), 2);
+    assert!(env.records("completed", "each").is_empty());
+    let o = env.heddle(&["runs", "resume", &id, "--json"]);
+    expect(&o, OK);
+    let want = serde_json::json!(["HELLO?", "CONTROLLED?", "NODES?"]);
+    assert_eq!(
+        report(&o)["outputs"]["words"],
+        serde_json::json!([want]),
+        "{}",
+        text(&o)
+    );
+    // `each` ran again and sent its three events; the first two were answered from the
+    // journal, only the third ran.
+    let shout = env.records("completed", "shout");
+    assert_eq!(shout.len(), 3, "{shout:#?}");
+    assert_eq!(env.records("started", "shout").len(), 3);
+}
+
+#[test]
+fn two_controllers_of_one_node_each_get_their_own_recorded_replies_on_recovery() {
+    // Both controllers run again after the gate; their events reach `e` interleaved in
+    // whatever order the two tasks run, and each still gets the replies recorded for its
+    // own events (a controlled node's invocations are numbered per controller).
+    let graph = r#"{
+  "format": "heddle.graph", "version": 1,
+  "nodes": [
+    {"id": "small", "type": "heddle.constant", "properties": {"value": [1, 2, 3, 4]}},
+    {"id": "large", "type": "heddle.constant", "properties": {"value": [100, 200, 300, 400]}},
+    {"id": "a", "type": "heddle.run_each", "properties": {"property": "value"}},
+    {"id": "b", "type": "heddle.run_each", "properties": {"property": "value"}},
+    {"id": "e", "type": "heddle.eval", "properties": {"expression": "value * 10"}},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "ship"}},
+    {"id": "a_out", "type": "heddle.output"},
+    {"id": "b_out", "type": "heddle.output"}
+  ],
+  "edges": [
+    {"source": "small", "sourceHandle": "value", "target": "a", "targetHandle": "items"},
+    {"source": "large", "sourceHandle": "value", "target": "b", "targetHandle": "items"},
+    {"source": "a", "sourceHandle": "__control__", "target": "e", "targetHandle": "__control__", "edge_type": "control"},
+    {"source": "b", "sourceHandle": "__control__", "target": "e", "targetHandle": "__control__", "edge_type": "control"},
+    {"source": "a", "sourceHandle": "results", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "a_out", "targetHandle": "value"},
+    {"source": "b", "sourceHandle": "results", "target": "b_out", "targetHandle": "value"}
+  ]
+}"#;
+    let env = StoreDir::with_graph(graph);
+    let o = env.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, PAUSED);
+    let id = support::store::run_id(&o);
+    assert_eq!(env.records("completed", "e").len(), 8, "{}", text(&o));
+    let o = env.heddle(&["runs", "approve", &id, "ship", "--json"]);
+    expect(&o, OK);
+    let r = report(&o);
+    assert_eq!(
+        r["outputs"]["a_out"],
+        serde_json::json!([[10, 20, 30, 40]]),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        r["outputs"]["b_out"],
+        serde_json::json!([[1000, 2000, 3000, 4000]]),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        env.records("completed", "e").len(),
+        8,
+        "a recorded reply was run again"
+    );
+}
+
+#[test]
+fn a_recorded_wasm_controller_sends_its_recorded_events_again_and_the_target_replays_them() {
+    // A gate after the controller: when the run pauses, `each` (journaled, a WASM node)
+    // has its result on disk with the three events it sent. Approved, the run goes on
+    // in a new process that carries that result out instead of running `each`: the
+    // recorded events go to `shout` again, which replays its recorded replies, so its
+    // values reach `shouted` without running again.
+    let env = with_control_nodes();
+    let graph = std::fs::read_to_string(env.path().join("g.json"))
+        .unwrap()
+        .replace(
+            r#"{"id": "words", "type": "heddle.output"},"#,
+            r#"{"id": "words", "type": "heddle.output"},
+    {"id": "ship", "type": "heddle.gate", "properties": {"title": "ship"}},"#,
+        )
+        .replace(
+            r#"{"source": "each", "sourceHandle": "words", "target": "words", "targetHandle": "value"}"#,
+            r#"{"source": "each", "sourceHandle": "words", "target": "ship", "targetHandle": "value"},
+    {"source": "ship", "sourceHandle": "value", "target": "words", "targetHandle": "value"}"#,
+        );
+    std::fs::write(env.path().join("g.json"), graph).unwrap();
+    let o = env.heddle(&["run", "--durable", "g.json"]);
+    expect(&o, PAUSED);
+    let id = support::store::run_id(&o);
+    assert_eq!(env.records("completed", "each").len(), 1, "{}", text(&o));
+    assert_eq!(env.records("completed", "shout").len(), 3);
+    let o = env.heddle(&["runs", "approve", &id, "ship", "--json"]);
+    expect(&o, OK);
+    let r = report(&o);
+    let want = serde_json::json!(["HELLO?", "CONTROLLED?", "NODES?"]);
+    assert_eq!(
+        r["outputs"]["words"],
+        serde_json::json!([want]),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(r["outputs"]["shouted"], want, "{}", text(&o));
+    assert_eq!(env.records("started", "shout").len(), 3, "shout ran again");
+    assert_eq!(env.records("completed", "shout").len(), 3);
+}
