@@ -1,40 +1,50 @@
-//! The process's span exporter: a bounded queue, and one thread of its own that sends
-//! what the queue holds in batches over OTLP/HTTP (`opentelemetry-otlp`'s exporter, on
-//! a current-thread tokio runtime, through the same `reqwest` client the supervisor
-//! uses). A run only ever pushes to the queue; it never waits for the network.
+//! The process's span exporter: a bounded queue of encoded spans, and one thread of its
+//! own that sends what the queue holds in batches over OTLP/HTTP (protobuf, through
+//! the same `reqwest` client the supervisor uses, on a current-thread tokio runtime).
+//! A run only ever pushes to the queue; it never waits for the network.
+//!
+//! The spans come already encoded ([`super::proto`]): a run's consumer writes each span
+//! once, into a buffer it hands over with many spans in it, and this thread puts the
+//! buffers behind the process's resource and scope (encoded once) and posts them.
 
 use std::fmt::Display;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
-use opentelemetry_http::{Bytes, HttpClient, HttpError};
-use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{IdGenerator as _, RandomIdGenerator, SpanData, SpanExporter as _};
+use opentelemetry_sdk::trace::{IdGenerator as _, RandomIdGenerator};
 use tokio::sync::mpsc;
 
+use super::proto::Preamble;
 use super::{SHUTDOWN_WAIT, TraceExport};
 
-/// Spans waiting to be sent, at most: past it a span is dropped (and counted) rather
+/// Spans waiting to be sent, at most: past it spans are dropped (and counted) rather
 /// than held in memory while the endpoint is down or slow.
-const QUEUE: usize = 8192;
-/// Spans sent in one request, at most.
-const MAX_BATCH: usize = 512;
+const QUEUE: usize = 16_384;
+/// Spans sent in one request, about (a batch is closed once it has at least this many:
+/// it may be a handful of runs' buffers over).
+const MAX_BATCH: usize = 1024;
 /// How long the first span of a batch waits for others.
 const BATCH_DELAY: Duration = Duration::from_millis(200);
 /// How often a batch being gathered takes what has been queued meanwhile. The thread
 /// sleeps in between instead of waiting on the queue: waiting on it, every span queued
 /// woke it (a futex wake-up and two context switches per span, most of what tracing
-/// cost the runs' CPU). The queue holds `QUEUE` spans, so only a run emitting more
+/// cost the runs' CPU). The queue holds `QUEUE` spans, so only runs emitting more
 /// than `QUEUE` spans in one `GATHER_EVERY` could fill it while the thread sleeps.
 const GATHER_EVERY: Duration = Duration::from_millis(5);
-/// The largest answer an endpoint may send (it is read only for partial successes).
+/// The largest answer an endpoint may send (it is read only to say why it refused).
 const MAX_ANSWER: usize = 4 << 20;
+/// Tries of one request an endpoint may refuse for the moment (a 429, 502, 503 or 504,
+/// or no connection), with a doubling pause between (as OpenTelemetry's exporters
+/// retry), all within the export timeout.
+const TRIES: u32 = 3;
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
 
 enum Msg {
-    Span(Box<SpanData>),
+    /// Encoded spans ([`super::proto::SpanWriter::finish`]ed), and how many.
+    Spans(Vec<u8>, usize),
     /// Send what came before, then stop ([`Telemetry::shutdown`]).
     Close,
 }
@@ -44,6 +54,8 @@ struct Stats {
     endpoint: String,
     sent: AtomicU64,
     dropped: AtomicU64,
+    /// Spans in the queue (the channel is unbounded; this bounds it in spans).
+    queued: AtomicUsize,
     warned: AtomicBool,
 }
 
@@ -64,7 +76,7 @@ impl Stats {
 /// Sends the spans of every traced run of this process to one OTLP/HTTP endpoint.
 /// Dropping it sends what is queued, waiting at most [`SHUTDOWN_WAIT`].
 pub struct Telemetry {
-    tx: Option<mpsc::Sender<Msg>>,
+    tx: Option<mpsc::UnboundedSender<Msg>>,
     stats: Arc<Stats>,
     ids: RandomIdGenerator,
     /// Told when the sending thread is done.
@@ -80,16 +92,17 @@ impl std::fmt::Debug for Telemetry {
 }
 
 impl Telemetry {
-    /// Starts the sending thread for `export`. A thread or exporter that cannot start
-    /// is logged; every span is then dropped and counted.
+    /// Starts the sending thread for `export`. A thread that cannot start is logged;
+    /// every span is then dropped and counted.
     pub fn start(export: &TraceExport) -> Telemetry {
         let stats = Arc::new(Stats {
             endpoint: export.endpoint.clone(),
             sent: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            queued: AtomicUsize::new(0),
             warned: AtomicBool::new(false),
         });
-        let (tx, rx) = mpsc::channel(QUEUE);
+        let (tx, rx) = mpsc::unbounded_channel();
         let (done_tx, done) = std::sync::mpsc::channel();
         let export = export.clone();
         let thread_stats = stats.clone();
@@ -111,17 +124,26 @@ impl Telemetry {
         }
     }
 
-    /// Queues `span` for sending; never waits. A full queue drops it (counted).
-    pub(crate) fn send(&self, span: SpanData) {
+    /// Queues `spans` encoded spans (`encoded`, as [`super::proto::SpanWriter::finish`]
+    /// appends them) for sending; never waits. A full queue drops them (counted).
+    pub(crate) fn send(&self, encoded: Vec<u8>, spans: usize) {
         let Some(tx) = &self.tx else { return };
-        if let Err(e) = tx.try_send(Msg::Span(Box::new(span))) {
-            let why = match e {
-                mpsc::error::TrySendError::Full(_) => {
-                    "the queue of spans to send is full (the endpoint is slower than the runs)"
-                }
-                mpsc::error::TrySendError::Closed(_) => "the exporter is not running",
-            };
-            self.stats.lost(1, &why);
+        if spans == 0 {
+            return;
+        }
+        let before = self.stats.queued.fetch_add(spans, Ordering::Relaxed);
+        if before + spans > QUEUE {
+            self.stats.queued.fetch_sub(spans, Ordering::Relaxed);
+            self.stats.lost(
+                spans as u64,
+                &"the queue of spans to send is full (the endpoint is slower than the runs)",
+            );
+            return;
+        }
+        if tx.send(Msg::Spans(encoded, spans)).is_err() {
+            self.stats.queued.fetch_sub(spans, Ordering::Relaxed);
+            self.stats
+                .lost(spans as u64, &"the exporter is not running");
         }
     }
 
@@ -163,18 +185,8 @@ impl Telemetry {
     pub fn shutdown(&self) {
         let Some(tx) = &self.tx else { return };
         let deadline = std::time::Instant::now() + SHUTDOWN_WAIT;
-        let mut msg = Msg::Close;
-        // A full queue is being emptied by the thread: the close goes in behind it.
-        loop {
-            match tx.try_send(msg) {
-                Ok(()) => break,
-                Err(mpsc::error::TrySendError::Full(m)) if std::time::Instant::now() < deadline => {
-                    msg = m;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(_) => break,
-            }
-        }
+        // Behind whatever is queued: the thread sends that first.
+        let _ = tx.send(Msg::Close);
         self.wait_done(deadline.saturating_duration_since(std::time::Instant::now()));
     }
 
@@ -202,38 +214,58 @@ impl Drop for Telemetry {
 }
 
 /// The sending thread: batches of spans from `rx` until it is closed and empty.
-fn send_all(mut rx: mpsc::Receiver<Msg>, export: &TraceExport, stats: &Stats) {
-    let exporter = tokio::runtime::Builder::new_current_thread()
+fn send_all(mut rx: mpsc::UnboundedReceiver<Msg>, export: &TraceExport, stats: &Stats) {
+    let started = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())
-        .and_then(|rt| Ok((exporter(export)?, rt)));
-    let (mut exporter, rt) = match exporter {
+        .and_then(|rt| Ok((client(export)?, rt)));
+    let (client, rt) = match started {
         Ok(x) => x,
         Err(e) => {
             stats.lost(0, &format!("the exporter cannot start: {e}"));
-            while let Some(Msg::Span(_)) = rx.blocking_recv() {
-                stats.lost(1, &"the exporter is not running");
+            while let Some(Msg::Spans(_, n)) = rx.blocking_recv() {
+                stats.queued.fetch_sub(n, Ordering::Relaxed);
+                stats.lost(n as u64, &"the exporter is not running");
             }
             // (A close ends the loop too: nothing more is taken.)
             return;
         }
     };
-    exporter.set_resource(&resource(export));
+    let preamble = preamble(export);
+    let take = |msg: Msg, batch: &mut Vec<Vec<u8>>, n: &mut usize| match msg {
+        Msg::Spans(b, k) => {
+            stats.queued.fetch_sub(k, Ordering::Relaxed);
+            batch.push(b);
+            *n += k;
+            true
+        }
+        Msg::Close => false,
+    };
     rt.block_on(async {
-        let mut batch = Vec::with_capacity(MAX_BATCH);
         let mut open = true;
         while open {
+            let mut batch = Vec::new();
+            let mut n = 0;
             match rx.recv().await {
-                Some(Msg::Span(s)) => batch.push(*s),
-                Some(Msg::Close) | None => break,
+                Some(msg) => {
+                    if !take(msg, &mut batch, &mut n) {
+                        break;
+                    }
+                }
+                None => break,
             }
             let deadline = tokio::time::Instant::now() + BATCH_DELAY;
             'gather: loop {
-                while batch.len() < MAX_BATCH {
+                while n < MAX_BATCH {
                     match rx.try_recv() {
-                        Ok(Msg::Span(s)) => batch.push(*s),
-                        Ok(Msg::Close) | Err(mpsc::error::TryRecvError::Disconnected) => {
+                        Ok(msg) => {
+                            if !take(msg, &mut batch, &mut n) {
+                                open = false;
+                                break 'gather;
+                            }
+                        }
+                        Err(mpsc::error::TryRecvError::Disconnected) => {
                             open = false;
                             break 'gather;
                         }
@@ -241,20 +273,20 @@ fn send_all(mut rx: mpsc::Receiver<Msg>, export: &TraceExport, stats: &Stats) {
                     }
                 }
                 let now = tokio::time::Instant::now();
-                if batch.len() >= MAX_BATCH || now >= deadline {
+                if n >= MAX_BATCH || now >= deadline {
                     break;
                 }
                 tokio::time::sleep(GATHER_EVERY.min(deadline - now)).await;
             }
-            let n = batch.len() as u64;
-            let spans = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
-            match tokio::time::timeout(export.timeout, exporter.export(spans)).await {
+            let body = preamble.request(&batch);
+            drop(batch);
+            match tokio::time::timeout(export.timeout, post(&client, export, body)).await {
                 Ok(Ok(())) => {
-                    stats.sent.fetch_add(n, Ordering::Relaxed);
+                    stats.sent.fetch_add(n as u64, Ordering::Relaxed);
                 }
-                Ok(Err(e)) => stats.lost(n, &e),
+                Ok(Err(e)) => stats.lost(n as u64, &e),
                 Err(_) => stats.lost(
-                    n,
+                    n as u64,
                     &format!(
                         "the endpoint did not answer within {} ms",
                         export.timeout.as_millis()
@@ -263,59 +295,90 @@ fn send_all(mut rx: mpsc::Receiver<Msg>, export: &TraceExport, stats: &Stats) {
             }
         }
     });
-    let _ = exporter.shutdown();
 }
 
-fn exporter(export: &TraceExport) -> Result<opentelemetry_otlp::SpanExporter, String> {
-    let client = reqwest::Client::builder()
+/// The HTTP client: the export timeout bounds each request too.
+fn client(export: &TraceExport) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
         .timeout(export.timeout)
-        .build()
-        .map_err(|e| e.to_string())?;
-    opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_endpoint(export.endpoint.clone())
-        .with_timeout(export.timeout)
-        .with_http_client(Client(client))
+        .user_agent(concat!("heddle/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| e.to_string())
 }
 
-/// Who sends: `service.name` (as configured), `service.version`, `process.pid`, and
-/// whatever `OTEL_RESOURCE_ATTRIBUTES` adds.
-fn resource(export: &TraceExport) -> Resource {
-    Resource::builder()
+/// Posts one `ExportTraceServiceRequest`, trying again (at most [`TRIES`] in all) when
+/// the endpoint is not there or says to come back.
+async fn post(client: &reqwest::Client, export: &TraceExport, body: Vec<u8>) -> Result<(), String> {
+    let body = bytes::Bytes::from(body);
+    let mut pause = FIRST_PAUSE;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let mut request = client
+            .post(&export.endpoint)
+            .header(http::header::CONTENT_TYPE, "application/x-protobuf")
+            .body(body.clone());
+        for (k, v) in &export.headers.0 {
+            request = request.header(k.as_str(), v.as_str());
+        }
+        let again = match request.send().await {
+            Ok(mut response) => {
+                let status = response.status();
+                // Read whole (within bounds), so the connection is kept for the next.
+                let mut answer = Vec::new();
+                while let Ok(Some(chunk)) = response.chunk().await {
+                    if answer.len() + chunk.len() > MAX_ANSWER {
+                        break;
+                    }
+                    answer.extend_from_slice(&chunk);
+                }
+                if status.is_success() {
+                    return Ok(());
+                }
+                let said = String::from_utf8_lossy(&answer);
+                let why = format!(
+                    "the endpoint answered {status}{}{}",
+                    if said.trim().is_empty() { "" } else { ": " },
+                    heddle_core::text::clip(said.trim(), heddle_core::text::ECHO_MAX_CHARS)
+                );
+                let retry = matches!(status.as_u16(), 429 | 502 | 503 | 504);
+                (retry, why)
+            }
+            Err(e) => {
+                // reqwest's own text names the URL only; the causes say what failed.
+                let mut why = e.to_string();
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    why = format!("{why}: {c}");
+                    cause = c.source();
+                }
+                (e.is_connect(), why)
+            }
+        };
+        match again {
+            (true, _) if tries < TRIES => {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            (_, why) => return Err(why),
+        }
+    }
+}
+
+/// The resource and scope every request carries. Who sends: `service.name` (as
+/// configured), `service.version`, `process.pid`, and whatever
+/// `OTEL_RESOURCE_ATTRIBUTES` adds.
+fn preamble(export: &TraceExport) -> Preamble {
+    let resource = Resource::builder()
         .with_service_name(export.service_name.clone())
         .with_attributes([
             KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
             KeyValue::new("process.pid", i64::from(std::process::id())),
         ])
-        .build()
-}
-
-/// `opentelemetry-otlp`'s HTTP client over the `reqwest` the workspace already builds
-/// (with rustls: an `https://` endpoint works).
-#[derive(Debug)]
-struct Client(reqwest::Client);
-
-#[async_trait::async_trait]
-impl HttpClient for Client {
-    async fn send_bytes(
-        &self,
-        request: http::Request<Bytes>,
-    ) -> Result<http::Response<Bytes>, HttpError> {
-        let request = reqwest::Request::try_from(request)?;
-        let mut response = self.0.execute(request).await?;
-        let mut answer = http::Response::builder().status(response.status());
-        if let Some(h) = answer.headers_mut() {
-            *h = std::mem::take(response.headers_mut());
-        }
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await? {
-            if body.len() + chunk.len() > MAX_ANSWER {
-                return Err(format!("the endpoint's answer is over {MAX_ANSWER} bytes").into());
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(answer.body(Bytes::from(body))?)
-    }
+        .build();
+    Preamble::new(
+        resource.iter().map(|(k, v)| (k.as_str(), v)),
+        "heddle",
+        env!("CARGO_PKG_VERSION"),
+    )
 }

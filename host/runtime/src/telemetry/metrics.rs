@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
 };
 use serde::Deserialize;
 
@@ -71,6 +72,18 @@ pub struct Metrics {
     spans_sent: IntCounter,
     spans_dropped: IntCounter,
     telemetry: Option<Arc<Telemetry>>,
+    /// Without extra labels, the invocation series resolved once (`ok`, `error`,
+    /// `timed_out`, and the histogram): counting an invocation is then two atomic
+    /// additions, where looking the series up by label hashed the labels under a lock
+    /// at every invocation.
+    unlabelled: Option<Unlabelled>,
+}
+
+struct Unlabelled {
+    ok: IntCounter,
+    error: IntCounter,
+    timed_out: IntCounter,
+    seconds: Histogram,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -113,7 +126,7 @@ impl Metrics {
             must(registry.register(Box::new(h.clone())));
             h
         };
-        let m = Metrics {
+        let mut m = Metrics {
             runs_created: counter(
                 "heddle_runs_created_total",
                 "Durable runs created by this process.",
@@ -174,7 +187,16 @@ impl Metrics {
             registry,
             labels,
             telemetry,
+            unlabelled: None,
         };
+        if m.labels.is_empty() {
+            m.unlabelled = Some(Unlabelled {
+                ok: m.invocations.with_label_values(&["ok"]),
+                error: m.invocations.with_label_values(&["error"]),
+                timed_out: m.invocations.with_label_values(&["timed_out"]),
+                seconds: m.invocation_seconds.with_label_values(&[] as &[&str]),
+            });
+        }
         // Every run log of the process reports its commits here (the first metrics of the
         // process only: one store per process in practice).
         let commits = m.commit_seconds.clone();
@@ -242,7 +264,15 @@ impl Metrics {
 
     /// One invocation attempt that ended with `outcome` after `wall`.
     pub(crate) fn invocation(&self, outcome: &str, wall: Duration, extra: &[&str]) {
-        if extra.is_empty() {
+        if let Some(u) = &self.unlabelled {
+            match outcome {
+                "ok" => u.ok.inc(),
+                "error" => u.error.inc(),
+                "timed_out" => u.timed_out.inc(),
+                other => self.invocations.with_label_values(&[other]).inc(),
+            }
+            u.seconds.observe(wall.as_secs_f64());
+        } else if extra.is_empty() {
             self.invocations.with_label_values(&[outcome]).inc();
             self.invocation_seconds
                 .with_label_values(&[] as &[&str])

@@ -19,12 +19,14 @@
 //! wait for it).
 //!
 //! Export never holds a run up: spans go to a bounded queue that one thread of this
-//! process sends in batches (every 200 ms, or 512 spans); when the queue is full or the
-//! endpoint does not take them, they are dropped, counted ([`Telemetry::dropped`]) and
-//! the first such loss is logged, once.
+//! process sends in batches (every 200 ms, or about 1,024 spans); when the queue is full
+//! or the endpoint does not take them, they are dropped, counted
+//! ([`Telemetry::dropped`]) and the first such loss is logged, once. Every span is
+//! sent: none is sampled out (a caller's unsampled `traceparent` aside).
 
 mod export;
 mod metrics;
+mod proto;
 mod spans;
 
 use std::sync::Arc;
@@ -103,6 +105,70 @@ pub struct TraceExport {
     /// `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` or `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds),
     /// else [`DEFAULT_EXPORT_TIMEOUT`].
     pub timeout: Duration,
+    /// Headers every request carries (an API key): `OTEL_EXPORTER_OTLP_TRACES_HEADERS`
+    /// or `OTEL_EXPORTER_OTLP_HEADERS`.
+    pub headers: Headers,
+}
+
+/// HTTP headers as the OpenTelemetry variables give them (`name=value,…`, values
+/// percent-decoded). Shown by name only: their values are often credentials.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Headers(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for Headers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(k, _)| k))
+            .finish()
+    }
+}
+
+impl Headers {
+    /// `text` (`name=value,…`, from the variable `var`) as headers; a pair that is not
+    /// a valid header is refused naming the variable and the header (never its value).
+    fn parse(text: &str, var: &str) -> Result<Headers, ConfigError> {
+        let mut out = Vec::new();
+        for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((name, value)) = pair.split_once('=') else {
+                return Err(ConfigError::new(format!(
+                    "{var}: expected name=value pairs separated by commas"
+                )));
+            };
+            let (name, value) = (name.trim(), percent_decode(value.trim()));
+            let bad = http::HeaderName::from_bytes(name.as_bytes()).is_err()
+                || http::HeaderValue::from_str(&value).is_err();
+            if bad {
+                return Err(ConfigError::new(format!(
+                    "{var}: {:?} is not a valid HTTP header (name or value)",
+                    heddle_core::text::clip(name, heddle_core::text::ECHO_MAX_CHARS)
+                )));
+            }
+            out.push((name.to_string(), value));
+        }
+        Ok(Headers(out))
+    }
+}
+
+/// `%XX` escapes decoded (as the OpenTelemetry specification has header values
+/// written); a `%` not followed by two hex digits stays as it is.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_string())
 }
 
 /// How long one export request may take unless a variable says otherwise (the
@@ -141,6 +207,11 @@ const TIMEOUTS: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
     "OTEL_EXPORTER_OTLP_TIMEOUT",
 ];
+/// The request headers, the traces' own first.
+const HEADERS: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+];
 const PROTOCOLS: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
     "OTEL_EXPORTER_OTLP_PROTOCOL",
@@ -157,8 +228,8 @@ pub const PASSED_TO_WORKERS: &[&str] = &[
     TRACES_EXPORTER,
     PROTOCOLS[0],
     PROTOCOLS[1],
-    "OTEL_EXPORTER_OTLP_HEADERS",
-    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    HEADERS[1],
+    HEADERS[0],
     "OTEL_EXPORTER_OTLP_TIMEOUT",
     "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
     "OTEL_RESOURCE_ATTRIBUTES",
@@ -434,11 +505,16 @@ fn resolve(
                 ))
             })?;
     }
+    let headers = match HEADERS.iter().find_map(|v| Some((*v, env(v)?))) {
+        Some((var, text)) => Headers::parse(&text, var)?,
+        None => Headers::default(),
+    };
     Ok(TelemetrySettings {
         traces: Some(TraceExport {
             endpoint,
             service_name,
             timeout,
+            headers,
         }),
         log_format,
         parent,
@@ -579,6 +655,35 @@ mod tests {
         }
         let json = with("log_format = \"json\"", &[]).unwrap();
         assert_eq!(json.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn headers_are_read_decoded_and_a_bad_one_is_refused_without_its_value() {
+        let file = "otlp_endpoint = \"http://file:4318/\"";
+        let h = |vars: &[(&str, &str)]| with(file, vars).map(|t| t.traces.unwrap().headers);
+        assert_eq!(h(&[]).unwrap(), Headers::default());
+        assert_eq!(
+            h(&[(HEADERS[1], "api-key=a%20b%3D, x-tenant = t1 ,")])
+                .unwrap()
+                .0,
+            [
+                ("api-key".to_string(), "a b=".to_string()),
+                ("x-tenant".to_string(), "t1".to_string())
+            ]
+        );
+        // The traces' own variable wins; a lone `%` stays.
+        assert_eq!(
+            h(&[(HEADERS[1], "a=1"), (HEADERS[0], "b=50%")]).unwrap().0,
+            [("b".to_string(), "50%".to_string())]
+        );
+        let e = h(&[(HEADERS[1], "bad name=s3cret")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(HEADERS[1]) && !e.contains("s3cret"), "{e}");
+        let e = h(&[(HEADERS[0], "novalue")]).unwrap_err().to_string();
+        assert!(e.contains(HEADERS[0]), "{e}");
+        let shown = format!("{:?}", h(&[(HEADERS[1], "k=s3cret")]).unwrap());
+        assert!(!shown.contains("s3cret"), "{shown}");
     }
 
     #[test]

@@ -5,7 +5,13 @@
 //! when the run's ending is recorded.
 //!
 //! Every text an attribute or an event carries (ids, keys, errors, notes) is masked
-//! against the run's secret values, as the server's event feed masks what it sends.
+//! against the run's secret values, as the server's event feed masks what it sends (a
+//! run with no secret has nothing to mask: its texts are written as they are).
+//!
+//! Spans are written as OTLP protobuf as they are built ([`super::proto`]): an
+//! attempt that succeeded costs its bytes in a buffer the consumer reuses, handed to
+//! the exporter many spans at a time. Only a failed attempt's span is held as parts,
+//! for the escalation and verdict that may follow.
 //!
 //! The same consumer counts the run's invocations, escalations and verdicts when the
 //! process keeps metrics ([`super::Metrics`]); a run is watched when either is on.
@@ -23,10 +29,10 @@ use heddle_core::{
 };
 use heddle_kernel::EventStream;
 use heddle_store::{DiedAttempt, Stored};
-use opentelemetry::trace::{Event, SpanContext, SpanKind, Status, TraceFlags, TraceState};
-use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+use opentelemetry::KeyValue;
+use opentelemetry::trace::Event;
 
+use super::proto::{self, Attr, Head, SpanWriter};
 use super::{Metrics, Telemetry};
 
 /// Span and attribute names (the README's "Watching Heddle in production" lists them).
@@ -78,7 +84,39 @@ pub(crate) struct RunTracing {
     died: Vec<DiedAttempt>,
     died_until: SystemTime,
     /// Masks every text the spans and labels carry.
+    mask: Masker,
+}
+
+/// The run's secret values, masked out of every text a span or a label carries.
+#[derive(Clone)]
+struct Masker {
     redactor: Arc<Redactor>,
+    /// Whether there is any secret to mask: none, and every text is written as it is
+    /// (the redactor would copy it unchanged).
+    any: bool,
+}
+
+impl Masker {
+    fn new(secrets: Vec<String>) -> Masker {
+        let any = secrets.iter().any(|s| !s.is_empty());
+        Masker {
+            redactor: Arc::new(Redactor::new(secrets, RedactLimits::default())),
+            any,
+        }
+    }
+
+    /// `s` masked, borrowed when there is nothing to mask.
+    fn m<'a>(&self, s: &'a str) -> Cow<'a, str> {
+        if self.any {
+            Cow::Owned(self.redactor.mask(s))
+        } else {
+            Cow::Borrowed(s)
+        }
+    }
+
+    fn mask(&self, s: &str) -> String {
+        self.m(s).into_owned()
+    }
 }
 
 /// A run being traced: its consumer of the event stream runs beside it.
@@ -117,7 +155,7 @@ impl RunTracing {
             history: Vec::new(),
             died: Vec::new(),
             died_until: SystemTime::now(),
-            redactor: Arc::new(Redactor::new(secrets.snapshot(), RedactLimits::default())),
+            mask: Masker::new(secrets.snapshot()),
         })
     }
 
@@ -129,7 +167,7 @@ impl RunTracing {
     /// Adds what `records` (the log before this process took the run) say to the run
     /// span, and the attempts the owner before died with.
     pub fn with_history(mut self, records: &[Stored]) -> RunTracing {
-        self.history = history(records, &self.redactor);
+        self.history = history(records, &self.mask.redactor);
         self.died = heddle_store::died_attempts(records);
         if let Some(last) = records.last() {
             self.died_until = at_ms(last.at_ms);
@@ -144,7 +182,7 @@ impl RunTracing {
             .into_iter()
             .map(|kv| match &kv.value {
                 opentelemetry::Value::String(s) => {
-                    KeyValue::new(kv.key, self.redactor.mask(s.as_str()))
+                    KeyValue::new(kv.key, self.mask.mask(s.as_str()))
                 }
                 _ => kv,
             })
@@ -156,7 +194,7 @@ impl RunTracing {
     /// Adds the answer this process records to a reconcile pause to the run span (as
     /// [`RunTracing::with_history`] adds those an earlier owner recorded).
     pub fn reconciled(&mut self, occurrence: &Occurrence, answer: ReconcileAnswer) {
-        let attributes = reconciled_attributes(occurrence, answer, &self.redactor);
+        let attributes = reconciled_attributes(occurrence, answer, &self.mask.redactor);
         self.history
             .push(Event::new(RECONCILED, SystemTime::now(), attributes, 0));
     }
@@ -174,7 +212,7 @@ impl RunTracing {
             .iter()
             .map(|n| (n.id.clone(), n.node_type.clone()))
             .collect();
-        let c = self.consumer(types, origin);
+        let mut c = self.consumer(types, origin);
         for d in &self.died {
             c.died(d, self.died_until);
         }
@@ -187,6 +225,21 @@ impl RunTracing {
 
     /// The consumer of the run's events, for nodes of `types` (id to type).
     fn consumer(&self, types: HashMap<Arc<str>, Arc<str>>, origin: SystemTime) -> Consumer {
+        // Each node's id and type masked once, not at each of its invocations.
+        let masked = |s: &Arc<str>| match self.mask.m(s) {
+            Cow::Borrowed(_) => s.clone(),
+            Cow::Owned(m) => Arc::from(m),
+        };
+        let nodes = types
+            .iter()
+            .map(|(id, ty)| {
+                let names = NodeNames {
+                    id: masked(id),
+                    ty: masked(ty),
+                };
+                (id.clone(), names)
+            })
+            .collect();
         Consumer {
             spans: self
                 .spans
@@ -194,14 +247,17 @@ impl RunTracing {
                 .filter(|(_, t)| t.run.sampled)
                 .map(|(tel, t)| (tel.clone(), t.run)),
             metrics: self.metrics.clone(),
-            graph: self.redactor.mask(&self.info.graph_name),
-            run_id: self.info.run_id.as_deref().map(|r| self.redactor.mask(r)),
+            graph: self.mask.mask(&self.info.graph_name),
+            run_id: self.info.run_id.as_deref().map(|r| self.mask.mask(r)),
             origin,
-            types,
-            redactor: self.redactor.clone(),
+            nodes,
+            mask: self.mask.clone(),
             pending: HashMap::new(),
             events: Vec::new(),
             status: None,
+            scratch: Vec::new(),
+            batch: Vec::new(),
+            batched: 0,
         }
     }
 
@@ -229,8 +285,8 @@ impl RunTracing {
             .rposition(|s| !ending_batch(&s.record))
             .map_or(0, |i| i + 1);
         let mut t = self.with_history(&records[..batch]);
-        t.history = history(&records[..end], &t.redactor);
-        let c = t.consumer(types, SystemTime::now());
+        t.history = history(&records[..end], &t.mask.redactor);
+        let mut c = t.consumer(types, SystemTime::now());
         for d in &t.died {
             c.died(d, t.died_until);
         }
@@ -239,6 +295,7 @@ impl RunTracing {
                 c.skipped(node, Some(reason), at_ms(s.at_ms));
             }
         }
+        c.hand_over();
         t.send(RunSpanEnd {
             events: Vec::new(),
             status: Some((*status, error.clone())),
@@ -270,7 +327,7 @@ impl RunTracing {
         let Some((telemetry, traced)) = self.spans.as_ref().filter(|(_, t)| t.run.sampled) else {
             return;
         };
-        let m = |s: &str| self.redactor.mask(s);
+        let m = |s: &str| self.mask.mask(s);
         let mut attributes = vec![
             KeyValue::new(names::GRAPH_NAME, m(&self.info.graph_name)),
             KeyValue::new(names::RUN_DURABLE, self.info.run_id.is_some()),
@@ -281,30 +338,35 @@ impl RunTracing {
         if let Some(d) = &self.info.graph_digest {
             attributes.push(KeyValue::new(names::GRAPH_DIGEST, d.clone()));
         }
-        let mut status = Status::Unset;
-        if let Some((s, error)) = &end.status {
+        let mut error = None;
+        if let Some((s, e)) = &end.status {
             attributes.push(KeyValue::new(names::RUN_OUTCOME, s.as_str()));
-            if let Some(e) = error {
-                status = Status::error(m(e));
+            if let Some(e) = e {
+                error = Some(m(e));
             } else if *s == RunStatus::Failed {
-                status = Status::error("failed");
+                error = Some("failed".into());
             }
         }
         let mut events: Vec<Event> = self.history.into_iter().chain(end.events).collect();
         events.sort_by_key(|e| e.timestamp);
         let trace = traced.run;
-        let span = span(SpanParts {
-            trace: &trace,
+        let span = Held {
             span_id: trace.span,
-            parent: trace.parent,
-            name: names::RUN,
             start: self.info.created,
             end: SystemTime::now(),
             attributes,
             events,
-            status,
-        });
-        telemetry.send(span);
+            error,
+        };
+        let mut batch = Vec::new();
+        span.write(
+            &trace,
+            trace.parent,
+            names::RUN,
+            &mut Vec::new(),
+            &mut batch,
+        );
+        telemetry.send(batch, 1);
     }
 }
 
@@ -452,64 +514,96 @@ fn pause_attributes(pause: &PauseReason, r: &Redactor, seq: u64) -> Vec<KeyValue
     a
 }
 
-/// A span's parts.
-struct SpanParts<'a> {
-    trace: &'a RunTrace,
+/// A span kept as parts until it is sent: a run span, or a node span of the rarer
+/// kinds (a failed attempt waiting for its escalation and verdict, a skipped node, a
+/// died attempt). Its name and parent are given when it is written.
+struct Held {
     span_id: SpanId,
-    parent: Option<SpanId>,
-    name: &'static str,
     start: SystemTime,
     end: SystemTime,
     attributes: Vec<KeyValue>,
     events: Vec<Event>,
-    status: Status,
+    /// Its status: an error, with this message; `None`: unset.
+    error: Option<String>,
 }
 
-fn span(p: SpanParts<'_>) -> SpanData {
-    let flags = if p.trace.sampled {
-        TraceFlags::SAMPLED
-    } else {
-        TraceFlags::default()
-    };
-    let mut events = SpanEvents::default();
-    events.events = p.events;
-    // The run span's parent is the caller's (remote); a node span's is the run span.
-    let remote_parent = p.parent.is_some() && p.name == names::RUN;
-    SpanData {
-        span_context: SpanContext::new(
-            opentelemetry::TraceId::from_bytes(p.trace.trace_id.0),
-            opentelemetry::SpanId::from_bytes(p.span_id.0),
-            flags,
-            false,
-            TraceState::default(),
-        ),
-        parent_span_id: p.parent.map_or(opentelemetry::SpanId::INVALID, |s| {
-            opentelemetry::SpanId::from_bytes(s.0)
-        }),
-        parent_span_is_remote: remote_parent,
-        span_kind: SpanKind::Internal,
-        name: Cow::Borrowed(p.name),
-        start_time: p.start,
-        end_time: p.end.max(p.start),
-        attributes: p.attributes,
-        dropped_attributes_count: 0,
-        events,
-        links: SpanLinks::default(),
-        status: p.status,
-        instrumentation_scope: scope(),
+impl Held {
+    /// Appends the span, named `name` under `parent` in `trace`, to `batch` (written
+    /// in `scratch`).
+    fn write(
+        &self,
+        trace: &RunTrace,
+        parent: Option<SpanId>,
+        name: &str,
+        scratch: &mut Vec<u8>,
+        batch: &mut Vec<u8>,
+    ) {
+        let mut w = SpanWriter::new(
+            scratch,
+            &Head {
+                trace_id: trace.trace_id.0,
+                span_id: self.span_id.0,
+                parent: parent.map(|p| p.0),
+                // The run span's parent is the caller's (remote); a node span's is the
+                // run span.
+                remote_parent: parent.is_some() && name == names::RUN,
+                sampled: trace.sampled,
+                name,
+                start: self.start,
+                end: self.end,
+            },
+        );
+        for kv in &self.attributes {
+            proto::with_value(&kv.value, |v| w.attr(kv.key.as_str(), v));
+        }
+        for e in &self.events {
+            w.event(e);
+        }
+        if let Some(e) = &self.error {
+            w.status(proto::STATUS_ERROR, e);
+        }
+        w.finish(batch);
     }
 }
 
-fn scope() -> InstrumentationScope {
-    static SCOPE: std::sync::OnceLock<InstrumentationScope> = std::sync::OnceLock::new();
-    SCOPE
-        .get_or_init(|| {
-            InstrumentationScope::builder("heddle")
-                .with_version(env!("CARGO_PKG_VERSION"))
-                .build()
-        })
-        .clone()
+/// Where a span's attributes go: written straight into its encoding, or kept as
+/// parts ([`Held`]); the same code says what they are either way.
+trait Attrs {
+    fn put(&mut self, key: &'static str, value: Attr<'_>);
 }
+
+impl Attrs for SpanWriter<'_> {
+    fn put(&mut self, key: &'static str, value: Attr<'_>) {
+        self.attr(key, value);
+    }
+}
+
+impl Attrs for Vec<KeyValue> {
+    fn put(&mut self, key: &'static str, value: Attr<'_>) {
+        self.push(match value {
+            Attr::Str(s) => KeyValue::new(key, s.to_string()),
+            Attr::Int(i) => KeyValue::new(key, i),
+            Attr::Bool(b) => KeyValue::new(key, b),
+            Attr::F64(f) => KeyValue::new(key, f),
+        });
+    }
+}
+
+/// A node's id and type as its spans and labels carry them (masked).
+struct NodeNames {
+    id: Arc<str>,
+    ty: Arc<str>,
+}
+
+/// Spans a consumer hands the exporter at a time, at most: it hands over what it has
+/// whenever the run's events have caught up, else at this many.
+const HAND_OVER: usize = 256;
+
+/// Events read in one go that make a run busy, and how long a busy run's consumer
+/// lets the next ones gather (the spans reach the exporter, which sends every 5 ms at
+/// the soonest, that much later; the run's end is seen at most that much later).
+const BUSY: usize = 32;
+const TICK: Duration = Duration::from_millis(1);
 
 /// Reads a run's events and sends its node spans as they end.
 struct Consumer {
@@ -522,25 +616,51 @@ struct Consumer {
     /// Masked.
     run_id: Option<String>,
     origin: SystemTime,
-    types: HashMap<Arc<str>, Arc<str>>,
-    redactor: Arc<Redactor>,
+    /// By node id.
+    nodes: HashMap<Arc<str>, NodeNames>,
+    mask: Masker,
     /// Failed attempts' spans held for the escalation and verdict that may follow, by
     /// node: sent once decided, or when the node moves on.
     pending: HashMap<String, Vec<Pending>>,
     /// The run span's events seen in the stream.
     events: Vec<Event>,
     status: Option<(RunStatus, Option<String>)>,
+    /// Where a span is written before it joins `batch`.
+    scratch: Vec<u8>,
+    /// Spans written and not yet handed to the exporter, and how many.
+    batch: Vec<u8>,
+    batched: usize,
 }
 
 struct Pending {
     key: String,
-    span: SpanData,
+    span: Held,
     escalated: bool,
 }
 
 impl Consumer {
     async fn consume(mut self, mut events: EventStream) -> RunSpanEnd {
-        while let Some(e) = events.next().await {
+        loop {
+            // What is already there is read at once; the spans written meanwhile are
+            // handed over before waiting for more (one hand-over per burst of events,
+            // not per span).
+            let mut seen = 0;
+            while let Some(e) = events.try_next() {
+                let at = self.origin + Duration::from_micros(e.at_us);
+                self.on(&e.kind, at);
+                seen += 1;
+                if self.batched >= HAND_OVER {
+                    self.hand_over();
+                }
+            }
+            self.hand_over();
+            // A busy run (a burst of events): let the next ones gather for a tick
+            // rather than be woken for each (a wake-up of this task per event, often a
+            // parked worker thread's too, cost more than reading the event).
+            if seen >= BUSY {
+                tokio::time::sleep(TICK).await;
+            }
+            let Some(e) = events.next().await else { break };
             let at = self.origin + Duration::from_micros(e.at_us);
             self.on(&e.kind, at);
         }
@@ -548,20 +668,42 @@ impl Consumer {
         for p in pending {
             self.send(p.span);
         }
+        self.hand_over();
         RunSpanEnd {
             events: self.events,
             status: self.status,
         }
     }
 
-    fn m(&self, s: &str) -> String {
-        self.redactor.mask(s)
+    fn m<'a>(&self, s: &'a str) -> Cow<'a, str> {
+        self.mask.m(s)
     }
 
-    fn send(&self, span: SpanData) {
-        if let Some((t, _)) = &self.spans {
-            t.send(span);
+    /// Writes a node span kept as parts into the batch.
+    fn send(&mut self, span: Held) {
+        if let Some((_, trace)) = &self.spans {
+            span.write(
+                trace,
+                Some(trace.span),
+                names::NODE,
+                &mut self.scratch,
+                &mut self.batch,
+            );
+            self.batched += 1;
         }
+    }
+
+    /// Hands the spans written so far to the exporter.
+    fn hand_over(&mut self) {
+        if self.batched == 0 {
+            return;
+        }
+        if let Some((t, _)) = &self.spans {
+            let room = self.batch.len();
+            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(room));
+            t.send(batch, self.batched);
+        }
+        self.batched = 0;
     }
 
     /// A span id of this process's (spans only).
@@ -588,11 +730,15 @@ impl Consumer {
                     m.http(metrics.http_requests, metrics.http_bytes);
                 }
                 if m.labelled() {
-                    let (node, ty) = (
-                        self.m(node_id),
-                        self.types.get(node_id.as_str()).map(|t| self.m(t)),
-                    );
-                    let values = m.label_values(&node, ty.as_deref().unwrap_or(""), &self.graph);
+                    let masked;
+                    let (node, ty) = match self.nodes.get(node_id.as_str()) {
+                        Some(n) => (&*n.id, &*n.ty),
+                        None => {
+                            masked = self.m(node_id);
+                            (&*masked, "")
+                        }
+                    };
+                    let values = m.label_values(node, ty, &self.graph);
                     m.invocation(outcome, wall, &values);
                 } else {
                     m.invocation(outcome, wall, &[]);
@@ -620,16 +766,55 @@ impl Consumer {
         }
     }
 
-    fn base(&self, node: &str) -> Vec<KeyValue> {
-        let mut a = Vec::with_capacity(12);
+    /// The attributes every node span has: run, node id and type.
+    fn base(&self, node: &str, a: &mut impl Attrs) {
         if let Some(r) = &self.run_id {
-            a.push(KeyValue::new(names::RUN_ID, r.clone()));
+            a.put(names::RUN_ID, Attr::Str(r));
         }
-        a.push(KeyValue::new(names::NODE_ID, self.m(node)));
-        if let Some(t) = self.types.get(node) {
-            a.push(KeyValue::new(names::NODE_TYPE, self.m(t)));
+        match self.nodes.get(node) {
+            Some(n) => {
+                a.put(names::NODE_ID, Attr::Str(&n.id));
+                a.put(names::NODE_TYPE, Attr::Str(&n.ty));
+            }
+            None => a.put(names::NODE_ID, Attr::Str(&self.m(node))),
         }
-        a
+    }
+
+    /// The attributes of an invocation attempt's span; `error` is masked.
+    #[allow(clippy::too_many_arguments)] // the parts of one invocation event, borrowed
+    fn invocation(
+        &self,
+        a: &mut impl Attrs,
+        node_id: &str,
+        key: &str,
+        metrics: &heddle_core::InvocationMetrics,
+        error: Option<&str>,
+        attempt: u32,
+        timed_out: bool,
+        signature: Option<&str>,
+    ) {
+        self.base(node_id, a);
+        a.put(names::ATTEMPT, Attr::Int(i64::from(attempt)));
+        a.put(names::KEY, Attr::Str(&self.m(key)));
+        if let Some(f) = metrics.fuel {
+            a.put(names::FUEL, Attr::Int(f as i64));
+        }
+        if let Some(b) = metrics.peak_memory_bytes {
+            a.put(names::MEMORY, Attr::Int(b as i64));
+        }
+        if metrics.cost_reports > 0 {
+            a.put(names::COST, Attr::F64(metrics.cost_usd));
+        }
+        a.put(
+            names::OUTCOME,
+            Attr::Str(outcome(error.is_some(), timed_out)),
+        );
+        if let Some(s) = signature {
+            a.put(names::SIGNATURE, Attr::Str(&self.m(s)));
+        }
+        if let Some(e) = error {
+            a.put(names::ERROR, Attr::Str(e));
+        }
     }
 
     fn on(&mut self, kind: &EventKind, at: SystemTime) {
@@ -653,60 +838,66 @@ impl Consumer {
                 signature,
                 span_id,
             } => {
-                self.flush(node_id, Some(key));
-                let mut a = self.base(node_id);
-                a.push(KeyValue::new(names::ATTEMPT, i64::from(*attempt)));
-                a.push(KeyValue::new(names::KEY, self.m(key)));
-                if let Some(f) = metrics.fuel {
-                    a.push(KeyValue::new(names::FUEL, f as i64));
+                if !self.pending.is_empty() {
+                    self.flush(node_id, Some(key));
                 }
-                if let Some(b) = metrics.peak_memory_bytes {
-                    a.push(KeyValue::new(names::MEMORY, b as i64));
-                }
-                if metrics.cost_reports > 0 {
-                    a.push(KeyValue::new(names::COST, metrics.cost_usd));
-                }
-                a.push(KeyValue::new(
-                    names::OUTCOME,
-                    outcome(error.is_some(), *timed_out),
-                ));
-                if let Some(s) = signature {
-                    a.push(KeyValue::new(names::SIGNATURE, self.m(s)));
-                }
-                let status = match error {
-                    Some(e) => {
-                        let e = self.m(e);
-                        a.push(KeyValue::new(names::ERROR, e.clone()));
-                        Status::error(e)
-                    }
-                    None => Status::Unset,
-                };
                 let span_id = span_id.unwrap_or_else(|| self.new_span_id());
-                let span = span(SpanParts {
-                    trace: &trace,
+                let start = at
+                    .checked_sub(Duration::from_micros(metrics.wall_us))
+                    .unwrap_or(at);
+                let signature = signature.as_deref();
+                let Some(error) = error else {
+                    // The common case: written straight into the batch.
+                    let mut scratch = std::mem::take(&mut self.scratch);
+                    let mut w = SpanWriter::new(
+                        &mut scratch,
+                        &Head {
+                            trace_id: trace.trace_id.0,
+                            span_id: span_id.0,
+                            parent: Some(trace.span.0),
+                            remote_parent: false,
+                            sampled: trace.sampled,
+                            name: names::NODE,
+                            start,
+                            end: at,
+                        },
+                    );
+                    self.invocation(
+                        &mut w, node_id, key, metrics, None, *attempt, *timed_out, signature,
+                    );
+                    w.finish(&mut self.batch);
+                    self.scratch = scratch;
+                    self.batched += 1;
+                    return;
+                };
+                let error = self.mask.mask(error);
+                let mut attributes = Vec::with_capacity(12);
+                self.invocation(
+                    &mut attributes,
+                    node_id,
+                    key,
+                    metrics,
+                    Some(&error),
+                    *attempt,
+                    *timed_out,
+                    signature,
+                );
+                let span = Held {
                     span_id,
-                    parent: Some(trace.span),
-                    name: names::NODE,
-                    start: at
-                        .checked_sub(Duration::from_micros(metrics.wall_us))
-                        .unwrap_or(at),
+                    start,
                     end: at,
-                    attributes: a,
+                    attributes,
                     events: Vec::new(),
-                    status,
-                });
-                if error.is_some() {
-                    self.pending
-                        .entry(node_id.clone())
-                        .or_default()
-                        .push(Pending {
-                            key: key.clone(),
-                            span,
-                            escalated: false,
-                        });
-                } else {
-                    self.send(span);
-                }
+                    error: Some(error),
+                };
+                self.pending
+                    .entry(node_id.clone())
+                    .or_default()
+                    .push(Pending {
+                        key: key.clone(),
+                        span,
+                        escalated: false,
+                    });
             }
             EventKind::Escalation {
                 node_id,
@@ -718,12 +909,12 @@ impl Consumer {
                     .unwrap_or("");
                 let mut a = Vec::new();
                 if let Some(sig) = escalation.get("failure_signature").and_then(|s| s.as_str()) {
-                    a.push(KeyValue::new(names::SIGNATURE, self.m(sig)));
+                    a.push(KeyValue::new(names::SIGNATURE, self.mask.mask(sig)));
                 }
                 if let Some(allowed) = escalation.get("allowed_actions") {
                     a.push(KeyValue::new(
                         "heddle.escalation.allowed",
-                        self.m(&allowed.to_string()),
+                        self.mask.mask(&allowed.to_string()),
                     ));
                 }
                 let event = Event::new("heddle.escalation", at, a, 0);
@@ -734,7 +925,7 @@ impl Consumer {
                 {
                     Some(p) => {
                         p.escalated = true;
-                        p.span.events.events.push(event);
+                        p.span.events.push(event);
                     }
                     None => self.run_event(node_id, event),
                 }
@@ -745,12 +936,18 @@ impl Consumer {
                 decided_by,
                 cost_usd,
             } => {
-                let mut a = vec![KeyValue::new("heddle.decided_by", self.m(decided_by))];
+                let mut a = vec![KeyValue::new(
+                    "heddle.decided_by",
+                    self.mask.mask(decided_by),
+                )];
                 if let Some(action) = verdict.get("action").and_then(|v| v.as_str()) {
                     a.push(KeyValue::new("heddle.verdict", action.to_string()));
                 }
                 if let Some(reason) = verdict.get("reason").and_then(|v| v.as_str()) {
-                    a.push(KeyValue::new("heddle.verdict.reason", self.m(reason)));
+                    a.push(KeyValue::new(
+                        "heddle.verdict.reason",
+                        self.mask.mask(reason),
+                    ));
                 }
                 if *cost_usd > 0.0 {
                     a.push(KeyValue::new("heddle.decision.cost_usd", *cost_usd));
@@ -762,7 +959,7 @@ impl Consumer {
                 });
                 match decided {
                     Some(mut p) => {
-                        p.span.events.events.push(event);
+                        p.span.events.push(event);
                         self.send(p.span);
                     }
                     None => self.run_event(node_id, event),
@@ -823,16 +1020,17 @@ impl Consumer {
     fn run_event(&mut self, node: &str, mut event: Event) {
         event
             .attributes
-            .push(KeyValue::new(names::NODE_ID, self.m(node)));
+            .push(KeyValue::new(names::NODE_ID, self.mask.mask(node)));
         self.events.push(event);
     }
 
     /// The span of a node that never ran, at `at`, with why.
-    fn skipped(&self, node: &str, reason: Option<&SkipReason>, at: SystemTime) {
-        let Some((_, trace)) = &self.spans else {
+    fn skipped(&mut self, node: &str, reason: Option<&SkipReason>, at: SystemTime) {
+        if self.spans.is_none() {
             return;
-        };
-        let mut a = self.base(node);
+        }
+        let mut a = Vec::new();
+        self.base(node, &mut a);
         a.push(KeyValue::new(names::OUTCOME, "skipped"));
         if let Some(r) = reason {
             let r = serde_json::to_value(r).unwrap_or_default();
@@ -841,44 +1039,39 @@ impl Consumer {
                 r.as_str().unwrap_or_default().to_string(),
             ));
         }
-        let span = span(SpanParts {
-            trace,
+        let span = Held {
             span_id: self.new_span_id(),
-            parent: Some(trace.span),
-            name: names::NODE,
             start: at,
             end: at,
             attributes: a,
             events: Vec::new(),
-            status: Status::Unset,
-        });
+            error: None,
+        };
         self.send(span);
     }
 
     /// The span of an attempt the previous owner died with: from its recorded start to
     /// the last thing its owner recorded.
-    fn died(&self, d: &DiedAttempt, until: SystemTime) {
-        let Some((_, trace)) = &self.spans else {
+    fn died(&mut self, d: &DiedAttempt, until: SystemTime) {
+        if self.spans.is_none() {
             return;
-        };
+        }
         let occ = &d.occurrence;
-        let mut a = self.base(&occ.node);
+        let mut a = Vec::new();
+        self.base(&occ.node, &mut a);
         a.push(KeyValue::new(names::ATTEMPT, i64::from(d.attempt)));
-        a.push(KeyValue::new(names::KEY, self.m(&occ.key)));
+        a.push(KeyValue::new(names::KEY, self.mask.mask(&occ.key)));
         a.push(KeyValue::new(names::OUTCOME, "died"));
         let why = "the process running this attempt died before it ended";
         a.push(KeyValue::new(names::ERROR, why));
-        let span = span(SpanParts {
-            trace,
+        let span = Held {
             span_id: self.new_span_id(),
-            parent: Some(trace.span),
-            name: names::NODE,
             start: at_ms(d.started_at_ms),
             end: until,
             attributes: a,
             events: Vec::new(),
-            status: Status::error(why),
-        });
+            error: Some(why.to_string()),
+        };
         self.send(span);
     }
 }
