@@ -112,7 +112,9 @@ impl WasmExecutor {
 
         // Held until the invocation is done, warm instance or not.
         let _slot = host.instance_slot().await;
-        let reuse = self.info.reuse_instance && input.is_none();
+        // Warm only when the node's declaration allows it and the operator did not
+        // narrow that away; a streaming-input invocation holds its stream in the store.
+        let reuse = self.info.reuse_instance && !self.grant.fresh_instances && input.is_none();
         let warm = if reuse {
             self.warm.lock().unwrap_or_else(|e| e.into_inner()).pop()
         } else {
