@@ -480,7 +480,28 @@ pub enum Shape {
     /// to one file): one node's independent invocations, whose starts a durable run
     /// writes ahead.
     EffectFanout,
-    /// Every shape above but the effect shapes (whose figures are mostly the disk's).
+    /// A chain of the Python SDK example's division node (`textstats.ratio`), a fresh
+    /// instance per invocation. The guest shapes build the SDK examples from the source
+    /// tree this heddle was built from (toolchains installed on first use, builds cached).
+    PyChain,
+    /// The same with the JavaScript SDK example's (`jsonkit.ratio`).
+    JsChain,
+    /// The same with the C SDK example's (`cstrings.ratio`).
+    CChain,
+    /// The same with the Rust twin (`std.math.arith`, `op = "div"`).
+    RustChain,
+    /// `py-chain` with warm instances (the node declares `reuse_instance`).
+    PyChainWarm,
+    /// `js-chain` with warm instances.
+    JsChainWarm,
+    /// `c-chain` with warm instances.
+    CChainWarm,
+    /// `rust-chain` with warm instances.
+    RustChainWarm,
+    /// Every guest shape, fresh then warm.
+    Guests,
+    /// Every shape above but the effect and guest shapes (whose figures are mostly the
+    /// disk's, and which build packages).
     All,
 }
 
@@ -489,12 +510,13 @@ pub struct BenchArgs {
     /// Which graph shape to measure.
     #[arg(long, value_enum, default_value_t = Shape::All)]
     pub shape: Shape,
-    /// Size of the shape: chain length (default 100; wasm-chain and effect-chain 10),
+    /// Size of the shape: chain length (default 100; wasm-chain, effect-chain and the
+    /// guest chains 10),
     /// fan-out items (default 10000) or width (default 1000).
     #[arg(long, value_name = "N")]
     pub size: Option<usize>,
     /// Values pushed through the chain (chain shapes only; default 10000, effect-chain
-    /// 100).
+    /// and the guest chains 100).
     #[arg(long, value_name = "M")]
     pub messages: Option<usize>,
     /// Measured runs per shape (after one warm-up run); the median is reported.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use heddle_kernel::bench::Shape;
 use heddle_runtime::bench::{BUILD, Bench, BenchOptions, BenchShape, ShapeFigures};
-use heddle_wasm::bench::WasmShape;
+use heddle_wasm::bench::{Guest, GuestShape, WasmShape};
 
 use crate::cli::{BenchArgs, Shape as ShapeArg};
 use crate::exit::Exit;
@@ -30,8 +30,21 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         ShapeArg::WasmFanout => vec![BenchShape::Wasm(WasmShape::Fanout)],
         ShapeArg::EffectChain => vec![BenchShape::EffectChain],
         ShapeArg::EffectFanout => vec![BenchShape::EffectFanout],
+        ShapeArg::PyChain => guest(Guest::Python, true),
+        ShapeArg::JsChain => guest(Guest::JavaScript, true),
+        ShapeArg::CChain => guest(Guest::C, true),
+        ShapeArg::RustChain => guest(Guest::Rust, true),
+        ShapeArg::PyChainWarm => guest(Guest::Python, false),
+        ShapeArg::JsChainWarm => guest(Guest::JavaScript, false),
+        ShapeArg::CChainWarm => guest(Guest::C, false),
+        ShapeArg::RustChainWarm => guest(Guest::Rust, false),
+        ShapeArg::Guests => GuestShape::all()
+            .into_iter()
+            .map(BenchShape::Guest)
+            .collect(),
         ShapeArg::All => BenchShape::all(),
     };
+    let guests = build_guests(&shapes, args.json)?;
     // Durable runs on a database (`--store postgres://…`, where the bench's runs are
     // left) instead of a scratch SQLite file.
     let store = match (&args.store, args.durable) {
@@ -52,7 +65,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         (None, _) => None,
     };
     let rt = heddle_runtime::tokio_runtime(args.threads)?;
-    let mut bench = Bench::new(&rt, &shapes, args.concurrency)?;
+    let mut bench = Bench::with_guests(&rt, &shapes, args.concurrency, &guests)?;
     if let Some(store) = store {
         bench.durable_on(store);
     }
@@ -108,7 +121,60 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&all)?);
     }
+    drop(bench);
+    for (_, dir) in &guests {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     Ok(Exit::Ok)
+}
+
+fn guest(guest: Guest, fresh: bool) -> Vec<BenchShape> {
+    vec![BenchShape::Guest(GuestShape { guest, fresh })]
+}
+
+/// Builds the SDK examples the guest shapes run, from the source tree this binary was
+/// built from (the build cache makes a second time instant; a missing toolchain is
+/// installed as `heddle package build` installs it).
+fn build_guests(
+    shapes: &[BenchShape],
+    quiet: bool,
+) -> anyhow::Result<Vec<(Guest, std::path::PathBuf)>> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out: Vec<(Guest, std::path::PathBuf)> = Vec::new();
+    for s in shapes {
+        let BenchShape::Guest(g) = s else { continue };
+        let Some(example) = g.guest.example() else {
+            continue;
+        };
+        if out.iter().any(|(w, _)| *w == g.guest) {
+            continue;
+        }
+        let src = root.join(example);
+        if !src.is_dir() {
+            anyhow::bail!(
+                "{}: the {} shape builds {example} from the source tree heddle was built from, and {} is gone",
+                g.name(),
+                g.guest.package(),
+                src.display()
+            );
+        }
+        let opts = heddle_package_build::BuildOptions {
+            out_dir: Some(std::env::temp_dir().join(format!(
+                "heddle-bench-guests-{}/{}",
+                std::process::id(),
+                g.guest.package()
+            ))),
+            progress: if quiet {
+                None
+            } else {
+                Some(|m: &str| eprintln!("{m}"))
+            },
+            ..Default::default()
+        };
+        let built = heddle_package_build::build_package(&src, &opts)?;
+        out.push((g.guest, built.dir));
+    }
+    Ok(out)
 }
 
 fn threads_line(threads: usize) -> String {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use heddle_kernel::Registry;
 use heddle_kernel::bench::{self, BenchError as RunError, BenchRun, Shape};
-use heddle_wasm::bench::{self as wasm_bench, WasmShape};
+use heddle_wasm::bench::{self as wasm_bench, Guest, GuestShape, WasmShape};
 use serde::Serialize;
 
 /// A shape of any family: native pass-through nodes, `std` WASM nodes, or the WASM
@@ -39,6 +39,8 @@ pub enum BenchShape {
     EffectChain,
     /// A fan-out of `files` nodes, each invocation writing a file.
     EffectFanout,
+    /// A chain of one guest language's division node, fresh or warm instances.
+    Guest(GuestShape),
 }
 
 impl BenchShape {
@@ -59,6 +61,7 @@ impl BenchShape {
             BenchShape::Wasm(s) => s.name(),
             BenchShape::EffectChain => "effect-chain",
             BenchShape::EffectFanout => "effect-fanout",
+            BenchShape::Guest(g) => g.name(),
         }
     }
 
@@ -71,6 +74,7 @@ impl BenchShape {
             BenchShape::Wasm(s) => s.default_size(),
             BenchShape::EffectChain => 10,
             BenchShape::EffectFanout => 300,
+            BenchShape::Guest(g) => g.default_size(),
         }
     }
 
@@ -79,6 +83,7 @@ impl BenchShape {
     pub fn default_messages(self) -> usize {
         match self {
             BenchShape::EffectChain => 100,
+            BenchShape::Guest(g) => g.default_messages(),
             _ => 10_000,
         }
     }
@@ -93,6 +98,7 @@ impl BenchShape {
             BenchShape::Wasm(s) => wasm_bench::graph(s, size),
             BenchShape::EffectChain => wasm_bench::effect_chain(size),
             BenchShape::EffectFanout => wasm_bench::effect_fanout(size),
+            BenchShape::Guest(g) => wasm_bench::guest_chain(g.guest, size),
         }
     }
 }
@@ -227,6 +233,19 @@ pub enum BenchError {
     /// The shapes' providers clash (an invariant: they declare distinct types).
     #[error(transparent)]
     Registry(#[from] heddle_kernel::RegistryError),
+    /// A guest shape's package was not given ([`Bench::with_guests`]) or would not load.
+    #[error("the {shape} shape needs the {package} package (built from {example})")]
+    GuestPackage {
+        /// The shape.
+        shape: &'static str,
+        /// The package it runs.
+        package: &'static str,
+        /// Where its source is.
+        example: &'static str,
+        /// Why it would not load, when it was given.
+        #[source]
+        source: Option<Box<heddle_wasm::PackageError>>,
+    },
     /// The scratch directory could not be made.
     #[error("creating the bench's scratch directory {}", path.display())]
     Scratch {
@@ -253,6 +272,9 @@ impl From<heddle_store::bench::DurableBenchError> for BenchError {
 pub struct Bench {
     shapes: Vec<&'static str>,
     registry: Registry,
+    /// The guest packages (and the first-party ones) granted `fresh_instances`, for the
+    /// fresh guest shapes: the same nodes as in `registry`, a fresh instance each time.
+    fresh: Option<Registry>,
     scratch: PathBuf,
     effects: Option<PathBuf>,
     threads: usize,
@@ -272,6 +294,18 @@ impl Bench {
         shapes: &[BenchShape],
         concurrency: Option<u32>,
     ) -> Result<Bench, BenchError> {
+        Bench::with_guests(rt, shapes, concurrency, &[])
+    }
+
+    /// [`Bench::new`] with the built packages of the guest shapes (Python, JavaScript
+    /// and C: the SDK examples built by `heddle_package_build`; Rust's twin is in the
+    /// first-party `std`).
+    pub fn with_guests(
+        rt: &tokio::runtime::Runtime,
+        shapes: &[BenchShape],
+        concurrency: Option<u32>,
+        guests: &[(Guest, PathBuf)],
+    ) -> Result<Bench, BenchError> {
         let scratch = std::env::temp_dir().join(format!("heddle-bench-{}", std::process::id()));
         let effects = shapes
             .iter()
@@ -283,16 +317,55 @@ impl Bench {
                 source,
             })?;
         }
+        let guest_shapes: Vec<GuestShape> = shapes
+            .iter()
+            .filter_map(|s| match s {
+                BenchShape::Guest(g) => Some(*g),
+                _ => None,
+            })
+            .collect();
+        // Every guest a shape needs, with its package directory (none for Rust).
+        let mut wanted: Vec<(Guest, Option<&Path>)> = Vec::new();
+        for g in &guest_shapes {
+            if wanted.iter().any(|(w, _)| *w == g.guest) {
+                continue;
+            }
+            let dir = guests
+                .iter()
+                .find(|(w, _)| *w == g.guest)
+                .map(|(_, d)| d.as_path());
+            if dir.is_none() && g.guest != Guest::Rust {
+                return Err(guest_error(*g, None));
+            }
+            wanted.push((g.guest, dir));
+        }
         let mut registry = Registry::with_builtins();
         if shapes.iter().any(|s| !matches!(s, BenchShape::Native(_))) {
             let provider = rt
-                .block_on(wasm_provider(effects.as_deref(), concurrency))
+                .block_on(wasm_provider(
+                    effects.as_deref(),
+                    concurrency,
+                    &wanted,
+                    false,
+                ))
                 .map_err(|e| BenchError::Packages(Box::new(e)))?;
             registry.add(Arc::new(provider))?;
         }
+        let fresh = match guest_shapes.iter().any(|g| g.fresh) {
+            true => {
+                let provider = rt
+                    .block_on(wasm_provider(None, concurrency, &wanted, true))
+                    .map_err(|e| BenchError::Packages(Box::new(e)))?;
+                let mut r = Registry::with_builtins();
+                r.add(Arc::new(provider))?;
+                Some(r)
+            }
+            false => None,
+        };
         Ok(Bench {
             shapes: shapes.iter().map(|s| s.name()).collect(),
             registry,
+            fresh,
             scratch,
             effects,
             threads: rt.metrics().num_workers(),
@@ -419,6 +492,14 @@ impl Bench {
                 (BenchShape::EffectChain | BenchShape::EffectFanout, None) => {
                     unreachable!("effect shape without its directory")
                 }
+                (BenchShape::Guest(g), _) => {
+                    // Invariant: `with_guests` made `fresh` when a fresh shape was given.
+                    let registry = match (g.fresh, &self.fresh) {
+                        (true, Some(r)) => r,
+                        _ => registry,
+                    };
+                    wasm_bench::run_guest_chain(registry, g.guest, size, messages, journal).await
+                }
             }
         })
     }
@@ -431,12 +512,36 @@ impl Drop for Bench {
     }
 }
 
-/// The WASM provider with the first-party packages on the default engine settings.
+fn guest_error(g: GuestShape, source: Option<heddle_wasm::PackageError>) -> BenchError {
+    BenchError::GuestPackage {
+        shape: g.name(),
+        package: g.guest.package(),
+        example: g.guest.example().unwrap_or("plugins/std"),
+        source: source.map(Box::new),
+    }
+}
+
+/// The WASM provider with the first-party packages on the default engine settings, and
+/// the guest packages in `guests`; with `fresh`, every one of them granted
+/// `fresh_instances`.
 async fn wasm_provider(
     effects: Option<&Path>,
     concurrency: Option<u32>,
+    guests: &[(Guest, Option<&Path>)],
+    fresh: bool,
 ) -> Result<heddle_wasm::WasmProvider, heddle_wasm::PackageError> {
     let mut config = heddle_wasm::WasmConfig::default();
+    if fresh {
+        for (g, _) in guests {
+            config.packages.insert(
+                g.package().into(),
+                heddle_wasm::PackageGrant {
+                    fresh_instances: true,
+                    ..Default::default()
+                },
+            );
+        }
+    }
     if let Some(dir) = effects {
         let grant = heddle_wasm::PackageGrant {
             concurrency,
@@ -446,8 +551,13 @@ async fn wasm_provider(
     }
     let host = heddle_wasm::WasmHost::new(config.wasm.clone())?;
     host.on_compile(|name| tracing::info!("compiling {name} (first use)…"));
-    let mut p = heddle_wasm::WasmProvider::new(host, config);
+    let mut p = heddle_wasm::WasmProvider::new(host.clone(), config);
     p.add_first_party().await?;
+    for (_, dir) in guests {
+        if let Some(dir) = dir {
+            p.add(heddle_wasm::WasmPackage::load_dir(&host, dir).await?)?;
+        }
+    }
     Ok(p)
 }
 

@@ -359,3 +359,169 @@ pub async fn run_effect_chain(
         ..timing
     })
 }
+
+/// A guest language measured on the same two-input division node: the SDK examples'
+/// `ratio` node (Python `textstats`, JavaScript `jsonkit`, C `cstrings`) and its Rust
+/// twin, `std.math.arith` with `op = "div"`. Every one declares `reuse-instance` (the
+/// node is pure), so the shape measures warm instances unless the package's grant sets
+/// `fresh_instances` ([`GuestShape::fresh`]), which is what every node that does not
+/// declare reuse gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guest {
+    Rust,
+    Python,
+    JavaScript,
+    C,
+}
+
+impl Guest {
+    pub const ALL: [Guest; 4] = [Guest::Rust, Guest::Python, Guest::JavaScript, Guest::C];
+
+    /// The division node's type.
+    pub fn node_type(self) -> &'static str {
+        match self {
+            Guest::Rust => NODE_TYPE,
+            Guest::Python => "textstats.ratio",
+            Guest::JavaScript => "jsonkit.ratio",
+            Guest::C => "cstrings.ratio",
+        }
+    }
+
+    /// The package the node is in (the Rust twin's is the first-party `std`).
+    pub fn package(self) -> &'static str {
+        match self {
+            Guest::Rust => "std",
+            Guest::Python => "textstats",
+            Guest::JavaScript => "jsonkit",
+            Guest::C => "cstrings",
+        }
+    }
+
+    /// The SDK example holding the node, relative to the source tree (none for Rust:
+    /// `std` is built into the host).
+    pub fn example(self) -> Option<&'static str> {
+        match self {
+            Guest::Rust => None,
+            Guest::Python => Some("sdk/python/examples/textstats"),
+            Guest::JavaScript => Some("sdk/js/examples/jsonkit"),
+            Guest::C => Some("sdk/c/examples/cstrings"),
+        }
+    }
+
+    /// The second input of the division: what `b` is set to (a property).
+    fn divisor_props(self, g: GraphBuilder, id: &str) -> GraphBuilder {
+        let g = g.node(id, self.node_type()).prop("b", 1.0);
+        match self {
+            Guest::Rust => g.prop("op", "div"),
+            _ => g,
+        }
+    }
+
+    /// The output the node's result leaves on.
+    fn output(self) -> &'static str {
+        match self {
+            Guest::Rust => "result",
+            _ => "ratio",
+        }
+    }
+}
+
+/// A chain of one guest's division nodes, each instance fresh or warm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestShape {
+    pub guest: Guest,
+    /// A fresh instance per invocation (the package granted `fresh_instances`), the
+    /// default of a node that does not declare reuse; else warm, as the node declares.
+    pub fresh: bool,
+}
+
+impl GuestShape {
+    /// Every guest, fresh then warm.
+    pub fn all() -> Vec<GuestShape> {
+        [true, false]
+            .into_iter()
+            .flat_map(|fresh| Guest::ALL.map(|guest| GuestShape { guest, fresh }))
+            .collect()
+    }
+
+    pub fn name(self) -> &'static str {
+        match (self.guest, self.fresh) {
+            (Guest::Rust, true) => "rust-chain",
+            (Guest::Python, true) => "py-chain",
+            (Guest::JavaScript, true) => "js-chain",
+            (Guest::C, true) => "c-chain",
+            (Guest::Rust, false) => "rust-chain-warm",
+            (Guest::Python, false) => "py-chain-warm",
+            (Guest::JavaScript, false) => "js-chain-warm",
+            (Guest::C, false) => "c-chain-warm",
+        }
+    }
+
+    /// A size that takes about a second with fresh Python instances (~1–3 ms each).
+    pub fn default_size(self) -> usize {
+        10
+    }
+
+    /// Values pushed through the chain unless told: 10 nodes × 100 values is 1,000
+    /// invocations, as the figures were taken over.
+    pub fn default_messages(self) -> usize {
+        100
+    }
+}
+
+/// `in` (streaming input named `in`) → `g0` … `g{n-1}` (each divides by 1) → `out`.
+pub fn guest_chain(guest: Guest, n: usize) -> GraphDoc {
+    let mut g = GraphBuilder::new()
+        .named(format!("{}-chain-{n}", guest.package()))
+        .node("in", INPUT_TYPE)
+        .prop("name", "in")
+        .prop("streaming", true);
+    let mut prev = ("in".to_string(), "value");
+    for i in 0..n {
+        let id = format!("g{i}");
+        g = guest.divisor_props(g, &id).edge(&prev.0, prev.1, &id, "a");
+        prev = (id, guest.output());
+    }
+    g.node("out", OUTPUT_TYPE)
+        .prop("name", "out")
+        .edge(&prev.0, prev.1, "out", "value")
+        .build()
+}
+
+/// Runs a guest chain of `n` nodes with `messages` values (0.5, 1.5, …) pushed through,
+/// and checks that every value comes out unchanged (each node divides by 1), so a run
+/// that drops or mangles values cannot pass for a fast one. `registry` must offer the
+/// guest's package; whether instances are fresh is its grant's doing.
+pub async fn run_guest_chain(
+    registry: &Registry,
+    guest: Guest,
+    n: usize,
+    messages: usize,
+    journal: Option<Arc<dyn Journal>>,
+) -> Result<BenchRun, BenchError> {
+    let timed = TimedRun::start(guest_chain(guest, n), registry, journal)?;
+    let h = &timed.handle;
+    let value = |i: usize| i as f64 + 0.5;
+    for i in 0..messages {
+        h.push_input("in", Value::Float(value(i))).await?;
+    }
+    h.finish_input("in").await?;
+    let (r, timing) = timed
+        .finish(guest.node_type(), (n * messages) as u64)
+        .await?;
+    let out = r.outputs.get("out").map(Vec::as_slice).unwrap_or_default();
+    let mut got: Vec<f64> = out.iter().filter_map(Value::as_f64).collect();
+    got.sort_by(f64::total_cmp);
+    let want: Vec<f64> = (0..messages).map(value).collect();
+    if got != want {
+        return Err(BenchError::Output(format!(
+            "expected the {messages} values pushed in back unchanged, got {} values (first few {:?})",
+            out.len(),
+            &got[..got.len().min(5)]
+        )));
+    }
+    Ok(BenchRun {
+        messages: messages as u64,
+        ..timing
+    })
+}

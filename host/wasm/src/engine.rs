@@ -49,6 +49,9 @@ pub(crate) fn check_host_call_fuel(
 /// instances: a small guest's working set (its stack top, data and first heap pages).
 const KEEP_RESIDENT: usize = 2 << 20;
 
+/// Core module instances one component may make (Spin's default).
+const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 200;
+
 /// Wasm stack a guest may use (a deeper recursion traps as stack exhaustion).
 pub(crate) const MAX_WASM_STACK: usize = 1 << 20;
 
@@ -68,12 +71,20 @@ pub(crate) struct HostInner {
     /// once, beside others) wait for a slot instead of failing to instantiate. `None`
     /// without the pool (on-demand allocation has no slots to run out of).
     slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// Every executor's pool of warm instances, so an invocation that finds every slot
+    /// taken can drop an idle warm instance (which holds its slot's permit) instead of
+    /// waiting for one that may never be given back (idle instances of nodes that will
+    /// not run again before the run ends).
+    warm_pools: std::sync::Mutex<Vec<std::sync::Weak<WarmPool>>>,
     cache_dir: PathBuf,
     config_hash: String,
     stop: Arc<AtomicBool>,
     compile_notice: OnceLock<CompileNotice>,
     pub(crate) net: Arc<NetShared>,
 }
+
+/// An executor's idle warm instances (see `executor::Warm`).
+pub(crate) type WarmPool = std::sync::Mutex<Vec<crate::executor::Warm>>;
 
 /// Told the package name before a compile the cache cannot serve.
 type CompileNotice = Box<dyn Fn(&str) + Send + Sync>;
@@ -143,6 +154,7 @@ impl WasmHost {
                 }),
                 settings,
                 pooling,
+                warm_pools: std::sync::Mutex::new(Vec::new()),
                 cache_dir,
                 config_hash,
                 stop,
@@ -186,11 +198,51 @@ impl WasmHost {
     }
 
     /// A slot of the instance pool for one invocation, waited for while every slot is
-    /// in use; held until the invocation is done (see `HostInner::slots`).
+    /// in use; held until the invocation is done, or by the warm instance it leaves (see
+    /// `HostInner::slots`). With every slot taken, an idle warm instance of any node is
+    /// dropped to free one: warm instances are a cache, never a reason to wait.
     pub(crate) async fn instance_slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         let slots = self.inner.slots.clone()?;
-        // The semaphore is never closed.
-        slots.acquire_owned().await.ok()
+        loop {
+            if let Ok(p) = slots.clone().try_acquire_owned() {
+                return Some(p);
+            }
+            if !self.evict_warm() {
+                // The semaphore is never closed.
+                return slots.acquire_owned().await.ok();
+            }
+        }
+    }
+
+    /// Registers an executor's warm pool for [`WasmHost::instance_slot`] to evict from.
+    pub(crate) fn register_warm(&self, pool: &Arc<WarmPool>) {
+        let mut pools = self
+            .inner
+            .warm_pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        pools.retain(|w| w.strong_count() > 0);
+        pools.push(Arc::downgrade(pool));
+    }
+
+    /// Drops one idle warm instance (releasing its slot); false when there is none.
+    fn evict_warm(&self) -> bool {
+        let pools: Vec<Arc<WarmPool>> = {
+            let pools = self
+                .inner
+                .warm_pools
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            pools.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        for pool in pools {
+            let evicted = pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            if evicted.is_some() {
+                // Dropped here, outside the pool's lock: the store and its slot go.
+                return true;
+            }
+        }
+        false
     }
 
     /// Whether the pooling allocator is in use (false after a fallback).
@@ -310,11 +362,16 @@ fn build_engine(settings: &EngineSettings) -> Result<(Engine, bool), PackageErro
         let mut pool = PoolingAllocationConfig::new();
         let n = settings.pool_instances.max(1);
         pool.total_component_instances(n)
-            .total_core_instances(n * 8)
+            // Every component may instantiate as many core modules as the per-component
+            // limit allows: a componentize-py guest instantiates 14 (libc, libpython, ...
+            // dynamically linked), so `n * 8` let a 147-node Python chain fail with the
+            // pool's "maximum concurrent limit of 2048 for core instances". The pool
+            // reserves nothing per core instance (it is a counter), so this costs nothing.
+            .total_core_instances(n.saturating_mul(MAX_CORE_INSTANCES_PER_COMPONENT))
             .total_memories(n)
             .total_tables(n * 4)
             .total_stacks(n)
-            .max_core_instances_per_component(200)
+            .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
             .max_memories_per_component(32)
             .max_tables_per_component(64)
             .table_elements(100_000)

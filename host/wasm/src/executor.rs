@@ -32,10 +32,14 @@ use crate::value::{from_wit, to_wit};
 const WARM_MAX_USES: u32 = 4096;
 /// Warm instances kept per node (one per concurrent invocation, up to this many).
 const WARM_POOL: usize = 4;
-struct Warm {
+pub(crate) struct Warm {
     store: Store<State>,
     instance: Instance,
     uses: u32,
+    /// The pool slot the instance occupies, held while it waits idle (so running and
+    /// idle instances together never exceed the pool) and handed to the invocation that
+    /// takes it up. `None` without the pooling allocator.
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Runs one graph node's invocations.
@@ -47,7 +51,8 @@ pub struct WasmExecutor {
     grant: Arc<NodeGrant>,
     secrets: Arc<SecretsConfig>,
     properties: Vec<(String, WitValue)>,
-    warm: Mutex<Vec<Warm>>,
+    /// Registered with the host, which may drop an idle one when the pool is full.
+    warm: Arc<crate::engine::WarmPool>,
     /// Who makes this node's outgoing requests, for their log lines.
     caller: Arc<Caller>,
 }
@@ -69,6 +74,8 @@ impl WasmExecutor {
             node_id: node_id.clone(),
             node_type: type_name.clone(),
         });
+        let warm = Arc::new(Mutex::new(Vec::new()));
+        pkg.host.register_warm(&warm);
         WasmExecutor {
             caller,
             node_id,
@@ -78,7 +85,7 @@ impl WasmExecutor {
             grant: Arc::new(grant),
             secrets,
             properties,
-            warm: Mutex::new(Vec::new()),
+            warm,
         }
     }
 
@@ -110,17 +117,25 @@ impl WasmExecutor {
             return Err(NodeError::cancelled());
         }
 
-        // Held until the invocation is done, warm instance or not.
-        let _slot = host.instance_slot().await;
-        let reuse = self.info.reuse_instance && input.is_none();
+        // Warm only when the node's declaration allows it and the operator did not
+        // narrow that away; a streaming-input invocation holds its stream in the store.
+        let reuse = self.info.reuse_instance && !self.grant.fresh_instances && input.is_none();
         let warm = if reuse {
             self.warm.lock().unwrap_or_else(|e| e.into_inner()).pop()
         } else {
             None
         };
+        // A pool slot, held until the invocation is done, then by the warm instance it
+        // leaves if any: a warm instance brings its own. Declared before the store, so
+        // it is released after the store (and the pool slot it holds) is dropped.
+        let mut slot;
         let (mut store, instance, uses) = match warm {
-            Some(w) => (w.store, Some(w.instance), w.uses),
+            Some(w) => {
+                slot = w.slot;
+                (w.store, Some(w.instance), w.uses)
+            }
             None => {
+                slot = host.instance_slot().await;
                 let store = host
                     .new_store(&self.grant)
                     .map_err(|e| NodeError::host(format!("{}: {}", self.label(), chain(&e))))?;
@@ -257,6 +272,7 @@ impl WasmExecutor {
                             store,
                             instance,
                             uses: uses + 1,
+                            slot: slot.take(),
                         });
                     }
                 }

@@ -66,6 +66,12 @@ pub struct PackageGrant {
     /// prints it). When set, a package of that name with other bytes gets nothing:
     /// the grant belongs to what was reviewed, not to whatever takes the name.
     pub sha256: Option<String>,
+    /// A fresh instance for every invocation even of the package's nodes that declare
+    /// `reuse-instance` (narrowing what the declaration allows, never widening: a node
+    /// that does not declare it always gets a fresh one). For an operator who wants no
+    /// state of one invocation reachable from the next at any cost in start-up time
+    /// (a warm Python instance is ~30× cheaper than a fresh one: sdk/README.md).
+    pub fresh_instances: bool,
 }
 
 /// A header the host adds to requests to one destination, from a secret.
@@ -230,6 +236,8 @@ pub struct NodeGrant {
     pub env: BTreeSet<String>,
     pub secrets: BTreeSet<String>,
     pub network: Arc<NetGrant>,
+    /// [`PackageGrant::fresh_instances`].
+    pub fresh_instances: bool,
 }
 
 impl NodeGrant {
@@ -247,6 +255,7 @@ impl NodeGrant {
             env: grant.env.iter().cloned().collect(),
             secrets: grant.secrets.iter().cloned().collect(),
             network: Arc::new(NetGrant::new(grant)),
+            fresh_instances: grant.fresh_instances,
         };
         let Some(l) = limits else { return g };
         if let Some(f) = l.fuel {

@@ -500,6 +500,21 @@ async fn instances_are_fresh_unless_the_node_opts_in_and_a_trap_discards_a_warm_
     // Warm instances belong to one graph node, never shared with another.
     let other = create(&p, "n3", "hostile.counter_warm", BTreeMap::new(), None);
     assert_eq!(calls(other, false).await.unwrap(), Value::Int(1));
+
+    // The operator can take warm reuse away from a node that declares it.
+    let p = hostile_provider(grant(PackageGrant {
+        fresh_instances: true,
+        ..Default::default()
+    }))
+    .await;
+    let narrowed = create(&p, "n4", "hostile.counter_warm", BTreeMap::new(), None);
+    for _ in 0..3 {
+        assert_eq!(
+            calls(narrowed.clone(), false).await.unwrap(),
+            Value::Int(1),
+            "fresh_instances = true still reused an instance"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

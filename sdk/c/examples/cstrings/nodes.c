@@ -77,6 +77,18 @@ static bool run_word_stats(heddle_call *c) {
     return true;
 }
 
+// a / b: the same two-input node as textstats.ratio and jsonkit.ratio, so the three
+// SDKs (and std.math.arith's `div`, its Rust twin) compare in `heddle bench --shape
+// c-chain` and its siblings. Pure, so it declares reuse_instance.
+static bool run_ratio(heddle_call *c) {
+    double a, b;
+    if (!heddle_get_float(c, "a", &a) || !heddle_get_float(c, "b", &b))
+        return heddle_fail(c, "input:type", "a and b must be numbers");
+    if (b == 0) return heddle_fail(c, "math:div0", "division by zero");
+    heddle_set_float(c, "ratio", a / b);
+    return true;
+}
+
 const heddle_node HEDDLE_NODES[] = {
     {
         .type_name = "cstrings.crc32",
@@ -104,6 +116,16 @@ const heddle_node HEDDLE_NODES[] = {
         .outputs = HEDDLE_OUTPUTS({"stats", "object"}),
         .retry_safe = true,
         .run = run_word_stats,
+    },
+    {
+        .type_name = "cstrings.ratio",
+        .title = "Ratio",
+        .description = "a / b; dividing by zero is an error with the signature math:div0.",
+        .inputs = HEDDLE_PORTS({"a", "float", .required = true}, {"b", "float", .required = true}),
+        .outputs = HEDDLE_OUTPUTS({"ratio", "float"}),
+        .retry_safe = true,
+        .reuse_instance = true,
+        .run = run_ratio,
     },
     {0},
 };

@@ -4,6 +4,24 @@ import { definePackage, NodeError, emit, log } from "./heddle.js";
 
 export const node = definePackage([
   {
+    // a / b: the same two-input node as textstats.ratio and cstrings.ratio, so the SDKs
+    // compare in `heddle bench --shape js-chain` and its siblings. Pure: reuseInstance.
+    type: "jsonkit.ratio",
+    title: "Ratio",
+    description: "a / b; dividing by zero is an error with the signature math:div0.",
+    inputs: [
+      { name: "a", type: "float", required: true },
+      { name: "b", type: "float", required: true },
+    ],
+    outputs: { ratio: "float" },
+    retrySafe: true,
+    reuseInstance: true,
+    run({ a, b }) {
+      if (b === 0) throw new NodeError("division by zero", { signature: "math:div0" });
+      return { ratio: a / b };
+    },
+  },
+  {
     type: "jsonkit.parse",
     title: "Parse JSON",
     description:

@@ -29,6 +29,24 @@ def word_count(text, top):
 
 
 @node(
+    "textstats.ratio",
+    title="Ratio",
+    description="a / b (words per line, say); dividing by zero is an error with the "
+    "signature math:div0.",
+    inputs=[port("a", "float", required=True), port("b", "float", required=True)],
+    outputs={"ratio": "float"},
+    retry_safe=True,
+    reuse_instance=True,  # pure: an instance may serve the next invocation
+)
+def ratio(a, b):
+    # The same two-input node as jsonkit.ratio and cstrings.ratio, so the SDKs compare
+    # in `heddle bench --shape py-chain` and its siblings.
+    if b == 0:
+        raise NodeError("division by zero", signature="math:div0")
+    return {"ratio": a / b}
+
+
+@node(
     "textstats.parse_record",
     title="Parse key=value record",
     description="Parses `key=value; key=value` into an object. A malformed field is a "
