@@ -181,6 +181,26 @@ pub struct RunSummary {
     pub records: u64,
 }
 
+/// Transactions a store handle committed ([`RunStore::commits`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Commits {
+    /// Transactions committed.
+    pub commits: u64,
+    /// Of those, commits that waited for stable storage (an fsync each; a commit that
+    /// several writers shared counts once).
+    pub synced: u64,
+}
+
+impl Commits {
+    /// What was committed between `earlier` and `self`.
+    pub fn since(self, earlier: Commits) -> Commits {
+        Commits {
+            commits: self.commits.saturating_sub(earlier.commits),
+            synced: self.synced.saturating_sub(earlier.synced),
+        }
+    }
+}
+
 /// A durable run store. Implementations keep each run's log gapless and fenced: an
 /// append succeeds only at the next sequence number and only for the current owner's
 /// epoch, so a stale process can never interleave with the one that took over.
@@ -217,6 +237,13 @@ pub trait RunStore: Send + Sync {
         next: u64,
         opening: &dyn Fn(u64) -> Vec<Record>,
     ) -> Result<u64, StoreError>;
+
+    /// What this handle has committed so far, where the store counts it (a store file:
+    /// every transaction of its writing connection); `None` where it does not. What a
+    /// bench divides by the runs it made.
+    fn commits(&self) -> Option<Commits> {
+        None
+    }
 
     /// Asks whoever owns the run to cancel it (synced): the one way another process
     /// cancels a run a live process owns, whose log only that owner may write. The

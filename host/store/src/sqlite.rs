@@ -8,8 +8,8 @@
 
 use std::hash::{BuildHasher as _, Hasher as _};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
@@ -38,6 +38,17 @@ pub struct SqliteStore {
     /// The one host's queue and commands ([`crate::fleet::Local`]).
     pub(crate) local: crate::fleet::Local,
     pub(crate) hub: crate::fleet::Hub,
+    /// What the connection committed ([`crate::Commits`]), counted by its commit hook.
+    counted: Arc<Counted>,
+}
+
+/// [`crate::Commits`] as the writing connection's commit hook counts them.
+#[derive(Default)]
+struct Counted {
+    commits: AtomicU64,
+    synced: AtomicU64,
+    /// The connection's `synchronous` setting is FULL: a commit now waits for the disk.
+    full: AtomicBool,
 }
 
 pub(crate) struct Conn {
@@ -46,6 +57,7 @@ pub(crate) struct Conn {
     synced: Option<bool>,
     /// The rows of the last append, kept so each batch reuses the buffer.
     layout: rows::Layout,
+    counted: Arc<Counted>,
 }
 
 impl SqliteStore {
@@ -71,19 +83,42 @@ impl SqliteStore {
             .map_err(open)?;
         db.pragma_update(None, "synchronous", "FULL")
             .map_err(open)?;
+        let counted = Arc::new(Counted {
+            full: AtomicBool::new(true),
+            ..Counted::default()
+        });
+        let hook = counted.clone();
+        db.commit_hook(Some(move || {
+            hook.commits.fetch_add(1, Ordering::Relaxed);
+            if hook.full.load(Ordering::Relaxed) {
+                hook.synced.fetch_add(1, Ordering::Relaxed);
+            }
+            // Never turns a commit into a rollback.
+            false
+        }));
         Ok(SqliteStore {
             path: path.to_path_buf(),
             conn: Mutex::new(Conn {
                 db,
                 synced: Some(true),
                 layout: rows::Layout::default(),
+                counted: counted.clone(),
             }),
             reader: Mutex::new(None),
             lease_epoch: AtomicU64::new(0),
             upgrade,
             local: Default::default(),
             hub: crate::fleet::Hub::new(),
+            counted,
         })
+    }
+
+    /// What the store's writing connection has committed since it was opened.
+    pub fn commits(&self) -> crate::Commits {
+        crate::Commits {
+            commits: self.counted.commits.load(Ordering::Relaxed),
+            synced: self.counted.synced.load(Ordering::Relaxed),
+        }
     }
 
     /// What opening the file changed in it: an older schema brought up to date (the
@@ -300,6 +335,10 @@ impl RunStore for SqliteStore {
             graph_sha256: row.graph_sha256,
             run: run.clone(),
         })
+    }
+
+    fn commits(&self) -> Option<crate::Commits> {
+        Some(SqliteStore::commits(self))
     }
 
     fn header(&self, run_id: &str) -> Result<RunHeader, StoreError> {
@@ -611,6 +650,7 @@ fn set_sync(c: &mut Conn, sync: bool) -> Result<(), StoreError> {
         c.db.pragma_update(None, "synchronous", if sync { "FULL" } else { "NORMAL" })
             .map_err(StoreError::sql("setting durability"))?;
         c.synced = Some(sync);
+        c.counted.full.store(sync, Ordering::Relaxed);
     }
     Ok(())
 }
