@@ -500,8 +500,13 @@ pub enum Shape {
     RustChainWarm,
     /// Every guest shape, fresh then warm.
     Guests,
-    /// Every shape above but the effect and guest shapes (whose figures are mostly the
-    /// disk's, and which build packages).
+    /// Small durable runs (a 3-node WASM graph) created through a real server's HTTP API
+    /// (`POST /api/runs` on loopback, the store on disk) by `--clients` clients: runs
+    /// completed per second, create latency, store commits per run. `--size` is the runs
+    /// per round (default 1000), `--runs` the rounds.
+    ApiRuns,
+    /// Every shape above but the effect shapes and api-runs (whose figures are mostly the
+    /// disk's) and the guest shapes (which build packages).
     All,
 }
 
@@ -544,6 +549,13 @@ pub struct BenchArgs {
     /// invocation reported and counted): what the server's always-on metrics cost.
     #[arg(long)]
     pub metrics: bool,
+    /// api-runs: clients creating runs at once, each waiting for its answer before its
+    /// next request.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub clients: u16,
+    /// api-runs: runs the server executes at once (`heddle serve --workers`).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub workers: u16,
     /// Print the figures as JSON.
     #[arg(long)]
     pub json: bool,

@@ -184,3 +184,75 @@ fn durable_runs_are_measured_on_the_database_store_names() {
     assert!(stderr(&o).contains("add --durable"), "{}", stderr(&o));
     no_panic(&o);
 }
+
+/// `--shape api-runs` runs a real server on loopback and reports what it measured; its
+/// figures are checked for sense (every field there, the runs counted), never for speed.
+#[test]
+fn api_runs_reports_runs_per_second_latency_and_commits_per_run() {
+    let o = heddle(&[
+        "bench",
+        "--shape",
+        "api-runs",
+        "--size",
+        "40",
+        "--runs",
+        "1",
+        "--clients",
+        "4",
+        "--json",
+    ]);
+    expect_code(&o, OK);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("bench --json is not JSON ({e}):\n{}", stdout(&o)));
+    let f = &v[0];
+    assert_eq!(f["shape"], "api-runs", "{v}");
+    assert_eq!(f["store"], "sqlite", "{f}");
+    assert_eq!(f["runs"], 40, "{f}");
+    assert_eq!(f["clients"], 4, "{f}");
+    assert_eq!(f["workers"], 4, "{f}");
+    assert_eq!(f["nodes"], 3, "{f}");
+    let rate = f["runs_per_sec"].as_f64().expect("runs_per_sec");
+    let wall = micros(f, "wall_us");
+    assert!(rate > 0.0 && wall > 0, "{f}");
+    let expect = 40.0 / (wall as f64 / 1e6);
+    assert!(
+        (rate - expect).abs() <= expect * 1e-3,
+        "{rate} vs {expect}: {f}"
+    );
+    let (p50, p99, max) = (
+        micros(f, "create_p50_us"),
+        micros(f, "create_p99_us"),
+        micros(f, "create_max_us"),
+    );
+    assert!(0 < p50 && p50 <= p99 && p99 <= max && max <= wall, "{f}");
+    // Every run writes durably (its creation, its ending); a commit several runs shared
+    // counts once, so a run may cost less than one.
+    let commits = f["commits_per_run"].as_f64().expect("commits_per_run");
+    let synced = f["synced_commits_per_run"]
+        .as_f64()
+        .expect("synced_commits_per_run");
+    assert!(synced > 0.0 && synced <= commits, "{f}");
+    assert!(
+        f["cpu_us_per_run"].as_f64().expect("cpu_us_per_run") > 0.0,
+        "{f}"
+    );
+
+    let o = heddle(&[
+        "bench",
+        "--shape",
+        "api-runs",
+        "--size",
+        "10",
+        "--runs",
+        "1",
+        "--clients",
+        "2",
+    ]);
+    expect_code(&o, OK);
+    let out = stdout(&o);
+    assert!(
+        out.contains("runs/s") && out.contains("create p50"),
+        "{out}"
+    );
+    assert!(out.contains("per run:") && out.contains("synced"), "{out}");
+}

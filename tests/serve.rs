@@ -143,6 +143,53 @@ fn a_server_killed_with_sigkill_is_replaced_and_nothing_is_lost_or_repeated() {
     }
 }
 
+/// Runs created together share their creation's commit (group commit): every one the
+/// API answered 201 for is on disk when the answer leaves, so a SIGKILL right after the
+/// last answer loses none of them, and the next server finishes each.
+#[test]
+fn runs_created_together_and_answered_survive_a_sigkill_right_after() {
+    const UPPER: &str = r#"{"format": "heddle.graph", "version": 1,
+      "nodes": [
+        {"id": "t", "type": "heddle.input", "properties": {"type": "str"}},
+        {"id": "up", "type": "std.text.case", "properties": {"mode": "upper"}},
+        {"id": "out", "type": "heddle.output"}],
+      "edges": [
+        {"source": "t", "sourceHandle": "value", "target": "up", "targetHandle": "text"},
+        {"source": "up", "sourceHandle": "text", "target": "out", "targetHandle": "value"}]}"#;
+    let dir = StoreDir::new();
+    let a = dir.serve(None);
+    let api = std::sync::Arc::new(Api::of(&a));
+    let graph: Value = serde_json::from_str(UPPER).unwrap();
+    let ids: Vec<(String, String)> = rt().block_on(async {
+        let creates: Vec<_> = (0..16)
+            .map(|i| {
+                let (api, graph) = (api.clone(), graph.clone());
+                tokio::spawn(async move {
+                    let text = format!("run {i}");
+                    let body = json!({"graph": graph, "inputs": {"t": text}});
+                    let (status, created) = api.call("POST", "/api/runs", Some(body)).await;
+                    assert_eq!(status, 201, "{created:#}");
+                    (created["run_id"].as_str().unwrap().to_string(), text)
+                })
+            })
+            .collect();
+        let mut ids = Vec::new();
+        for c in creates {
+            ids.push(c.await.unwrap());
+        }
+        ids
+    });
+    a.kill9();
+    let b = dir.serve(None);
+    let api = Api::of(&b);
+    for (id, text) in ids {
+        let (show, _) = rt().block_on(api.drive_to_end(&id));
+        assert_eq!(show["state"], "completed", "{id}: {show:#}");
+        let shown = show.to_string();
+        assert!(shown.contains(&text.to_uppercase()), "{id}: {show:#}");
+    }
+}
+
 #[test]
 fn the_token_is_owner_only_and_printed_once() {
     use std::os::unix::fs::PermissionsExt as _;

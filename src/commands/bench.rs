@@ -21,6 +21,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     if args.threads == Some(0) {
         return Err(crate::usage!("--threads must be at least 1"));
     }
+    if args.shape == ShapeArg::ApiRuns {
+        return api_runs(&args);
+    }
     let shapes: Vec<BenchShape> = match args.shape {
         ShapeArg::Chain => vec![BenchShape::Native(Shape::Chain)],
         ShapeArg::ChainWhen => vec![BenchShape::Native(Shape::ChainWhen)],
@@ -43,6 +46,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
             .map(BenchShape::Guest)
             .collect(),
         ShapeArg::All => BenchShape::all(),
+        ShapeArg::ApiRuns => unreachable!("measured above"),
     };
     let guests = build_guests(&shapes, args.json)?;
     // Durable runs on a database (`--store postgres://…`, where the bench's runs are
@@ -175,6 +179,68 @@ fn build_guests(
         out.push((g.guest, built.dir));
     }
     Ok(out)
+}
+
+/// `--shape api-runs`: runs per second through a server ([`heddle_server::bench`]).
+fn api_runs(args: &BenchArgs) -> anyhow::Result<Exit> {
+    if let Some(url) = &args.store
+        && !matches!(
+            heddle_store::StoreLocation::parse(url),
+            heddle_store::StoreLocation::Postgres(_)
+        )
+    {
+        return Err(crate::usage!(
+            "--store {url}: give a postgres:// URL (without it, api-runs keeps its runs in a scratch SQLite file)"
+        ));
+    }
+    let opts = heddle_server::bench::ApiOptions {
+        clients: args.clients as usize,
+        runs: args.size.unwrap_or(1000),
+        rounds: args.runs,
+        workers: args.workers as usize,
+        threads: args.threads,
+        store: args.store.clone(),
+    };
+    if BUILD == "debug" {
+        eprintln!(
+            "warning: this heddle is a debug build; its figures are many times slower than a release build's (`cargo run --release -- bench`)"
+        );
+    }
+    let f = heddle_server::bench::measure(&opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&[&f])?);
+        return Ok(Exit::Ok);
+    }
+    let ms = |us: u64| us as f64 / 1e3;
+    let per_run = |v: Option<f64>| v.map_or_else(|| "n/a".into(), |v| format!("{v:.2}"));
+    println!(
+        "{:<11} {} store, {} clients, {} workers, {} runs of {} WASM nodes  wall {:.1} ms  {:.0} runs/s  create p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+        f.shape,
+        f.store,
+        f.clients,
+        f.workers,
+        f.runs,
+        f.nodes,
+        ms(f.wall_us),
+        f.runs_per_sec,
+        ms(f.create_p50_us),
+        ms(f.create_p99_us),
+        ms(f.create_max_us),
+    );
+    println!(
+        "{:<11} per run: {} commits, {} synced; cpu {} µs ({} cores busy)  peak RSS {}",
+        "",
+        per_run(f.commits_per_run),
+        per_run(f.synced_commits_per_run),
+        f.cpu_us_per_run
+            .map_or_else(|| "n/a".into(), |v| format!("{v:.0}")),
+        f.cores_busy
+            .map_or_else(|| "n/a".into(), |v| format!("{v:.2}")),
+        f.peak_rss_kib
+            .map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
+            .unwrap_or_else(|| "n/a".into()),
+    );
+    Ok(Exit::Ok)
 }
 
 fn threads_line(threads: usize) -> String {

@@ -23,6 +23,8 @@
 #![warn(missing_docs)]
 
 pub mod api;
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod coding;
 pub mod feed;
 pub mod fleet;

@@ -229,6 +229,10 @@ pub enum StoreError {
     },
     #[error("no command {0} in the run store")]
     UnknownCommand(u64),
+    /// A synced write's commit, which it shared with other writes queued at the same
+    /// time, failed: none of them is stored.
+    #[error("{op}: the commit it shared with other writes failed: {message}")]
+    GroupCommit { op: &'static str, message: String },
     #[error("the run log stopped writing after an error")]
     WriterStopped(#[source] std::sync::Arc<StoreError>),
     #[error("the run log writer is gone (the log was closed)")]

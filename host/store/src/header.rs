@@ -111,6 +111,7 @@ pub(crate) const COLUMNS: &str =
 /// what every store writes at [`crate::RunStore::create_run`] and reads back at
 /// [`crate::RunStore::header`], so both stores checksum and verify the same bytes the
 /// same way.
+#[derive(Clone)]
 pub(crate) struct HeaderRow {
     pub created_ms: u64,
     pub graph_name: String,

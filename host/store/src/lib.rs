@@ -181,6 +181,26 @@ pub struct RunSummary {
     pub records: u64,
 }
 
+/// Transactions a store handle committed ([`RunStore::commits`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Commits {
+    /// Transactions committed.
+    pub commits: u64,
+    /// Of those, commits that waited for stable storage (an fsync each; a commit that
+    /// several writers shared counts once).
+    pub synced: u64,
+}
+
+impl Commits {
+    /// What was committed between `earlier` and `self`.
+    pub fn since(self, earlier: Commits) -> Commits {
+        Commits {
+            commits: self.commits.saturating_sub(earlier.commits),
+            synced: self.synced.saturating_sub(earlier.synced),
+        }
+    }
+}
+
 /// A durable run store. Implementations keep each run's log gapless and fenced: an
 /// append succeeds only at the next sequence number and only for the current owner's
 /// epoch, so a stale process can never interleave with the one that took over.
@@ -217,6 +237,29 @@ pub trait RunStore: Send + Sync {
         next: u64,
         opening: &dyn Fn(u64) -> Vec<Record>,
     ) -> Result<u64, StoreError>;
+
+    /// Records a new run and takes it as its first owner: the run, its owner epoch and
+    /// `opening(epoch)` (its first records), durable when this returns. The header and the
+    /// epoch its log writes under. A store that can do both in one transaction does
+    /// (one synced commit per new run instead of two); the default creates the run, then
+    /// takes it over ([`RunStore::create_run`], [`RunStore::take_over`]). Either way
+    /// nobody else can have taken a run that did not exist a moment before.
+    fn create_and_take(
+        &self,
+        run: &NewRun,
+        opening: &dyn Fn(u64) -> Vec<Record>,
+    ) -> Result<(RunHeader, u64), StoreError> {
+        let header = self.create_run(run)?;
+        let epoch = self.take_over(&header.run_id, 0, opening)?;
+        Ok((header, epoch))
+    }
+
+    /// What this handle has committed so far, where the store counts it (a store file:
+    /// every transaction of its writing connection); `None` where it does not. What a
+    /// bench divides by the runs it made.
+    fn commits(&self) -> Option<Commits> {
+        None
+    }
 
     /// Asks whoever owns the run to cancel it (synced): the one way another process
     /// cancels a run a live process owns, whose log only that owner may write. The

@@ -113,8 +113,6 @@ fn open(
         extra,
     } = opening;
     let run_id = header.run_id.as_str();
-    let budget = header.run.limits.budget;
-    let spent = RunView::fold(records, |_| false).spent();
     // The one point where a taker wins: the opening records go in with the new epoch,
     // only if nobody took the run since `records` were read.
     let opening_records = |epoch| {
@@ -137,6 +135,25 @@ fn open(
         // `records`, whose references recovery replaced by their values.
         crate::spill::sweep(&*store, run_id)?;
     }
+    Ok(taken(
+        store, header, records, epoch, written, answered, reoffer,
+    ))
+}
+
+/// The session of a run this process just took at `epoch`, its log `records` as
+/// checked followed by the `written` records of the opening.
+fn taken(
+    store: Arc<dyn RunStore>,
+    header: &RunHeader,
+    records: &[Stored],
+    epoch: u64,
+    written: u64,
+    answered: Vec<Record>,
+    reoffer: &dyn Fn(&Occurrence) -> bool,
+) -> Session {
+    let run_id = header.run_id.as_str();
+    let budget = header.run.limits.budget;
+    let spent = RunView::fold(records, |_| false).spent();
     let spill = Spiller::new(store.clone(), run_id);
     let taken = std::time::Instant::now();
     let log = Arc::new(RunLog::start(
@@ -164,7 +181,7 @@ fn open(
     let journal = Arc::new(
         DurableJournal::with_budget(log.clone(), records, reoffer, budget).spilling(spill.clone()),
     );
-    Ok(Session {
+    Session {
         run_id: run_id.to_string(),
         log,
         journal,
@@ -173,7 +190,7 @@ fn open(
         spill,
         store,
         taken,
-    })
+    }
 }
 
 /// [`RunStore::take_over`] of `run_id` after the `next` records its taker checked; a
@@ -211,19 +228,18 @@ pub fn begin_traced(
     run: &NewRun,
     trace: Option<RunTrace>,
 ) -> Result<(RunHeader, Session), StoreError> {
-    let header = store.create_run(run)?;
-    let session = open(
-        store,
-        &header,
-        &[],
-        Opening {
+    // The run and its first owner's `opened` record in one transaction
+    // ([`RunStore::create_and_take`]): a new run costs one synced commit.
+    let opening = |epoch| {
+        vec![Record::Opened {
+            epoch,
             reason: OpenReason::Start,
+            pid: std::process::id(),
             trace,
-            extra: Vec::new(),
-        },
-        Vec::new(),
-        &|_| false,
-    )?;
+        }]
+    };
+    let (header, epoch) = store.create_and_take(run, &opening)?;
+    let session = taken(store, &header, &[], epoch, 1, Vec::new(), &|_| false);
     Ok((header, session))
 }
 

@@ -8,8 +8,8 @@
 
 use std::hash::{BuildHasher as _, Hasher as _};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
@@ -38,6 +38,21 @@ pub struct SqliteStore {
     /// The one host's queue and commands ([`crate::fleet::Local`]).
     pub(crate) local: crate::fleet::Local,
     pub(crate) hub: crate::fleet::Hub,
+    /// Callers of a grouped write ([`SqliteStore::grouped`]) waiting for the connection:
+    /// while any wait, the one holding it leaves the group's transaction open for them
+    /// instead of committing it alone.
+    waiting: AtomicUsize,
+    /// What the connection committed ([`crate::Commits`]), counted by its commit hook.
+    counted: Arc<Counted>,
+}
+
+/// [`crate::Commits`] as the writing connection's commit hook counts them.
+#[derive(Default)]
+struct Counted {
+    commits: AtomicU64,
+    synced: AtomicU64,
+    /// The connection's `synchronous` setting is FULL: a commit now waits for the disk.
+    full: AtomicBool,
 }
 
 pub(crate) struct Conn {
@@ -46,6 +61,70 @@ pub(crate) struct Conn {
     synced: Option<bool>,
     /// The rows of the last append, kept so each batch reuses the buffer.
     layout: rows::Layout,
+    /// The members of the group transaction open on `db` (none: no group is open), each
+    /// waiting for its commit ([`SqliteStore::grouped`]).
+    group: Vec<Arc<Member>>,
+    counted: Arc<Counted>,
+}
+
+/// What became of a grouped write's transaction: committed, or why not (shared by every
+/// member of the group).
+type Outcome = Result<(), Arc<String>>;
+
+/// A grouped write waiting for its group's commit.
+#[derive(Default)]
+struct Member {
+    outcome: Mutex<Option<Outcome>>,
+    ready: Condvar,
+}
+
+impl Member {
+    fn set(&self, o: Outcome) {
+        *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(o);
+        self.ready.notify_all();
+    }
+
+    fn wait(&self) -> Outcome {
+        let mut o = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(o) = o.take() {
+                return o;
+            }
+            o = self.ready.wait(o).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+impl Conn {
+    /// Commits the group transaction open on the connection (synced: a group is only
+    /// opened with `synchronous=FULL`) and tells its members; rolled back, and each
+    /// member told why, when the commit fails.
+    fn commit_group(&mut self) {
+        if self.group.is_empty() {
+            return;
+        }
+        let outcome = match self.db.execute_batch("COMMIT") {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = self.db.execute_batch("ROLLBACK");
+                Err(Arc::new(e.to_string()))
+            }
+        };
+        for m in self.group.drain(..) {
+            m.set(outcome.clone());
+        }
+    }
+
+    fn set_sync(&mut self, sync: bool) -> Result<(), StoreError> {
+        if self.synced != Some(sync) {
+            self.db
+                .pragma_update(None, "synchronous", if sync { "FULL" } else { "NORMAL" })
+                .map_err(StoreError::sql("setting durability"))?;
+            self.synced = Some(sync);
+            self.counted.full.store(sync, Ordering::Relaxed);
+        }
+        Ok(())
+    }
 }
 
 impl SqliteStore {
@@ -71,18 +150,35 @@ impl SqliteStore {
             .map_err(open)?;
         db.pragma_update(None, "synchronous", "FULL")
             .map_err(open)?;
+        let counted = Arc::new(Counted {
+            full: AtomicBool::new(true),
+            ..Counted::default()
+        });
+        let hook = counted.clone();
+        db.commit_hook(Some(move || {
+            hook.commits.fetch_add(1, Ordering::Relaxed);
+            if hook.full.load(Ordering::Relaxed) {
+                hook.synced.fetch_add(1, Ordering::Relaxed);
+            }
+            // Never turns a commit into a rollback.
+            false
+        }));
         Ok(SqliteStore {
             path: path.to_path_buf(),
             conn: Mutex::new(Conn {
                 db,
                 synced: Some(true),
                 layout: rows::Layout::default(),
+                group: Vec::new(),
+                counted: counted.clone(),
             }),
             reader: Mutex::new(None),
             lease_epoch: AtomicU64::new(0),
             upgrade,
             local: Default::default(),
             hub: crate::fleet::Hub::new(),
+            waiting: AtomicUsize::new(0),
+            counted,
         })
     }
 
@@ -123,10 +219,112 @@ impl SqliteStore {
         f(&self.conn().db)
     }
 
+    /// The connection, with no group transaction open on it (one that was is committed
+    /// first: its members need not wait for the next grouped write).
     pub(crate) fn conn(&self) -> std::sync::MutexGuard<'_, Conn> {
+        let mut c = self.conn_in_group();
+        c.commit_group();
+        c
+    }
+
+    /// The connection as it is, a group transaction possibly open on it.
+    fn conn_in_group(&self) -> std::sync::MutexGuard<'_, Conn> {
         // A panic while holding the lock cannot leave SQLite half-written (transactions
         // roll back on drop), so a poisoned lock is still usable.
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `op` as a synced write whose commit it shares with the grouped writes that
+    /// queue for the connection meanwhile (group commit): each in a savepoint of one
+    /// transaction, so one that fails is rolled back alone, and the last writer in line
+    /// commits them all with one sync. Returns once its own write is on stable storage,
+    /// exactly as a transaction of its own would; what it saves is the disk's sync per
+    /// write (a few milliseconds here), which concurrent callers (runs created together,
+    /// runs recording their endings) otherwise pay one after another.
+    ///
+    /// `op` runs inside the store-wide write rule ([`SqliteStore::check_write`]).
+    fn grouped<T>(
+        &self,
+        what: &'static str,
+        op: impl FnOnce(&Connection, &mut rows::Layout) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let mut guard = self.conn_in_group();
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        let c = &mut *guard;
+        let done = Self::in_savepoint(c, what, |db, layout| {
+            self.check_write(db)?;
+            op(db, layout)
+        });
+        let member = match &done {
+            Ok(_) => {
+                let m = Arc::new(Member::default());
+                c.group.push(m.clone());
+                Some(m)
+            }
+            Err(_) => None,
+        };
+        // The last in line commits; whoever waits behind takes the group over (and the
+        // connection's other users commit it before theirs: `conn`).
+        if self.waiting.load(Ordering::SeqCst) == 0 {
+            c.commit_group();
+        }
+        drop(guard);
+        let value = done?;
+        if let Some(m) = member {
+            m.wait().map_err(|message| StoreError::GroupCommit {
+                op: what,
+                message: message.to_string(),
+            })?;
+        }
+        Ok(value)
+    }
+
+    /// Runs `op` in a savepoint of the group transaction (opened first when none is):
+    /// released when it succeeds, rolled back to when it fails.
+    fn in_savepoint<T>(
+        c: &mut Conn,
+        what: &'static str,
+        op: impl FnOnce(&Connection, &mut rows::Layout) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if c.group.is_empty() {
+            c.set_sync(true)?;
+            c.db.execute_batch("BEGIN IMMEDIATE")
+                .map_err(StoreError::sql(what))?;
+        }
+        let alone = c.group.is_empty();
+        let undo = |c: &mut Conn| {
+            let _ = if alone {
+                c.db.execute_batch("ROLLBACK")
+            } else {
+                c.db.execute_batch("ROLLBACK TO op; RELEASE op")
+            };
+        };
+        if let Err(e) = c.db.execute_batch("SAVEPOINT op") {
+            undo(c);
+            return Err(StoreError::sql(what)(e));
+        }
+        match op(&c.db, &mut c.layout) {
+            Ok(v) => match c.db.execute_batch("RELEASE op") {
+                Ok(()) => Ok(v),
+                Err(e) => {
+                    undo(c);
+                    Err(StoreError::sql(what)(e))
+                }
+            },
+            Err(e) => {
+                undo(c);
+                Err(e)
+            }
+        }
+    }
+
+    /// What the store's writing connection has committed since it was opened.
+    pub fn commits(&self) -> crate::Commits {
+        crate::Commits {
+            commits: self.counted.commits.load(Ordering::Relaxed),
+            synced: self.counted.synced.load(Ordering::Relaxed),
+        }
     }
 
     /// The store-wide write rule ([`lease::check_write`]) for this handle, inside a
@@ -192,7 +390,7 @@ const ROWS_PER_INSERT: usize = 32;
 /// Writes `frames` to their run's log, laid out in rows by [`rows::lay_out`] (in
 /// `layout`, reused), in statements of up to [`ROWS_PER_INSERT`] rows.
 fn insert_events(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Connection,
     layout: &mut rows::Layout,
     frames: &Frames,
     at_ms: i64,
@@ -266,40 +464,49 @@ impl RunStore for SqliteStore {
         let created_ms = now_ms();
         let run_id = new_run_id(created_ms);
         let row = HeaderRow::new(run, created_ms);
-        let sums = row.sums(&run_id);
-        let mut c = self.conn();
-        set_sync(&mut c, true)?;
-        let tx =
-            c.db.transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(StoreError::sql("recording a new run"))?;
-        self.check_write(&tx)?;
-        tx.execute(
-            "INSERT INTO runs (run_id, created_ms, graph_name, graph_bytes, graph_sha256, plan,
-                 inputs, secrets, packages, limits, owner_epoch, header_sums)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0, ?11)",
-            params![
-                run_id,
-                created_ms as i64,
-                row.graph_name,
-                row.graph_bytes,
-                row.graph_sha256,
-                row.plan,
-                row.inputs,
-                row.secrets,
-                row.packages,
-                row.limits,
-                sums,
-            ],
-        )
-        .map_err(StoreError::sql("recording a new run"))?;
-        tx.commit()
-            .map_err(StoreError::sql("recording a new run"))?;
+        self.grouped("recording a new run", |db, _| {
+            insert_run(db, &run_id, &row, created_ms, 0)
+        })?;
         Ok(RunHeader {
             run_id,
             created_ms,
             graph_sha256: row.graph_sha256,
             run: run.clone(),
         })
+    }
+
+    fn create_and_take(
+        &self,
+        run: &NewRun,
+        opening: &dyn Fn(u64) -> Vec<heddle_core::Record>,
+    ) -> Result<(RunHeader, u64), StoreError> {
+        const WHAT: &str = "recording and taking a new run";
+        let created_ms = now_ms();
+        let run_id = new_run_id(created_ms);
+        let row = HeaderRow::new(run, created_ms);
+        // A new run's first owner: epoch 1, as a take-over of a run with epoch 0 and
+        // no records would make it, in the same transaction as the run itself.
+        let epoch = 1;
+        let records = opening(epoch);
+        let frames = Frames::of(&run_id, 0, &records)?;
+        self.grouped(WHAT, |db, layout| {
+            insert_run(db, &run_id, &row, created_ms, epoch)?;
+            if !frames.is_empty() {
+                insert_events(db, layout, &frames, now_ms() as i64)?;
+            }
+            Ok(())
+        })?;
+        let header = RunHeader {
+            run_id,
+            created_ms,
+            graph_sha256: row.graph_sha256,
+            run: run.clone(),
+        };
+        Ok((header, epoch))
+    }
+
+    fn commits(&self) -> Option<crate::Commits> {
+        Some(SqliteStore::commits(self))
     }
 
     fn header(&self, run_id: &str) -> Result<RunHeader, StoreError> {
@@ -361,52 +568,46 @@ impl RunStore for SqliteStore {
         opening: &dyn Fn(u64) -> Vec<heddle_core::Record>,
     ) -> Result<u64, StoreError> {
         const WHAT: &str = "taking over a run";
-        let mut guard = self.conn();
-        let c = &mut *guard;
-        set_sync(c, true)?;
-        let tx =
-            c.db.transaction_with_behavior(TransactionBehavior::Immediate)
+        // Refused in its savepoint (`NotNext`: another taker's first records are there,
+        // it won), so neither the torn tail's removal nor anything else of this one lands.
+        self.grouped(WHAT, |tx, layout| {
+            let epoch: Option<i64> = tx
+                .query_row(
+                    "SELECT owner_epoch FROM runs WHERE run_id = ?1",
+                    [run_id],
+                    |r| r.get(0),
+                )
+                .optional()
                 .map_err(StoreError::sql(WHAT))?;
-        self.check_write(&tx)?;
-        let epoch: Option<i64> = tx
-            .query_row(
-                "SELECT owner_epoch FROM runs WHERE run_id = ?1",
-                [run_id],
-                |r| r.get(0),
+            let Some(epoch) = epoch else {
+                return Err(StoreError::UnknownRun(run_id.to_string()));
+            };
+            drop_torn_tail(tx, run_id)?;
+            let found = next_seq(tx, run_id)?;
+            if found != next {
+                return Err(StoreError::NotNext {
+                    run: run_id.to_string(),
+                    seq: next,
+                    next: found,
+                });
+            }
+            let ours = epoch as u64 + 1;
+            tx.execute(
+                "UPDATE runs SET owner_epoch = ?2 WHERE run_id = ?1",
+                params![run_id, ours as i64],
             )
-            .optional()
             .map_err(StoreError::sql(WHAT))?;
-        let Some(epoch) = epoch else {
-            return Err(StoreError::UnknownRun(run_id.to_string()));
-        };
-        drop_torn_tail(&tx, run_id)?;
-        let found = next_seq(&tx, run_id)?;
-        if found != next {
-            // Another taker's first records are there: it won. Rolled back on drop, so
-            // neither the torn tail's removal nor anything else of this one lands.
-            return Err(StoreError::NotNext {
-                run: run_id.to_string(),
-                seq: next,
-                next: found,
-            });
-        }
-        let ours = epoch as u64 + 1;
-        tx.execute(
-            "UPDATE runs SET owner_epoch = ?2 WHERE run_id = ?1",
-            params![run_id, ours as i64],
-        )
-        .map_err(StoreError::sql(WHAT))?;
-        let records = opening(ours);
-        let frames = Frames::of(run_id, next, &records)?;
-        if !frames.is_empty() {
-            insert_events(&tx, &mut c.layout, &frames, now_ms() as i64)?;
-        }
-        if crate::withdraws_cancel(&records) {
-            tx.execute("DELETE FROM cancel_requests WHERE run_id = ?1", [run_id])
-                .map_err(StoreError::sql(WHAT))?;
-        }
-        tx.commit().map_err(StoreError::sql(WHAT))?;
-        Ok(ours)
+            let records = opening(ours);
+            let frames = Frames::of(run_id, next, &records)?;
+            if !frames.is_empty() {
+                insert_events(tx, layout, &frames, now_ms() as i64)?;
+            }
+            if crate::withdraws_cancel(&records) {
+                tx.execute("DELETE FROM cancel_requests WHERE run_id = ?1", [run_id])
+                    .map_err(StoreError::sql(WHAT))?;
+            }
+            Ok(ours)
+        })
     }
 
     fn request_cancel(&self, run_id: &str) -> Result<(), StoreError> {
@@ -450,47 +651,24 @@ impl RunStore for SqliteStore {
     }
 
     fn append_frames(&self, epoch: u64, frames: &Frames, sync: bool) -> Result<(), StoreError> {
+        const WHAT: &str = "appending to a run's log";
         if frames.is_empty() {
             return Ok(());
         }
-        let run_id = frames.run();
+        if sync {
+            // Synced: its commit shared with the other synced writes queued meanwhile.
+            return self.grouped(WHAT, |db, layout| append_checked(db, layout, epoch, frames));
+        }
         let mut guard = self.conn();
         // Through a plain reference, so the transaction (on `db`) and the row buffer
         // (`layout`) are borrowed apart.
         let c = &mut *guard;
-        set_sync(c, sync)?;
+        set_sync(c, false)?;
         let tx =
             c.db.transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(StoreError::sql("appending to a run's log"))?;
+                .map_err(StoreError::sql(WHAT))?;
         self.check_write(&tx)?;
-        // Cached statements: these run once per batch, and parsing them each time was a
-        // visible part of a small batch's cost.
-        let current: Option<i64> = tx
-            .prepare_cached("SELECT owner_epoch FROM runs WHERE run_id = ?1")
-            .and_then(|mut s| s.query_row([run_id], |r| r.get(0)).optional())
-            .map_err(StoreError::sql("appending to a run's log"))?;
-        let Some(current) = current else {
-            return Err(StoreError::UnknownRun(run_id.to_string()));
-        };
-        if current as u64 != epoch {
-            return Err(StoreError::Fenced {
-                run: run_id.to_string(),
-                ours: epoch,
-                current: current as u64,
-            });
-        }
-        let next = next_seq(&tx, run_id)?;
-        if next != frames.first() {
-            return Err(StoreError::NotNext {
-                run: run_id.to_string(),
-                seq: frames.first(),
-                next,
-            });
-        }
-        insert_events(&tx, &mut c.layout, frames, now_ms() as i64)?;
-        if let Some(node) = frames.crash() {
-            fault::abort(fault::Boundary::MidCommit, node);
-        }
+        append_checked(&tx, &mut c.layout, epoch, frames)?;
         tx.commit()
             .map_err(StoreError::sql("committing a run's log"))
     }
@@ -553,8 +731,82 @@ impl RunStore for SqliteStore {
     }
 }
 
+/// Inserts a new run's row (its header and checksums) with owner `epoch`.
+fn insert_run(
+    db: &Connection,
+    run_id: &str,
+    row: &HeaderRow,
+    created_ms: u64,
+    epoch: u64,
+) -> Result<(), StoreError> {
+    let sums = row.sums(run_id);
+    db.prepare_cached(
+        "INSERT INTO runs (run_id, created_ms, graph_name, graph_bytes, graph_sha256, plan,
+             inputs, secrets, packages, limits, owner_epoch, header_sums)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            run_id,
+            created_ms as i64,
+            row.graph_name,
+            row.graph_bytes,
+            row.graph_sha256,
+            row.plan,
+            row.inputs,
+            row.secrets,
+            row.packages,
+            row.limits,
+            epoch as i64,
+            sums,
+        ])
+    })
+    .map_err(StoreError::sql("recording a new run"))?;
+    Ok(())
+}
+
+/// Appends `frames` to their run's log in the transaction open on `db`, refused unless
+/// `epoch` is the run's owner's and the frames start at its next sequence number.
+fn append_checked(
+    db: &Connection,
+    layout: &mut rows::Layout,
+    epoch: u64,
+    frames: &Frames,
+) -> Result<(), StoreError> {
+    let run_id = frames.run();
+    // Cached statements: these run once per batch, and parsing them each time was a
+    // visible part of a small batch's cost.
+    let current: Option<i64> = db
+        .prepare_cached("SELECT owner_epoch FROM runs WHERE run_id = ?1")
+        .and_then(|mut s| s.query_row([run_id], |r| r.get(0)).optional())
+        .map_err(StoreError::sql("appending to a run's log"))?;
+    let Some(current) = current else {
+        return Err(StoreError::UnknownRun(run_id.to_string()));
+    };
+    if current as u64 != epoch {
+        return Err(StoreError::Fenced {
+            run: run_id.to_string(),
+            ours: epoch,
+            current: current as u64,
+        });
+    }
+    let next = next_seq(db, run_id)?;
+    if next != frames.first() {
+        return Err(StoreError::NotNext {
+            run: run_id.to_string(),
+            seq: frames.first(),
+            next,
+        });
+    }
+    insert_events(db, layout, frames, now_ms() as i64)?;
+    if let Some(node) = frames.crash() {
+        fault::abort(fault::Boundary::MidCommit, node);
+    }
+    Ok(())
+}
+
 /// The sequence number the next record of `run_id`'s log gets.
-fn next_seq(tx: &rusqlite::Transaction<'_>, run_id: &str) -> Result<u64, StoreError> {
+fn next_seq(tx: &Connection, run_id: &str) -> Result<u64, StoreError> {
     let last: Option<i64> = tx
         .prepare_cached("SELECT max(seq) FROM events WHERE run_id = ?1")
         .and_then(|mut s| s.query_row([run_id], |r| r.get(0)))
@@ -566,7 +818,7 @@ fn next_seq(tx: &rusqlite::Transaction<'_>, run_id: &str) -> Result<u64, StoreEr
 /// their checksum: a write cut short by a crash never counted) for the next owner: a
 /// single row is deleted; a packed row keeps the records before the tear, or goes
 /// when none verify.
-fn drop_torn_tail(tx: &rusqlite::Transaction<'_>, run_id: &str) -> Result<(), StoreError> {
+fn drop_torn_tail(tx: &Connection, run_id: &str) -> Result<(), StoreError> {
     const WHAT: &str = "dropping a torn record";
     let mut last = tx
         .prepare_cached(
@@ -607,12 +859,7 @@ fn drop_torn_tail(tx: &rusqlite::Transaction<'_>, run_id: &str) -> Result<(), St
 }
 
 fn set_sync(c: &mut Conn, sync: bool) -> Result<(), StoreError> {
-    if c.synced != Some(sync) {
-        c.db.pragma_update(None, "synchronous", if sync { "FULL" } else { "NORMAL" })
-            .map_err(StoreError::sql("setting durability"))?;
-        c.synced = Some(sync);
-    }
-    Ok(())
+    c.set_sync(sync)
 }
 
 /// Every run of the store, oldest first (see [`RunStore::list`]).

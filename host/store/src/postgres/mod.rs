@@ -791,6 +791,79 @@ impl Inner {
         })
     }
 
+    /// [`RunStore::create_and_take`] under run id `run_id`: the run, its lease held by
+    /// this host at epoch 1 and its opening records (laid out in `layout` for that id),
+    /// in one transaction. `Ok(false)` when the id is taken (another host drew the same
+    /// one in the same millisecond): nothing was written, draw again.
+    async fn create_taken(
+        self: Arc<Self>,
+        run_id: String,
+        row: HeaderRow,
+        layout: rows::Layout,
+    ) -> Result<bool, StoreError> {
+        const OP: &str = "recording and taking a new run";
+        let sums = row.sums(&run_id);
+        let columns = Columns::new(&run_id, 1, 0, &layout);
+        let r = on_conn!(self, OP, |c| {
+            let tx = c.transaction().await.map_err(Pg::op(OP))?;
+            tx.execute(
+                "INSERT INTO runs (run_id, created_ms, graph_name, graph_bytes,
+                    graph_sha256, plan, inputs, secrets, packages, limits, header_sums)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                &[
+                    &run_id,
+                    &(row.created_ms as i64),
+                    &row.graph_name,
+                    &row.graph_bytes,
+                    &row.graph_sha256,
+                    &row.plan,
+                    &row.inputs,
+                    &row.secrets,
+                    &row.packages,
+                    &row.limits,
+                    &sums,
+                ],
+            )
+            .await
+            .map_err(Pg::op(OP))?;
+            // Its lease as a take-over leaves it: running here, at the first epoch.
+            tx.execute(
+                "INSERT INTO leases (run_id, state, owner_host, owner_epoch, expires_at,
+                     owner_hostname, owner_pid)
+                 VALUES ($1, 'running', $2, 1,
+                     now() + $3::bigint * interval '1 millisecond', $4, $5)",
+                &[
+                    &run_id,
+                    &self.host_id,
+                    &self.ttl_ms(),
+                    &self.hostname,
+                    &self.pid,
+                ],
+            )
+            .await
+            .map_err(Pg::op(OP))?;
+            if !layout.rows.is_empty() {
+                tx.execute(APPEND, &columns.params())
+                    .await
+                    .map_err(Pg::op(OP))?;
+            }
+            tx.commit().await.map_err(Pg::op(OP))?;
+            Ok(())
+        });
+        match r {
+            Err(StoreError::Pg { source, .. })
+                if source.code() == Some(&SqlState::UNIQUE_VIOLATION) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+            Ok(()) => {
+                self.hold(&run_id, 1);
+                Ok(true)
+            }
+        }
+    }
+
     async fn header(self: Arc<Self>, run_id: String) -> Result<RunHeader, StoreError> {
         const OP: &str = "reading a run";
         let sql = format!(
@@ -1393,6 +1466,39 @@ impl RunStore for PgStore {
     fn create_run(&self, run: &NewRun) -> Result<RunHeader, StoreError> {
         let run = run.clone();
         self.call(|i| i.create_run(run))
+    }
+
+    fn create_and_take(
+        &self,
+        run: &NewRun,
+        opening: &dyn Fn(u64) -> Vec<heddle_core::Record>,
+    ) -> Result<(RunHeader, u64), StoreError> {
+        let created_ms = now_ms();
+        let row = HeaderRow::new(run, created_ms);
+        // The first owner's epoch, as a take-over of the new run would make it.
+        let epoch = 1;
+        let records = opening(epoch);
+        // Run ids carry 16 random bits per millisecond (see `Inner::create_run`).
+        for _ in 0..6 {
+            let run_id = new_run_id(created_ms);
+            // Each record's checksum covers the run id: laid out for this one.
+            let mut layout = rows::Layout::default();
+            rows::lay_out(&Frames::of(&run_id, 0, &records)?, &mut layout);
+            let (id, r) = (run_id.clone(), row.clone());
+            if self.call(|i| i.create_taken(id, r, layout))? {
+                let header = RunHeader {
+                    run_id,
+                    created_ms,
+                    graph_sha256: row.graph_sha256.clone(),
+                    run: run.clone(),
+                };
+                return Ok((header, epoch));
+            }
+        }
+        // Six draws taken in one millisecond: the default's two steps draw again.
+        let header = self.create_run(run)?;
+        let epoch = self.take_over(&header.run_id, 0, opening)?;
+        Ok((header, epoch))
     }
 
     fn header(&self, run_id: &str) -> Result<RunHeader, StoreError> {
