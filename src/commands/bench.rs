@@ -2,10 +2,8 @@
 //! graph shapes as the criterion benches, so figures from either compare; printed as a
 //! line per shape or as JSON.
 
-use std::time::Duration;
-
 use heddle_kernel::bench::Shape;
-use heddle_runtime::bench::{BUILD, Bench, BenchOptions, BenchShape, ShapeFigures};
+use heddle_runtime::bench::{BUILD, Bench, BenchOptions, BenchShape};
 use heddle_wasm::bench::{Guest, GuestShape, WasmShape};
 
 use crate::cli::{BenchArgs, Shape as ShapeArg};
@@ -94,7 +92,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         );
     }
     if !args.json {
-        println!("{}", threads_line(bench.threads()));
+        println!("{}", heddle_runtime::bench::threads_line(bench.threads()));
     }
     let opts = BenchOptions {
         size: args.size,
@@ -106,7 +104,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     for shape in shapes {
         let figures = bench.measure(&rt, shape, &opts)?;
         if !args.json {
-            print_human(&figures);
+            print!("{}", figures.text());
         }
         all.push(figures);
     }
@@ -211,86 +209,6 @@ fn api_runs(args: &BenchArgs) -> anyhow::Result<Exit> {
         println!("{}", serde_json::to_string_pretty(&[&f])?);
         return Ok(Exit::Ok);
     }
-    let ms = |us: u64| us as f64 / 1e3;
-    let per_run = |v: Option<f64>| v.map_or_else(|| "n/a".into(), |v| format!("{v:.2}"));
-    println!(
-        "{:<11} {} store, {} clients, {} workers, {} runs of {} WASM nodes  wall {:.1} ms  {:.0} runs/s  create p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
-        f.shape,
-        f.store,
-        f.clients,
-        f.workers,
-        f.runs,
-        f.nodes,
-        ms(f.wall_us),
-        f.runs_per_sec,
-        ms(f.create_p50_us),
-        ms(f.create_p99_us),
-        ms(f.create_max_us),
-    );
-    println!(
-        "{:<11} per run: {} commits, {} synced; cpu {} µs ({} cores busy)  peak RSS {}",
-        "",
-        per_run(f.commits_per_run),
-        per_run(f.synced_commits_per_run),
-        f.cpu_us_per_run
-            .map_or_else(|| "n/a".into(), |v| format!("{v:.0}")),
-        f.cores_busy
-            .map_or_else(|| "n/a".into(), |v| format!("{v:.2}")),
-        f.peak_rss_kib
-            .map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
-            .unwrap_or_else(|| "n/a".into()),
-    );
+    print!("{}", f.text());
     Ok(Exit::Ok)
-}
-
-fn threads_line(threads: usize) -> String {
-    if threads == 1 {
-        "runtime: current-thread (1 thread)".into()
-    } else {
-        format!("runtime: multi-thread, {threads} workers")
-    }
-}
-
-fn print_human(f: &ShapeFigures) {
-    let wall = Duration::from_micros(f.wall_us);
-    let cpu = match (f.cpu_us, f.cores_busy) {
-        (Some(us), Some(cores)) => format!("{:>9.3} ms ({cores:.2} cores)", us as f64 / 1e3),
-        _ => "n/a".into(),
-    };
-    println!(
-        "{:<11} size {:>6}  nodes {:>6}  messages {:>7}  invocations {:>8}  wall {:>9.3} ms  cpu {cpu}  {:>8} inv/s  {:>8} inv/cpu-s  {} cpu/inv  {:>8} msg/s  peak RSS {}",
-        f.shape,
-        f.size,
-        f.nodes,
-        f.messages,
-        f.invocations,
-        wall.as_secs_f64() * 1e3,
-        human_rate(f.invocations_per_sec),
-        f.invocations_per_cpu_sec
-            .map(human_rate)
-            .unwrap_or_else(|| "n/a".into()),
-        f.cpu_us_per_invocation
-            .map(|us| format!("{us:.3} µs"))
-            .unwrap_or_else(|| "n/a".into()),
-        human_rate(f.messages_per_sec),
-        f.peak_rss_kib
-            .map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
-            .unwrap_or_else(|| "n/a".into()),
-    );
-    if let Some(l) = &f.log {
-        println!(
-            "{:<11} log: {} records in {} commits, {} synced ({:.3} per invocation)",
-            "", l.records, l.commits, l.synced_commits, l.synced_commits_per_invocation
-        );
-    }
-}
-
-fn human_rate(r: f64) -> String {
-    if r >= 1e6 {
-        format!("{:.2}M", r / 1e6)
-    } else if r >= 1e3 {
-        format!("{:.1}k", r / 1e3)
-    } else {
-        format!("{r:.0}")
-    }
 }

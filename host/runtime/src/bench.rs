@@ -568,6 +568,70 @@ pub fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The line `heddle bench` starts with: the tokio runtime the figures are of.
+pub fn threads_line(threads: usize) -> String {
+    if threads == 1 {
+        "runtime: current-thread (1 thread)".into()
+    } else {
+        format!("runtime: multi-thread, {threads} workers")
+    }
+}
+
+impl ShapeFigures {
+    /// As `heddle bench` prints them: a line, and one more for a durable run's log.
+    pub fn text(&self) -> String {
+        use std::fmt::Write as _;
+        let f = self;
+        // Writing to a String cannot fail.
+        let mut out = String::new();
+        let wall = std::time::Duration::from_micros(f.wall_us);
+        let cpu = match (f.cpu_us, f.cores_busy) {
+            (Some(us), Some(cores)) => format!("{:>9.3} ms ({cores:.2} cores)", us as f64 / 1e3),
+            _ => "n/a".into(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<11} size {:>6}  nodes {:>6}  messages {:>7}  invocations {:>8}  wall {:>9.3} ms  cpu {cpu}  {:>8} inv/s  {:>8} inv/cpu-s  {} cpu/inv  {:>8} msg/s  peak RSS {}",
+            f.shape,
+            f.size,
+            f.nodes,
+            f.messages,
+            f.invocations,
+            wall.as_secs_f64() * 1e3,
+            human_rate(f.invocations_per_sec),
+            f.invocations_per_cpu_sec
+                .map(human_rate)
+                .unwrap_or_else(|| "n/a".into()),
+            f.cpu_us_per_invocation
+                .map(|us| format!("{us:.3} µs"))
+                .unwrap_or_else(|| "n/a".into()),
+            human_rate(f.messages_per_sec),
+            f.peak_rss_kib
+                .map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
+                .unwrap_or_else(|| "n/a".into()),
+        );
+        if let Some(l) = &f.log {
+            let _ = writeln!(
+                out,
+                "{:<11} log: {} records in {} commits, {} synced ({:.3} per invocation)",
+                "", l.records, l.commits, l.synced_commits, l.synced_commits_per_invocation
+            );
+        }
+        out
+    }
+}
+
+/// A rate as a person reads it: `1.23M`, `4.5k`, `678`.
+fn human_rate(r: f64) -> String {
+    if r >= 1e6 {
+        format!("{:.2}M", r / 1e6)
+    } else if r >= 1e3 {
+        format!("{:.1}k", r / 1e3)
+    } else {
+        format!("{r:.0}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -132,6 +132,47 @@ pub struct ApiFigures {
     pub peak_rss_kib: Option<u64>,
 }
 
+impl ApiFigures {
+    /// As `heddle bench --shape api-runs` prints them: two lines.
+    pub fn text(&self) -> String {
+        use std::fmt::Write as _;
+        // Writing to a String cannot fail.
+        let mut out = String::new();
+        let ms = |us: u64| us as f64 / 1e3;
+        let per_run = |v: Option<f64>| v.map_or_else(|| "n/a".into(), |v| format!("{v:.2}"));
+        let _ = writeln!(
+            out,
+            "{:<11} {} store, {} clients, {} workers, {} runs of {} WASM nodes  wall {:.1} ms  {:.0} runs/s  create p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+            self.shape,
+            self.store,
+            self.clients,
+            self.workers,
+            self.runs,
+            self.nodes,
+            ms(self.wall_us),
+            self.runs_per_sec,
+            ms(self.create_p50_us),
+            ms(self.create_p99_us),
+            ms(self.create_max_us),
+        );
+        let _ = writeln!(
+            out,
+            "{:<11} per run: {} commits, {} synced; cpu {} µs ({} cores busy)  peak RSS {}",
+            "",
+            per_run(self.commits_per_run),
+            per_run(self.synced_commits_per_run),
+            self.cpu_us_per_run
+                .map_or_else(|| "n/a".into(), |v| format!("{v:.0}")),
+            self.cores_busy
+                .map_or_else(|| "n/a".into(), |v| format!("{v:.2}")),
+            self.peak_rss_kib
+                .map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
+                .unwrap_or_else(|| "n/a".into()),
+        );
+        out
+    }
+}
+
 /// Why the measurement stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiBenchError {
