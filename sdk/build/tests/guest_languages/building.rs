@@ -3,13 +3,16 @@
 
 use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_package_built_against_another_wit_version_is_refused() {
+/// The C template built against the 0.1 WIT relabelled `version`, installed.
+async fn install_relabelled(version: &str) -> PackageError {
     let wit = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(workspace().join("wit/node.wit")).unwrap();
-    let newer = text.replace("package heddle:node@0.1.0;", "package heddle:node@0.2.0;");
-    assert_ne!(text, newer, "the WIT declares heddle:node@0.1.0");
-    std::fs::write(wit.path().join("node.wit"), newer).unwrap();
+    let other = text.replace(
+        "package heddle:node@0.1.0;",
+        &format!("package heddle:node@{version};"),
+    );
+    assert_ne!(text, other, "the WIT declares heddle:node@0.1.0");
+    std::fs::write(wit.path().join("node.wit"), other).unwrap();
     let out = tempfile::tempdir().unwrap();
     let opts = BuildOptions {
         wit: Some(wit_in(wit.path()).unwrap()),
@@ -19,16 +22,31 @@ async fn a_package_built_against_another_wit_version_is_refused() {
     };
     let pkg = build_package(&workspace().join("sdk/c/template"), &opts).unwrap();
     let store_dir = tempfile::tempdir().unwrap();
-    let err = PackageStore::open(store_dir.path())
+    PackageStore::open(store_dir.path())
         .install(&host(), &pkg.dir)
         .await
-        .expect_err("WIT 0.2.0 is outside the supported range");
+        .expect_err("a contract the component does not implement")
+}
+
+/// A version outside the supported range (0.1 and 0.2) is refused as such, naming both;
+/// a component that claims 0.2.0 but implements 0.1's world (no `controlled` export) is
+/// refused as not matching the contract it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_package_built_against_another_wit_version_is_refused() {
+    let err = install_relabelled("0.3.0").await;
     assert!(
         matches!(err, PackageError::UnsupportedVersion { .. }),
         "{err:?}"
     );
     let msg = err.to_string();
-    assert!(msg.contains("0.2.0") && msg.contains("0.1.x"), "{msg}");
+    assert!(
+        msg.contains("0.3.0") && msg.contains("0.1.x") && msg.contains("0.2.x"),
+        "{msg}"
+    );
+    let err = install_relabelled("0.2.0").await;
+    assert!(matches!(err, PackageError::WitLink { .. }), "{err:?}");
+    let msg = format!("{err:?}");
+    assert!(msg.contains("controlled"), "{msg}");
 }
 
 fn copy_dir(from: &Path, to: &Path) {
