@@ -246,6 +246,40 @@ fn the_spans_of_an_example_print_as_a_tree() {
     );
 }
 
+/// `OTEL_EXPORTER_OTLP_COMPRESSION=gzip` compresses every request (a collector reads
+/// them whole); a compression Heddle does not speak is refused before anything runs,
+/// naming the variable.
+#[test]
+fn spans_go_gzip_compressed_when_asked_and_an_unknown_compression_is_refused() {
+    let rx = Receiver::start();
+    let o = support::command(&support::root())
+        .args(["run", "examples/documents.json"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &rx.url)
+        .env("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+        .output()
+        .unwrap();
+    expect(&o, OK);
+    let spans = rx.spans();
+    assert_eq!(named(&spans, "heddle.node").len(), 13, "{spans:#?}");
+    assert!(rx.requests() > 0);
+    assert_eq!(rx.gzipped(), rx.requests(), "every request compressed");
+
+    let dir = StoreDir::with_graph(support::store::CHAIN);
+    let o = dir
+        .cmd(&["run", "g.json"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &rx.url)
+        .env("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "brotli")
+        .output()
+        .unwrap();
+    expect(&o, INVALID);
+    let e = support::stderr(&o);
+    assert!(
+        e.contains("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION") && e.contains("gzip or none"),
+        "{e}"
+    );
+    assert!(dir.lines().is_empty(), "nothing ran");
+}
+
 /// A durable run under a caller's `TRACEPARENT`, aborted right after the start of its
 /// third write was recorded, and recovered (the recovery pauses on that write, whose
 /// effect is unknown; the user's resume re-offers it): every span is in the caller's trace, the run

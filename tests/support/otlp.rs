@@ -55,6 +55,7 @@ impl Span {
 struct Shared {
     spans: Mutex<Vec<Span>>,
     requests: Mutex<u64>,
+    gzipped: Mutex<u64>,
     delay: Option<Duration>,
 }
 
@@ -108,6 +109,11 @@ impl Receiver {
         *self.shared.requests.lock().unwrap()
     }
 
+    /// Requests that came gzip-compressed.
+    pub fn gzipped(&self) -> u64 {
+        *self.shared.gzipped.lock().unwrap()
+    }
+
     /// The spans once `done` holds for them, polled for at most 30 s (a bound, not a
     /// timing claim: a failure prints what came).
     #[track_caller]
@@ -123,8 +129,28 @@ impl Receiver {
     }
 }
 
-async fn receive(State(shared): State<Arc<Shared>>, body: Bytes) -> (StatusCode, Vec<u8>) {
+async fn receive(
+    State(shared): State<Arc<Shared>>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> (StatusCode, Vec<u8>) {
     *shared.requests.lock().unwrap() += 1;
+    // A gzip-compressed body is read as a collector reads it (and counted).
+    let body = if headers
+        .get(axum::http::header::CONTENT_ENCODING)
+        .is_some_and(|v| v == "gzip")
+    {
+        *shared.gzipped.lock().unwrap() += 1;
+        let mut plain = Vec::new();
+        if let Err(e) =
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut plain)
+        {
+            return (StatusCode::BAD_REQUEST, e.to_string().into_bytes());
+        }
+        Bytes::from(plain)
+    } else {
+        body
+    };
     if let Some(d) = shared.delay {
         tokio::time::sleep(d).await;
     }

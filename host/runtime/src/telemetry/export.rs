@@ -297,6 +297,14 @@ fn send_all(mut rx: mpsc::UnboundedReceiver<Msg>, export: &TraceExport, stats: &
     });
 }
 
+/// `body` gzip-compressed, as `OTEL_EXPORTER_OTLP_COMPRESSION=gzip` asks.
+fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Write as _;
+    let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    z.write_all(body)?;
+    z.finish()
+}
+
 /// The HTTP client: the export timeout bounds each request too.
 fn client(export: &TraceExport) -> Result<reqwest::Client, String> {
     reqwest::Client::builder()
@@ -309,6 +317,11 @@ fn client(export: &TraceExport) -> Result<reqwest::Client, String> {
 /// Posts one `ExportTraceServiceRequest`, trying again (at most [`TRIES`] in all) when
 /// the endpoint is not there or says to come back.
 async fn post(client: &reqwest::Client, export: &TraceExport, body: Vec<u8>) -> Result<(), String> {
+    let body = if export.gzip {
+        gzip(&body).map_err(|e| format!("cannot compress the spans: {e}"))?
+    } else {
+        body
+    };
     let body = bytes::Bytes::from(body);
     let mut pause = FIRST_PAUSE;
     let mut tries = 0;
@@ -318,6 +331,9 @@ async fn post(client: &reqwest::Client, export: &TraceExport, body: Vec<u8>) -> 
             .post(&export.endpoint)
             .header(http::header::CONTENT_TYPE, "application/x-protobuf")
             .body(body.clone());
+        if export.gzip {
+            request = request.header(http::header::CONTENT_ENCODING, "gzip");
+        }
         for (k, v) in &export.headers.0 {
             request = request.header(k.as_str(), v.as_str());
         }

@@ -108,6 +108,10 @@ pub struct TraceExport {
     /// Headers every request carries (an API key): `OTEL_EXPORTER_OTLP_TRACES_HEADERS`
     /// or `OTEL_EXPORTER_OTLP_HEADERS`.
     pub headers: Headers,
+    /// Whether request bodies are gzip-compressed (`Content-Encoding: gzip`):
+    /// `OTEL_EXPORTER_OTLP_TRACES_COMPRESSION` or `OTEL_EXPORTER_OTLP_COMPRESSION` =
+    /// `gzip` (`none`, the default, sends them as they are).
+    pub gzip: bool,
 }
 
 /// HTTP headers as the OpenTelemetry variables give them (`name=value,…`, values
@@ -212,6 +216,11 @@ const HEADERS: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
     "OTEL_EXPORTER_OTLP_HEADERS",
 ];
+/// The request bodies' compression, the traces' own first.
+const COMPRESSIONS: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_COMPRESSION",
+];
 const PROTOCOLS: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
     "OTEL_EXPORTER_OTLP_PROTOCOL",
@@ -230,6 +239,8 @@ pub const PASSED_TO_WORKERS: &[&str] = &[
     PROTOCOLS[1],
     HEADERS[1],
     HEADERS[0],
+    COMPRESSIONS[1],
+    COMPRESSIONS[0],
     "OTEL_EXPORTER_OTLP_TIMEOUT",
     "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
     "OTEL_RESOURCE_ATTRIBUTES",
@@ -509,12 +520,26 @@ fn resolve(
         Some((var, text)) => Headers::parse(&text, var)?,
         None => Headers::default(),
     };
+    let gzip = match COMPRESSIONS.iter().find_map(|v| Some((*v, env(v)?))) {
+        None => false,
+        Some((var, text)) => match text.trim() {
+            "gzip" => true,
+            "none" | "" => false,
+            other => {
+                return Err(ConfigError::new(format!(
+                    "{var} = {:?}: expected gzip or none",
+                    heddle_core::text::clip(other, heddle_core::text::ECHO_MAX_CHARS)
+                )));
+            }
+        },
+    };
     Ok(TelemetrySettings {
         traces: Some(TraceExport {
             endpoint,
             service_name,
             timeout,
             headers,
+            gzip,
         }),
         log_format,
         parent,
