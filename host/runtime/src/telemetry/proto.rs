@@ -14,11 +14,12 @@
 //! attribute values; no links, no trace state). Field numbers are the OTLP v1 ones;
 //! `opentelemetry-proto` decodes the result in the tests, as a collector does.
 
-/// Protobuf wire types.
-const VARINT: u8 = 0;
-const I64: u8 = 1;
-const LEN: u8 = 2;
-const I32: u8 = 5;
+// The wire format's primitives are prost's (what its generated code calls); only the
+// messages' layout is written here.
+use prost::encoding::WireType::{
+    self, LengthDelimited as LEN, SixtyFourBit as I64, ThirtyTwoBit as I32, Varint as VARINT,
+};
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint};
 
 /// `Span.kind`: `SPAN_KIND_INTERNAL`.
 const KIND_INTERNAL: u64 = 1;
@@ -29,21 +30,16 @@ const FLAG_IS_REMOTE: u32 = 0x200;
 /// `Status.code`.
 pub(crate) const STATUS_ERROR: u64 = 2;
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+fn varint(out: &mut Vec<u8>, v: u64) {
+    encode_varint(v, out);
 }
 
 fn varint_len(v: u64) -> usize {
-    // 1 byte per 7 bits, at least one.
-    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+    encoded_len_varint(v)
 }
 
-fn key(out: &mut Vec<u8>, field: u32, wire: u8) {
-    varint(out, u64::from(field << 3 | u32::from(wire)));
+fn key(out: &mut Vec<u8>, field: u32, wire: WireType) {
+    encode_key(field, wire, out);
 }
 
 fn bytes(out: &mut Vec<u8>, field: u32, b: &[u8]) {
@@ -288,24 +284,6 @@ mod tests {
     use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
     use prost::Message as _;
     use std::time::{Duration, UNIX_EPOCH};
-
-    #[test]
-    fn varint_lengths_match_what_is_written() {
-        for v in [
-            0,
-            1,
-            127,
-            128,
-            16_383,
-            16_384,
-            u64::from(u32::MAX),
-            u64::MAX,
-        ] {
-            let mut out = Vec::new();
-            varint(&mut out, v);
-            assert_eq!(out.len(), varint_len(v), "{v}");
-        }
-    }
 
     /// What is written decodes, field by field, with the generated OTLP types a
     /// collector uses.
