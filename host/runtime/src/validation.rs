@@ -55,14 +55,14 @@ struct EdgeRuleView<'a> {
 }
 
 impl<'a> Verdict<'a> {
-    /// A file that could not be read or parsed at all: `error` says why.
-    pub fn unreadable(graph: String, error: String) -> Self {
+    /// Nothing known yet of `graph` but whether it is `valid`.
+    fn of(graph: String, valid: bool) -> Self {
         Verdict {
             graph,
             name: None,
             description: None,
-            valid: false,
-            error: Some(error),
+            valid,
+            error: None,
             issues: &[],
             warnings: &[],
             nodes: None,
@@ -73,21 +73,24 @@ impl<'a> Verdict<'a> {
         }
     }
 
+    /// A file that could not be read or parsed at all: `error` says why.
+    pub fn unreadable(graph: String, error: String) -> Self {
+        Verdict {
+            error: Some(error),
+            ..Verdict::of(graph, false)
+        }
+    }
+
     /// A graph that planned: its size, warnings and what planning resolved.
     pub fn valid(graph: String, doc: &'a GraphDoc, plan: &'a Plan) -> Self {
         Verdict {
-            graph,
             name: doc.name.as_deref(),
             description: doc.description.as_deref(),
-            valid: true,
-            error: None,
-            issues: &[],
             warnings: &plan.warnings,
             nodes: Some(plan.nodes.len()),
             edges: Some(plan.edges.len()),
-            declared_fields: Vec::new(),
-            edge_rules: Vec::new(),
             graph_nodes: &plan.graphs,
+            ..Verdict::of(graph, true)
         }
         .declarations(plan)
     }
@@ -95,18 +98,10 @@ impl<'a> Verdict<'a> {
     /// A graph planning refused: every issue found.
     pub fn invalid(graph: String, doc: &'a GraphDoc, issues: &'a [Issue]) -> Self {
         Verdict {
-            graph,
             name: doc.name.as_deref(),
             description: doc.description.as_deref(),
-            valid: false,
-            error: None,
             issues,
-            warnings: &[],
-            nodes: None,
-            edges: None,
-            declared_fields: Vec::new(),
-            edge_rules: Vec::new(),
-            graph_nodes: &[],
+            ..Verdict::of(graph, false)
         }
     }
 

@@ -738,11 +738,40 @@ pub(crate) fn header_row(row: &tokio_postgres::Row, at: usize) -> HeaderRow {
     }
 }
 
+/// The statement recording a new run's header row; its parameters are [`run_params`].
+const INSERT_RUN: &str = "INSERT INTO runs (run_id, created_ms, graph_name, graph_bytes,
+        graph_sha256, plan, inputs, secrets, packages, limits, header_sums)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+
+/// [`INSERT_RUN`]'s parameters: run `run_id`'s header `row`, created at `created` (ms),
+/// with its checksums `sums`.
+fn run_params<'a>(
+    run_id: &'a String,
+    created: &'a i64,
+    row: &'a HeaderRow,
+    sums: &'a String,
+) -> [&'a (dyn tokio_postgres::types::ToSql + Sync); 11] {
+    [
+        run_id,
+        created,
+        &row.graph_name,
+        &row.graph_bytes,
+        &row.graph_sha256,
+        &row.plan,
+        &row.inputs,
+        &row.secrets,
+        &row.packages,
+        &row.limits,
+        sums,
+    ]
+}
+
 impl Inner {
     async fn create_run(self: Arc<Self>, run: NewRun) -> Result<RunHeader, StoreError> {
         const OP: &str = "recording a new run";
         let created_ms = now_ms();
         let row = HeaderRow::new(&run, created_ms);
+        let created = created_ms as i64;
         // Run ids carry 16 random bits per millisecond; hosts creating runs in the same
         // millisecond may draw the same id, and then draw again.
         let mut attempt = 0;
@@ -751,24 +780,11 @@ impl Inner {
             let sums = row.sums(&run_id);
             let r = on_conn!(self, OP, |c| {
                 c.execute(
-                    "WITH r AS (
-                        INSERT INTO runs (run_id, created_ms, graph_name, graph_bytes,
-                            graph_sha256, plan, inputs, secrets, packages, limits, header_sums)
-                        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING run_id)
-                     INSERT INTO leases (run_id) SELECT run_id FROM r",
-                    &[
-                        &run_id,
-                        &(created_ms as i64),
-                        &row.graph_name,
-                        &row.graph_bytes,
-                        &row.graph_sha256,
-                        &row.plan,
-                        &row.inputs,
-                        &row.secrets,
-                        &row.packages,
-                        &row.limits,
-                        &sums,
-                    ],
+                    &format!(
+                        "WITH r AS ({INSERT_RUN} RETURNING run_id)
+                         INSERT INTO leases (run_id) SELECT run_id FROM r"
+                    ),
+                    &run_params(&run_id, &created, &row, &sums),
                 )
                 .await
                 .map_err(Pg::op(OP))
@@ -803,29 +819,13 @@ impl Inner {
     ) -> Result<bool, StoreError> {
         const OP: &str = "recording and taking a new run";
         let sums = row.sums(&run_id);
+        let created = row.created_ms as i64;
         let columns = Columns::new(&run_id, 1, 0, &layout);
         let r = on_conn!(self, OP, |c| {
             let tx = c.transaction().await.map_err(Pg::op(OP))?;
-            tx.execute(
-                "INSERT INTO runs (run_id, created_ms, graph_name, graph_bytes,
-                    graph_sha256, plan, inputs, secrets, packages, limits, header_sums)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-                &[
-                    &run_id,
-                    &(row.created_ms as i64),
-                    &row.graph_name,
-                    &row.graph_bytes,
-                    &row.graph_sha256,
-                    &row.plan,
-                    &row.inputs,
-                    &row.secrets,
-                    &row.packages,
-                    &row.limits,
-                    &sums,
-                ],
-            )
-            .await
-            .map_err(Pg::op(OP))?;
+            tx.execute(INSERT_RUN, &run_params(&run_id, &created, &row, &sums))
+                .await
+                .map_err(Pg::op(OP))?;
             // Its lease as a take-over leaves it: running here, at the first epoch.
             tx.execute(
                 "INSERT INTO leases (run_id, state, owner_host, owner_epoch, expires_at,
