@@ -18,7 +18,7 @@ use support::serve::{Api, rt};
 use support::store::{
     FANOUT, PAUSED, StoreDir, expect, pause_event, report, run_id, run_id_in, text,
 };
-use support::{INVALID, OK};
+use support::{INVALID, OK, samples, sum};
 
 const SECRET: &str = "hunter2-tok3n";
 
@@ -672,28 +672,6 @@ fn a_bad_endpoint_is_refused_and_one_down_or_slow_never_holds_a_run_up() {
     assert!(slow.requests() >= 1, "the spans were offered");
     assert!(support::stderr(&o).contains("left unsent"), "{}", text(&o));
     assert_eq!(dir.lines(), ["one", "one"]);
-}
-
-/// The metrics `GET /metrics` answered with, as (name with labels) -> value.
-fn samples(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let (k, v) = l.rsplit_once(' ').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
-}
-
-/// Sums the samples of metric `name` whose labels include every one of `labels`.
-fn sum(s: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
-    s.iter()
-        .filter(|(k, _)| {
-            let (n, l) = k.split_once('{').unwrap_or((k.as_str(), ""));
-            n == name && labels.iter().all(|want| l.contains(want))
-        })
-        .map(|(_, v)| v)
-        .sum()
 }
 
 /// `promtool check metrics` (Prometheus's own linter) on `text`: no problem found.

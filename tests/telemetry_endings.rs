@@ -21,7 +21,7 @@ mod support;
 use otlp::{Receiver, Span};
 use support::serve::{Api, rt};
 use support::store::{CHAIN, FANOUT, PAUSED, StoreDir, expect, run_id, text};
-use support::{OK, stderr};
+use support::{OK, samples, stderr, sum};
 
 /// A value reviewed at gate `ship`, then upper-cased by a WASM node (which gets spans,
 /// where the native built-ins get none).
@@ -269,28 +269,6 @@ fn in_flight_writes(dir: &StoreDir, id: &str) -> BTreeSet<String> {
         .difference(&keys("completed"))
         .cloned()
         .collect()
-}
-
-/// The metrics `GET /metrics` answered with, as (name with labels) -> value.
-fn samples(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let (k, v) = l.rsplit_once(' ').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
-}
-
-/// Sums the samples of metric `name` whose labels include every one of `labels`.
-fn sum(s: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
-    s.iter()
-        .filter(|(k, _)| {
-            let (n, l) = k.split_once('{').unwrap_or((k.as_str(), ""));
-            n == name && labels.iter().all(|want| l.contains(want))
-        })
-        .map(|(_, v)| v)
-        .sum()
 }
 
 /// `GET /metrics` with the token, parsed.

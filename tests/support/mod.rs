@@ -237,3 +237,25 @@ pub fn docker_image_ready(image: &str) -> bool {
     eprintln!("SKIPPED: no Docker engine or image (HEDDLE_REQUIRE_DOCKER=1 fails instead)");
     false
 }
+
+/// The metrics `GET /metrics` answered with, as (name with labels) -> value.
+pub fn samples(text: &str) -> std::collections::BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Sums the samples of metric `name` whose labels include every one of `labels`.
+pub fn sum(s: &std::collections::BTreeMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
+    s.iter()
+        .filter(|(k, _)| {
+            let (n, l) = k.split_once('{').unwrap_or((k.as_str(), ""));
+            n == name && labels.iter().all(|want| l.contains(want))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
