@@ -296,3 +296,46 @@ fn a_recorded_wasm_controller_sends_its_recorded_events_again_and_the_target_rep
     assert_eq!(env.records("started", "shout").len(), 3, "shout ran again");
     assert_eq!(env.records("completed", "shout").len(), 3);
 }
+
+/// A fan-out of a WASM controller (`demo.each_word` declares 16 invocations at once)
+/// driving a WASM target through an instance pool of four slots. A controller holds its
+/// slot while it waits for replies, so if the controller's invocations took every slot
+/// the target could never run: the run hung for good before controllers got a leave of
+/// their own (at most half the pool for controllers whose targets control nothing).
+/// `[run] node_timeout_ms` turns a regression into a failure instead of a hang.
+#[test]
+fn a_fan_out_of_wasm_controllers_wider_than_the_pool_still_gets_its_replies() {
+    const ITEMS: usize = 12;
+    let sentences: Vec<String> = (0..ITEMS).map(|i| format!("a{i} b{i} c{i}")).collect();
+    let graph = serde_json::json!({"format": "heddle.graph", "version": 1,
+    "nodes": [
+        {"id": "list", "type": "heddle.constant", "properties": {"value": sentences}},
+        {"id": "fe", "type": "heddle.foreach"},
+        {"id": "each", "type": "demo.each_word"},
+        {"id": "shout", "type": "demo.shout"},
+        {"id": "col", "type": "heddle.collect"},
+        {"id": "words", "type": "heddle.output"}
+    ],
+    "edges": [
+        {"source": "list", "sourceHandle": "value", "target": "fe", "targetHandle": "list"},
+        {"source": "fe", "sourceHandle": "item", "target": "each", "targetHandle": "sentence"},
+        {"source": "each", "sourceHandle": "__control__", "target": "shout",
+         "targetHandle": "__control__", "edge_type": "control"},
+        {"source": "each", "sourceHandle": "words", "target": "col", "targetHandle": "item"},
+        {"source": "col", "sourceHandle": "list", "target": "words", "targetHandle": "value"}
+    ]});
+    let env = with_control_nodes()
+        .with_config("\n[wasm]\npool_instances = 4\n\n[run]\nnode_timeout_ms = 60000\n");
+    write(env.path(), "fan.json", &graph.to_string());
+    let o = env.heddle(&["run", "--json", "fan.json"]);
+    expect(&o, OK);
+    let want: Vec<Vec<String>> = (0..ITEMS)
+        .map(|i| vec![format!("A{i}!"), format!("B{i}!"), format!("C{i}!")])
+        .collect();
+    assert_eq!(
+        report(&o)["outputs"]["words"],
+        serde_json::json!([want]),
+        "{}",
+        text(&o)
+    );
+}

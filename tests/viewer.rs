@@ -1137,11 +1137,20 @@ fn a_controlled_node_shows_its_controller_and_one_invocation_per_run_event() {
         })
         .await;
         b.click("g.node[data-node='each']").await;
-        b.until("what each controls", async |b: &Browser| {
-            b.text("#detail")
-                .await
-                .is_some_and(|t| t.contains("controls") && t.contains("run_each"))
-        })
+        // The controller's invocation lists each run event it sent, with its target
+        // and overrides, as its recorded result holds them.
+        b.until(
+            "what each controls and the events it sent",
+            async |b: &Browser| {
+                b.text("#detail").await.is_some_and(|t| {
+                    t.contains("controls")
+                        && t.contains("run_each")
+                        && t.contains("run event 1 → e")
+                        && t.contains("run event 3 → e")
+                        && !t.contains("run event 4")
+                })
+            },
+        )
         .await;
     });
 }

@@ -71,6 +71,15 @@ pub(crate) struct HostInner {
     /// once, beside others) wait for a slot instead of failing to instantiate. `None`
     /// without the pool (on-demand allocation has no slots to run out of).
     slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// Per controller height h (index h - 1), the invocations of controllers of that
+    /// height that may hold a slot at once: `pool_instances >> h`, so all controllers
+    /// together hold at most `pool_instances - 1` slots and each level always leaves
+    /// room for the level below it, down to nodes that control nothing. A controller
+    /// holds its slot while it waits for its targets' replies; without this, as many
+    /// controllers as slots (a fan-out of WASM controllers driving WASM targets) would
+    /// hold every slot and wait forever for targets that cannot get one. Controllers
+    /// higher than the last level share it. Empty without the pool.
+    controller_slots: Vec<Arc<tokio::sync::Semaphore>>,
     /// Every executor's pool of warm instances, so an invocation that finds every slot
     /// taken can drop an idle warm instance (which holds its slot's permit) instead of
     /// waiting for one that may never be given back (idle instances of nodes that will
@@ -81,6 +90,16 @@ pub(crate) struct HostInner {
     stop: Arc<AtomicBool>,
     compile_notice: OnceLock<CompileNotice>,
     pub(crate) net: Arc<NetShared>,
+}
+
+/// The controller leave per height for a pool of `slots` (see
+/// `HostInner::controller_slots`): `slots >> h` for every height h that gets at least one.
+fn controller_levels(slots: u32) -> Vec<Arc<tokio::sync::Semaphore>> {
+    (1..u32::BITS)
+        .map(|h| slots >> h)
+        .take_while(|&n| n > 0)
+        .map(|n| Arc::new(tokio::sync::Semaphore::new(n as usize)))
+        .collect()
 }
 
 /// An executor's idle warm instances (see `executor::Warm`).
@@ -152,6 +171,11 @@ impl WasmHost {
                         settings.pool_instances.max(1) as usize
                     ))
                 }),
+                controller_slots: if pooling {
+                    controller_levels(settings.pool_instances.max(1))
+                } else {
+                    Vec::new()
+                },
                 settings,
                 pooling,
                 warm_pools: std::sync::Mutex::new(Vec::new()),
@@ -212,6 +236,20 @@ impl WasmHost {
                 return slots.acquire_owned().await.ok();
             }
         }
+    }
+
+    /// Leave for a controller of `height` (its `Controls::height`, at least 1) to hold
+    /// a slot while it waits for replies (see `HostInner::controller_slots`); taken before
+    /// its slot or warm instance, held until the invocation ends. `None` without the pool
+    /// or when the pool is too small to reserve anything (a single slot).
+    pub(crate) async fn controller_slot(
+        &self,
+        height: u32,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let levels = &self.inner.controller_slots;
+        let level = (height.max(1) as usize).min(levels.len()).checked_sub(1)?;
+        // The semaphore is never closed.
+        levels[level].clone().acquire_owned().await.ok()
     }
 
     /// Registers an executor's warm pool for [`WasmHost::instance_slot`] to evict from.
@@ -399,4 +437,38 @@ fn build_engine(settings: &EngineSettings) -> Result<(Engine, bool), PackageErro
     Engine::new(&c)
         .map(|e| (e, false))
         .map_err(|e| PackageError::engine("creating the wasmtime engine", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::controller_levels;
+
+    /// Every level gets at least one slot and all of them together leave at least one
+    /// for nodes that control nothing, whatever the pool's size.
+    #[test]
+    fn controller_levels_leave_room_for_the_level_below() {
+        for slots in [1u32, 2, 3, 4, 7, 256, 65_536] {
+            let levels: Vec<usize> = controller_levels(slots)
+                .iter()
+                .map(|s| s.available_permits())
+                .collect();
+            assert!(levels.iter().all(|&n| n >= 1), "{slots}: {levels:?}");
+            assert!(
+                levels.iter().sum::<usize>() < slots as usize,
+                "{slots}: {levels:?}"
+            );
+            assert!(
+                levels.windows(2).all(|w| w[0] >= w[1]),
+                "{slots}: {levels:?}"
+            );
+        }
+        assert_eq!(
+            controller_levels(256)
+                .iter()
+                .map(|s| s.available_permits())
+                .collect::<Vec<_>>(),
+            [128, 64, 32, 16, 8, 4, 2, 1]
+        );
+        assert!(controller_levels(1).is_empty());
+    }
 }

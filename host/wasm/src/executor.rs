@@ -120,6 +120,16 @@ impl WasmExecutor {
         // Warm only when the node's declaration allows it and the operator did not
         // narrow that away; a streaming-input invocation holds its stream in the store.
         let reuse = self.info.reuse_instance && !self.grant.fresh_instances && input.is_none();
+        // A controller takes its level's leave before any slot (a warm instance holds
+        // one too), so controllers waiting for replies never hold the slots their
+        // targets need; dropped when the invocation ends, after the store.
+        let _leave = match ctx.controls() {
+            Some(c) => tokio::select! {
+                leave = host.controller_slot(c.height()) => leave,
+                _ = ctx.cancel_token().cancelled() => return Err(NodeError::cancelled()),
+            },
+            None => None,
+        };
         let warm = if reuse {
             self.warm.lock().unwrap_or_else(|e| e.into_inner()).pop()
         } else {

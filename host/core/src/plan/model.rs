@@ -71,6 +71,46 @@ impl Plan {
             .ok()
             .map(|p| self.by_id[p])
     }
+
+    /// How many levels of controllers node `i` stands on: 0 for a node that controls
+    /// nothing, 1 for a controller whose targets control nothing, 1 + the highest of its
+    /// targets' heights otherwise. An engine whose invocations hold a scarce slot while
+    /// they wait for control replies reserves slots per height, so a level's controllers
+    /// can never take every slot the level below needs to answer them (heddle-wasm's
+    /// instance pool). Control cycles are refused at planning; the depth is bounded by
+    /// the node count all the same, so a plan built by hand cannot make it loop.
+    pub fn control_height(&self, i: NodeIdx) -> u32 {
+        // Memoised: controllers sharing targets (a diamond) are walked once each.
+        let mut known = std::collections::HashMap::new();
+        self.control_height_within(i, self.nodes.len(), &mut known)
+    }
+
+    fn control_height_within(
+        &self,
+        i: NodeIdx,
+        depth: usize,
+        known: &mut std::collections::HashMap<NodeIdx, u32>,
+    ) -> u32 {
+        if let Some(&h) = known.get(&i) {
+            return h;
+        }
+        let Some(node) = self.nodes.get(i as usize) else {
+            return 0;
+        };
+        if depth == 0 {
+            return 0;
+        }
+        let mut h = 0;
+        for e in &node.out_edges {
+            if let Some(e) = self.edges.get(*e as usize)
+                && e.edge_type == EdgeType::Control
+            {
+                h = h.max(1 + self.control_height_within(e.target, depth - 1, known));
+            }
+        }
+        known.insert(i, h);
+        h
+    }
 }
 
 /// [`Plan::by_id`] for `nodes` (whose ids are unique).

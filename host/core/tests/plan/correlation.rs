@@ -268,6 +268,18 @@ fn control_edges_get_empty_scope_and_controllers_are_unique() {
 }
 
 #[test]
+fn control_height_counts_the_levels_of_controllers_below_a_node() {
+    // top drives g1 and g2; g1 (controlled) drives g2 too: a diamond two levels deep.
+    let p = ok(json!({
+        "nodes": [n("top", "test.agent"), n("g1", "test.gate"), n("g2", "test.gate"),
+                  n("alone", "test.agent")],
+        "edges": [ctl("c1", "top", "g1"), ctl("c2", "top", "g2"), ctl("c3", "g1", "g2")]
+    }));
+    let h = |id: &str| p.control_height(node_idx(&p, id) as u32);
+    assert_eq!((h("top"), h("g1"), h("g2"), h("alone")), (2, 1, 0, 0));
+}
+
+#[test]
 fn join_output_repeats_per_key_when_it_pairs_deeper_inputs() {
     let p = ok(json!({
         "nodes": [n("l1", "heddle.constant"), n("l2", "heddle.constant"),

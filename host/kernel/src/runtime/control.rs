@@ -38,6 +38,7 @@ struct Inner {
     controller: Arc<str>,
     targets: Vec<Target>,
     context: Value,
+    height: u32,
 }
 
 struct Target {
@@ -75,10 +76,12 @@ impl ControlReply {
 
 impl Controls {
     /// The controls of `controller` over `targets` (id, declaration, configured
-    /// properties, inbox).
+    /// properties, inbox); `height` is the controller's
+    /// [`heddle_core::plan::Plan::control_height`].
     pub(crate) fn new(
         controller: Arc<str>,
         targets: Vec<(Arc<str>, Arc<NodeDecl>, &crate::executor::Inputs, InboxTx)>,
+        height: u32,
     ) -> Self {
         let mut context = heddle_core::Map::new();
         for (id, decl, props, _) in &targets {
@@ -87,6 +90,7 @@ impl Controls {
         Controls {
             inner: Arc::new(Inner {
                 controller,
+                height,
                 context: Value::object(context),
                 targets: targets
                     .into_iter()
@@ -99,6 +103,14 @@ impl Controls {
     /// The ids of the controlled nodes this controller is wired to, in edge order.
     pub fn targets(&self) -> impl Iterator<Item = &str> {
         self.inner.targets.iter().map(|t| &*t.id)
+    }
+
+    /// How many levels of controllers this one stands on (1 when its targets control
+    /// nothing): an executor whose invocations hold a scarce slot while they wait for
+    /// replies reserves its slots by this level, so controllers never hold every slot
+    /// their targets need (see `Plan::control_height`).
+    pub fn height(&self) -> u32 {
+        self.inner.height
     }
 
     /// `_control_context`: per controlled node, its type, its properties (type,

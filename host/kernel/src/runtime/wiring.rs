@@ -226,6 +226,7 @@ impl Run {
                         )
                     })
                     .collect(),
+                plan.control_height(i as NodeIdx),
             )
         });
         let driver = scope
