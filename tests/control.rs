@@ -121,31 +121,9 @@ fn a_recovered_controller_gets_the_recorded_replies_and_the_target_runs_no_event
 
 // ----- a WASM controller driving a WASM controlled node (heddle:node 0.2) ----------
 
-/// `examples/control-nodes` built as a user builds it (`heddle package build`), once
-/// per test process; its `dist` folder.
-fn control_nodes() -> &'static std::path::Path {
-    static DIST: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    DIST.get_or_init(|| {
-        let src = support::root().join("examples/control-nodes");
-        let o = support::heddle(&["package", "build", src.to_str().unwrap()]);
-        expect(&o, OK);
-        src.join("dist")
-    })
-}
-
-/// A directory with the example package installed and its graph as `g.json`.
-fn with_control_nodes() -> StoreDir {
-    let graph =
-        std::fs::read_to_string(support::root().join("examples/control-nodes/graph.json")).unwrap();
-    let env = StoreDir::with_graph(&graph);
-    let o = env.heddle(&["package", "add", control_nodes().to_str().unwrap()]);
-    expect(&o, OK);
-    env
-}
-
 #[test]
 fn a_wasm_controller_drives_a_wasm_controlled_node_and_gets_its_replies_in_order() {
-    let env = with_control_nodes();
+    let env = StoreDir::with_control_nodes();
     let o = env.heddle(&["nodes", "demo"]);
     expect(&o, OK);
     let listing = support::stdout(&o);
@@ -180,7 +158,7 @@ fn a_wasm_controller_drives_a_wasm_controlled_node_and_gets_its_replies_in_order
 
 #[test]
 fn a_wasm_controller_killed_mid_run_resumes_with_the_recorded_replies() {
-    let env = with_control_nodes();
+    let env = StoreDir::with_control_nodes();
     // `shout` is not retry-safe: each reply is on disk before the controller sees it.
     // The process dies right after the second, while `each` waits for the third.
     let id = env.crash("after-result:shout:2", &[]);
@@ -263,7 +241,7 @@ fn a_recorded_wasm_controller_sends_its_recorded_events_again_and_the_target_rep
     // in a new process that carries that result out instead of running `each`: the
     // recorded events go to `shout` again, which replays its recorded replies, so its
     // values reach `shouted` without running again.
-    let env = with_control_nodes();
+    let env = StoreDir::with_control_nodes();
     let graph = std::fs::read_to_string(env.path().join("g.json"))
         .unwrap()
         .replace(
@@ -324,7 +302,7 @@ fn a_fan_out_of_wasm_controllers_wider_than_the_pool_still_gets_its_replies() {
         {"source": "each", "sourceHandle": "words", "target": "col", "targetHandle": "item"},
         {"source": "col", "sourceHandle": "list", "target": "words", "targetHandle": "value"}
     ]});
-    let env = with_control_nodes()
+    let env = StoreDir::with_control_nodes()
         .with_config("\n[wasm]\npool_instances = 4\n\n[run]\nnode_timeout_ms = 60000\n");
     write(env.path(), "fan.json", &graph.to_string());
     let o = env.heddle(&["run", "--json", "fan.json"]);

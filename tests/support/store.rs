@@ -209,6 +209,18 @@ impl StoreDir {
         self
     }
 
+    /// A directory with `examples/control-nodes` installed (a WASM controller,
+    /// `demo.each_word`, and the node it drives, `demo.shout`) and its graph as `g.json`.
+    pub fn with_control_nodes() -> StoreDir {
+        let graph =
+            std::fs::read_to_string(super::root().join("examples/control-nodes/graph.json"))
+                .unwrap();
+        let env = StoreDir::with_graph(&graph);
+        let o = env.heddle(&["package", "add", control_nodes().to_str().unwrap()]);
+        expect(&o, OK);
+        env
+    }
+
     /// `heddle ARGS` here, with no fault armed.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = super::command(self.path());
@@ -518,4 +530,16 @@ pub fn moments(mut seed: u64) -> impl FnMut() -> u64 {
             .wrapping_add(1442695040888963407);
         seed >> 33
     }
+}
+
+/// `examples/control-nodes` built as a user builds it (`heddle package build`), once
+/// per test process; its `dist` folder.
+pub fn control_nodes() -> &'static Path {
+    static DIST: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIST.get_or_init(|| {
+        let src = super::root().join("examples/control-nodes");
+        let o = super::heddle(&["package", "build", src.to_str().unwrap()]);
+        expect(&o, OK);
+        src.join("dist")
+    })
 }
