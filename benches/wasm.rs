@@ -326,10 +326,12 @@ mod raw {
     use wasmtime::component::{Component, Linker, ResourceTable};
     use wasmtime::{Engine, Store};
     use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+    use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
     wasmtime::component::bindgen!({
         world: "node-package",
-        path: "wit",
+        // The contract the Rust SDK builds the hostile package against.
+        path: "wit/v0.2",
         imports: { default: async },
         exports: { default: async },
     });
@@ -337,7 +339,80 @@ mod raw {
 
     pub struct State {
         wasi: WasiCtx,
+        http: WasiHttpCtx,
         table: ResourceTable,
+        net: NoNet,
+    }
+
+    /// Outgoing HTTP refused: the node measured sends none.
+    struct NoNet;
+
+    impl WasiHttpHooks for NoNet {
+        fn send_request(
+            &mut self,
+            _request: http::Request<wasmtime_wasi_http::WasiBody>,
+            _options: Option<wasmtime_wasi_http::RequestOptions>,
+            _fut: Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+        ) -> Box<
+            dyn Future<
+                    Output = Result<
+                        (
+                            http::Response<wasmtime_wasi_http::WasiBody>,
+                            Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+                        ),
+                        wasmtime_wasi_http::Error,
+                    >,
+                > + Send,
+        > {
+            Box::new(std::future::ready(Err(
+                wasmtime_wasi_http::Error::HttpRequestDenied,
+            )))
+        }
+    }
+
+    /// The least host a node runs against: values emitted go nowhere, no input
+    /// streams, no secrets, no deadline.
+    impl self::heddle::node::host::Host for State {
+        async fn log(&mut self, _level: self::heddle::node::types::LogLevel, _message: String) {}
+        async fn emit(&mut self, _handle: String, _value: Value) -> Result<(), String> {
+            Ok(())
+        }
+        async fn next_input(&mut self) -> Option<(String, Value)> {
+            None
+        }
+        async fn report_cost(&mut self, _usd: f64) {}
+        async fn record_asset(&mut self, _id: String) {}
+        async fn cancelled(&mut self) -> bool {
+            false
+        }
+        async fn deadline_ms(&mut self) -> Option<u64> {
+            None
+        }
+        async fn get_secret(&mut self, _name: String) -> Option<String> {
+            None
+        }
+        async fn control_send(
+            &mut self,
+            _target: String,
+            _properties: Vec<(String, Value)>,
+        ) -> Result<u64, String> {
+            Err("no control edges here".into())
+        }
+        async fn control_reply(&mut self, _ticket: u64) -> Result<Vec<(String, Value)>, String> {
+            Err("no control edges here".into())
+        }
+    }
+
+    impl self::heddle::node::types::Host for State {}
+
+    impl WasiHttpView for State {
+        fn http(&mut self) -> WasiHttpCtxView<'_> {
+            WasiHttpCtxView {
+                ctx: &mut self.http,
+                table: &mut self.table,
+                hooks: &mut self.net,
+            }
+        }
     }
 
     impl WasiView for State {
@@ -359,8 +434,17 @@ mod raw {
         pub fn new(engine: &Engine, component: &Path) -> Raw {
             let component = Component::from_file(engine, component).unwrap();
             let mut linker = Linker::<State>::new(engine);
+            // WASI, wasi:http and `heddle:node/host` as the host links them, nothing
+            // left to trap: traps for an import the linker holds at another patch version
+            // (`wasi:io/poll@0.2.12`) would redefine `pollable` beside the real one, and
+            // the clocks that use it would no longer link.
             wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
-            linker.define_unknown_imports_as_traps(&component).unwrap();
+            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).unwrap();
+            NodePackage::add_to_linker::<State, wasmtime::component::HasSelf<State>>(
+                &mut linker,
+                |s| s,
+            )
+            .unwrap();
             let pre = NodePackagePre::new(linker.instantiate_pre(&component).unwrap()).unwrap();
             Raw {
                 engine: engine.clone(),
@@ -374,7 +458,9 @@ mod raw {
                 &self.engine,
                 State {
                     wasi: WasiCtx::builder().build(),
+                    http: WasiHttpCtx::new(),
                     table: ResourceTable::new(),
+                    net: NoNet,
                 },
             );
             // The engine meters fuel and checks epochs: give both enough never to stop.
