@@ -296,3 +296,165 @@ fn a_recorded_wasm_controller_sends_its_recorded_events_again_and_the_target_rep
     assert_eq!(env.records("started", "shout").len(), 3, "shout ran again");
     assert_eq!(env.records("completed", "shout").len(), 3);
 }
+
+// ----- controllers and controlled nodes in Python, JavaScript and C ----------------
+
+/// The three SDK examples built as a user builds them (`heddle package build`, against
+/// `heddle:node@0.2.0`), once per test process; their package folders.
+fn sdk_examples() -> &'static [std::path::PathBuf] {
+    static DIRS: std::sync::OnceLock<Vec<std::path::PathBuf>> = std::sync::OnceLock::new();
+    DIRS.get_or_init(|| {
+        [
+            "sdk/python/examples/textstats",
+            "sdk/js/examples/jsonkit",
+            "sdk/c/examples/cstrings",
+        ]
+        .into_iter()
+        .map(|rel| {
+            let src = support::root().join(rel);
+            let out = support::root()
+                .join("target/heddle-test-cache/control-languages")
+                .join(src.file_name().unwrap());
+            let o = support::heddle(&[
+                "package",
+                "build",
+                src.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ]);
+            expect(&o, OK);
+            out
+        })
+        .collect()
+    })
+}
+
+/// A directory with the three SDK examples installed and `examples/control-languages`
+/// as `g.json`, changed by `edit`.
+fn with_sdk_examples(edit: impl Fn(String) -> String) -> StoreDir {
+    let graph =
+        std::fs::read_to_string(support::root().join("examples/control-languages/graph.json"))
+            .unwrap();
+    let env = StoreDir::with_graph(&edit(graph));
+    for dir in sdk_examples() {
+        let o = env.heddle(&["package", "add", dir.to_str().unwrap()]);
+        expect(&o, OK);
+    }
+    env
+}
+
+#[test]
+fn python_javascript_and_c_controllers_drive_controlled_nodes_of_another_language_in_order() {
+    let env = with_sdk_examples(|g| g);
+    // `heddle nodes` shows which node types are controlled.
+    for (prefix, controlled, controller) in [
+        ("textstats.", "textstats.title_case", "textstats.each_word"),
+        ("jsonkit.", "jsonkit.wrap", "jsonkit.each_item"),
+        ("cstrings.", "cstrings.pad", "cstrings.each_word"),
+    ] {
+        let o = env.heddle(&["nodes", prefix]);
+        expect(&o, OK);
+        let listing = support::stdout(&o);
+        let line = |ty: &str| {
+            listing
+                .lines()
+                .find(|l| l.starts_with(&format!("{ty} ")) || l == &ty)
+                .unwrap_or_else(|| panic!("{ty} not listed:\n{listing}"))
+                .to_string()
+        };
+        assert!(line(controlled).contains("controlled"), "{listing}");
+        assert!(!line(controller).contains("controlled"), "{listing}");
+    }
+    let o = env.heddle(&["run", "--json", "g.json"]);
+    expect(&o, OK);
+    let r = report(&o);
+    assert_eq!(
+        r["outputs"]["padded"],
+        serde_json::json!([["hello...", "controlled", "nodes..."]]),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        r["outputs"]["titled"],
+        serde_json::json!([["Hello...!", "Controlled!", "Nodes...!"]])
+    );
+    assert_eq!(
+        r["outputs"]["wrapped"],
+        serde_json::json!([[{"word": "hello"}, {"word": "controlled"}, {"word": "nodes"}]])
+    );
+    // Eight events in flight at once per controller, every reply where its event was.
+    let words = "one two three four five six seven eight";
+    let o = env.heddle(&[
+        "run",
+        "--json",
+        "g.json",
+        "--input",
+        &format!("sentence={words}"),
+    ]);
+    expect(&o, OK);
+    let r = report(&o);
+    let padded: Vec<String> = words.split(' ').map(|w| format!("{w:.<8}")).collect();
+    assert_eq!(r["outputs"]["padded"], serde_json::json!([padded]), "{}", text(&o));
+    let titled: Vec<String> = padded
+        .iter()
+        .map(|p| format!("{}{}!", p[..1].to_uppercase(), &p[1..]))
+        .collect();
+    assert_eq!(r["outputs"]["titled"], serde_json::json!([titled]));
+    let wrapped: Vec<serde_json::Value> = words
+        .split(' ')
+        .map(|w| serde_json::json!({"word": w}))
+        .collect();
+    assert_eq!(r["outputs"]["wrapped"], serde_json::json!([wrapped]));
+    for target in ["pad", "title", "wrap"] {
+        assert_eq!(r["nodes"][target]["invocations"], 8, "{target}: {r:#}");
+    }
+}
+
+#[test]
+fn a_bad_control_event_from_an_sdk_controller_fails_it_naming_node_handle_and_property() {
+    // Python: a value of the wrong type for the C node's `width`.
+    let env = with_sdk_examples(|g| {
+        g.replace(
+            r#""type": "textstats.each_word", "properties": {"property": "text"}"#,
+            r#""type": "textstats.each_word", "properties": {"property": "width"}"#,
+        )
+    });
+    let o = env.heddle(&["run", "g.json"]);
+    expect(&o, support::FAILED);
+    let err = text(&o);
+    assert!(
+        err.contains("node py") && err.contains("`__control__`") && err.contains("`width`"),
+        "{err}"
+    );
+    // JavaScript: a property the Python node does not have.
+    let env = with_sdk_examples(|g| {
+        g.replace(
+            r#""type": "jsonkit.each_item", "properties": {"property": "text"}"#,
+            r#""type": "jsonkit.each_item", "properties": {"property": "colour"}"#,
+        )
+    });
+    let o = env.heddle(&["run", "g.json"]);
+    expect(&o, support::FAILED);
+    let err = text(&o);
+    assert!(
+        err.contains("node js")
+            && err.contains("node title")
+            && err.contains("`__control__`")
+            && err.contains("`colour`"),
+        "{err}"
+    );
+    // C: a node no control edge from it reaches.
+    let env = with_sdk_examples(|g| {
+        g.replace(
+            r#""output": "object"}"#,
+            r#""output": "object", "target": "pad"}"#,
+        )
+    });
+    let o = env.heddle(&["run", "g.json"]);
+    expect(&o, support::FAILED);
+    let err = text(&o);
+    assert!(
+        err.contains("node c sent a control event to node pad, which no control edge from it reaches"),
+        "{err}"
+    );
+}
