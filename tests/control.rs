@@ -394,7 +394,12 @@ fn python_javascript_and_c_controllers_drive_controlled_nodes_of_another_languag
     expect(&o, OK);
     let r = report(&o);
     let padded: Vec<String> = words.split(' ').map(|w| format!("{w:.<8}")).collect();
-    assert_eq!(r["outputs"]["padded"], serde_json::json!([padded]), "{}", text(&o));
+    assert_eq!(
+        r["outputs"]["padded"],
+        serde_json::json!([padded]),
+        "{}",
+        text(&o)
+    );
     let titled: Vec<String> = padded
         .iter()
         .map(|p| format!("{}{}!", p[..1].to_uppercase(), &p[1..]))
@@ -454,7 +459,9 @@ fn a_bad_control_event_from_an_sdk_controller_fails_it_naming_node_handle_and_pr
     expect(&o, support::FAILED);
     let err = text(&o);
     assert!(
-        err.contains("node c sent a control event to node pad, which no control edge from it reaches"),
+        err.contains(
+            "node c sent a control event to node pad, which no control edge from it reaches"
+        ),
         "{err}"
     );
 }

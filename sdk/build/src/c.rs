@@ -32,12 +32,15 @@ fn bindings(wit: &Wit, out: &Path) -> Result<(Vec<PathBuf>, bool), BuildError> {
             dir: wit.dir.clone(),
             message: format!("{e:#}"),
         })?;
-    let control = resolve.worlds[world].exports.values().any(|item| match item {
-        wit_parser::WorldItem::Interface { id, .. } => {
-            resolve.interfaces[*id].functions.contains_key("controlled")
-        }
-        _ => false,
-    });
+    let control = resolve.worlds[world]
+        .exports
+        .values()
+        .any(|item| match item {
+            wit_parser::WorldItem::Interface { id, .. } => {
+                resolve.interfaces[*id].functions.contains_key("controlled")
+            }
+            _ => false,
+        });
     let mut files = Files::default();
     let opts = wit_bindgen_c::Opts::default();
     opts.build()

@@ -75,10 +75,7 @@ const JS_HOST_IMPORT: &str = "\"heddle:node/host@0.2.0\"";
 /// importing the host interface of `version`, the contract the WIT built against
 /// declares: componentize-js resolves the import by that exact name.
 pub fn write_js(staged_src: &Path, version: &str) -> Result<(), BuildError> {
-    let helper = JS_HELPER.replace(
-        JS_HOST_IMPORT,
-        &format!("\"heddle:node/host@{version}\""),
-    );
+    let helper = JS_HELPER.replace(JS_HOST_IMPORT, &format!("\"heddle:node/host@{version}\""));
     write(&staged_src.join("heddle.js"), &helper)
 }
 

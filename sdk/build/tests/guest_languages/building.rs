@@ -98,7 +98,8 @@ async fn the_c_sdk_builds_against_0_2_by_default_and_still_against_0_1() {
     let store = PackageStore::open(store_dir.path());
     store.install(&host(), &old.dir).await.unwrap();
     let mut p = WasmProvider::new(host(), WasmConfig::default());
-    p.add(store.load(&host(), "cstrings").await.unwrap()).unwrap();
+    p.add(store.load(&host(), "cstrings").await.unwrap())
+        .unwrap();
     let out = invoke(
         &p,
         "cstrings.pad",
