@@ -417,6 +417,7 @@ fn python_javascript_and_c_controllers_drive_controlled_nodes_of_another_languag
 
 #[test]
 fn a_bad_control_event_from_an_sdk_controller_fails_it_naming_node_handle_and_property() {
+    // Each SDK's refusal path: the host's message reaches the run's error unchanged.
     // Python: a value of the wrong type for the C node's `width`.
     let env = with_sdk_examples(|g| {
         g.replace(
@@ -446,6 +447,18 @@ fn a_bad_control_event_from_an_sdk_controller_fails_it_naming_node_handle_and_pr
             && err.contains("node title")
             && err.contains("`__control__`")
             && err.contains("`colour`"),
+        "{err}"
+    );
+    // A controlled node that fails answers its event with the failure: the Python
+    // controller's reply raises it, naming both nodes.
+    let env = with_sdk_examples(|g| g.replace(r#""width": 8"#, r#""width": 5000"#));
+    let o = env.heddle(&["run", "g.json"]);
+    expect(&o, support::FAILED);
+    let err = text(&o);
+    assert!(
+        err.contains("node py: control event to node pad failed")
+            && err.contains("width must be an integer from 0 to 4096")
+            && err.contains("control:failed"),
         "{err}"
     );
     // C: a node no control edge from it reaches.
