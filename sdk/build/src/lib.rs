@@ -221,8 +221,9 @@ pub fn repo_wit_dir() -> PathBuf {
 /// embedded so a build needs no checkout: written once to a folder named by its hash
 /// (in the temp dir) and read from there. It is the current contract, 0.2 (controlled
 /// nodes and controllers), the one the Rust SDK builds against too; a host loads 0.1
-/// packages built before beside it. `--wit` builds against another copy (C and Python
-/// also build against 0.1, for hosts older than 0.2).
+/// packages built before beside it. `--wit` builds against another copy (the Python,
+/// JavaScript and C helpers also build against 0.1, for hosts older than 0.2, their
+/// control calls then failing with `control:unsupported`).
 const NODE_WIT: &str = include_str!("../../../wit/v0.2/node.wit");
 
 /// The world to build against when the options name none: the embedded WIT.
