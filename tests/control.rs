@@ -478,3 +478,49 @@ fn a_bad_control_event_from_an_sdk_controller_fails_it_naming_node_handle_and_pr
         "{err}"
     );
 }
+
+#[test]
+fn a_c_controller_reads_its_targets_ids_from_the_control_context_json() {
+    // `heddle_control_target` parses the context's keys without a JSON library: an id
+    // with a quote, a brace, a backslash and a non-ASCII letter comes out whole, and
+    // with two targets the C example refuses to guess (it found the second key after
+    // skipping the whole first value).
+    let graph = r#"{"format": "heddle.graph", "version": 1,
+ "nodes": [
+  {"id": "s", "type": "heddle.constant", "properties": {"value": "a b"}},
+  {"id": "c", "type": "cstrings.each_word", "properties": {"property": "value", "output": "object"}},
+  {"id": "w\"1}é\\", "type": "jsonkit.wrap", "properties": {"key": "x{\"}"}},
+  {"id": "out", "type": "heddle.output"}],
+ "edges": [
+  {"source": "s", "sourceHandle": "value", "target": "c", "targetHandle": "text"},
+  {"source": "c", "sourceHandle": "__control__", "target": "w\"1}é\\", "targetHandle": "__control__", "edge_type": "control"},
+  {"source": "c", "sourceHandle": "words", "target": "out", "targetHandle": "value"}]}"#;
+    let env = with_sdk_examples(|_| graph.to_string());
+    let o = env.heddle(&["run", "--json", "g.json"]);
+    expect(&o, OK);
+    assert_eq!(
+        report(&o)["outputs"]["out"],
+        serde_json::json!([[{"x{\"}": "a"}, {"x{\"}": "b"}]]),
+        "{}",
+        text(&o)
+    );
+    let two = graph
+        .replace(
+            r#"{"id": "out", "type": "heddle.output"}],"#,
+            r#"{"id": "out", "type": "heddle.output"},
+  {"id": "w2", "type": "jsonkit.wrap"}],"#,
+        )
+        .replace(
+            r#"{"source": "c", "sourceHandle": "words""#,
+            r#"{"source": "c", "sourceHandle": "__control__", "target": "w2", "targetHandle": "__control__", "edge_type": "control"},
+  {"source": "c", "sourceHandle": "words""#,
+        );
+    std::fs::write(env.path().join("g.json"), two).unwrap();
+    let o = env.heddle(&["run", "g.json"]);
+    expect(&o, support::FAILED);
+    assert!(
+        text(&o).contains("wire exactly one controlled node"),
+        "{}",
+        text(&o)
+    );
+}
