@@ -317,3 +317,231 @@ fn a_fan_out_of_wasm_controllers_wider_than_the_pool_still_gets_its_replies() {
         text(&o)
     );
 }
+
+// ----- controllers and controlled nodes in Python, JavaScript and C ----------------
+
+/// The three SDK examples built as a user builds them (`heddle package build`, against
+/// `heddle:node@0.2.0`), once per test process; their package folders.
+fn sdk_examples() -> &'static [std::path::PathBuf] {
+    static DIRS: std::sync::OnceLock<Vec<std::path::PathBuf>> = std::sync::OnceLock::new();
+    DIRS.get_or_init(|| {
+        [
+            "sdk/python/examples/textstats",
+            "sdk/js/examples/jsonkit",
+            "sdk/c/examples/cstrings",
+        ]
+        .into_iter()
+        .map(|rel| {
+            let src = support::root().join(rel);
+            let out = support::root()
+                .join("target/heddle-test-cache/control-languages")
+                .join(src.file_name().unwrap());
+            let o = support::heddle(&[
+                "package",
+                "build",
+                src.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ]);
+            expect(&o, OK);
+            out
+        })
+        .collect()
+    })
+}
+
+/// A directory with the three SDK examples installed and `examples/control-languages`
+/// as `g.json`, changed by `edit`.
+fn with_sdk_examples(edit: impl Fn(String) -> String) -> StoreDir {
+    let graph =
+        std::fs::read_to_string(support::root().join("examples/control-languages/graph.json"))
+            .unwrap();
+    let env = StoreDir::with_graph(&edit(graph));
+    for dir in sdk_examples() {
+        let o = env.heddle(&["package", "add", dir.to_str().unwrap()]);
+        expect(&o, OK);
+    }
+    env
+}
+
+#[test]
+fn python_javascript_and_c_controllers_drive_controlled_nodes_of_another_language_in_order() {
+    let env = with_sdk_examples(|g| g);
+    // `heddle nodes` shows which node types are controlled.
+    for (prefix, controlled, controller) in [
+        ("textstats.", "textstats.title_case", "textstats.each_word"),
+        ("jsonkit.", "jsonkit.wrap", "jsonkit.each_item"),
+        ("cstrings.", "cstrings.pad", "cstrings.each_word"),
+    ] {
+        let o = env.heddle(&["nodes", prefix]);
+        expect(&o, OK);
+        let listing = support::stdout(&o);
+        let line = |ty: &str| {
+            listing
+                .lines()
+                .find(|l| l.starts_with(&format!("{ty} ")) || l == &ty)
+                .unwrap_or_else(|| panic!("{ty} not listed:\n{listing}"))
+                .to_string()
+        };
+        assert!(line(controlled).contains("controlled"), "{listing}");
+        assert!(!line(controller).contains("controlled"), "{listing}");
+    }
+    let o = env.heddle(&["run", "--json", "g.json"]);
+    expect(&o, OK);
+    let r = report(&o);
+    assert_eq!(
+        r["outputs"]["padded"],
+        serde_json::json!([["hello...", "controlled", "nodes..."]]),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        r["outputs"]["titled"],
+        serde_json::json!([["Hello...!", "Controlled!", "Nodes...!"]])
+    );
+    assert_eq!(
+        r["outputs"]["wrapped"],
+        serde_json::json!([[{"word": "hello"}, {"word": "controlled"}, {"word": "nodes"}]])
+    );
+    // Eight events in flight at once per controller, every reply where its event was.
+    let words = "one two three four five six seven eight";
+    let o = env.heddle(&[
+        "run",
+        "--json",
+        "g.json",
+        "--input",
+        &format!("sentence={words}"),
+    ]);
+    expect(&o, OK);
+    let r = report(&o);
+    let padded: Vec<String> = words.split(' ').map(|w| format!("{w:.<8}")).collect();
+    assert_eq!(
+        r["outputs"]["padded"],
+        serde_json::json!([padded]),
+        "{}",
+        text(&o)
+    );
+    let titled: Vec<String> = padded
+        .iter()
+        .map(|p| format!("{}{}!", p[..1].to_uppercase(), &p[1..]))
+        .collect();
+    assert_eq!(r["outputs"]["titled"], serde_json::json!([titled]));
+    let wrapped: Vec<serde_json::Value> = words
+        .split(' ')
+        .map(|w| serde_json::json!({"word": w}))
+        .collect();
+    assert_eq!(r["outputs"]["wrapped"], serde_json::json!([wrapped]));
+    for target in ["pad", "title", "wrap"] {
+        assert_eq!(r["nodes"][target]["invocations"], 8, "{target}: {r:#}");
+    }
+}
+
+#[test]
+fn a_bad_control_event_from_an_sdk_controller_fails_it_naming_node_handle_and_property() {
+    // Each SDK's refusal path: the host's message reaches the run's error unchanged.
+    // Python: a value of the wrong type for the C node's `width`.
+    let env = with_sdk_examples(|g| {
+        g.replace(
+            r#""type": "textstats.each_word", "properties": {"property": "text"}"#,
+            r#""type": "textstats.each_word", "properties": {"property": "width"}"#,
+        )
+    });
+    let o = env.heddle(&["run", "g.json"]);
+    expect(&o, support::FAILED);
+    let err = text(&o);
+    assert!(
+        err.contains("node py") && err.contains("`__control__`") && err.contains("`width`"),
+        "{err}"
+    );
+    // JavaScript: a property the Python node does not have.
+    let env = with_sdk_examples(|g| {
+        g.replace(
+            r#""type": "jsonkit.each_item", "properties": {"property": "text"}"#,
+            r#""type": "jsonkit.each_item", "properties": {"property": "colour"}"#,
+        )
+    });
+    let o = env.heddle(&["run", "g.json"]);
+    expect(&o, support::FAILED);
+    let err = text(&o);
+    assert!(
+        err.contains("node js")
+            && err.contains("node title")
+            && err.contains("`__control__`")
+            && err.contains("`colour`"),
+        "{err}"
+    );
+    // A controlled node that fails answers its event with the failure: the Python
+    // controller's reply raises it, naming both nodes.
+    let env = with_sdk_examples(|g| g.replace(r#""width": 8"#, r#""width": 5000"#));
+    let o = env.heddle(&["run", "g.json"]);
+    expect(&o, support::FAILED);
+    let err = text(&o);
+    assert!(
+        err.contains("node py: control event to node pad failed")
+            && err.contains("width must be an integer from 0 to 4096")
+            && err.contains("control:failed"),
+        "{err}"
+    );
+    // C: a node no control edge from it reaches.
+    let env = with_sdk_examples(|g| {
+        g.replace(
+            r#""output": "object"}"#,
+            r#""output": "object", "target": "pad"}"#,
+        )
+    });
+    let o = env.heddle(&["run", "g.json"]);
+    expect(&o, support::FAILED);
+    let err = text(&o);
+    assert!(
+        err.contains(
+            "node c sent a control event to node pad, which no control edge from it reaches"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_c_controller_reads_its_targets_ids_from_the_control_context_json() {
+    // `heddle_control_target` parses the context's keys without a JSON library: an id
+    // with a quote, a brace, a backslash and a non-ASCII letter comes out whole, and
+    // with two targets the C example refuses to guess (it found the second key after
+    // skipping the whole first value).
+    let graph = r#"{"format": "heddle.graph", "version": 1,
+ "nodes": [
+  {"id": "s", "type": "heddle.constant", "properties": {"value": "a b"}},
+  {"id": "c", "type": "cstrings.each_word", "properties": {"property": "value", "output": "object"}},
+  {"id": "w\"1}é\\", "type": "jsonkit.wrap", "properties": {"key": "x{\"}"}},
+  {"id": "out", "type": "heddle.output"}],
+ "edges": [
+  {"source": "s", "sourceHandle": "value", "target": "c", "targetHandle": "text"},
+  {"source": "c", "sourceHandle": "__control__", "target": "w\"1}é\\", "targetHandle": "__control__", "edge_type": "control"},
+  {"source": "c", "sourceHandle": "words", "target": "out", "targetHandle": "value"}]}"#;
+    let env = with_sdk_examples(|_| graph.to_string());
+    let o = env.heddle(&["run", "--json", "g.json"]);
+    expect(&o, OK);
+    assert_eq!(
+        report(&o)["outputs"]["out"],
+        serde_json::json!([[{"x{\"}": "a"}, {"x{\"}": "b"}]]),
+        "{}",
+        text(&o)
+    );
+    let two = graph
+        .replace(
+            r#"{"id": "out", "type": "heddle.output"}],"#,
+            r#"{"id": "out", "type": "heddle.output"},
+  {"id": "w2", "type": "jsonkit.wrap"}],"#,
+        )
+        .replace(
+            r#"{"source": "c", "sourceHandle": "words""#,
+            r#"{"source": "c", "sourceHandle": "__control__", "target": "w2", "targetHandle": "__control__", "edge_type": "control"},
+  {"source": "c", "sourceHandle": "words""#,
+        );
+    std::fs::write(env.path().join("g.json"), two).unwrap();
+    let o = env.heddle(&["run", "g.json"]);
+    expect(&o, support::FAILED);
+    assert!(
+        text(&o).contains("wire exactly one controlled node"),
+        "{}",
+        text(&o)
+    );
+}

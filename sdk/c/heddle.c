@@ -146,27 +146,20 @@ static const value_t *find(heddle_call *c, const char *name) {
     return &e->f1;
 }
 
-bool heddle_has(heddle_call *c, const char *name) {
-    const value_t *v = find(c, name);
-    return v && v->tag != HEDDLE_NODE_TYPES_VALUE_NULL;
-}
-
-bool heddle_get_bool(heddle_call *c, const char *name, bool *out) {
-    const value_t *v = find(c, name);
+// Reading one value, whatever list it came from: false when absent or of another case.
+static bool value_bool(const value_t *v, bool *out) {
     if (!v || v->tag != HEDDLE_NODE_TYPES_VALUE_BOOLEAN) return false;
     *out = v->val.boolean;
     return true;
 }
 
-bool heddle_get_int(heddle_call *c, const char *name, int64_t *out) {
-    const value_t *v = find(c, name);
+static bool value_int(const value_t *v, int64_t *out) {
     if (!v || v->tag != HEDDLE_NODE_TYPES_VALUE_S64) return false;
     *out = v->val.s64;
     return true;
 }
 
-bool heddle_get_float(heddle_call *c, const char *name, double *out) {
-    const value_t *v = find(c, name);
+static bool value_float(const value_t *v, double *out) {
     if (!v) return false;
     if (v->tag == HEDDLE_NODE_TYPES_VALUE_F64) *out = v->val.f64;
     else if (v->tag == HEDDLE_NODE_TYPES_VALUE_S64) *out = (double)v->val.s64;
@@ -174,27 +167,57 @@ bool heddle_get_float(heddle_call *c, const char *name, double *out) {
     return true;
 }
 
-bool heddle_get_str(heddle_call *c, const char *name, const char **s, size_t *len) {
-    const value_t *v = find(c, name);
+static bool value_str(const value_t *v, const char **s, size_t *len) {
     if (!v || v->tag != HEDDLE_NODE_TYPES_VALUE_STRING) return false;
     *s = (const char *)v->val.string.ptr;
     *len = v->val.string.len;
     return true;
 }
 
-const char *heddle_get_cstr(heddle_call *c, const char *name) {
-    const char *s;
-    size_t n;
-    if (!heddle_get_str(c, name, &s, &n)) return NULL;
-    char *copy = xrealloc(NULL, n + 1);
-    memcpy(copy, s, n);
-    copy[n] = '\0';
+static bool value_json(const value_t *v, const char **json, size_t *len) {
+    if (!v || v->tag != HEDDLE_NODE_TYPES_VALUE_JSON) return false;
+    *json = (const char *)v->val.json.ptr;
+    *len = v->val.json.len;
+    return true;
+}
+
+// A string kept until the run function returns.
+static const char *keep(heddle_call *c, char *copy) {
     if (c->temps_len == c->temps_cap) {
         c->temps_cap = c->temps_cap ? 2 * c->temps_cap : 4;
         c->temps = xrealloc(c->temps, c->temps_cap * sizeof(char *));
     }
     c->temps[c->temps_len++] = copy;
     return copy;
+}
+
+static char *cstr(const char *s, size_t n) {
+    char *copy = xrealloc(NULL, n + 1);
+    if (n) memcpy(copy, s, n);
+    copy[n] = '\0';
+    return copy;
+}
+
+bool heddle_has(heddle_call *c, const char *name) {
+    const value_t *v = find(c, name);
+    return v && v->tag != HEDDLE_NODE_TYPES_VALUE_NULL;
+}
+
+bool heddle_get_bool(heddle_call *c, const char *name, bool *out) { return value_bool(find(c, name), out); }
+
+bool heddle_get_int(heddle_call *c, const char *name, int64_t *out) { return value_int(find(c, name), out); }
+
+bool heddle_get_float(heddle_call *c, const char *name, double *out) { return value_float(find(c, name), out); }
+
+bool heddle_get_str(heddle_call *c, const char *name, const char **s, size_t *len) {
+    return value_str(find(c, name), s, len);
+}
+
+const char *heddle_get_cstr(heddle_call *c, const char *name) {
+    const char *s;
+    size_t n;
+    if (!heddle_get_str(c, name, &s, &n)) return NULL;
+    return keep(c, cstr(s, n));
 }
 
 bool heddle_get_bytes(heddle_call *c, const char *name, const uint8_t **p, size_t *len) {
@@ -206,57 +229,67 @@ bool heddle_get_bytes(heddle_call *c, const char *name, const uint8_t **p, size_
 }
 
 bool heddle_get_json(heddle_call *c, const char *name, const char **json, size_t *len) {
-    const value_t *v = find(c, name);
-    if (!v || v->tag != HEDDLE_NODE_TYPES_VALUE_JSON) return false;
-    *json = (const char *)v->val.json.ptr;
-    *len = v->val.json.len;
-    return true;
+    return value_json(find(c, name), json, len);
 }
 
 // ---- outputs -------------------------------------------------------------------
 
-static value_t *push(heddle_call *c, const char *name) {
-    // Setting the same output twice replaces the first value.
-    for (size_t i = 0; i < c->out_len; i++) {
-        if (str_eq(&c->out[i].f0, name)) {
-            heddle_node_types_value_free(&c->out[i].f1);
-            return &c->out[i].f1;
+// Appends `name` to a list of named values (or reuses its slot: setting the same name
+// twice replaces the first value), returning the value to fill in.
+static value_t *entries_push(entry_t **ptr, size_t *len, size_t *cap, const char *name) {
+    for (size_t i = 0; i < *len; i++) {
+        if (str_eq(&(*ptr)[i].f0, name)) {
+            heddle_node_types_value_free(&(*ptr)[i].f1);
+            return &(*ptr)[i].f1;
         }
     }
-    if (c->out_len == c->out_cap) {
-        c->out_cap = c->out_cap ? 2 * c->out_cap : 4;
-        c->out = xrealloc(c->out, c->out_cap * sizeof(entry_t));
+    if (*len == *cap) {
+        *cap = *cap ? 2 * *cap : 4;
+        *ptr = xrealloc(*ptr, *cap * sizeof(entry_t));
     }
-    entry_t *e = &c->out[c->out_len++];
+    entry_t *e = &(*ptr)[(*len)++];
     str_copy_c(&e->f0, name);
     memset(&e->f1, 0, sizeof e->f1);
     return &e->f1;
 }
 
-void heddle_set_null(heddle_call *c, const char *name) { push(c, name)->tag = HEDDLE_NODE_TYPES_VALUE_NULL; }
+static value_t *push(heddle_call *c, const char *name) { return entries_push(&c->out, &c->out_len, &c->out_cap, name); }
 
-void heddle_set_bool(heddle_call *c, const char *name, bool b) {
-    value_t *v = push(c, name);
+static void fill_bool(value_t *v, bool b) {
     v->tag = HEDDLE_NODE_TYPES_VALUE_BOOLEAN;
     v->val.boolean = b;
 }
 
-void heddle_set_int(heddle_call *c, const char *name, int64_t i) {
-    value_t *v = push(c, name);
+static void fill_int(value_t *v, int64_t i) {
     v->tag = HEDDLE_NODE_TYPES_VALUE_S64;
     v->val.s64 = i;
 }
 
-void heddle_set_float(heddle_call *c, const char *name, double d) {
-    value_t *v = push(c, name);
+static void fill_float(value_t *v, double d) {
     v->tag = HEDDLE_NODE_TYPES_VALUE_F64;
     v->val.f64 = d;
 }
 
-void heddle_set_str_n(heddle_call *c, const char *name, const char *s, size_t len) {
-    value_t *v = push(c, name);
+static void fill_str(value_t *v, const char *s, size_t len) {
     v->tag = HEDDLE_NODE_TYPES_VALUE_STRING;
     str_copy(&v->val.string, s, len);
+}
+
+static void fill_json(value_t *v, const char *json) {
+    v->tag = HEDDLE_NODE_TYPES_VALUE_JSON;
+    str_copy_c(&v->val.json, json);
+}
+
+void heddle_set_null(heddle_call *c, const char *name) { push(c, name)->tag = HEDDLE_NODE_TYPES_VALUE_NULL; }
+
+void heddle_set_bool(heddle_call *c, const char *name, bool b) { fill_bool(push(c, name), b); }
+
+void heddle_set_int(heddle_call *c, const char *name, int64_t i) { fill_int(push(c, name), i); }
+
+void heddle_set_float(heddle_call *c, const char *name, double d) { fill_float(push(c, name), d); }
+
+void heddle_set_str_n(heddle_call *c, const char *name, const char *s, size_t len) {
+    fill_str(push(c, name), s, len);
 }
 
 void heddle_set_str(heddle_call *c, const char *name, const char *s) { heddle_set_str_n(c, name, s, strlen(s)); }
@@ -272,11 +305,7 @@ void heddle_set_bytes(heddle_call *c, const char *name, const uint8_t *p, size_t
     }
 }
 
-void heddle_set_json(heddle_call *c, const char *name, const char *json) {
-    value_t *v = push(c, name);
-    v->tag = HEDDLE_NODE_TYPES_VALUE_JSON;
-    str_copy_c(&v->val.json, json);
-}
+void heddle_set_json(heddle_call *c, const char *name, const char *json) { fill_json(push(c, name), json); }
 
 void heddle_set_json_built(heddle_call *c, const char *name, heddle_json *j) {
     heddle_set_json(c, name, heddle_json_text(j));
@@ -313,6 +342,17 @@ const char *heddle_signature_problem(const char *sig) {
     if ((family == 5 && !strncmp(sig, "limit", 5)) || (family == 4 && !strncmp(sig, "trap", 4)))
         return "the families `limit` and `trap` are reserved for failures the host detects";
     return NULL;
+}
+
+const char *heddle_error_message(heddle_call *c) { return c->message; }
+
+// Fails the call with a message from the host, as it is (no format string).
+static void fail_with(heddle_call *c, const char *signature, const uint8_t *msg, size_t len) {
+    free(c->message);
+    free(c->signature);
+    c->message = cstr((const char *)msg, len);
+    c->signature = strdup(signature);
+    c->with_candidate = false;
 }
 
 bool heddle_fail_at(const char *file, int line, heddle_call *c, bool candidate,
@@ -404,6 +444,293 @@ void heddle_record_asset(const char *id) {
     heddle_node_host_record_asset(&s);
 }
 
+// ---- named values ----------------------------------------------------------------
+
+struct heddle_values {
+    entry_t *ptr;
+    size_t len, cap;
+    char **names; // NUL-terminated copies handed out by heddle_values_name
+};
+
+heddle_values *heddle_values_new(void) {
+    heddle_values *v = xrealloc(NULL, sizeof *v);
+    memset(v, 0, sizeof *v);
+    return v;
+}
+
+void heddle_values_free(heddle_values *v) {
+    if (!v) return;
+    entries_t e = {v->ptr, v->len};
+    heddle_node_types_entries_free(&e);
+    if (v->names)
+        for (size_t i = 0; i < v->len; i++) free(v->names[i]);
+    free(v->names);
+    free(v);
+}
+
+size_t heddle_values_len(const heddle_values *v) { return v ? v->len : 0; }
+
+const char *heddle_values_name(const heddle_values *v, size_t i) {
+    if (!v || i >= v->len) return NULL;
+    heddle_values *m = (heddle_values *)v; // the names cache is not the values
+    if (!m->names) {
+        m->names = xrealloc(NULL, m->len * sizeof(char *));
+        memset(m->names, 0, m->len * sizeof(char *));
+    }
+    if (!m->names[i]) m->names[i] = cstr((const char *)v->ptr[i].f0.ptr, v->ptr[i].f0.len);
+    return m->names[i];
+}
+
+static value_t *values_push(heddle_values *v, const char *name) {
+    if (v->names) { // the cache is sized to the list: drop it before the list grows
+        for (size_t i = 0; i < v->len; i++) free(v->names[i]);
+        free(v->names);
+        v->names = NULL;
+    }
+    return entries_push(&v->ptr, &v->len, &v->cap, name);
+}
+
+static const value_t *values_find(const heddle_values *v, const char *name) {
+    for (size_t i = 0; v && i < v->len; i++)
+        if (str_eq(&v->ptr[i].f0, name)) return &v->ptr[i].f1;
+    return NULL;
+}
+
+void heddle_values_set_null(heddle_values *v, const char *name) { values_push(v, name)->tag = HEDDLE_NODE_TYPES_VALUE_NULL; }
+void heddle_values_set_bool(heddle_values *v, const char *name, bool b) { fill_bool(values_push(v, name), b); }
+void heddle_values_set_int(heddle_values *v, const char *name, int64_t i) { fill_int(values_push(v, name), i); }
+void heddle_values_set_float(heddle_values *v, const char *name, double d) { fill_float(values_push(v, name), d); }
+void heddle_values_set_str_n(heddle_values *v, const char *name, const char *s, size_t len) {
+    fill_str(values_push(v, name), s, len);
+}
+void heddle_values_set_str(heddle_values *v, const char *name, const char *s) {
+    heddle_values_set_str_n(v, name, s, strlen(s));
+}
+void heddle_values_set_json(heddle_values *v, const char *name, const char *json) { fill_json(values_push(v, name), json); }
+
+bool heddle_values_has(const heddle_values *v, const char *name) {
+    const value_t *x = values_find(v, name);
+    return x && x->tag != HEDDLE_NODE_TYPES_VALUE_NULL;
+}
+bool heddle_values_get_bool(const heddle_values *v, const char *name, bool *out) { return value_bool(values_find(v, name), out); }
+bool heddle_values_get_int(const heddle_values *v, const char *name, int64_t *out) { return value_int(values_find(v, name), out); }
+bool heddle_values_get_float(const heddle_values *v, const char *name, double *out) {
+    return value_float(values_find(v, name), out);
+}
+bool heddle_values_get_str(const heddle_values *v, const char *name, const char **s, size_t *len) {
+    return value_str(values_find(v, name), s, len);
+}
+bool heddle_values_get_json(const heddle_values *v, const char *name, const char **json, size_t *len) {
+    return value_json(values_find(v, name), json, len);
+}
+
+static void base64(heddle_json *into, const uint8_t *p, size_t n) {
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t out_len = 4 * ((n + 2) / 3);
+    char *out = xrealloc(NULL, out_len + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t w = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        out[o++] = digits[w >> 18 & 63];
+        out[o++] = digits[w >> 12 & 63];
+        out[o++] = i + 1 < n ? digits[w >> 6 & 63] : '=';
+        out[o++] = i + 2 < n ? digits[w & 63] : '=';
+    }
+    heddle_json_string_n(into, out, o);
+    free(out);
+}
+
+bool heddle_values_get_as_json(const heddle_values *v, const char *name, heddle_json *into) {
+    const value_t *x = values_find(v, name);
+    if (!x) return false;
+    switch (x->tag) {
+    case HEDDLE_NODE_TYPES_VALUE_NULL: heddle_json_null(into); break;
+    case HEDDLE_NODE_TYPES_VALUE_BOOLEAN: heddle_json_bool(into, x->val.boolean); break;
+    case HEDDLE_NODE_TYPES_VALUE_S64: heddle_json_int(into, x->val.s64); break;
+    case HEDDLE_NODE_TYPES_VALUE_F64: heddle_json_float(into, x->val.f64); break;
+    case HEDDLE_NODE_TYPES_VALUE_STRING:
+        heddle_json_string_n(into, (const char *)x->val.string.ptr, x->val.string.len);
+        break;
+    case HEDDLE_NODE_TYPES_VALUE_BYTES:
+        heddle_json_begin_object(into);
+        heddle_json_key(into, "$bytes");
+        base64(into, x->val.bytes.ptr, x->val.bytes.len);
+        heddle_json_end_object(into);
+        break;
+    case HEDDLE_NODE_TYPES_VALUE_JSON:
+        heddle_json_raw(into, (const char *)x->val.json.ptr, x->val.json.len);
+        break;
+    default: return false;
+    }
+    return true;
+}
+
+// ---- controllers -----------------------------------------------------------------
+
+#define CONTROL_CONTEXT "_control_context"
+
+bool heddle_control_context(heddle_call *c, const char **json, size_t *len) {
+    return heddle_get_json(c, CONTROL_CONTEXT, json, len);
+}
+
+static const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+// Past the string starting at the quote `p` (NULL when unterminated).
+static const char *skip_string(const char *p, const char *end) {
+    for (p++; p < end; p++) {
+        if (*p == '\\') p++;
+        else if (*p == '"') return p + 1;
+    }
+    return NULL;
+}
+
+// Past the JSON value at `p` (NULL when malformed): strings skipped as strings, so
+// brackets inside them do not count.
+static const char *skip_value(const char *p, const char *end) {
+    int depth = 0;
+    while (p < end) {
+        if (*p == '"') {
+            p = skip_string(p, end);
+            if (!p) return NULL;
+            if (depth == 0) return p;
+            continue;
+        }
+        if (*p == '{' || *p == '[') depth++;
+        else if (*p == '}' || *p == ']') {
+            if (depth == 0) return p; // the end of the object holding a scalar
+            if (--depth == 0) return p + 1;
+        } else if (depth == 0 && (*p == ',' || *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) {
+            return p;
+        }
+        p++;
+    }
+    return depth == 0 ? p : NULL;
+}
+
+static void put_utf8(char **o, uint32_t cp) {
+    char *q = *o;
+    if (cp < 0x80) *q++ = (char)cp;
+    else if (cp < 0x800) *q++ = (char)(0xC0 | cp >> 6), *q++ = (char)(0x80 | (cp & 63));
+    else if (cp < 0x10000)
+        *q++ = (char)(0xE0 | cp >> 12), *q++ = (char)(0x80 | (cp >> 6 & 63)), *q++ = (char)(0x80 | (cp & 63));
+    else
+        *q++ = (char)(0xF0 | cp >> 18), *q++ = (char)(0x80 | (cp >> 12 & 63)), *q++ = (char)(0x80 | (cp >> 6 & 63)),
+        *q++ = (char)(0x80 | (cp & 63));
+    *o = q;
+}
+
+static uint32_t hex4(const char *p) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        char h = p[i];
+        v = v << 4 | (uint32_t)(h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 0);
+    }
+    return v;
+}
+
+// The string at `p` .. `q` (quotes included) decoded, NUL-terminated.
+static char *decode_string(const char *p, const char *q) {
+    char *out = xrealloc(NULL, (size_t)(q - p) + 1), *o = out; // decoding never grows it
+    for (p++, q--; p < q; p++) {
+        if (*p != '\\') {
+            *o++ = *p;
+            continue;
+        }
+        p++;
+        switch (*p) {
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u': {
+            if (q - p < 5) break;
+            uint32_t cp = hex4(p + 1);
+            p += 4;
+            if (cp >= 0xD800 && cp < 0xDC00 && q - p >= 7 && p[1] == '\\' && p[2] == 'u') {
+                uint32_t lo = hex4(p + 3);
+                if (lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00), p += 6;
+            }
+            put_utf8(&o, cp);
+            break;
+        }
+        default: *o++ = *p; // \" \\ \/
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+const char *heddle_control_target(heddle_call *c, size_t i) {
+    const char *json;
+    size_t len;
+    if (!heddle_control_context(c, &json, &len)) return NULL;
+    const char *end = json + len, *p = skip_ws(json, end);
+    if (p >= end || *p != '{') return NULL;
+    p = skip_ws(p + 1, end);
+    for (size_t k = 0; p < end && *p == '"'; k++) {
+        const char *key_end = skip_string(p, end);
+        if (!key_end) return NULL;
+        if (k == i) return keep(c, decode_string(p, key_end));
+        p = skip_ws(key_end, end);
+        if (p >= end || *p != ':') return NULL;
+        p = skip_value(skip_ws(p + 1, end), end);
+        if (!p) return NULL;
+        p = skip_ws(p, end);
+        if (p < end && *p == ',') p = skip_ws(p + 1, end);
+    }
+    return NULL;
+}
+
+#ifdef HEDDLE_NODE_CONTROL
+
+bool heddle_control_send(heddle_call *c, const char *target, const heddle_values *overrides, uint64_t *ticket) {
+    str_t t = str_view(target);
+    heddle_node_host_entries_t props = {overrides ? overrides->ptr : NULL, overrides ? overrides->len : 0};
+    str_t err = {0};
+    if (heddle_node_host_control_send(&t, &props, ticket, &err)) return true;
+    fail_with(c, "control:refused", err.ptr, err.len);
+    node_package_string_free(&err);
+    return false;
+}
+
+heddle_values *heddle_control_reply(heddle_call *c, uint64_t ticket) {
+    heddle_node_host_entries_t out = {0};
+    str_t err = {0};
+    if (!heddle_node_host_control_reply(ticket, &out, &err)) {
+        fail_with(c, "control:failed", err.ptr, err.len);
+        node_package_string_free(&err);
+        return NULL;
+    }
+    heddle_values *v = heddle_values_new();
+    v->ptr = out.ptr;
+    v->len = v->cap = out.len;
+    return v;
+}
+
+#else // built against heddle:node 0.1: no control events to send
+
+#define UNSUPPORTED                                                                                              \
+    "this package was built against heddle:node 0.1, which has no control events; build it against 0.2 (the " \
+    "default of `heddle package build`)"
+
+bool heddle_control_send(heddle_call *c, const char *target, const heddle_values *overrides, uint64_t *ticket) {
+    (void)target, (void)overrides, (void)ticket;
+    fail_with(c, "control:unsupported", (const uint8_t *)UNSUPPORTED, strlen(UNSUPPORTED));
+    return false;
+}
+
+heddle_values *heddle_control_reply(heddle_call *c, uint64_t ticket) {
+    (void)ticket;
+    fail_with(c, "control:unsupported", (const uint8_t *)UNSUPPORTED, strlen(UNSUPPORTED));
+    return NULL;
+}
+
+#endif
+
 // ---- exports -------------------------------------------------------------------
 
 static size_t count_ports(const heddle_port *p) {
@@ -464,6 +791,18 @@ void exports_heddle_node_node_describe(exports_heddle_node_node_list_node_decl_t
         }
     }
 }
+
+#ifdef HEDDLE_NODE_CONTROL
+// heddle:node 0.2: the type names that run once per control event.
+void exports_heddle_node_node_controlled(node_package_list_string_t *ret) {
+    size_t n = 0;
+    for (size_t i = 0; HEDDLE_NODES[i].type_name; i++) n += HEDDLE_NODES[i].controlled;
+    ret->len = n;
+    ret->ptr = n ? xrealloc(NULL, n * sizeof *ret->ptr) : NULL;
+    for (size_t i = 0, k = 0; HEDDLE_NODES[i].type_name; i++)
+        if (HEDDLE_NODES[i].controlled) str_copy_c(&ret->ptr[k++], HEDDLE_NODES[i].type_name);
+}
+#endif
 
 bool exports_heddle_node_node_invoke(node_package_string_t *type_name, exports_heddle_node_node_entries_t *inputs,
                                      exports_heddle_node_node_entries_t *properties,

@@ -21,6 +21,11 @@
 //
 // Memory: strings handed to you (heddle_get_*) live until your run function returns;
 // everything you pass to heddle_set_* / heddle_emit_* is copied.
+//
+// The build targets heddle:node@0.2.0: `.controlled = true` declares a controlled node,
+// and heddle_control_* is what a controller drives them with (defined
+// HEDDLE_NODE_CONTROL tells your code the WIT built against has them; a build against
+// the 0.1 WIT compiles them as failures saying so).
 #ifndef HEDDLE_H
 #define HEDDLE_H
 
@@ -95,6 +100,11 @@ typedef struct {
     bool reuse_instance;
     const heddle_capability *capabilities; // HEDDLE_CAPABILITIES(...), or NULL
     heddle_run_fn run;
+    // A controlled node: runs once per `run` event a controller sends it (over a control
+    // edge into its `__control__` handle), with its latest inputs and the event's
+    // property overrides; its outputs are the reply. Last, so tables written before it
+    // existed keep their meaning.
+    bool controlled;
 } heddle_node;
 
 // Zero-terminated lists for the node table.
@@ -156,6 +166,8 @@ void heddle_json_int(heddle_json *j, int64_t v);
 void heddle_json_float(heddle_json *j, double v);
 void heddle_json_bool(heddle_json *j, bool v);
 void heddle_json_null(heddle_json *j);
+// A value already written as JSON text (not checked), e.g. a JSON value read from an input.
+void heddle_json_raw(heddle_json *j, const char *json, size_t len);
 // The text so far (NUL-terminated; "" when empty), valid until the next write or free.
 const char *heddle_json_text(heddle_json *j);
 void heddle_json_free(heddle_json *j);
@@ -182,6 +194,9 @@ bool heddle_fail_at(const char *file, int line, heddle_call *c, bool candidate,
     __attribute__((format(printf, 6, 7)));
 // NULL when `signature` has the shape above, else why not.
 const char *heddle_signature_problem(const char *signature);
+// The message of the failure recorded on `c` so far (by heddle_fail or a refused control
+// event), or NULL. Returning true from the run function anyway discards it.
+const char *heddle_error_message(heddle_call *c);
 
 // ---- host ----------------------------------------------------------------------
 void heddle_log(heddle_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -198,6 +213,65 @@ bool heddle_deadline_ms(uint64_t *ms);
 char *heddle_secret(const char *name);
 void heddle_report_cost(double usd);
 void heddle_record_asset(const char *id);
+
+// ---- named values (control event overrides, control replies) -----------------------
+// A list of named values, as a node's outputs are: set them like outputs, read them like
+// inputs. Strings read from it live until heddle_values_free.
+typedef struct heddle_values heddle_values;
+heddle_values *heddle_values_new(void);
+void heddle_values_free(heddle_values *v); // NULL is fine
+size_t heddle_values_len(const heddle_values *v);
+const char *heddle_values_name(const heddle_values *v, size_t i); // NUL-terminated copy, NULL past the end
+void heddle_values_set_null(heddle_values *v, const char *name);
+void heddle_values_set_bool(heddle_values *v, const char *name, bool b);
+void heddle_values_set_int(heddle_values *v, const char *name, int64_t i);
+void heddle_values_set_float(heddle_values *v, const char *name, double d);
+void heddle_values_set_str(heddle_values *v, const char *name, const char *s);
+void heddle_values_set_str_n(heddle_values *v, const char *name, const char *s, size_t len);
+void heddle_values_set_json(heddle_values *v, const char *name, const char *json);
+bool heddle_values_has(const heddle_values *v, const char *name); // present and not null
+bool heddle_values_get_bool(const heddle_values *v, const char *name, bool *out);
+bool heddle_values_get_int(const heddle_values *v, const char *name, int64_t *out);
+bool heddle_values_get_float(const heddle_values *v, const char *name, double *out); // ints convert
+bool heddle_values_get_str(const heddle_values *v, const char *name, const char **s, size_t *len);
+bool heddle_values_get_json(const heddle_values *v, const char *name, const char **json, size_t *len);
+// The value as JSON text whatever its case (a string quoted, bytes as {"$bytes": ...}),
+// appended to a builder: how a controller collects replies into a list output.
+bool heddle_values_get_as_json(const heddle_values *v, const char *name, heddle_json *into);
+
+// ---- controllers ------------------------------------------------------------------
+// A node is a controller when a control edge leaves it in the graph (nothing to
+// declare). Each invocation gets the control context: per controlled node it is wired
+// to, by id, its node_type, properties (type, default, configured value) and the `run`
+// action's schema, as a JSON object.
+//
+//   const char *target = heddle_control_target(c, 0);          // the node it drives
+//   uint64_t t;
+//   heddle_values *ev = heddle_values_new();
+//   heddle_values_set_str(ev, "text", word);
+//   bool sent = heddle_control_send(c, target, ev, &t);         // queued, not awaited
+//   heddle_values_free(ev);
+//   if (!sent) return false;                                    // the node fails, host's message
+//   heddle_values *reply = heddle_control_reply(c, t);          // the target's outputs
+//   if (!reply) return false;
+//
+// Events sent before any reply is awaited are in flight together and answered in the
+// order sent. A refusal (a node no control edge reaches, a property the target does not
+// have, a value of the wrong type: the host's message names both nodes, `__control__`
+// and the property) or a failed reply fails the call as heddle_fail does (signature
+// control:refused or control:failed) and returns false / NULL: `return false` then fails
+// the node with that message.
+
+// The control context as JSON text; false when no control edge leaves the node.
+bool heddle_control_context(heddle_call *c, const char **json, size_t *len);
+// The id of the i-th controlled node in the context (NUL-terminated, freed after the run
+// function returns), NULL past the end.
+const char *heddle_control_target(heddle_call *c, size_t i);
+// Sends a `run` event with `overrides` (may be NULL; copied) to node `target`.
+bool heddle_control_send(heddle_call *c, const char *target, const heddle_values *overrides,
+                         uint64_t *ticket);
+// The reply to a ticket (free it with heddle_values_free), or NULL.
+heddle_values *heddle_control_reply(heddle_call *c, uint64_t ticket);
 
 #ifdef __cplusplus
 }

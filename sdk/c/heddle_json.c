@@ -138,6 +138,13 @@ void heddle_json_null(heddle_json *j) {
     j->need_comma = true;
 }
 
+void heddle_json_raw(heddle_json *j, const char *json, size_t len) {
+    sep(j);
+    if (json && len) put(j, json, len);
+    else puts_(j, "null"); // nothing is no JSON value: keep the text well formed
+    j->need_comma = true;
+}
+
 const char *heddle_json_text(heddle_json *j) { return j->buf ? j->buf : ""; }
 
 void heddle_json_free(heddle_json *j) {

@@ -13,8 +13,12 @@
 // Values: null, booleans, numbers (integers cross as s64, others as f64), strings and
 // Uint8Array cross as themselves; arrays and objects cross as JSON, with bytes inside
 // them written {"$bytes": base64}.
+//
+// The build targets heddle:node@0.2.0: `controlled: true` declares a controlled node,
+// and `control` is what a controller drives them with.
 
-import * as host from "heddle:node/host@0.1.0";
+// `heddle package build` rewrites this version to the one of the WIT it builds against.
+import * as host from "heddle:node/host@0.2.0";
 
 /** A recoverable node failure: a stable `signature` lets a supervisor recognise
  * repeats; `candidate` is the malformed output (object of output name to value) a
@@ -71,6 +75,10 @@ function validCode(code) {
 /** The host refused an emitted value (unknown handle, too large, run ending). */
 export class EmitError extends Error {}
 
+// The arguments of the invocation running now (one at a time per instance), for
+// `control.context()`.
+let currentArgs = {};
+
 const CORRELATIONS = ["single", "iteration", "chunk", "aggregate"];
 const CAPABILITIES = ["files-read", "files-write", "env", "secret", "network"];
 
@@ -109,7 +117,10 @@ function capabilityDecl(c) {
  * Declares the package's nodes in one place and returns the `node` export.
  *
  * Each definition: { type, title?, description?, inputs?, outputs?, properties?,
- * retrySafe?, streamingOutput?, streamingInput?, reuseInstance?, capabilities?, run }.
+ * retrySafe?, streamingOutput?, streamingInput?, reuseInstance?, capabilities?,
+ * controlled?, run }. `controlled: true` makes a controlled node: it runs once per `run`
+ * event a controller sends it (over a control edge into its `__control__` handle), with
+ * its latest inputs and the event's property overrides, and its outputs are the reply.
  * `inputs`/`outputs`/`properties` are `{ name: "type" }` maps (inputs required) or lists
  * of `{ name, type, required, default, description, correlation }`. `run(args)` gets the
  * inputs and properties by name and returns an object of outputs, a bare value when
@@ -146,6 +157,10 @@ export function definePackage(defs) {
         capabilities: (def.capabilities ?? []).map(capabilityDecl),
       }));
     },
+    // heddle:node 0.2: the type names that run once per control event.
+    controlled() {
+      return [...byType.values()].filter(({ def }) => !!def.controlled).map(({ def }) => def.type);
+    },
     invoke(typeName, inputs, properties) {
       const entry = byType.get(typeName);
       if (!entry) {
@@ -160,6 +175,7 @@ export function definePackage(defs) {
         }
         for (const [name, v] of properties) args[name] = fromValue(v);
         for (const [name, v] of inputs) args[name] = fromValue(v); // edge values win
+        currentArgs = args;
         result = entry.def.run(args);
       } catch (e) {
         throw failure(e);
@@ -337,3 +353,96 @@ export function reportCost(usd) {
 export function recordAsset(id) {
   host.recordAsset(String(id));
 }
+
+// ---- controllers ------------------------------------------------------------------
+
+const CONTEXT_INPUT = "_control_context";
+
+function hostFunction(name) {
+  const fn = host[name];
+  if (typeof fn !== "function") {
+    throw new NodeError(
+      "this package was built against heddle:node 0.1, which has no control events; build it against 0.2 (the default of `heddle package build`)",
+      { signature: "control:unsupported" },
+    );
+  }
+  return fn;
+}
+
+function hostMessage(e) {
+  return String(e?.payload ?? e?.message ?? e);
+}
+
+/** A `run` event on its way; `reply()` waits for the target's outputs. */
+export class Ticket {
+  constructor(target, id) {
+    this.target = target;
+    this.id = id;
+  }
+
+  /** The outputs of the invocation the event caused, an object by output name. Throws
+   * NodeError (signature `control:failed`) when it failed; each ticket is answered once. */
+  reply() {
+    let entries;
+    try {
+      entries = hostFunction("controlReply")(this.id);
+    } catch (e) {
+      if (e instanceof NodeError) throw e;
+      throw new NodeError(hostMessage(e), { signature: "control:failed" });
+    }
+    const out = {};
+    for (const [name, v] of entries) out[name] = fromValue(v);
+    return out;
+  }
+}
+
+/**
+ * Controllers: driving the controlled nodes a control edge from this node reaches (a
+ * node is a controller when a control edge leaves it; nothing to declare).
+ *
+ *   const [target] = control.targets();
+ *   const tickets = words.map((w) => control.send(target, { text: w }));
+ *   return { words: tickets.map((t) => t.reply().text) };
+ *
+ * `send` queues a `run` event with property overrides (for that run only) and returns a
+ * Ticket; events sent before any reply is awaited are in flight together and answered
+ * in the order sent. What the host refuses (a node no control edge reaches, a property
+ * the target does not have, a value of the wrong type) throws NodeError with the host's
+ * message, naming both nodes, `__control__` and the property (signature
+ * `control:refused`); uncaught, it fails the node with that message.
+ */
+export const control = {
+  CONTEXT_INPUT,
+
+  /** The control context (`_control_context`) of the running invocation, or of `args`
+   * when given: an object by controlled node id (`node_type`, `properties` with their
+   * type, default and configured value, `actions.run`), or null when no control edge
+   * leaves this node. */
+  context(args) {
+    return (args ?? currentArgs)[CONTEXT_INPUT] ?? null;
+  },
+
+  /** The ids of the controlled nodes this node drives (empty when none). */
+  targets(args) {
+    return Object.keys(control.context(args) ?? {});
+  },
+
+  /** Sends a `run` event to the controlled node `target` with `overrides` (an object of
+   * property name to value); returns its Ticket. */
+  send(target, overrides = {}) {
+    const wire = Object.entries(overrides ?? {}).map(([k, v]) => [k, toValue(v)]);
+    let id;
+    try {
+      id = hostFunction("controlSend")(String(target), wire);
+    } catch (e) {
+      if (e instanceof NodeError) throw e;
+      throw new NodeError(hostMessage(e), { signature: "control:refused" });
+    }
+    return new Ticket(target, id);
+  },
+
+  /** `send`, then its `reply()`. */
+  run(target, overrides = {}) {
+    return control.send(target, overrides).reply();
+  },
+};

@@ -13,6 +13,14 @@ use crate::{BuildError, Wit, run_tool};
 /// Writes the C bindings for `wit`'s world into `out`: `<world>.h`, `<world>.c` and
 /// `<world>_component_type.o` (the component type the encoder needs, linked in).
 pub fn generate_bindings(wit: &Wit, out: &Path) -> Result<Vec<PathBuf>, BuildError> {
+    bindings(wit, out).map(|(files, _)| files)
+}
+
+/// [`generate_bindings`], and whether the world has 0.2's control functions (the
+/// `controlled` export): `heddle.c` compiles its controller and controlled-node half
+/// only then (`-DHEDDLE_NODE_CONTROL`), so the SDK still builds against a 0.1 WIT for
+/// a host older than 0.2.
+fn bindings(wit: &Wit, out: &Path) -> Result<(Vec<PathBuf>, bool), BuildError> {
     let mut resolve = Resolve::default();
     let (pkg, _) = resolve.push_dir(&wit.dir).map_err(|e| BuildError::Wit {
         dir: wit.dir.clone(),
@@ -24,6 +32,15 @@ pub fn generate_bindings(wit: &Wit, out: &Path) -> Result<Vec<PathBuf>, BuildErr
             dir: wit.dir.clone(),
             message: format!("{e:#}"),
         })?;
+    let control = resolve.worlds[world]
+        .exports
+        .values()
+        .any(|item| match item {
+            wit_parser::WorldItem::Interface { id, .. } => {
+                resolve.interfaces[*id].functions.contains_key("controlled")
+            }
+            _ => false,
+        });
     let mut files = Files::default();
     let opts = wit_bindgen_c::Opts::default();
     opts.build()
@@ -40,7 +57,7 @@ pub fn generate_bindings(wit: &Wit, out: &Path) -> Result<Vec<PathBuf>, BuildErr
         written.push(path);
     }
     written.sort();
-    Ok(written)
+    Ok((written, control))
 }
 
 /// Where Debian's `wasi-libc` puts its headers and libraries (`--sysroot=/usr`).
@@ -56,7 +73,7 @@ pub fn build(
     out_component: &Path,
 ) -> Result<(), BuildError> {
     let gen_dir = work.join("gen");
-    let generated = generate_bindings(wit, &gen_dir)?;
+    let (generated, control) = bindings(wit, &gen_dir)?;
     let mut sources: Vec<PathBuf> = crate::list_files(src, &["c"])?;
     if sources.is_empty() {
         return Err(BuildError::NoEntry {
@@ -80,6 +97,7 @@ pub fn build(
         .arg(format!("--sysroot={DEBIAN_WASI_SYSROOT}"))
         .arg("-mexec-model=reactor")
         .args(["-O2", "-std=c11", "-Wall", "-Wno-unused-function"])
+        .args(control.then_some("-DHEDDLE_NODE_CONTROL=1"))
         .arg("-I")
         .arg(&gen_dir)
         .arg("-I")

@@ -35,7 +35,7 @@ pub fn build(
     }
     let staged = work.join("src");
     copy_tree(src, &staged)?;
-    crate::sdkfiles::write_js(&staged)?;
+    crate::sdkfiles::write_js(&staged, &crate::wit_version(wit)?)?;
     syntax_check(src, &staged)?;
     let mut cmd = command(&tool, opts.nice);
     cmd.arg(staged.join(&entry))

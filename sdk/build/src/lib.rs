@@ -211,15 +211,20 @@ impl fmt::Display for BuiltPackage {
     }
 }
 
-/// The WIT folder of this repository (for tools run from a checkout).
+/// The WIT folder of this repository's current contract, `heddle:node@0.2.0` (for
+/// tools run from a checkout). `wit/node.wit`, one level up, is 0.1.
 pub fn repo_wit_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit/v0.2")
 }
 
-/// The `heddle:node` WIT this crate was built with, embedded so a build needs no
-/// checkout: written once to a folder named by its hash (in the temp dir) and read
-/// from there.
-const NODE_WIT: &str = include_str!("../../../wit/node.wit");
+/// The `heddle:node` WIT this crate builds Python, JavaScript and C packages against,
+/// embedded so a build needs no checkout: written once to a folder named by its hash
+/// (in the temp dir) and read from there. It is the current contract, 0.2 (controlled
+/// nodes and controllers), the one the Rust SDK builds against too; a host loads 0.1
+/// packages built before beside it. `--wit` builds against another copy (the Python,
+/// JavaScript and C helpers also build against 0.1, for hosts older than 0.2, their
+/// control calls then failing with `control:unsupported`).
+const NODE_WIT: &str = include_str!("../../../wit/v0.2/node.wit");
 
 /// The world to build against when the options name none: the embedded WIT.
 pub fn default_wit() -> Result<Wit, BuildError> {
@@ -263,6 +268,25 @@ pub fn wit_in(dir: &Path) -> Result<Wit, BuildError> {
             message: format!("expected exactly one world, found {worlds:?}"),
         }),
     }
+}
+
+/// The version of the `heddle:node` package `wit` declares (`0.2.0`).
+fn wit_version(wit: &Wit) -> Result<String, BuildError> {
+    let mut resolve = wit_parser::Resolve::default();
+    let (pkg, _) = resolve.push_dir(&wit.dir).map_err(|e| BuildError::Wit {
+        dir: wit.dir.clone(),
+        message: format!("{e:#}"),
+    })?;
+    resolve.packages[pkg]
+        .name
+        .version
+        .as_ref()
+        .map(ToString::to_string)
+        .ok_or_else(|| BuildError::Wit {
+            dir: wit.dir.clone(),
+            message: "the package declares no version (expected `package heddle:node@0.2.0;`)"
+                .into(),
+        })
 }
 
 /// Builds the package in `src` into `opts.out_dir` (default `<src>/dist`).

@@ -9,6 +9,7 @@ use crate::{BuildError, Language};
 
 const PYTHON_INIT: &str = include_str!("../../python/heddle/__init__.py");
 const PYTHON_HTTP: &str = include_str!("../../python/heddle/http.py");
+const PYTHON_CONTROL: &str = include_str!("../../python/heddle/control.py");
 /// The module componentize-py is pointed at: it imports the author's entry module (whose
 /// `@node` functions register themselves) and supplies the `Node` export itself, so an
 /// author who never imports `Node` still gets a package rather than an `AttributeError`.
@@ -28,7 +29,7 @@ const C_HEADER: &str = include_str!("../../c/heddle.h");
 
 pub fn fingerprint(language: Language) -> String {
     let parts: Vec<&str> = match language {
-        Language::Python => [PYTHON_INIT, PYTHON_HTTP, PYTHON_MAIN]
+        Language::Python => [PYTHON_INIT, PYTHON_HTTP, PYTHON_CONTROL, PYTHON_MAIN]
             .into_iter()
             .chain(crate::wasi_http::fingerprint_parts())
             .collect(),
@@ -61,14 +62,21 @@ pub fn write_python(work: &Path, entry: &str) -> Result<PathBuf, BuildError> {
     let root = work.join("sdk-python");
     write(&root.join("heddle/__init__.py"), PYTHON_INIT)?;
     write(&root.join("heddle/http.py"), PYTHON_HTTP)?;
+    write(&root.join("heddle/control.py"), PYTHON_CONTROL)?;
     let main = PYTHON_MAIN.replace("ENTRY", &format!("{entry:?}"));
     write(&root.join(format!("{PYTHON_MAIN_MODULE}.py")), &main)?;
     Ok(root)
 }
 
-/// Writes `heddle.js` into the staged sources (the entry imports `./heddle.js`).
-pub fn write_js(staged_src: &Path) -> Result<(), BuildError> {
-    write(&staged_src.join("heddle.js"), JS_HELPER)
+/// The host interface `heddle.js` imports, as written in it (the current contract).
+const JS_HOST_IMPORT: &str = "\"heddle:node/host@0.2.0\"";
+
+/// Writes `heddle.js` into the staged sources (the entry imports `./heddle.js`),
+/// importing the host interface of `version`, the contract the WIT built against
+/// declares: componentize-js resolves the import by that exact name.
+pub fn write_js(staged_src: &Path, version: &str) -> Result<(), BuildError> {
+    let helper = JS_HELPER.replace(JS_HOST_IMPORT, &format!("\"heddle:node/host@{version}\""));
+    write(&staged_src.join("heddle.js"), &helper)
 }
 
 /// Writes `heddle.c`/`heddle_json.c`/`heddle.h`; returns their folder.

@@ -15,6 +15,9 @@ component. Everything here is a thin layer over those generated bindings.
 
 Values: ``None``, ``bool``, ``int``, ``float``, ``str`` and ``bytes`` cross as themselves;
 lists and dicts cross as JSON, with ``bytes`` inside them written ``{"$bytes": base64}``.
+
+The build targets ``heddle:node@0.2.0``: ``@node(..., controlled=True)`` declares a
+controlled node, and ``heddle.control`` is what a controller drives them with.
 """
 
 import base64
@@ -36,7 +39,7 @@ __all__ = [
     "node", "port", "output", "capability", "Node", "NodeError", "EmitError",
     "SignatureError", "check_signature",
     "log", "debug", "info", "warn", "error", "emit", "inputs", "cancelled",
-    "deadline_ms", "secret", "report_cost", "record_asset",
+    "deadline_ms", "secret", "report_cost", "record_asset", "control",
 ]
 
 _MISSING = object()
@@ -164,7 +167,8 @@ def _ports(spec, cls, required_by_default):
 
 class _NodeDef:
     def __init__(self, fn, type_name, title, description, inputs, outputs, properties,
-                 retry_safe, streaming_output, streaming_input, reuse_instance, capabilities):
+                 retry_safe, streaming_output, streaming_input, reuse_instance, capabilities,
+                 controlled):
         self.fn = fn
         self.type_name = type_name
         self.title = title
@@ -177,6 +181,7 @@ class _NodeDef:
         self.streaming_input = streaming_input
         self.reuse_instance = reuse_instance
         self.capabilities = list(capabilities)
+        self.controlled = bool(controlled)
         sig = inspect.signature(fn)
         self.takes_all = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
         self.params = set(sig.parameters)
@@ -189,6 +194,9 @@ class _NodeDef:
             self.streaming_input, self.reuse_instance, self.capabilities)
 
     def run(self, inputs, properties):
+        global _current_inputs
+        # What `heddle.control.context()` reads during this invocation.
+        _current_inputs = inputs
         args = {}
         for p in self.inputs + self.properties:
             if p.default is not _MISSING:
@@ -217,16 +225,22 @@ class _NodeDef:
 
 _NODES = {}
 
+# The raw inputs of the invocation running now (one at a time per instance).
+_current_inputs = []
+
 
 def node(type_name, *, title=None, description="", inputs=(), outputs=(), properties=(),
          retry_safe=False, streaming_output=False, streaming_input=False,
-         reuse_instance=False, capabilities=()):
+         reuse_instance=False, capabilities=(), controlled=False):
     """Declares a node type run by the decorated function.
 
     The function receives the node's inputs and properties as keyword arguments (only
     those it names, unless it takes ``**kwargs``) and returns a dict of outputs, a bare
     value when the node has exactly one output, or None. ``retry_safe=True`` tells the
     supervisor a failed invocation may be re-run with the same inputs.
+    ``controlled=True`` makes it a controlled node: it runs once per ``run`` event a
+    controller sends it (over a control edge into its ``__control__`` handle), with its
+    latest inputs and the event's property overrides, and its outputs are the reply.
     """
 
     def register(fn):
@@ -235,7 +249,8 @@ def node(type_name, *, title=None, description="", inputs=(), outputs=(), proper
         doc = description or (inspect.getdoc(fn) or "")
         _NODES[type_name] = _NodeDef(
             fn, type_name, title or type_name, doc, inputs, outputs, properties,
-            retry_safe, streaming_output, streaming_input, reuse_instance, capabilities)
+            retry_safe, streaming_output, streaming_input, reuse_instance, capabilities,
+            controlled)
         return fn
 
     return register
@@ -253,6 +268,10 @@ class Node(exports.Node):
 
     def describe(self):
         return [d.decl() for d in _NODES.values()]
+
+    def controlled(self):
+        # heddle:node 0.2: the type names that run once per control event.
+        return [d.type_name for d in _NODES.values() if d.controlled]
 
     def invoke(self, type_name, inputs, properties):
         d = _NODES.get(type_name)
@@ -384,3 +403,7 @@ def report_cost(usd):
 def record_asset(asset_id):
     """An asset this invocation created outside the graph (makes it not retry-safe)."""
     host.record_asset(str(asset_id))
+
+
+# Last: `control` uses the names above.
+from heddle import control  # noqa: E402

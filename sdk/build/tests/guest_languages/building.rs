@@ -49,6 +49,68 @@ async fn a_package_built_against_another_wit_version_is_refused() {
     assert!(msg.contains("controlled"), "{msg}");
 }
 
+/// The SDKs build against 0.2 by default; the C SDK still builds against the 0.1 WIT
+/// (`--wit`, for a host older than 0.2), without its control half: the package exports
+/// 0.1, loads beside 0.2 ones and runs, and its controlled node is a plain one there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_c_sdk_builds_against_0_2_by_default_and_still_against_0_1() {
+    let exports = |pkg: &heddle_wasm::WasmPackage| {
+        pkg.world()
+            .0
+            .into_iter()
+            .filter(|e| e.starts_with("heddle:node/node@"))
+            .collect::<Vec<_>>()
+    };
+    let mode = |pkg: &heddle_wasm::WasmPackage, ty: &str| {
+        pkg.declarations()
+            .iter()
+            .find(|d| d.type_name == ty)
+            .map(|d| d.mode)
+            .unwrap_or_else(|| panic!("no {ty}"))
+    };
+    let current = built("sdk/c/examples/cstrings");
+    let pkg = heddle_wasm::WasmPackage::load_dir(&host(), &current.dir)
+        .await
+        .unwrap();
+    assert_eq!(exports(&pkg), ["heddle:node/node@0.2.0"]);
+    assert_eq!(
+        mode(&pkg, "cstrings.pad"),
+        heddle_core::NodeMode::Controlled
+    );
+
+    let out = tempfile::tempdir().unwrap();
+    let opts = BuildOptions {
+        wit: Some(wit_in(&workspace().join("wit")).unwrap()),
+        out_dir: Some(out.path().to_path_buf()),
+        cache_dir: None,
+        ..BuildOptions::default()
+    };
+    let old = build_package(&workspace().join("sdk/c/examples/cstrings"), &opts).unwrap();
+    let pkg = heddle_wasm::WasmPackage::load_dir(&host(), &old.dir)
+        .await
+        .unwrap();
+    assert_eq!(exports(&pkg), ["heddle:node/node@0.1.0"]);
+    assert_ne!(
+        mode(&pkg, "cstrings.pad"),
+        heddle_core::NodeMode::Controlled
+    );
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = PackageStore::open(store_dir.path());
+    store.install(&host(), &old.dir).await.unwrap();
+    let mut p = WasmProvider::new(host(), WasmConfig::default());
+    p.add(store.load(&host(), "cstrings").await.unwrap())
+        .unwrap();
+    let out = invoke(
+        &p,
+        "cstrings.pad",
+        &[("text", Value::str("ab")), ("width", Value::Int(4))],
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.get("text"), Some(&Value::str("ab..")));
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {

@@ -89,6 +89,77 @@ static bool run_ratio(heddle_call *c) {
     return true;
 }
 
+// ---- a controlled node and a controller (heddle:node 0.2) ---------------------------
+
+// Controlled: runs once per `run` event its controller sends. Pads `text` on the right
+// with `fill` up to `width` characters (bytes).
+static bool run_pad(heddle_call *c) {
+    const char *s, *fill;
+    size_t n, fill_len;
+    int64_t width;
+    if (!heddle_get_str(c, "text", &s, &n)) return heddle_fail(c, "input:type", "text must be a string");
+    if (!heddle_get_int(c, "width", &width) || width < 0 || width > 4096)
+        return heddle_fail(c, "input:type", "width must be an integer from 0 to 4096");
+    if (!heddle_get_str(c, "fill", &fill, &fill_len) || fill_len == 0) fill = ".", fill_len = 1;
+    size_t total = n < (size_t)width ? (size_t)width : n;
+    char *out = malloc(total);
+    if (!out) return heddle_fail(c, "pad:memory", "out of memory");
+    memcpy(out, s, n);
+    for (size_t i = n; i < total; i++) out[i] = fill[(i - n) % fill_len];
+    heddle_set_str_n(c, "text", out, total);
+    free(out);
+    return true;
+}
+
+// Controller: runs the node its control edge reaches once per word of `text`, the word
+// set as property `property`; every event is in flight before the first reply is
+// awaited, and the replies' `output` are collected in word order.
+static bool run_each_word(heddle_call *c) {
+    const char *s, *property = heddle_get_cstr(c, "property"), *output = heddle_get_cstr(c, "output");
+    size_t n;
+    if (!heddle_get_str(c, "text", &s, &n)) return heddle_fail(c, "input:type", "text must be a string");
+    const char *target = heddle_get_cstr(c, "target");
+    if (!target || !*target) {
+        target = heddle_control_target(c, 0);
+        if (!target || heddle_control_target(c, 1))
+            return heddle_fail(c, "cstrings:target", "wire exactly one controlled node to this one, or name one in `target`");
+    }
+    uint64_t *tickets = malloc((n / 2 + 1) * sizeof *tickets); // at most one word per two bytes, plus one
+    size_t count = 0;
+    for (size_t i = 0; i < n;) {
+        while (i < n && isspace((unsigned char)s[i])) i++;
+        size_t start = i;
+        while (i < n && !isspace((unsigned char)s[i])) i++;
+        if (i == start) break;
+        heddle_values *ev = heddle_values_new();
+        heddle_values_set_str_n(ev, property ? property : "text", s + start, i - start);
+        bool sent = heddle_control_send(c, target, ev, &tickets[count]);
+        heddle_values_free(ev);
+        if (!sent) {
+            free(tickets);
+            return false; // the host's message, naming the nodes and the property
+        }
+        count++;
+    }
+    heddle_json words = {0};
+    heddle_json_begin_list(&words);
+    for (size_t k = 0; k < count; k++) {
+        heddle_values *reply = heddle_control_reply(c, tickets[k]);
+        if (!reply) {
+            heddle_json_free(&words);
+            free(tickets);
+            return false;
+        }
+        if (!heddle_values_get_as_json(reply, output ? output : "text", &words)) heddle_json_null(&words);
+        heddle_values_free(reply);
+    }
+    heddle_json_end_list(&words);
+    heddle_set_json_built(c, "words", &words);
+    heddle_set_str(c, "target", target);
+    free(tickets);
+    return true;
+}
+
 const heddle_node HEDDLE_NODES[] = {
     {
         .type_name = "cstrings.crc32",
@@ -126,6 +197,31 @@ const heddle_node HEDDLE_NODES[] = {
         .retry_safe = true,
         .reuse_instance = true,
         .run = run_ratio,
+    },
+    {
+        .type_name = "cstrings.pad",
+        .title = "Pad",
+        .description = "Controlled: runs once per `run` event its controller sends; pads `text` with `fill` to `width`.",
+        .inputs = HEDDLE_PORTS({"text", "str", .default_json = "\"\"", .description = "Set by each run event"}),
+        .properties = HEDDLE_PORTS({"width", "int", .default_json = "8"}, {"fill", "str", .default_json = "\".\""}),
+        .outputs = HEDDLE_OUTPUTS({"text", "str"}),
+        .retry_safe = true,
+        .run = run_pad,
+        .controlled = true,
+    },
+    {
+        .type_name = "cstrings.each_word",
+        .title = "Each word",
+        .description = "Controller: runs the controlled node its control edge reaches once per word of `text` "
+                       "(property `property` = the word), every event in flight at once, and lists each "
+                       "reply's `output` in word order.",
+        .inputs = HEDDLE_PORTS({"text", "str", .required = true}),
+        .properties = HEDDLE_PORTS({"property", "str", .default_json = "\"text\"", .description = "The property each word sets"},
+                                   {"output", "str", .default_json = "\"text\"", .description = "The reply's output to collect"},
+                                   {"target", "str", .default_json = "\"\"", .description = "The node to drive when control edges reach several"}),
+        .outputs = HEDDLE_OUTPUTS({"words", "list[any]"}, {"target", "str"}),
+        .retry_safe = true,
+        .run = run_each_word,
     },
     {0},
 };

@@ -4,7 +4,7 @@ import re
 from collections import Counter
 
 import heddle
-from heddle import NodeError, node, output, port
+from heddle import NodeError, control, node, output, port
 
 WORD = re.compile(r"[\w']+")
 
@@ -87,3 +87,55 @@ def tokens(text):
         heddle.emit("token", w)
         n += 1
     heddle.info(f"emitted {n} tokens")
+
+
+# ---- a controlled node and a controller (heddle:node 0.2) ------------------------
+
+
+@node(
+    "textstats.title_case",
+    title="Title case",
+    description="Controlled: runs once per `run` event its controller sends, over the "
+    "event's `text` override; title-cases it and appends `suffix`.",
+    inputs=[port("text", "str", default="", description="Set by each run event")],
+    properties=[port("suffix", "str", default="", description="Appended to the text")],
+    outputs={"text": "str"},
+    retry_safe=True,
+    controlled=True,
+)
+def title_case(text, suffix):
+    return {"text": text.title() + suffix}
+
+
+@node(
+    "textstats.each_word",
+    title="Each word",
+    description="Controller: runs the controlled node its control edge reaches once per "
+    "word of `text`, the word set as property `property`, every event in flight before "
+    "it awaits the first reply; `replies` are the replies in word order (the target's "
+    "output when it has one, else an object of its outputs).",
+    inputs={"text": "str"},
+    properties=[
+        port("property", "str", default="text", description="The property each word sets"),
+        port("target", "str", default="",
+             description="The node to drive when control edges reach several"),
+    ],
+    outputs={"replies": "list[any]", "target": "str"},
+    retry_safe=True,
+)
+def each_word(text, property, target):
+    targets = control.context() or {}
+    if not target:
+        if len(targets) != 1:
+            raise NodeError(f"wire exactly one controlled node to this one (found "
+                            f"{len(targets)}), or name one in `target`",
+                            signature="textstats:target")
+        (target,) = targets
+    # All events first: the target answers them in the order sent.
+    tickets = [control.send(target, {property: w}) for w in text.split()]
+    outputs = list(targets.get(target, {}).get("actions", {}).get("run", {}).get("outputs", {}))
+    replies = []
+    for t in tickets:
+        reply = t.reply()
+        replies.append(reply.get(outputs[0]) if len(outputs) == 1 else reply)
+    return {"replies": replies, "target": target}
