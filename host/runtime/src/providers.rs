@@ -40,6 +40,11 @@ pub struct Runtime {
     metrics: std::sync::OnceLock<Arc<Metrics>>,
     /// Where each installed package was fetched from, for those from a registry.
     package_sources: BTreeMap<String, heddle_core::package::PackageSource>,
+    /// The configuration's secret values ([`crate::secrets::known_secrets`]), read once:
+    /// the settings do not change under a runtime, nor does the process's environment
+    /// (nothing here sets a variable), and scanning every variable per run was a
+    /// server's cost per created run.
+    known_secrets: std::sync::OnceLock<Vec<String>>,
 }
 
 impl Runtime {
@@ -90,6 +95,7 @@ impl Runtime {
             telemetry: std::sync::OnceLock::new(),
             metrics: std::sync::OnceLock::new(),
             package_sources,
+            known_secrets: std::sync::OnceLock::new(),
         })
     }
 
@@ -182,10 +188,21 @@ impl Runtime {
         })
     }
 
-    /// Every secret value a run supervised by `supervisor` could come to hold
-    /// ([`crate::secrets::run_secrets`]).
+    /// Every secret value a run supervised by `supervisor` could come to hold: the
+    /// configuration's ([`crate::secrets::known_secrets`]) and the supervisor's own
+    /// credentials, in a registry of the run's own (nodes add what they read).
     pub fn secrets(&self, supervisor: Option<&dyn Supervisor>) -> Arc<SecretRegistry> {
-        crate::secrets::run_secrets(&self.settings.wasm, supervisor)
+        let known = self
+            .known_secrets
+            .get_or_init(|| crate::secrets::known_secrets(&self.settings.wasm).snapshot());
+        let registry = SecretRegistry::default();
+        for v in known {
+            registry.register(v);
+        }
+        for v in supervisor.map(|s| s.secrets()).unwrap_or_default() {
+            registry.register(&v);
+        }
+        Arc::new(registry)
     }
 
     /// Where this process sends its spans (started on first use); `None` when no

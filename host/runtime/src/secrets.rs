@@ -6,17 +6,7 @@
 use std::sync::Arc;
 
 use heddle_kernel::SecretRegistry;
-use heddle_kernel::supervisor::Supervisor;
 use heddle_wasm::WasmConfig;
-
-/// Every secret value of a run: [`known_secrets`] and the supervisor's own credentials.
-pub fn run_secrets(wasm: &WasmConfig, supervisor: Option<&dyn Supervisor>) -> Arc<SecretRegistry> {
-    let registry = known_secrets(wasm);
-    for v in supervisor.map(|s| s.secrets()).unwrap_or_default() {
-        registry.register(&v);
-    }
-    registry
-}
 
 /// The secret values the configuration knows of, without loading any package: the
 /// literal `[secrets] values`, every secret granted to a package, and every variable
