@@ -101,7 +101,7 @@ impl Actor {
                         lineage,
                     } => {
                         if fast {
-                            let lin = lineage.truncate(self.spec.scope.len());
+                            let lin = lineage.into_truncated(self.spec.scope.len());
                             let f = if self.now {
                                 // The hop without a future: invoked, routed, done (a
                                 // full inbox or a minted scope is settled after).
@@ -146,7 +146,7 @@ impl Actor {
                     Msg::RuledOut { handle, lineage } => {
                         self.ruled_out = true;
                         if fast {
-                            let lin = lineage.truncate(self.spec.scope.len());
+                            let lin = lineage.into_truncated(self.spec.scope.len());
                             Box::pin(self.forward_dropped(&lin)).await?;
                             continue;
                         }

@@ -483,7 +483,7 @@ impl Actor {
     ) {
         if let Some(esc) = &self.shared.escalator {
             esc.state()
-                .record_invocation(&self.spec.id, lineage.entries(), Some(out), cost_usd());
+                .record_invocation(&self.spec.id, &lineage.entries(), Some(out), cost_usd());
         }
     }
 

@@ -636,3 +636,18 @@ fn reply_not_controlled(ev: ControlEvent, id: &str) {
         let _ = r.send(Err(format!("node {id} is not a controlled node")));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every inbox slot, queue slot and batch buffer entry is a `Msg`: on a 64-bit
+    /// target a data message is its value (24 bytes), its lineage (one word, see
+    /// `runtime::lineage`) and its handle, and no rarer variant is larger.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_message_is_a_value_and_two_words() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<heddle_core::Value>(), 24);
+        assert_eq!(size_of::<crate::runtime::lineage::Lineage>(), 8);
+        assert_eq!(size_of::<super::Msg>(), 40);
+    }
+}

@@ -27,7 +27,7 @@ impl Actor {
         {
             esc.state().record_invocation(
                 &self.spec.id,
-                rec.lineage.entries(),
+                &rec.lineage.entries(),
                 None,
                 rec.metrics.cost_usd,
             );

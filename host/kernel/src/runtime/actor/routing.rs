@@ -266,7 +266,13 @@ impl Actor {
         Box::pin(async move {
             for w in waiting {
                 let tx = &self.spec.ports[w.port].edges[w.edge].tx;
-                self.send_when_room(tx, w.msg).await?;
+                // Tried first without a future: after one wait the consumer usually
+                // took a whole batch, and the messages behind go in at once (a large
+                // fan-out's items wait here by the thousand, so a wait on the cancel
+                // token per message cost more than delivering it).
+                if let Some(msg) = deliver_now(tx, w.msg) {
+                    self.send_when_room(tx, msg).await?;
+                }
                 if w.counts {
                     self.count_edge(w.port, w.edge);
                 }
