@@ -121,8 +121,16 @@ impl Actor {
         Box::new(ActorReport {
             outcome,
             invocations: self.invocations,
-            metrics: std::mem::take(&mut self.metrics),
-            outputs: std::mem::take(&mut self.outputs),
+            metrics: self
+                .rare
+                .as_mut()
+                .map(|r| std::mem::take(&mut r.metrics))
+                .unwrap_or_default(),
+            outputs: self
+                .rare
+                .as_mut()
+                .map(|r| std::mem::take(&mut r.outputs))
+                .unwrap_or_default(),
             stop,
             ended_in: std::mem::take(&mut self.ended_in),
             sent: self
@@ -132,7 +140,7 @@ impl Actor {
                 .filter(|p| !p.control)
                 .flat_map(|p| p.edges.iter().map(|e| (e.index, e.counter)))
                 .collect(),
-            signature: self.signature.take(),
+            signature: self.rare.as_mut().and_then(|r| r.signature.take()),
             timed_out: self.timed_out,
         })
     }

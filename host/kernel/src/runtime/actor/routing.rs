@@ -120,7 +120,7 @@ impl Actor {
             // when it records the invocation's result.
             self.refuse_known_secrets([(&*e.handle, &e.value)])?;
         }
-        if let Some(rec) = &mut self.emitted {
+        if let Some(rec) = self.rare.as_mut().and_then(|r| r.emitted.as_mut()) {
             rec.push((e.handle.clone(), e.value.clone()));
         }
         match port {
@@ -143,7 +143,7 @@ impl Actor {
 
     fn next_token(&mut self, root: RootIdx, parent: &Lineage) -> u32 {
         let k = (root, parent.key(&self.spec.scope));
-        let c = self.counters.entry(k).or_insert(0);
+        let c = self.rare().counters.entry(k).or_insert(0);
         let t = *c;
         *c += 1;
         t
