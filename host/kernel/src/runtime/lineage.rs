@@ -87,6 +87,14 @@ impl Lineage {
     /// The lineage of values at root scope.
     pub const ROOT: Lineage = Lineage(std::ptr::null());
 
+    /// Whether the word is a pointer to shared entries (neither null nor packed).
+    #[inline]
+    fn is_shared(&self) -> bool {
+        let bits = self.0.addr();
+        bits != 0 && bits & 1 == 0
+    }
+
+    #[inline]
     fn repr(&self) -> Repr<'_> {
         let bits = self.0.addr();
         if bits == 0 {
@@ -111,6 +119,7 @@ impl Lineage {
     }
 
     /// How many roots it descends from.
+    #[inline]
     pub fn len(&self) -> usize {
         match self.repr() {
             Repr::Root => 0,
@@ -120,6 +129,7 @@ impl Lineage {
     }
 
     /// Whether it is the root scope's.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.0.is_null()
     }
@@ -159,8 +169,9 @@ impl Lineage {
     }
 
     /// The outermost `n` entries (the lineage of a value at a shorter scope).
+    #[inline]
     pub fn truncate(&self, n: usize) -> Lineage {
-        if n >= self.len() {
+        if self.is_empty() || n >= self.len() {
             self.clone()
         } else {
             Lineage::from_entries(&self.entries()[..n])
@@ -169,8 +180,9 @@ impl Lineage {
 
     /// [`Lineage::truncate`] of a lineage the caller is done with: moved, not cloned,
     /// when it is short enough already (no reference count touched).
+    #[inline]
     pub fn into_truncated(self, n: usize) -> Lineage {
-        if n >= self.len() {
+        if self.is_empty() || n >= self.len() {
             self
         } else {
             self.truncate(n)
@@ -233,8 +245,9 @@ impl Lineage {
 }
 
 impl Clone for Lineage {
+    #[inline]
     fn clone(&self) -> Lineage {
-        if let Repr::Many(_) = self.repr() {
+        if self.is_shared() {
             // SAFETY: the word is a live `Arc::into_raw` pointer (see `repr`); the new
             // count is the clone's, given back by its `drop`.
             unsafe { Arc::increment_strong_count(self.0) };
@@ -244,8 +257,9 @@ impl Clone for Lineage {
 }
 
 impl Drop for Lineage {
+    #[inline]
     fn drop(&mut self) {
-        if let Repr::Many(_) = self.repr() {
+        if self.is_shared() {
             // SAFETY: the word is an `Arc::into_raw` pointer whose count this value holds
             // and gives back here, once.
             drop(unsafe { Arc::from_raw(self.0) });

@@ -37,8 +37,9 @@ impl Actor {
             && !self.spec.handles[0].accumulates
             && self.spec.handles[0].upstream <= 1;
         // Made by the first message that needs it (see `scheduler`): a fast node's
-        // values never do, so a long chain's nodes hold none.
-        let mut sched: Option<Scheduler> = None;
+        // values never do, so a long chain's nodes hold none. Boxed: this future lives
+        // as long as the node, and in place the scheduler would be a fifth of it.
+        let mut sched: Option<Box<Scheduler>> = None;
         // Scopes that closed upstream, not yet passed on (see `release_settled`).
         let mut closing: Vec<ClosingScope> = Vec::new();
         // Firings that run together (a node that declares it), run before anything
@@ -206,7 +207,7 @@ impl Actor {
     /// The node's scheduler in `slot`, made on first use with the handles' state so far:
     /// a handle whose every edge ended before then is closed, as `close_handle` would
     /// have marked it (the only change a message that needs no scheduler makes to one).
-    fn scheduler<'s>(&self, slot: &'s mut Option<Scheduler>) -> &'s mut Scheduler {
+    fn scheduler<'s>(&self, slot: &'s mut Option<Box<Scheduler>>) -> &'s mut Scheduler {
         slot.get_or_insert_with(|| {
             let handles: Vec<SchedHandle> = self
                 .spec
@@ -223,7 +224,7 @@ impl Actor {
                 })
                 .collect();
             let keep = self.spec.handles.iter().any(|h| h.repeats);
-            Scheduler::new(
+            Box::new(Scheduler::new(
                 self.spec.id.clone(),
                 handles,
                 self.spec.scope.clone(),
@@ -234,7 +235,7 @@ impl Actor {
                     max_pending_messages_per_key: self.shared.limits.max_pending_messages_per_key,
                 },
                 self.shared.roots.clone(),
-            )
+            ))
         })
     }
 

@@ -97,7 +97,9 @@ impl Actor {
                 let result = if matches!(self.spec.role, NodeRole::Executor)
                     && shows_result(&self.spec.node_type)
                 {
-                    self.last_result.clone()
+                    // Taken, not cloned (the node is done with it), and only what the
+                    // event shows: a foreach's last outputs carry every item.
+                    self.last_result.take().map(Outputs::into_last_per_handle)
                 } else {
                     None
                 };

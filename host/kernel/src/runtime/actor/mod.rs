@@ -439,7 +439,7 @@ pub(crate) struct Actor {
     /// See [`Rare`]; `None` until first needed.
     rare: Option<Box<Rare>>,
     /// Upstream edges per handle that have not yet ended.
-    open: Vec<u32>,
+    open: SmallVec<[u32; 2]>,
     /// Incoming edges whose end-of-stream was consumed.
     ended_in: Vec<u32>,
     eos_sent: bool,
