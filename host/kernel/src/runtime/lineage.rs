@@ -88,13 +88,13 @@ impl Lineage {
     pub const ROOT: Lineage = Lineage(std::ptr::null());
 
     /// Whether the word is a pointer to shared entries (neither null nor packed).
-    #[inline]
+    #[inline(always)]
     fn is_shared(&self) -> bool {
         let bits = self.0.addr();
         bits != 0 && bits & 1 == 0
     }
 
-    #[inline]
+    #[inline(always)]
     fn repr(&self) -> Repr<'_> {
         let bits = self.0.addr();
         if bits == 0 {
@@ -119,7 +119,7 @@ impl Lineage {
     }
 
     /// How many roots it descends from.
-    #[inline]
+    #[inline(always)]
     pub fn len(&self) -> usize {
         match self.repr() {
             Repr::Root => 0,
@@ -129,7 +129,7 @@ impl Lineage {
     }
 
     /// Whether it is the root scope's.
-    #[inline]
+    #[inline(always)]
     pub fn is_empty(&self) -> bool {
         self.0.is_null()
     }
@@ -169,7 +169,7 @@ impl Lineage {
     }
 
     /// The outermost `n` entries (the lineage of a value at a shorter scope).
-    #[inline]
+    #[inline(always)]
     pub fn truncate(&self, n: usize) -> Lineage {
         if self.is_empty() || n >= self.len() {
             self.clone()
@@ -180,7 +180,7 @@ impl Lineage {
 
     /// [`Lineage::truncate`] of a lineage the caller is done with: moved, not cloned,
     /// when it is short enough already (no reference count touched).
-    #[inline]
+    #[inline(always)]
     pub fn into_truncated(self, n: usize) -> Lineage {
         if self.is_empty() || n >= self.len() {
             self
@@ -245,7 +245,7 @@ impl Lineage {
 }
 
 impl Clone for Lineage {
-    #[inline]
+    #[inline(always)]
     fn clone(&self) -> Lineage {
         if self.is_shared() {
             // SAFETY: the word is a live `Arc::into_raw` pointer (see `repr`); the new
@@ -257,7 +257,7 @@ impl Clone for Lineage {
 }
 
 impl Drop for Lineage {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         if self.is_shared() {
             // SAFETY: the word is an `Arc::into_raw` pointer whose count this value holds
