@@ -78,6 +78,23 @@ impl Outputs {
         self.0.iter().map(|(h, v)| (&**h, v))
     }
 
+    /// Only the last value of each handle (in the order of those last values): what
+    /// [`Outputs::to_map`] keeps, without the values before it (a foreach's outputs
+    /// carry every item, which its `completed` event would hold until the run's end).
+    pub(crate) fn into_last_per_handle(self) -> Outputs {
+        if self.0.len() <= 1 {
+            return self;
+        }
+        let mut last: SmallVec<[(Arc<str>, Value); 2]> = SmallVec::new();
+        for (h, v) in self.0.into_iter().rev() {
+            if !last.iter().any(|(k, _)| Arc::ptr_eq(k, &h) || **k == *h) {
+                last.push((h, v));
+            }
+        }
+        last.reverse();
+        Outputs(last)
+    }
+
     /// By handle, the last value of each (as a node's `completed` event shows it).
     /// Walked from the end, so each handle is copied once however many values it has: a
     /// foreach over n items has two handles, not 2n values to copy and overwrite.
@@ -844,5 +861,34 @@ impl Future for Initialized {
 
     fn poll(self: Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
         std::task::Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node's `completed` event keeps only the last value per handle: the same map as
+    /// the whole outputs give, whichever handles repeat and however the names are shared.
+    #[test]
+    fn last_per_handle_keeps_what_the_map_shows() {
+        let item: Arc<str> = Arc::from("item");
+        let mut many = Outputs::new();
+        for i in 0..1000 {
+            many.0.push((item.clone(), Value::Int(i)));
+            // A separately allocated name: matched by text, not only by address.
+            many.0.push((Arc::from("index"), Value::Int(-i)));
+        }
+        many.0.push((Arc::from("total"), Value::Int(7)));
+        let map = many.to_map();
+        let last = many.into_last_per_handle();
+        assert_eq!(last.0.len(), 3);
+        assert_eq!(last.to_map(), map);
+        assert_eq!(map["item"], Value::Int(999));
+        assert_eq!(map["index"], Value::Int(-999));
+
+        let one = Outputs::one("value", Value::Int(1));
+        assert_eq!(one.clone().into_last_per_handle(), one);
+        assert_eq!(Outputs::new().into_last_per_handle(), Outputs::new());
     }
 }

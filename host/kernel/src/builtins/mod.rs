@@ -265,6 +265,8 @@ impl Executor for ForEach {
 impl ForEach {
     fn items(items: &[Value]) -> Outputs {
         let mut out = Outputs::new();
+        // Sized once: a list of thousands would otherwise be copied as it grows.
+        out.0.reserve_exact(2 * items.len());
         let item: Arc<str> = Arc::from("item");
         let index: Arc<str> = Arc::from("index");
         // Pairs of one item share a minted token (same group).

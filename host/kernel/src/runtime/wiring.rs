@@ -250,7 +250,7 @@ impl Run {
                 .collect(),
             controls,
             controllers,
-            root_contrib,
+            root_contrib: root_contrib.into_iter().filter(|(_, n)| *n > 1).collect(),
             timeout,
             retry,
             // A graph node's output port carries the fields its inner producer declares

@@ -32,36 +32,14 @@ impl Actor {
         if self.spec.handles.is_empty() {
             return Box::pin(self.fire_source()).await;
         }
-        let handles: Vec<SchedHandle> = self
-            .spec
-            .handles
-            .iter()
-            .map(|h| SchedHandle {
-                name: h.name.clone(),
-                class: h.class,
-                scope: h.scope.clone(),
-                accumulates: h.accumulates,
-                closed: h.upstream == 0,
-                edges: h.upstream,
-            })
-            .collect();
-        let keep = self.spec.handles.iter().any(|h| h.repeats);
         // One plain handle fed by one edge: every value fires at once, no buckets needed.
         let fast = self.spec.handles.len() == 1
             && !self.spec.handles[0].accumulates
             && self.spec.handles[0].upstream <= 1;
-        let mut sched = Scheduler::new(
-            self.spec.id.clone(),
-            handles,
-            self.spec.scope.clone(),
-            self.spec.driver,
-            keep,
-            Limits {
-                max_pending_keys: self.shared.limits.max_pending_keys,
-                max_pending_messages_per_key: self.shared.limits.max_pending_messages_per_key,
-            },
-            self.shared.roots.clone(),
-        );
+        // Made by the first message that needs it (see `scheduler`): a fast node's
+        // values never do, so a long chain's nodes hold none. Boxed: this future lives
+        // as long as the node, and in place the scheduler would be a fifth of it.
+        let mut sched: Option<Box<Scheduler>> = None;
         // Scopes that closed upstream, not yet passed on (see `release_settled`).
         let mut closing: Vec<ClosingScope> = Vec::new();
         // Firings that run together (a node that declares it), run before anything
@@ -101,7 +79,7 @@ impl Actor {
                         lineage,
                     } => {
                         if fast {
-                            let lin = lineage.truncate(self.spec.scope.len());
+                            let lin = lineage.into_truncated(self.spec.scope.len());
                             let f = if self.now {
                                 // The hop without a future: invoked, routed, done (a
                                 // full inbox or a minted scope is settled after).
@@ -127,49 +105,57 @@ impl Actor {
                             }
                             continue;
                         }
+                        let sched = self.scheduler(&mut sched);
                         match sched.push(handle as usize, value, &lineage) {
                             Err(o) => return Err(Stop::Abort(o.0)),
                             Ok(Some(key)) => {
-                                Box::pin(self.fire_key(&mut sched, &mut group, &key)).await?
+                                Box::pin(self.fire_key(sched, &mut group, &key)).await?
                             }
-                            Ok(None) => Box::pin(self.fire_ready(&mut sched, &mut group)).await?,
+                            Ok(None) => Box::pin(self.fire_ready(sched, &mut group)).await?,
                         }
                     }
                     Msg::Eos { handle, end, edge } => {
-                        if self.close_upstream(handle, end, edge) {
+                        // A scheduler made later reads the handle closed from `open`.
+                        if self.close_upstream(handle, end, edge)
+                            && let Some(sched) = sched.as_mut()
+                        {
                             sched.close_handle(handle as usize);
                             if !fast {
-                                Box::pin(self.fire_ready(&mut sched, &mut group)).await?;
+                                Box::pin(self.fire_ready(sched, &mut group)).await?;
                             }
                         }
                     }
                     Msg::RuledOut { handle, lineage } => {
                         self.ruled_out = true;
                         if fast {
-                            let lin = lineage.truncate(self.spec.scope.len());
+                            let lin = lineage.into_truncated(self.spec.scope.len());
                             Box::pin(self.forward_dropped(&lin)).await?;
                             continue;
                         }
+                        let sched = self.scheduler(&mut sched);
                         match sched.rule_out(handle as usize, &lineage) {
                             Err(o) => return Err(Stop::Abort(o.0)),
                             Ok(Some(key)) => {
-                                Box::pin(self.fire_key(&mut sched, &mut group, &key)).await?
+                                Box::pin(self.fire_key(sched, &mut group, &key)).await?
                             }
-                            Ok(None) => Box::pin(self.fire_ready(&mut sched, &mut group)).await?,
+                            Ok(None) => Box::pin(self.fire_ready(sched, &mut group)).await?,
                         }
                     }
                     Msg::EdgeFailed(message) => return Err(Stop::Failed(message.into())),
-                    Msg::Done { handle, lineage } => match sched.done(handle as usize, &lineage) {
-                        Err(o) => return Err(Stop::Abort(o.0)),
-                        Ok(DoneEffect::Wait) => {}
-                        Ok(DoneEffect::Ready(key)) => {
-                            Box::pin(self.fire_key(&mut sched, &mut group, &key)).await?
+                    Msg::Done { handle, lineage } => {
+                        let sched = self.scheduler(&mut sched);
+                        match sched.done(handle as usize, &lineage) {
+                            Err(o) => return Err(Stop::Abort(o.0)),
+                            Ok(DoneEffect::Wait) => {}
+                            Ok(DoneEffect::Ready(key)) => {
+                                Box::pin(self.fire_key(sched, &mut group, &key)).await?
+                            }
+                            Ok(DoneEffect::Dropped(key)) => {
+                                let l = Lineage::from_key(&self.spec.scope, &key);
+                                Box::pin(self.forward_dropped(&l)).await?;
+                            }
                         }
-                        Ok(DoneEffect::Dropped(key)) => {
-                            let l = Lineage::from_key(&self.spec.scope, &key);
-                            Box::pin(self.forward_dropped(&l)).await?;
-                        }
-                    },
+                    }
                     Msg::ScopeClosed { parent, root } => {
                         if !self.scope_close_complete(root, &parent) {
                             continue;
@@ -177,8 +163,9 @@ impl Actor {
                         match self.spec.scope.iter().position(|r| *r == root) {
                             Some(depth) => {
                                 let key = parent.key(&self.spec.scope[..depth]);
+                                let sched = self.scheduler(&mut sched);
                                 sched.close_scope(&key, depth);
-                                Box::pin(self.fire_ready(&mut sched, &mut group)).await?;
+                                Box::pin(self.fire_ready(sched, &mut group)).await?;
                                 closing.push(ClosingScope {
                                     parent,
                                     root,
@@ -194,7 +181,8 @@ impl Actor {
                 }
                 if !closing.is_empty() {
                     Box::pin(self.run_group(&mut group, true)).await?;
-                    Box::pin(self.release_settled(&mut sched, &mut closing, false)).await?;
+                    let sched = self.scheduler(&mut sched);
+                    Box::pin(self.release_settled(sched, &mut closing, false)).await?;
                 }
             }
             if !group.is_empty() {
@@ -205,10 +193,50 @@ impl Actor {
         }
         // Every input closed: whatever can fire, fires (partial input takes defaults).
         if !fast {
-            Box::pin(self.fire_ready(&mut sched, &mut group)).await?;
+            let sched = self.scheduler(&mut sched);
+            Box::pin(self.fire_ready(sched, &mut group)).await?;
         }
         Box::pin(self.run_group(&mut group, true)).await?;
-        Box::pin(self.release_settled(&mut sched, &mut closing, true)).await
+        match sched.as_mut() {
+            Some(sched) => Box::pin(self.release_settled(sched, &mut closing, true)).await,
+            // Nothing was ever closing: only a scope close makes the scheduler.
+            None => Ok(()),
+        }
+    }
+
+    /// The node's scheduler in `slot`, made on first use with the handles' state so far:
+    /// a handle whose every edge ended before then is closed, as `close_handle` would
+    /// have marked it (the only change a message that needs no scheduler makes to one).
+    fn scheduler<'s>(&self, slot: &'s mut Option<Box<Scheduler>>) -> &'s mut Scheduler {
+        slot.get_or_insert_with(|| {
+            let handles: Vec<SchedHandle> = self
+                .spec
+                .handles
+                .iter()
+                .zip(&self.open)
+                .map(|(h, open)| SchedHandle {
+                    name: h.name.clone(),
+                    class: h.class,
+                    scope: h.scope.clone(),
+                    accumulates: h.accumulates,
+                    closed: *open == 0,
+                    edges: h.upstream,
+                })
+                .collect();
+            let keep = self.spec.handles.iter().any(|h| h.repeats);
+            Box::new(Scheduler::new(
+                self.spec.id.clone(),
+                handles,
+                self.spec.scope.clone(),
+                self.spec.driver,
+                keep,
+                Limits {
+                    max_pending_keys: self.shared.limits.max_pending_keys,
+                    max_pending_messages_per_key: self.shared.limits.max_pending_messages_per_key,
+                },
+                self.shared.roots.clone(),
+            ))
+        })
     }
 
     /// A source: fires once with its properties.
@@ -325,7 +353,7 @@ impl Actor {
             name,
             value: v.clone(),
         });
-        self.outputs.push(v);
+        self.rare().outputs.push(v);
     }
 
     /// One invocation through [`Executor::invoke_now`]: the firing's values are read in

@@ -106,7 +106,7 @@ impl Actor {
         // Keyed by the controller: a durable run counts its occurrences per controller.
         let key = match &ev.origin {
             Some(c) => Arc::from(format!("control:{c}")),
-            None => self.root_key.clone(),
+            None => self.root_key(),
         };
         let inv = Invocation {
             lineage: &Lineage::ROOT,

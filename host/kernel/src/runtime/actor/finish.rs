@@ -97,7 +97,9 @@ impl Actor {
                 let result = if matches!(self.spec.role, NodeRole::Executor)
                     && shows_result(&self.spec.node_type)
                 {
-                    self.last_result.clone()
+                    // Taken, not cloned (the node is done with it), and only what the
+                    // event shows: a foreach's last outputs carry every item.
+                    self.last_result.take().map(Outputs::into_last_per_handle)
                 } else {
                     None
                 };
@@ -121,8 +123,16 @@ impl Actor {
         Box::new(ActorReport {
             outcome,
             invocations: self.invocations,
-            metrics: std::mem::take(&mut self.metrics),
-            outputs: std::mem::take(&mut self.outputs),
+            metrics: self
+                .rare
+                .as_mut()
+                .map(|r| std::mem::take(&mut r.metrics))
+                .unwrap_or_default(),
+            outputs: self
+                .rare
+                .as_mut()
+                .map(|r| std::mem::take(&mut r.outputs))
+                .unwrap_or_default(),
             stop,
             ended_in: std::mem::take(&mut self.ended_in),
             sent: self
@@ -132,7 +142,7 @@ impl Actor {
                 .filter(|p| !p.control)
                 .flat_map(|p| p.edges.iter().map(|e| (e.index, e.counter)))
                 .collect(),
-            signature: self.signature.take(),
+            signature: self.rare.as_mut().and_then(|r| r.signature.take()),
             timed_out: self.timed_out,
         })
     }

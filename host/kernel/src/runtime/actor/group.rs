@@ -358,7 +358,9 @@ impl Actor {
                     .zip(occ.as_ref())
                     .map(|(j, (o, _, begun))| (j, o, *begun));
                 let settled = self.attempts(inv, &mut mint, j, Some(t)).await;
-                self.emitted = None;
+                if let Some(r) = &mut self.rare {
+                    r.emitted = None;
+                }
                 match (journal, occ) {
                     (Some(j), Some((occ, fresh, _)))
                         if !matches!(settled, Ok(Settled::Produced(_))) =>

@@ -159,7 +159,9 @@ impl Actor {
                 let settled = self
                     .attempts(inv, mint, Some((&*journal, &occ, begun)), None)
                     .await;
-                self.emitted = None;
+                if let Some(r) = &mut self.rare {
+                    r.emitted = None;
+                }
                 if let Ok(Settled::Produced(_)) = settled {
                     // Recorded by the attempt.
                     return settled;
@@ -205,7 +207,11 @@ impl Actor {
                     if let Some(wait) = self.record_start(j, occ) {
                         self.written(wait).await?;
                     }
-                    self.emitted = inv.emits.then(Vec::new);
+                    if inv.emits {
+                        self.rare().emitted = Some(Vec::new());
+                    } else if let Some(r) = &mut self.rare {
+                        r.emitted = None;
+                    }
                 }
                 let (emit_tx, emit_rx) = if inv.emits {
                     let (tx, rx) = mpsc::channel(EMIT_BUFFER);
@@ -327,8 +333,9 @@ impl Actor {
                             if let Some((j, occ)) = journal {
                                 let record = Record::Verdict {
                                     occurrence: occ.clone(),
-                                    verdict: RecordedVerdict::new(RecordedAction::Retry)
-                                        .with_note(self.decision_note.take()),
+                                    verdict: RecordedVerdict::new(RecordedAction::Retry).with_note(
+                                        self.rare.as_mut().and_then(|r| r.decision_note.take()),
+                                    ),
                                     decided_by: Decider::Supervisor,
                                 };
                                 Box::pin(self.append_synced(j, record)).await?;
@@ -368,7 +375,7 @@ impl Actor {
         if sent.is_empty() {
             return;
         }
-        let rec = self.emitted.get_or_insert_with(Vec::new);
+        let rec = self.rare().emitted.get_or_insert_with(Vec::new);
         let handle: Arc<str> = Arc::from(crate::runtime::control::CONTROL_SENT);
         for (target, properties) in sent {
             let v = Value::from_json(serde_json::json!({
@@ -483,7 +490,7 @@ impl Actor {
     ) {
         if let Some(esc) = &self.shared.escalator {
             esc.state()
-                .record_invocation(&self.spec.id, lineage.entries(), Some(out), cost_usd());
+                .record_invocation(&self.spec.id, &lineage.entries(), Some(out), cost_usd());
         }
     }
 
@@ -497,7 +504,7 @@ impl Actor {
 
     pub(super) fn key_text(&self, lineage: &Lineage) -> Arc<str> {
         if lineage.is_empty() {
-            self.root_key.clone()
+            self.root_key()
         } else {
             lineage.text(&self.shared.roots)
         }
@@ -507,10 +514,10 @@ impl Actor {
         match self.spec.timeout {
             // A per-invocation child, so a deadline cancels this invocation only.
             Some(t) => (
-                InvToken(Arc::new(self.node_token.child_token())),
+                InvToken(Arc::new(self.node_token().child_token())),
                 Some(Instant::now() + t),
             ),
-            None => (self.node_token.clone(), None),
+            None => (self.node_token().clone(), None),
         }
     }
 
@@ -609,7 +616,7 @@ impl Actor {
                 span_id: ctx.span_id(),
             });
         }
-        self.metrics.accumulate(&m);
+        self.rare().metrics.accumulate(&m);
     }
 
     /// The error of an invocation that outlived its time limit.

@@ -64,7 +64,7 @@ impl Actor {
             } => {
                 self.invocations += 1;
                 if !self.native {
-                    self.metrics.accumulate(&metrics);
+                    self.rare().metrics.accumulate(&metrics);
                 }
                 *mint = MintedTokens::default();
                 for (handle, value) in emitted {
@@ -139,7 +139,7 @@ impl Actor {
                     occurrence: occ,
                     verdict: RecordedVerdict::new(action)
                         .with_error(error.clone())
-                        .with_note(self.decision_note.take()),
+                        .with_note(self.rare.as_mut().and_then(|r| r.decision_note.take())),
                     decided_by: Decider::Supervisor,
                 }
             }
@@ -178,10 +178,10 @@ impl Actor {
     /// This invocation's occurrence: node id, lineage key and how many invocations at
     /// that key came before it.
     pub(super) fn occurrence(&mut self, key: &Arc<str>) -> Occurrence {
-        let n = self.occurrences.entry(key.clone()).or_insert(0);
-        let occ = Occurrence::new(&*self.spec.id, &**key, *n);
+        let n = self.rare().occurrences.entry(key.clone()).or_insert(0);
+        let seen = *n;
         *n += 1;
-        occ
+        Occurrence::new(&*self.spec.id, &**key, seen)
     }
 
     /// Records the start of an attempt: on disk before node code runs when the node is
@@ -248,8 +248,9 @@ impl Actor {
                 .map(|(h, v)| (h.to_string(), v.clone()))
                 .collect(),
             emitted: self
-                .emitted
-                .take()
+                .rare
+                .as_mut()
+                .and_then(|r| r.emitted.take())
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(h, v)| (h.to_string(), v))

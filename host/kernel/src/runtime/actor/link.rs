@@ -8,6 +8,7 @@
 //! moved.
 
 use std::cell::UnsafeCell;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -46,10 +47,11 @@ impl Link {
 }
 
 struct Queue {
-    /// In arrival order. A plain vector, not a ring: a receiver that takes all of it
-    /// swaps its own emptied batch buffer in (see [`LocalRx::poll_recv_many`]), so two
-    /// buffers alternate and stay warm in cache, and nothing is copied.
-    msgs: Vec<Msg>,
+    /// In arrival order. A ring, so a receiver that takes part of it (a batch of a
+    /// fuller queue) moves nothing behind it; one that takes all of it swaps its own
+    /// emptied batch buffer in (see [`LocalRx::poll_recv_many`]), so two buffers
+    /// alternate and stay warm in cache, and nothing is copied.
+    msgs: VecDeque<Msg>,
     cap: usize,
     /// The sender is gone: the queue reads as closed once it is empty.
     sender_gone: bool,
@@ -152,7 +154,7 @@ impl Drop for Busy<'_> {
 pub(super) fn local(cap: usize) -> (LocalTx, LocalRx, LocalProbe) {
     let q = Arc::new(Shared {
         queue: UnsafeCell::new(Queue {
-            msgs: Vec::new(),
+            msgs: VecDeque::new(),
             cap: cap.max(1),
             sender_gone: false,
             closed: false,
@@ -175,7 +177,7 @@ impl LocalTx {
             if q.msgs.len() >= q.cap {
                 return Err(TrySendError::Full(msg));
             }
-            q.msgs.push(msg);
+            q.msgs.push_back(msg);
             q.moved = true;
             Ok(())
         })
@@ -225,7 +227,11 @@ impl LocalRx {
             }
             let n = q.msgs.len().min(limit);
             if n == q.msgs.len() && buf.is_empty() {
-                std::mem::swap(buf, &mut q.msgs);
+                // Both conversions keep the allocation (the ring's elements are moved
+                // within it only if they wrap, which a queue emptied each pass rarely
+                // does).
+                let all = std::mem::replace(&mut q.msgs, VecDeque::from(std::mem::take(buf)));
+                *buf = Vec::from(all);
             } else {
                 buf.extend(q.msgs.drain(..n));
             }
@@ -265,8 +271,55 @@ impl LocalProbe {
     }
 }
 
-#[cfg(all(test, debug_assertions))]
+#[cfg(test)]
 mod tests {
+    use super::*;
+    use heddle_core::Value;
+
+    fn ints(buf: &mut Vec<Msg>) -> Vec<i64> {
+        buf.drain(..)
+            .map(|m| match m {
+                Msg::External(Value::Int(i)) => i,
+                _ => panic!("not a test message"),
+            })
+            .collect()
+    }
+
+    /// A queue taken in part (a batch of a fuller queue) or whole (its buffer swapped
+    /// with the receiver's) hands messages over in arrival order, and is bounded.
+    #[test]
+    fn batches_keep_arrival_order_taken_whole_or_in_part() {
+        let (tx, mut rx, probe) = local(4);
+        let send = |i: i64| tx.try_send(Msg::External(Value::Int(i)));
+        let mut buf = Vec::new();
+        let mut next = 0;
+        let mut got = Vec::new();
+        for round in 0..50 {
+            while send(next).is_ok() {
+                next += 1;
+            }
+            assert!(matches!(send(-1), Err(TrySendError::Full(_))));
+            assert!(probe.moved());
+            // Alternately a part (1–3) and the whole queue.
+            let limit = if round % 2 == 0 { 1 + round % 3 } else { 256 };
+            let Poll::Ready(n) = rx.poll_recv_many(&mut buf, limit) else {
+                panic!("a full queue is ready");
+            };
+            assert_eq!(n, limit.min(4));
+            got.extend(ints(&mut buf));
+        }
+        while let Poll::Ready(n) = rx.poll_recv_many(&mut buf, 256) {
+            assert!(n > 0);
+            got.extend(ints(&mut buf));
+        }
+        assert_eq!(got, (0..next).collect::<Vec<_>>());
+        drop(tx);
+        assert_eq!(rx.poll_recv_many(&mut buf, 256), Poll::Ready(0));
+    }
+}
+
+#[cfg(all(test, debug_assertions))]
+mod overlap {
     use super::*;
 
     /// The run-time check of `impl Sync for Shared` (debug builds): an access to a queue

@@ -299,7 +299,9 @@ pub(crate) struct ActorSpec {
     /// reach (`None`: it controls nothing).
     pub controls: Option<crate::runtime::Controls>,
     pub controllers: usize,
-    pub root_contrib: HashMap<RootIdx, u32>,
+    /// Edges into this node carrying each root, for the roots more than one carries
+    /// (a scope closes once every one of them closed it).
+    pub root_contrib: Box<[(RootIdx, u32)]>,
     pub timeout: Option<Duration>,
     /// The node's own retry policy (`retry`), run by the attempt loop before any
     /// supervisor is asked.
@@ -376,15 +378,48 @@ impl std::ops::Deref for InvToken {
     }
 }
 
+/// What only some nodes ever use, allocated the first time one does: a node that mints
+/// (its iteration counters), one whose scope closes come on several edges, a durable
+/// run's records, a supervisor's notes, a failure, metrics (never a built-in's), an
+/// output node's values. Held in the actor, these would be a third of every node's
+/// state on a long chain of pass-through nodes that needs none of them.
+#[derive(Default)]
+struct Rare {
+    metrics: InvocationMetrics,
+    /// Values an output node received (the run's outputs under its name).
+    outputs: Vec<Value>,
+    /// Next iteration token per minted root and parent key.
+    /// (Ordered, not hashed: a fan-out looks it up once per item, nearly always under
+    /// one parent key, where one comparison beats hashing the key.)
+    counters: BTreeMap<(RootIdx, Key), u32>,
+    /// Scope closes received so far for roots fed by several edges.
+    close_counts: HashMap<(RootIdx, Lineage), u32>,
+    /// Durable runs only: invocations so far per lineage key (an occurrence's `n`).
+    occurrences: HashMap<Arc<str>, u32>,
+    /// Durable runs only: what the current attempt emitted, for its result record.
+    emitted: Option<Vec<(Arc<str>, Value)>>,
+    /// The note of the supervisor's last verdict, taken by the record that carries the
+    /// verdict (a retry's, a skip's) so a person's reason is in the log whatever they
+    /// decided.
+    decision_note: Option<String>,
+    /// An incoming edge's rule failed: the node fails with this.
+    edge_failure: Option<String>,
+    /// The failure signature the node named when it failed for good (the one its error
+    /// text shows), for the report's field.
+    signature: Option<Box<str>>,
+}
+
 pub(crate) struct Actor {
     spec: ActorSpec,
     shared: Arc<Shared>,
-    /// The run's token, shared cheaply by every invocation of this node.
-    node_token: InvToken,
+    /// The run's token, shared cheaply by every invocation of this node: made by the
+    /// first invocation that needs one (a native node's hop never does).
+    node_token: std::sync::OnceLock<InvToken>,
     /// The context of the last invocation, re-armed for the next one when nobody kept it.
     spare_ctx: Option<NodeCtx>,
-    /// This actor's own `""` key (a shared one would bounce one cache line between cores).
-    root_key: Arc<str>,
+    /// This actor's own `""` key (a shared one would bounce one cache line between
+    /// cores), made when first used.
+    root_key: std::sync::OnceLock<Arc<str>>,
     has_mints: bool,
     /// The output handle last routed and its port: an executor names its outputs with
     /// the same `Arc` every time, so a hop finds its port by address, not by comparing
@@ -398,20 +433,13 @@ pub(crate) struct Actor {
     now: bool,
     epoch: Instant,
     invocations: u64,
-    metrics: InvocationMetrics,
     started: bool,
     ends: SmallVec<[End; 4]>,
     last_result: Option<Outputs>,
-    /// Values an output node received (the run's outputs under its name).
-    outputs: Vec<Value>,
-    /// Next iteration token per minted root and parent key.
-    /// (Ordered, not hashed: a fan-out looks it up once per item, nearly always under
-    /// one parent key, where one comparison beats hashing the key.)
-    counters: BTreeMap<(RootIdx, Key), u32>,
-    /// Scope closes received so far for roots fed by several edges.
-    close_counts: HashMap<(RootIdx, Lineage), u32>,
+    /// See [`Rare`]; `None` until first needed.
+    rare: Option<Box<Rare>>,
     /// Upstream edges per handle that have not yet ended.
-    open: Vec<u32>,
+    open: SmallVec<[u32; 2]>,
     /// Incoming edges whose end-of-stream was consumed.
     ended_in: Vec<u32>,
     eos_sent: bool,
@@ -419,25 +447,12 @@ pub(crate) struct Actor {
     /// by a person's answer to a reconcile pause (a node whose every invocation was
     /// skipped ends skipped with that reason; the first skip's, should they differ).
     skipped_by: Option<SkipReason>,
-    /// Durable runs only: invocations so far per lineage key (an occurrence's `n`).
-    occurrences: HashMap<Arc<str>, u32>,
-    /// Durable runs only: what the current attempt emitted, for its result record.
-    emitted: Option<Vec<(Arc<str>, Value)>>,
-    /// The note of the supervisor's last verdict, taken by the record that carries the
-    /// verdict (a retry's, a skip's) so a person's reason is in the log whatever they
-    /// decided.
-    decision_note: Option<String>,
     /// The current attempt sent a value along an edge while it ran: retrying it would
     /// send that value again.
     sent_downstream: bool,
     /// An incoming edge's condition ruled out at least one item (a node that never ran
     /// is then skipped for `condition`).
     ruled_out: bool,
-    /// An incoming edge's rule failed: the node fails with this.
-    edge_failure: Option<String>,
-    /// The failure signature the node named when it failed for good (the one its error
-    /// text shows), for the report's field.
-    signature: Option<Box<str>>,
     /// An attempt reached the node's time limit and its work was cancelled.
     timed_out: bool,
 }
@@ -445,7 +460,6 @@ pub(crate) struct Actor {
 impl Actor {
     pub fn new(spec: ActorSpec, shared: Arc<Shared>) -> Self {
         let open = spec.handles.iter().map(|h| h.upstream).collect();
-        let node_token = InvToken(Arc::new(shared.run_token.clone()));
         let has_mints = spec.ports.iter().any(|p| p.mints.is_some());
         let native = spec.decl.origin == heddle_core::Origin::Builtin;
         let now = matches!(spec.role, NodeRole::Executor)
@@ -453,33 +467,25 @@ impl Actor {
         Actor {
             spec,
             shared,
-            node_token,
+            node_token: std::sync::OnceLock::new(),
             spare_ctx: None,
-            root_key: Arc::from(""),
+            root_key: std::sync::OnceLock::new(),
             has_mints,
             hot_port: None,
             native,
             now,
             epoch: Instant::now(),
             invocations: 0,
-            metrics: InvocationMetrics::default(),
             started: false,
             ends: SmallVec::new(),
             last_result: None,
-            outputs: Vec::new(),
-            counters: BTreeMap::new(),
-            close_counts: HashMap::new(),
+            rare: None,
             open,
             ended_in: Vec::new(),
             eos_sent: false,
             skipped_by: None,
-            occurrences: HashMap::new(),
-            emitted: None,
-            decision_note: None,
             sent_downstream: false,
             ruled_out: false,
-            edge_failure: None,
-            signature: None,
             timed_out: false,
         }
     }
@@ -524,6 +530,22 @@ impl Actor {
             && matches!(self.spec.role, NodeRole::Executor)
             && matches!(self.spec.decl.mode, NodeMode::Buffered)
             && self.spec.decl.origin == heddle_core::Origin::Builtin
+    }
+
+    /// The node's [`Rare`] state, made on first use.
+    fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// The run's token for this node's invocations (see `node_token`).
+    fn node_token(&self) -> &InvToken {
+        self.node_token
+            .get_or_init(|| InvToken(Arc::new(self.shared.run_token.clone())))
+    }
+
+    /// The key of invocations at root scope (see `root_key`).
+    fn root_key(&self) -> Arc<str> {
+        self.root_key.get_or_init(|| Arc::from("")).clone()
     }
 
     fn emit(&self, kind: EventKind) {
@@ -593,14 +615,20 @@ impl Actor {
 
     /// Whether every edge that carries `root` has closed it under `parent`.
     fn scope_close_complete(&mut self, root: RootIdx, parent: &Lineage) -> bool {
-        let need = self.spec.root_contrib.get(&root).copied().unwrap_or(1);
+        let need = self
+            .spec
+            .root_contrib
+            .iter()
+            .find(|(r, _)| *r == root)
+            .map_or(1, |(_, n)| *n);
         if need <= 1 {
             return true;
         }
-        let c = self.close_counts.entry((root, parent.clone())).or_insert(0);
+        let counts = &mut self.rare().close_counts;
+        let c = counts.entry((root, parent.clone())).or_insert(0);
         *c += 1;
         if *c >= need {
-            self.close_counts.remove(&(root, parent.clone()));
+            counts.remove(&(root, parent.clone()));
             true
         } else {
             false
@@ -616,7 +644,7 @@ impl Actor {
         match m {
             Msg::RuledOut { .. } => self.ruled_out = true,
             Msg::EdgeFailed(message) => {
-                self.edge_failure.get_or_insert(message.into());
+                self.rare().edge_failure.get_or_insert(message.into());
             }
             _ => {}
         }
@@ -624,7 +652,7 @@ impl Actor {
 
     /// A pending edge-rule failure as the node's stop.
     fn edge_stop(&mut self) -> Result<(), Stop> {
-        match self.edge_failure.take() {
+        match self.rare.as_mut().and_then(|r| r.edge_failure.take()) {
             Some(m) => Err(Stop::Failed(m)),
             None => Ok(()),
         }
@@ -634,5 +662,20 @@ impl Actor {
 fn reply_not_controlled(ev: ControlEvent, id: &str) {
     if let Some(r) = ev.reply {
         let _ = r.send(Err(format!("node {id} is not a controlled node")));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every inbox slot, queue slot and batch buffer entry is a `Msg`: on a 64-bit
+    /// target a data message is its value (24 bytes), its lineage (one word, see
+    /// `runtime::lineage`) and its handle, and no rarer variant is larger.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_message_is_a_value_and_two_words() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<heddle_core::Value>(), 24);
+        assert_eq!(size_of::<crate::runtime::lineage::Lineage>(), 8);
+        assert_eq!(size_of::<super::Msg>(), 40);
     }
 }

@@ -27,7 +27,7 @@ impl Actor {
         {
             esc.state().record_invocation(
                 &self.spec.id,
-                rec.lineage.entries(),
+                &rec.lineage.entries(),
                 None,
                 rec.metrics.cost_usd,
             );
@@ -51,7 +51,9 @@ impl Actor {
                 return Err(Stop::Cancelled);
             }
             // Recorded with the verdict by whoever writes it (a retry's or a skip's).
-            self.decision_note = note;
+            if note.is_some() || self.rare.is_some() {
+                self.rare().decision_note = note;
+            }
             match resolution {
                 Resolution::Retry => return Ok(None),
                 // Already checked against everything the node declared, its fields
@@ -89,13 +91,13 @@ impl Actor {
                 };
                 // A node's own signature is what its author and policy rules match on;
                 // host failures are already named by `what`.
-                self.signature = match (&kind, &err.signature) {
+                self.rare().signature = match (&kind, &err.signature) {
                     (ErrorKind::Node | ErrorKind::Assertion | ErrorKind::Input, Some(sig)) => {
                         Some(sig.as_str().into())
                     }
                     _ => None,
                 };
-                let signature = match &self.signature {
+                let signature = match self.rare.as_ref().and_then(|r| r.signature.as_ref()) {
                     Some(sig) => format!(" (signature {sig})"),
                     None => String::new(),
                 };

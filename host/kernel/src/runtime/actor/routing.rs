@@ -120,7 +120,7 @@ impl Actor {
             // when it records the invocation's result.
             self.refuse_known_secrets([(&*e.handle, &e.value)])?;
         }
-        if let Some(rec) = &mut self.emitted {
+        if let Some(rec) = self.rare.as_mut().and_then(|r| r.emitted.as_mut()) {
             rec.push((e.handle.clone(), e.value.clone()));
         }
         match port {
@@ -143,7 +143,7 @@ impl Actor {
 
     fn next_token(&mut self, root: RootIdx, parent: &Lineage) -> u32 {
         let k = (root, parent.key(&self.spec.scope));
-        let c = self.counters.entry(k).or_insert(0);
+        let c = self.rare().counters.entry(k).or_insert(0);
         let t = *c;
         *c += 1;
         t
@@ -266,7 +266,13 @@ impl Actor {
         Box::pin(async move {
             for w in waiting {
                 let tx = &self.spec.ports[w.port].edges[w.edge].tx;
-                self.send_when_room(tx, w.msg).await?;
+                // Tried first without a future: after one wait the consumer usually
+                // took a whole batch, and the messages behind go in at once (a large
+                // fan-out's items wait here by the thousand, so a wait on the cancel
+                // token per message cost more than delivering it).
+                if let Some(msg) = deliver_now(tx, w.msg) {
+                    self.send_when_room(tx, msg).await?;
+                }
                 if w.counts {
                     self.count_edge(w.port, w.edge);
                 }

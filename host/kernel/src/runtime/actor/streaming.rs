@@ -63,7 +63,7 @@ impl Actor {
         let (stx, srx) = mpsc::channel::<StreamItem>(self.shared.limits.buffer.max(1));
         feed.tx = Some(stx);
         let stream = InputStream::new(srx, self.spec.base_inputs.clone());
-        let key = self.root_key.clone();
+        let key = self.root_key();
         let mut mint = MintedTokens::default();
         let inv = Invocation {
             lineage: &Lineage::ROOT,
