@@ -45,10 +45,6 @@ pub(crate) fn check_host_call_fuel(
     }
 }
 
-/// Bytes of a pool slot's memory and tables kept resident (reset in place) between
-/// instances: a small guest's working set (its stack top, data and first heap pages).
-const KEEP_RESIDENT: usize = 2 << 20;
-
 /// Core module instances one component may make (Spin's default).
 const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 200;
 
@@ -414,14 +410,25 @@ fn build_engine(settings: &EngineSettings) -> Result<(Engine, bool), PackageErro
             .max_tables_per_component(64)
             .table_elements(100_000)
             .max_memory_size((settings.max_memory_mb.max(1) as usize) << 20)
-            // A fresh instance per invocation reuses a pool slot: reset the pages the
-            // last one dirtied in place (found with the PAGEMAP_SCAN ioctl, Linux 6.7+)
-            // instead of dropping them, so the next instance does not page-fault its
-            // stack and heap back in. The reset restores the slot's initial contents
-            // either way: nothing of one invocation is visible to the next.
-            .pagemap_scan(wasmtime::Enabled::Auto)
-            .linear_memory_keep_resident(KEEP_RESIDENT)
-            .table_keep_resident(KEEP_RESIDENT);
+            // A fresh instance per invocation reuses a pool slot, whose dirtied pages
+            // are dropped (`madvise(DONTNEED)`) so the next instance, of any package and
+            // any run, starts from the slot's initial contents.
+            //
+            // Not with PAGEMAP_SCAN (reset in place only the pages found written), which
+            // made a fresh instance ~45% cheaper: wasmtime 48 asks the scan for pages that
+            // are written *and present*, so a written page the kernel had unmapped for a
+            // moment (being migrated by compaction, or swapped out) was neither reset nor
+            // dropped, and the next instance in the slot could read the previous one's
+            // memory: across packages and runs. Most likely what made a fresh
+            // `files.write_text` fail once with "unknown handle index 1" (a file table
+            // that was not its own) on a loaded machine. Described upstream with a fix
+            // not released yet (bytecodealliance/wasmtime#14357); to be turned back on
+            // with a wasmtime that has it. Nothing kept resident: a blind reset of the
+            // first bytes (`keep_resident` without the scan) would memset a Rust guest's
+            // whole 1 MiB stack region on every instance.
+            .pagemap_scan(wasmtime::Enabled::No)
+            .linear_memory_keep_resident(0)
+            .table_keep_resident(0);
         let mut c = base_config(settings);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         match Engine::new(&c) {
