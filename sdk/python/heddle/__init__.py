@@ -214,15 +214,27 @@ class _NodeDef:
         accepts = self._accepts
         # Every value is converted (a bad one fails the call whether the function takes
         # it or not); only the names the function takes are passed.
+        # A scalar's payload is read in place (`from_value` without the call: a Python
+        # call costs more than the rest of the conversion).
+        plain = _PLAIN_VALUES
         for name, v in properties:
-            v = from_value(v)
+            v = v.value if type(v) in plain else from_value(v)
             if accepts is None or name in accepts:
                 args[name] = v
         for name, v in inputs:  # edge values win over properties
-            v = from_value(v)
+            v = v.value if type(v) in plain else from_value(v)
             if accepts is None or name in accepts:
                 args[name] = v
-        return self._outputs(self.fn(**args))
+        result = self.fn(**args)
+        if type(result) is dict:
+            cases = _SCALAR_CASES
+            out = []
+            for k, v in result.items():
+                case = cases.get(type(v))
+                out.append((k if type(k) is str else str(k),
+                            case(v) if case is not None else to_value(v)))
+            return out
+        return self._outputs(result)
 
     def _outputs(self, result):
         if result is None:
@@ -343,6 +355,9 @@ def to_value(v):
 _VALUE_NULL = wit.Value_Null
 _VALUE_JSON = wit.Value_Json
 _SCALAR_CASES = {float: wit.Value_F64, str: wit.Value_String, bool: wit.Value_Boolean}
+# The cases whose payload is the Python value itself.
+_PLAIN_VALUES = frozenset(
+    (wit.Value_Boolean, wit.Value_S64, wit.Value_F64, wit.Value_String, wit.Value_Bytes))
 
 
 def from_value(v):
