@@ -185,7 +185,8 @@ class _NodeDef:
         sig = inspect.signature(fn)
         self.takes_all = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
         self.params = set(sig.parameters)
-        # Worked out once here rather than on every call (a warm instance serves many):
+        # Worked out once, when @node runs, rather than on every call (a warm instance
+        # serves many; a Port changed after the decorator ran is not seen again):
         # the arguments a call starts from (defaults, None for optional ports) limited to
         # those the function takes, in port order, and the names it takes.
         base = {}
