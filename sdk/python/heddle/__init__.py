@@ -185,6 +185,20 @@ class _NodeDef:
         sig = inspect.signature(fn)
         self.takes_all = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
         self.params = set(sig.parameters)
+        # Worked out once, when @node runs, rather than on every call (a warm instance
+        # serves many; a Port changed after the decorator ran is not seen again):
+        # the arguments a call starts from (defaults, None for optional ports) limited to
+        # those the function takes, in port order, and the names it takes.
+        base = {}
+        for p in self.inputs + self.properties:
+            if p.default is not _MISSING:
+                base[p.name] = p.default
+            elif not p.required:
+                base[p.name] = None
+        self._accepts = None if self.takes_all else frozenset(self.params)
+        if self._accepts is not None:
+            base = {k: v for k, v in base.items() if k in self._accepts}
+        self._base_args = base
 
     def decl(self):
         return wit.NodeDecl(
@@ -197,26 +211,37 @@ class _NodeDef:
         global _current_inputs
         # What `heddle.control.context()` reads during this invocation.
         _current_inputs = inputs
-        args = {}
-        for p in self.inputs + self.properties:
-            if p.default is not _MISSING:
-                args[p.name] = p.default
-            elif not p.required:
-                args[p.name] = None
+        args = self._base_args.copy()
+        accepts = self._accepts
+        # Every value is converted (a bad one fails the call whether the function takes
+        # it or not); only the names the function takes are passed.
+        # A scalar's payload is read in place (`from_value` without the call: a Python
+        # call costs more than the rest of the conversion).
+        plain = _PLAIN_VALUES
         for name, v in properties:
-            args[name] = from_value(v)
+            v = v.value if type(v) in plain else from_value(v)
+            if accepts is None or name in accepts:
+                args[name] = v
         for name, v in inputs:  # edge values win over properties
-            args[name] = from_value(v)
-        if not self.takes_all:
-            args = {k: v for k, v in args.items() if k in self.params}
+            v = v.value if type(v) in plain else from_value(v)
+            if accepts is None or name in accepts:
+                args[name] = v
         result = self.fn(**args)
+        if type(result) is dict:
+            cases = _SCALAR_CASES
+            out = []
+            for k, v in result.items():
+                case = cases.get(type(v))
+                out.append((k if type(k) is str else str(k),
+                            case(v) if case is not None else to_value(v)))
+            return out
         return self._outputs(result)
 
     def _outputs(self, result):
         if result is None:
             return []
         if isinstance(result, dict):
-            return [(str(k), to_value(v)) for k, v in result.items()]
+            return [(k if type(k) is str else str(k), to_value(v)) for k, v in result.items()]
         if len(self.outputs) == 1:
             return [(self.outputs[0].name, to_value(result))]
         raise TypeError(f"{self.type_name} returned {type(result).__name__}; return a dict "
@@ -304,6 +329,10 @@ def _json_hook(d):
 
 def to_value(v):
     """A Python value as a WIT ``value``."""
+    # The common scalars by exact type first: one lookup instead of a chain of isinstance.
+    case = _SCALAR_CASES.get(type(v))
+    if case is not None:
+        return case(v)
     if v is None:
         return wit.Value_Null()
     if isinstance(v, bool):
@@ -323,11 +352,20 @@ def to_value(v):
     raise TypeError(f"cannot send a {type(v).__name__} as a node value")
 
 
+# Looked up once: ``wit.X`` is a module attribute lookup on every use.
+_VALUE_NULL = wit.Value_Null
+_VALUE_JSON = wit.Value_Json
+_SCALAR_CASES = {float: wit.Value_F64, str: wit.Value_String, bool: wit.Value_Boolean}
+# The cases whose payload is the Python value itself.
+_PLAIN_VALUES = frozenset(
+    (wit.Value_Boolean, wit.Value_S64, wit.Value_F64, wit.Value_String, wit.Value_Bytes))
+
+
 def from_value(v):
     """A WIT ``value`` as a Python value."""
-    if isinstance(v, wit.Value_Null):
+    if isinstance(v, _VALUE_NULL):
         return None
-    if isinstance(v, wit.Value_Json):
+    if isinstance(v, _VALUE_JSON):
         return json.loads(v.value, object_hook=_json_hook)
     return v.value
 
