@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use actor::InvocationRecord;
 use actor::{ControlEvent, Msg, Shared};
-pub use bus::{EventBus, EventStream};
+pub use bus::{EventBus, EventRef, EventStream, Kinds, Observer};
 pub use control::{CONTROL_CONTEXT_INPUT, ControlReply, Controls};
 use inbox::{Inbox, InboxTx};
 pub use lineage::Lineage;
@@ -244,6 +244,13 @@ impl Run {
     /// subscriber also gets the retained events first).
     pub fn subscribe(&self) -> EventStream {
         self.bus.subscribe()
+    }
+
+    /// Has `observer` read the run's events of `kinds` where they are published, from
+    /// the first (see [`Observer`]): for a reader that folds them into something of
+    /// its own (spans, metrics) without an allocation, a channel or a wake-up per event.
+    pub fn observe(&self, kinds: Kinds, observer: Box<dyn Observer>) {
+        self.bus.observe(kinds, observer);
     }
 
     /// Spawns the run on the current tokio runtime.
