@@ -98,7 +98,8 @@ pub struct RunOptions {
     /// Makes the run traced: every invocation attempt (but the native built-ins') gets a
     /// span id, handed to its code ([`crate::NodeCtx::traceparent`]) and carried by its
     /// `invocation` event, which is then published for every attempt, not only those
-    /// that measured something. `None` (the default): nothing of the kind is done.
+    /// that measured something (unless the trace is sampled out: its spans are never
+    /// built). `None` (the default): nothing of the kind is done.
     pub trace: Option<Arc<heddle_core::trace::Traced>>,
     /// Publishes an `invocation` event for every attempt (but the native built-ins'),
     /// not only for those that measured something: what a consumer counting
@@ -299,7 +300,8 @@ impl Run {
             escalator,
             outputs_retained: actor::RetainedOutputs::new(self.opts.output_cap_bytes),
             journal: self.opts.journal.clone(),
-            every_invocation: self.opts.every_invocation || self.opts.trace.is_some(),
+            every_invocation: self.opts.every_invocation
+                || self.opts.trace.as_ref().is_some_and(|t| t.run.sampled),
             trace: self.opts.trace.clone(),
             run_id: self.opts.run_id.clone(),
         });
