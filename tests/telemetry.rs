@@ -301,8 +301,18 @@ fn the_sampler_sends_a_runs_spans_all_or_none_and_an_unknown_one_is_refused() {
         (Some("parentbased_always_off"), None, Some(SAMPLED), true),
         (Some("traceidratio"), Some("0"), None, false),
         (Some("traceidratio"), Some("1"), None, true),
-        (Some("parentbased_traceidratio"), Some("0"), Some(SAMPLED), true),
-        (Some("parentbased_traceidratio"), Some("1"), Some(UNSAMPLED), false),
+        (
+            Some("parentbased_traceidratio"),
+            Some("0"),
+            Some(SAMPLED),
+            true,
+        ),
+        (
+            Some("parentbased_traceidratio"),
+            Some("1"),
+            Some(UNSAMPLED),
+            false,
+        ),
     ];
     for &(sampler, arg, parent, traced) in cases {
         let rx = Receiver::start();
@@ -342,7 +352,10 @@ fn the_sampler_sends_a_runs_spans_all_or_none_and_an_unknown_one_is_refused() {
     let rx = Receiver::start();
     let dir = StoreDir::with_graph(support::store::CHAIN);
     for (vars, named) in [
-        (&[("OTEL_TRACES_SAMPLER", "sometimes")][..], "OTEL_TRACES_SAMPLER"),
+        (
+            &[("OTEL_TRACES_SAMPLER", "sometimes")][..],
+            "OTEL_TRACES_SAMPLER",
+        ),
         (
             &[
                 ("OTEL_TRACES_SAMPLER", "traceidratio"),

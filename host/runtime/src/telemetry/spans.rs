@@ -131,7 +131,7 @@ pub(crate) struct RunSpan {
     /// What the consumer saw, once the run's events ended.
     end: tokio::sync::oneshot::Receiver<RunSpanEnd>,
     /// Hands the spans written over a moment after the first ([`flusher`]).
-    flusher: Option<tokio::task::JoinHandle<()>>,
+    flusher: Option<(Arc<Outbox>, tokio::task::JoinHandle<()>)>,
 }
 
 /// What the consumer saw of the run: its final status and the run span's events.
@@ -223,7 +223,10 @@ impl RunTracing {
         for d in &self.died {
             c.died(d, self.died_until);
         }
-        let flusher = c.outbox.clone().map(|o| tokio::spawn(flusher(o)));
+        let flusher = c
+            .outbox
+            .clone()
+            .map(|o| (o.clone(), tokio::spawn(flusher(o))));
         // What spans and metrics read: never an edge, an output or a log line.
         let mut kinds = Kinds::INVOCATION | Kinds::ESCALATION | Kinds::DECISION | Kinds::RUN;
         if c.spans.is_some() {
@@ -415,9 +418,13 @@ impl RunSpan {
                 status: None,
             },
         };
-        if let Some(f) = self.flusher {
-            // Done once the consumer ended, unless that panicked.
-            f.abort();
+        if let Some((outbox, f)) = self.flusher {
+            // Closed by the consumer's end already, unless that panicked. The flusher
+            // holds the exporter: it is gone before this returns, so that dropping the
+            // process's last handle on the exporter (which waits for its last spans)
+            // is never left to a task a process that exits does not drop.
+            outbox.close();
+            let _ = f.await;
         }
         (self.tracing, end)
     }
