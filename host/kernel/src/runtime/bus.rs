@@ -262,21 +262,39 @@ impl Observing {
     }
 }
 
+/// One subscription, in the order they were made.
+enum Subscriber {
+    /// Every event, shared, through a channel ([`EventBus::subscribe`]).
+    Stream(mpsc::UnboundedSender<Arc<Event>>),
+    /// The kinds it asked for, borrowed ([`EventBus::observe`]).
+    Observer(Observing),
+}
+
+impl Subscriber {
+    fn kinds(&self) -> Kinds {
+        match self {
+            Subscriber::Stream(_) => Kinds::ALL,
+            Subscriber::Observer(o) => o.kinds,
+        }
+    }
+}
+
 struct BusState {
     next_seq: u64,
     /// A ring: dropping the oldest half moves nothing.
     retained: VecDeque<Slot>,
     dropped: u64,
-    subscribers: Vec<mpsc::UnboundedSender<Arc<Event>>>,
-    observers: Vec<Observing>,
-    /// The kinds any observer asked for.
-    observed: Kinds,
+    subscribers: Vec<Subscriber>,
+    /// The kinds some subscriber reads: the others stay drafts.
+    wanted: Kinds,
     closed: bool,
 }
 
 impl BusState {
-    fn observed(&self) -> Kinds {
-        self.observers.iter().fold(Kinds::NONE, |k, o| k | o.kinds)
+    fn wanted(&self) -> Kinds {
+        self.subscribers
+            .iter()
+            .fold(Kinds::NONE, |k, s| k | s.kinds())
     }
 }
 
@@ -304,8 +322,7 @@ impl EventBus {
                 retained: VecDeque::new(),
                 dropped: 0,
                 subscribers: Vec::new(),
-                observers: Vec::new(),
-                observed: Kinds::NONE,
+                wanted: Kinds::NONE,
                 closed: false,
             }),
         })
@@ -369,16 +386,20 @@ impl EventBus {
         let kinds = draft.kinds();
         let mut slot = Slot::Draft { seq, at_us, draft };
         // An event no observer asked for and no stream reads stays a draft.
-        if st.observed.meets(kinds) {
-            let before = st.observers.len();
-            st.observers.retain_mut(|o| o.offer(kinds, &mut slot));
-            if st.observers.len() != before {
-                st.observed = st.observed();
+        if st.wanted.meets(kinds) {
+            let before = st.subscribers.len();
+            // Shared (built into its `Arc`) once, for the streams, if there are any.
+            let mut shared: Option<Arc<Event>> = None;
+            st.subscribers.retain_mut(|s| match s {
+                Subscriber::Stream(tx) => {
+                    let ev = shared.get_or_insert_with(|| slot.event());
+                    tx.send(ev.clone()).is_ok()
+                }
+                Subscriber::Observer(o) => o.offer(kinds, &mut slot),
+            });
+            if st.subscribers.len() != before {
+                st.wanted = st.wanted();
             }
-        }
-        if !st.subscribers.is_empty() {
-            let ev = slot.event();
-            st.subscribers.retain(|s| s.send(ev.clone()).is_ok());
         }
         st.retained.push_back(slot);
     }
@@ -393,7 +414,8 @@ impl EventBus {
             let _ = tx.send(slot.event());
         }
         if !st.closed {
-            st.subscribers.push(tx);
+            st.subscribers.push(Subscriber::Stream(tx));
+            st.wanted = Kinds::ALL;
         }
         EventStream { rx }
     }
@@ -416,8 +438,8 @@ impl EventBus {
         if st.closed {
             o.observer.closed();
         } else {
-            st.observers.push(o);
-            st.observed = st.observed();
+            st.subscribers.push(Subscriber::Observer(o));
+            st.wanted = st.wanted();
         }
     }
 
@@ -427,11 +449,12 @@ impl EventBus {
     pub fn close(&self) -> u64 {
         let mut st = self.lock();
         st.closed = true;
-        st.subscribers.clear();
-        let observers = std::mem::take(&mut st.observers);
-        st.observed = Kinds::NONE;
-        for mut o in observers {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| o.observer.closed()));
+        st.wanted = Kinds::NONE;
+        for s in std::mem::take(&mut st.subscribers) {
+            if let Subscriber::Observer(mut o) = s {
+                let _ =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| o.observer.closed()));
+            }
         }
         st.dropped
     }

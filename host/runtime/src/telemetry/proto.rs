@@ -110,6 +110,7 @@ impl From<f64> for Attr<'_> {
 
 impl Attr<'_> {
     /// The encoded length of the `AnyValue` holding it.
+    #[inline]
     fn any_len(&self) -> usize {
         match self {
             Attr::Str(s) => 1 + varint_len(s.len() as u64) + s.len(),
@@ -119,6 +120,7 @@ impl Attr<'_> {
         }
     }
 
+    #[inline]
     fn write_any(&self, out: &mut Vec<u8>) {
         match self {
             Attr::Str(s) => bytes(out, 1, s.as_bytes()),
@@ -131,6 +133,7 @@ impl Attr<'_> {
 }
 
 /// `(field) KeyValue { key = 1; AnyValue value = 2 }`.
+#[inline]
 pub(crate) fn attribute(out: &mut Vec<u8>, field: u32, k: &str, v: Attr<'_>) {
     let any = v.any_len();
     let len = 1 + varint_len(k.len() as u64) + k.len() + 1 + varint_len(any as u64) + any;
