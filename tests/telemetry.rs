@@ -291,8 +291,14 @@ fn spans_go_gzip_compressed_when_asked_and_an_unknown_compression_is_refused() {
 fn the_sampler_sends_a_runs_spans_all_or_none_and_an_unknown_one_is_refused() {
     const SAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     const UNSAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
-    // (sampler, its argument, the caller's traceparent, whether the run is traced)
-    let cases: &[(Option<&str>, Option<&str>, Option<&str>, bool)] = &[
+    /// The sampler, its argument, the caller's traceparent, whether the run is traced.
+    type Case = (
+        Option<&'static str>,
+        Option<&'static str>,
+        Option<&'static str>,
+        bool,
+    );
+    let cases: &[Case] = &[
         (Some("always_off"), None, None, false),
         (Some("always_off"), None, Some(SAMPLED), false),
         (None, None, Some(UNSAMPLED), false),

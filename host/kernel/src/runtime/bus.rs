@@ -610,8 +610,11 @@ mod tests {
         assert_eq!(rest, vec![1, 2]);
     }
 
-    /// Records what it reads, in a list the test keeps.
-    struct Seen(Arc<Mutex<Vec<(u64, EventKind)>>>, Arc<Mutex<bool>>);
+    /// What an observer read: each event's seq and kind.
+    type Read = Arc<Mutex<Vec<(u64, EventKind)>>>;
+
+    /// Records what it reads, in a list the test keeps, and whether it was closed.
+    struct Seen(Read, Arc<Mutex<bool>>);
 
     impl Observer for Seen {
         fn event(&mut self, e: EventRef<'_>) {
@@ -625,7 +628,7 @@ mod tests {
         }
     }
 
-    fn seen() -> (Seen, Arc<Mutex<Vec<(u64, EventKind)>>>, Arc<Mutex<bool>>) {
+    fn seen() -> (Seen, Read, Arc<Mutex<bool>>) {
         let (list, closed) = Default::default();
         (Seen(Arc::clone(&list), Arc::clone(&closed)), list, closed)
     }
