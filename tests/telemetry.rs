@@ -280,6 +280,110 @@ fn spans_go_gzip_compressed_when_asked_and_an_unknown_compression_is_refused() {
     assert!(dir.lines().is_empty(), "nothing ran");
 }
 
+/// `OTEL_TRACES_SAMPLER` (and its `_ARG`) decides per run whether its spans are sent,
+/// all of them or none: `always_off`, a ratio of 0 and a caller's unsampled
+/// `traceparent` under the default (`parentbased_always_on`) send nothing at all;
+/// `always_on` traces even under an unsampled caller, a `parentbased_*` one follows a
+/// caller's sampled flag whatever its root says, a ratio of 1 sends every span. An
+/// unknown sampler, or a ratio that is not one, is refused before anything runs,
+/// naming its variable.
+#[test]
+fn the_sampler_sends_a_runs_spans_all_or_none_and_an_unknown_one_is_refused() {
+    const SAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const UNSAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+    /// The sampler, its argument, the caller's traceparent, whether the run is traced.
+    type Case = (
+        Option<&'static str>,
+        Option<&'static str>,
+        Option<&'static str>,
+        bool,
+    );
+    let cases: &[Case] = &[
+        (Some("always_off"), None, None, false),
+        (Some("always_off"), None, Some(SAMPLED), false),
+        (None, None, Some(UNSAMPLED), false),
+        (Some("always_on"), None, Some(UNSAMPLED), true),
+        (Some("parentbased_always_off"), None, None, false),
+        (Some("parentbased_always_off"), None, Some(SAMPLED), true),
+        (Some("traceidratio"), Some("0"), None, false),
+        (Some("traceidratio"), Some("1"), None, true),
+        (
+            Some("parentbased_traceidratio"),
+            Some("0"),
+            Some(SAMPLED),
+            true,
+        ),
+        (
+            Some("parentbased_traceidratio"),
+            Some("1"),
+            Some(UNSAMPLED),
+            false,
+        ),
+    ];
+    for &(sampler, arg, parent, traced) in cases {
+        let rx = Receiver::start();
+        let mut c = support::command(&support::root());
+        c.args(["run", "examples/documents.json"])
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &rx.url);
+        for (var, value) in [
+            ("OTEL_TRACES_SAMPLER", sampler),
+            ("OTEL_TRACES_SAMPLER_ARG", arg),
+            ("TRACEPARENT", parent),
+        ] {
+            if let Some(v) = value {
+                c.env(var, v);
+            }
+        }
+        let o = c.output().unwrap();
+        expect(&o, OK);
+        // The process waited for its spans before it ended: what came is all.
+        let spans = rx.spans();
+        let case = format!("{sampler:?} {arg:?} {parent:?}");
+        if traced {
+            assert_eq!(named(&spans, "heddle.run").len(), 1, "{case}");
+            assert_eq!(named(&spans, "heddle.node").len(), 13, "{case}");
+            if parent.is_some() {
+                assert!(
+                    spans
+                        .iter()
+                        .all(|s| s.trace_id == "4bf92f3577b34da6a3ce929d0e0e4736"),
+                    "{case}: in the caller's trace"
+                );
+            }
+        } else {
+            assert_eq!(rx.requests(), 0, "{case}: nothing sent, {spans:#?}");
+        }
+    }
+
+    let rx = Receiver::start();
+    let dir = StoreDir::with_graph(support::store::CHAIN);
+    for (vars, named) in [
+        (
+            &[("OTEL_TRACES_SAMPLER", "sometimes")][..],
+            "OTEL_TRACES_SAMPLER",
+        ),
+        (
+            &[
+                ("OTEL_TRACES_SAMPLER", "traceidratio"),
+                ("OTEL_TRACES_SAMPLER_ARG", "half"),
+            ][..],
+            "OTEL_TRACES_SAMPLER_ARG",
+        ),
+    ] {
+        let o = dir
+            .cmd(&["run", "g.json"])
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &rx.url)
+            .envs(vars.iter().copied())
+            .output()
+            .unwrap();
+        expect(&o, INVALID);
+        let e = support::stderr(&o);
+        assert!(e.contains(named), "{e}");
+    }
+    assert!(dir.lines().is_empty(), "nothing ran");
+    assert_eq!(rx.requests(), 0);
+}
+
 /// A durable run under a caller's `TRACEPARENT`, aborted right after the start of its
 /// third write was recorded, and recovered (the recovery pauses on that write, whose
 /// effect is unknown; the user's resume re-offers it): every span is in the caller's trace, the run

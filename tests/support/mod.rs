@@ -47,6 +47,8 @@ pub fn command(dir: &Path) -> Command {
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
         "OTEL_SERVICE_NAME",
+        "OTEL_TRACES_SAMPLER",
+        "OTEL_TRACES_SAMPLER_ARG",
         "TRACEPARENT",
     ] {
         c.env_remove(k);

@@ -172,4 +172,7 @@ pub use executor::{
 };
 pub use journal::{Journal, JournalError, Prior, Refused, SealError, Step};
 pub use registry::{Registry, RegistryError};
-pub use runtime::{EventStream, InboxLimits, KernelError, Run, RunHandle, RunOptions, run_graph};
+pub use runtime::{
+    EventRef, EventStream, InboxLimits, KernelError, Kinds, Observer, Run, RunHandle, RunOptions,
+    run_graph,
+};

@@ -415,8 +415,8 @@ impl Prepared {
             control,
             tracing,
         } = self;
-        // Subscribed before the start: the spans see every event.
-        let span = tracing.map(|t| t.start(run.subscribe(), run.origin(), run.plan()));
+        // Observing before the start: the spans see every event.
+        let span = tracing.map(|t| t.start(&run));
         let handle = run.start();
         let _ = control.0.kernel.set(handle.canceller());
         let timer = session.as_ref().and_then(|s| {

@@ -253,11 +253,19 @@ impl Runtime {
     /// the process's `TRACEPARENT`, if any.
     pub fn trace(&self, parent: Option<TraceParent>) -> Option<Arc<Traced>> {
         let t = self.telemetry()?;
+        let trace_id = parent.map_or_else(|| t.trace_id(), |p| p.trace_id);
+        let sampler = self
+            .settings
+            .telemetry
+            .traces
+            .as_ref()
+            .map_or_else(Default::default, |x| x.sampler);
         let run = RunTrace {
-            trace_id: parent.map_or_else(|| t.trace_id(), |p| p.trace_id),
+            trace_id,
             parent: parent.map(|p| p.span_id),
             span: t.span_id(),
-            sampled: parent.is_none_or(|p| p.sampled),
+            // Decided once, here: a durable run records it with its trace.
+            sampled: sampler.sampled(trace_id, parent.as_ref()),
         };
         Some(Arc::new(Traced::new(run, t.salt())))
     }

@@ -1,5 +1,13 @@
 //! The run's event bus: one ordered record of everything that happens, delivered to any
 //! number of subscribers and retained (capped) for the run result.
+//!
+//! Two kinds of subscriber read it: a stream ([`EventBus::subscribe`]: every event,
+//! shared as an `Arc`, through a channel, for a reader on another task: the progress
+//! view, the server's feed) and an observer ([`EventBus::observe`]: the kinds it asked
+//! for, borrowed, where they are published, for a reader that only folds them into
+//! something of its own: the run's spans and metrics). An observer costs the run no
+//! allocation, no channel and no wake-up per event, and a kind nobody asked for is not
+//! even built.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -38,6 +46,16 @@ pub(crate) enum Draft {
 }
 
 impl Draft {
+    /// Its kind, as [`Kinds`] counts it, without building it.
+    fn kinds(&self) -> Kinds {
+        match self {
+            Draft::Built(kind) => Kinds::of(kind),
+            Draft::Node { .. } => Kinds::NODE,
+            Draft::Edge { .. } => Kinds::EDGE,
+            Draft::Output { .. } => Kinds::OUTPUT,
+        }
+    }
+
     fn build(self) -> EventKind {
         match self {
             Draft::Built(kind) => kind,
@@ -89,6 +107,24 @@ enum Slot {
 }
 
 impl Slot {
+    /// The event, borrowed, built in place (unshared) the first time it is asked for:
+    /// what an observer reads. A later [`Slot::event`] moves it into its `Arc`.
+    fn peek(&mut self) -> (u64, u64, &EventKind) {
+        match self {
+            Slot::Built(e) => (e.seq, e.at_us, &e.kind),
+            Slot::Draft { seq, at_us, draft } => {
+                if !matches!(draft, Draft::Built(_)) {
+                    let d = std::mem::replace(draft, Draft::Built(PLACEHOLDER));
+                    *draft = Draft::Built(d.build());
+                }
+                let Draft::Built(kind) = draft else {
+                    unreachable!("built just above")
+                };
+                (*seq, *at_us, kind)
+            }
+        }
+    }
+
     /// The event, built in place the first time it is asked for.
     fn event(&mut self) -> Arc<Event> {
         let ev = match self {
@@ -128,13 +164,138 @@ const PLACEHOLDER: EventKind = EventKind::Run {
     error: None,
 };
 
+/// A set of event kinds: what an observer asks for ([`EventBus::observe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kinds(u8);
+
+impl Kinds {
+    /// No event.
+    pub const NONE: Kinds = Kinds(0);
+    /// [`EventKind::Run`].
+    pub const RUN: Kinds = Kinds(1);
+    /// [`EventKind::Node`].
+    pub const NODE: Kinds = Kinds(1 << 1);
+    /// [`EventKind::Output`].
+    pub const OUTPUT: Kinds = Kinds(1 << 2);
+    /// [`EventKind::Edge`].
+    pub const EDGE: Kinds = Kinds(1 << 3);
+    /// [`EventKind::Log`].
+    pub const LOG: Kinds = Kinds(1 << 4);
+    /// [`EventKind::Invocation`].
+    pub const INVOCATION: Kinds = Kinds(1 << 5);
+    /// [`EventKind::Escalation`].
+    pub const ESCALATION: Kinds = Kinds(1 << 6);
+    /// [`EventKind::Decision`].
+    pub const DECISION: Kinds = Kinds(1 << 7);
+    /// Every event.
+    pub const ALL: Kinds = Kinds(u8::MAX);
+
+    /// The kind of `kind`.
+    pub fn of(kind: &EventKind) -> Kinds {
+        match kind {
+            EventKind::Run { .. } => Kinds::RUN,
+            EventKind::Node { .. } => Kinds::NODE,
+            EventKind::Output { .. } => Kinds::OUTPUT,
+            EventKind::Edge { .. } => Kinds::EDGE,
+            EventKind::Log { .. } => Kinds::LOG,
+            EventKind::Invocation { .. } => Kinds::INVOCATION,
+            EventKind::Escalation { .. } => Kinds::ESCALATION,
+            EventKind::Decision { .. } => Kinds::DECISION,
+        }
+    }
+
+    /// Whether the two sets share a kind.
+    pub fn meets(self, other: Kinds) -> bool {
+        self.0 & other.0 != 0
+    }
+}
+
+impl std::ops::BitOr for Kinds {
+    type Output = Kinds;
+    fn bitor(self, other: Kinds) -> Kinds {
+        Kinds(self.0 | other.0)
+    }
+}
+
+/// An event as an observer reads it: borrowed from the bus for the call.
+#[derive(Clone, Copy, Debug)]
+pub struct EventRef<'a> {
+    /// As [`Event::seq`].
+    pub seq: u64,
+    /// As [`Event::at_us`].
+    pub at_us: u64,
+    /// As [`Event::kind`].
+    pub kind: &'a EventKind,
+}
+
+/// A subscriber that reads the kinds of events it asked for where they are published
+/// ([`EventBus::observe`]), in the run's order, borrowed.
+///
+/// It is called with the bus's lock held, on whichever thread published the event (an
+/// actor's): it must be quick, never block, and never publish to the bus. A panic
+/// removes it (the run goes on); it is then dropped without [`Observer::closed`].
+pub trait Observer: Send {
+    /// An event of a kind it asked for.
+    fn event(&mut self, event: EventRef<'_>);
+    /// The run's record is closed: no event follows. It is dropped right after.
+    fn closed(&mut self) {}
+}
+
+struct Observing {
+    kinds: Kinds,
+    observer: Box<dyn Observer>,
+}
+
+impl Observing {
+    /// Hands it `slot`'s event if it asked for its kind; false when it panicked (it is
+    /// then to be removed).
+    fn offer(&mut self, kinds: Kinds, slot: &mut Slot) -> bool {
+        if !self.kinds.meets(kinds) {
+            return true;
+        }
+        let (seq, at_us, kind) = slot.peek();
+        let observer = &mut self.observer;
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            observer.event(EventRef { seq, at_us, kind })
+        }))
+        .is_ok()
+    }
+}
+
+/// One subscription, in the order they were made.
+enum Subscriber {
+    /// Every event, shared, through a channel ([`EventBus::subscribe`]).
+    Stream(mpsc::UnboundedSender<Arc<Event>>),
+    /// The kinds it asked for, borrowed ([`EventBus::observe`]).
+    Observer(Observing),
+}
+
+impl Subscriber {
+    fn kinds(&self) -> Kinds {
+        match self {
+            Subscriber::Stream(_) => Kinds::ALL,
+            Subscriber::Observer(o) => o.kinds,
+        }
+    }
+}
+
 struct BusState {
     next_seq: u64,
     /// A ring: dropping the oldest half moves nothing.
     retained: VecDeque<Slot>,
     dropped: u64,
-    subscribers: Vec<mpsc::UnboundedSender<Arc<Event>>>,
+    subscribers: Vec<Subscriber>,
+    /// The kinds some subscriber reads: the others stay drafts.
+    wanted: Kinds,
     closed: bool,
+}
+
+impl BusState {
+    fn wanted(&self) -> Kinds {
+        self.subscribers
+            .iter()
+            .fold(Kinds::NONE, |k, s| k | s.kinds())
+    }
 }
 
 /// Sequence numbers are assigned under the same lock that fans the event out, so every
@@ -161,6 +322,7 @@ impl EventBus {
                 retained: VecDeque::new(),
                 dropped: 0,
                 subscribers: Vec::new(),
+                wanted: Kinds::NONE,
                 closed: false,
             }),
         })
@@ -221,10 +383,23 @@ impl EventBus {
             st.retained.drain(..half);
             st.dropped += half as u64;
         }
+        let kinds = draft.kinds();
         let mut slot = Slot::Draft { seq, at_us, draft };
-        if !st.subscribers.is_empty() {
-            let ev = slot.event();
-            st.subscribers.retain(|s| s.send(ev.clone()).is_ok());
+        // An event no observer asked for and no stream reads stays a draft.
+        if st.wanted.meets(kinds) {
+            let before = st.subscribers.len();
+            // Shared (built into its `Arc`) once, for the streams, if there are any.
+            let mut shared: Option<Arc<Event>> = None;
+            st.subscribers.retain_mut(|s| match s {
+                Subscriber::Stream(tx) => {
+                    let ev = shared.get_or_insert_with(|| slot.event());
+                    tx.send(ev.clone()).is_ok()
+                }
+                Subscriber::Observer(o) => o.offer(kinds, &mut slot),
+            });
+            if st.subscribers.len() != before {
+                st.wanted = st.wanted();
+            }
         }
         st.retained.push_back(slot);
     }
@@ -239,9 +414,33 @@ impl EventBus {
             let _ = tx.send(slot.event());
         }
         if !st.closed {
-            st.subscribers.push(tx);
+            st.subscribers.push(Subscriber::Stream(tx));
+            st.wanted = Kinds::ALL;
         }
         EventStream { rx }
+    }
+
+    /// Has `observer` read every event of `kinds`: first the retained ones, then each as
+    /// it is published (see [`Observer`]). Once the bus is closed it reads the retained
+    /// record and is closed at once.
+    pub fn observe(&self, kinds: Kinds, observer: Box<dyn Observer>) {
+        let mut st = self.lock();
+        let mut o = Observing { kinds, observer };
+        for slot in &mut st.retained {
+            let k = match slot {
+                Slot::Built(e) => Kinds::of(&e.kind),
+                Slot::Draft { draft, .. } => draft.kinds(),
+            };
+            if !o.offer(k, slot) {
+                return;
+            }
+        }
+        if st.closed {
+            o.observer.closed();
+        } else {
+            st.subscribers.push(Subscriber::Observer(o));
+            st.wanted = st.wanted();
+        }
     }
 
     /// Ends every subscription (after the final run event) and says how many events were
@@ -250,7 +449,13 @@ impl EventBus {
     pub fn close(&self) -> u64 {
         let mut st = self.lock();
         st.closed = true;
-        st.subscribers.clear();
+        st.wanted = Kinds::NONE;
+        for s in std::mem::take(&mut st.subscribers) {
+            if let Subscriber::Observer(mut o) = s {
+                let _ =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| o.observer.closed()));
+            }
+        }
         st.dropped
     }
 
@@ -403,5 +608,106 @@ mod tests {
             .map(|e| e.seq)
             .collect();
         assert_eq!(rest, vec![1, 2]);
+    }
+
+    /// What an observer read: each event's seq and kind.
+    type Read = Arc<Mutex<Vec<(u64, EventKind)>>>;
+
+    /// Records what it reads, in a list the test keeps, and whether it was closed.
+    struct Seen(Read, Arc<Mutex<bool>>);
+
+    impl Observer for Seen {
+        fn event(&mut self, e: EventRef<'_>) {
+            if matches!(e.kind, EventKind::Log { message, .. } if message == "panic") {
+                panic!("an observer's bug");
+            }
+            self.0.lock().unwrap().push((e.seq, e.kind.clone()));
+        }
+        fn closed(&mut self) {
+            *self.1.lock().unwrap() = true;
+        }
+    }
+
+    fn seen() -> (Seen, Read, Arc<Mutex<bool>>) {
+        let (list, closed) = Default::default();
+        (Seen(Arc::clone(&list), Arc::clone(&closed)), list, closed)
+    }
+
+    #[test]
+    fn an_observer_reads_its_kinds_in_order_and_unwanted_drafts_stay_unbuilt() {
+        let bus = EventBus::new(100);
+        bus.publish(log(0));
+        let (o, list, closed) = seen();
+        bus.observe(Kinds::LOG | Kinds::RUN, Box::new(o));
+        let mut stream = bus.subscribe();
+        bus.publish_draft(Draft::Edge {
+            edge_id: Arc::from("e"),
+            status: EdgeStatus::Active,
+            counter: 1,
+        });
+        bus.publish(log(2));
+        drop(stream.try_next());
+        drop(stream);
+        // Nobody reads edges now (the stream is gone once a send finds it so).
+        bus.publish_draft(Draft::Edge {
+            edge_id: Arc::from("e"),
+            status: EdgeStatus::Completed,
+            counter: 2,
+        });
+        bus.publish_draft(Draft::Edge {
+            edge_id: Arc::from("e"),
+            status: EdgeStatus::Completed,
+            counter: 3,
+        });
+        {
+            let st = bus.lock();
+            assert!(matches!(
+                st.retained.back(),
+                Some(Slot::Draft {
+                    draft: Draft::Edge { counter: 3, .. },
+                    ..
+                })
+            ));
+        }
+        bus.publish(EventKind::Run {
+            status: RunStatus::Completed,
+            error: None,
+        });
+        assert!(!*closed.lock().unwrap());
+        bus.close();
+        assert!(*closed.lock().unwrap());
+        let seqs: Vec<u64> = list.lock().unwrap().iter().map(|(s, _)| *s).collect();
+        assert_eq!(seqs, vec![0, 2, 5]);
+        // What it read is what the record says.
+        let record = bus.take_record();
+        for (seq, kind) in list.lock().unwrap().iter() {
+            assert_eq!(&record[*seq as usize].kind, kind);
+        }
+        assert_eq!(record.len(), 6);
+    }
+
+    #[test]
+    fn a_panicking_observer_is_removed_and_a_late_one_reads_the_record() {
+        let bus = EventBus::new(100);
+        let (o, list, closed) = seen();
+        bus.observe(Kinds::ALL, Box::new(o));
+        bus.publish(log(0));
+        bus.publish(EventKind::Log {
+            node_id: "n".into(),
+            level: LogLevel::Info,
+            message: "panic".into(),
+        });
+        bus.publish(log(2));
+        bus.close();
+        assert_eq!(list.lock().unwrap().len(), 1);
+        assert!(!*closed.lock().unwrap());
+        let (late, list, closed) = seen();
+        bus.observe(Kinds::LOG, Box::new(late));
+        assert_eq!(list.lock().unwrap().len(), 1, "stops at the panic again");
+        assert!(!*closed.lock().unwrap());
+        let (late, list, closed) = seen();
+        bus.observe(Kinds::RUN, Box::new(late));
+        assert!(list.lock().unwrap().is_empty());
+        assert!(*closed.lock().unwrap());
     }
 }

@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use actor::InvocationRecord;
 use actor::{ControlEvent, Msg, Shared};
-pub use bus::{EventBus, EventStream};
+pub use bus::{EventBus, EventRef, EventStream, Kinds, Observer};
 pub use control::{CONTROL_CONTEXT_INPUT, ControlReply, Controls};
 use inbox::{Inbox, InboxTx};
 pub use lineage::Lineage;
@@ -98,7 +98,8 @@ pub struct RunOptions {
     /// Makes the run traced: every invocation attempt (but the native built-ins') gets a
     /// span id, handed to its code ([`crate::NodeCtx::traceparent`]) and carried by its
     /// `invocation` event, which is then published for every attempt, not only those
-    /// that measured something. `None` (the default): nothing of the kind is done.
+    /// that measured something (unless the trace is sampled out: its spans are never
+    /// built). `None` (the default): nothing of the kind is done.
     pub trace: Option<Arc<heddle_core::trace::Traced>>,
     /// Publishes an `invocation` event for every attempt (but the native built-ins'),
     /// not only for those that measured something: what a consumer counting
@@ -246,6 +247,13 @@ impl Run {
         self.bus.subscribe()
     }
 
+    /// Has `observer` read the run's events of `kinds` where they are published, from
+    /// the first (see [`Observer`]): for a reader that folds them into something of
+    /// its own (spans, metrics) without an allocation, a channel or a wake-up per event.
+    pub fn observe(&self, kinds: Kinds, observer: Box<dyn Observer>) {
+        self.bus.observe(kinds, observer);
+    }
+
     /// Spawns the run on the current tokio runtime.
     pub fn start(self) -> RunHandle {
         let plan = self.plan.clone();
@@ -292,7 +300,8 @@ impl Run {
             escalator,
             outputs_retained: actor::RetainedOutputs::new(self.opts.output_cap_bytes),
             journal: self.opts.journal.clone(),
-            every_invocation: self.opts.every_invocation || self.opts.trace.is_some(),
+            every_invocation: self.opts.every_invocation
+                || self.opts.trace.as_ref().is_some_and(|t| t.run.sampled),
             trace: self.opts.trace.clone(),
             run_id: self.opts.run_id.clone(),
         });

@@ -21,8 +21,10 @@
 //! Export never holds a run up: spans go to a bounded queue that one thread of this
 //! process sends in batches (every 200 ms, or about 1,024 spans); when the queue is full
 //! or the endpoint does not take them, they are dropped, counted
-//! ([`Telemetry::dropped`]) and the first such loss is logged, once. Every span is
-//! sent: none is sampled out (a caller's unsampled `traceparent` aside).
+//! ([`Telemetry::dropped`]) and the first such loss is logged, once. Which runs are
+//! traced is decided once per run ([`Sampler`], `OTEL_TRACES_SAMPLER`): by default
+//! every run but one whose caller's span is not sampled; a run's spans are all sent or
+//! none is.
 
 mod export;
 mod metrics;
@@ -95,7 +97,7 @@ struct TelemetrySection {
 }
 
 /// Where a process sends its spans.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TraceExport {
     /// The OTLP/HTTP traces URL (`…/v1/traces`).
     pub endpoint: String,
@@ -112,6 +114,118 @@ pub struct TraceExport {
     /// `OTEL_EXPORTER_OTLP_TRACES_COMPRESSION` or `OTEL_EXPORTER_OTLP_COMPRESSION` =
     /// `gzip` (`none`, the default, sends them as they are).
     pub gzip: bool,
+    /// Which runs are traced: `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
+    pub sampler: Sampler,
+}
+
+/// Which runs' spans are sent (`OTEL_TRACES_SAMPLER`, as every OpenTelemetry SDK reads
+/// it), decided once per run, when it is created, from its trace id and its caller's
+/// `traceparent`: a run's spans are all sent or none is. A durable run records the
+/// decision with its trace, so whoever continues it decides nothing again. A run
+/// sampled out still hands its code nodes a `traceparent` (flagged not sampled, so
+/// their own spans follow the decision), but builds and sends no span.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Sampler {
+    /// Every run (`always_on`).
+    AlwaysOn,
+    /// No run (`always_off`).
+    AlwaysOff,
+    /// This share of the runs, by trace id (`traceidratio`, the share from
+    /// `OTEL_TRACES_SAMPLER_ARG`, 0 to 1, default 1): every service sampling a trace at
+    /// the same ratio keeps or drops it alike.
+    TraceIdRatio(f64),
+    /// A run under a caller's span follows the caller's decision (its `traceparent`'s
+    /// sampled flag); one without a caller is decided by the root sampler
+    /// (`parentbased_always_on`, the default; `parentbased_always_off`;
+    /// `parentbased_traceidratio`).
+    ParentBased(Root),
+}
+
+/// What a [`Sampler::ParentBased`] decides for a run without a caller.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Root {
+    /// Traced.
+    AlwaysOn,
+    /// Not traced.
+    AlwaysOff,
+    /// This share, by trace id.
+    TraceIdRatio(f64),
+}
+
+impl Default for Sampler {
+    /// `parentbased_always_on`: every run, unless its caller's span is not sampled
+    /// (OpenTelemetry's default, and Heddle's before the variable was read).
+    fn default() -> Sampler {
+        Sampler::ParentBased(Root::AlwaysOn)
+    }
+}
+
+impl Sampler {
+    /// Whether a run of trace `trace_id`, under `parent` (the caller's span, if any),
+    /// is traced.
+    pub fn sampled(
+        self,
+        trace_id: heddle_core::trace::TraceId,
+        parent: Option<&TraceParent>,
+    ) -> bool {
+        match self {
+            Sampler::AlwaysOn => true,
+            Sampler::AlwaysOff => false,
+            Sampler::TraceIdRatio(r) => ratio(trace_id, r),
+            Sampler::ParentBased(root) => match (parent, root) {
+                (Some(p), _) => p.sampled,
+                (None, Root::AlwaysOn) => true,
+                (None, Root::AlwaysOff) => false,
+                (None, Root::TraceIdRatio(r)) => ratio(trace_id, r),
+            },
+        }
+    }
+}
+
+/// Whether `trace_id` falls in share `r` of all trace ids: its last 8 bytes (the
+/// random part every SDK fills), halved, below `r` × 2⁶³, as OpenTelemetry's Go and
+/// Java SDKs decide, so a trace sampled at one ratio is sampled alike everywhere.
+fn ratio(trace_id: heddle_core::trace::TraceId, r: f64) -> bool {
+    if r >= 1.0 {
+        return true;
+    }
+    let bound = (r * (1u64 << 63) as f64) as u64;
+    let mut low = [0; 8];
+    low.copy_from_slice(&trace_id.0[8..]);
+    u64::from_be_bytes(low) >> 1 < bound
+}
+
+/// `OTEL_TRACES_SAMPLER` (`name`) with `OTEL_TRACES_SAMPLER_ARG` (`arg`); an unknown
+/// name, or a ratio that is not a number from 0 to 1, is refused naming its variable.
+fn sampler(name: Option<&str>, arg: Option<&str>) -> Result<Sampler, ConfigError> {
+    let ratio = || -> Result<f64, ConfigError> {
+        let Some(a) = arg.map(str::trim).filter(|a| !a.is_empty()) else {
+            return Ok(1.0);
+        };
+        a.parse::<f64>()
+            .ok()
+            .filter(|r| (0.0..=1.0).contains(r))
+            .ok_or_else(|| {
+                ConfigError::new(format!(
+                    "{SAMPLER_ARG} = {:?}: expected the share of runs to trace, a number from 0 to 1",
+                    heddle_core::text::clip(a, heddle_core::text::ECHO_MAX_CHARS)
+                ))
+            })
+    };
+    Ok(match name.map(str::trim).unwrap_or("") {
+        "" | "parentbased_always_on" => Sampler::ParentBased(Root::AlwaysOn),
+        "always_on" => Sampler::AlwaysOn,
+        "always_off" => Sampler::AlwaysOff,
+        "traceidratio" => Sampler::TraceIdRatio(ratio()?),
+        "parentbased_always_off" => Sampler::ParentBased(Root::AlwaysOff),
+        "parentbased_traceidratio" => Sampler::ParentBased(Root::TraceIdRatio(ratio()?)),
+        other => {
+            return Err(ConfigError::new(format!(
+                "{SAMPLER} = {:?}: expected always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio",
+                heddle_core::text::clip(other, heddle_core::text::ECHO_MAX_CHARS)
+            )));
+        }
+    })
 }
 
 /// HTTP headers as the OpenTelemetry variables give them (`name=value,…`, values
@@ -184,7 +298,7 @@ pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_EXPORT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Telemetry settings, checked.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TelemetrySettings {
     /// Where spans go; `None`: runs are not traced.
     pub traces: Option<TraceExport>,
@@ -225,6 +339,9 @@ const PROTOCOLS: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
     "OTEL_EXPORTER_OTLP_PROTOCOL",
 ];
+/// Which runs are traced, and the sampler's argument (a ratio).
+const SAMPLER: &str = "OTEL_TRACES_SAMPLER";
+const SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
 
 /// What a worker process of a watchdog needs to export as its watchdog does: the
 /// standard OpenTelemetry variables (the watchdog passes each one that is set).
@@ -244,6 +361,8 @@ pub const PASSED_TO_WORKERS: &[&str] = &[
     "OTEL_EXPORTER_OTLP_TIMEOUT",
     "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
     "OTEL_RESOURCE_ATTRIBUTES",
+    SAMPLER,
+    SAMPLER_ARG,
 ];
 
 impl TelemetrySettings {
@@ -367,6 +486,7 @@ impl Watch {
 /// [`KernelTracer::start`] it.
 pub struct KernelTracer {
     telemetry: Option<Arc<Telemetry>>,
+    sampler: Sampler,
     metrics: Option<Arc<Metrics>>,
     graph_name: String,
     next: std::sync::Mutex<Option<Arc<heddle_core::trace::Traced>>>,
@@ -388,6 +508,10 @@ impl KernelTracer {
         }
         Some(KernelTracer {
             telemetry,
+            sampler: settings
+                .traces
+                .as_ref()
+                .map_or_else(Sampler::default, |t| t.sampler),
             metrics,
             graph_name: graph_name.to_string(),
             next: std::sync::Mutex::new(None),
@@ -406,11 +530,12 @@ impl KernelTracer {
     pub fn prepare(&self, opts: &mut heddle_kernel::runtime::RunOptions) {
         opts.every_invocation |= self.metrics.is_some();
         let Some(t) = &self.telemetry else { return };
+        let trace_id = t.trace_id();
         let run = heddle_core::trace::RunTrace {
-            trace_id: t.trace_id(),
+            trace_id,
             parent: None,
             span: t.span_id(),
-            sampled: true,
+            sampled: self.sampler.sampled(trace_id, None),
         };
         let traced = Arc::new(heddle_core::trace::Traced::new(run, t.salt()));
         opts.trace = Some(traced.clone());
@@ -438,7 +563,7 @@ impl KernelTracer {
             info,
             &heddle_kernel::SecretRegistry::default(),
         )?;
-        let span = tracing.start(run.subscribe(), run.origin(), run.plan());
+        let span = tracing.start(run);
         Some(Box::pin(async move {
             let (t, end) = span.finish().await;
             t.ended(end, None);
@@ -533,6 +658,7 @@ fn resolve(
             }
         },
     };
+    let sampler = sampler(env(SAMPLER).as_deref(), env(SAMPLER_ARG).as_deref())?;
     Ok(TelemetrySettings {
         traces: Some(TraceExport {
             endpoint,
@@ -540,6 +666,7 @@ fn resolve(
             timeout,
             headers,
             gzip,
+            sampler,
         }),
         log_format,
         parent,
@@ -709,6 +836,79 @@ mod tests {
         assert!(e.contains(HEADERS[0]), "{e}");
         let shown = format!("{:?}", h(&[(HEADERS[1], "k=s3cret")]).unwrap());
         assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn the_sampler_is_read_and_decides_by_trace_id_and_caller() {
+        use heddle_core::trace::{SpanId, TraceId};
+        let file = "otlp_endpoint = \"http://file:4318/\"";
+        let s = |vars: &[(&str, &str)]| with(file, vars).map(|t| t.traces.unwrap().sampler);
+        assert_eq!(s(&[]).unwrap(), Sampler::ParentBased(Root::AlwaysOn));
+        assert_eq!(s(&[(SAMPLER, "always_off")]).unwrap(), Sampler::AlwaysOff);
+        assert_eq!(
+            s(&[(SAMPLER, "traceidratio"), (SAMPLER_ARG, "0.25")]).unwrap(),
+            Sampler::TraceIdRatio(0.25)
+        );
+        assert_eq!(
+            s(&[(SAMPLER, "parentbased_traceidratio")]).unwrap(),
+            Sampler::ParentBased(Root::TraceIdRatio(1.0))
+        );
+        // The argument only matters to a ratio.
+        assert_eq!(
+            s(&[(SAMPLER, "always_on"), (SAMPLER_ARG, "x")]).unwrap(),
+            Sampler::AlwaysOn
+        );
+        for (vars, named) in [
+            (&[(SAMPLER, "sometimes")][..], SAMPLER),
+            (
+                &[(SAMPLER, "traceidratio"), (SAMPLER_ARG, "1.5")][..],
+                SAMPLER_ARG,
+            ),
+            (
+                &[(SAMPLER, "traceidratio"), (SAMPLER_ARG, "half")][..],
+                SAMPLER_ARG,
+            ),
+        ] {
+            let e = s(vars).unwrap_err().to_string();
+            assert!(e.contains(named), "{e}");
+        }
+        // Without an endpoint nothing is traced, and nothing is read.
+        assert!(
+            with("", &[(SAMPLER, "sometimes")])
+                .unwrap()
+                .traces
+                .is_none()
+        );
+
+        let id = |low: u64| {
+            let mut b = [0x4b; 16];
+            b[8..].copy_from_slice(&low.to_be_bytes());
+            TraceId(b)
+        };
+        let parent = |sampled| TraceParent {
+            trace_id: id(1),
+            span_id: SpanId([1; 8]),
+            sampled,
+        };
+        let (low, high) = (id(1 << 60), id(u64::MAX));
+        let half = Sampler::TraceIdRatio(0.5);
+        assert!(half.sampled(low, None) && !half.sampled(high, None));
+        assert!(
+            half.sampled(low, Some(&parent(false))),
+            "a ratio ignores the caller"
+        );
+        assert!(!Sampler::TraceIdRatio(0.0).sampled(id(0), None));
+        assert!(Sampler::TraceIdRatio(1.0).sampled(high, None));
+        let pb = Sampler::ParentBased(Root::TraceIdRatio(0.5));
+        assert!(pb.sampled(high, Some(&parent(true))));
+        assert!(!pb.sampled(low, Some(&parent(false))));
+        assert!(!pb.sampled(high, None) && pb.sampled(low, None));
+        assert!(Sampler::AlwaysOn.sampled(high, Some(&parent(false))));
+        assert!(!Sampler::AlwaysOff.sampled(low, Some(&parent(true))));
+        let off = Sampler::ParentBased(Root::AlwaysOff);
+        assert!(!off.sampled(low, None) && off.sampled(low, Some(&parent(true))));
+        assert!(!Sampler::default().sampled(low, Some(&parent(false))));
+        assert!(Sampler::default().sampled(low, None));
     }
 
     #[test]

@@ -30,16 +30,28 @@ const FLAG_IS_REMOTE: u32 = 0x200;
 /// `Status.code`.
 pub(crate) const STATUS_ERROR: u64 = 2;
 
+/// A varint; the one-byte case (every key, most lengths) without prost's loop.
+#[inline]
 fn varint(out: &mut Vec<u8>, v: u64) {
-    encode_varint(v, out);
+    if v < 0x80 {
+        out.push(v as u8);
+    } else {
+        encode_varint(v, out);
+    }
 }
 
 fn varint_len(v: u64) -> usize {
     encoded_len_varint(v)
 }
 
+#[inline]
 fn key(out: &mut Vec<u8>, field: u32, wire: WireType) {
-    encode_key(field, wire, out);
+    if field < 16 {
+        // The tag fits one byte: (field << 3) | wire type.
+        out.push(((field as u8) << 3) | wire as u8);
+    } else {
+        encode_key(field, wire, out);
+    }
 }
 
 fn bytes(out: &mut Vec<u8>, field: u32, b: &[u8]) {
@@ -98,6 +110,7 @@ impl From<f64> for Attr<'_> {
 
 impl Attr<'_> {
     /// The encoded length of the `AnyValue` holding it.
+    #[inline]
     fn any_len(&self) -> usize {
         match self {
             Attr::Str(s) => 1 + varint_len(s.len() as u64) + s.len(),
@@ -107,6 +120,7 @@ impl Attr<'_> {
         }
     }
 
+    #[inline]
     fn write_any(&self, out: &mut Vec<u8>) {
         match self {
             Attr::Str(s) => bytes(out, 1, s.as_bytes()),
@@ -119,6 +133,7 @@ impl Attr<'_> {
 }
 
 /// `(field) KeyValue { key = 1; AnyValue value = 2 }`.
+#[inline]
 pub(crate) fn attribute(out: &mut Vec<u8>, field: u32, k: &str, v: Attr<'_>) {
     let any = v.any_len();
     let len = 1 + varint_len(k.len() as u64) + k.len() + 1 + varint_len(any as u64) + any;
@@ -141,7 +156,8 @@ pub(crate) fn with_value<R>(v: &opentelemetry::Value, f: impl FnOnce(Attr<'_>) -
     }
 }
 
-fn nanos(t: std::time::SystemTime) -> u64 {
+/// Nanoseconds since the epoch, as spans and events carry times.
+pub(crate) fn nanos(t: std::time::SystemTime) -> u64 {
     t.duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
 }
@@ -159,17 +175,38 @@ pub(crate) struct Head<'a> {
     pub end: std::time::SystemTime,
 }
 
-/// Writes one `Span` into a scratch buffer; [`SpanWriter::finish`] appends it to a
-/// batch as `ScopeSpans.spans` (field 2), which the exporter puts behind its scope.
+/// The fields every node span of a run has alike (trace, parent, name, kind, flags),
+/// encoded once per run: [`SpanWriter::templated`] starts a span from it.
+pub(crate) fn head_template(
+    trace_id: [u8; 16],
+    parent: [u8; 8],
+    name: &str,
+    sampled: bool,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    bytes(&mut out, 1, &trace_id);
+    bytes(&mut out, 4, &parent);
+    bytes(&mut out, 5, name.as_bytes());
+    uint(&mut out, 6, KIND_INTERNAL);
+    fixed32(&mut out, 16, u32::from(sampled) | FLAG_HAS_IS_REMOTE);
+    out
+}
+
+/// Writes one `Span` at the end of a batch, as `ScopeSpans.spans` (field 2), which the
+/// exporter puts behind its scope. The span's length, known only once it is written,
+/// goes in two bytes kept for it before its body (a span of 128 bytes to 16 KiB, as
+/// node spans are: nothing is copied), else the body is moved to fit it.
 pub(crate) struct SpanWriter<'a> {
     span: &'a mut Vec<u8>,
+    /// Where the body starts in the batch.
+    body: usize,
 }
 
 impl<'a> SpanWriter<'a> {
-    /// Starts a span in `scratch` (cleared).
-    pub fn new(scratch: &'a mut Vec<u8>, h: &Head<'_>) -> SpanWriter<'a> {
-        scratch.clear();
-        let out = &mut *scratch;
+    /// Starts a span at the end of `batch`.
+    pub fn new(batch: &'a mut Vec<u8>, h: &Head<'_>) -> SpanWriter<'a> {
+        let w = SpanWriter::open(batch);
+        let out = &mut *w.span;
         bytes(out, 1, &h.trace_id);
         bytes(out, 2, &h.span_id);
         if let Some(p) = h.parent {
@@ -185,7 +222,37 @@ impl<'a> SpanWriter<'a> {
             flags |= FLAG_IS_REMOTE;
         }
         fixed32(out, 16, flags);
-        SpanWriter { span: scratch }
+        w
+    }
+
+    /// Starts a span at the end of `batch` from a [`head_template`], with its own id
+    /// and times (nanoseconds since the epoch).
+    pub fn templated(
+        batch: &'a mut Vec<u8>,
+        template: &[u8],
+        span_id: [u8; 8],
+        start: u64,
+        end: u64,
+    ) -> SpanWriter<'a> {
+        let w = SpanWriter::open(batch);
+        let out = &mut *w.span;
+        out.extend_from_slice(template);
+        bytes(out, 2, &span_id);
+        fixed64(out, 7, start);
+        fixed64(out, 8, end.max(start));
+        w
+    }
+
+    fn open(batch: &'a mut Vec<u8>) -> SpanWriter<'a> {
+        key(batch, 2, LEN);
+        batch.extend_from_slice(&[0, 0]);
+        let body = batch.len();
+        SpanWriter { span: batch, body }
+    }
+
+    /// Fields already encoded (attributes a [`attribute`] wrote, field 9), appended.
+    pub fn raw(&mut self, encoded: &[u8]) {
+        self.span.extend_from_slice(encoded);
     }
 
     /// An attribute (`Span.attributes`, field 9).
@@ -226,9 +293,17 @@ impl<'a> SpanWriter<'a> {
         }
     }
 
-    /// Appends the span to `batch`.
-    pub fn finish(self, batch: &mut Vec<u8>) {
-        bytes(batch, 2, self.span);
+    /// Ends the span: writes its length before it.
+    pub fn finish(self) {
+        let len = self.span.len() - self.body;
+        if (0x80..0x4000).contains(&len) {
+            self.span[self.body - 2] = (len as u8 & 0x7f) | 0x80;
+            self.span[self.body - 1] = (len >> 7) as u8;
+        } else {
+            let mut prefix = Vec::with_capacity(10);
+            varint(&mut prefix, len as u64);
+            self.span.splice(self.body - 2..self.body, prefix);
+        }
     }
 }
 
@@ -297,10 +372,9 @@ mod tests {
             "1.2.3",
         );
         let t0 = UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
-        let mut scratch = Vec::new();
         let mut batch = Vec::new();
         let mut w = SpanWriter::new(
-            &mut scratch,
+            &mut batch,
             &Head {
                 trace_id: [7; 16],
                 span_id: [8; 8],
@@ -324,10 +398,10 @@ mod tests {
             0,
         ));
         w.status(STATUS_ERROR, "it broke");
-        w.finish(&mut batch);
+        w.finish();
         let mut second = Vec::new();
         let w = SpanWriter::new(
-            &mut scratch,
+            &mut second,
             &Head {
                 trace_id: [7; 16],
                 span_id: [1; 8],
@@ -340,8 +414,22 @@ mod tests {
                 end: t0 - Duration::from_secs(1),
             },
         );
-        w.finish(&mut second);
-        let body = pre.request(&[batch, second]);
+        w.finish();
+        // A span from a run's template: its node attributes encoded once, a short one
+        // (a one-byte length) and a long one (three).
+        let template = head_template([7; 16], [1; 8], "heddle.node", true);
+        let mut node = Vec::new();
+        attribute(&mut node, 9, "heddle.node.id", Attr::Str("n"));
+        let mut third = Vec::new();
+        let mut w = SpanWriter::templated(&mut third, &template, [2; 8], 10, 20);
+        w.raw(&node);
+        w.finish();
+        let long = "x".repeat(20_000);
+        let mut w = SpanWriter::templated(&mut third, &template, [3; 8], 30, 40);
+        w.raw(&node);
+        w.attr("long", long.as_str());
+        w.finish();
+        let body = pre.request(&[batch, second, third]);
         let req = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
         assert_eq!(req.resource_spans.len(), 1);
         let rs = &req.resource_spans[0];
@@ -354,7 +442,7 @@ mod tests {
             (scope.name.as_str(), scope.version.as_str()),
             ("heddle", "1.2.3")
         );
-        assert_eq!(ss.spans.len(), 2);
+        assert_eq!(ss.spans.len(), 4);
         let s = &ss.spans[0];
         assert_eq!(s.trace_id, [7; 16]);
         assert_eq!(s.span_id, [8; 8]);
@@ -394,5 +482,21 @@ mod tests {
         assert!(r.parent_span_id.is_empty());
         assert_eq!(r.end_time_unix_nano, r.start_time_unix_nano);
         assert!(r.status.is_none());
+        for (s, id, start) in [(&ss.spans[2], [2; 8], 10), (&ss.spans[3], [3; 8], 30)] {
+            assert_eq!(s.trace_id, [7; 16]);
+            assert_eq!(s.span_id, id);
+            assert_eq!(s.parent_span_id, [1; 8]);
+            assert_eq!(
+                (s.name.as_str(), s.kind, s.flags),
+                ("heddle.node", 1, 0x101)
+            );
+            assert_eq!(
+                (s.start_time_unix_nano, s.end_time_unix_nano),
+                (start, start + 10)
+            );
+            assert_eq!(s.attributes[0].key, "heddle.node.id");
+        }
+        let long_value = ss.spans[3].attributes[1].value.as_ref().unwrap();
+        assert_eq!(long_value.value, Some(V::StringValue(long)));
     }
 }

@@ -8,17 +8,23 @@
 //! against the run's secret values, as the server's event feed masks what it sends (a
 //! run with no secret has nothing to mask: its texts are written as they are).
 //!
-//! Spans are written as OTLP protobuf as they are built ([`super::proto`]): an
-//! attempt that succeeded costs its bytes in a buffer the consumer reuses, handed to
-//! the exporter many spans at a time. Only a failed attempt's span is held as parts,
-//! for the escalation and verdict that may follow.
+//! The consumer is an observer of the run's event bus ([`heddle_kernel::Observer`]):
+//! it reads the kinds of events it needs (no edges, outputs or logs) where the kernel
+//! publishes them, borrowed, so a traced run pays no event allocation, channel or
+//! wake-up per invocation. Spans are written as OTLP protobuf as they are read
+//! ([`super::proto`]): an attempt that succeeded costs its bytes in a batch (the
+//! parts every span of the run or of the node has alike encoded once), handed to the
+//! exporter many spans at a time, or a moment after the first by the run's flusher
+//! task. Only a failed attempt's span is held as parts, for the escalation and verdict
+//! that may follow.
 //!
 //! The same consumer counts the run's invocations, escalations and verdicts when the
 //! process keeps metrics ([`super::Metrics`]); a run is watched when either is on.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use heddle_core::supervise::{RedactLimits, Redactor};
@@ -27,12 +33,12 @@ use heddle_core::{
     Decider, EventKind, NodeStatus, Occurrence, OpenReason, PauseReason, ReconcileAnswer, Record,
     RecordedAction, RunStatus, SkipReason,
 };
-use heddle_kernel::EventStream;
+use heddle_kernel::{EventRef, Kinds, Observer};
 use heddle_store::{DiedAttempt, Stored};
 use opentelemetry::KeyValue;
 use opentelemetry::trace::Event;
 
-use super::proto::{self, Attr, Head, SpanWriter};
+use super::proto::{self, Attr, Head, SpanWriter, nanos};
 use super::{Metrics, Telemetry};
 
 /// Span and attribute names (the README's "Watching Heddle in production" lists them).
@@ -119,10 +125,13 @@ impl Masker {
     }
 }
 
-/// A run being traced: its consumer of the event stream runs beside it.
+/// A run being traced: its consumer observes the run's events.
 pub(crate) struct RunSpan {
     tracing: RunTracing,
-    consumer: tokio::task::JoinHandle<RunSpanEnd>,
+    /// What the consumer saw, once the run's events ended.
+    end: tokio::sync::oneshot::Receiver<RunSpanEnd>,
+    /// Hands the spans written over a moment after the first ([`flusher`]).
+    flusher: Option<(Arc<Outbox>, tokio::task::JoinHandle<()>)>,
 }
 
 /// What the consumer saw of the run: its final status and the run span's events.
@@ -138,13 +147,15 @@ pub(crate) fn at_ms(ms: u64) -> SystemTime {
 
 impl RunTracing {
     /// The watching of a run: its spans sent to `spans` (the exporter and the run's
-    /// ids), counted in `metrics`; `None` when neither is on.
+    /// ids) when its trace is sampled, counted in `metrics`; `None` when neither is on
+    /// (a run sampled out in a process without metrics is not watched at all).
     pub fn new(
         spans: Option<(Arc<Telemetry>, Arc<Traced>)>,
         metrics: Option<Arc<Metrics>>,
         info: RunInfo,
         secrets: &heddle_kernel::SecretRegistry,
     ) -> Option<RunTracing> {
+        let spans = spans.filter(|(_, t)| t.run.sampled);
         if spans.is_none() && metrics.is_none() {
             return None;
         }
@@ -199,27 +210,40 @@ impl RunTracing {
             .push(Event::new(RECONCILED, SystemTime::now(), attributes, 0));
     }
 
-    /// Starts consuming `events` (subscribed before the run starts) of a run whose
-    /// event clock started at `origin`, over `plan`.
-    pub fn start(
-        self,
-        events: EventStream,
-        origin: SystemTime,
-        plan: &heddle_core::plan::Plan,
-    ) -> RunSpan {
-        let types = plan
+    /// Starts observing the events of `run` (not started yet: it sees every event).
+    /// On the current tokio runtime.
+    pub fn start(self, run: &heddle_kernel::Run) -> RunSpan {
+        let types = run
+            .plan()
             .nodes
             .iter()
             .map(|n| (n.id.clone(), n.node_type.clone()))
             .collect();
-        let mut c = self.consumer(types, origin);
+        let mut c = self.consumer(types, run.origin());
         for d in &self.died {
             c.died(d, self.died_until);
         }
-        let consumer = tokio::spawn(c.consume(events));
+        let flusher = c
+            .outbox
+            .clone()
+            .map(|o| (o.clone(), tokio::spawn(flusher(o))));
+        // What spans and metrics read: never an edge, an output or a log line.
+        let mut kinds = Kinds::INVOCATION | Kinds::ESCALATION | Kinds::DECISION | Kinds::RUN;
+        if c.spans.is_some() {
+            kinds = kinds | Kinds::NODE;
+        }
+        let (tx, end) = tokio::sync::oneshot::channel();
+        run.observe(
+            kinds,
+            Box::new(Observed {
+                consumer: c,
+                done: Some(tx),
+            }),
+        );
         RunSpan {
             tracing: self,
-            consumer,
+            end,
+            flusher,
         }
     }
 
@@ -230,34 +254,52 @@ impl RunTracing {
             Cow::Borrowed(_) => s.clone(),
             Cow::Owned(m) => Arc::from(m),
         };
+        let spans = self
+            .spans
+            .as_ref()
+            .filter(|(_, t)| t.run.sampled)
+            .map(|(tel, t)| (tel.clone(), t.run));
+        let run_id = self.info.run_id.as_deref().map(|r| self.mask.mask(r));
         let nodes = types
             .iter()
             .map(|(id, ty)| {
-                let names = NodeNames {
+                let mut names = NodeNames {
                     id: masked(id),
                     ty: masked(ty),
+                    attrs: Vec::new(),
                 };
+                if spans.is_some() {
+                    // The attributes each of its spans starts with, encoded once.
+                    let mut a = Vec::new();
+                    node_attrs(&mut Encoded(&mut a), run_id.as_deref(), Some(&names), "");
+                    names.attrs = a;
+                }
                 (id.clone(), names)
             })
             .collect();
+        let head = spans.as_ref().map_or_else(Vec::new, |(_, t)| {
+            proto::head_template(t.trace_id.0, t.span.0, names::NODE, t.sampled)
+        });
         Consumer {
-            spans: self
-                .spans
-                .as_ref()
-                .filter(|(_, t)| t.run.sampled)
-                .map(|(tel, t)| (tel.clone(), t.run)),
+            outbox: spans.as_ref().map(|(t, _)| {
+                Arc::new(Outbox {
+                    telemetry: t.clone(),
+                    batch: Mutex::new(Batch::default()),
+                    wake: tokio::sync::Notify::new(),
+                    closed: AtomicBool::new(false),
+                })
+            }),
+            spans,
             metrics: self.metrics.clone(),
             graph: self.mask.mask(&self.info.graph_name),
-            run_id: self.info.run_id.as_deref().map(|r| self.mask.mask(r)),
-            origin,
+            run_id,
+            origin: nanos(origin),
             nodes,
+            head,
             mask: self.mask.clone(),
             pending: HashMap::new(),
             events: Vec::new(),
             status: None,
-            scratch: Vec::new(),
-            batch: Vec::new(),
-            batched: 0,
         }
     }
 
@@ -295,7 +337,7 @@ impl RunTracing {
                 c.skipped(node, Some(reason), at_ms(s.at_ms));
             }
         }
-        c.hand_over();
+        c.end();
         t.send(RunSpanEnd {
             events: Vec::new(),
             status: Some((*status, error.clone())),
@@ -359,22 +401,16 @@ impl RunTracing {
             error,
         };
         let mut batch = Vec::new();
-        span.write(
-            &trace,
-            trace.parent,
-            names::RUN,
-            &mut Vec::new(),
-            &mut batch,
-        );
+        span.write(&trace, trace.parent, names::RUN, &mut batch);
         telemetry.send(batch, 1);
     }
 }
 
 impl RunSpan {
-    /// Waits for the consumer (the run's event stream has ended: the run did) and
-    /// keeps what it saw until the ending is known.
+    /// Waits for the consumer (the run's events have ended: the run did) and keeps
+    /// what it saw until the ending is known.
     pub async fn finish(self) -> (RunTracing, RunSpanEnd) {
-        let end = match self.consumer.await {
+        let end = match self.end.await {
             Ok(end) => end,
             // It panicked (a bug): the run span goes without what it saw.
             Err(_) => RunSpanEnd {
@@ -382,6 +418,14 @@ impl RunSpan {
                 status: None,
             },
         };
+        if let Some((outbox, f)) = self.flusher {
+            // Closed by the consumer's end already, unless that panicked. The flusher
+            // holds the exporter: it is gone before this returns, so that dropping the
+            // process's last handle on the exporter (which waits for its last spans)
+            // is never left to a task a process that exits does not drop.
+            outbox.close();
+            let _ = f.await;
+        }
         (self.tracing, end)
     }
 }
@@ -528,18 +572,10 @@ struct Held {
 }
 
 impl Held {
-    /// Appends the span, named `name` under `parent` in `trace`, to `batch` (written
-    /// in `scratch`).
-    fn write(
-        &self,
-        trace: &RunTrace,
-        parent: Option<SpanId>,
-        name: &str,
-        scratch: &mut Vec<u8>,
-        batch: &mut Vec<u8>,
-    ) {
+    /// Appends the span, named `name` under `parent` in `trace`, to `batch`.
+    fn write(&self, trace: &RunTrace, parent: Option<SpanId>, name: &str, batch: &mut Vec<u8>) {
         let mut w = SpanWriter::new(
-            scratch,
+            batch,
             &Head {
                 trace_id: trace.trace_id.0,
                 span_id: self.span_id.0,
@@ -562,7 +598,7 @@ impl Held {
         if let Some(e) = &self.error {
             w.status(proto::STATUS_ERROR, e);
         }
-        w.finish(batch);
+        w.finish();
     }
 }
 
@@ -575,6 +611,31 @@ trait Attrs {
 impl Attrs for SpanWriter<'_> {
     fn put(&mut self, key: &'static str, value: Attr<'_>) {
         self.attr(key, value);
+    }
+}
+
+/// Attributes encoded as a span's (field 9) into a buffer, to be
+/// [`SpanWriter::raw`]-appended to many spans.
+struct Encoded<'a>(&'a mut Vec<u8>);
+
+impl Attrs for Encoded<'_> {
+    fn put(&mut self, key: &'static str, value: Attr<'_>) {
+        proto::attribute(self.0, 9, key, value);
+    }
+}
+
+/// The attributes every node span has: run, node id and type (`node`: its masked
+/// names; else `id`, masked, is all there is).
+fn node_attrs(a: &mut impl Attrs, run_id: Option<&str>, node: Option<&NodeNames>, id: &str) {
+    if let Some(r) = run_id {
+        a.put(names::RUN_ID, Attr::Str(r));
+    }
+    match node {
+        Some(n) => {
+            a.put(names::NODE_ID, Attr::Str(&n.id));
+            a.put(names::NODE_TYPE, Attr::Str(&n.ty));
+        }
+        None => a.put(names::NODE_ID, Attr::Str(id)),
     }
 }
 
@@ -593,31 +654,145 @@ impl Attrs for Vec<KeyValue> {
 struct NodeNames {
     id: Arc<str>,
     ty: Arc<str>,
+    /// The attributes each of its spans starts with ([`node_attrs`]), encoded (spans
+    /// only).
+    attrs: Vec<u8>,
 }
 
-/// Spans a consumer hands the exporter at a time, at most: it hands over what it has
-/// whenever the run's events have caught up, else at this many.
+/// Spans a run's batch holds at most: it is handed to the exporter at this many, else
+/// [`FLUSH`] after its first span.
 const HAND_OVER: usize = 256;
 
-/// Events read in one go that make a run busy, and how long a busy run's consumer
-/// lets the next ones gather (the spans reach the exporter, which sends every 5 ms at
-/// the soonest, that much later; the run's end is seen at most that much later).
-const BUSY: usize = 32;
-const TICK: Duration = Duration::from_millis(1);
+/// How long a span waits in its run's batch, at most, before the flusher hands the
+/// batch over (the exporter gathers its requests over 200 ms anyway).
+const FLUSH: Duration = Duration::from_millis(5);
+
+/// Spans a run's consumer wrote and has not handed to the exporter yet: written by
+/// the consumer as the run's events are published, handed over by it once there are
+/// [`HAND_OVER`], or by the run's [`flusher`] a moment after the first (a run that
+/// ends or goes quiet does not keep its last spans).
+struct Outbox {
+    telemetry: Arc<Telemetry>,
+    batch: Mutex<Batch>,
+    /// Told when a span joins an empty batch, and when the consumer ended.
+    wake: tokio::sync::Notify,
+    /// The consumer ended (it handed over its last spans): the flusher stops.
+    closed: AtomicBool,
+}
+
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    spans: usize,
+}
+
+impl Outbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Batch> {
+        self.batch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends one span that `write` writes at the end of the batch.
+    fn write(&self, write: impl FnOnce(&mut Vec<u8>)) {
+        let mut b = self.lock();
+        write(&mut b.bytes);
+        b.spans += 1;
+        if b.spans >= HAND_OVER {
+            self.hand_over_locked(&mut b);
+        } else if b.spans == 1 {
+            self.wake.notify_one();
+        }
+    }
+
+    fn hand_over(&self) {
+        let mut b = self.lock();
+        self.hand_over_locked(&mut b);
+    }
+
+    fn hand_over_locked(&self, b: &mut Batch) {
+        if b.spans == 0 {
+            return;
+        }
+        let room = b.bytes.len();
+        let bytes = std::mem::replace(&mut b.bytes, Vec::with_capacity(room));
+        self.telemetry.send(bytes, b.spans);
+        b.spans = 0;
+    }
+
+    /// The consumer ended: hands over what is left and stops the flusher.
+    fn close(&self) {
+        self.hand_over();
+        self.closed.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+}
+
+/// Hands a run's batch over [`FLUSH`] after a span joined it empty, until the run's
+/// consumer ended.
+async fn flusher(out: Arc<Outbox>) {
+    loop {
+        out.wake.notified().await;
+        if out.closed.load(Ordering::Acquire) {
+            return;
+        }
+        tokio::time::sleep(FLUSH).await;
+        out.hand_over();
+    }
+}
+
+/// The consumer as the run's bus holds it: fed every event of the kinds it asked for,
+/// it says what it saw once the bus closes (or is dropped with its run).
+struct Observed {
+    consumer: Consumer,
+    done: Option<tokio::sync::oneshot::Sender<RunSpanEnd>>,
+}
+
+impl Observed {
+    fn end(&mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = done.send(self.consumer.end());
+        }
+    }
+}
+
+impl Observer for Observed {
+    fn event(&mut self, e: EventRef<'_>) {
+        let at = self
+            .consumer
+            .origin
+            .saturating_add(e.at_us.saturating_mul(1000));
+        self.consumer.on(e.kind, at);
+    }
+
+    fn closed(&mut self) {
+        self.end();
+    }
+}
+
+impl Drop for Observed {
+    fn drop(&mut self) {
+        // A run dropped unfinished, or this consumer's own bug: what it has is sent.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.end()));
+    }
+}
 
 /// Reads a run's events and sends its node spans as they end.
 struct Consumer {
     /// Where spans go and the run's trace; `None`: nothing is sent (no exporter, or
     /// the caller's trace is not sampled).
     spans: Option<(Arc<Telemetry>, RunTrace)>,
+    /// The spans written, until handed over (spans only).
+    outbox: Option<Arc<Outbox>>,
     metrics: Option<Arc<Metrics>>,
     /// The graph's name, masked (a label, when asked for).
     graph: String,
     /// Masked.
     run_id: Option<String>,
-    origin: SystemTime,
+    /// When the run's event clock started, in nanoseconds since the epoch.
+    origin: u64,
     /// By node id.
     nodes: HashMap<Arc<str>, NodeNames>,
+    /// What every node span of the run has alike, encoded ([`proto::head_template`]).
+    head: Vec<u8>,
     mask: Masker,
     /// Failed attempts' spans held for the escalation and verdict that may follow, by
     /// node: sent once decided, or when the node moves on.
@@ -625,11 +800,11 @@ struct Consumer {
     /// The run span's events seen in the stream.
     events: Vec<Event>,
     status: Option<(RunStatus, Option<String>)>,
-    /// Where a span is written before it joins `batch`.
-    scratch: Vec<u8>,
-    /// Spans written and not yet handed to the exporter, and how many.
-    batch: Vec<u8>,
-    batched: usize,
+}
+
+/// The time `ns` nanoseconds after the epoch.
+fn time_ns(ns: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
 }
 
 struct Pending {
@@ -639,39 +814,19 @@ struct Pending {
 }
 
 impl Consumer {
-    async fn consume(mut self, mut events: EventStream) -> RunSpanEnd {
-        loop {
-            // What is already there is read at once; the spans written meanwhile are
-            // handed over before waiting for more (one hand-over per burst of events,
-            // not per span).
-            let mut seen = 0;
-            while let Some(e) = events.try_next() {
-                let at = self.origin + Duration::from_micros(e.at_us);
-                self.on(&e.kind, at);
-                seen += 1;
-                if self.batched >= HAND_OVER {
-                    self.hand_over();
-                }
-            }
-            self.hand_over();
-            // A busy run (a burst of events): let the next ones gather for a tick
-            // rather than be woken for each (a wake-up of this task per event, often a
-            // parked worker thread's too, cost more than reading the event).
-            if seen >= BUSY {
-                tokio::time::sleep(TICK).await;
-            }
-            let Some(e) = events.next().await else { break };
-            let at = self.origin + Duration::from_micros(e.at_us);
-            self.on(&e.kind, at);
-        }
+    /// The run's events ended: sends the spans still held and hands over the batch;
+    /// what it saw of the run.
+    fn end(&mut self) -> RunSpanEnd {
         let pending: Vec<Pending> = self.pending.drain().flat_map(|(_, v)| v).collect();
         for p in pending {
             self.send(p.span);
         }
-        self.hand_over();
+        if let Some(o) = &self.outbox {
+            o.close();
+        }
         RunSpanEnd {
-            events: self.events,
-            status: self.status,
+            events: std::mem::take(&mut self.events),
+            status: self.status.take(),
         }
     }
 
@@ -681,29 +836,9 @@ impl Consumer {
 
     /// Writes a node span kept as parts into the batch.
     fn send(&mut self, span: Held) {
-        if let Some((_, trace)) = &self.spans {
-            span.write(
-                trace,
-                Some(trace.span),
-                names::NODE,
-                &mut self.scratch,
-                &mut self.batch,
-            );
-            self.batched += 1;
+        if let (Some((_, trace)), Some(out)) = (&self.spans, &self.outbox) {
+            out.write(|batch| span.write(trace, Some(trace.span), names::NODE, batch));
         }
-    }
-
-    /// Hands the spans written so far to the exporter.
-    fn hand_over(&mut self) {
-        if self.batched == 0 {
-            return;
-        }
-        if let Some((t, _)) = &self.spans {
-            let room = self.batch.len();
-            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(room));
-            t.send(batch, self.batched);
-        }
-        self.batched = 0;
     }
 
     /// A span id of this process's (spans only).
@@ -768,24 +903,18 @@ impl Consumer {
 
     /// The attributes every node span has: run, node id and type.
     fn base(&self, node: &str, a: &mut impl Attrs) {
-        if let Some(r) = &self.run_id {
-            a.put(names::RUN_ID, Attr::Str(r));
-        }
         match self.nodes.get(node) {
-            Some(n) => {
-                a.put(names::NODE_ID, Attr::Str(&n.id));
-                a.put(names::NODE_TYPE, Attr::Str(&n.ty));
-            }
-            None => a.put(names::NODE_ID, Attr::Str(&self.m(node))),
+            Some(n) => node_attrs(a, self.run_id.as_deref(), Some(n), ""),
+            None => node_attrs(a, self.run_id.as_deref(), None, &self.m(node)),
         }
     }
 
-    /// The attributes of an invocation attempt's span; `error` is masked.
+    /// The attributes of an invocation attempt's span after [`Consumer::base`]'s;
+    /// `error` is masked.
     #[allow(clippy::too_many_arguments)] // the parts of one invocation event, borrowed
     fn invocation(
         &self,
         a: &mut impl Attrs,
-        node_id: &str,
         key: &str,
         metrics: &heddle_core::InvocationMetrics,
         error: Option<&str>,
@@ -793,7 +922,6 @@ impl Consumer {
         timed_out: bool,
         signature: Option<&str>,
     ) {
-        self.base(node_id, a);
         a.put(names::ATTEMPT, Attr::Int(i64::from(attempt)));
         a.put(names::KEY, Attr::Str(&self.m(key)));
         if let Some(f) = metrics.fuel {
@@ -817,16 +945,18 @@ impl Consumer {
         }
     }
 
-    fn on(&mut self, kind: &EventKind, at: SystemTime) {
+    /// Reads one event, published at `at_ns` (nanoseconds since the epoch).
+    fn on(&mut self, kind: &EventKind, at_ns: u64) {
         self.count(kind);
-        let Some(trace) = self.spans.as_ref().map(|(_, t)| *t) else {
+        let at = time_ns(at_ns);
+        if self.spans.is_none() {
             if let EventKind::Run { status, error } = kind
                 && *status != RunStatus::Running
             {
                 self.status = Some((*status, error.clone()));
             }
             return;
-        };
+        }
         match kind {
             EventKind::Invocation {
                 node_id,
@@ -842,39 +972,31 @@ impl Consumer {
                     self.flush(node_id, Some(key));
                 }
                 let span_id = span_id.unwrap_or_else(|| self.new_span_id());
-                let start = at
-                    .checked_sub(Duration::from_micros(metrics.wall_us))
-                    .unwrap_or(at);
+                let start_ns = at_ns.saturating_sub(metrics.wall_us.saturating_mul(1000));
                 let signature = signature.as_deref();
                 let Some(error) = error else {
-                    // The common case: written straight into the batch.
-                    let mut scratch = std::mem::take(&mut self.scratch);
-                    let mut w = SpanWriter::new(
-                        &mut scratch,
-                        &Head {
-                            trace_id: trace.trace_id.0,
-                            span_id: span_id.0,
-                            parent: Some(trace.span.0),
-                            remote_parent: false,
-                            sampled: trace.sampled,
-                            name: names::NODE,
-                            start,
-                            end: at,
-                        },
-                    );
-                    self.invocation(
-                        &mut w, node_id, key, metrics, None, *attempt, *timed_out, signature,
-                    );
-                    w.finish(&mut self.batch);
-                    self.scratch = scratch;
-                    self.batched += 1;
+                    // The common case: written straight into the batch, from what every
+                    // span of the run and of the node has alike.
+                    let Some(out) = &self.outbox else { return };
+                    out.write(|batch| {
+                        let mut w =
+                            SpanWriter::templated(batch, &self.head, span_id.0, start_ns, at_ns);
+                        match self.nodes.get(node_id.as_str()) {
+                            Some(n) => w.raw(&n.attrs),
+                            None => self.base(node_id, &mut w),
+                        }
+                        self.invocation(
+                            &mut w, key, metrics, None, *attempt, *timed_out, signature,
+                        );
+                        w.finish();
+                    });
                     return;
                 };
                 let error = self.mask.mask(error);
                 let mut attributes = Vec::with_capacity(12);
+                self.base(node_id, &mut attributes);
                 self.invocation(
                     &mut attributes,
-                    node_id,
                     key,
                     metrics,
                     Some(&error),
@@ -884,7 +1006,7 @@ impl Consumer {
                 );
                 let span = Held {
                     span_id,
-                    start,
+                    start: time_ns(start_ns),
                     end: at,
                     attributes,
                     events: Vec::new(),
