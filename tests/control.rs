@@ -356,12 +356,8 @@ fn with_sdk_examples(edit: impl Fn(String) -> String) -> StoreDir {
     let graph =
         std::fs::read_to_string(support::root().join("examples/control-languages/graph.json"))
             .unwrap();
-    let env = StoreDir::with_graph(&edit(graph));
-    for dir in sdk_examples() {
-        let o = env.heddle(&["package", "add", dir.to_str().unwrap()]);
-        expect(&o, OK);
-    }
-    env
+    let dists: Vec<&std::path::Path> = sdk_examples().iter().map(|d| d.as_path()).collect();
+    StoreDir::with_packages(&edit(graph), &dists)
 }
 
 #[test]

@@ -1153,8 +1153,7 @@ fn a_wasm_controllers_invocation_lists_the_run_events_it_sent() {
     let dir = StoreDir::with_control_nodes();
     let server = dir.serve(None);
     let api = Api::of(&server);
-    let graph =
-        std::fs::read_to_string(support::root().join("examples/control-nodes/graph.json")).unwrap();
+    let graph = std::fs::read_to_string(dir.path().join("g.json")).unwrap();
     rt().block_on(async {
         let id = api.create(&graph).await;
         let b = Browser::open(&driver).await;

@@ -215,9 +215,17 @@ impl StoreDir {
         let graph =
             std::fs::read_to_string(super::root().join("examples/control-nodes/graph.json"))
                 .unwrap();
-        let env = StoreDir::with_graph(&graph);
-        let o = env.heddle(&["package", "add", control_nodes().to_str().unwrap()]);
-        expect(&o, OK);
+        StoreDir::with_packages(&graph, &[control_nodes()])
+    }
+
+    /// [`StoreDir::with_graph`] with the built packages `dists` installed
+    /// (`heddle package add`).
+    pub fn with_packages(graph: &str, dists: &[&Path]) -> StoreDir {
+        let env = StoreDir::with_graph(graph);
+        for dist in dists {
+            let o = env.heddle(&["package", "add", dist.to_str().unwrap()]);
+            expect(&o, OK);
+        }
         env
     }
 
