@@ -144,8 +144,6 @@ fn bench(c: &mut Criterion) {
             p
         })
     };
-    // First: `raw_wasmtime_*` below panics on a package whose WASI imports are newer
-    // than this wasmtime's (see the notes of issue 34), which would end the bench here.
     guests(c, &rt, &cache);
     let metered = provider(true);
     let unmetered = provider(false);
