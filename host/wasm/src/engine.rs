@@ -45,6 +45,11 @@ pub(crate) fn check_host_call_fuel(
     }
 }
 
+/// Bytes of a pool slot's memory and tables reset in place (not dropped) between
+/// instances when PAGEMAP_SCAN finds them dirty: a small guest's working set (its stack
+/// top, data and first heap pages). Past it, the rest is dropped and faulted back in.
+const KEEP_RESIDENT: usize = 2 << 20;
+
 /// Core module instances one component may make (Spin's default).
 const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 200;
 
@@ -395,6 +400,7 @@ fn build_engine(settings: &EngineSettings) -> Result<(Engine, bool), PackageErro
     if settings.pooling {
         let mut pool = PoolingAllocationConfig::new();
         let n = settings.pool_instances.max(1);
+        let scan = PoolingAllocationConfig::is_pagemap_scan_available();
         pool.total_component_instances(n)
             // Every component may instantiate as many core modules as the per-component
             // limit allows: a componentize-py guest instantiates 14 (libc, libpython, ...
@@ -410,25 +416,39 @@ fn build_engine(settings: &EngineSettings) -> Result<(Engine, bool), PackageErro
             .max_tables_per_component(64)
             .table_elements(100_000)
             .max_memory_size((settings.max_memory_mb.max(1) as usize) << 20)
-            // A fresh instance per invocation reuses a pool slot, whose dirtied pages
-            // are dropped (`madvise(DONTNEED)`) so the next instance, of any package and
-            // any run, starts from the slot's initial contents.
+            // A fresh instance per invocation reuses a pool slot: the pages the last one
+            // dirtied are reset in place to the slot's initial contents, found with the
+            // PAGEMAP_SCAN ioctl (Linux 6.7+), instead of dropped (`madvise(DONTNEED)`)
+            // and faulted back in by the next instance: a fresh Rust instance ~30 ->
+            // ~11 µs. Either way the next instance, of any package and any run, sees
+            // nothing of the last.
             //
-            // Not with PAGEMAP_SCAN (reset in place only the pages found written), which
-            // made a fresh instance ~45% cheaper: wasmtime 48 asks the scan for pages that
-            // are written *and present*, so a written page the kernel had unmapped for a
-            // moment (being migrated by compaction, or swapped out) was neither reset nor
-            // dropped, and the next instance in the slot could read the previous one's
-            // memory: across packages and runs. Most likely what made a fresh
-            // `files.write_text` fail once with "unknown handle index 1" (a file table
-            // that was not its own) on a loaded machine. Described upstream with a fix
-            // not released yet (bytecodealliance/wasmtime#14357); to be turned back on
-            // with a wasmtime that has it. Nothing kept resident: a blind reset of the
-            // first bytes (`keep_resident` without the scan) would memset a Rust guest's
-            // whole 1 MiB stack region on every instance.
-            .pagemap_scan(wasmtime::Enabled::No)
-            .linear_memory_keep_resident(0)
-            .table_keep_resident(0);
+            // Needs wasmtime 48.0.11+ (Cargo.toml). Until then the scan asked for pages
+            // written *and present*, so a written page the kernel had unmapped for a
+            // moment was neither reset nor dropped and the next instance could read it
+            // (bytecodealliance/wasmtime#14357; most likely the one-off "unknown handle
+            // index 1" of a fresh `files.write_text` under load). 48.0.11 (and 51) ask
+            // for WRITTEN pages that are PRESENT *or* SWAPPED, which covers both ways a
+            // dirty anonymous page leaves its page table entry: swapped out, and being
+            // migrated (compaction, NUMA balancing). Linux's `pagemap_page_category`
+            // gives every non-present, non-empty entry, swap and migration entries
+            // alike (`is_swap_pte`), PAGE_IS_SWAPPED, and PAGE_IS_WRITTEN unless
+            // userfaultfd write-protects it (never here); such a page reads back the
+            // old contents once faulted in, so it is reset like a present one. An
+            // empty entry (never touched, or dropped) reads as the slot's initial
+            // contents and needs nothing. The scan also resumes when its 64-region
+            // buffer fills instead of dropping the rest of memory.
+            //
+            // Where the scan is unavailable (older kernels, not Linux) nothing is kept
+            // resident: without it `keep_resident` is a blind memset of the first bytes,
+            // a Rust guest's whole 1 MiB stack region on every instance.
+            .pagemap_scan(if scan {
+                wasmtime::Enabled::Yes
+            } else {
+                wasmtime::Enabled::No
+            })
+            .linear_memory_keep_resident(if scan { KEEP_RESIDENT } else { 0 })
+            .table_keep_resident(if scan { KEEP_RESIDENT } else { 0 });
         let mut c = base_config(settings);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         match Engine::new(&c) {
