@@ -165,6 +165,40 @@ node! {
     }
 }
 
+/// What `hostile.residue` writes at the start of a page it dirties.
+const RESIDUE: u64 = 0x5eed_0f_1a57_1e55;
+
+node! {
+    /// Counts the 4 KiB pages of a fresh `mb` MiB heap buffer that still hold what an
+    /// earlier instance wrote there, then writes it into every `stride`-th page: many
+    /// separate dirty runs, more bytes than a pool slot keeps resident.
+    #[node("hostile.residue")]
+    pub fn residue(mb: i64 = 6i64, stride: i64 = 2i64) -> (found: i64, written: i64) {
+        const PAGE: usize = 4096;
+        let len = (mb.max(1) as usize) << 20;
+        // Zeroed by the allocator, which takes fresh `memory.grow` pages as zero
+        // without writing them: what the instance sees is what the slot holds.
+        let mut buf = std::hint::black_box(vec![0u8; len]);
+        let mut found = 0;
+        for page in buf.chunks_exact(PAGE) {
+            // SAFETY: reads 8 bytes of the page; volatile so the read is not folded
+            // into the zero the allocator promised.
+            let head = unsafe { std::ptr::read_volatile(page.as_ptr().cast::<[u8; 8]>()) };
+            if u64::from_le_bytes(head) == RESIDUE {
+                found += 1;
+            }
+        }
+        let mut written = 0;
+        for page in buf.chunks_exact_mut(PAGE).step_by(stride.max(1) as usize) {
+            // SAFETY: writes 8 bytes of the page, volatile so they are not elided.
+            unsafe { std::ptr::write_volatile(page.as_mut_ptr().cast::<[u8; 8]>(), RESIDUE.to_le_bytes()) };
+            written += 1;
+        }
+        std::hint::black_box(&buf);
+        Ok((found, written))
+    }
+}
+
 /// Emits on an undeclared handle, then returns an undeclared output.
 pub struct Liar;
 
@@ -200,6 +234,7 @@ heddle_sdk::export_nodes!(
     compute,
     counter,
     counter_warm,
+    residue,
     Liar,
     sleep,
     sleep_in_loop,
