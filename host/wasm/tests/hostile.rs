@@ -518,18 +518,15 @@ async fn instances_are_fresh_unless_the_node_opts_in_and_a_trap_discards_a_warm_
 }
 
 /// A fresh instance reuses the pool slot of the one before it (the pool keeps a slot for
-/// the module that last used it), which dirtied 3 MiB of heap in 768 separate pages:
-/// more than the slot resets in place (2 MiB) and more separate runs than one
-/// PAGEMAP_SCAN call reports (64). Whatever the reset keeps and drops, none of it may
-/// still be there for the next instance, of this or of any node.
+/// the module that last used it), which dirtied 3 MiB of memory in 768 separate pages,
+/// or 6 MiB in one run: more than the slot resets in place (2 MiB), and more separate
+/// runs than one PAGEMAP_SCAN call reports (64). Whatever the reset keeps and drops, none
+/// of it may still be there for the next instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_instance_sees_nothing_the_instance_before_it_wrote() {
     let p = hostile_provider(WasmConfig::default()).await;
-    let exec = create(&p, "r", "hostile.residue", BTreeMap::new(), None);
-    for round in 0..4 {
-        // Odd rounds write every page, even rounds every other one.
-        let stride = if round % 2 == 0 { 2 } else { 1 };
-        let (c, _) = ctx("r", "hostile.residue", None, false);
+    let probe = |exec: std::sync::Arc<dyn heddle_kernel::Executor>, stride: i64| async move {
+        let (c, _) = ctx("r", "residue", None, false);
         let out = exec
             .invoke(Call {
                 inputs: inputs([("stride", Value::Int(stride))]),
@@ -537,12 +534,28 @@ async fn a_fresh_instance_sees_nothing_the_instance_before_it_wrote() {
             })
             .await
             .unwrap();
+        (out.get("found").cloned(), out.get("written").cloned())
+    };
+    // The probe sees what is there: a warm instance finds its own earlier writes.
+    let warm = create(&p, "w", "hostile.residue_warm", BTreeMap::new(), None);
+    assert_eq!(
+        probe(warm.clone(), 2).await,
+        (Some(Value::Int(0)), Some(Value::Int(768)))
+    );
+    assert_eq!(
+        probe(warm, 1).await,
+        (Some(Value::Int(768)), Some(Value::Int(1536)))
+    );
+
+    let fresh = create(&p, "r", "hostile.residue", BTreeMap::new(), None);
+    for round in 0..4 {
+        // Even rounds dirty every other page, odd ones every page.
+        let stride = if round % 2 == 0 { 2 } else { 1 };
         assert_eq!(
-            out.get("found"),
-            Some(&Value::Int(0)),
+            probe(fresh.clone(), stride).await,
+            (Some(Value::Int(0)), Some(Value::Int(1536 / stride))),
             "round {round}: a fresh instance read pages an earlier one wrote"
         );
-        assert_eq!(out.get("written"), Some(&Value::Int(1536 / stride)));
     }
 }
 

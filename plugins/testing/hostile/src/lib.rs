@@ -167,35 +167,63 @@ node! {
 
 /// What `hostile.residue` writes at the start of a page it dirties.
 const RESIDUE: u64 = 0x5eed_0f_1a57_1e55;
+/// Where this instance's residue region starts (0: not grown yet).
+static mut RESIDUE_BASE: usize = 0;
 
-node! {
-    /// Counts the 4 KiB pages of a fresh `mb` MiB heap buffer that still hold what an
-    /// earlier instance wrote there, then writes it into every `stride`-th page: many
-    /// separate dirty runs, more bytes than a pool slot keeps resident.
-    #[node("hostile.residue")]
-    pub fn residue(mb: i64 = 6i64, stride: i64 = 2i64) -> (found: i64, written: i64) {
-        const PAGE: usize = 4096;
-        let len = (mb.max(1) as usize) << 20;
-        // Zeroed by the allocator, which takes fresh `memory.grow` pages as zero
-        // without writing them: what the instance sees is what the slot holds.
-        let mut buf = std::hint::black_box(vec![0u8; len]);
-        let mut found = 0;
-        for page in buf.chunks_exact(PAGE) {
-            // SAFETY: reads 8 bytes of the page; volatile so the read is not folded
-            // into the zero the allocator promised.
-            let head = unsafe { std::ptr::read_volatile(page.as_ptr().cast::<[u8; 8]>()) };
-            if u64::from_le_bytes(head) == RESIDUE {
+/// Grows linear memory by `mb` MiB the first time (the pages `memory.grow` adds must
+/// read as zero), counts the 4 KiB pages of that region that hold `RESIDUE`, then
+/// writes it into every `stride`-th page. A fresh instance grows memory from the same
+/// initial size, so its region is where the instance before it in the pool slot wrote;
+/// a warm one reads its own earlier writes, which shows the probe sees what is there.
+fn residue_probe(mb: i64, stride: i64) -> Result<(i64, i64), Error> {
+    const PAGE: usize = 4096;
+    const WASM_PAGE: usize = 65536;
+    let len = (mb.max(1) as usize) << 20;
+    // SAFETY: a component instance is single-threaded.
+    let base = unsafe {
+        if RESIDUE_BASE == 0 {
+            let old = core::arch::wasm32::memory_grow(0, len / WASM_PAGE);
+            if old == usize::MAX {
+                return Err(Error::new("memory.grow refused"));
+            }
+            RESIDUE_BASE = old * WASM_PAGE;
+        }
+        RESIDUE_BASE
+    };
+    let mut found = 0;
+    let mut written = 0;
+    for (i, at) in (base..base + len).step_by(PAGE).enumerate() {
+        let at = at as *mut u64;
+        // SAFETY: `at` lies in the region grown above, which nothing else uses;
+        // volatile so neither the read nor the write is folded or elided.
+        unsafe {
+            if std::ptr::read_volatile(at) == RESIDUE {
                 found += 1;
             }
+            if i % stride.max(1) as usize == 0 {
+                std::ptr::write_volatile(at, RESIDUE);
+                written += 1;
+            }
         }
-        let mut written = 0;
-        for page in buf.chunks_exact_mut(PAGE).step_by(stride.max(1) as usize) {
-            // SAFETY: writes 8 bytes of the page, volatile so they are not elided.
-            unsafe { std::ptr::write_volatile(page.as_mut_ptr().cast::<[u8; 8]>(), RESIDUE.to_le_bytes()) };
-            written += 1;
-        }
-        std::hint::black_box(&buf);
-        Ok((found, written))
+    }
+    Ok((found, written))
+}
+
+node! {
+    /// Counts the pages of `mb` MiB of fresh linear memory that still hold what an
+    /// earlier instance wrote there, then dirties every `stride`-th page: many separate
+    /// dirty runs, more bytes than a pool slot keeps resident.
+    #[node("hostile.residue")]
+    pub fn residue(mb: i64 = 6i64, stride: i64 = 2i64) -> (found: i64, written: i64) {
+        residue_probe(mb, stride)
+    }
+}
+
+node! {
+    /// `hostile.residue` in a reused instance: finds its own earlier writes.
+    #[node("hostile.residue_warm", reuse_instance)]
+    pub fn residue_warm(mb: i64 = 6i64, stride: i64 = 2i64) -> (found: i64, written: i64) {
+        residue_probe(mb, stride)
     }
 }
 
@@ -235,6 +263,7 @@ heddle_sdk::export_nodes!(
     counter,
     counter_warm,
     residue,
+    residue_warm,
     Liar,
     sleep,
     sleep_in_loop,
