@@ -9,7 +9,7 @@ use super::correlation;
 use super::digraph::{cycles, topo_order};
 use super::inputs;
 use super::issues::{Issue, IssueKind, ValidationError, issue, suggest_type};
-use super::model::{EdgeIdx, INPUT_TYPE, NodeIdx, Plan, PlanEdge, PlanNode, input_type};
+use super::model::{EdgeIdx, INPUT_TYPE, Indices, NodeIdx, Plan, PlanEdge, PlanNode, input_type};
 use crate::DeclLookup;
 use crate::compose::{self, Bounds, Bundle, Composition};
 use crate::decl::NodeDecl;
@@ -564,10 +564,10 @@ impl<'a> Planner<'a> {
                 name,
                 decl,
                 properties,
-                limits,
-                in_edges: Vec::new(),
-                out_edges: Vec::new(),
-                controllers: Vec::new(),
+                limits: limits.map(Box::new),
+                in_edges: Indices::new(),
+                out_edges: Indices::new(),
+                controllers: Indices::new(),
                 contract: None,
             });
         }
@@ -583,8 +583,8 @@ impl<'a> Planner<'a> {
 
 /// The plan's edges by node index, each recorded on its two nodes (and a control edge's
 /// source as a controller of its target).
-fn plan_edges(
-    work: &[WorkEdge],
+fn plan_edges<'a>(
+    work: &'a [WorkEdge],
     rules: &HashMap<String, Arc<super::declared::EdgeRule>>,
     index_of: &HashMap<&str, usize>,
     order: &[usize],
@@ -595,6 +595,11 @@ fn plan_edges(
         pos_to_idx[pos] = idx as NodeIdx;
     }
     let mut edges: Vec<PlanEdge> = Vec::with_capacity(work.len());
+    // One text per handle name, shared by every edge naming it: a large graph has many
+    // edges and few names (`value` on both ends of every edge of a chain), and a text of
+    // its own was an allocation of 32 bytes (with the allocator's header) per end.
+    let mut names: HashMap<&str, Arc<str>> = HashMap::new();
+    let mut name = |n: &'a str| names.entry(n).or_insert_with(|| Arc::from(n)).clone();
     for e in work {
         let (Some(&s), Some(&t)) = (
             index_of.get(e.source.as_str()),
@@ -613,9 +618,9 @@ fn plan_edges(
         edges.push(PlanEdge {
             id: Arc::from(e.id.as_str()),
             source: s,
-            source_handle: Arc::from(e.source_handle.as_str()),
+            source_handle: name(e.source_handle.as_str()),
             target: t,
-            target_handle: Arc::from(e.target_handle.as_str()),
+            target_handle: name(e.target_handle.as_str()),
             edge_type: e.edge_type,
             rule: rules.get(&e.id).cloned(),
         });

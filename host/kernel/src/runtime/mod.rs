@@ -203,7 +203,7 @@ impl Run {
                 id: &n.id,
                 decl: &n.decl,
                 properties: &n.properties,
-                limits: n.limits.as_ref(),
+                limits: n.limits.as_deref(),
             };
             let approved = opts.approved_gates.get(&*n.id);
             let created = match approved {
