@@ -20,6 +20,10 @@ use super::{InboxTx, Msg};
 pub(crate) enum Link {
     Channel(InboxTx),
     Local(LocalTx),
+    /// Into a node fused with its producer, before the group wires it to a local queue
+    /// (`fused::wire`, before any member runs). Reads as a node gone, should one remain
+    /// unwired (the edge's handle is not one the node has).
+    Unwired,
 }
 
 impl From<InboxTx> for Link {
@@ -34,6 +38,7 @@ impl Link {
         match self {
             Link::Channel(tx) => tx.try_send(msg),
             Link::Local(q) => q.try_send(msg),
+            Link::Unwired => Err(TrySendError::Closed(msg)),
         }
     }
 
@@ -42,6 +47,7 @@ impl Link {
         match self {
             Link::Channel(tx) => tx.send(msg).await,
             Link::Local(q) => q.send(msg).await,
+            Link::Unwired => Err(SendError(msg)),
         }
     }
 }

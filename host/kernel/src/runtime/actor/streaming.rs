@@ -124,7 +124,7 @@ impl Actor {
                         mut value,
                         lineage,
                     } => {
-                        if !self.spec.typed_inputs.is_empty() {
+                        if !self.spec.typed_inputs().is_empty() {
                             let name = self.spec.handles[handle as usize].name.clone();
                             self.check_item(&name, &mut value)?;
                         }
