@@ -45,11 +45,17 @@ fn diamond_and_large_graphs_plan_in_topological_order() {
     // Every edge of the chain names `value` at both ends: one shared text, not one per
     // end (a large graph's plan would hold thousands of copies).
     let first = &p.edges[0].source_handle;
-    assert!(p.edges.iter().all(|e| {
-        Arc::ptr_eq(&e.source_handle, first) && Arc::ptr_eq(&e.target_handle, first)
-    }));
+    assert!(
+        p.edges.iter().all(|e| {
+            Arc::ptr_eq(&e.source_handle, first) && Arc::ptr_eq(&e.target_handle, first)
+        })
+    );
     // A node's edges are held in place, not allocated.
-    assert!(p.nodes.iter().all(|n| !n.in_edges.spilled() && !n.out_edges.spilled()));
+    assert!(
+        p.nodes
+            .iter()
+            .all(|n| !n.in_edges.spilled() && !n.out_edges.spilled())
+    );
 }
 
 /// Random documents (unknown types, bogus handles, bypassed nodes, control edges, cycles)
