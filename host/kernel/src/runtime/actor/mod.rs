@@ -757,4 +757,3 @@ mod tests {
         assert_eq!(size_of::<super::HandleSpec>(), 40);
     }
 }
-
