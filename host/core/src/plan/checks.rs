@@ -25,9 +25,7 @@ impl Planner<'_> {
                 .push(&e.id);
         }
         for e in work {
-            let fan_in = into
-                .get(&(e.target.as_str(), e.target_handle.as_str()))
-                .map_or(0, Vec::len);
+            let fan_in = into.get(&(e.target, e.target_handle)).map_or(0, Vec::len);
             self.check_edge(e, decl_of, fan_in);
         }
 
@@ -62,8 +60,8 @@ impl Planner<'_> {
     /// `fan_in` is the number of data edges into the edge's target handle: several edges
     /// into a list input each carry one element (the handle accumulates them).
     fn check_edge(&mut self, e: &WorkEdge, decl_of: &DeclOf<'_>, fan_in: usize) {
-        let src = decl_of.get(e.source.as_str()).and_then(|d| d.as_ref());
-        let tgt = decl_of.get(e.target.as_str()).and_then(|d| d.as_ref());
+        let src = decl_of.get(e.source).and_then(|d| d.as_ref());
+        let tgt = decl_of.get(e.target).and_then(|d| d.as_ref());
         if e.source == e.target {
             self.issues.push(issue(
                 IssueKind::SelfLoop,

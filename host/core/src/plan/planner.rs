@@ -1,6 +1,7 @@
 //! The planning pass: indexes the document, rewrites bypassed nodes away, runs the checks
 //! ([`super::checks`]), orders the nodes and hands the result to the correlation analysis.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -181,11 +182,15 @@ impl<'a> Planner<'a> {
         self.report_cycles(&data_adj, &control_adj, &live);
         self.report_control_waits(&work, &data_adj, &index_of);
         let order = topo_order(&data_adj);
+        // What planning built only to work with is freed as soon as it is done with, so
+        // what comes after reuses its room: on a large graph the document, the plan and
+        // these are all alive at planning's peak, which is the peak of a run's memory.
+        drop((data_adj, control_adj));
 
         let fed: HashSet<(&str, &str)> = work
             .iter()
             .filter(|e| e.edge_type == EdgeType::Data)
-            .map(|e| (e.target.as_str(), e.target_handle.as_str()))
+            .map(|e| (e.target, e.target_handle))
             .collect();
         let mut nodes = self.plan_nodes(&order, &live, &decl_of, &fed);
         self.node_contracts(&mut nodes);
@@ -193,6 +198,9 @@ impl<'a> Planner<'a> {
         let edges = plan_edges(&work, &rules, &index_of, &order, &mut nodes);
 
         self.required_inputs(&nodes, &fed);
+        drop((
+            fed, rules, work, index_of, order, live, decl_of, by_id, bypassed,
+        ));
         self.lint(&nodes);
         self.warnings.extend(super::review::review(&nodes, &edges));
 
@@ -281,16 +289,25 @@ impl<'a> Planner<'a> {
     /// Edge ids and dangling edges, checked on the document as written (before any
     /// bypass rewrite) so the error names the edge the user wrote. Dangling edges are
     /// left out of the result.
-    fn work_edges(&mut self, by_id: &ById<'a>) -> Vec<WorkEdge> {
-        let mut edge_ids: HashSet<String> = HashSet::new();
-        let mut work = Vec::with_capacity(self.doc.edges.len());
-        for e in &self.doc.edges {
-            let id = e.effective_id();
-            if !edge_ids.insert(id.clone()) {
+    fn work_edges(&mut self, by_id: &ById<'a>) -> Vec<WorkEdge<'a>> {
+        let doc: &'a GraphDoc = self.doc;
+        // An explicit id is borrowed; only a derived one is made.
+        let ids: Vec<Cow<'a, str>> = doc
+            .edges
+            .iter()
+            .map(|e| match &e.id {
+                Some(id) => Cow::Borrowed(id.as_str()),
+                None => Cow::Owned(e.effective_id()),
+            })
+            .collect();
+        let mut edge_ids: HashSet<&str> = HashSet::with_capacity(ids.len());
+        let mut kept = Vec::with_capacity(ids.len());
+        for (e, id) in doc.edges.iter().zip(&ids) {
+            if !edge_ids.insert(id) {
                 self.issues.push(issue(
                     IssueKind::DuplicateEdgeId,
                     None,
-                    Some(&id),
+                    Some(id),
                     None,
                     "edge id is used more than once; edge ids must be unique".to_string(),
                 ));
@@ -304,25 +321,31 @@ impl<'a> Planner<'a> {
                 self.issues.push(issue(
                     IssueKind::DanglingEdge,
                     None,
-                    Some(&id),
+                    Some(id),
                     None,
                     format!(
                         "edge refers to {} which does not exist",
                         missing.join(" and ")
                     ),
                 ));
-                continue;
             }
-            work.push(WorkEdge {
-                id,
-                source: e.source.clone(),
-                source_handle: e.source_handle.clone(),
-                target: e.target.clone(),
-                target_handle: e.target_handle.clone(),
-                edge_type: e.edge_type,
-            });
+            kept.push(missing.is_empty());
         }
-        work
+        drop(edge_ids);
+        doc.edges
+            .iter()
+            .zip(ids)
+            .zip(kept)
+            .filter(|(_, kept)| *kept)
+            .map(|((e, id), _)| WorkEdge {
+                id,
+                source: &e.source,
+                source_handle: &e.source_handle,
+                target: &e.target,
+                target_handle: &e.target_handle,
+                edge_type: e.edge_type,
+            })
+            .collect()
     }
 
     /// Rewires edges around bypassed nodes ([`bypass::rewrite`]), matching types as the
@@ -330,10 +353,10 @@ impl<'a> Planner<'a> {
     /// bypassed nodes.
     fn rewrite_bypassed(
         &mut self,
-        work: Vec<WorkEdge>,
+        work: Vec<WorkEdge<'a>>,
         by_id: &ById<'a>,
         decl_of: &DeclOf<'a>,
-    ) -> (Vec<WorkEdge>, HashSet<&'a str>) {
+    ) -> (Vec<WorkEdge<'a>>, HashSet<&'a str>) {
         let bypassed: Vec<&'a str> = self
             .doc
             .nodes
@@ -493,10 +516,7 @@ impl<'a> Planner<'a> {
             .iter()
             .filter(|e| e.edge_type == EdgeType::Control && e.source != e.target)
         {
-            let (Some(&c), Some(&t)) = (
-                index_of.get(e.source.as_str()),
-                index_of.get(e.target.as_str()),
-            ) else {
+            let (Some(&c), Some(&t)) = (index_of.get(e.source), index_of.get(e.target)) else {
                 continue;
             };
             let message = if reaches(data, c, t) {
@@ -584,7 +604,7 @@ impl<'a> Planner<'a> {
 /// The plan's edges by node index, each recorded on its two nodes (and a control edge's
 /// source as a controller of its target).
 fn plan_edges<'a>(
-    work: &'a [WorkEdge],
+    work: &'a [WorkEdge<'a>],
     rules: &HashMap<String, Arc<super::declared::EdgeRule>>,
     index_of: &HashMap<&str, usize>,
     order: &[usize],
@@ -601,10 +621,7 @@ fn plan_edges<'a>(
     let mut names: HashMap<&str, Arc<str>> = HashMap::new();
     let mut name = |n: &'a str| names.entry(n).or_insert_with(|| Arc::from(n)).clone();
     for e in work {
-        let (Some(&s), Some(&t)) = (
-            index_of.get(e.source.as_str()),
-            index_of.get(e.target.as_str()),
-        ) else {
+        let (Some(&s), Some(&t)) = (index_of.get(e.source), index_of.get(e.target)) else {
             // Edges touching a node dropped as a duplicate id: already reported.
             continue;
         };
@@ -616,13 +633,13 @@ fn plan_edges<'a>(
             nodes[t as usize].controllers.push(s);
         }
         edges.push(PlanEdge {
-            id: Arc::from(e.id.as_str()),
+            id: Arc::from(&*e.id),
             source: s,
-            source_handle: name(e.source_handle.as_str()),
+            source_handle: name(e.source_handle),
             target: t,
-            target_handle: name(e.target_handle.as_str()),
+            target_handle: name(e.target_handle),
             edge_type: e.edge_type,
-            rule: rules.get(&e.id).cloned(),
+            rule: rules.get(&*e.id).cloned(),
         });
     }
     edges
@@ -656,10 +673,7 @@ fn adjacency(
         .iter()
         .filter(|e| e.edge_type == ty && e.source != e.target)
     {
-        if let (Some(&s), Some(&t)) = (
-            index_of.get(e.source.as_str()),
-            index_of.get(e.target.as_str()),
-        ) {
+        if let (Some(&s), Some(&t)) = (index_of.get(e.source), index_of.get(e.target)) {
             adj[s].push(t);
         }
     }
