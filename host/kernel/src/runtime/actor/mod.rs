@@ -414,10 +414,12 @@ pub(crate) struct ActorReport {
     pub outputs: Vec<Value>,
     pub stop: Option<Stop>,
     /// Incoming edges whose end this node consumed: any other edge into it still held
-    /// or could still carry values when it stopped (the edge is `drained`).
-    pub ended_in: Vec<u32>,
+    /// or could still carry values when it stopped (the edge is `drained`). In place up
+    /// to four, as `sent` up to one: every node of a chain ends with one of each, and
+    /// a list of its own for each was two allocations per node as the run ends.
+    pub ended_in: SmallVec<[u32; 4]>,
     /// Values sent per outgoing edge (plan index, count).
-    pub sent: Vec<(u32, u64)>,
+    pub sent: SmallVec<[(u32, u64); 1]>,
     /// See `Actor::signature` and `Actor::timed_out`.
     pub signature: Option<Box<str>>,
     pub timed_out: bool,
@@ -497,8 +499,8 @@ pub(crate) struct Actor {
     rare: Option<Box<Rare>>,
     /// Upstream edges per handle that have not yet ended.
     open: SmallVec<[u32; 2]>,
-    /// Incoming edges whose end-of-stream was consumed.
-    ended_in: Vec<u32>,
+    /// Incoming edges whose end-of-stream was consumed (see [`ActorReport::ended_in`]).
+    ended_in: SmallVec<[u32; 4]>,
     eos_sent: bool,
     /// Why its invocations were skipped, when one was: by the supervisor's verdict, or
     /// by a person's answer to a reconcile pause (a node whose every invocation was
@@ -538,7 +540,7 @@ impl Actor {
             last_result: None,
             rare: None,
             open,
-            ended_in: Vec::new(),
+            ended_in: SmallVec::new(),
             eos_sent: false,
             skipped_by: None,
             sent_downstream: false,
@@ -755,5 +757,8 @@ mod tests {
         assert_eq!(size_of::<super::OutPort>(), 72);
         assert_eq!(size_of::<super::OutEdge>(), 56);
         assert_eq!(size_of::<super::HandleSpec>(), 40);
+        // In place, the size of the vectors they replaced (see `ActorReport`).
+        assert_eq!(size_of::<smallvec::SmallVec<[u32; 4]>>(), 24);
+        assert_eq!(size_of::<smallvec::SmallVec<[(u32, u64); 1]>>(), 24);
     }
 }
