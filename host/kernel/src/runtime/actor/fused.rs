@@ -40,10 +40,11 @@ enum Place {
     /// A task of its own (or inline, as the runner decides).
     Alone,
     /// The head of group `g`.
-    Head(usize),
+    Head(u32),
     /// A member of group `g`, fed by `edge` (its one incoming edge) from `upstream`.
+    /// (Indices as `u32`, as the plan's: a place per node is 16 bytes.)
     Member {
-        group: usize,
+        group: u32,
         edge: u32,
         upstream: u32,
     },
@@ -161,8 +162,8 @@ impl Fusion {
             };
         }
         let mut places = vec![Place::Alone; n];
-        let mut group_of_head: Vec<Option<usize>> = vec![None; n];
-        let mut groups = 0;
+        let mut group_of_head: Vec<Option<u32>> = vec![None; n];
+        let mut groups: u32 = 0;
         for i in 0..n {
             let (Some(e), Some(h)) = (feed[i], head[i]) else {
                 continue;
@@ -183,10 +184,10 @@ impl Fusion {
         }
         // Each group's list sized to its members (head included): a long chain's one
         // group would otherwise grow by doubling while every actor is being built.
-        let mut sizes = vec![1usize; groups];
+        let mut sizes = vec![1usize; groups as usize];
         for p in &places {
             if let Place::Member { group, .. } = p {
-                sizes[*group] += 1;
+                sizes[*group as usize] += 1;
             }
         }
         Fusion {
@@ -207,7 +208,7 @@ impl Fusion {
         match self.places[i] {
             Place::Alone => Some(a),
             Place::Head(g) | Place::Member { group: g, .. } => {
-                self.groups[g].push((i, a));
+                self.groups[g as usize].push((i, a));
                 None
             }
         }
@@ -354,4 +355,14 @@ fn controls(plan: &heddle_core::plan::Plan, node: &heddle_core::plan::PlanNode) 
     node.out_edges
         .iter()
         .any(|&e| plan.edges[e as usize].edge_type == EdgeType::Control)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A place per node of the run, decided before any actor starts (64-bit targets).
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_place_is_16_bytes() {
+        assert_eq!(std::mem::size_of::<super::Place>(), 16);
+    }
 }

@@ -490,7 +490,6 @@ pub(crate) struct Actor {
     /// the work, and nothing around it (journal record, supervisor, output contract,
     /// emitting mode) needs an attempt.
     now: bool,
-    epoch: Instant,
     invocations: u64,
     started: bool,
     ends: SmallVec<[End; 4]>,
@@ -533,7 +532,6 @@ impl Actor {
             hot_port: None,
             native,
             now,
-            epoch: Instant::now(),
             invocations: 0,
             started: false,
             ends: SmallVec::new(),
@@ -753,7 +751,7 @@ mod tests {
     fn an_actor_and_its_wiring_stay_small() {
         use std::mem::size_of;
         assert_eq!(size_of::<super::ActorSpec>(), 224);
-        assert_eq!(size_of::<super::Actor>(), 520);
+        assert_eq!(size_of::<super::Actor>(), 504);
         assert_eq!(size_of::<super::OutPort>(), 72);
         assert_eq!(size_of::<super::OutEdge>(), 56);
         assert_eq!(size_of::<super::HandleSpec>(), 40);
