@@ -318,7 +318,8 @@ impl Executor for Collect {
         ctx: NodeCtx,
     ) -> BoxFuture<'_, Result<Outputs, NodeError>> {
         Box::pin(async move {
-            let mut items = Vec::new();
+            // Sized once: a 10,000-item list grown by doubling was a dozen reallocations.
+            let mut items = Vec::with_capacity(input.waiting());
             while let Some(it) = input.next().await {
                 if ctx.is_cancelled() {
                     return Err(NodeError::cancelled());
