@@ -75,9 +75,8 @@ pub fn rewrite<'a>(
                 *slot = None;
                 continue;
             }
-            let fits = |i: &&WorkEdge| {
-                compatible(&i.source, &i.source_handle, &e.target, &e.target_handle)
-            };
+            let fits =
+                |i: &&WorkEdge| compatible(i.source, i.source_handle, e.target, e.target_handle);
             let chosen = incoming
                 .iter()
                 .filter(|i| i.target_handle == e.source_handle)

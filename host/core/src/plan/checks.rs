@@ -20,7 +20,7 @@ impl Planner<'_> {
     pub(super) fn check_edges(&mut self, work: &[WorkEdge], decl_of: &DeclOf<'_>) {
         let mut into: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
         for e in work.iter().filter(|e| e.edge_type == EdgeType::Data) {
-            into.entry((&e.target, &e.target_handle))
+            into.entry((e.target, e.target_handle))
                 .or_default()
                 .push(&e.id);
         }
@@ -65,9 +65,9 @@ impl Planner<'_> {
         if e.source == e.target {
             self.issues.push(issue(
                 IssueKind::SelfLoop,
-                Some(&e.source),
+                Some(e.source),
                 Some(&e.id),
-                Some(&e.target_handle),
+                Some(e.target_handle),
                 format!(
                     "{} edge connects node {} to itself",
                     if e.edge_type == EdgeType::Control {
@@ -84,9 +84,9 @@ impl Planner<'_> {
                 if e.target_handle != CONTROL_HANDLE {
                     self.issues.push(issue(
                         IssueKind::ControlHandle,
-                        Some(&e.target),
+                        Some(e.target),
                         Some(&e.id),
-                        Some(&e.target_handle),
+                        Some(e.target_handle),
                         format!(
                             "control edge targets handle `{}`; control edges must target `{CONTROL_HANDLE}`",
                             e.target_handle
@@ -98,7 +98,7 @@ impl Planner<'_> {
                 {
                     self.issues.push(issue(
                             IssueKind::ControlHandle,
-                            Some(&e.target),
+                            Some(e.target),
                             Some(&e.id),
                             Some(CONTROL_HANDLE),
                             format!(
@@ -110,20 +110,20 @@ impl Planner<'_> {
                 if let Some(s) = src
                     && e.source_handle != CONTROL_HANDLE
                     && e.source_handle != CONTROL_OUTPUT_HANDLE
-                    && s.output(&e.source_handle).is_none()
+                    && s.output(e.source_handle).is_none()
                 {
                     self.unknown_output(e, s);
                 }
             }
             EdgeType::Data => {
-                let out = src.map(|s| (s, self.output_type(&e.source, s, &e.source_handle)));
+                let out = src.map(|s| (s, self.output_type(e.source, s, e.source_handle)));
                 if let Some((s, None)) = out {
                     self.unknown_output(e, s);
                 }
                 if e.target_handle == CONTROL_HANDLE {
                     self.issues.push(issue(
                         IssueKind::ControlHandle,
-                        Some(&e.target),
+                        Some(e.target),
                         Some(&e.id),
                         Some(CONTROL_HANDLE),
                         format!(
@@ -133,12 +133,12 @@ impl Planner<'_> {
                     return;
                 }
                 let Some(t) = tgt else { return };
-                let Some(input_ty) = input_type(t, &e.target_handle) else {
+                let Some(input_ty) = input_type(t, e.target_handle) else {
                     self.unknown_handle(
                         IssueKind::UnknownInputHandle,
                         e,
-                        &e.target,
-                        &e.target_handle,
+                        e.target,
+                        e.target_handle,
                         t,
                         "input",
                         t.inputs.iter().map(|p| p.name.as_str()),
@@ -154,9 +154,9 @@ impl Planner<'_> {
                 {
                     self.issues.push(issue(
                         IssueKind::TypeMismatch,
-                        Some(&e.target),
+                        Some(e.target),
                         Some(&e.id),
-                        Some(&e.target_handle),
+                        Some(e.target_handle),
                         format!(
                             "output `{}.{}` ({}) cannot feed {what}input `{}.{}` ({})",
                             e.source, e.source_handle, out_ty, e.target, e.target_handle, input_ty
@@ -171,8 +171,8 @@ impl Planner<'_> {
         self.unknown_handle(
             IssueKind::UnknownOutputHandle,
             e,
-            &e.source,
-            &e.source_handle,
+            e.source,
+            e.source_handle,
             s,
             "output",
             s.outputs.iter().map(|o| o.name.as_str()),

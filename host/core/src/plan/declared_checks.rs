@@ -133,13 +133,13 @@ impl Planner<'_> {
                 .get(e.target)
                 .and_then(|d| d.as_ref())
                 .is_some_and(|d| d.type_name == CHECK_TYPE);
-            let written = written_name(&e.source, &e.target);
+            let written = written_name(e.source, e.target);
             if into_check && e.target_handle != e.source && e.target_handle != written {
                 self.issues.push(issue(
                     IssueKind::InvalidEdgeRule,
-                    Some(&e.target),
+                    Some(e.target),
                     Some(&e.id),
-                    Some(&e.target_handle),
+                    Some(e.target_handle),
                     format!(
                         "an edge into a check targets the handle named after its source node: use `\"targetHandle\": \"{written}\"` (the assertion reads `upstream.{written}`)"
                     ),
@@ -153,7 +153,7 @@ impl Planner<'_> {
             let bad = |message: String| {
                 issue(
                     IssueKind::InvalidEdgeRule,
-                    Some(&e.target),
+                    Some(e.target),
                     Some(&e.id),
                     None,
                     message,
@@ -182,7 +182,7 @@ impl Planner<'_> {
                     let ty = decl_of
                         .get(e.source)
                         .and_then(|d| d.as_ref())
-                        .and_then(|d| self.output_type(&e.source, d, &e.source_handle))
+                        .and_then(|d| self.output_type(e.source, d, e.source_handle))
                         .unwrap_or_default();
                     if keys.is_empty() {
                         self.issues.push(bad(

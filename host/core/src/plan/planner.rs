@@ -534,7 +534,7 @@ impl<'a> Planner<'a> {
             };
             self.issues.push(issue(
                 IssueKind::ControlCycle,
-                Some(&e.target),
+                Some(e.target),
                 Some(&e.id),
                 Some(CONTROL_HANDLE),
                 message,
