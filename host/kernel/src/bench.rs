@@ -93,7 +93,9 @@ fn chain_of(n: usize, when: Option<&str>) -> GraphDoc {
         Some(w) => g.when(w),
         None => g,
     };
-    let mut g = GraphBuilder::new()
+    // Sized up front: the document is alive while the graph is planned, and grown node
+    // by node it would leave room behind that the plan's peak memory counts.
+    let mut g = GraphBuilder::with_capacity(n + 2, n + 1)
         .named(format!("chain-{n}"))
         .node("in", INPUT_TYPE)
         .prop("name", "in")

@@ -728,6 +728,12 @@ impl InputStream {
         InputStream { rx, properties }
     }
 
+    /// How many values are waiting to be read now (all of them, for an aggregate whose
+    /// scope closed before it ran): what a node collecting them can reserve room for.
+    pub fn waiting(&self) -> usize {
+        self.rx.len()
+    }
+
     /// Next value from any input handle, in arrival order; `None` once every input
     /// handle is closed (or the run is cancelled).
     pub async fn next(&mut self) -> Option<StreamItem> {

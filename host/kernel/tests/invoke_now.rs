@@ -223,3 +223,51 @@ fn outputs_as_a_map_keep_each_handles_last_value() {
     assert_eq!(map["index"], Value::Int(14));
     assert_eq!(map["other"], Value::Null);
 }
+
+/// Every node that forwards `value` (input, constant, pass-through) shares one executor:
+/// it holds nothing of a node's own, and a large graph of them would otherwise allocate
+/// one (and its handle's name) per node. Shared, it still forwards each node's own
+/// values, on a runtime with several workers too.
+#[test]
+fn forwarding_nodes_share_one_executor_and_still_forward_their_own_values() {
+    use heddle_core::DeclLookup;
+    let reg = heddle_kernel::registry::Registry::with_builtins();
+    let decl = reg.decl("heddle.passthrough").expect("a built-in");
+    let props = std::collections::BTreeMap::new();
+    let create = |id: &str| {
+        reg.create(&heddle_core::NodeSpec {
+            id,
+            decl: &decl,
+            properties: &props,
+            limits: None,
+        })
+        .expect("a pass-through is created")
+    };
+    assert!(std::sync::Arc::ptr_eq(&create("a"), &create("b")));
+
+    let doc = graph(
+        &[
+            ("k1", "heddle.constant", json!({"value": 1})),
+            ("k2", "heddle.constant", json!({"value": 2})),
+            ("p1", "heddle.passthrough", json!({})),
+            ("p2", "heddle.passthrough", json!({})),
+            ("o1", "heddle.output", json!({"name": "one"})),
+            ("o2", "heddle.output", json!({"name": "two"})),
+        ],
+        &[
+            ("k1", "value", "p1", "value"),
+            ("k2", "value", "p2", "value"),
+            ("p1", "value", "o1", "value"),
+            ("p2", "value", "o2", "value"),
+        ],
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let r = rt.block_on(run(&doc));
+    assert_eq!(r.status, RunStatus::Completed, "{:?}", r.error);
+    assert_eq!(r.outputs["one"], vec![Value::Int(1)]);
+    assert_eq!(r.outputs["two"], vec![Value::Int(2)]);
+}

@@ -11,22 +11,27 @@
 //!   are dropped, each with a warning so the user sees what the bypass cost;
 //! - the rewritten edge keeps the outgoing edge's id (and its position in the edge list).
 
+use std::borrow::Cow;
+
 use super::issues::{Issue, IssueKind};
 use crate::graph::EdgeType;
 
-/// An edge during planning, before node indices exist.
+/// An edge during planning, before node indices exist. It borrows its names from the
+/// document: it lives only while the document is planned, and owned copies were five
+/// allocations per edge at the planning peak (with the document and the plan alive).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WorkEdge {
-    /// The effective id (`id`, or NodeTool's derived `source:handle->target:handle`).
-    pub id: String,
+pub struct WorkEdge<'a> {
+    /// The effective id (`id`, or NodeTool's derived `source:handle->target:handle`,
+    /// the only one made here).
+    pub id: Cow<'a, str>,
     /// The node it leaves.
-    pub source: String,
+    pub source: &'a str,
     /// The output handle it leaves from.
-    pub source_handle: String,
+    pub source_handle: &'a str,
     /// The node it enters.
-    pub target: String,
+    pub target: &'a str,
     /// The input handle it enters.
-    pub target_handle: String,
+    pub target_handle: &'a str,
     /// Data or control.
     pub edge_type: EdgeType,
 }
@@ -37,16 +42,16 @@ pub struct WorkEdge {
 /// from the upstream output may flow into the downstream input; callers answer `true`
 /// when a type is unknown. Returns the surviving edges, in their original order, and a
 /// warning per dropped edge.
-pub fn rewrite(
-    edges: Vec<WorkEdge>,
+pub fn rewrite<'a>(
+    edges: Vec<WorkEdge<'a>>,
     bypassed: &[&str],
     compatible: &dyn Fn(&str, &str, &str, &str) -> bool,
-) -> (Vec<WorkEdge>, Vec<Issue>) {
-    let mut slots: Vec<Option<WorkEdge>> = edges.into_iter().map(Some).collect();
+) -> (Vec<WorkEdge<'a>>, Vec<Issue>) {
+    let mut slots: Vec<Option<WorkEdge<'a>>> = edges.into_iter().map(Some).collect();
     let mut warnings = Vec::new();
     for &b in bypassed {
         // Upstream candidates: data edges into `b` from some other node, in document order.
-        let incoming: Vec<WorkEdge> = slots
+        let incoming: Vec<WorkEdge<'a>> = slots
             .iter()
             .flatten()
             .filter(|e| e.edge_type == EdgeType::Data && e.target == b && e.source != b)
@@ -70,9 +75,8 @@ pub fn rewrite(
                 *slot = None;
                 continue;
             }
-            let fits = |i: &&WorkEdge| {
-                compatible(&i.source, &i.source_handle, &e.target, &e.target_handle)
-            };
+            let fits =
+                |i: &&WorkEdge| compatible(i.source, i.source_handle, e.target, e.target_handle);
             let chosen = incoming
                 .iter()
                 .filter(|i| i.target_handle == e.source_handle)
@@ -81,8 +85,8 @@ pub fn rewrite(
             match chosen {
                 Some(up) => {
                     let mut re = e.clone();
-                    re.source = up.source.clone();
-                    re.source_handle = up.source_handle.clone();
+                    re.source = up.source;
+                    re.source_handle = up.source_handle;
                     *slot = Some(re);
                 }
                 None => {
@@ -106,9 +110,9 @@ pub fn rewrite(
 fn dropped(e: &WorkEdge, message: String) -> Issue {
     Issue {
         kind: IssueKind::BypassDroppedEdge,
-        node: Some(e.target.clone()),
-        edge: Some(e.id.clone()),
-        handle: Some(e.target_handle.clone()),
+        node: Some(e.target.to_string()),
+        edge: Some(e.id.to_string()),
+        handle: Some(e.target_handle.to_string()),
         message,
     }
 }
@@ -117,13 +121,13 @@ fn dropped(e: &WorkEdge, message: String) -> Issue {
 mod tests {
     use super::*;
 
-    fn edge(id: &str, s: &str, sh: &str, t: &str, th: &str) -> WorkEdge {
+    fn edge<'a>(id: &'a str, s: &'a str, sh: &'a str, t: &'a str, th: &'a str) -> WorkEdge<'a> {
         WorkEdge {
             id: id.into(),
-            source: s.into(),
-            source_handle: sh.into(),
-            target: t.into(),
-            target_handle: th.into(),
+            source: s,
+            source_handle: sh,
+            target: t,
+            target_handle: th,
             edge_type: EdgeType::Data,
         }
     }

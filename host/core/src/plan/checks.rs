@@ -20,14 +20,12 @@ impl Planner<'_> {
     pub(super) fn check_edges(&mut self, work: &[WorkEdge], decl_of: &DeclOf<'_>) {
         let mut into: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
         for e in work.iter().filter(|e| e.edge_type == EdgeType::Data) {
-            into.entry((&e.target, &e.target_handle))
+            into.entry((e.target, e.target_handle))
                 .or_default()
                 .push(&e.id);
         }
         for e in work {
-            let fan_in = into
-                .get(&(e.target.as_str(), e.target_handle.as_str()))
-                .map_or(0, Vec::len);
+            let fan_in = into.get(&(e.target, e.target_handle)).map_or(0, Vec::len);
             self.check_edge(e, decl_of, fan_in);
         }
 
@@ -62,14 +60,14 @@ impl Planner<'_> {
     /// `fan_in` is the number of data edges into the edge's target handle: several edges
     /// into a list input each carry one element (the handle accumulates them).
     fn check_edge(&mut self, e: &WorkEdge, decl_of: &DeclOf<'_>, fan_in: usize) {
-        let src = decl_of.get(e.source.as_str()).and_then(|d| d.as_ref());
-        let tgt = decl_of.get(e.target.as_str()).and_then(|d| d.as_ref());
+        let src = decl_of.get(e.source).and_then(|d| d.as_ref());
+        let tgt = decl_of.get(e.target).and_then(|d| d.as_ref());
         if e.source == e.target {
             self.issues.push(issue(
                 IssueKind::SelfLoop,
-                Some(&e.source),
+                Some(e.source),
                 Some(&e.id),
-                Some(&e.target_handle),
+                Some(e.target_handle),
                 format!(
                     "{} edge connects node {} to itself",
                     if e.edge_type == EdgeType::Control {
@@ -86,9 +84,9 @@ impl Planner<'_> {
                 if e.target_handle != CONTROL_HANDLE {
                     self.issues.push(issue(
                         IssueKind::ControlHandle,
-                        Some(&e.target),
+                        Some(e.target),
                         Some(&e.id),
-                        Some(&e.target_handle),
+                        Some(e.target_handle),
                         format!(
                             "control edge targets handle `{}`; control edges must target `{CONTROL_HANDLE}`",
                             e.target_handle
@@ -100,7 +98,7 @@ impl Planner<'_> {
                 {
                     self.issues.push(issue(
                             IssueKind::ControlHandle,
-                            Some(&e.target),
+                            Some(e.target),
                             Some(&e.id),
                             Some(CONTROL_HANDLE),
                             format!(
@@ -112,20 +110,20 @@ impl Planner<'_> {
                 if let Some(s) = src
                     && e.source_handle != CONTROL_HANDLE
                     && e.source_handle != CONTROL_OUTPUT_HANDLE
-                    && s.output(&e.source_handle).is_none()
+                    && s.output(e.source_handle).is_none()
                 {
                     self.unknown_output(e, s);
                 }
             }
             EdgeType::Data => {
-                let out = src.map(|s| (s, self.output_type(&e.source, s, &e.source_handle)));
+                let out = src.map(|s| (s, self.output_type(e.source, s, e.source_handle)));
                 if let Some((s, None)) = out {
                     self.unknown_output(e, s);
                 }
                 if e.target_handle == CONTROL_HANDLE {
                     self.issues.push(issue(
                         IssueKind::ControlHandle,
-                        Some(&e.target),
+                        Some(e.target),
                         Some(&e.id),
                         Some(CONTROL_HANDLE),
                         format!(
@@ -135,12 +133,12 @@ impl Planner<'_> {
                     return;
                 }
                 let Some(t) = tgt else { return };
-                let Some(input_ty) = input_type(t, &e.target_handle) else {
+                let Some(input_ty) = input_type(t, e.target_handle) else {
                     self.unknown_handle(
                         IssueKind::UnknownInputHandle,
                         e,
-                        &e.target,
-                        &e.target_handle,
+                        e.target,
+                        e.target_handle,
                         t,
                         "input",
                         t.inputs.iter().map(|p| p.name.as_str()),
@@ -156,9 +154,9 @@ impl Planner<'_> {
                 {
                     self.issues.push(issue(
                         IssueKind::TypeMismatch,
-                        Some(&e.target),
+                        Some(e.target),
                         Some(&e.id),
-                        Some(&e.target_handle),
+                        Some(e.target_handle),
                         format!(
                             "output `{}.{}` ({}) cannot feed {what}input `{}.{}` ({})",
                             e.source, e.source_handle, out_ty, e.target, e.target_handle, input_ty
@@ -173,8 +171,8 @@ impl Planner<'_> {
         self.unknown_handle(
             IssueKind::UnknownOutputHandle,
             e,
-            &e.source,
-            &e.source_handle,
+            e.source,
+            e.source_handle,
             s,
             "output",
             s.outputs.iter().map(|o| o.name.as_str()),

@@ -130,16 +130,16 @@ impl Planner<'_> {
         let mut rules = HashMap::new();
         for e in work.iter().filter(|e| e.edge_type == EdgeType::Data) {
             let into_check = decl_of
-                .get(e.target.as_str())
+                .get(e.target)
                 .and_then(|d| d.as_ref())
                 .is_some_and(|d| d.type_name == CHECK_TYPE);
-            let written = written_name(&e.source, &e.target);
+            let written = written_name(e.source, e.target);
             if into_check && e.target_handle != e.source && e.target_handle != written {
                 self.issues.push(issue(
                     IssueKind::InvalidEdgeRule,
-                    Some(&e.target),
+                    Some(e.target),
                     Some(&e.id),
-                    Some(&e.target_handle),
+                    Some(e.target_handle),
                     format!(
                         "an edge into a check targets the handle named after its source node: use `\"targetHandle\": \"{written}\"` (the assertion reads `upstream.{written}`)"
                     ),
@@ -147,13 +147,13 @@ impl Planner<'_> {
             }
         }
         for e in work {
-            let Some(doc) = declared.get(&e.id) else {
+            let Some(doc) = declared.get(&*e.id) else {
                 continue;
             };
             let bad = |message: String| {
                 issue(
                     IssueKind::InvalidEdgeRule,
-                    Some(&e.target),
+                    Some(e.target),
                     Some(&e.id),
                     None,
                     message,
@@ -166,7 +166,7 @@ impl Planner<'_> {
                 continue;
             }
             let contract = contracts
-                .get(e.source.as_str())
+                .get(e.source)
                 .filter(|c| *c.handle == *e.source_handle);
             let when = match doc.when.as_deref().map(Expr::compile) {
                 None => None,
@@ -180,9 +180,9 @@ impl Planner<'_> {
                 None => None,
                 Some(keys) => {
                     let ty = decl_of
-                        .get(e.source.as_str())
+                        .get(e.source)
                         .and_then(|d| d.as_ref())
-                        .and_then(|d| self.output_type(&e.source, d, &e.source_handle))
+                        .and_then(|d| self.output_type(e.source, d, e.source_handle))
                         .unwrap_or_default();
                     if keys.is_empty() {
                         self.issues.push(bad(
@@ -217,7 +217,7 @@ impl Planner<'_> {
                 }
             };
             rules.insert(
-                e.id.clone(),
+                e.id.to_string(),
                 Arc::new(EdgeRule {
                     when,
                     fields,
@@ -240,15 +240,15 @@ impl Planner<'_> {
             .collect();
         let mut below: HashSet<&str> = work
             .iter()
-            .filter(|e| e.edge_type == EdgeType::Data && when.contains(&e.id))
-            .map(|e| e.target.as_str())
+            .filter(|e| e.edge_type == EdgeType::Data && when.contains(&*e.id))
+            .map(|e| e.target)
             .collect();
         // A fixed point over the data edges (cycles are reported elsewhere).
         loop {
             let before = below.len();
             for e in work.iter().filter(|e| e.edge_type == EdgeType::Data) {
-                if below.contains(e.source.as_str()) {
-                    below.insert(e.target.as_str());
+                if below.contains(e.source) {
+                    below.insert(e.target);
                 }
             }
             if below.len() == before {
@@ -268,7 +268,7 @@ impl Planner<'_> {
     ) -> bool {
         ids.iter().all(|id| {
             work.iter().find(|e| e.id == *id).is_some_and(|e| {
-                below.contains(e.source.as_str())
+                below.contains(e.source)
                     && !self
                         .doc
                         .edges

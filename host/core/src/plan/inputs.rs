@@ -46,14 +46,18 @@ impl GraphInput {
 /// Streaming inputs without either send nothing until the caller pushes.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct BoundInputs {
-    /// By node index; `None` for nodes that are not inputs or have no value.
-    by_node: Vec<Option<Value>>,
+    /// The input nodes that have a value, in node order. Only these: a slot per node of
+    /// the graph was 24 bytes a node, held for the whole run, for the few inputs.
+    by_node: Vec<(NodeIdx, Value)>,
 }
 
 impl BoundInputs {
     /// The start value of input node `node`, if it has one.
     pub fn get(&self, node: NodeIdx) -> Option<&Value> {
-        self.by_node.get(node as usize).and_then(Option::as_ref)
+        self.by_node
+            .binary_search_by_key(&node, |(n, _)| *n)
+            .ok()
+            .map(|p| &self.by_node[p].1)
     }
 }
 
@@ -146,7 +150,7 @@ impl Plan {
                 problems.push(e);
             }
         }
-        let mut by_node = vec![None; self.nodes.len()];
+        let mut by_node = Vec::new();
         for input in &self.inputs {
             let value = match values.get(&*input.name) {
                 Some(v) => match input.check(v.clone()) {
@@ -165,8 +169,12 @@ impl Plan {
                     ty: input.ty.clone(),
                 });
             }
-            by_node[input.node as usize] = value;
+            if let Some(v) = value {
+                by_node.push((input.node, v));
+            }
         }
+        // `inputs` are in node order already; sorted all the same for `get`'s search.
+        by_node.sort_by_key(|(n, _)| *n);
         if problems.is_empty() {
             Ok(BoundInputs { by_node })
         } else {

@@ -45,7 +45,7 @@ pub use inputs::{BoundInputs, InputError, InputErrors};
 pub use issues::{Issue, IssueKind, ValidationError};
 pub use model::{
     CHECK_TYPE, Correlation, EdgeIdx, EdgeScope, GraphInput, HandleClass, HandleScope, INPUT_TYPE,
-    NodeIdx, NodeScope, OUTPUT_TYPE, OutputScope, Plan, PlanEdge, PlanNode, RootIdx, RootInfo,
-    input_type,
+    Indices, NodeIdx, NodeScope, OUTPUT_TYPE, OutputScope, Plan, PlanEdge, PlanNode, RootIdx,
+    RootInfo, input_type,
 };
 pub use planner::{plan, plan_with};

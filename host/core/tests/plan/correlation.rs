@@ -261,7 +261,7 @@ fn control_edges_get_empty_scope_and_controllers_are_unique() {
                    "targetHandle": "__control__", "edge_type": "control"}]
     }));
     let g = &p.nodes[node_idx(&p, "g")];
-    assert_eq!(g.controllers, vec![node_idx(&p, "agent") as u32]);
+    assert_eq!(g.controllers.as_slice(), [node_idx(&p, "agent") as u32]);
     assert_eq!(g.in_edges.len(), 2);
     assert!(p.edges.iter().all(|e| e.edge_type == EdgeType::Control));
     assert!(p.correlation.edges.iter().all(|e| e.scope.is_empty()));

@@ -40,8 +40,22 @@ fn diamond_and_large_graphs_plan_in_topological_order() {
     assert!((1..1000).all(|i| pos(&format!("p{}", i - 1)) < pos(&format!("p{i}"))));
     for (ei, e) in p.edges.iter().enumerate() {
         assert!(e.source < e.target);
-        assert_eq!(p.nodes[e.target as usize].in_edges, vec![ei as u32]);
+        assert_eq!(p.nodes[e.target as usize].in_edges.as_slice(), [ei as u32]);
     }
+    // Every edge of the chain names `value` at both ends: one shared text, not one per
+    // end (a large graph's plan would hold thousands of copies).
+    let first = &p.edges[0].source_handle;
+    assert!(
+        p.edges.iter().all(|e| {
+            Arc::ptr_eq(&e.source_handle, first) && Arc::ptr_eq(&e.target_handle, first)
+        })
+    );
+    // A node's edges are held in place, not allocated.
+    assert!(
+        p.nodes
+            .iter()
+            .all(|n| !n.in_edges.spilled() && !n.out_edges.spilled())
+    );
 }
 
 /// Random documents (unknown types, bogus handles, bypassed nodes, control edges, cycles)

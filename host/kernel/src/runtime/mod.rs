@@ -203,7 +203,7 @@ impl Run {
                 id: &n.id,
                 decl: &n.decl,
                 properties: &n.properties,
-                limits: n.limits.as_ref(),
+                limits: n.limits.as_deref(),
             };
             let approved = opts.approved_gates.get(&*n.id);
             let created = match approved {
@@ -261,12 +261,16 @@ impl Run {
         let buffer = self.opts.inbox.buffer.max(1);
         let mut txs = Vec::with_capacity(n);
         let mut rxs = Vec::with_capacity(n);
-        for node in &plan.nodes {
+        // Which native nodes run in their producer's task (see `actor::fused`).
+        let fusion = actor::Fusion::new(&plan);
+        for (i, node) in plan.nodes.iter().enumerate() {
             // Only a node something can send to gets an inbox (see `inbox::Inbox`), and
-            // its channel only once an end uses it.
-            let reachable = !node.in_edges.is_empty()
+            // its channel only once an end uses it. A node fed through its group's local
+            // queue gets none: only its producer sends to it, and only through that.
+            let reachable = (!node.in_edges.is_empty()
                 || &*node.node_type == INPUT_TYPE
-                || !node.controllers.is_empty();
+                || !node.controllers.is_empty())
+                && !fusion.fed_locally(i);
             let (tx, rx) = if reachable {
                 let (tx, rx) = inbox::inbox(buffer);
                 (Some(tx), rx)
@@ -315,7 +319,13 @@ impl Run {
             .collect();
         // The runner wires each actor when it starts it: a node that runs inline and ends
         // holds its wiring only meanwhile.
-        let join = tokio::spawn(runner::run_all(self, txs.clone(), rxs, shared.clone()));
+        let join = tokio::spawn(runner::run_all(
+            self,
+            txs.clone(),
+            rxs,
+            fusion,
+            shared.clone(),
+        ));
         RunHandle {
             shared,
             txs,

@@ -25,6 +25,7 @@ pub(super) async fn run_all(
     run: Run,
     txs: Arc<[Option<InboxTx>]>,
     rxs: Vec<Inbox>,
+    fusion: Fusion,
     sh: Arc<Shared>,
 ) -> RunResult {
     run.bus.publish(EventKind::Run {
@@ -34,7 +35,7 @@ pub(super) async fn run_all(
     if let Err(result) = initialize(&run, &sh).await {
         return result;
     }
-    let ran = run_actors(&run, txs, rxs, &sh).await;
+    let ran = run_actors(&run, txs, rxs, fusion, &sh).await;
     finalize(&run, &ran.reports).await;
     build_result(&run, &sh, ran)
 }
@@ -128,13 +129,13 @@ async fn run_actors(
     run: &Run,
     txs: Arc<[Option<InboxTx>]>,
     rxs: Vec<Inbox>,
+    mut fusion: Fusion,
     sh: &Arc<Shared>,
 ) -> Ran {
     let plan = &run.plan;
     let bus = &run.bus;
     let mut joins: Vec<(usize, JoinHandle<Box<ActorReport>>)> = Vec::new();
     let mut reports: Vec<Option<Ended>> = (0..plan.nodes.len()).map(|_| None).collect();
-    let mut fusion = Fusion::new(plan);
     // Events of nodes run inline, published a batch at a time (see `INLINE_BATCH`).
     let mut held: Vec<Draft> = Vec::new();
     for (idx, rx) in rxs.into_iter().enumerate() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use heddle_core::graph::EdgeType;
 use heddle_core::plan::{NodeIdx, PlanNode};
 
-use super::actor::{ActorSpec, HandleSpec, NodeRole, OutEdge, OutPort};
+use super::actor::{ActorSpec, HandleSpec, Link, NodeRole, OutEdge, OutPort, SpecRare};
 use super::inbox::{Inbox, InboxTx};
 use super::{INPUT_TYPE, OUTPUT_TYPE, Run};
 use crate::executor::Inputs;
@@ -36,7 +36,7 @@ impl Run {
             .map(|(name, h)| HandleSpec {
                 name: name.clone(),
                 class: h.class,
-                scope: h.scope.clone(),
+                scope: h.scope.as_slice().into(),
                 accumulates: h.accumulates,
                 repeats: h.repeats_per_key,
                 upstream: 0,
@@ -75,7 +75,8 @@ impl Run {
         }
 
         // Output ports: declared outputs with their scopes, plus control ports.
-        let mut ports: Vec<OutPort> = Vec::new();
+        // Built as vectors, held as exact boxed slices (see below).
+        let mut ports: Vec<(OutPort, Vec<OutEdge>)> = Vec::new();
         let mut control_targets: Vec<usize> = Vec::new();
         for &ei in &node.out_edges {
             let e = &plan.edges[ei as usize];
@@ -94,7 +95,7 @@ impl Run {
             }
             let pi = match ports
                 .iter()
-                .position(|p| p.name == e.source_handle && p.control == control)
+                .position(|(p, _)| p.name == e.source_handle && p.control == control)
             {
                 Some(p) => p,
                 None => {
@@ -104,21 +105,23 @@ impl Run {
                         None => (scope.invocation_scope.clone(), None),
                     };
                     let keep = pscope.len() - usize::from(mints.is_some());
-                    ports.push(OutPort {
-                        name: e.source_handle.clone(),
-                        keep,
-                        scope: pscope,
-                        mints,
-                        control,
-                        edges: Vec::new(),
-                    });
+                    ports.push((
+                        OutPort {
+                            name: e.source_handle.clone(),
+                            keep,
+                            scope: pscope.as_slice().into(),
+                            mints,
+                            control,
+                            edges: Box::default(),
+                        },
+                        Vec::new(),
+                    ));
                     ports.len() - 1
                 }
             };
-            ports[pi].edges.push(OutEdge {
+            ports[pi].1.push(OutEdge {
                 index: ei,
-                edge_id: e.id.clone(),
-                tx: inbox_of(txs, target).into(),
+                tx: link_to(txs, target),
                 handle,
                 counter: 0,
                 last_event: None,
@@ -131,7 +134,7 @@ impl Run {
         for o in &decl.outputs {
             if !ports
                 .iter()
-                .any(|p| &*p.name == o.name.as_str() && !p.control)
+                .any(|(p, _)| &*p.name == o.name.as_str() && !p.control)
             {
                 let os = scope.outputs.get(o.name.as_str());
                 let (pscope, mints) = match os {
@@ -139,21 +142,28 @@ impl Run {
                     None => (scope.invocation_scope.clone(), None),
                 };
                 let keep = pscope.len() - usize::from(mints.is_some());
-                ports.push(OutPort {
-                    name: Arc::from(o.name.as_str()),
-                    keep,
-                    scope: pscope,
-                    mints,
-                    control: false,
-                    edges: Vec::new(),
-                });
+                ports.push((
+                    OutPort {
+                        name: Arc::from(o.name.as_str()),
+                        keep,
+                        scope: pscope.as_slice().into(),
+                        mints,
+                        control: false,
+                        edges: Box::default(),
+                    },
+                    Vec::new(),
+                ));
             }
         }
-        // Held for the node's whole life: no room kept for ports or edges that never come.
-        for p in &mut ports {
-            p.edges.shrink_to_fit();
-        }
-        ports.shrink_to_fit();
+        // Held for the node's whole life: exact boxed slices, no room kept for ports or
+        // edges that never come (and a word less each than a vector).
+        let mut ports: Box<[OutPort]> = ports
+            .into_iter()
+            .map(|(p, edges)| OutPort {
+                edges: edges.into_boxed_slice(),
+                ..p
+            })
+            .collect();
         if &*node.node_type == INPUT_TYPE {
             // The input node's single output must be port 0 (the kernel routes to it).
             if let Some(p) = ports.iter().position(|p| &*p.name == "value" && !p.control) {
@@ -162,10 +172,18 @@ impl Run {
         }
 
         let base = base_inputs(node).into_owned();
-        let defaults = handles
+        // Only when one is declared: most nodes would hold a list of `None`s.
+        let declares_default = handles
             .iter()
-            .map(|h| decl.input(&h.name).and_then(|p| p.default.clone()))
-            .collect();
+            .any(|h| decl.input(&h.name).is_some_and(|p| p.default.is_some()));
+        let defaults = if declares_default {
+            handles
+                .iter()
+                .map(|h| decl.input(&h.name).and_then(|p| p.default.clone()))
+                .collect()
+        } else {
+            Box::default()
+        };
         // Without a value on a required input the node cannot run: no default and no
         // property stands in for it.
         for h in &mut handles {
@@ -240,27 +258,31 @@ impl Run {
             exec: self.executors[i].clone(),
             base_inputs: base,
             defaults,
-            handles,
-            scope: scope.invocation_scope.clone(),
+            handles: handles.into_boxed_slice(),
+            scope: scope.invocation_scope.as_slice().into(),
             driver,
             ports,
-            control_targets: control_targets
-                .iter()
-                .map(|t| inbox_of(txs, *t).into())
-                .collect(),
-            controls,
             controllers,
-            root_contrib: root_contrib.into_iter().filter(|(_, n)| *n > 1).collect(),
-            timeout,
-            retry,
-            // A graph node's output port carries the fields its inner producer declares
-            // (so edges leaving the graph node are checked against them), but that
-            // producer keeps the promise: the pass-through checks nothing again.
-            contract: node.contract.clone().filter(|_| {
-                &*node.node_type != heddle_core::compose::OUTPUT_PORT_TYPE
-                    && &*node.node_type != heddle_core::compose::INPUT_PORT_TYPE
-            }),
-            typed_inputs,
+            rare: SpecRare {
+                control_targets: control_targets
+                    .iter()
+                    .map(|t| inbox_of(txs, *t).into())
+                    .collect(),
+                controls,
+                root_contrib: root_contrib.into_iter().filter(|(_, n)| *n > 1).collect(),
+                timeout,
+                retry,
+                // A graph node's output port carries the fields its inner producer
+                // declares (so edges leaving the graph node are checked against them),
+                // but that producer keeps the promise: the pass-through checks nothing
+                // again.
+                contract: node.contract.clone().filter(|_| {
+                    &*node.node_type != heddle_core::compose::OUTPUT_PORT_TYPE
+                        && &*node.node_type != heddle_core::compose::INPUT_PORT_TYPE
+                }),
+                typed_inputs,
+            }
+            .boxed(),
             role,
             rx,
         }
@@ -290,6 +312,16 @@ pub(super) fn base_inputs(node: &PlanNode) -> Cow<'_, Inputs> {
         base.insert(k.clone(), v.clone());
     }
     Cow::Owned(base)
+}
+
+/// The sending end of an edge into `target`: its inbox, or, for a node fused with its
+/// producer (which has no inbox of its own, see `Run::start`), a link the fused group
+/// wires to a local queue before anything runs.
+fn link_to(txs: &[Option<InboxTx>], target: usize) -> Link {
+    match &txs[target] {
+        Some(tx) => Link::Channel(tx.clone()),
+        None => Link::Unwired,
+    }
 }
 
 /// The sender into the inbox of `target`, a node an edge reaches: such a node always has

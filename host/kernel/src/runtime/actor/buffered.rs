@@ -217,7 +217,7 @@ impl Actor {
                 .map(|(h, open)| SchedHandle {
                     name: h.name.clone(),
                     class: h.class,
-                    scope: h.scope.clone(),
+                    scope: h.scope.to_vec(),
                     accumulates: h.accumulates,
                     closed: *open == 0,
                     edges: h.upstream,
@@ -227,7 +227,7 @@ impl Actor {
             Box::new(Scheduler::new(
                 self.spec.id.clone(),
                 handles,
-                self.spec.scope.clone(),
+                self.spec.scope.to_vec(),
                 self.spec.driver,
                 keep,
                 Limits {

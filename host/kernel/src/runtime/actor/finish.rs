@@ -173,7 +173,13 @@ impl Actor {
                 }
             }
         }
-        for tx in std::mem::take(&mut self.spec.control_targets) {
+        let control_targets = self
+            .spec
+            .rare
+            .as_mut()
+            .map(|r| std::mem::take(&mut r.control_targets))
+            .unwrap_or_default();
+        for tx in control_targets {
             if cancelled {
                 let _ = tx.try_send(Msg::ControlEos);
             } else {

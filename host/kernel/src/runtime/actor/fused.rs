@@ -18,7 +18,6 @@
 //! task of their own: they may run long, and on a multi-thread runtime they run in
 //! parallel with their neighbours.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
@@ -41,10 +40,11 @@ enum Place {
     /// A task of its own (or inline, as the runner decides).
     Alone,
     /// The head of group `g`.
-    Head(usize),
+    Head(u32),
     /// A member of group `g`, fed by `edge` (its one incoming edge) from `upstream`.
+    /// (Indices as `u32`, as the plan's: a place per node is 16 bytes.)
     Member {
-        group: usize,
+        group: u32,
         edge: u32,
         upstream: u32,
     },
@@ -162,8 +162,8 @@ impl Fusion {
             };
         }
         let mut places = vec![Place::Alone; n];
-        let mut group_of_head: Vec<Option<usize>> = vec![None; n];
-        let mut groups = 0;
+        let mut group_of_head: Vec<Option<u32>> = vec![None; n];
+        let mut groups: u32 = 0;
         for i in 0..n {
             let (Some(e), Some(h)) = (feed[i], head[i]) else {
                 continue;
@@ -182,11 +182,25 @@ impl Fusion {
                 upstream: plan.edges[e as usize].source,
             };
         }
+        // Each group's list sized to its members (head included): a long chain's one
+        // group would otherwise grow by doubling while every actor is being built.
+        let mut sizes = vec![1usize; groups as usize];
+        for p in &places {
+            if let Place::Member { group, .. } = p {
+                sizes[*group as usize] += 1;
+            }
+        }
         Fusion {
             places,
             depth,
-            groups: (0..groups).map(|_| Vec::new()).collect(),
+            groups: sizes.into_iter().map(Vec::with_capacity).collect(),
         }
+    }
+
+    /// Whether node `i` is fed through a local queue by its producer's group: such a
+    /// node needs no inbox channel (nor the slot one would be made in).
+    pub fn fed_locally(&self, i: usize) -> bool {
+        matches!(self.places.get(i), Some(Place::Member { .. }))
     }
 
     /// Takes node `i`'s actor if it runs in a group; hands it back if it runs alone.
@@ -194,7 +208,7 @@ impl Fusion {
         match self.places[i] {
             Place::Alone => Some(a),
             Place::Head(g) | Place::Member { group: g, .. } => {
-                self.groups[g].push((i, a));
+                self.groups[g as usize].push((i, a));
                 None
             }
         }
@@ -220,11 +234,21 @@ impl Fusion {
 fn wire(places: &[Place], depth: &[u32], mut members: Vec<(usize, Box<Actor>)>) -> Group {
     // Every member after its producer (one edge deeper).
     members.sort_by_key(|(i, _)| depth[*i]);
-    let pos: HashMap<usize, usize> = members
+    // Each member's place in that order, by plan index: a sorted list searched by
+    // halves, the size of its entries (a hash map of a 10,000-node chain's group was
+    // ~28 bytes a member more, alive at the run's peak).
+    let mut pos: Vec<(usize, usize)> = members
         .iter()
         .enumerate()
         .map(|(p, (i, _))| (*i, p))
         .collect();
+    pos.sort_unstable();
+    let pos_of = |i: usize| {
+        pos[pos
+            .binary_search_by_key(&i, |(i, _)| *i)
+            .expect("a member's producer is in its group")]
+        .1
+    };
     let mut probes = Vec::with_capacity(members.len());
     for m in 0..members.len() {
         let Place::Member { edge, upstream, .. } = places[members[m].0] else {
@@ -236,7 +260,7 @@ fn wire(places: &[Place], depth: &[u32], mut members: Vec<(usize, Box<Actor>)>) 
         // The producer is in the group (it is this member's head or another member); its
         // edge into this member now feeds the queue. Without such an edge (the handle
         // is not connected) the queue is closed at once, as the channel would be.
-        let producer = &mut members[pos[&(upstream as usize)]].1;
+        let producer = &mut members[pos_of(upstream as usize)].1;
         if let Some(e) = producer
             .spec
             .ports
@@ -331,4 +355,14 @@ fn controls(plan: &heddle_core::plan::Plan, node: &heddle_core::plan::PlanNode) 
     node.out_edges
         .iter()
         .any(|&e| plan.edges[e as usize].edge_type == EdgeType::Control)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A place per node of the run, decided before any actor starts (64-bit targets).
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_place_is_16_bytes() {
+        assert_eq!(std::mem::size_of::<super::Place>(), 16);
+    }
 }

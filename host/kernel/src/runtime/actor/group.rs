@@ -250,7 +250,7 @@ impl Actor {
             let mut inputs = self.rebuild_inputs(&m.used);
             // Typed inputs are checked here as on the one-at-a-time path: a misfit is
             // this member's failure, and the node's code never sees the value.
-            let misfit = if self.spec.typed_inputs.is_empty() {
+            let misfit = if self.spec.typed_inputs().is_empty() {
                 None
             } else {
                 self.check_inputs(&mut inputs).err()

@@ -69,7 +69,7 @@ impl Actor {
                 *mint = MintedTokens::default();
                 for (handle, value) in emitted {
                     if handle.as_ref() == crate::runtime::control::CONTROL_SENT {
-                        if let Some(c) = &self.spec.controls {
+                        if let Some(c) = self.spec.controls() {
                             c.resend(&value).await;
                         }
                         continue;

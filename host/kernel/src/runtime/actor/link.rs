@@ -20,6 +20,10 @@ use super::{InboxTx, Msg};
 pub(crate) enum Link {
     Channel(InboxTx),
     Local(LocalTx),
+    /// Into a node fused with its producer, before the group wires it to a local queue
+    /// (`fused::wire`, before any member runs). Reads as a node gone, should one remain
+    /// unwired (the edge's handle is not one the node has).
+    Unwired,
 }
 
 impl From<InboxTx> for Link {
@@ -34,6 +38,7 @@ impl Link {
         match self {
             Link::Channel(tx) => tx.try_send(msg),
             Link::Local(q) => q.try_send(msg),
+            Link::Unwired => Err(TrySendError::Closed(msg)),
         }
     }
 
@@ -42,6 +47,7 @@ impl Link {
         match self {
             Link::Channel(tx) => tx.send(msg).await,
             Link::Local(q) => q.send(msg).await,
+            Link::Unwired => Err(SendError(msg)),
         }
     }
 }
@@ -52,7 +58,9 @@ struct Queue {
     /// emptied batch buffer in (see [`LocalRx::poll_recv_many`]), so two buffers
     /// alternate and stay warm in cache, and nothing is copied.
     msgs: VecDeque<Msg>,
-    cap: usize,
+    /// A `u32`: with the flags below, the queue and its reference counts fit 56 bytes
+    /// (64 with the allocator's header, not 80), one per fused node.
+    cap: u32,
     /// The sender is gone: the queue reads as closed once it is empty.
     sender_gone: bool,
     /// The receiver stopped: sends are dropped, as into a closed channel.
@@ -155,7 +163,7 @@ pub(super) fn local(cap: usize) -> (LocalTx, LocalRx, LocalProbe) {
     let q = Arc::new(Shared {
         queue: UnsafeCell::new(Queue {
             msgs: VecDeque::new(),
-            cap: cap.max(1),
+            cap: u32::try_from(cap).unwrap_or(u32::MAX).max(1),
             sender_gone: false,
             closed: false,
             moved: false,
@@ -174,7 +182,7 @@ impl LocalTx {
             if q.closed {
                 return Err(TrySendError::Closed(msg));
             }
-            if q.msgs.len() >= q.cap {
+            if q.msgs.len() >= q.cap as usize {
                 return Err(TrySendError::Full(msg));
             }
             q.msgs.push_back(msg);
@@ -283,6 +291,14 @@ mod tests {
                 _ => panic!("not a test message"),
             })
             .collect()
+    }
+
+    /// One queue per fused node, alive from the start: with its reference counts it
+    /// stays within 56 bytes (64-bit targets; release builds, without the debug check).
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_queue_stays_small() {
+        assert_eq!(std::mem::size_of::<Queue>(), 40);
     }
 
     /// A queue taken in part (a batch of a fuller queue) or whole (its buffer swapped

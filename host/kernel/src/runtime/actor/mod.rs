@@ -126,9 +126,8 @@ pub(crate) enum Msg {
 }
 
 pub(crate) struct OutEdge {
-    /// Index in the plan's edges.
+    /// Index in the plan's edges (whose id its events name, see [`Actor::edge_id`]).
     pub index: u32,
-    pub edge_id: Arc<str>,
     pub tx: Link,
     pub handle: u16,
     pub counter: u64,
@@ -144,11 +143,11 @@ pub(crate) struct OutPort {
     /// minus the minted root).
     pub keep: usize,
     /// Roots of the output's scope (for forwarding scope-close signals).
-    pub scope: Vec<RootIdx>,
+    pub scope: Box<[RootIdx]>,
     pub mints: Option<RootIdx>,
     /// Control port: values become control events.
     pub control: bool,
-    pub edges: Vec<OutEdge>,
+    pub edges: Box<[OutEdge]>,
 }
 
 /// Who turns a node's inputs into outputs: its executor, or the kernel itself for the
@@ -169,7 +168,7 @@ pub(crate) enum NodeRole {
 pub(crate) struct HandleSpec {
     pub name: Arc<str>,
     pub class: HandleClass,
-    pub scope: Vec<RootIdx>,
+    pub scope: Box<[RootIdx]>,
     pub accumulates: bool,
     pub repeats: bool,
     pub upstream: u32,
@@ -289,16 +288,30 @@ pub(crate) struct ActorSpec {
     pub decl: Arc<NodeDecl>,
     pub exec: Arc<dyn Executor>,
     pub base_inputs: Inputs,
-    pub defaults: Vec<Option<Value>>,
-    pub handles: Vec<HandleSpec>,
-    pub scope: Vec<RootIdx>,
+    /// Per connected handle, its declared default; empty when no handle declares one
+    /// (only an output node reads them).
+    pub defaults: Box<[Option<Value>]>,
+    pub handles: Box<[HandleSpec]>,
+    pub scope: Box<[RootIdx]>,
     pub driver: Option<usize>,
-    pub ports: Vec<OutPort>,
+    pub ports: Box<[OutPort]>,
+    pub controllers: usize,
+    /// See [`SpecRare`]; `None` for a node that sets none of it.
+    pub rare: Option<Box<SpecRare>>,
+    pub role: NodeRole,
+    pub rx: Inbox,
+}
+
+/// What few nodes' specs set: a time limit or retry policy, an output contract, typed
+/// inputs (a guest's), control edges, scopes closed by several edges. Boxed, and absent
+/// when all of it is unset: in place it was a third of every actor (120 bytes) on a
+/// long chain of pass-through nodes that sets none of it.
+#[derive(Default)]
+pub(crate) struct SpecRare {
     pub control_targets: Vec<Link>,
     /// What this node's invocations may drive: the controlled nodes its control edges
     /// reach (`None`: it controls nothing).
     pub controls: Option<crate::runtime::Controls>,
-    pub controllers: usize,
     /// Edges into this node carrying each root, for the roots more than one carries
     /// (a scope closes once every one of them closed it).
     pub root_contrib: Box<[(RootIdx, u32)]>,
@@ -311,8 +324,52 @@ pub(crate) struct ActorSpec {
     /// The edge-fed inputs whose declared type is not `any`, checked on every value
     /// before the node's code sees it (`typed.rs`); empty for a built-in.
     pub typed_inputs: Box<[(Arc<str>, heddle_core::PortType)]>,
-    pub role: NodeRole,
-    pub rx: Inbox,
+}
+
+impl SpecRare {
+    /// `None` when nothing is set (what nearly every node of a large graph has).
+    pub fn boxed(self) -> Option<Box<SpecRare>> {
+        let unset = self.control_targets.is_empty()
+            && self.controls.is_none()
+            && self.root_contrib.is_empty()
+            && self.timeout.is_none()
+            && self.retry.is_none()
+            && self.contract.is_none()
+            && self.typed_inputs.is_empty();
+        (!unset).then(|| Box::new(self))
+    }
+}
+
+impl ActorSpec {
+    /// The node's time limit per attempt.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.rare.as_ref().and_then(|r| r.timeout)
+    }
+
+    /// The node's own retry policy.
+    pub fn retry(&self) -> Option<&heddle_core::graph::RetryPolicy> {
+        self.rare.as_ref().and_then(|r| r.retry.as_ref())
+    }
+
+    /// The node's output contract.
+    pub fn contract(&self) -> Option<&Arc<heddle_core::plan::NodeContract>> {
+        self.rare.as_ref().and_then(|r| r.contract.as_ref())
+    }
+
+    /// What its invocations may drive.
+    pub fn controls(&self) -> Option<&crate::runtime::Controls> {
+        self.rare.as_ref().and_then(|r| r.controls.as_ref())
+    }
+
+    /// The typed edge-fed inputs (empty for most nodes).
+    pub fn typed_inputs(&self) -> &[(Arc<str>, heddle_core::PortType)] {
+        self.rare.as_ref().map_or(&[], |r| &r.typed_inputs)
+    }
+
+    /// Edges into the node per root, for roots more than one carries.
+    pub fn root_contrib(&self) -> &[(RootIdx, u32)] {
+        self.rare.as_ref().map_or(&[], |r| &r.root_contrib)
+    }
 }
 
 /// Whether invocations of an executor node may go through [`Executor::invoke_now`]: a
@@ -357,10 +414,12 @@ pub(crate) struct ActorReport {
     pub outputs: Vec<Value>,
     pub stop: Option<Stop>,
     /// Incoming edges whose end this node consumed: any other edge into it still held
-    /// or could still carry values when it stopped (the edge is `drained`).
-    pub ended_in: Vec<u32>,
+    /// or could still carry values when it stopped (the edge is `drained`). In place up
+    /// to four, as `sent` up to one: every node of a chain ends with one of each, and
+    /// a list of its own for each was two allocations per node as the run ends.
+    pub ended_in: SmallVec<[u32; 4]>,
     /// Values sent per outgoing edge (plan index, count).
-    pub sent: Vec<(u32, u64)>,
+    pub sent: SmallVec<[(u32, u64); 1]>,
     /// See `Actor::signature` and `Actor::timed_out`.
     pub signature: Option<Box<str>>,
     pub timed_out: bool,
@@ -431,7 +490,6 @@ pub(crate) struct Actor {
     /// the work, and nothing around it (journal record, supervisor, output contract,
     /// emitting mode) needs an attempt.
     now: bool,
-    epoch: Instant,
     invocations: u64,
     started: bool,
     ends: SmallVec<[End; 4]>,
@@ -440,8 +498,8 @@ pub(crate) struct Actor {
     rare: Option<Box<Rare>>,
     /// Upstream edges per handle that have not yet ended.
     open: SmallVec<[u32; 2]>,
-    /// Incoming edges whose end-of-stream was consumed.
-    ended_in: Vec<u32>,
+    /// Incoming edges whose end-of-stream was consumed (see [`ActorReport::ended_in`]).
+    ended_in: SmallVec<[u32; 4]>,
     eos_sent: bool,
     /// Why its invocations were skipped, when one was: by the supervisor's verdict, or
     /// by a person's answer to a reconcile pause (a node whose every invocation was
@@ -463,7 +521,7 @@ impl Actor {
         let has_mints = spec.ports.iter().any(|p| p.mints.is_some());
         let native = spec.decl.origin == heddle_core::Origin::Builtin;
         let now = matches!(spec.role, NodeRole::Executor)
-            && runs_now(&spec.decl, spec.contract.is_some(), &shared);
+            && runs_now(&spec.decl, spec.contract().is_some(), &shared);
         Actor {
             spec,
             shared,
@@ -474,14 +532,13 @@ impl Actor {
             hot_port: None,
             native,
             now,
-            epoch: Instant::now(),
             invocations: 0,
             started: false,
             ends: SmallVec::new(),
             last_result: None,
             rare: None,
             open,
-            ended_in: Vec::new(),
+            ended_in: SmallVec::new(),
             eos_sent: false,
             skipped_by: None,
             sent_downstream: false,
@@ -569,10 +626,16 @@ impl Actor {
         });
     }
 
+    /// The id of outgoing edge `e`, as the plan names it (not held per edge: only its
+    /// events, at most one a second, and a failing rule's message read it).
+    fn edge_id(&self, e: &OutEdge) -> &Arc<str> {
+        &self.shared.plan.edges[e.index as usize].id
+    }
+
     /// An edge's counter, as a draft (see [`Draft`]).
     fn edge_event(&self, e: &OutEdge, status: EdgeStatus) {
         self.shared.bus.publish_draft(Draft::Edge {
-            edge_id: e.edge_id.clone(),
+            edge_id: self.edge_id(e).clone(),
             status,
             counter: e.counter,
         });
@@ -617,7 +680,7 @@ impl Actor {
     fn scope_close_complete(&mut self, root: RootIdx, parent: &Lineage) -> bool {
         let need = self
             .spec
-            .root_contrib
+            .root_contrib()
             .iter()
             .find(|(r, _)| *r == root)
             .map_or(1, |(_, n)| *n);
@@ -677,5 +740,23 @@ mod tests {
         assert_eq!(size_of::<heddle_core::Value>(), 24);
         assert_eq!(size_of::<crate::runtime::lineage::Lineage>(), 8);
         assert_eq!(size_of::<super::Msg>(), 40);
+    }
+
+    /// Every node of a run holds an actor from the start, and one port, edge and handle
+    /// per connection: on a 10,000-node chain these are most of the run's memory per
+    /// node. What few nodes set is boxed ([`super::SpecRare`]), lists are exact boxed
+    /// slices, and an edge's id is read from the plan (64-bit targets).
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn an_actor_and_its_wiring_stay_small() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<super::ActorSpec>(), 224);
+        assert_eq!(size_of::<super::Actor>(), 504);
+        assert_eq!(size_of::<super::OutPort>(), 72);
+        assert_eq!(size_of::<super::OutEdge>(), 56);
+        assert_eq!(size_of::<super::HandleSpec>(), 40);
+        // In place, the size of the vectors they replaced (see `ActorReport`).
+        assert_eq!(size_of::<smallvec::SmallVec<[u32; 4]>>(), 24);
+        assert_eq!(size_of::<smallvec::SmallVec<[(u32, u64); 1]>>(), 24);
     }
 }

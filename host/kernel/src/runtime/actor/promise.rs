@@ -16,7 +16,7 @@ impl Actor {
     /// What a broken promise reads as: output, the contract and the violation (the
     /// failure path puts the node in front).
     fn broken(&self, value: &Value) -> Option<String> {
-        let c = self.spec.contract.as_ref()?;
+        let c = self.spec.contract()?;
         c.contract.check(value).err().map(|v| {
             format!(
                 "output contract on `{}` {} broken: {v}",
@@ -28,7 +28,7 @@ impl Actor {
 
     /// `out`, or the failure its promised output makes.
     pub(super) fn keep_promise(&self, out: Outputs) -> Result<Outputs, NodeError> {
-        let Some(c) = &self.spec.contract else {
+        let Some(c) = self.spec.contract() else {
             return Ok(out);
         };
         let broken = out
@@ -46,7 +46,7 @@ impl Actor {
     /// A value a streaming node emits on the promised output: emitted values cannot be
     /// substituted, so a broken promise stops the node.
     pub(super) fn keep_emitted_promise(&self, handle: &str, value: &Value) -> Result<(), Stop> {
-        match &self.spec.contract {
+        match self.spec.contract() {
             Some(c) if *c.handle == *handle => match self.broken(value) {
                 Some(m) => Err(Stop::Failed(format!(
                     "node \"{}\" (type {}) failed: {m}",

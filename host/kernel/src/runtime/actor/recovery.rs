@@ -36,7 +36,7 @@ impl Actor {
                     node_id: &self.spec.id,
                     node_type: &self.spec.node_type,
                     decl: &self.spec.decl,
-                    contract: self.spec.contract.as_deref(),
+                    contract: self.spec.contract().map(|c| &**c),
                     mode: self.spec.decl.mode,
                     lineage: self.lineage_steps(&rec.lineage),
                     key: &rec.key,

@@ -296,7 +296,12 @@ impl Actor {
                 lineage: lineage.clone(),
             },
             Crossing::Failed(why) => Msg::EdgeFailed(
-                format!("edge {} from node \"{}\": {why}", e.edge_id, self.spec.id).into(),
+                format!(
+                    "edge {} from node \"{}\": {why}",
+                    self.edge_id(e),
+                    self.spec.id
+                )
+                .into(),
             ),
         }
     }

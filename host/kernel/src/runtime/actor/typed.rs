@@ -34,7 +34,7 @@ fn fit(ty: &PortType, v: &mut Value) -> Result<(), String> {
 impl Actor {
     /// Checks the values an invocation is about to get on the node's typed inputs.
     pub(super) fn check_inputs(&self, inputs: &mut Inputs) -> Result<(), NodeError> {
-        for (name, ty) in self.spec.typed_inputs.iter() {
+        for (name, ty) in self.spec.typed_inputs().iter() {
             if let Some(v) = inputs.get_mut(&**name)
                 && let Err(why) = fit(ty, v)
             {
@@ -47,7 +47,12 @@ impl Actor {
     /// Checks one value arriving on input `handle` of a live stream session (a
     /// streaming-input node reads its items itself, so a misfit stops the node).
     pub(super) fn check_item(&self, handle: &str, v: &mut Value) -> Result<(), Stop> {
-        match self.spec.typed_inputs.iter().find(|(n, _)| **n == *handle) {
+        match self
+            .spec
+            .typed_inputs()
+            .iter()
+            .find(|(n, _)| **n == *handle)
+        {
             Some((name, ty)) => fit(ty, v).map_err(|why| {
                 Stop::Failed(format!(
                     "node \"{}\" (type {}) failed: {} (signature {INPUT_TYPE})",
