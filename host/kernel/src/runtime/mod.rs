@@ -462,7 +462,7 @@ impl RunHandle {
                 outputs: BTreeMap::new(),
                 error: Some(format!("the run's runner task failed: {e}")),
                 suspend: None,
-                nodes: BTreeMap::new(),
+                nodes: Default::default(),
                 interventions: Vec::new(),
                 events: Vec::new(),
                 events_dropped: 0,
