@@ -23,13 +23,27 @@ mod control;
 pub use control::{EVAL_TYPE, RUN_EACH_TYPE};
 
 /// Provider of the built-in node types (`heddle.*`).
-#[derive(Default)]
-pub struct Builtins;
+pub struct Builtins {
+    /// The one executor of every input, constant and pass-through node: it holds nothing
+    /// of its node, so a graph of 100,000 pass-through nodes shares it rather than making
+    /// (and, at the run's end, freeing) two allocations per node.
+    forward: Arc<dyn Executor>,
+}
 
 impl Builtins {
     /// The provider.
     pub fn new() -> Self {
-        Builtins
+        Builtins {
+            forward: Arc::new(ForwardValue {
+                handle: Arc::from("value"),
+            }),
+        }
+    }
+}
+
+impl Default for Builtins {
+    fn default() -> Self {
+        Builtins::new()
     }
 }
 
@@ -179,9 +193,7 @@ impl NodeProvider for Builtins {
 
     fn create(&self, spec: &NodeSpec<'_>) -> Result<Arc<dyn Executor>, NodeError> {
         Ok(match spec.decl.type_name.as_str() {
-            INPUT_TYPE | "heddle.constant" | "heddle.passthrough" => Arc::new(ForwardValue {
-                handle: Arc::from("value"),
-            }),
+            INPUT_TYPE | "heddle.constant" | "heddle.passthrough" => self.forward.clone(),
             OUTPUT_TYPE => Arc::new(Sink),
             "heddle.foreach" => Arc::new(ForEach),
             "heddle.collect" => Arc::new(Collect),
@@ -202,7 +214,8 @@ impl NodeProvider for Builtins {
 
 /// Emits input/property `value` on output `value` (input, constant, passthrough).
 struct ForwardValue {
-    /// The output handle name, allocated once per node rather than per invocation.
+    /// The output handle name, allocated once (the provider's one `ForwardValue` serves
+    /// every node) rather than per invocation.
     handle: Arc<str>,
 }
 
@@ -312,5 +325,47 @@ impl Executor for Collect {
             }
             Ok(Outputs::one("list", Value::list(items)))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::NodeProvider;
+
+    fn create(b: &Builtins, type_name: &str, value: i64) -> Arc<dyn Executor> {
+        let decl = declarations()
+            .into_iter()
+            .find(|d| d.type_name == type_name)
+            .expect("a built-in");
+        let properties = [("value".to_string(), Value::Int(value))].into();
+        let spec = NodeSpec {
+            id: "n",
+            decl: &decl,
+            properties: &properties,
+            limits: None,
+        };
+        b.create(&spec).expect("created")
+    }
+
+    #[test]
+    fn forwarding_nodes_share_one_executor_that_forwards_each_nodes_own_value() {
+        let b = Builtins::new();
+        let one = create(&b, "heddle.passthrough", 1);
+        let two = create(&b, "heddle.passthrough", 2);
+        let constant = create(&b, "heddle.constant", 3);
+        assert!(Arc::ptr_eq(&one, &two) && Arc::ptr_eq(&one, &constant));
+        // Shared, it still forwards what each call is given (a node's property or input).
+        for v in [1, 2] {
+            let base: crate::executor::Inputs = [("value".to_string(), Value::Int(v))].into();
+            let mut inputs = InputView::new(smallvec::SmallVec::new(), &base);
+            let out = one.invoke_now(&mut inputs).expect("runs now");
+            assert_eq!(out.to_map(), [("value".to_string(), Value::Int(v))].into());
+        }
+        // Another provider has its own.
+        assert!(!Arc::ptr_eq(
+            &one,
+            &create(&Builtins::new(), "heddle.passthrough", 1)
+        ));
     }
 }
