@@ -221,9 +221,10 @@ impl Run {
         }
         // External inputs, bound by the plan (the CLI binds through the same code).
         let inputs = plan.bind_inputs(&opts.inputs)?;
-        let bus = EventBus::new(opts.event_cap);
+        let plan = Arc::new(plan);
+        let bus = EventBus::new(opts.event_cap, plan.clone());
         Ok(Run {
-            plan: Arc::new(plan),
+            plan,
             executors,
             opts,
             bus,
