@@ -134,7 +134,9 @@ async fn run_actors(
     let bus = &run.bus;
     let mut joins: Vec<(usize, JoinHandle<Box<ActorReport>>)> = Vec::new();
     let mut reports: Vec<Option<Ended>> = (0..plan.nodes.len()).map(|_| None).collect();
-    let mut fusion = Fusion::new(plan);
+    // Made for the first node that needs an actor: a graph whose nodes all run inline
+    // (the wide graph) never walks its edges for groups it does not have.
+    let mut fusion: Option<Fusion> = None;
     // Events of nodes run inline, published a batch at a time (see `INLINE_BATCH`).
     let mut held: Vec<Draft> = Vec::new();
     for (idx, rx) in rxs.into_iter().enumerate() {
@@ -150,7 +152,7 @@ async fn run_actors(
         // Boxed once, where it lives while it runs (a group's member, a task's future).
         let a = Box::new(Actor::new(run.spec(idx, &txs, rx), sh.clone()));
         // A native node fed by another runs in its producer's task (see `Fusion`).
-        let Some(a) = fusion.take(idx, a) else {
+        let Some(a) = fusion.get_or_insert_with(|| Fusion::new(plan)).take(idx, a) else {
             continue;
         };
         if a.inline_source() {
@@ -168,7 +170,8 @@ async fn run_actors(
     }
     bus.publish_all(&mut held);
     let groups: Vec<_> = fusion
-        .into_groups()
+        .map(Fusion::into_groups)
+        .unwrap_or_default()
         .into_iter()
         .map(|(nodes, g)| (nodes, tokio::spawn(g.run())))
         .collect();
