@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use heddle_core::plan::{NodeIdx, Plan};
-use heddle_core::{EdgeStatus, Event, EventKind, NodeStatus, SkipReason, Value};
+use heddle_core::{EdgeStatus, Event, EventKind, InvocationMetrics, NodeStatus, SkipReason, Value};
 use tokio::sync::mpsc;
 
 use crate::executor::{EventSink, Outputs};
@@ -29,9 +29,19 @@ use crate::executor::{EventSink, Outputs};
 /// the slot, the ring), so it is kept small enough to move without a call to `memcpy`
 /// (a slot of at most 128 bytes): a built event is boxed (an event built at once already
 /// allocates its text), as is an actor's last outputs (one per node that ends, not per
-/// message), and a node run inline names its node by plan index.
+/// message), and a node run inline names its node by plan index. An invocation's figures
+/// are a draft of their own: one allocation (the figures), where the built event takes
+/// its id and key as strings and would have to be boxed besides.
 pub(crate) enum Draft {
     Built(Box<EventKind>),
+    Invocation {
+        node_id: Arc<str>,
+        key: Arc<str>,
+        attempt: u32,
+        timed_out: bool,
+        span_id: Option<heddle_core::trace::SpanId>,
+        detail: Box<InvocationDetail>,
+    },
     /// A node run inline by the runner (see `inline`): its `running` or `completed`
     /// event, its id and type read from the plan when built.
     Inline {
@@ -59,12 +69,21 @@ pub(crate) enum Draft {
     },
 }
 
+/// What an [`Draft::Invocation`] holds boxed: the figures and, when the attempt
+/// failed, why.
+pub(crate) struct InvocationDetail {
+    pub metrics: InvocationMetrics,
+    pub error: Option<String>,
+    pub signature: Option<String>,
+}
+
 impl Draft {
     /// Its kind, as [`Kinds`] counts it, without building it.
     fn kinds(&self) -> Kinds {
         match self {
             Draft::Built(kind) => Kinds::of(kind),
             Draft::Inline { .. } | Draft::Node { .. } => Kinds::NODE,
+            Draft::Invocation { .. } => Kinds::INVOCATION,
             Draft::Edge { .. } => Kinds::EDGE,
             Draft::Output { .. } => Kinds::OUTPUT,
         }
@@ -73,6 +92,30 @@ impl Draft {
     fn build(self, plan: &Plan) -> EventKind {
         match self {
             Draft::Built(kind) => *kind,
+            Draft::Invocation {
+                node_id,
+                key,
+                attempt,
+                timed_out,
+                span_id,
+                detail,
+            } => {
+                let InvocationDetail {
+                    metrics,
+                    error,
+                    signature,
+                } = *detail;
+                EventKind::Invocation {
+                    node_id: String::from(&*node_id),
+                    key: String::from(&*key),
+                    metrics,
+                    error,
+                    attempt,
+                    timed_out,
+                    signature,
+                    span_id,
+                }
+            }
             Draft::Inline {
                 node,
                 status,
@@ -635,6 +678,23 @@ mod tests {
             status: EdgeStatus::Active,
             counter: 2,
         });
+        let metrics = InvocationMetrics {
+            wall_us: 7,
+            fuel: Some(9),
+            ..Default::default()
+        };
+        bus.publish_draft(Draft::Invocation {
+            node_id: Arc::from("n"),
+            key: Arc::from("0"),
+            attempt: 2,
+            timed_out: true,
+            span_id: Some(heddle_core::trace::SpanId([1; 8])),
+            detail: Box::new(InvocationDetail {
+                metrics: metrics.clone(),
+                error: Some("boom".into()),
+                signature: Some("x:y".into()),
+            }),
+        });
         bus.close();
         let retained = bus.take_record();
         let kinds: Vec<EventKind> = retained.iter().map(|e| e.kind.clone()).collect();
@@ -643,16 +703,32 @@ mod tests {
             status: EdgeStatus::Active,
             counter: 2,
         };
-        assert_eq!(kinds, vec![built(0), built(1), edge.clone()]);
+        let invocation = EventKind::Invocation {
+            node_id: "n".into(),
+            key: "0".into(),
+            metrics,
+            error: Some("boom".into()),
+            attempt: 2,
+            timed_out: true,
+            signature: Some("x:y".into()),
+            span_id: Some(heddle_core::trace::SpanId([1; 8])),
+        };
+        assert_eq!(
+            kinds,
+            vec![built(0), built(1), edge.clone(), invocation.clone()]
+        );
         let mut seen = Vec::new();
         while let Some(e) = late.try_next() {
             seen.push((e.seq, e.kind.clone()));
         }
-        assert_eq!(seen, vec![(0, built(0)), (1, built(1)), (2, edge)]);
+        assert_eq!(
+            seen,
+            vec![(0, built(0)), (1, built(1)), (2, edge), (3, invocation)]
+        );
         let rest: Vec<u64> = std::iter::from_fn(|| early.try_next())
             .map(|e| e.seq)
             .collect();
-        assert_eq!(rest, vec![1, 2]);
+        assert_eq!(rest, vec![1, 2, 3]);
     }
 
     #[test]
