@@ -414,7 +414,7 @@ pub struct RunResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<SuspendInfo>,
     /// One report per node of the plan, by node id.
-    pub nodes: BTreeMap<String, NodeReport>,
+    pub nodes: crate::reports::NodeReports,
     /// Supervisor interventions (escalation, verdict, who decided, cost).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interventions: Vec<serde_json::Value>,

@@ -86,6 +86,7 @@ pub mod nodetool;
 pub mod package;
 pub mod plan;
 pub mod ranged;
+pub mod reports;
 pub mod supervise;
 pub mod text;
 pub mod trace;
@@ -107,6 +108,7 @@ pub use journal::{
     ReconcileAnswer, Record, RecordedAction, RecordedVerdict,
 };
 pub use plan::{INPUT_TYPE, OUTPUT_TYPE};
+pub use reports::NodeReports;
 pub use types::PortType;
 pub use value::{Map, Value};
 

@@ -315,7 +315,7 @@ impl RunReport {
                     started_at_us: started,
                     finished_at_us: finished,
                 };
-                (id.clone(), entry)
+                (id.to_string(), entry)
             })
             .collect();
         // Folded from 0.0: a float sum of nothing is -0.0, which would print as such.
@@ -339,7 +339,7 @@ impl RunReport {
                 .iter()
                 .filter_map(|(id, n)| match n.outcome {
                     NodeOutcome::Skipped { reason } => Some(SkippedNode {
-                        node: id.clone(),
+                        node: id.to_string(),
                         reason,
                         because: Vec::new(),
                     }),

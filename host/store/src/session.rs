@@ -543,7 +543,7 @@ fn kernel_skipped(result: &RunResult) -> Vec<(String, SkipReason)> {
             NodeOutcome::Skipped {
                 reason: SkipReason::Suspended,
             } => None,
-            NodeOutcome::Skipped { reason } => Some((node.clone(), reason)),
+            NodeOutcome::Skipped { reason } => Some((node.to_string(), reason)),
             _ => None,
         })
         .collect()

@@ -13,7 +13,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use heddle_core::{EdgeStatus, Event, EventKind, NodeStatus, SkipReason, Value};
+use heddle_core::plan::{NodeIdx, Plan};
+use heddle_core::{EdgeStatus, Event, EventKind, InvocationMetrics, NodeStatus, SkipReason, Value};
 use tokio::sync::mpsc;
 
 use crate::executor::{EventSink, Outputs};
@@ -23,13 +24,36 @@ use crate::executor::{EventSink, Outputs};
 /// [`EventKind`] only when someone will see it: at once for a subscriber, else when the
 /// retained record is read. A run nobody watches builds only the events its result
 /// keeps, whatever its size.
+///
+/// Every draft is moved a few times on its way into the record (into the caller's batch,
+/// the slot, the ring), so it is kept small enough to move without a call to `memcpy`
+/// (a slot of at most 128 bytes): a built event is boxed (an event built at once already
+/// allocates its text), as is an actor's last outputs (one per node that ends, not per
+/// message), and a node run inline names its node by plan index. An invocation's figures
+/// are a draft of their own: one allocation (the figures), where the built event takes
+/// its id and key as strings and would have to be boxed besides.
 pub(crate) enum Draft {
-    Built(EventKind),
+    Built(Box<EventKind>),
+    Invocation {
+        node_id: Arc<str>,
+        key: Arc<str>,
+        attempt: u32,
+        timed_out: bool,
+        span_id: Option<heddle_core::trace::SpanId>,
+        detail: Box<InvocationDetail>,
+    },
+    /// A node run inline by the runner (see `inline`): its `running` or `completed`
+    /// event, its id and type read from the plan when built.
+    Inline {
+        node: NodeIdx,
+        status: NodeStatus,
+        result: Option<Outputs>,
+    },
     Node {
         node_id: Arc<str>,
         node_type: Arc<str>,
         status: NodeStatus,
-        result: Option<Outputs>,
+        result: Option<Box<Outputs>>,
         error: Option<String>,
         skip_reason: Option<SkipReason>,
     },
@@ -45,20 +69,68 @@ pub(crate) enum Draft {
     },
 }
 
+/// What an [`Draft::Invocation`] holds boxed: the figures and, when the attempt
+/// failed, why.
+pub(crate) struct InvocationDetail {
+    pub metrics: InvocationMetrics,
+    pub error: Option<String>,
+    pub signature: Option<String>,
+}
+
 impl Draft {
     /// Its kind, as [`Kinds`] counts it, without building it.
     fn kinds(&self) -> Kinds {
         match self {
             Draft::Built(kind) => Kinds::of(kind),
-            Draft::Node { .. } => Kinds::NODE,
+            Draft::Inline { .. } | Draft::Node { .. } => Kinds::NODE,
+            Draft::Invocation { .. } => Kinds::INVOCATION,
             Draft::Edge { .. } => Kinds::EDGE,
             Draft::Output { .. } => Kinds::OUTPUT,
         }
     }
 
-    fn build(self) -> EventKind {
+    fn build(self, plan: &Plan) -> EventKind {
         match self {
-            Draft::Built(kind) => kind,
+            Draft::Built(kind) => *kind,
+            Draft::Invocation {
+                node_id,
+                key,
+                attempt,
+                timed_out,
+                span_id,
+                detail,
+            } => {
+                let InvocationDetail {
+                    metrics,
+                    error,
+                    signature,
+                } = *detail;
+                EventKind::Invocation {
+                    node_id: String::from(&*node_id),
+                    key: String::from(&*key),
+                    metrics,
+                    error,
+                    attempt,
+                    timed_out,
+                    signature,
+                    span_id,
+                }
+            }
+            Draft::Inline {
+                node,
+                status,
+                result,
+            } => {
+                let n = &plan.nodes[node as usize];
+                EventKind::Node {
+                    node_id: String::from(&*n.id),
+                    node_type: String::from(&*n.node_type),
+                    status,
+                    result: result.map(|o| o.to_map()),
+                    error: None,
+                    skip_reason: None,
+                }
+            }
             Draft::Node {
                 node_id,
                 node_type,
@@ -109,13 +181,13 @@ enum Slot {
 impl Slot {
     /// The event, borrowed, built in place (unshared) the first time it is asked for:
     /// what an observer reads. A later [`Slot::event`] moves it into its `Arc`.
-    fn peek(&mut self) -> (u64, u64, &EventKind) {
+    fn peek(&mut self, plan: &Plan) -> (u64, u64, &EventKind) {
         match self {
             Slot::Built(e) => (e.seq, e.at_us, &e.kind),
             Slot::Draft { seq, at_us, draft } => {
                 if !matches!(draft, Draft::Built(_)) {
-                    let d = std::mem::replace(draft, Draft::Built(PLACEHOLDER));
-                    *draft = Draft::Built(d.build());
+                    let d = std::mem::replace(draft, PLACEHOLDER);
+                    *draft = Draft::Built(Box::new(d.build(plan)));
                 }
                 let Draft::Built(kind) = draft else {
                     unreachable!("built just above")
@@ -126,16 +198,16 @@ impl Slot {
     }
 
     /// The event, built in place the first time it is asked for.
-    fn event(&mut self) -> Arc<Event> {
+    fn event(&mut self, plan: &Plan) -> Arc<Event> {
         let ev = match self {
             Slot::Built(e) => return e.clone(),
             Slot::Draft { seq, at_us, draft } => {
                 // The draft is consumed here; the slot holds the built event from now on.
-                let draft = std::mem::replace(draft, Draft::Built(PLACEHOLDER));
+                let draft = std::mem::replace(draft, PLACEHOLDER);
                 Arc::new(Event {
                     seq: *seq,
                     at_us: *at_us,
-                    kind: draft.build(),
+                    kind: draft.build(plan),
                 })
             }
         };
@@ -145,13 +217,13 @@ impl Slot {
 
     /// The event, owned: built straight from a draft nobody saw, else unwrapped from its
     /// `Arc` (copied only while a subscriber still holds it).
-    fn into_event(self) -> Event {
+    fn into_event(self, plan: &Plan) -> Event {
         match self {
             Slot::Built(e) => Arc::try_unwrap(e).unwrap_or_else(|e| (*e).clone()),
             Slot::Draft { seq, at_us, draft } => Event {
                 seq,
                 at_us,
-                kind: draft.build(),
+                kind: draft.build(plan),
             },
         }
     }
@@ -159,9 +231,10 @@ impl Slot {
 
 /// What a draft's slot holds for the instant between taking the draft and storing the
 /// event built from it (allocates nothing).
-const PLACEHOLDER: EventKind = EventKind::Run {
-    status: heddle_core::RunStatus::Running,
-    error: None,
+const PLACEHOLDER: Draft = Draft::Inline {
+    node: 0,
+    status: NodeStatus::Running,
+    result: None,
 };
 
 /// A set of event kinds: what an observer asks for ([`EventBus::observe`]).
@@ -249,11 +322,11 @@ struct Observing {
 impl Observing {
     /// Hands it `slot`'s event if it asked for its kind; false when it panicked (it is
     /// then to be removed).
-    fn offer(&mut self, kinds: Kinds, slot: &mut Slot) -> bool {
+    fn offer(&mut self, kinds: Kinds, slot: &mut Slot, plan: &Plan) -> bool {
         if !self.kinds.meets(kinds) {
             return true;
         }
-        let (seq, at_us, kind) = slot.peek();
+        let (seq, at_us, kind) = slot.peek(plan);
         let observer = &mut self.observer;
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             observer.event(EventRef { seq, at_us, kind })
@@ -302,6 +375,8 @@ impl BusState {
 /// subscriber sees the same gapless order. Events are per node state change, per output
 /// value and per throttled edge update, never per routed message, so one lock is cheap.
 pub struct EventBus {
+    /// The run's plan: what drafts that name a node by index are built from.
+    plan: Arc<Plan>,
     started: Instant,
     /// The wall-clock reading taken with `started`.
     origin: std::time::SystemTime,
@@ -310,10 +385,12 @@ pub struct EventBus {
 }
 
 impl EventBus {
-    /// A bus retaining at most `cap` events for the run result (at least 2: when full,
-    /// the oldest half is dropped). Subscribers get every event whatever the cap.
-    pub fn new(cap: usize) -> Arc<Self> {
+    /// A bus for a run of `plan` retaining at most `cap` events for the run result (at
+    /// least 2: when full, the oldest half is dropped). Subscribers get every event
+    /// whatever the cap.
+    pub(crate) fn new(cap: usize, plan: Arc<Plan>) -> Arc<Self> {
         Arc::new(EventBus {
+            plan,
             started: Instant::now(),
             origin: std::time::SystemTime::now(),
             cap: cap.max(2),
@@ -336,7 +413,7 @@ impl EventBus {
     /// Stamps `kind` with the next sequence number and the run's clock and hands it to
     /// every subscriber.
     pub fn publish(&self, kind: EventKind) {
-        self.publish_draft(Draft::Built(kind));
+        self.publish_draft(Draft::Built(Box::new(kind)));
     }
 
     pub(crate) fn publish_draft(&self, draft: Draft) {
@@ -392,10 +469,10 @@ impl EventBus {
             let mut shared: Option<Arc<Event>> = None;
             st.subscribers.retain_mut(|s| match s {
                 Subscriber::Stream(tx) => {
-                    let ev = shared.get_or_insert_with(|| slot.event());
+                    let ev = shared.get_or_insert_with(|| slot.event(&self.plan));
                     tx.send(ev.clone()).is_ok()
                 }
-                Subscriber::Observer(o) => o.offer(kinds, &mut slot),
+                Subscriber::Observer(o) => o.offer(kinds, &mut slot, &self.plan),
             });
             if st.subscribers.len() != before {
                 st.wanted = st.wanted();
@@ -411,7 +488,7 @@ impl EventBus {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut st = self.lock();
         for slot in &mut st.retained {
-            let _ = tx.send(slot.event());
+            let _ = tx.send(slot.event(&self.plan));
         }
         if !st.closed {
             st.subscribers.push(Subscriber::Stream(tx));
@@ -431,7 +508,7 @@ impl EventBus {
                 Slot::Built(e) => Kinds::of(&e.kind),
                 Slot::Draft { draft, .. } => draft.kinds(),
             };
-            if !o.offer(k, slot) {
+            if !o.offer(k, slot, &self.plan) {
                 return;
             }
         }
@@ -467,7 +544,7 @@ impl EventBus {
         let mut st = self.lock();
         std::mem::take(&mut st.retained)
             .into_iter()
-            .map(Slot::into_event)
+            .map(|slot| slot.into_event(&self.plan))
             .collect()
     }
 }
@@ -505,6 +582,17 @@ mod tests {
     use super::*;
     use heddle_core::{LogLevel, RunStatus};
 
+    /// A bus for a plan of two pass-through nodes, `m` and `n` (`n` at index 1).
+    fn test_bus(cap: usize) -> Arc<EventBus> {
+        let doc = heddle_core::GraphBuilder::new()
+            .node("m", "heddle.passthrough")
+            .node("n", "heddle.passthrough")
+            .build();
+        let plan = heddle_core::plan::plan(&doc, &crate::Registry::with_builtins()).unwrap();
+        assert_eq!(&*plan.nodes[1].id, "n");
+        EventBus::new(cap, Arc::new(plan))
+    }
+
     fn log(i: usize) -> EventKind {
         EventKind::Log {
             node_id: "n".into(),
@@ -515,7 +603,7 @@ mod tests {
 
     #[test]
     fn every_subscriber_gets_every_event_in_order_and_cap_drops_oldest_half() {
-        let bus = EventBus::new(10);
+        let bus = test_bus(10);
         let mut early = bus.subscribe();
         for i in 0..5 {
             bus.publish(log(i));
@@ -566,7 +654,7 @@ mod tests {
             node_id: Arc::from("n"),
             node_type: Arc::from("t"),
             status: NodeStatus::Completed,
-            result: Some(Outputs::one("value", Value::Int(i as i64))),
+            result: Some(Box::new(Outputs::one("value", Value::Int(i as i64)))),
             error: None,
             skip_reason: None,
         };
@@ -578,7 +666,7 @@ mod tests {
             error: None,
             skip_reason: None,
         };
-        let bus = EventBus::new(100);
+        let bus = test_bus(100);
         // Built by the late subscriber (0), for the early one at once (1), by close (2).
         bus.publish_draft(draft(0));
         let mut early = bus.subscribe();
@@ -590,6 +678,23 @@ mod tests {
             status: EdgeStatus::Active,
             counter: 2,
         });
+        let metrics = InvocationMetrics {
+            wall_us: 7,
+            fuel: Some(9),
+            ..Default::default()
+        };
+        bus.publish_draft(Draft::Invocation {
+            node_id: Arc::from("n"),
+            key: Arc::from("0"),
+            attempt: 2,
+            timed_out: true,
+            span_id: Some(heddle_core::trace::SpanId([1; 8])),
+            detail: Box::new(InvocationDetail {
+                metrics: metrics.clone(),
+                error: Some("boom".into()),
+                signature: Some("x:y".into()),
+            }),
+        });
         bus.close();
         let retained = bus.take_record();
         let kinds: Vec<EventKind> = retained.iter().map(|e| e.kind.clone()).collect();
@@ -598,16 +703,91 @@ mod tests {
             status: EdgeStatus::Active,
             counter: 2,
         };
-        assert_eq!(kinds, vec![built(0), built(1), edge.clone()]);
+        let invocation = EventKind::Invocation {
+            node_id: "n".into(),
+            key: "0".into(),
+            metrics,
+            error: Some("boom".into()),
+            attempt: 2,
+            timed_out: true,
+            signature: Some("x:y".into()),
+            span_id: Some(heddle_core::trace::SpanId([1; 8])),
+        };
+        assert_eq!(
+            kinds,
+            vec![built(0), built(1), edge.clone(), invocation.clone()]
+        );
         let mut seen = Vec::new();
         while let Some(e) = late.try_next() {
             seen.push((e.seq, e.kind.clone()));
         }
-        assert_eq!(seen, vec![(0, built(0)), (1, built(1)), (2, edge)]);
+        assert_eq!(
+            seen,
+            vec![(0, built(0)), (1, built(1)), (2, edge), (3, invocation)]
+        );
         let rest: Vec<u64> = std::iter::from_fn(|| early.try_next())
             .map(|e| e.seq)
             .collect();
-        assert_eq!(rest, vec![1, 2]);
+        assert_eq!(rest, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn inline_drafts_read_as_the_node_events_of_their_plan_node_by_every_path() {
+        let inline = |status, v: Option<i64>| Draft::Inline {
+            node: 1,
+            status,
+            result: v.map(|v| Outputs::one("value", Value::Int(v))),
+        };
+        let built = |status, v: Option<i64>| EventKind::Node {
+            node_id: "n".into(),
+            node_type: "heddle.passthrough".into(),
+            status,
+            result: v.map(|v| [("value".to_string(), Value::Int(v))].into()),
+            error: None,
+            skip_reason: None,
+        };
+        let bus = test_bus(100);
+        // 0 is built when the record is taken, 1 for an observer, 2 for a stream.
+        bus.publish_all(&mut vec![inline(NodeStatus::Running, None)]);
+        let (o, list, _) = seen();
+        bus.observe(Kinds::NODE, Box::new(o));
+        bus.publish_all(&mut vec![inline(NodeStatus::Completed, Some(4))]);
+        let mut stream = bus.subscribe();
+        bus.publish_draft(inline(NodeStatus::Completed, Some(5)));
+        bus.close();
+        let want = [
+            built(NodeStatus::Running, None),
+            built(NodeStatus::Completed, Some(4)),
+            built(NodeStatus::Completed, Some(5)),
+        ];
+        let streamed: Vec<EventKind> = std::iter::from_fn(|| stream.try_next())
+            .map(|e| e.kind.clone())
+            .collect();
+        assert_eq!(streamed, want);
+        let observed: Vec<EventKind> = list
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, k)| k.clone())
+            .collect();
+        assert_eq!(observed, want);
+        let record: Vec<EventKind> = bus.take_record().into_iter().map(|e| e.kind).collect();
+        assert_eq!(record, want);
+    }
+
+    #[test]
+    fn a_slot_moves_without_a_memcpy_call() {
+        // Every event is moved several times on its way into the record; at most 128
+        // bytes, a move is a few register copies (x86-64's inline limit), beyond it a
+        // call to `memcpy` (most of what publishing an inline node's events cost when
+        // slots were 224 bytes).
+        use std::mem::size_of;
+        assert!(size_of::<Slot>() <= 128, "{}", size_of::<Slot>());
+        assert!(
+            size_of::<Draft>() < size_of::<EventKind>(),
+            "{}",
+            size_of::<Draft>()
+        );
     }
 
     /// What an observer read: each event's seq and kind.
@@ -635,7 +815,7 @@ mod tests {
 
     #[test]
     fn an_observer_reads_its_kinds_in_order_and_unwanted_drafts_stay_unbuilt() {
-        let bus = EventBus::new(100);
+        let bus = test_bus(100);
         bus.publish(log(0));
         let (o, list, closed) = seen();
         bus.observe(Kinds::LOG | Kinds::RUN, Box::new(o));
@@ -688,7 +868,7 @@ mod tests {
 
     #[test]
     fn a_panicking_observer_is_removed_and_a_late_one_reads_the_record() {
-        let bus = EventBus::new(100);
+        let bus = test_bus(100);
         let (o, list, closed) = seen();
         bus.observe(Kinds::ALL, Box::new(o));
         bus.publish(log(0));

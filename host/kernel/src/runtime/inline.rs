@@ -39,22 +39,25 @@ pub(super) fn run(run: &Run, i: usize, shared: &Shared, events: &mut Vec<Draft>)
     let Some(out) = run.executors[i].invoke_now(&mut InputView::new(SmallVec::new(), &base)) else {
         return false;
     };
-    let event = |status, result| Draft::Node {
-        node_id: node.id.clone(),
-        node_type: node.node_type.clone(),
-        status,
-        result,
-        error: None,
-        skip_reason: None,
-    };
-    events.push(event(NodeStatus::Running, None));
+    // Named by plan index: the bus reads the id and type from the plan if anyone reads
+    // the event, and the draft stays small.
+    let idx = i as heddle_core::plan::NodeIdx;
+    events.push(Draft::Inline {
+        node: idx,
+        status: NodeStatus::Running,
+        result: None,
+    });
     // No output of an isolated node has a port: an undeclared one is warned about.
     for (h, _) in out.iter() {
         if let Some(warning) = undeclared_output(&node.decl, &node.id, h) {
-            events.push(Draft::Built(warning));
+            events.push(Draft::Built(Box::new(warning)));
         }
     }
     let result = shows_result(&node.node_type).then_some(out);
-    events.push(event(NodeStatus::Completed, result));
+    events.push(Draft::Inline {
+        node: idx,
+        status: NodeStatus::Completed,
+        result,
+    });
     true
 }

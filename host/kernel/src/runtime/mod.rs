@@ -221,9 +221,10 @@ impl Run {
         }
         // External inputs, bound by the plan (the CLI binds through the same code).
         let inputs = plan.bind_inputs(&opts.inputs)?;
-        let bus = EventBus::new(opts.event_cap);
+        let plan = Arc::new(plan);
+        let bus = EventBus::new(opts.event_cap, plan.clone());
         Ok(Run {
-            plan: Arc::new(plan),
+            plan,
             executors,
             opts,
             bus,
@@ -234,6 +235,13 @@ impl Run {
     /// The plan being run.
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// The plan being run, shared: a caller that holds it decides when it is freed (the
+    /// bench, after its clocks stop).
+    #[cfg(feature = "bench")]
+    pub(crate) fn shared_plan(&self) -> Arc<Plan> {
+        self.plan.clone()
     }
 
     /// The wall-clock time its events' `at_us` count from.
@@ -472,7 +480,7 @@ impl RunHandle {
                 outputs: BTreeMap::new(),
                 error: Some(format!("the run's runner task failed: {e}")),
                 suspend: None,
-                nodes: BTreeMap::new(),
+                nodes: Default::default(),
                 interventions: Vec::new(),
                 events: Vec::new(),
                 events_dropped: 0,

@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 
 use heddle_core::plan::{NodeIdx, Plan};
 use heddle_core::{
-    EdgeStatus, EventKind, NodeOutcome, NodeReport, RunResult, RunStatus, SkipReason, SuspendInfo,
-    Value,
+    EdgeStatus, EventKind, NodeOutcome, NodeReport, NodeReports, RunResult, RunStatus, SkipReason,
+    SuspendInfo, Value,
 };
 use tokio::task::JoinHandle;
 
@@ -308,17 +308,18 @@ enum Ended {
     Actor(Box<ActorReport>),
 }
 
-/// The result's map of node reports, `report(i)` giving node `i`'s. Inserted one by
-/// one, a large graph's reports would be shifted within the tree's nodes over and over;
-/// handed over in key order (the plan's id order), the map is built in one pass.
-fn by_id(plan: &Plan, mut report: impl FnMut(usize) -> NodeReport) -> BTreeMap<String, NodeReport> {
-    plan.by_id()
-        .iter()
-        .map(|&i| {
-            let i = i as usize;
-            (String::from(&*plan.nodes[i].id), report(i))
-        })
-        .collect()
+/// The result's node reports, `report(i)` giving node `i`'s: taken in the plan's id
+/// order, so the list is sorted as it is built, its ids shared with the plan's nodes.
+fn by_id(plan: &Plan, mut report: impl FnMut(usize) -> NodeReport) -> NodeReports {
+    NodeReports::from_sorted(
+        plan.by_id()
+            .iter()
+            .map(|&i| {
+                let i = i as usize;
+                (plan.nodes[i].id.clone(), report(i))
+            })
+            .collect(),
+    )
 }
 
 /// `drained` for every data edge whose target stopped before consuming its end: values
@@ -351,7 +352,7 @@ fn finish_result(
     error: Option<String>,
     suspend: Option<SuspendInfo>,
     outputs: BTreeMap<String, Vec<Value>>,
-    nodes: BTreeMap<String, NodeReport>,
+    nodes: NodeReports,
 ) -> RunResult {
     // On the events' clock, read before the last event: the run ends no earlier than
     // any event it stamped.

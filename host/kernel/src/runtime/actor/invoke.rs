@@ -21,6 +21,7 @@ use crate::executor::{
     Outputs, StreamItem,
 };
 use crate::journal::Journal;
+use crate::runtime::bus::{Draft, InvocationDetail};
 use crate::runtime::lineage::Lineage;
 use crate::runtime::poll_once;
 use crate::runtime::sched::Firing;
@@ -594,6 +595,7 @@ impl Actor {
         }
         let mut m = ctx.metrics();
         m.wall_us = t0.elapsed().as_micros() as u64;
+        self.rare().metrics.accumulate(&m);
         // A failed attempt is always reported (failures are off the hot path), so every
         // retry and every time limit shows with its attempt number; in a traced run every
         // attempt is (its span is built from it), and in a counted one.
@@ -604,18 +606,20 @@ impl Actor {
             || m.cost_usd > 0.0
             || !m.assets.is_empty()
         {
-            self.emit(EventKind::Invocation {
-                node_id: self.spec.id.to_string(),
-                key: key.to_string(),
-                metrics: m.clone(),
-                error: err.map(|e| self.shared.secrets.mask(&e.message)),
+            // A draft: the ids shared, the figures moved into one box (see `Draft`).
+            self.shared.bus.publish_draft(Draft::Invocation {
+                node_id: self.spec.id.clone(),
+                key: key.clone(),
                 attempt,
                 timed_out,
-                signature: err.and_then(|e| e.failure_signature()),
                 span_id: ctx.span_id(),
+                detail: Box::new(InvocationDetail {
+                    metrics: m,
+                    error: err.map(|e| self.shared.secrets.mask(&e.message)),
+                    signature: err.and_then(|e| e.failure_signature()),
+                }),
             });
         }
-        self.rare().metrics.accumulate(&m);
     }
 
     /// The error of an invocation that outlived its time limit.

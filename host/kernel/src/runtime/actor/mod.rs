@@ -620,7 +620,7 @@ impl Actor {
             node_id: self.spec.id.clone(),
             node_type: self.spec.node_type.clone(),
             status,
-            result,
+            result: result.map(Box::new),
             error,
             skip_reason: skip,
         });
