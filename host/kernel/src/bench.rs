@@ -354,10 +354,6 @@ pub async fn run_shape_journaled(
 pub struct TimedRun {
     /// The started run.
     pub handle: RunHandle,
-    /// The run's plan, held so that it is freed once the clocks stop: planning is not
-    /// timed, so neither is freeing the plan (on the 100,000-node wide graph, a quarter
-    /// of the instructions the run's span took when the run's handle freed it).
-    plan: std::sync::Arc<heddle_core::plan::Plan>,
     cpu0: Option<CpuTime>,
     t0: Instant,
     /// The [`Observer`]'s work, done once the result is in.
@@ -387,12 +383,10 @@ impl TimedRun {
         }
         let run = Run::new(plan, registry, opts)?;
         let observed = OBSERVER.get().and_then(|o| o.started(&run));
-        let plan = run.shared_plan();
         let cpu0 = CpuTime::now();
         let t0 = Instant::now();
         Ok(TimedRun {
             handle: run.start(),
-            plan,
             cpu0,
             t0,
             observed,
@@ -414,7 +408,6 @@ impl TimedRun {
         }
         let elapsed = self.t0.elapsed();
         let cpu = CpuTime::used_since(self.cpu0);
-        drop(self.plan);
         if r.status != RunStatus::Completed {
             return Err(BenchError::Run {
                 status: r.status,

@@ -237,13 +237,6 @@ impl Run {
         &self.plan
     }
 
-    /// The plan being run, shared: a caller that holds it decides when it is freed (the
-    /// bench, after its clocks stop).
-    #[cfg(feature = "bench")]
-    pub(crate) fn shared_plan(&self) -> Arc<Plan> {
-        self.plan.clone()
-    }
-
     /// The wall-clock time its events' `at_us` count from.
     pub fn origin(&self) -> std::time::SystemTime {
         self.bus.origin()
