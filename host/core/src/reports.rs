@@ -7,7 +7,7 @@
 //! shared with the plan's nodes, built in one pass in the plan's id order. It reads (and
 //! serializes, as a JSON object) like the map it replaces.
 //!
-//! The lists are chunks of [`CHUNK`] reports, not one: the reports are made as a run
+//! The lists are chunks of 64 reports, not one: the reports are made as a run
 //! ends, when the memory its actors and messages held has just been freed in pieces of
 //! a few hundred bytes to a few KiB. One contiguous list (1.9 MB for 10,000 nodes) fits
 //! in none of those holes and raised the run's peak memory by its whole size; 12 KiB
