@@ -43,16 +43,11 @@ impl NodeReports {
         NodeReports::default()
     }
 
-    /// From entries already in increasing id order (what a plan's id order gives): kept
-    /// as they are, one pass to check the order. Entries out of order are sorted, and of
-    /// several with one id the last is kept, as a map collected from them would.
-    pub fn from_sorted(entries: Vec<Entry>) -> Self {
-        Self::from_sorted_iter(entries)
-    }
-
-    /// [`NodeReports::from_sorted`] from an iterator, so that no list of every report is
-    /// made first.
-    pub fn from_sorted_iter(entries: impl IntoIterator<Item = Entry>) -> Self {
+    /// From entries in increasing id order (what a plan's id order gives), taken one by
+    /// one into the chunks, so no list of every report is made first. Entries out of
+    /// order are sorted, and of several with one id the last is kept, as a map collected
+    /// from them would.
+    pub fn from_sorted(entries: impl IntoIterator<Item = Entry>) -> Self {
         let mut out = NodeReports::default();
         let mut entries = entries.into_iter();
         while let Some((id, report)) = entries.next() {
@@ -280,7 +275,7 @@ impl IntoIterator for NodeReports {
 
 impl<K: Into<Arc<str>>> FromIterator<(K, NodeReport)> for NodeReports {
     fn from_iter<I: IntoIterator<Item = (K, NodeReport)>>(iter: I) -> Self {
-        NodeReports::from_sorted_iter(iter.into_iter().map(|(k, r)| (k.into(), r)))
+        NodeReports::from_sorted(iter.into_iter().map(|(k, r)| (k.into(), r)))
     }
 }
 
@@ -425,7 +420,7 @@ mod tests {
             .collect();
         let mut sorted: Vec<String> = ids.clone();
         sorted.sort();
-        let mut reports = NodeReports::from_sorted_iter(
+        let mut reports = NodeReports::from_sorted(
             sorted
                 .iter()
                 .enumerate()

@@ -311,7 +311,7 @@ enum Ended {
 /// The result's node reports, `report(i)` giving node `i`'s: taken in the plan's id
 /// order, so the list is sorted as it is built, its ids shared with the plan's nodes.
 fn by_id(plan: &Plan, mut report: impl FnMut(usize) -> NodeReport) -> NodeReports {
-    NodeReports::from_sorted_iter(plan.by_id().iter().map(|&i| {
+    NodeReports::from_sorted(plan.by_id().iter().map(|&i| {
         let i = i as usize;
         (plan.nodes[i].id.clone(), report(i))
     }))
