@@ -401,6 +401,7 @@ fn build_engine(settings: &EngineSettings) -> Result<(Engine, bool), PackageErro
         let mut pool = PoolingAllocationConfig::new();
         let n = settings.pool_instances.max(1);
         let scan = PoolingAllocationConfig::is_pagemap_scan_available();
+        let keep_resident = if scan { KEEP_RESIDENT } else { 0 };
         pool.total_component_instances(n)
             // Every component may instantiate as many core modules as the per-component
             // limit allows: a componentize-py guest instantiates 14 (libc, libpython, ...
@@ -447,8 +448,8 @@ fn build_engine(settings: &EngineSettings) -> Result<(Engine, bool), PackageErro
             } else {
                 wasmtime::Enabled::No
             })
-            .linear_memory_keep_resident(if scan { KEEP_RESIDENT } else { 0 })
-            .table_keep_resident(if scan { KEEP_RESIDENT } else { 0 });
+            .linear_memory_keep_resident(keep_resident)
+            .table_keep_resident(keep_resident);
         let mut c = base_config(settings);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         match Engine::new(&c) {
